@@ -1,0 +1,40 @@
+# Thin wrapper over CMake. `make demo` and `make test` install what is missing, configure, build,
+# and run; both are safe to run again.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+.PHONY: all deps configure build demo test check-sanitize format check-format clean
+
+all: build
+
+deps:
+	@./tools/install_deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/examples/moe_demo
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# ASan + UBSan build (CPU only), running the unit tests.
+check-sanitize: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSHARDOPT_SANITIZE=ON -DSHARDOPT_WITH_CUDA=OFF $(CMAKE_ARGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -L unit -j $(JOBS)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+
+check-format:
+	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h' '*.cu')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

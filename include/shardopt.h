@@ -1,0 +1,311 @@
+/*
+ * shardopt: the optimizer step of large Mixture-of-Experts training jobs, across processes.
+ *
+ * Muon (momentum + Newton-Schulz orthogonalization) for matrices, AdamW for the rest.
+ * One public header, NCCL-style: opaque handles, every call returns a status, the detail of the
+ * last failure is kept per thread, config structs are versioned and start with size/version.
+ */
+#ifndef SHARDOPT_H
+#define SHARDOPT_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library is built with hidden visibility; only what this header declares is exported. */
+#if defined(__GNUC__)
+#define SHARDOPT_API __attribute__((visibility("default")))
+#else
+#define SHARDOPT_API
+#endif
+
+#define SHARDOPT_VERSION_MAJOR 0
+#define SHARDOPT_VERSION_MINOR 1
+#define SHARDOPT_VERSION_PATCH 0
+/** Single integer, comparable: major*10000 + minor*100 + patch. */
+#define SHARDOPT_VERSION                                                                           \
+    (SHARDOPT_VERSION_MAJOR * 10000 + SHARDOPT_VERSION_MINOR * 100 + SHARDOPT_VERSION_PATCH)
+
+/** Status codes: 0 is success, every error is negative. */
+typedef enum shardopt_status {
+    SHARDOPT_OK = 0,
+    SHARDOPT_ERR_INVALID_ARGUMENT = -1, /**< a value is outside what is accepted */
+    SHARDOPT_ERR_STATE = -2,            /**< call not valid now (e.g. step before commit) */
+    SHARDOPT_ERR_OUT_OF_MEMORY = -3,    /**< an allocation failed; the message gives the bytes */
+    SHARDOPT_ERR_MISMATCH = -4,         /**< ranks disagree (registration, layout) */
+    SHARDOPT_ERR_UNSUPPORTED = -5,      /**< valid request this build or version cannot serve */
+    SHARDOPT_ERR_IO = -6,               /**< file or system call failed */
+    SHARDOPT_ERR_CORRUPT = -7,          /**< malformed file or data */
+    SHARDOPT_ERR_NONFINITE = -8,        /**< NaN or Inf where a finite value is required */
+    SHARDOPT_ERR_INTERNAL = -9,         /**< a bug in shardopt: please report it */
+    SHARDOPT_ERR_COMM = -10,            /**< a communication call failed */
+} shardopt_status_t;
+
+typedef enum shardopt_dtype {
+    SHARDOPT_DTYPE_FP32 = 0,
+    SHARDOPT_DTYPE_BF16 = 1,
+} shardopt_dtype_t;
+
+/** How a value is rounded when it is stored in a narrower dtype. */
+typedef enum shardopt_rounding {
+    SHARDOPT_ROUNDING_NEAREST = 0,    /**< round to nearest, ties to even */
+    SHARDOPT_ROUNDING_STOCHASTIC = 1, /**< counter-based random bits, layout-independent */
+} shardopt_rounding_t;
+
+typedef enum shardopt_algo {
+    SHARDOPT_ALGO_AUTO = 0, /**< Muon for matrices, AdamW for the rest (see adamw_patterns) */
+    SHARDOPT_ALGO_MUON = 1,
+    SHARDOPT_ALGO_ADAMW = 2,
+} shardopt_algo_t;
+
+typedef enum shardopt_placement {
+    SHARDOPT_PLACEMENT_DENSE = 0,      /**< sharded over the dense shard group */
+    SHARDOPT_PLACEMENT_EXPERT = 1,     /**< [E, out, in] stack split over EP, then expert shards */
+    SHARDOPT_PLACEMENT_REPLICATED = 2, /**< every rank holds all of it */
+} shardopt_placement_t;
+
+/** Newton-Schulz coefficient tables (values in docs/config.md). */
+typedef enum shardopt_ns_coeffs {
+    SHARDOPT_NS_QUINTIC = 0, /**< dion / Megatron per-step triples (default) */
+    SHARDOPT_NS_JORDAN = 1,  /**< (3.4445, -4.7750, 2.0315) every step */
+    SHARDOPT_NS_POLAR_EXPRESS = 2,
+    SHARDOPT_NS_CUSTOM = 3, /**< ns_custom_coeffs */
+} shardopt_ns_coeffs_t;
+
+/** Learning-rate scale for an [A, B] = [out, in] matrix. */
+typedef enum shardopt_lr_scale {
+    SHARDOPT_LR_SCALE_RMS_NORM = 0,      /**< 0.2 * sqrt(max(A, B)) (default) */
+    SHARDOPT_LR_SCALE_SPECTRAL_NORM = 1, /**< sqrt(A / B) */
+    SHARDOPT_LR_SCALE_JORDAN = 2,        /**< sqrt(max(1, A / B)) */
+    SHARDOPT_LR_SCALE_NONE = 3,          /**< 1 */
+} shardopt_lr_scale_t;
+
+typedef enum shardopt_backend {
+    SHARDOPT_BACKEND_CPU = 0,
+    SHARDOPT_BACKEND_CUDA = 1,
+} shardopt_backend_t;
+
+/** Which CPU kernel implementations run. */
+typedef enum shardopt_kernels {
+    SHARDOPT_KERNELS_AUTO = 0,      /**< the best this CPU supports */
+    SHARDOPT_KERNELS_REFERENCE = 1, /**< portable C, the test oracle (slow Newton-Schulz) */
+    SHARDOPT_KERNELS_PORTABLE = 2,  /**< portable C elementwise + BLAS Newton-Schulz */
+    SHARDOPT_KERNELS_AVX512 = 3,    /**< AVX-512 elementwise + BLAS Newton-Schulz */
+    SHARDOPT_KERNELS_AVX2 = 4,      /**< AVX2+FMA elementwise + BLAS Newton-Schulz */
+} shardopt_kernels_t;
+
+#define SHARDOPT_NS_MAX_STEPS 16
+#define SHARDOPT_PATTERNS_MAX 256
+
+#define SHARDOPT_CONFIG_VERSION 1
+
+/** Runtime configuration. Initialise with SHARDOPT_CONFIG_INIT, then change fields. Fields may
+ *  be appended in later versions; the library reads only the first `size` bytes. Every field has
+ *  a key of the same name in JSON config files and an env var SHARDOPT_<NAME in upper case>. */
+typedef struct shardopt_config {
+    size_t size;      /**< sizeof(shardopt_config_t) as the caller compiled it */
+    uint32_t version; /**< SHARDOPT_CONFIG_VERSION */
+
+    /* Muon */
+    double momentum;                /**< mu, in [0, 1). Default 0.95 */
+    int nesterov;                   /**< 0 or 1. Default 0 */
+    double weight_decay;            /**< decoupled, uses the unscaled lr. Default 0.01 */
+    shardopt_ns_coeffs_t ns_coeffs; /**< default quintic */
+    int ns_steps;                   /**< default 5; 1-16 (polar_express: 5-8) */
+    double ns_eps;                  /**< default 1e-8 */
+    double ns_norm_scale;           /**< s in U / (|U|_F * s + eps); 0 = table default */
+    double ns_custom_coeffs[SHARDOPT_NS_MAX_STEPS][3]; /**< (a, b, c) per step, for custom */
+    shardopt_lr_scale_t lr_scale;                      /**< default rms_norm */
+
+    /* AdamW */
+    double adamw_beta1;        /**< default 0.9 */
+    double adamw_beta2;        /**< default 0.95 */
+    double adamw_eps;          /**< default 1e-8 */
+    double adamw_weight_decay; /**< default 0.01 */
+    /** Comma-separated name patterns sent to AdamW under algo auto: an entry matches a name that
+     *  contains it, or, written `=name`, a name equal to it. */
+    char adamw_patterns[SHARDOPT_PATTERNS_MAX];
+
+    /* Storage and rounding */
+    shardopt_dtype_t momentum_dtype;       /**< Muon momentum: fp32 (default) or bf16 */
+    shardopt_rounding_t momentum_rounding; /**< default nearest */
+    shardopt_dtype_t comm_dtype;           /**< Newton-Schulz input/output: bf16 (default) */
+    shardopt_rounding_t param_rounding;    /**< bf16 parameters: default nearest */
+    uint64_t seed;                         /**< stochastic rounding key. Default 0 */
+
+    /* Execution */
+    shardopt_backend_t backend; /**< default cpu */
+    shardopt_kernels_t kernels; /**< default auto */
+    int num_threads;            /**< CPU threads for kernels and BLAS; 0 = leave as set */
+} shardopt_config_t;
+
+#define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
+
+/** Defaults that match the dion Muon prime-rl trains with. */
+#define SHARDOPT_CONFIG_INIT                                                                       \
+    {                                                                                              \
+        .size = sizeof(shardopt_config_t), .version = SHARDOPT_CONFIG_VERSION, .momentum = 0.95,   \
+        .nesterov = 0, .weight_decay = 0.01, .ns_coeffs = SHARDOPT_NS_QUINTIC, .ns_steps = 5,      \
+        .ns_eps = 1e-8, .ns_norm_scale = 0.0, .ns_custom_coeffs = {{0}},                           \
+        .lr_scale = SHARDOPT_LR_SCALE_RMS_NORM, .adamw_beta1 = 0.9, .adamw_beta2 = 0.95,           \
+        .adamw_eps = 1e-8, .adamw_weight_decay = 0.01,                                             \
+        .adamw_patterns = SHARDOPT_DEFAULT_ADAMW_PATTERNS, .momentum_dtype = SHARDOPT_DTYPE_FP32,  \
+        .momentum_rounding = SHARDOPT_ROUNDING_NEAREST, .comm_dtype = SHARDOPT_DTYPE_BF16,         \
+        .param_rounding = SHARDOPT_ROUNDING_NEAREST, .seed = 0, .backend = SHARDOPT_BACKEND_CPU,   \
+        .kernels = SHARDOPT_KERNELS_AUTO, .num_threads = 0,                                        \
+    }
+
+#define SHARDOPT_PARAM_DESC_VERSION 1
+
+/** One parameter shard as this rank holds it. */
+typedef struct shardopt_param_desc {
+    size_t size;      /**< sizeof(shardopt_param_desc_t) */
+    uint32_t version; /**< SHARDOPT_PARAM_DESC_VERSION */
+    const char *name; /**< unique; copied */
+    int ndim;         /**< 1, 2 or 3 ([E, out, in] expert stack) */
+    int64_t shape[3]; /**< global shape, as stored */
+    shardopt_dtype_t param_dtype;
+    shardopt_dtype_t grad_dtype;
+    /** The matrix is stored [in, out] (some grouped-GEMM expert layouts): scaling and
+     *  Newton-Schulz use its true [out, in] shape. */
+    int transposed;
+    shardopt_placement_t placement;
+    int shard_dim;        /**< the dim this rank holds a slice of */
+    int64_t shard_offset; /**< start of the slice along shard_dim */
+    int64_t shard_length; /**< length of the slice; -1 = the whole dim */
+    void *data;           /**< parameter shard, row-major; caller-owned */
+    const void *grad;     /**< gradient shard, same layout; may be NULL until the first step */
+    shardopt_algo_t algo;
+    double lr_mult; /**< lr_eff = lr * lr_mult. Default 1 */
+    double wd_mult; /**< wd_eff = wd * wd_mult. Default 1 */
+} shardopt_param_desc_t;
+
+#define SHARDOPT_PARAM_DESC_INIT                                                                   \
+    {                                                                                              \
+        .size = sizeof(shardopt_param_desc_t), .version = SHARDOPT_PARAM_DESC_VERSION,             \
+        .name = NULL, .ndim = 0, .shape = {0, 0, 0}, .param_dtype = SHARDOPT_DTYPE_FP32,           \
+        .grad_dtype = SHARDOPT_DTYPE_FP32, .transposed = 0, .placement = SHARDOPT_PLACEMENT_DENSE, \
+        .shard_dim = 0, .shard_offset = 0, .shard_length = -1, .data = NULL, .grad = NULL,         \
+        .algo = SHARDOPT_ALGO_AUTO, .lr_mult = 1.0, .wd_mult = 1.0,                                \
+    }
+
+#define SHARDOPT_STEP_ARGS_VERSION 1
+
+typedef struct shardopt_step_args {
+    size_t size;
+    uint32_t version;
+    double lr;           /**< learning rate, >= 0 */
+    double adamw_lr;     /**< < 0: use lr for AdamW tensors too (default) */
+    double weight_decay; /**< < 0: the config's (default); >= 0: this value for both algos */
+    void *stream;        /**< CUDA backend: the trainer's stream; ignored on the CPU */
+} shardopt_step_args_t;
+
+#define SHARDOPT_STEP_ARGS_INIT                                                                    \
+    {                                                                                              \
+        .size = sizeof(shardopt_step_args_t), .version = SHARDOPT_STEP_ARGS_VERSION, .lr = 0.0,    \
+        .adamw_lr = -1.0, .weight_decay = -1.0, .stream = NULL,                                    \
+    }
+
+#define SHARDOPT_STATS_VERSION 1
+
+/** Counters. Times are seconds of this rank; *_last fields describe the last step. */
+typedef struct shardopt_stats {
+    size_t size;
+    uint32_t version;
+    uint64_t steps;           /**< steps taken */
+    int num_params;           /**< registered */
+    int num_muon;             /**< of which Muon */
+    int num_adamw;            /**< of which AdamW */
+    int64_t muon_matrices;    /**< matrices orthogonalized per step (experts count one each) */
+    int64_t ns_symmetric;     /**< of which use the symmetric Newton-Schulz variant */
+    uint64_t bytes_momentum;  /**< Muon momentum state */
+    uint64_t bytes_adam_m;    /**< AdamW first moment */
+    uint64_t bytes_adam_v;    /**< AdamW second moment */
+    uint64_t bytes_workspace; /**< buffers allocated at commit for the step */
+    double ns_flops_last;     /**< Newton-Schulz FLOPs, counting 4m^2n + 2m^3 per iteration */
+    double seconds_last;      /**< wall time of the last step */
+    double seconds_total;
+    double seconds_adamw_last;
+    double seconds_momentum_last;
+    double seconds_ns_last;
+    double seconds_apply_last;
+    char kernels[32]; /**< name of the kernel table in use */
+} shardopt_stats_t;
+
+#define SHARDOPT_STATS_INIT                                                                        \
+    {                                                                                              \
+        .size = sizeof(shardopt_stats_t), .version = SHARDOPT_STATS_VERSION                        \
+    }
+
+typedef struct shardopt_runtime *shardopt_runtime_t;
+typedef struct shardopt_param *shardopt_param_t;
+
+/** Library version. Any pointer may be NULL. */
+SHARDOPT_API shardopt_status_t shardopt_get_version(int *major, int *minor, int *patch);
+
+/** Static text for a status code; never NULL. */
+SHARDOPT_API const char *shardopt_status_string(shardopt_status_t status);
+
+/** Detail of the last failure on this thread ("" if none). Valid until the next failing call on
+ *  the same thread. */
+SHARDOPT_API const char *shardopt_last_error(void);
+
+/** Overlay SHARDOPT_<KEY> environment variables onto cfg. An invalid value is an error naming
+ *  the variable and what is accepted; cfg is then unchanged. */
+SHARDOPT_API shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg);
+
+/** Overlay the keys of a JSON object file onto cfg. Unknown keys, wrong types and invalid values
+ *  are errors naming the key; cfg is then unchanged. */
+SHARDOPT_API shardopt_status_t shardopt_config_load_json(const char *path, shardopt_config_t *cfg);
+
+/** Check every field; the error message names the field, the value and what is accepted. */
+SHARDOPT_API shardopt_status_t shardopt_config_validate(const shardopt_config_t *cfg);
+
+/** Write every key and value, one per line, to stream (stdout when NULL). */
+SHARDOPT_API shardopt_status_t shardopt_config_print(const shardopt_config_t *cfg, FILE *stream);
+
+/** Create a runtime over comm (collective). This version runs on one process: a communicator
+ *  of more than one rank is refused with SHARDOPT_ERR_UNSUPPORTED.
+ *  @param rt_p receives the handle (set only on success) */
+SHARDOPT_API shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
+                                             shardopt_runtime_t *rt_p);
+
+/** Register one parameter shard, before commit. Not collective; call on every rank in the same
+ *  order. desc->name is copied; data and grad stay owned by the caller.
+ *  @param param_p receives the handle (set only on success); valid until shardopt_finalize */
+SHARDOPT_API shardopt_status_t shardopt_register(shardopt_runtime_t rt,
+                                                 const shardopt_param_desc_t *desc,
+                                                 shardopt_param_t *param_p);
+
+/** Re-point a parameter at new data and gradient buffers of the same layout (trainers such as
+ *  FSDP2 hand over new gradient tensors every step). Takes effect at the next step. */
+SHARDOPT_API shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data,
+                                                           const void *grad);
+
+/** The algorithm a parameter was given (AUTO resolved). */
+SHARDOPT_API shardopt_status_t shardopt_param_get_algo(shardopt_param_t param,
+                                                       shardopt_algo_t *algo);
+
+/** Freeze the parameter set, allocate optimizer state (zeroed) and step buffers. Collective. */
+SHARDOPT_API shardopt_status_t shardopt_commit(shardopt_runtime_t rt);
+
+/** One optimizer step over every registered parameter. Collective. Allocates nothing. When it
+ *  fails on validation (e.g. a NULL gradient) no parameter or state has been written. */
+SHARDOPT_API shardopt_status_t shardopt_step(shardopt_runtime_t rt,
+                                             const shardopt_step_args_t *args);
+
+/** Copy counters into stats (stats->size set by the caller, e.g. SHARDOPT_STATS_INIT). */
+SHARDOPT_API shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *stats);
+
+/** Free everything the runtime owns. Accepts NULL. Valid in any state, also after an error. */
+SHARDOPT_API shardopt_status_t shardopt_finalize(shardopt_runtime_t rt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHARDOPT_H */

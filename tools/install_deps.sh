@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install the Debian packages shardopt builds against, only those that are missing. Safe to run
+# any number of times; needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhwloc-dev
+          libopenblas-dev libcjson-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install_deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+# a fresh image may have no package lists yet; refresh only when the install cannot proceed
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+    { $sudo apt-get update -q && $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; }

@@ -1,0 +1,33 @@
+/* Entry points of the CPU kernel variants, assembled into tables by kernels/cpu/tables.c. */
+#ifndef KERNELS_CPU_KERNELS_H
+#define KERNELS_CPU_KERNELS_H
+
+#include "../ops.h"
+
+/* Portable C: the reference, and the elementwise path of the portable table. */
+void ref_momentum(const struct kernel_ctx *ctx, const struct momentum_args *a);
+void ref_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a);
+void ref_apply(const struct kernel_ctx *ctx, const struct apply_args *a);
+int ref_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
+                      const struct ns_workspace *ws);
+
+/* OpenBLAS Newton-Schulz (plain and symmetric variants). */
+int blas_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
+                       const struct ns_workspace *ws);
+
+/* AVX-512 elementwise kernels; bit-identical to the ref_ ones. */
+int avx512_supported(void);
+void avx512_momentum(const struct kernel_ctx *ctx, const struct momentum_args *a);
+void avx512_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a);
+void avx512_apply(const struct kernel_ctx *ctx, const struct apply_args *a);
+
+/* AVX2 + FMA elementwise kernels, for CPUs without AVX-512; bit-identical to the ref_ ones. */
+int avx2_supported(void);
+void avx2_momentum(const struct kernel_ctx *ctx, const struct momentum_args *a);
+void avx2_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a);
+void avx2_apply(const struct kernel_ctx *ctx, const struct apply_args *a);
+
+void *cpu_alloc(size_t bytes);
+void cpu_free(void *p);
+
+#endif

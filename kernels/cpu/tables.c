@@ -1,0 +1,89 @@
+/* The CPU kernel tables, and the choice among them. */
+#include <stdlib.h>
+
+#include "cpu_kernels.h"
+
+void *cpu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    /* 64-byte alignment: whole cache lines, aligned AVX-512 loads */
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return NULL;
+    return p;
+}
+
+void cpu_free(void *p) { free(p); }
+
+static const struct kernel_ops cpu_ref = {
+    .name = "cpu-ref",
+    .momentum = ref_momentum,
+    .adamw = ref_adamw,
+    .apply = ref_apply,
+    .newton_schulz = ref_newton_schulz,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+};
+
+static const struct kernel_ops cpu_portable = {
+    .name = "cpu-portable",
+    .momentum = ref_momentum,
+    .adamw = ref_adamw,
+    .apply = ref_apply,
+    .newton_schulz = blas_newton_schulz,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+};
+
+#ifdef SHARDOPT_HAVE_AVX512_KERNELS
+static const struct kernel_ops cpu_avx512 = {
+    .name = "cpu-avx512",
+    .momentum = avx512_momentum,
+    .adamw = avx512_adamw,
+    .apply = avx512_apply,
+    .newton_schulz = blas_newton_schulz,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+};
+#endif
+
+#ifdef SHARDOPT_HAVE_AVX2_KERNELS
+static const struct kernel_ops cpu_avx2 = {
+    .name = "cpu-avx2",
+    .momentum = avx2_momentum,
+    .adamw = avx2_adamw,
+    .apply = avx2_apply,
+    .newton_schulz = blas_newton_schulz,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+};
+#endif
+
+const struct kernel_ops *kernel_ops_cpu_ref(void) { return &cpu_ref; }
+
+const struct kernel_ops *kernel_ops_cpu_portable(void) { return &cpu_portable; }
+
+const struct kernel_ops *kernel_ops_cpu_avx512(void)
+{
+#ifdef SHARDOPT_HAVE_AVX512_KERNELS
+    return avx512_supported() ? &cpu_avx512 : NULL;
+#else
+    return NULL;
+#endif
+}
+
+const struct kernel_ops *kernel_ops_cpu_avx2(void)
+{
+#ifdef SHARDOPT_HAVE_AVX2_KERNELS
+    return avx2_supported() ? &cpu_avx2 : NULL;
+#else
+    return NULL;
+#endif
+}
+
+const struct kernel_ops *kernel_ops_cpu_best(void)
+{
+    const struct kernel_ops *ops = kernel_ops_cpu_avx512();
+    if (ops == NULL)
+        ops = kernel_ops_cpu_avx2();
+    return ops != NULL ? ops : &cpu_portable;
+}

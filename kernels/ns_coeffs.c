@@ -1,0 +1,64 @@
+#include <stddef.h>
+
+#include "ns_coeffs.h"
+
+static const double quintic[5][3] = {
+    {4.0848, -6.8946, 2.9270}, {3.9505, -6.3029, 2.6377}, {3.7418, -5.5913, 2.3037},
+    {2.8769, -3.1427, 1.2046}, {2.8366, -3.0525, 1.2012},
+};
+
+static const double jordan[1][3] = {{3.4445, -4.7750, 2.0315}};
+
+/* Amsel et al. 2025, with the 1.01 safety factor already folded into the values. */
+static const double polar_express[8][3] = {
+    {8.2051604140, -22.9019349871, 16.4607249102}, {4.0663951599, -2.8611540868, 0.5183995227},
+    {3.9095949044, -2.8233517350, 0.5250369769},   {3.2855640172, -2.4153019596, 0.4852940655},
+    {2.2778732871, -1.6198217653, 0.3984807870},   {1.8725756513, -1.2307042575, 0.3585161621},
+    {1.8564371098, -1.2132392819, 0.3567997894},   {1.875, -1.25, 0.375},
+};
+
+void ns_coeffs_step_range(int table, int *min, int *max)
+{
+    *min = table == NS_TABLE_POLAR_EXPRESS ? 5 : 1;
+    *max = table == NS_TABLE_POLAR_EXPRESS ? 8 : NS_TABLE_MAX_STEPS;
+}
+
+int ns_coeffs_fill(int table, int steps, const double (*custom)[3], float out[][3])
+{
+    const double(*t)[3];
+    int len, lo, hi;
+
+    switch (table) {
+    case NS_TABLE_QUINTIC:
+        t = quintic;
+        len = 5;
+        break;
+    case NS_TABLE_JORDAN:
+        t = jordan;
+        len = 1;
+        break;
+    case NS_TABLE_POLAR_EXPRESS:
+        t = polar_express;
+        len = 8;
+        break;
+    case NS_TABLE_CUSTOM:
+        t = custom;
+        len = steps;
+        break;
+    default: return -1;
+    }
+    ns_coeffs_step_range(table, &lo, &hi);
+    if (steps < lo || steps > hi || t == NULL)
+        return -1;
+    for (int i = 0; i < steps; i++) {
+        const double *c = t[i < len ? i : len - 1];
+        for (int j = 0; j < 3; j++)
+            out[i][j] = (float)c[j];
+    }
+    return 0;
+}
+
+double ns_coeffs_default_norm_scale(int table)
+{
+    return table == NS_TABLE_POLAR_EXPRESS ? 1.01 : 1.0;
+}

@@ -1,0 +1,12 @@
+/* Which Newton-Schulz variant a shape uses: a table committed in the source, measured with
+ * bench/ns_bench, never re-timed during a run, so every rank, replica and rerun runs the same
+ * kernel for the same shape and gets the same bits. */
+#ifndef KERNELS_NS_VARIANT_H
+#define KERNELS_NS_VARIANT_H
+
+#include <stdint.h>
+
+/* NS_VARIANT_PLAIN or NS_VARIANT_SYMMETRIC for a rows x cols matrix. */
+int ns_variant_for_shape(int64_t rows, int64_t cols);
+
+#endif

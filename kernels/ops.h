@@ -1,0 +1,147 @@
+/* One table of compute entry points per backend (BLIS-style context), filled at init.
+ *
+ * Every table computes the update rules of DESIGN.md §1. The reference table is plain C written
+ * for clarity and is the oracle the tests compare the others with. Kernels know nothing of MPI,
+ * files or the runtime: every scalar they need (bias corrections, lr*wd products) arrives
+ * precomputed in the argument structs. */
+#ifndef KERNELS_OPS_H
+#define KERNELS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "rng.h"
+
+/* Global flat index of local element i: base + (i / run) * stride + i % run. A shard along dim d
+ * of a row-major tensor is a set of equal runs; a whole tensor is one run. Stochastic rounding
+ * keys on the global index so that the layout cannot change the random bits. */
+struct elem_index_map {
+    uint64_t base;
+    uint64_t run;
+    uint64_t stride;
+};
+
+static inline uint64_t elem_index_global(const struct elem_index_map *m, uint64_t i)
+{
+    return m->base + (i / m->run) * m->stride + i % m->run;
+}
+
+/* Per-call execution context. */
+struct kernel_ctx {
+    int threads;  /* 0: as the OpenMP runtime decides */
+    void *stream; /* CUDA stream; NULL on the CPU */
+};
+
+/* Muon momentum and pack, in exactly this fp32 sequence (every variant matches it bit for bit):
+ *   g = grad*grad_scale;  M <- round_mom(fma(mu, M, g));  U <- nesterov ? fma(mu, M, g) : M
+ * where the second M is the stored (rounded) one and U is rounded to nearest in out_dtype. */
+struct momentum_args {
+    size_t n;
+    const void *grad;
+    int grad_dtype;
+    float grad_scale;
+    void *mom;
+    int mom_dtype;
+    int mom_rounding;
+    void *out;
+    int out_dtype;
+    float mu;
+    int nesterov;
+    struct rng_stream rng; /* kind momentum; used with stochastic mom_rounding */
+    struct elem_index_map idx;
+};
+
+/* Fused AdamW on one shard, fp32 state, in exactly this fp32 sequence (fma = one rounding):
+ *   m <- fma(b1, m, (1-b1)*g);  v <- fma(b2, v, (1-b2)*(g*g))
+ *   W <- fma(-step_size, m / fma(sqrt(v), bc2_rsqrt, eps), W*decay)
+ * with step_size = lr/(1-b1^t), bc2_rsqrt = 1/sqrt(1-b2^t), decay = 1 - lr*wd, all computed
+ * on the host in double. */
+struct adamw_args {
+    size_t n;
+    void *param;
+    int param_dtype;
+    int param_rounding;
+    const void *grad;
+    int grad_dtype;
+    float grad_scale;
+    float *exp_avg;
+    float *exp_avg_sq;
+    float beta1, beta2;
+    float one_minus_beta1, one_minus_beta2; /* from double, not 1.0f - beta1 */
+    float eps;
+    float step_size, bc2_rsqrt, decay;
+    struct rng_stream rng; /* kind param; used with stochastic param_rounding */
+    struct elem_index_map idx;
+};
+
+/* Apply: W <- round_param(fma(-alpha, O, W*decay)), computed in fp32 from the stored W. */
+struct apply_args {
+    size_t n;
+    void *param;
+    int param_dtype;
+    int param_rounding;
+    const void *update;
+    int update_dtype;
+    float alpha; /* lr_eff * lr scale of the matrix */
+    float decay; /* 1 - lr_eff * wd_eff */
+    struct rng_stream rng;
+    struct elem_index_map idx;
+};
+
+enum ns_variant {
+    NS_VARIANT_PLAIN = 0,     /* three GEMMs per iteration */
+    NS_VARIANT_SYMMETRIC = 1, /* X*X^T and A*A as symmetric products, upper half mirrored */
+};
+
+/* Newton-Schulz over a batch of equal matrices, each stored row-major rows x cols:
+ *   X <- U / (|U|_F * norm_scale + eps);   work on X^T when `transpose`
+ *   per iteration i: A = X X^T;  B = b_i A + c_i A A;  X = a_i X + B X
+ * O (in the stored orientation) is rounded to nearest in out_dtype. */
+struct ns_args {
+    int64_t batch, rows, cols;
+    int transpose;
+    const void *in;
+    int in_dtype;
+    void *out;
+    int out_dtype;
+    const float (*coeffs)[3]; /* steps triples */
+    int steps;
+    float norm_scale;
+    float eps;
+    int variant;
+};
+
+/* Scratch for one matrix at a time, sized by ns_workspace_floats() for the largest shape. */
+struct ns_workspace {
+    float *buf;
+    size_t floats;
+};
+
+/* Floats of workspace newton_schulz needs for a rows x cols matrix. */
+size_t ns_workspace_floats(int64_t rows, int64_t cols);
+
+/* FLOPs of one Newton-Schulz iteration, 4m^2n + 2m^3 with m <= n (what benchmarks count). */
+double ns_flops_per_iter(int64_t rows, int64_t cols);
+
+struct kernel_ops {
+    const char *name;
+    void (*momentum)(const struct kernel_ctx *ctx, const struct momentum_args *a);
+    void (*adamw)(const struct kernel_ctx *ctx, const struct adamw_args *a);
+    void (*apply)(const struct kernel_ctx *ctx, const struct apply_args *a);
+    /* Returns 0, or -1 when the variant is not available in this table. */
+    int (*newton_schulz)(const struct kernel_ctx *ctx, const struct ns_args *a,
+                         const struct ns_workspace *ws);
+    /* Memory for state and buffers (offload/ allocates through these). */
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+};
+
+const struct kernel_ops *kernel_ops_cpu_ref(void);      /* the oracle: plain C */
+const struct kernel_ops *kernel_ops_cpu_portable(void); /* portable C + BLAS Newton-Schulz */
+const struct kernel_ops *kernel_ops_cpu_avx512(void);   /* NULL when the CPU lacks AVX-512 */
+const struct kernel_ops *kernel_ops_cpu_avx2(void);     /* NULL when the CPU lacks AVX2 or FMA */
+const struct kernel_ops *kernel_ops_cpu_best(void);     /* avx512, else avx2, else portable */
+const struct kernel_ops *kernel_ops_cuda(void);         /* NULL when built without CUDA */
+
+#endif

@@ -1,0 +1,37 @@
+#include "../ns_variant.h"
+#include "../ops.h"
+
+/* Smallest working-shape m (the shorter side) that runs the symmetric variant. No cap on n/m: the
+ * saving on X*X^T alone is m^2 n of the 4m^2 n + 2m^3, so the ideal speedup falls only from 1.5
+ * (square) toward 4/3 as n/m grows, and the measurements below show it holding at n/m = 16.
+ *
+ * Measured on AMD EPYC Zen 4 (2 cores), OpenBLAS 0.3.21 (Cooperlake kernels): plain time /
+ * symmetric time for 5 quintic steps, each run a median of 7 reps; 1 thread: median of 3 runs,
+ * 2 threads: the range over 3 runs (other jobs shared the machine, which moves the 2-thread ratio):
+ *   m x n        1 thread   2 threads
+ *   64x64          0.85       0.80-0.85
+ *   128x128        1.16       0.89-1.15
+ *   256x256        1.33       0.97-1.01
+ *   256x1024       1.27       1.00-1.08
+ *   320x320        1.36       0.97-0.99
+ *   384x384        1.37       1.05-1.11
+ *   384x1536       1.31       1.07-1.14
+ *   512x512        1.40       1.10-1.16
+ *   768x3072       1.34       1.22-1.24
+ *   256x8192       1.23       1.02-1.09
+ *   512x8192       1.29       1.14-1.17
+ * With one thread the symmetric variant wins from m = 128; with two it only pays from m = 384,
+ * because OpenBLAS threads ssyrk poorly below that (ssyrk at m = n = 256 takes 0.89 of the full
+ * sgemm's time with 2 threads, 0.59 with 1). The table cannot depend on the thread count, and
+ * trainers run more BLAS threads than one, so the crossover is the 2-thread one.
+ * Reproduce with (3 runs each, on an otherwise idle machine)
+ *   S=; for m in 64 128 192 256 320 384 448 512 640 768; do S="$S --shape ${m}x$m --shape
+ *   ${m}x$((4*m))"; done; ns_bench --json --reps 7 --threads 2 $S --shape 256x8192
+ *   --shape 512x8192          (and --threads 1) */
+#define NS_SYMMETRIC_MIN_M 384
+
+int ns_variant_for_shape(int64_t rows, int64_t cols)
+{
+    const int64_t m = rows < cols ? rows : cols;
+    return m >= NS_SYMMETRIC_MIN_M ? NS_VARIANT_SYMMETRIC : NS_VARIANT_PLAIN;
+}

@@ -1,0 +1,147 @@
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_keys.h"
+#include "kernels/ns_coeffs.h"
+#include "status.h"
+
+/* Oldest layout of shardopt_config_t we accept: version 1 is the current one. */
+#define CONFIG_V1_SIZE (offsetof(shardopt_config_t, num_threads) + sizeof(int))
+
+shardopt_status_t config_import(const shardopt_config_t *in, shardopt_config_t *out)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+
+    if (in == NULL || out == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config: NULL pointer");
+    if (in->version < 1 || in->version > SHARDOPT_CONFIG_VERSION)
+        return log_fail(
+            SHARDOPT_ERR_INVALID_ARGUMENT,
+            "config.version = %u: accepted 1..%d (initialise with SHARDOPT_CONFIG_INIT)",
+            in->version, SHARDOPT_CONFIG_VERSION);
+    if (in->size < CONFIG_V1_SIZE)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "config.size = %zu: at least %zu (initialise with SHARDOPT_CONFIG_INIT)",
+                        in->size, (size_t)CONFIG_V1_SIZE);
+    memcpy(&c, in, in->size < sizeof c ? in->size : sizeof c);
+    c.size = sizeof c;
+    c.version = SHARDOPT_CONFIG_VERSION;
+    *out = c;
+    return SHARDOPT_OK;
+}
+
+void config_export(const shardopt_config_t *full, shardopt_config_t *out)
+{
+    size_t size = out->size < sizeof *full ? out->size : sizeof *full;
+    uint32_t version = out->version;
+    memcpy(out, full, size);
+    out->size = size; /* the caller's struct keeps describing itself */
+    out->version = version;
+}
+
+shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *source)
+{
+    shardopt_status_t status;
+    char name[96];
+    int lo, hi;
+
+    for (size_t i = 0; i < config_key_count; i++) {
+        snprintf(name, sizeof name, "%s%s", source, config_keys[i].name);
+        status = config_key_check(&config_keys[i], cfg, name);
+        if (status != SHARDOPT_OK)
+            return status;
+    }
+    ns_coeffs_step_range(cfg->ns_coeffs, &lo, &hi);
+    if (cfg->ns_steps < lo || cfg->ns_steps > hi)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "config %sns_steps = %d: accepted %d..%d with ns_coeffs = %s", source,
+                        cfg->ns_steps, lo, hi,
+                        cfg->ns_coeffs == SHARDOPT_NS_POLAR_EXPRESS ? "polar_express"
+                        : cfg->ns_coeffs == SHARDOPT_NS_CUSTOM      ? "custom"
+                        : cfg->ns_coeffs == SHARDOPT_NS_JORDAN      ? "jordan"
+                                                                    : "quintic");
+    if (cfg->ns_coeffs == SHARDOPT_NS_CUSTOM)
+        for (int i = 0; i < cfg->ns_steps; i++) {
+            const double *c = cfg->ns_custom_coeffs[i];
+            if (!isfinite(c[0]) || !isfinite(c[1]) || !isfinite(c[2]) ||
+                (c[0] == 0 && c[1] == 0 && c[2] == 0))
+                return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                                "config %sns_custom_coeffs step %d = (%g, %g, %g): custom needs "
+                                "ns_steps = %d finite, not all-zero (a, b, c) triples",
+                                source, i, c[0], c[1], c[2], cfg->ns_steps);
+        }
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_config_validate(const shardopt_config_t *cfg)
+{
+    shardopt_config_t c;
+    shardopt_status_t status = config_import(cfg, &c);
+    if (status != SHARDOPT_OK)
+        return status;
+    return config_check_all(&c, "");
+}
+
+shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg)
+{
+    shardopt_config_t c;
+    shardopt_status_t status;
+    int coeff_steps = 0, steps_given = 0;
+    char env[96], source[128];
+
+    status = config_import(cfg, &c);
+    if (status != SHARDOPT_OK)
+        return status;
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        config_key_env_name(k, env, sizeof env);
+        const char *v = getenv(env);
+        if (v == NULL)
+            continue;
+        snprintf(source, sizeof source, "%s (env)", env);
+        status = config_key_parse(k, v, &c, &coeff_steps, source);
+        if (status != SHARDOPT_OK)
+            return status;
+        steps_given |= strcmp(k->name, "ns_steps") == 0;
+    }
+    if (coeff_steps > 0 && !steps_given)
+        c.ns_steps = coeff_steps;
+    else if (coeff_steps > 0 && c.ns_steps != coeff_steps)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "config SHARDOPT_NS_STEPS = %d but SHARDOPT_NS_CUSTOM_COEFFS has %d "
+                        "triples: give one or make them agree",
+                        c.ns_steps, coeff_steps);
+    status = config_check_all(&c, "(env) ");
+    if (status != SHARDOPT_OK)
+        return status;
+    config_export(&c, cfg);
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_config_print(const shardopt_config_t *cfg, FILE *stream)
+{
+    shardopt_config_t c;
+    shardopt_status_t status = config_import(cfg, &c);
+    char val[1024];
+
+    if (status != SHARDOPT_OK)
+        return status;
+    if (stream == NULL)
+        stream = stdout;
+    for (size_t i = 0; i < config_key_count; i++) {
+        config_key_format(&config_keys[i], &c, val, sizeof val);
+        fprintf(stream, "%-20s = %s\n", config_keys[i].name, val);
+    }
+    return SHARDOPT_OK;
+}
+
+void config_ns_resolve(const shardopt_config_t *cfg, float coeffs[][3], float *norm_scale)
+{
+    ns_coeffs_fill(cfg->ns_coeffs, cfg->ns_steps, (const double(*)[3])cfg->ns_custom_coeffs,
+                   coeffs);
+    *norm_scale = (float)(cfg->ns_norm_scale != 0.0 ? cfg->ns_norm_scale
+                                                    : ns_coeffs_default_norm_scale(cfg->ns_coeffs));
+}

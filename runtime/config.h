@@ -1,0 +1,22 @@
+/* Config handling shared by init and the loaders. */
+#ifndef RUNTIME_CONFIG_H
+#define RUNTIME_CONFIG_H
+
+#include "shardopt.h"
+
+/* Copy a caller's config of any known version into a full current one (missing fields take
+ * their defaults). Errors on a NULL pointer, an unknown version or a size too small. */
+shardopt_status_t config_import(const shardopt_config_t *in, shardopt_config_t *out);
+
+/* Copy a full config back into a caller's struct of possibly older size, keeping its
+ * size/version. */
+void config_export(const shardopt_config_t *full, shardopt_config_t *out);
+
+/* Cross-field checks after keys were overlaid: ns_steps against the table, custom triples.
+ * `source` names where the values came from. */
+shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *source);
+
+/* Resolve ns_coeffs/ns_steps/custom into float triples and the norm multiplier. */
+void config_ns_resolve(const shardopt_config_t *cfg, float coeffs[][3], float *norm_scale);
+
+#endif

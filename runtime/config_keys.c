@@ -1,0 +1,328 @@
+#include "config_keys.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+
+static const char *const ns_coeffs_names[] = {"quintic", "jordan", "polar_express", "custom", NULL};
+static const char *const lr_scale_names[] = {"rms_norm", "spectral_norm", "jordan", "none", NULL};
+static const char *const dtype_names[] = {"fp32", "bf16", NULL};
+static const char *const rounding_names[] = {"nearest", "stochastic", NULL};
+static const char *const backend_names[] = {"cpu", "cuda", NULL};
+static const char *const kernels_names[] = {"auto",   "reference", "portable",
+                                            "avx512", "avx2",      NULL};
+
+#define OFF(f) offsetof(shardopt_config_t, f)
+#define DBL(f, lo, hi, lo_open, hi_open, doc)                                                      \
+    {                                                                                              \
+#f, CFG_DOUBLE, OFF(f), NULL, lo, hi, lo_open, hi_open, 0, doc                             \
+    }
+#define ENUM(f, names, doc)                                                                        \
+    {                                                                                              \
+#f, CFG_ENUM, OFF(f), names, 0, 0, 0, 0, 0, doc                                            \
+    }
+
+const struct config_key config_keys[] = {
+    DBL(momentum, 0, 1, 0, 1, "Muon momentum mu"),
+    {"nesterov", CFG_BOOL, OFF(nesterov), NULL, 0, 1, 0, 0, 0, "Nesterov momentum for Muon"},
+    DBL(weight_decay, 0, 1e6, 0, 0, "Muon decoupled weight decay"),
+    ENUM(ns_coeffs, ns_coeffs_names, "Newton-Schulz coefficient table"),
+    {"ns_steps", CFG_INT, OFF(ns_steps), NULL, 1, SHARDOPT_NS_MAX_STEPS, 0, 0, 0,
+     "Newton-Schulz iterations (polar_express: 5-8)"},
+    DBL(ns_eps, 0, 1, 1, 0, "epsilon in U / (|U|_F * s + eps)"),
+    {"ns_norm_scale", CFG_DOUBLE, OFF(ns_norm_scale), NULL, 0.5, 2, 0, 0, 1,
+     "s in U / (|U|_F * s + eps); 0 = the table's (1, polar_express 1.01)"},
+    {"ns_custom_coeffs", CFG_COEFFS, OFF(ns_custom_coeffs), NULL, 0, 0, 0, 0, 0,
+     "(a, b, c) per step for ns_coeffs = custom"},
+    ENUM(lr_scale, lr_scale_names, "Muon learning-rate scale by matrix shape"),
+    DBL(adamw_beta1, 0, 1, 0, 1, "AdamW beta1"),
+    DBL(adamw_beta2, 0, 1, 0, 1, "AdamW beta2"),
+    DBL(adamw_eps, 0, 1, 1, 0, "AdamW epsilon"),
+    DBL(adamw_weight_decay, 0, 1e6, 0, 0, "AdamW decoupled weight decay"),
+    {"adamw_patterns", CFG_STRING, OFF(adamw_patterns), NULL, 0, 0, 0, 0, 0,
+     "comma-separated names sent to AdamW under algo auto (substring, or =exact)"},
+    ENUM(momentum_dtype, dtype_names, "Muon momentum storage dtype"),
+    ENUM(momentum_rounding, rounding_names, "rounding into a bf16 momentum"),
+    ENUM(comm_dtype, dtype_names, "dtype of Newton-Schulz input and output"),
+    ENUM(param_rounding, rounding_names, "rounding into bf16 parameters"),
+    {"seed", CFG_U64, OFF(seed), NULL, 0, 0, 0, 0, 0, "key of the stochastic-rounding bits"},
+    ENUM(backend, backend_names, "compute backend"),
+    ENUM(kernels, kernels_names, "CPU kernel implementations"),
+    {"num_threads", CFG_INT, OFF(num_threads), NULL, 0, 4096, 0, 0, 0,
+     "CPU threads for kernels and BLAS; 0 = leave as set"},
+};
+
+const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];
+
+const struct config_key *config_key_find(const char *name)
+{
+    for (size_t i = 0; i < config_key_count; i++)
+        if (strcmp(config_keys[i].name, name) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+void config_key_env_name(const struct config_key *k, char *out, size_t len)
+{
+    size_t o = (size_t)snprintf(out, len, "SHARDOPT_");
+    for (const char *p = k->name; *p && o + 1 < len; p++)
+        out[o++] = (char)toupper((unsigned char)*p);
+    out[o < len ? o : len - 1] = '\0';
+}
+
+void config_key_accepted(const struct config_key *k, char *out, size_t len)
+{
+    switch (k->type) {
+    case CFG_DOUBLE:
+    case CFG_INT:
+        snprintf(out, len, "%s%s%g, %g%s", k->zero_ok ? "0 or " : "", k->min_open ? "(" : "[",
+                 k->min, k->max, k->max_open ? ")" : "]");
+        break;
+    case CFG_BOOL: snprintf(out, len, "true/false (1/0)"); break;
+    case CFG_ENUM: {
+        size_t o = (size_t)snprintf(out, len, "one of");
+        for (int i = 0; k->enum_names[i] != NULL && o < len; i++)
+            o += (size_t)snprintf(out + o, len - o, "%s %s", i ? "," : "", k->enum_names[i]);
+        break;
+    }
+    case CFG_U64: snprintf(out, len, "an integer in [0, 2^64)"); break;
+    case CFG_STRING:
+        snprintf(out, len, "text of at most %d bytes", SHARDOPT_PATTERNS_MAX - 1);
+        break;
+    case CFG_COEFFS:
+        snprintf(out, len, "1-%d finite (a, b, c) triples, e.g. \"3.4445,-4.775,2.0315;...\"",
+                 SHARDOPT_NS_MAX_STEPS);
+        break;
+    }
+}
+
+static const void *field(const shardopt_config_t *cfg, const struct config_key *k)
+{
+    return (const char *)cfg + k->offset;
+}
+
+static void *field_mut(shardopt_config_t *cfg, const struct config_key *k)
+{
+    return (char *)cfg + k->offset;
+}
+
+static int in_range(const struct config_key *k, double v)
+{
+    if (isnan(v))
+        return 0;
+    if (k->zero_ok && v == 0.0)
+        return 1;
+    if (k->min_open ? !(v > k->min) : !(v >= k->min))
+        return 0;
+    if (k->max_open ? !(v < k->max) : !(v <= k->max))
+        return 0;
+    return 1;
+}
+
+static shardopt_status_t fail_value(const struct config_key *k, const char *source,
+                                    const char *value)
+{
+    char acc[160];
+    config_key_accepted(k, acc, sizeof acc);
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config %s = %s: accepted %s", source, value,
+                    acc);
+}
+
+shardopt_status_t config_key_check(const struct config_key *k, const shardopt_config_t *cfg,
+                                   const char *source)
+{
+    char val[256];
+    int ok = 1;
+
+    switch (k->type) {
+    case CFG_DOUBLE: ok = in_range(k, *(const double *)field(cfg, k)); break;
+    case CFG_INT: ok = in_range(k, *(const int *)field(cfg, k)); break;
+    case CFG_BOOL: ok = *(const int *)field(cfg, k) == 0 || *(const int *)field(cfg, k) == 1; break;
+    case CFG_ENUM: {
+        int v = *(const int *)field(cfg, k), n = 0;
+        while (k->enum_names[n] != NULL)
+            n++;
+        ok = v >= 0 && v < n;
+        break;
+    }
+    case CFG_STRING: ok = memchr(field(cfg, k), '\0', SHARDOPT_PATTERNS_MAX) != NULL; break;
+    case CFG_U64:
+    case CFG_COEFFS: break; /* any value is representable; coeffs are checked with ns_steps */
+    }
+    if (ok)
+        return SHARDOPT_OK;
+    if (k->type == CFG_STRING)
+        snprintf(val, sizeof val, "(not NUL-terminated)");
+    else
+        config_key_format(k, cfg, val, sizeof val);
+    return fail_value(k, source, val);
+}
+
+static int parse_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtod(s, &end);
+    return end != s && *end == '\0' && !isspace((unsigned char)*s);
+}
+
+static int parse_coeffs(const char *s, double (*c)[3], int *steps)
+{
+    int n = 0;
+    const char *p = s;
+
+    while (*p != '\0') {
+        if (n == SHARDOPT_NS_MAX_STEPS)
+            return 0;
+        for (int j = 0; j < 3; j++) {
+            char *end;
+            errno = 0;
+            double v = strtod(p, &end);
+            if (end == p || !isfinite(v))
+                return 0;
+            c[n][j] = v;
+            p = end;
+            while (*p == ' ')
+                p++;
+            if (j < 2 && *p++ != ',')
+                return 0;
+        }
+        n++;
+        if (*p == ';')
+            p++;
+        else if (*p != '\0')
+            return 0;
+    }
+    *steps = n;
+    return n > 0;
+}
+
+shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
+                                   shardopt_config_t *cfg, int *steps_p, const char *source)
+{
+    char quoted[300];
+    snprintf(quoted, sizeof quoted, "'%.256s'", text);
+
+    switch (k->type) {
+    case CFG_DOUBLE: {
+        double v;
+        if (!parse_double(text, &v) || !in_range(k, v))
+            return fail_value(k, source, quoted);
+        *(double *)field_mut(cfg, k) = v;
+        return SHARDOPT_OK;
+    }
+    case CFG_INT: {
+        char *end;
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (end == text || *end != '\0' || errno == ERANGE || !in_range(k, (double)v))
+            return fail_value(k, source, quoted);
+        *(int *)field_mut(cfg, k) = (int)v;
+        return SHARDOPT_OK;
+    }
+    case CFG_BOOL: {
+        static const char *const yes[] = {"1", "true", "yes", "on"};
+        static const char *const no[] = {"0", "false", "no", "off"};
+        for (int i = 0; i < 4; i++) {
+            if (strcmp(text, yes[i]) == 0) {
+                *(int *)field_mut(cfg, k) = 1;
+                return SHARDOPT_OK;
+            }
+            if (strcmp(text, no[i]) == 0) {
+                *(int *)field_mut(cfg, k) = 0;
+                return SHARDOPT_OK;
+            }
+        }
+        return fail_value(k, source, quoted);
+    }
+    case CFG_ENUM:
+        for (int i = 0; k->enum_names[i] != NULL; i++)
+            if (strcmp(text, k->enum_names[i]) == 0) {
+                *(int *)field_mut(cfg, k) = i;
+                return SHARDOPT_OK;
+            }
+        return fail_value(k, source, quoted);
+    case CFG_U64: {
+        char *end;
+        errno = 0;
+        if (text[0] < '0' || text[0] > '9')
+            return fail_value(k, source, quoted);
+        unsigned long long v = strtoull(text, &end, 10);
+        if (*end != '\0' || errno == ERANGE)
+            return fail_value(k, source, quoted);
+        *(uint64_t *)field_mut(cfg, k) = v;
+        return SHARDOPT_OK;
+    }
+    case CFG_STRING:
+        if (strlen(text) >= SHARDOPT_PATTERNS_MAX)
+            return fail_value(k, source, quoted);
+        strcpy((char *)field_mut(cfg, k), text);
+        return SHARDOPT_OK;
+    case CFG_COEFFS: {
+        double c[SHARDOPT_NS_MAX_STEPS][3] = {{0}};
+        int steps;
+        if (!parse_coeffs(text, c, &steps))
+            return fail_value(k, source, quoted);
+        memcpy(field_mut(cfg, k), c, sizeof c);
+        if (steps_p != NULL)
+            *steps_p = steps;
+        return SHARDOPT_OK;
+    }
+    }
+    return log_fail(SHARDOPT_ERR_INTERNAL, "config key '%s' has no parser", k->name);
+}
+
+/* Shortest text that reads back as the same double (0.95, not 0.94999999999999996). */
+static void format_double(double v, char *out, size_t len)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(out, len, "%.*g", prec, v);
+        if (strtod(out, NULL) == v || isnan(v))
+            return;
+    }
+}
+
+void config_key_format(const struct config_key *k, const shardopt_config_t *cfg, char *out,
+                       size_t len)
+{
+    switch (k->type) {
+    case CFG_DOUBLE: format_double(*(const double *)field(cfg, k), out, len); break;
+    case CFG_INT: snprintf(out, len, "%d", *(const int *)field(cfg, k)); break;
+    case CFG_BOOL: snprintf(out, len, "%s", *(const int *)field(cfg, k) ? "true" : "false"); break;
+    case CFG_ENUM: {
+        int v = *(const int *)field(cfg, k), n = 0;
+        while (k->enum_names[n] != NULL)
+            n++;
+        if (v >= 0 && v < n)
+            snprintf(out, len, "%s", k->enum_names[v]);
+        else
+            snprintf(out, len, "%d", v);
+        break;
+    }
+    case CFG_U64:
+        snprintf(out, len, "%llu", (unsigned long long)*(const uint64_t *)field(cfg, k));
+        break;
+    case CFG_STRING:
+        snprintf(out, len, "%.*s", SHARDOPT_PATTERNS_MAX - 1, (const char *)field(cfg, k));
+        break;
+    case CFG_COEFFS: {
+        const double(*c)[3] = field(cfg, k);
+        int steps = cfg->ns_coeffs == SHARDOPT_NS_CUSTOM ? cfg->ns_steps : 0;
+        size_t o = 0;
+        out[0] = '\0';
+        if (steps < 1 || steps > SHARDOPT_NS_MAX_STEPS) {
+            snprintf(out, len, "(unused)");
+            break;
+        }
+        for (int i = 0; i < steps && o < len; i++)
+            o += (size_t)snprintf(out + o, len - o, "%s%.9g,%.9g,%.9g", i ? ";" : "", c[i][0],
+                                  c[i][1], c[i][2]);
+        break;
+    }
+    }
+}

@@ -1,0 +1,56 @@
+/* One table describes every config key: its type, where it lives in shardopt_config_t, what
+ * values it accepts. The JSON loader, the env reader, validation and printing all walk it, so a
+ * new knob is one row here (and its field in the header). */
+#ifndef RUNTIME_CONFIG_KEYS_H
+#define RUNTIME_CONFIG_KEYS_H
+
+#include <stddef.h>
+
+#include "shardopt.h"
+
+enum config_type {
+    CFG_DOUBLE,
+    CFG_INT,
+    CFG_BOOL,
+    CFG_ENUM,
+    CFG_U64,
+    CFG_STRING, /* char[SHARDOPT_PATTERNS_MAX] */
+    CFG_COEFFS, /* double[SHARDOPT_NS_MAX_STEPS][3] */
+};
+
+struct config_key {
+    const char *name;
+    enum config_type type;
+    size_t offset;
+    const char *const *enum_names; /* CFG_ENUM: names by value, NULL-terminated */
+    double min, max;               /* CFG_DOUBLE / CFG_INT */
+    int min_open, max_open;        /* exclude the bound itself */
+    int zero_ok;                   /* 0 is accepted besides [min, max] (0 = "auto") */
+    const char *doc;
+};
+
+extern const struct config_key config_keys[];
+extern const size_t config_key_count;
+
+const struct config_key *config_key_find(const char *name);
+
+/* "SHARDOPT_" + upper-case name. */
+void config_key_env_name(const struct config_key *k, char *out, size_t len);
+
+/* Human-readable accepted values, e.g. "[0, 1)" or "one of fp32, bf16". */
+void config_key_accepted(const struct config_key *k, char *out, size_t len);
+
+/* Check one field of cfg. `source` names where the value came from (for the message). */
+shardopt_status_t config_key_check(const struct config_key *k, const shardopt_config_t *cfg,
+                                   const char *source);
+
+/* Parse text (an env value) into cfg's field; *steps_p receives the triple count for
+ * CFG_COEFFS. Errors name `source`, the text and the accepted values. */
+shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
+                                   shardopt_config_t *cfg, int *steps_p, const char *source);
+
+/* The field's value as text. */
+void config_key_format(const struct config_key *k, const shardopt_config_t *cfg, char *out,
+                       size_t len);
+
+#endif

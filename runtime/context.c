@@ -1,0 +1,140 @@
+/* init and finalize: the runtime's life cycle. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "kernels/blas_threads.h"
+#include "log.h"
+#include "runtime.h"
+#include "status.h"
+
+/* kernels/ keeps its own copies of these enums so it need not see MPI; keep them in step. */
+_Static_assert((int)SHARDOPT_DTYPE_BF16 == KDT_BF16 && (int)SHARDOPT_DTYPE_FP32 == KDT_F32,
+               "dtype values");
+_Static_assert((int)SHARDOPT_ROUNDING_STOCHASTIC == KROUND_STOCHASTIC, "rounding values");
+_Static_assert((int)SHARDOPT_NS_CUSTOM == NS_TABLE_CUSTOM &&
+                   (int)SHARDOPT_NS_POLAR_EXPRESS == NS_TABLE_POLAR_EXPRESS,
+               "coefficient table values");
+
+static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
+                                        const struct kernel_ops **ops_p)
+{
+    const struct kernel_ops *ops = NULL;
+
+    if (cfg->backend == SHARDOPT_BACKEND_CUDA)
+        return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                        "config backend = cuda: the CUDA backend's compute kernels are not "
+                        "implemented yet (this build %s); use backend = cpu",
+                        kernel_ops_cuda() != NULL ? "has its memory layer only" : "has no CUDA");
+    switch (cfg->kernels) {
+    case SHARDOPT_KERNELS_AUTO: ops = kernel_ops_cpu_best(); break;
+    case SHARDOPT_KERNELS_REFERENCE: ops = kernel_ops_cpu_ref(); break;
+    case SHARDOPT_KERNELS_PORTABLE: ops = kernel_ops_cpu_portable(); break;
+    case SHARDOPT_KERNELS_AVX512:
+        ops = kernel_ops_cpu_avx512();
+        if (ops == NULL)
+            return log_fail(
+                SHARDOPT_ERR_UNSUPPORTED,
+                "config kernels = avx512: this CPU (or build) lacks AVX-512 F/BW/VL/DQ; "
+                "use auto or portable");
+        break;
+    case SHARDOPT_KERNELS_AVX2:
+        ops = kernel_ops_cpu_avx2();
+        if (ops == NULL)
+            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                            "config kernels = avx2: this CPU (or build) lacks AVX2 and FMA; use "
+                            "auto or portable");
+        break;
+    }
+    *ops_p = ops;
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
+                                shardopt_runtime_t *rt_p)
+{
+    shardopt_status_t status;
+    struct shardopt_runtime *rt;
+    int mpi_ready = 0;
+
+    if (cfg == NULL || rt_p == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: NULL %s",
+                        cfg == NULL ? "cfg" : "rt_p");
+    MPI_Initialized(&mpi_ready);
+    if (!mpi_ready)
+        return log_fail(SHARDOPT_ERR_STATE, "init: MPI is not initialised (call MPI_Init first)");
+    if (comm == MPI_COMM_NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: comm is MPI_COMM_NULL");
+    if (log_env_check() != NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: %s", log_env_check());
+
+    rt = calloc(1, sizeof(*rt));
+    if (rt == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "init: %zu bytes", sizeof(*rt));
+    rt->comm = MPI_COMM_NULL;
+    status = config_import(cfg, &rt->cfg);
+    if (status != SHARDOPT_OK)
+        goto err_free;
+    status = config_check_all(&rt->cfg, "");
+    if (status != SHARDOPT_OK)
+        goto err_free;
+
+    MPI_Comm_rank(comm, &rt->rank);
+    MPI_Comm_size(comm, &rt->world);
+    log_set_rank(rt->rank);
+    if (rt->world != 1) {
+        status = log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                          "init: communicator of %d ranks; this version runs on one process "
+                          "(the distributed step is not implemented yet)",
+                          rt->world);
+        goto err_free;
+    }
+    status = kernels_select(&rt->cfg, &rt->ops);
+    if (status != SHARDOPT_OK)
+        goto err_free;
+    if (MPI_Comm_dup(comm, &rt->comm) != MPI_SUCCESS) {
+        status = log_fail(SHARDOPT_ERR_COMM, "init: MPI_Comm_dup failed");
+        goto err_free;
+    }
+
+    rt->kctx.threads = rt->cfg.num_threads;
+    kernel_blas_set_threads(rt->cfg.num_threads);
+    config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
+    state_store_init(&rt->store, rt->ops);
+
+    log_info("init: %d rank(s), kernels %s, BLAS threads %d, momentum %s, comm %s", rt->world,
+             rt->ops->name, kernel_blas_get_threads(),
+             rt->cfg.momentum_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32",
+             rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32");
+    *rt_p = rt;
+    return SHARDOPT_OK;
+
+err_free:
+    free(rt);
+    return status;
+}
+
+shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
+{
+    if (rt == NULL)
+        return SHARDOPT_OK;
+    for (int i = 0; i < rt->nparams; i++) {
+        free(rt->params[i]->name);
+        free(rt->params[i]);
+    }
+    free(rt->params);
+    state_store_free(&rt->store);
+    if (rt->ops != NULL) {
+        rt->ops->free(rt->u_buf);
+        rt->ops->free(rt->o_buf);
+        rt->ops->free(rt->ns_ws.buf);
+    }
+    if (rt->comm != MPI_COMM_NULL) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized)
+            MPI_Comm_free(&rt->comm);
+    }
+    free(rt);
+    return SHARDOPT_OK;
+}

@@ -1,0 +1,118 @@
+/* The only mutable globals of the library (besides env params): the log sink and level, set
+ * once under a pthread_once and by init. */
+#include "log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static int log_level = LOG_WARN;
+static FILE *log_stream;
+static int log_rank = -1;
+static char log_host[64];
+static char log_env_problem[256]; /* why the logging env vars were refused; "" if they were not */
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+/* Expand %h, %p, %r in the SHARDOPT_LOG_FILE pattern. */
+static void log_path_expand(const char *pattern, char *out, size_t len)
+{
+    size_t o = 0;
+    for (const char *p = pattern; *p != '\0' && o + 1 < len; p++) {
+        if (p[0] == '%' && p[1] != '\0') {
+            char tmp[64] = "";
+            switch (p[1]) {
+            case 'h': snprintf(tmp, sizeof tmp, "%s", log_host); break;
+            case 'p': snprintf(tmp, sizeof tmp, "%ld", (long)getpid()); break;
+            case 'r': snprintf(tmp, sizeof tmp, "%d", log_rank); break;
+            default: snprintf(tmp, sizeof tmp, "%%%c", p[1]); break;
+            }
+            p++;
+            for (const char *t = tmp; *t != '\0' && o + 1 < len; t++)
+                out[o++] = *t;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
+static void log_setup(void)
+{
+    const char *lvl = getenv("SHARDOPT_LOG_LEVEL");
+    const char *file = getenv("SHARDOPT_LOG_FILE");
+    int bad_level = 0;
+
+    gethostname(log_host, sizeof log_host - 1);
+    log_stream = stderr;
+    if (lvl != NULL && *lvl != '\0') {
+        int found = 0;
+        for (int i = 0; i < 4; i++)
+            if (strcmp(lvl, level_names[i]) == 0) {
+                log_level = i;
+                found = 1;
+            }
+        bad_level = !found;
+    }
+    if (file != NULL && *file != '\0') {
+        char path[1024];
+        log_path_expand(file, path, sizeof path);
+        FILE *f = fopen(path, "a");
+        if (f != NULL)
+            log_stream = f;
+        else
+            fprintf(stderr,
+                    "[shardopt] warn: SHARDOPT_LOG_FILE '%s': cannot open, logging to stderr\n",
+                    path);
+    }
+    /* A message cannot fail the call that logs it: init reports the problem (log_env_check). */
+    if (bad_level)
+        snprintf(log_env_problem, sizeof log_env_problem,
+                 "SHARDOPT_LOG_LEVEL = '%.64s': accepted error, warn, info, debug", lvl);
+}
+
+const char *log_env_check(void)
+{
+    pthread_once(&log_once, log_setup);
+    return log_env_problem[0] != '\0' ? log_env_problem : NULL;
+}
+
+int log_enabled(enum log_level level)
+{
+    pthread_once(&log_once, log_setup);
+    return (int)level <= log_level;
+}
+
+void log_set_rank(int rank)
+{
+    pthread_once(&log_once, log_setup);
+    log_rank = rank;
+}
+
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+    va_list ap;
+    char msg[2048];
+
+    if (!log_enabled(level))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&log_lock);
+    if (log_rank >= 0)
+        fprintf(log_stream, "[shardopt %s:%ld r%d] %s: %s\n", log_host, (long)getpid(), log_rank,
+                level_names[level], msg);
+    else
+        fprintf(log_stream, "[shardopt %s:%ld] %s: %s\n", log_host, (long)getpid(),
+                level_names[level], msg);
+    fflush(log_stream);
+    pthread_mutex_unlock(&log_lock);
+}

@@ -1,0 +1,24 @@
+/* Logging, NCCL-style: SHARDOPT_LOG_LEVEL = error|warn|info|debug (default warn),
+ * SHARDOPT_LOG_FILE = path with %h (host), %p (pid), %r (rank); default stderr. Both are read
+ * once, at the first message. */
+#ifndef RUNTIME_LOG_H
+#define RUNTIME_LOG_H
+
+enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
+
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Whether a message at level would be written (to skip building expensive ones). */
+int log_enabled(enum log_level level);
+
+/* NULL when SHARDOPT_LOG_LEVEL is valid (or unset), else a message naming it. */
+const char *log_env_check(void);
+
+/* The rank shown in messages and in %r; set by init (-1 until then). */
+void log_set_rank(int rank);
+
+#define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+
+#endif

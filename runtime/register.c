@@ -1,0 +1,222 @@
+/* Registration: validate a parameter description, decide its algorithm, keep a copy. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/rng.h"
+#include "runtime.h"
+#include "status.h"
+
+/* Oldest descriptor layout we accept (version 1 is current). */
+#define DESC_V1_SIZE (offsetof(shardopt_param_desc_t, wd_mult) + sizeof(double))
+
+/* Does name match one comma-separated entry: a substring, or `=exact`? */
+static int name_matches_patterns(const char *name, const char *patterns)
+{
+    const char *p = patterns;
+    while (*p != '\0') {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        char entry[SHARDOPT_PATTERNS_MAX];
+        memcpy(entry, p, len);
+        entry[len] = '\0';
+        if (entry[0] == '=' ? strcmp(name, entry + 1) == 0
+                            : (len > 0 && strstr(name, entry) != NULL))
+            return 1;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+static shardopt_status_t algo_resolve(const shardopt_runtime_t rt, const shardopt_param_desc_t *d,
+                                      shardopt_algo_t *algo_p)
+{
+    const int matrix = d->ndim >= 2 && d->shape[d->ndim - 2] > 1 && d->shape[d->ndim - 1] > 1;
+
+    switch (d->algo) {
+    case SHARDOPT_ALGO_AUTO:
+        *algo_p = matrix && !name_matches_patterns(d->name, rt->cfg.adamw_patterns)
+                      ? SHARDOPT_ALGO_MUON
+                      : SHARDOPT_ALGO_ADAMW;
+        return SHARDOPT_OK;
+    case SHARDOPT_ALGO_MUON:
+        if (d->ndim < 2)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "register '%s': algo = muon needs a 2-D matrix or 3-D expert stack, "
+                            "got ndim = %d",
+                            d->name, d->ndim);
+        *algo_p = SHARDOPT_ALGO_MUON;
+        return SHARDOPT_OK;
+    case SHARDOPT_ALGO_ADAMW: *algo_p = SHARDOPT_ALGO_ADAMW; return SHARDOPT_OK;
+    }
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "register '%s': algo = %d: accepted auto (0), muon (1), adamw (2)", d->name,
+                    (int)d->algo);
+}
+
+static int dtype_valid(shardopt_dtype_t t)
+{
+    return t == SHARDOPT_DTYPE_FP32 || t == SHARDOPT_DTYPE_BF16;
+}
+
+static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardopt_param_desc_t *d,
+                                       struct layout *layout)
+{
+    char err[256];
+    const char *n = d->name;
+
+    if (d->version < 1 || d->version > SHARDOPT_PARAM_DESC_VERSION || d->size < DESC_V1_SIZE)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register: descriptor version %u / size %zu: initialise it with "
+                        "SHARDOPT_PARAM_DESC_INIT",
+                        d->version, d->size);
+    if (n == NULL || n[0] == '\0')
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register: name is %s",
+                        n == NULL ? "NULL" : "empty");
+    if (strlen(n) > 1024)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register '%.64s...': name longer than 1024 bytes", n);
+    if (d->ndim > 3)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register '%s': ndim = %d: tensors of 4 or more dims are not supported; "
+                        "register per-layer stacks (2-D matrices or 3-D [E, out, in] expert "
+                        "stacks) instead",
+                        n, d->ndim);
+    if (layout_init(layout, d->ndim, d->shape, d->shard_dim, d->shard_offset, d->shard_length, err,
+                    sizeof err) != 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register '%s': %s", n, err);
+    if (!dtype_valid(d->param_dtype) || !dtype_valid(d->grad_dtype))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register '%s': %s = %d: accepted fp32 (0), bf16 (1)", n,
+                        dtype_valid(d->param_dtype) ? "grad_dtype" : "param_dtype",
+                        dtype_valid(d->param_dtype) ? (int)d->grad_dtype : (int)d->param_dtype);
+    if (d->placement != SHARDOPT_PLACEMENT_DENSE && d->placement != SHARDOPT_PLACEMENT_EXPERT &&
+        d->placement != SHARDOPT_PLACEMENT_REPLICATED)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register '%s': placement = %d: accepted dense, expert, replicated", n,
+                        (int)d->placement);
+    if (d->placement == SHARDOPT_PLACEMENT_EXPERT && d->ndim != 3)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register '%s': placement expert needs a 3-D [E, out, in] stack, got "
+                        "ndim = %d",
+                        n, d->ndim);
+    if (d->transposed && d->ndim < 2)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register '%s': transposed applies to matrices, got ndim = %d", n, d->ndim);
+    /* one process holds every parameter whole */
+    if (rt->world == 1 && layout->local_numel != layout->global_numel)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register '%s': shard [%lld, %lld) of dim %d (size %lld): a single "
+                        "process must hold the whole tensor",
+                        n, (long long)layout->shard_offset,
+                        (long long)(layout->shard_offset + layout->shard_length), d->shard_dim,
+                        (long long)d->shape[d->shard_dim]);
+    if (!(d->lr_mult >= 0 && d->lr_mult < 1e6) || !(d->wd_mult >= 0 && d->wd_mult < 1e6))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register '%s': %s = %g: accepted [0, 1e6)",
+                        n, d->lr_mult >= 0 && d->lr_mult < 1e6 ? "wd_mult" : "lr_mult",
+                        d->lr_mult >= 0 && d->lr_mult < 1e6 ? d->wd_mult : d->lr_mult);
+    if (d->data == NULL && layout->local_numel > 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register '%s': data is NULL for a local shard of %lld elements", n,
+                        (long long)layout->local_numel);
+    for (int i = 0; i < rt->nparams; i++)
+        if (strcmp(rt->params[i]->name, n) == 0)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "register '%s': name already registered (parameter %d)", n, i);
+    return SHARDOPT_OK;
+}
+
+static shardopt_status_t params_grow(shardopt_runtime_t rt)
+{
+    if (rt->nparams < rt->params_cap)
+        return SHARDOPT_OK;
+    int cap = rt->params_cap ? 2 * rt->params_cap : 64;
+    void *p = realloc(rt->params, (size_t)cap * sizeof(*rt->params));
+    if (p == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "register: %zu bytes for the parameter list",
+                        (size_t)cap * sizeof(*rt->params));
+    rt->params = p;
+    rt->params_cap = cap;
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,
+                                    shardopt_param_t *param_p)
+{
+    shardopt_status_t status;
+    struct shardopt_param *p;
+    struct layout layout;
+    shardopt_algo_t algo = SHARDOPT_ALGO_AUTO;
+
+    if (rt == NULL || desc == NULL || param_p == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register: NULL %s",
+                        rt == NULL     ? "runtime"
+                        : desc == NULL ? "desc"
+                                       : "param_p");
+    if (rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE, "register '%s': runtime already committed",
+                        desc->name != NULL ? desc->name : "(null)");
+    status = desc_validate(rt, desc, &layout);
+    if (status != SHARDOPT_OK)
+        return status;
+    status = algo_resolve(rt, desc, &algo);
+    if (status != SHARDOPT_OK)
+        return status;
+    status = params_grow(rt);
+    if (status != SHARDOPT_OK)
+        return status;
+
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "register '%s': %zu bytes", desc->name,
+                        sizeof(*p));
+    p->name = strdup(desc->name);
+    if (p->name == NULL) {
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "register '%s': name copy", desc->name);
+        goto err_free;
+    }
+    p->rt = rt;
+    p->name_hash = rng_name_hash(p->name);
+    p->index = rt->nparams;
+    p->layout = layout;
+    p->param_dtype = desc->param_dtype;
+    p->grad_dtype = desc->grad_dtype;
+    p->transposed = desc->transposed != 0;
+    p->placement = desc->placement;
+    p->data = desc->data;
+    p->grad = desc->grad;
+    p->algo = algo;
+    p->lr_mult = desc->lr_mult;
+    p->wd_mult = desc->wd_mult;
+
+    rt->params[rt->nparams++] = p;
+    *param_p = p;
+    return SHARDOPT_OK;
+
+err_free:
+    free(p);
+    return status;
+}
+
+shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data, const void *grad)
+{
+    if (param == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_set_pointers: NULL param");
+    if (data == NULL && param->layout.local_numel > 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "param_set_pointers '%s': data is NULL for a local shard of %lld elements",
+                        param->name, (long long)param->layout.local_numel);
+    param->data = data;
+    param->grad = grad;
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_param_get_algo(shardopt_param_t param, shardopt_algo_t *algo)
+{
+    if (param == NULL || algo == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_get_algo: NULL %s",
+                        param == NULL ? "param" : "algo");
+    *algo = param->algo;
+    return SHARDOPT_OK;
+}

@@ -1,0 +1,15 @@
+/* Errors: recorded once where first detected (thread-local last error + log), then passed up. */
+#ifndef RUNTIME_STATUS_H
+#define RUNTIME_STATUS_H
+
+#include "shardopt.h"
+
+/* Record fmt as this thread's last error, log it at error level, return status. */
+shardopt_status_t log_fail(shardopt_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Record fmt as this thread's last error without logging (for errors a caller may retry). */
+shardopt_status_t status_set(shardopt_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,32 @@
+/* Small helpers for tests that build a runtime on one process. */
+#ifndef SHARDOPT_TEST_FIXTURE_H
+#define SHARDOPT_TEST_FIXTURE_H
+
+#include "shardopt.h"
+#include "test.h"
+
+static inline shardopt_runtime_t fixture_runtime(const shardopt_config_t *cfg)
+{
+    shardopt_runtime_t rt = NULL;
+    if (shardopt_init(MPI_COMM_SELF, cfg, &rt) != SHARDOPT_OK) {
+        fprintf(stderr, "init failed: %s\n", shardopt_last_error());
+        exit(1);
+    }
+    return rt;
+}
+
+static inline shardopt_param_desc_t fixture_desc(const char *name, int ndim, int64_t d0, int64_t d1,
+                                                 int64_t d2, void *data, const void *grad)
+{
+    shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+    d.name = name;
+    d.ndim = ndim;
+    d.shape[0] = d0;
+    d.shape[1] = d1;
+    d.shape[2] = d2;
+    d.data = data;
+    d.grad = grad;
+    return d;
+}
+
+#endif

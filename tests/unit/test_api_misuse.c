@@ -1,0 +1,147 @@
+/* Misuse gets a clear status and message, never a crash, and the runtime still finalizes. */
+#include "fixture.h"
+
+static float w[64], g[64];
+
+TEST(step_before_commit_and_register_after_commit)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_desc_t d = fixture_desc("a", 2, 8, 8, 0, w, g);
+    shardopt_param_t p = NULL;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_STATE);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "not committed");
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_ERR_STATE);
+    d.name = "b";
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_STATE);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'b'");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "already committed");
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+TEST(null_pointers)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = NULL;
+    shardopt_param_desc_t d = fixture_desc("a", 2, 8, 8, 0, w, g);
+    shardopt_param_t p = NULL;
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, NULL, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, NULL), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_NULL, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(rt == NULL);
+    rt = fixture_runtime(&cfg);
+    EXPECT_EQ_INT(shardopt_register(NULL, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_register(rt, NULL, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, NULL), SHARDOPT_ERR_INVALID_ARGUMENT);
+    d.name = NULL;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "name is NULL");
+    d.name = "a";
+    d.data = NULL;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "data is NULL");
+    EXPECT_TRUE(p == NULL);
+    EXPECT_EQ_INT(shardopt_param_set_pointers(NULL, w, g), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_commit(NULL), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_step(rt, NULL), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_get_stats(rt, NULL), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_get_stats(NULL, &st), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_finalize(NULL), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+TEST(duplicate_names_and_bad_shapes)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_desc_t d = fixture_desc("dup", 2, 8, 8, 0, w, g);
+    shardopt_param_t p = NULL;
+
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'dup': name already registered");
+
+    d = fixture_desc("zero", 2, 8, 0, 0, w, g);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "shape[1] = 0");
+    d = fixture_desc("neg", 1, -4, 0, 0, w, g);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "shape[0] = -4");
+    d = fixture_desc("nodims", 0, 4, 0, 0, w, g);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ndim = 0");
+    d = fixture_desc("huge", 3, 1ll << 30, 1ll << 30, 1ll << 30, w, g);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    d = fixture_desc("dtype", 1, 4, 0, 0, w, g);
+    d.grad_dtype = (shardopt_dtype_t)7;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "grad_dtype = 7");
+    d = fixture_desc("partial", 2, 8, 8, 0, w, g);
+    d.shard_length = 4;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "whole tensor");
+    d = fixture_desc("mult", 1, 4, 0, 0, w, g);
+    d.lr_mult = -1;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "lr_mult = -1");
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+TEST(null_grad_fails_the_step_before_anything_is_written)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    static float w1[16], g1[16], w2[16];
+    shardopt_param_desc_t d1 = fixture_desc("first.bias", 1, 16, 0, 0, w1, g1);
+    shardopt_param_desc_t d2 = fixture_desc("second.bias", 1, 16, 0, 0, w2, NULL);
+    shardopt_param_t p1, p2;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+
+    for (int i = 0; i < 16; i++) {
+        w1[i] = w2[i] = 1.0f;
+        g1[i] = 0.5f;
+    }
+    args.lr = 0.1;
+    EXPECT_EQ_INT(shardopt_register(rt, &d1, &p1), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_register(rt, &d2, &p2), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'second.bias' has a NULL grad");
+    for (int i = 0; i < 16; i++)
+        EXPECT_TRUE(w1[i] == 1.0f);
+    EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
+    EXPECT_EQ_INT(st.steps, 0);
+
+    args.lr = -1;
+    EXPECT_EQ_INT(shardopt_param_set_pointers(p2, w2, g1), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "lr = -1");
+    args.lr = NAN;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    args.lr = 0.1;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    EXPECT_TRUE(w1[0] < 1.0f && w2[0] < 1.0f);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+TEST(invalid_config_refused_at_init)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = NULL;
+    cfg.momentum = 1.5;
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "momentum = 1.5");
+    EXPECT_TRUE(rt == NULL);
+    cfg = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    cfg.backend = SHARDOPT_BACKEND_CUDA;
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_UNSUPPORTED);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "backend = cuda");
+    EXPECT_TRUE(rt == NULL);
+}

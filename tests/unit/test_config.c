@@ -1,0 +1,226 @@
+/* Config: defaults, validation messages, env and JSON loaders (strict, atomic on error). */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "shardopt.h"
+#include "test.h"
+
+static const char *write_json(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/shardopt_cfg_%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Loading `json` fails with INVALID_ARGUMENT, the message names every word in `words`, and the
+ * config is unchanged. */
+static void expect_json_refused(const char *json, const char *w1, const char *w2)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT, before;
+    before = c;
+    const char *path = write_json(json);
+    EXPECT_EQ_INT(shardopt_config_load_json(path, &c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), w1);
+    if (w2 != NULL)
+        EXPECT_STR_CONTAINS(shardopt_last_error(), w2);
+    EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    unlink(path);
+}
+
+TEST(defaults_match_dion)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_OK);
+    EXPECT_NEAR(c.momentum, 0.95, 0);
+    EXPECT_EQ_INT(c.nesterov, 0);
+    EXPECT_NEAR(c.weight_decay, 0.01, 0);
+    EXPECT_EQ_INT(c.ns_coeffs, SHARDOPT_NS_QUINTIC);
+    EXPECT_EQ_INT(c.ns_steps, 5);
+    EXPECT_NEAR(c.ns_eps, 1e-8, 0);
+    EXPECT_EQ_INT(c.lr_scale, SHARDOPT_LR_SCALE_RMS_NORM);
+    EXPECT_NEAR(c.adamw_beta1, 0.9, 0);
+    EXPECT_NEAR(c.adamw_beta2, 0.95, 0);
+    EXPECT_NEAR(c.adamw_eps, 1e-8, 0);
+    EXPECT_EQ_INT(c.momentum_dtype, SHARDOPT_DTYPE_FP32);
+    EXPECT_EQ_INT(c.comm_dtype, SHARDOPT_DTYPE_BF16);
+}
+
+TEST(validate_names_key_value_and_range)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    c.momentum = 1.0;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "momentum = 1");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "[0, 1)");
+
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    c.adamw_eps = NAN;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "adamw_eps = nan");
+
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    c.ns_coeffs = (shardopt_ns_coeffs_t)9;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "one of quintic, jordan, polar_express, custom");
+
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    c.ns_coeffs = SHARDOPT_NS_POLAR_EXPRESS;
+    c.ns_steps = 4;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_steps = 4: accepted 5..8");
+
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    c.ns_coeffs = SHARDOPT_NS_CUSTOM;
+    c.ns_steps = 2;
+    c.ns_custom_coeffs[0][0] = 3;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_custom_coeffs step 1");
+
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    c.ns_coeffs = SHARDOPT_NS_CUSTOM;
+    c.ns_steps = 17;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_steps = 17");
+
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    c.version = 99;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "version = 99");
+    EXPECT_EQ_INT(shardopt_config_validate(NULL), SHARDOPT_ERR_INVALID_ARGUMENT);
+}
+
+TEST(env_overlays_and_refuses)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    setenv("SHARDOPT_MOMENTUM", "0.9", 1);
+    setenv("SHARDOPT_NS_COEFFS", "jordan", 1);
+    setenv("SHARDOPT_MOMENTUM_DTYPE", "bf16", 1);
+    setenv("SHARDOPT_NESTEROV", "true", 1);
+    setenv("SHARDOPT_SEED", "18446744073709551615", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_OK);
+    EXPECT_NEAR(c.momentum, 0.9, 0);
+    EXPECT_EQ_INT(c.ns_coeffs, SHARDOPT_NS_JORDAN);
+    EXPECT_EQ_INT(c.momentum_dtype, SHARDOPT_DTYPE_BF16);
+    EXPECT_EQ_INT(c.nesterov, 1);
+    EXPECT_TRUE(c.seed == UINT64_MAX);
+
+    shardopt_config_t before = c;
+    setenv("SHARDOPT_NS_STEPS", "40", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_NS_STEPS");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'40'");
+    EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    setenv("SHARDOPT_NS_STEPS", "99999999999999999999", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    unsetenv("SHARDOPT_NS_STEPS");
+    setenv("SHARDOPT_SEED", "-1", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_SEED");
+    unsetenv("SHARDOPT_SEED");
+    setenv("SHARDOPT_MOMENTUM", "0.5x", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    setenv("SHARDOPT_MOMENTUM", "-0.1", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_MOMENTUM");
+    unsetenv("SHARDOPT_MOMENTUM");
+
+    /* custom triples set the step count */
+    setenv("SHARDOPT_NS_COEFFS", "custom", 1);
+    setenv("SHARDOPT_NS_CUSTOM_COEFFS", "3,-4,2;1.5,-0.5,0.25", 1);
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_OK);
+    EXPECT_EQ_INT(c.ns_steps, 2);
+    EXPECT_NEAR(c.ns_custom_coeffs[1][2], 0.25, 0);
+    setenv("SHARDOPT_NS_CUSTOM_COEFFS", "3,-4", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_NS_CUSTOM_COEFFS");
+    unsetenv("SHARDOPT_NS_CUSTOM_COEFFS");
+    unsetenv("SHARDOPT_NS_COEFFS");
+    unsetenv("SHARDOPT_MOMENTUM_DTYPE");
+    unsetenv("SHARDOPT_NESTEROV");
+}
+
+TEST(json_loads_every_kind_of_key)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    const char *path =
+        write_json("{\"momentum\": 0.9, \"nesterov\": true, \"ns_coeffs\": \"polar_express\", "
+                   "\"ns_steps\": 8, \"comm_dtype\": \"fp32\", \"seed\": \"12345678901234567890\", "
+                   "\"adamw_patterns\": \"embed,=head.weight\", \"num_threads\": 2}");
+    EXPECT_EQ_INT(shardopt_config_load_json(path, &c), SHARDOPT_OK);
+    EXPECT_NEAR(c.momentum, 0.9, 0);
+    EXPECT_EQ_INT(c.nesterov, 1);
+    EXPECT_EQ_INT(c.ns_coeffs, SHARDOPT_NS_POLAR_EXPRESS);
+    EXPECT_EQ_INT(c.ns_steps, 8);
+    EXPECT_EQ_INT(c.comm_dtype, SHARDOPT_DTYPE_FP32);
+    EXPECT_TRUE(c.seed == 12345678901234567890ull);
+    EXPECT_TRUE(strcmp(c.adamw_patterns, "embed,=head.weight") == 0);
+    EXPECT_EQ_INT(c.num_threads, 2);
+
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    path = write_json("{\"ns_coeffs\": \"custom\", \"ns_custom_coeffs\": [[3, -4, 2], [2, -1.5, "
+                      "0.5], [1.875, -1.25, 0.375]]}");
+    EXPECT_EQ_INT(shardopt_config_load_json(path, &c), SHARDOPT_OK);
+    EXPECT_EQ_INT(c.ns_steps, 3);
+    EXPECT_NEAR(c.ns_custom_coeffs[2][0], 1.875, 0);
+    unlink(path);
+}
+
+TEST(json_refuses_bad_input_and_leaves_config_unchanged)
+{
+    expect_json_refused("{\"momentun\": 0.9}", "unknown key", "momentun");
+    expect_json_refused("{\"momentum\": \"0.9\"}", "momentum", "must be a number");
+    expect_json_refused("{\"momentum\": 1.5}", "momentum", "[0, 1)");
+    expect_json_refused("{\"nesterov\": 1}", "nesterov", "true or false");
+    expect_json_refused("{\"ns_steps\": 2.5}", "ns_steps", "integers");
+    expect_json_refused("{\"ns_steps\": 1e300}", "ns_steps", NULL);
+    expect_json_refused("{\"ns_coeffs\": \"cubic\"}", "ns_coeffs", "'cubic'");
+    expect_json_refused("{\"ns_coeffs\": 1}", "ns_coeffs", "must be a string");
+    expect_json_refused("{\"momentum_dtype\": \"fp16\"}", "momentum_dtype", "fp32, bf16");
+    expect_json_refused("{\"lr_scale\": \"rms\"}", "lr_scale", "rms_norm");
+    expect_json_refused("{\"seed\": -3}", "seed", NULL);
+    expect_json_refused("{\"momentum\": 0.9, \"momentum\": 0.8}", "momentum", "twice");
+    expect_json_refused("[1, 2]", "top level", NULL);
+    expect_json_refused("{\"momentum\": 0.9", "not valid JSON", NULL);
+    expect_json_refused("{\"ns_coeffs\": \"custom\", \"ns_steps\": 2, \"ns_custom_coeffs\": "
+                        "[[1, 2, 3]]}",
+                        "ns_steps = 2", "1 triples");
+    expect_json_refused("{\"ns_custom_coeffs\": [[1, 2]]}", "ns_custom_coeffs", "3 numbers");
+
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    EXPECT_EQ_INT(shardopt_config_load_json("/nonexistent/shardopt.json", &c), SHARDOPT_ERR_IO);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "/nonexistent/shardopt.json");
+}
+
+TEST(print_lists_every_key)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    EXPECT_EQ_INT(shardopt_config_print(&c, f), SHARDOPT_OK);
+    fclose(f);
+    EXPECT_STR_CONTAINS(buf, "momentum             = 0.95\n");
+    EXPECT_STR_CONTAINS(buf, "ns_coeffs            = quintic");
+    EXPECT_STR_CONTAINS(buf, "comm_dtype           = bf16");
+    EXPECT_STR_CONTAINS(buf, "adamw_patterns       = embed,lm_head,=output.weight");
+    free(buf);
+}
+
+TEST(older_smaller_struct_is_accepted_and_kept_small)
+{
+    /* A caller compiled against a header whose config ended at num_threads still works. */
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    c.size = offsetof(shardopt_config_t, num_threads) + sizeof(int);
+    setenv("SHARDOPT_NUM_THREADS", "3", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_OK);
+    EXPECT_EQ_INT(c.num_threads, 3);
+    EXPECT_EQ_INT(c.size, offsetof(shardopt_config_t, num_threads) + sizeof(int));
+    unsetenv("SHARDOPT_NUM_THREADS");
+    c.size = 8;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "config.size = 8");
+}

@@ -1,0 +1,42 @@
+/* Status strings, the thread-local last error, the version. */
+#include <pthread.h>
+
+#include "runtime/status.h"
+#include "shardopt.h"
+#include "test.h"
+
+TEST(status_strings_cover_every_code)
+{
+    for (int s = 0; s >= SHARDOPT_ERR_COMM; s--) {
+        const char *text = shardopt_status_string((shardopt_status_t)s);
+        EXPECT_TRUE(text != NULL && strcmp(text, "unknown status") != 0);
+    }
+    EXPECT_STR_CONTAINS(shardopt_status_string((shardopt_status_t)-999), "unknown");
+    EXPECT_STR_CONTAINS(shardopt_status_string(SHARDOPT_ERR_OUT_OF_MEMORY), "memory");
+}
+
+TEST(version_matches_macros)
+{
+    int a = -1, b = -1, c = -1;
+    EXPECT_EQ_INT(shardopt_get_version(&a, &b, &c), SHARDOPT_OK);
+    EXPECT_EQ_INT(a, SHARDOPT_VERSION_MAJOR);
+    EXPECT_EQ_INT(b, SHARDOPT_VERSION_MINOR);
+    EXPECT_EQ_INT(c, SHARDOPT_VERSION_PATCH);
+    EXPECT_EQ_INT(shardopt_get_version(NULL, NULL, NULL), SHARDOPT_OK);
+}
+
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    status_set(SHARDOPT_ERR_IO, "from the other thread");
+    return NULL;
+}
+
+TEST(last_error_is_per_thread)
+{
+    pthread_t t;
+    EXPECT_EQ_INT(status_set(SHARDOPT_ERR_STATE, "main thread %d", 7), SHARDOPT_ERR_STATE);
+    pthread_create(&t, NULL, other_thread, NULL);
+    pthread_join(t, NULL);
+    EXPECT_TRUE(strcmp(shardopt_last_error(), "main thread 7") == 0);
+}

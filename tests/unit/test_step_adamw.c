@@ -1,0 +1,162 @@
+/* Multi-step AdamW through the public API, against the update rule computed in double here. */
+#include "fixture.h"
+#include "kernels/dtype.h"
+
+#define NP 3
+
+struct tensor {
+    const char *name;
+    int ndim;
+    int64_t shape[2];
+    shardopt_dtype_t pdt, gdt;
+    double lr_mult, wd_mult;
+    size_t n;
+    void *w;
+    void *g[2];    /* alternated with shardopt_param_set_pointers, as FSDP2 hands new grads */
+    double *m, *v; /* reference state */
+    shardopt_param_t h;
+};
+
+static double get(const void *p, shardopt_dtype_t dt, size_t i) { return kload(p, dt, i); }
+
+static void put(void *p, shardopt_dtype_t dt, size_t i, double x)
+{
+    if (dt == SHARDOPT_DTYPE_BF16)
+        ((uint16_t *)p)[i] = bf16_from_f32((float)x);
+    else
+        ((float *)p)[i] = (float)x;
+}
+
+TEST(adamw_multi_step_matches_the_formula)
+{
+    struct tensor t[NP] = {
+        {.name = "layers.0.norm.weight",
+         .ndim = 1,
+         .shape = {37, 1},
+         .pdt = SHARDOPT_DTYPE_FP32,
+         .gdt = SHARDOPT_DTYPE_FP32,
+         .lr_mult = 1.0,
+         .wd_mult = 0.0},
+        {.name = "layers.0.attn.q.bias",
+         .ndim = 1,
+         .shape = {1000, 1},
+         .pdt = SHARDOPT_DTYPE_BF16,
+         .gdt = SHARDOPT_DTYPE_BF16,
+         .lr_mult = 0.5,
+         .wd_mult = 2.0},
+        {.name = "model.embed_tokens.weight",
+         .ndim = 2,
+         .shape = {50, 16},
+         .pdt = SHARDOPT_DTYPE_FP32,
+         .gdt = SHARDOPT_DTYPE_BF16,
+         .lr_mult = 1.0,
+         .wd_mult = 1.0},
+    };
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.adamw_weight_decay = 0.1;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    uint64_t seed = 42;
+
+    for (int k = 0; k < NP; k++) {
+        t[k].n = (size_t)(t[k].shape[0] * (t[k].ndim == 2 ? t[k].shape[1] : 1));
+        t[k].w = calloc(t[k].n, 4);
+        t[k].g[0] = calloc(t[k].n, 4);
+        t[k].g[1] = calloc(t[k].n, 4);
+        t[k].m = calloc(t[k].n, sizeof(double));
+        t[k].v = calloc(t[k].n, sizeof(double));
+        for (size_t i = 0; i < t[k].n; i++)
+            put(t[k].w, t[k].pdt, i, test_rand(&seed));
+        shardopt_param_desc_t d =
+            fixture_desc(t[k].name, t[k].ndim, t[k].shape[0], t[k].shape[1], 0, t[k].w, t[k].g[0]);
+        d.param_dtype = t[k].pdt;
+        d.grad_dtype = t[k].gdt;
+        d.lr_mult = t[k].lr_mult;
+        d.wd_mult = t[k].wd_mult;
+        ASSERT_EQ_INT(shardopt_register(rt, &d, &t[k].h), SHARDOPT_OK);
+        shardopt_algo_t algo;
+        shardopt_param_get_algo(t[k].h, &algo);
+        EXPECT_EQ_INT(algo, SHARDOPT_ALGO_ADAMW);
+    }
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+
+    for (int step = 1; step <= 6; step++) {
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.01 / step;
+        if (step == 4)
+            args.adamw_lr = 0.003; /* AdamW-only override */
+        if (step == 5)
+            args.weight_decay = 0.5; /* per-call override */
+        double lr = args.adamw_lr >= 0 ? args.adamw_lr : args.lr;
+        double wd = args.weight_decay >= 0 ? args.weight_decay : cfg.adamw_weight_decay;
+        double bc1 = 1 - pow(0.9, step), bc2 = 1 - pow(0.95, step);
+
+        for (int k = 0; k < NP; k++) {
+            void *g = t[k].g[step & 1];
+            for (size_t i = 0; i < t[k].n; i++)
+                put(g, t[k].gdt, i, test_rand(&seed) * (i % 7 == 0 ? 1e-6 : 1.0));
+            EXPECT_EQ_INT(shardopt_param_set_pointers(t[k].h, t[k].w, g), SHARDOPT_OK);
+        }
+        /* expected value of each weight from this step's starting point */
+        double *expect[NP];
+        for (int k = 0; k < NP; k++) {
+            const void *g = t[k].g[step & 1];
+            double lre = lr * t[k].lr_mult, wde = wd * t[k].wd_mult;
+            expect[k] = malloc(t[k].n * sizeof(double));
+            for (size_t i = 0; i < t[k].n; i++) {
+                double gi = get(g, t[k].gdt, i);
+                t[k].m[i] = 0.9 * t[k].m[i] + 0.1 * gi;
+                t[k].v[i] = 0.95 * t[k].v[i] + 0.05 * gi * gi;
+                double upd = (t[k].m[i] / bc1) / (sqrt(t[k].v[i] / bc2) + 1e-8);
+                expect[k][i] = get(t[k].w, t[k].pdt, i) * (1 - lre * wde) - lre * upd;
+            }
+        }
+        ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+        for (int k = 0; k < NP; k++) {
+            double lre = lr * t[k].lr_mult;
+            for (size_t i = 0; i < t[k].n; i++) {
+                double got = get(t[k].w, t[k].pdt, i), want = expect[k][i];
+                /* fp32: a few ulps of the weight plus fp32 error in the update (size ~lr);
+                 * bf16: the final rounding, half an ulp (2^-9 relative), plus the same */
+                double tol =
+                    (t[k].pdt == SHARDOPT_DTYPE_BF16 ? 0.0040 : 4e-7) * fabs(want) + 2e-5 * lre;
+                EXPECT_NEAR(got, want, tol);
+            }
+            free(expect[k]);
+        }
+    }
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
+    EXPECT_EQ_INT(st.steps, 6);
+    EXPECT_EQ_INT(st.num_adamw, 3);
+    EXPECT_EQ_INT(st.bytes_adam_m, (37 + 1000 + 800) * 4);
+    EXPECT_EQ_INT(st.bytes_adam_v, (37 + 1000 + 800) * 4);
+    EXPECT_EQ_INT(st.bytes_momentum, 0);
+    shardopt_finalize(rt);
+    for (int k = 0; k < NP; k++) {
+        free(t[k].w);
+        free(t[k].g[0]);
+        free(t[k].g[1]);
+        free(t[k].m);
+        free(t[k].v);
+    }
+}
+
+TEST(adamw_first_step_is_a_signed_lr_step)
+{
+    /* With zero state, bias correction makes step 1 W - lr * g / (|g| + eps): about lr * sign(g).
+     */
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.adamw_weight_decay = 0;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    float w[4] = {1, 1, 1, 1}, g[4] = {3, -0.25f, 1e-3f, -40};
+    shardopt_param_desc_t d = fixture_desc("bias", 1, 4, 0, 0, w, g);
+    shardopt_param_t h;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.125;
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    for (int i = 0; i < 4; i++)
+        EXPECT_NEAR(w[i], 1.0 - 0.125 * (g[i] > 0 ? 1 : -1), 1e-5);
+    shardopt_finalize(rt);
+}

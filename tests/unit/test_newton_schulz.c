@@ -6,6 +6,7 @@
 #include "kernels/ns_coeffs.h"
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
+#include "ns_fp64.h"
 #include "test.h"
 
 typedef int (*ns_fn_t)(const struct kernel_ctx *, const struct ns_args *,
@@ -38,67 +39,14 @@ static struct ns_table_use table_use(int table, int steps)
     return t;
 }
 
-/* ---- the fp64 oracle: every product and the normalisation in double, no rounding to fp32 ---- */
-
-static void ns64_matrix(const double *u, int64_t rows, int64_t cols, const struct ns_table_use *t,
-                        double *o)
-{
-    const int tall = rows > cols;
-    const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
-    double *x = malloc(sizeof(double) * (size_t)(m * n));
-    double *y = malloc(sizeof(double) * (size_t)(m * n));
-    double *A = malloc(sizeof(double) * (size_t)(m * m));
-    double *B = malloc(sizeof(double) * (size_t)(m * m));
-    double ss = 0.0;
-
-    for (int64_t i = 0; i < rows * cols; i++)
-        ss += u[i] * u[i];
-    const double inv = 1.0 / (sqrt(ss) * (double)t->norm_scale + (double)ns_eps);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            x[tall ? c * n + r : r * n + c] = u[r * cols + c] * inv;
-
-    for (int s = 0; s < t->steps; s++) {
-        const double a = t->coeffs[s][0], b = t->coeffs[s][1], cc = t->coeffs[s][2];
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < m; j++) {
-                double acc = 0.0;
-                for (int64_t k = 0; k < n; k++)
-                    acc += x[i * n + k] * x[j * n + k];
-                A[i * m + j] = acc;
-            }
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < m; j++) {
-                double acc = 0.0;
-                for (int64_t k = 0; k < m; k++)
-                    acc += A[i * m + k] * A[k * m + j];
-                B[i * m + j] = b * A[i * m + j] + cc * acc;
-            }
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) {
-                double acc = a * x[i * n + j];
-                for (int64_t k = 0; k < m; k++)
-                    acc += B[i * m + k] * x[k * n + j];
-                y[i * n + j] = acc;
-            }
-        double *tmp = x;
-        x = y;
-        y = tmp;
-    }
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            o[r * cols + c] = x[tall ? c * n + r : r * n + c];
-    free(x);
-    free(y);
-    free(A);
-    free(B);
-}
+/* ---- the fp64 oracle (tests/ns_fp64.h) ---- */
 
 static void ns64(const double *u, const struct ns_shape *s, const struct ns_table_use *t, double *o)
 {
     const size_t one = (size_t)(s->rows * s->cols);
     for (int64_t k = 0; k < s->batch; k++)
-        ns64_matrix(u + k * one, s->rows, s->cols, t, o + k * one);
+        ns_fp64(u + k * one, s->rows, s->cols, s->rows > s->cols, (const float(*)[3])t->coeffs,
+                t->steps, t->norm_scale, ns_eps, o + k * one);
 }
 
 /* ---- data and kernel calls ---- */

@@ -5,4 +5,7 @@
 void kernel_blas_set_threads(int threads);
 int kernel_blas_get_threads(void);
 
+/* 1 when the linked BLAS threads through OpenMP, sharing the elementwise kernels' pool. */
+int kernel_blas_uses_openmp(void);
+
 #endif

@@ -102,6 +102,9 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
     state_store_init(&rt->store, rt->ops);
 
+    if (!kernel_blas_uses_openmp())
+        log_warn("init: the linked OpenBLAS is not its OpenMP build: BLAS and kernel threads "
+                 "compete for cores (install libopenblas-openmp-dev and rebuild)");
     log_info("init: %d rank(s), kernels %s, BLAS threads %d, momentum %s, comm %s", rt->world,
              rt->ops->name, kernel_blas_get_threads(),
              rt->cfg.momentum_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32",

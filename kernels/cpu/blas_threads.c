@@ -10,3 +10,6 @@ void kernel_blas_set_threads(int threads)
 }
 
 int kernel_blas_get_threads(void) { return openblas_get_num_threads(); }
+
+/* openblas_get_parallel(): 0 sequential, 1 pthreads, 2 OpenMP */
+int kernel_blas_uses_openmp(void) { return openblas_get_parallel() == 2; }

@@ -99,6 +99,13 @@ typedef enum shardopt_kernels {
     SHARDOPT_KERNELS_AVX2 = 4,      /**< AVX2+FMA elementwise + BLAS Newton-Schulz */
 } shardopt_kernels_t;
 
+/** What a step does when a gradient holds NaN or Inf on any rank (decided on all ranks alike,
+ *  before anything is written). */
+typedef enum shardopt_nonfinite {
+    SHARDOPT_NONFINITE_SKIP = 0,  /**< skip the step: nothing changes, stats name the tensors */
+    SHARDOPT_NONFINITE_ERROR = 1, /**< return SHARDOPT_ERR_NONFINITE, nothing written */
+} shardopt_nonfinite_t;
+
 #define SHARDOPT_NS_MAX_STEPS 16
 #define SHARDOPT_PATTERNS_MAX 256
 
@@ -142,6 +149,14 @@ typedef struct shardopt_config {
     shardopt_backend_t backend; /**< default cpu */
     shardopt_kernels_t kernels; /**< default auto */
     int num_threads;            /**< CPU threads for kernels and BLAS; 0 = leave as set */
+
+    /* Layout (DESIGN.md §2): ranks row-major over [dp_replicate, dp_shard, cp] */
+    int dp_replicate; /**< replicas holding identical shards. Default 1 */
+    int dp_shard;     /**< -1 (default): the rest of the ranks */
+    int cp;           /**< context-parallel size. Default 1 */
+    int ep;           /**< expert-parallel size; divides dp_shard*cp, and cp divides it when > 1 */
+
+    shardopt_nonfinite_t nonfinite; /**< a NaN/Inf gradient anywhere: skip (default) or error */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -157,7 +172,8 @@ typedef struct shardopt_config {
         .adamw_patterns = SHARDOPT_DEFAULT_ADAMW_PATTERNS, .momentum_dtype = SHARDOPT_DTYPE_FP32,  \
         .momentum_rounding = SHARDOPT_ROUNDING_NEAREST, .comm_dtype = SHARDOPT_DTYPE_BF16,         \
         .param_rounding = SHARDOPT_ROUNDING_NEAREST, .seed = 0, .backend = SHARDOPT_BACKEND_CPU,   \
-        .kernels = SHARDOPT_KERNELS_AUTO, .num_threads = 0,                                        \
+        .kernels = SHARDOPT_KERNELS_AUTO, .num_threads = 0, .dp_replicate = 1, .dp_shard = -1,     \
+        .cp = 1, .ep = 1, .nonfinite = SHARDOPT_NONFINITE_SKIP,                                    \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1
@@ -235,11 +251,39 @@ typedef struct shardopt_stats {
     double seconds_ns_last;
     double seconds_apply_last;
     char kernels[32]; /**< name of the kernel table in use */
+
+    /* Where this rank sits (DESIGN.md §2) */
+    int rank, world;           /**< replica * dense_size + dense_rank; all ranks */
+    int replica, dp_replicate; /**< rank in the replicate group, and its size */
+    int dense_rank, dense_size;
+    int ep_rank, ep_size;
+    int expert_shard_rank, expert_shard_size;
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \
     {                                                                                              \
         .size = sizeof(shardopt_stats_t), .version = SHARDOPT_STATS_VERSION                        \
+    }
+
+#define SHARDOPT_GROUPS_VERSION 1
+
+/** Communicators a trainer already built, for shardopt_init_from_groups. MPI_COMM_NULL where
+ *  absent: no EP (ep = 1), no expert shard group (derived from the dense and EP groups), no
+ *  replicas (dp_replicate = 1). The dense shard group is required. */
+typedef struct shardopt_groups {
+    size_t size;
+    uint32_t version;
+    MPI_Comm dense_shard;  /**< the dp_shard x cp ranks of one replica */
+    MPI_Comm expert_shard; /**< ranks holding the same experts */
+    MPI_Comm ep;           /**< ranks holding different experts */
+    MPI_Comm replicate;    /**< ranks holding identical shards */
+} shardopt_groups_t;
+
+#define SHARDOPT_GROUPS_INIT                                                                       \
+    {                                                                                              \
+        .size = sizeof(shardopt_groups_t), .version = SHARDOPT_GROUPS_VERSION,                     \
+        .dense_shard = MPI_COMM_NULL, .expert_shard = MPI_COMM_NULL, .ep = MPI_COMM_NULL,          \
+        .replicate = MPI_COMM_NULL,                                                                \
     }
 
 typedef struct shardopt_runtime *shardopt_runtime_t;
@@ -269,11 +313,23 @@ SHARDOPT_API shardopt_status_t shardopt_config_validate(const shardopt_config_t 
 /** Write every key and value, one per line, to stream (stdout when NULL). */
 SHARDOPT_API shardopt_status_t shardopt_config_print(const shardopt_config_t *cfg, FILE *stream);
 
-/** Create a runtime over comm (collective). This version runs on one process: a communicator
- *  of more than one rank is refused with SHARDOPT_ERR_UNSUPPORTED.
+/** Create a runtime over comm (collective): the ranks of one pipeline stage, in mesh order.
+ *  The groups come from cfg's layout (dp_replicate, dp_shard, cp, ep); an invalid layout fails
+ *  on every rank with the numbers in the message.
  *  @param rt_p receives the handle (set only on success) */
 SHARDOPT_API shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
                                              shardopt_runtime_t *rt_p);
+
+/** Create a runtime over communicators the trainer built (collective over all of them). They are
+ *  duplicated and checked for consistency first (sizes multiply, every rank agrees on its
+ *  memberships); cfg's layout fields are ignored. */
+SHARDOPT_API shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
+                                                         const shardopt_config_t *cfg,
+                                                         shardopt_runtime_t *rt_p);
+
+/** Each rank's coordinates and group ranks, one line per rank in rank order, written by rank 0
+ *  to stream (stdout when NULL). Collective. */
+SHARDOPT_API shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream);
 
 /** Register one parameter shard, before commit. Not collective; call on every rank in the same
  *  order. desc->name is copied; data and grad stay owned by the caller.

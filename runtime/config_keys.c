@@ -14,47 +14,50 @@ static const char *const lr_scale_names[] = {"rms_norm", "spectral_norm", "jorda
 static const char *const dtype_names[] = {"fp32", "bf16", NULL};
 static const char *const rounding_names[] = {"nearest", "stochastic", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", NULL};
+static const char *const nonfinite_names[] = {"skip", "error", NULL};
 static const char *const kernels_names[] = {"auto",   "reference", "portable",
                                             "avx512", "avx2",      NULL};
 
 #define OFF(f) offsetof(shardopt_config_t, f)
-#define DBL(f, lo, hi, lo_open, hi_open, doc)                                                      \
-    {                                                                                              \
-#f, CFG_DOUBLE, OFF(f), NULL, lo, hi, lo_open, hi_open, 0, doc                             \
-    }
-#define ENUM(f, names, doc)                                                                        \
-    {                                                                                              \
-#f, CFG_ENUM, OFF(f), names, 0, 0, 0, 0, 0, doc                                            \
-    }
+/* clang-format off */
+#define DBL(f, lo, hi, lo_open, hi_open, doc) \
+    {#f, CFG_DOUBLE, OFF(f), NULL, lo, hi, lo_open, hi_open, 0, 0, doc}
+#define INT(f, lo, hi, doc) {#f, CFG_INT, OFF(f), NULL, lo, hi, 0, 0, 0, 0, doc}
+#define ENUM(f, names, doc) {#f, CFG_ENUM, OFF(f), names, 0, 0, 0, 0, 0, 0, doc}
+/* clang-format on */
 
 const struct config_key config_keys[] = {
     DBL(momentum, 0, 1, 0, 1, "Muon momentum mu"),
-    {"nesterov", CFG_BOOL, OFF(nesterov), NULL, 0, 1, 0, 0, 0, "Nesterov momentum for Muon"},
+    {"nesterov", CFG_BOOL, OFF(nesterov), NULL, 0, 1, 0, 0, 0, 0, "Nesterov momentum for Muon"},
     DBL(weight_decay, 0, 1e6, 0, 0, "Muon decoupled weight decay"),
     ENUM(ns_coeffs, ns_coeffs_names, "Newton-Schulz coefficient table"),
-    {"ns_steps", CFG_INT, OFF(ns_steps), NULL, 1, SHARDOPT_NS_MAX_STEPS, 0, 0, 0,
-     "Newton-Schulz iterations (polar_express: 5-8)"},
+    INT(ns_steps, 1, SHARDOPT_NS_MAX_STEPS, "Newton-Schulz iterations (polar_express: 5-8)"),
     DBL(ns_eps, 0, 1, 1, 0, "epsilon in U / (|U|_F * s + eps)"),
-    {"ns_norm_scale", CFG_DOUBLE, OFF(ns_norm_scale), NULL, 0.5, 2, 0, 0, 1,
+    {"ns_norm_scale", CFG_DOUBLE, OFF(ns_norm_scale), NULL, 0.5, 2, 0, 0, 1, 0,
      "s in U / (|U|_F * s + eps); 0 = the table's (1, polar_express 1.01)"},
-    {"ns_custom_coeffs", CFG_COEFFS, OFF(ns_custom_coeffs), NULL, 0, 0, 0, 0, 0,
+    {"ns_custom_coeffs", CFG_COEFFS, OFF(ns_custom_coeffs), NULL, 0, 0, 0, 0, 0, 0,
      "(a, b, c) per step for ns_coeffs = custom"},
     ENUM(lr_scale, lr_scale_names, "Muon learning-rate scale by matrix shape"),
     DBL(adamw_beta1, 0, 1, 0, 1, "AdamW beta1"),
     DBL(adamw_beta2, 0, 1, 0, 1, "AdamW beta2"),
     DBL(adamw_eps, 0, 1, 1, 0, "AdamW epsilon"),
     DBL(adamw_weight_decay, 0, 1e6, 0, 0, "AdamW decoupled weight decay"),
-    {"adamw_patterns", CFG_STRING, OFF(adamw_patterns), NULL, 0, 0, 0, 0, 0,
+    {"adamw_patterns", CFG_STRING, OFF(adamw_patterns), NULL, 0, 0, 0, 0, 0, 0,
      "comma-separated names sent to AdamW under algo auto (substring, or =exact)"},
     ENUM(momentum_dtype, dtype_names, "Muon momentum storage dtype"),
     ENUM(momentum_rounding, rounding_names, "rounding into a bf16 momentum"),
     ENUM(comm_dtype, dtype_names, "dtype of Newton-Schulz input and output"),
     ENUM(param_rounding, rounding_names, "rounding into bf16 parameters"),
-    {"seed", CFG_U64, OFF(seed), NULL, 0, 0, 0, 0, 0, "key of the stochastic-rounding bits"},
+    {"seed", CFG_U64, OFF(seed), NULL, 0, 0, 0, 0, 0, 0, "key of the stochastic-rounding bits"},
     ENUM(backend, backend_names, "compute backend"),
     ENUM(kernels, kernels_names, "CPU kernel implementations"),
-    {"num_threads", CFG_INT, OFF(num_threads), NULL, 0, 4096, 0, 0, 0,
-     "CPU threads for kernels and BLAS; 0 = leave as set"},
+    INT(num_threads, 0, 4096, "CPU threads for kernels and BLAS; 0 = leave as set"),
+    INT(dp_replicate, 1, 1 << 20, "replicas holding identical shards"),
+    {"dp_shard", CFG_INT, OFF(dp_shard), NULL, 1, 1 << 20, 0, 0, 1, -1,
+     "ranks sharding parameters with cp; -1 = the rest"},
+    INT(cp, 1, 1 << 20, "context-parallel size"),
+    INT(ep, 1, 1 << 20, "expert-parallel size"),
+    ENUM(nonfinite, nonfinite_names, "a NaN/Inf gradient: skip the step or fail it"),
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];
@@ -80,8 +83,12 @@ void config_key_accepted(const struct config_key *k, char *out, size_t len)
     switch (k->type) {
     case CFG_DOUBLE:
     case CFG_INT:
-        snprintf(out, len, "%s%s%g, %g%s", k->zero_ok ? "0 or " : "", k->min_open ? "(" : "[",
-                 k->min, k->max, k->max_open ? ")" : "]");
+        if (k->has_special)
+            snprintf(out, len, "%.10g or %s%.10g, %.10g%s", k->special, k->min_open ? "(" : "[",
+                     k->min, k->max, k->max_open ? ")" : "]");
+        else
+            snprintf(out, len, "%s%.10g, %.10g%s", k->min_open ? "(" : "[", k->min, k->max,
+                     k->max_open ? ")" : "]");
         break;
     case CFG_BOOL: snprintf(out, len, "true/false (1/0)"); break;
     case CFG_ENUM: {
@@ -115,7 +122,7 @@ static int in_range(const struct config_key *k, double v)
 {
     if (isnan(v))
         return 0;
-    if (k->zero_ok && v == 0.0)
+    if (k->has_special && v == k->special)
         return 1;
     if (k->min_open ? !(v > k->min) : !(v >= k->min))
         return 0;

@@ -25,7 +25,8 @@ struct config_key {
     const char *const *enum_names; /* CFG_ENUM: names by value, NULL-terminated */
     double min, max;               /* CFG_DOUBLE / CFG_INT */
     int min_open, max_open;        /* exclude the bound itself */
-    int zero_ok;                   /* 0 is accepted besides [min, max] (0 = "auto") */
+    int has_special;               /* `special` is accepted besides [min, max] ("auto", "rest") */
+    double special;
     const char *doc;
 };
 

@@ -50,53 +50,45 @@ static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
     return SHARDOPT_OK;
 }
 
-shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
-                                shardopt_runtime_t *rt_p)
+/* The part of init shared by both entry points: checks, config, kernels. */
+static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_runtime_t *rt_p,
+                                        const char *who)
 {
     shardopt_status_t status;
     struct shardopt_runtime *rt;
     int mpi_ready = 0;
 
-    if (cfg == NULL || rt_p == NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: NULL %s",
-                        cfg == NULL ? "cfg" : "rt_p");
+    if (cfg == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "%s: NULL cfg", who);
     MPI_Initialized(&mpi_ready);
     if (!mpi_ready)
-        return log_fail(SHARDOPT_ERR_STATE, "init: MPI is not initialised (call MPI_Init first)");
-    if (comm == MPI_COMM_NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: comm is MPI_COMM_NULL");
+        return log_fail(SHARDOPT_ERR_STATE, "%s: MPI is not initialised (call MPI_Init first)",
+                        who);
     if (log_env_check() != NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: %s", log_env_check());
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "%s: %s", who, log_env_check());
 
     rt = calloc(1, sizeof(*rt));
     if (rt == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "init: %zu bytes", sizeof(*rt));
-    rt->comm = MPI_COMM_NULL;
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "%s: %zu bytes", who, sizeof(*rt));
     status = config_import(cfg, &rt->cfg);
-    if (status != SHARDOPT_OK)
-        goto err_free;
-    status = config_check_all(&rt->cfg, "");
-    if (status != SHARDOPT_OK)
-        goto err_free;
-
-    MPI_Comm_rank(comm, &rt->rank);
-    MPI_Comm_size(comm, &rt->world);
-    log_set_rank(rt->rank);
-    if (rt->world != 1) {
-        status = log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                          "init: communicator of %d ranks; this version runs on one process "
-                          "(the distributed step is not implemented yet)",
-                          rt->world);
-        goto err_free;
+    if (status == SHARDOPT_OK)
+        status = config_check_all(&rt->cfg, "");
+    if (status == SHARDOPT_OK)
+        status = kernels_select(&rt->cfg, &rt->ops);
+    if (status != SHARDOPT_OK) {
+        free(rt);
+        return status;
     }
-    status = kernels_select(&rt->cfg, &rt->ops);
-    if (status != SHARDOPT_OK)
-        goto err_free;
-    if (MPI_Comm_dup(comm, &rt->comm) != MPI_SUCCESS) {
-        status = log_fail(SHARDOPT_ERR_COMM, "init: MPI_Comm_dup failed");
-        goto err_free;
-    }
+    *rt_p = rt;
+    return SHARDOPT_OK;
+}
 
+/* Once the groups exist: threads, coefficient tables, the state store. */
+static void runtime_start(shardopt_runtime_t rt)
+{
+    const struct groups *g = &rt->groups;
+
+    log_set_rank(groups_rank(g));
     rt->kctx.threads = rt->cfg.num_threads;
     kernel_blas_set_threads(rt->cfg.num_threads);
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
@@ -105,16 +97,64 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
     if (!kernel_blas_uses_openmp())
         log_warn("init: the linked OpenBLAS is not its OpenMP build: BLAS and kernel threads "
                  "compete for cores (install libopenblas-openmp-dev and rebuild)");
-    log_info("init: %d rank(s), kernels %s, BLAS threads %d, momentum %s, comm %s", rt->world,
-             rt->ops->name, kernel_blas_get_threads(),
+    log_info("init: rank %d of %d (replica %d, dense %d/%d, ep %d/%d, expert shard %d/%d), "
+             "kernels %s, BLAS threads %d, momentum %s, comm %s",
+             g->me.rank, g->mesh.world, g->me.rep, g->me.d, g->mesh.dense, g->me.ep_rank,
+             g->mesh.ep, g->me.xs_rank, mesh_xs_size(&g->mesh), rt->ops->name,
+             kernel_blas_get_threads(),
              rt->cfg.momentum_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32",
              rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32");
+}
+
+shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
+                                shardopt_runtime_t *rt_p)
+{
+    shardopt_status_t status;
+    shardopt_runtime_t rt = NULL;
+
+    if (rt_p == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: NULL rt_p");
+    if (comm == MPI_COMM_NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: comm is MPI_COMM_NULL");
+    status = runtime_create(cfg, &rt, "init");
+    if (status != SHARDOPT_OK)
+        return status;
+    status = groups_create(comm, &rt->cfg, &rt->groups);
+    if (status != SHARDOPT_OK) {
+        free(rt);
+        return status;
+    }
+    runtime_start(rt);
     *rt_p = rt;
     return SHARDOPT_OK;
+}
 
-err_free:
-    free(rt);
-    return status;
+shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
+                                            const shardopt_config_t *cfg, shardopt_runtime_t *rt_p)
+{
+    shardopt_status_t status;
+    shardopt_runtime_t rt = NULL;
+
+    if (groups == NULL || rt_p == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init_from_groups: NULL %s",
+                        groups == NULL ? "groups" : "rt_p");
+    if (groups->version < 1 || groups->version > SHARDOPT_GROUPS_VERSION ||
+        groups->size < sizeof(shardopt_groups_t))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "init_from_groups: groups version %u / size %zu: initialise with "
+                        "SHARDOPT_GROUPS_INIT",
+                        groups->version, groups->size);
+    status = runtime_create(cfg, &rt, "init_from_groups");
+    if (status != SHARDOPT_OK)
+        return status;
+    status = groups_from_trainer(groups, &rt->groups);
+    if (status != SHARDOPT_OK) {
+        free(rt);
+        return status;
+    }
+    runtime_start(rt);
+    *rt_p = rt;
+    return SHARDOPT_OK;
 }
 
 shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
@@ -132,12 +172,7 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
         rt->ops->free(rt->o_buf);
         rt->ops->free(rt->ns_ws.buf);
     }
-    if (rt->comm != MPI_COMM_NULL) {
-        int finalized = 0;
-        MPI_Finalized(&finalized);
-        if (!finalized)
-            MPI_Comm_free(&rt->comm);
-    }
+    groups_free(&rt->groups);
     free(rt);
     return SHARDOPT_OK;
 }

@@ -105,7 +105,7 @@ static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardo
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "register '%s': transposed applies to matrices, got ndim = %d", n, d->ndim);
     /* one process holds every parameter whole */
-    if (rt->world == 1 && layout->local_numel != layout->global_numel)
+    if (rt->groups.mesh.world == 1 && layout->local_numel != layout->global_numel)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "register '%s': shard [%lld, %lld) of dim %d (size %lld): a single "
                         "process must hold the whole tensor",

@@ -2,6 +2,7 @@
 #ifndef RUNTIME_RUNTIME_H
 #define RUNTIME_RUNTIME_H
 
+#include "groups.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
 #include "offload/state_store.h"
@@ -44,8 +45,7 @@ struct step_counters {
 
 struct shardopt_runtime {
     shardopt_config_t cfg;
-    MPI_Comm comm; /* a duplicate of the caller's: our traffic never matches theirs */
-    int rank, world;
+    struct groups groups; /* our own communicators: our traffic never matches the trainer's */
     const struct kernel_ops *ops;
     struct kernel_ctx kctx;
     float ns_coeffs[NS_TABLE_MAX_STEPS][3];

@@ -46,6 +46,17 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.seconds_ns_last = k->seconds_ns_last;
     s.seconds_apply_last = k->seconds_apply_last;
     snprintf(s.kernels, sizeof s.kernels, "%s", rt->ops->name);
+    const struct groups *g = &rt->groups;
+    s.rank = g->me.rank;
+    s.world = g->mesh.world;
+    s.replica = g->me.rep;
+    s.dp_replicate = g->mesh.dp_replicate;
+    s.dense_rank = g->me.d;
+    s.dense_size = g->mesh.dense;
+    s.ep_rank = g->me.ep_rank;
+    s.ep_size = g->mesh.ep;
+    s.expert_shard_rank = g->me.xs_rank;
+    s.expert_shard_size = mesh_xs_size(&g->mesh);
 
     size_t size = stats->size < sizeof s ? stats->size : sizeof s;
     s.size = size;

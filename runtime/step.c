@@ -35,6 +35,10 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
                         rt == NULL ? "runtime" : "args");
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "step: runtime not committed (call shardopt_commit)");
+    if (rt->groups.mesh.world > 1)
+        return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                        "step: %d ranks: the distributed step is not implemented yet",
+                        rt->groups.mesh.world);
     if (args->version < 1 || args->version > SHARDOPT_STEP_ARGS_VERSION ||
         args->size < offsetof(shardopt_step_args_t, stream) + sizeof(void *))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,

@@ -5,14 +5,20 @@
 #include "shardopt.h"
 #include "test.h"
 
-static inline shardopt_runtime_t fixture_runtime(const shardopt_config_t *cfg)
+static inline shardopt_runtime_t fixture_runtime_on(MPI_Comm comm, const shardopt_config_t *cfg)
 {
     shardopt_runtime_t rt = NULL;
-    if (shardopt_init(MPI_COMM_SELF, cfg, &rt) != SHARDOPT_OK) {
+    if (shardopt_init(comm, cfg, &rt) != SHARDOPT_OK) {
         fprintf(stderr, "init failed: %s\n", shardopt_last_error());
-        exit(1);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
     return rt;
+}
+
+/* A runtime on this process alone. */
+static inline shardopt_runtime_t fixture_runtime(const shardopt_config_t *cfg)
+{
+    return fixture_runtime_on(MPI_COMM_SELF, cfg);
 }
 
 static inline shardopt_param_desc_t fixture_desc(const char *name, int ndim, int64_t d0, int64_t d1,

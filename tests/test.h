@@ -14,6 +14,7 @@ typedef void (*test_fn_t)(void);
 void test_register(const char *name, test_fn_t fn);
 extern int test_failures; /* failures in the current test */
 extern int test_checks;   /* checks evaluated so far, in all tests */
+extern int test_quiet;    /* print failures only (ranks other than 0) */
 
 /* Skip the whole executable: exit 77 with a one-line reason on stderr. */
 void test_skip(const char *reason) __attribute__((noreturn));

@@ -9,6 +9,7 @@ static struct {
 static int ntests;
 int test_failures;
 int test_checks;
+int test_quiet;
 
 void test_register(const char *name, test_fn_t fn)
 {
@@ -46,11 +47,13 @@ int test_main(int argc, char **argv)
             fprintf(stderr, "%s: checked nothing\n", tests[i].name);
             test_failures++;
         }
-        printf("%-48s %s\n", tests[i].name, test_failures ? "FAIL" : "ok");
+        if (!test_quiet || test_failures)
+            printf("%-48s %s\n", tests[i].name, test_failures ? "FAIL" : "ok");
         if (test_failures)
             failed++;
     }
-    printf("%d/%d passed, %d checks\n", ran - failed, ran, test_checks);
+    if (!test_quiet || failed)
+        printf("%d/%d passed, %d checks\n", ran - failed, ran, test_checks);
     if (ran == 0) {
         fprintf(stderr, "no test matched\n");
         return 1;

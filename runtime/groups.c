@@ -1,0 +1,245 @@
+/* Process groups: split from the layout, or taken from the trainer and checked. */
+#include "groups.h"
+
+#include <stdlib.h>
+
+#include "status.h"
+
+static void groups_null(struct groups *g) { g->dense = g->ep = g->xs = g->rep = MPI_COMM_NULL; }
+
+void groups_free(struct groups *g)
+{
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    MPI_Comm *c[] = {&g->dense, &g->ep, &g->xs, &g->rep};
+    for (int i = 0; i < 4; i++)
+        if (*c[i] != MPI_COMM_NULL && !finalized)
+            MPI_Comm_free(c[i]);
+    groups_null(g);
+}
+
+int groups_allreduce(const struct groups *g, void *buf, int count, MPI_Datatype type, MPI_Op op)
+{
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, g->dense);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, g->rep);
+    return rc;
+}
+
+int groups_bcast(const struct groups *g, void *buf, int count, MPI_Datatype type)
+{
+    /* global rank 0 is replica 0's dense rank 0: first to every replica's dense rank 0 (and the
+     * rest of rank 0's replicate group), then inside each replica */
+    int rc = MPI_Bcast(buf, count, type, 0, g->rep);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Bcast(buf, count, type, 0, g->dense);
+    return rc;
+}
+
+shardopt_status_t groups_create(MPI_Comm comm, const shardopt_config_t *cfg, struct groups *g)
+{
+    const struct mesh_coords *c = &g->me;
+    char err[256];
+    int world, rank, rc = MPI_SUCCESS;
+
+    groups_null(g);
+    g->from_trainer = 0;
+    MPI_Comm_size(comm, &world);
+    MPI_Comm_rank(comm, &rank);
+    /* every rank sees the same numbers, so every rank fails alike without communicating */
+    if (mesh_init(&g->mesh, world, cfg->dp_replicate, cfg->dp_shard, cfg->cp, cfg->ep, err,
+                  sizeof err) != 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: %s", err);
+    mesh_coords(&g->mesh, rank, &g->me);
+
+    const int blocks = g->mesh.dense / g->mesh.ep;
+    rc |= MPI_Comm_split(comm, c->rep, c->d, &g->dense);
+    rc |= MPI_Comm_split(comm, c->rep * blocks + c->ep_block, c->ep_rank, &g->ep);
+    rc |= MPI_Comm_split(comm, c->rep * g->mesh.ep + c->ep_rank, c->xs_rank, &g->xs);
+    rc |= MPI_Comm_split(comm, c->d, c->rep, &g->rep);
+    if (rc != MPI_SUCCESS) {
+        groups_free(g);
+        return log_fail(SHARDOPT_ERR_COMM, "init: MPI_Comm_split failed building the groups");
+    }
+    return SHARDOPT_OK;
+}
+
+/* What each rank reports about itself when checking a trainer's groups. */
+struct member_info {
+    int dense_rank, ep_rank, ep_size, xs_rank, xs_size, rep_size;
+};
+
+static shardopt_status_t dup_or_split(MPI_Comm given, MPI_Comm dense, int color, int key,
+                                      MPI_Comm *out, const char *what)
+{
+    int rc =
+        given != MPI_COMM_NULL ? MPI_Comm_dup(given, out) : MPI_Comm_split(dense, color, key, out);
+    if (rc != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "init_from_groups: cannot %s the %s group",
+                        given != MPI_COMM_NULL ? "duplicate" : "derive", what);
+    return SHARDOPT_OK;
+}
+
+/* The checks every rank can make alone once the dense group's member_info is gathered:
+ * sizes multiply, (ep rank, expert-shard rank) pairs are unique, and the members of this rank's
+ * EP and expert shard groups are the dense ranks that say so. Returns 0 or -1 with err. */
+static int trainer_groups_check(const struct groups *g, const struct member_info *all, int nd,
+                                char *err, size_t len)
+{
+    const struct member_info *me = &all[g->me.d];
+    int ep_size = me->ep_size, xs_size = me->xs_size, *in_ep, *in_xs;
+    MPI_Group dense_g, sub_g;
+    int ok = 1;
+
+    for (int i = 0; i < nd; i++)
+        if (all[i].ep_size != ep_size || all[i].xs_size != xs_size ||
+            all[i].rep_size != me->rep_size) {
+            snprintf(err, len,
+                     "dense rank %d reports ep %d x expert-shard %d x replicate %d, dense rank %d "
+                     "reports %d x %d x %d",
+                     i, all[i].ep_size, all[i].xs_size, all[i].rep_size, g->me.d, ep_size, xs_size,
+                     me->rep_size);
+            return -1;
+        }
+    if (ep_size * xs_size != nd) {
+        snprintf(err, len, "ep size %d x expert-shard size %d != dense shard size %d", ep_size,
+                 xs_size, nd);
+        return -1;
+    }
+    for (int i = 0; i < nd; i++)
+        for (int j = 0; j < i; j++)
+            if (all[i].ep_rank == all[j].ep_rank && all[i].xs_rank == all[j].xs_rank) {
+                snprintf(err, len,
+                         "dense ranks %d and %d both have ep rank %d and expert-shard rank %d", j,
+                         i, all[i].ep_rank, all[i].xs_rank);
+                return -1;
+            }
+    /* members of my EP group: same expert-shard rank as mine, ep ranks 0..ep_size-1 */
+    in_ep = malloc(sizeof(int) * (size_t)(ep_size + xs_size) * 2);
+    if (in_ep == NULL) {
+        snprintf(err, len, "out of memory");
+        return -1;
+    }
+    in_xs = in_ep + 2 * ep_size;
+    for (int i = 0; i < ep_size; i++)
+        in_ep[i] = i;
+    for (int i = 0; i < xs_size; i++)
+        in_xs[i] = i;
+    MPI_Comm_group(g->dense, &dense_g);
+    MPI_Comm_group(g->ep, &sub_g);
+    MPI_Group_translate_ranks(sub_g, ep_size, in_ep, dense_g, in_ep + ep_size);
+    MPI_Group_free(&sub_g);
+    for (int i = 0; i < ep_size && ok; i++) {
+        int d = in_ep[ep_size + i];
+        ok = d != MPI_UNDEFINED && all[d].xs_rank == me->xs_rank && all[d].ep_rank == i;
+        if (!ok)
+            snprintf(err, len,
+                     "EP group of dense rank %d: member %d is %s (expert-shard rank %d, ep rank "
+                     "%d expected)",
+                     g->me.d, i, d == MPI_UNDEFINED ? "not in the dense group" : "inconsistent",
+                     me->xs_rank, i);
+    }
+    MPI_Comm_group(g->xs, &sub_g);
+    MPI_Group_translate_ranks(sub_g, xs_size, in_xs, dense_g, in_xs + xs_size);
+    MPI_Group_free(&sub_g);
+    MPI_Group_free(&dense_g);
+    for (int i = 0; i < xs_size && ok; i++) {
+        int d = in_xs[xs_size + i];
+        ok = d != MPI_UNDEFINED && all[d].ep_rank == me->ep_rank && all[d].xs_rank == i;
+        if (!ok)
+            snprintf(err, len,
+                     "expert shard group of dense rank %d: member %d is %s (ep rank %d, "
+                     "expert-shard rank %d expected)",
+                     g->me.d, i, d == MPI_UNDEFINED ? "not in the dense group" : "inconsistent",
+                     me->ep_rank, i);
+    }
+    free(in_ep);
+    return ok ? 0 : -1;
+}
+
+shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups *g)
+{
+    shardopt_status_t status;
+    struct member_info mine, *all = NULL;
+    int nd, d, ep_rank = 0, xs_rank = 0, ok, rep_d_ok;
+    char err[384] = "";
+
+    groups_null(g);
+    g->from_trainer = 1;
+    if (in->dense_shard == MPI_COMM_NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "init_from_groups: dense_shard is MPI_COMM_NULL (it is required)");
+    if (MPI_Comm_dup(in->dense_shard, &g->dense) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "init_from_groups: cannot duplicate the dense group");
+    MPI_Comm_size(g->dense, &nd);
+    MPI_Comm_rank(g->dense, &d);
+    if (in->ep != MPI_COMM_NULL)
+        MPI_Comm_rank(in->ep, &ep_rank);
+    if (in->expert_shard != MPI_COMM_NULL)
+        MPI_Comm_rank(in->expert_shard, &xs_rank);
+    /* absent groups: no EP puts every dense rank in an EP group of its own; a missing expert
+     * shard group is everyone with the same EP rank */
+    status = dup_or_split(in->ep, g->dense, in->expert_shard != MPI_COMM_NULL ? xs_rank : d, d,
+                          &g->ep, "EP");
+    if (status == SHARDOPT_OK)
+        status = dup_or_split(in->expert_shard, g->dense, in->ep != MPI_COMM_NULL ? ep_rank : 0, d,
+                              &g->xs, "expert shard");
+    if (status == SHARDOPT_OK)
+        status = dup_or_split(in->replicate, g->dense, d, 0, &g->rep, "replicate");
+    if (status != SHARDOPT_OK) {
+        groups_free(g);
+        return status;
+    }
+    mine.dense_rank = d;
+    MPI_Comm_rank(g->ep, &mine.ep_rank);
+    MPI_Comm_size(g->ep, &mine.ep_size);
+    MPI_Comm_rank(g->xs, &mine.xs_rank);
+    MPI_Comm_size(g->xs, &mine.xs_size);
+    MPI_Comm_size(g->rep, &mine.rep_size);
+    g->me.d = d;
+
+    all = malloc(sizeof(*all) * (size_t)nd);
+    ok = all != NULL;
+    if (ok) {
+        MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, g->dense);
+        ok = trainer_groups_check(g, all, nd, err, sizeof err) == 0;
+    }
+    /* my replicas must sit at my dense rank */
+    rep_d_ok = 1;
+    {
+        int mn = d, mx = d;
+        MPI_Allreduce(MPI_IN_PLACE, &mn, 1, MPI_INT, MPI_MIN, g->rep);
+        MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_INT, MPI_MAX, g->rep);
+        rep_d_ok = mn == d && mx == d;
+        if (!rep_d_ok && ok)
+            snprintf(err, sizeof err,
+                     "replicate group of dense rank %d holds dense ranks %d..%d: replicas must "
+                     "hold the same shards",
+                     d, mn, mx);
+    }
+    ok = ok && rep_d_ok;
+    int all_ok = ok;
+    groups_allreduce(g, &all_ok, 1, MPI_INT, MPI_MIN);
+    free(all);
+    if (!all_ok) {
+        groups_free(g);
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init_from_groups: inconsistent groups: %s",
+                        ok ? "another rank found a mismatch (see its log)" : err);
+    }
+
+    g->mesh.dp_replicate = mine.rep_size;
+    g->mesh.dp_shard =
+        nd; /* the trainer's split of the dense group into dp_shard x cp is not ours to know */
+    g->mesh.cp = 1;
+    g->mesh.ep = mine.ep_size;
+    g->mesh.dense = nd;
+    g->mesh.world = nd * mine.rep_size;
+    MPI_Comm_rank(g->rep, &g->me.rep);
+    g->me.rank = g->me.rep * nd + d;
+    g->me.shard = d;
+    g->me.cp_index = 0;
+    g->me.ep_rank = mine.ep_rank;
+    g->me.xs_rank = mine.xs_rank;
+    g->me.ep_block = -1;
+    return SHARDOPT_OK;
+}

@@ -1,0 +1,34 @@
+/* The runtime's process groups (DESIGN.md §2), as MPI communicators it owns. */
+#ifndef RUNTIME_GROUPS_H
+#define RUNTIME_GROUPS_H
+
+#include "sharding/mesh.h"
+#include "shardopt.h"
+
+struct groups {
+    struct mesh mesh;
+    struct mesh_coords me;
+    int from_trainer; /* built from the trainer's communicators (mesh holds sizes only) */
+    MPI_Comm dense;   /* dp_shard x cp ranks of one replica: dense matrices */
+    MPI_Comm ep;      /* ranks that hold different experts */
+    MPI_Comm xs;      /* expert shard group: ranks holding the same experts */
+    MPI_Comm rep;     /* replicas of this rank's shards */
+};
+
+/* Split `comm` by the config's layout. Collective; an invalid layout fails on every rank. */
+shardopt_status_t groups_create(MPI_Comm comm, const shardopt_config_t *cfg, struct groups *g);
+
+/* Take a trainer's communicators (duplicated), check that they are consistent. Collective. */
+shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups *g);
+
+void groups_free(struct groups *g);
+
+/* Collectives over every rank of the runtime: over the dense group, then the replicate group
+ * (the two together span all ranks, also when the trainer handed in its own groups). */
+int groups_allreduce(const struct groups *g, void *buf, int count, MPI_Datatype type, MPI_Op op);
+int groups_bcast(const struct groups *g, void *buf, int count, MPI_Datatype type);
+
+/* This rank's global index: replica * (dp_shard * cp) + dense rank. */
+static inline int groups_rank(const struct groups *g) { return g->me.rank; }
+
+#endif

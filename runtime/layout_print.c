@@ -1,0 +1,53 @@
+/* shardopt_layout_print: every rank's coordinates and group ranks, printed by rank 0. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+#include "status.h"
+
+#define LINE 160
+
+shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)
+{
+    char line[LINE];
+    char *dense_lines = NULL, *all = NULL;
+    const struct groups *g;
+    int ok = 1;
+
+    if (rt == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "layout_print: NULL runtime");
+    g = &rt->groups;
+    memset(line, 0, sizeof line);
+    snprintf(line, sizeof line,
+             "rank %4d: replica %d, dp_shard %d, cp %d | dense %d/%d, ep %d/%d, expert shard "
+             "%d/%d, replicate %d/%d",
+             g->me.rank, g->me.rep, g->me.shard, g->me.cp_index, g->me.d, g->mesh.dense,
+             g->me.ep_rank, g->mesh.ep, g->me.xs_rank, mesh_xs_size(&g->mesh), g->me.rep,
+             g->mesh.dp_replicate);
+    /* lines gather to dense rank 0 of each replica, then to replica 0: rank order */
+    if (g->me.d == 0)
+        ok = (dense_lines = malloc((size_t)g->mesh.dense * LINE)) != NULL;
+    if (g->me.rank == 0)
+        ok = ok && (all = malloc((size_t)g->mesh.world * LINE)) != NULL;
+    MPI_Gather(line, LINE, MPI_CHAR, dense_lines, LINE, MPI_CHAR, 0, g->dense);
+    if (g->me.d == 0)
+        MPI_Gather(dense_lines, LINE * g->mesh.dense, MPI_CHAR, all, LINE * g->mesh.dense, MPI_CHAR,
+                   0, g->rep);
+    if (g->me.rank == 0 && ok) {
+        if (stream == NULL)
+            stream = stdout;
+        fprintf(stream,
+                "shardopt layout: %d ranks = dp_replicate %d x dp_shard %d x cp %d, ep %d\n",
+                g->mesh.world, g->mesh.dp_replicate, g->mesh.dp_shard, g->mesh.cp, g->mesh.ep);
+        for (int r = 0; r < g->mesh.world; r++)
+            fprintf(stream, "  %s\n", all + (size_t)r * LINE);
+        fflush(stream);
+    }
+    free(all);
+    free(dense_lines);
+    groups_allreduce(g, &ok, 1, MPI_INT, MPI_MIN);
+    if (!ok)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "layout_print: %zu bytes on rank 0",
+                        (size_t)g->mesh.world * LINE);
+    return SHARDOPT_OK;
+}

@@ -1,0 +1,83 @@
+#include "mesh.h"
+
+#include <stdio.h>
+
+int mesh_init(struct mesh *m, int world, int dp_replicate, int dp_shard, int cp, int ep, char *err,
+              size_t errlen)
+{
+    if (world < 1 || dp_replicate < 1 || cp < 1 || ep < 1 || (dp_shard < 1 && dp_shard != -1)) {
+        snprintf(err, errlen,
+                 "layout dp_replicate %d, dp_shard %d, cp %d, ep %d: every size must be >= 1 "
+                 "(dp_shard may be -1: the rest)",
+                 dp_replicate, dp_shard, cp, ep);
+        return -1;
+    }
+    if (dp_shard == -1) {
+        if (world % (dp_replicate * cp) != 0) {
+            snprintf(err, errlen,
+                     "layout: %d ranks cannot be split as dp_replicate %d x cp %d x dp_shard "
+                     "(the rest): %d is not a multiple of %d",
+                     world, dp_replicate, cp, world, dp_replicate * cp);
+            return -1;
+        }
+        dp_shard = world / (dp_replicate * cp);
+    }
+    if ((long)dp_replicate * dp_shard * cp != world) {
+        snprintf(err, errlen,
+                 "layout: dp_replicate %d x dp_shard %d x cp %d = %ld ranks, but the communicator "
+                 "has %d",
+                 dp_replicate, dp_shard, cp, (long)dp_replicate * dp_shard * cp, world);
+        return -1;
+    }
+    const int dense = dp_shard * cp;
+    if (dense % ep != 0) {
+        snprintf(err, errlen,
+                 "layout: ep %d must divide dp_shard x cp = %d x %d = %d (EP borrows CP and part "
+                 "of dp_shard)",
+                 ep, dp_shard, cp, dense);
+        return -1;
+    }
+    if (ep > 1 && ep % cp != 0) {
+        snprintf(err, errlen, "layout: ep %d with cp %d: when ep > 1, cp must divide ep", ep, cp);
+        return -1;
+    }
+    m->world = world;
+    m->dp_replicate = dp_replicate;
+    m->dp_shard = dp_shard;
+    m->cp = cp;
+    m->ep = ep;
+    m->dense = dense;
+    return 0;
+}
+
+void mesh_coords(const struct mesh *m, int rank, struct mesh_coords *c)
+{
+    c->rank = rank;
+    c->rep = rank / m->dense;
+    c->d = rank % m->dense;
+    c->shard = c->d / m->cp;
+    c->cp_index = c->d % m->cp;
+    c->ep_block = c->d / m->ep;
+    c->ep_rank = c->d % m->ep;
+    c->xs_rank = c->d / m->ep;
+}
+
+int mesh_dense_member(const struct mesh *m, const struct mesh_coords *c, int i)
+{
+    return c->rep * m->dense + i;
+}
+
+int mesh_ep_member(const struct mesh *m, const struct mesh_coords *c, int i)
+{
+    return c->rep * m->dense + c->ep_block * m->ep + i;
+}
+
+int mesh_xs_member(const struct mesh *m, const struct mesh_coords *c, int i)
+{
+    return c->rep * m->dense + i * m->ep + c->ep_rank;
+}
+
+int mesh_rep_member(const struct mesh *m, const struct mesh_coords *c, int i)
+{
+    return i * m->dense + c->d;
+}

@@ -1,0 +1,43 @@
+/* The process mesh: ranks as coordinates over [dp_replicate, dp_shard, cp] (row-major, the order
+ * of a PyTorch DeviceMesh over those names) and the groups built from them (DESIGN.md §2).
+ * Pure arithmetic: no MPI. */
+#ifndef SHARDING_MESH_H
+#define SHARDING_MESH_H
+
+#include <stddef.h>
+
+struct mesh {
+    int world;
+    int dp_replicate, dp_shard, cp, ep;
+    int dense; /* dp_shard * cp: ranks of one replica */
+};
+
+/* A rank's place in the mesh and its rank inside each group. */
+struct mesh_coords {
+    int rank;
+    int rep;      /* replica index = rank in the replicate group */
+    int shard;    /* dp_shard index */
+    int cp_index; /* cp index */
+    int d;        /* shard * cp + cp_index = rank in the dense shard group */
+    int ep_block; /* d / ep: which EP group of the replica */
+    int ep_rank;  /* d % ep: rank in the EP group, and which expert shard group */
+    int xs_rank;  /* d / ep: rank in the expert shard group */
+};
+
+/* Resolve and check a layout for `world` ranks; dp_shard = -1 takes the rest. Returns 0, or -1
+ * with a message giving the numbers in err. */
+int mesh_init(struct mesh *m, int world, int dp_replicate, int dp_shard, int cp, int ep, char *err,
+              size_t errlen);
+
+void mesh_coords(const struct mesh *m, int rank, struct mesh_coords *c);
+
+/* World rank of member `i` of this rank's groups. */
+int mesh_dense_member(const struct mesh *m, const struct mesh_coords *c, int i);
+int mesh_ep_member(const struct mesh *m, const struct mesh_coords *c, int i);
+int mesh_xs_member(const struct mesh *m, const struct mesh_coords *c, int i);
+int mesh_rep_member(const struct mesh *m, const struct mesh_coords *c, int i);
+
+/* Sizes of the expert shard group and the EP group. */
+static inline int mesh_xs_size(const struct mesh *m) { return m->dense / m->ep; }
+
+#endif

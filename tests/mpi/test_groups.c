@@ -1,0 +1,191 @@
+/* Groups over real communicators: for every valid layout of the world, each group's members are
+ * the world ranks DESIGN.md §2 names, in rank order; trainer-built groups are accepted when
+ * consistent and refused on every rank when not; invalid layouts fail on every rank. */
+#include "fixture.h"
+#include "runtime/runtime.h"
+
+static int world, me;
+
+/* Every test starts by reading the world (after MPI_Init, which precedes the tests). */
+static void world_read(void)
+{
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+}
+
+/* The world ranks of comm's members, in comm rank order. */
+static void members(MPI_Comm comm, int *out, int *n)
+{
+    MPI_Group g, wg;
+    int ranks[64];
+    MPI_Comm_size(comm, n);
+    for (int i = 0; i < *n; i++)
+        ranks[i] = i;
+    MPI_Comm_group(comm, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    MPI_Group_translate_ranks(g, *n, ranks, wg, out);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+}
+
+/* Written from DESIGN.md §2, independently of sharding/mesh.c. */
+static void expect_groups(const struct groups *g, int R, int E)
+{
+    const int S = world / R, rep = me / S, d = me % S;
+    int got[64], n;
+
+    members(g->dense, got, &n);
+    EXPECT_EQ_INT(n, S);
+    for (int i = 0; i < n; i++)
+        EXPECT_EQ_INT(got[i], rep * S + i);
+    members(g->ep, got, &n);
+    EXPECT_EQ_INT(n, E);
+    for (int i = 0; i < n; i++)
+        EXPECT_EQ_INT(got[i], rep * S + (d / E) * E + i);
+    members(g->xs, got, &n);
+    EXPECT_EQ_INT(n, S / E);
+    for (int i = 0; i < n; i++)
+        EXPECT_EQ_INT(got[i], rep * S + i * E + d % E);
+    members(g->rep, got, &n);
+    EXPECT_EQ_INT(n, R);
+    for (int i = 0; i < n; i++)
+        EXPECT_EQ_INT(got[i], i * S + d);
+}
+
+TEST(every_valid_layout_builds_the_design_groups)
+{
+    world_read();
+    int layouts = 0;
+    for (int R = 1; R <= world; R++)
+        for (int C = 1; C <= world; C++)
+            for (int E = 1; E <= world; E++) {
+                if (world % (R * C) != 0)
+                    continue;
+                const int S = world / R;
+                if (S % E != 0 || (E > 1 && E % C != 0))
+                    continue;
+                shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+                cfg.dp_replicate = R;
+                cfg.cp = C;
+                cfg.ep = E;
+                shardopt_runtime_t rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+                shardopt_stats_t st = SHARDOPT_STATS_INIT;
+                expect_groups(&rt->groups, R, E);
+                EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
+                EXPECT_EQ_INT(st.rank, me);
+                EXPECT_EQ_INT(st.world, world);
+                EXPECT_EQ_INT(st.dense_size, S);
+                EXPECT_EQ_INT(st.ep_rank, (me % S) % E);
+                EXPECT_EQ_INT(st.expert_shard_rank, (me % S) / E);
+                shardopt_finalize(rt);
+                layouts++;
+            }
+    EXPECT_TRUE(layouts >= 2);
+}
+
+TEST(invalid_layouts_fail_everywhere_with_numbers)
+{
+    world_read();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = NULL;
+    cfg.dp_replicate = world;
+    cfg.cp = 2;
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_WORLD, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "is not a multiple of");
+    EXPECT_TRUE(rt == NULL);
+    cfg = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    cfg.ep = world + 1;
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_WORLD, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "must divide dp_shard x cp");
+    cfg = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    cfg.dp_shard = world;
+    cfg.cp = 2;
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_WORLD, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "but the communicator has");
+}
+
+/* Build the trainer's groups for dp_replicate R and ep E with our own splits. */
+static void trainer_groups(int R, int E, shardopt_groups_t *g, int with_ep, int with_xs)
+{
+    const int S = world / R, rep = me / S, d = me % S;
+    MPI_Comm_split(MPI_COMM_WORLD, rep, d, &g->dense_shard);
+    g->ep = g->expert_shard = g->replicate = MPI_COMM_NULL;
+    if (with_ep)
+        MPI_Comm_split(MPI_COMM_WORLD, rep * S + d / E, d % E, &g->ep);
+    if (with_xs)
+        MPI_Comm_split(MPI_COMM_WORLD, rep * S + d % E, d / E, &g->expert_shard);
+    if (R > 1)
+        MPI_Comm_split(MPI_COMM_WORLD, d, rep, &g->replicate);
+}
+
+static void trainer_groups_free(shardopt_groups_t *g)
+{
+    MPI_Comm *c[] = {&g->dense_shard, &g->ep, &g->expert_shard, &g->replicate};
+    for (int i = 0; i < 4; i++)
+        if (*c[i] != MPI_COMM_NULL)
+            MPI_Comm_free(c[i]);
+}
+
+TEST(trainer_groups_are_taken_and_checked)
+{
+    world_read();
+    const int R = world >= 4 ? 2 : 1, E = 2;
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    for (int variant = 0; variant < 3; variant++) {
+        shardopt_groups_t tg = SHARDOPT_GROUPS_INIT;
+        shardopt_runtime_t rt = NULL;
+        /* all given; EP only (expert shard group derived); expert shard only (EP derived) */
+        trainer_groups(R, E, &tg, variant != 2, variant != 1);
+        ASSERT_EQ_INT(shardopt_init_from_groups(&tg, &cfg, &rt), SHARDOPT_OK);
+        expect_groups(&rt->groups, R, E);
+        shardopt_stats_t st = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(rt, &st);
+        EXPECT_EQ_INT(st.rank, me);
+        EXPECT_EQ_INT(st.dp_replicate, R);
+        shardopt_finalize(rt);
+        trainer_groups_free(&tg);
+    }
+}
+
+TEST(inconsistent_trainer_groups_fail_on_every_rank)
+{
+    world_read();
+    const int S = world, d = me;
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_groups_t tg = SHARDOPT_GROUPS_INIT;
+    shardopt_runtime_t rt = NULL;
+    /* EP groups strided like the expert shard groups: the two no longer form a grid */
+    MPI_Comm_split(MPI_COMM_WORLD, 0, d, &tg.dense_shard);
+    MPI_Comm_split(MPI_COMM_WORLD, d % 2, d / 2, &tg.ep);
+    MPI_Comm_split(MPI_COMM_WORLD, d % 2, d / 2, &tg.expert_shard);
+    (void)S;
+    EXPECT_EQ_INT(shardopt_init_from_groups(&tg, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "inconsistent groups");
+    EXPECT_TRUE(rt == NULL);
+    trainer_groups_free(&tg);
+}
+
+TEST(layout_print_lists_every_rank_in_order)
+{
+    world_read();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.ep = 2;
+    shardopt_runtime_t rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    EXPECT_EQ_INT(shardopt_layout_print(rt, f), SHARDOPT_OK);
+    fclose(f);
+    if (me == 0) {
+        char want[64];
+        EXPECT_STR_CONTAINS(buf, "ranks = dp_replicate 1");
+        for (int r = 0; r < world; r++) {
+            snprintf(want, sizeof want, "rank %4d: replica 0, dp_shard %d", r, r);
+            EXPECT_STR_CONTAINS(buf, want);
+        }
+    } else {
+        EXPECT_EQ_INT(len, 0);
+    }
+    free(buf);
+    shardopt_finalize(rt);
+}

@@ -1,0 +1,315 @@
+#include "plan.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+double plan_ns_cost(int64_t rows, int64_t cols)
+{
+    double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
+    return 4.0 * m * m * n + 2.0 * m * m * m;
+}
+
+/* One matrix of the group, in matrix order. */
+struct mat {
+    const struct plan_param *p;
+    int64_t k, rows, cols;
+    double cost;
+};
+
+/* Member `i`'s rectangle of matrix `m`; returns its element count (0: holds none of it). */
+static int64_t piece_of(const struct mat *m, int i, int64_t *r0, int64_t *r1, int64_t *c0,
+                        int64_t *c1, int64_t *local_off)
+{
+    const struct plan_box *b = &m->p->boxes[i];
+    int rd = m->p->ndim - 2; /* the row dim */
+
+    if (m->p->ndim == 3 && (m->k < b->lo[0] || m->k >= b->lo[0] + b->len[0]))
+        return 0;
+    *r0 = b->lo[rd];
+    *r1 = b->lo[rd] + b->len[rd];
+    *c0 = b->lo[rd + 1];
+    *c1 = b->lo[rd + 1] + b->len[rd + 1];
+    *local_off = m->p->ndim == 3 ? (m->k - b->lo[0]) * b->len[1] * b->len[2] : 0;
+    return (*r1 - *r0) * (*c1 - *c0);
+}
+
+static int64_t piece_count(const struct mat *m, int i)
+{
+    int64_t r0, r1, c0, c1, off;
+    return piece_of(m, i, &r0, &r1, &c0, &c1, &off);
+}
+
+static const struct mat *sort_mats;
+
+/* Longest processing time first; equal costs in matrix order, so every member sorts alike. */
+static int by_cost_desc(const void *a, const void *b)
+{
+    int i = *(const int *)a, j = *(const int *)b;
+    double ci = sort_mats[i].cost, cj = sort_mats[j].cost;
+    if (ci != cj)
+        return ci > cj ? -1 : 1;
+    return i - j;
+}
+
+/* Owners: a member holding the whole matrix keeps it (no traffic); the rest by LPT onto the
+ * least-loaded member, ties toward the member holding most of the matrix, then the lowest. */
+static int owners_assign(const struct mat *mats, int n, int members, int *owner, double *load)
+{
+    int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int nfree = 0;
+
+    if (order == NULL)
+        return -1;
+    for (int m = 0; m < n; m++) {
+        owner[m] = -1;
+        for (int i = 0; i < members && owner[m] < 0; i++)
+            if (piece_count(&mats[m], i) == mats[m].rows * mats[m].cols)
+                owner[m] = i;
+        if (owner[m] >= 0)
+            load[owner[m]] += mats[m].cost;
+        else
+            order[nfree++] = m;
+    }
+    sort_mats = mats; /* qsort has no context argument in C11 */
+    qsort(order, (size_t)nfree, sizeof(int), by_cost_desc);
+    for (int f = 0; f < nfree; f++) {
+        const int m = order[f];
+        int best = 0;
+        int64_t best_held = piece_count(&mats[m], 0);
+        for (int i = 1; i < members; i++) {
+            int64_t held = piece_count(&mats[m], i);
+            if (load[i] < load[best] || (load[i] == load[best] && held > best_held)) {
+                best = i;
+                best_held = held;
+            }
+        }
+        owner[m] = best;
+        load[best] += mats[m].cost;
+    }
+    free(order);
+    return 0;
+}
+
+static int counts_alloc(struct plan_bucket *b, int members)
+{
+    int *c = calloc((size_t)members * 4, sizeof(int));
+    if (c == NULL)
+        return -1;
+    b->a_counts = c;
+    b->a_displs = c + members;
+    b->b_counts = c + 2 * members;
+    b->b_displs = c + 3 * members;
+    return 0;
+}
+
+/* Lay out bucket [m_lo, m_hi): my pieces in A by owner, my matrices' pieces in B by holder. */
+static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const struct mat *mats,
+                        int m_lo, int m_hi, struct plan_bucket *b, size_t *cursor, char *err,
+                        size_t errlen)
+{
+    const int me = cfg->me, members = cfg->members;
+    int64_t r0, r1, c0, c1, off, cnt;
+    size_t slot = 0;
+
+    if (counts_alloc(b, members) != 0)
+        return -1;
+    b->piece_lo = P->npieces;
+    b->owned_lo = P->nowned;
+    /* NS slots, and which of my pieces skip the exchange */
+    for (int m = m_lo; m < m_hi; m++) {
+        if (P->owner[m] == me) {
+            P->owned[P->nowned++] = (struct plan_owned){.param = mats[m].p->param,
+                                                        .k = mats[m].k,
+                                                        .rows = mats[m].rows,
+                                                        .cols = mats[m].cols,
+                                                        .slot = slot};
+            slot += (size_t)(mats[m].rows * mats[m].cols);
+        }
+    }
+    b->owned_hi = P->nowned;
+    b->ns_elems = slot;
+
+    /* A: counts per owner, then offsets in matrix order within each owner's block */
+    for (int m = m_lo; m < m_hi; m++) {
+        cnt = piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
+        int direct = P->owner[m] == me && cnt == mats[m].rows * mats[m].cols;
+        if (cnt > 0 && !direct)
+            b->a_counts[P->owner[m]] += (int)cnt;
+    }
+    /* B: counts per holder of my matrices */
+    for (int m = m_lo; m < m_hi; m++) {
+        if (P->owner[m] != me)
+            continue;
+        for (int s = 0; s < members; s++) {
+            cnt = piece_count(&mats[m], s);
+            int direct = s == me && cnt == mats[m].rows * mats[m].cols;
+            if (cnt > 0 && !direct)
+                b->b_counts[s] += (int)cnt;
+        }
+    }
+    size_t a = 0, bb = 0;
+    for (int i = 0; i < members; i++) {
+        if ((size_t)b->a_counts[i] > (size_t)INT_MAX - a ||
+            (size_t)b->b_counts[i] > (size_t)INT_MAX - bb) {
+            snprintf(err, errlen, "a bucket moves more than 2^31 elements: lower bucket_bytes");
+            return -1;
+        }
+        b->a_displs[i] = (int)a;
+        b->b_displs[i] = (int)bb;
+        a += (size_t)b->a_counts[i];
+        bb += (size_t)b->b_counts[i];
+    }
+    b->a_elems = a;
+    b->b_elems = bb;
+
+    /* my pieces, in matrix order */
+    for (int i = 0; i < members; i++)
+        cursor[i] = (size_t)b->a_displs[i];
+    size_t own_slot = 0;
+    for (int m = m_lo; m < m_hi; m++) {
+        const int owner = P->owner[m];
+        size_t this_slot = own_slot;
+        if (owner == me)
+            own_slot += (size_t)(mats[m].rows * mats[m].cols);
+        cnt = piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
+        if (cnt == 0)
+            continue;
+        int direct = owner == me && cnt == mats[m].rows * mats[m].cols;
+        P->pieces[P->npieces++] = (struct plan_piece){.param = mats[m].p->param,
+                                                      .k = mats[m].k,
+                                                      .local_off = off,
+                                                      .count = cnt,
+                                                      .direct = direct,
+                                                      .buf = direct ? this_slot : cursor[owner]};
+        if (!direct)
+            cursor[owner] += (size_t)cnt;
+    }
+    b->piece_hi = P->npieces;
+
+    /* pieces arriving for my matrices, grouped per matrix for the unpack */
+    for (int i = 0; i < members; i++)
+        cursor[i] = (size_t)b->b_displs[i];
+    int o = b->owned_lo;
+    for (int m = m_lo; m < m_hi; m++) {
+        if (P->owner[m] != me)
+            continue;
+        P->owned[o].in_lo = P->nincoming;
+        for (int s = 0; s < members; s++) {
+            cnt = piece_of(&mats[m], s, &r0, &r1, &c0, &c1, &off);
+            int direct = s == me && cnt == mats[m].rows * mats[m].cols;
+            if (cnt == 0 || direct)
+                continue;
+            P->incoming[P->nincoming++] = (struct plan_incoming){
+                .src = s, .r0 = r0, .r1 = r1, .c0 = c0, .c1 = c1, .buf = cursor[s]};
+            cursor[s] += (size_t)cnt;
+        }
+        P->owned[o].in_hi = P->nincoming;
+        o++;
+    }
+    return 0;
+}
+
+void plan_free(struct group_plan *p)
+{
+    for (int b = 0; b < p->nbuckets; b++)
+        free(p->buckets[b].a_counts);
+    free(p->buckets);
+    free(p->owner);
+    free(p->load);
+    free(p->pieces);
+    free(p->owned);
+    free(p->incoming);
+    memset(p, 0, sizeof *p);
+}
+
+int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int nparams,
+               struct group_plan *out, char *err, size_t errlen)
+{
+    struct group_plan P = {.members = cfg->members, .me = cfg->me};
+    struct mat *mats = NULL;
+    size_t *cursor = NULL;
+    int n = 0, nb = 0, max_pieces = 0, max_in = 0;
+
+    err[0] = '\0';
+
+    for (int p = 0; p < nparams; p++)
+        n += (int)params[p].k_count;
+    mats = malloc(sizeof(*mats) * (size_t)(n ? n : 1));
+    cursor = malloc(sizeof(size_t) * (size_t)cfg->members);
+    P.owner = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    P.load = calloc((size_t)cfg->members, sizeof(double));
+    if (mats == NULL || cursor == NULL || P.owner == NULL || P.load == NULL)
+        goto err_oom;
+    n = 0;
+    for (int p = 0; p < nparams; p++) {
+        const struct plan_param *pp = &params[p];
+        for (int64_t k = pp->k_lo; k < pp->k_lo + pp->k_count; k++) {
+            struct mat *m = &mats[n++];
+            m->p = pp;
+            m->k = k;
+            m->rows = pp->shape[pp->ndim - 2];
+            m->cols = pp->shape[pp->ndim - 1];
+            m->cost = plan_ns_cost(m->rows, m->cols);
+        }
+    }
+    P.nmatrices = n;
+    if (owners_assign(mats, n, cfg->members, P.owner, P.load) != 0)
+        goto err_oom;
+
+    /* upper bounds for the lists: one piece of mine per matrix, one incoming per holder */
+    for (int m = 0; m < n; m++) {
+        if (piece_count(&mats[m], cfg->me) > 0)
+            max_pieces++;
+        if (P.owner[m] == cfg->me)
+            for (int s = 0; s < cfg->members; s++)
+                max_in += piece_count(&mats[m], s) > 0;
+    }
+    P.pieces = malloc(sizeof(*P.pieces) * (size_t)(max_pieces ? max_pieces : 1));
+    P.incoming = malloc(sizeof(*P.incoming) * (size_t)(max_in ? max_in : 1));
+    P.owned = malloc(sizeof(*P.owned) * (size_t)(n ? n : 1));
+    P.buckets = calloc((size_t)(n ? n : 1), sizeof(*P.buckets));
+    if (P.pieces == NULL || P.incoming == NULL || P.owned == NULL || P.buckets == NULL)
+        goto err_oom;
+
+    for (int lo = 0; lo < n;) {
+        size_t bytes = 0;
+        int hi = lo;
+        while (hi < n && (hi == lo || bytes < cfg->bucket_bytes)) {
+            bytes += (size_t)(mats[hi].rows * mats[hi].cols) * cfg->esize;
+            hi++;
+        }
+        struct plan_bucket *b = &P.buckets[nb++];
+        P.nbuckets = nb;
+        if (bucket_build(&P, cfg, mats, lo, hi, b, cursor, err, errlen) != 0) {
+            if (err[0] == '\0')
+                goto err_oom;
+            goto err_free;
+        }
+        if (b->a_elems > P.max_a)
+            P.max_a = b->a_elems;
+        if (b->b_elems > P.max_b)
+            P.max_b = b->b_elems;
+        if (b->ns_elems > P.max_ns)
+            P.max_ns = b->ns_elems;
+        for (int i = 0; i < cfg->members; i++)
+            if (i != cfg->me) {
+                P.bytes_sent += (uint64_t)(b->a_counts[i] + b->b_counts[i]) * cfg->esize;
+                P.bytes_recv += (uint64_t)(b->b_counts[i] + b->a_counts[i]) * cfg->esize;
+            }
+        lo = hi;
+    }
+    free(mats);
+    free(cursor);
+    *out = P;
+    return 0;
+
+err_oom:
+    snprintf(err, errlen, "out of memory planning %d matrices over %d ranks", n, cfg->members);
+err_free:
+    free(mats);
+    free(cursor);
+    plan_free(&P);
+    return -1;
+}

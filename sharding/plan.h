@@ -1,0 +1,98 @@
+/* The exchange plan of one group: which member orthogonalizes each matrix (its owner), where
+ * every piece of every matrix travels, and in which buckets. Pure data, computed identically on
+ * every member from the same inputs; the step executes it and allocates nothing.
+ *
+ * Exchange #1 sends each piece of U from its holder to the owner; exchange #2 sends the same
+ * rectangle of O back. The two are mirror images: what a holder sends in #1 it receives in #2 at
+ * the same offsets, so one pair of buffers serves both:
+ *   A (holder side): my pieces, grouped by owner, in matrix order     #1 send, #2 receive
+ *   B (owner side):  pieces of my matrices, grouped by holder         #1 receive, #2 send
+ * A matrix held whole by its owner travels nowhere ("direct"). */
+#ifndef SHARDING_PLAN_H
+#define SHARDING_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A member's part of a parameter: [lo, lo + len) per dim of the global shape. */
+struct plan_box {
+    int64_t lo[3], len[3];
+};
+
+/* One Muon parameter as a group sees it. */
+struct plan_param {
+    int param;             /* registration index, handed back in the plan */
+    int ndim;              /* 2, or 3 for an [E, rows, cols] stack */
+    int64_t shape[3];      /* global, as stored */
+    int64_t k_lo, k_count; /* the matrices this group orthogonalizes (experts of its EP rank) */
+    const struct plan_box *boxes; /* [members] */
+};
+
+struct plan_cfg {
+    int members, me;
+    size_t bucket_bytes; /* a bucket closes once its matrices reach this many comm-dtype bytes */
+    size_t esize;        /* bytes per element in the comm dtype */
+};
+
+/* A piece I hold. Momentum writes U for it at `buf` (elements): into buffer A, or, when direct,
+ * into the NS buffer; apply reads O from the same place after exchange #2. */
+struct plan_piece {
+    int param;
+    int64_t k;
+    int64_t local_off, count; /* elements in my local shard */
+    int direct;
+    size_t buf;
+};
+
+/* A matrix I orthogonalize, in the NS buffer at `slot` (elements), rows x cols as stored. */
+struct plan_owned {
+    int param;
+    int64_t k, rows, cols;
+    size_t slot;
+    int in_lo, in_hi; /* its pieces that arrive through B (plan.incoming) */
+};
+
+/* A piece of one of my matrices arriving from `src`: B[buf ...] <-> rows [r0, r1) x cols [c0, c1).
+ */
+struct plan_incoming {
+    int src;
+    int64_t r0, r1, c0, c1;
+    size_t buf;
+};
+
+struct plan_bucket {
+    int piece_lo, piece_hi; /* my pieces */
+    int owned_lo, owned_hi; /* my matrices */
+    size_t a_elems, b_elems, ns_elems;
+    int *a_counts, *a_displs; /* [members], elements: exchange #1 send / #2 receive */
+    int *b_counts, *b_displs; /* [members], elements: exchange #1 receive / #2 send */
+};
+
+struct group_plan {
+    int members, me;
+    int nmatrices; /* in the group, all members */
+    int *owner;    /* [nmatrices], in matrix order (params in order, then k) */
+    double *load;  /* [members]: NS FLOPs per iteration owned */
+    struct plan_piece *pieces;
+    int npieces;
+    struct plan_owned *owned;
+    int nowned;
+    struct plan_incoming *incoming;
+    int nincoming;
+    struct plan_bucket *buckets;
+    int nbuckets;
+    size_t max_a, max_b, max_ns;     /* elements: the largest bucket's needs */
+    uint64_t bytes_sent, bytes_recv; /* per step, other members only (both exchanges) */
+};
+
+/* Build the plan. Returns 0, or -1 with a message in err (out of memory, a piece too large for
+ * an MPI count). On failure *out holds nothing to free. */
+int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int nparams,
+               struct group_plan *out, char *err, size_t errlen);
+
+void plan_free(struct group_plan *p);
+
+/* The NS cost of a rows x cols matrix per iteration: 4m^2n + 2m^3, m <= n. */
+double plan_ns_cost(int64_t rows, int64_t cols);
+
+#endif

@@ -1,0 +1,358 @@
+/* The exchange plan, without MPI: plans for every member of a group are executed against each
+ * other in memory (pack, all-to-all by copying, unpack, and back), so a wrong offset anywhere
+ * shows up as a wrong matrix. Then GLM-4.5-Air planned for 16 and 64 ranks: one owner per
+ * matrix, owned NS FLOPs balanced within 1.05, and bytes per rank as the formula says. */
+#include "sharding/plan.h"
+#include "test.h"
+
+#define MAXM 16
+
+/* Even split of n over parts, torch.chunk style: ceil-sized chunks, the last ones may be empty. */
+static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
+{
+    int64_t c = (n + parts - 1) / parts;
+    *lo = c * i < n ? c * i : n;
+    *len = *lo + c < n ? c : n - *lo;
+}
+
+/* Boxes for a param sharded along `dim` over `members` (3-D: experts [k_lo, k_lo + kc) first). */
+static void boxes_make(struct plan_box *b, int members, int ndim, const int64_t *shape, int dim,
+                       int64_t k_lo, int64_t kc, int uneven)
+{
+    for (int i = 0; i < members; i++) {
+        for (int d = 0; d < 3; d++) {
+            b[i].lo[d] = 0;
+            b[i].len[d] = d < ndim ? shape[d] : 1;
+        }
+        if (ndim == 3) {
+            b[i].lo[0] = k_lo;
+            b[i].len[0] = kc;
+        }
+        int64_t n = ndim == 3 && dim == 0 ? kc : shape[dim], lo, len;
+        if (uneven) { /* 37 over 3 as 13, 12, 12 style, but skewed: first gets the most */
+            int64_t base = n / members, extra = n % members;
+            lo = i * base + (i < extra ? i : extra);
+            len = base + (i < extra);
+        } else {
+            chunk(n, members, i, &lo, &len);
+        }
+        b[i].lo[dim] = (ndim == 3 && dim == 0 ? k_lo : 0) + lo;
+        b[i].len[dim] = len;
+    }
+}
+
+/* Global value of element (k, r, c) of param p: distinct everywhere. */
+static float gval(int p, int64_t k, int64_t r, int64_t c)
+{
+    return (float)(p * 1000000 + k * 10000 + r * 100 + c);
+}
+
+/* Run the plans of all members against each other and check every NS slot receives exactly its
+ * matrix, and every holder gets its own rectangle back. Returns the number of wrong elements. */
+static long simulate(const struct plan_cfg *base, const struct plan_param *params, int np)
+{
+    const int M = base->members;
+    struct group_plan plans[MAXM];
+    char err[128];
+    long bad = 0;
+
+    for (int i = 0; i < M; i++) {
+        struct plan_cfg c = *base;
+        c.me = i;
+        if (plan_build(&c, params, np, &plans[i], err, sizeof err) != 0) {
+            fprintf(stderr, "plan_build: %s\n", err);
+            return -1;
+        }
+    }
+    /* the same owners on every member */
+    for (int i = 1; i < M; i++)
+        for (int m = 0; m < plans[0].nmatrices; m++)
+            bad += plans[i].owner[m] != plans[0].owner[m];
+
+    for (int bk = 0; bk < plans[0].nbuckets; bk++) {
+        float *A[MAXM], *B[MAXM], *NS[MAXM];
+        for (int i = 0; i < M; i++) {
+            const struct plan_bucket *b = &plans[i].buckets[bk];
+            A[i] = calloc(b->a_elems + 1, sizeof(float));
+            B[i] = calloc(b->b_elems + 1, sizeof(float));
+            NS[i] = calloc(b->ns_elems + 1, sizeof(float));
+            /* "momentum": my pieces' values, from my local shard's view of the global tensor */
+            for (int q = b->piece_lo; q < b->piece_hi; q++) {
+                const struct plan_piece *pc = &plans[i].pieces[q];
+                const struct plan_param *pp = NULL;
+                for (int p = 0; p < np; p++)
+                    if (params[p].param == pc->param)
+                        pp = &params[p];
+                const struct plan_box *bx = &pp->boxes[i];
+                const int rd = pp->ndim - 2;
+                float *dst = pc->direct ? NS[i] : A[i];
+                for (int64_t e = 0; e < pc->count; e++) {
+                    int64_t r = bx->lo[rd] + e / bx->len[rd + 1];
+                    int64_t c = bx->lo[rd + 1] + e % bx->len[rd + 1];
+                    if (pc->direct)
+                        dst[pc->buf + (size_t)(r * pp->shape[rd + 1] + c)] =
+                            gval(pc->param, pc->k, r, c);
+                    else
+                        dst[pc->buf + (size_t)e] = gval(pc->param, pc->k, r, c);
+                }
+            }
+        }
+        /* exchange #1: A[i] block for owner o -> B[o] block from i */
+        for (int i = 0; i < M; i++)
+            for (int o = 0; o < M; o++) {
+                const struct plan_bucket *bi = &plans[i].buckets[bk], *bo = &plans[o].buckets[bk];
+                bad += bi->a_counts[o] != bo->b_counts[i];
+                if (bi->a_counts[o] == bo->b_counts[i])
+                    memcpy(B[o] + bo->b_displs[i], A[i] + bi->a_displs[o],
+                           sizeof(float) * (size_t)bi->a_counts[o]);
+            }
+        /* unpack and check every owned matrix, then pack O = -U back */
+        for (int o = 0; o < M; o++) {
+            const struct plan_bucket *b = &plans[o].buckets[bk];
+            for (int w = b->owned_lo; w < b->owned_hi; w++) {
+                const struct plan_owned *ow = &plans[o].owned[w];
+                for (int in = ow->in_lo; in < ow->in_hi; in++) {
+                    const struct plan_incoming *pi = &plans[o].incoming[in];
+                    size_t e = pi->buf;
+                    for (int64_t r = pi->r0; r < pi->r1; r++)
+                        for (int64_t c = pi->c0; c < pi->c1; c++)
+                            NS[o][ow->slot + (size_t)(r * ow->cols + c)] = B[o][e++];
+                }
+                for (int64_t r = 0; r < ow->rows; r++)
+                    for (int64_t c = 0; c < ow->cols; c++) {
+                        float *v = &NS[o][ow->slot + (size_t)(r * ow->cols + c)];
+                        bad += *v != gval(ow->param, ow->k, r, c);
+                        *v = -*v;
+                    }
+                for (int in = ow->in_lo; in < ow->in_hi; in++) {
+                    const struct plan_incoming *pi = &plans[o].incoming[in];
+                    size_t e = pi->buf;
+                    for (int64_t r = pi->r0; r < pi->r1; r++)
+                        for (int64_t c = pi->c0; c < pi->c1; c++)
+                            B[o][e++] = NS[o][ow->slot + (size_t)(r * ow->cols + c)];
+                }
+            }
+        }
+        /* exchange #2: B[o] block for holder i -> A[i] block from o; holders check -U */
+        for (int i = 0; i < M; i++)
+            for (int o = 0; o < M; o++) {
+                const struct plan_bucket *bi = &plans[i].buckets[bk], *bo = &plans[o].buckets[bk];
+                memcpy(A[i] + bi->a_displs[o], B[o] + bo->b_displs[i],
+                       sizeof(float) * (size_t)bo->b_counts[i]);
+            }
+        for (int i = 0; i < M; i++) {
+            const struct plan_bucket *b = &plans[i].buckets[bk];
+            for (int q = b->piece_lo; q < b->piece_hi; q++) {
+                const struct plan_piece *pc = &plans[i].pieces[q];
+                const struct plan_param *pp = NULL;
+                for (int p = 0; p < np; p++)
+                    if (params[p].param == pc->param)
+                        pp = &params[p];
+                const struct plan_box *bx = &pp->boxes[i];
+                const int rd = pp->ndim - 2;
+                for (int64_t e = 0; e < pc->count; e++) {
+                    int64_t r = bx->lo[rd] + e / bx->len[rd + 1];
+                    int64_t c = bx->lo[rd + 1] + e % bx->len[rd + 1];
+                    float got = pc->direct ? NS[i][pc->buf + (size_t)(r * pp->shape[rd + 1] + c)]
+                                           : A[i][pc->buf + (size_t)e];
+                    bad += got != -gval(pc->param, pc->k, r, c);
+                }
+            }
+            free(A[i]);
+            free(B[i]);
+            free(NS[i]);
+        }
+    }
+    for (int i = 0; i < M; i++)
+        plan_free(&plans[i]);
+    return bad;
+}
+
+TEST(every_layout_moves_every_element_to_its_owner_and_back)
+{
+    static struct plan_box bx[8][MAXM];
+    const int64_t w[2] = {37, 29}, t[2] = {30, 50}, st[3] = {6, 12, 10};
+    /* (members, shard dim of the 2-D params, shard dim of the stack, uneven, bucket bytes) */
+    const int cases[][5] = {{1, 0, 0, 0, 1 << 20}, {3, 0, 1, 1, 1 << 20}, {3, 1, 2, 0, 64},
+                            {4, 0, 0, 0, 1 << 20}, {5, 1, 1, 1, 2000},    {2, 0, 2, 0, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int *c = cases[ci];
+        const int M = c[0];
+        struct plan_param ps[3] = {
+            {.param = 0, .ndim = 2, .shape = {w[0], w[1], 1}, .k_lo = 0, .k_count = 1},
+            {.param = 1, .ndim = 3, .shape = {st[0], st[1], st[2]}, .k_lo = 2, .k_count = 3},
+            {.param = 4, .ndim = 2, .shape = {t[0], t[1], 1}, .k_lo = 0, .k_count = 1},
+        };
+        boxes_make(bx[0], M, 2, ps[0].shape, c[1], 0, 1, c[3]);
+        boxes_make(bx[1], M, 3, ps[1].shape, c[2], 2, 3, c[3]);
+        boxes_make(bx[2], M, 2, ps[2].shape, 1 - c[1], 0, 1, c[3]);
+        for (int p = 0; p < 3; p++)
+            ps[p].boxes = bx[p];
+        struct plan_cfg cfg = {.members = M, .me = 0, .bucket_bytes = (size_t)c[4], .esize = 2};
+        long bad = simulate(&cfg, ps, 3);
+        EXPECT_EQ_INT(bad, 0);
+    }
+}
+
+TEST(a_matrix_whole_on_a_member_stays_there)
+{
+    static struct plan_box bx[MAXM];
+    struct plan_param p = {.param = 0, .ndim = 3, .shape = {8, 16, 32}, .k_lo = 0, .k_count = 8};
+    boxes_make(bx, 4, 3, p.shape, 0, 0, 8, 0); /* experts along dim 0: two whole experts each */
+    p.boxes = bx;
+    for (int me = 0; me < 4; me++) {
+        struct plan_cfg cfg = {.members = 4, .me = me, .bucket_bytes = 1 << 20, .esize = 2};
+        struct group_plan P;
+        char err[128];
+        ASSERT_EQ_INT(plan_build(&cfg, &p, 1, &P, err, sizeof err), 0);
+        for (int m = 0; m < 8; m++)
+            EXPECT_EQ_INT(P.owner[m], m / 2);
+        EXPECT_EQ_INT(P.bytes_sent, 0);
+        EXPECT_EQ_INT(P.bytes_recv, 0);
+        EXPECT_EQ_INT(P.nowned, 2);
+        for (int q = 0; q < P.npieces; q++)
+            EXPECT_TRUE(P.pieces[q].direct);
+        plan_free(&P);
+    }
+}
+
+/* ---- GLM-4.5-Air ---- */
+
+struct glm_matrix {
+    int64_t rows, cols;
+};
+
+/* Dense (non-expert) Muon matrices of GLM-4.5-Air: 1 dense + 45 MoE layers, hidden 4096, 96 query
+ * heads and 8 KV heads of 128, dense FFN 10944, router 128 x 4096, shared expert of 1408.
+ * Embeddings, lm_head, norms and biases go to AdamW and are not planned. */
+static int glm_dense(struct glm_matrix *out)
+{
+    int n = 0;
+    for (int l = 0; l < 46; l++) {
+        out[n++] = (struct glm_matrix){12288, 4096}; /* q */
+        out[n++] = (struct glm_matrix){1024, 4096};  /* k */
+        out[n++] = (struct glm_matrix){1024, 4096};  /* v */
+        out[n++] = (struct glm_matrix){4096, 12288}; /* o */
+        if (l == 0) {
+            out[n++] = (struct glm_matrix){10944, 4096}; /* gate */
+            out[n++] = (struct glm_matrix){10944, 4096}; /* up */
+            out[n++] = (struct glm_matrix){4096, 10944}; /* down */
+        } else {
+            out[n++] = (struct glm_matrix){128, 4096};  /* router */
+            out[n++] = (struct glm_matrix){1408, 4096}; /* shared gate */
+            out[n++] = (struct glm_matrix){1408, 4096}; /* shared up */
+            out[n++] = (struct glm_matrix){4096, 1408}; /* shared down */
+        }
+    }
+    return n;
+}
+
+/* Plan one group for every member; check owners, balance and bytes against the formula: a
+ * matrix of B bytes moves f_i*B from each non-owner i holding a fraction f_i (and back), and
+ * (1 - f_owner)*B into its owner (and back). */
+static void glm_group_check(const struct plan_param *ps, int np, int members, const char *what)
+{
+    struct group_plan P;
+    char err[128];
+    double *bytes = calloc((size_t)members, sizeof(double)), maxload = 0, sum = 0;
+    int *owner0 = NULL, nm = 0;
+
+    for (int me = 0; me < members; me++) {
+        struct plan_cfg cfg = {
+            .members = members, .me = me, .bucket_bytes = 256u << 20, .esize = 2};
+        ASSERT_EQ_INT(plan_build(&cfg, ps, np, &P, err, sizeof err), 0);
+        if (me == 0) {
+            nm = P.nmatrices;
+            owner0 = malloc(sizeof(int) * (size_t)nm);
+            memcpy(owner0, P.owner, sizeof(int) * (size_t)nm);
+            for (int i = 0; i < members; i++) {
+                sum += P.load[i];
+                maxload = P.load[i] > maxload ? P.load[i] : maxload;
+            }
+        }
+        int same = 1, valid = 1;
+        for (int m = 0; m < nm; m++) {
+            same &= P.owner[m] == owner0[m];
+            valid &= P.owner[m] >= 0 && P.owner[m] < members;
+        }
+        EXPECT_TRUE(same && valid);
+        /* expected bytes for this member, from the layout alone */
+        double want = 0;
+        int m = 0;
+        for (int p = 0; p < np; p++)
+            for (int64_t k = ps[p].k_lo; k < ps[p].k_lo + ps[p].k_count; k++, m++) {
+                const struct plan_box *b = &ps[p].boxes[me];
+                const int rd = ps[p].ndim - 2;
+                const double B = 2.0 * (double)(ps[p].shape[rd] * ps[p].shape[rd + 1]);
+                int held = ps[p].ndim == 2 || (k >= b->lo[0] && k < b->lo[0] + b->len[0]);
+                double f = held ? (double)(b->len[rd] * b->len[rd + 1]) /
+                                      (double)(ps[p].shape[rd] * ps[p].shape[rd + 1])
+                                : 0;
+                /* sent: f*B in #1 as a holder, (1-f)*B in #2 as the owner; received alike */
+                want += owner0[m] == me ? (1 - f) * B : f * B;
+            }
+        EXPECT_NEAR((double)P.bytes_sent, want, 0.5);
+        EXPECT_NEAR((double)P.bytes_recv, want, 0.5);
+        bytes[me] = want;
+        plan_free(&P);
+    }
+    printf("  %s: %d matrices over %d ranks, owned NS FLOPs max/mean %.4f, bytes/rank/step %.1f "
+           "MiB (rank 0)\n",
+           what, nm, members, maxload / (sum / members), bytes[0] / 1048576.0);
+    EXPECT_TRUE(maxload / (sum / members) <= 1.05);
+    free(owner0);
+    free(bytes);
+}
+
+static void glm_plan(int dense_members, int ep, int expert_dim)
+{
+    static struct glm_matrix gm[400];
+    static struct plan_param ps[400];
+    static struct plan_box boxes[400][64];
+    const int nd = glm_dense(gm), xs = dense_members / ep;
+    char what[96];
+
+    for (int i = 0; i < nd; i++) {
+        ps[i] = (struct plan_param){.param = i,
+                                    .ndim = 2,
+                                    .shape = {gm[i].rows, gm[i].cols, 1},
+                                    .k_lo = 0,
+                                    .k_count = 1,
+                                    .boxes = boxes[i]};
+        boxes_make(boxes[i], dense_members, 2, ps[i].shape, 0, 0, 1, 0);
+    }
+    snprintf(what, sizeof what, "GLM-4.5-Air dense group");
+    glm_group_check(ps, nd, dense_members, what);
+
+    /* one expert shard group: the 128/ep experts of one EP rank, gate/up/down of 45 layers */
+    const int64_t E = 128, kc = E / ep;
+    int ne = 0;
+    for (int l = 0; l < 45; l++)
+        for (int s = 0; s < 3; s++) {
+            int64_t r = s < 2 ? 1408 : 4096, c = s < 2 ? 4096 : 1408;
+            ps[ne] = (struct plan_param){.param = ne,
+                                         .ndim = 3,
+                                         .shape = {E, r, c},
+                                         .k_lo = 3 * kc,
+                                         .k_count = kc,
+                                         .boxes = boxes[ne]};
+            boxes_make(boxes[ne], xs, 3, ps[ne].shape, expert_dim, 3 * kc, kc, 0);
+            ne++;
+        }
+    snprintf(what, sizeof what, "GLM-4.5-Air expert shard group (experts along dim %d)",
+             expert_dim);
+    glm_group_check(ps, ne, xs, what);
+}
+
+TEST(glm45_air_16_ranks_dp_shard4_cp4_ep8)
+{
+    glm_plan(16, 8, 1);
+    glm_plan(16, 8, 0);
+}
+
+TEST(glm45_air_64_ranks_dp_replicate2_dp_shard8_cp4_ep8)
+{
+    /* planning is per replica: the dense group is dp_shard x cp = 32 ranks */
+    glm_plan(32, 8, 1);
+    glm_plan(32, 8, 2);
+}

@@ -157,6 +157,7 @@ typedef struct shardopt_config {
     int ep;           /**< expert-parallel size; divides dp_shard*cp, and cp divides it when > 1 */
 
     shardopt_nonfinite_t nonfinite; /**< a NaN/Inf gradient anywhere: skip (default) or error */
+    uint64_t bucket_bytes;          /**< Muon matrices per exchange bucket, in comm-dtype bytes */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -173,7 +174,7 @@ typedef struct shardopt_config {
         .momentum_rounding = SHARDOPT_ROUNDING_NEAREST, .comm_dtype = SHARDOPT_DTYPE_BF16,         \
         .param_rounding = SHARDOPT_ROUNDING_NEAREST, .seed = 0, .backend = SHARDOPT_BACKEND_CPU,   \
         .kernels = SHARDOPT_KERNELS_AUTO, .num_threads = 0, .dp_replicate = 1, .dp_shard = -1,     \
-        .cp = 1, .ep = 1, .nonfinite = SHARDOPT_NONFINITE_SKIP,                                    \
+        .cp = 1, .ep = 1, .nonfinite = SHARDOPT_NONFINITE_SKIP, .bucket_bytes = 128ull << 20,      \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1
@@ -215,16 +216,18 @@ typedef struct shardopt_param_desc {
 typedef struct shardopt_step_args {
     size_t size;
     uint32_t version;
-    double lr;           /**< learning rate, >= 0 */
-    double adamw_lr;     /**< < 0: use lr for AdamW tensors too (default) */
-    double weight_decay; /**< < 0: the config's (default); >= 0: this value for both algos */
-    void *stream;        /**< CUDA backend: the trainer's stream; ignored on the CPU */
+    double lr;            /**< learning rate, >= 0 */
+    double adamw_lr;      /**< < 0: use lr for AdamW tensors too (default) */
+    double weight_decay;  /**< < 0: the config's (default); >= 0: this value for both algos */
+    void *stream;         /**< CUDA backend: the trainer's stream; ignored on the CPU */
+    double max_grad_norm; /**< > 0: clip the global gradient norm to this (scale folded into
+                               the kernels); <= 0 (default): no clipping */
 } shardopt_step_args_t;
 
 #define SHARDOPT_STEP_ARGS_INIT                                                                    \
     {                                                                                              \
         .size = sizeof(shardopt_step_args_t), .version = SHARDOPT_STEP_ARGS_VERSION, .lr = 0.0,    \
-        .adamw_lr = -1.0, .weight_decay = -1.0, .stream = NULL,                                    \
+        .adamw_lr = -1.0, .weight_decay = -1.0, .stream = NULL, .max_grad_norm = 0.0,              \
     }
 
 #define SHARDOPT_STATS_VERSION 1
@@ -258,6 +261,15 @@ typedef struct shardopt_stats {
     int dense_rank, dense_size;
     int ep_rank, ep_size;
     int expert_shard_rank, expert_shard_size;
+
+    /* The last step's gradient pre-pass and traffic */
+    double grad_norm_last;      /**< global gradient norm (NaN when the step was skipped) */
+    uint64_t steps_skipped;     /**< steps skipped for NaN/Inf gradients */
+    int last_step_skipped;      /**< 1 when the last call skipped */
+    char nonfinite_params[256]; /**< the tensors that made the last step skip or fail */
+    uint64_t bytes_sent_dense, bytes_recv_dense;   /**< to/from other ranks, dense shard group */
+    uint64_t bytes_sent_expert, bytes_recv_expert; /**< expert shard group */
+    double seconds_prepass_last, seconds_exchange1_last, seconds_exchange2_last;
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

@@ -94,7 +94,8 @@ enum ns_variant {
     NS_VARIANT_SYMMETRIC = 1, /* X*X^T and A*A as symmetric products, upper half mirrored */
 };
 
-/* Newton-Schulz over a batch of equal matrices, each stored row-major rows x cols:
+/* Newton-Schulz over a batch of equal matrices, each stored row-major rows x cols (in and out
+ * may be the same buffer: each matrix is read whole before its result is written):
  *   X <- U / (|U|_F * norm_scale + eps);   work on X^T when `transpose`
  *   per iteration i: A = X X^T;  B = b_i A + c_i A A;  X = a_i X + B X
  * O (in the stored orientation) is rounded to nearest in out_dtype. */
@@ -111,6 +112,20 @@ struct ns_args {
     float eps;
     int variant;
 };
+
+/* The map for local elements [off, off + n) of a map's range: off must start a run, or the range
+ * must lie inside one run (true for every matrix piece of a layout). */
+static inline struct elem_index_map elem_index_map_at(const struct elem_index_map *m, uint64_t off)
+{
+    struct elem_index_map r = *m;
+    if (off % m->run == 0) {
+        r.base = m->base + (off / m->run) * m->stride;
+    } else {
+        r.base = elem_index_global(m, off);
+        r.run = m->run - off % m->run;
+    }
+    return r;
+}
 
 /* Scratch for one matrix at a time, sized by ns_workspace_floats() for the largest shape. */
 struct ns_workspace {
@@ -132,6 +147,13 @@ struct kernel_ops {
     /* Returns 0, or -1 when the variant is not available in this table. */
     int (*newton_schulz)(const struct kernel_ctx *ctx, const struct ns_args *a,
                          const struct ns_workspace *ws);
+    /* dst rows of `width` bytes at `dpitch` <- src rows at `spitch`: packing and unpacking
+     * matrix pieces around the exchanges. */
+    void (*copy2d)(const struct kernel_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                   size_t spitch, size_t width, size_t rows);
+    /* Sum of squares of n elements of dtype dt, in double. NaN or Inf in x gives a non-finite
+     * result. Deterministic: the same bits for the same input, whatever the thread count. */
+    double (*sumsq)(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
     /* Memory for state and buffers (offload/ allocates through these). */
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);

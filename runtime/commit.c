@@ -1,90 +1,193 @@
-/* commit: freeze the parameter set, lay out state and the step's buffers. Everything the step
- * needs is allocated here, so the step itself allocates nothing. */
+/* commit: check the registration on every rank, plan the exchanges, lay out state and buffers.
+ * Everything the step needs is allocated here, so the step itself allocates nothing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "commit_check.h"
 #include "kernels/lr_scale.h"
 #include "kernels/ns_variant.h"
 #include "log.h"
 #include "runtime.h"
 #include "status.h"
 
-/* Reserve this parameter's state slices and return the size of its NS buffers. */
-static size_t param_plan(shardopt_runtime_t rt, struct shardopt_param *p, size_t *ns_floats)
+/* Reserve this parameter's state slices; fill the Muon geometry. */
+static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
 {
     const size_t n = (size_t)p->layout.local_numel;
 
+    layout_index_runs(&p->layout, &p->index_map.base, &p->index_map.run, &p->index_map.stride);
     if (p->algo == SHARDOPT_ALGO_ADAMW) {
         p->off_exp_avg = state_store_reserve(&rt->store, n * sizeof(float));
         p->off_exp_avg_sq = state_store_reserve(&rt->store, n * sizeof(float));
-        return 0;
+        return;
     }
-    const size_t mom_bytes = n * kdtype_size(rt->cfg.momentum_dtype);
-    p->off_momentum = state_store_reserve(&rt->store, mom_bytes);
-
+    p->off_momentum = state_store_reserve(&rt->store, n * kdtype_size(rt->cfg.momentum_dtype));
     layout_matrix_view(&p->layout, p->transposed, &p->mv);
     p->ns_variant = ns_variant_for_shape(p->mv.rows, p->mv.cols);
     p->lr_scale = lr_scale_factor(rt->cfg.lr_scale, p->mv.true_rows, p->mv.true_cols);
-    size_t ws = ns_workspace_floats(p->mv.rows, p->mv.cols);
-    if (ws > *ns_floats)
-        *ns_floats = ws;
-    return n * kdtype_size(rt->cfg.comm_dtype);
 }
 
-static shardopt_status_t buffer_alloc(shardopt_runtime_t rt, void **buf, size_t bytes,
-                                      const char *what)
+/* The planner's view of the Muon tensors of one group kind. */
+static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind kind,
+                                          const struct shard_table *t, struct group_exec *gx)
 {
-    *buf = rt->ops->alloc(bytes);
-    if (*buf == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: %zu bytes for %s", bytes, what);
-    rt->bytes_workspace += bytes;
+    const shardopt_placement_t want = kind == GROUP_LOCAL   ? SHARDOPT_PLACEMENT_REPLICATED
+                                      : kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE
+                                                            : SHARDOPT_PLACEMENT_EXPERT;
+    const int members = kind == GROUP_LOCAL ? 1 : t->members;
+    struct plan_param *pp = malloc(sizeof(*pp) * (size_t)(rt->nparams ? rt->nparams : 1));
+    struct plan_box *boxes =
+        malloc(sizeof(*boxes) * (size_t)members * (size_t)(rt->nparams ? rt->nparams : 1));
+    struct plan_cfg cfg = {.members = members,
+                           .me = 0,
+                           .bucket_bytes = rt->cfg.bucket_bytes,
+                           .esize = kdtype_size(rt->cfg.comm_dtype)};
+    char err[256];
+    int np = 0, rc;
+
+    if (kind != GROUP_LOCAL)
+        MPI_Comm_rank(kind == GROUP_DENSE ? rt->groups.dense : rt->groups.xs, &cfg.me);
+    if (pp == NULL || boxes == NULL) {
+        free(pp);
+        free(boxes);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: planning memory");
+    }
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want)
+            continue;
+        struct plan_box *b = &boxes[(size_t)np * (size_t)members];
+        for (int m = 0; m < members; m++) {
+            if (kind == GROUP_LOCAL) {
+                memcpy(b[m].lo, p->layout.lo, sizeof b[m].lo);
+                memcpy(b[m].len, p->layout.len, sizeof b[m].len);
+            } else {
+                b[m] = t->boxes[(size_t)m * (size_t)rt->nparams + (size_t)i];
+            }
+        }
+        pp[np] = (struct plan_param){.param = i, .ndim = p->layout.ndim, .boxes = b};
+        memcpy(pp[np].shape, p->layout.shape, sizeof pp[np].shape);
+        /* an expert group orthogonalizes its EP rank's experts; a dense stack all of them */
+        pp[np].k_lo = p->layout.ndim == 3 ? p->layout.win_lo : 0;
+        pp[np].k_count = p->layout.ndim == 3 ? p->layout.win_len : 1;
+        np++;
+    }
+    rc = plan_build(&cfg, pp, np, &gx->plan, err, sizeof err);
+    free(pp);
+    free(boxes);
+    /* the inputs are the same on every member, so plan_build fails alike everywhere but for
+     * memory; agree before anyone goes on */
+    int ok = rc == 0;
+    groups_allreduce(&rt->groups, &ok, 1, MPI_INT, MPI_MIN);
+    if (!ok) {
+        if (rc == 0)
+            plan_free(&gx->plan);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: planning the %s group: %s",
+                        kind == GROUP_DENSE    ? "dense"
+                        : kind == GROUP_EXPERT ? "expert"
+                                               : "local",
+                        rc == 0 ? "failed on another rank" : err);
+    }
+    gx->comm = kind == GROUP_LOCAL   ? MPI_COMM_NULL
+               : kind == GROUP_DENSE ? rt->groups.dense
+                                     : rt->groups.xs;
+    return SHARDOPT_OK;
+}
+
+static void *buffer_alloc(shardopt_runtime_t rt, size_t bytes)
+{
+    void *p = rt->ops->alloc(bytes);
+    if (p != NULL)
+        rt->bytes_workspace += bytes;
+    return p;
+}
+
+void commit_release(shardopt_runtime_t rt)
+{
+    for (int k = 0; k < GROUP_KINDS; k++)
+        plan_free(&rt->gx[k].plan);
+    rt->ops->free(rt->ns_ws.buf);
+    rt->ops->free(rt->ns_buf);
+    rt->ops->free(rt->b_buf);
+    rt->ops->free(rt->a_buf);
+    free(rt->sumsq);
+    free(rt->nonfinite);
+    rt->nonfinite = NULL;
+    rt->ns_ws.buf = NULL;
+    rt->a_buf = rt->b_buf = rt->ns_buf = NULL;
+    rt->sumsq = NULL;
+    rt->bytes_workspace = 0;
+    state_store_free(&rt->store);
+    state_store_init(&rt->store, rt->ops);
+}
+
+static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
+{
+    const size_t es = kdtype_size(rt->cfg.comm_dtype);
+    size_t a = 0, b = 0, ns = 0, ws = 0;
+
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        const struct group_plan *p = &rt->gx[k].plan;
+        a = p->max_a > a ? p->max_a : a;
+        b = p->max_b > b ? p->max_b : b;
+        ns = p->max_ns > ns ? p->max_ns : ns;
+        for (int w = 0; w < p->nowned; w++) {
+            size_t f = ns_workspace_floats(p->owned[w].rows, p->owned[w].cols);
+            ws = f > ws ? f : ws;
+        }
+    }
+    rt->a_buf = buffer_alloc(rt, a * es);
+    rt->b_buf = buffer_alloc(rt, b * es);
+    rt->ns_buf = buffer_alloc(rt, ns * es);
+    rt->ns_ws.buf = buffer_alloc(rt, ws * sizeof(float));
+    rt->ns_ws.floats = ws;
+    rt->sumsq = malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
+    rt->nonfinite = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
+    int ok = rt->a_buf && rt->b_buf && rt->ns_buf && rt->ns_ws.buf && rt->sumsq && rt->nonfinite &&
+             state_store_alloc(&rt->store) == 0;
+    int all = ok;
+    groups_allreduce(&rt->groups, &all, 1, MPI_INT, MPI_MIN);
+    if (!all)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "commit: %s: state %zu bytes, exchange buffers %zu + %zu bytes, NS %zu + "
+                        "%zu bytes",
+                        ok ? "allocation failed on another rank" : "allocation failed",
+                        rt->store.bytes, a * es, b * es, ns * es, ws * sizeof(float));
     return SHARDOPT_OK;
 }
 
 shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
 {
     shardopt_status_t status;
-    size_t comm_bytes = 0, ns_floats = 0;
+    struct shard_table dense = {0}, xs = {0};
 
     if (rt == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "commit: NULL runtime");
     if (rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "commit: runtime already committed");
 
-    for (int i = 0; i < rt->nparams; i++) {
-        size_t b = param_plan(rt, rt->params[i], &ns_floats);
-        if (b > comm_bytes)
-            comm_bytes = b;
+    status = commit_check(rt, &dense, &xs);
+    if (status != SHARDOPT_OK)
+        return status;
+    for (int i = 0; i < rt->nparams; i++)
+        param_plan(rt, rt->params[i]);
+    status = group_plan_build(rt, GROUP_LOCAL, NULL, &rt->gx[GROUP_LOCAL]);
+    if (status == SHARDOPT_OK)
+        status = group_plan_build(rt, GROUP_DENSE, &dense, &rt->gx[GROUP_DENSE]);
+    if (status == SHARDOPT_OK)
+        status = group_plan_build(rt, GROUP_EXPERT, &xs, &rt->gx[GROUP_EXPERT]);
+    shard_table_free(&dense);
+    shard_table_free(&xs);
+    if (status == SHARDOPT_OK)
+        status = buffers_alloc(rt);
+    if (status != SHARDOPT_OK) {
+        commit_release(rt);
+        return status;
     }
-
-    if (state_store_alloc(&rt->store) != 0) {
-        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: %zu bytes of optimizer state",
-                          rt->store.bytes);
-        goto err_reset;
-    }
-    status = buffer_alloc(rt, &rt->u_buf, comm_bytes, "the Newton-Schulz input");
-    if (status != SHARDOPT_OK)
-        goto err_free;
-    status = buffer_alloc(rt, &rt->o_buf, comm_bytes, "the Newton-Schulz output");
-    if (status != SHARDOPT_OK)
-        goto err_free;
-    status = buffer_alloc(rt, (void **)&rt->ns_ws.buf, ns_floats * sizeof(float),
-                          "the Newton-Schulz workspace");
-    if (status != SHARDOPT_OK)
-        goto err_free;
-    rt->ns_ws.floats = ns_floats;
     rt->committed = 1;
-    log_info("commit: %d params, state %zu bytes, workspace %zu bytes", rt->nparams,
-             rt->store.bytes, rt->bytes_workspace);
+    log_info("commit: %d params, state %zu bytes, workspace %zu bytes; NS matrices owned: %d "
+             "local, %d dense, %d expert",
+             rt->nparams, rt->store.bytes, rt->bytes_workspace, rt->gx[GROUP_LOCAL].plan.nowned,
+             rt->gx[GROUP_DENSE].plan.nowned, rt->gx[GROUP_EXPERT].plan.nowned);
     return SHARDOPT_OK;
-
-err_free:
-    rt->ops->free(rt->ns_ws.buf);
-    rt->ops->free(rt->o_buf);
-    rt->ops->free(rt->u_buf);
-    rt->ns_ws.buf = NULL;
-    rt->o_buf = rt->u_buf = NULL;
-    rt->bytes_workspace = 0;
-    state_store_free(&rt->store);
-err_reset:
-    /* leave the runtime as before the call: it may be committed again or finalized */
-    state_store_init(&rt->store, rt->ops);
-    return status;
 }

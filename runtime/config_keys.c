@@ -58,6 +58,8 @@ const struct config_key config_keys[] = {
     INT(cp, 1, 1 << 20, "context-parallel size"),
     INT(ep, 1, 1 << 20, "expert-parallel size"),
     ENUM(nonfinite, nonfinite_names, "a NaN/Inf gradient: skip the step or fail it"),
+    {"bucket_bytes", CFG_U64, OFF(bucket_bytes), NULL, 0, 0, 0, 0, 0, 0,
+     "Muon matrices per exchange bucket, in comm-dtype bytes"},
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

@@ -166,12 +166,8 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
         free(rt->params[i]);
     }
     free(rt->params);
-    state_store_free(&rt->store);
-    if (rt->ops != NULL) {
-        rt->ops->free(rt->u_buf);
-        rt->ops->free(rt->o_buf);
-        rt->ops->free(rt->ns_ws.buf);
-    }
+    if (rt->ops != NULL)
+        commit_release(rt);
     groups_free(&rt->groups);
     free(rt);
     return SHARDOPT_OK;

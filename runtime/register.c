@@ -60,11 +60,40 @@ static int dtype_valid(shardopt_dtype_t t)
     return t == SHARDOPT_DTYPE_FP32 || t == SHARDOPT_DTYPE_BF16;
 }
 
+/* The dim-0 window a shard is taken in (an expert stack's experts of this EP rank), and the size
+ * of the group the shards tile. */
+static shardopt_status_t shard_window(const shardopt_runtime_t rt, const shardopt_param_desc_t *d,
+                                      int64_t *lo, int64_t *len, int *group)
+{
+    const struct groups *g = &rt->groups;
+
+    *lo = 0;
+    *len = d->shape[0];
+    switch (d->placement) {
+    case SHARDOPT_PLACEMENT_DENSE: *group = g->mesh.dense; break;
+    case SHARDOPT_PLACEMENT_REPLICATED: *group = 1; break;
+    case SHARDOPT_PLACEMENT_EXPERT:
+        if (d->shape[0] <= 0 || d->shape[0] % g->mesh.ep != 0)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "register '%s': %lld experts cannot be split over ep %d: the expert "
+                            "count must be a multiple of ep",
+                            d->name, (long long)d->shape[0], g->mesh.ep);
+        *len = d->shape[0] / g->mesh.ep;
+        *lo = g->me.ep_rank * *len;
+        *group = mesh_xs_size(&g->mesh);
+        break;
+    }
+    return SHARDOPT_OK;
+}
+
 static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardopt_param_desc_t *d,
                                        struct layout *layout)
 {
+    shardopt_status_t status;
     char err[256];
     const char *n = d->name;
+    int64_t win_lo, win_len;
+    int group = 1;
 
     if (d->version < 1 || d->version > SHARDOPT_PARAM_DESC_VERSION || d->size < DESC_V1_SIZE)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
@@ -83,9 +112,6 @@ static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardo
                         "register per-layer stacks (2-D matrices or 3-D [E, out, in] expert "
                         "stacks) instead",
                         n, d->ndim);
-    if (layout_init(layout, d->ndim, d->shape, d->shard_dim, d->shard_offset, d->shard_length, err,
-                    sizeof err) != 0)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register '%s': %s", n, err);
     if (!dtype_valid(d->param_dtype) || !dtype_valid(d->grad_dtype))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "register '%s': %s = %d: accepted fp32 (0), bf16 (1)", n,
@@ -104,14 +130,25 @@ static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardo
     if (d->transposed && d->ndim < 2)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "register '%s': transposed applies to matrices, got ndim = %d", n, d->ndim);
-    /* one process holds every parameter whole */
-    if (rt->groups.mesh.world == 1 && layout->local_numel != layout->global_numel)
+    status = shard_window(rt, d, &win_lo, &win_len, &group);
+    if (status != SHARDOPT_OK)
+        return status;
+    if (layout_init(layout, d->ndim, d->shape, d->shard_dim, d->shard_offset, d->shard_length,
+                    win_lo, win_len, err, sizeof err) != 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register '%s': %s", n, err);
+    /* a shard group of one rank (or a replicated tensor) holds the whole extent */
+    int64_t t_lo, t_n;
+    layout_tile_range(layout, &t_lo, &t_n);
+    if (group == 1 && layout->len[layout->shard_dim] != t_n)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "register '%s': shard [%lld, %lld) of dim %d (size %lld): a single "
-                        "process must hold the whole tensor",
+                        "register '%s': shard [%lld, %lld) of dim %d covers less than its extent "
+                        "%lld, but %s",
                         n, (long long)layout->shard_offset,
                         (long long)(layout->shard_offset + layout->shard_length), d->shard_dim,
-                        (long long)d->shape[d->shard_dim]);
+                        (long long)t_n,
+                        d->placement == SHARDOPT_PLACEMENT_REPLICATED
+                            ? "a replicated tensor is whole on every rank"
+                            : "its shard group has one rank: it must hold the whole tensor");
     if (!(d->lr_mult >= 0 && d->lr_mult < 1e6) || !(d->wd_mult >= 0 && d->wd_mult < 1e6))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register '%s': %s = %g: accepted [0, 1e6)",
                         n, d->lr_mult >= 0 && d->lr_mult < 1e6 ? "wd_mult" : "lr_mult",
@@ -141,22 +178,15 @@ static shardopt_status_t params_grow(shardopt_runtime_t rt)
     return SHARDOPT_OK;
 }
 
-shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,
-                                    shardopt_param_t *param_p)
+/* Validate and keep one parameter. */
+static shardopt_status_t param_add(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,
+                                   shardopt_param_t *param_p)
 {
     shardopt_status_t status;
     struct shardopt_param *p;
     struct layout layout;
     shardopt_algo_t algo = SHARDOPT_ALGO_AUTO;
 
-    if (rt == NULL || desc == NULL || param_p == NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register: NULL %s",
-                        rt == NULL     ? "runtime"
-                        : desc == NULL ? "desc"
-                                       : "param_p");
-    if (rt->committed)
-        return log_fail(SHARDOPT_ERR_STATE, "register '%s': runtime already committed",
-                        desc->name != NULL ? desc->name : "(null)");
     status = desc_validate(rt, desc, &layout);
     if (status != SHARDOPT_OK)
         return status;
@@ -196,6 +226,27 @@ shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_
 
 err_free:
     free(p);
+    return status;
+}
+
+shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,
+                                    shardopt_param_t *param_p)
+{
+    shardopt_status_t status;
+
+    if (rt == NULL || desc == NULL || param_p == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register: NULL %s",
+                        rt == NULL     ? "runtime"
+                        : desc == NULL ? "desc"
+                                       : "param_p");
+    if (rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE, "register '%s': runtime already committed",
+                        desc->name != NULL ? desc->name : "(null)");
+    status = param_add(rt, desc, param_p);
+    /* registration is local, commit collective: remember the failure so that commit fails on
+     * every rank instead of leaving the others waiting for this one */
+    if (status != SHARDOPT_OK && rt->register_failures++ == 0)
+        snprintf(rt->register_error, sizeof rt->register_error, "%s", shardopt_last_error());
     return status;
 }
 

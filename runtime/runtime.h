@@ -7,6 +7,7 @@
 #include "kernels/ops.h"
 #include "offload/state_store.h"
 #include "sharding/layout.h"
+#include "sharding/plan.h"
 #include "shardopt.h"
 
 struct shardopt_param {
@@ -15,6 +16,7 @@ struct shardopt_param {
     uint64_t name_hash; /* keys stochastic rounding: stable across runs and layouts */
     int index;          /* registration order */
     struct layout layout;
+    struct elem_index_map index_map; /* local element -> global flat index */
     shardopt_dtype_t param_dtype, grad_dtype;
     int transposed;
     shardopt_placement_t placement;
@@ -35,12 +37,26 @@ struct shardopt_param {
     uint64_t step; /* steps this parameter has taken (AdamW bias correction, rounding key) */
 };
 
+/* Where Muon matrices are orthogonalized: replicated tensors on every rank itself, dense
+ * tensors over the dense shard group, expert stacks over the expert shard group. */
+enum group_kind { GROUP_LOCAL = 0, GROUP_DENSE = 1, GROUP_EXPERT = 2, GROUP_KINDS = 3 };
+
+struct group_exec {
+    struct group_plan plan;
+    MPI_Comm comm; /* MPI_COMM_NULL for GROUP_LOCAL */
+};
+
 /* What the step measures; stats.c derives the rest of shardopt_stats_t from the params. */
 struct step_counters {
-    uint64_t steps;
+    uint64_t steps, skipped;
+    int last_skipped;
+    double grad_norm_last;
+    char nonfinite_last[256]; /* names of the tensors that made the last step skip or fail */
     double ns_flops_last;
+    uint64_t bytes_sent[GROUP_KINDS], bytes_recv[GROUP_KINDS]; /* last step, other ranks only */
     double seconds_last, seconds_total;
-    double seconds_adamw_last, seconds_momentum_last, seconds_ns_last, seconds_apply_last;
+    double seconds_prepass_last, seconds_adamw_last, seconds_momentum_last, seconds_exchange1_last,
+        seconds_ns_last, seconds_exchange2_last, seconds_apply_last;
 };
 
 struct shardopt_runtime {
@@ -53,14 +69,22 @@ struct shardopt_runtime {
 
     struct shardopt_param **params;
     int nparams, params_cap;
+    int register_failures;    /* failed shardopt_register calls: commit then fails everywhere */
+    char register_error[512]; /* the first one's message */
     int committed;
 
     struct state_store store;
-    void *u_buf, *o_buf; /* Newton-Schulz input and output, comm dtype, largest Muon param */
+    struct group_exec gx[GROUP_KINDS];
+    void *a_buf, *b_buf, *ns_buf; /* exchange buffers and NS slots, comm dtype, largest bucket */
     struct ns_workspace ns_ws;
+    double *sumsq;  /* [nparams]: the step's gradient pre-pass */
+    int *nonfinite; /* [nparams]: NaN/Inf gradient somewhere */
     size_t bytes_workspace;
 
     struct step_counters counters;
 };
+
+/* Free what commit made, leaving the runtime as before commit (also used by finalize). */
+void commit_release(shardopt_runtime_t rt);
 
 #endif

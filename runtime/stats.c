@@ -29,9 +29,13 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
         }
         s.num_muon++;
         s.bytes_momentum += n * kdtype_size(rt->cfg.momentum_dtype);
-        if (rt->committed) {
-            s.muon_matrices += p->mv.batch;
-            s.ns_symmetric += p->ns_variant == NS_VARIANT_SYMMETRIC ? p->mv.batch : 0;
+    }
+    /* matrices this rank orthogonalizes */
+    for (int g = 0; rt->committed && g < GROUP_KINDS; g++) {
+        const struct group_plan *P = &rt->gx[g].plan;
+        for (int w = 0; w < P->nowned; w++) {
+            s.muon_matrices++;
+            s.ns_symmetric += rt->params[P->owned[w].param]->ns_variant == NS_VARIANT_SYMMETRIC;
         }
     }
     k = &rt->counters;
@@ -45,6 +49,18 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.seconds_momentum_last = k->seconds_momentum_last;
     s.seconds_ns_last = k->seconds_ns_last;
     s.seconds_apply_last = k->seconds_apply_last;
+    s.seconds_prepass_last = k->seconds_prepass_last;
+    s.seconds_exchange1_last = k->seconds_exchange1_last;
+    s.seconds_exchange2_last = k->seconds_exchange2_last;
+    s.grad_norm_last = k->grad_norm_last;
+    s.steps_skipped = k->skipped;
+    s.last_step_skipped = k->last_skipped;
+    snprintf(s.nonfinite_params, sizeof s.nonfinite_params, "%s", k->nonfinite_last);
+    s.bytes_sent_dense = k->bytes_sent[GROUP_DENSE];
+    s.bytes_recv_dense = k->bytes_recv[GROUP_DENSE];
+    s.bytes_sent_expert = k->bytes_sent[GROUP_EXPERT];
+    s.bytes_recv_expert = k->bytes_recv[GROUP_EXPERT];
+
     snprintf(s.kernels, sizeof s.kernels, "%s", rt->ops->name);
     const struct groups *g = &rt->groups;
     s.rank = g->me.rank;

@@ -1,9 +1,13 @@
-/* The optimizer step on one process: AdamW tensors, then for each Muon parameter momentum and
- * pack, Newton-Schulz, apply (DESIGN.md §1). Everything is validated before anything is
- * written, and nothing is allocated. */
+/* The optimizer step (DESIGN.md §1): validate everywhere, the gradient pre-pass, AdamW tensors,
+ * then the Muon tensors group by group. Everything is validated, on every rank, before anything
+ * is written, and nothing is allocated. */
 #include <math.h>
+#include <string.h>
 #include <time.h>
 
+#include "log.h"
+#include "muon_exec.h"
+#include "prepass.h"
 #include "runtime.h"
 #include "status.h"
 
@@ -11,6 +15,7 @@
 struct step_scalars {
     double lr, adamw_lr;
     double muon_wd, adamw_wd;
+    double max_grad_norm;
 };
 
 static double now_seconds(void)
@@ -20,30 +25,21 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static struct elem_index_map param_index_map(const struct shardopt_param *p)
-{
-    struct elem_index_map m;
-    layout_index_runs(&p->layout, &m.base, &m.run, &m.stride);
-    return m;
-}
-
+/* Local checks; the caller makes every rank agree on the outcome. */
 static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_step_args_t *args,
                                        struct step_scalars *sc)
 {
-    if (rt == NULL || args == NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL %s",
-                        rt == NULL ? "runtime" : "args");
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "step: runtime not committed (call shardopt_commit)");
-    if (rt->groups.mesh.world > 1)
-        return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                        "step: %d ranks: the distributed step is not implemented yet",
-                        rt->groups.mesh.world);
     if (args->version < 1 || args->version > SHARDOPT_STEP_ARGS_VERSION ||
         args->size < offsetof(shardopt_step_args_t, stream) + sizeof(void *))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "step: args version %u / size %zu: initialise with SHARDOPT_STEP_ARGS_INIT",
                         args->version, args->size);
+    const double max_norm =
+        args->size >= offsetof(shardopt_step_args_t, max_grad_norm) + sizeof(double)
+            ? args->max_grad_norm
+            : 0.0;
     if (!(args->lr >= 0 && isfinite(args->lr)))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "step: lr = %g: accepted a finite value >= 0", args->lr);
@@ -56,6 +52,10 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
             SHARDOPT_ERR_INVALID_ARGUMENT,
             "step: weight_decay = %g: accepted < 0 (use the config's) or a finite value",
             args->weight_decay);
+    if (!(isfinite(max_norm)))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: max_grad_norm = %g: accepted <= 0 (no clipping) or a finite value",
+                        max_norm);
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->layout.local_numel > 0 && (p->grad == NULL || p->data == NULL))
@@ -68,11 +68,12 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
     sc->adamw_lr = args->adamw_lr < 0 ? args->lr : args->adamw_lr;
     sc->muon_wd = args->weight_decay < 0 ? rt->cfg.weight_decay : args->weight_decay;
     sc->adamw_wd = args->weight_decay < 0 ? rt->cfg.adamw_weight_decay : args->weight_decay;
+    sc->max_grad_norm = max_norm;
     return SHARDOPT_OK;
 }
 
 static void step_adamw(shardopt_runtime_t rt, struct shardopt_param *p,
-                       const struct step_scalars *sc)
+                       const struct step_scalars *sc, float grad_scale)
 {
     const shardopt_config_t *c = &rt->cfg;
     const double t = (double)(p->step + 1);
@@ -84,7 +85,7 @@ static void step_adamw(shardopt_runtime_t rt, struct shardopt_param *p,
         .param_rounding = c->param_rounding,
         .grad = p->grad,
         .grad_dtype = p->grad_dtype,
-        .grad_scale = 1.0f,
+        .grad_scale = grad_scale,
         .exp_avg = state_store_ptr(&rt->store, p->off_exp_avg),
         .exp_avg_sq = state_store_ptr(&rt->store, p->off_exp_avg_sq),
         .beta1 = (float)c->adamw_beta1,
@@ -96,78 +97,35 @@ static void step_adamw(shardopt_runtime_t rt, struct shardopt_param *p,
         .bc2_rsqrt = (float)(1.0 / sqrt(1.0 - pow(c->adamw_beta2, t))),
         .decay = (float)(1.0 - lr * wd),
         .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
-        .idx = param_index_map(p),
+        .idx = p->index_map,
     };
     rt->ops->adamw(&rt->kctx, &a);
 }
 
-static shardopt_status_t step_muon(shardopt_runtime_t rt, struct shardopt_param *p,
-                                   const struct step_scalars *sc)
+static void counters_reset(struct step_counters *k)
 {
-    const shardopt_config_t *c = &rt->cfg;
-    const size_t n = (size_t)p->layout.local_numel;
-    const double lr = sc->lr * p->lr_mult, wd = sc->muon_wd * p->wd_mult;
-    const struct elem_index_map idx = param_index_map(p);
+    k->ns_flops_last = 0;
+    memset(k->bytes_sent, 0, sizeof k->bytes_sent);
+    memset(k->bytes_recv, 0, sizeof k->bytes_recv);
+    k->seconds_prepass_last = k->seconds_adamw_last = k->seconds_momentum_last = 0;
+    k->seconds_exchange1_last = k->seconds_ns_last = k->seconds_exchange2_last = 0;
+    k->seconds_apply_last = 0;
+    k->last_skipped = 0;
+}
+
+/* A non-finite gradient somewhere: skip (nothing changes anywhere) or fail, on every rank. */
+static shardopt_status_t step_nonfinite(shardopt_runtime_t rt, int tensors)
+{
     struct step_counters *k = &rt->counters;
-    double t0 = now_seconds(), t1, t2;
-
-    struct momentum_args m = {
-        .n = n,
-        .grad = p->grad,
-        .grad_dtype = p->grad_dtype,
-        .grad_scale = 1.0f,
-        .mom = state_store_ptr(&rt->store, p->off_momentum),
-        .mom_dtype = c->momentum_dtype,
-        .mom_rounding = c->momentum_rounding,
-        .out = rt->u_buf,
-        .out_dtype = c->comm_dtype,
-        .mu = (float)c->momentum,
-        .nesterov = c->nesterov,
-        .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_MOMENTUM, p->step + 1),
-        .idx = idx,
-    };
-    rt->ops->momentum(&rt->kctx, &m);
-    t1 = now_seconds();
-
-    struct ns_args ns = {
-        .batch = p->mv.batch,
-        .rows = p->mv.rows,
-        .cols = p->mv.cols,
-        .transpose = p->mv.ns_transpose,
-        .in = rt->u_buf,
-        .in_dtype = c->comm_dtype,
-        .out = rt->o_buf,
-        .out_dtype = c->comm_dtype,
-        .coeffs = (const float(*)[3])rt->ns_coeffs,
-        .steps = c->ns_steps,
-        .norm_scale = rt->ns_norm_scale,
-        .eps = (float)c->ns_eps,
-        .variant = p->ns_variant,
-    };
-    if (rt->ops->newton_schulz(&rt->kctx, &ns, &rt->ns_ws) != 0)
-        return log_fail(SHARDOPT_ERR_INTERNAL,
-                        "step '%s': Newton-Schulz refused [%lld x %lld] variant %d in kernels %s",
-                        p->name, (long long)p->mv.rows, (long long)p->mv.cols, p->ns_variant,
-                        rt->ops->name);
-    t2 = now_seconds();
-    k->ns_flops_last += ns_flops_per_iter(p->mv.rows, p->mv.cols) * c->ns_steps * p->mv.batch;
-
-    struct apply_args a = {
-        .n = n,
-        .param = p->data,
-        .param_dtype = p->param_dtype,
-        .param_rounding = c->param_rounding,
-        .update = rt->o_buf,
-        .update_dtype = c->comm_dtype,
-        .alpha = (float)(lr * p->lr_scale),
-        .decay = (float)(1.0 - lr * wd),
-        .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
-        .idx = idx,
-    };
-    rt->ops->apply(&rt->kctx, &a);
-    k->seconds_momentum_last += t1 - t0;
-    k->seconds_ns_last += t2 - t1;
-    k->seconds_apply_last += now_seconds() - t2;
+    if (rt->cfg.nonfinite == SHARDOPT_NONFINITE_ERROR)
+        return log_fail(SHARDOPT_ERR_NONFINITE,
+                        "step: NaN/Inf gradients in %d tensor(s): %s; nothing was updated", tensors,
+                        k->nonfinite_last);
+    k->skipped++;
+    k->last_skipped = 1;
+    if (rt->groups.me.rank == 0)
+        log_warn("step: skipped (step %llu): NaN/Inf gradients in %d tensor(s): %s",
+                 (unsigned long long)k->steps + 1, tensors, k->nonfinite_last);
     return SHARDOPT_OK;
 }
 
@@ -175,28 +133,50 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
 {
     shardopt_status_t status;
     struct step_scalars sc = {0};
+    struct prepass_result pre;
     struct step_counters *k;
     double t0 = now_seconds(), t1;
 
+    if (rt == NULL || args == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL %s",
+                        rt == NULL ? "runtime" : "args");
     status = step_validate(rt, args, &sc);
+    if (rt->committed) {
+        /* the step is collective: a check failing on one rank fails it on all */
+        int worst = (int)status, where = status != SHARDOPT_OK ? rt->groups.me.rank : -1;
+        int pair[2] = {worst, where};
+        MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, rt->groups.dense);
+        MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, rt->groups.rep);
+        if (status == SHARDOPT_OK && pair[0] != SHARDOPT_OK)
+            return log_fail((shardopt_status_t)pair[0],
+                            "step: rank %d refused the step (see its log); nothing was updated",
+                            pair[1]);
+    }
     if (status != SHARDOPT_OK)
         return status;
     k = &rt->counters;
-    k->ns_flops_last = 0;
-    k->seconds_momentum_last = k->seconds_ns_last = k->seconds_apply_last = 0;
+    counters_reset(k);
+
+    status = prepass_run(rt, sc.max_grad_norm, &pre);
+    if (status != SHARDOPT_OK)
+        return status;
+    k->grad_norm_last = pre.norm;
+    t1 = now_seconds();
+    k->seconds_prepass_last = t1 - t0;
+    if (pre.nonfinite)
+        return step_nonfinite(rt, pre.nonfinite);
 
     for (int i = 0; i < rt->nparams; i++)
         if (rt->params[i]->algo == SHARDOPT_ALGO_ADAMW && rt->params[i]->layout.local_numel > 0)
-            step_adamw(rt, rt->params[i], &sc);
-    t1 = now_seconds();
-    k->seconds_adamw_last = t1 - t0;
+            step_adamw(rt, rt->params[i], &sc, pre.grad_scale);
+    k->seconds_adamw_last = now_seconds() - t1;
 
-    for (int i = 0; i < rt->nparams; i++)
-        if (rt->params[i]->algo == SHARDOPT_ALGO_MUON && rt->params[i]->layout.local_numel > 0) {
-            status = step_muon(rt, rt->params[i], &sc);
-            if (status != SHARDOPT_OK)
-                return status;
-        }
+    const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};
+    for (int g = 0; g < GROUP_KINDS; g++) {
+        status = muon_group_run(rt, (enum group_kind)g, &ms);
+        if (status != SHARDOPT_OK)
+            return status;
+    }
 
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;

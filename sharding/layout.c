@@ -3,7 +3,8 @@
 #include <stdio.h>
 
 int layout_init(struct layout *l, int ndim, const int64_t shape[], int shard_dim,
-                int64_t shard_offset, int64_t shard_length, char *err, size_t errlen)
+                int64_t shard_offset, int64_t shard_length, int64_t win_lo, int64_t win_len,
+                char *err, size_t errlen)
 {
     if (ndim < 1 || ndim > LAYOUT_MAX_DIMS) {
         snprintf(err, errlen, "ndim = %d: accepted 1, 2 or 3", ndim);
@@ -26,42 +27,69 @@ int layout_init(struct layout *l, int ndim, const int64_t shape[], int shard_dim
         l->shape[d] = shape[d];
         l->global_numel *= shape[d];
     }
+    for (int d = ndim; d < LAYOUT_MAX_DIMS; d++)
+        l->shape[d] = 1;
     if (shard_dim < 0 || shard_dim >= ndim) {
         snprintf(err, errlen, "shard_dim = %d: accepted 0..%d", shard_dim, ndim - 1);
         return -1;
     }
+    if (win_lo < 0 || win_len < 0 || win_lo + win_len > shape[0]) {
+        snprintf(err, errlen, "dim-0 window [%lld, %lld) is outside the global dim of %lld",
+                 (long long)win_lo, (long long)(win_lo + win_len), (long long)shape[0]);
+        return -1;
+    }
+    const int64_t extent = shard_dim == 0 ? win_len : shape[shard_dim];
     if (shard_length < 0)
-        shard_length = shape[shard_dim] - shard_offset;
-    if (shard_offset < 0 || shard_offset > shape[shard_dim] || shard_length < 0 ||
-        shard_length > shape[shard_dim] - shard_offset) {
-        snprintf(err, errlen, "shard [%lld, %lld) along dim %d is outside the global dim of %lld",
+        shard_length = extent - shard_offset;
+    if (shard_offset < 0 || shard_offset > extent || shard_length < 0 ||
+        shard_length > extent - shard_offset) {
+        snprintf(err, errlen, "shard [%lld, %lld) along dim %d is outside [0, %lld)",
                  (long long)shard_offset, (long long)(shard_offset + shard_length), shard_dim,
-                 (long long)shape[shard_dim]);
+                 (long long)extent);
         return -1;
     }
     l->shard_dim = shard_dim;
+    l->win_lo = win_lo;
+    l->win_len = win_len;
     l->shard_offset = shard_offset;
     l->shard_length = shard_length;
     l->local_numel = 1;
-    for (int d = 0; d < ndim; d++) {
-        l->local_shape[d] = d == shard_dim ? shard_length : shape[d];
-        l->local_numel *= l->local_shape[d];
+    for (int d = 0; d < LAYOUT_MAX_DIMS; d++) {
+        l->lo[d] = 0;
+        l->len[d] = l->shape[d];
     }
-    for (int d = ndim; d < LAYOUT_MAX_DIMS; d++)
-        l->shape[d] = l->local_shape[d] = 1;
+    l->lo[0] = win_lo;
+    l->len[0] = win_len;
+    l->lo[shard_dim] += shard_offset;
+    l->len[shard_dim] = shard_length;
+    for (int d = 0; d < ndim; d++)
+        l->local_numel *= l->len[d];
     return 0;
 }
 
 void layout_index_runs(const struct layout *l, uint64_t *base, uint64_t *run, uint64_t *stride)
 {
-    uint64_t inner = 1;
-    for (int d = l->shard_dim + 1; d < l->ndim; d++)
+    uint64_t inner = 1, gstride[LAYOUT_MAX_DIMS];
+    for (int d = l->ndim - 1; d >= 0; d--) {
+        gstride[d] = inner;
         inner *= (uint64_t)l->shape[d];
-    *base = (uint64_t)l->shard_offset * inner;
-    *run = (uint64_t)l->shard_length * inner;
-    *stride = (uint64_t)l->shape[l->shard_dim] * inner;
+    }
+    *base = 0;
+    for (int d = 0; d < l->ndim; d++)
+        *base += (uint64_t)l->lo[d] * gstride[d];
+    const int sd = l->shard_dim;
+    *run = (uint64_t)l->len[sd] * gstride[sd];
+    /* runs follow each other at the stride of the dim above the shard: when that is dim 0's
+     * window (or nothing), the runs are whole rows of the dim above */
+    *stride = sd == 0 ? *run : (uint64_t)l->shape[sd] * gstride[sd];
     if (*run == 0)
         *run = 1; /* empty shard: no element is ever mapped; keep the division defined */
+}
+
+void layout_tile_range(const struct layout *l, int64_t *lo, int64_t *n)
+{
+    *lo = l->shard_dim == 0 ? l->win_lo : 0;
+    *n = l->shard_dim == 0 ? l->win_len : l->shape[l->shard_dim];
 }
 
 void layout_matrix_view(const struct layout *l, int transposed, struct matrix_view *mv)

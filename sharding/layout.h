@@ -7,13 +7,18 @@
 
 #define LAYOUT_MAX_DIMS 3
 
+/* The local shard is a box of the global tensor: [lo[d], lo[d] + len[d]) per dim. At most two
+ * dims are restricted: dim 0 by a window (the experts of this rank's EP group) and shard_dim by
+ * the shard; every dim between them is whole, so the local elements are runs of equal length at
+ * a constant global stride. */
 struct layout {
     int ndim;
     int64_t shape[LAYOUT_MAX_DIMS]; /* global, as stored */
     int shard_dim;
-    int64_t shard_offset;
+    int64_t win_lo, win_len; /* dim-0 window the shard is relative to */
+    int64_t shard_offset;    /* relative to the window when shard_dim is 0 */
     int64_t shard_length;
-    int64_t local_shape[LAYOUT_MAX_DIMS]; /* shape with shard_dim replaced by shard_length */
+    int64_t lo[LAYOUT_MAX_DIMS], len[LAYOUT_MAX_DIMS]; /* the box, global coordinates */
     int64_t local_numel;
     int64_t global_numel;
 };
@@ -29,13 +34,19 @@ struct matrix_view {
     int ns_transpose;
 };
 
-/* Fill l from a shard description. shard_length < 0 means the whole dim. Returns 0, or -1 with
- * a message (naming the field and value) in err. */
+/* Fill l from a shard description. The shard [shard_offset, + shard_length) along shard_dim is
+ * taken inside the dim-0 window [win_lo, win_lo + win_len) (pass 0 and shape[0] for none);
+ * shard_length < 0 means the rest of the dim. Returns 0, or -1 with a message (naming the field
+ * and value) in err. */
 int layout_init(struct layout *l, int ndim, const int64_t shape[], int shard_dim,
-                int64_t shard_offset, int64_t shard_length, char *err, size_t errlen);
+                int64_t shard_offset, int64_t shard_length, int64_t win_lo, int64_t win_len,
+                char *err, size_t errlen);
 
 /* Global flat index of local element i = base + (i / run) * stride + i % run. */
 void layout_index_runs(const struct layout *l, uint64_t *base, uint64_t *run, uint64_t *stride);
+
+/* The extent the shards of a group tile along shard_dim: [lo, lo + n). */
+void layout_tile_range(const struct layout *l, int64_t *lo, int64_t *n);
 
 /* The matrix view of a 2-D or 3-D global shape. */
 void layout_matrix_view(const struct layout *l, int transposed, struct matrix_view *mv);

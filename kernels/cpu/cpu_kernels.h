@@ -27,6 +27,10 @@ void avx2_momentum(const struct kernel_ctx *ctx, const struct momentum_args *a);
 void avx2_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a);
 void avx2_apply(const struct kernel_ctx *ctx, const struct apply_args *a);
 
+void cpu_copy2d(const struct kernel_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                size_t spitch, size_t width, size_t rows);
+double cpu_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
+
 void *cpu_alloc(size_t bytes);
 void cpu_free(void *p);
 

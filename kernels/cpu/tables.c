@@ -20,6 +20,8 @@ static const struct kernel_ops cpu_ref = {
     .adamw = ref_adamw,
     .apply = ref_apply,
     .newton_schulz = ref_newton_schulz,
+    .copy2d = cpu_copy2d,
+    .sumsq = cpu_sumsq,
     .alloc = cpu_alloc,
     .free = cpu_free,
 };
@@ -30,6 +32,8 @@ static const struct kernel_ops cpu_portable = {
     .adamw = ref_adamw,
     .apply = ref_apply,
     .newton_schulz = blas_newton_schulz,
+    .copy2d = cpu_copy2d,
+    .sumsq = cpu_sumsq,
     .alloc = cpu_alloc,
     .free = cpu_free,
 };
@@ -41,6 +45,8 @@ static const struct kernel_ops cpu_avx512 = {
     .adamw = avx512_adamw,
     .apply = avx512_apply,
     .newton_schulz = blas_newton_schulz,
+    .copy2d = cpu_copy2d,
+    .sumsq = cpu_sumsq,
     .alloc = cpu_alloc,
     .free = cpu_free,
 };
@@ -53,6 +59,8 @@ static const struct kernel_ops cpu_avx2 = {
     .adamw = avx2_adamw,
     .apply = avx2_apply,
     .newton_schulz = blas_newton_schulz,
+    .copy2d = cpu_copy2d,
+    .sumsq = cpu_sumsq,
     .alloc = cpu_alloc,
     .free = cpu_free,
 };

@@ -1,0 +1,332 @@
+#include "commit_check.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+
+/* What must agree across ranks, per parameter. */
+struct param_record {
+    uint64_t name_hash;
+    int32_t ndim, param_dtype, grad_dtype, placement, algo, transposed, shard_dim, pad;
+    int64_t shape[3];
+    double lr_mult, wd_mult;
+};
+
+enum {
+    F_NAME,
+    F_NDIM,
+    F_SHAPE,
+    F_PARAM_DTYPE,
+    F_GRAD_DTYPE,
+    F_PLACEMENT,
+    F_ALGO,
+    F_TRANSPOSED,
+    F_SHARD_DIM,
+    F_LR_MULT,
+    F_WD_MULT,
+    F_COUNT
+};
+static const char *const field_names[F_COUNT] = {"name",       "ndim",      "shape",  "param_dtype",
+                                                 "grad_dtype", "placement", "algo",   "transposed",
+                                                 "shard_dim",  "lr_mult",   "wd_mult"};
+
+static void record_make(const struct shardopt_param *p, struct param_record *r)
+{
+    memset(r, 0, sizeof *r);
+    r->name_hash = p->name_hash;
+    r->ndim = p->layout.ndim;
+    r->param_dtype = p->param_dtype;
+    r->grad_dtype = p->grad_dtype;
+    r->placement = p->placement;
+    r->algo = p->algo;
+    r->transposed = p->transposed;
+    r->shard_dim = p->layout.shard_dim;
+    memcpy(r->shape, p->layout.shape, sizeof r->shape);
+    r->lr_mult = p->lr_mult;
+    r->wd_mult = p->wd_mult;
+}
+
+/* First field where a and b differ, or -1. */
+static int record_diff(const struct param_record *a, const struct param_record *b)
+{
+    if (a->name_hash != b->name_hash)
+        return F_NAME;
+    if (a->ndim != b->ndim)
+        return F_NDIM;
+    if (memcmp(a->shape, b->shape, sizeof a->shape) != 0)
+        return F_SHAPE;
+    if (a->param_dtype != b->param_dtype)
+        return F_PARAM_DTYPE;
+    if (a->grad_dtype != b->grad_dtype)
+        return F_GRAD_DTYPE;
+    if (a->placement != b->placement)
+        return F_PLACEMENT;
+    if (a->algo != b->algo)
+        return F_ALGO;
+    if (a->transposed != b->transposed)
+        return F_TRANSPOSED;
+    if (a->shard_dim != b->shard_dim)
+        return F_SHARD_DIM;
+    if (a->lr_mult != b->lr_mult)
+        return F_LR_MULT;
+    if (a->wd_mult != b->wd_mult)
+        return F_WD_MULT;
+    return -1;
+}
+
+static void record_field_text(const struct param_record *r, int f, char *out, size_t len)
+{
+    switch (f) {
+    case F_NAME: snprintf(out, len, "name hash %016llx", (unsigned long long)r->name_hash); break;
+    case F_NDIM: snprintf(out, len, "%d", r->ndim); break;
+    case F_SHAPE:
+        snprintf(out, len, "[%lld, %lld, %lld]", (long long)r->shape[0], (long long)r->shape[1],
+                 (long long)r->shape[2]);
+        break;
+    case F_PARAM_DTYPE: snprintf(out, len, "%d", r->param_dtype); break;
+    case F_GRAD_DTYPE: snprintf(out, len, "%d", r->grad_dtype); break;
+    case F_PLACEMENT: snprintf(out, len, "%d", r->placement); break;
+    case F_ALGO: snprintf(out, len, "%d", r->algo); break;
+    case F_TRANSPOSED: snprintf(out, len, "%d", r->transposed); break;
+    case F_SHARD_DIM: snprintf(out, len, "%d", r->shard_dim); break;
+    case F_LR_MULT: snprintf(out, len, "%g", r->lr_mult); break;
+    default: snprintf(out, len, "%g", r->wd_mult); break;
+    }
+}
+
+/* Two-stage MINLOC: the smallest value over all ranks and the lowest rank holding it. */
+static void minloc_all(const struct groups *g, int *value, int *rank)
+{
+    int pair[2] = {*value, g->me.rank};
+    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->dense);
+    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->rep);
+    *value = pair[0];
+    *rank = pair[1];
+}
+
+/* A rank whose registration failed fails commit on every rank. */
+static shardopt_status_t check_register_failures(shardopt_runtime_t rt)
+{
+    int worst = -rt->register_failures, rank;
+    minloc_all(&rt->groups, &worst, &rank);
+    if (worst == 0)
+        return SHARDOPT_OK;
+    if (rank == rt->groups.me.rank)
+        return log_fail(SHARDOPT_ERR_MISMATCH,
+                        "commit: rank %d (this rank) failed to register %d parameter(s); first: %s",
+                        rank, -worst, rt->register_error);
+    return log_fail(SHARDOPT_ERR_MISMATCH,
+                    "commit: rank %d failed to register %d parameter(s) (see its log)", rank,
+                    -worst);
+}
+
+static shardopt_status_t check_counts(shardopt_runtime_t rt)
+{
+    const struct groups *g = &rt->groups;
+    int lo = rt->nparams, lo_rank, hi = -rt->nparams, hi_rank;
+    minloc_all(g, &lo, &lo_rank);
+    minloc_all(g, &hi, &hi_rank);
+    if (lo == -hi)
+        return SHARDOPT_OK;
+    return log_fail(SHARDOPT_ERR_MISMATCH,
+                    "commit: rank %d registered %d parameters but rank %d registered %d: every "
+                    "rank must register the same parameters in the same order",
+                    lo_rank, lo, hi_rank, -hi);
+}
+
+static shardopt_status_t check_records(shardopt_runtime_t rt)
+{
+    const struct groups *g = &rt->groups;
+    const int n = rt->nparams;
+    struct param_record *ref = malloc(sizeof(*ref) * (size_t)(n ? n : 1)), mine;
+    int code = INT_MAX, first_rank, nbad, ok = ref != NULL;
+    char name0[256] = "", v0[96], vme[192];
+
+    groups_allreduce(g, &ok, 1, MPI_INT, MPI_MIN);
+    if (!ok) {
+        free(ref);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: %zu bytes for parameter records",
+                        sizeof(*ref) * (size_t)n);
+    }
+    for (int i = 0; i < n; i++)
+        record_make(rt->params[i], &ref[i]);
+    groups_bcast(g, ref, (int)(sizeof(*ref) * (size_t)n), MPI_BYTE);
+    for (int i = 0; i < n && code == INT_MAX; i++) {
+        record_make(rt->params[i], &mine);
+        int f = record_diff(&ref[i], &mine);
+        if (f >= 0)
+            code = i * F_COUNT + f;
+    }
+    nbad = code != INT_MAX;
+    int my_code = code;
+    groups_allreduce(g, &nbad, 1, MPI_INT, MPI_SUM);
+    minloc_all(g, &code, &first_rank);
+    if (code == INT_MAX) {
+        free(ref);
+        return SHARDOPT_OK;
+    }
+    const int pi = code / F_COUNT, f = code % F_COUNT;
+    if (g->me.rank == 0)
+        snprintf(name0, sizeof name0, "%s", rt->params[pi]->name);
+    groups_bcast(g, name0, sizeof name0, MPI_CHAR);
+    record_field_text(&ref[pi], f, v0, sizeof v0);
+    vme[0] = '\0';
+    if (my_code == code) {
+        record_make(rt->params[pi], &mine);
+        char t[80];
+        record_field_text(&mine, f, t, sizeof t);
+        snprintf(vme, sizeof vme, "; this rank has %s ('%.40s')", t, rt->params[pi]->name);
+    }
+    free(ref);
+    return log_fail(SHARDOPT_ERR_MISMATCH,
+                    "commit: parameter #%d '%s' differs in %s: rank %d (and %d more rank(s)) "
+                    "against rank 0's %s%s",
+                    pi, name0, field_names[f], first_rank, nbad - 1, v0, vme);
+}
+
+void shard_table_free(struct shard_table *t)
+{
+    free(t->boxes);
+    free(t->ranks);
+    t->boxes = NULL;
+    t->ranks = NULL;
+}
+
+static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm, struct shard_table *t)
+{
+    const int n = rt->nparams;
+    struct plan_box *mine = malloc(sizeof(*mine) * (size_t)(n ? n : 1));
+    int ok;
+
+    MPI_Comm_size(comm, &t->members);
+    t->boxes = malloc(sizeof(*t->boxes) * (size_t)(n ? n : 1) * (size_t)t->members);
+    t->ranks = malloc(sizeof(int) * (size_t)t->members);
+    ok = mine != NULL && t->boxes != NULL && t->ranks != NULL;
+    groups_allreduce(&rt->groups, &ok, 1, MPI_INT, MPI_MIN);
+    if (!ok) {
+        free(mine);
+        shard_table_free(t);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: %zu bytes for the shard tables",
+                        sizeof(*mine) * (size_t)n * (size_t)t->members);
+    }
+    for (int i = 0; i < n; i++) {
+        const struct layout *l = &rt->params[i]->layout;
+        memcpy(mine[i].lo, l->lo, sizeof mine[i].lo);
+        memcpy(mine[i].len, l->len, sizeof mine[i].len);
+    }
+    MPI_Allgather(mine, (int)(sizeof(*mine) * (size_t)n), MPI_BYTE, t->boxes,
+                  (int)(sizeof(*mine) * (size_t)n), MPI_BYTE, comm);
+    MPI_Allgather(&rt->groups.me.rank, 1, MPI_INT, t->ranks, 1, MPI_INT, comm);
+    free(mine);
+    return SHARDOPT_OK;
+}
+
+struct slice {
+    int64_t lo, len;
+    int rank;
+};
+
+static int slice_by_lo(const void *a, const void *b)
+{
+    const struct slice *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->rank - y->rank;
+}
+
+/* Do the members' slices along shard_dim tile [lo, lo + n) exactly (empty slices anywhere)?
+ * Describes the first fault in why. Returns 1 when they do, 0 when not, -1 out of memory. */
+static int tiles(const struct shard_table *t, int nparams, int p, int sd, int64_t lo, int64_t n,
+                 char *why, size_t len)
+{
+    struct slice *s = malloc(sizeof(*s) * (size_t)t->members);
+    int k = 0, ok = 1;
+    int64_t at = lo;
+
+    if (s == NULL) {
+        snprintf(why, len, "out of memory while checking");
+        return -1;
+    }
+    for (int i = 0; i < t->members; i++) {
+        const struct plan_box *b = &t->boxes[(size_t)i * (size_t)nparams + (size_t)p];
+        if (b->len[sd] > 0)
+            s[k++] = (struct slice){b->lo[sd], b->len[sd], t->ranks[i]};
+    }
+    qsort(s, (size_t)k, sizeof *s, slice_by_lo);
+    for (int i = 0; i < k && ok; i++) {
+        if (s[i].lo != at) {
+            if (s[i].lo > at)
+                snprintf(why, len, "[%lld, %lld) is held by no rank", (long long)at,
+                         (long long)s[i].lo);
+            else
+                snprintf(why, len, "rank %d's [%lld, %lld) overlaps the slices before it",
+                         s[i].rank, (long long)s[i].lo, (long long)(s[i].lo + s[i].len));
+            ok = 0;
+        }
+        at = s[i].lo + s[i].len;
+    }
+    if (ok && at != lo + n) {
+        snprintf(why, len, "[%lld, %lld) is held by no rank", (long long)at, (long long)(lo + n));
+        ok = 0;
+    }
+    free(s);
+    return ok;
+}
+
+static shardopt_status_t check_tiling(shardopt_runtime_t rt, const struct shard_table *dense,
+                                      const struct shard_table *xs)
+{
+    const struct groups *g = &rt->groups;
+    int bad = INT_MAX, bad_rank;
+    char why[160] = "";
+
+    for (int i = 0; i < rt->nparams && bad == INT_MAX; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        const struct shard_table *t = p->placement == SHARDOPT_PLACEMENT_EXPERT ? xs : dense;
+        int64_t lo, n;
+        if (p->placement == SHARDOPT_PLACEMENT_REPLICATED)
+            continue; /* whole on every rank: checked at register */
+        layout_tile_range(&p->layout, &lo, &n);
+        if (tiles(t, rt->nparams, i, p->layout.shard_dim, lo, n, why, sizeof why) != 1)
+            bad = i; /* out of memory (-1) reports as a failed check: rare, and never silent */
+    }
+    int my_bad = bad;
+    minloc_all(g, &bad, &bad_rank);
+    if (bad == INT_MAX)
+        return SHARDOPT_OK;
+    const struct shardopt_param *p = rt->params[bad];
+    const int expert = p->placement == SHARDOPT_PLACEMENT_EXPERT;
+    int64_t lo, n;
+    layout_tile_range(&p->layout, &lo, &n);
+    return log_fail(SHARDOPT_ERR_MISMATCH,
+                    "commit: the shards of '%s' along dim %d do not tile [%lld, %lld) over the "
+                    "%s group of rank %d: %s",
+                    p->name, p->layout.shard_dim, (long long)lo, (long long)(lo + n),
+                    expert ? "expert shard" : "dense shard", bad_rank,
+                    my_bad == bad ? why : "(see that group's log)");
+}
+
+shardopt_status_t commit_check(shardopt_runtime_t rt, struct shard_table *dense,
+                               struct shard_table *xs)
+{
+    shardopt_status_t status;
+
+    status = check_register_failures(rt);
+    if (status == SHARDOPT_OK)
+        status = check_counts(rt);
+    if (status == SHARDOPT_OK)
+        status = check_records(rt);
+    if (status != SHARDOPT_OK)
+        return status;
+    status = table_gather(rt, rt->groups.dense, dense);
+    if (status != SHARDOPT_OK)
+        return status;
+    status = table_gather(rt, rt->groups.xs, xs);
+    if (status == SHARDOPT_OK)
+        status = check_tiling(rt, dense, xs);
+    if (status != SHARDOPT_OK) {
+        shard_table_free(dense);
+        shard_table_free(xs);
+    }
+    return status;
+}

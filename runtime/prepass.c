@@ -1,0 +1,62 @@
+#include "prepass.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "status.h"
+
+shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struct prepass_result *r)
+{
+    const struct groups *g = &rt->groups;
+    double total = 0;
+
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        /* a replicated tensor is whole on every rank: count it once per replica */
+        int counted = p->placement != SHARDOPT_PLACEMENT_REPLICATED || g->me.d == 0;
+        rt->sumsq[i] =
+            counted && p->layout.local_numel > 0
+                ? rt->ops->sumsq(&rt->kctx, p->grad, p->grad_dtype, (size_t)p->layout.local_numel)
+                : 0.0;
+    }
+    /* every element of a replica lives on exactly one rank of its dense shard group (expert
+     * stacks included: EP x expert shard = the dense group), so one all-reduce there counts each
+     * once; replicas hold the same values and are not added */
+    if (MPI_Allreduce(MPI_IN_PLACE, rt->sumsq, rt->nparams, MPI_DOUBLE, MPI_SUM, g->dense) !=
+        MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step: pre-pass all-reduce failed");
+
+    /* replicas must agree on what to do, and name the same tensors, even if their gradients
+     * differ */
+    int bad = 0;
+    for (int i = 0; i < rt->nparams; i++)
+        rt->nonfinite[i] = !isfinite(rt->sumsq[i]);
+    if (g->mesh.dp_replicate > 1)
+        MPI_Allreduce(MPI_IN_PLACE, rt->nonfinite, rt->nparams, MPI_INT, MPI_MAX, g->rep);
+    for (int i = 0; i < rt->nparams; i++)
+        bad += rt->nonfinite[i];
+    r->nonfinite = bad;
+    rt->counters.nonfinite_last[0] = '\0';
+    if (bad) {
+        size_t o = 0;
+        char *names = rt->counters.nonfinite_last;
+        const size_t len = sizeof rt->counters.nonfinite_last;
+        for (int i = 0; i < rt->nparams && o + 1 < len; i++)
+            if (rt->nonfinite[i]) {
+                int w = snprintf(names + o, len - o, "%s%s", o ? ", " : "", rt->params[i]->name);
+                o = w > 0 && (size_t)w < len - o ? o + (size_t)w : len - 1;
+            }
+        r->norm = NAN;
+        r->grad_scale = 1.0f;
+        return SHARDOPT_OK;
+    }
+    for (int i = 0; i < rt->nparams; i++)
+        total += rt->sumsq[i];
+    r->norm = sqrt(total);
+    /* the scale is rounded to fp32 for the kernels, which also hides the last-bit differences a
+     * different summation order (another layout) gives the norm */
+    r->grad_scale = max_grad_norm > 0 && r->norm > max_grad_norm
+                        ? (float)(max_grad_norm / (r->norm + 1e-6))
+                        : 1.0f;
+    return SHARDOPT_OK;
+}

@@ -1,0 +1,19 @@
+/* The step's pre-pass (DESIGN.md §1 step 0): per-tensor sums of squares in one small all-reduce,
+ * the global gradient norm, non-finite gradients detected on every rank alike before anything is
+ * written, and the clipping scale. */
+#ifndef RUNTIME_PREPASS_H
+#define RUNTIME_PREPASS_H
+
+#include "runtime.h"
+
+struct prepass_result {
+    double norm;      /* global gradient norm, every element counted once */
+    float grad_scale; /* folded into the kernels: 1, or max_norm / (norm + 1e-6) when clipping */
+    int nonfinite;    /* tensors with NaN/Inf gradients somewhere */
+};
+
+/* Collective. Fills rt->counters.nonfinite_last with the offending names. */
+shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm,
+                              struct prepass_result *r);
+
+#endif

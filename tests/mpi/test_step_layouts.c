@@ -1,0 +1,401 @@
+/* The distributed step gives the same bits as one rank: the model of model.h on the layout in
+ * SHARDOPT_TEST_LAYOUT ("dp_replicate,dp_shard,cp,ep,expert_shard_dim"), 5 steps, then every
+ * parameter and optimizer state gathered to rank 0 and compared bitwise with the same 5 steps
+ * run there on MPI_COMM_SELF. Also: bytes counted at the MPI calls against the layout's formula,
+ * one owner per matrix, registration mismatches and NaN gradients handled on every rank. */
+#include "fixture.h"
+#include "model.h"
+#include "runtime/runtime.h"
+
+#define NSTEPS 5
+
+static int world, me;
+static int L_rep = 1, L_shard = -1, L_cp = 1, L_ep = 1, L_xdim = 0;
+
+static void setup(void)
+{
+    const char *l = getenv("SHARDOPT_TEST_LAYOUT");
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    if (l != NULL)
+        sscanf(l, "%d,%d,%d,%d,%d", &L_rep, &L_shard, &L_cp, &L_ep, &L_xdim);
+}
+
+struct run {
+    shardopt_runtime_t rt;
+    struct tbox box[MODEL_NPARAMS];
+    shardopt_param_t h[MODEL_NPARAMS];
+    void *w[MODEL_NPARAMS], *g[MODEL_NPARAMS];
+};
+
+static struct tcoords coords_of(shardopt_runtime_t rt)
+{
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(rt, &st);
+    return (struct tcoords){st.dense_rank, st.dense_size,        st.ep_rank,
+                            st.ep_size,    st.expert_shard_rank, st.expert_shard_size};
+}
+
+/* Register the model's shards on this rank; `bad_shape` changes one shape on rank 1. */
+static shardopt_status_t run_setup(struct run *r, MPI_Comm comm, shardopt_config_t cfg,
+                                   int bad_shape)
+{
+    if (comm != MPI_COMM_SELF) {
+        cfg.dp_replicate = L_rep;
+        cfg.dp_shard = L_shard;
+        cfg.cp = L_cp;
+        cfg.ep = L_ep;
+    }
+    r->rt = fixture_runtime_on(comm, &cfg);
+    struct tcoords c = coords_of(r->rt);
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const struct tparam *t = &model_params[p];
+        struct tbox *b = &r->box[p];
+        model_box(t, &c, comm == MPI_COMM_SELF ? 0 : L_xdim, b);
+        const size_t es = model_esize(t->dtype);
+        r->w[p] = calloc((size_t)b->numel + 1, es);
+        r->g[p] = calloc((size_t)b->numel + 1, es);
+        for (int64_t i = 0; i < b->numel; i++)
+            model_store(r->w[p], t->dtype, i, model_value(p, 0, model_global(t, b, i)));
+        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+        d.name = t->name;
+        d.ndim = t->ndim;
+        memcpy(d.shape, t->shape, sizeof d.shape);
+        if (bad_shape == 1 && me == 1 && p == 7)
+            d.shape[0] = 38; /* valid here; differs from rank 0 */
+        if (bad_shape == 2 && me == 1 && p == 7)
+            d.shape[0] = 3; /* this rank's own shard no longer fits: register fails here */
+        d.placement = t->placement;
+        d.transposed = t->transposed;
+        d.param_dtype = d.grad_dtype = t->dtype;
+        d.shard_dim = b->shard_dim;
+        d.shard_offset = b->offset;
+        d.shard_length = b->length;
+        d.data = r->w[p];
+        d.grad = r->g[p];
+        /* a trainer goes on to commit after a failed register: commit fails everywhere */
+        shardopt_register(r->rt, &d, &r->h[p]);
+    }
+    return shardopt_commit(r->rt);
+}
+
+static void run_grads(struct run *r, int step, int nan_here)
+{
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const struct tparam *t = &model_params[p];
+        for (int64_t i = 0; i < r->box[p].numel; i++)
+            model_store(r->g[p], t->dtype, i, model_value(p, step, model_global(t, &r->box[p], i)));
+    }
+    if (nan_here) {
+        ((float *)r->g[11])[0] = NAN;     /* an expert stack */
+        ((float *)r->g[2])[0] = INFINITY; /* a dense matrix */
+    }
+}
+
+static shardopt_status_t run_steps(struct run *r, int from, int to)
+{
+    for (int s = from; s <= to; s++) {
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.02;
+        run_grads(r, s, 0);
+        shardopt_status_t status = shardopt_step(r->rt, &args);
+        if (status != SHARDOPT_OK)
+            return status;
+    }
+    return SHARDOPT_OK;
+}
+
+static void run_free(struct run *r)
+{
+    shardopt_finalize(r->rt);
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        free(r->w[p]);
+        free(r->g[p]);
+    }
+}
+
+/* The bytes of kind k (0 param, 1 momentum or exp_avg, 2 exp_avg_sq) of tensor p on this rank. */
+static const void *kind_data(const struct run *r, int p, int k, size_t *es)
+{
+    const struct shardopt_param *h = r->h[p];
+    const struct shardopt_runtime *rt = h->rt;
+    *es = model_esize(model_params[p].dtype);
+    if (k == 0)
+        return r->w[p];
+    if (h->algo == SHARDOPT_ALGO_MUON) {
+        *es = kdtype_size(rt->cfg.momentum_dtype);
+        return k == 1 ? state_store_ptr(&rt->store, h->off_momentum) : NULL;
+    }
+    *es = 4;
+    return state_store_ptr(&rt->store, k == 1 ? h->off_exp_avg : h->off_exp_avg_sq);
+}
+
+/* Gather kind k of tensor p from every rank into the global layout on rank 0 (out, numel*es).
+ * Replicas must agree: returns the number of elements two ranks disagree on. */
+static long gather(const struct run *r, int p, int k, unsigned char *out)
+{
+    const struct tparam *t = &model_params[p];
+    size_t es;
+    const void *mine = kind_data(r, p, k, &es);
+    int64_t box[6], *boxes = NULL;
+    int cnt = mine != NULL ? (int)(r->box[p].numel * (int64_t)es) : 0, *cnts = NULL, *displs = NULL;
+    unsigned char *all = NULL, *seen = NULL;
+    long bad = 0;
+
+    memcpy(box, r->box[p].lo, sizeof(int64_t) * 3);
+    memcpy(box + 3, r->box[p].len, sizeof(int64_t) * 3);
+    if (me == 0) {
+        boxes = malloc(sizeof(int64_t) * 6 * (size_t)world);
+        cnts = malloc(sizeof(int) * (size_t)world);
+        displs = malloc(sizeof(int) * (size_t)world);
+    }
+    MPI_Gather(box, 6, MPI_INT64_T, boxes, 6, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Gather(&cnt, 1, MPI_INT, cnts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (me == 0) {
+        int total = 0;
+        for (int i = 0; i < world; i++) {
+            displs[i] = total;
+            total += cnts[i];
+        }
+        all = malloc((size_t)total + 1);
+        seen = calloc((size_t)(t->shape[0] * t->shape[1] * t->shape[2]), 1);
+    }
+    MPI_Gatherv(mine, cnt, MPI_BYTE, all, cnts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (me == 0) {
+        for (int i = 0; i < world; i++) {
+            struct tbox b;
+            memcpy(b.lo, boxes + 6 * i, sizeof(int64_t) * 3);
+            memcpy(b.len, boxes + 6 * i + 3, sizeof(int64_t) * 3);
+            b.numel = b.len[0] * b.len[1] * b.len[2];
+            for (int64_t e = 0; e < b.numel && cnts[i] > 0; e++) {
+                int64_t gi = model_global(t, &b, e);
+                unsigned char *dst = out + (size_t)gi * es, *src = all + displs[i] + (size_t)e * es;
+                if (seen[gi])
+                    bad += memcmp(dst, src, es) != 0;
+                else
+                    memcpy(dst, src, es);
+                seen[gi] = 1;
+            }
+        }
+        free(all);
+        free(seen);
+        free(boxes);
+        free(cnts);
+        free(displs);
+    }
+    return bad;
+}
+
+/* Run the layout and the single-rank reference; compare everything bitwise on rank 0. */
+static void compare_with_single_rank(shardopt_config_t cfg)
+{
+    struct run d = {0};
+    ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&d, 1, NSTEPS), SHARDOPT_OK);
+
+    struct run ref = {0};
+    if (me == 0) {
+        ASSERT_EQ_INT(run_setup(&ref, MPI_COMM_SELF, cfg, 0), SHARDOPT_OK);
+        ASSERT_EQ_INT(run_steps(&ref, 1, NSTEPS), SHARDOPT_OK);
+    }
+    /* the global gradient norm counts every element once: same as one rank up to summation
+     * order (replicated tensors counted once per replica, replicas not added) */
+    shardopt_stats_t sd = SHARDOPT_STATS_INIT, sr = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(d.rt, &sd);
+    double ref_norm = 0;
+    if (me == 0) {
+        shardopt_get_stats(ref.rt, &sr);
+        ref_norm = sr.grad_norm_last;
+    }
+    MPI_Bcast(&ref_norm, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    EXPECT_NEAR(sd.grad_norm_last, ref_norm, 1e-12 * ref_norm);
+    EXPECT_TRUE(ref_norm > 0);
+    long replica_bad = 0, differ = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int k = 0; k < 3; k++) {
+            size_t es;
+            const void *mine = kind_data(&d, p, k, &es);
+            int present = mine != NULL;
+            const struct tparam *t = &model_params[p];
+            const size_t bytes = (size_t)(t->shape[0] * t->shape[1] * t->shape[2]) * es;
+            unsigned char *global = me == 0 ? calloc(bytes, 1) : NULL;
+            if (!present)
+                continue;
+            replica_bad += gather(&d, p, k, global);
+            if (me == 0) {
+                size_t es_ref;
+                const void *want = kind_data(&ref, p, k, &es_ref);
+                if (memcmp(global, want, bytes) != 0) {
+                    differ++;
+                    fprintf(stderr, "  %s: %s differs from the single-rank run\n", t->name,
+                            k == 0   ? "parameter"
+                            : k == 1 ? "momentum/exp_avg"
+                                     : "exp_avg_sq");
+                }
+            }
+            free(global);
+        }
+    if (me == 0) {
+        EXPECT_EQ_INT(replica_bad, 0);
+        EXPECT_EQ_INT(differ, 0);
+        run_free(&ref);
+    }
+    run_free(&d);
+}
+
+TEST(layout_equals_one_rank_fp32)
+{
+    setup();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.momentum_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.num_threads = 1;
+    compare_with_single_rank(cfg);
+}
+
+TEST(layout_equals_one_rank_bf16_stochastic)
+{
+    setup();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.momentum_dtype = SHARDOPT_DTYPE_BF16;
+    cfg.momentum_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
+    cfg.param_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
+    cfg.comm_dtype = SHARDOPT_DTYPE_BF16;
+    cfg.nesterov = 1;
+    cfg.bucket_bytes = 700; /* many buckets */
+    cfg.num_threads = 1;
+    compare_with_single_rank(cfg);
+}
+
+/* Bytes counted where they go to MPI against the layout: per matrix of B bytes, a holder that
+ * is not the owner sends its fraction f*B in exchange #1 and receives it back in #2; the owner
+ * receives and sends (1 - f_owner)*B. And every matrix has exactly one owner. */
+TEST(bytes_follow_the_layout_and_every_matrix_has_one_owner)
+{
+    setup();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    struct run d = {0};
+    ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&d, 1, 1), SHARDOPT_OK);
+    shardopt_runtime_t rt = d.rt;
+    const double es = 2; /* bf16 comm */
+    double want[GROUP_KINDS] = {0};
+
+    for (int kind = GROUP_DENSE; kind <= GROUP_EXPERT; kind++) {
+        const struct group_plan *P = &rt->gx[kind].plan;
+        int *owned = calloc((size_t)P->nmatrices + 1, sizeof(int)), m = 0;
+        for (int p = 0; p < MODEL_NPARAMS; p++) {
+            const struct tparam *t = &model_params[p];
+            shardopt_algo_t algo;
+            shardopt_param_get_algo(d.h[p], &algo);
+            if (algo != SHARDOPT_ALGO_MUON ||
+                t->placement !=
+                    (kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE : SHARDOPT_PLACEMENT_EXPERT))
+                continue;
+            const struct tbox *b = &d.box[p];
+            const int rd = t->ndim - 2;
+            const double mat = (double)(t->shape[rd] * t->shape[rd + 1]);
+            const int64_t k0 = t->ndim == 3 ? d.h[p]->layout.win_lo : 0;
+            const int64_t kn = t->ndim == 3 ? d.h[p]->layout.win_len : 1;
+            for (int64_t k = k0; k < k0 + kn; k++, m++) {
+                int held = t->ndim == 2 || (k >= b->lo[0] && k < b->lo[0] + b->len[0]);
+                double f = held ? (double)(b->len[rd] * b->len[rd + 1]) / mat : 0;
+                int mine = 0;
+                for (int w = 0; w < P->nowned; w++)
+                    mine |= P->owned[w].param == p && P->owned[w].k == k;
+                owned[m] = mine;
+                want[kind] += (mine ? 1 - f : f) * mat * es;
+            }
+        }
+        EXPECT_EQ_INT(m, P->nmatrices);
+        MPI_Allreduce(MPI_IN_PLACE, owned, m, MPI_INT, MPI_SUM, rt->gx[kind].comm);
+        int not_one = 0;
+        for (int i = 0; i < m; i++)
+            not_one += owned[i] != 1;
+        EXPECT_EQ_INT(not_one, 0);
+        free(owned);
+    }
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(rt, &st);
+    EXPECT_NEAR((double)st.bytes_sent_dense, want[GROUP_DENSE], 0.5);
+    EXPECT_NEAR((double)st.bytes_recv_dense, want[GROUP_DENSE], 0.5);
+    EXPECT_NEAR((double)st.bytes_sent_expert, want[GROUP_EXPERT], 0.5);
+    EXPECT_NEAR((double)st.bytes_recv_expert, want[GROUP_EXPERT], 0.5);
+    run_free(&d);
+}
+
+TEST(mismatched_registration_fails_on_every_rank)
+{
+    setup();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    struct run d = {0};
+    EXPECT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 1), SHARDOPT_ERR_MISMATCH);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "layers.0.mlp.gate_proj.weight");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "differs in shape: rank 1");
+    run_free(&d);
+
+    struct run e = {0};
+    EXPECT_EQ_INT(run_setup(&e, MPI_COMM_WORLD, cfg, 2), SHARDOPT_ERR_MISMATCH);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "rank 1");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "failed to register 1 parameter(s)");
+    run_free(&e);
+}
+
+static void snapshot(const struct run *r, unsigned char **out, size_t *len)
+{
+    size_t total = 0, es;
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int k = 0; k < 3; k++)
+            if (kind_data(r, p, k, &es) != NULL)
+                total += (size_t)r->box[p].numel * es;
+    *out = malloc(total + 1);
+    *len = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int k = 0; k < 3; k++) {
+            const void *src = kind_data(r, p, k, &es);
+            if (src != NULL) {
+                memcpy(*out + *len, src, (size_t)r->box[p].numel * es);
+                *len += (size_t)r->box[p].numel * es;
+            }
+        }
+}
+
+TEST(nan_on_one_rank_skips_or_fails_everywhere)
+{
+    setup();
+    for (int mode = 0; mode < 2; mode++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.nonfinite = mode ? SHARDOPT_NONFINITE_ERROR : SHARDOPT_NONFINITE_SKIP;
+        struct run d = {0};
+        ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+        ASSERT_EQ_INT(run_steps(&d, 1, 2), SHARDOPT_OK);
+        unsigned char *before, *after;
+        size_t nb, na;
+        snapshot(&d, &before, &nb);
+        /* the last rank holds a piece of both poisoned tensors in every layout tested */
+        run_grads(&d, 3, me == world - 1 && d.box[11].numel > 0 && d.box[2].numel > 0);
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.02;
+        shardopt_status_t status = shardopt_step(d.rt, &args);
+        shardopt_stats_t st = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(d.rt, &st);
+        if (mode == 0) {
+            EXPECT_EQ_INT(status, SHARDOPT_OK);
+            EXPECT_EQ_INT(st.last_step_skipped, 1);
+            EXPECT_EQ_INT(st.steps_skipped, 1);
+            EXPECT_EQ_INT(st.steps, 2);
+            EXPECT_STR_CONTAINS(st.nonfinite_params, "layers.1.mlp.experts.gate_proj");
+            EXPECT_STR_CONTAINS(st.nonfinite_params, "layers.0.attn.q_proj.weight");
+        } else {
+            EXPECT_EQ_INT(status, SHARDOPT_ERR_NONFINITE);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "layers.1.mlp.experts.gate_proj");
+        }
+        snapshot(&d, &after, &na);
+        EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+        free(before);
+        free(after);
+        /* the next clean step goes ahead */
+        EXPECT_EQ_INT(run_steps(&d, 4, 4), SHARDOPT_OK);
+        run_free(&d);
+    }
+}

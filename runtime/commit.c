@@ -107,14 +107,17 @@ void commit_release(shardopt_runtime_t rt)
     for (int k = 0; k < GROUP_KINDS; k++)
         plan_free(&rt->gx[k].plan);
     rt->ops->free(rt->ns_ws.buf);
-    rt->ops->free(rt->ns_buf);
-    rt->ops->free(rt->b_buf);
-    rt->ops->free(rt->a_buf);
+    for (int i = 0; i < PIPELINE_DEPTH; i++) {
+        rt->ops->free(rt->bufs[i].ns);
+        rt->ops->free(rt->bufs[i].b);
+        rt->ops->free(rt->bufs[i].a);
+        free(rt->bufs[i].req);
+    }
+    memset(rt->bufs, 0, sizeof rt->bufs);
     free(rt->sumsq);
     free(rt->nonfinite);
     rt->nonfinite = NULL;
     rt->ns_ws.buf = NULL;
-    rt->a_buf = rt->b_buf = rt->ns_buf = NULL;
     rt->sumsq = NULL;
     rt->bytes_workspace = 0;
     state_store_free(&rt->store);
@@ -136,23 +139,32 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
             ws = f > ws ? f : ws;
         }
     }
-    rt->a_buf = buffer_alloc(rt, a * es);
-    rt->b_buf = buffer_alloc(rt, b * es);
-    rt->ns_buf = buffer_alloc(rt, ns * es);
+    int ok = 1, members = 1;
+    for (int k = 0; k < GROUP_KINDS; k++)
+        members = rt->gx[k].plan.members > members ? rt->gx[k].plan.members : members;
+    for (int i = 0; i < PIPELINE_DEPTH; i++) {
+        struct bucket_buffers *bb = &rt->bufs[i];
+        bb->a = buffer_alloc(rt, a * es);
+        bb->b = buffer_alloc(rt, b * es);
+        bb->ns = buffer_alloc(rt, ns * es);
+        bb->req = malloc(sizeof(MPI_Request) * 2 * (size_t)members);
+        ok = ok && bb->a && bb->b && bb->ns && bb->req;
+    }
     rt->ns_ws.buf = buffer_alloc(rt, ws * sizeof(float));
     rt->ns_ws.floats = ws;
     rt->sumsq = malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
     rt->nonfinite = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
-    int ok = rt->a_buf && rt->b_buf && rt->ns_buf && rt->ns_ws.buf && rt->sumsq && rt->nonfinite &&
-             state_store_alloc(&rt->store) == 0;
+    ok = ok && rt->ns_ws.buf && rt->sumsq && rt->nonfinite && state_store_alloc(&rt->store) == 0;
     int all = ok;
     groups_allreduce(&rt->groups, &all, 1, MPI_INT, MPI_MIN);
     if (!all)
         return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                        "commit: %s: state %zu bytes, exchange buffers %zu + %zu bytes, NS %zu + "
+                        "commit: %s: state %zu bytes, exchange buffers %zu + %zu bytes, NS slots "
+                        "%zu, workspace "
                         "%zu bytes",
                         ok ? "allocation failed on another rank" : "allocation failed",
-                        rt->store.bytes, a * es, b * es, ns * es, ws * sizeof(float));
+                        rt->store.bytes, PIPELINE_DEPTH * a * es, PIPELINE_DEPTH * b * es,
+                        PIPELINE_DEPTH * ns * es, ws * sizeof(float));
     return SHARDOPT_OK;
 }
 

@@ -1,8 +1,18 @@
 #include "muon_exec.h"
 
+#include <string.h>
 #include <time.h>
 
 #include "status.h"
+
+/* One bucket of one group, and the buffer set it uses while in flight. */
+struct stage {
+    enum group_kind kind;
+    const struct plan_bucket *b;
+    struct bucket_buffers *buf;
+    int seq;  /* position in the pipeline: keeps the tags of concurrent exchanges apart */
+    int nreq; /* requests of its exchange in flight */
+};
 
 static double now_seconds(void)
 {
@@ -18,13 +28,13 @@ static const void *cat(const void *base, size_t elems, size_t es)
     return (const char *)base + elems * es;
 }
 
-static void pieces_momentum(shardopt_runtime_t rt, const struct group_plan *P,
-                            const struct plan_bucket *b, float grad_scale)
+static void stage_momentum(shardopt_runtime_t rt, const struct stage *st, float grad_scale)
 {
     const shardopt_config_t *c = &rt->cfg;
+    const struct group_plan *P = &rt->gx[st->kind].plan;
     const size_t es = kdtype_size(c->comm_dtype), ms = kdtype_size(c->momentum_dtype);
 
-    for (int q = b->piece_lo; q < b->piece_hi; q++) {
+    for (int q = st->b->piece_lo; q < st->b->piece_hi; q++) {
         const struct plan_piece *pc = &P->pieces[q];
         const struct shardopt_param *p = rt->params[pc->param];
         const size_t off = (size_t)pc->local_off;
@@ -36,7 +46,7 @@ static void pieces_momentum(shardopt_runtime_t rt, const struct group_plan *P,
             .mom = at(state_store_ptr(&rt->store, p->off_momentum), off, ms),
             .mom_dtype = c->momentum_dtype,
             .mom_rounding = c->momentum_rounding,
-            .out = at(pc->direct ? rt->ns_buf : rt->a_buf, pc->buf, es),
+            .out = at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es),
             .out_dtype = c->comm_dtype,
             .mu = (float)c->momentum,
             .nesterov = c->nesterov,
@@ -47,43 +57,77 @@ static void pieces_momentum(shardopt_runtime_t rt, const struct group_plan *P,
     }
 }
 
-/* Exchange #1 (A -> B) or #2 (B -> A). Bytes are counted here, where they go to MPI. */
-static shardopt_status_t exchange(shardopt_runtime_t rt, enum group_kind kind,
-                                  const struct plan_bucket *b, int second)
+/* Start exchange #1 (A -> B) or #2 (B -> A): a receive and a send per member with a non-empty
+ * block, a copy for this rank's own block. Bytes are counted here, where they go to MPI. */
+static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int second)
 {
-    const struct group_exec *gx = &rt->gx[kind];
-    const int me = gx->plan.me;
+    const struct group_exec *gx = &rt->gx[st->kind];
+    const struct plan_bucket *b = st->b;
+    const int me = gx->plan.me, tag = 2 * (st->seq % 8192) + second;
     const size_t es = kdtype_size(rt->cfg.comm_dtype);
     MPI_Datatype t = rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
     const int *sc = second ? b->b_counts : b->a_counts, *sd = second ? b->b_displs : b->a_displs;
     const int *rc = second ? b->a_counts : b->b_counts, *rd = second ? b->a_displs : b->b_displs;
-    void *sbuf = second ? rt->b_buf : rt->a_buf, *rbuf = second ? rt->a_buf : rt->b_buf;
+    char *sbuf = second ? st->buf->b : st->buf->a, *rbuf = second ? st->buf->a : st->buf->b;
+    int rcode = MPI_SUCCESS;
 
+    st->nreq = 0;
     if (gx->comm == MPI_COMM_NULL)
-        return SHARDOPT_OK; /* every matrix is direct */
-    for (int i = 0; i < gx->plan.members; i++)
-        if (i != me) {
-            rt->counters.bytes_sent[kind] += (uint64_t)sc[i] * es;
-            rt->counters.bytes_recv[kind] += (uint64_t)rc[i] * es;
+        return SHARDOPT_OK; /* replicated tensors: every matrix is direct */
+    for (int i = 0; i < gx->plan.members; i++) {
+        if (i == me) {
+            memcpy(rbuf + (size_t)rd[i] * es, sbuf + (size_t)sd[i] * es, (size_t)sc[i] * es);
+        } else if (rc[i] > 0) {
+            rcode |= MPI_Irecv(rbuf + (size_t)rd[i] * es, rc[i], t, i, tag, gx->comm,
+                               &st->buf->req[st->nreq++]);
+            rt->counters.bytes_recv[st->kind] += (uint64_t)rc[i] * es;
         }
-    if (MPI_Alltoallv(sbuf, sc, sd, t, rbuf, rc, rd, t, gx->comm) != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM, "step: exchange #%d of the %s group failed",
-                        second ? 2 : 1, kind == GROUP_DENSE ? "dense" : "expert shard");
+    }
+    for (int i = 0; i < gx->plan.members; i++)
+        if (i != me && sc[i] > 0) {
+            rcode |= MPI_Isend(sbuf + (size_t)sd[i] * es, sc[i], t, i, tag, gx->comm,
+                               &st->buf->req[st->nreq++]);
+            rt->counters.bytes_sent[st->kind] += (uint64_t)sc[i] * es;
+        }
+    if (rcode != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step: starting exchange #%d of the %s group failed",
+                        second ? 2 : 1, st->kind == GROUP_DENSE ? "dense" : "expert shard");
     return SHARDOPT_OK;
 }
 
-/* Between B's pieces and the whole matrices in the NS slots. */
-static void pieces_move(shardopt_runtime_t rt, const struct group_plan *P,
-                        const struct plan_bucket *b, int to_slots)
+static shardopt_status_t xfer_wait(shardopt_runtime_t rt, struct stage *st, int second)
 {
+    (void)rt;
+    if (st->nreq > 0 && MPI_Waitall(st->nreq, st->buf->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step: exchange #%d of the %s group failed",
+                        second ? 2 : 1, st->kind == GROUP_DENSE ? "dense" : "expert shard");
+    st->nreq = 0;
+    return SHARDOPT_OK;
+}
+
+/* Open MPI moves non-blocking messages only inside MPI calls: test the exchanges in flight
+ * between Newton-Schulz calls so that they advance while this rank computes. */
+static void xfer_progress(struct stage *a, struct stage *b)
+{
+    int done;
+    if (a != NULL && a->nreq > 0)
+        MPI_Testall(a->nreq, a->buf->req, &done, MPI_STATUSES_IGNORE);
+    if (b != NULL && b->nreq > 0)
+        MPI_Testall(b->nreq, b->buf->req, &done, MPI_STATUSES_IGNORE);
+}
+
+/* Between B's pieces and the whole matrices in the NS slots. */
+static void stage_move(shardopt_runtime_t rt, const struct stage *st, int to_slots)
+{
+    const struct group_plan *P = &rt->gx[st->kind].plan;
     const size_t es = kdtype_size(rt->cfg.comm_dtype);
 
-    for (int w = b->owned_lo; w < b->owned_hi; w++) {
+    for (int w = st->b->owned_lo; w < st->b->owned_hi; w++) {
         const struct plan_owned *ow = &P->owned[w];
         for (int in = ow->in_lo; in < ow->in_hi; in++) {
             const struct plan_incoming *pi = &P->incoming[in];
-            void *slot = at(rt->ns_buf, ow->slot + (size_t)(pi->r0 * ow->cols + pi->c0), es);
-            void *piece = at(rt->b_buf, pi->buf, es);
+            void *slot = at(st->buf->ns, ow->slot + (size_t)(pi->r0 * ow->cols + pi->c0), es);
+            void *piece = at(st->buf->b, pi->buf, es);
             const size_t width = (size_t)(pi->c1 - pi->c0) * es, pitch = (size_t)ow->cols * es;
             if (to_slots)
                 rt->ops->copy2d(&rt->kctx, slot, pitch, piece, width, width,
@@ -96,17 +140,18 @@ static void pieces_move(shardopt_runtime_t rt, const struct group_plan *P,
 }
 
 /* Newton-Schulz on my matrices, batching runs of consecutive experts of one stack. */
-static shardopt_status_t owned_orthogonalize(shardopt_runtime_t rt, const struct group_plan *P,
-                                             const struct plan_bucket *b)
+static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct stage *st,
+                                             struct stage *in_flight1, struct stage *in_flight2)
 {
     const shardopt_config_t *c = &rt->cfg;
+    const struct group_plan *P = &rt->gx[st->kind].plan;
     const size_t es = kdtype_size(c->comm_dtype);
 
-    for (int w = b->owned_lo; w < b->owned_hi;) {
+    for (int w = st->b->owned_lo; w < st->b->owned_hi;) {
         const struct plan_owned *ow = &P->owned[w];
         const struct shardopt_param *p = rt->params[ow->param];
         int n = 1;
-        while (w + n < b->owned_hi && P->owned[w + n].param == ow->param &&
+        while (w + n < st->b->owned_hi && P->owned[w + n].param == ow->param &&
                P->owned[w + n].k == ow->k + n)
             n++;
         struct ns_args ns = {
@@ -114,9 +159,9 @@ static shardopt_status_t owned_orthogonalize(shardopt_runtime_t rt, const struct
             .rows = ow->rows,
             .cols = ow->cols,
             .transpose = p->mv.ns_transpose,
-            .in = at(rt->ns_buf, ow->slot, es),
+            .in = at(st->buf->ns, ow->slot, es),
             .in_dtype = c->comm_dtype,
-            .out = at(rt->ns_buf, ow->slot, es),
+            .out = at(st->buf->ns, ow->slot, es),
             .out_dtype = c->comm_dtype,
             .coeffs = (const float(*)[3])rt->ns_coeffs,
             .steps = c->ns_steps,
@@ -131,18 +176,19 @@ static shardopt_status_t owned_orthogonalize(shardopt_runtime_t rt, const struct
                             p->name, (long long)ow->rows, (long long)ow->cols, p->ns_variant,
                             rt->ops->name);
         rt->counters.ns_flops_last += ns_flops_per_iter(ow->rows, ow->cols) * c->ns_steps * n;
+        xfer_progress(in_flight1, in_flight2);
         w += n;
     }
     return SHARDOPT_OK;
 }
 
-static void pieces_apply(shardopt_runtime_t rt, const struct group_plan *P,
-                         const struct plan_bucket *b, const struct muon_scalars *s)
+static void stage_apply(shardopt_runtime_t rt, const struct stage *st, const struct muon_scalars *s)
 {
     const shardopt_config_t *c = &rt->cfg;
+    const struct group_plan *P = &rt->gx[st->kind].plan;
     const size_t es = kdtype_size(c->comm_dtype);
 
-    for (int q = b->piece_lo; q < b->piece_hi; q++) {
+    for (int q = st->b->piece_lo; q < st->b->piece_hi; q++) {
         const struct plan_piece *pc = &P->pieces[q];
         const struct shardopt_param *p = rt->params[pc->param];
         const double lr = s->lr * p->lr_mult, wd = s->wd * p->wd_mult;
@@ -152,7 +198,7 @@ static void pieces_apply(shardopt_runtime_t rt, const struct group_plan *P,
             .param = at(p->data, off, kdtype_size(p->param_dtype)),
             .param_dtype = p->param_dtype,
             .param_rounding = c->param_rounding,
-            .update = at(pc->direct ? rt->ns_buf : rt->a_buf, pc->buf, es),
+            .update = at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es),
             .update_dtype = c->comm_dtype,
             .alpha = (float)(lr * p->lr_scale),
             .decay = (float)(1.0 - lr * wd),
@@ -163,38 +209,100 @@ static void pieces_apply(shardopt_runtime_t rt, const struct group_plan *P,
     }
 }
 
-shardopt_status_t muon_group_run(shardopt_runtime_t rt, enum group_kind kind,
-                                 const struct muon_scalars *s)
+/* The pipeline's sequence: every bucket of every group, in group order. */
+static int stage_get(shardopt_runtime_t rt, int seq, struct stage *st)
 {
-    const struct group_plan *P = &rt->gx[kind].plan;
-    struct step_counters *k = &rt->counters;
-    shardopt_status_t status;
+    int i = seq;
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        const struct group_plan *P = &rt->gx[k].plan;
+        if (i < P->nbuckets) {
+            st->kind = (enum group_kind)k;
+            st->b = &P->buckets[i];
+            st->buf = &rt->bufs[seq % PIPELINE_DEPTH];
+            st->seq = seq;
+            st->nreq = 0;
+            return 1;
+        }
+        i -= P->nbuckets;
+    }
+    return 0;
+}
 
-    for (int bi = 0; bi < P->nbuckets; bi++) {
-        const struct plan_bucket *b = &P->buckets[bi];
-        double t0 = now_seconds(), t1, t2, t3, t4;
-        pieces_momentum(rt, P, b, s->grad_scale);
-        t1 = now_seconds();
-        status = exchange(rt, kind, b, 0);
+shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
+{
+    struct step_counters *k = &rt->counters;
+    struct stage ring[PIPELINE_DEPTH];
+    shardopt_status_t status = SHARDOPT_OK;
+    int n = 0;
+    double t;
+
+    for (int g = 0; g < GROUP_KINDS; g++)
+        n += rt->gx[g].plan.nbuckets;
+    if (n == 0)
+        return SHARDOPT_OK;
+
+    /* prologue: bucket 0 into exchange #1 */
+    t = now_seconds();
+    stage_get(rt, 0, &ring[0]);
+    stage_momentum(rt, &ring[0], s->grad_scale);
+    k->seconds_momentum_last += now_seconds() - t;
+    status = xfer_start(rt, &ring[0], 0);
+
+    for (int i = 0; i < n && status == SHARDOPT_OK; i++) {
+        struct stage *cur = &ring[i % PIPELINE_DEPTH];
+        struct stage *next = i + 1 < n ? &ring[(i + 1) % PIPELINE_DEPTH] : NULL;
+        struct stage *prev = i > 0 ? &ring[(i - 1) % PIPELINE_DEPTH] : NULL;
+
+        /* bucket i+1 computes its momentum and starts travelling */
+        t = now_seconds();
+        if (next != NULL) {
+            stage_get(rt, i + 1, next);
+            stage_momentum(rt, next, s->grad_scale);
+            status = xfer_start(rt, next, 0);
+            if (status != SHARDOPT_OK)
+                break;
+        }
+        double t1 = now_seconds();
+        k->seconds_momentum_last += t1 - t;
+
+        /* bucket i: arrives, is orthogonalized, starts back */
+        status = xfer_wait(rt, cur, 0);
         if (status != SHARDOPT_OK)
-            return status;
-        pieces_move(rt, P, b, 1);
-        t2 = now_seconds();
-        status = owned_orthogonalize(rt, P, b);
-        if (status != SHARDOPT_OK)
-            return status;
-        t3 = now_seconds();
-        pieces_move(rt, P, b, 0);
-        status = exchange(rt, kind, b, 1);
-        if (status != SHARDOPT_OK)
-            return status;
-        t4 = now_seconds();
-        pieces_apply(rt, P, b, s);
-        k->seconds_momentum_last += t1 - t0;
+            break;
+        stage_move(rt, cur, 1);
+        double t2 = now_seconds();
         k->seconds_exchange1_last += t2 - t1;
+        status = stage_orthogonalize(rt, cur, next, prev);
+        if (status != SHARDOPT_OK)
+            break;
+        double t3 = now_seconds();
         k->seconds_ns_last += t3 - t2;
+        stage_move(rt, cur, 0);
+        status = xfer_start(rt, cur, 1);
+        if (status != SHARDOPT_OK)
+            break;
+
+        /* bucket i-1: its results are back */
+        if (prev != NULL) {
+            status = xfer_wait(rt, prev, 1);
+            if (status != SHARDOPT_OK)
+                break;
+        }
+        double t4 = now_seconds();
         k->seconds_exchange2_last += t4 - t3;
+        if (prev != NULL)
+            stage_apply(rt, prev, s);
         k->seconds_apply_last += now_seconds() - t4;
     }
-    return SHARDOPT_OK;
+    if (status == SHARDOPT_OK) {
+        struct stage *last = &ring[(n - 1) % PIPELINE_DEPTH];
+        t = now_seconds();
+        status = xfer_wait(rt, last, 1);
+        double t5 = now_seconds();
+        k->seconds_exchange2_last += t5 - t;
+        if (status == SHARDOPT_OK)
+            stage_apply(rt, last, s);
+        k->seconds_apply_last += now_seconds() - t5;
+    }
+    return status;
 }

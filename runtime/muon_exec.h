@@ -1,6 +1,8 @@
-/* Runs one group's exchange plan for the Muon tensors: per bucket, momentum and pack into the
- * send buffer, exchange #1, unpack into whole matrices, Newton-Schulz on the matrices this rank
- * owns, pack, exchange #2, apply on the local shards. */
+/* Runs the exchange plans of the Muon tensors as one pipeline over the buckets of all groups
+ * (replicated tensors, dense shard group, expert shard group): while bucket k is in
+ * Newton-Schulz, bucket k+1 is in exchange #1 and bucket k-1 in exchange #2. Per bucket:
+ * momentum and pack into buffer A, exchange #1 (A -> B), unpack into whole matrices,
+ * Newton-Schulz on the matrices this rank owns, pack, exchange #2 (B -> A), apply. */
 #ifndef RUNTIME_MUON_EXEC_H
 #define RUNTIME_MUON_EXEC_H
 
@@ -11,8 +13,7 @@ struct muon_scalars {
     float grad_scale; /* clipping, from the pre-pass */
 };
 
-/* Collective over the group's communicator. */
-shardopt_status_t muon_group_run(shardopt_runtime_t rt, enum group_kind kind,
-                                 const struct muon_scalars *s);
+/* Collective over the groups' communicators. */
+shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s);
 
 #endif

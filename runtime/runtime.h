@@ -46,6 +46,8 @@ struct group_exec {
     MPI_Comm comm; /* MPI_COMM_NULL for GROUP_LOCAL */
 };
 
+#define PIPELINE_DEPTH 3
+
 /* What the step measures; stats.c derives the rest of shardopt_stats_t from the params. */
 struct step_counters {
     uint64_t steps, skipped;
@@ -75,7 +77,12 @@ struct shardopt_runtime {
 
     struct state_store store;
     struct group_exec gx[GROUP_KINDS];
-    void *a_buf, *b_buf, *ns_buf; /* exchange buffers and NS slots, comm dtype, largest bucket */
+    /* Buckets in flight (DESIGN.md §1): bucket k+1 in exchange #1 and k-1 in exchange #2 while k
+     * is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest bucket */
+    struct bucket_buffers {
+        void *a, *b, *ns;
+        MPI_Request *req; /* 2 per member of the largest group: one exchange at a time */
+    } bufs[PIPELINE_DEPTH];
     struct ns_workspace ns_ws;
     double *sumsq;  /* [nparams]: the step's gradient pre-pass */
     int *nonfinite; /* [nparams]: NaN/Inf gradient somewhere */

@@ -172,11 +172,9 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     k->seconds_adamw_last = now_seconds() - t1;
 
     const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};
-    for (int g = 0; g < GROUP_KINDS; g++) {
-        status = muon_group_run(rt, (enum group_kind)g, &ms);
-        if (status != SHARDOPT_OK)
-            return status;
-    }
+    status = muon_run(rt, &ms);
+    if (status != SHARDOPT_OK)
+        return status;
 
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;

@@ -1,0 +1,38 @@
+/* Model presets: a JSON file listing a model's tensors by layer kind, with named dims and
+ * scaling knobs, expanded into the flat list of tensors a trainer would register. Shared by the
+ * benchmarks and tools (not part of the library). */
+#ifndef BENCH_PRESET_H
+#define BENCH_PRESET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct preset_tensor {
+    char name[128];
+    int ndim;
+    int64_t shape[3];
+    int expert; /* placement expert ([E, out, in] stack) */
+};
+
+struct preset {
+    char name[64];
+    struct preset_tensor *t;
+    int n;
+    int64_t total; /* elements */
+    int dense_layers, moe_layers;
+};
+
+struct preset_scale {
+    int layers;      /* > 0: this many MoE layers instead of the preset's */
+    int width_div;   /* > 1: divide the width dims by this (at least 1 left) */
+    int experts_div; /* > 1: divide the expert count by this */
+};
+
+/* Load `name` (a file path, or a preset name looked up in dir) and expand it. Returns 0, or -1
+ * with a message in err naming the file, the entry and what is wrong. */
+int preset_load(const char *name, const char *dir, const struct preset_scale *scale,
+                struct preset *out, char *err, size_t errlen);
+
+void preset_free(struct preset *p);
+
+#endif

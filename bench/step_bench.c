@@ -1,0 +1,352 @@
+/* step_bench: steady-state optimizer step time on a model preset, under mpirun with any layout.
+ *
+ *   mpirun -n N step_bench [--preset glm45-air] [--layers L] [--width-div D] [--experts-div D]
+ *       [--dp-replicate R] [--dp-shard S] [--cp C] [--ep E] [--expert-shard-dim 0|1|2]
+ *       [--momentum-dtype fp32|bf16|both] [--comm-dtype bf16|fp32] [--offload none]
+ *       [--backend cpu] [--threads T] [--bucket-mib M] [--warmup W] [--steps N] [--json]
+ *
+ * Dense tensors are sharded along dim 0 over the dense shard group (FSDP-style chunks), expert
+ * stacks split over EP and chunked along --expert-shard-dim over the expert shard group.
+ * Reports the median over steps of the step time's maximum over ranks, the phase breakdown
+ * (same statistic), optimizer state bytes per rank, bytes per group per step, and the
+ * Newton-Schulz rate against an OpenBLAS sgemm measured on rank 0 in the same run. Defaults
+ * scale GLM-4.5-Air down (2 MoE layers, width / 8, experts / 4) so that it runs on a laptop. */
+#include <cblas.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/preset.h"
+#include "shardopt.h"
+
+struct opts {
+    const char *preset;
+    struct preset_scale scale;
+    int rep, shard, cp, ep, xdim, threads, warmup, steps, json;
+    const char *mom, *comm, *offload, *backend;
+    double bucket_mib;
+};
+
+static int me, world;
+
+static void die(const char *what, shardopt_status_t st)
+{
+    fprintf(stderr, "step_bench: %s: %s (%s)\n", what, shardopt_status_string(st),
+            shardopt_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void usage_die(const char *arg)
+{
+    if (me == 0)
+        fprintf(stderr, "step_bench: bad argument '%s' (see the comment at the top of %s)\n", arg,
+                __FILE__);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+static void opts_parse(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){.preset = "glm45-air",
+                       .scale = {2, 8, 4},
+                       .rep = 1,
+                       .shard = -1,
+                       .cp = 1,
+                       .ep = 1,
+                       .xdim = 0,
+                       .threads = 0,
+                       .warmup = 2,
+                       .steps = 10,
+                       .mom = "both",
+                       .comm = "bf16",
+                       .offload = "none",
+                       .backend = "cpu",
+                       .bucket_mib = 128};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *iv = !strcmp(a, "--layers")             ? &o->scale.layers
+                  : !strcmp(a, "--width-div")        ? &o->scale.width_div
+                  : !strcmp(a, "--experts-div")      ? &o->scale.experts_div
+                  : !strcmp(a, "--dp-replicate")     ? &o->rep
+                  : !strcmp(a, "--dp-shard")         ? &o->shard
+                  : !strcmp(a, "--cp")               ? &o->cp
+                  : !strcmp(a, "--ep")               ? &o->ep
+                  : !strcmp(a, "--expert-shard-dim") ? &o->xdim
+                  : !strcmp(a, "--threads")          ? &o->threads
+                  : !strcmp(a, "--warmup")           ? &o->warmup
+                  : !strcmp(a, "--steps")            ? &o->steps
+                                                     : NULL;
+        const char **sv = !strcmp(a, "--preset")           ? &o->preset
+                          : !strcmp(a, "--momentum-dtype") ? &o->mom
+                          : !strcmp(a, "--comm-dtype")     ? &o->comm
+                          : !strcmp(a, "--offload")        ? &o->offload
+                          : !strcmp(a, "--backend")        ? &o->backend
+                                                           : NULL;
+        if (!strcmp(a, "--json"))
+            o->json = 1;
+        else if (iv != NULL && v != NULL)
+            *iv = atoi(argv[++i]);
+        else if (sv != NULL && v != NULL)
+            *sv = argv[++i];
+        else if (!strcmp(a, "--bucket-mib") && v != NULL)
+            o->bucket_mib = atof(argv[++i]);
+        else
+            usage_die(a);
+    }
+    if (strcmp(o->offload, "none") != 0) {
+        if (me == 0)
+            fprintf(stderr,
+                    "step_bench: --offload %s: only 'none' exists so far (host offload is "
+                    "a later issue)\n",
+                    o->offload);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
+{
+    int64_t c = (n + parts - 1) / parts;
+    *lo = c * i < n ? c * i : n;
+    *len = *lo + c < n ? c : n - *lo;
+}
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* sgemm C[m x n] = A[m x m] B[m x n] at m = 1024, n = 4096 on this rank: the machine's limit
+ * for the Newton-Schulz products, measured in the same run. */
+static double sgemm_rate(int threads)
+{
+    const int m = 1024, n = 4096;
+    float *A = calloc((size_t)m * m, 4), *B = calloc((size_t)m * n, 4),
+          *C = calloc((size_t)m * n, 4);
+    double best = 0;
+    for (size_t i = 0; i < (size_t)m * m; i++)
+        A[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < (size_t)m * n; i++)
+        B[i] = (float)(i % 5) * 0.1f;
+    if (threads > 0)
+        openblas_set_num_threads(threads);
+    double t[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = MPI_Wtime();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1, A, m, B, n, 0, C, n);
+        t[r] = MPI_Wtime() - t0;
+    }
+    best = 2.0 * m * m * n / median(t, 5) / 1e9;
+    free(A);
+    free(B);
+    free(C);
+    return best;
+}
+
+struct result {
+    const char *mom;
+    double step, prepass, adamw, momentum, ex1, ns, ex2, apply; /* median over steps of max */
+    double ns_gflops;                                           /* min over ranks */
+    uint64_t state_mom, state_m, state_v, bytes_dense, bytes_expert, ws;
+    int64_t params_local_max;
+};
+
+static void run_one(const struct opts *o, const struct preset *p, const char *mom, struct result *r)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt;
+    shardopt_status_t st;
+    shardopt_stats_t s = SHARDOPT_STATS_INIT;
+    float **w = calloc((size_t)p->n, sizeof(float *)), **g = calloc((size_t)p->n, sizeof(float *));
+    uint64_t seed = 12345 + (uint64_t)me;
+    int64_t local = 0;
+
+    cfg.dp_replicate = o->rep;
+    cfg.dp_shard = o->shard;
+    cfg.cp = o->cp;
+    cfg.ep = o->ep;
+    cfg.num_threads = o->threads;
+    cfg.momentum_dtype = !strcmp(mom, "bf16") ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
+    cfg.comm_dtype = !strcmp(o->comm, "fp32") ? SHARDOPT_DTYPE_FP32 : SHARDOPT_DTYPE_BF16;
+    cfg.bucket_bytes = (uint64_t)(o->bucket_mib * 1048576.0);
+    cfg.backend = !strcmp(o->backend, "cuda") ? SHARDOPT_BACKEND_CUDA : SHARDOPT_BACKEND_CPU;
+    if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK)
+        die("init", st);
+    shardopt_get_stats(rt, &s);
+    for (int i = 0; i < p->n; i++) {
+        const struct preset_tensor *t = &p->t[i];
+        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+        shardopt_param_t h;
+        int64_t lo, len, numel;
+        d.name = t->name;
+        d.ndim = t->ndim;
+        memcpy(d.shape, t->shape, sizeof d.shape);
+        if (t->expert) {
+            const int64_t per = t->shape[0] / s.ep_size;
+            const int64_t extent = o->xdim == 0 ? per : t->shape[o->xdim];
+            d.placement = SHARDOPT_PLACEMENT_EXPERT;
+            d.shard_dim = o->xdim;
+            chunk(extent, s.expert_shard_size, s.expert_shard_rank, &lo, &len);
+            numel = (o->xdim == 0 ? len : per) * t->shape[1] * t->shape[2] /
+                    (o->xdim == 0 ? 1 : t->shape[o->xdim]) * (o->xdim == 0 ? 1 : len);
+        } else {
+            chunk(t->shape[0], s.dense_size, s.dense_rank, &lo, &len);
+            numel = len * (t->ndim > 1 ? t->shape[1] : 1) * (t->ndim > 2 ? t->shape[2] : 1);
+        }
+        d.shard_offset = lo;
+        d.shard_length = len;
+        w[i] = malloc(sizeof(float) * (size_t)(numel + 1));
+        g[i] = malloc(sizeof(float) * (size_t)(numel + 1));
+        for (int64_t k = 0; k < numel; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            w[i][k] = (float)((double)(seed >> 11) / 9007199254740992.0 - 0.5) * 0.05f;
+            g[i][k] = (float)((double)(seed >> 20 & 0xfffff) / 1048576.0 - 0.5);
+        }
+        local += numel;
+        d.data = w[i];
+        d.grad = g[i];
+        if ((st = shardopt_register(rt, &d, &h)) != SHARDOPT_OK)
+            die("register", st);
+    }
+    if ((st = shardopt_commit(rt)) != SHARDOPT_OK)
+        die("commit", st);
+
+    const int total = o->warmup + o->steps;
+    double *step = malloc(sizeof(double) * 8 * (size_t)o->steps), t_start = MPI_Wtime();
+    double nsrate = 1e30;
+    for (int i = 0; i < total; i++) {
+        shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+        a.lr = 1e-4; /* small: the weights stay well scaled over many steps */
+        MPI_Barrier(MPI_COMM_WORLD);
+        if ((st = shardopt_step(rt, &a)) != SHARDOPT_OK)
+            die("step", st);
+        shardopt_get_stats(rt, &s);
+        double ph[8] = {s.seconds_last,           s.seconds_prepass_last,   s.seconds_adamw_last,
+                        s.seconds_momentum_last,  s.seconds_exchange1_last, s.seconds_ns_last,
+                        s.seconds_exchange2_last, s.seconds_apply_last};
+        MPI_Allreduce(MPI_IN_PLACE, ph, 8, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (i >= o->warmup) {
+            memcpy(&step[8 * (i - o->warmup)], ph, sizeof ph);
+            double rate = s.seconds_ns_last > 0 ? s.ns_flops_last / s.seconds_ns_last / 1e9 : 0;
+            nsrate = rate > 0 && rate < nsrate ? rate : nsrate;
+        }
+        if (me == 0 && MPI_Wtime() - t_start > 5)
+            fprintf(stderr, "step_bench: momentum %s: step %d/%d: %.3f s (max over ranks)\n", mom,
+                    i + 1, total, ph[0]);
+    }
+    double col[64];
+    double *out[8] = {&r->step, &r->prepass, &r->adamw, &r->momentum,
+                      &r->ex1,  &r->ns,      &r->ex2,   &r->apply};
+    for (int c = 0; c < 8; c++) {
+        for (int i = 0; i < o->steps && i < 64; i++)
+            col[i] = step[8 * i + c];
+        *out[c] = median(col, o->steps < 64 ? o->steps : 64);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &nsrate, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    r->ns_gflops = nsrate < 1e29 ? nsrate : 0;
+    uint64_t v[6] = {s.bytes_momentum,
+                     s.bytes_adam_m,
+                     s.bytes_adam_v,
+                     s.bytes_workspace,
+                     s.bytes_sent_dense + s.bytes_recv_dense,
+                     s.bytes_sent_expert + s.bytes_recv_expert};
+    MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    r->state_mom = v[0];
+    r->state_m = v[1];
+    r->state_v = v[2];
+    r->ws = v[3];
+    r->bytes_dense = v[4];
+    r->bytes_expert = v[5];
+    MPI_Allreduce(&local, &r->params_local_max, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    r->mom = mom;
+    shardopt_finalize(rt);
+    for (int i = 0; i < p->n; i++) {
+        free(w[i]);
+        free(g[i]);
+    }
+    free(w);
+    free(g);
+    free(step);
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    struct preset p;
+    struct result res[2];
+    char err[256];
+    int nres = 0;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    opts_parse(argc, argv, &o);
+    if (preset_load(o.preset, SHARDOPT_PRESET_DIR, &o.scale, &p, err, sizeof err) != 0) {
+        if (me == 0)
+            fprintf(stderr, "step_bench: %s\n", err);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    double gemm = me == 0 ? sgemm_rate(o.threads) : 0;
+    MPI_Bcast(&gemm, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (strcmp(o.mom, "fp32") == 0 || strcmp(o.mom, "both") == 0)
+        run_one(&o, &p, "fp32", &res[nres++]);
+    if (strcmp(o.mom, "bf16") == 0 || strcmp(o.mom, "both") == 0)
+        run_one(&o, &p, "bf16", &res[nres++]);
+
+    if (me == 0) {
+        printf("step_bench: preset %s (%d MoE + %d dense layers, width / %d, experts / %d): %d "
+               "tensors, %.2f M parameters; %d ranks = dp_replicate %d x dp_shard %d x cp %d, "
+               "ep %d, experts sharded along dim %d; comm %s; median of %d steps after %d "
+               "warm-up, max over ranks; sgemm (rank 0, 1024x1024x4096) %.1f GFLOP/s\n\n",
+               p.name, p.moe_layers, p.dense_layers, o.scale.width_div, o.scale.experts_div, p.n,
+               (double)p.total / 1e6, world, o.rep, o.shard, o.cp, o.ep, o.xdim, o.comm, o.steps,
+               o.warmup, gemm);
+        printf("| offload | momentum | step time (max over ranks) | optimizer state / rank | "
+               "host↔device bytes / step |\n|---|---|---|---|---|\n");
+        for (int i = 0; i < nres; i++)
+            printf("| none | %s | %.3f s | %.2f MiB | 0 (no offload) |\n", res[i].mom, res[i].step,
+                   (res[i].state_mom + res[i].state_m + res[i].state_v) / 1048576.0);
+        printf("\n| momentum | pre-pass | AdamW | momentum | exchange #1 | NS | exchange #2 | "
+               "apply | NS GFLOP/s (min rank) | NS / sgemm | dense bytes/step | expert "
+               "bytes/step |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < nres; i++)
+            printf("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.2f | %.1f MiB "
+                   "| %.1f MiB |\n",
+                   res[i].mom, res[i].prepass, res[i].adamw, res[i].momentum, res[i].ex1, res[i].ns,
+                   res[i].ex2, res[i].apply, res[i].ns_gflops,
+                   gemm > 0 ? res[i].ns_gflops / gemm : 0, res[i].bytes_dense / 1048576.0,
+                   res[i].bytes_expert / 1048576.0);
+        if (o.json) {
+            printf("\n{\"preset\": \"%s\", \"params\": %lld, \"ranks\": %d, \"dp_replicate\": %d, "
+                   "\"dp_shard\": %d, \"cp\": %d, \"ep\": %d, \"expert_shard_dim\": %d, "
+                   "\"sgemm_gflops\": %.2f, \"results\": [",
+                   p.name, (long long)p.total, world, o.rep, o.shard, o.cp, o.ep, o.xdim, gemm);
+            for (int i = 0; i < nres; i++)
+                printf("%s{\"offload\": \"none\", \"momentum\": \"%s\", \"step_s\": %.6f, "
+                       "\"prepass_s\": %.6f, \"adamw_s\": %.6f, \"momentum_s\": %.6f, "
+                       "\"exchange1_s\": %.6f, \"ns_s\": %.6f, \"exchange2_s\": %.6f, "
+                       "\"apply_s\": %.6f, \"ns_gflops_min_rank\": %.3f, \"ns_ratio_vs_sgemm\": "
+                       "%.4f, \"state_bytes_per_rank\": %llu, \"momentum_bytes\": %llu, "
+                       "\"adam_bytes\": %llu, \"workspace_bytes\": %llu, \"dense_bytes_per_step\": "
+                       "%llu, \"expert_bytes_per_step\": %llu, \"host_device_bytes_per_step\": 0}",
+                       i ? ", " : "", res[i].mom, res[i].step, res[i].prepass, res[i].adamw,
+                       res[i].momentum, res[i].ex1, res[i].ns, res[i].ex2, res[i].apply,
+                       res[i].ns_gflops, gemm > 0 ? res[i].ns_gflops / gemm : 0,
+                       (unsigned long long)(res[i].state_mom + res[i].state_m + res[i].state_v),
+                       (unsigned long long)res[i].state_mom,
+                       (unsigned long long)(res[i].state_m + res[i].state_v),
+                       (unsigned long long)res[i].ws, (unsigned long long)res[i].bytes_dense,
+                       (unsigned long long)res[i].bytes_expert);
+            printf("]}\n");
+        }
+    }
+    preset_free(&p);
+    MPI_Finalize();
+    return 0;
+}

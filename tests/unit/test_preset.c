@@ -1,0 +1,76 @@
+/* Model presets: glm45-air expands to the published architecture's tensors (count checked
+ * against the arithmetic written out here), and the scaling knobs do what they say. */
+#include "bench/preset.h"
+#include "test.h"
+
+TEST(glm45_air_has_the_published_shapes_and_count)
+{
+    struct preset p;
+    struct preset_scale s = {0, 1, 1};
+    char err[256];
+    ASSERT_EQ_INT(preset_load("glm45-air", SHARDOPT_PRESET_DIR, &s, &p, err, sizeof err), 0);
+    const int64_t h = 4096, q = 96 * 128, kv = 8 * 128, V = 151552;
+    const int64_t attn = h + q * h + q + kv * h + kv + kv * h + kv + h * q + h;
+    const int64_t dense = 3 * 10944 * h;
+    const int64_t moe = 128 * h + 3 * 128 * 1408 * h + 3 * 1408 * h;
+    const int64_t want = 2 * V * h + h + 46 * attn + dense + 45 * moe;
+    EXPECT_EQ_INT(p.total, want);
+    /* GLM-4.5-Air is published as 106B parameters in total (12B active) */
+    EXPECT_TRUE(p.total > 106000000000ll && p.total < 107000000000ll);
+    EXPECT_EQ_INT(p.dense_layers, 1);
+    EXPECT_EQ_INT(p.moe_layers, 45);
+    int experts = 0;
+    for (int i = 0; i < p.n; i++)
+        if (strcmp(p.t[i].name, "model.layers.5.mlp.experts.down_proj") == 0) {
+            EXPECT_TRUE(p.t[i].expert);
+            EXPECT_EQ_INT(p.t[i].ndim, 3);
+            EXPECT_EQ_INT(p.t[i].shape[0], 128);
+            EXPECT_EQ_INT(p.t[i].shape[1], 4096);
+            EXPECT_EQ_INT(p.t[i].shape[2], 1408);
+            experts++;
+        }
+    EXPECT_EQ_INT(experts, 1);
+    printf("  glm45-air: %d tensors, %.3f B parameters\n", p.n, (double)p.total / 1e9);
+    preset_free(&p);
+}
+
+TEST(scaling_knobs)
+{
+    struct preset p;
+    struct preset_scale s = {2, 8, 4};
+    char err[256];
+    ASSERT_EQ_INT(preset_load("glm45-air", SHARDOPT_PRESET_DIR, &s, &p, err, sizeof err), 0);
+    EXPECT_EQ_INT(p.moe_layers, 2);
+    int found = 0;
+    for (int i = 0; i < p.n; i++) {
+        if (strcmp(p.t[i].name, "model.layers.2.mlp.experts.gate_proj") == 0) {
+            EXPECT_EQ_INT(p.t[i].shape[0], 32);  /* 128 / 4 */
+            EXPECT_EQ_INT(p.t[i].shape[1], 176); /* 1408 / 8 */
+            EXPECT_EQ_INT(p.t[i].shape[2], 512); /* 4096 / 8 */
+            found++;
+        }
+        if (strcmp(p.t[i].name, "model.layers.0.self_attn.q_proj.weight") == 0) {
+            EXPECT_EQ_INT(p.t[i].shape[0], 96 * 16); /* heads kept, head_dim 128 / 8 */
+            found++;
+        }
+        EXPECT_TRUE(strncmp(p.t[i].name, "model.layers.3.", 15) != 0);
+    }
+    EXPECT_EQ_INT(found, 2);
+    preset_free(&p);
+}
+
+TEST(bad_presets_are_refused_with_the_file_named)
+{
+    struct preset p;
+    struct preset_scale s = {0, 1, 1};
+    char err[256];
+    EXPECT_EQ_INT(preset_load("no-such-model", SHARDOPT_PRESET_DIR, &s, &p, err, sizeof err), -1);
+    EXPECT_STR_CONTAINS(err, "no-such-model.json");
+    FILE *f = fopen("/tmp/shardopt_bad_preset.json", "w");
+    fputs("{\"dims\": {\"dense_layers\": 1, \"moe_layers\": 0}, \"global\": [{\"name\": \"x\", "
+          "\"shape\": [\"nope\"]}]}",
+          f);
+    fclose(f);
+    EXPECT_EQ_INT(preset_load("/tmp/shardopt_bad_preset.json", NULL, &s, &p, err, sizeof err), -1);
+    EXPECT_STR_CONTAINS(err, "tensor 'x'");
+}

@@ -158,6 +158,7 @@ typedef struct shardopt_config {
 
     shardopt_nonfinite_t nonfinite; /**< a NaN/Inf gradient anywhere: skip (default) or error */
     uint64_t bucket_bytes;          /**< Muon matrices per exchange bucket, in comm-dtype bytes */
+    int replica_split; /**< 1: replicas split the Newton-Schulz work and all-gather it */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -175,6 +176,7 @@ typedef struct shardopt_config {
         .param_rounding = SHARDOPT_ROUNDING_NEAREST, .seed = 0, .backend = SHARDOPT_BACKEND_CPU,   \
         .kernels = SHARDOPT_KERNELS_AUTO, .num_threads = 0, .dp_replicate = 1, .dp_shard = -1,     \
         .cp = 1, .ep = 1, .nonfinite = SHARDOPT_NONFINITE_SKIP, .bucket_bytes = 128ull << 20,      \
+        .replica_split = 0,                                                                        \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1

@@ -115,6 +115,8 @@ void commit_release(shardopt_runtime_t rt)
     }
     memset(rt->bufs, 0, sizeof rt->bufs);
     free(rt->sumsq);
+    free(rt->rep_counts);
+    rt->rep_counts = rt->rep_displs = NULL;
     free(rt->nonfinite);
     rt->nonfinite = NULL;
     rt->ns_ws.buf = NULL;
@@ -154,6 +156,9 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     rt->ns_ws.floats = ws;
     rt->sumsq = malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
     rt->nonfinite = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
+    rt->rep_counts = malloc(sizeof(int) * 2 * (size_t)rt->groups.mesh.dp_replicate);
+    rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + rt->groups.mesh.dp_replicate : NULL;
+    ok = ok && rt->rep_counts != NULL;
     ok = ok && rt->ns_ws.buf && rt->sumsq && rt->nonfinite && state_store_alloc(&rt->store) == 0;
     int all = ok;
     groups_allreduce(&rt->groups, &all, 1, MPI_INT, MPI_MIN);

@@ -60,6 +60,8 @@ const struct config_key config_keys[] = {
     ENUM(nonfinite, nonfinite_names, "a NaN/Inf gradient: skip the step or fail it"),
     {"bucket_bytes", CFG_U64, OFF(bucket_bytes), NULL, 0, 0, 0, 0, 0, 0,
      "Muon matrices per exchange bucket, in comm-dtype bytes"},
+    {"replica_split", CFG_BOOL, OFF(replica_split), NULL, 0, 1, 0, 0, 0, 0,
+     "replicas split the Newton-Schulz work and all-gather the results"},
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

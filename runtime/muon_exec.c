@@ -139,20 +139,20 @@ static void stage_move(shardopt_runtime_t rt, const struct stage *st, int to_slo
     }
 }
 
-/* Newton-Schulz on my matrices, batching runs of consecutive experts of one stack. */
-static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct stage *st,
-                                             struct stage *in_flight1, struct stage *in_flight2)
+/* Newton-Schulz on my matrices [lo, hi), batching runs of consecutive experts of one stack. */
+static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct stage *st, int lo,
+                                             int hi, struct stage *in_flight1,
+                                             struct stage *in_flight2)
 {
     const shardopt_config_t *c = &rt->cfg;
     const struct group_plan *P = &rt->gx[st->kind].plan;
     const size_t es = kdtype_size(c->comm_dtype);
 
-    for (int w = st->b->owned_lo; w < st->b->owned_hi;) {
+    for (int w = lo; w < hi;) {
         const struct plan_owned *ow = &P->owned[w];
         const struct shardopt_param *p = rt->params[ow->param];
         int n = 1;
-        while (w + n < st->b->owned_hi && P->owned[w + n].param == ow->param &&
-               P->owned[w + n].k == ow->k + n)
+        while (w + n < hi && P->owned[w + n].param == ow->param && P->owned[w + n].k == ow->k + n)
             n++;
         struct ns_args ns = {
             .batch = n,
@@ -207,6 +207,39 @@ static void stage_apply(shardopt_runtime_t rt, const struct stage *st, const str
         };
         rt->ops->apply(&rt->kctx, &a);
     }
+}
+
+/* Newton-Schulz of a bucket: all of its matrices, or with replica_split this replica's share,
+ * then every replica's share gathered into every replica's slots. */
+static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
+                                  struct stage *in_flight1, struct stage *in_flight2)
+{
+    const struct groups *g = &rt->groups;
+    const struct group_plan *P = &rt->gx[st->kind].plan;
+    const int R = g->mesh.dp_replicate;
+    int lo, hi;
+    size_t slot_lo, slot_hi;
+
+    if (!rt->cfg.replica_split || R == 1)
+        return stage_orthogonalize(rt, st, st->b->owned_lo, st->b->owned_hi, in_flight1,
+                                   in_flight2);
+    plan_replica_range(P, st->b, R, g->me.rep, &lo, &hi, &slot_lo, &slot_hi);
+    shardopt_status_t status = stage_orthogonalize(rt, st, lo, hi, in_flight1, in_flight2);
+    if (status != SHARDOPT_OK)
+        return status;
+    for (int r = 0; r < R; r++) {
+        size_t a, b;
+        int l, h;
+        plan_replica_range(P, st->b, R, r, &l, &h, &a, &b);
+        rt->rep_displs[r] = (int)a;
+        rt->rep_counts[r] = (int)(b - a);
+    }
+    MPI_Datatype t = rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+    if (MPI_Allgatherv(MPI_IN_PLACE, 0, t, st->buf->ns, rt->rep_counts, rt->rep_displs, t,
+                       g->rep) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step: sharing Newton-Schulz results over the "
+                                           "replicate group failed");
+    return SHARDOPT_OK;
 }
 
 /* The pipeline's sequence: every bucket of every group, in group order. */
@@ -272,7 +305,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
         stage_move(rt, cur, 1);
         double t2 = now_seconds();
         k->seconds_exchange1_last += t2 - t1;
-        status = stage_orthogonalize(rt, cur, next, prev);
+        status = stage_ns(rt, cur, next, prev);
         if (status != SHARDOPT_OK)
             break;
         double t3 = now_seconds();

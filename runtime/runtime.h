@@ -84,8 +84,9 @@ struct shardopt_runtime {
         MPI_Request *req; /* 2 per member of the largest group: one exchange at a time */
     } bufs[PIPELINE_DEPTH];
     struct ns_workspace ns_ws;
-    double *sumsq;  /* [nparams]: the step's gradient pre-pass */
-    int *nonfinite; /* [nparams]: NaN/Inf gradient somewhere */
+    int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
+    double *sumsq;                /* [nparams]: the step's gradient pre-pass */
+    int *nonfinite;               /* [nparams]: NaN/Inf gradient somewhere */
     size_t bytes_workspace;
 
     struct step_counters counters;

@@ -211,6 +211,34 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
     return 0;
 }
 
+void plan_replica_range(const struct group_plan *p, const struct plan_bucket *b, int replicas,
+                        int r, int *lo, int *hi, size_t *slot_lo, size_t *slot_hi)
+{
+    double total = 0, acc = 0;
+    int l = b->owned_hi, h = b->owned_hi;
+
+    for (int w = b->owned_lo; w < b->owned_hi; w++)
+        total += plan_ns_cost(p->owned[w].rows, p->owned[w].cols);
+    /* a matrix goes to the replica whose share of the cumulative cost holds its midpoint: the
+     * replica index never decreases along the list, so each replica gets a contiguous run */
+    for (int w = b->owned_lo; w < b->owned_hi; w++) {
+        const double c = plan_ns_cost(p->owned[w].rows, p->owned[w].cols);
+        int idx = (int)((acc + 0.5 * c) * replicas / total);
+        idx = idx < replicas ? idx : replicas - 1;
+        if (idx >= r && l == b->owned_hi)
+            l = w;
+        if (idx > r) {
+            h = w;
+            break;
+        }
+        acc += c;
+    }
+    *lo = l < h ? l : h;
+    *hi = h;
+    *slot_lo = *lo < b->owned_hi ? p->owned[*lo].slot : b->ns_elems;
+    *slot_hi = h < b->owned_hi ? p->owned[h].slot : b->ns_elems;
+}
+
 void plan_free(struct group_plan *p)
 {
     for (int b = 0; b < p->nbuckets; b++)

@@ -92,6 +92,12 @@ int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int 
 
 void plan_free(struct group_plan *p);
 
+/* replica_split: replica r of `replicas` orthogonalizes the contiguous run [*lo, *hi) of a
+ * bucket's owned matrices (balanced by NS cost; the same split on every replica), i.e. the NS
+ * slots [*slot_lo, *slot_hi) in elements, which it then shares with the others. */
+void plan_replica_range(const struct group_plan *p, const struct plan_bucket *b, int replicas,
+                        int r, int *lo, int *hi, size_t *slot_lo, size_t *slot_hi);
+
 /* The NS cost of a rows x cols matrix per iteration: 4m^2n + 2m^3, m <= n. */
 double plan_ns_cost(int64_t rows, int64_t cols);
 

@@ -267,6 +267,17 @@ TEST(layout_equals_one_rank_bf16_stochastic)
     compare_with_single_rank(cfg);
 }
 
+TEST(layout_equals_one_rank_replica_split)
+{
+    /* replicas split the NS work and share the results: still the same bits */
+    setup();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.replica_split = 1;
+    cfg.bucket_bytes = 3000;
+    cfg.num_threads = 1;
+    compare_with_single_rank(cfg);
+}
+
 /* Bytes counted where they go to MPI against the layout: per matrix of B bytes, a holder that
  * is not the owner sends its fraction f*B in exchange #1 and receives it back in #2; the owner
  * receives and sends (1 - f_owner)*B. And every matrix has exactly one owner. */

@@ -106,6 +106,13 @@ typedef enum shardopt_nonfinite {
     SHARDOPT_NONFINITE_ERROR = 1, /**< return SHARDOPT_ERR_NONFINITE, nothing written */
 } shardopt_nonfinite_t;
 
+/** How a matrix sharded over ranks is orthogonalized. */
+typedef enum shardopt_ns_strategy {
+    SHARDOPT_NS_STRATEGY_GATHER = 0,  /**< whole to one owner and back (bitwise layout-invariant) */
+    SHARDOPT_NS_STRATEGY_SHARDED = 1, /**< columns stay; the Gram matrix is all-reduced per step */
+    SHARDOPT_NS_STRATEGY_AUTO = 2,    /**< per parameter, by a cost model */
+} shardopt_ns_strategy_t;
+
 #define SHARDOPT_NS_MAX_STEPS 16
 #define SHARDOPT_PATTERNS_MAX 256
 
@@ -159,6 +166,9 @@ typedef struct shardopt_config {
     shardopt_nonfinite_t nonfinite; /**< a NaN/Inf gradient anywhere: skip (default) or error */
     uint64_t bucket_bytes;          /**< Muon matrices per exchange bucket, in comm-dtype bytes */
     int replica_split; /**< 1: replicas split the Newton-Schulz work and all-gather it */
+    shardopt_ns_strategy_t ns_strategy; /**< gather (default), sharded, or auto (cost model) */
+    double cost_gemm_gflops;            /**< auto's cost model: GEMM rate per rank. Default 100 */
+    double cost_net_gbps; /**< auto's cost model: bandwidth per rank, GB/s. Default 25 */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -176,7 +186,8 @@ typedef struct shardopt_config {
         .param_rounding = SHARDOPT_ROUNDING_NEAREST, .seed = 0, .backend = SHARDOPT_BACKEND_CPU,   \
         .kernels = SHARDOPT_KERNELS_AUTO, .num_threads = 0, .dp_replicate = 1, .dp_shard = -1,     \
         .cp = 1, .ep = 1, .nonfinite = SHARDOPT_NONFINITE_SKIP, .bucket_bytes = 128ull << 20,      \
-        .replica_split = 0,                                                                        \
+        .replica_split = 0, .ns_strategy = SHARDOPT_NS_STRATEGY_GATHER, .cost_gemm_gflops = 100.0, \
+        .cost_net_gbps = 25.0,                                                                     \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1
@@ -272,6 +283,8 @@ typedef struct shardopt_stats {
     uint64_t bytes_sent_dense, bytes_recv_dense;   /**< to/from other ranks, dense shard group */
     uint64_t bytes_sent_expert, bytes_recv_expert; /**< expert shard group */
     double seconds_prepass_last, seconds_exchange1_last, seconds_exchange2_last;
+    int64_t ns_sharded_matrices; /**< matrices orthogonalized sharded (this rank takes part) */
+    double seconds_ns_sharded_last;
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

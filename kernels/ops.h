@@ -147,6 +147,19 @@ struct kernel_ops {
     /* Returns 0, or -1 when the variant is not available in this table. */
     int (*newton_schulz)(const struct kernel_ctx *ctx, const struct ns_args *a,
                          const struct ns_workspace *ws);
+    /* Sharded Newton-Schulz: a matrix whose working columns are spread over ranks. The runtime
+     * sums the pieces' squared norms and their Gram matrices over the ranks between these calls.
+     * shard_load: X <- U * inv, working orientation (a describes one piece: batch 1, rows x
+     * cols as stored, transpose as for the whole matrix). shard_gram: G = X X^T (m x m).
+     * shard_update: Y = (c0 I + c1 G + c2 G G) X, with scratch B (m x m). shard_store: O <- X in
+     * the piece's stored orientation, rounded to out_dtype. n may be 0. */
+    void (*ns_shard_load)(const struct kernel_ctx *ctx, const struct ns_args *a, double inv,
+                          float *x);
+    void (*ns_shard_gram)(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n,
+                          float *gram);
+    void (*ns_shard_update)(const struct kernel_ctx *ctx, const float *gram, const float c[3],
+                            const float *x, int64_t m, int64_t n, float *scratch, float *y);
+    void (*ns_shard_store)(const struct kernel_ctx *ctx, const struct ns_args *a, const float *x);
     /* dst rows of `width` bytes at `dpitch` <- src rows at `spitch`: packing and unpacking
      * matrix pieces around the exchanges. */
     void (*copy2d)(const struct kernel_ctx *ctx, void *dst, size_t dpitch, const void *src,

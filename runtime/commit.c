@@ -8,6 +8,7 @@
 #include "kernels/ns_variant.h"
 #include "log.h"
 #include "runtime.h"
+#include "sharding/ns_strategy.h"
 #include "status.h"
 
 /* Reserve this parameter's state slices; fill the Muon geometry. */
@@ -54,7 +55,7 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
     }
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
-        if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want)
+        if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want || p->ns_sharded)
             continue;
         struct plan_box *b = &boxes[(size_t)np * (size_t)members];
         for (int m = 0; m < members; m++) {
@@ -94,6 +95,53 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
     return SHARDOPT_OK;
 }
 
+/* Which Muon tensors of a group stay sharded for Newton-Schulz (ns_strategy), and this rank's
+ * piece geometry for them. */
+static void sharded_choose(shardopt_runtime_t rt, enum group_kind kind, const struct shard_table *t)
+{
+    const shardopt_placement_t want =
+        kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE : SHARDOPT_PLACEMENT_EXPERT;
+    double total = 0;
+
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        if (p->algo == SHARDOPT_ALGO_MUON && p->placement == want)
+            total += plan_ns_cost(p->mv.rows, p->mv.cols) *
+                     (double)(p->layout.ndim == 3 ? p->layout.win_len : 1);
+    }
+    for (int i = 0; i < rt->nparams; i++) {
+        struct shardopt_param *p = rt->params[i];
+        if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want)
+            continue;
+        struct plan_box *boxes = malloc(sizeof(*boxes) * (size_t)t->members);
+        if (boxes == NULL)
+            continue; /* stays gathered: always correct */
+        for (int m = 0; m < t->members; m++)
+            boxes[m] = t->boxes[(size_t)m * (size_t)rt->nparams + (size_t)i];
+        struct ns_strategy_in in = {.ndim = p->layout.ndim,
+                                    .ns_transpose = p->mv.ns_transpose,
+                                    .shard_dim = p->layout.shard_dim,
+                                    .boxes = boxes,
+                                    .members = t->members,
+                                    .steps = rt->cfg.ns_steps,
+                                    .esize = kdtype_size(rt->cfg.comm_dtype),
+                                    .group_mean_cost = total / t->members,
+                                    .gflops = rt->cfg.cost_gemm_gflops,
+                                    .gbps = rt->cfg.cost_net_gbps};
+        memcpy(in.shape, p->layout.shape, sizeof in.shape);
+        p->ns_sharded = ns_strategy_choose(&in, (int)rt->cfg.ns_strategy);
+        free(boxes);
+        if (!p->ns_sharded)
+            continue;
+        /* my piece of each matrix: all of its rows, some of its working columns */
+        const int rd = p->layout.ndim - 2;
+        p->sh_rows = p->layout.len[rd];
+        p->sh_cols = p->layout.len[rd + 1];
+        p->sh_m = p->mv.ns_transpose ? p->sh_cols : p->sh_rows;
+        p->sh_n = p->mv.ns_transpose ? p->sh_rows : p->sh_cols;
+    }
+}
+
 static void *buffer_alloc(shardopt_runtime_t rt, size_t bytes)
 {
     void *p = rt->ops->alloc(bytes);
@@ -114,6 +162,10 @@ void commit_release(shardopt_runtime_t rt)
         free(rt->bufs[i].req);
     }
     memset(rt->bufs, 0, sizeof rt->bufs);
+    rt->ops->free(rt->sh_u);
+    rt->ops->free(rt->sh_x);
+    rt->sh_u = NULL;
+    rt->sh_x = NULL;
     free(rt->sumsq);
     free(rt->rep_counts);
     rt->rep_counts = rt->rep_displs = NULL;
@@ -131,6 +183,16 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     const size_t es = kdtype_size(rt->cfg.comm_dtype);
     size_t a = 0, b = 0, ns = 0, ws = 0;
 
+    size_t sh_u = 0, sh_x = 0, sh_g = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *q = rt->params[i];
+        if (!q->ns_sharded)
+            continue;
+        size_t u = (size_t)(q->sh_rows * q->sh_cols), g = (size_t)(q->sh_m * q->sh_m);
+        sh_u = u > sh_u ? u : sh_u;
+        sh_x = u > sh_x ? u : sh_x;
+        sh_g = g > sh_g ? g : sh_g;
+    }
     for (int k = 0; k < GROUP_KINDS; k++) {
         const struct group_plan *p = &rt->gx[k].plan;
         a = p->max_a > a ? p->max_a : a;
@@ -159,6 +221,10 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     rt->rep_counts = malloc(sizeof(int) * 2 * (size_t)rt->groups.mesh.dp_replicate);
     rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + rt->groups.mesh.dp_replicate : NULL;
     ok = ok && rt->rep_counts != NULL;
+    /* sharded Newton-Schulz: U/O of one piece, X and Y, the Gram matrix and B */
+    rt->sh_u = buffer_alloc(rt, sh_u * es + 1);
+    rt->sh_x = buffer_alloc(rt, (2 * sh_x + 2 * sh_g) * sizeof(float) + 1);
+    ok = ok && rt->sh_u && rt->sh_x;
     ok = ok && rt->ns_ws.buf && rt->sumsq && rt->nonfinite && state_store_alloc(&rt->store) == 0;
     int all = ok;
     groups_allreduce(&rt->groups, &all, 1, MPI_INT, MPI_MIN);
@@ -188,6 +254,8 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         return status;
     for (int i = 0; i < rt->nparams; i++)
         param_plan(rt, rt->params[i]);
+    sharded_choose(rt, GROUP_DENSE, &dense);
+    sharded_choose(rt, GROUP_EXPERT, &xs);
     status = group_plan_build(rt, GROUP_LOCAL, NULL, &rt->gx[GROUP_LOCAL]);
     if (status == SHARDOPT_OK)
         status = group_plan_build(rt, GROUP_DENSE, &dense, &rt->gx[GROUP_DENSE]);

@@ -15,6 +15,7 @@ static const char *const dtype_names[] = {"fp32", "bf16", NULL};
 static const char *const rounding_names[] = {"nearest", "stochastic", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", NULL};
 static const char *const nonfinite_names[] = {"skip", "error", NULL};
+static const char *const ns_strategy_names[] = {"gather", "sharded", "auto", NULL};
 static const char *const kernels_names[] = {"auto",   "reference", "portable",
                                             "avx512", "avx2",      NULL};
 
@@ -62,6 +63,9 @@ const struct config_key config_keys[] = {
      "Muon matrices per exchange bucket, in comm-dtype bytes"},
     {"replica_split", CFG_BOOL, OFF(replica_split), NULL, 0, 1, 0, 0, 0, 0,
      "replicas split the Newton-Schulz work and all-gather the results"},
+    ENUM(ns_strategy, ns_strategy_names, "gather whole matrices to an owner, or keep them sharded"),
+    DBL(cost_gemm_gflops, 0, 1e9, 1, 0, "auto's cost model: GEMM GFLOP/s per rank"),
+    DBL(cost_net_gbps, 0, 1e9, 1, 0, "auto's cost model: GB/s per rank"),
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

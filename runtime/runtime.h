@@ -31,6 +31,11 @@ struct shardopt_param {
     double lr_scale; /* per-matrix multiplier of lr from the true shape */
     size_t off_momentum;
 
+    /* Sharded Newton-Schulz: this rank's piece of each matrix (stored rows x cols) and its
+     * working shape (sh_m rows, sh_n of the columns) */
+    int ns_sharded;
+    int64_t sh_rows, sh_cols, sh_m, sh_n;
+
     /* AdamW */
     size_t off_exp_avg, off_exp_avg_sq;
 
@@ -57,6 +62,7 @@ struct step_counters {
     double ns_flops_last;
     uint64_t bytes_sent[GROUP_KINDS], bytes_recv[GROUP_KINDS]; /* last step, other ranks only */
     double seconds_last, seconds_total;
+    double seconds_ns_sharded_last;
     double seconds_prepass_last, seconds_adamw_last, seconds_momentum_last, seconds_exchange1_last,
         seconds_ns_last, seconds_exchange2_last, seconds_apply_last;
 };
@@ -85,6 +91,8 @@ struct shardopt_runtime {
     } bufs[PIPELINE_DEPTH];
     struct ns_workspace ns_ws;
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
+    void *sh_u;                   /* sharded Newton-Schulz: one piece's U and O, comm dtype */
+    float *sh_x;                  /* X, Y, Gram, B */
     double *sumsq;                /* [nparams]: the step's gradient pre-pass */
     int *nonfinite;               /* [nparams]: NaN/Inf gradient somewhere */
     size_t bytes_workspace;

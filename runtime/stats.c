@@ -30,6 +30,10 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
         s.num_muon++;
         s.bytes_momentum += n * kdtype_size(rt->cfg.momentum_dtype);
     }
+    for (int i = 0; i < rt->nparams; i++)
+        if (rt->committed && rt->params[i]->ns_sharded)
+            s.ns_sharded_matrices +=
+                rt->params[i]->layout.ndim == 3 ? rt->params[i]->layout.len[0] : 1;
     /* matrices this rank orthogonalizes */
     for (int g = 0; rt->committed && g < GROUP_KINDS; g++) {
         const struct group_plan *P = &rt->gx[g].plan;
@@ -43,6 +47,7 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.bytes_workspace = rt->bytes_workspace;
     s.steps = k->steps;
     s.ns_flops_last = k->ns_flops_last;
+    s.seconds_ns_sharded_last = k->seconds_ns_sharded_last;
     s.seconds_last = k->seconds_last;
     s.seconds_total = k->seconds_total;
     s.seconds_adamw_last = k->seconds_adamw_last;

@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "muon_exec.h"
+#include "ns_sharded.h"
 #include "prepass.h"
 #include "runtime.h"
 #include "status.h"
@@ -109,7 +110,7 @@ static void counters_reset(struct step_counters *k)
     memset(k->bytes_recv, 0, sizeof k->bytes_recv);
     k->seconds_prepass_last = k->seconds_adamw_last = k->seconds_momentum_last = 0;
     k->seconds_exchange1_last = k->seconds_ns_last = k->seconds_exchange2_last = 0;
-    k->seconds_apply_last = 0;
+    k->seconds_apply_last = k->seconds_ns_sharded_last = 0;
     k->last_skipped = 0;
 }
 
@@ -173,6 +174,8 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
 
     const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};
     status = muon_run(rt, &ms);
+    if (status == SHARDOPT_OK)
+        status = ns_sharded_run(rt, &ms);
     if (status != SHARDOPT_OK)
         return status;
 

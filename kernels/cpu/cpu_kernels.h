@@ -27,6 +27,15 @@ void avx2_momentum(const struct kernel_ctx *ctx, const struct momentum_args *a);
 void avx2_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a);
 void avx2_apply(const struct kernel_ctx *ctx, const struct apply_args *a);
 
+void shard_load(const struct kernel_ctx *ctx, const struct ns_args *a, double inv, float *x);
+void shard_store(const struct kernel_ctx *ctx, const struct ns_args *a, const float *x);
+void ref_shard_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n, float *g);
+void ref_shard_update(const struct kernel_ctx *ctx, const float *g, const float c[3],
+                      const float *x, int64_t m, int64_t n, float *B, float *y);
+void blas_shard_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n, float *g);
+void blas_shard_update(const struct kernel_ctx *ctx, const float *g, const float c[3],
+                       const float *x, int64_t m, int64_t n, float *B, float *y);
+
 void cpu_copy2d(const struct kernel_ctx *ctx, void *dst, size_t dpitch, const void *src,
                 size_t spitch, size_t width, size_t rows);
 double cpu_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);

@@ -3,9 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-/* Independent partial sums of the squared norm: enough to hide the latency of a double add
- * chain, a fixed number so the result depends on the data only (never on threads). */
-#define NS_NORM_LANES 8
+#include "cpu_kernels.h"
+
 /* Edge of the tiles the transposing load and store go through: 64x64 fp32 (16 KiB) fits L1. */
 #define NS_TILE 64
 
@@ -21,37 +20,6 @@ double ns_flops_per_iter(int64_t rows, int64_t cols)
     double m = (double)(rows < cols ? rows : cols);
     double n = (double)(rows < cols ? cols : rows);
     return 4.0 * m * m * n + 2.0 * m * m * m;
-}
-
-/* Sum of squares in double: lane l adds elements l, l + 8, l + 16, ...; the lanes are combined in
- * a fixed order. A single serial chain waits a full add latency per element: the load of a
- * 2048 x 2048 fp32 matrix took 4.9 ms that way, 1.9 ms with the lanes. */
-static double ns_sum_squares(const void *in, int dt, size_t base, size_t count)
-{
-    double lane[NS_NORM_LANES] = {0};
-    size_t i = 0;
-
-    if (dt == KDT_F32) {
-        const float *p = (const float *)in + base;
-        for (; i + NS_NORM_LANES <= count; i += NS_NORM_LANES)
-            for (int l = 0; l < NS_NORM_LANES; l++)
-                lane[l] += (double)p[i + l] * (double)p[i + l];
-    } else {
-        const uint16_t *p = (const uint16_t *)in + base;
-        for (; i + NS_NORM_LANES <= count; i += NS_NORM_LANES)
-            for (int l = 0; l < NS_NORM_LANES; l++) {
-                const double v = f32_from_bf16(p[i + l]);
-                lane[l] += v * v;
-            }
-    }
-    for (int l = 0; i < count; i++, l++) {
-        const double v = kload(in, dt, base + i);
-        lane[l] += v * v;
-    }
-    for (int w = NS_NORM_LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++)
-            lane[l] += lane[l + w];
-    return lane[0];
 }
 
 static void ns_load_scaled(const void *in, int dt, size_t base, size_t count, double inv, float *x)
@@ -93,9 +61,17 @@ static void ns_load_scaled_transposed(const struct ns_args *a, size_t base, doub
 void ns_load_normalized(const struct ns_args *a, int64_t k, float *x)
 {
     const size_t count = (size_t)(a->rows * a->cols);
+    const size_t es = kdtype_size(a->in_dtype);
+    /* the shared sum of squares: a fixed order of double lanes, independent of threads */
+    const double ss =
+        cpu_sumsq(NULL, (const char *)a->in + (size_t)k * count * es, a->in_dtype, count);
+    ns_load_with_inv(a, k, 1.0 / (sqrt(ss) * (double)a->norm_scale + (double)a->eps), x);
+}
+
+void ns_load_with_inv(const struct ns_args *a, int64_t k, double inv, float *x)
+{
+    const size_t count = (size_t)(a->rows * a->cols);
     const size_t base = (size_t)k * count;
-    const double ss = ns_sum_squares(a->in, a->in_dtype, base, count);
-    const double inv = 1.0 / (sqrt(ss) * (double)a->norm_scale + (double)a->eps);
 
     if (a->transpose)
         ns_load_scaled_transposed(a, base, inv, x);

@@ -356,3 +356,47 @@ TEST(glm45_air_64_ranks_dp_replicate2_dp_shard8_cp4_ep8)
     glm_plan(32, 8, 1);
     glm_plan(32, 8, 2);
 }
+
+/* ---- gather or sharded ---- */
+#include "sharding/ns_strategy.h"
+
+TEST(sharded_strategy_eligibility_and_auto)
+{
+    static struct plan_box b[16];
+    struct ns_strategy_in in = {.ndim = 2,
+                                .shape = {4096, 12288, 1},
+                                .ns_transpose = 0,
+                                .shard_dim = 1,
+                                .boxes = b,
+                                .members = 16,
+                                .steps = 5,
+                                .esize = 2,
+                                .gflops = 100,
+                                .gbps = 25};
+    boxes_make(b, 16, 2, in.shape, 1, 0, 1, 0);
+    /* a wide matrix split along its columns (the long side): eligible */
+    EXPECT_EQ_INT(ns_strategy_eligible(&in), 1);
+    EXPECT_EQ_INT(ns_strategy_choose(&in, NS_MODE_GATHER), 0);
+    EXPECT_EQ_INT(ns_strategy_choose(&in, NS_MODE_SHARDED), 1);
+    /* auto: alone in its group (mean share = a sixteenth of it): sharded pays */
+    in.group_mean_cost = plan_ns_cost(4096, 12288) / 16;
+    EXPECT_EQ_INT(ns_strategy_choose(&in, NS_MODE_AUTO), 1);
+    /* auto: one of many such matrices, LPT balances them: gather */
+    in.group_mean_cost = plan_ns_cost(4096, 12288) * 4;
+    EXPECT_EQ_INT(ns_strategy_choose(&in, NS_MODE_AUTO), 0);
+    /* split along the short side (rows of a wide matrix): never sharded */
+    boxes_make(b, 16, 2, in.shape, 0, 0, 1, 0);
+    in.shard_dim = 0;
+    EXPECT_EQ_INT(ns_strategy_eligible(&in), 0);
+    EXPECT_EQ_INT(ns_strategy_choose(&in, NS_MODE_SHARDED), 0);
+    /* a tall matrix works on its transpose: its rows are the long side */
+    in.shape[0] = 12288;
+    in.shape[1] = 4096;
+    in.ns_transpose = 1;
+    boxes_make(b, 16, 2, in.shape, 0, 0, 1, 0);
+    EXPECT_EQ_INT(ns_strategy_eligible(&in), 1);
+    /* only one member holds columns: nothing to share */
+    boxes_make(b, 1, 2, in.shape, 0, 0, 1, 0);
+    in.members = 1;
+    EXPECT_EQ_INT(ns_strategy_eligible(&in), 0);
+}

@@ -1,0 +1,80 @@
+/* Sharded Newton-Schulz on the CPU: the local columns X_j (m x n) of a matrix spread over
+ * ranks. Per iteration the runtime all-reduces the Gram matrices X_j X_j^T between
+ * ns_shard_gram and ns_shard_update. Reference versions accumulate in double; BLAS versions use
+ * sgemm. Both take n = 0 (a rank holding no columns still joins the all-reduce with zeros). */
+#include <cblas.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "ns_common.h"
+
+void shard_load(const struct kernel_ctx *ctx, const struct ns_args *a, double inv, float *x)
+{
+    (void)ctx;
+    ns_load_with_inv(a, 0, inv, x);
+}
+
+void shard_store(const struct kernel_ctx *ctx, const struct ns_args *a, const float *x)
+{
+    (void)ctx;
+    ns_store_output(a, 0, x);
+}
+
+void ref_shard_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n, float *g)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double s = 0;
+            for (int64_t t = 0; t < n; t++)
+                s += (double)x[i * n + t] * x[j * n + t];
+            g[i * m + j] = (float)s;
+        }
+}
+
+void ref_shard_update(const struct kernel_ctx *ctx, const float *g, const float c[3],
+                      const float *x, int64_t m, int64_t n, float *B, float *y)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double s = 0;
+            for (int64_t t = 0; t < m; t++)
+                s += (double)g[i * m + t] * g[t * m + j];
+            B[i * m + j] = (float)((double)c[1] * g[i * m + j] + (double)c[2] * s);
+        }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = (double)c[0] * x[i * n + j];
+            for (int64_t t = 0; t < m; t++)
+                s += (double)B[i * m + t] * x[t * n + j];
+            y[i * n + j] = (float)s;
+        }
+}
+
+void blas_shard_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n, float *g)
+{
+    (void)ctx;
+    if (n == 0) {
+        memset(g, 0, sizeof(float) * (size_t)(m * m));
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)m, (int)n, 1.0f, x, (int)n, x,
+                (int)n, 0.0f, g, (int)m);
+}
+
+void blas_shard_update(const struct kernel_ctx *ctx, const float *g, const float c[3],
+                       const float *x, int64_t m, int64_t n, float *B, float *y)
+{
+    (void)ctx;
+    if (n == 0)
+        return;
+    /* B = c1 A + c2 A A + c0 I, then Y = B X: the same fusion as the gathered variant */
+    memcpy(B, g, sizeof(float) * (size_t)(m * m));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)m, (int)m, c[2], g, (int)m,
+                g, (int)m, c[1], B, (int)m);
+    for (int64_t i = 0; i < m; i++)
+        B[i * m + i] += c[0];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)m, 1.0f, B, (int)m,
+                x, (int)n, 0.0f, y, (int)n);
+}

@@ -1,0 +1,36 @@
+/* Gather or sharded Newton-Schulz for one parameter: which matrices may stay sharded, and the
+ * cost model `auto` uses. Pure: the same inputs give the same answer on every rank. */
+#ifndef SHARDING_NS_STRATEGY_H
+#define SHARDING_NS_STRATEGY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+
+enum ns_mode { NS_MODE_GATHER = 0, NS_MODE_SHARDED = 1, NS_MODE_AUTO = 2 };
+
+struct ns_strategy_in {
+    int ndim;
+    int64_t shape[3]; /* global, as stored */
+    int ns_transpose; /* Newton-Schulz works on the stored matrix's transpose */
+    int shard_dim;
+    const struct plan_box *boxes; /* [members] */
+    int members;
+    int steps;
+    size_t esize;           /* comm dtype */
+    double group_mean_cost; /* the group's NS cost per member (all its Muon matrices) */
+    double gflops, gbps;    /* rates for the cost model */
+};
+
+/* 1 when the parameter's matrices may be orthogonalized sharded: split along the working
+ * matrix's columns (its long side) over at least two members. */
+int ns_strategy_eligible(const struct ns_strategy_in *in);
+
+/* Gather (0) or sharded (1) under `mode`. auto chooses sharded for an eligible matrix heavier
+ * than a member's mean share of the group's work (one owner could not be balanced) when the
+ * model's time is lower: gather = the whole NS on one rank + moving the others' pieces there and
+ * back; sharded = NS split over the holders + an m x m all-reduce per iteration. */
+int ns_strategy_choose(const struct ns_strategy_in *in, int mode);
+
+#endif

@@ -24,11 +24,11 @@ demo: build
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# ASan + UBSan build (CPU only), running the unit tests.
+# ASan + UBSan build (CPU only), running the unit and MPI tests.
 check-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSHARDOPT_SANITIZE=ON -DSHARDOPT_WITH_CUDA=OFF $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	ctest --test-dir $(ASAN_BUILD) --output-on-failure -L unit -j $(JOBS)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -L 'unit|mpi' -j $(JOBS)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')

@@ -215,12 +215,11 @@ static void compare_with_single_rank(shardopt_config_t cfg)
         for (int k = 0; k < 3; k++) {
             size_t es;
             const void *mine = kind_data(&d, p, k, &es);
-            int present = mine != NULL;
+            if (mine == NULL)
+                continue; /* Muon tensors have no second state */
             const struct tparam *t = &model_params[p];
             const size_t bytes = (size_t)(t->shape[0] * t->shape[1] * t->shape[2]) * es;
             unsigned char *global = me == 0 ? calloc(bytes, 1) : NULL;
-            if (!present)
-                continue;
             replica_bad += gather(&d, p, k, global);
             if (me == 0) {
                 size_t es_ref;

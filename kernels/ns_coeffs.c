@@ -1,6 +1,6 @@
-#include <stddef.h>
-
 #include "ns_coeffs.h"
+
+#include <stddef.h>
 
 static const double quintic[5][3] = {
     {4.0848, -6.8946, 2.9270}, {3.9505, -6.3029, 2.6377}, {3.7418, -5.5913, 2.3037},

@@ -28,32 +28,58 @@ static const void *cat(const void *base, size_t elems, size_t es)
     return (const char *)base + elems * es;
 }
 
-static void stage_momentum(shardopt_runtime_t rt, const struct stage *st, float grad_scale)
+void muon_momentum_range(shardopt_runtime_t rt, const struct shardopt_param *p, size_t off,
+                         size_t n, void *out, float grad_scale)
 {
     const shardopt_config_t *c = &rt->cfg;
+    struct momentum_args m = {
+        .n = n,
+        .grad = cat(p->grad, off, kdtype_size(p->grad_dtype)),
+        .grad_dtype = p->grad_dtype,
+        .grad_scale = grad_scale,
+        .mom =
+            at(state_store_ptr(&rt->store, p->off_momentum), off, kdtype_size(c->momentum_dtype)),
+        .mom_dtype = c->momentum_dtype,
+        .mom_rounding = c->momentum_rounding,
+        .out = out,
+        .out_dtype = c->comm_dtype,
+        .mu = (float)c->momentum,
+        .nesterov = c->nesterov,
+        .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_MOMENTUM, p->step + 1),
+        .idx = elem_index_map_at(&p->index_map, off),
+    };
+    rt->ops->momentum(&rt->kctx, &m);
+}
+
+void muon_apply_range(shardopt_runtime_t rt, const struct shardopt_param *p, size_t off, size_t n,
+                      const void *update, const struct muon_scalars *s)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    const double lr = s->lr * p->lr_mult, wd = s->wd * p->wd_mult;
+    struct apply_args a = {
+        .n = n,
+        .param = at(p->data, off, kdtype_size(p->param_dtype)),
+        .param_dtype = p->param_dtype,
+        .param_rounding = c->param_rounding,
+        .update = update,
+        .update_dtype = c->comm_dtype,
+        .alpha = (float)(lr * p->lr_scale),
+        .decay = (float)(1.0 - lr * wd),
+        .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
+        .idx = elem_index_map_at(&p->index_map, off),
+    };
+    rt->ops->apply(&rt->kctx, &a);
+}
+
+static void stage_momentum(shardopt_runtime_t rt, const struct stage *st, float grad_scale)
+{
     const struct group_plan *P = &rt->gx[st->kind].plan;
-    const size_t es = kdtype_size(c->comm_dtype), ms = kdtype_size(c->momentum_dtype);
+    const size_t es = kdtype_size(rt->cfg.comm_dtype);
 
     for (int q = st->b->piece_lo; q < st->b->piece_hi; q++) {
         const struct plan_piece *pc = &P->pieces[q];
-        const struct shardopt_param *p = rt->params[pc->param];
-        const size_t off = (size_t)pc->local_off;
-        struct momentum_args m = {
-            .n = (size_t)pc->count,
-            .grad = cat(p->grad, off, kdtype_size(p->grad_dtype)),
-            .grad_dtype = p->grad_dtype,
-            .grad_scale = grad_scale,
-            .mom = at(state_store_ptr(&rt->store, p->off_momentum), off, ms),
-            .mom_dtype = c->momentum_dtype,
-            .mom_rounding = c->momentum_rounding,
-            .out = at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es),
-            .out_dtype = c->comm_dtype,
-            .mu = (float)c->momentum,
-            .nesterov = c->nesterov,
-            .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_MOMENTUM, p->step + 1),
-            .idx = elem_index_map_at(&p->index_map, off),
-        };
-        rt->ops->momentum(&rt->kctx, &m);
+        muon_momentum_range(rt, rt->params[pc->param], (size_t)pc->local_off, (size_t)pc->count,
+                            at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es), grad_scale);
     }
 }
 
@@ -184,28 +210,13 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
 
 static void stage_apply(shardopt_runtime_t rt, const struct stage *st, const struct muon_scalars *s)
 {
-    const shardopt_config_t *c = &rt->cfg;
     const struct group_plan *P = &rt->gx[st->kind].plan;
-    const size_t es = kdtype_size(c->comm_dtype);
+    const size_t es = kdtype_size(rt->cfg.comm_dtype);
 
     for (int q = st->b->piece_lo; q < st->b->piece_hi; q++) {
         const struct plan_piece *pc = &P->pieces[q];
-        const struct shardopt_param *p = rt->params[pc->param];
-        const double lr = s->lr * p->lr_mult, wd = s->wd * p->wd_mult;
-        const size_t off = (size_t)pc->local_off;
-        struct apply_args a = {
-            .n = (size_t)pc->count,
-            .param = at(p->data, off, kdtype_size(p->param_dtype)),
-            .param_dtype = p->param_dtype,
-            .param_rounding = c->param_rounding,
-            .update = at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es),
-            .update_dtype = c->comm_dtype,
-            .alpha = (float)(lr * p->lr_scale),
-            .decay = (float)(1.0 - lr * wd),
-            .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
-            .idx = elem_index_map_at(&p->index_map, off),
-        };
-        rt->ops->apply(&rt->kctx, &a);
+        muon_apply_range(rt, rt->params[pc->param], (size_t)pc->local_off, (size_t)pc->count,
+                         at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es), s);
     }
 }
 

@@ -18,7 +18,6 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
 {
     const shardopt_config_t *c = &rt->cfg;
     const size_t count = (size_t)(p->sh_rows * p->sh_cols);
-    const size_t ms = kdtype_size(c->momentum_dtype);
     const int64_t m = p->sh_m, n = p->sh_n;
     float *x = rt->sh_x, *y = x + count, *gram = y + count, *B = gram + m * m;
     struct ns_args piece = {.batch = 1,
@@ -33,24 +32,8 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
                             .norm_scale = rt->ns_norm_scale,
                             .eps = (float)c->ns_eps};
 
-    if (count > 0) {
-        struct momentum_args mo = {
-            .n = count,
-            .grad = (const char *)p->grad + off * kdtype_size(p->grad_dtype),
-            .grad_dtype = p->grad_dtype,
-            .grad_scale = s->grad_scale,
-            .mom = (char *)state_store_ptr(&rt->store, p->off_momentum) + off * ms,
-            .mom_dtype = c->momentum_dtype,
-            .mom_rounding = c->momentum_rounding,
-            .out = rt->sh_u,
-            .out_dtype = c->comm_dtype,
-            .mu = (float)c->momentum,
-            .nesterov = c->nesterov,
-            .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_MOMENTUM, p->step + 1),
-            .idx = elem_index_map_at(&p->index_map, off),
-        };
-        rt->ops->momentum(&rt->kctx, &mo);
-    }
+    if (count > 0)
+        muon_momentum_range(rt, p, off, count, rt->sh_u, s->grad_scale);
     double ss = count > 0 ? rt->ops->sumsq(&rt->kctx, rt->sh_u, c->comm_dtype, count) : 0.0;
     if (MPI_Allreduce(MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM, comm) != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", p->name);
@@ -77,20 +60,7 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
         return SHARDOPT_OK;
     rt->ops->ns_shard_store(&rt->kctx, &piece, x);
 
-    const double lr = s->lr * p->lr_mult, wd = s->wd * p->wd_mult;
-    struct apply_args a = {
-        .n = count,
-        .param = (char *)p->data + off * kdtype_size(p->param_dtype),
-        .param_dtype = p->param_dtype,
-        .param_rounding = c->param_rounding,
-        .update = rt->sh_u,
-        .update_dtype = c->comm_dtype,
-        .alpha = (float)(lr * p->lr_scale),
-        .decay = (float)(1.0 - lr * wd),
-        .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
-        .idx = elem_index_map_at(&p->index_map, off),
-    };
-    rt->ops->apply(&rt->kctx, &a);
+    muon_apply_range(rt, p, off, count, rt->sh_u, s);
     return SHARDOPT_OK;
 }
 

@@ -27,18 +27,13 @@
 /* Tile edge of the mirror copy: a 64x64 fp32 tile (16 KiB) stays in L1. */
 #define NS_MIRROR_TILE 64
 
+/* A = X X^T, then Y = (a I + b A + c A A) X: the same two calls a sharded matrix makes around
+ * its Gram all-reduce. */
 static void ns_iter_plain(int64_t m, int64_t n, const float c[3], const float *x, float *y,
                           float *A, float *B)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)m, (int)n, 1.0f, x, (int)n, x,
-                (int)n, 0.0f, A, (int)m);
-    memcpy(B, A, sizeof(float) * (size_t)(m * m));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)m, (int)m, c[2], A, (int)m,
-                A, (int)m, c[1], B, (int)m);
-    for (int64_t i = 0; i < m; i++)
-        B[i * m + i] += c[0];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)m, 1.0f, B, (int)m,
-                x, (int)n, 0.0f, y, (int)n);
+    blas_shard_gram(NULL, x, m, n, A);
+    blas_shard_update(NULL, A, c, x, m, n, B, y);
 }
 
 /* Lower triangle <- transpose of the upper one. Each tile goes through a buffer so that both the

@@ -147,7 +147,7 @@ typedef struct shardopt_config {
 
     /* Storage and rounding */
     shardopt_dtype_t momentum_dtype;       /**< Muon momentum: fp32 (default) or bf16 */
-    shardopt_rounding_t momentum_rounding; /**< default nearest */
+    shardopt_rounding_t momentum_rounding; /**< rounding into bf16 optimizer state (all kinds) */
     shardopt_dtype_t comm_dtype;           /**< Newton-Schulz input/output: bf16 (default) */
     shardopt_rounding_t param_rounding;    /**< bf16 parameters: default nearest */
     uint64_t seed;                         /**< stochastic rounding key. Default 0 */
@@ -169,6 +169,8 @@ typedef struct shardopt_config {
     shardopt_ns_strategy_t ns_strategy; /**< gather (default), sharded, or auto (cost model) */
     double cost_gemm_gflops;            /**< auto's cost model: GEMM rate per rank. Default 100 */
     double cost_net_gbps; /**< auto's cost model: bandwidth per rank, GB/s. Default 25 */
+    shardopt_dtype_t adam_state_dtype; /**< AdamW first moment: fp32 (default) or bf16 */
+    shardopt_dtype_t adam_v_dtype;     /**< AdamW second moment: fp32 (default) or bf16 */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -187,7 +189,8 @@ typedef struct shardopt_config {
         .kernels = SHARDOPT_KERNELS_AUTO, .num_threads = 0, .dp_replicate = 1, .dp_shard = -1,     \
         .cp = 1, .ep = 1, .nonfinite = SHARDOPT_NONFINITE_SKIP, .bucket_bytes = 128ull << 20,      \
         .replica_split = 0, .ns_strategy = SHARDOPT_NS_STRATEGY_GATHER, .cost_gemm_gflops = 100.0, \
-        .cost_net_gbps = 25.0,                                                                     \
+        .cost_net_gbps = 25.0, .adam_state_dtype = SHARDOPT_DTYPE_FP32,                            \
+        .adam_v_dtype = SHARDOPT_DTYPE_FP32,                                                       \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1

@@ -52,7 +52,8 @@ struct momentum_args {
     struct elem_index_map idx;
 };
 
-/* Fused AdamW on one shard, fp32 state, in exactly this fp32 sequence (fma = one rounding):
+/* Fused AdamW on one shard (moments stored fp32 or bf16, computed in fp32 and rounded once),
+ * in exactly this fp32 sequence (fma = one rounding):
  *   m <- fma(b1, m, (1-b1)*g);  v <- fma(b2, v, (1-b2)*(g*g))
  *   W <- fma(-step_size, m / fma(sqrt(v), bc2_rsqrt, eps), W*decay)
  * with step_size = lr/(1-b1^t), bc2_rsqrt = 1/sqrt(1-b2^t), decay = 1 - lr*wd, all computed
@@ -65,8 +66,11 @@ struct adamw_args {
     const void *grad;
     int grad_dtype;
     float grad_scale;
-    float *exp_avg;
-    float *exp_avg_sq;
+    void *exp_avg;    /* first moment, m_dtype */
+    void *exp_avg_sq; /* second moment, v_dtype */
+    int m_dtype, v_dtype;
+    int state_rounding;             /* into bf16 moments */
+    struct rng_stream rng_m, rng_v; /* kinds exp_avg / exp_avg_sq; with stochastic state_rounding */
     float beta1, beta2;
     float one_minus_beta1, one_minus_beta2; /* from double, not 1.0f - beta1 */
     float eps;

@@ -18,8 +18,8 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
 
     layout_index_runs(&p->layout, &p->index_map.base, &p->index_map.run, &p->index_map.stride);
     if (p->algo == SHARDOPT_ALGO_ADAMW) {
-        p->off_exp_avg = state_store_reserve(&rt->store, n * sizeof(float));
-        p->off_exp_avg_sq = state_store_reserve(&rt->store, n * sizeof(float));
+        p->off_exp_avg = state_store_reserve(&rt->store, n * kdtype_size(rt->cfg.adam_state_dtype));
+        p->off_exp_avg_sq = state_store_reserve(&rt->store, n * kdtype_size(rt->cfg.adam_v_dtype));
         return;
     }
     p->off_momentum = state_store_reserve(&rt->store, n * kdtype_size(rt->cfg.momentum_dtype));

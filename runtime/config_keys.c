@@ -46,7 +46,7 @@ const struct config_key config_keys[] = {
     {"adamw_patterns", CFG_STRING, OFF(adamw_patterns), NULL, 0, 0, 0, 0, 0, 0,
      "comma-separated names sent to AdamW under algo auto (substring, or =exact)"},
     ENUM(momentum_dtype, dtype_names, "Muon momentum storage dtype"),
-    ENUM(momentum_rounding, rounding_names, "rounding into a bf16 momentum"),
+    ENUM(momentum_rounding, rounding_names, "rounding into bf16 optimizer state"),
     ENUM(comm_dtype, dtype_names, "dtype of Newton-Schulz input and output"),
     ENUM(param_rounding, rounding_names, "rounding into bf16 parameters"),
     {"seed", CFG_U64, OFF(seed), NULL, 0, 0, 0, 0, 0, 0, "key of the stochastic-rounding bits"},
@@ -66,6 +66,8 @@ const struct config_key config_keys[] = {
     ENUM(ns_strategy, ns_strategy_names, "gather whole matrices to an owner, or keep them sharded"),
     DBL(cost_gemm_gflops, 0, 1e9, 1, 0, "auto's cost model: GEMM GFLOP/s per rank"),
     DBL(cost_net_gbps, 0, 1e9, 1, 0, "auto's cost model: GB/s per rank"),
+    ENUM(adam_state_dtype, dtype_names, "AdamW first moment storage dtype"),
+    ENUM(adam_v_dtype, dtype_names, "AdamW second moment storage dtype"),
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

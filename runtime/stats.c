@@ -23,8 +23,8 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
         const uint64_t n = (uint64_t)p->layout.local_numel;
         if (p->algo == SHARDOPT_ALGO_ADAMW) {
             s.num_adamw++;
-            s.bytes_adam_m += n * sizeof(float);
-            s.bytes_adam_v += n * sizeof(float);
+            s.bytes_adam_m += n * kdtype_size(rt->cfg.adam_state_dtype);
+            s.bytes_adam_v += n * kdtype_size(rt->cfg.adam_v_dtype);
             continue;
         }
         s.num_muon++;

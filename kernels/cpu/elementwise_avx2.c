@@ -380,8 +380,8 @@ static void adamw_ref(const struct adamw_args *a, size_t i, size_t end)
         s.n = pc.n;
         s.param = (void *)elem_ptr(a->param, a->param_dtype, pc.i);
         s.grad = elem_ptr(a->grad, a->grad_dtype, pc.i);
-        s.exp_avg = a->exp_avg + pc.i;
-        s.exp_avg_sq = a->exp_avg_sq + pc.i;
+        s.exp_avg = (float *)a->exp_avg + pc.i;
+        s.exp_avg_sq = (float *)a->exp_avg_sq + pc.i;
         s.idx = pc.idx;
         ref_adamw(&one_thread, &s);
     }
@@ -484,6 +484,13 @@ static const adamw_fn adamw_fns[4] = {adamw_00, adamw_01, adamw_10, adamw_11};
 void avx2_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a)
 {
     const size_t n = a->n;
+
+    /* bf16 moments take the reference path (the same bits by definition); the vector code
+     * covers the fp32 moments everyone starts with */
+    if (a->m_dtype != KDT_F32 || a->v_dtype != KDT_F32) {
+        ref_adamw(ctx, a);
+        return;
+    }
     const adamw_fn fn = adamw_fns[(a->param_dtype == KDT_BF16) << 1 | (a->grad_dtype == KDT_BF16)];
 
 #pragma omp parallel for schedule(static) num_threads(kthreads(ctx, n))

@@ -34,19 +34,28 @@ void ref_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a)
 #pragma omp parallel for schedule(static) num_threads(kthreads(ctx, n))
     for (size_t c0 = 0; c0 < n; c0 += KCHUNK) {
         size_t c1 = c0 + KCHUNK < n ? c0 + KCHUNK : n;
-        struct rng_cursor rc;
+        struct rng_cursor rc, rm, rv;
         rng_cursor_init(&rc, &a->rng);
+        rng_cursor_init(&rm, &a->rng_m);
+        rng_cursor_init(&rv, &a->rng_v);
         for (size_t i = c0; i < c1; i++) {
+            const int sr = a->param_rounding == KROUND_STOCHASTIC ||
+                           (a->state_rounding == KROUND_STOCHASTIC &&
+                            (a->m_dtype == KDT_BF16 || a->v_dtype == KDT_BF16));
+            const uint64_t gi = sr ? elem_index_global(&a->idx, i) : 0;
             float g = kload(a->grad, a->grad_dtype, i) * a->grad_scale;
-            float m = fmaf(a->beta1, a->exp_avg[i], a->one_minus_beta1 * g);
-            float v = fmaf(a->beta2, a->exp_avg_sq[i], a->one_minus_beta2 * (g * g));
+            float m = fmaf(a->beta1, kload(a->exp_avg, a->m_dtype, i), a->one_minus_beta1 * g);
+            float v =
+                fmaf(a->beta2, kload(a->exp_avg_sq, a->v_dtype, i), a->one_minus_beta2 * (g * g));
+            /* moments are rounded once into their dtype and the update uses the stored values,
+             * as Muon's U uses the stored momentum (no-ops for fp32 moments) */
+            kstore(a->exp_avg, a->m_dtype, i, m, a->state_rounding, &rm, gi);
+            kstore(a->exp_avg_sq, a->v_dtype, i, v, a->state_rounding, &rv, gi);
+            m = kload(a->exp_avg, a->m_dtype, i);
+            v = kload(a->exp_avg_sq, a->v_dtype, i);
             float denom = fmaf(sqrtf(v), a->bc2_rsqrt, a->eps);
             float w = kload(a->param, a->param_dtype, i) * a->decay;
             w = fmaf(-a->step_size, m / denom, w);
-            a->exp_avg[i] = m;
-            a->exp_avg_sq[i] = v;
-            uint64_t gi =
-                a->param_rounding == KROUND_STOCHASTIC ? elem_index_global(&a->idx, i) : 0;
             kstore(a->param, a->param_dtype, i, w, a->param_rounding, &rc, gi);
         }
     }

@@ -126,7 +126,7 @@ static const void *kind_data(const struct run *r, int p, int k, size_t *es)
         *es = kdtype_size(rt->cfg.momentum_dtype);
         return k == 1 ? state_store_ptr(&rt->store, h->off_momentum) : NULL;
     }
-    *es = 4;
+    *es = kdtype_size(k == 1 ? rt->cfg.adam_state_dtype : rt->cfg.adam_v_dtype);
     return state_store_ptr(&rt->store, k == 1 ? h->off_exp_avg : h->off_exp_avg_sq);
 }
 
@@ -259,6 +259,8 @@ TEST(layout_equals_one_rank_bf16_stochastic)
     cfg.momentum_dtype = SHARDOPT_DTYPE_BF16;
     cfg.momentum_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
     cfg.param_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
+    cfg.adam_state_dtype = SHARDOPT_DTYPE_BF16;
+    cfg.adam_v_dtype = SHARDOPT_DTYPE_BF16;
     cfg.comm_dtype = SHARDOPT_DTYPE_BF16;
     cfg.nesterov = 1;
     cfg.bucket_bytes = 700; /* many buckets */

@@ -327,7 +327,7 @@ TEST(bf16_params_ignore_a_decay_within_half_an_ulp)
 
 /* The kernel tables differ only in how they compute, never in what: portable, AVX2 and AVX-512
  * runs of the same steps end with the same bits (all use the same BLAS Newton-Schulz). */
-TEST(kernel_tables_give_the_same_bits)
+static void check_tables(shardopt_dtype_t adam_dt)
 {
     const shardopt_kernels_t tables[] = {SHARDOPT_KERNELS_PORTABLE, SHARDOPT_KERNELS_AVX2,
                                          SHARDOPT_KERNELS_AVX512};
@@ -352,6 +352,7 @@ TEST(kernel_tables_give_the_same_bits)
         cfg.momentum_dtype = SHARDOPT_DTYPE_BF16;
         cfg.momentum_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
         cfg.param_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
+        cfg.adam_state_dtype = cfg.adam_v_dtype = adam_dt;
         shardopt_runtime_t rt = NULL;
         if (shardopt_init(MPI_COMM_SELF, &cfg, &rt) == SHARDOPT_ERR_UNSUPPORTED) {
             free(w);
@@ -381,4 +382,10 @@ TEST(kernel_tables_give_the_same_bits)
         free(g);
     }
     EXPECT_TRUE(compared >= 1);
+}
+
+TEST(kernel_tables_give_the_same_bits)
+{
+    check_tables(SHARDOPT_DTYPE_FP32);
+    check_tables(SHARDOPT_DTYPE_BF16);
 }

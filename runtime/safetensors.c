@@ -1,0 +1,832 @@
+/* safetensors headers: written by hand (exact integers, our escaping), read with cJSON plus the
+ * checks the format needs, so that a damaged or hostile file is refused with a message before a
+ * single byte of it is trusted. */
+#include "safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Doubles are exact integers below 2^53; cJSON reads every number as a double. */
+#define ST_U53_LIMIT 9007199254740992.0
+#define ST_META_KEY  "__metadata__"
+
+size_t st_dtype_size(int dtype) { return dtype == ST_DTYPE_BF16 ? 2 : 4; }
+
+const char *st_dtype_name(int dtype)
+{
+    switch (dtype) {
+    case ST_DTYPE_F32: return "F32";
+    case ST_DTYPE_BF16: return "BF16";
+    }
+    return "?";
+}
+
+/* ---- shared checks ---- */
+
+/* Length of the valid UTF-8 sequence at s (1-4), or 0. Strict like Rust's str::from_utf8, which
+ * the reference reader applies to the header: no overlongs, surrogates or code points past
+ * U+10FFFF. */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned min, cp;
+
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2, min = 0x80, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, min = 0x800, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, min = 0x10000, cp = c & 0x07;
+    else
+        return 0;
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+static int utf8_valid(const char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
+        if (k == 0)
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
+/* NULL when name may name a tensor, else what is wrong with it. Control characters are refused
+ * because names end up in log lines and error messages. */
+static const char *name_problem(const char *name)
+{
+    size_t len = strlen(name);
+
+    if (len == 0)
+        return "is empty";
+    if (len > ST_NAME_MAX)
+        return "is longer than 255 bytes";
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c < 0x20 || c == 0x7F)
+            return "contains a control character";
+    }
+    return NULL;
+}
+
+/* Byte size of a shape, 0 when it would not fit in 64 bits. Each factor is checked before the
+ * multiplication, and a zero dimension makes the size 0 whatever the others are. */
+static int shape_bytes(const int64_t *shape, int ndim, int dtype, uint64_t *bytes)
+{
+    uint64_t numel = 1;
+
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] == 0) {
+            *bytes = 0;
+            return 1;
+        }
+    for (int i = 0; i < ndim; i++) {
+        uint64_t d = (uint64_t)shape[i];
+        if (numel > UINT64_MAX / d)
+            return 0;
+        numel *= d;
+    }
+    if (numel > UINT64_MAX / st_dtype_size(dtype))
+        return 0;
+    *bytes = numel * st_dtype_size(dtype);
+    return 1;
+}
+
+static void shape_format(const int64_t *shape, int ndim, char *buf, size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && used < len; i++)
+        used +=
+            (size_t)snprintf(buf + used, len - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (used < len)
+        snprintf(buf + used, len - used, "]");
+}
+
+/* ---- building ---- */
+
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void sbuf_put(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (p == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+static void sbuf_puts(struct sbuf *b, const char *s) { sbuf_put(b, s, strlen(s)); }
+
+static void sbuf_u64(struct sbuf *b, uint64_t v)
+{
+    char t[24];
+    int n = snprintf(t, sizeof t, "%llu", (unsigned long long)v);
+    sbuf_put(b, t, (size_t)n);
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped, UTF-8 passed through. */
+static void sbuf_json_string(struct sbuf *b, const char *s)
+{
+    sbuf_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            sbuf_put(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            sbuf_put(b, esc, 6);
+        } else {
+            sbuf_put(b, (const char *)&c, 1);
+        }
+    }
+    sbuf_put(b, "\"", 1);
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+    return strcmp((*(const struct st_tensor *const *)a)->name,
+                  (*(const struct st_tensor *const *)b)->name);
+}
+
+static int cmp_meta_key(const void *a, const void *b)
+{
+    return strcmp((*(const struct st_meta *const *)a)->key,
+                  (*(const struct st_meta *const *)b)->key);
+}
+
+/* 1 when two of n pointers (to structs whose first member is the char array compared) are equal;
+ * -1 when the scratch array cannot be allocated. */
+static int has_duplicates(const void *base, size_t size, int n,
+                          int (*cmp)(const void *, const void *))
+{
+    const void **v;
+    int dup = 0;
+
+    if (n < 2)
+        return 0;
+    v = malloc((size_t)n * sizeof(*v));
+    if (v == NULL)
+        return -1;
+    for (int i = 0; i < n; i++)
+        v[i] = (const char *)base + (size_t)i * size;
+    qsort(v, (size_t)n, sizeof(*v), cmp);
+    for (int i = 1; i < n && !dup; i++)
+        dup = cmp(&v[i - 1], &v[i]) == 0;
+    free(v);
+    return dup;
+}
+
+/* Everything st_header_parse would refuse in a description, and the offsets of a back-to-back
+ * layout. */
+static shardopt_status_t build_check(struct st_tensor *t, int n, const struct st_meta *meta,
+                                     int nmeta)
+{
+    uint64_t offset = 0;
+    int dup;
+
+    if (n < 0 || nmeta < 0 || (n > 0 && t == NULL) || (nmeta > 0 && meta == NULL))
+        return SHARDOPT_ERR_INVALID_ARGUMENT;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes;
+        if (memchr(t[i].name, 0, sizeof t[i].name) == NULL || name_problem(t[i].name) ||
+            !utf8_valid(t[i].name) || strcmp(t[i].name, ST_META_KEY) == 0)
+            return SHARDOPT_ERR_INVALID_ARGUMENT;
+        if ((t[i].dtype != ST_DTYPE_F32 && t[i].dtype != ST_DTYPE_BF16) || t[i].ndim < 0 ||
+            t[i].ndim > ST_NDIM_MAX)
+            return SHARDOPT_ERR_INVALID_ARGUMENT;
+        for (int d = 0; d < t[i].ndim; d++)
+            if (t[i].shape[d] < 0 || (double)t[i].shape[d] >= ST_U53_LIMIT)
+                return SHARDOPT_ERR_INVALID_ARGUMENT;
+        if (!shape_bytes(t[i].shape, t[i].ndim, t[i].dtype, &bytes) ||
+            bytes >= (uint64_t)ST_U53_LIMIT - offset)
+            return SHARDOPT_ERR_INVALID_ARGUMENT;
+        t[i].begin = offset;
+        t[i].end = offset += bytes;
+    }
+    for (int i = 0; i < nmeta; i++)
+        if (memchr(meta[i].key, 0, sizeof meta[i].key) == NULL || !utf8_valid(meta[i].key) ||
+            meta[i].value == NULL || !utf8_valid(meta[i].value))
+            return SHARDOPT_ERR_INVALID_ARGUMENT;
+    dup = has_duplicates(t, sizeof *t, n, cmp_tensor_name);
+    if (dup == 0)
+        dup = has_duplicates(meta, sizeof *meta, nmeta, cmp_meta_key);
+    if (dup < 0)
+        return SHARDOPT_ERR_OUT_OF_MEMORY;
+    return dup ? SHARDOPT_ERR_INVALID_ARGUMENT : SHARDOPT_OK;
+}
+
+static void build_tensor(struct sbuf *b, const struct st_tensor *t)
+{
+    sbuf_json_string(b, t->name);
+    sbuf_puts(b, ":{\"dtype\":\"");
+    sbuf_puts(b, st_dtype_name(t->dtype));
+    sbuf_puts(b, "\",\"shape\":[");
+    for (int d = 0; d < t->ndim; d++) {
+        if (d)
+            sbuf_put(b, ",", 1);
+        sbuf_u64(b, (uint64_t)t->shape[d]);
+    }
+    sbuf_puts(b, "],\"data_offsets\":[");
+    sbuf_u64(b, t->begin);
+    sbuf_put(b, ",", 1);
+    sbuf_u64(b, t->end);
+    sbuf_puts(b, "]}");
+}
+
+shardopt_status_t st_header_build(struct st_tensor *t, int n, const struct st_meta *meta, int nmeta,
+                                  char **out, size_t *out_len)
+{
+    struct sbuf b = {0};
+    shardopt_status_t status;
+    uint64_t json_len;
+
+    if (out == NULL || out_len == NULL)
+        return SHARDOPT_ERR_INVALID_ARGUMENT;
+    status = build_check(t, n, meta, nmeta);
+    if (status != SHARDOPT_OK)
+        return status;
+
+    sbuf_put(&b, "\0\0\0\0\0\0\0\0", 8); /* the length, filled in below */
+    sbuf_put(&b, "{", 1);
+    if (nmeta > 0) {
+        sbuf_puts(&b, "\"" ST_META_KEY "\":{");
+        for (int i = 0; i < nmeta; i++) {
+            if (i)
+                sbuf_put(&b, ",", 1);
+            sbuf_json_string(&b, meta[i].key);
+            sbuf_put(&b, ":", 1);
+            sbuf_json_string(&b, meta[i].value);
+        }
+        sbuf_puts(&b, n > 0 ? "}," : "}");
+    }
+    for (int i = 0; i < n; i++) {
+        if (i)
+            sbuf_put(&b, ",", 1);
+        build_tensor(&b, &t[i]);
+    }
+    sbuf_put(&b, "}", 1);
+    /* the data area starts 8-byte aligned, as the reference writer pads it */
+    while (b.len % 8 != 0)
+        sbuf_put(&b, " ", 1);
+    if (b.oom) {
+        free(b.p);
+        return SHARDOPT_ERR_OUT_OF_MEMORY;
+    }
+    json_len = b.len - 8;
+    if (json_len > ST_HEADER_MAX) {
+        free(b.p);
+        return SHARDOPT_ERR_INVALID_ARGUMENT;
+    }
+    for (int i = 0; i < 8; i++)
+        b.p[i] = (char)(unsigned char)(json_len >> (8 * i));
+    *out = b.p;
+    *out_len = b.len;
+    return SHARDOPT_OK;
+}
+
+/* ---- reading ---- */
+
+struct st_parse {
+    char *err;
+    size_t errlen;
+    uint64_t file_size, data_start;
+};
+
+__attribute__((format(printf, 2, 3))) static shardopt_status_t refuse(struct st_parse *ps,
+                                                                      const char *fmt, ...)
+{
+    va_list ap;
+    if (ps->err != NULL && ps->errlen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(ps->err, ps->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return SHARDOPT_ERR_CORRUPT;
+}
+
+static shardopt_status_t out_of_memory(struct st_parse *ps, const char *what)
+{
+    if (ps->err != NULL && ps->errlen > 0)
+        snprintf(ps->err, ps->errlen, "out of memory while reading the header (%s)", what);
+    return SHARDOPT_ERR_OUT_OF_MEMORY;
+}
+
+static shardopt_status_t len_check(struct st_parse *ps, uint64_t json_len)
+{
+    if (ps->file_size < 8)
+        return refuse(ps, "file is %llu bytes, shorter than the 8-byte header length",
+                      (unsigned long long)ps->file_size);
+    if (json_len > ps->file_size - 8)
+        return refuse(ps, "header length %llu is larger than the file (%llu bytes) allows",
+                      (unsigned long long)json_len, (unsigned long long)ps->file_size);
+    if (json_len > ST_HEADER_MAX)
+        return refuse(ps, "header length %llu is above the limit of %llu bytes",
+                      (unsigned long long)json_len, ST_HEADER_MAX);
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t st_header_len(const unsigned char first8[8], uint64_t file_size,
+                                uint64_t *json_len, char *err, size_t errlen)
+{
+    struct st_parse ps = {err, errlen, file_size, 0};
+    shardopt_status_t status;
+    uint64_t n = 0;
+
+    if (file_size >= 8)
+        for (int i = 7; i >= 0; i--)
+            n = (n << 8) | first8[i];
+    status = len_check(&ps, n);
+    if (status == SHARDOPT_OK)
+        *json_len = n;
+    return status;
+}
+
+/* Byte checks cJSON does not make: UTF-8 (the reference refuses a header that is not), NUL and
+ * "\u0000" (cJSON would silently cut a string there, renaming a tensor), raw control characters
+ * (JSON forbids them in strings; cJSON skips them as blanks elsewhere). Numbers that are not
+ * plain digits ("2.0", "1e3", "-0", "007") are noted in *num_at and *num_len, not refused here: the
+ * tree checks name the tensor for most bad numbers, and these pass them as integral. */
+static shardopt_status_t header_scan(struct st_parse *ps, const unsigned char *s, size_t n,
+                                     size_t *num_at, size_t *num_len)
+{
+    int in_string = 0;
+
+    *num_at = SIZE_MAX;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        if (c == 0)
+            return refuse(ps, "header byte %zu is a NUL byte", i);
+        if (c >= 0x80) {
+            size_t k = utf8_seq_len(s + i, n - i);
+            if (k == 0)
+                return refuse(ps, "header byte %zu: invalid UTF-8", i);
+            i += k;
+        } else if (in_string) {
+            if (c < 0x20)
+                return refuse(ps, "header byte %zu: unescaped control character 0x%02x in a string",
+                              i, c);
+            if (c == '\\' && i + 1 < n && s[i + 1] == 'u' && i + 6 <= n &&
+                memcmp(s + i + 2, "0000", 4) == 0)
+                return refuse(ps, "header byte %zu: \\u0000 in a string", i);
+            in_string = c != '"';
+            i += c == '\\' && i + 1 < n && s[i + 1] < 0x80 ? 2 : 1;
+        } else if (c == '"') {
+            in_string = 1;
+            i++;
+        } else if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            return refuse(ps, "header byte %zu: control character 0x%02x", i, c);
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i;
+            int plain = 1;
+            while (j < n && s[j] != 0 && strchr("0123456789+-.eE", s[j]) != NULL) {
+                plain &= s[j] >= '0' && s[j] <= '9';
+                j++;
+            }
+            if ((!plain || (s[i] == '0' && j - i > 1)) && *num_at == SIZE_MAX) {
+                *num_at = i;
+                *num_len = j - i;
+            }
+            i = j;
+        } else {
+            i++;
+        }
+    }
+    return SHARDOPT_OK;
+}
+
+static const char *json_type_name(const cJSON *v)
+{
+    if (cJSON_IsNumber(v))
+        return "a number";
+    if (cJSON_IsString(v))
+        return "a string";
+    if (cJSON_IsBool(v))
+        return "a boolean";
+    if (cJSON_IsArray(v))
+        return "an array";
+    if (cJSON_IsObject(v))
+        return "an object";
+    return "null";
+}
+
+/* A non-negative integral number below 2^53 (where doubles are exact); refuses NaN, Inf, 1.5,
+ * -1, 1e300. */
+static int json_u53(const cJSON *v, uint64_t *out)
+{
+    double d;
+
+    if (!cJSON_IsNumber(v))
+        return 0;
+    d = v->valuedouble;
+    if (!(d >= 0 && d < ST_U53_LIMIT) || (double)(uint64_t)d != d)
+        return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+/* What a number or other value is, for messages. */
+static void json_describe(const cJSON *v, char *buf, size_t len)
+{
+    if (cJSON_IsNumber(v)) {
+        /* the short form when it reads back exactly: 1e+300, not 1.0000000000000001e+300 */
+        snprintf(buf, len, "%.15g", v->valuedouble);
+        if (strtod(buf, NULL) != v->valuedouble)
+            snprintf(buf, len, "%.17g", v->valuedouble);
+    } else {
+        snprintf(buf, len, "%s", json_type_name(v));
+    }
+}
+
+static shardopt_status_t dtype_from_json(struct st_parse *ps, const cJSON *v, struct st_tensor *t)
+{
+    if (!cJSON_IsString(v))
+        return refuse(ps, "tensor '%s': dtype must be a string, got %s", t->name,
+                      json_type_name(v));
+    if (strcmp(v->valuestring, "F32") == 0)
+        t->dtype = ST_DTYPE_F32;
+    else if (strcmp(v->valuestring, "BF16") == 0)
+        t->dtype = ST_DTYPE_BF16;
+    else
+        return refuse(ps, "tensor '%s': dtype '%.32s' is not supported (accepted: F32, BF16)",
+                      t->name, v->valuestring);
+    return SHARDOPT_OK;
+}
+
+static shardopt_status_t shape_from_json(struct st_parse *ps, const cJSON *v, struct st_tensor *t)
+{
+    int ndim;
+
+    if (!cJSON_IsArray(v))
+        return refuse(ps, "tensor '%s': shape must be an array, got %s", t->name,
+                      json_type_name(v));
+    ndim = cJSON_GetArraySize(v);
+    if (ndim > ST_NDIM_MAX)
+        return refuse(ps, "tensor '%s': shape has %d dimensions (accepted: 0-%d)", t->name, ndim,
+                      ST_NDIM_MAX);
+    for (int d = 0; d < ndim; d++) {
+        const cJSON *x = cJSON_GetArrayItem(v, d);
+        uint64_t dim;
+        if (!json_u53(x, &dim)) {
+            char what[40];
+            json_describe(x, what, sizeof what);
+            return refuse(ps,
+                          "tensor '%s': shape[%d] must be a non-negative integer below 2^53, "
+                          "got %s",
+                          t->name, d, what);
+        }
+        t->shape[d] = (int64_t)dim;
+    }
+    t->ndim = ndim;
+    return SHARDOPT_OK;
+}
+
+static shardopt_status_t offsets_from_json(struct st_parse *ps, const cJSON *v, struct st_tensor *t)
+{
+    const char *dt = st_dtype_name(t->dtype);
+    uint64_t off[2], bytes;
+    char shape[96];
+
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
+        return refuse(ps, "tensor '%s': data_offsets must be an array of 2 integers, got %s%s",
+                      t->name, json_type_name(v), cJSON_IsArray(v) ? " of another length" : "");
+    for (int i = 0; i < 2; i++) {
+        const cJSON *x = cJSON_GetArrayItem(v, i);
+        if (!json_u53(x, &off[i])) {
+            char what[40];
+            json_describe(x, what, sizeof what);
+            return refuse(ps,
+                          "tensor '%s': data_offsets[%d] must be a non-negative integer below "
+                          "2^53, got %s",
+                          t->name, i, what);
+        }
+    }
+    shape_format(t->shape, t->ndim, shape, sizeof shape);
+    if (!shape_bytes(t->shape, t->ndim, t->dtype, &bytes))
+        return refuse(ps, "tensor '%s': shape %s of %s is more than 2^64 bytes", t->name, shape,
+                      dt);
+    if (off[0] > off[1])
+        return refuse(ps, "tensor '%s': data_offsets [%llu, %llu] begin after end", t->name,
+                      (unsigned long long)off[0], (unsigned long long)off[1]);
+    if (off[1] - off[0] != bytes)
+        return refuse(ps,
+                      "tensor '%s': data_offsets [%llu, %llu] span %llu bytes, shape %s of %s "
+                      "needs %llu",
+                      t->name, (unsigned long long)off[0], (unsigned long long)off[1],
+                      (unsigned long long)(off[1] - off[0]), shape, dt, (unsigned long long)bytes);
+    if (off[1] > ps->file_size - ps->data_start)
+        return refuse(ps,
+                      "tensor '%s': data_offsets [%llu, %llu] end past the end of the file (data "
+                      "starts at byte %llu of %llu)",
+                      t->name, (unsigned long long)off[0], (unsigned long long)off[1],
+                      (unsigned long long)ps->data_start, (unsigned long long)ps->file_size);
+    t->begin = off[0];
+    t->end = off[1];
+    return SHARDOPT_OK;
+}
+
+/* One entry of the top-level object: exactly dtype, shape and data_offsets. */
+static shardopt_status_t tensor_from_json(struct st_parse *ps, const cJSON *item, int index,
+                                          struct st_tensor *t)
+{
+    static const char *const names[3] = {"dtype", "shape", "data_offsets"};
+    const cJSON *field[3] = {NULL, NULL, NULL};
+    const char *problem = name_problem(item->string);
+    shardopt_status_t status;
+
+    if (problem != NULL)
+        return refuse(ps, "tensor #%d: name %s", index, problem);
+    memcpy(t->name, item->string, strlen(item->string) + 1);
+    if (!cJSON_IsObject(item))
+        return refuse(ps, "tensor '%s': must be an object with dtype, shape, data_offsets, got %s",
+                      t->name, json_type_name(item));
+    for (const cJSON *f = item->child; f != NULL; f = f->next) {
+        int k = 0;
+        while (k < 3 && strcmp(f->string, names[k]) != 0)
+            k++;
+        if (k == 3)
+            return refuse(ps,
+                          "tensor '%s': unknown field '%.64s' (accepted: dtype, shape, "
+                          "data_offsets)",
+                          t->name, f->string);
+        if (field[k] != NULL)
+            return refuse(ps, "tensor '%s': field %s appears twice", t->name, names[k]);
+        field[k] = f;
+    }
+    for (int k = 0; k < 3; k++)
+        if (field[k] == NULL)
+            return refuse(ps, "tensor '%s': missing field %s", t->name, names[k]);
+    status = dtype_from_json(ps, field[0], t);
+    if (status == SHARDOPT_OK)
+        status = shape_from_json(ps, field[1], t);
+    if (status == SHARDOPT_OK)
+        status = offsets_from_json(ps, field[2], t);
+    return status;
+}
+
+/* "__metadata__": an object of strings. */
+static shardopt_status_t meta_from_json(struct st_parse *ps, const cJSON *obj, struct st_header *h)
+{
+    int n;
+
+    if (!cJSON_IsObject(obj))
+        return refuse(ps, ST_META_KEY " must be an object of strings, got %s", json_type_name(obj));
+    n = cJSON_GetArraySize(obj);
+    if (n == 0)
+        return SHARDOPT_OK;
+    h->meta = calloc((size_t)n, sizeof *h->meta);
+    if (h->meta == NULL)
+        return out_of_memory(ps, ST_META_KEY);
+    for (const cJSON *v = obj->child; v != NULL; v = v->next) {
+        struct st_meta *m = &h->meta[h->nmeta];
+        size_t klen = strlen(v->string);
+        if (klen > ST_KEY_MAX)
+            return refuse(ps, ST_META_KEY " key '%.64s...' is %zu bytes (at most %d)", v->string,
+                          klen, ST_KEY_MAX);
+        if (!cJSON_IsString(v))
+            return refuse(ps, ST_META_KEY " key '%s': value must be a string, got %s", v->string,
+                          json_type_name(v));
+        memcpy(m->key, v->string, klen + 1);
+        m->value = strdup(v->valuestring);
+        if (m->value == NULL)
+            return out_of_memory(ps, ST_META_KEY);
+        h->nmeta++;
+    }
+    for (int i = 1; i < h->nmeta; i++) /* few keys: quadratic is fine, and no allocation */
+        for (int j = 0; j < i; j++)
+            if (strcmp(h->meta[i].key, h->meta[j].key) == 0)
+                return refuse(ps, ST_META_KEY " key '%s' appears twice", h->meta[i].key);
+    return SHARDOPT_OK;
+}
+
+/* qsort has no context argument: the tensor array travels in a struct with each index. */
+struct st_ref {
+    const struct st_tensor *t;
+    int i;
+};
+
+static int cmp_ref_name(const void *a, const void *b)
+{
+    return strcmp(((const struct st_ref *)a)->t->name, ((const struct st_ref *)b)->t->name);
+}
+
+static int cmp_ref_offsets(const void *a, const void *b)
+{
+    const struct st_tensor *x = ((const struct st_ref *)a)->t, *y = ((const struct st_ref *)b)->t;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* Duplicate names and overlapping byte ranges, both by sorting; fills h->by_name. */
+static shardopt_status_t tensors_cross_check(struct st_parse *ps, struct st_header *h)
+{
+    shardopt_status_t status = SHARDOPT_OK;
+    struct st_ref *r;
+
+    if (h->n == 0)
+        return SHARDOPT_OK;
+    r = malloc((size_t)h->n * sizeof *r);
+    h->by_name = malloc((size_t)h->n * sizeof *h->by_name);
+    if (r == NULL || h->by_name == NULL) {
+        free(r);
+        return out_of_memory(ps, "tensor index");
+    }
+    for (int i = 0; i < h->n; i++)
+        r[i] = (struct st_ref){&h->t[i], i};
+    qsort(r, (size_t)h->n, sizeof *r, cmp_ref_name);
+    for (int i = 0; i < h->n; i++) {
+        if (i > 0 && strcmp(r[i - 1].t->name, r[i].t->name) == 0) {
+            status = refuse(ps, "tensor '%s' appears twice", r[i].t->name);
+            goto out;
+        }
+        h->by_name[i] = r[i].i;
+    }
+    /* sorted by begin, ranges are disjoint exactly when each begins at or after the previous end */
+    qsort(r, (size_t)h->n, sizeof *r, cmp_ref_offsets);
+    for (int i = 1; i < h->n; i++) {
+        const struct st_tensor *a = r[i - 1].t, *b = r[i].t;
+        if (b->begin < a->end) {
+            status =
+                refuse(ps, "tensors '%s' [%llu, %llu] and '%s' [%llu, %llu]: data_offsets overlap",
+                       a->name, (unsigned long long)a->begin, (unsigned long long)a->end, b->name,
+                       (unsigned long long)b->begin, (unsigned long long)b->end);
+            goto out;
+        }
+    }
+out:
+    free(r);
+    return status;
+}
+
+/* The top-level object: "__metadata__" once, every other entry a tensor. */
+static shardopt_status_t header_from_json(struct st_parse *ps, const cJSON *root,
+                                          struct st_header *h)
+{
+    const cJSON *meta = NULL;
+    shardopt_status_t status;
+    int n = 0, ntotal = cJSON_GetArraySize(root);
+
+    h->t = calloc(ntotal > 0 ? (size_t)ntotal : 1, sizeof *h->t);
+    if (h->t == NULL)
+        return out_of_memory(ps, "tensor table");
+    for (const cJSON *item = root->child; item != NULL; item = item->next, n++) {
+        if (strcmp(item->string, ST_META_KEY) == 0) {
+            if (meta != NULL)
+                return refuse(ps, ST_META_KEY " appears twice");
+            meta = item;
+            continue;
+        }
+        status = tensor_from_json(ps, item, n, &h->t[h->n]);
+        if (status != SHARDOPT_OK)
+            return status;
+        h->n++;
+    }
+    if (meta != NULL) {
+        status = meta_from_json(ps, meta, h);
+        if (status != SHARDOPT_OK)
+            return status;
+    }
+    return tensors_cross_check(ps, h);
+}
+
+/* Parse the bytes with cJSON: from a NUL-terminated copy, so that no version of cJSON can read
+ * past them, and with nothing but blanks allowed after the object. */
+static shardopt_status_t header_tree(struct st_parse *ps, const char *json, size_t len,
+                                     cJSON **root_p)
+{
+    const char *end = NULL;
+    size_t first = 0;
+    char *copy;
+    cJSON *root;
+
+    while (first < len && strchr(" \t\n\r", json[first]) != NULL && json[first] != 0)
+        first++;
+    /* cJSON would skip a byte-order mark here, the reference reader refuses it */
+    if (first >= len || json[first] != '{')
+        return refuse(ps, "header must be a JSON object, it starts with %s",
+                      first >= len ? "nothing" : "something else");
+    copy = malloc(len + 1);
+    if (copy == NULL)
+        return out_of_memory(ps, "header copy");
+    memcpy(copy, json, len);
+    copy[len] = 0;
+    root = cJSON_ParseWithLengthOpts(copy, len, &end, 0);
+    if (root == NULL) {
+        size_t at = end != NULL && end >= copy ? (size_t)(end - copy) : 0;
+        free(copy);
+        return refuse(ps, "header is not valid JSON (near byte %zu)", at);
+    }
+    for (size_t i = (size_t)(end - copy); i < len; i++)
+        if (strchr(" \t\n\r", copy[i]) == NULL) {
+            cJSON_Delete(root);
+            free(copy);
+            return refuse(ps, "header byte %zu: text after the JSON object", i);
+        }
+    free(copy);
+    *root_p = root;
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t st_header_parse(const char *json, uint64_t json_len, uint64_t file_size,
+                                  struct st_header *out, char *err, size_t errlen)
+{
+    struct st_parse ps = {err, errlen, file_size, 8 + json_len};
+    struct st_header h = {0};
+    shardopt_status_t status;
+    size_t num_at, num_len = 0;
+    cJSON *root = NULL;
+
+    if (json == NULL || out == NULL)
+        return refuse(&ps, "no header to parse");
+    status = len_check(&ps, json_len); /* also bounds every allocation below */
+    if (status != SHARDOPT_OK)
+        return status;
+    status = header_scan(&ps, (const unsigned char *)json, (size_t)json_len, &num_at, &num_len);
+    if (status != SHARDOPT_OK)
+        return status;
+    status = header_tree(&ps, json, (size_t)json_len, &root);
+    if (status != SHARDOPT_OK)
+        return status;
+    h.data_start = ps.data_start;
+    status = header_from_json(&ps, root, &h);
+    cJSON_Delete(root);
+    if (status == SHARDOPT_OK && num_at != SIZE_MAX)
+        status = refuse(&ps, "header byte %zu: number '%.*s' is not written as plain digits",
+                        num_at, (int)(num_len < 40 ? num_len : 40), json + num_at);
+    if (status != SHARDOPT_OK) {
+        st_header_free(&h);
+        return status;
+    }
+    *out = h;
+    return SHARDOPT_OK;
+}
+
+void st_header_free(struct st_header *h)
+{
+    if (h == NULL)
+        return;
+    for (int i = 0; i < h->nmeta; i++)
+        free(h->meta[i].value);
+    free(h->meta);
+    free(h->t);
+    free(h->by_name);
+    memset(h, 0, sizeof *h);
+}
+
+const struct st_tensor *st_header_find(const struct st_header *h, const char *name)
+{
+    int lo = 0, hi;
+
+    if (h == NULL || name == NULL || h->by_name == NULL)
+        return NULL;
+    hi = h->n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const struct st_tensor *t = &h->t[h->by_name[mid]];
+        int c = strcmp(name, t->name);
+        if (c == 0)
+            return t;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}

@@ -1,0 +1,207 @@
+/* CRC-32C: known answers, chaining, every path against a bit-at-a-time oracle, and throughput. */
+#include <time.h>
+
+#include "runtime/crc32c.h"
+#include "test.h"
+
+/* The definition itself, one bit at a time: the oracle the table paths are checked against. */
+static uint32_t crc_bitwise(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    while (n--) {
+        crc ^= *p++;
+        for (int k = 0; k < 8; k++)
+            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+static void fill_random(unsigned char *p, size_t n, uint64_t seed)
+{
+    uint64_t s = seed | 1;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        p[i] = (unsigned char)((s * 0x2545F4914F6CDD1Dull) >> 56);
+    }
+}
+
+/* Beyond 3 long blocks (3 * 8 KiB) so that every stage of the SSE4.2 path runs. */
+#define BIG (3 * 8192 * 5 + 3 * 256 * 2 + 77)
+
+struct known {
+    const char *what;
+    unsigned char data[32];
+    size_t len;
+    uint32_t crc;
+};
+
+/* RFC 3720 B.4 and the usual check value. */
+static void known_answers(struct known *k)
+{
+    memcpy(k[0].data, "123456789", 9);
+    k[0].len = 9;
+    k[0].crc = 0xE3069283;
+    memset(k[1].data, 0, 32);
+    k[1].len = 32;
+    k[1].crc = 0x8A9136AA;
+    memset(k[2].data, 0xFF, 32);
+    k[2].len = 32;
+    k[2].crc = 0x62A8AB43;
+    for (int i = 0; i < 32; i++)
+        k[3].data[i] = (unsigned char)i;
+    k[3].len = 32;
+    k[3].crc = 0x46DD794E;
+}
+
+TEST(crc32c_known_answers)
+{
+    struct known k[4];
+    known_answers(k);
+    for (int i = 0; i < 4; i++) {
+        EXPECT_EQ_U32(crc32c_update(0, k[i].data, k[i].len), k[i].crc);
+        EXPECT_EQ_U32(crc32c_update_portable(0, k[i].data, k[i].len), k[i].crc);
+        EXPECT_EQ_U32(crc_bitwise(0, k[i].data, k[i].len), k[i].crc);
+        if (crc32c_sse42_available())
+            EXPECT_EQ_U32(crc32c_update_sse42(0, k[i].data, k[i].len), k[i].crc);
+    }
+}
+
+TEST(crc32c_empty_input_keeps_crc)
+{
+    EXPECT_EQ_U32(crc32c_update(0, NULL, 0), 0);
+    EXPECT_EQ_U32(crc32c_update(0xE3069283, NULL, 0), 0xE3069283);
+    EXPECT_EQ_U32(crc32c_update_portable(0x12345678, "x", 0), 0x12345678);
+}
+
+TEST(crc32c_chains_like_zlib)
+{
+    unsigned char *buf = malloc(BIG);
+    ASSERT_TRUE(buf != NULL);
+    fill_random(buf, BIG, 11);
+    uint32_t whole = crc32c_update(0, buf, BIG);
+    EXPECT_EQ_U32(whole, crc_bitwise(0, buf, BIG));
+    size_t cuts[] = {0, 1, 7, 8, 9, 255, 768, 4096, 24576, 24577, BIG - 1, BIG};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        size_t c = cuts[i];
+        EXPECT_EQ_U32(crc32c_update(crc32c_update(0, buf, c), buf + c, BIG - c), whole);
+        EXPECT_EQ_U32(crc32c_update_portable(crc32c_update_portable(0, buf, c), buf + c, BIG - c),
+                      whole);
+    }
+    /* three pieces, as a writer streaming a tensor in chunks does */
+    uint32_t crc = crc32c_update(0, buf, 1000);
+    crc = crc32c_update(crc, buf + 1000, 30000);
+    EXPECT_EQ_U32(crc32c_update(crc, buf + 31000, BIG - 31000), whole);
+    free(buf);
+}
+
+/* Every length 0-300 at every alignment, then the sizes around the block boundaries. */
+static void check_path_against_oracle(uint32_t (*path)(uint32_t, const void *, size_t),
+                                      const char *name)
+{
+    unsigned char *buf = malloc(BIG + 8);
+    if (buf == NULL) {
+        TEST_FAIL_("no memory");
+        return;
+    }
+    fill_random(buf, BIG + 8, 7);
+    int bad = 0;
+    for (size_t off = 0; off < 8; off++)
+        for (size_t n = 0; n <= 300; n++)
+            if (path(0x9E3779B9u, buf + off, n) != crc_bitwise(0x9E3779B9u, buf + off, n))
+                bad++;
+    size_t sizes[] = {767, 768, 769, 1536, 24575, 24576, 24577, 49152 + 768 + 5, BIG};
+    for (size_t off = 0; off < 8; off++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            if (path(0, buf + off, sizes[i]) != crc_bitwise(0, buf + off, sizes[i])) {
+                fprintf(stderr, "%s: %zu bytes at offset %zu differ\n", name, sizes[i], off);
+                bad++;
+            }
+    EXPECT_EQ_INT(bad, 0);
+    free(buf);
+}
+
+TEST(crc32c_portable_matches_bitwise)
+{
+    check_path_against_oracle(crc32c_update_portable, "portable");
+}
+
+TEST(crc32c_sse42_matches_bitwise)
+{
+    if (!crc32c_sse42_available()) {
+        printf("  (no SSE4.2 on this CPU: the SSE4.2 path is not checked)\n");
+        EXPECT_EQ_INT(crc32c_sse42_available(), 0);
+        return;
+    }
+    check_path_against_oracle(crc32c_update_sse42, "sse4.2");
+}
+
+TEST(crc32c_sse42_matches_portable_on_random_buffers)
+{
+    if (!crc32c_sse42_available()) {
+        printf("  (no SSE4.2 on this CPU: the SSE4.2 path is not checked)\n");
+        EXPECT_EQ_INT(crc32c_sse42_available(), 0);
+        return;
+    }
+    size_t max = 200000;
+    unsigned char *buf = malloc(max + 64);
+    ASSERT_TRUE(buf != NULL);
+    uint64_t s = 5;
+    int bad = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        /* lengths spread over 0-200000, denser where the path switches stages */
+        size_t n = (size_t)((test_rand(&s) * 0.5 + 0.5) * (trial % 2 ? max : 3000));
+        size_t off = (size_t)((test_rand(&s) * 0.5 + 0.5) * 63);
+        uint32_t seed = (uint32_t)(s >> 32); /* any register, not only 0 */
+        fill_random(buf + off, n, (uint64_t)trial + 1);
+        if (crc32c_update_sse42(seed, buf + off, n) != crc32c_update_portable(seed, buf + off, n))
+            bad++;
+    }
+    EXPECT_EQ_INT(bad, 0);
+    free(buf);
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Best of three passes over a buffer, in GB/s; *crc receives the CRC. */
+static double gbps(uint32_t (*path)(uint32_t, const void *, size_t), const unsigned char *buf,
+                   size_t n, uint32_t *crc)
+{
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = seconds_now();
+        *crc = path(0, buf, n);
+        double t = seconds_now() - t0;
+        if (t < best)
+            best = t;
+    }
+    return (double)n / best / 1e9;
+}
+
+/* Reported, not asserted: what matters is the ratio to disk bandwidth, which a checkpoint
+ * benchmark measures. The paths must still agree on the big buffer. */
+TEST(crc32c_throughput_256mib)
+{
+    size_t n = (size_t)256 << 20;
+    unsigned char *buf = malloc(n);
+    ASSERT_TRUE(buf != NULL);
+    fill_random(buf, n, 3);
+    uint32_t a, b;
+    double portable = gbps(crc32c_update_portable, buf, n, &a);
+    printf("  crc32c portable (slicing-by-8): %.2f GB/s\n", portable);
+    if (crc32c_sse42_available()) {
+        double sse = gbps(crc32c_update_sse42, buf, n, &b);
+        printf("  crc32c sse4.2 (3 streams):      %.2f GB/s\n", sse);
+        EXPECT_EQ_U32(a, b);
+    } else {
+        printf("  crc32c sse4.2: not available on this CPU\n");
+    }
+    EXPECT_EQ_U32(crc32c_update(0, buf, n), a);
+    free(buf);
+}

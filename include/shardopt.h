@@ -171,6 +171,8 @@ typedef struct shardopt_config {
     double cost_net_gbps; /**< auto's cost model: bandwidth per rank, GB/s. Default 25 */
     shardopt_dtype_t adam_state_dtype; /**< AdamW first moment: fp32 (default) or bf16 */
     shardopt_dtype_t adam_v_dtype;     /**< AdamW second moment: fp32 (default) or bf16 */
+    int keep_last;          /**< checkpoints: keep the newest N step directories; 0 = all */
+    int load_allow_missing; /**< load: tensors the checkpoint lacks keep their state */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -190,7 +192,7 @@ typedef struct shardopt_config {
         .cp = 1, .ep = 1, .nonfinite = SHARDOPT_NONFINITE_SKIP, .bucket_bytes = 128ull << 20,      \
         .replica_split = 0, .ns_strategy = SHARDOPT_NS_STRATEGY_GATHER, .cost_gemm_gflops = 100.0, \
         .cost_net_gbps = 25.0, .adam_state_dtype = SHARDOPT_DTYPE_FP32,                            \
-        .adam_v_dtype = SHARDOPT_DTYPE_FP32,                                                       \
+        .adam_v_dtype = SHARDOPT_DTYPE_FP32, .keep_last = 0, .load_allow_missing = 0,              \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1
@@ -387,6 +389,19 @@ SHARDOPT_API shardopt_status_t shardopt_step(shardopt_runtime_t rt,
 
 /** Copy counters into stats (stats->size set by the caller, e.g. SHARDOPT_STATS_INIT). */
 SHARDOPT_API shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *stats);
+
+/** Save the optimizer state (collective) as DIR/step-NNNNNNNN/ (one safetensors file per rank
+ *  of replica 0 and index.json), written under a temporary name, fsynced and renamed; then
+ *  DIR/latest names it (atomic replace) and steps beyond keep_last are pruned. On any failure
+ *  every rank returns the error and the previous checkpoint stays as it was. */
+SHARDOPT_API shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir);
+
+/** Load optimizer state (collective) from DIR (following DIR/latest) or a step directory, on
+ *  any layout of the same model: each rank reads the blocks of the shards overlapping its own
+ *  and checks their CRC32C. State is restored in the configured dtypes (converted, with a
+ *  warning, where the checkpoint holds another). On any refusal every rank returns the error
+ *  and no state changes anywhere. */
+SHARDOPT_API shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir);
 
 /** Free everything the runtime owns. Accepts NULL. Valid in any state, also after an error. */
 SHARDOPT_API shardopt_status_t shardopt_finalize(shardopt_runtime_t rt);

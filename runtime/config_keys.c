@@ -68,6 +68,9 @@ const struct config_key config_keys[] = {
     DBL(cost_net_gbps, 0, 1e9, 1, 0, "auto's cost model: GB/s per rank"),
     ENUM(adam_state_dtype, dtype_names, "AdamW first moment storage dtype"),
     ENUM(adam_v_dtype, dtype_names, "AdamW second moment storage dtype"),
+    INT(keep_last, 0, 1 << 20, "checkpoints: keep the newest N step directories; 0 = all"),
+    {"load_allow_missing", CFG_BOOL, OFF(load_allow_missing), NULL, 0, 1, 0, 0, 0, 0,
+     "load: tensors the checkpoint lacks keep their current state"},
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

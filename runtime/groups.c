@@ -2,6 +2,7 @@
 #include "groups.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "status.h"
 
@@ -242,4 +243,25 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     g->me.xs_rank = mine.xs_rank;
     g->me.ep_block = -1;
     return SHARDOPT_OK;
+}
+
+shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what)
+{
+    int pair[2] = {(int)mine, g->me.rank};
+    char msg[512];
+
+    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->dense);
+    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->rep);
+    if (pair[0] == SHARDOPT_OK)
+        return SHARDOPT_OK;
+    /* the chosen rank's message reaches every rank: only it contributes non-zero bytes */
+    memset(msg, 0, sizeof msg);
+    if (pair[1] == g->me.rank)
+        snprintf(msg, sizeof msg, "%s", shardopt_last_error());
+    MPI_Allreduce(MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, g->dense);
+    MPI_Allreduce(MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, g->rep);
+    msg[sizeof msg - 1] = '\0';
+    if (pair[1] == g->me.rank)
+        return mine; /* logged where it happened */
+    return log_fail((shardopt_status_t)pair[0], "%s: rank %d: %s", what, pair[1], msg);
 }

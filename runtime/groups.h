@@ -28,6 +28,10 @@ void groups_free(struct groups *g);
 int groups_allreduce(const struct groups *g, void *buf, int count, MPI_Datatype type, MPI_Op op);
 int groups_bcast(const struct groups *g, void *buf, int count, MPI_Datatype type);
 
+/* Every rank returns the same status: the worst (most negative) one, and the message of the
+ * lowest rank that had it, prefixed with that rank (collective). */
+shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what);
+
 /* This rank's global index: replica * (dp_shard * cp) + dense rank. */
 static inline int groups_rank(const struct groups *g) { return g->me.rank; }
 

@@ -147,17 +147,9 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL %s",
                         rt == NULL ? "runtime" : "args");
     status = step_validate(rt, args, &sc);
-    if (rt->committed) {
-        /* the step is collective: a check failing on one rank fails it on all */
-        int worst = (int)status, where = status != SHARDOPT_OK ? rt->groups.me.rank : -1;
-        int pair[2] = {worst, where};
-        MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, rt->groups.dense);
-        MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, rt->groups.rep);
-        if (status == SHARDOPT_OK && pair[0] != SHARDOPT_OK)
-            return log_fail((shardopt_status_t)pair[0],
-                            "step: rank %d refused the step (see its log); nothing was updated",
-                            pair[1]);
-    }
+    /* the step is collective: a check failing on one rank fails it on all */
+    if (rt->committed)
+        status = groups_agree(&rt->groups, status, "step");
     if (status != SHARDOPT_OK)
         return status;
     k = &rt->counters;

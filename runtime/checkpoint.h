@@ -1,0 +1,43 @@
+/* Checkpoints (DESIGN.md §6): what save and load share. */
+#ifndef RUNTIME_CHECKPOINT_H
+#define RUNTIME_CHECKPOINT_H
+
+#include "runtime.h"
+#include "sharding/plan.h"
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_BLOCK          ((size_t)1 << 20) /* bytes per CRC32C block: partial readers verify blocks */
+#define CKPT_CHUNK          ((size_t)16 << 20) /* bytes per read or write call */
+
+/* One optimizer state tensor of a parameter. */
+struct ckpt_kind {
+    const char *suffix; /* "momentum", "exp_avg", "exp_avg_sq" */
+    int dtype;
+    size_t offset; /* in the state store */
+};
+
+/* The state tensors a parameter has (1 for Muon, 2 for AdamW). */
+int ckpt_kinds(const shardopt_runtime_t rt, const struct shardopt_param *p,
+               struct ckpt_kind out[2]);
+
+/* Shape and local box of a parameter as 3-D (leading dims of 1). */
+void ckpt_box3(const struct layout *l, int64_t shape[3], struct plan_box *box);
+
+/* "<param>.<suffix>" */
+void ckpt_tensor_name(const struct shardopt_param *p, const char *suffix, char *out, size_t len);
+
+/* "F32" / "BF16", and back (-1 for anything else). */
+const char *ckpt_dtype_name(int dtype);
+int ckpt_dtype_parse(const char *s);
+
+/* A checkpoint file name the index may name: a plain name, no '/', not "." or "..". */
+int ckpt_name_is_plain(const char *s);
+
+/* fsync a directory so that entries created or renamed in it are durable. */
+int ckpt_fsync_dir(const char *path);
+
+/* Every rank returns the same status: the worst one, with the message of the rank that had it
+ * (or a pointer to that rank's log). */
+shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what);
+
+#endif

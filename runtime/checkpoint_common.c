@@ -1,0 +1,69 @@
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "status.h"
+
+int ckpt_kinds(const shardopt_runtime_t rt, const struct shardopt_param *p, struct ckpt_kind out[2])
+{
+    if (p->algo == SHARDOPT_ALGO_MUON) {
+        out[0] = (struct ckpt_kind){"momentum", rt->cfg.momentum_dtype, p->off_momentum};
+        return 1;
+    }
+    out[0] = (struct ckpt_kind){"exp_avg", rt->cfg.adam_state_dtype, p->off_exp_avg};
+    out[1] = (struct ckpt_kind){"exp_avg_sq", rt->cfg.adam_v_dtype, p->off_exp_avg_sq};
+    return 2;
+}
+
+void ckpt_box3(const struct layout *l, int64_t shape[3], struct plan_box *box)
+{
+    const int pad = 3 - l->ndim;
+    for (int d = 0; d < 3; d++) {
+        const int s = d - pad;
+        shape[d] = s >= 0 ? l->shape[s] : 1;
+        box->lo[d] = s >= 0 ? l->lo[s] : 0;
+        box->len[d] = s >= 0 ? l->len[s] : 1;
+    }
+}
+
+void ckpt_tensor_name(const struct shardopt_param *p, const char *suffix, char *out, size_t len)
+{
+    snprintf(out, len, "%s.%s", p->name, suffix);
+}
+
+const char *ckpt_dtype_name(int dtype) { return dtype == KDT_BF16 ? "BF16" : "F32"; }
+
+int ckpt_dtype_parse(const char *s)
+{
+    if (strcmp(s, "F32") == 0)
+        return KDT_F32;
+    if (strcmp(s, "BF16") == 0)
+        return KDT_BF16;
+    return -1;
+}
+
+int ckpt_name_is_plain(const char *s)
+{
+    if (s == NULL || s[0] == '\0' || strlen(s) > 255 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return 0;
+    for (const char *c = s; *c; c++)
+        if (*c == '/' || (unsigned char)*c < 0x20)
+            return 0;
+    return 1;
+}
+
+int ckpt_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what)
+{
+    return groups_agree(&rt->groups, mine, what);
+}

@@ -1,0 +1,548 @@
+/* shardopt_load: follow DIR/latest (or take a step directory), read the index, and fill every
+ * rank's state from the shards that overlap it, reading only the blocks it needs and checking
+ * each block's CRC32C. Everything lands in a staging copy first; the state changes only when
+ * every rank succeeded, so a refused checkpoint leaves memory as it was on every rank. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "crc32c.h"
+#include "log.h"
+#include "safetensors.h"
+#include "sharding/reshard.h"
+#include "status.h"
+
+#define INDEX_MAX ((size_t)1 << 30)
+
+struct ck_shard {
+    const char *file;    /* points into the parsed JSON */
+    struct plan_box box; /* 3-D, leading dims of 1 */
+    uint32_t crc;
+    const cJSON *blocks;
+};
+
+struct ck_tensor {
+    const char *name;
+    int dtype, ndim;
+    int64_t shape[3];
+    struct ck_shard *shards;
+    int nshards;
+};
+
+struct ck_file {
+    const char *name;
+    int fd;
+    uint64_t size;
+    struct st_header hdr;
+    int opened;
+};
+
+struct ck_load {
+    char dir[4096];
+    cJSON *root;
+    uint64_t step;
+    struct ck_tensor *t;
+    int nt;
+    struct ck_file *files;
+    int nfiles;
+    unsigned char *staging;
+    uint64_t *steps; /* per registered param */
+    unsigned char *chunk;
+    int converted;
+    char converted_names[512];
+};
+
+/* ---- the index ---- */
+
+static int json_i64s(const cJSON *a, int64_t *out, int max, int *n)
+{
+    const cJSON *e;
+    *n = 0;
+    if (!cJSON_IsArray(a))
+        return -1;
+    cJSON_ArrayForEach(e, a)
+    {
+        if (*n == max || !cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 9.0e15 ||
+            e->valuedouble != floor(e->valuedouble))
+            return -1;
+        out[(*n)++] = (int64_t)e->valuedouble;
+    }
+    return 0;
+}
+
+/* A CRC in the index: a JSON number holding an integer in [0, 2^32). */
+static int crc32_valid(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 4294967295.0 &&
+           v->valuedouble == floor(v->valuedouble);
+}
+
+static shardopt_status_t index_bad(const char *dir, const char *what, const char *tensor)
+{
+    return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/index.json: %s%s%s%s", dir, what,
+                    tensor ? " (tensor '" : "", tensor ? tensor : "", tensor ? "')" : "");
+}
+
+static shardopt_status_t index_parse(struct ck_load *L, const char *text)
+{
+    const cJSON *e, *tensors;
+    L->root = cJSON_Parse(text);
+    if (!cJSON_IsObject(L->root))
+        return index_bad(L->dir, "not a JSON object", NULL);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(L->root, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(L->root, "format_version");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(L->root, "step");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "shardopt-checkpoint") != 0)
+        return index_bad(L->dir, "\"format\" is not \"shardopt-checkpoint\"", NULL);
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != CKPT_FORMAT_VERSION)
+        return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                        "load: %s/index.json: format_version %g: this version reads %d", L->dir,
+                        cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, CKPT_FORMAT_VERSION);
+    if (!cJSON_IsNumber(step) || step->valuedouble < 0)
+        return index_bad(L->dir, "\"step\" missing or negative", NULL);
+    L->step = (uint64_t)step->valuedouble;
+    tensors = cJSON_GetObjectItemCaseSensitive(L->root, "tensors");
+    if (!cJSON_IsArray(tensors))
+        return index_bad(L->dir, "\"tensors\" missing", NULL);
+    L->nt = cJSON_GetArraySize(tensors);
+    L->t = calloc((size_t)L->nt + 1, sizeof(*L->t));
+    if (L->t == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: index of %d tensors", L->nt);
+    int i = 0;
+    cJSON_ArrayForEach(e, tensors)
+    {
+        struct ck_tensor *t = &L->t[i++];
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+        const cJSON *shards = cJSON_GetObjectItemCaseSensitive(e, "shards"), *s;
+        if (!cJSON_IsString(name))
+            return index_bad(L->dir, "a tensor without a name", NULL);
+        t->name = name->valuestring;
+        t->dtype = cJSON_IsString(dt) ? ckpt_dtype_parse(dt->valuestring) : -1;
+        if (t->dtype < 0)
+            return index_bad(L->dir, "dtype not F32 or BF16", t->name);
+        if (json_i64s(cJSON_GetObjectItemCaseSensitive(e, "shape"), t->shape, 3, &t->ndim) != 0 ||
+            t->ndim < 1)
+            return index_bad(L->dir, "shape is not 1-3 integers", t->name);
+        if (!cJSON_IsArray(shards))
+            return index_bad(L->dir, "\"shards\" missing", t->name);
+        t->nshards = cJSON_GetArraySize(shards);
+        t->shards = calloc((size_t)t->nshards + 1, sizeof(*t->shards));
+        if (t->shards == NULL)
+            return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: index shards");
+        int j = 0;
+        cJSON_ArrayForEach(s, shards)
+        {
+            struct ck_shard *sh = &t->shards[j++];
+            const cJSON *file = cJSON_GetObjectItemCaseSensitive(s, "file");
+            const cJSON *crc = cJSON_GetObjectItemCaseSensitive(s, "crc32c");
+            int n1, n2;
+            if (!cJSON_IsString(file) || !ckpt_name_is_plain(file->valuestring))
+                return index_bad(L->dir,
+                                 "a shard's \"file\" is not a plain file name inside the "
+                                 "checkpoint directory",
+                                 t->name);
+            sh->file = file->valuestring;
+            int64_t *lo = sh->box.lo, *ln = sh->box.len;
+            if (json_i64s(cJSON_GetObjectItemCaseSensitive(s, "offset"), lo, 3, &n1) != 0 ||
+                json_i64s(cJSON_GetObjectItemCaseSensitive(s, "shape"), ln, 3, &n2) != 0 ||
+                n1 != t->ndim || n2 != t->ndim)
+                return index_bad(L->dir, "a shard's offset/shape do not match the tensor's dims",
+                                 t->name);
+            uint64_t bytes = kdtype_size(t->dtype);
+            for (int d = 0; d < t->ndim; d++) {
+                if (lo[d] + ln[d] > t->shape[d])
+                    return index_bad(L->dir, "a shard lies outside the tensor", t->name);
+                bytes *= (uint64_t)ln[d];
+            }
+            sh->blocks = cJSON_GetObjectItemCaseSensitive(s, "block_crc32c");
+            if (!crc32_valid(crc) || !cJSON_IsArray(sh->blocks) ||
+                (uint64_t)cJSON_GetArraySize(sh->blocks) != (bytes + CKPT_BLOCK - 1) / CKPT_BLOCK)
+                return index_bad(L->dir, "a shard's CRC32C list does not match its size", t->name);
+            const cJSON *bc;
+            cJSON_ArrayForEach(bc, sh->blocks)
+            {
+                if (!crc32_valid(bc))
+                    return index_bad(L->dir, "a block CRC32C is not an integer in [0, 2^32)",
+                                     t->name);
+            }
+            sh->crc = (uint32_t)crc->valuedouble;
+            /* 3-D, leading dims of 1 */
+            for (int d = 2; d >= 0; d--) {
+                int s3 = d - (3 - t->ndim);
+                lo[d] = s3 >= 0 ? lo[s3] : 0;
+                ln[d] = s3 >= 0 ? ln[s3] : 1;
+            }
+        }
+        for (int d = 2; d >= 0; d--) {
+            int s3 = d - (3 - t->ndim);
+            t->shape[d] = s3 >= 0 ? t->shape[s3] : 1;
+        }
+    }
+    return SHARDOPT_OK;
+}
+
+static const struct ck_tensor *index_find(const struct ck_load *L, const char *name)
+{
+    for (int i = 0; i < L->nt; i++)
+        if (strcmp(L->t[i].name, name) == 0)
+            return &L->t[i];
+    return NULL;
+}
+
+/* ---- files ---- */
+
+static shardopt_status_t file_open(struct ck_load *L, const char *name, struct ck_file **out)
+{
+    char path[4400], err[256];
+    unsigned char first8[8];
+    uint64_t json_len;
+
+    for (int i = 0; i < L->nfiles; i++)
+        if (strcmp(L->files[i].name, name) == 0) {
+            *out = &L->files[i];
+            return SHARDOPT_OK;
+        }
+    struct ck_file *f = &L->files[L->nfiles];
+    memset(f, 0, sizeof *f);
+    f->name = name;
+    snprintf(path, sizeof path, "%s/%s", L->dir, name);
+    f->fd = open(path, O_RDONLY);
+    if (f->fd < 0)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
+    L->nfiles++;
+    struct stat st;
+    if (fstat(f->fd, &st) != 0 || pread(f->fd, first8, 8, 0) != 8)
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: shorter than a safetensors header", path);
+    f->size = (uint64_t)st.st_size;
+    if (st_header_len(first8, f->size, &json_len, err, sizeof err) != 0)
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: %s", path, err);
+    char *json = malloc(json_len + 1);
+    if (json == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: %s: %llu header bytes", path,
+                        (unsigned long long)json_len);
+    if (pread(f->fd, json, json_len, 8) != (ssize_t)json_len) {
+        free(json);
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: truncated header", path);
+    }
+    int rc = st_header_parse(json, json_len, f->size, &f->hdr, err, sizeof err);
+    free(json);
+    if (rc != 0)
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: %s", path, err);
+    f->opened = 1;
+    *out = f;
+    return SHARDOPT_OK;
+}
+
+static int pread_all(int fd, unsigned char *buf, size_t len, uint64_t at)
+{
+    while (len > 0) {
+        ssize_t r = pread(fd, buf, len, (off_t)at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        buf += r;
+        len -= (size_t)r;
+        at += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* dst[i] <- src[i] converted between the checkpoint's dtype and the configured one. */
+static void elems_convert(void *dst, int ddt, const void *src, int sdt, size_t n)
+{
+    if (ddt == sdt) {
+        memcpy(dst, src, n * kdtype_size(ddt));
+    } else if (ddt == KDT_F32) {
+        for (size_t i = 0; i < n; i++)
+            ((float *)dst)[i] = f32_from_bf16(((const uint16_t *)src)[i]);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = bf16_from_f32(((const float *)src)[i]);
+    }
+}
+
+/* Copy the overlap of one saved shard into this rank's staging tensor. Reads whole CRC blocks
+ * covering the runs, in chunks, and checks every block. Returns elements copied in *copied. */
+static shardopt_status_t shard_read(struct ck_load *L, const struct ck_tensor *t,
+                                    const struct ck_shard *sh, const struct plan_box *mine,
+                                    unsigned char *dst, int ddt, int64_t *copied)
+{
+    struct reshard_runs runs;
+    struct ck_file *f = NULL;
+    shardopt_status_t status;
+    const size_t es = kdtype_size(t->dtype), des = kdtype_size(ddt);
+    int64_t so, doff, len;
+
+    if (!reshard_runs_init(&runs, &sh->box, mine))
+        return SHARDOPT_OK;
+    status = file_open(L, sh->file, &f);
+    if (status != SHARDOPT_OK)
+        return status;
+    const struct st_tensor *st = st_header_find(&f->hdr, t->name);
+    if (st == NULL)
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/%s: tensor '%s' missing", L->dir, sh->file,
+                        t->name);
+    int64_t numel = 1;
+    for (int d = 0; d < 3; d++)
+        numel *= sh->box.len[d];
+    int64_t st_numel = 1;
+    for (int d = 0; d < st->ndim; d++)
+        st_numel *= st->shape[d];
+    if (st->dtype != t->dtype || st_numel != numel)
+        return log_fail(SHARDOPT_ERR_CORRUPT,
+                        "load: %s/%s: tensor '%s' is %s with %lld elements, the index says %s "
+                        "with %lld",
+                        L->dir, sh->file, t->name, ckpt_dtype_name(st->dtype), (long long)st_numel,
+                        ckpt_dtype_name(t->dtype), (long long)numel);
+    const uint64_t tensor_bytes = (uint64_t)numel * es, base = f->hdr.data_start + st->begin;
+
+    /* the source byte range the runs span, widened to whole blocks */
+    struct reshard_runs scan = runs;
+    int64_t first = -1, last = 0;
+    while (reshard_runs_next(&scan, &so, &doff, &len)) {
+        if (first < 0)
+            first = so;
+        last = so + len;
+    }
+    uint64_t a = (uint64_t)first * es / CKPT_BLOCK * CKPT_BLOCK;
+    uint64_t b = ((uint64_t)last * es + CKPT_BLOCK - 1) / CKPT_BLOCK * CKPT_BLOCK;
+    b = b < tensor_bytes ? b : tensor_bytes;
+
+    int have = reshard_runs_next(&runs, &so, &doff, &len);
+    for (uint64_t c0 = a; c0 < b; c0 += CKPT_CHUNK) {
+        const uint64_t c1 = c0 + CKPT_CHUNK < b ? c0 + CKPT_CHUNK : b;
+        if (pread_all(f->fd, L->chunk, (size_t)(c1 - c0), base + c0) != 0)
+            return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/%s: tensor '%s': file truncated",
+                            L->dir, sh->file, t->name);
+        for (uint64_t k = c0; k < c1; k += CKPT_BLOCK) {
+            const size_t blen = (size_t)(c1 - k < CKPT_BLOCK ? c1 - k : CKPT_BLOCK);
+            const cJSON *want = cJSON_GetArrayItem(sh->blocks, (int)(k / CKPT_BLOCK));
+            if (!cJSON_IsNumber(want) ||
+                crc32c_update(0, L->chunk + (k - c0), blen) != (uint32_t)want->valuedouble)
+                return log_fail(SHARDOPT_ERR_CORRUPT,
+                                "load: %s/%s: tensor '%s': CRC32C mismatch in bytes [%llu, %llu) "
+                                "(the file is damaged)",
+                                L->dir, sh->file, t->name, (unsigned long long)k,
+                                (unsigned long long)(k + blen));
+        }
+        /* the runs' parts inside this chunk */
+        const int64_t e0 = (int64_t)(c0 / es), e1 = (int64_t)(c1 / es);
+        while (have && so < e1) {
+            const int64_t lo = so > e0 ? so : e0, hi = so + len < e1 ? so + len : e1;
+            elems_convert(dst + (size_t)(doff + (lo - so)) * des, ddt,
+                          L->chunk + (size_t)(lo - e0) * es, t->dtype, (size_t)(hi - lo));
+            *copied += hi - lo;
+            if (so + len <= e1)
+                have = reshard_runs_next(&runs, &so, &doff, &len);
+            else
+                break;
+        }
+    }
+    return SHARDOPT_OK;
+}
+
+/* ---- one rank's part ---- */
+
+static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
+{
+    const int allow_missing = rt->cfg.load_allow_missing;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        struct ckpt_kind k[2];
+        const int nk = ckpt_kinds(rt, p, k);
+        int64_t shape[3];
+        struct plan_box mine;
+        char name[1100];
+        ckpt_box3(&p->layout, shape, &mine);
+        L->steps[i] = p->step;
+        for (int j = 0; j < nk; j++) {
+            ckpt_tensor_name(p, k[j].suffix, name, sizeof name);
+            const struct ck_tensor *t = index_find(L, name);
+            if (t == NULL) {
+                if (allow_missing)
+                    continue;
+                return log_fail(SHARDOPT_ERR_CORRUPT,
+                                "load: %s/index.json: tensor '%s' of parameter '%s' is not in the "
+                                "checkpoint (set load_allow_missing to keep its current state)",
+                                L->dir, name, p->name);
+            }
+            if (memcmp(t->shape, shape, sizeof shape) != 0)
+                return log_fail(SHARDOPT_ERR_MISMATCH,
+                                "load: %s/index.json: tensor '%s' has shape [%lld, %lld, %lld] in "
+                                "the checkpoint, the registered parameter [%lld, %lld, %lld]",
+                                L->dir, name, (long long)t->shape[0], (long long)t->shape[1],
+                                (long long)t->shape[2], (long long)shape[0], (long long)shape[1],
+                                (long long)shape[2]);
+            if (t->dtype != k[j].dtype && L->converted++ < 8) {
+                size_t o = strlen(L->converted_names);
+                snprintf(L->converted_names + o, sizeof L->converted_names - o, "%s%s (%s -> %s)",
+                         o ? ", " : "", name, ckpt_dtype_name(t->dtype),
+                         ckpt_dtype_name(k[j].dtype));
+            }
+            int64_t copied = 0;
+            unsigned char *dst = L->staging + k[j].offset;
+            for (int s = 0; s < t->nshards; s++) {
+                shardopt_status_t status =
+                    shard_read(L, t, &t->shards[s], &mine, dst, k[j].dtype, &copied);
+                if (status != SHARDOPT_OK)
+                    return status;
+            }
+            if (copied != p->layout.local_numel)
+                return log_fail(SHARDOPT_ERR_CORRUPT,
+                                "load: %s/index.json: tensor '%s': the shards cover %lld of the "
+                                "%lld elements this rank needs",
+                                L->dir, name, (long long)copied, (long long)p->layout.local_numel);
+        }
+    }
+    /* per-parameter step counts */
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(L->root, "params"), *e;
+    cJSON_ArrayForEach(e, params)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(e, "step");
+        for (int i = 0; cJSON_IsString(n) && cJSON_IsNumber(s) && i < rt->nparams; i++)
+            if (strcmp(rt->params[i]->name, n->valuestring) == 0)
+                L->steps[i] = (uint64_t)s->valuedouble;
+    }
+    return SHARDOPT_OK;
+}
+
+/* Rank 0: which step directory, and its index text. */
+static shardopt_status_t index_read(const char *dir, char *stepdir, size_t len, char **text)
+{
+    char path[4400], name[300];
+    struct stat st;
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/index.json", dir);
+    if (stat(path, &st) == 0) {
+        snprintf(stepdir, len, "%s", dir);
+    } else {
+        snprintf(path, sizeof path, "%s/latest", dir);
+        f = fopen(path, "r");
+        if (f == NULL)
+            return log_fail(SHARDOPT_ERR_IO, "load: %s: neither index.json nor latest (%s)", dir,
+                            strerror(errno));
+        if (fgets(name, sizeof name, f) == NULL)
+            name[0] = '\0';
+        fclose(f);
+        name[strcspn(name, "\n")] = '\0';
+        if (!ckpt_name_is_plain(name))
+            return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: '%s' is not a step directory name",
+                            path, name);
+        snprintf(stepdir, len, "%s/%s", dir, name);
+    }
+    snprintf(path, sizeof path, "%s/index.json", stepdir);
+    f = fopen(path, "rb");
+    if (f == NULL)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
+    if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size > INDEX_MAX) {
+        fclose(f);
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: larger than %zu bytes", path, INDEX_MAX);
+    }
+    *text = malloc((size_t)st.st_size + 1);
+    if (*text == NULL || fread(*text, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        fclose(f);
+        free(*text);
+        *text = NULL;
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: read failed", path);
+    }
+    (*text)[st.st_size] = '\0';
+    fclose(f);
+    return SHARDOPT_OK;
+}
+
+static void load_free(struct ck_load *L)
+{
+    for (int i = 0; i < L->nfiles; i++) {
+        if (L->files[i].fd >= 0)
+            close(L->files[i].fd);
+        if (L->files[i].opened)
+            st_header_free(&L->files[i].hdr);
+    }
+    for (int i = 0; i < L->nt; i++)
+        free(L->t[i].shards);
+    free(L->t);
+    free(L->files);
+    free(L->staging);
+    free(L->steps);
+    free(L->chunk);
+    cJSON_Delete(L->root);
+}
+
+shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
+{
+    struct ck_load L;
+    shardopt_status_t status = SHARDOPT_OK;
+    char *text = NULL;
+    long long text_len = 0;
+
+    if (rt == NULL || dir == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "load: NULL %s",
+                        rt == NULL ? "runtime" : "dir");
+    if (!rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE, "load: runtime not committed");
+    memset(&L, 0, sizeof L);
+    if (rt->groups.me.rank == 0) {
+        status = index_read(dir, L.dir, sizeof L.dir, &text);
+        text_len = text != NULL ? (long long)strlen(text) : 0;
+    }
+    status = ckpt_agree(rt, status, "load");
+    if (status != SHARDOPT_OK) {
+        free(text);
+        return status;
+    }
+    groups_bcast(&rt->groups, L.dir, sizeof L.dir, MPI_CHAR);
+    groups_bcast(&rt->groups, &text_len, 1, MPI_LONG_LONG);
+    if (rt->groups.me.rank != 0)
+        text = malloc((size_t)text_len + 1);
+    int ok = text != NULL;
+    groups_allreduce(&rt->groups, &ok, 1, MPI_INT, MPI_MIN);
+    if (!ok) {
+        free(text);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: %lld bytes of index", text_len);
+    }
+    groups_bcast(&rt->groups, text, (int)text_len + 1, MPI_CHAR);
+
+    status = index_parse(&L, text);
+    if (status == SHARDOPT_OK) {
+        L.staging = malloc(rt->store.bytes + 1);
+        L.steps = calloc((size_t)rt->nparams + 1, sizeof(uint64_t));
+        L.chunk = malloc(CKPT_CHUNK);
+        int nf = 0;
+        for (int i = 0; i < L.nt; i++)
+            nf += L.t[i].nshards;
+        L.files = calloc((size_t)nf + 1, sizeof(*L.files));
+        if (L.staging == NULL || L.steps == NULL || L.chunk == NULL || L.files == NULL)
+            status =
+                log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: staging %zu bytes", rt->store.bytes);
+    }
+    if (status == SHARDOPT_OK) {
+        /* tensors the checkpoint lacks (load_allow_missing) keep their current state */
+        memcpy(L.staging, rt->store.base, rt->store.bytes);
+        status = rank_fill(rt, &L);
+    }
+    status = ckpt_agree(rt, status, "load");
+    if (status == SHARDOPT_OK) {
+        memcpy(rt->store.base, L.staging, rt->store.bytes);
+        for (int i = 0; i < rt->nparams; i++)
+            rt->params[i]->step = L.steps[i];
+        rt->counters.steps = L.step;
+        if (L.converted && rt->groups.me.rank == 0)
+            log_warn("load: %s: %d state tensor(s) converted to the configured dtype: %s%s", L.dir,
+                     L.converted, L.converted_names, L.converted > 8 ? ", ..." : "");
+        if (rt->groups.me.rank == 0)
+            log_info("load: %s (step %llu)", L.dir, (unsigned long long)L.step);
+    }
+    load_free(&L);
+    free(text);
+    return status;
+}

@@ -1,0 +1,498 @@
+/* shardopt_save: one safetensors file per rank of replica 0 and an index, written under a
+ * temporary directory, fsynced, renamed to DIR/step-NNNNNNNN; then DIR/latest is replaced
+ * atomically; then old steps are pruned. A failure or a crash anywhere leaves the previous
+ * checkpoint and DIR/latest as they were. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "config_keys.h"
+#include "crc32c.h"
+#include "fault.h"
+#include "log.h"
+#include "safetensors.h"
+#include "status.h"
+
+static cJSON *json_i64_array(const int64_t *v, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a != NULL && i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
+    return a;
+}
+
+/* What a writer tells rank 0 about one tensor it wrote. */
+struct shard_record {
+    int32_t param, kind, dtype, pad;
+    int64_t lo[3], len[3];
+    uint32_t crc, nblocks; /* followed by nblocks block CRCs */
+};
+
+static int write_all(int fd, const void *buf, size_t len, const char *site)
+{
+    const char *p = buf;
+    while (len > 0) {
+        if (fault_hit(site)) {
+            errno = EIO;
+            return -1;
+        }
+        ssize_t w = write(fd, p, len < CKPT_CHUNK ? len : CKPT_CHUNK);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Append a record to a growing blob. */
+static int blob_add(char **blob, size_t *len, size_t *cap, const void *p, size_t n)
+{
+    if (*len + n > *cap) {
+        size_t c = (*cap ? 2 * *cap : 4096) + n;
+        char *b = realloc(*blob, c);
+        if (b == NULL)
+            return -1;
+        *blob = b;
+        *cap = c;
+    }
+    memcpy(*blob + *len, p, n);
+    *len += n;
+    return 0;
+}
+
+/* Does this rank write p's state? Every element once: a replicated tensor only from dense
+ * rank 0 (of replica 0, the only replica that writes). */
+static int ckpt_writes(const shardopt_runtime_t rt, const struct shardopt_param *p)
+{
+    if (p->layout.local_numel == 0)
+        return 0;
+    return p->placement != SHARDOPT_PLACEMENT_REPLICATED || rt->groups.me.d == 0;
+}
+
+/* This rank's file: header, then each state tensor's bytes, CRCs taken as they are written. */
+static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path, char **blob,
+                                         size_t *blob_len)
+{
+    struct st_tensor *t = NULL;
+    int n = 0, fd = -1;
+    char *hdr = NULL, *meta_json = NULL;
+    size_t hdr_len, cap = 0;
+    shardopt_status_t status = SHARDOPT_OK;
+    cJSON *meta = cJSON_CreateObject(), *mt = cJSON_AddObjectToObject(meta, "tensors");
+
+    t = calloc((size_t)(2 * rt->nparams + 1), sizeof(*t));
+    if (t == NULL || meta == NULL || mt == NULL) {
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: %s: header memory", path);
+        goto out;
+    }
+    cJSON_AddNumberToObject(meta, "format_version", CKPT_FORMAT_VERSION);
+    cJSON_AddNumberToObject(meta, "rank", rt->groups.me.rank);
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        struct ckpt_kind k[2];
+        int nk = ckpt_kinds(rt, p, k);
+        if (!ckpt_writes(rt, p))
+            continue;
+        for (int j = 0; j < nk; j++) {
+            struct st_tensor *s = &t[n++];
+            ckpt_tensor_name(p, k[j].suffix, s->name, sizeof s->name);
+            s->dtype = k[j].dtype;
+            s->ndim = p->layout.ndim;
+            for (int d = 0; d < p->layout.ndim; d++)
+                s->shape[d] = p->layout.len[d];
+            cJSON *e = cJSON_AddObjectToObject(mt, s->name);
+            cJSON_AddItemToObject(e, "global_shape",
+                                  json_i64_array(p->layout.shape, p->layout.ndim));
+            cJSON_AddItemToObject(e, "offset", json_i64_array(p->layout.lo, p->layout.ndim));
+        }
+    }
+    meta_json = cJSON_PrintUnformatted(meta);
+    struct st_meta sm = {.key = "shardopt", .value = meta_json};
+    if (meta_json == NULL) {
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: %s: header memory", path);
+        goto out;
+    }
+    status = st_header_build(t, n, &sm, 1, &hdr, &hdr_len);
+    if (status != SHARDOPT_OK) {
+        status = log_fail(status, "save: %s: building the header failed", path);
+        goto out;
+    }
+    fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0 || write_all(fd, hdr, hdr_len, "ckpt.write") != 0) {
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", path, strerror(errno));
+        goto out;
+    }
+    n = 0;
+    for (int i = 0; i < rt->nparams && status == SHARDOPT_OK; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        struct ckpt_kind k[2];
+        int nk = ckpt_kinds(rt, p, k);
+        if (!ckpt_writes(rt, p))
+            continue;
+        for (int j = 0; j < nk; j++, n++) {
+            const unsigned char *data = state_store_ptr(&rt->store, k[j].offset);
+            const size_t bytes = (size_t)p->layout.local_numel * kdtype_size(k[j].dtype);
+            const uint32_t nblocks = (uint32_t)((bytes + CKPT_BLOCK - 1) / CKPT_BLOCK);
+            struct shard_record r = {
+                .param = i, .kind = j, .dtype = k[j].dtype, .nblocks = nblocks};
+            memcpy(r.lo, p->layout.lo, sizeof r.lo);
+            memcpy(r.len, p->layout.len, sizeof r.len);
+            for (int d = p->layout.ndim; d < 3; d++)
+                r.lo[d] = 0, r.len[d] = 1;
+            if (write_all(fd, data, bytes, "ckpt.write") != 0) {
+                status = log_fail(SHARDOPT_ERR_IO, "save: %s: tensor '%s': %s", path, t[n].name,
+                                  strerror(errno));
+                break;
+            }
+            size_t rec_at = *blob_len;
+            if (blob_add(blob, blob_len, &cap, &r, sizeof r) != 0) {
+                status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index records");
+                break;
+            }
+            uint32_t whole = 0;
+            for (uint32_t b = 0; b < nblocks; b++) {
+                const size_t lo = (size_t)b * CKPT_BLOCK;
+                const size_t len = bytes - lo < CKPT_BLOCK ? bytes - lo : CKPT_BLOCK;
+                uint32_t c = crc32c_update(0, data + lo, len);
+                whole = crc32c_update(whole, data + lo, len);
+                if (blob_add(blob, blob_len, &cap, &c, sizeof c) != 0) {
+                    status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index records");
+                    break;
+                }
+            }
+            memcpy(*blob + rec_at + offsetof(struct shard_record, crc), &whole, sizeof whole);
+        }
+    }
+    if (status == SHARDOPT_OK && (fault_hit("ckpt.fsync") || fsync(fd) != 0))
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s: fsync: %s", path,
+                          errno ? strerror(errno) : "injected fault");
+out:
+    if (fd >= 0 && close(fd) != 0 && status == SHARDOPT_OK)
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s: close: %s", path, strerror(errno));
+    free(hdr);
+    free(meta_json);
+    cJSON_Delete(meta);
+    free(t);
+    return status;
+}
+
+/* Rank 0: the index from every writer's records. */
+static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *lens, int writers)
+{
+    cJSON *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
+    cJSON *params = cJSON_CreateArray(), *tensors = cJSON_CreateArray();
+    cJSON **by = calloc((size_t)(2 * rt->nparams + 1), sizeof(cJSON *));
+    char text[1024];
+    const struct groups *g = &rt->groups;
+
+    if (root == NULL || by == NULL) {
+        free(by);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    cJSON_AddStringToObject(root, "format", "shardopt-checkpoint");
+    cJSON_AddNumberToObject(root, "format_version", CKPT_FORMAT_VERSION);
+    cJSON_AddNumberToObject(root, "step", (double)rt->counters.steps);
+    cJSON *lay = cJSON_AddObjectToObject(root, "layout");
+    cJSON_AddNumberToObject(lay, "ranks", g->mesh.world);
+    cJSON_AddNumberToObject(lay, "dp_replicate", g->mesh.dp_replicate);
+    cJSON_AddNumberToObject(lay, "dp_shard", g->mesh.dp_shard);
+    cJSON_AddNumberToObject(lay, "cp", g->mesh.cp);
+    cJSON_AddNumberToObject(lay, "ep", g->mesh.ep);
+    cJSON_AddNumberToObject(lay, "block_bytes", (double)CKPT_BLOCK);
+    for (size_t i = 0; i < config_key_count; i++) {
+        config_key_format(&config_keys[i], &rt->cfg, text, sizeof text);
+        cJSON_AddStringToObject(cfg, config_keys[i].name, text);
+    }
+    cJSON_AddItemToObject(root, "config", cfg);
+    cJSON_AddItemToObject(root, "params", params);
+    cJSON_AddItemToObject(root, "tensors", tensors);
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        struct ckpt_kind k[2];
+        int nk = ckpt_kinds(rt, p, k);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", p->name);
+        cJSON_AddStringToObject(e, "algo", p->algo == SHARDOPT_ALGO_MUON ? "muon" : "adamw");
+        cJSON_AddItemToObject(e, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
+        cJSON_AddNumberToObject(e, "step", (double)p->step);
+        cJSON_AddItemToArray(params, e);
+        for (int j = 0; j < nk; j++) {
+            cJSON *te = cJSON_CreateObject();
+            ckpt_tensor_name(p, k[j].suffix, text, sizeof text);
+            cJSON_AddStringToObject(te, "name", text);
+            cJSON_AddStringToObject(te, "param", p->name);
+            cJSON_AddStringToObject(te, "dtype", ckpt_dtype_name(k[j].dtype));
+            cJSON_AddItemToObject(te, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
+            by[2 * i + j] = cJSON_AddArrayToObject(te, "shards");
+            cJSON_AddItemToArray(tensors, te);
+        }
+    }
+    /* writers' records, in rank order */
+    size_t at = 0;
+    for (int w = 0; w < writers; w++) {
+        const size_t end = at + (size_t)lens[w];
+        snprintf(text, sizeof text, "rank-%05d.safetensors", w);
+        while (at < end) {
+            struct shard_record r;
+            memcpy(&r, all + at, sizeof r);
+            at += sizeof r;
+            const int ndim = rt->params[r.param]->layout.ndim;
+            cJSON *s = cJSON_CreateObject();
+            cJSON_AddStringToObject(s, "file", text);
+            cJSON_AddItemToObject(s, "offset", json_i64_array(r.lo, ndim));
+            cJSON_AddItemToObject(s, "shape", json_i64_array(r.len, ndim));
+            cJSON_AddNumberToObject(s, "crc32c", r.crc);
+            cJSON *blocks = cJSON_AddArrayToObject(s, "block_crc32c");
+            for (uint32_t b = 0; b < r.nblocks; b++) {
+                uint32_t c;
+                memcpy(&c, all + at, sizeof c);
+                at += sizeof c;
+                cJSON_AddItemToArray(blocks, cJSON_CreateNumber(c));
+            }
+            cJSON_AddItemToArray(by[2 * r.param + r.kind], s);
+        }
+    }
+    free(by);
+    return root;
+}
+
+static int name_is_step(const char *s)
+{
+    if (strncmp(s, "step-", 5) != 0 || strlen(s) != 13)
+        return 0;
+    for (int i = 5; i < 13; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void rmtree(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    char p[4096];
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(path);
+}
+
+/* Does DIR/latest name step_name? */
+static int latest_names(const char *dir, const char *step_name)
+{
+    char path[4200], line[64] = "";
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    if (fgets(line, sizeof line, f) == NULL)
+        line[0] = '\0';
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    return strcmp(line, step_name) == 0;
+}
+
+/* Temporary directories of saves that crashed: never published, never read. */
+static void leftovers_clear(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[4200];
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, ".tmp-step-", 10) == 0) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            rmtree(p);
+        }
+    closedir(d);
+}
+
+/* Keep the newest keep_last step directories; only ever after latest moved. A failure here
+ * leaves extra checkpoints behind: worth a warning, not a failed save. */
+static void steps_prune(const char *dir, int keep_last)
+{
+    DIR *d;
+    struct dirent *e;
+    char **names = NULL;
+    int n = 0, cap = 0;
+
+    if (keep_last <= 0 || (d = opendir(dir)) == NULL)
+        return;
+    while ((e = readdir(d)) != NULL)
+        if (name_is_step(e->d_name)) {
+            if (n == cap) {
+                char **nn = realloc(names, sizeof(char *) * (size_t)(cap = cap ? 2 * cap : 16));
+                if (nn == NULL)
+                    break;
+                names = nn;
+            }
+            names[n++] = strdup(e->d_name);
+        }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof(char *), by_name);
+    for (int i = 0; i < n - keep_last; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        if (fault_hit("ckpt.prune"))
+            log_warn("save: pruning %s: injected fault; left in place", p);
+        else
+            rmtree(p);
+    }
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    ckpt_fsync_dir(dir);
+}
+
+/* Rank 0: index, rename, latest. */
+static shardopt_status_t publish(shardopt_runtime_t rt, const char *dir, const char *tmp,
+                                 const char *step_name, cJSON *index)
+{
+    char path[4200], final[4200], latest[4200], latest_tmp[4200];
+    char *text = cJSON_PrintUnformatted(index);
+    int fd;
+
+    if (text == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index text");
+    snprintf(path, sizeof path, "%s/index.json", tmp);
+    fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    int ok = fd >= 0 && !fault_hit("ckpt.index") &&
+             write_all(fd, text, strlen(text), "ckpt.index") == 0 && fsync(fd) == 0;
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    free(text);
+    if (!ok)
+        return log_fail(SHARDOPT_ERR_IO, "save: %s: %s", path, errno ? strerror(errno) : "failed");
+    snprintf(final, sizeof final, "%s/%s", dir, step_name);
+    if (ckpt_fsync_dir(tmp) != 0 || fault_hit("ckpt.rename") || rename(tmp, final) != 0 ||
+        ckpt_fsync_dir(dir) != 0)
+        return log_fail(SHARDOPT_ERR_IO, "save: publishing %s as %s: %s", tmp, final,
+                        errno ? strerror(errno) : "injected fault");
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(latest_tmp, sizeof latest_tmp, "%s/.latest.tmp", dir);
+    fd = open(latest_tmp, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    char line[64];
+    snprintf(line, sizeof line, "%s\n", step_name);
+    ok = fd >= 0 && !fault_hit("ckpt.latest") &&
+         write_all(fd, line, strlen(line), "ckpt.latest") == 0 && fsync(fd) == 0;
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    if (!ok || rename(latest_tmp, latest) != 0 || ckpt_fsync_dir(dir) != 0)
+        return log_fail(SHARDOPT_ERR_IO,
+                        "save: %s: %s (the new step directory %s is complete "
+                        "but latest still names the previous one)",
+                        latest, errno ? strerror(errno) : "injected fault", final);
+    steps_prune(dir, rt->cfg.keep_last);
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
+{
+    shardopt_status_t status = SHARDOPT_OK;
+    char step_name[32], tmp[3200], path[4096];
+    char *blob = NULL, *all = NULL;
+    size_t blob_len = 0;
+    int *lens = NULL, *displs = NULL;
+    const struct groups *g;
+
+    if (rt == NULL || dir == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: NULL %s",
+                        rt == NULL ? "runtime" : "dir");
+    if (!rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE, "save: runtime not committed");
+    if (strlen(dir) > 3000)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: directory path longer than 3000");
+    g = &rt->groups;
+    snprintf(step_name, sizeof step_name, "step-%08llu", (unsigned long long)rt->counters.steps);
+
+    /* rank 0 makes the directories and names the temporary one */
+    int nonce = (int)getpid();
+    if (g->me.rank == 0) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, step_name);
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", dir, strerror(errno));
+        else
+            leftovers_clear(dir);
+        if (status == SHARDOPT_OK && stat(path, &st) == 0 && latest_names(dir, step_name))
+            status = log_fail(SHARDOPT_ERR_IO,
+                              "save: %s is the latest checkpoint (step %llu): saving the same "
+                              "step again would replace it; save elsewhere",
+                              path, (unsigned long long)rt->counters.steps);
+        else if (status == SHARDOPT_OK && stat(path, &st) == 0)
+            rmtree(path); /* a crashed save's complete but never published step */
+        if (status == SHARDOPT_OK) {
+            snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, step_name, nonce);
+            if (mkdir(tmp, 0755) != 0)
+                status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", tmp, strerror(errno));
+        }
+    }
+    groups_bcast(g, &nonce, 1, MPI_INT);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, step_name, nonce);
+    status = ckpt_agree(rt, status, "save");
+    if (status != SHARDOPT_OK)
+        return status;
+
+    /* replica 0 writes; the other replicas hold the same state */
+    if (g->me.rep == 0) {
+        snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, g->me.d);
+        status = rank_file_write(rt, path, &blob, &blob_len);
+    }
+    status = ckpt_agree(rt, status, "save");
+    if (status == SHARDOPT_OK && g->me.rep == 0) {
+        int len = (int)blob_len, ok = 1;
+        if (g->me.d == 0) {
+            lens = calloc((size_t)g->mesh.dense, sizeof(int));
+            displs = calloc((size_t)g->mesh.dense, sizeof(int));
+            ok = lens != NULL && displs != NULL;
+        }
+        MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, g->dense);
+        size_t total = 0;
+        if (g->me.d == 0 && ok) {
+            for (int i = 0; i < g->mesh.dense; i++) {
+                displs[i] = (int)total;
+                total += (size_t)lens[i];
+            }
+            all = malloc(total + 1);
+            ok = all != NULL;
+        }
+        MPI_Gatherv(blob, len, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, g->dense);
+        if (g->me.rank == 0) {
+            cJSON *index = ok ? index_build(rt, all, lens, g->mesh.dense) : NULL;
+            status = index == NULL ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index")
+                                   : publish(rt, dir, tmp, step_name, index);
+            cJSON_Delete(index);
+        }
+    }
+    status = ckpt_agree(rt, status, "save");
+    if (status != SHARDOPT_OK && g->me.rank == 0)
+        rmtree(tmp); /* the previous checkpoint and latest are untouched */
+    else if (status == SHARDOPT_OK && g->me.rank == 0)
+        log_info("save: %s/%s", dir, step_name);
+    free(blob);
+    free(all);
+    free(lens);
+    free(displs);
+    return status;
+}

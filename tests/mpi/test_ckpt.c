@@ -1,0 +1,551 @@
+/* Checkpoints. Modes (SHARDOPT_TEST_MODE), driven by tests/mpi/ckpt_driver.sh across separate
+ * mpiexec runs, i.e. fresh processes:
+ *   save    5 steps on SHARDOPT_TEST_LAYOUT, save to SHARDOPT_TEST_DIR
+ *   crash   8 steps, then save: SHARDOPT_FAULT kills the processes inside the save
+ *   resume  load SHARDOPT_TEST_DIR on this layout with the parameters of step 5, run steps 6-10,
+ *           compare the state just after the load and everything after step 10 bitwise with
+ *           10 uninterrupted steps on one rank (computed here on rank 0)
+ * Without a mode: in-process tests of every refusal (state unchanged, error on every rank), an
+ * injected save failure, keep_last, and bf16 momentum staying bf16 across save and load.
+ * SHARDOPT_TEST_DTYPE: fp32 (default), bf16 (nearest) or bf16sr (stochastic). */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model_run.h"
+#include "runtime/fault.h"
+
+static const char *test_dir(void)
+{
+    const char *d = getenv("SHARDOPT_TEST_DIR");
+    return d != NULL ? d : "/tmp/shardopt_ckpt_test";
+}
+
+static shardopt_config_t test_config(void)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    const char *dt = getenv("SHARDOPT_TEST_DTYPE");
+    cfg.num_threads = 1;
+    if (dt != NULL && strncmp(dt, "bf16", 4) == 0) {
+        cfg.momentum_dtype = SHARDOPT_DTYPE_BF16;
+        cfg.adam_state_dtype = SHARDOPT_DTYPE_BF16;
+        if (strcmp(dt, "bf16sr") == 0) {
+            cfg.momentum_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
+            cfg.param_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
+        }
+    }
+    return cfg;
+}
+
+/* Every rank's copy of the single-rank reference: parameters at step 5, and everything
+ * (parameters and states) after steps 5 and 10, as global tensors. */
+struct reference {
+    unsigned char *w5[MODEL_NPARAMS], *at5[MODEL_NPARAMS][3], *at10[MODEL_NPARAMS][3];
+    size_t bytes[MODEL_NPARAMS][3];
+};
+
+static void snapshot_global(const struct run *r, unsigned char *(*out)[3], size_t (*bytes)[3])
+{
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int k = 0; k < 3; k++) {
+            size_t es;
+            const void *src = kind_data(r, p, k, &es);
+            const struct tparam *t = &model_params[p];
+            bytes[p][k] = src ? (size_t)(t->shape[0] * t->shape[1] * t->shape[2]) * es : 0;
+            out[p][k] = malloc(bytes[p][k] + 1);
+            if (src != NULL)
+                memcpy(out[p][k], src, bytes[p][k]);
+        }
+}
+
+static void reference_build(struct reference *ref, shardopt_config_t cfg)
+{
+    struct run r = {0};
+    if (me == 0) {
+        run_setup(&r, MPI_COMM_SELF, cfg, 0);
+        run_steps(&r, 1, 5);
+        snapshot_global(&r, ref->at5, ref->bytes);
+        run_steps(&r, 6, 10);
+        snapshot_global(&r, ref->at10, ref->bytes);
+        run_free(&r);
+    }
+    MPI_Bcast(ref->bytes, MODEL_NPARAMS * 3 * sizeof(size_t), MPI_BYTE, 0, MPI_COMM_WORLD);
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int k = 0; k < 3; k++) {
+            if (me != 0) {
+                ref->at5[p][k] = malloc(ref->bytes[p][k] + 1);
+                ref->at10[p][k] = malloc(ref->bytes[p][k] + 1);
+            }
+            MPI_Bcast(ref->at5[p][k], (int)ref->bytes[p][k], MPI_BYTE, 0, MPI_COMM_WORLD);
+            MPI_Bcast(ref->at10[p][k], (int)ref->bytes[p][k], MPI_BYTE, 0, MPI_COMM_WORLD);
+        }
+}
+
+static void reference_free(struct reference *ref)
+{
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int k = 0; k < 3; k++) {
+            free(ref->at5[p][k]);
+            free(ref->at10[p][k]);
+        }
+}
+
+/* This rank's shard of a global tensor. */
+static void shard_take(const struct run *r, int p, const unsigned char *global, void *dst,
+                       size_t es)
+{
+    const struct tparam *t = &model_params[p];
+    for (int64_t i = 0; i < r->box[p].numel; i++)
+        memcpy((unsigned char *)dst + (size_t)i * es,
+               global + (size_t)model_global(t, &r->box[p], i) * es, es);
+}
+
+/* Elements of this rank's tensors that differ from the global reference `want`. */
+static long shard_diff(const struct run *r, unsigned char *(*want)[3])
+{
+    long bad = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int k = 0; k < 3; k++) {
+            size_t es;
+            const unsigned char *mine = kind_data(r, p, k, &es);
+            if (mine == NULL)
+                continue;
+            for (int64_t i = 0; i < r->box[p].numel; i++)
+                bad +=
+                    memcmp(mine + (size_t)i * es,
+                           want[p][k] + (size_t)model_global(&model_params[p], &r->box[p], i) * es,
+                           es) != 0;
+        }
+    return bad;
+}
+
+static int mode_save(int steps)
+{
+    struct run d = {0};
+    shardopt_config_t cfg = test_config();
+    if (run_setup(&d, MPI_COMM_WORLD, cfg, 0) != SHARDOPT_OK ||
+        run_steps(&d, 1, steps) != SHARDOPT_OK)
+        return 1;
+    shardopt_status_t status = shardopt_save(d.rt, test_dir());
+    if (status != SHARDOPT_OK)
+        fprintf(stderr, "save: %s\n", shardopt_last_error());
+    run_free(&d);
+    return status != SHARDOPT_OK;
+}
+
+static int mode_resume(void)
+{
+    struct reference ref;
+    struct run d = {0};
+    shardopt_config_t cfg = test_config();
+    long bad5, bad10;
+
+    reference_build(&ref, cfg);
+    if (run_setup(&d, MPI_COMM_WORLD, cfg, 0) != SHARDOPT_OK)
+        return 1;
+    /* the trainer restores its parameters; shardopt the optimizer state */
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        shard_take(&d, p, ref.at5[p][0], d.w[p], model_esize(model_params[p].dtype));
+    shardopt_status_t status = shardopt_load(d.rt, test_dir());
+    if (status != SHARDOPT_OK) {
+        fprintf(stderr, "rank %d: load: %s\n", me, shardopt_last_error());
+        return 1;
+    }
+    bad5 = shard_diff(&d, ref.at5);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(d.rt, &st);
+    /* SHARDOPT_TEST_SAVE_AT=8: save again on the way (after a crash, over the orphan that
+     * crashed save left); saving changes no state, so the comparison below still holds */
+    const char *save_at = getenv("SHARDOPT_TEST_SAVE_AT");
+    const int at = save_at != NULL ? atoi(save_at) : 0;
+    if (run_steps(&d, 6, at > 5 && at < 10 ? at : 10) != SHARDOPT_OK)
+        return 1;
+    if (at > 5 && at < 10) {
+        if (shardopt_save(d.rt, test_dir()) != SHARDOPT_OK) {
+            fprintf(stderr, "rank %d: save at %d: %s\n", me, at, shardopt_last_error());
+            return 1;
+        }
+        if (run_steps(&d, at + 1, 10) != SHARDOPT_OK)
+            return 1;
+    }
+    bad10 = shard_diff(&d, ref.at10);
+    long all[2] = {bad5, bad10};
+    MPI_Allreduce(MPI_IN_PLACE, all, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (me == 0)
+        printf("resume: %ld elements differ right after the load, %ld after step 10 (steps %llu "
+               "after load)\n",
+               all[0], all[1], (unsigned long long)st.steps);
+    run_free(&d);
+    reference_free(&ref);
+    return all[0] != 0 || all[1] != 0 || st.steps != 5;
+}
+
+/* ---- in-process tests ---- */
+
+static void dir_clear(const char *dir)
+{
+    if (me == 0) {
+        char cmd[4200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot clear %s\n", dir);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Save a fresh 3-step checkpoint in dir and return the run (3 steps done). */
+static void saved_run(struct run *d, const char *dir, shardopt_config_t cfg)
+{
+    dir_clear(dir);
+    memset(d, 0, sizeof *d);
+    run_setup(d, MPI_COMM_WORLD, cfg, 0);
+    run_steps(d, 1, 3);
+    if (shardopt_save(d->rt, dir) != SHARDOPT_OK)
+        fprintf(stderr, "save: %s\n", shardopt_last_error());
+}
+
+/* Rank 0 damages a file of the latest checkpoint, then every rank loads; the load must fail on
+ * every rank with `words` in the message, and leave this rank's state as it was. */
+static void expect_refused(struct run *d, const char *dir, void (*damage)(const char *step),
+                           shardopt_status_t want, const char *w1, const char *w2)
+{
+    unsigned char *before, *after;
+    size_t nb, na;
+    char step[4200];
+    snprintf(step, sizeof step, "%s/step-00000003", dir);
+    if (me == 0)
+        damage(step);
+    MPI_Barrier(MPI_COMM_WORLD);
+    run_steps(d, 4, 4); /* the state moves on from what was saved */
+    snapshot(d, &before, &nb);
+    EXPECT_EQ_INT(shardopt_load(d->rt, dir), want);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), w1);
+    if (w2 != NULL)
+        EXPECT_STR_CONTAINS(shardopt_last_error(), w2);
+    snapshot(d, &after, &na);
+    EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+    free(before);
+    free(after);
+}
+
+static void file_patch(const char *path, long at, const void *bytes, size_t n)
+{
+    int fd = open(path, O_WRONLY);
+    if (fd < 0 || pwrite(fd, bytes, n, at) != (ssize_t)n)
+        fprintf(stderr, "patch %s failed\n", path);
+    close(fd);
+}
+
+static void damage_remove_index(const char *step)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/index.json", step);
+    unlink(p);
+}
+
+static void damage_remove_rank1(const char *step)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/rank-00001.safetensors", step);
+    unlink(p);
+}
+
+static void damage_truncate(const char *step)
+{
+    char p[4300];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/rank-00000.safetensors", step);
+    stat(p, &st);
+    if (truncate(p, st.st_size - 40) != 0)
+        fprintf(stderr, "truncate failed\n");
+}
+
+static void damage_flip(const char *step)
+{
+    char p[4300];
+    struct stat st;
+    unsigned char b;
+    snprintf(p, sizeof p, "%s/rank-00000.safetensors", step);
+    stat(p, &st);
+    int fd = open(p, O_RDWR);
+    if (pread(fd, &b, 1, st.st_size - 3) == 1) {
+        b ^= 0x10;
+        if (pwrite(fd, &b, 1, st.st_size - 3) != 1)
+            fprintf(stderr, "flip failed\n");
+    }
+    close(fd);
+}
+
+static void damage_header_size(const char *step)
+{
+    char p[4300];
+    const unsigned char huge[8] = {0, 0, 0, 0, 0, 0, 1, 0}; /* 2^48 */
+    snprintf(p, sizeof p, "%s/rank-00000.safetensors", step);
+    file_patch(p, 0, huge, 8);
+}
+
+/* Rewrite index.json through a JSON edit. */
+static void index_edit(const char *step, void (*edit)(cJSON *))
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/index.json", step);
+    FILE *f = fopen(p, "rb");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    if (fread(text, 1, (size_t)n, f) != (size_t)n)
+        fprintf(stderr, "read failed\n");
+    text[n] = '\0';
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    edit(root);
+    char *out = cJSON_PrintUnformatted(root);
+    f = fopen(p, "wb");
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    free(text);
+    cJSON_Delete(root);
+}
+
+static void edit_file_name(cJSON *root)
+{
+    cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "tensors"), 2);
+    cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(t, "shards"), 0);
+    cJSON_ReplaceItemInObject(s, "file", cJSON_CreateString("../rank-00000.safetensors"));
+}
+
+static void damage_file_name(const char *step) { index_edit(step, edit_file_name); }
+
+static void edit_drop_tensor(cJSON *root)
+{
+    cJSON_DeleteItemFromArray(cJSON_GetObjectItem(root, "tensors"), 4);
+}
+
+static void damage_drop_tensor(const char *step) { index_edit(step, edit_drop_tensor); }
+
+static void edit_shape(cJSON *root)
+{
+    cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "tensors"), 3);
+    cJSON *shape = cJSON_GetObjectItem(t, "shape");
+    cJSON_ReplaceItemInArray(shape, 0, cJSON_CreateNumber(25));
+}
+
+static void damage_shape(const char *step) { index_edit(step, edit_shape); }
+
+TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_refusals";
+    struct {
+        void (*damage)(const char *);
+        shardopt_status_t status;
+        const char *w1, *w2;
+    } cases[] = {
+        {damage_remove_index, SHARDOPT_ERR_IO, "index.json", NULL},
+        {damage_remove_rank1, SHARDOPT_ERR_IO, "rank-00001.safetensors", NULL},
+        {damage_truncate, SHARDOPT_ERR_CORRUPT, "rank-00000.safetensors", NULL},
+        {damage_flip, SHARDOPT_ERR_CORRUPT, "rank-00000.safetensors", "CRC32C mismatch"},
+        {damage_header_size, SHARDOPT_ERR_CORRUPT, "rank-00000.safetensors", NULL},
+        {damage_file_name, SHARDOPT_ERR_CORRUPT, "not a plain file name", NULL},
+        {damage_drop_tensor, SHARDOPT_ERR_CORRUPT, "is not in the checkpoint", NULL},
+        {damage_shape, SHARDOPT_ERR_MISMATCH, "has shape", "registered"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct run d;
+        saved_run(&d, dir, test_config());
+        if (world < 2 && cases[i].damage == damage_remove_rank1) {
+            run_free(&d);
+            continue;
+        }
+        expect_refused(&d, dir, cases[i].damage, cases[i].status, cases[i].w1, cases[i].w2);
+        run_free(&d);
+    }
+    dir_clear(dir);
+}
+
+TEST(missing_tensors_are_allowed_when_asked)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_missing";
+    struct run d;
+    shardopt_config_t cfg = test_config();
+    cfg.load_allow_missing = 1;
+    saved_run(&d, dir, cfg);
+    if (me == 0) {
+        char step[4200];
+        snprintf(step, sizeof step, "%s/step-00000003", dir);
+        damage_drop_tensor(step);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    run_free(&d);
+    dir_clear(dir);
+}
+
+TEST(a_failed_save_keeps_the_previous_checkpoint)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_failsave";
+    struct run d;
+    saved_run(&d, dir, test_config());
+    run_steps(&d, 4, 6);
+    /* each site in turn makes the save fail: latest and the previous step stay */
+    const char *sites[] = {"ckpt.write:1", "ckpt.fsync:1", "ckpt.index:1", "ckpt.rename:1",
+                           "ckpt.latest:1"};
+    for (int i = 0; i < 5; i++) {
+        fault_arm(sites[i]);
+        EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "Input/output error");
+    }
+    fault_arm(NULL);
+    if (me == 0) {
+        char p[4200];
+        FILE *f;
+        snprintf(p, sizeof p, "%s/latest", dir);
+        f = fopen(p, "r");
+        char line[64] = "";
+        if (f != NULL && fgets(line, sizeof line, f) != NULL)
+            EXPECT_STR_CONTAINS(line, "step-00000003");
+        if (f != NULL)
+            fclose(f);
+        /* no temporary directory is left behind */
+        DIR *dd = opendir(dir);
+        struct dirent *e;
+        int tmps = 0;
+        while ((e = readdir(dd)) != NULL)
+            tmps += strncmp(e->d_name, ".tmp-", 5) == 0;
+        closedir(dd);
+        EXPECT_EQ_INT(tmps, 0);
+    }
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(d.rt, &st);
+    EXPECT_EQ_INT(st.steps, 3);
+    run_free(&d);
+    dir_clear(dir);
+}
+
+TEST(keep_last_prunes_only_older_steps)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_keep";
+    struct run d;
+    shardopt_config_t cfg = test_config();
+    cfg.keep_last = 2;
+    saved_run(&d, dir, cfg);
+    for (int s = 4; s <= 6; s++) {
+        run_steps(&d, s, s);
+        EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    }
+    if (me == 0) {
+        char p[4200];
+        struct stat st;
+        const char *want[] = {"step-00000005", "step-00000006"};
+        const char *gone[] = {"step-00000003", "step-00000004"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(p, sizeof p, "%s/%s", dir, want[i]);
+            EXPECT_TRUE(stat(p, &st) == 0);
+            snprintf(p, sizeof p, "%s/%s", dir, gone[i]);
+            EXPECT_TRUE(stat(p, &st) != 0);
+        }
+    }
+    run_free(&d);
+    dir_clear(dir);
+}
+
+/* Offsets of the state kinds (k >= 1) inside a snapshot, for a run of this model. */
+static long state_compare(const struct run *a, const unsigned char *snap_a, const struct run *b,
+                          int widen_momentum)
+{
+    size_t off_a = 0;
+    long bad = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int k = 0; k < 3; k++) {
+            size_t ea, eb;
+            const unsigned char *mine = kind_data(b, p, k, &eb);
+            if (kind_data(a, p, k, &ea) == NULL)
+                continue;
+            const int64_t n = a->box[p].numel;
+            if (k > 0 && widen_momentum && eb == 4 && ea == 2) {
+                for (int64_t i = 0; i < n; i++) {
+                    uint16_t h;
+                    memcpy(&h, snap_a + off_a + (size_t)i * 2, 2);
+                    bad += ((const float *)mine)[i] != f32_from_bf16(h);
+                }
+            } else if (k > 0) {
+                bad += ea != eb || memcmp(snap_a + off_a, mine, (size_t)n * ea) != 0;
+            }
+            off_a += (size_t)n * ea;
+        }
+    return bad;
+}
+
+TEST(bf16_momentum_stays_bf16_and_converts_when_asked)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_dtype";
+    shardopt_config_t cfg = test_config();
+    cfg.momentum_dtype = SHARDOPT_DTYPE_BF16;
+    struct run d;
+    unsigned char *saved;
+    size_t n;
+    saved_run(&d, dir, cfg);
+    snapshot(&d, &saved, &n);
+
+    /* the same config: the momentum comes back bf16 (2 bytes), bit for bit */
+    struct run e = {0};
+    run_setup(&e, MPI_COMM_WORLD, cfg, 0);
+    EXPECT_EQ_INT(shardopt_load(e.rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(state_compare(&d, saved, &e, 0), 0);
+    size_t es;
+    kind_data(&e, 2, 1, &es); /* a Muon matrix's momentum */
+    EXPECT_EQ_INT(es, 2);
+    run_free(&e);
+
+    /* an fp32 config converts once (a warning names the tensors): the same values, widened */
+    shardopt_config_t c32 = cfg;
+    c32.momentum_dtype = SHARDOPT_DTYPE_FP32;
+    struct run f = {0};
+    run_setup(&f, MPI_COMM_WORLD, c32, 0);
+    EXPECT_EQ_INT(shardopt_load(f.rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(state_compare(&d, saved, &f, 1), 0);
+    kind_data(&f, 2, 1, &es);
+    EXPECT_EQ_INT(es, 4);
+    run_free(&f);
+    free(saved);
+    run_free(&d);
+    dir_clear(dir);
+}
+
+int test_main(int argc, char **argv);
+extern int test_quiet;
+
+/* A mode replaces the tests (see the top of the file); without one, the tests run. */
+int main(int argc, char **argv)
+{
+    int rc, failed;
+    MPI_Init(&argc, &argv);
+    setup();
+    test_quiet = me != 0;
+    const char *mode = getenv("SHARDOPT_TEST_MODE");
+    if (mode == NULL)
+        rc = test_main(argc, argv);
+    else if (strcmp(mode, "save") == 0)
+        rc = mode_save(5);
+    else if (strcmp(mode, "crash") == 0)
+        rc = mode_save(8);
+    else if (strcmp(mode, "resume") == 0)
+        rc = mode_resume();
+    else {
+        fprintf(stderr, "SHARDOPT_TEST_MODE=%s: accepted save, crash, resume\n", mode);
+        rc = 2;
+    }
+    failed = rc != 0;
+    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return failed;
+}

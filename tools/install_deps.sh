@@ -6,11 +6,22 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhwloc-dev
           libopenblas-dev libopenblas-openmp-dev libcjson-dev)
 
+# Python modules the interop test reads checkpoints with
+python_deps() {
+    command -v python3 >/dev/null || return 0
+    python3 -c "import numpy, safetensors" 2>/dev/null && return 0
+    echo "install_deps: pip install numpy safetensors"
+    python3 -m pip install --quiet --disable-pip-version-check numpy safetensors
+}
+
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+    python_deps
+    exit 0
+fi
 
 echo "install_deps: installing ${missing[*]}"
 sudo=""
@@ -19,3 +30,4 @@ export DEBIAN_FRONTEND=noninteractive
 # a fresh image may have no package lists yet; refresh only when the install cannot proceed
 $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" ||
     { $sudo apt-get update -q && $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; }
+python_deps

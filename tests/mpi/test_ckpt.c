@@ -121,6 +121,54 @@ static long shard_diff(const struct run *r, unsigned char *(*want)[3])
     return bad;
 }
 
+/* For the Python interop test: what this rank's file should hold, as the runtime has it. */
+static void report_write(const struct run *d, const char *dir)
+{
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(d->rt, &st);
+    if (st.replica != 0)
+        return;
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "tensors");
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const struct tparam *t = &model_params[p];
+        if (d->box[p].numel == 0 ||
+            (t->placement == SHARDOPT_PLACEMENT_REPLICATED && st.dense_rank != 0))
+            continue;
+        for (int k = 1; k < 3; k++) {
+            size_t es;
+            const void *data = kind_data(d, p, k, &es);
+            if (data == NULL)
+                continue;
+            const char *suffix = d->h[p]->algo == SHARDOPT_ALGO_MUON ? "momentum"
+                                 : k == 1                            ? "exp_avg"
+                                                                     : "exp_avg_sq";
+            char name[300];
+            snprintf(name, sizeof name, "%s.%s", t->name, suffix);
+            cJSON *e = cJSON_CreateObject(), *shape = cJSON_AddArrayToObject(e, "shape");
+            cJSON *vals = cJSON_AddArrayToObject(e, "values");
+            cJSON_AddStringToObject(e, "name", name);
+            cJSON_AddStringToObject(e, "dtype", es == 2 ? "BF16" : "F32");
+            for (int dd = 0; dd < t->ndim; dd++)
+                cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)d->box[p].len[dd]));
+            for (int64_t i = 0; i < d->box[p].numel; i++)
+                cJSON_AddItemToArray(
+                    vals, cJSON_CreateNumber(es == 2 ? f32_from_bf16(((const uint16_t *)data)[i])
+                                                     : ((const float *)data)[i]));
+            cJSON_AddItemToArray(arr, e);
+        }
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report-rank-%05d.json", dir, st.dense_rank);
+    char *text = cJSON_PrintUnformatted(root);
+    FILE *f = fopen(path, "w");
+    if (f != NULL) {
+        fputs(text, f);
+        fclose(f);
+    }
+    free(text);
+    cJSON_Delete(root);
+}
+
 static int mode_save(int steps)
 {
     struct run d = {0};
@@ -131,6 +179,8 @@ static int mode_save(int steps)
     shardopt_status_t status = shardopt_save(d.rt, test_dir());
     if (status != SHARDOPT_OK)
         fprintf(stderr, "save: %s\n", shardopt_last_error());
+    if (getenv("SHARDOPT_TEST_REPORT") != NULL)
+        report_write(&d, getenv("SHARDOPT_TEST_REPORT"));
     run_free(&d);
     return status != SHARDOPT_OK;
 }

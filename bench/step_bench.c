@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "bench/preset.h"
+#include "bench/preset_shards.h"
 #include "shardopt.h"
 
 struct opts {
@@ -104,13 +105,6 @@ static void opts_parse(int argc, char **argv, struct opts *o)
     }
 }
 
-static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
-{
-    int64_t c = (n + parts - 1) / parts;
-    *lo = c * i < n ? c * i : n;
-    *len = *lo + c < n ? c : n - *lo;
-}
-
 static double median(double *v, int n)
 {
     for (int i = 1; i < n; i++)
@@ -163,9 +157,7 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     shardopt_runtime_t rt;
     shardopt_status_t st;
     shardopt_stats_t s = SHARDOPT_STATS_INIT;
-    float **w = calloc((size_t)p->n, sizeof(float *)), **g = calloc((size_t)p->n, sizeof(float *));
-    uint64_t seed = 12345 + (uint64_t)me;
-    int64_t local = 0;
+    struct preset_shards ps;
 
     cfg.dp_replicate = o->rep;
     cfg.dp_shard = o->shard;
@@ -178,44 +170,8 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     cfg.backend = !strcmp(o->backend, "cuda") ? SHARDOPT_BACKEND_CUDA : SHARDOPT_BACKEND_CPU;
     if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK)
         die("init", st);
-    shardopt_get_stats(rt, &s);
-    for (int i = 0; i < p->n; i++) {
-        const struct preset_tensor *t = &p->t[i];
-        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
-        shardopt_param_t h;
-        int64_t lo, len, numel;
-        d.name = t->name;
-        d.ndim = t->ndim;
-        memcpy(d.shape, t->shape, sizeof d.shape);
-        if (t->expert) {
-            const int64_t per = t->shape[0] / s.ep_size;
-            const int64_t extent = o->xdim == 0 ? per : t->shape[o->xdim];
-            d.placement = SHARDOPT_PLACEMENT_EXPERT;
-            d.shard_dim = o->xdim;
-            chunk(extent, s.expert_shard_size, s.expert_shard_rank, &lo, &len);
-            numel = (o->xdim == 0 ? len : per) * t->shape[1] * t->shape[2] /
-                    (o->xdim == 0 ? 1 : t->shape[o->xdim]) * (o->xdim == 0 ? 1 : len);
-        } else {
-            chunk(t->shape[0], s.dense_size, s.dense_rank, &lo, &len);
-            numel = len * (t->ndim > 1 ? t->shape[1] : 1) * (t->ndim > 2 ? t->shape[2] : 1);
-        }
-        d.shard_offset = lo;
-        d.shard_length = len;
-        w[i] = malloc(sizeof(float) * (size_t)(numel + 1));
-        g[i] = malloc(sizeof(float) * (size_t)(numel + 1));
-        for (int64_t k = 0; k < numel; k++) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            w[i][k] = (float)((double)(seed >> 11) / 9007199254740992.0 - 0.5) * 0.05f;
-            g[i][k] = (float)((double)(seed >> 20 & 0xfffff) / 1048576.0 - 0.5);
-        }
-        local += numel;
-        d.data = w[i];
-        d.grad = g[i];
-        if ((st = shardopt_register(rt, &d, &h)) != SHARDOPT_OK)
-            die("register", st);
-    }
-    if ((st = shardopt_commit(rt)) != SHARDOPT_OK)
-        die("commit", st);
+    if ((st = preset_shards_register(rt, p, o->xdim, 12345 + (uint64_t)me, &ps)) != SHARDOPT_OK)
+        die("register", st);
 
     const int total = o->warmup + o->steps;
     double *step = malloc(sizeof(double) * 8 * (size_t)o->steps), t_start = MPI_Wtime();
@@ -263,15 +219,10 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     r->ws = v[3];
     r->bytes_dense = v[4];
     r->bytes_expert = v[5];
-    MPI_Allreduce(&local, &r->params_local_max, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&ps.local, &r->params_local_max, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
     r->mom = mom;
     shardopt_finalize(rt);
-    for (int i = 0; i < p->n; i++) {
-        free(w[i]);
-        free(g[i]);
-    }
-    free(w);
-    free(g);
+    preset_shards_free(&ps);
     free(step);
 }
 

@@ -1,0 +1,76 @@
+#include "preset_shards.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* torch.chunk: ceil-sized chunks, the last ones short or empty */
+static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
+{
+    int64_t c = (n + parts - 1) / parts;
+    *lo = c * i < n ? c * i : n;
+    *len = *lo + c < n ? c : n - *lo;
+}
+
+shardopt_status_t preset_shards_register(shardopt_runtime_t rt, const struct preset *p,
+                                         int expert_dim, uint64_t seed, struct preset_shards *out)
+{
+    shardopt_stats_t s = SHARDOPT_STATS_INIT;
+    shardopt_status_t st;
+
+    memset(out, 0, sizeof *out);
+    out->w = calloc((size_t)p->n + 1, sizeof(float *));
+    out->g = calloc((size_t)p->n + 1, sizeof(float *));
+    if (out->w == NULL || out->g == NULL)
+        return SHARDOPT_ERR_OUT_OF_MEMORY;
+    out->n = p->n;
+    shardopt_get_stats(rt, &s);
+    for (int i = 0; i < p->n; i++) {
+        const struct preset_tensor *t = &p->t[i];
+        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+        shardopt_param_t h;
+        int64_t lo, len, numel = 1;
+        d.name = t->name;
+        d.ndim = t->ndim;
+        memcpy(d.shape, t->shape, sizeof d.shape);
+        if (t->expert) {
+            const int64_t per = t->shape[0] / s.ep_size;
+            d.placement = SHARDOPT_PLACEMENT_EXPERT;
+            d.shard_dim = expert_dim;
+            chunk(expert_dim == 0 ? per : t->shape[expert_dim], s.expert_shard_size,
+                  s.expert_shard_rank, &lo, &len);
+            for (int k = 0; k < 3; k++)
+                numel *= k == expert_dim ? len : k == 0 ? per : t->shape[k];
+        } else {
+            chunk(t->shape[0], s.dense_size, s.dense_rank, &lo, &len);
+            numel = len * (t->ndim > 1 ? t->shape[1] : 1) * (t->ndim > 2 ? t->shape[2] : 1);
+        }
+        d.shard_offset = lo;
+        d.shard_length = len;
+        out->w[i] = malloc(sizeof(float) * (size_t)(numel + 1));
+        out->g[i] = malloc(sizeof(float) * (size_t)(numel + 1));
+        if (out->w[i] == NULL || out->g[i] == NULL)
+            return SHARDOPT_ERR_OUT_OF_MEMORY;
+        for (int64_t k = 0; k < numel; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            out->w[i][k] = (float)((double)(seed >> 11) / 9007199254740992.0 - 0.5) * 0.05f;
+            out->g[i][k] = (float)((double)(seed >> 20 & 0xfffff) / 1048576.0 - 0.5);
+        }
+        out->local += numel;
+        d.data = out->w[i];
+        d.grad = out->g[i];
+        if ((st = shardopt_register(rt, &d, &h)) != SHARDOPT_OK)
+            return st;
+    }
+    return shardopt_commit(rt);
+}
+
+void preset_shards_free(struct preset_shards *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        free(s->w[i]);
+        free(s->g[i]);
+    }
+    free(s->w);
+    free(s->g);
+    memset(s, 0, sizeof *s);
+}

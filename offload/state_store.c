@@ -30,6 +30,13 @@ int state_store_alloc(struct state_store *s)
 
 void *state_store_ptr(const struct state_store *s, size_t offset) { return s->base + offset; }
 
+void state_store_swap(struct state_store *s, void **other)
+{
+    void *old = s->base;
+    s->base = *other;
+    *other = old;
+}
+
 void state_store_free(struct state_store *s)
 {
     if (s->base != NULL)

@@ -27,4 +27,8 @@ void *state_store_ptr(const struct state_store *s, size_t offset);
 
 void state_store_free(struct state_store *s);
 
+/* Exchange the arena with *other, a buffer of the same size from the same ops (a load that
+ * filled a complete new copy of the state installs it without copying it back). */
+void state_store_swap(struct state_store *s, void **other);
+
 #endif

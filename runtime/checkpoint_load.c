@@ -24,7 +24,7 @@ struct ck_shard {
     const char *file;    /* points into the parsed JSON */
     struct plan_box box; /* 3-D, leading dims of 1 */
     uint32_t crc;
-    const cJSON *blocks;
+    uint32_t *blocks; /* CRC32C of each CKPT_BLOCK bytes */
 };
 
 struct ck_tensor {
@@ -55,6 +55,7 @@ struct ck_load {
     uint64_t *steps; /* per registered param */
     unsigned char *chunk;
     int converted;
+    void (*free_state)(void *); /* how staging is released */
     char converted_names[512];
 };
 
@@ -161,16 +162,20 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
                     return index_bad(L->dir, "a shard lies outside the tensor", t->name);
                 bytes *= (uint64_t)ln[d];
             }
-            sh->blocks = cJSON_GetObjectItemCaseSensitive(s, "block_crc32c");
-            if (!crc32_valid(crc) || !cJSON_IsArray(sh->blocks) ||
-                (uint64_t)cJSON_GetArraySize(sh->blocks) != (bytes + CKPT_BLOCK - 1) / CKPT_BLOCK)
+            const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(s, "block_crc32c"), *bc;
+            if (!crc32_valid(crc) || !cJSON_IsArray(blocks) ||
+                (uint64_t)cJSON_GetArraySize(blocks) != (bytes + CKPT_BLOCK - 1) / CKPT_BLOCK)
                 return index_bad(L->dir, "a shard's CRC32C list does not match its size", t->name);
-            const cJSON *bc;
-            cJSON_ArrayForEach(bc, sh->blocks)
+            sh->blocks = malloc(sizeof(uint32_t) * ((size_t)cJSON_GetArraySize(blocks) + 1));
+            if (sh->blocks == NULL)
+                return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: index block CRCs");
+            int b = 0;
+            cJSON_ArrayForEach(bc, blocks)
             {
                 if (!crc32_valid(bc))
                     return index_bad(L->dir, "a block CRC32C is not an integer in [0, 2^32)",
                                      t->name);
+                sh->blocks[b++] = (uint32_t)bc->valuedouble;
             }
             sh->crc = (uint32_t)crc->valuedouble;
             /* 3-D, leading dims of 1 */
@@ -304,6 +309,34 @@ static shardopt_status_t shard_read(struct ck_load *L, const struct ck_tensor *t
                         ckpt_dtype_name(t->dtype), (long long)numel);
     const uint64_t tensor_bytes = (uint64_t)numel * es, base = f->hdr.data_start + st->begin;
 
+    /* the saved shard is exactly this rank's, in the same dtype (a load on the layout that
+     * saved): read it straight into place and check the blocks there */
+    if (ddt == t->dtype && memcmp(&sh->box, mine, sizeof *mine) == 0) {
+        if (pread_all(f->fd, dst, (size_t)tensor_bytes, base) != 0)
+            return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/%s: tensor '%s': file truncated",
+                            L->dir, sh->file, t->name);
+        uint32_t whole = 0;
+        for (uint64_t k = 0; k < tensor_bytes; k += CKPT_BLOCK) {
+            const size_t blen =
+                (size_t)(tensor_bytes - k < CKPT_BLOCK ? tensor_bytes - k : CKPT_BLOCK);
+            const uint32_t c = crc32c_update(0, dst + k, blen);
+            whole = crc32c_combine(whole, c, blen);
+            if (c != sh->blocks[k / CKPT_BLOCK])
+                return log_fail(SHARDOPT_ERR_CORRUPT,
+                                "load: %s/%s: tensor '%s': CRC32C mismatch in bytes [%llu, %llu) "
+                                "(the file is damaged)",
+                                L->dir, sh->file, t->name, (unsigned long long)k,
+                                (unsigned long long)(k + blen));
+        }
+        /* read whole, the tensor's own CRC (what external tools see) is checked too */
+        if (whole != sh->crc)
+            return log_fail(SHARDOPT_ERR_CORRUPT,
+                            "load: %s/%s: tensor '%s': CRC32C %08x, the index says %08x", L->dir,
+                            sh->file, t->name, whole, sh->crc);
+        *copied += numel;
+        return SHARDOPT_OK;
+    }
+
     /* the source byte range the runs span, widened to whole blocks */
     struct reshard_runs scan = runs;
     int64_t first = -1, last = 0;
@@ -324,9 +357,7 @@ static shardopt_status_t shard_read(struct ck_load *L, const struct ck_tensor *t
                             L->dir, sh->file, t->name);
         for (uint64_t k = c0; k < c1; k += CKPT_BLOCK) {
             const size_t blen = (size_t)(c1 - k < CKPT_BLOCK ? c1 - k : CKPT_BLOCK);
-            const cJSON *want = cJSON_GetArrayItem(sh->blocks, (int)(k / CKPT_BLOCK));
-            if (!cJSON_IsNumber(want) ||
-                crc32c_update(0, L->chunk + (k - c0), blen) != (uint32_t)want->valuedouble)
+            if (crc32c_update(0, L->chunk + (k - c0), blen) != sh->blocks[k / CKPT_BLOCK])
                 return log_fail(SHARDOPT_ERR_CORRUPT,
                                 "load: %s/%s: tensor '%s': CRC32C mismatch in bytes [%llu, %llu) "
                                 "(the file is damaged)",
@@ -367,8 +398,11 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
             ckpt_tensor_name(p, k[j].suffix, name, sizeof name);
             const struct ck_tensor *t = index_find(L, name);
             if (t == NULL) {
-                if (allow_missing)
+                if (allow_missing) { /* keeps its current state */
+                    memcpy(L->staging + k[j].offset, state_store_ptr(&rt->store, k[j].offset),
+                           (size_t)p->layout.local_numel * kdtype_size(k[j].dtype));
                     continue;
+                }
                 return log_fail(SHARDOPT_ERR_CORRUPT,
                                 "load: %s/index.json: tensor '%s' of parameter '%s' is not in the "
                                 "checkpoint (set load_allow_missing to keep its current state)",
@@ -383,8 +417,8 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
                                 (long long)shape[2]);
             if (t->dtype != k[j].dtype && L->converted++ < 8) {
                 size_t o = strlen(L->converted_names);
-                snprintf(L->converted_names + o, sizeof L->converted_names - o, "%s%s (%s -> %s)",
-                         o ? ", " : "", name, ckpt_dtype_name(t->dtype),
+                snprintf(L->converted_names + o, sizeof L->converted_names - o,
+                         "%s%.120s (%s -> %s)", o ? ", " : "", name, ckpt_dtype_name(t->dtype),
                          ckpt_dtype_name(k[j].dtype));
             }
             int64_t copied = 0;
@@ -468,11 +502,15 @@ static void load_free(struct ck_load *L)
         if (L->files[i].opened)
             st_header_free(&L->files[i].hdr);
     }
-    for (int i = 0; i < L->nt; i++)
+    for (int i = 0; i < L->nt; i++) {
+        for (int j = 0; j < L->t[i].nshards; j++)
+            free(L->t[i].shards[j].blocks);
         free(L->t[i].shards);
+    }
     free(L->t);
     free(L->files);
-    free(L->staging);
+    if (L->staging != NULL)
+        L->free_state(L->staging);
     free(L->steps);
     free(L->chunk);
     cJSON_Delete(L->root);
@@ -491,6 +529,7 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "load: runtime not committed");
     memset(&L, 0, sizeof L);
+    L.free_state = rt->ops->free;
     if (rt->groups.me.rank == 0) {
         status = index_read(dir, L.dir, sizeof L.dir, &text);
         text_len = text != NULL ? (long long)strlen(text) : 0;
@@ -514,7 +553,8 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
 
     status = index_parse(&L, text);
     if (status == SHARDOPT_OK) {
-        L.staging = malloc(rt->store.bytes + 1);
+        /* the same allocator as the state: on success it becomes the state */
+        L.staging = rt->ops->alloc(rt->store.bytes);
         L.steps = calloc((size_t)rt->nparams + 1, sizeof(uint64_t));
         L.chunk = malloc(CKPT_CHUNK);
         int nf = 0;
@@ -525,14 +565,11 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
             status =
                 log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: staging %zu bytes", rt->store.bytes);
     }
-    if (status == SHARDOPT_OK) {
-        /* tensors the checkpoint lacks (load_allow_missing) keep their current state */
-        memcpy(L.staging, rt->store.base, rt->store.bytes);
+    if (status == SHARDOPT_OK)
         status = rank_fill(rt, &L);
-    }
     status = ckpt_agree(rt, status, "load");
     if (status == SHARDOPT_OK) {
-        memcpy(rt->store.base, L.staging, rt->store.bytes);
+        state_store_swap(&rt->store, (void **)&L.staging); /* the old state is freed below */
         for (int i = 0; i < rt->nparams; i++)
             rt->params[i]->step = L.steps[i];
         rt->counters.steps = L.step;

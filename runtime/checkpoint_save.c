@@ -2,6 +2,8 @@
  * temporary directory, fsynced, renamed to DIR/step-NNNNNNNN; then DIR/latest is replaced
  * atomically; then old steps are pruned. A failure or a crash anywhere leaves the previous
  * checkpoint and DIR/latest as they were. */
+/* sync_file_range(2) is Linux's */
+#define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -33,6 +35,21 @@ struct shard_record {
     int64_t lo[3], len[3];
     uint32_t crc, nblocks; /* followed by nblocks block CRCs */
 };
+
+/* Start writing back what this file holds every CKPT_CHUNK bytes, so that the device works
+ * while we go on writing and checksumming, and the final fsync has little left to wait for. */
+static void writeback_kick(int fd, uint64_t *written, size_t len)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    const uint64_t before = *written;
+    *written += len;
+    if (before / CKPT_CHUNK != *written / CKPT_CHUNK)
+        sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* best effort: fsync follows */
+#else
+    (void)fd;
+    *written += len;
+#endif
+}
 
 static int write_all(int fd, const void *buf, size_t len, const char *site)
 {
@@ -84,6 +101,7 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
 {
     struct st_tensor *t = NULL;
     int n = 0, fd = -1;
+    uint64_t written = 0;
     char *hdr = NULL, *meta_json = NULL;
     size_t hdr_len, cap = 0;
     shardopt_status_t status = SHARDOPT_OK;
@@ -148,27 +166,30 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
             memcpy(r.len, p->layout.len, sizeof r.len);
             for (int d = p->layout.ndim; d < 3; d++)
                 r.lo[d] = 0, r.len[d] = 1;
-            if (write_all(fd, data, bytes, "ckpt.write") != 0) {
-                status = log_fail(SHARDOPT_ERR_IO, "save: %s: tensor '%s': %s", path, t[n].name,
-                                  strerror(errno));
-                break;
-            }
             size_t rec_at = *blob_len;
             if (blob_add(blob, blob_len, &cap, &r, sizeof r) != 0) {
                 status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index records");
                 break;
             }
+            /* write a block, then CRC it while it is still in cache; the tensor's CRC follows
+             * from the blocks' */
             uint32_t whole = 0;
-            for (uint32_t b = 0; b < nblocks; b++) {
+            for (uint32_t b = 0; b < nblocks && status == SHARDOPT_OK; b++) {
                 const size_t lo = (size_t)b * CKPT_BLOCK;
                 const size_t len = bytes - lo < CKPT_BLOCK ? bytes - lo : CKPT_BLOCK;
-                uint32_t c = crc32c_update(0, data + lo, len);
-                whole = crc32c_update(whole, data + lo, len);
-                if (blob_add(blob, blob_len, &cap, &c, sizeof c) != 0) {
-                    status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index records");
+                if (write_all(fd, data + lo, len, "ckpt.write") != 0) {
+                    status = log_fail(SHARDOPT_ERR_IO, "save: %s: tensor '%s': %s", path, t[n].name,
+                                      strerror(errno));
                     break;
                 }
+                writeback_kick(fd, &written, len);
+                uint32_t c = crc32c_update(0, data + lo, len);
+                whole = crc32c_combine(whole, c, len);
+                if (blob_add(blob, blob_len, &cap, &c, sizeof c) != 0)
+                    status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index records");
             }
+            if (status != SHARDOPT_OK)
+                break;
             memcpy(*blob + rec_at + offsetof(struct shard_record, crc), &whole, sizeof whole);
         }
     }

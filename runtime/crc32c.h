@@ -11,6 +11,10 @@
  * when the CPU has it, the portable tables otherwise; both give the same result. Thread-safe. */
 uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
 
+/* The CRC-32C of a||b from crc_a = CRC(a), crc_b = CRC(b) and len_b = |b|, without b's bytes:
+ * a checkpoint derives a tensor's CRC from its blocks' CRCs (zlib's crc32_combine method). */
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 /* The portable slicing-by-8 path alone, same contract as crc32c_update (tests and benchmarks). */
 uint32_t crc32c_update_portable(uint32_t crc, const void *buf, size_t len);
 

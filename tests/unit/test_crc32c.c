@@ -205,3 +205,17 @@ TEST(crc32c_throughput_256mib)
     EXPECT_EQ_U32(crc32c_update(0, buf, n), a);
     free(buf);
 }
+
+TEST(combine_equals_the_crc_of_the_concatenation)
+{
+    static unsigned char buf[3 << 20];
+    uint64_t seed = 77;
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)(test_rand(&seed) * 127 + 128);
+    const size_t cuts[] = {0, 1, 7, 4096, 1 << 20, (1 << 20) + 3, sizeof buf - 1, sizeof buf};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        const size_t k = cuts[i];
+        const uint32_t a = crc32c_update(0, buf, k), b = crc32c_update(0, buf + k, sizeof buf - k);
+        EXPECT_EQ_U32(crc32c_combine(a, b, sizeof buf - k), crc32c_update(0, buf, sizeof buf));
+    }
+}

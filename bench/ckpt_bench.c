@@ -1,0 +1,223 @@
+/* ckpt_bench: checkpoint save and load throughput against a plain sequential write and read of
+ * the same bytes to the same directory, measured in the same run.
+ *
+ *   mpirun -n N ckpt_bench [--preset glm45-air] [--layers L] [--width-div D] [--experts-div D]
+ *       [--ep E] [--momentum-dtype fp32|bf16] [--dir PATH] [--reps R] [--json]
+ *
+ * Each rank's state (after one step, so it is not zero) is saved with shardopt_save and loaded
+ * back with shardopt_load on the same layout; the peer is every rank writing the same number of
+ * bytes to one file with write() + fsync() (what a save must do at least) and reading them back
+ * with pread(), once into a buffer it has used before and once into freshly allocated memory
+ * (a load must fill new memory: the state may change only after every rank verified every
+ * block, and on this kind of VM first-touch page faults make fresh memory several times slower
+ * to fill). GB/s = bytes of all ranks / the slowest rank's time; medians over reps. Every timed
+ * phase starts after sync() and a barrier, so one phase's writeback does not land in the next
+ * one's fsync. Reads come from the page cache when it holds the files (dropping it needs
+ * privileges this tool does not assume), for shardopt and the peers alike. */
+/* sync(2) is not in strict POSIX.1-2008 */
+#define _DEFAULT_SOURCE
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/preset.h"
+#include "bench/preset_shards.h"
+#include "runtime/runtime.h"
+
+static int me, world;
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Flush everything dirty, then start together. */
+static double start_together(void)
+{
+    sync();
+    MPI_Barrier(MPI_COMM_WORLD);
+    return MPI_Wtime();
+}
+
+/* The slowest rank's time since t0. */
+static double timed_max(double t0)
+{
+    double t = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return t;
+}
+
+static void plain_write(const char *path, const void *buf, size_t n)
+{
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    const char *p = buf;
+    while (fd >= 0 && n > 0) {
+        ssize_t w = write(fd, p, n < (16u << 20) ? n : (16u << 20));
+        if (w <= 0)
+            break;
+        p += w;
+        n -= (size_t)w;
+    }
+    if (fd < 0 || fsync(fd) != 0 || close(fd) != 0)
+        fprintf(stderr, "ckpt_bench: plain write %s failed\n", path);
+}
+
+static void plain_read(const char *path, void *buf, size_t n)
+{
+    int fd = open(path, O_RDONLY);
+    size_t at = 0;
+    while (fd >= 0 && at < n) {
+        ssize_t r =
+            pread(fd, (char *)buf + at, n - at < (16u << 20) ? n - at : (16u << 20), (off_t)at);
+        if (r <= 0)
+            break;
+        at += (size_t)r;
+    }
+    if (fd < 0 || at != n)
+        fprintf(stderr, "ckpt_bench: plain read %s failed\n", path);
+    if (fd >= 0)
+        close(fd);
+}
+
+int main(int argc, char **argv)
+{
+    struct preset_scale scale = {2, 8, 4};
+    const char *preset = "glm45-air", *dir = "/tmp/shardopt_ckpt_bench", *mom = "fp32";
+    int ep = 1, reps = 5, json = 0;
+    char err[256], path[8800];
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (v && !strcmp(a, "--preset"))
+            preset = argv[++i];
+        else if (v && !strcmp(a, "--dir"))
+            dir = argv[++i];
+        else if (v && !strcmp(a, "--momentum-dtype"))
+            mom = argv[++i];
+        else if (v && !strcmp(a, "--layers"))
+            scale.layers = atoi(argv[++i]);
+        else if (v && !strcmp(a, "--width-div"))
+            scale.width_div = atoi(argv[++i]);
+        else if (v && !strcmp(a, "--experts-div"))
+            scale.experts_div = atoi(argv[++i]);
+        else if (v && !strcmp(a, "--ep"))
+            ep = atoi(argv[++i]);
+        else if (v && !strcmp(a, "--reps"))
+            reps = atoi(argv[++i]);
+        else {
+            if (me == 0)
+                fprintf(stderr, "ckpt_bench: bad argument '%s' (see %s)\n", a, __FILE__);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    struct preset p;
+    if (preset_load(preset, SHARDOPT_PRESET_DIR, &scale, &p, err, sizeof err) != 0) {
+        if (me == 0)
+            fprintf(stderr, "ckpt_bench: %s\n", err);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.ep = ep;
+    cfg.momentum_dtype = !strcmp(mom, "bf16") ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
+    shardopt_runtime_t rt;
+    struct preset_shards ps;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 1e-4;
+    if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK ||
+        preset_shards_register(rt, &p, 0, 7 + (uint64_t)me, &ps) != SHARDOPT_OK ||
+        shardopt_step(rt, &args) != SHARDOPT_OK) {
+        fprintf(stderr, "ckpt_bench: %s\n", shardopt_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const size_t mine = rt->store.bytes;
+    unsigned long long total = mine;
+    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    void *scratch = malloc(mine + 1);
+    double *ts = malloc(sizeof(double) * 5 * (size_t)reps);
+
+    for (int r = 0; r < reps; r++) {
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/rep%d", dir, r);
+        if (me == 0) {
+            snprintf(path, sizeof path, "rm -rf '%s' && mkdir -p '%s'", sub, sub);
+            if (system(path) != 0)
+                fprintf(stderr, "ckpt_bench: cannot prepare %s\n", sub);
+        }
+        double t0 = start_together();
+        if (shardopt_save(rt, sub) != SHARDOPT_OK)
+            fprintf(stderr, "ckpt_bench: save: %s\n", shardopt_last_error());
+        ts[5 * r + 0] = timed_max(t0);
+        t0 = start_together();
+        if (shardopt_load(rt, sub) != SHARDOPT_OK)
+            fprintf(stderr, "ckpt_bench: load: %s\n", shardopt_last_error());
+        ts[5 * r + 1] = timed_max(t0);
+        snprintf(path, sizeof path, "%s/plain-%05d.bin", sub, me);
+        t0 = start_together();
+        plain_write(path, rt->store.base, mine);
+        ts[5 * r + 2] = timed_max(t0);
+        t0 = start_together();
+        plain_read(path, scratch, mine);
+        ts[5 * r + 3] = timed_max(t0);
+        t0 = start_together();
+        void *fresh = malloc(mine + 1);
+        plain_read(path, fresh, mine);
+        ts[5 * r + 4] = timed_max(t0);
+        free(fresh);
+        if (me == 0) {
+            snprintf(path, sizeof path, "rm -rf '%s'", sub);
+            if (system(path) != 0)
+                fprintf(stderr, "ckpt_bench: cannot remove %s\n", sub);
+        }
+    }
+    double col[5][64];
+    for (int c = 0; c < 5; c++)
+        for (int r = 0; r < reps && r < 64; r++)
+            col[c][r] = ts[5 * r + c];
+    const int n = reps < 64 ? reps : 64;
+    const double save_s = median(col[0], n), load_s = median(col[1], n);
+    const double write_s = median(col[2], n), read_s = median(col[3], n);
+    const double fresh_s = median(col[4], n);
+    const double gb = (double)total / 1e9;
+    if (me == 0) {
+        printf("ckpt_bench: preset %s (%lld params), %d ranks, momentum %s, state %.1f MiB in "
+               "all, median of %d reps, dir %s\n\n",
+               p.name, (long long)p.total, world, mom, (double)total / 1048576.0, reps, dir);
+        printf("| operation | seconds | GB/s | peer | peer GB/s | ratio |\n"
+               "|---|---|---|---|---|---|\n");
+        printf("| save | %.4f | %.3f | plain write + fsync | %.3f | %.2f |\n", save_s, gb / save_s,
+               gb / write_s, write_s / save_s);
+        printf("| load | %.4f | %.3f | plain read, reused buffer | %.3f | %.2f |\n", load_s,
+               gb / load_s, gb / read_s, read_s / load_s);
+        printf("| load | %.4f | %.3f | plain read, fresh memory | %.3f | %.2f |\n", load_s,
+               gb / load_s, gb / fresh_s, fresh_s / load_s);
+        if (json)
+            printf(
+                "\n{\"preset\": \"%s\", \"ranks\": %d, \"momentum\": \"%s\", \"bytes\": %llu, "
+                "\"save_s\": %.6f, \"load_s\": %.6f, \"plain_write_s\": %.6f, \"plain_read_s\": "
+                "%.6f, \"plain_read_fresh_s\": %.6f, \"save_ratio\": %.4f, \"load_ratio\": %.4f, "
+                "\"load_ratio_fresh\": %.4f}\n",
+                p.name, world, mom, total, save_s, load_s, write_s, read_s, fresh_s,
+                write_s / save_s, read_s / load_s, fresh_s / load_s);
+    }
+    free(scratch);
+    free(ts);
+    shardopt_finalize(rt);
+    preset_shards_free(&ps);
+    preset_free(&p);
+    MPI_Finalize();
+    return 0;
+}

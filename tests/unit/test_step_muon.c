@@ -389,3 +389,28 @@ TEST(kernel_tables_give_the_same_bits)
     check_tables(SHARDOPT_DTYPE_FP32);
     check_tables(SHARDOPT_DTYPE_BF16);
 }
+
+/* bf16 momentum halves the Muon momentum bytes exactly; nothing else changes */
+TEST(bf16_momentum_halves_momentum_bytes_only)
+{
+    static float w[3 * 16 * 24], g[3 * 16 * 24], b[50], gb[50];
+    shardopt_stats_t st[2] = {SHARDOPT_STATS_INIT, SHARDOPT_STATS_INIT};
+    for (int v = 0; v < 2; v++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.momentum_dtype = v ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
+        shardopt_runtime_t rt = fixture_runtime(&cfg);
+        shardopt_param_desc_t d = fixture_desc("experts", 3, 3, 16, 24, w, g);
+        shardopt_param_desc_t db = fixture_desc("bias", 1, 50, 0, 0, b, gb);
+        shardopt_param_t h;
+        ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+        ASSERT_EQ_INT(shardopt_register(rt, &db, &h), SHARDOPT_OK);
+        ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+        shardopt_get_stats(rt, &st[v]);
+        shardopt_finalize(rt);
+    }
+    EXPECT_EQ_INT(st[0].bytes_momentum, 3 * 16 * 24 * 4);
+    EXPECT_EQ_INT(st[1].bytes_momentum * 2, st[0].bytes_momentum);
+    EXPECT_EQ_INT(st[1].bytes_adam_m, st[0].bytes_adam_m);
+    EXPECT_EQ_INT(st[1].bytes_adam_v, st[0].bytes_adam_v);
+    EXPECT_EQ_INT(st[1].bytes_workspace, st[0].bytes_workspace);
+}

@@ -23,22 +23,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
 #include "runtime/runtime.h"
 
 static int me, world;
-
-static double median(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Flush everything dirty, then start together. */
 static double start_together(void)
@@ -188,9 +178,9 @@ int main(int argc, char **argv)
         for (int r = 0; r < reps && r < 64; r++)
             col[c][r] = ts[5 * r + c];
     const int n = reps < 64 ? reps : 64;
-    const double save_s = median(col[0], n), load_s = median(col[1], n);
-    const double write_s = median(col[2], n), read_s = median(col[3], n);
-    const double fresh_s = median(col[4], n);
+    const double save_s = bench_median(col[0], n), load_s = bench_median(col[1], n);
+    const double write_s = bench_median(col[2], n), read_s = bench_median(col[3], n);
+    const double fresh_s = bench_median(col[4], n);
     const double gb = (double)total / 1e9;
     if (me == 0) {
         printf("ckpt_bench: preset %s (%lld params), %d ranks, momentum %s, state %.1f MiB in "

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_util.h"
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
 #include "shardopt.h"
@@ -105,17 +106,6 @@ static void opts_parse(int argc, char **argv, struct opts *o)
     }
 }
 
-static double median(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* sgemm C[m x n] = A[m x m] B[m x n] at m = 1024, n = 4096 on this rank: the machine's limit
  * for the Newton-Schulz products, measured in the same run. */
 static double sgemm_rate(int threads)
@@ -136,7 +126,7 @@ static double sgemm_rate(int threads)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1, A, m, B, n, 0, C, n);
         t[r] = MPI_Wtime() - t0;
     }
-    best = 2.0 * m * m * n / median(t, 5) / 1e9;
+    best = 2.0 * m * m * n / bench_median(t, 5) / 1e9;
     free(A);
     free(B);
     free(C);
@@ -202,7 +192,7 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     for (int c = 0; c < 8; c++) {
         for (int i = 0; i < o->steps && i < 64; i++)
             col[i] = step[8 * i + c];
-        *out[c] = median(col, o->steps < 64 ? o->steps : 64);
+        *out[c] = bench_median(col, o->steps < 64 ? o->steps : 64);
     }
     MPI_Allreduce(MPI_IN_PLACE, &nsrate, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     r->ns_gflops = nsrate < 1e29 ? nsrate : 0;

@@ -10,25 +10,11 @@
 
 #include "config.h"
 #include "config_keys.h"
+#include "json_util.h"
 #include "status.h"
 
 /* A config file is a few hundred bytes; refuse anything that is clearly not one. */
 #define CONFIG_FILE_MAX (1 << 20)
-
-static const char *json_type_name(const cJSON *v)
-{
-    if (cJSON_IsNumber(v))
-        return "a number";
-    if (cJSON_IsString(v))
-        return "a string";
-    if (cJSON_IsBool(v))
-        return "a boolean";
-    if (cJSON_IsArray(v))
-        return "an array";
-    if (cJSON_IsObject(v))
-        return "an object";
-    return "null";
-}
 
 static shardopt_status_t wrong_type(const char *path, const struct config_key *k, const cJSON *v,
                                     const char *expected)

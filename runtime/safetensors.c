@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_util.h"
+
 /* Doubles are exact integers below 2^53; cJSON reads every number as a double. */
 #define ST_U53_LIMIT 9007199254740992.0
 #define ST_META_KEY  "__metadata__"
@@ -429,21 +431,6 @@ static shardopt_status_t header_scan(struct st_parse *ps, const unsigned char *s
         }
     }
     return SHARDOPT_OK;
-}
-
-static const char *json_type_name(const cJSON *v)
-{
-    if (cJSON_IsNumber(v))
-        return "a number";
-    if (cJSON_IsString(v))
-        return "a string";
-    if (cJSON_IsBool(v))
-        return "a boolean";
-    if (cJSON_IsArray(v))
-        return "an array";
-    if (cJSON_IsObject(v))
-        return "an object";
-    return "null";
 }
 
 /* A non-negative integral number below 2^53 (where doubles are exact); refuses NaN, Inf, 1.5,

@@ -29,11 +29,11 @@
 
 /* A = X X^T, then Y = (a I + b A + c A A) X: the same two calls a sharded matrix makes around
  * its Gram all-reduce. */
-static void ns_iter_plain(int64_t m, int64_t n, const float c[3], const float *x, float *y,
-                          float *A, float *B)
+static void ns_iter_plain(const struct kernel_ctx *ctx, int64_t m, int64_t n, const float c[3],
+                          const float *x, float *y, float *A, float *B)
 {
-    blas_shard_gram(NULL, x, m, n, A);
-    blas_shard_update(NULL, A, c, x, m, n, B, y);
+    blas_shard_gram(ctx, x, m, n, A);
+    blas_shard_update(ctx, A, c, x, m, n, B, y);
 }
 
 /* Lower triangle <- transpose of the upper one. Each tile goes through a buffer so that both the
@@ -58,9 +58,10 @@ static void ns_mirror_upper(int64_t m, float *S)
     }
 }
 
-static void ns_iter_symmetric(int64_t m, int64_t n, const float c[3], const float *x, float *y,
-                              float *A, float *B)
+static void ns_iter_symmetric(const struct kernel_ctx *ctx, int64_t m, int64_t n, const float c[3],
+                              const float *x, float *y, float *A, float *B)
 {
+    (void)ctx; /* OpenBLAS's threads are process-wide */
     cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)m, (int)n, 1.0f, x, (int)n, 0.0f, A,
                 (int)m);
     ns_mirror_upper(m, A); /* ssyrk reads its input as a general matrix */
@@ -77,33 +78,9 @@ static void ns_iter_symmetric(int64_t m, int64_t n, const float c[3], const floa
 int blas_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                        const struct ns_workspace *ws)
 {
-    void (*iter)(int64_t, int64_t, const float[3], const float *, float *, float *, float *);
-    int64_t m, n;
-    (void)ctx;
-
-    ns_work_shape(a, &m, &n);
-    if (m > n || ws->floats < ns_workspace_floats(a->rows, a->cols))
-        return -1;
     switch (a->variant) {
-    case NS_VARIANT_PLAIN: iter = ns_iter_plain; break;
-    case NS_VARIANT_SYMMETRIC: iter = ns_iter_symmetric; break;
+    case NS_VARIANT_PLAIN: return ns_run_batch(ctx, a, ws, ns_iter_plain);
+    case NS_VARIANT_SYMMETRIC: return ns_run_batch(ctx, a, ws, ns_iter_symmetric);
     default: return -1;
     }
-
-    for (int64_t k = 0; k < a->batch; k++) {
-        float *x = ws->buf;
-        float *y = x + m * n;
-        float *A = y + m * n;
-        float *B = A + m * m;
-
-        ns_load_normalized(a, k, x);
-        for (int it = 0; it < a->steps; it++) {
-            iter(m, n, a->coeffs[it], x, y, A, B);
-            float *tmp = x;
-            x = y;
-            y = tmp;
-        }
-        ns_store_output(a, k, x);
-    }
-    return 0;
 }

@@ -120,3 +120,29 @@ void ns_store_output(const struct ns_args *a, int64_t k, const float *x)
     else
         ns_store_row(a->out, a->out_dtype, base, x, count);
 }
+
+int ns_run_batch(const struct kernel_ctx *ctx, const struct ns_args *a,
+                 const struct ns_workspace *ws, ns_iter_fn iter)
+{
+    int64_t m, n;
+
+    ns_work_shape(a, &m, &n);
+    if (m > n || ws->floats < ns_workspace_floats(a->rows, a->cols))
+        return -1;
+    for (int64_t k = 0; k < a->batch; k++) {
+        float *x = ws->buf;
+        float *y = x + m * n;
+        float *A = y + m * n;
+        float *B = A + m * m;
+
+        ns_load_normalized(a, k, x);
+        for (int it = 0; it < a->steps; it++) {
+            iter(ctx, m, n, a->coeffs[it], x, y, A, B);
+            float *tmp = x;
+            x = y;
+            y = tmp;
+        }
+        ns_store_output(a, k, x);
+    }
+    return 0;
+}

@@ -15,6 +15,15 @@ static inline void ns_work_shape(const struct ns_args *a, int64_t *m, int64_t *n
  * sum in storage order over a fixed set of lanes, so it depends on neither threads nor variants. */
 void ns_load_normalized(const struct ns_args *a, int64_t k, float *x);
 
+/* One Newton-Schulz iteration on the working matrix: Y from X, with A and B (m x m) scratch. */
+typedef void (*ns_iter_fn)(const struct kernel_ctx *ctx, int64_t m, int64_t n, const float c[3],
+                           const float *x, float *y, float *A, float *B);
+
+/* The whole kernel around an iteration: checks, then per matrix of the batch load normalized,
+ * `steps` iterations, store. Returns 0, or -1 for a tall working shape or a short workspace. */
+int ns_run_batch(const struct kernel_ctx *ctx, const struct ns_args *a,
+                 const struct ns_workspace *ws, ns_iter_fn iter);
+
 /* X <- U_k * inv in the working orientation (inv from a norm summed elsewhere, e.g. over the
  * pieces of a sharded matrix). */
 void ns_load_with_inv(const struct ns_args *a, int64_t k, double inv, float *x);

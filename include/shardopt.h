@@ -106,6 +106,14 @@ typedef enum shardopt_nonfinite {
     SHARDOPT_NONFINITE_ERROR = 1, /**< return SHARDOPT_ERR_NONFINITE, nothing written */
 } shardopt_nonfinite_t;
 
+/** Thread placement at init. */
+typedef enum shardopt_bind {
+    SHARDOPT_BIND_NONE =
+        0, /**< leave the process where it is (a library must not move a trainer) */
+    SHARDOPT_BIND_AUTO =
+        1, /**< keep a launcher's binding, else spread the node's ranks over cores */
+} shardopt_bind_t;
+
 /** How a matrix sharded over ranks is orthogonalized. */
 typedef enum shardopt_ns_strategy {
     SHARDOPT_NS_STRATEGY_GATHER = 0,  /**< whole to one owner and back (bitwise layout-invariant) */
@@ -173,6 +181,7 @@ typedef struct shardopt_config {
     shardopt_dtype_t adam_v_dtype;     /**< AdamW second moment: fp32 (default) or bf16 */
     int keep_last;          /**< checkpoints: keep the newest N step directories; 0 = all */
     int load_allow_missing; /**< load: tensors the checkpoint lacks keep their state */
+    shardopt_bind_t bind;   /**< none (default) or auto */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -193,6 +202,7 @@ typedef struct shardopt_config {
         .replica_split = 0, .ns_strategy = SHARDOPT_NS_STRATEGY_GATHER, .cost_gemm_gflops = 100.0, \
         .cost_net_gbps = 25.0, .adam_state_dtype = SHARDOPT_DTYPE_FP32,                            \
         .adam_v_dtype = SHARDOPT_DTYPE_FP32, .keep_last = 0, .load_allow_missing = 0,              \
+        .bind = SHARDOPT_BIND_NONE,                                                                \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1

@@ -15,6 +15,7 @@ static const char *const dtype_names[] = {"fp32", "bf16", NULL};
 static const char *const rounding_names[] = {"nearest", "stochastic", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", NULL};
 static const char *const nonfinite_names[] = {"skip", "error", NULL};
+static const char *const bind_names[] = {"none", "auto", NULL};
 static const char *const ns_strategy_names[] = {"gather", "sharded", "auto", NULL};
 static const char *const kernels_names[] = {"auto",   "reference", "portable",
                                             "avx512", "avx2",      NULL};
@@ -71,6 +72,7 @@ const struct config_key config_keys[] = {
     INT(keep_last, 0, 1 << 20, "checkpoints: keep the newest N step directories; 0 = all"),
     {"load_allow_missing", CFG_BOOL, OFF(load_allow_missing), NULL, 0, 1, 0, 0, 0, 0,
      "load: tensors the checkpoint lacks keep their current state"},
+    ENUM(bind, bind_names, "thread placement at init: none, or auto"),
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

@@ -84,13 +84,16 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
 }
 
 /* Once the groups exist: threads, coefficient tables, the state store. */
-static void runtime_start(shardopt_runtime_t rt)
+static void runtime_start(shardopt_runtime_t rt, MPI_Comm local)
 {
     const struct groups *g = &rt->groups;
 
     log_set_rank(groups_rank(g));
-    rt->kctx.threads = rt->cfg.num_threads;
-    kernel_blas_set_threads(rt->cfg.num_threads);
+    topology_init(&rt->topo, &rt->cfg, local, groups_rank(g));
+    /* threads: as configured, else (bind = auto) the bound cores, else as the process had */
+    const int threads = rt->cfg.num_threads > 0 ? rt->cfg.num_threads : rt->topo.threads;
+    rt->kctx.threads = threads;
+    kernel_blas_set_threads(threads);
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
     state_store_init(&rt->store, rt->ops);
 
@@ -124,7 +127,7 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
         free(rt);
         return status;
     }
-    runtime_start(rt);
+    runtime_start(rt, comm);
     *rt_p = rt;
     return SHARDOPT_OK;
 }
@@ -152,7 +155,7 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
         free(rt);
         return status;
     }
-    runtime_start(rt);
+    runtime_start(rt, rt->groups.dense); /* the only comm we have of the node's ranks */
     *rt_p = rt;
     return SHARDOPT_OK;
 }
@@ -169,6 +172,7 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
     if (rt->ops != NULL)
         commit_release(rt);
     groups_free(&rt->groups);
+    topology_free(&rt->topo);
     free(rt);
     return SHARDOPT_OK;
 }

@@ -9,6 +9,7 @@
 #include "sharding/layout.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
+#include "topology.h"
 
 struct shardopt_param {
     struct shardopt_runtime *rt;
@@ -70,6 +71,7 @@ struct step_counters {
 struct shardopt_runtime {
     shardopt_config_t cfg;
     struct groups groups; /* our own communicators: our traffic never matches the trainer's */
+    struct topology topo;
     const struct kernel_ops *ops;
     struct kernel_ctx kctx;
     float ns_coeffs[NS_TABLE_MAX_STEPS][3];

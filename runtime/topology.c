@@ -1,0 +1,80 @@
+#include "topology.h"
+
+#include <stdlib.h>
+
+#include "bind.h"
+#include "log.h"
+#include "status.h"
+
+static void topology_log(const struct topology *t, int rank, const char *what)
+{
+    char *cpus = NULL, *nodes = NULL;
+    if (!log_enabled(LOG_INFO))
+        return;
+    hwloc_bitmap_list_asprintf(&cpus, t->cpuset);
+    hwloc_bitmap_list_asprintf(&nodes, t->nodeset);
+    log_info("topology: rank %d runs on PUs %s, NUMA node(s) %s (%s); GPU local cpuset: n/a "
+             "(CPU backend)",
+             rank, cpus ? cpus : "?", nodes ? nodes : "?", what);
+    free(cpus);
+    free(nodes);
+}
+
+shardopt_status_t topology_init(struct topology *t, const shardopt_config_t *cfg, MPI_Comm local,
+                                int rank)
+{
+    const char *what = "bind = none: left as the process was";
+
+    t->topo = NULL;
+    t->threads = 0;
+    t->cpuset = hwloc_bitmap_alloc();
+    t->nodeset = hwloc_bitmap_alloc();
+    if (t->cpuset == NULL || t->nodeset == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "init: hwloc bitmaps");
+    if (hwloc_topology_init(&t->topo) != 0 || hwloc_topology_load(t->topo) != 0) {
+        if (t->topo != NULL)
+            hwloc_topology_destroy(t->topo);
+        t->topo = NULL;
+        log_warn("init: hwloc could not load the topology: no binding, host memory not NUMA-bound");
+    } else if (hwloc_get_cpubind(t->topo, t->cpuset, HWLOC_CPUBIND_PROCESS) != 0) {
+        hwloc_bitmap_copy(t->cpuset, hwloc_topology_get_allowed_cpuset(t->topo));
+    }
+
+    /* bind = auto: the node's ranks of this runtime decide together (collective on `local`) */
+    if (cfg->bind == SHARDOPT_BIND_AUTO) {
+        MPI_Comm node;
+        int local_rank = 0, local_size = 1;
+        MPI_Comm_split_type(local, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_size(node, &local_size);
+        MPI_Comm_free(&node);
+        struct bind_decision d;
+        if (t->topo != NULL &&
+            bind_decide(t->topo, t->cpuset, local_rank, local_size, NULL, &d) == 0) {
+            if (d.action == BIND_SET &&
+                hwloc_set_cpubind(t->topo, d.cpuset, HWLOC_CPUBIND_PROCESS) != 0)
+                log_warn("init: binding to %s failed; running unbound", d.why);
+            else if (d.action == BIND_SET)
+                hwloc_bitmap_copy(t->cpuset, d.cpuset);
+            if (d.action == BIND_OVERSUB)
+                log_warn("init: %s", d.why);
+            t->threads = d.threads;
+            what = d.why;
+            hwloc_bitmap_free(d.cpuset);
+        }
+    }
+    if (t->topo != NULL)
+        hwloc_cpuset_to_nodeset(t->topo, t->cpuset, t->nodeset);
+    topology_log(t, rank, what);
+    return SHARDOPT_OK;
+}
+
+void topology_free(struct topology *t)
+{
+    hwloc_bitmap_free(t->cpuset);
+    hwloc_bitmap_free(t->nodeset);
+    if (t->topo != NULL)
+        hwloc_topology_destroy(t->topo);
+    t->topo = NULL;
+    t->cpuset = t->nodeset = NULL;
+}

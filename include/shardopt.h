@@ -114,6 +114,14 @@ typedef enum shardopt_bind {
         1, /**< keep a launcher's binding, else spread the node's ranks over cores */
 } shardopt_bind_t;
 
+/** Where optimizer state lives (DESIGN.md §7). */
+typedef enum shardopt_offload {
+    SHARDOPT_OFFLOAD_NONE = 0,      /**< with the parameters (device memory with CUDA) */
+    SHARDOPT_OFFLOAD_OPTIMIZER = 1, /**< host store, streamed through 3 staging slots per step */
+    SHARDOPT_OFFLOAD_CPU = 2,       /**< host store, elementwise work on the host; only the
+                                         Newton-Schulz input and output cross to the device */
+} shardopt_offload_t;
+
 /** How a matrix sharded over ranks is orthogonalized. */
 typedef enum shardopt_ns_strategy {
     SHARDOPT_NS_STRATEGY_GATHER = 0,  /**< whole to one owner and back (bitwise layout-invariant) */
@@ -179,9 +187,12 @@ typedef struct shardopt_config {
     double cost_net_gbps; /**< auto's cost model: bandwidth per rank, GB/s. Default 25 */
     shardopt_dtype_t adam_state_dtype; /**< AdamW first moment: fp32 (default) or bf16 */
     shardopt_dtype_t adam_v_dtype;     /**< AdamW second moment: fp32 (default) or bf16 */
-    int keep_last;          /**< checkpoints: keep the newest N step directories; 0 = all */
-    int load_allow_missing; /**< load: tensors the checkpoint lacks keep their state */
-    shardopt_bind_t bind;   /**< none (default) or auto */
+    int keep_last;              /**< checkpoints: keep the newest N step directories; 0 = all */
+    int load_allow_missing;     /**< load: tensors the checkpoint lacks keep their state */
+    shardopt_bind_t bind;       /**< none (default) or auto */
+    shardopt_offload_t offload; /**< none (default), optimizer or cpu */
+    int debug_poison_staging;   /**< fill staging slots with NaN when released (debug) */
+    uint64_t host_store_limit;  /**< offload: most bytes of host store; 0 = no limit */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -202,7 +213,8 @@ typedef struct shardopt_config {
         .replica_split = 0, .ns_strategy = SHARDOPT_NS_STRATEGY_GATHER, .cost_gemm_gflops = 100.0, \
         .cost_net_gbps = 25.0, .adam_state_dtype = SHARDOPT_DTYPE_FP32,                            \
         .adam_v_dtype = SHARDOPT_DTYPE_FP32, .keep_last = 0, .load_allow_missing = 0,              \
-        .bind = SHARDOPT_BIND_NONE,                                                                \
+        .bind = SHARDOPT_BIND_NONE, .offload = SHARDOPT_OFFLOAD_NONE, .debug_poison_staging = 0,   \
+        .host_store_limit = 0,                                                                     \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1
@@ -300,6 +312,19 @@ typedef struct shardopt_stats {
     double seconds_prepass_last, seconds_exchange1_last, seconds_exchange2_last;
     int64_t ns_sharded_matrices; /**< matrices orthogonalized sharded (this rank takes part) */
     double seconds_ns_sharded_last;
+
+    /* Offload (DESIGN.md §7): the last step's host <-> device traffic, counted at the copy op */
+    int offload;                                     /**< the shardopt_offload_t in use */
+    uint64_t bytes_host_store;                       /**< optimizer state kept in host memory */
+    uint64_t bytes_h2d_momentum, bytes_d2h_momentum; /**< offload = optimizer */
+    uint64_t bytes_h2d_adam_m, bytes_d2h_adam_m;
+    uint64_t bytes_h2d_adam_v, bytes_d2h_adam_v;
+    uint64_t bytes_h2d_ns, bytes_d2h_ns; /**< offload = cpu: Newton-Schulz input U, output O */
+    uint64_t staging_slot_bytes;         /**< each of the three staging slots */
+    uint64_t staging_peak_bytes_last;    /**< most bytes held in staging at once */
+    double seconds_copy_exposed_last;    /**< copy time the step waited for */
+    double seconds_copy_hidden_last; /**< copy time overlapped with kernels (0 on the CPU backend,
+                                          whose copies are synchronous memcpy) */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

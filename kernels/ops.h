@@ -171,6 +171,10 @@ struct kernel_ops {
     /* Sum of squares of n elements of dtype dt, in double. NaN or Inf in x gives a non-finite
      * result. Deterministic: the same bits for the same input, whatever the thread count. */
     double (*sumsq)(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
+    /* Host <-> device (or device <-> device) copies and fills: offload/ streams state with them.
+     * On the CPU backend the "device" is a separate host arena and these are memcpy/memset. */
+    void (*copy)(const struct kernel_ctx *ctx, void *dst, const void *src, size_t bytes);
+    void (*fill)(const struct kernel_ctx *ctx, void *dst, int byte, size_t bytes);
     /* Memory for state and buffers (offload/ allocates through these). */
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);

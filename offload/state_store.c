@@ -1,14 +1,25 @@
 #include "state_store.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "host_store.h"
 
 #define STATE_ALIGN 64
 
 void state_store_init(struct state_store *s, const struct kernel_ops *ops)
 {
+    memset(s, 0, sizeof *s);
     s->ops = ops;
-    s->bytes = 0;
-    s->base = NULL;
+}
+
+void state_store_use_host(struct state_store *s, hwloc_topology_t topo, hwloc_const_nodeset_t nodes,
+                          uint64_t limit)
+{
+    s->host = 1;
+    s->topo = topo;
+    s->nodes = nodes;
+    s->limit = limit;
 }
 
 size_t state_store_reserve(struct state_store *s, size_t bytes)
@@ -18,13 +29,36 @@ size_t state_store_reserve(struct state_store *s, size_t bytes)
     return off;
 }
 
-int state_store_alloc(struct state_store *s)
+void *state_store_buffer_alloc(const struct state_store *s, char *err, size_t errlen)
 {
-    s->base = s->ops->alloc(s->bytes);
+    if (s->host)
+        return host_store_alloc(s->topo, s->nodes, s->bytes, s->limit, err, errlen);
+    void *p = s->ops->alloc(s->bytes);
+    if (p == NULL)
+        snprintf(err, errlen, "state: allocating %zu bytes (kernels %s) failed", s->bytes,
+                 s->ops->name);
+    return p;
+}
+
+void state_store_buffer_free(const struct state_store *s, void *p)
+{
+    if (p == NULL)
+        return;
+    if (s->host)
+        host_store_free(s->topo, p, s->bytes);
+    else
+        s->ops->free(p);
+}
+
+int state_store_alloc(struct state_store *s, char *err, size_t errlen)
+{
+    s->base = state_store_buffer_alloc(s, err, errlen);
     if (s->base == NULL)
         return -1;
-    /* the CPU arena is host memory; a device arena gets a memset op with the CUDA backend */
-    memset(s->base, 0, s->bytes);
+    if (s->host || s->ops->fill == NULL)
+        memset(s->base, 0, s->bytes);
+    else
+        s->ops->fill(NULL, s->base, 0, s->bytes);
     return 0;
 }
 
@@ -39,7 +73,6 @@ void state_store_swap(struct state_store *s, void **other)
 
 void state_store_free(struct state_store *s)
 {
-    if (s->base != NULL)
-        s->ops->free(s->base);
+    state_store_buffer_free(s, s->base);
     s->base = NULL;
 }

@@ -1,9 +1,11 @@
-/* Where optimizer state lives. With offload = none (the only mode so far) all state sits in one
- * arena allocated through the backend's kernel ops (device memory on CUDA, host on the CPU):
- * one allocation, 64-byte aligned slices, zeroed at commit. */
+/* Where optimizer state lives: one arena, 64-byte aligned slices, zeroed at commit. With
+ * offload = none the arena comes from the backend's allocator (device memory on CUDA, host on the
+ * CPU); with offload = optimizer or cpu it is a host store (host_store.h): NUMA-local, bounded by
+ * host_store_limit. The kernels never know which: they see pointers. */
 #ifndef OFFLOAD_STATE_STORE_H
 #define OFFLOAD_STATE_STORE_H
 
+#include <hwloc.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -13,22 +15,35 @@ struct state_store {
     const struct kernel_ops *ops;
     size_t bytes; /* reserved so far; the arena's size once allocated */
     unsigned char *base;
+    /* host store (offload): where and how much */
+    int host;
+    hwloc_topology_t topo;
+    hwloc_const_nodeset_t nodes;
+    uint64_t limit;
 };
 
 void state_store_init(struct state_store *s, const struct kernel_ops *ops);
 
+/* Keep the arena in a host store on `nodes` of topo (either may be NULL), at most limit bytes. */
+void state_store_use_host(struct state_store *s, hwloc_topology_t topo, hwloc_const_nodeset_t nodes,
+                          uint64_t limit);
+
 /* Reserve a slice of `bytes` before allocation; returns its offset in the arena. */
 size_t state_store_reserve(struct state_store *s, size_t bytes);
 
-/* Allocate and zero the arena. Returns 0, or -1 when the allocation failed. */
-int state_store_alloc(struct state_store *s);
+/* Allocate and zero the arena. Returns 0, or -1 with the reason in err. */
+int state_store_alloc(struct state_store *s, char *err, size_t errlen);
 
 void *state_store_ptr(const struct state_store *s, size_t offset);
 
 void state_store_free(struct state_store *s);
 
-/* Exchange the arena with *other, a buffer of the same size from the same ops (a load that
- * filled a complete new copy of the state installs it without copying it back). */
+/* A second buffer of the arena's size in the same kind of memory (a load fills a complete new
+ * copy of the state in it, then installs it with state_store_swap); NULL with err on failure. */
+void *state_store_buffer_alloc(const struct state_store *s, char *err, size_t errlen);
+void state_store_buffer_free(const struct state_store *s, void *p);
+
+/* Exchange the arena with *other, a buffer from state_store_buffer_alloc. */
 void state_store_swap(struct state_store *s, void **other);
 
 #endif

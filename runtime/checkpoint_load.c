@@ -55,7 +55,7 @@ struct ck_load {
     uint64_t *steps; /* per registered param */
     unsigned char *chunk;
     int converted;
-    void (*free_state)(void *); /* how staging is released */
+    const struct state_store *store; /* staging is a buffer of its kind */
     char converted_names[512];
 };
 
@@ -510,7 +510,7 @@ static void load_free(struct ck_load *L)
     free(L->t);
     free(L->files);
     if (L->staging != NULL)
-        L->free_state(L->staging);
+        state_store_buffer_free(L->store, L->staging);
     free(L->steps);
     free(L->chunk);
     cJSON_Delete(L->root);
@@ -529,7 +529,7 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "load: runtime not committed");
     memset(&L, 0, sizeof L);
-    L.free_state = rt->ops->free;
+    L.store = &rt->store;
     if (rt->groups.me.rank == 0) {
         status = index_read(dir, L.dir, sizeof L.dir, &text);
         text_len = text != NULL ? (long long)strlen(text) : 0;
@@ -554,7 +554,8 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     status = index_parse(&L, text);
     if (status == SHARDOPT_OK) {
         /* the same allocator as the state: on success it becomes the state */
-        L.staging = rt->ops->alloc(rt->store.bytes);
+        char err[256] = "";
+        L.staging = state_store_buffer_alloc(&rt->store, err, sizeof err);
         L.steps = calloc((size_t)rt->nparams + 1, sizeof(uint64_t));
         L.chunk = malloc(CKPT_CHUNK);
         int nf = 0;
@@ -562,8 +563,8 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
             nf += L.t[i].nshards;
         L.files = calloc((size_t)nf + 1, sizeof(*L.files));
         if (L.staging == NULL || L.steps == NULL || L.chunk == NULL || L.files == NULL)
-            status =
-                log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: staging %zu bytes", rt->store.bytes);
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: staging %zu bytes%s%s",
+                              rt->store.bytes, err[0] ? ": " : "", err);
     }
     if (status == SHARDOPT_OK)
         status = rank_fill(rt, &L);

@@ -7,6 +7,7 @@
 #include "kernels/lr_scale.h"
 #include "kernels/ns_variant.h"
 #include "log.h"
+#include "offload_exec.h"
 #include "runtime.h"
 #include "sharding/ns_strategy.h"
 #include "status.h"
@@ -174,6 +175,7 @@ void commit_release(shardopt_runtime_t rt)
     rt->ns_ws.buf = NULL;
     rt->sumsq = NULL;
     rt->bytes_workspace = 0;
+    offload_release(rt);
     state_store_free(&rt->store);
     state_store_init(&rt->store, rt->ops);
 }
@@ -225,10 +227,23 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     rt->sh_u = buffer_alloc(rt, sh_u * es + 1);
     rt->sh_x = buffer_alloc(rt, (2 * sh_x + 2 * sh_g) * sizeof(float) + 1);
     ok = ok && rt->sh_u && rt->sh_x;
-    ok = ok && rt->ns_ws.buf && rt->sumsq && rt->nonfinite && state_store_alloc(&rt->store) == 0;
-    int all = ok;
-    groups_allreduce(&rt->groups, &all, 1, MPI_INT, MPI_MIN);
-    if (!all)
+    ok = ok && rt->ns_ws.buf && rt->sumsq && rt->nonfinite;
+    /* the state: a host store with offload, which may refuse (host_store_limit) */
+    char err[256] = "";
+    int state_ok = state_store_alloc(&rt->store, err, sizeof err) == 0;
+    size_t staging = state_ok ? offload_alloc(rt, ns, sh_u) : 0;
+    ok = ok && staging != (size_t)-1;
+    if (ok && state_ok)
+        rt->bytes_workspace += staging;
+    int all[2] = {ok, state_ok};
+    groups_allreduce(&rt->groups, all, 2, MPI_INT, MPI_MIN);
+    if (!state_ok)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: rank %d: optimizer state: %s",
+                        rt->groups.me.rank, err);
+    if (!all[1])
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "commit: allocating the optimizer state failed on another rank");
+    if (!all[0])
         return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                         "commit: %s: state %zu bytes, exchange buffers %zu + %zu bytes, NS slots "
                         "%zu, workspace "
@@ -263,6 +278,7 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         status = group_plan_build(rt, GROUP_EXPERT, &xs, &rt->gx[GROUP_EXPERT]);
     shard_table_free(&dense);
     shard_table_free(&xs);
+    offload_prepare(rt);
     if (status == SHARDOPT_OK)
         status = buffers_alloc(rt);
     if (status != SHARDOPT_OK) {

@@ -16,6 +16,7 @@ static const char *const rounding_names[] = {"nearest", "stochastic", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", NULL};
 static const char *const nonfinite_names[] = {"skip", "error", NULL};
 static const char *const bind_names[] = {"none", "auto", NULL};
+static const char *const offload_names[] = {"none", "optimizer", "cpu", NULL};
 static const char *const ns_strategy_names[] = {"gather", "sharded", "auto", NULL};
 static const char *const kernels_names[] = {"auto",   "reference", "portable",
                                             "avx512", "avx2",      NULL};
@@ -73,6 +74,11 @@ const struct config_key config_keys[] = {
     {"load_allow_missing", CFG_BOOL, OFF(load_allow_missing), NULL, 0, 1, 0, 0, 0, 0,
      "load: tensors the checkpoint lacks keep their current state"},
     ENUM(bind, bind_names, "thread placement at init: none, or auto"),
+    ENUM(offload, offload_names, "where optimizer state lives: none, optimizer, cpu"),
+    {"debug_poison_staging", CFG_BOOL, OFF(debug_poison_staging), NULL, 0, 1, 0, 0, 0, 0,
+     "fill offload staging slots with NaN when released"},
+    {"host_store_limit", CFG_U64, OFF(host_store_limit), NULL, 0, 0, 0, 0, 0, 0,
+     "offload: most bytes of host store; 0 = no limit"},
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

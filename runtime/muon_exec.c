@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "offload_exec.h"
 #include "status.h"
 
 /* One bucket of one group, and the buffer set it uses while in flight. */
@@ -28,27 +29,44 @@ static const void *cat(const void *base, size_t elems, size_t es)
     return (const char *)base + elems * es;
 }
 
-void muon_momentum_range(shardopt_runtime_t rt, const struct shardopt_param *p, size_t off,
-                         size_t n, void *out, float grad_scale)
+/* The momentum kernel of one range, its momentum at mom (the store, or a staging slot). */
+static void momentum_kernel(shardopt_runtime_t rt, const struct state_range *r, void *mom,
+                            void *unused, const void *arg)
 {
     const shardopt_config_t *c = &rt->cfg;
+    const struct shardopt_param *p = r->p;
+    (void)unused;
     struct momentum_args m = {
-        .n = n,
-        .grad = cat(p->grad, off, kdtype_size(p->grad_dtype)),
+        .n = r->n,
+        .grad = cat(p->grad, r->off, kdtype_size(p->grad_dtype)),
         .grad_dtype = p->grad_dtype,
-        .grad_scale = grad_scale,
-        .mom =
-            at(state_store_ptr(&rt->store, p->off_momentum), off, kdtype_size(c->momentum_dtype)),
+        .grad_scale = *(const float *)arg,
+        .mom = mom,
         .mom_dtype = c->momentum_dtype,
         .mom_rounding = c->momentum_rounding,
-        .out = out,
+        .out = r->out,
         .out_dtype = c->comm_dtype,
         .mu = (float)c->momentum,
         .nesterov = c->nesterov,
         .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_MOMENTUM, p->step + 1),
-        .idx = elem_index_map_at(&p->index_map, off),
+        .idx = elem_index_map_at(&p->index_map, r->off),
     };
     rt->ops->momentum(&rt->kctx, &m);
+}
+
+static int one_range(void *arg, int i, struct state_range *r)
+{
+    if (i > 0)
+        return 0;
+    *r = *(const struct state_range *)arg;
+    return 1;
+}
+
+void muon_momentum_range(shardopt_runtime_t rt, struct shardopt_param *p, size_t off, size_t n,
+                         void *out, float grad_scale)
+{
+    struct state_range r = {.p = p, .off = off, .n = n, .out = out};
+    offload_state_run(rt, SHARDOPT_ALGO_MUON, one_range, &r, momentum_kernel, &grad_scale);
 }
 
 void muon_apply_range(shardopt_runtime_t rt, const struct shardopt_param *p, size_t off, size_t n,
@@ -71,16 +89,32 @@ void muon_apply_range(shardopt_runtime_t rt, const struct shardopt_param *p, siz
     rt->ops->apply(&rt->kctx, &a);
 }
 
+struct bucket_pieces {
+    shardopt_runtime_t rt;
+    const struct stage *st;
+};
+
+/* Piece i of a bucket as a state range: its U goes to A, or straight to the NS slot (direct). */
+static int bucket_piece(void *arg, int i, struct state_range *r)
+{
+    const struct bucket_pieces *bp = arg;
+    const struct stage *st = bp->st;
+    const int q = st->b->piece_lo + i;
+    if (q >= st->b->piece_hi)
+        return 0;
+    const struct plan_piece *pc = &bp->rt->gx[st->kind].plan.pieces[q];
+    r->p = bp->rt->params[pc->param];
+    r->off = (size_t)pc->local_off;
+    r->n = (size_t)pc->count;
+    r->out =
+        at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, kdtype_size(bp->rt->cfg.comm_dtype));
+    return 1;
+}
+
 static void stage_momentum(shardopt_runtime_t rt, const struct stage *st, float grad_scale)
 {
-    const struct group_plan *P = &rt->gx[st->kind].plan;
-    const size_t es = kdtype_size(rt->cfg.comm_dtype);
-
-    for (int q = st->b->piece_lo; q < st->b->piece_hi; q++) {
-        const struct plan_piece *pc = &P->pieces[q];
-        muon_momentum_range(rt, rt->params[pc->param], (size_t)pc->local_off, (size_t)pc->count,
-                            at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es), grad_scale);
-    }
+    struct bucket_pieces bp = {.rt = rt, .st = st};
+    offload_state_run(rt, SHARDOPT_ALGO_MUON, bucket_piece, &bp, momentum_kernel, &grad_scale);
 }
 
 /* Start exchange #1 (A -> B) or #2 (B -> A): a receive and a send per member with a non-empty
@@ -165,10 +199,11 @@ static void stage_move(shardopt_runtime_t rt, const struct stage *st, int to_slo
     }
 }
 
-/* Newton-Schulz on my matrices [lo, hi), batching runs of consecutive experts of one stack. */
+/* Newton-Schulz on my matrices [lo, hi), batching runs of consecutive experts of one stack.
+ * The slots from element base_slot on are at base (the bucket's NS buffer, or its device copy). */
 static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct stage *st, int lo,
-                                             int hi, struct stage *in_flight1,
-                                             struct stage *in_flight2)
+                                             int hi, void *base, size_t base_slot,
+                                             struct stage *in_flight1, struct stage *in_flight2)
 {
     const shardopt_config_t *c = &rt->cfg;
     const struct group_plan *P = &rt->gx[st->kind].plan;
@@ -185,9 +220,9 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             .rows = ow->rows,
             .cols = ow->cols,
             .transpose = p->mv.ns_transpose,
-            .in = at(st->buf->ns, ow->slot, es),
+            .in = at(base, ow->slot - base_slot, es),
             .in_dtype = c->comm_dtype,
-            .out = at(st->buf->ns, ow->slot, es),
+            .out = at(base, ow->slot - base_slot, es),
             .out_dtype = c->comm_dtype,
             .coeffs = (const float(*)[3])rt->ns_coeffs,
             .steps = c->ns_steps,
@@ -228,16 +263,23 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
     const struct groups *g = &rt->groups;
     const struct group_plan *P = &rt->gx[st->kind].plan;
     const int R = g->mesh.dp_replicate;
-    int lo, hi;
-    size_t slot_lo, slot_hi;
+    const size_t es = kdtype_size(rt->cfg.comm_dtype);
+    const int split = rt->cfg.replica_split && R > 1;
+    int lo = st->b->owned_lo, hi = st->b->owned_hi;
+    size_t slot_lo = 0, slot_hi = st->b->ns_elems;
 
-    if (!rt->cfg.replica_split || R == 1)
-        return stage_orthogonalize(rt, st, st->b->owned_lo, st->b->owned_hi, in_flight1,
-                                   in_flight2);
-    plan_replica_range(P, st->b, R, g->me.rep, &lo, &hi, &slot_lo, &slot_hi);
-    shardopt_status_t status = stage_orthogonalize(rt, st, lo, hi, in_flight1, in_flight2);
+    if (split)
+        plan_replica_range(P, st->b, R, g->me.rep, &lo, &hi, &slot_lo, &slot_hi);
+    /* offload = cpu: my slots cross to the device and back; otherwise base is the buffer */
+    char *host = at(st->buf->ns, slot_lo, es);
+    void *base = offload_ns_in(rt, rt->dev_ns, host, (slot_hi - slot_lo) * es);
+    shardopt_status_t status =
+        stage_orthogonalize(rt, st, lo, hi, base, slot_lo, in_flight1, in_flight2);
     if (status != SHARDOPT_OK)
         return status;
+    offload_ns_out(rt, host, base, (slot_hi - slot_lo) * es);
+    if (!split)
+        return SHARDOPT_OK;
     for (int r = 0; r < R; r++) {
         size_t a, b;
         int l, h;

@@ -14,8 +14,8 @@ struct muon_scalars {
 };
 
 /* Momentum and pack of local elements [off, off + n) of a Muon tensor into out (comm dtype). */
-void muon_momentum_range(shardopt_runtime_t rt, const struct shardopt_param *p, size_t off,
-                         size_t n, void *out, float grad_scale);
+void muon_momentum_range(shardopt_runtime_t rt, struct shardopt_param *p, size_t off, size_t n,
+                         void *out, float grad_scale);
 
 /* Apply O (comm dtype) to local elements [off, off + n): W <- W (1 - lr wd) - lr scale O. */
 void muon_apply_range(shardopt_runtime_t rt, const struct shardopt_param *p, size_t off, size_t n,

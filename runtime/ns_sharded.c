@@ -3,6 +3,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "offload_exec.h"
 #include "status.h"
 
 static double now_seconds(void)
@@ -35,6 +36,9 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
     if (count > 0)
         muon_momentum_range(rt, p, off, count, rt->sh_u, s->grad_scale);
     double ss = count > 0 ? rt->ops->sumsq(&rt->kctx, rt->sh_u, c->comm_dtype, count) : 0.0;
+    /* offload = cpu: the iterations run on the device copy of U */
+    const size_t ubytes = count * kdtype_size(c->comm_dtype);
+    piece.in = piece.out = offload_ns_in(rt, rt->dev_sh_u, rt->sh_u, ubytes);
     if (MPI_Allreduce(MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM, comm) != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", p->name);
     const double inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)c->ns_eps);
@@ -59,6 +63,7 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
     if (count == 0)
         return SHARDOPT_OK;
     rt->ops->ns_shard_store(&rt->kctx, &piece, x);
+    offload_ns_out(rt, rt->sh_u, piece.out, ubytes);
 
     muon_apply_range(rt, p, off, count, rt->sh_u, s);
     return SHARDOPT_OK;

@@ -5,6 +5,7 @@
 #include "groups.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
+#include "offload/staging.h"
 #include "offload/state_store.h"
 #include "sharding/layout.h"
 #include "sharding/plan.h"
@@ -95,6 +96,8 @@ struct shardopt_runtime {
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
     void *sh_u;                   /* sharded Newton-Schulz: one piece's U and O, comm dtype */
     float *sh_x;                  /* X, Y, Gram, B */
+    struct staging stage;         /* offload: staging slots (optimizer) and the copy counters */
+    void *dev_ns, *dev_sh_u;      /* offload = cpu: device copies of NS slots and sharded U */
     double *sumsq;                /* [nparams]: the step's gradient pre-pass */
     int *nonfinite;               /* [nparams]: NaN/Inf gradient somewhere */
     size_t bytes_workspace;

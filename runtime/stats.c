@@ -66,6 +66,22 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.bytes_sent_expert = k->bytes_sent[GROUP_EXPERT];
     s.bytes_recv_expert = k->bytes_recv[GROUP_EXPERT];
 
+    s.offload = (int)rt->cfg.offload;
+    s.bytes_host_store = rt->store.host ? rt->store.bytes : 0;
+    const struct staging *sg = &rt->stage;
+    s.bytes_h2d_momentum = sg->in[STAGE_MOMENTUM];
+    s.bytes_d2h_momentum = sg->out[STAGE_MOMENTUM];
+    s.bytes_h2d_adam_m = sg->in[STAGE_EXP_AVG];
+    s.bytes_d2h_adam_m = sg->out[STAGE_EXP_AVG];
+    s.bytes_h2d_adam_v = sg->in[STAGE_EXP_AVG_SQ];
+    s.bytes_d2h_adam_v = sg->out[STAGE_EXP_AVG_SQ];
+    s.bytes_h2d_ns = sg->in[STAGE_NS_U];
+    s.bytes_d2h_ns = sg->out[STAGE_NS_O];
+    s.staging_slot_bytes = sg->slot_bytes;
+    s.staging_peak_bytes_last = sg->peak;
+    s.seconds_copy_exposed_last = sg->seconds_copy;
+    s.seconds_copy_hidden_last = 0.0;
+
     snprintf(s.kernels, sizeof s.kernels, "%s", rt->ops->name);
     const struct groups *g = &rt->groups;
     s.rank = g->me.rank;

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "muon_exec.h"
 #include "ns_sharded.h"
+#include "offload_exec.h"
 #include "prepass.h"
 #include "runtime.h"
 #include "status.h"
@@ -73,22 +74,31 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
     return SHARDOPT_OK;
 }
 
-static void step_adamw(shardopt_runtime_t rt, struct shardopt_param *p,
-                       const struct step_scalars *sc, float grad_scale)
+struct adamw_call {
+    const struct step_scalars *sc;
+    float grad_scale;
+};
+
+/* The AdamW kernel of one range, its state at m and v (the store, or a staging slot). */
+static void adamw_kernel(shardopt_runtime_t rt, const struct state_range *r, void *m, void *v,
+                         const void *arg)
 {
+    const struct adamw_call *call = arg;
+    const struct step_scalars *sc = call->sc;
+    const struct shardopt_param *p = r->p;
     const shardopt_config_t *c = &rt->cfg;
     const double t = (double)(p->step + 1);
     const double lr = sc->adamw_lr * p->lr_mult, wd = sc->adamw_wd * p->wd_mult;
     struct adamw_args a = {
-        .n = (size_t)p->layout.local_numel,
-        .param = p->data,
+        .n = r->n,
+        .param = (char *)p->data + r->off * kdtype_size(p->param_dtype),
         .param_dtype = p->param_dtype,
         .param_rounding = c->param_rounding,
-        .grad = p->grad,
+        .grad = (const char *)p->grad + r->off * kdtype_size(p->grad_dtype),
         .grad_dtype = p->grad_dtype,
-        .grad_scale = grad_scale,
-        .exp_avg = state_store_ptr(&rt->store, p->off_exp_avg),
-        .exp_avg_sq = state_store_ptr(&rt->store, p->off_exp_avg_sq),
+        .grad_scale = call->grad_scale,
+        .exp_avg = m,
+        .exp_avg_sq = v,
         .m_dtype = c->adam_state_dtype,
         .v_dtype = c->adam_v_dtype,
         .state_rounding = c->momentum_rounding,
@@ -103,9 +113,22 @@ static void step_adamw(shardopt_runtime_t rt, struct shardopt_param *p,
         .bc2_rsqrt = (float)(1.0 / sqrt(1.0 - pow(c->adamw_beta2, t))),
         .decay = (float)(1.0 - lr * wd),
         .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
-        .idx = p->index_map,
+        .idx = elem_index_map_at(&p->index_map, r->off),
     };
     rt->ops->adamw(&rt->kctx, &a);
+}
+
+/* Range i: the i-th AdamW tensor, whole (empty for the others). */
+static int adamw_tensor(void *arg, int i, struct state_range *r)
+{
+    shardopt_runtime_t rt = arg;
+    if (i >= rt->nparams)
+        return 0;
+    struct shardopt_param *p = rt->params[i];
+    *r = (struct state_range){.p = p, .off = 0, .n = 0, .out = NULL};
+    if (p->algo == SHARDOPT_ALGO_ADAMW)
+        r->n = (size_t)p->layout.local_numel;
+    return 1;
 }
 
 static void counters_reset(struct step_counters *k)
@@ -154,6 +177,7 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
         return status;
     k = &rt->counters;
     counters_reset(k);
+    staging_counts_reset(&rt->stage);
 
     status = prepass_run(rt, sc.max_grad_norm, &pre);
     if (status != SHARDOPT_OK)
@@ -164,9 +188,8 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     if (pre.nonfinite)
         return step_nonfinite(rt, pre.nonfinite);
 
-    for (int i = 0; i < rt->nparams; i++)
-        if (rt->params[i]->algo == SHARDOPT_ALGO_ADAMW && rt->params[i]->layout.local_numel > 0)
-            step_adamw(rt, rt->params[i], &sc, pre.grad_scale);
+    const struct adamw_call call = {.sc = &sc, .grad_scale = pre.grad_scale};
+    offload_state_run(rt, SHARDOPT_ALGO_ADAMW, adamw_tensor, rt, adamw_kernel, &call);
     k->seconds_adamw_last = now_seconds() - t1;
 
     const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};

@@ -40,6 +40,9 @@ void cpu_copy2d(const struct kernel_ctx *ctx, void *dst, size_t dpitch, const vo
                 size_t spitch, size_t width, size_t rows);
 double cpu_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
 
+void cpu_copy(const struct kernel_ctx *ctx, void *dst, const void *src, size_t bytes);
+void cpu_fill(const struct kernel_ctx *ctx, void *dst, int byte, size_t bytes);
+
 void *cpu_alloc(size_t bytes);
 void cpu_free(void *p);
 

@@ -43,3 +43,15 @@ double cpu_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n)
     }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
+
+void cpu_copy(const struct kernel_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    (void)ctx;
+    memcpy(dst, src, bytes);
+}
+
+void cpu_fill(const struct kernel_ctx *ctx, void *dst, int byte, size_t bytes)
+{
+    (void)ctx;
+    memset(dst, byte, bytes);
+}

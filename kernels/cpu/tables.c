@@ -26,6 +26,8 @@ static const struct kernel_ops cpu_ref = {
     .ns_shard_store = shard_store,
     .copy2d = cpu_copy2d,
     .sumsq = cpu_sumsq,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
     .alloc = cpu_alloc,
     .free = cpu_free,
 };
@@ -42,6 +44,8 @@ static const struct kernel_ops cpu_portable = {
     .ns_shard_store = shard_store,
     .copy2d = cpu_copy2d,
     .sumsq = cpu_sumsq,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
     .alloc = cpu_alloc,
     .free = cpu_free,
 };
@@ -59,6 +63,8 @@ static const struct kernel_ops cpu_avx512 = {
     .ns_shard_store = shard_store,
     .copy2d = cpu_copy2d,
     .sumsq = cpu_sumsq,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
     .alloc = cpu_alloc,
     .free = cpu_free,
 };
@@ -77,6 +83,8 @@ static const struct kernel_ops cpu_avx2 = {
     .ns_shard_store = shard_store,
     .copy2d = cpu_copy2d,
     .sumsq = cpu_sumsq,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
     .alloc = cpu_alloc,
     .free = cpu_free,
 };

@@ -23,7 +23,8 @@ static void cuda_free(void *p)
 }
 
 static const struct kernel_ops cuda_ops = {
-    "cuda", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cuda_alloc, cuda_free,
+    "cuda", NULL, NULL, NULL, NULL, NULL,       NULL,      NULL,
+    NULL,   NULL, NULL, NULL, NULL, cuda_alloc, cuda_free,
 };
 
 extern "C" const struct kernel_ops *kernel_ops_cuda(void) { return &cuda_ops; }

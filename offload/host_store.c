@@ -1,0 +1,37 @@
+#include "host_store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+void *host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_t bytes,
+                       uint64_t limit, char *err, size_t errlen)
+{
+    void *p = NULL;
+
+    if (limit > 0 && bytes > limit) {
+        snprintf(err, errlen,
+                 "host store: %zu bytes of optimizer state asked for, host_store_limit is %llu",
+                 bytes, (unsigned long long)limit);
+        return NULL;
+    }
+    if (topo != NULL && nodes != NULL && !hwloc_bitmap_iszero(nodes))
+        p = hwloc_alloc_membind(topo, bytes ? bytes : 1, nodes, HWLOC_MEMBIND_BIND,
+                                HWLOC_MEMBIND_BYNODESET);
+    if (p == NULL && topo != NULL)
+        p = hwloc_alloc(topo, bytes ? bytes : 1); /* binding refused: still page-aligned */
+    if (p == NULL && topo == NULL && posix_memalign(&p, 4096, bytes ? bytes : 1) != 0)
+        p = NULL;
+    if (p == NULL)
+        snprintf(err, errlen, "host store: allocating %zu bytes failed", bytes);
+    return p;
+}
+
+void host_store_free(hwloc_topology_t topo, void *p, size_t bytes)
+{
+    if (p == NULL)
+        return;
+    if (topo != NULL)
+        hwloc_free(topo, p, bytes ? bytes : 1);
+    else
+        free(p);
+}

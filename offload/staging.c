@@ -1,0 +1,130 @@
+#include "staging.h"
+
+#include <string.h>
+#include <time.h>
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t align_up(size_t x) { return (x + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN; }
+
+int staging_init(struct staging *s, const struct kernel_ops *ops, const struct kernel_ctx *ctx,
+                 size_t slot_bytes, int poison)
+{
+    memset(s, 0, sizeof *s);
+    s->ops = ops;
+    s->ctx = ctx;
+    s->slot_bytes = slot_bytes;
+    s->poison = poison;
+    for (int i = 0; i < STAGING_SLOTS && slot_bytes > 0; i++) {
+        s->slot[i] = ops->alloc(slot_bytes);
+        if (s->slot[i] == NULL)
+            return -1;
+        if (poison)
+            ops->fill(ctx, s->slot[i], 0xff, slot_bytes);
+    }
+    return 0;
+}
+
+void staging_free(struct staging *s)
+{
+    for (int i = 0; i < STAGING_SLOTS; i++)
+        if (s->ops != NULL && s->slot[i] != NULL)
+            s->ops->free(s->slot[i]);
+    memset(s->slot, 0, sizeof s->slot);
+}
+
+size_t staging_chunk_elems(const struct staging *s, size_t es0, size_t es1)
+{
+    /* seg 1 starts at the 64-byte boundary after seg 0: at most 63 bytes of padding */
+    const size_t room = s->slot_bytes > STAGING_ALIGN ? s->slot_bytes - STAGING_ALIGN : 0;
+    return room / (es0 + es1);
+}
+
+static void copy_timed(struct staging *s, void *dst, const void *src, size_t bytes)
+{
+    double t = now_seconds();
+    s->ops->copy(s->ctx, dst, src, bytes);
+    s->seconds_copy += now_seconds() - t;
+}
+
+static void slot_addrs(const struct staging *s, int i, const struct stream_chunk *c, void *dev[2])
+{
+    dev[0] = s->slot[i];
+    dev[1] = c->nseg > 1 ? s->slot[i] + align_up(c->bytes[0]) : NULL;
+}
+
+static void chunk_in(struct staging *s, int i, const struct stream_chunk *c)
+{
+    void *dev[2];
+    slot_addrs(s, i, c, dev);
+    for (int k = 0; k < c->nseg; k++) {
+        copy_timed(s, dev[k], c->host[k], c->bytes[k]);
+        s->in[c->kind[k]] += c->bytes[k];
+    }
+    s->used[i] = c->nseg > 1 ? align_up(c->bytes[0]) + c->bytes[1] : c->bytes[0];
+    size_t live = 0;
+    for (int k = 0; k < STAGING_SLOTS; k++)
+        live += s->used[k];
+    s->peak = live > s->peak ? live : s->peak;
+}
+
+static void chunk_out(struct staging *s, int i, const struct stream_chunk *c)
+{
+    void *dev[2];
+    slot_addrs(s, i, c, dev);
+    for (int k = 0; k < c->nseg; k++) {
+        copy_timed(s, c->host[k], dev[k], c->bytes[k]);
+        s->out[c->kind[k]] += c->bytes[k];
+    }
+    if (s->poison)
+        s->ops->fill(s->ctx, s->slot[i], 0xff, s->used[i]);
+    s->used[i] = 0;
+}
+
+void staging_stream(struct staging *s, stream_next_fn next, stream_run_fn run, void *arg)
+{
+    struct stream_chunk ring[STAGING_SLOTS];
+
+    if (!next(arg, &ring[0]))
+        return;
+    chunk_in(s, 0, &ring[0]);
+    for (long k = 0;; k++) {
+        const int cur = (int)(k % STAGING_SLOTS), nxt = (int)((k + 1) % STAGING_SLOTS),
+                  prv = (int)((k + 2) % STAGING_SLOTS);
+        /* the slot of k+1 is the one k-2 left: its copy-out finished in the previous round */
+        const int more = next(arg, &ring[nxt]);
+        if (more)
+            chunk_in(s, nxt, &ring[nxt]);
+        if (k > 0)
+            chunk_out(s, prv, &ring[prv]);
+        void *dev[2];
+        slot_addrs(s, cur, &ring[cur], dev);
+        run(arg, &ring[cur], dev);
+        if (!more) {
+            chunk_out(s, cur, &ring[cur]);
+            return;
+        }
+    }
+}
+
+void staging_copy(struct staging *s, void *dst, const void *src, size_t bytes, int kind, int in)
+{
+    copy_timed(s, dst, src, bytes);
+    if (in)
+        s->in[kind] += bytes;
+    else
+        s->out[kind] += bytes;
+}
+
+void staging_counts_reset(struct staging *s)
+{
+    memset(s->in, 0, sizeof s->in);
+    memset(s->out, 0, sizeof s->out);
+    s->peak = 0;
+    s->seconds_copy = 0;
+}

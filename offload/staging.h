@@ -1,0 +1,76 @@
+/* The staging area of offload = optimizer: three slots in device memory through which state
+ * streams chunk by chunk. While the kernels of chunk k run on slot k % 3, chunk k+1 is copied in
+ * and chunk k-1 out (with CUDA on copy streams; on the CPU backend the same calls in the same
+ * order, synchronously). Every copy goes through the kernel table's copy op and is counted here,
+ * by kind. With poisoning on, a slot is filled with 0xFF bytes (NaN in fp32 and bf16) when
+ * released, so a kernel that reads state that was not copied in fails loudly. */
+#ifndef OFFLOAD_STAGING_H
+#define OFFLOAD_STAGING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+#define STAGING_SLOTS 3
+#define STAGING_ALIGN 64
+
+enum staging_kind {
+    STAGE_MOMENTUM = 0,
+    STAGE_EXP_AVG = 1,
+    STAGE_EXP_AVG_SQ = 2,
+    STAGE_NS_U = 3, /* offload = cpu: Newton-Schulz input to the device */
+    STAGE_NS_O = 4, /* and its output back */
+    STAGE_KINDS = 5,
+};
+
+struct staging {
+    const struct kernel_ops *ops;
+    const struct kernel_ctx *ctx;
+    unsigned char *slot[STAGING_SLOTS];
+    size_t slot_bytes;
+    size_t used[STAGING_SLOTS]; /* bytes held by each slot now */
+    size_t peak;                /* most bytes held at once since the last reset */
+    int poison;
+    uint64_t in[STAGE_KINDS], out[STAGE_KINDS]; /* bytes host -> device and back */
+    double seconds_copy;                        /* time inside the copy op */
+};
+
+/* Allocate the slots (slot_bytes each, from the device allocator; none when 0, for the counted
+ * copies of staging_copy alone). Returns 0 or -1. */
+int staging_init(struct staging *s, const struct kernel_ops *ops, const struct kernel_ctx *ctx,
+                 size_t slot_bytes, int poison);
+void staging_free(struct staging *s);
+
+/* One chunk of state: up to two host segments (momentum; or exp_avg and exp_avg_sq) that one
+ * kernel call reads and writes, plus what the caller needs to make that call. */
+struct stream_chunk {
+    void *host[2];
+    size_t bytes[2];
+    int kind[2];
+    int nseg;
+    void *tag;     /* caller's: which tensor */
+    size_t off, n; /* caller's: which elements */
+    void *out;     /* caller's: where the result goes */
+};
+
+/* The largest element count whose two segments (es0 and es1 bytes per element; es1 may be 0)
+ * fit one slot, 64-byte aligned. */
+size_t staging_chunk_elems(const struct staging *s, size_t es0, size_t es1);
+
+/* Fills *c with the next chunk (each fitting one slot); returns 0 when there is none. */
+typedef int (*stream_next_fn)(void *arg, struct stream_chunk *c);
+/* Runs the kernel of chunk c on its device copies dev[0..nseg). */
+typedef void (*stream_run_fn)(void *arg, const struct stream_chunk *c, void *const dev[2]);
+
+/* Stream every chunk next() yields through the slots:
+ *   in(0); for each k: in(k+1), out(k-1) and release, run(k); then out(last). */
+void staging_stream(struct staging *s, stream_next_fn next, stream_run_fn run, void *arg);
+
+/* A host <-> device copy outside the slots (offload = cpu's Newton-Schulz buffers), counted. */
+void staging_copy(struct staging *s, void *dst, const void *src, size_t bytes, int kind, int in);
+
+/* Zero the byte counters, the peak and the copy time (at the start of a step). */
+void staging_counts_reset(struct staging *s);
+
+#endif

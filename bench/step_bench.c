@@ -2,14 +2,17 @@
  *
  *   mpirun -n N step_bench [--preset glm45-air] [--layers L] [--width-div D] [--experts-div D]
  *       [--dp-replicate R] [--dp-shard S] [--cp C] [--ep E] [--expert-shard-dim 0|1|2]
- *       [--momentum-dtype fp32|bf16|both] [--comm-dtype bf16|fp32] [--offload none]
+ *       [--momentum-dtype fp32|bf16|both] [--comm-dtype bf16|fp32]
+ *       [--offload none|optimizer|cpu|both|all]
  *       [--backend cpu] [--threads T] [--bucket-mib M] [--warmup W] [--steps N] [--json]
  *
  * Dense tensors are sharded along dim 0 over the dense shard group (FSDP-style chunks), expert
  * stacks split over EP and chunked along --expert-shard-dim over the expert shard group.
  * Reports the median over steps of the step time's maximum over ranks, the phase breakdown
  * (same statistic), optimizer state bytes per rank, bytes per group per step, and the
- * Newton-Schulz rate against an OpenBLAS sgemm measured on rank 0 in the same run. Defaults
+ * Newton-Schulz rate against an OpenBLAS sgemm measured on rank 0 in the same run, and with
+ * offload the host <-> device bytes counted at the copy op (both = none and optimizer, all = the
+ * three modes, each with every momentum dtype asked for, side by side in one run). Defaults
  * scale GLM-4.5-Air down (2 MoE layers, width / 8, experts / 4) so that it runs on a laptop. */
 #include <cblas.h>
 #include <math.h>
@@ -96,14 +99,12 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         else
             usage_die(a);
     }
-    if (strcmp(o->offload, "none") != 0) {
-        if (me == 0)
-            fprintf(stderr,
-                    "step_bench: --offload %s: only 'none' exists so far (host offload is "
-                    "a later issue)\n",
-                    o->offload);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    const char *const modes[] = {"none", "optimizer", "cpu", "both", "all"};
+    int known = 0;
+    for (int i = 0; i < 5; i++)
+        known |= !strcmp(o->offload, modes[i]);
+    if (!known)
+        usage_die(o->offload);
 }
 
 /* sgemm C[m x n] = A[m x m] B[m x n] at m = 1024, n = 4096 on this rank: the machine's limit
@@ -134,14 +135,17 @@ static double sgemm_rate(int threads)
 }
 
 struct result {
-    const char *mom;
+    const char *mom, *offload;
     double step, prepass, adamw, momentum, ex1, ns, ex2, apply; /* median over steps of max */
     double ns_gflops;                                           /* min over ranks */
     uint64_t state_mom, state_m, state_v, bytes_dense, bytes_expert, ws;
     int64_t params_local_max;
+    uint64_t h2d, d2h, peak, slot; /* host <-> device bytes per step, staging: max over ranks */
+    double copy_s;                 /* median over steps of the max over ranks */
 };
 
-static void run_one(const struct opts *o, const struct preset *p, const char *mom, struct result *r)
+static void run_one(const struct opts *o, const struct preset *p, const char *mom,
+                    const char *offload, struct result *r)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     shardopt_runtime_t rt;
@@ -158,13 +162,16 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     cfg.comm_dtype = !strcmp(o->comm, "fp32") ? SHARDOPT_DTYPE_FP32 : SHARDOPT_DTYPE_BF16;
     cfg.bucket_bytes = (uint64_t)(o->bucket_mib * 1048576.0);
     cfg.backend = !strcmp(o->backend, "cuda") ? SHARDOPT_BACKEND_CUDA : SHARDOPT_BACKEND_CPU;
+    cfg.offload = !strcmp(offload, "optimizer") ? SHARDOPT_OFFLOAD_OPTIMIZER
+                  : !strcmp(offload, "cpu")     ? SHARDOPT_OFFLOAD_CPU
+                                                : SHARDOPT_OFFLOAD_NONE;
     if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK)
         die("init", st);
     if ((st = preset_shards_register(rt, p, o->xdim, 12345 + (uint64_t)me, &ps)) != SHARDOPT_OK)
         die("register", st);
 
     const int total = o->warmup + o->steps;
-    double *step = malloc(sizeof(double) * 8 * (size_t)o->steps), t_start = MPI_Wtime();
+    double *step = malloc(sizeof(double) * 9 * (size_t)o->steps), t_start = MPI_Wtime();
     double nsrate = 1e30;
     for (int i = 0; i < total; i++) {
         shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
@@ -173,36 +180,48 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
         if ((st = shardopt_step(rt, &a)) != SHARDOPT_OK)
             die("step", st);
         shardopt_get_stats(rt, &s);
-        double ph[8] = {s.seconds_last,           s.seconds_prepass_last,   s.seconds_adamw_last,
-                        s.seconds_momentum_last,  s.seconds_exchange1_last, s.seconds_ns_last,
-                        s.seconds_exchange2_last, s.seconds_apply_last};
-        MPI_Allreduce(MPI_IN_PLACE, ph, 8, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        double ph[9] = {
+            s.seconds_last,           s.seconds_prepass_last,   s.seconds_adamw_last,
+            s.seconds_momentum_last,  s.seconds_exchange1_last, s.seconds_ns_last,
+            s.seconds_exchange2_last, s.seconds_apply_last,     s.seconds_copy_exposed_last};
+        MPI_Allreduce(MPI_IN_PLACE, ph, 9, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (i >= o->warmup) {
-            memcpy(&step[8 * (i - o->warmup)], ph, sizeof ph);
+            memcpy(&step[9 * (i - o->warmup)], ph, sizeof ph);
             double rate = s.seconds_ns_last > 0 ? s.ns_flops_last / s.seconds_ns_last / 1e9 : 0;
             nsrate = rate > 0 && rate < nsrate ? rate : nsrate;
         }
         if (me == 0 && MPI_Wtime() - t_start > 5)
-            fprintf(stderr, "step_bench: momentum %s: step %d/%d: %.3f s (max over ranks)\n", mom,
-                    i + 1, total, ph[0]);
+            fprintf(stderr,
+                    "step_bench: offload %s, momentum %s: step %d/%d: %.3f s (max over ranks)\n",
+                    offload, mom, i + 1, total, ph[0]);
     }
     double col[64];
-    double *out[8] = {&r->step, &r->prepass, &r->adamw, &r->momentum,
-                      &r->ex1,  &r->ns,      &r->ex2,   &r->apply};
-    for (int c = 0; c < 8; c++) {
+    double *out[9] = {&r->step, &r->prepass, &r->adamw, &r->momentum, &r->ex1,
+                      &r->ns,   &r->ex2,     &r->apply, &r->copy_s};
+    for (int c = 0; c < 9; c++) {
         for (int i = 0; i < o->steps && i < 64; i++)
-            col[i] = step[8 * i + c];
+            col[i] = step[9 * i + c];
         *out[c] = bench_median(col, o->steps < 64 ? o->steps : 64);
     }
     MPI_Allreduce(MPI_IN_PLACE, &nsrate, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     r->ns_gflops = nsrate < 1e29 ? nsrate : 0;
-    uint64_t v[6] = {s.bytes_momentum,
-                     s.bytes_adam_m,
-                     s.bytes_adam_v,
-                     s.bytes_workspace,
-                     s.bytes_sent_dense + s.bytes_recv_dense,
-                     s.bytes_sent_expert + s.bytes_recv_expert};
-    MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    uint64_t v[10] = {
+        s.bytes_momentum,
+        s.bytes_adam_m,
+        s.bytes_adam_v,
+        s.bytes_workspace,
+        s.bytes_sent_dense + s.bytes_recv_dense,
+        s.bytes_sent_expert + s.bytes_recv_expert,
+        s.bytes_h2d_momentum + s.bytes_h2d_adam_m + s.bytes_h2d_adam_v + s.bytes_h2d_ns,
+        s.bytes_d2h_momentum + s.bytes_d2h_adam_m + s.bytes_d2h_adam_v + s.bytes_d2h_ns,
+        s.staging_peak_bytes_last,
+        s.staging_slot_bytes};
+    MPI_Allreduce(MPI_IN_PLACE, v, 10, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    r->h2d = v[6];
+    r->d2h = v[7];
+    r->peak = v[8];
+    r->slot = v[9];
+    r->offload = offload;
     r->state_mom = v[0];
     r->state_m = v[1];
     r->state_v = v[2];
@@ -220,7 +239,7 @@ int main(int argc, char **argv)
 {
     struct opts o;
     struct preset p;
-    struct result res[2];
+    struct result res[6];
     char err[256];
     int nres = 0;
 
@@ -235,10 +254,15 @@ int main(int argc, char **argv)
     }
     double gemm = me == 0 ? sgemm_rate(o.threads) : 0;
     MPI_Bcast(&gemm, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    if (strcmp(o.mom, "fp32") == 0 || strcmp(o.mom, "both") == 0)
-        run_one(&o, &p, "fp32", &res[nres++]);
-    if (strcmp(o.mom, "bf16") == 0 || strcmp(o.mom, "both") == 0)
-        run_one(&o, &p, "bf16", &res[nres++]);
+    const char *const modes[3] = {"none", "optimizer", "cpu"};
+    for (int m = 0; m < 3; m++) {
+        const int want = !strcmp(o.offload, modes[m]) || !strcmp(o.offload, "all") ||
+                         (!strcmp(o.offload, "both") && m < 2);
+        if (want && (strcmp(o.mom, "fp32") == 0 || strcmp(o.mom, "both") == 0))
+            run_one(&o, &p, "fp32", modes[m], &res[nres++]);
+        if (want && (strcmp(o.mom, "bf16") == 0 || strcmp(o.mom, "both") == 0))
+            run_one(&o, &p, "bf16", modes[m], &res[nres++]);
+    }
 
     if (me == 0) {
         printf("step_bench: preset %s (%d MoE + %d dense layers, width / %d, experts / %d): %d "
@@ -249,18 +273,24 @@ int main(int argc, char **argv)
                (double)p.total / 1e6, world, o.rep, o.shard, o.cp, o.ep, o.xdim, o.comm, o.steps,
                o.warmup, gemm);
         printf("| offload | momentum | step time (max over ranks) | optimizer state / rank | "
-               "host↔device bytes / step |\n|---|---|---|---|---|\n");
+               "host↔device bytes / step (in + out) | copy time (exposed) | staging peak / 3 "
+               "slots |\n|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < nres; i++)
-            printf("| none | %s | %.3f s | %.2f MiB | 0 (no offload) |\n", res[i].mom, res[i].step,
-                   (res[i].state_mom + res[i].state_m + res[i].state_v) / 1048576.0);
-        printf("\n| momentum | pre-pass | AdamW | momentum | exchange #1 | NS | exchange #2 | "
+            printf("| %s | %s | %.3f s | %.2f MiB | %.2f + %.2f MiB | %.3f s | %.2f / %.2f MiB |\n",
+                   res[i].offload, res[i].mom, res[i].step,
+                   (res[i].state_mom + res[i].state_m + res[i].state_v) / 1048576.0,
+                   res[i].h2d / 1048576.0, res[i].d2h / 1048576.0, res[i].copy_s,
+                   res[i].peak / 1048576.0, 3 * res[i].slot / 1048576.0);
+        printf("\n| offload | momentum | pre-pass | AdamW | momentum | exchange #1 | NS | exchange "
+               "#2 | "
                "apply | NS GFLOP/s (min rank) | NS / sgemm | dense bytes/step | expert "
-               "bytes/step |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "bytes/step |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < nres; i++)
-            printf("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.2f | %.1f MiB "
+            printf("| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.2f | "
+                   "%.1f MiB "
                    "| %.1f MiB |\n",
-                   res[i].mom, res[i].prepass, res[i].adamw, res[i].momentum, res[i].ex1, res[i].ns,
-                   res[i].ex2, res[i].apply, res[i].ns_gflops,
+                   res[i].offload, res[i].mom, res[i].prepass, res[i].adamw, res[i].momentum,
+                   res[i].ex1, res[i].ns, res[i].ex2, res[i].apply, res[i].ns_gflops,
                    gemm > 0 ? res[i].ns_gflops / gemm : 0, res[i].bytes_dense / 1048576.0,
                    res[i].bytes_expert / 1048576.0);
         if (o.json) {
@@ -269,21 +299,25 @@ int main(int argc, char **argv)
                    "\"sgemm_gflops\": %.2f, \"results\": [",
                    p.name, (long long)p.total, world, o.rep, o.shard, o.cp, o.ep, o.xdim, gemm);
             for (int i = 0; i < nres; i++)
-                printf("%s{\"offload\": \"none\", \"momentum\": \"%s\", \"step_s\": %.6f, "
+                printf("%s{\"offload\": \"%s\", \"momentum\": \"%s\", \"step_s\": %.6f, "
                        "\"prepass_s\": %.6f, \"adamw_s\": %.6f, \"momentum_s\": %.6f, "
                        "\"exchange1_s\": %.6f, \"ns_s\": %.6f, \"exchange2_s\": %.6f, "
                        "\"apply_s\": %.6f, \"ns_gflops_min_rank\": %.3f, \"ns_ratio_vs_sgemm\": "
                        "%.4f, \"state_bytes_per_rank\": %llu, \"momentum_bytes\": %llu, "
                        "\"adam_bytes\": %llu, \"workspace_bytes\": %llu, \"dense_bytes_per_step\": "
-                       "%llu, \"expert_bytes_per_step\": %llu, \"host_device_bytes_per_step\": 0}",
-                       i ? ", " : "", res[i].mom, res[i].step, res[i].prepass, res[i].adamw,
-                       res[i].momentum, res[i].ex1, res[i].ns, res[i].ex2, res[i].apply,
-                       res[i].ns_gflops, gemm > 0 ? res[i].ns_gflops / gemm : 0,
+                       "%llu, \"expert_bytes_per_step\": %llu, \"h2d_bytes_per_step\": %llu, "
+                       "\"d2h_bytes_per_step\": %llu, \"copy_exposed_s\": %.6f, "
+                       "\"staging_peak_bytes\": %llu}",
+                       i ? ", " : "", res[i].offload, res[i].mom, res[i].step, res[i].prepass,
+                       res[i].adamw, res[i].momentum, res[i].ex1, res[i].ns, res[i].ex2,
+                       res[i].apply, res[i].ns_gflops, gemm > 0 ? res[i].ns_gflops / gemm : 0,
                        (unsigned long long)(res[i].state_mom + res[i].state_m + res[i].state_v),
                        (unsigned long long)res[i].state_mom,
                        (unsigned long long)(res[i].state_m + res[i].state_v),
                        (unsigned long long)res[i].ws, (unsigned long long)res[i].bytes_dense,
-                       (unsigned long long)res[i].bytes_expert);
+                       (unsigned long long)res[i].bytes_expert, (unsigned long long)res[i].h2d,
+                       (unsigned long long)res[i].d2h, res[i].copy_s,
+                       (unsigned long long)res[i].peak);
             printf("]}\n");
         }
     }

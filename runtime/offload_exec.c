@@ -142,8 +142,17 @@ size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems)
     size_t slot = 0, bytes = 0;
 
     if (rt->cfg.offload == SHARDOPT_OFFLOAD_OPTIMIZER) {
-        /* a bucket's worth, but no more than the whole state, and room for two segments */
-        slot = rt->cfg.bucket_bytes < rt->store.bytes ? rt->cfg.bucket_bytes : rt->store.bytes;
+        /* a bucket's worth (bucket_bytes 0, one matrix per bucket: the largest tensor's state),
+         * but no more than the whole state, and room for two segments */
+        size_t want = (size_t)rt->cfg.bucket_bytes;
+        for (int i = 0; want == 0 && i < rt->nparams; i++) {
+            const struct shardopt_param *p = rt->params[i];
+            const size_t n = (size_t)p->layout.local_numel;
+            const size_t b = n * (state_es(rt, p->algo, 0) + state_es(rt, p->algo, 1)) + 64;
+            slot = b > slot ? b : slot;
+        }
+        want = want > 0 ? want : slot;
+        slot = want < rt->store.bytes ? want : rt->store.bytes;
         slot = slot < 4 * STAGING_ALIGN ? 4 * STAGING_ALIGN : slot;
         slot = (slot + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
     }

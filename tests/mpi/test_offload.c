@@ -166,12 +166,14 @@ TEST(offload_modes_bitwise_bf16_adam_sharded_ns_fp32_comm)
     modes_bitwise(cfg);
 }
 
-TEST(offload_default_slots_one_chunk_per_tensor)
+TEST(offload_default_and_zero_bucket_slots)
 {
     setup();
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     cfg.num_threads = 1;
-    modes_bitwise(cfg); /* bucket_bytes 128 MiB: slots shrink to the state's size */
+    modes_bitwise(cfg);   /* bucket_bytes 128 MiB: slots shrink to the state's size */
+    cfg.bucket_bytes = 0; /* one matrix per bucket: a slot holds the largest tensor's state */
+    modes_bitwise(cfg);
 }
 
 TEST(offload_host_store_limit_fails_commit_cleanly)

@@ -2,8 +2,9 @@
  * printing per-step update norms (Muon and AdamW tensors apart) and timings.
  *
  *   moe_demo [--steps N] [--layers L] [--experts E] [--hidden H] [--ffn F] [--vocab V]
- *            [--momentum-dtype fp32|bf16] [--config FILE.json]
- * SHARDOPT_* environment variables override the config (see docs/config.md). */
+ *            [--momentum-dtype fp32|bf16] [--offload none|optimizer|cpu] [--config FILE.json]
+ * SHARDOPT_* environment variables override the config (see docs/config.md). As an application
+ * (not a library inside a trainer) it asks for bind = auto: threads on this rank's cores. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -106,7 +107,7 @@ static double now(void)
 int main(int argc, char **argv)
 {
     int steps = 20, layers = 2, experts = 8, hidden = 256, ffn = 128, vocab = 2048;
-    const char *config_path = NULL, *mom_dtype = NULL;
+    const char *config_path = NULL, *mom_dtype = NULL, *offload = NULL;
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     shardopt_runtime_t rt;
     shardopt_status_t status;
@@ -132,12 +133,16 @@ int main(int argc, char **argv)
         } else if (v != NULL && strcmp(a, "--momentum-dtype") == 0) {
             mom_dtype = v;
             i++;
+        } else if (v != NULL && strcmp(a, "--offload") == 0) {
+            offload = v;
+            i++;
         } else {
             fprintf(stderr, "moe_demo: bad argument '%s' (see the comment at the top of %s)\n", a,
                     __FILE__);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
+    cfg.bind = SHARDOPT_BIND_AUTO; /* the config file or SHARDOPT_BIND may say otherwise */
     if (config_path != NULL &&
         (status = shardopt_config_load_json(config_path, &cfg)) != SHARDOPT_OK)
         die("config file", status);
@@ -148,6 +153,17 @@ int main(int argc, char **argv)
         }
         cfg.momentum_dtype =
             strcmp(mom_dtype, "bf16") == 0 ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
+    }
+    if (offload != NULL) {
+        const char *const modes[] = {"none", "optimizer", "cpu"};
+        int k = 0;
+        while (k < 3 && strcmp(offload, modes[k]) != 0)
+            k++;
+        if (k == 3) {
+            fprintf(stderr, "moe_demo: --offload %s: accepted none, optimizer, cpu\n", offload);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        cfg.offload = (shardopt_offload_t)k;
     }
     if ((status = shardopt_config_from_env(&cfg)) != SHARDOPT_OK)
         die("environment", status);
@@ -231,6 +247,17 @@ int main(int argc, char **argv)
     if (steps > 1)
         printf("moe_demo: %d steps, mean step %.2f ms after the first\n", steps,
                t_sum / (steps - 1) * 1e3);
+    if (cfg.offload != SHARDOPT_OFFLOAD_NONE)
+        printf(
+            "moe_demo: offload %s: %.2f MiB host store; last step host->device %.2f MiB, "
+            "device->host %.2f MiB, copies %.2f ms, staging peak %.2f MiB\n",
+            cfg.offload == SHARDOPT_OFFLOAD_CPU ? "cpu" : "optimizer",
+            st.bytes_host_store / 1048576.0,
+            (st.bytes_h2d_momentum + st.bytes_h2d_adam_m + st.bytes_h2d_adam_v + st.bytes_h2d_ns) /
+                1048576.0,
+            (st.bytes_d2h_momentum + st.bytes_d2h_adam_m + st.bytes_d2h_adam_v + st.bytes_d2h_ns) /
+                1048576.0,
+            st.seconds_copy_exposed_last * 1e3, st.staging_peak_bytes_last / 1048576.0);
 
     shardopt_finalize(rt);
     for (int i = 0; i < m.n; i++) {

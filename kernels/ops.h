@@ -115,6 +115,8 @@ struct ns_args {
     float norm_scale;
     float eps;
     int variant;
+    int compute; /* KDT_F32, or KDT_BF16: oneDNN bf16 products (kernels/cpu/ns_bf16.h) */
+    int block;   /* bf16 symmetric variant: rows per block row */
 };
 
 /* The map for local elements [off, off + n) of a map's range: off must start a run, or the range
@@ -132,9 +134,11 @@ static inline struct elem_index_map elem_index_map_at(const struct elem_index_ma
 }
 
 /* Scratch for one matrix at a time, sized by ns_workspace_floats() for the largest shape. */
+struct ns_bf16;
 struct ns_workspace {
     float *buf;
     size_t floats;
+    struct ns_bf16 *bf16; /* compute = bf16: the prepared oneDNN primitives */
 };
 
 /* Floats of workspace newton_schulz needs for a rows x cols matrix. */

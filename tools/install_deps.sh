@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhwloc-dev
-          libopenblas-dev libopenblas-openmp-dev libcjson-dev)
+          libopenblas-dev libopenblas-openmp-dev libcjson-dev libdnnl-dev)
 
 # Python modules the interop test reads checkpoints with
 python_deps() {

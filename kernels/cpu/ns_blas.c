@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "ns_bf16.h"
 #include "ns_common.h"
 
 /* Tile edge of the mirror copy: a 64x64 fp32 tile (16 KiB) stays in L1. */
@@ -78,6 +79,8 @@ static void ns_iter_symmetric(const struct kernel_ctx *ctx, int64_t m, int64_t n
 int blas_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                        const struct ns_workspace *ws)
 {
+    if (a->compute == KDT_BF16)
+        return ns_bf16_run(ctx, a, ws);
     switch (a->variant) {
     case NS_VARIANT_PLAIN: return ns_run_batch(ctx, a, ws, ns_iter_plain);
     case NS_VARIANT_SYMMETRIC: return ns_run_batch(ctx, a, ws, ns_iter_symmetric);

@@ -1,6 +1,7 @@
 /* Reference Newton-Schulz: the literal iteration with double accumulation, fp32 between steps.
  * O(m^2 n) loops with no blocking: for tests and small shapes, not for speed. */
 #include "cpu_kernels.h"
+#include "ns_bf16.h"
 #include "ns_common.h"
 
 /* the literal iteration, shared with the sharded reference */
@@ -14,5 +15,7 @@ static void ref_iter(const struct kernel_ctx *ctx, int64_t m, int64_t n, const f
 int ref_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                       const struct ns_workspace *ws)
 {
+    if (a->compute == KDT_BF16)
+        return ns_bf16_run(ctx, a, ws); /* bf16 products exist only as oneDNN's */
     return ns_run_batch(ctx, a, ws, ref_iter);
 }

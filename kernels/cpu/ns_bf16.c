@@ -1,0 +1,419 @@
+#include "ns_bf16.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../dtype.h"
+#include "../ns_coeffs.h"
+#include "ns_common.h"
+
+#define BF16_MAX_ROWS 64 /* block rows of a symmetric plan */
+#define BF16_TILE     64 /* edge of the mirror's transposing tiles: 8 KiB of bf16 */
+
+/* One matmul and the memory objects of its arguments (data handles set at each call). */
+struct mm {
+    dnnl_primitive_t p;
+    dnnl_memory_t src, wei, dst;
+};
+
+struct plan {
+    int64_t m, n;
+    int variant, block, nrow;
+    int steps;
+    float coeffs[NS_TABLE_MAX_STEPS][3];
+    int uniq[NS_TABLE_MAX_STEPS]; /* step -> the first step with the same triple */
+    struct mm gram[BF16_MAX_ROWS];
+    struct mm aa[BF16_MAX_ROWS][NS_TABLE_MAX_STEPS]; /* by first step of a triple */
+    struct mm bx[NS_TABLE_MAX_STEPS];
+};
+
+struct ns_bf16 {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    struct plan **plans;
+    int nplans, cap;
+    int primitives;
+    void *scratch; /* user scratchpad: the largest any primitive asks for */
+    size_t scratch_bytes;
+    dnnl_memory_t scratch_mem;
+    char impl[64];
+};
+
+static const char *dnnl_what(dnnl_status_t s)
+{
+    switch (s) {
+    case dnnl_out_of_memory: return "out of memory";
+    case dnnl_invalid_arguments: return "invalid arguments";
+    case dnnl_unimplemented: return "no implementation";
+    default: return "error";
+    }
+}
+
+struct ns_bf16 *ns_bf16_create(char *err, size_t errlen)
+{
+    struct ns_bf16 *b = calloc(1, sizeof *b);
+    dnnl_status_t s = dnnl_success;
+
+    if (b == NULL) {
+        snprintf(err, errlen, "bf16 Newton-Schulz: out of memory");
+        return NULL;
+    }
+    s = dnnl_engine_create(&b->engine, dnnl_cpu, 0);
+    if (s == dnnl_success)
+        s = dnnl_stream_create(&b->stream, b->engine, dnnl_stream_default_flags);
+    if (s != dnnl_success) {
+        snprintf(err, errlen, "bf16 Newton-Schulz: oneDNN CPU engine: %s", dnnl_what(s));
+        ns_bf16_destroy(b);
+        return NULL;
+    }
+    return b;
+}
+
+static void mm_free(struct mm *x)
+{
+    if (x->p != NULL)
+        dnnl_primitive_destroy(x->p);
+    if (x->src != NULL)
+        dnnl_memory_destroy(x->src);
+    if (x->wei != NULL)
+        dnnl_memory_destroy(x->wei);
+    if (x->dst != NULL)
+        dnnl_memory_destroy(x->dst);
+    memset(x, 0, sizeof *x);
+}
+
+static void plan_free(struct plan *p)
+{
+    for (int i = 0; i < p->nrow; i++) {
+        mm_free(&p->gram[i]);
+        for (int s = 0; s < p->steps; s++)
+            mm_free(&p->aa[i][s]);
+    }
+    for (int s = 0; s < p->steps; s++)
+        mm_free(&p->bx[s]);
+    free(p);
+}
+
+void ns_bf16_destroy(struct ns_bf16 *b)
+{
+    if (b == NULL)
+        return;
+    for (int i = 0; i < b->nplans; i++)
+        plan_free(b->plans[i]);
+    free(b->plans);
+    if (b->scratch_mem != NULL)
+        dnnl_memory_destroy(b->scratch_mem);
+    free(b->scratch);
+    if (b->stream != NULL)
+        dnnl_stream_destroy(b->stream);
+    if (b->engine != NULL)
+        dnnl_engine_destroy(b->engine);
+    free(b);
+}
+
+/* A row-major view of rows x cols bf16 elements with leading dimension ld; transposed: the view
+ * is cols x rows... of the same storage read column-wise (element (i, j) at j * ld + i). */
+static dnnl_status_t view_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld,
+                             int transposed)
+{
+    const dnnl_dims_t dims = {rows, cols};
+    const dnnl_dims_t strides = {transposed ? 1 : ld, transposed ? ld : 1};
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_bf16, strides);
+}
+
+/* dst[M x N] (ld ldc) = oscale * src[M x K] (ld lda) * wei[K x N] (+ sum * dst), wei read from
+ * rows of ld ldb, or from its transpose's rows when wei_t (X X^T takes X's rows as columns). */
+static int mm_make(struct ns_bf16 *b, struct mm *x, int64_t M, int64_t K, int64_t N, int64_t lda,
+                   int64_t ldb, int wei_t, int64_t ldc, float oscale, float sum, char *err,
+                   size_t errlen)
+{
+    dnnl_memory_desc_t a, w, c;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s;
+
+    s = view_md(&a, M, K, lda, 0);
+    if (s == dnnl_success)
+        s = view_md(&w, K, N, ldb, wei_t);
+    if (s == dnnl_success)
+        s = view_md(&c, M, N, ldc, 0);
+    if (s == dnnl_success)
+        s = dnnl_matmul_desc_init(&md, &a, &w, NULL, &c);
+    if (s == dnnl_success)
+        s = dnnl_primitive_attr_create(&attr);
+    if (s == dnnl_success)
+        s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (s == dnnl_success && oscale != 1.0f)
+        s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &oscale);
+    if (s == dnnl_success && sum != 0.0f) {
+        s = dnnl_post_ops_create(&po);
+        if (s == dnnl_success)
+            s = dnnl_post_ops_append_sum(po, sum);
+        if (s == dnnl_success)
+            s = dnnl_primitive_attr_set_post_ops(attr, po);
+    }
+    if (s == dnnl_success)
+        s = dnnl_primitive_desc_create(&pd, &md, attr, b->engine, NULL);
+    if (s == dnnl_success)
+        s = dnnl_primitive_create(&x->p, pd);
+    if (s == dnnl_success)
+        s = dnnl_memory_create(&x->src, &a, b->engine, DNNL_MEMORY_NONE);
+    if (s == dnnl_success)
+        s = dnnl_memory_create(&x->wei, &w, b->engine, DNNL_MEMORY_NONE);
+    if (s == dnnl_success)
+        s = dnnl_memory_create(&x->dst, &c, b->engine, DNNL_MEMORY_NONE);
+    if (s == dnnl_success) {
+        const char *impl = NULL;
+        const dnnl_memory_desc_t *sp =
+            dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        const size_t need = sp != NULL ? dnnl_memory_desc_get_size(sp) : 0;
+        if (need > b->scratch_bytes)
+            b->scratch_bytes = need; /* allocated once the plan is complete */
+        if (b->impl[0] == '\0' &&
+            dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success)
+            snprintf(b->impl, sizeof b->impl, "%s", impl);
+        b->primitives++;
+    }
+    if (pd != NULL)
+        dnnl_primitive_desc_destroy(pd);
+    if (po != NULL)
+        dnnl_post_ops_destroy(po);
+    if (attr != NULL)
+        dnnl_primitive_attr_destroy(attr);
+    if (s != dnnl_success) {
+        snprintf(err, errlen, "bf16 Newton-Schulz: oneDNN matmul [%lld x %lld] x [%lld x %lld]: %s",
+                 (long long)M, (long long)K, (long long)K, (long long)N, dnnl_what(s));
+        return -1;
+    }
+    return 0;
+}
+
+static struct plan *plan_find(const struct ns_bf16 *b, int64_t m, int64_t n, int variant, int block,
+                              const float (*coeffs)[3], int steps)
+{
+    for (int i = 0; i < b->nplans; i++) {
+        const struct plan *p = b->plans[i];
+        if (p->m == m && p->n == n && p->variant == variant &&
+            (variant == NS_VARIANT_PLAIN || p->block == block) && p->steps == steps &&
+            memcmp(p->coeffs, coeffs, sizeof(float) * 3 * (size_t)steps) == 0)
+            return b->plans[i];
+    }
+    return NULL;
+}
+
+static int scratch_fit(struct ns_bf16 *b, char *err, size_t errlen)
+{
+    const dnnl_dims_t dims = {(int64_t)(b->scratch_bytes ? b->scratch_bytes : 1)};
+    dnnl_memory_desc_t md;
+
+    if (b->scratch_mem != NULL) {
+        const dnnl_memory_desc_t *have;
+        dnnl_memory_get_memory_desc(b->scratch_mem, &have);
+        if (dnnl_memory_desc_get_size(have) >= b->scratch_bytes)
+            return 0;
+        dnnl_memory_destroy(b->scratch_mem);
+        b->scratch_mem = NULL;
+    }
+    free(b->scratch);
+    b->scratch = aligned_alloc(64, (b->scratch_bytes + 63) / 64 * 64 + 64);
+    if (b->scratch == NULL ||
+        dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a) != dnnl_success ||
+        dnnl_memory_create(&b->scratch_mem, &md, b->engine, b->scratch) != dnnl_success) {
+        snprintf(err, errlen, "bf16 Newton-Schulz: scratchpad of %zu bytes", b->scratch_bytes);
+        return -1;
+    }
+    return 0;
+}
+
+int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, int block,
+                    const float (*coeffs)[3], int steps, char *err, size_t errlen)
+{
+    const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+    struct plan *p;
+    int rc = 0;
+
+    if (variant != NS_VARIANT_PLAIN && variant != NS_VARIANT_SYMMETRIC) {
+        snprintf(err, errlen, "bf16 Newton-Schulz: unknown variant %d", variant);
+        return -1;
+    }
+    if (steps < 1 || steps > NS_TABLE_MAX_STEPS) {
+        snprintf(err, errlen, "bf16 Newton-Schulz: %d steps", steps);
+        return -1;
+    }
+    if (variant == NS_VARIANT_SYMMETRIC && (block < 1 || (m + block - 1) / block > BF16_MAX_ROWS)) {
+        snprintf(err, errlen, "bf16 Newton-Schulz: block %d for %lld rows (at most %d block rows)",
+                 block, (long long)m, BF16_MAX_ROWS);
+        return -1;
+    }
+    if (plan_find(b, m, n, variant, block, coeffs, steps) != NULL)
+        return 0;
+    if (b->nplans == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 8;
+        struct plan **np = realloc(b->plans, sizeof(*np) * (size_t)cap);
+        if (np == NULL) {
+            snprintf(err, errlen, "bf16 Newton-Schulz: out of memory");
+            return -1;
+        }
+        b->plans = np;
+        b->cap = cap;
+    }
+    p = calloc(1, sizeof *p);
+    if (p == NULL) {
+        snprintf(err, errlen, "bf16 Newton-Schulz: out of memory");
+        return -1;
+    }
+    p->m = m;
+    p->n = n;
+    p->variant = variant;
+    p->block = variant == NS_VARIANT_SYMMETRIC ? block : (int)m;
+    p->nrow = variant == NS_VARIANT_SYMMETRIC ? (int)((m + block - 1) / block) : 1;
+    p->steps = steps;
+    memcpy(p->coeffs, coeffs, sizeof(float) * 3 * steps);
+    for (int s = 0; s < steps; s++) {
+        p->uniq[s] = s;
+        for (int t = 0; t < s; t++)
+            if (memcmp(p->coeffs[t], p->coeffs[s], sizeof(float) * 3) == 0) {
+                p->uniq[s] = t;
+                break;
+            }
+    }
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        const int64_t M = (r0 + p->block < m ? r0 + p->block : m) - r0, N = m - r0;
+        /* A[r0:r1, r0:m] = X[r0:r1, :] X[r0:m, :]^T;  B[r0:r1, r0:m] = c A[r0:r1, :] A[:, r0:m]
+         * + b B[r0:r1, r0:m] (B holding a copy of A) */
+        rc = mm_make(b, &p->gram[i], M, n, N, n, n, 1, m, 1.0f, 0.0f, err, errlen);
+        for (int s = 0; s < steps && rc == 0; s++)
+            if (p->uniq[s] == s)
+                rc = mm_make(b, &p->aa[i][s], M, m, N, m, m, 0, m, p->coeffs[s][2], p->coeffs[s][1],
+                             err, errlen);
+    }
+    /* Y = B X + a Y (Y holding a copy of X) */
+    for (int s = 0; s < steps && rc == 0; s++)
+        if (p->uniq[s] == s)
+            rc = mm_make(b, &p->bx[s], m, m, n, m, n, 0, n, 1.0f, p->coeffs[s][0], err, errlen);
+    b->plans[b->nplans++] = p; /* freed with b even when incomplete */
+    if (rc == 0)
+        rc = scratch_fit(b, err, errlen);
+    if (rc != 0) {
+        b->nplans--;
+        plan_free(p);
+    }
+    return rc;
+}
+
+static int mm_run(struct ns_bf16 *b, const struct mm *x, const void *src, const void *wei,
+                  void *dst)
+{
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, x->src},
+                               {DNNL_ARG_WEIGHTS, x->wei},
+                               {DNNL_ARG_DST, x->dst},
+                               {DNNL_ARG_SCRATCHPAD, b->scratch_mem}};
+    if (dnnl_memory_set_data_handle(x->src, (void *)src) != dnnl_success ||
+        dnnl_memory_set_data_handle(x->wei, (void *)wei) != dnnl_success ||
+        dnnl_memory_set_data_handle(x->dst, dst) != dnnl_success ||
+        dnnl_primitive_execute(x->p, b->stream, 4, args) != dnnl_success)
+        return -1;
+    return dnnl_stream_wait(b->stream) == dnnl_success ? 0 : -1;
+}
+
+/* Lower triangle <- transpose of the upper one, through tiles so that reads and writes run
+ * along rows (as the fp32 mirror in ns_blas.c). */
+static void mirror_upper(int64_t m, uint16_t *S)
+{
+    uint16_t tile[BF16_TILE][BF16_TILE];
+
+    for (int64_t i0 = 0; i0 < m; i0 += BF16_TILE) {
+        const int64_t i1 = i0 + BF16_TILE < m ? i0 + BF16_TILE : m;
+        for (int64_t j0 = 0; j0 <= i0; j0 += BF16_TILE) {
+            const int64_t j1 = j0 + BF16_TILE < m ? j0 + BF16_TILE : m;
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t i = j + 1 > i0 ? j + 1 : i0; i < i1; i++)
+                    tile[i - i0][j - j0] = S[j * m + i];
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1 && j < i; j++)
+                    S[i * m + j] = tile[i - i0][j - j0];
+        }
+    }
+}
+
+static int iterate(struct ns_bf16 *b, const struct plan *p, int s, const uint16_t *X, uint16_t *Y,
+                   uint16_t *A, uint16_t *B)
+{
+    const int64_t m = p->m, n = p->n;
+    const int u = p->uniq[s];
+    int rc = 0;
+
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->gram[i], X + r0 * n, X + r0 * n, A + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC)
+        mirror_upper(m, A);
+    memcpy(B, A, sizeof(uint16_t) * (size_t)(m * m));
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->aa[i][u], A + r0 * m, A + r0, B + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC)
+        mirror_upper(m, B);
+    memcpy(Y, X, sizeof(uint16_t) * (size_t)(m * n));
+    return rc == 0 ? mm_run(b, &p->bx[u], B, X, Y) : rc;
+}
+
+int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
+                const struct ns_workspace *ws)
+{
+    struct ns_bf16 *b = ws->bf16;
+    int64_t m, n;
+
+    (void)ctx; /* oneDNN's OpenMP threads are the process's */
+    ns_work_shape(a, &m, &n);
+    if (b == NULL || m > n || ws->floats < ns_workspace_floats(a->rows, a->cols))
+        return -1;
+    const struct plan *p = plan_find(b, m, n, a->variant, a->block, a->coeffs, a->steps);
+    if (p == NULL)
+        return -1;
+    /* fp32 staging for the shared load and store, then X, Y (m x n) and A, B (m x m) in bf16:
+     * 8mn + 4m^2 bytes of the 8mn + 8m^2 an fp32 workspace holds */
+    float *xf = ws->buf;
+    uint16_t *X = (uint16_t *)(xf + m * n), *Y = X + m * n, *A = Y + m * n, *B = A + m * m;
+    const size_t mn = (size_t)(m * n);
+
+    for (int64_t k = 0; k < a->batch; k++) {
+        ns_load_normalized(a, k, xf);
+        for (size_t i = 0; i < mn; i++)
+            X[i] = bf16_from_f32(xf[i]);
+        for (int s = 0; s < a->steps; s++) {
+            if (iterate(b, p, s, X, Y, A, B) != 0)
+                return -1;
+            uint16_t *t = X;
+            X = Y;
+            Y = t;
+        }
+        for (size_t i = 0; i < mn; i++)
+            xf[i] = f32_from_bf16(X[i]);
+        ns_store_output(a, k, xf);
+        X = (uint16_t *)(xf + m * n); /* the next matrix starts in the same place */
+        Y = X + m * n;
+    }
+    return 0;
+}
+
+int ns_bf16_primitive_count(const struct ns_bf16 *b) { return b != NULL ? b->primitives : 0; }
+
+const char *ns_bf16_impl(const struct ns_bf16 *b) { return b != NULL ? b->impl : ""; }
+
+int ns_bf16_native(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+#else
+    return 0;
+#endif
+}

@@ -1,0 +1,48 @@
+/* Newton-Schulz in bf16 on oneDNN's matmul (ns_compute = bf16): X held in bf16 between
+ * products, every product accumulated in fp32 and rounded once to bf16 where the next product
+ * consumes it. Per iteration, with A, B and Y in bf16:
+ *   A = X X^T;   B = c A A + b A   (one matmul: output scale c, sum post-op b over a copy of A);
+ *   Y = B X + a X                  (one matmul: sum post-op a over a copy of X)
+ * The symmetric variant computes only the upper block rows of X X^T and of A A (block rows of
+ * `block` rows, one matmul each) and mirrors them.
+ *
+ * oneDNN primitives are created per working shape, variant and coefficient set by
+ * ns_bf16_prepare (at commit) and only executed by ns_bf16_run (in the step), which refuses a
+ * shape it was not prepared for rather than create one. */
+#ifndef KERNELS_CPU_NS_BF16_H
+#define KERNELS_CPU_NS_BF16_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ops.h"
+
+struct ns_bf16;
+
+/* The oneDNN engine and stream, no shapes yet. NULL with a message in err. */
+struct ns_bf16 *ns_bf16_create(char *err, size_t errlen);
+void ns_bf16_destroy(struct ns_bf16 *b);
+
+/* Primitives for a stored rows x cols matrix (worked on as m x n, m <= n), variant
+ * NS_VARIANT_PLAIN or NS_VARIANT_SYMMETRIC with `block` rows per block row (ignored for plain),
+ * and these coefficients (a plan per combination). Preparing one twice is a no-op. Returns 0,
+ * or -1 with err. */
+int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, int block,
+                    const float (*coeffs)[3], int steps, char *err, size_t errlen);
+
+/* Newton-Schulz of a (compute bf16) with ws->bf16 prepared for its shape; workspace as for fp32
+ * (ns_workspace_floats). Returns 0, or -1 when the shape, variant or coefficients were not
+ * prepared, or the workspace is short. */
+int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
+                const struct ns_workspace *ws);
+
+/* Number of primitives made so far (tests check that a step makes none). */
+int ns_bf16_primitive_count(const struct ns_bf16 *b);
+
+/* The oneDNN implementation of the first prepared product (e.g. "brg:avx512_core_bf16"). */
+const char *ns_bf16_impl(const struct ns_bf16 *b);
+
+/* 1 when the CPU multiplies bf16 natively (AVX512_BF16 or AMX-BF16). */
+int ns_bf16_native(void);
+
+#endif

@@ -122,6 +122,13 @@ typedef enum shardopt_offload {
                                          Newton-Schulz input and output cross to the device */
 } shardopt_offload_t;
 
+/** The arithmetic of Newton-Schulz. */
+typedef enum shardopt_ns_compute {
+    SHARDOPT_NS_COMPUTE_AUTO = 0, /**< bf16 where the CPU has native bf16 dot products, else fp32 */
+    SHARDOPT_NS_COMPUTE_FP32 = 1, /**< fp32 products (OpenBLAS) */
+    SHARDOPT_NS_COMPUTE_BF16 = 2, /**< bf16 operands, fp32 accumulation (oneDNN): dion's recipe */
+} shardopt_ns_compute_t;
+
 /** How a matrix sharded over ranks is orthogonalized. */
 typedef enum shardopt_ns_strategy {
     SHARDOPT_NS_STRATEGY_GATHER = 0,  /**< whole to one owner and back (bitwise layout-invariant) */
@@ -193,6 +200,7 @@ typedef struct shardopt_config {
     shardopt_offload_t offload; /**< none (default), optimizer or cpu */
     int debug_poison_staging;   /**< fill staging slots with NaN when released (debug) */
     uint64_t host_store_limit;  /**< offload: most bytes of host store; 0 = no limit */
+    shardopt_ns_compute_t ns_compute; /**< auto (default), fp32 or bf16 */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -214,7 +222,7 @@ typedef struct shardopt_config {
         .cost_net_gbps = 25.0, .adam_state_dtype = SHARDOPT_DTYPE_FP32,                            \
         .adam_v_dtype = SHARDOPT_DTYPE_FP32, .keep_last = 0, .load_allow_missing = 0,              \
         .bind = SHARDOPT_BIND_NONE, .offload = SHARDOPT_OFFLOAD_NONE, .debug_poison_staging = 0,   \
-        .host_store_limit = 0,                                                                     \
+        .host_store_limit = 0, .ns_compute = SHARDOPT_NS_COMPUTE_AUTO,                             \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1
@@ -325,6 +333,7 @@ typedef struct shardopt_stats {
     double seconds_copy_exposed_last;    /**< copy time the step waited for */
     double seconds_copy_hidden_last; /**< copy time overlapped with kernels (0 on the CPU backend,
                                           whose copies are synchronous memcpy) */
+    int ns_compute;                  /**< the resolved shardopt_ns_compute_t: FP32 or BF16 */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

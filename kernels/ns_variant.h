@@ -9,4 +9,7 @@
 /* NS_VARIANT_PLAIN or NS_VARIANT_SYMMETRIC for a rows x cols matrix. */
 int ns_variant_for_shape(int64_t rows, int64_t cols);
 
+/* The same for the bf16 path, with the rows per block row of its symmetric variant. */
+int ns_bf16_variant_for_shape(int64_t rows, int64_t cols, int *block);
+
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "commit_check.h"
+#include "kernels/cpu/ns_bf16.h"
 #include "kernels/lr_scale.h"
 #include "kernels/ns_variant.h"
 #include "log.h"
@@ -25,7 +26,10 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
     }
     p->off_momentum = state_store_reserve(&rt->store, n * kdtype_size(rt->cfg.momentum_dtype));
     layout_matrix_view(&p->layout, p->transposed, &p->mv);
-    p->ns_variant = ns_variant_for_shape(p->mv.rows, p->mv.cols);
+    if (rt->ns_compute == KDT_BF16)
+        p->ns_variant = ns_bf16_variant_for_shape(p->mv.rows, p->mv.cols, &p->ns_block);
+    else
+        p->ns_variant = ns_variant_for_shape(p->mv.rows, p->mv.cols);
     p->lr_scale = lr_scale_factor(rt->cfg.lr_scale, p->mv.true_rows, p->mv.true_cols);
 }
 
@@ -176,6 +180,8 @@ void commit_release(shardopt_runtime_t rt)
     rt->sumsq = NULL;
     rt->bytes_workspace = 0;
     offload_release(rt);
+    ns_bf16_destroy(rt->ns_ws.bf16);
+    rt->ns_ws.bf16 = NULL;
     state_store_free(&rt->store);
     state_store_init(&rt->store, rt->ops);
 }
@@ -254,6 +260,41 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     return SHARDOPT_OK;
 }
 
+/* ns_compute = bf16: every oneDNN primitive the step will run, made now (one plan per shape of
+ * a matrix this rank orthogonalizes), so that the step makes none. Collective. */
+static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
+{
+    char err[256] = "";
+    int ok = 1;
+
+    if (rt->ns_compute != KDT_BF16)
+        return SHARDOPT_OK;
+    rt->ns_ws.bf16 = ns_bf16_create(err, sizeof err);
+    ok = rt->ns_ws.bf16 != NULL;
+    for (int g = 0; ok && g < GROUP_KINDS; g++) {
+        const struct group_plan *P = &rt->gx[g].plan;
+        for (int w = 0; ok && w < P->nowned; w++) {
+            const struct shardopt_param *p = rt->params[P->owned[w].param];
+            ok = ns_bf16_prepare(rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols, p->ns_variant,
+                                 p->ns_block, (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps,
+                                 err, sizeof err) == 0;
+            if (!ok)
+                snprintf(err + strlen(err), sizeof err - strlen(err), " (parameter '%s')", p->name);
+        }
+    }
+    int all = ok;
+    groups_allreduce(&rt->groups, &all, 1, MPI_INT, MPI_MIN);
+    if (!ok)
+        return log_fail(SHARDOPT_ERR_INTERNAL, "commit: rank %d: %s", rt->groups.me.rank, err);
+    if (!all)
+        return log_fail(SHARDOPT_ERR_INTERNAL,
+                        "commit: preparing bf16 Newton-Schulz failed on another rank");
+    if (rt->groups.me.rank == 0)
+        log_info("commit: bf16 Newton-Schulz: %d oneDNN primitives (%s)",
+                 ns_bf16_primitive_count(rt->ns_ws.bf16), ns_bf16_impl(rt->ns_ws.bf16));
+    return SHARDOPT_OK;
+}
+
 shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
 {
     shardopt_status_t status;
@@ -281,6 +322,8 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
     offload_prepare(rt);
     if (status == SHARDOPT_OK)
         status = buffers_alloc(rt);
+    if (status == SHARDOPT_OK)
+        status = ns_bf16_plans(rt);
     if (status != SHARDOPT_OK) {
         commit_release(rt);
         return status;

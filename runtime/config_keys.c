@@ -17,6 +17,7 @@ static const char *const backend_names[] = {"cpu", "cuda", NULL};
 static const char *const nonfinite_names[] = {"skip", "error", NULL};
 static const char *const bind_names[] = {"none", "auto", NULL};
 static const char *const offload_names[] = {"none", "optimizer", "cpu", NULL};
+static const char *const ns_compute_names[] = {"auto", "fp32", "bf16", NULL};
 static const char *const ns_strategy_names[] = {"gather", "sharded", "auto", NULL};
 static const char *const kernels_names[] = {"auto",   "reference", "portable",
                                             "avx512", "avx2",      NULL};
@@ -77,6 +78,7 @@ const struct config_key config_keys[] = {
     ENUM(offload, offload_names, "where optimizer state lives: none, optimizer, cpu"),
     {"debug_poison_staging", CFG_BOOL, OFF(debug_poison_staging), NULL, 0, 1, 0, 0, 0, 0,
      "fill offload staging slots with NaN when released"},
+    ENUM(ns_compute, ns_compute_names, "Newton-Schulz arithmetic: auto, fp32 or bf16"),
     {"host_store_limit", CFG_U64, OFF(host_store_limit), NULL, 0, 0, 0, 0, 0, 0,
      "offload: most bytes of host store; 0 = no limit"},
 };

@@ -4,6 +4,7 @@
 
 #include "config.h"
 #include "kernels/blas_threads.h"
+#include "kernels/cpu/ns_bf16.h"
 #include "log.h"
 #include "runtime.h"
 #include "status.h"
@@ -83,6 +84,34 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
     return SHARDOPT_OK;
 }
 
+/* bf16 Newton-Schulz where the CPU multiplies bf16 natively (auto), or as configured.
+ * SHARDOPT_CPU_NO_BF16=1 makes auto treat the CPU as one without (to test the fallback). */
+static int ns_compute_resolve(const shardopt_config_t *c, int rank)
+{
+    const char *no = getenv("SHARDOPT_CPU_NO_BF16");
+    const int masked = no != NULL && no[0] != '\0' && strcmp(no, "0") != 0;
+    const int native = ns_bf16_native() && !masked;
+
+    if (c->ns_compute == SHARDOPT_NS_COMPUTE_FP32) {
+        if (rank == 0)
+            log_info("init: Newton-Schulz in fp32 (ns_compute = fp32)");
+        return KDT_F32;
+    }
+    if (c->ns_compute == SHARDOPT_NS_COMPUTE_BF16) {
+        if (!native && rank == 0)
+            log_warn("init: ns_compute = bf16 on a CPU without native bf16 dot products%s: "
+                     "oneDNN emulates them, slower than fp32",
+                     masked ? " (SHARDOPT_CPU_NO_BF16)" : "");
+        return KDT_BF16;
+    }
+    if (rank == 0)
+        log_info("init: Newton-Schulz in %s (ns_compute = auto: %s)", native ? "bf16" : "fp32",
+                 native   ? "the CPU has native bf16 dot products"
+                 : masked ? "SHARDOPT_CPU_NO_BF16 says the CPU has no native bf16"
+                          : "no AVX512_BF16 or AMX-BF16 on this CPU, fp32 instead");
+    return native ? KDT_BF16 : KDT_F32;
+}
+
 /* Once the groups exist: threads, coefficient tables, the state store. */
 static void runtime_start(shardopt_runtime_t rt, MPI_Comm local)
 {
@@ -95,6 +124,7 @@ static void runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     rt->kctx.threads = threads;
     kernel_blas_set_threads(threads);
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
+    rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank);
     state_store_init(&rt->store, rt->ops);
 
     if (!kernel_blas_uses_openmp())

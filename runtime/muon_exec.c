@@ -229,6 +229,8 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             .norm_scale = rt->ns_norm_scale,
             .eps = (float)c->ns_eps,
             .variant = p->ns_variant,
+            .compute = rt->ns_compute,
+            .block = p->ns_block,
         };
         if (rt->ops->newton_schulz(&rt->kctx, &ns, &rt->ns_ws) != 0)
             return log_fail(SHARDOPT_ERR_INTERNAL,

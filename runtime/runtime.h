@@ -30,6 +30,7 @@ struct shardopt_param {
     /* Muon */
     struct matrix_view mv;
     int ns_variant;
+    int ns_block;    /* bf16 symmetric variant: rows per block row */
     double lr_scale; /* per-matrix multiplier of lr from the true shape */
     size_t off_momentum;
 
@@ -76,6 +77,7 @@ struct shardopt_runtime {
     const struct kernel_ops *ops;
     struct kernel_ctx kctx;
     float ns_coeffs[NS_TABLE_MAX_STEPS][3];
+    int ns_compute; /* resolved: KDT_F32 or KDT_BF16 */
     float ns_norm_scale;
 
     struct shardopt_param **params;

@@ -81,6 +81,7 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.staging_peak_bytes_last = sg->peak;
     s.seconds_copy_exposed_last = sg->seconds_copy;
     s.seconds_copy_hidden_last = 0.0;
+    s.ns_compute = rt->ns_compute == KDT_BF16 ? SHARDOPT_NS_COMPUTE_BF16 : SHARDOPT_NS_COMPUTE_FP32;
 
     snprintf(s.kernels, sizeof s.kernels, "%s", rt->ops->name);
     const struct groups *g = &rt->groups;

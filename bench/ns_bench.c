@@ -1,12 +1,16 @@
-/* ns_bench: Newton-Schulz (5 quintic steps) with the plain and the symmetric variant, against an
- * OpenBLAS sgemm measured in the same process as the machine's limit.
+/* ns_bench: Newton-Schulz (5 quintic steps) with the plain and the symmetric variant, against the
+ * machine's limit measured in the same process: an OpenBLAS sgemm (--compute fp32, the default)
+ * or a oneDNN bf16 matmul with fp32 accumulation (--compute bf16).
  *
- *   ns_bench [--json] [--threads N] [--reps R] [--shape MxN]...
+ *   ns_bench [--json] [--threads N] [--reps R] [--compute fp32|bf16] [--torch] [--shape MxN]...
  *
  * --shape replaces the default shapes (issue 2's list); a tall MxN is run as its m <= n working
- * shape. --threads sets the OpenBLAS threads (default: OpenBLAS's own choice).
+ * shape. --threads sets the OpenBLAS/OpenMP threads (default: the library's own choice).
+ * --torch also times the same Newton-Schulz written in PyTorch in bf16 (bench/ns_torch.py, the
+ * torch.optim.Muon / dion formulation) on the same shape and threads, in this run, when python3
+ * can import torch.
  *
- * The sgemm is the largest product of an iteration, C[m x n] = A[m x m] * B[m x n] (2m^2n FLOPs).
+ * The limit is the largest product of an iteration, C[m x n] = A[m x m] * B[m x n] (2m^2n FLOPs).
  * Both variants are rated on 4m^2n + 2m^3 FLOPs per iteration (ns_flops_per_iter), so the
  * symmetric rate is an effective one: it is the rate the plain path would need to match it. The
  * three are timed interleaved, rep by rep, so that a burst of load on a shared machine hits all
@@ -15,6 +19,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +27,9 @@
 
 #include "kernels/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/ns_bf16.h"
 #include "kernels/ns_coeffs.h"
+#include "kernels/ns_variant.h"
 #include "kernels/ops.h"
 
 #define BENCH_STEPS      5
@@ -33,6 +40,8 @@
 
 struct bench_opts {
     int json;
+    int bf16; /* --compute bf16 */
+    int torch;
     int threads;
     int reps;
     int nshapes;
@@ -41,8 +50,20 @@ struct bench_opts {
 
 struct bench_result {
     int64_t m, n;
-    double plain_s, sym_s, sgemm_s; /* medians, seconds per call */
+    int block;                      /* bf16 symmetric: rows per block row */
+    double plain_s, sym_s, sgemm_s; /* medians, seconds per call (sgemm_s: the limit) */
     double max_abs_diff;            /* between the two variants' outputs */
+    double torch_s;                 /* PyTorch bf16 Newton-Schulz; 0 when not run */
+};
+
+/* The bf16 limit: C = A B in bf16 with fp32 accumulation, one oneDNN matmul made once. */
+struct bench_dnnl {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    dnnl_primitive_t p;
+    dnnl_memory_t a, b, c, s;
+    void *scratch;
+    char impl[64];
 };
 
 /* One matrix and everything the three timed calls touch. */
@@ -50,8 +71,10 @@ struct bench_case {
     int64_t m, n;
     float *in, *out_plain, *out_sym;
     struct ns_workspace ws;
-    float *ga, *gb, *gc; /* sgemm operands */
+    float *ga, *gb, *gc; /* sgemm operands (bf16 limit: the same buffers, read as bf16) */
     float coeffs[BENCH_STEPS][3];
+    int bf16, block;
+    struct bench_dnnl mm;
 };
 
 static const int64_t bench_default_shapes[][2] = {
@@ -68,7 +91,8 @@ static double bench_now(void)
 static int bench_usage(const char *msg)
 {
     fprintf(stderr,
-            "ns_bench: %s\nusage: ns_bench [--json] [--threads N] [--reps R] [--shape MxN]...\n",
+            "ns_bench: %s\nusage: ns_bench [--json] [--threads N] [--reps R] [--compute fp32|bf16] "
+            "[--torch] [--shape MxN]...\n",
             msg);
     return -1;
 }
@@ -103,6 +127,13 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o)
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(arg, "--json") == 0) {
             o->json = 1;
+        } else if (strcmp(arg, "--torch") == 0) {
+            o->torch = 1;
+        } else if (strcmp(arg, "--compute") == 0) {
+            if (val == NULL || (strcmp(val, "fp32") != 0 && strcmp(val, "bf16") != 0))
+                return bench_usage("--compute takes fp32 or bf16");
+            o->bf16 = strcmp(val, "bf16") == 0;
+            i++;
         } else if (strcmp(arg, "--threads") == 0) {
             if (val == NULL || bench_parse_int(val, 1, 1024, &o->threads) != 0)
                 return bench_usage("--threads takes an integer in 1..1024");
@@ -141,8 +172,74 @@ static void bench_fill_random(float *p, size_t count, uint64_t seed)
     }
 }
 
+static void bench_dnnl_free(struct bench_dnnl *d)
+{
+    if (d->p != NULL)
+        dnnl_primitive_destroy(d->p);
+    dnnl_memory_t *mems[4] = {&d->a, &d->b, &d->c, &d->s};
+    for (int i = 0; i < 4; i++)
+        if (*mems[i] != NULL)
+            dnnl_memory_destroy(*mems[i]);
+    if (d->stream != NULL)
+        dnnl_stream_destroy(d->stream);
+    if (d->engine != NULL)
+        dnnl_engine_destroy(d->engine);
+    free(d->scratch);
+    memset(d, 0, sizeof *d);
+}
+
+/* C[m x n] = A[m x m] B[m x n], bf16 operands and result, plain row-major: what oneDNN itself
+ * reaches on the largest product of an iteration. */
+static int bench_dnnl_init(struct bench_dnnl *d, int64_t m, int64_t n, void *a, void *b, void *c)
+{
+    dnnl_memory_desc_t ma, mb, mc, ms;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr;
+    dnnl_primitive_desc_t pd;
+    const dnnl_dims_t da = {m, m}, db = {m, n}, dc = {m, n};
+    const char *impl = "";
+
+    memset(d, 0, sizeof *d);
+    if (dnnl_engine_create(&d->engine, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&d->stream, d->engine, dnnl_stream_default_flags) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&ma, 2, da, dnnl_bf16, dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&mb, 2, db, dnnl_bf16, dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&mc, 2, dc, dnnl_bf16, dnnl_ab) != dnnl_success ||
+        dnnl_matmul_desc_init(&md, &ma, &mb, NULL, &mc) != dnnl_success ||
+        dnnl_primitive_attr_create(&attr) != dnnl_success)
+        return -1;
+    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    const int ok = dnnl_primitive_desc_create(&pd, &md, attr, d->engine, NULL) == dnnl_success;
+    dnnl_primitive_attr_destroy(attr);
+    if (!ok)
+        return -1;
+    ms = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    snprintf(d->impl, sizeof d->impl, "%s", impl);
+    d->scratch = malloc(dnnl_memory_desc_get_size(&ms) + 64);
+    const int made = d->scratch != NULL && dnnl_primitive_create(&d->p, pd) == dnnl_success &&
+                     dnnl_memory_create(&d->a, &ma, d->engine, a) == dnnl_success &&
+                     dnnl_memory_create(&d->b, &mb, d->engine, b) == dnnl_success &&
+                     dnnl_memory_create(&d->c, &mc, d->engine, c) == dnnl_success &&
+                     dnnl_memory_create(&d->s, &ms, d->engine, d->scratch) == dnnl_success;
+    dnnl_primitive_desc_destroy(pd);
+    return made ? 0 : -1;
+}
+
+static void bench_dnnl_run(const struct bench_dnnl *d)
+{
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, d->a},
+                               {DNNL_ARG_WEIGHTS, d->b},
+                               {DNNL_ARG_DST, d->c},
+                               {DNNL_ARG_SCRATCHPAD, d->s}};
+    dnnl_primitive_execute(d->p, d->stream, 4, args);
+    dnnl_stream_wait(d->stream);
+}
+
 static void bench_case_free(struct bench_case *c)
 {
+    bench_dnnl_free(&c->mm);
+    ns_bf16_destroy(c->ws.bf16);
     cpu_free(c->in);
     cpu_free(c->out_plain);
     cpu_free(c->out_sym);
@@ -152,7 +249,7 @@ static void bench_case_free(struct bench_case *c)
     cpu_free(c->gc);
 }
 
-static int bench_case_init(struct bench_case *c, int64_t rows, int64_t cols)
+static int bench_case_init(struct bench_case *c, int64_t rows, int64_t cols, int bf16)
 {
     memset(c, 0, sizeof(*c));
     c->m = rows < cols ? rows : cols;
@@ -175,7 +272,29 @@ static int bench_case_init(struct bench_case *c, int64_t rows, int64_t cols)
     bench_fill_random(c->ga, mm, 11);
     bench_fill_random(c->gb, mn, 12);
     memset(c->gc, 0, mn * sizeof(float));
-    return ns_coeffs_fill(NS_TABLE_QUINTIC, BENCH_STEPS, NULL, c->coeffs);
+    if (ns_coeffs_fill(NS_TABLE_QUINTIC, BENCH_STEPS, NULL, c->coeffs) != 0)
+        return -1;
+    c->bf16 = bf16;
+    if (!bf16)
+        return 0;
+    /* bf16: the library's table gives the symmetric block; both variants prepared up front */
+    char err[256];
+    ns_bf16_variant_for_shape(c->m, c->n, &c->block);
+    for (size_t i = 0; i < mm; i++) /* the limit's operands: bf16 views of ga, gb */
+        ((uint16_t *)c->ga)[i] = bf16_from_f32(c->ga[i]);
+    for (size_t i = 0; i < mn; i++)
+        ((uint16_t *)c->gb)[i] = bf16_from_f32(c->gb[i]);
+    c->ws.bf16 = ns_bf16_create(err, sizeof err);
+    if (c->ws.bf16 == NULL ||
+        ns_bf16_prepare(c->ws.bf16, c->m, c->n, NS_VARIANT_PLAIN, 0, (const float(*)[3])c->coeffs,
+                        BENCH_STEPS, err, sizeof err) != 0 ||
+        ns_bf16_prepare(c->ws.bf16, c->m, c->n, NS_VARIANT_SYMMETRIC, c->block,
+                        (const float(*)[3])c->coeffs, BENCH_STEPS, err, sizeof err) != 0 ||
+        bench_dnnl_init(&c->mm, c->m, c->n, c->ga, c->gb, c->gc) != 0) {
+        fprintf(stderr, "ns_bench: bf16 %" PRId64 "x%" PRId64 ": %s\n", c->m, c->n, err);
+        return -1;
+    }
+    return 0;
 }
 
 static int bench_run_ns(const struct bench_case *c, int variant, float *out)
@@ -194,6 +313,8 @@ static int bench_run_ns(const struct bench_case *c, int variant, float *out)
         .norm_scale = 1.0f,
         .eps = 1e-8f,
         .variant = variant,
+        .compute = c->bf16 ? KDT_BF16 : KDT_F32,
+        .block = c->block,
     };
     const struct kernel_ctx ctx = {.threads = 0, .stream = NULL};
     return kernel_ops_cpu_best()->newton_schulz(&ctx, &a, &c->ws);
@@ -202,6 +323,10 @@ static int bench_run_ns(const struct bench_case *c, int variant, float *out)
 static void bench_run_sgemm(const struct bench_case *c)
 {
     const int m = (int)c->m, n = (int)c->n;
+    if (c->bf16) {
+        bench_dnnl_run(&c->mm);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f, c->ga, m, c->gb, n, 0.0f,
                 c->gc, n);
 }
@@ -243,13 +368,34 @@ static double bench_max_abs_diff(const float *a, const float *b, size_t count)
     return d;
 }
 
-static int bench_shape(int64_t rows, int64_t cols, int reps, struct bench_result *r)
+/* PyTorch's bf16 Newton-Schulz on the same shape and threads: bench/ns_torch.py prints the
+ * median seconds per call. Returns 0 when python3 or torch is missing. */
+static double bench_torch(int64_t m, int64_t n, int threads, int reps)
+{
+    char cmd[1024];
+    double s = 0;
+    snprintf(cmd, sizeof cmd,
+             "python3 '%s/ns_torch.py' --m %" PRId64 " --n %" PRId64 " --threads %d --reps %d "
+             "--min-sample %g",
+             SHARDOPT_BENCH_DIR, m, n, threads, reps, BENCH_MIN_SAMPLE_S);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL)
+        return 0;
+    if (fscanf(p, "%lf", &s) != 1)
+        s = 0;
+    pclose(p);
+    return s;
+}
+
+static int bench_shape(int64_t rows, int64_t cols, const struct bench_opts *o,
+                       struct bench_result *r)
 {
     double samples[3][BENCH_MAX_REPS];
     struct bench_case c;
     int calls[3];
+    const int reps = o->reps;
 
-    if (bench_case_init(&c, rows, cols) != 0)
+    if (bench_case_init(&c, rows, cols, o->bf16) != 0)
         return -1;
     /* The warm-up call also sizes each sample to at least BENCH_MIN_SAMPLE_S. */
     for (int w = 0; w < 3; w++) {
@@ -270,12 +416,14 @@ static int bench_shape(int64_t rows, int64_t cols, int reps, struct bench_result
     r->sym_s = bench_median(samples[1], reps);
     r->sgemm_s = bench_median(samples[2], reps);
     r->max_abs_diff = bench_max_abs_diff(c.out_plain, c.out_sym, (size_t)(c.m * c.n));
+    r->block = c.block;
     bench_case_free(&c);
+    r->torch_s = o->torch ? bench_torch(r->m, r->n, kernel_blas_get_threads(), reps) : 0;
     return 0;
 }
 
 struct bench_rates {
-    double plain_gflops, sym_gflops, sgemm_gflops;
+    double plain_gflops, sym_gflops, sgemm_gflops, torch_gflops;
 };
 
 static struct bench_rates bench_rates_of(const struct bench_result *r)
@@ -286,51 +434,77 @@ static struct bench_rates bench_rates_of(const struct bench_result *r)
         .plain_gflops = ns_flops / r->plain_s * 1e-9,
         .sym_gflops = ns_flops / r->sym_s * 1e-9,
         .sgemm_gflops = gemm_flops / r->sgemm_s * 1e-9,
+        .torch_gflops = r->torch_s > 0 ? ns_flops / r->torch_s * 1e-9 : 0,
     };
+}
+
+static const char *bench_limit_name(const struct bench_opts *o)
+{
+    return o->bf16 ? "oneDNN bf16 matmul" : "sgemm";
 }
 
 static void bench_print_table(const struct bench_opts *o, const struct bench_result *res)
 {
-    printf("Newton-Schulz, %d quintic steps, OpenBLAS threads %d, median of %d reps (%s)\n",
-           BENCH_STEPS, kernel_blas_get_threads(), o->reps, openblas_get_corename());
-    printf("GFLOP/s count 4m^2n + 2m^3 per step for both variants (symmetric: effective rate)\n\n");
-    printf("%-11s %10s %9s %10s %9s %10s %9s %9s %9s %9s\n", "m x n", "sgemm", "sgemm", "plain",
-           "plain", "symmetric", "sym", "plain/", "sym/", "sym");
-    printf("%-11s %10s %9s %10s %9s %10s %9s %9s %9s %9s\n", "", "ms", "GFLOP/s", "ms", "GFLOP/s",
-           "ms", "GFLOP/s", "sgemm", "sgemm", "speedup");
+    printf("Newton-Schulz in %s, %d quintic steps, %d thread(s), median of %d reps; limit: %s "
+           "(%s)\n",
+           o->bf16 ? "bf16" : "fp32", BENCH_STEPS, kernel_blas_get_threads(), o->reps,
+           bench_limit_name(o), o->bf16 ? "C[m x n] = A[m x m] B[m x n]" : openblas_get_corename());
+    printf(
+        "GFLOP/s count 4m^2n + 2m^3 per step for both variants (symmetric: effective rate)%s\n\n",
+        o->torch ? "; torch: PyTorch bf16 Newton-Schulz, same count" : "");
+    printf("%-11s %6s %10s %9s %10s %9s %10s %9s %8s %8s %8s", "m x n", "block", "limit", "limit",
+           "plain", "plain", "symmetric", "sym", "plain/", "sym/", "sym");
+    if (o->torch)
+        printf(" %9s %9s %8s", "torch", "torch", "best/");
+    printf("\n%-11s %6s %10s %9s %10s %9s %10s %9s %8s %8s %8s", "", "", "ms", "GFLOP/s", "ms",
+           "GFLOP/s", "ms", "GFLOP/s", "limit", "limit", "speedup");
+    if (o->torch)
+        printf(" %9s %9s %8s", "ms", "GFLOP/s", "torch");
+    printf("\n");
     for (int i = 0; i < o->nshapes; i++) {
         const struct bench_result *r = &res[i];
         const struct bench_rates g = bench_rates_of(r);
         char shape[32];
         snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, r->m, r->n);
-        printf("%-11s %10.3f %9.1f %10.2f %9.1f %10.2f %9.1f %9.3f %9.3f %9.3f\n", shape,
-               r->sgemm_s * 1e3, g.sgemm_gflops, r->plain_s * 1e3, g.plain_gflops, r->sym_s * 1e3,
-               g.sym_gflops, g.plain_gflops / g.sgemm_gflops, g.sym_gflops / g.sgemm_gflops,
-               r->plain_s / r->sym_s);
+        printf("%-11s %6d %10.3f %9.1f %10.2f %9.1f %10.2f %9.1f %8.3f %8.3f %8.3f", shape,
+               r->block, r->sgemm_s * 1e3, g.sgemm_gflops, r->plain_s * 1e3, g.plain_gflops,
+               r->sym_s * 1e3, g.sym_gflops, g.plain_gflops / g.sgemm_gflops,
+               g.sym_gflops / g.sgemm_gflops, r->plain_s / r->sym_s);
+        if (o->torch && r->torch_s > 0)
+            printf(" %9.2f %9.1f %8.3f", r->torch_s * 1e3, g.torch_gflops,
+                   (g.sym_gflops > g.plain_gflops ? g.sym_gflops : g.plain_gflops) /
+                       g.torch_gflops);
+        else if (o->torch)
+            printf(" %9s %9s %8s", "n/a", "n/a", "n/a");
+        printf("\n");
     }
 }
 
 static void bench_print_variant_json(const char *name, double seconds, double gflops,
-                                     double sgemm_gflops)
+                                     double limit_gflops)
 {
-    printf("\"%s\": {\"ms\": %.4f, \"gflops\": %.2f, \"ratio_vs_sgemm\": %.4f}", name,
-           seconds * 1e3, gflops, gflops / sgemm_gflops);
+    printf("\"%s\": {\"ms\": %.4f, \"gflops\": %.2f, \"ratio_vs_limit\": %.4f}", name,
+           seconds * 1e3, gflops, gflops / limit_gflops);
 }
 
 static void bench_print_json(const struct bench_opts *o, const struct bench_result *res)
 {
-    printf("{\"bench\": \"ns_bench\", \"coeffs\": \"quintic\", \"steps\": %d, \"threads\": %d, "
-           "\"reps\": %d, \"openblas_core\": \"%s\",\n \"flops_per_step\": \"4m^2n+2m^3\", "
-           "\"results\": [\n",
-           BENCH_STEPS, kernel_blas_get_threads(), o->reps, openblas_get_corename());
+    printf("{\"bench\": \"ns_bench\", \"compute\": \"%s\", \"coeffs\": \"quintic\", "
+           "\"steps\": %d, \"threads\": %d, \"reps\": %d, \"limit\": \"%s\", "
+           "\"openblas_core\": \"%s\",\n \"flops_per_step\": \"4m^2n+2m^3\", \"results\": [\n",
+           o->bf16 ? "bf16" : "fp32", BENCH_STEPS, kernel_blas_get_threads(), o->reps,
+           bench_limit_name(o), openblas_get_corename());
     for (int i = 0; i < o->nshapes; i++) {
         const struct bench_result *r = &res[i];
         const struct bench_rates g = bench_rates_of(r);
-        printf("  {\"m\": %" PRId64 ", \"n\": %" PRId64 ", ", r->m, r->n);
-        printf("\"sgemm\": {\"ms\": %.4f, \"gflops\": %.2f}, ", r->sgemm_s * 1e3, g.sgemm_gflops);
+        printf("  {\"m\": %" PRId64 ", \"n\": %" PRId64 ", \"block\": %d, ", r->m, r->n, r->block);
+        printf("\"limit\": {\"ms\": %.4f, \"gflops\": %.2f}, ", r->sgemm_s * 1e3, g.sgemm_gflops);
         bench_print_variant_json("plain", r->plain_s, g.plain_gflops, g.sgemm_gflops);
         printf(", ");
         bench_print_variant_json("symmetric", r->sym_s, g.sym_gflops, g.sgemm_gflops);
+        if (r->torch_s > 0)
+            printf(", \"torch\": {\"ms\": %.4f, \"gflops\": %.2f}", r->torch_s * 1e3,
+                   g.torch_gflops);
         printf(", \"sym_speedup\": %.4f, \"max_abs_diff\": %.3g}%s\n", r->plain_s / r->sym_s,
                r->max_abs_diff, i + 1 < o->nshapes ? "," : "");
     }
@@ -346,7 +520,7 @@ int main(int argc, char **argv)
         return 2;
     kernel_blas_set_threads(o.threads);
     for (int i = 0; i < o.nshapes; i++) {
-        if (bench_shape(o.shape[i][0], o.shape[i][1], o.reps, &res[i]) != 0) {
+        if (bench_shape(o.shape[i][0], o.shape[i][1], &o, &res[i]) != 0) {
             fprintf(stderr, "ns_bench: %" PRId64 "x%" PRId64 ": out of memory or kernel refused\n",
                     o.shape[i][0], o.shape[i][1]);
             return 1;

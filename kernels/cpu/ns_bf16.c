@@ -325,9 +325,10 @@ static int mm_run(struct ns_bf16 *b, const struct mm *x, const void *src, const 
  * along rows (as the fp32 mirror in ns_blas.c). */
 static void mirror_upper(int64_t m, uint16_t *S)
 {
-    uint16_t tile[BF16_TILE][BF16_TILE];
-
+    /* tile rows write disjoint lower rows: threads split them */
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i0 = 0; i0 < m; i0 += BF16_TILE) {
+        uint16_t tile[BF16_TILE][BF16_TILE];
         const int64_t i1 = i0 + BF16_TILE < m ? i0 + BF16_TILE : m;
         for (int64_t j0 = 0; j0 <= i0; j0 += BF16_TILE) {
             const int64_t j1 = j0 + BF16_TILE < m ? j0 + BF16_TILE : m;
@@ -341,27 +342,38 @@ static void mirror_upper(int64_t m, uint16_t *S)
     }
 }
 
+/* memcpy split over the OpenMP threads (the copies that feed the sum post-ops) */
+static void copy_par(void *dst, const void *src, size_t bytes)
+{
+    const size_t chunk = 1 << 16;
+    const int64_t nchunks = (int64_t)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) {
+        const size_t off = (size_t)c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+        memcpy((char *)dst + off, (const char *)src + off, len);
+    }
+}
+
 static int iterate(struct ns_bf16 *b, const struct plan *p, int s, const uint16_t *X, uint16_t *Y,
                    uint16_t *A, uint16_t *B)
 {
     const int64_t m = p->m, n = p->n;
     const int u = p->uniq[s];
     int rc = 0;
-
     for (int i = 0; i < p->nrow && rc == 0; i++) {
         const int64_t r0 = (int64_t)i * p->block;
         rc = mm_run(b, &p->gram[i], X + r0 * n, X + r0 * n, A + r0 * m + r0);
     }
     if (p->variant == NS_VARIANT_SYMMETRIC)
         mirror_upper(m, A);
-    memcpy(B, A, sizeof(uint16_t) * (size_t)(m * m));
+    copy_par(B, A, sizeof(uint16_t) * (size_t)(m * m));
     for (int i = 0; i < p->nrow && rc == 0; i++) {
         const int64_t r0 = (int64_t)i * p->block;
         rc = mm_run(b, &p->aa[i][u], A + r0 * m, A + r0, B + r0 * m + r0);
     }
     if (p->variant == NS_VARIANT_SYMMETRIC)
         mirror_upper(m, B);
-    memcpy(Y, X, sizeof(uint16_t) * (size_t)(m * n));
+    copy_par(Y, X, sizeof(uint16_t) * (size_t)(m * n));
     return rc == 0 ? mm_run(b, &p->bx[u], B, X, Y) : rc;
 }
 
@@ -386,6 +398,7 @@ int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
 
     for (int64_t k = 0; k < a->batch; k++) {
         ns_load_normalized(a, k, xf);
+#pragma omp parallel for schedule(static)
         for (size_t i = 0; i < mn; i++)
             X[i] = bf16_from_f32(xf[i]);
         for (int s = 0; s < a->steps; s++) {
@@ -395,6 +408,7 @@ int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
             X = Y;
             Y = t;
         }
+#pragma omp parallel for schedule(static)
         for (size_t i = 0; i < mn; i++)
             xf[i] = f32_from_bf16(X[i]);
         ns_store_output(a, k, xf);

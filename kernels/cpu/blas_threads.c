@@ -1,12 +1,17 @@
-/* OpenBLAS keeps one thread count for the whole process: set it once, at init. */
+/* OpenBLAS keeps one thread count for the whole process: set it once, at init. The OpenMP
+ * default goes with it, since oneDNN's bf16 matmul (OpenMP runtime) takes its threads from
+ * omp_get_max_threads(): the OpenMP OpenBLAS sets it too, the pthread build would not. */
 #include "../blas_threads.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 void kernel_blas_set_threads(int threads)
 {
-    if (threads > 0)
+    if (threads > 0) {
         openblas_set_num_threads(threads);
+        omp_set_num_threads(threads);
+    }
 }
 
 int kernel_blas_get_threads(void) { return openblas_get_num_threads(); }

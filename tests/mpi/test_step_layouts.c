@@ -69,6 +69,18 @@ TEST(layout_equals_one_rank_fp32)
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     cfg.momentum_dtype = SHARDOPT_DTYPE_FP32;
     cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.num_threads = 1;
+    compare_with_single_rank(cfg);
+}
+
+/* bf16 Newton-Schulz named explicitly, so the layouts are checked with it on any CPU (auto picks
+ * it only where bf16 is native); bf16 comm shows its rounding of O */
+TEST(layout_equals_one_rank_bf16_newton_schulz)
+{
+    setup();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_BF16;
     cfg.num_threads = 1;
     compare_with_single_rank(cfg);
 }

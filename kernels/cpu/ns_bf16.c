@@ -364,9 +364,17 @@ static int iterate(struct ns_bf16 *b, const struct plan *p, int s, const uint16_
         const int64_t r0 = (int64_t)i * p->block;
         rc = mm_run(b, &p->gram[i], X + r0 * n, X + r0 * n, A + r0 * m + r0);
     }
-    if (p->variant == NS_VARIANT_SYMMETRIC)
+    if (p->variant == NS_VARIANT_SYMMETRIC) {
         mirror_upper(m, A);
-    copy_par(B, A, sizeof(uint16_t) * (size_t)(m * m));
+        /* the sum post-op reads only what the block rows write: B[r0:r1, r0:m] */
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < m; r++) {
+            const int64_t c0 = r / p->block * p->block;
+            memcpy(B + r * m + c0, A + r * m + c0, sizeof(uint16_t) * (size_t)(m - c0));
+        }
+    } else {
+        copy_par(B, A, sizeof(uint16_t) * (size_t)(m * m));
+    }
     for (int i = 0; i < p->nrow && rc == 0; i++) {
         const int64_t r0 = (int64_t)i * p->block;
         rc = mm_run(b, &p->aa[i][u], A + r0 * m, A + r0, B + r0 * m + r0);

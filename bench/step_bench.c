@@ -3,7 +3,7 @@
  *   mpirun -n N step_bench [--preset glm45-air] [--layers L] [--width-div D] [--experts-div D]
  *       [--dp-replicate R] [--dp-shard S] [--cp C] [--ep E] [--expert-shard-dim 0|1|2]
  *       [--momentum-dtype fp32|bf16|both] [--comm-dtype bf16|fp32]
- *       [--offload none|optimizer|cpu|both|all]
+ *       [--offload none|optimizer|cpu|both|all] [--ns-compute auto|fp32|bf16]
  *       [--backend cpu] [--threads T] [--bucket-mib M] [--warmup W] [--steps N] [--json]
  *
  * Dense tensors are sharded along dim 0 over the dense shard group (FSDP-style chunks), expert
@@ -30,11 +30,12 @@ struct opts {
     const char *preset;
     struct preset_scale scale;
     int rep, shard, cp, ep, xdim, threads, warmup, steps, json;
-    const char *mom, *comm, *offload, *backend;
+    const char *mom, *comm, *offload, *backend, *ns_compute;
     double bucket_mib;
 };
 
 static int me, world;
+static int ns_compute_used; /* the runtime's resolution of --ns-compute (stats) */
 
 static void die(const char *what, shardopt_status_t st)
 {
@@ -67,6 +68,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
                        .comm = "bf16",
                        .offload = "none",
                        .backend = "cpu",
+                       .ns_compute = "auto",
                        .bucket_mib = 128};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -87,6 +89,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
                           : !strcmp(a, "--comm-dtype")     ? &o->comm
                           : !strcmp(a, "--offload")        ? &o->offload
                           : !strcmp(a, "--backend")        ? &o->backend
+                          : !strcmp(a, "--ns-compute")     ? &o->ns_compute
                                                            : NULL;
         if (!strcmp(a, "--json"))
             o->json = 1;
@@ -105,6 +108,9 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         known |= !strcmp(o->offload, modes[i]);
     if (!known)
         usage_die(o->offload);
+    if (strcmp(o->ns_compute, "auto") && strcmp(o->ns_compute, "fp32") &&
+        strcmp(o->ns_compute, "bf16"))
+        usage_die(o->ns_compute);
 }
 
 /* sgemm C[m x n] = A[m x m] B[m x n] at m = 1024, n = 4096 on this rank: the machine's limit
@@ -162,6 +168,9 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     cfg.comm_dtype = !strcmp(o->comm, "fp32") ? SHARDOPT_DTYPE_FP32 : SHARDOPT_DTYPE_BF16;
     cfg.bucket_bytes = (uint64_t)(o->bucket_mib * 1048576.0);
     cfg.backend = !strcmp(o->backend, "cuda") ? SHARDOPT_BACKEND_CUDA : SHARDOPT_BACKEND_CPU;
+    cfg.ns_compute = !strcmp(o->ns_compute, "fp32")   ? SHARDOPT_NS_COMPUTE_FP32
+                     : !strcmp(o->ns_compute, "bf16") ? SHARDOPT_NS_COMPUTE_BF16
+                                                      : SHARDOPT_NS_COMPUTE_AUTO;
     cfg.offload = !strcmp(offload, "optimizer") ? SHARDOPT_OFFLOAD_OPTIMIZER
                   : !strcmp(offload, "cpu")     ? SHARDOPT_OFFLOAD_CPU
                                                 : SHARDOPT_OFFLOAD_NONE;
@@ -230,6 +239,7 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     r->bytes_expert = v[5];
     MPI_Allreduce(&ps.local, &r->params_local_max, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
     r->mom = mom;
+    ns_compute_used = s.ns_compute;
     shardopt_finalize(rt);
     preset_shards_free(&ps);
     free(step);
@@ -267,10 +277,12 @@ int main(int argc, char **argv)
     if (me == 0) {
         printf("step_bench: preset %s (%d MoE + %d dense layers, width / %d, experts / %d): %d "
                "tensors, %.2f M parameters; %d ranks = dp_replicate %d x dp_shard %d x cp %d, "
-               "ep %d, experts sharded along dim %d; comm %s; median of %d steps after %d "
-               "warm-up, max over ranks; sgemm (rank 0, 1024x1024x4096) %.1f GFLOP/s\n\n",
+               "ep %d, experts sharded along dim %d; comm %s; Newton-Schulz %s (asked: %s); "
+               "median of %d steps after %d warm-up, max over ranks; sgemm (rank 0, "
+               "1024x1024x4096) %.1f GFLOP/s\n\n",
                p.name, p.moe_layers, p.dense_layers, o.scale.width_div, o.scale.experts_div, p.n,
-               (double)p.total / 1e6, world, o.rep, o.shard, o.cp, o.ep, o.xdim, o.comm, o.steps,
+               (double)p.total / 1e6, world, o.rep, o.shard, o.cp, o.ep, o.xdim, o.comm,
+               ns_compute_used == SHARDOPT_NS_COMPUTE_BF16 ? "bf16" : "fp32", o.ns_compute, o.steps,
                o.warmup, gemm);
         printf("| offload | momentum | step time (max over ranks) | optimizer state / rank | "
                "host↔device bytes / step (in + out) | copy time (exposed) | staging peak / 3 "

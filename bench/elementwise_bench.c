@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "kernels/clock.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
 
@@ -60,13 +60,6 @@ struct result {
     double gbps, gbps_wa, ratio, ratio_wa;
     double triad_gbps; /* the paired triad passes' median (STREAM bytes) */
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -246,11 +239,11 @@ static void pair_time(const struct triad *t, const struct kernel_ops *ops, const
     triad_run(t, threads);
     kernel_run(ops, &ctx, k, which);
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = monotonic_seconds();
         triad_run(t, threads);
-        double t1 = now();
+        double t1 = monotonic_seconds();
         kernel_run(ops, &ctx, k, which);
-        ksec[r] = now() - t1;
+        ksec[r] = monotonic_seconds() - t1;
         tsec[r] = t1 - t0;
     }
 }

@@ -23,9 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_util.h"
 #include "kernels/blas_threads.h"
+#include "kernels/clock.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "kernels/ns_coeffs.h"
@@ -80,13 +81,6 @@ struct bench_case {
 static const int64_t bench_default_shapes[][2] = {
     {512, 512}, {1024, 1024}, {2048, 2048}, {1024, 4096}, {1408, 4096},
 };
-
-static double bench_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int bench_usage(const char *msg)
 {
@@ -335,7 +329,7 @@ static void bench_run_sgemm(const struct bench_case *c)
  * negative value when the kernel refused the arguments. */
 static double bench_sample(struct bench_case *c, int which, int calls)
 {
-    const double t0 = bench_now();
+    const double t0 = monotonic_seconds();
     for (int i = 0; i < calls; i++) {
         if (which == 2)
             bench_run_sgemm(c);
@@ -343,19 +337,7 @@ static double bench_sample(struct bench_case *c, int which, int calls)
                               which == 0 ? c->out_plain : c->out_sym) != 0)
             return -1.0;
     }
-    return (bench_now() - t0) / calls;
-}
-
-static int bench_cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double bench_median(double *v, int count)
-{
-    qsort(v, (size_t)count, sizeof(double), bench_cmp_double);
-    return count % 2 ? v[count / 2] : 0.5 * (v[count / 2 - 1] + v[count / 2]);
+    return (monotonic_seconds() - t0) / calls;
 }
 
 static double bench_max_abs_diff(const float *a, const float *b, size_t count)

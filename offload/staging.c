@@ -1,14 +1,8 @@
 #include "staging.h"
 
 #include <string.h>
-#include <time.h>
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "kernels/clock.h"
 
 static size_t align_up(size_t x) { return (x + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN; }
 
@@ -47,9 +41,9 @@ size_t staging_chunk_elems(const struct staging *s, size_t es0, size_t es1)
 
 static void copy_timed(struct staging *s, void *dst, const void *src, size_t bytes)
 {
-    double t = now_seconds();
+    double t = monotonic_seconds();
     s->ops->copy(s->ctx, dst, src, bytes);
-    s->seconds_copy += now_seconds() - t;
+    s->seconds_copy += monotonic_seconds() - t;
 }
 
 static void slot_addrs(const struct staging *s, int i, const struct stream_chunk *c, void *dev[2])

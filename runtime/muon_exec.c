@@ -1,8 +1,8 @@
 #include "muon_exec.h"
 
 #include <string.h>
-#include <time.h>
 
+#include "kernels/clock.h"
 #include "offload_exec.h"
 #include "status.h"
 
@@ -14,13 +14,6 @@ struct stage {
     int seq;  /* position in the pipeline: keeps the tags of concurrent exchanges apart */
     int nreq; /* requests of its exchange in flight */
 };
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void *at(void *base, size_t elems, size_t es) { return (char *)base + elems * es; }
 
@@ -330,10 +323,10 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
         return SHARDOPT_OK;
 
     /* prologue: bucket 0 into exchange #1 */
-    t = now_seconds();
+    t = monotonic_seconds();
     stage_get(rt, 0, &ring[0]);
     stage_momentum(rt, &ring[0], s->grad_scale);
-    k->seconds_momentum_last += now_seconds() - t;
+    k->seconds_momentum_last += monotonic_seconds() - t;
     status = xfer_start(rt, &ring[0], 0);
 
     for (int i = 0; i < n && status == SHARDOPT_OK; i++) {
@@ -342,7 +335,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
         struct stage *prev = i > 0 ? &ring[(i - 1) % PIPELINE_DEPTH] : NULL;
 
         /* bucket i+1 computes its momentum and starts travelling */
-        t = now_seconds();
+        t = monotonic_seconds();
         if (next != NULL) {
             stage_get(rt, i + 1, next);
             stage_momentum(rt, next, s->grad_scale);
@@ -350,7 +343,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
             if (status != SHARDOPT_OK)
                 break;
         }
-        double t1 = now_seconds();
+        double t1 = monotonic_seconds();
         k->seconds_momentum_last += t1 - t;
 
         /* bucket i: arrives, is orthogonalized, starts back */
@@ -358,12 +351,12 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
         if (status != SHARDOPT_OK)
             break;
         stage_move(rt, cur, 1);
-        double t2 = now_seconds();
+        double t2 = monotonic_seconds();
         k->seconds_exchange1_last += t2 - t1;
         status = stage_ns(rt, cur, next, prev);
         if (status != SHARDOPT_OK)
             break;
-        double t3 = now_seconds();
+        double t3 = monotonic_seconds();
         k->seconds_ns_last += t3 - t2;
         stage_move(rt, cur, 0);
         status = xfer_start(rt, cur, 1);
@@ -376,21 +369,21 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
             if (status != SHARDOPT_OK)
                 break;
         }
-        double t4 = now_seconds();
+        double t4 = monotonic_seconds();
         k->seconds_exchange2_last += t4 - t3;
         if (prev != NULL)
             stage_apply(rt, prev, s);
-        k->seconds_apply_last += now_seconds() - t4;
+        k->seconds_apply_last += monotonic_seconds() - t4;
     }
     if (status == SHARDOPT_OK) {
         struct stage *last = &ring[(n - 1) % PIPELINE_DEPTH];
-        t = now_seconds();
+        t = monotonic_seconds();
         status = xfer_wait(rt, last, 1);
-        double t5 = now_seconds();
+        double t5 = monotonic_seconds();
         k->seconds_exchange2_last += t5 - t;
         if (status == SHARDOPT_OK)
             stage_apply(rt, last, s);
-        k->seconds_apply_last += now_seconds() - t5;
+        k->seconds_apply_last += monotonic_seconds() - t5;
     }
     return status;
 }

@@ -1,17 +1,10 @@
 #include "ns_sharded.h"
 
 #include <math.h>
-#include <time.h>
 
+#include "kernels/clock.h"
 #include "offload_exec.h"
 #include "status.h"
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* One matrix k of a sharded parameter, this rank's piece at element `off` of its shard. */
 static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param *p, MPI_Comm comm,
@@ -71,7 +64,7 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
 
 shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalars *s)
 {
-    double t0 = now_seconds();
+    double t0 = monotonic_seconds();
 
     for (int i = 0; i < rt->nparams; i++) {
         struct shardopt_param *p = rt->params[i];
@@ -89,6 +82,6 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
                 return status;
         }
     }
-    rt->counters.seconds_ns_sharded_last = now_seconds() - t0;
+    rt->counters.seconds_ns_sharded_last = monotonic_seconds() - t0;
     return SHARDOPT_OK;
 }

@@ -3,8 +3,8 @@
  * is written, and nothing is allocated. */
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
+#include "kernels/clock.h"
 #include "log.h"
 #include "muon_exec.h"
 #include "ns_sharded.h"
@@ -19,13 +19,6 @@ struct step_scalars {
     double muon_wd, adamw_wd;
     double max_grad_norm;
 };
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Local checks; the caller makes every rank agree on the outcome. */
 static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_step_args_t *args,
@@ -164,7 +157,7 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     struct step_scalars sc = {0};
     struct prepass_result pre;
     struct step_counters *k;
-    double t0 = now_seconds(), t1;
+    double t0 = monotonic_seconds(), t1;
 
     if (rt == NULL || args == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL %s",
@@ -183,14 +176,14 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     if (status != SHARDOPT_OK)
         return status;
     k->grad_norm_last = pre.norm;
-    t1 = now_seconds();
+    t1 = monotonic_seconds();
     k->seconds_prepass_last = t1 - t0;
     if (pre.nonfinite)
         return step_nonfinite(rt, pre.nonfinite);
 
     const struct adamw_call call = {.sc = &sc, .grad_scale = pre.grad_scale};
     offload_state_run(rt, SHARDOPT_ALGO_ADAMW, adamw_tensor, rt, adamw_kernel, &call);
-    k->seconds_adamw_last = now_seconds() - t1;
+    k->seconds_adamw_last = monotonic_seconds() - t1;
 
     const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};
     status = muon_run(rt, &ms);
@@ -202,7 +195,7 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;
     k->steps++;
-    k->seconds_last = now_seconds() - t0;
+    k->seconds_last = monotonic_seconds() - t0;
     k->seconds_total += k->seconds_last;
     return SHARDOPT_OK;
 }

@@ -10,7 +10,6 @@
 #include "ns_common.h"
 
 #define BF16_MAX_ROWS 64 /* block rows of a symmetric plan */
-#define BF16_TILE     64 /* edge of the mirror's transposing tiles: 8 KiB of bf16 */
 
 /* One matmul and the memory objects of its arguments (data handles set at each call). */
 struct mm {
@@ -321,27 +320,6 @@ static int mm_run(struct ns_bf16 *b, const struct mm *x, const void *src, const 
     return dnnl_stream_wait(b->stream) == dnnl_success ? 0 : -1;
 }
 
-/* Lower triangle <- transpose of the upper one, through tiles so that reads and writes run
- * along rows (as the fp32 mirror in ns_blas.c). */
-static void mirror_upper(int64_t m, uint16_t *S)
-{
-    /* tile rows write disjoint lower rows: threads split them */
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i0 = 0; i0 < m; i0 += BF16_TILE) {
-        uint16_t tile[BF16_TILE][BF16_TILE];
-        const int64_t i1 = i0 + BF16_TILE < m ? i0 + BF16_TILE : m;
-        for (int64_t j0 = 0; j0 <= i0; j0 += BF16_TILE) {
-            const int64_t j1 = j0 + BF16_TILE < m ? j0 + BF16_TILE : m;
-            for (int64_t j = j0; j < j1; j++)
-                for (int64_t i = j + 1 > i0 ? j + 1 : i0; i < i1; i++)
-                    tile[i - i0][j - j0] = S[j * m + i];
-            for (int64_t i = i0; i < i1; i++)
-                for (int64_t j = j0; j < j1 && j < i; j++)
-                    S[i * m + j] = tile[i - i0][j - j0];
-        }
-    }
-}
-
 /* memcpy split over the OpenMP threads (the copies that feed the sum post-ops) */
 static void copy_par(void *dst, const void *src, size_t bytes)
 {
@@ -365,7 +343,7 @@ static int iterate(struct ns_bf16 *b, const struct plan *p, int s, const uint16_
         rc = mm_run(b, &p->gram[i], X + r0 * n, X + r0 * n, A + r0 * m + r0);
     }
     if (p->variant == NS_VARIANT_SYMMETRIC) {
-        mirror_upper(m, A);
+        ns_mirror_upper(A, m, sizeof(uint16_t));
         /* the sum post-op reads only what the block rows write: B[r0:r1, r0:m] */
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < m; r++) {
@@ -380,7 +358,7 @@ static int iterate(struct ns_bf16 *b, const struct plan *p, int s, const uint16_
         rc = mm_run(b, &p->aa[i][u], A + r0 * m, A + r0, B + r0 * m + r0);
     }
     if (p->variant == NS_VARIANT_SYMMETRIC)
-        mirror_upper(m, B);
+        ns_mirror_upper(B, m, sizeof(uint16_t));
     copy_par(Y, X, sizeof(uint16_t) * (size_t)(m * n));
     return rc == 0 ? mm_run(b, &p->bx[u], B, X, Y) : rc;
 }

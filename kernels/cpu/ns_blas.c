@@ -25,9 +25,6 @@
 #include "ns_bf16.h"
 #include "ns_common.h"
 
-/* Tile edge of the mirror copy: a 64x64 fp32 tile (16 KiB) stays in L1. */
-#define NS_MIRROR_TILE 64
-
 /* A = X X^T, then Y = (a I + b A + c A A) X: the same two calls a sharded matrix makes around
  * its Gram all-reduce. */
 static void ns_iter_plain(const struct kernel_ctx *ctx, int64_t m, int64_t n, const float c[3],
@@ -37,39 +34,17 @@ static void ns_iter_plain(const struct kernel_ctx *ctx, int64_t m, int64_t n, co
     blas_shard_update(ctx, A, c, x, m, n, B, y);
 }
 
-/* Lower triangle <- transpose of the upper one. Each tile goes through a buffer so that both the
- * reads and the writes run along rows: a direct strided copy walks a column at a stride of m
- * floats, which for m = 2048 lands every line in the same L1 set (4.4 ms per mirror at m = 2048,
- * against 2.1 ms buffered). */
-static void ns_mirror_upper(int64_t m, float *S)
-{
-    float tile[NS_MIRROR_TILE][NS_MIRROR_TILE];
-
-    for (int64_t i0 = 0; i0 < m; i0 += NS_MIRROR_TILE) {
-        const int64_t i1 = i0 + NS_MIRROR_TILE < m ? i0 + NS_MIRROR_TILE : m;
-        for (int64_t j0 = 0; j0 <= i0; j0 += NS_MIRROR_TILE) {
-            const int64_t j1 = j0 + NS_MIRROR_TILE < m ? j0 + NS_MIRROR_TILE : m;
-            for (int64_t j = j0; j < j1; j++) /* upper entries only: the lower ones are stale */
-                for (int64_t i = j + 1 > i0 ? j + 1 : i0; i < i1; i++)
-                    tile[i - i0][j - j0] = S[j * m + i];
-            for (int64_t i = i0; i < i1; i++)
-                for (int64_t j = j0; j < j1 && j < i; j++)
-                    S[i * m + j] = tile[i - i0][j - j0];
-        }
-    }
-}
-
 static void ns_iter_symmetric(const struct kernel_ctx *ctx, int64_t m, int64_t n, const float c[3],
                               const float *x, float *y, float *A, float *B)
 {
     (void)ctx; /* OpenBLAS's threads are process-wide */
     cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)m, (int)n, 1.0f, x, (int)n, 0.0f, A,
                 (int)m);
-    ns_mirror_upper(m, A); /* ssyrk reads its input as a general matrix */
+    ns_mirror_upper(A, m, sizeof(float)); /* ssyrk reads its input as a general matrix */
     memcpy(B, A, sizeof(float) * (size_t)(m * m));
     cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)m, (int)m, c[2], A, (int)m, c[1], B,
                 (int)m);
-    ns_mirror_upper(m, B);
+    ns_mirror_upper(B, m, sizeof(float));
     for (int64_t i = 0; i < m; i++)
         B[i * m + i] += c[0];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)m, 1.0f, B, (int)m,

@@ -110,6 +110,43 @@ static void ns_store_transposed(const struct ns_args *a, size_t base, const floa
     }
 }
 
+/* Lower triangle <- transpose of the upper one, for elements of type T. Each tile goes through a
+ * buffer so that both the reads and the writes run along rows: a direct strided copy walks a
+ * column at a stride of m elements, which for m = 2048 fp32 lands every line in the same L1 set
+ * (4.4 ms per mirror at m = 2048, against 2.1 ms buffered). Tile rows write disjoint lower rows,
+ * so threads split them. One body, instantiated per element type: a version on memcpy of `es`
+ * bytes made the bf16 symmetric Newton-Schulz 4 % slower at 1024^2. */
+#define NS_MIRROR_UPPER(name, T)                                                                   \
+    static void name(T *S, int64_t m)                                                              \
+    {                                                                                              \
+        _Pragma("omp parallel for schedule(dynamic, 1)") for (int64_t i0 = 0; i0 < m;              \
+                                                              i0 += NS_TILE)                       \
+        {                                                                                          \
+            T tile[NS_TILE][NS_TILE];                                                              \
+            const int64_t i1 = i0 + NS_TILE < m ? i0 + NS_TILE : m;                                \
+            for (int64_t j0 = 0; j0 <= i0; j0 += NS_TILE) {                                        \
+                const int64_t j1 = j0 + NS_TILE < m ? j0 + NS_TILE : m;                            \
+                for (int64_t j = j0; j < j1; j++) /* upper entries only: lower ones are stale */   \
+                    for (int64_t i = j + 1 > i0 ? j + 1 : i0; i < i1; i++)                         \
+                        tile[i - i0][j - j0] = S[j * m + i];                                       \
+                for (int64_t i = i0; i < i1; i++)                                                  \
+                    for (int64_t j = j0; j < j1 && j < i; j++)                                     \
+                        S[i * m + j] = tile[i - i0][j - j0];                                       \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+NS_MIRROR_UPPER(mirror_upper_16, uint16_t)
+NS_MIRROR_UPPER(mirror_upper_32, uint32_t)
+
+void ns_mirror_upper(void *S, int64_t m, size_t es)
+{
+    if (es == 2)
+        mirror_upper_16(S, m);
+    else
+        mirror_upper_32(S, m); /* fp32 moved as its bits */
+}
+
 void ns_store_output(const struct ns_args *a, int64_t k, const float *x)
 {
     const size_t count = (size_t)(a->rows * a->cols);

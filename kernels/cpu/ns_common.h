@@ -28,6 +28,10 @@ int ns_run_batch(const struct kernel_ctx *ctx, const struct ns_args *a,
  * pieces of a sharded matrix). */
 void ns_load_with_inv(const struct ns_args *a, int64_t k, double inv, float *x);
 
+/* Lower triangle of the m x m row-major matrix S (elements of es = 2 or 4 bytes: bf16 or fp32)
+ * <- transpose of its upper one. A symmetric product writes only the upper half. */
+void ns_mirror_upper(void *S, int64_t m, size_t es);
+
 /* O_k <- X rounded to nearest in out_dtype, back in the stored orientation. */
 void ns_store_output(const struct ns_args *a, int64_t k, const float *x);
 

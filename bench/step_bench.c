@@ -35,6 +35,7 @@ struct opts {
 };
 
 static int me, world;
+static const char *const offload_modes[3] = {"none", "optimizer", "cpu"};
 static int ns_compute_used; /* the runtime's resolution of --ns-compute (stats) */
 
 static void die(const char *what, shardopt_status_t st)
@@ -102,10 +103,9 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         else
             usage_die(a);
     }
-    const char *const modes[] = {"none", "optimizer", "cpu", "both", "all"};
-    int known = 0;
-    for (int i = 0; i < 5; i++)
-        known |= !strcmp(o->offload, modes[i]);
+    int known = !strcmp(o->offload, "both") || !strcmp(o->offload, "all");
+    for (int i = 0; i < 3; i++)
+        known |= !strcmp(o->offload, offload_modes[i]);
     if (!known)
         usage_die(o->offload);
     if (strcmp(o->ns_compute, "auto") && strcmp(o->ns_compute, "fp32") &&
@@ -264,14 +264,13 @@ int main(int argc, char **argv)
     }
     double gemm = me == 0 ? sgemm_rate(o.threads) : 0;
     MPI_Bcast(&gemm, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    const char *const modes[3] = {"none", "optimizer", "cpu"};
     for (int m = 0; m < 3; m++) {
-        const int want = !strcmp(o.offload, modes[m]) || !strcmp(o.offload, "all") ||
+        const int want = !strcmp(o.offload, offload_modes[m]) || !strcmp(o.offload, "all") ||
                          (!strcmp(o.offload, "both") && m < 2);
         if (want && (strcmp(o.mom, "fp32") == 0 || strcmp(o.mom, "both") == 0))
-            run_one(&o, &p, "fp32", modes[m], &res[nres++]);
+            run_one(&o, &p, "fp32", offload_modes[m], &res[nres++]);
         if (want && (strcmp(o.mom, "bf16") == 0 || strcmp(o.mom, "both") == 0))
-            run_one(&o, &p, "bf16", modes[m], &res[nres++]);
+            run_one(&o, &p, "bf16", offload_modes[m], &res[nres++]);
     }
 
     if (me == 0) {

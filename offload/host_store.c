@@ -14,13 +14,16 @@ void *host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_
                  bytes, (unsigned long long)limit);
         return NULL;
     }
-    if (topo != NULL && nodes != NULL && !hwloc_bitmap_iszero(nodes))
-        p = hwloc_alloc_membind(topo, bytes ? bytes : 1, nodes, HWLOC_MEMBIND_BIND,
-                                HWLOC_MEMBIND_BYNODESET);
-    if (p == NULL && topo != NULL)
-        p = hwloc_alloc(topo, bytes ? bytes : 1); /* binding refused: still page-aligned */
-    if (p == NULL && topo == NULL && posix_memalign(&p, 4096, bytes ? bytes : 1) != 0)
-        p = NULL;
+    const size_t n = bytes ? bytes : 1;
+    if (topo == NULL) {
+        if (posix_memalign(&p, 4096, n) != 0)
+            p = NULL;
+    } else {
+        if (nodes != NULL && !hwloc_bitmap_iszero(nodes))
+            p = hwloc_alloc_membind(topo, n, nodes, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
+        if (p == NULL)
+            p = hwloc_alloc(topo, n); /* binding refused: still page-aligned */
+    }
     if (p == NULL)
         snprintf(err, errlen, "host store: allocating %zu bytes failed", bytes);
     return p;

@@ -112,8 +112,8 @@ void ns_bf16_destroy(struct ns_bf16 *b)
     free(b);
 }
 
-/* A row-major view of rows x cols bf16 elements with leading dimension ld; transposed: the view
- * is cols x rows... of the same storage read column-wise (element (i, j) at j * ld + i). */
+/* A rows x cols view of bf16 storage with leading dimension ld: element (i, j) at i * ld + j,
+ * or, transposed, at j * ld + i (X^T read from the rows of X). */
 static dnnl_status_t view_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld,
                              int transposed)
 {

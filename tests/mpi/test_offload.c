@@ -27,18 +27,18 @@ struct closed_form {
 static struct closed_form closed_form_of(const struct run *r, const shardopt_config_t *cfg)
 {
     struct closed_form f = {0};
-    const size_t es_comm = cfg->comm_dtype == SHARDOPT_DTYPE_BF16 ? 2 : 4;
+    const size_t es_comm = model_esize(cfg->comm_dtype);
     for (int p = 0; p < MODEL_NPARAMS; p++) {
         const struct tparam *t = &model_params[p];
         shardopt_algo_t algo;
         shardopt_param_get_algo(r->h[p], &algo);
         const uint64_t n = (uint64_t)r->box[p].numel;
         if (algo == SHARDOPT_ALGO_ADAMW) {
-            f.adam_m += n * (cfg->adam_state_dtype == SHARDOPT_DTYPE_BF16 ? 2 : 4);
-            f.adam_v += n * (cfg->adam_v_dtype == SHARDOPT_DTYPE_BF16 ? 2 : 4);
+            f.adam_m += n * model_esize(cfg->adam_state_dtype);
+            f.adam_v += n * model_esize(cfg->adam_v_dtype);
             continue;
         }
-        f.momentum += n * (cfg->momentum_dtype == SHARDOPT_DTYPE_BF16 ? 2 : 4);
+        f.momentum += n * model_esize(cfg->momentum_dtype);
         const uint64_t whole = (uint64_t)(t->shape[0] * t->shape[1] * t->shape[2]);
         const int copies = t->placement == SHARDOPT_PLACEMENT_REPLICATED ? world : L_rep;
         f.ns_all += whole * es_comm * (uint64_t)copies;

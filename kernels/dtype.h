@@ -6,32 +6,34 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hd.h"
+
 /* Same values as shardopt_dtype_t / shardopt_rounding_t; kernels do not include the public
  * header because it pulls in MPI. runtime/ checks the correspondence at compile time. */
 enum kdtype { KDT_F32 = 0, KDT_BF16 = 1 };
 enum kround { KROUND_NEAREST = 0, KROUND_STOCHASTIC = 1 };
 
-static inline size_t kdtype_size(int dt) { return dt == KDT_BF16 ? 2 : 4; }
+KHD static inline size_t kdtype_size(int dt) { return dt == KDT_BF16 ? 2 : 4; }
 
-static inline uint32_t f32_bits(float f)
+KHD static inline uint32_t f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float f32_from_bits(uint32_t u)
+KHD static inline float f32_from_bits(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static inline float f32_from_bf16(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+KHD static inline float f32_from_bf16(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
 /* Round to nearest, ties to even. A NaN stays a NaN (quietened, sign kept): plain rounding
  * could carry a NaN payload into the Inf pattern. Values past the largest bf16 become Inf. */
-static inline uint16_t bf16_from_f32(float f)
+KHD static inline uint16_t bf16_from_f32(float f)
 {
     uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -42,7 +44,7 @@ static inline uint16_t bf16_from_f32(float f)
 
 /* Stochastic rounding with 16 random bits r: rounds away from zero with probability equal to
  * the discarded fraction, so E[result] = f. Inf stays Inf (its low bits are zero). */
-static inline uint16_t bf16_from_f32_sr(float f, uint16_t r)
+KHD static inline uint16_t bf16_from_f32_sr(float f, uint16_t r)
 {
     uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -52,7 +54,7 @@ static inline uint16_t bf16_from_f32_sr(float f, uint16_t r)
 }
 
 /* Load element i of a buffer of dtype dt as fp32. */
-static inline float kload(const void *p, int dt, size_t i)
+KHD static inline float kload(const void *p, int dt, size_t i)
 {
     return dt == KDT_BF16 ? f32_from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "hd.h"
 #include "rng.h"
 
 /* Global flat index of local element i: base + (i / run) * stride + i % run. A shard along dim d
@@ -22,7 +23,7 @@ struct elem_index_map {
     uint64_t stride;
 };
 
-static inline uint64_t elem_index_global(const struct elem_index_map *m, uint64_t i)
+KHD static inline uint64_t elem_index_global(const struct elem_index_map *m, uint64_t i)
 {
     return m->base + (i / m->run) * m->stride + i % m->run;
 }
@@ -121,7 +122,8 @@ struct ns_args {
 
 /* The map for local elements [off, off + n) of a map's range: off must start a run, or the range
  * must lie inside one run (true for every matrix piece of a layout). */
-static inline struct elem_index_map elem_index_map_at(const struct elem_index_map *m, uint64_t off)
+KHD static inline struct elem_index_map elem_index_map_at(const struct elem_index_map *m,
+                                                          uint64_t off)
 {
     struct elem_index_map r = *m;
     if (off % m->run == 0) {

@@ -1,31 +1,8 @@
 #include "rng.h"
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
 void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
 {
-    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
-    uint32_t k0 = key[0], k1 = key[1];
-
-    for (int round = 0; round < 10; round++) {
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0;
-        c1 = (uint32_t)p1;
-        c2 = n2;
-        c3 = (uint32_t)p0;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+    rng_philox(ctr, key, out);
 }
 
 uint64_t rng_name_hash(const char *name)
@@ -60,13 +37,7 @@ struct rng_stream rng_stream_make(uint64_t seed, uint64_t name_hash, enum rng_ki
 
 void rng_bits16x8(const struct rng_stream *s, uint64_t group, uint16_t out[8])
 {
-    uint32_t ctr[4] = {(uint32_t)group, (uint32_t)(group >> 32), s->step_lo, s->kind_hi};
-    uint32_t w[4];
-    philox4x32_10(ctr, s->key, w);
-    for (int i = 0; i < 4; i++) {
-        out[2 * i] = (uint16_t)w[i];
-        out[2 * i + 1] = (uint16_t)(w[i] >> 16);
-    }
+    rng_group_bits(s, group, out);
 }
 
 uint16_t rng_bits16(const struct rng_stream *s, uint64_t g)

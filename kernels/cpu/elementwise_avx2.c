@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
-#include "round_store.h"
+#include "elem_split.h"
 
 /* A step is two vectors, so a bf16 buffer is stored 32 bytes at a time as in the AVX-512 kernels.
  * One vector a step measured 0.75-0.81 of a triad for bf16 momentum and 1.17-1.21 for AdamW

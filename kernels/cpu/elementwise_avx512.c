@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
-#include "round_store.h"
+#include "elem_split.h"
 
 #define VLEN 16
 #define FULL ((__mmask16)0xffff)

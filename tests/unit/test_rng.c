@@ -1,6 +1,5 @@
 /* The counter-based generator behind stochastic rounding: Philox4x32-10 known answers, the name
  * hash, stream separation, and bits that depend on the global index only. */
-#include "kernels/cpu/round_store.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "test.h"

@@ -235,7 +235,7 @@ static void kernel_run(const struct kernel_ops *ops, const struct kernel_ctx *ct
 static void pair_time(const struct triad *t, const struct kernel_ops *ops, const struct kbufs *k,
                       int which, int threads, double *tsec, double *ksec, int reps)
 {
-    const struct kernel_ctx ctx = {threads, NULL};
+    const struct kernel_ctx ctx = {.threads = threads};
     triad_run(t, threads);
     kernel_run(ops, &ctx, k, which);
     for (int r = 0; r < reps; r++) {

@@ -30,8 +30,9 @@ KHD static inline uint64_t elem_index_global(const struct elem_index_map *m, uin
 
 /* Per-call execution context. */
 struct kernel_ctx {
-    int threads;  /* 0: as the OpenMP runtime decides */
-    void *stream; /* CUDA stream; NULL on the CPU */
+    int threads;   /* 0: as the OpenMP runtime decides */
+    void *stream;  /* CUDA stream; NULL on the CPU */
+    void *backend; /* CUDA: the backend state of kernel_ops.backend_create; NULL on the CPU */
 };
 
 /* Muon momentum and pack, in exactly this fp32 sequence (every variant matches it bit for bit):
@@ -184,6 +185,16 @@ struct kernel_ops {
     /* Memory for state and buffers (offload/ allocates through these). */
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);
+    /* Wait for the work queued on ctx's stream (device backends queue; the CPU runs at once).
+     * 0, or -1 when queued work failed. */
+    int (*sync)(const struct kernel_ctx *ctx);
+    /* Bytes of Newton-Schulz workspace that hold `batch` rows x cols matrices at once (the CPU
+     * works one matrix at a time and ignores batch). */
+    size_t (*ns_workspace_bytes)(int64_t rows, int64_t cols, int64_t batch);
+    /* Per-runtime backend state for kernel_ctx.backend; NULL entries where there is none.
+     * device < 0: the current one. NULL on failure, with err set. */
+    void *(*backend_create)(int device, char *err, size_t errlen);
+    void (*backend_destroy)(void *backend);
 };
 
 const struct kernel_ops *kernel_ops_cpu_ref(void);      /* the oracle: plain C */

@@ -43,6 +43,9 @@ double cpu_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
 void cpu_copy(const struct kernel_ctx *ctx, void *dst, const void *src, size_t bytes);
 void cpu_fill(const struct kernel_ctx *ctx, void *dst, int byte, size_t bytes);
 
+int cpu_sync(const struct kernel_ctx *ctx);
+size_t cpu_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch);
+
 void *cpu_alloc(size_t bytes);
 void cpu_free(void *p);
 

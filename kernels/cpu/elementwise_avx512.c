@@ -230,7 +230,7 @@ static const void *elem_ptr(const void *p, int dt, size_t i)
     return (const char *)p + i * kdtype_size(dt);
 }
 
-static const struct kernel_ctx one_thread = {1, NULL};
+static const struct kernel_ctx one_thread = {.threads = 1};
 
 /* The loops read their pointers and scalars from locals rather than through the args pointer:
  * vector stores may alias anything, so fields read through a pointer would be reloaded (and

@@ -14,6 +14,18 @@ void *cpu_alloc(size_t bytes)
 
 void cpu_free(void *p) { free(p); }
 
+int cpu_sync(const struct kernel_ctx *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+size_t cpu_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch)
+{
+    (void)batch;
+    return ns_workspace_floats(rows, cols) * sizeof(float);
+}
+
 static const struct kernel_ops cpu_ref = {
     .name = "cpu-ref",
     .momentum = ref_momentum,
@@ -30,6 +42,8 @@ static const struct kernel_ops cpu_ref = {
     .fill = cpu_fill,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .sync = cpu_sync,
+    .ns_workspace_bytes = cpu_ns_workspace_bytes,
 };
 
 static const struct kernel_ops cpu_portable = {
@@ -48,6 +62,8 @@ static const struct kernel_ops cpu_portable = {
     .fill = cpu_fill,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .sync = cpu_sync,
+    .ns_workspace_bytes = cpu_ns_workspace_bytes,
 };
 
 #ifdef SHARDOPT_HAVE_AVX512_KERNELS
@@ -67,6 +83,8 @@ static const struct kernel_ops cpu_avx512 = {
     .fill = cpu_fill,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .sync = cpu_sync,
+    .ns_workspace_bytes = cpu_ns_workspace_bytes,
 };
 #endif
 
@@ -87,6 +105,8 @@ static const struct kernel_ops cpu_avx2 = {
     .fill = cpu_fill,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .sync = cpu_sync,
+    .ns_workspace_bytes = cpu_ns_workspace_bytes,
 };
 #endif
 

@@ -1,18 +1,23 @@
-/* CUDA backend: the skeleton of the kernel table. Memory entry points are real; the compute
- * entries are not implemented yet (the CUDA issue), so the runtime refuses backend = cuda and
- * only the memory path is exercised (tests/gpu/test_cuda_memory.c on a machine with a GPU). */
-#include <cuda_runtime.h>
+/* The CUDA kernel table: elementwise kernels (elementwise.cu), cuBLAS Newton-Schulz
+ * (ns_cuda.cu), stream-ordered copies and fills, plain cudaMalloc memory (never managed), and
+ * the per-runtime backend state. Every entry queues on kernel_ctx.stream; sync waits for it and
+ * reports a failed launch or copy. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_internal.h"
 
 extern "C" {
-#include "../ops.h"
 #include "cuda_probe.h"
 }
 
 static void *cuda_alloc(size_t bytes)
 {
     void *p = NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess)
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky-free error so the next call is not blamed */
         return NULL;
+    }
     return p;
 }
 
@@ -22,18 +27,135 @@ static void cuda_free(void *p)
         cudaFree(p);
 }
 
-static const struct kernel_ops cuda_ops = {
-    "cuda", NULL, NULL, NULL, NULL, NULL,       NULL,      NULL,
-    NULL,   NULL, NULL, NULL, NULL, cuda_alloc, cuda_free,
-};
+static void cuda_copy(const struct kernel_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (bytes > 0)
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(ctx));
+}
+
+static void cuda_copy2d(const struct kernel_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                        size_t spitch, size_t width, size_t rows)
+{
+    if (width > 0 && rows > 0)
+        cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault,
+                          cuda_stream(ctx));
+}
+
+static void cuda_fill(const struct kernel_ctx *ctx, void *dst, int byte, size_t bytes)
+{
+    if (bytes > 0)
+        cudaMemsetAsync(dst, byte, bytes, cuda_stream(ctx));
+}
+
+static int cuda_sync(const struct kernel_ctx *ctx)
+{
+    if (cudaStreamSynchronize(cuda_stream(ctx)) != cudaSuccess)
+        return -1;
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
+extern "C" struct cuda_backend *cuda_backend_create(int device, char *err, size_t errlen)
+{
+    struct cuda_backend *b = (struct cuda_backend *)calloc(1, sizeof(*b));
+    cudaError_t e = cudaSuccess;
+    const char *what = "";
+
+    if (b == NULL) {
+        snprintf(err, errlen, "CUDA backend: out of host memory");
+        return NULL;
+    }
+    if (device < 0) {
+        what = "cudaGetDevice";
+        e = cudaGetDevice(&b->device);
+    } else {
+        what = "cudaSetDevice";
+        b->device = device;
+        e = cudaSetDevice(device);
+    }
+    if (e == cudaSuccess) {
+        what = "cudaDeviceGetAttribute";
+        e = cudaDeviceGetAttribute(&b->sms, cudaDevAttrMultiProcessorCount, b->device);
+    }
+    if (e == cudaSuccess) {
+        what = "cudaMalloc (reduction buffer)";
+        e = cudaMalloc((void **)&b->d_partial, sizeof(double) * (CUDA_SUMSQ_BLOCKS + 1));
+    }
+    if (e == cudaSuccess) {
+        what = "cudaMallocHost";
+        e = cudaMallocHost((void **)&b->h_result, sizeof(double));
+    }
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "CUDA backend: %s failed on device %d: %s", what, b->device,
+                 cudaGetErrorString(e));
+        cudaGetLastError();
+        cuda_backend_destroy(b);
+        return NULL;
+    }
+    cublasStatus_t bs = cublasCreate(&b->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "CUDA backend: cublasCreate failed on device %d: %s", b->device,
+                 cublasGetStatusString(bs));
+        b->blas = NULL;
+        cuda_backend_destroy(b);
+        return NULL;
+    }
+    return b;
+}
+
+extern "C" void cuda_backend_destroy(struct cuda_backend *b)
+{
+    if (b == NULL)
+        return;
+    if (b->blas != NULL)
+        cublasDestroy(b->blas);
+    cudaFree(b->d_partial);
+    cudaFreeHost(b->h_result);
+    free(b);
+}
+
+extern "C" int cuda_backend_device(const struct cuda_backend *b) { return b->device; }
+
+static void *backend_create(int device, char *err, size_t errlen)
+{
+    return cuda_backend_create(device, err, errlen);
+}
+
+static void backend_destroy(void *b) { cuda_backend_destroy((struct cuda_backend *)b); }
+
+static struct kernel_ops cuda_ops_make(void)
+{
+    struct kernel_ops o = {};
+    o.name = "cuda";
+    o.momentum = cuda_momentum;
+    o.adamw = cuda_adamw;
+    o.apply = cuda_apply;
+    o.newton_schulz = cuda_newton_schulz;
+    /* sharded Newton-Schulz stays on the CPU backend for now: NULL makes the runtime keep every
+     * matrix gathered (ns_strategy = gather) with this table */
+    o.copy2d = cuda_copy2d;
+    o.sumsq = cuda_sumsq;
+    o.copy = cuda_copy;
+    o.fill = cuda_fill;
+    o.alloc = cuda_alloc;
+    o.free = cuda_free;
+    o.sync = cuda_sync;
+    o.ns_workspace_bytes = cuda_ns_workspace_bytes;
+    o.backend_create = backend_create;
+    o.backend_destroy = backend_destroy;
+    return o;
+}
+
+static const struct kernel_ops cuda_ops = cuda_ops_make();
 
 extern "C" const struct kernel_ops *kernel_ops_cuda(void) { return &cuda_ops; }
 
 extern "C" int cuda_probe_device_count(void)
 {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess)
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
         return 0;
+    }
     return n;
 }
 

@@ -123,7 +123,7 @@ static double store_eps(int dt, int rounding)
 
 #define U32 0x1p-24 /* relative error of one fp32 operation */
 
-static const struct kernel_ctx ctx1 = {1, NULL}, ctx2 = {2, NULL};
+static const struct kernel_ctx ctx1 = {.threads = 1}, ctx2 = {.threads = 2};
 
 static struct rng_stream test_stream(enum rng_kind kind, uint64_t step)
 {

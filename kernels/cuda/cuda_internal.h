@@ -1,0 +1,51 @@
+/* Shared by the CUDA backend's translation units (C++ only). */
+#ifndef KERNELS_CUDA_CUDA_INTERNAL_H
+#define KERNELS_CUDA_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "../ops.h"
+#include "cuda_backend.h"
+}
+
+/* Blocks of the deterministic sum of squares: a fixed count, so the order of additions depends
+ * on n only. */
+#define CUDA_SUMSQ_BLOCKS  256
+#define CUDA_SUMSQ_THREADS 256
+
+struct cuda_backend {
+    int device;
+    int sms;
+    cublasHandle_t blas;
+    double *d_partial; /* [CUDA_SUMSQ_BLOCKS + 1]: block sums, then the total */
+    double *h_result;  /* pinned: the reduction's result on its way to the host */
+};
+
+static inline cudaStream_t cuda_stream(const struct kernel_ctx *ctx)
+{
+    return (cudaStream_t)(ctx != NULL ? ctx->stream : NULL);
+}
+
+static inline struct cuda_backend *cuda_be(const struct kernel_ctx *ctx)
+{
+    return ctx != NULL ? (struct cuda_backend *)ctx->backend : NULL;
+}
+
+/* Blocks for a grid-stride pass over `work` items of `threads` each. */
+static inline unsigned cuda_blocks(size_t work, unsigned threads)
+{
+    size_t b = (work + threads - 1) / threads;
+    return (unsigned)(b == 0 ? 1 : b > 8192 ? 8192 : b);
+}
+
+void cuda_momentum(const struct kernel_ctx *ctx, const struct momentum_args *a);
+void cuda_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a);
+void cuda_apply(const struct kernel_ctx *ctx, const struct apply_args *a);
+double cuda_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
+int cuda_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
+                       const struct ns_workspace *ws);
+size_t cuda_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch);
+
+#endif

@@ -1,0 +1,221 @@
+/* Elementwise kernels of the CUDA backend: the rules of kernels/elem_rules.h, so the results
+ * match the CPU reference bit for bit (the build passes -fmad=false; division and sqrt are the
+ * IEEE ones nvcc uses by default). Each thread takes 8 consecutive elements: one vector load per
+ * buffer (16 bytes of bf16, two float4 of fp32) when every buffer is 16-byte aligned, and at
+ * most two Philox calls for their random bits. */
+#include <math.h>
+
+#include "cuda_internal.h"
+
+extern "C" {
+#include "../elem_rules.h"
+}
+
+#define EW_THREADS 256
+
+struct vec8 {
+    float v[8];
+};
+
+template <bool VEC>
+__device__ __forceinline__ void load8(const void *p, int dt, size_t i0, size_t n, vec8 &x)
+{
+    if (VEC && i0 + 8 <= n) {
+        if (dt == KDT_F32) {
+            const float4 a = ((const float4 *)p)[i0 / 4], b = ((const float4 *)p)[i0 / 4 + 1];
+            x.v[0] = a.x, x.v[1] = a.y, x.v[2] = a.z, x.v[3] = a.w;
+            x.v[4] = b.x, x.v[5] = b.y, x.v[6] = b.z, x.v[7] = b.w;
+        } else {
+            const uint4 q = ((const uint4 *)p)[i0 / 8];
+            const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+            for (int j = 0; j < 4; j++) {
+                x.v[2 * j] = f32_from_bf16((uint16_t)(w[j] & 0xffffu));
+                x.v[2 * j + 1] = f32_from_bf16((uint16_t)(w[j] >> 16));
+            }
+        }
+        return;
+    }
+    for (int j = 0; j < 8; j++)
+        x.v[j] = i0 + j < n ? kload(p, dt, i0 + j) : 0.0f;
+}
+
+/* Stores round to nearest: exact for values that kround already rounded. */
+template <bool VEC>
+__device__ __forceinline__ void store8(void *p, int dt, size_t i0, size_t n, const vec8 &x)
+{
+    if (VEC && i0 + 8 <= n) {
+        if (dt == KDT_F32) {
+            ((float4 *)p)[i0 / 4] = make_float4(x.v[0], x.v[1], x.v[2], x.v[3]);
+            ((float4 *)p)[i0 / 4 + 1] = make_float4(x.v[4], x.v[5], x.v[6], x.v[7]);
+        } else {
+            uint32_t w[4];
+            for (int j = 0; j < 4; j++)
+                w[j] = (uint32_t)bf16_from_f32(x.v[2 * j]) |
+                       ((uint32_t)bf16_from_f32(x.v[2 * j + 1]) << 16);
+            ((uint4 *)p)[i0 / 8] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        return;
+    }
+    for (int j = 0; j < 8 && i0 + j < n; j++)
+        kstore_value(p, dt, i0 + j, x.v[j]);
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <bool VEC> __global__ void k_momentum(const struct momentum_args a)
+{
+    const bool sr = a.mom_rounding == KROUND_STOCHASTIC;
+    const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < a.n; i0 += stride) {
+        vec8 g, m, u;
+        struct rng_cursor rc;
+        rng_cursor_init(&rc, &a.rng);
+        load8<VEC>(a.grad, a.grad_dtype, i0, a.n, g);
+        load8<VEC>(a.mom, a.mom_dtype, i0, a.n, m);
+        for (int j = 0; j < 8; j++) {
+            const uint16_t r =
+                sr && i0 + j < a.n ? rng_cursor_bits(&rc, elem_index_global(&a.idx, i0 + j)) : 0;
+            rule_momentum(&a, g.v[j], m.v[j], r, &m.v[j], &u.v[j]);
+        }
+        store8<VEC>(a.mom, a.mom_dtype, i0, a.n, m);
+        store8<VEC>(a.out, a.out_dtype, i0, a.n, u);
+    }
+}
+
+template <bool VEC> __global__ void k_adamw(const struct adamw_args a)
+{
+    const bool sr = adamw_stochastic(&a);
+    const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < a.n; i0 += stride) {
+        vec8 g, m, v, w;
+        struct rng_cursor rc, rm, rv;
+        rng_cursor_init(&rc, &a.rng);
+        rng_cursor_init(&rm, &a.rng_m);
+        rng_cursor_init(&rv, &a.rng_v);
+        load8<VEC>(a.grad, a.grad_dtype, i0, a.n, g);
+        load8<VEC>(a.exp_avg, a.m_dtype, i0, a.n, m);
+        load8<VEC>(a.exp_avg_sq, a.v_dtype, i0, a.n, v);
+        load8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+        for (int j = 0; j < 8; j++) {
+            uint16_t bp = 0, bm = 0, bv = 0;
+            if (sr && i0 + j < a.n) {
+                const uint64_t gi = elem_index_global(&a.idx, i0 + j);
+                bp = rng_cursor_bits(&rc, gi);
+                bm = rng_cursor_bits(&rm, gi);
+                bv = rng_cursor_bits(&rv, gi);
+            }
+            w.v[j] = rule_adamw(&a, g.v[j], &m.v[j], &v.v[j], w.v[j], bm, bv, bp);
+        }
+        store8<VEC>(a.exp_avg, a.m_dtype, i0, a.n, m);
+        store8<VEC>(a.exp_avg_sq, a.v_dtype, i0, a.n, v);
+        store8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+    }
+}
+
+template <bool VEC> __global__ void k_apply(const struct apply_args a)
+{
+    const bool sr = a.param_rounding == KROUND_STOCHASTIC;
+    const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < a.n; i0 += stride) {
+        vec8 o, w;
+        struct rng_cursor rc;
+        rng_cursor_init(&rc, &a.rng);
+        load8<VEC>(a.update, a.update_dtype, i0, a.n, o);
+        load8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+        for (int j = 0; j < 8; j++) {
+            const uint16_t r =
+                sr && i0 + j < a.n ? rng_cursor_bits(&rc, elem_index_global(&a.idx, i0 + j)) : 0;
+            w.v[j] = rule_apply(&a, o.v[j], w.v[j], r);
+        }
+        store8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+    }
+}
+
+void cuda_momentum(const struct kernel_ctx *ctx, const struct momentum_args *a)
+{
+    if (a->n == 0)
+        return;
+    const unsigned blocks = cuda_blocks((a->n + 7) / 8, EW_THREADS);
+    if (aligned16(a->grad) && aligned16(a->mom) && aligned16(a->out))
+        k_momentum<true><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
+    else
+        k_momentum<false><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
+}
+
+void cuda_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a)
+{
+    if (a->n == 0)
+        return;
+    const unsigned blocks = cuda_blocks((a->n + 7) / 8, EW_THREADS);
+    if (aligned16(a->grad) && aligned16(a->exp_avg) && aligned16(a->exp_avg_sq) &&
+        aligned16(a->param))
+        k_adamw<true><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
+    else
+        k_adamw<false><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
+}
+
+void cuda_apply(const struct kernel_ctx *ctx, const struct apply_args *a)
+{
+    if (a->n == 0)
+        return;
+    const unsigned blocks = cuda_blocks((a->n + 7) / 8, EW_THREADS);
+    if (aligned16(a->update) && aligned16(a->param))
+        k_apply<true><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
+    else
+        k_apply<false><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
+}
+
+/* Sum of squares in double: a fixed grid, each thread a fixed set of elements, tree reductions
+ * in a fixed order. The same bits for the same input every time (not the CPU's bits: another
+ * order of additions). */
+__device__ __forceinline__ void block_reduce(double *sh, double v, double *out)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        *out = sh[0];
+}
+
+__global__ void k_sumsq_partial(const void *x, int dt, size_t n, double *partial)
+{
+    __shared__ double sh[CUDA_SUMSQ_THREADS];
+    double acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const double v = kload(x, dt, i);
+        acc += v * v;
+    }
+    block_reduce(sh, acc, &partial[blockIdx.x]);
+}
+
+__global__ void k_sumsq_final(const double *partial, double *out)
+{
+    __shared__ double sh[CUDA_SUMSQ_THREADS];
+    double acc = 0;
+    for (unsigned i = threadIdx.x; i < CUDA_SUMSQ_BLOCKS; i += blockDim.x)
+        acc += partial[i];
+    block_reduce(sh, acc, out);
+}
+
+double cuda_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n)
+{
+    struct cuda_backend *be = cuda_be(ctx);
+    cudaStream_t s = cuda_stream(ctx);
+    if (n == 0)
+        return 0.0;
+    if (be == NULL)
+        return NAN; /* no backend state: a caller error, reported as a non-finite norm */
+    k_sumsq_partial<<<CUDA_SUMSQ_BLOCKS, CUDA_SUMSQ_THREADS, 0, s>>>(x, dt, n, be->d_partial);
+    k_sumsq_final<<<1, CUDA_SUMSQ_THREADS, 0, s>>>(be->d_partial,
+                                                   be->d_partial + CUDA_SUMSQ_BLOCKS);
+    if (cudaMemcpyAsync(be->h_result, be->d_partial + CUDA_SUMSQ_BLOCKS, sizeof(double),
+                        cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+        cudaStreamSynchronize(s) != cudaSuccess)
+        return NAN;
+    return *be->h_result;
+}

@@ -1,0 +1,97 @@
+/* Newton-Schulz on the device, in bf16 with fp32 accumulation, over a batch of equal matrices:
+ * the sequence of products and the bookkeeping of leading dimensions, written once over a
+ * device interface `Dev`. The CUDA backend instantiates it with cuBLAS (ns_cuda.cu); the unit
+ * test instantiates it with plain host loops, so that the products' shapes and strides are
+ * checked against the fp64 reference on machines without a GPU.
+ *
+ * Storage: matrices are row-major; the BLAS is column-major, where a row-major m x n buffer
+ * reads as its n x m transpose. With Xc, Ac, Bc the column-major views of the X, A, B buffers:
+ *   A = X X^T   <=>  Ac = Xc^T Xc          gemm(T, N, m, m, n)
+ *   B = bA + cAA <=> Bc = b Ac + c Ac Ac    B <- A, then gemm(N, N, m, m, m), beta = b
+ *   Y = aX + BX  <=> Yc = a Xc + Xc Bc      Y <- X, then gemm(N, N, n, m, m), beta = a
+ * No product relies on A or B being exactly symmetric, which rounded bf16 results are not.
+ *
+ * Dev provides, on bf16 buffers (uint16_t) and stream-ordered:
+ *   int gemm(int ta, int tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch)
+ *   int copy(void *dst, const void *src, size_t bytes)
+ *   int load(const ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n, uint16_t *x,
+ *            void *scratch)   X[k] <- U[k0+k] / (|U|_F * norm_scale + eps), working orientation
+ *   int store(const ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n,
+ *             const uint16_t *x)   O[k0+k] <- X[k] in the stored orientation, out_dtype
+ *   size_t scratch_bytes(int64_t count)   for load
+ * Every call returns 0 or -1. */
+#ifndef KERNELS_CUDA_NS_DRIVER_H
+#define KERNELS_CUDA_NS_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "../ops.h"
+}
+
+/* Bytes of device workspace for one matrix of the batch. */
+static inline size_t ns_dev_bytes_per_matrix(int64_t rows, int64_t cols)
+{
+    const size_t m = (size_t)(rows < cols ? rows : cols), n = (size_t)(rows < cols ? cols : rows);
+    return 2 * (2 * m * n + 2 * m * m);
+}
+
+/* The load's scratch (per-matrix norms) follows the matrices, 256-byte aligned. */
+static inline size_t ns_dev_scratch_at(size_t matrix_bytes)
+{
+    return (matrix_bytes + 255) & ~(size_t)255;
+}
+
+template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, size_t ws_bytes)
+{
+    const int64_t m = a->rows < a->cols ? a->rows : a->cols;
+    const int64_t n = a->rows < a->cols ? a->cols : a->rows;
+    const size_t per = ns_dev_bytes_per_matrix(a->rows, a->cols);
+    const long long mn = (long long)(m * n), mm = (long long)(m * m);
+
+    if (a->batch == 0 || m == 0)
+        return 0;
+    if ((a->transpose != 0) != (a->rows > a->cols))
+        return -1;
+    /* as many matrices per pass as the workspace holds */
+    int64_t chunk = (int64_t)(ws_bytes / per);
+    while (chunk > 0 && ns_dev_scratch_at((size_t)chunk * per) + d.scratch_bytes(chunk) > ws_bytes)
+        chunk--;
+    if (chunk == 0)
+        return -1;
+    if (chunk > 65535)
+        chunk = 65535; /* the batch is a grid dimension of the device kernels */
+    for (int64_t k0 = 0; k0 < a->batch; k0 += chunk) {
+        const int64_t bc = a->batch - k0 < chunk ? a->batch - k0 : chunk;
+        const int batch = (int)bc;
+        uint16_t *x = (uint16_t *)ws;
+        uint16_t *y = x + bc * mn;
+        uint16_t *A = y + bc * mn;
+        uint16_t *B = A + bc * mm;
+        void *scratch = (char *)ws + ns_dev_scratch_at((size_t)bc * per);
+
+        if (d.load(a, k0, bc, m, n, x, scratch) != 0)
+            return -1;
+        for (int it = 0; it < a->steps; it++) {
+            const float ca = a->coeffs[it][0], cb = a->coeffs[it][1], cc = a->coeffs[it][2];
+            if (d.gemm(1, 0, (int)m, (int)m, (int)n, 1.0f, x, (int)n, mn, x, (int)n, mn, 0.0f, A,
+                       (int)m, mm, batch) != 0 ||
+                d.copy(B, A, (size_t)(bc * mm) * 2) != 0 ||
+                d.gemm(0, 0, (int)m, (int)m, (int)m, cc, A, (int)m, mm, A, (int)m, mm, cb, B,
+                       (int)m, mm, batch) != 0 ||
+                d.copy(y, x, (size_t)(bc * mn) * 2) != 0 ||
+                d.gemm(0, 0, (int)n, (int)m, (int)m, 1.0f, x, (int)n, mn, B, (int)m, mm, ca, y,
+                       (int)n, mn, batch) != 0)
+                return -1;
+            uint16_t *t = x;
+            x = y;
+            y = t;
+        }
+        if (d.store(a, k0, bc, m, n, x) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+#endif

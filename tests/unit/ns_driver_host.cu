@@ -1,0 +1,117 @@
+/* kernels/cuda/ns_driver.h instantiated with plain host loops in place of cuBLAS and the CUDA
+ * kernels, so that test_ns_driver checks the driver's products, leading dimensions, strides,
+ * transposes and batch chunking on machines without a GPU. The host "device" does what the CUDA
+ * one is specified to do: bf16 operands, fp32 accumulation, bf16 results, column-major GEMMs. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cuda/ns_driver.h"
+
+extern "C" {
+#include "kernels/elem_rules.h"
+int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms);
+size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch);
+}
+
+namespace
+{
+
+struct HostDev {
+    int gemms;
+
+    size_t scratch_bytes(int64_t count) const { return (size_t)count * sizeof(double); }
+
+    int gemm(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+             long long sA, const uint16_t *B, int ldb, long long sB, float beta, uint16_t *C,
+             int ldc, long long sC, int batch)
+    {
+        /* the BLAS contract: op(A) is M x K, op(B) K x N, leading dimensions at least the rows
+         * of the stored (untransposed) operands */
+        if (lda < (ta ? K : M) || ldb < (tb ? N : K) || ldc < M)
+            return -1;
+        gemms++;
+        for (int z = 0; z < batch; z++) {
+            const uint16_t *a = A + z * sA, *b = B + z * sB;
+            uint16_t *c = C + z * sC;
+            for (int j = 0; j < N; j++)
+                for (int i = 0; i < M; i++) {
+                    float acc = 0.0f;
+                    for (int k = 0; k < K; k++) {
+                        const float x =
+                            f32_from_bf16(ta ? a[k + (size_t)i * lda] : a[i + (size_t)k * lda]);
+                        const float y =
+                            f32_from_bf16(tb ? b[j + (size_t)k * ldb] : b[k + (size_t)j * ldb]);
+                        acc = fmaf(x, y, acc);
+                    }
+                    const float old = beta != 0.0f ? f32_from_bf16(c[i + (size_t)j * ldc]) : 0.0f;
+                    c[i + (size_t)j * ldc] = bf16_from_f32(alpha * acc + beta * old);
+                }
+        }
+        return 0;
+    }
+
+    int copy(void *dst, const void *src, size_t bytes)
+    {
+        memmove(dst, src, bytes);
+        return 0;
+    }
+
+    int load(const struct ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n, uint16_t *x,
+             void *scratch)
+    {
+        const size_t per = (size_t)(a->rows * a->cols);
+        double *norm = (double *)scratch;
+        for (int64_t k = 0; k < count; k++) {
+            const size_t base = (size_t)(k0 + k) * per;
+            double ss = 0;
+            for (size_t i = 0; i < per; i++) {
+                const double v = kload(a->in, a->in_dtype, base + i);
+                ss += v * v;
+            }
+            norm[k] = 1.0 / (sqrt(ss) * (double)a->norm_scale + (double)a->eps);
+        }
+        for (int64_t k = 0; k < count; k++)
+            for (int64_t r = 0; r < a->rows; r++)
+                for (int64_t c = 0; c < a->cols; c++) {
+                    const size_t src = (size_t)(k0 + k) * per + (size_t)(r * a->cols + c);
+                    const size_t dst = (size_t)(k * m * n) +
+                                       (size_t)(a->transpose ? c * a->rows + r : r * a->cols + c);
+                    x[dst] =
+                        bf16_from_f32((float)((double)kload(a->in, a->in_dtype, src) * norm[k]));
+                }
+        return 0;
+    }
+
+    int store(const struct ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n,
+              const uint16_t *x)
+    {
+        const size_t per = (size_t)(a->rows * a->cols);
+        for (int64_t k = 0; k < count; k++)
+            for (int64_t r = 0; r < a->rows; r++)
+                for (int64_t c = 0; c < a->cols; c++) {
+                    const size_t src = (size_t)(k * m * n) +
+                                       (size_t)(a->transpose ? c * a->rows + r : r * a->cols + c);
+                    kstore_value(a->out, a->out_dtype,
+                                 (size_t)(k0 + k) * per + (size_t)(r * a->cols + c),
+                                 f32_from_bf16(x[src]));
+                }
+        return 0;
+    }
+};
+
+} // namespace
+
+size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch)
+{
+    return ns_dev_scratch_at((size_t)batch * ns_dev_bytes_per_matrix(rows, cols)) +
+           (size_t)batch * sizeof(double);
+}
+
+int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms)
+{
+    HostDev d = {0};
+    const int rc = ns_dev_run(d, a, ws, ws_bytes);
+    if (gemms != NULL)
+        *gemms = d.gemms;
+    return rc;
+}

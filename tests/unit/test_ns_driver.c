@@ -1,0 +1,175 @@
+/* The CUDA backend's Newton-Schulz driver (kernels/cuda/ns_driver.h) run with host stand-ins
+ * for cuBLAS and the CUDA kernels (ns_driver_host.cu): every shape class (square, wide, tall
+ * through the transpose, odd sizes, a single row), batches, in-place, both dtypes in and out,
+ * against the fp64 oracle within the bf16 tolerance of the GPU tests (relative Frobenius
+ * <= 1.5e-2); batches split over a small workspace give the same bits; the workspace and
+ * orientation contracts are enforced. What this cannot check is cuBLAS itself and the CUDA
+ * kernels: tests/gpu/test_cuda_kernels.c does, where a GPU is present. */
+#include "kernels/ns_coeffs.h"
+#include "kernels/ops.h"
+#include "ns_fp64.h"
+#include "test.h"
+
+int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms);
+size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch);
+
+struct coeffs {
+    float c[NS_TABLE_MAX_STEPS][3];
+    int steps;
+    float norm_scale;
+};
+
+static struct coeffs coeffs_of(int table, int steps)
+{
+    struct coeffs t = {.steps = steps, .norm_scale = (float)ns_coeffs_default_norm_scale(table)};
+    ns_coeffs_fill(table, steps, NULL, t.c);
+    return t;
+}
+
+static struct ns_args args_of(int64_t batch, int64_t rows, int64_t cols, const struct coeffs *t,
+                              const void *in, int in_dt, void *out, int out_dt)
+{
+    return (struct ns_args){.batch = batch,
+                            .rows = rows,
+                            .cols = cols,
+                            .transpose = rows > cols,
+                            .in = in,
+                            .in_dtype = in_dt,
+                            .out = out,
+                            .out_dtype = out_dt,
+                            .coeffs = (const float(*)[3])t->c,
+                            .steps = t->steps,
+                            .norm_scale = t->norm_scale,
+                            .eps = 1e-8f,
+                            .variant = NS_VARIANT_PLAIN,
+                            .compute = KDT_BF16};
+}
+
+/* Values uniform in (-1, 1), stored as dt; *ref gets what was stored, in double. */
+static void *input(int dt, size_t count, uint64_t seed, double *ref)
+{
+    void *p = malloc(count * kdtype_size(dt));
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+    for (size_t i = 0; i < count; i++) {
+        const float v = (float)test_rand(&s);
+        if (dt == KDT_BF16)
+            ((uint16_t *)p)[i] = bf16_from_f32(v);
+        else
+            ((float *)p)[i] = v;
+        ref[i] = kload(p, dt, i);
+    }
+    return p;
+}
+
+/* The larger error, NaN winning: a NaN result must fail the check, not vanish in a max. */
+static double worse(double a, double b) { return a != a || b != b ? NAN : a > b ? a : b; }
+
+static double rel_frobenius(const void *x, int dt, const double *ref, size_t count)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < count; i++) {
+        const double d = kload(x, dt, i) - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
+/* One case: the driver against ns_fp64 matrix by matrix; returns the worst error. */
+static double check_case(int64_t batch, int64_t rows, int64_t cols, int in_dt, int out_dt,
+                         int table, int steps)
+{
+    const struct coeffs t = coeffs_of(table, steps);
+    const size_t one = (size_t)(rows * cols), count = (size_t)batch * one;
+    double *u = malloc(sizeof(double) * count), *ref = malloc(sizeof(double) * one);
+    void *in = input(in_dt, count, (uint64_t)(rows * 131 + cols * 7 + batch), u);
+    void *out = malloc(count * kdtype_size(out_dt));
+    const size_t wsb = ns_driver_host_ws_bytes(rows, cols, batch);
+    void *ws = malloc(wsb);
+    const struct ns_args a = args_of(batch, rows, cols, &t, in, in_dt, out, out_dt);
+    int gemms = 0;
+    double worst = 0;
+
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, wsb, &gemms), 0);
+    EXPECT_EQ_INT(gemms, 3 * steps); /* the whole batch in one pass: 3 batched products a step */
+    for (int64_t k = 0; k < batch; k++) {
+        ns_fp64(u + k * one, rows, cols, rows > cols, (const float(*)[3])t.c, t.steps, t.norm_scale,
+                1e-8, ref);
+        const double e =
+            rel_frobenius((const char *)out + k * one * kdtype_size(out_dt), out_dt, ref, one);
+        worst = worse(worst, e);
+    }
+    if (!(worst <= 1.5e-2))
+        fprintf(stderr, "  batch %lld, %lld x %lld: relative Frobenius error %.3e\n",
+                (long long)batch, (long long)rows, (long long)cols, worst);
+    EXPECT_TRUE(worst <= 1.5e-2);
+    free(u);
+    free(ref);
+    free(in);
+    free(out);
+    free(ws);
+    return worst;
+}
+
+TEST(ns_driver_matches_fp64_every_shape_class)
+{
+    double worst = 0, e;
+    /* square, wide, tall (transposed), odd, one row; quintic (the default, the table the
+     * tolerance is stated for) and polar_express */
+    e = check_case(1, 32, 32, KDT_F32, KDT_F32, NS_TABLE_QUINTIC, 5);
+    worst = worse(worst, e);
+    e = check_case(3, 24, 40, KDT_BF16, KDT_BF16, NS_TABLE_QUINTIC, 5);
+    worst = worse(worst, e);
+    e = check_case(2, 40, 24, KDT_BF16, KDT_F32, NS_TABLE_QUINTIC, 5);
+    worst = worse(worst, e);
+    e = check_case(2, 7, 13, KDT_F32, KDT_BF16, NS_TABLE_QUINTIC, 5);
+    worst = worse(worst, e);
+    e = check_case(1, 1, 33, KDT_F32, KDT_F32, NS_TABLE_QUINTIC, 5);
+    worst = worse(worst, e);
+    e = check_case(1, 50, 3, KDT_BF16, KDT_BF16, NS_TABLE_POLAR_EXPRESS, 8);
+    worst = worse(worst, e);
+    printf("  worst relative Frobenius error vs fp64: %.3e\n", worst);
+}
+
+/* A workspace for one matrix runs a batch of 3 in three passes with the same bits; in == out
+ * works; a workspace too small for one matrix, or a transpose flag that disagrees with the
+ * shape, is refused. */
+TEST(ns_driver_chunks_in_place_and_refusals)
+{
+    const struct coeffs t = coeffs_of(NS_TABLE_QUINTIC, 5);
+    const int64_t batch = 3, rows = 20, cols = 36;
+    const size_t count = (size_t)(batch * rows * cols);
+    double *u = malloc(sizeof(double) * count);
+    float *in = input(KDT_F32, count, 11, u);
+    float *full = malloc(count * sizeof(float)), *split = malloc(count * sizeof(float));
+    float *inplace = malloc(count * sizeof(float));
+    const size_t big = ns_driver_host_ws_bytes(rows, cols, batch);
+    const size_t small = ns_driver_host_ws_bytes(rows, cols, 1);
+    void *ws = malloc(big);
+    int gemms = 0;
+
+    struct ns_args a = args_of(batch, rows, cols, &t, in, KDT_F32, full, KDT_F32);
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, &gemms), 0);
+    EXPECT_EQ_INT(gemms, 3 * 5);
+    a.out = split;
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, small, &gemms), 0);
+    EXPECT_EQ_INT(gemms, 3 * 3 * 5); /* three passes of one matrix */
+    EXPECT_EQ_INT(memcmp(full, split, count * sizeof(float)), 0);
+    memcpy(inplace, in, count * sizeof(float));
+    a.in = inplace;
+    a.out = inplace;
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, NULL), 0);
+    EXPECT_EQ_INT(memcmp(full, inplace, count * sizeof(float)), 0);
+
+    a.in = in;
+    a.out = split;
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, small - 1, NULL), -1);
+    a.transpose = 1; /* 20 x 36 is wide: working on its transpose would be the wrong side */
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, NULL), -1);
+    free(u);
+    free(in);
+    free(full);
+    free(split);
+    free(inplace);
+    free(ws);
+}

@@ -3,6 +3,10 @@
  * or a oneDNN bf16 matmul with fp32 accumulation (--compute bf16).
  *
  *   ns_bench [--json] [--threads N] [--reps R] [--compute fp32|bf16] [--torch] [--shape MxN]...
+ *   ns_bench --backend cuda [--json] [--reps R] [--shape [Bx]MxN]...
+ *
+ * --backend cuda times the CUDA backend against a cuBLAS bf16 GEMM (ns_bench_cuda.cu); its
+ * default shapes are issue 7's: 4096^2, 1408x4096, 32 x 1408x4096 (batched), 12288x4096.
  *
  * --shape replaces the default shapes (issue 2's list); a tall MxN is run as its m <= n working
  * shape. --threads sets the OpenBLAS/OpenMP threads (default: the library's own choice).
@@ -25,6 +29,7 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
+#include "bench/ns_bench_cuda.h"
 #include "kernels/blas_threads.h"
 #include "kernels/clock.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -45,8 +50,10 @@ struct bench_opts {
     int torch;
     int threads;
     int reps;
+    int cuda; /* --backend cuda */
     int nshapes;
     int64_t shape[BENCH_MAX_SHAPES][2];
+    int64_t batch[BENCH_MAX_SHAPES]; /* --backend cuda only */
 };
 
 struct bench_result {
@@ -86,7 +93,8 @@ static int bench_usage(const char *msg)
 {
     fprintf(stderr,
             "ns_bench: %s\nusage: ns_bench [--json] [--threads N] [--reps R] [--compute fp32|bf16] "
-            "[--torch] [--shape MxN]...\n",
+            "[--torch] [--shape MxN]...\n       ns_bench --backend cuda [--json] [--reps R] "
+            "[--shape [Bx]MxN]...\n",
             msg);
     return -1;
 }
@@ -102,14 +110,21 @@ static int bench_parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
-static int bench_parse_shape(const char *s, int64_t shape[2])
+/* MxN, or BxMxN (a batch of B, --backend cuda) */
+static int bench_parse_shape(const char *s, int64_t shape[2], int64_t *batch)
 {
-    int m, n;
+    int b = 1, m, n;
     char tail;
-    if (sscanf(s, "%dx%d%c", &m, &n, &tail) != 2 || m < 1 || n < 1 || m > 65536 || n > 65536)
+    if (sscanf(s, "%dx%dx%d%c", &b, &m, &n, &tail) != 3) {
+        b = 1;
+        if (sscanf(s, "%dx%d%c", &m, &n, &tail) != 2)
+            return -1;
+    }
+    if (b < 1 || b > 4096 || m < 1 || n < 1 || m > 65536 || n > 65536)
         return -1;
     shape[0] = m;
     shape[1] = n;
+    *batch = b;
     return 0;
 }
 
@@ -139,15 +154,24 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o)
         } else if (strcmp(arg, "--shape") == 0) {
             if (o->nshapes == BENCH_MAX_SHAPES)
                 return bench_usage("too many --shape");
-            if (val == NULL || bench_parse_shape(val, o->shape[o->nshapes]) != 0)
-                return bench_usage("--shape takes MxN with 1 <= M, N <= 65536");
+            if (val == NULL ||
+                bench_parse_shape(val, o->shape[o->nshapes], &o->batch[o->nshapes]) != 0)
+                return bench_usage("--shape takes MxN or BxMxN with 1 <= M, N <= 65536, B <= 4096");
             o->nshapes++;
+            i++;
+        } else if (strcmp(arg, "--backend") == 0) {
+            if (val == NULL || (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0))
+                return bench_usage("--backend takes cpu or cuda");
+            o->cuda = strcmp(val, "cuda") == 0;
             i++;
         } else {
             return bench_usage("unknown argument");
         }
     }
-    if (o->nshapes == 0) {
+    for (int i = 0; i < o->nshapes; i++)
+        if (!o->cuda && o->batch[i] != 1)
+            return bench_usage("a batch (BxMxN) needs --backend cuda");
+    if (o->nshapes == 0 && !o->cuda) {
         o->nshapes = (int)(sizeof(bench_default_shapes) / sizeof(bench_default_shapes[0]));
         memcpy(o->shape, bench_default_shapes, sizeof(bench_default_shapes));
     }
@@ -500,6 +524,15 @@ int main(int argc, char **argv)
 
     if (bench_opts_parse(argc, argv, &o) != 0)
         return 2;
+    if (o.cuda) {
+        int64_t shapes[BENCH_MAX_SHAPES][3];
+        for (int i = 0; i < o.nshapes; i++) {
+            shapes[i][0] = o.batch[i];
+            shapes[i][1] = o.shape[i][0];
+            shapes[i][2] = o.shape[i][1];
+        }
+        return ns_bench_cuda((const int64_t(*)[3])shapes, o.nshapes, o.reps, o.json);
+    }
     kernel_blas_set_threads(o.threads);
     for (int i = 0; i < o.nshapes; i++) {
         if (bench_shape(o.shape[i][0], o.shape[i][1], &o, &res[i]) != 0) {

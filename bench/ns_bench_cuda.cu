@@ -1,0 +1,216 @@
+/* ns_bench --backend cuda: the CUDA backend's Newton-Schulz (5 quintic steps, bf16 in and out)
+ * against a cuBLAS bf16 GEMM with fp32 accumulation of matching size, measured in the same run:
+ * the largest product of an iteration, C[m x n] = B[m x m] X[m x n], over the same batch.
+ * Rates count 4m^2n + 2m^3 FLOPs per iteration for Newton-Schulz and 2m^2n
+ * for the GEMM; ratio = NS rate / GEMM rate. Times are medians over reps of CUDA-event intervals,
+ * NS and GEMM interleaved rep by rep. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "bench/bench_util.h"
+#include "bench/ns_bench_cuda.h"
+#include "kernels/cuda/cuda_probe.h"
+#include "kernels/ns_coeffs.h"
+#include "kernels/ops.h"
+}
+
+static int ck(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "ns_bench: %s: %s\n", what, cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+__global__ void k_fill_bf16(uint16_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        x ^= x >> 31;
+        x *= 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 29;
+        const float v = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        p[i] = bf16_from_f32(v);
+    }
+}
+
+struct cuda_case {
+    int64_t batch, m, n;
+    double ns_s, gemm_s;
+};
+
+static int run_case(const struct kernel_ops *ops, const struct kernel_ctx *ctx, cublasHandle_t h,
+                    struct cuda_case *c, int reps)
+{
+    const int64_t rows = c->m, cols = c->n; /* as given: a tall shape runs on its transpose */
+    const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+    const size_t count = (size_t)(c->batch * rows * cols);
+    const size_t wsb = ops->ns_workspace_bytes(rows, cols, c->batch);
+    uint16_t *u = (uint16_t *)ops->alloc(count * 2);
+    uint16_t *gb = (uint16_t *)ops->alloc((size_t)(c->batch * m * m) * 2);
+    uint16_t *gx = (uint16_t *)ops->alloc((size_t)(c->batch * m * n) * 2);
+    uint16_t *gc = (uint16_t *)ops->alloc((size_t)(c->batch * m * n) * 2);
+    struct ns_workspace ws = {(float *)ops->alloc(wsb), wsb / sizeof(float), NULL};
+    float coeffs[NS_TABLE_MAX_STEPS][3];
+    cudaEvent_t e0, e1;
+    double *ns_t = (double *)malloc(sizeof(double) * (size_t)reps);
+    double *gm_t = (double *)malloc(sizeof(double) * (size_t)reps);
+    int rc = -1;
+
+    ns_coeffs_fill(NS_TABLE_QUINTIC, 5, NULL, coeffs);
+    if (u == NULL || gb == NULL || gx == NULL || gc == NULL || ws.buf == NULL || ns_t == NULL ||
+        gm_t == NULL) {
+        fprintf(stderr, "ns_bench: %lldx%lldx%lld: out of device memory\n", (long long)c->batch,
+                (long long)rows, (long long)cols);
+        goto out;
+    }
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    k_fill_bf16<<<1024, 256>>>(u, count, 1);
+    k_fill_bf16<<<1024, 256>>>(gb, (size_t)(c->batch * m * m), 2);
+    k_fill_bf16<<<1024, 256>>>(gx, (size_t)(c->batch * m * n), 3);
+    {
+        const struct ns_args a = {c->batch,
+                                  rows,
+                                  cols,
+                                  rows > cols,
+                                  u,
+                                  KDT_BF16,
+                                  u,
+                                  KDT_BF16,
+                                  (const float(*)[3])coeffs,
+                                  5,
+                                  1.0f,
+                                  1e-8f,
+                                  NS_VARIANT_PLAIN,
+                                  KDT_BF16,
+                                  0};
+        const float one = 1.0f, zero = 0.0f;
+        for (int r = -1; r < reps; r++) { /* r = -1: warm-up (cuBLAS heuristics, clocks) */
+            float ms = 0;
+            cudaEventRecord(e0, 0);
+            if (ops->newton_schulz(ctx, &a, &ws) != 0) {
+                fprintf(stderr, "ns_bench: Newton-Schulz refused\n");
+                goto out_ev;
+            }
+            cudaEventRecord(e1, 0);
+            if (ck(cudaEventSynchronize(e1), "Newton-Schulz") != 0)
+                goto out_ev;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (r >= 0)
+                ns_t[r] = ms * 1e-3;
+            /* the limit: Yc (n x m) = Xc (n x m) Bc (m x m), as the driver's largest product */
+            cudaEventRecord(e0, 0);
+            if (cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)m,
+                                           &one, gx, CUDA_R_16BF, (int)n, m * n, gb, CUDA_R_16BF,
+                                           (int)m, m * m, &zero, gc, CUDA_R_16BF, (int)n, m * n,
+                                           (int)c->batch, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+                fprintf(stderr, "ns_bench: cuBLAS GEMM failed\n");
+                goto out_ev;
+            }
+            cudaEventRecord(e1, 0);
+            if (ck(cudaEventSynchronize(e1), "GEMM") != 0)
+                goto out_ev;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (r >= 0)
+                gm_t[r] = ms * 1e-3;
+        }
+    }
+    c->ns_s = bench_median(ns_t, reps);
+    c->gemm_s = bench_median(gm_t, reps);
+    rc = 0;
+out_ev:
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+out:
+    ops->free(u);
+    ops->free(gb);
+    ops->free(gx);
+    ops->free(gc);
+    ops->free(ws.buf);
+    free(ns_t);
+    free(gm_t);
+    return rc;
+}
+
+/* Issue 7's shapes: 4096^2, a GLM-4.5-Air expert (1408 x 4096) alone and as a batch of 32, and
+ * a tall 12288 x 4096 (run on its transpose). */
+static const int64_t default_shapes[][3] = {
+    {1, 4096, 4096}, {1, 1408, 4096}, {32, 1408, 4096}, {1, 12288, 4096}};
+
+int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json)
+{
+    const struct kernel_ops *ops = kernel_ops_cuda();
+    struct kernel_ctx ctx = {0, NULL, NULL};
+    struct cuda_case cases[64];
+    cudaDeviceProp prop;
+    cublasHandle_t h;
+    char err[256];
+    int dev = 0;
+
+    if (cuda_probe_device_count() == 0) {
+        fprintf(stderr, "ns_bench: --backend cuda: no CUDA device visible\n");
+        return 77;
+    }
+    if (shapes == NULL || nshapes == 0) {
+        shapes = default_shapes;
+        nshapes = (int)(sizeof default_shapes / sizeof default_shapes[0]);
+    }
+    if (nshapes > 64)
+        nshapes = 64;
+    ctx.backend = ops->backend_create(-1, err, sizeof err);
+    if (ctx.backend == NULL) {
+        fprintf(stderr, "ns_bench: %s\n", err);
+        return 1;
+    }
+    cudaGetDevice(&dev);
+    cudaGetDeviceProperties(&prop, dev);
+    cublasCreate(&h);
+    for (int i = 0; i < nshapes; i++) {
+        cases[i] = (struct cuda_case){shapes[i][0], shapes[i][1], shapes[i][2], 0, 0};
+        if (run_case(ops, &ctx, h, &cases[i], reps) != 0)
+            return 1;
+        fprintf(stderr, "  measured %lldx%lldx%lld\n", (long long)cases[i].batch,
+                (long long)cases[i].m, (long long)cases[i].n);
+    }
+    if (json)
+        printf("{\"backend\": \"cuda\", \"device\": \"%s\", \"ns_steps\": 5, \"reps\": %d, "
+               "\"shapes\": [",
+               prop.name, reps);
+    else
+        printf("Newton-Schulz on %s (bf16, fp32 accumulation, 5 quintic steps), limit: cuBLAS "
+               "bf16 GEMM of the largest product, same run, medians of %d reps\n\n"
+               "| batch x rows x cols | NS ms | NS TFLOP/s | GEMM TFLOP/s | NS / GEMM |\n"
+               "|---|---|---|---|---|\n",
+               prop.name, reps);
+    for (int i = 0; i < nshapes; i++) {
+        const struct cuda_case *c = &cases[i];
+        const double m = (double)(c->m < c->n ? c->m : c->n),
+                     n = (double)(c->m < c->n ? c->n : c->m);
+        /* 4m^2n + 2m^3 per iteration, as ns_flops_per_iter (not in kernels-only builds) */
+        const double ns_tf =
+            (4 * m * m * n + 2 * m * m * m) * 5 * (double)c->batch / c->ns_s * 1e-12;
+        const double gm_tf = 2.0 * m * m * n * (double)c->batch / c->gemm_s * 1e-12;
+        if (json)
+            printf("%s{\"batch\": %lld, \"rows\": %lld, \"cols\": %lld, \"ns_seconds\": %.6e, "
+                   "\"ns_tflops\": %.2f, \"gemm_seconds\": %.6e, \"gemm_tflops\": %.2f, "
+                   "\"ratio\": %.3f}",
+                   i ? ", " : "", (long long)c->batch, (long long)c->m, (long long)c->n, c->ns_s,
+                   ns_tf, c->gemm_s, gm_tf, ns_tf / gm_tf);
+        else
+            printf("| %lldx%lldx%lld | %.3f | %.1f | %.1f | %.2f |\n", (long long)c->batch,
+                   (long long)c->m, (long long)c->n, c->ns_s * 1e3, ns_tf, gm_tf, ns_tf / gm_tf);
+    }
+    if (json)
+        printf("]}\n");
+    cublasDestroy(h);
+    ops->backend_destroy(ctx.backend);
+    return 0;
+}

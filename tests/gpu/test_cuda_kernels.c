@@ -1,0 +1,428 @@
+/* The CUDA kernel table against the CPU reference on a real device (label gpu; exit 77 with the
+ * reason where no device is visible). Elementwise kernels: bit for bit (they apply the same
+ * rules, kernels/elem_rules.h, with the same roundings and random bits), over tails, unaligned
+ * buffers (the scalar path), every dtype combination, stochastic rounding, NaN/Inf. Sum of
+ * squares: deterministic, within 1e-12 of the CPU's. Newton-Schulz: within bf16 tolerance of the
+ * fp64 oracle (relative Frobenius <= 1.5e-2), singular values in the CPU tests' bands, batched
+ * equal to one by one. copy2d: exact. */
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_probe.h"
+#include "kernels/ns_coeffs.h"
+#include "kernels/ops.h"
+#include "ns_fp64.h"
+#include "ns_singular.h"
+#include "test.h"
+
+static const struct kernel_ops *gpu;
+static struct kernel_ctx gctx; /* default stream, the backend made in setup() */
+static const struct kernel_ctx cctx = {.threads = 1};
+
+static void setup(void)
+{
+    static int done;
+    char err[256];
+    if (done)
+        return;
+    done = 1;
+    gpu = kernel_ops_cuda();
+    if (gpu == NULL)
+        test_skip("built without CUDA");
+    if (cuda_probe_device_count() == 0)
+        test_skip("no CUDA device visible");
+    gctx.backend = gpu->backend_create(-1, err, sizeof err);
+    if (gctx.backend == NULL) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+}
+
+/* A host buffer and its device twin; the device pointer may be offset by one element to force
+ * the unaligned (scalar) path. */
+struct pair {
+    int dt;
+    size_t n;
+    void *h;
+    char *dmem;
+    void *d;
+};
+
+static struct pair pair_new(int dt, size_t n, int misalign)
+{
+    struct pair p = {dt, n, NULL, NULL, NULL};
+    const size_t es = kdtype_size(dt);
+    p.h = malloc((n + 1) * es);
+    p.dmem = gpu->alloc((n + 1) * es);
+    p.d = p.dmem + (misalign ? es : 0);
+    return p;
+}
+
+static void pair_free(struct pair *p)
+{
+    free(p->h);
+    gpu->free(p->dmem);
+}
+
+static void to_dev(struct pair *p) { gpu->copy(&gctx, p->d, p->h, p->n * kdtype_size(p->dt)); }
+
+/* The device result into a fresh host buffer (caller frees). */
+static void *from_dev(const struct pair *p)
+{
+    void *h = malloc(p->n * kdtype_size(p->dt) + 1);
+    gpu->copy(&gctx, h, p->d, p->n * kdtype_size(p->dt));
+    EXPECT_EQ_INT(gpu->sync(&gctx), 0);
+    return h;
+}
+
+static void fill(struct pair *p, uint64_t *seed, double lo, double hi, int specials)
+{
+    static const uint32_t sp[] = {0x7fc00000u, 0x7f800000u, 0xff800000u,
+                                  0x00000001u, 0x80000000u, 0x7f7fffffu};
+    for (size_t i = 0; i < p->n; i++) {
+        float v = (float)(lo + (hi - lo) * (test_rand(seed) + 1.0) / 2.0);
+        if (specials && i % 97 == 13) {
+            uint32_t u = sp[(i / 97) % (sizeof sp / sizeof sp[0])];
+            memcpy(&v, &u, sizeof v);
+        }
+        if (p->dt == KDT_BF16)
+            ((uint16_t *)p->h)[i] = bf16_from_f32(v);
+        else
+            ((float *)p->h)[i] = v;
+    }
+}
+
+static void expect_bits(const struct pair *p, const void *dev_result, const char *what)
+{
+    const size_t es = kdtype_size(p->dt);
+    test_checks++;
+    for (size_t i = 0; i < p->n; i++)
+        if (memcmp((const char *)p->h + i * es, (const char *)dev_result + i * es, es) != 0) {
+            uint32_t x = 0, y = 0;
+            memcpy(&x, (const char *)p->h + i * es, es);
+            memcpy(&y, (const char *)dev_result + i * es, es);
+            TEST_FAIL_("%s: n=%zu element %zu: cpu 0x%08x, cuda 0x%08x", what, p->n, i, (unsigned)x,
+                       (unsigned)y);
+            return;
+        }
+}
+
+static const size_t sizes[] = {1, 7, 8, 9, 1000, 100003};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+static const struct elem_index_map maps[] = {{0, UINT64_MAX, 0}, {5, 37, 101}};
+
+TEST(cuda_momentum_bitwise_equal_to_cpu_reference)
+{
+    setup();
+    uint64_t seed = 1;
+    for (size_t s = 0; s < NSIZES; s++)
+        for (int combo = 0; combo < 16; combo++) {
+            const int gdt = combo & 1, mdt = (combo >> 1) & 1, sr = (combo >> 2) & 1,
+                      nest = (combo >> 3) & 1, mis = (int)(s % 2);
+            const size_t n = sizes[s];
+            struct pair g = pair_new(gdt, n, mis), m = pair_new(mdt, n, mis),
+                        o = pair_new(KDT_BF16, n, mis);
+            fill(&g, &seed, -1, 1, 1);
+            fill(&m, &seed, -1, 1, 0);
+            to_dev(&g);
+            to_dev(&m);
+            struct momentum_args a = {.n = n,
+                                      .grad_dtype = gdt,
+                                      .grad_scale = 0.75f,
+                                      .mom_dtype = mdt,
+                                      .mom_rounding = sr,
+                                      .out_dtype = KDT_BF16,
+                                      .mu = 0.95f,
+                                      .nesterov = nest,
+                                      .rng = rng_stream_make(7, 99, RNG_KIND_MOMENTUM, 3),
+                                      .idx = maps[combo % 2]};
+            a.grad = g.d, a.mom = m.d, a.out = o.d;
+            gpu->momentum(&gctx, &a);
+            a.grad = g.h, a.mom = m.h, a.out = o.h;
+            ref_momentum(&cctx, &a);
+            void *dm = from_dev(&m), *dout = from_dev(&o);
+            char what[96];
+            snprintf(what, sizeof what, "momentum combo %d (misaligned %d) mom", combo, mis);
+            expect_bits(&m, dm, what);
+            snprintf(what, sizeof what, "momentum combo %d (misaligned %d) out", combo, mis);
+            expect_bits(&o, dout, what);
+            free(dm);
+            free(dout);
+            pair_free(&g);
+            pair_free(&m);
+            pair_free(&o);
+        }
+}
+
+TEST(cuda_adamw_bitwise_equal_to_cpu_reference)
+{
+    setup();
+    uint64_t seed = 2;
+    for (size_t s = 0; s < NSIZES; s++)
+        for (int combo = 0; combo < 16; combo++) {
+            const int pdt = combo & 1, mdt = (combo >> 1) & 1, sr = (combo >> 2) & 1,
+                      gdt = (combo >> 3) & 1, mis = (int)(s % 2);
+            const size_t n = sizes[s];
+            struct pair w = pair_new(pdt, n, mis), g = pair_new(gdt, n, mis),
+                        m = pair_new(mdt, n, mis), v = pair_new(mdt, n, mis);
+            fill(&w, &seed, -1, 1, 0);
+            fill(&g, &seed, -1, 1, 1);
+            fill(&m, &seed, -0.1, 0.1, 0);
+            fill(&v, &seed, 0, 0.01, 0);
+            to_dev(&w);
+            to_dev(&g);
+            to_dev(&m);
+            to_dev(&v);
+            const double lr = 1e-3, wd = 0.1, b1 = 0.9, b2 = 0.95, t = 4;
+            struct adamw_args a = {.n = n,
+                                   .param_dtype = pdt,
+                                   .param_rounding = sr,
+                                   .grad_dtype = gdt,
+                                   .grad_scale = 1.0f,
+                                   .m_dtype = mdt,
+                                   .v_dtype = mdt,
+                                   .state_rounding = sr,
+                                   .rng_m = rng_stream_make(7, 5, RNG_KIND_EXP_AVG, 4),
+                                   .rng_v = rng_stream_make(7, 5, RNG_KIND_EXP_AVG_SQ, 4),
+                                   .beta1 = (float)b1,
+                                   .beta2 = (float)b2,
+                                   .one_minus_beta1 = (float)(1 - b1),
+                                   .one_minus_beta2 = (float)(1 - b2),
+                                   .eps = 1e-8f,
+                                   .step_size = (float)(lr / (1 - pow(b1, t))),
+                                   .bc2_rsqrt = (float)(1 / sqrt(1 - pow(b2, t))),
+                                   .decay = (float)(1 - lr * wd),
+                                   .rng = rng_stream_make(7, 5, RNG_KIND_PARAM, 4),
+                                   .idx = maps[combo % 2]};
+            a.param = w.d, a.grad = g.d, a.exp_avg = m.d, a.exp_avg_sq = v.d;
+            gpu->adamw(&gctx, &a);
+            a.param = w.h, a.grad = g.h, a.exp_avg = m.h, a.exp_avg_sq = v.h;
+            ref_adamw(&cctx, &a);
+            void *dw = from_dev(&w), *dm = from_dev(&m), *dv = from_dev(&v);
+            char what[96];
+            snprintf(what, sizeof what, "adamw combo %d (misaligned %d) param", combo, mis);
+            expect_bits(&w, dw, what);
+            snprintf(what, sizeof what, "adamw combo %d (misaligned %d) exp_avg", combo, mis);
+            expect_bits(&m, dm, what);
+            snprintf(what, sizeof what, "adamw combo %d (misaligned %d) exp_avg_sq", combo, mis);
+            expect_bits(&v, dv, what);
+            free(dw);
+            free(dm);
+            free(dv);
+            pair_free(&w);
+            pair_free(&g);
+            pair_free(&m);
+            pair_free(&v);
+        }
+}
+
+TEST(cuda_apply_bitwise_equal_to_cpu_reference)
+{
+    setup();
+    uint64_t seed = 3;
+    for (size_t s = 0; s < NSIZES; s++)
+        for (int combo = 0; combo < 8; combo++) {
+            const int pdt = combo & 1, udt = (combo >> 1) & 1, sr = (combo >> 2) & 1,
+                      mis = (int)(s % 2);
+            const size_t n = sizes[s];
+            struct pair w = pair_new(pdt, n, mis), u = pair_new(udt, n, mis);
+            fill(&w, &seed, -1, 1, 0);
+            fill(&u, &seed, -1, 1, 1);
+            to_dev(&w);
+            to_dev(&u);
+            struct apply_args a = {.n = n,
+                                   .param_dtype = pdt,
+                                   .param_rounding = sr,
+                                   .update_dtype = udt,
+                                   .alpha = 0.02f,
+                                   .decay = 0.9999f,
+                                   .rng = rng_stream_make(7, 11, RNG_KIND_PARAM, 9),
+                                   .idx = maps[combo % 2]};
+            a.param = w.d, a.update = u.d;
+            gpu->apply(&gctx, &a);
+            a.param = w.h, a.update = u.h;
+            ref_apply(&cctx, &a);
+            void *dw = from_dev(&w);
+            char what[96];
+            snprintf(what, sizeof what, "apply combo %d (misaligned %d)", combo, mis);
+            expect_bits(&w, dw, what);
+            free(dw);
+            pair_free(&w);
+            pair_free(&u);
+        }
+}
+
+TEST(cuda_sumsq_deterministic_and_close_to_cpu)
+{
+    setup();
+    uint64_t seed = 4;
+    for (int dt = 0; dt <= 1; dt++)
+        for (size_t s = 0; s < NSIZES; s++) {
+            struct pair x = pair_new(dt, sizes[s], 0);
+            fill(&x, &seed, -2, 2, 0);
+            to_dev(&x);
+            const double c = cpu_sumsq(NULL, x.h, dt, x.n);
+            const double g1 = gpu->sumsq(&gctx, x.d, dt, x.n), g2 = gpu->sumsq(&gctx, x.d, dt, x.n);
+            EXPECT_TRUE(memcmp(&g1, &g2, sizeof g1) == 0);
+            EXPECT_TRUE(fabs(g1 - c) <= 1e-12 * c);
+            pair_free(&x);
+        }
+}
+
+TEST(cuda_copy2d_exact)
+{
+    setup();
+    enum { ROWS = 37, W = 52, SP = 80, DP = 64 };
+    unsigned char src[ROWS * SP], back[ROWS * DP], want[ROWS * DP];
+    for (int i = 0; i < ROWS * SP; i++)
+        src[i] = (unsigned char)(i * 7 + 3);
+    memset(want, 0xab, sizeof want);
+    for (int r = 0; r < ROWS; r++)
+        memcpy(want + r * DP, src + r * SP, W);
+    void *ds = gpu->alloc(sizeof src), *dd = gpu->alloc(sizeof back);
+    gpu->copy(&gctx, ds, src, sizeof src);
+    gpu->fill(&gctx, dd, 0xab, sizeof back);
+    gpu->copy2d(&gctx, dd, DP, ds, SP, W, ROWS);
+    gpu->copy(&gctx, back, dd, sizeof back);
+    EXPECT_EQ_INT(gpu->sync(&gctx), 0);
+    EXPECT_EQ_INT(memcmp(back, want, sizeof want), 0);
+    gpu->free(ds);
+    gpu->free(dd);
+}
+
+struct coeffs {
+    float c[NS_TABLE_MAX_STEPS][3];
+    int steps;
+    float norm_scale;
+};
+
+static struct coeffs coeffs_of(int table, int steps)
+{
+    struct coeffs t = {.steps = steps, .norm_scale = (float)ns_coeffs_default_norm_scale(table)};
+    ns_coeffs_fill(table, steps, NULL, t.c);
+    return t;
+}
+
+/* Newton-Schulz of `batch` rows x cols fp32 matrices on the device; out on the host. */
+static int gpu_ns(int64_t batch, int64_t rows, int64_t cols, const struct coeffs *t,
+                  const float *in, float *out)
+{
+    const size_t bytes = (size_t)(batch * rows * cols) * sizeof(float);
+    const size_t wsb = gpu->ns_workspace_bytes(rows, cols, batch);
+    void *d = gpu->alloc(bytes);
+    struct ns_workspace ws = {.buf = gpu->alloc(wsb), .floats = wsb / sizeof(float)};
+    const struct ns_args a = {.batch = batch,
+                              .rows = rows,
+                              .cols = cols,
+                              .transpose = rows > cols,
+                              .in = d,
+                              .in_dtype = KDT_F32,
+                              .out = d,
+                              .out_dtype = KDT_F32,
+                              .coeffs = (const float(*)[3])t->c,
+                              .steps = t->steps,
+                              .norm_scale = t->norm_scale,
+                              .eps = 1e-8f,
+                              .variant = NS_VARIANT_PLAIN,
+                              .compute = KDT_BF16};
+    gpu->copy(&gctx, d, in, bytes);
+    int rc = gpu->newton_schulz(&gctx, &a, &ws);
+    gpu->copy(&gctx, out, d, bytes);
+    if (gpu->sync(&gctx) != 0)
+        rc = -2;
+    gpu->free(d);
+    gpu->free(ws.buf);
+    return rc;
+}
+
+static float *uniform(size_t count, uint64_t seed)
+{
+    float *p = malloc(count * sizeof(float));
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < count; i++)
+        p[i] = (float)test_rand(&s);
+    return p;
+}
+
+TEST(cuda_newton_schulz_within_bf16_tolerance_of_fp64)
+{
+    setup();
+    const struct coeffs t = coeffs_of(NS_TABLE_QUINTIC, 5);
+    static const int64_t shapes[][3] = {{1, 256, 512}, {3, 128, 352}, {2, 384, 128}, {1, 7, 13}};
+    double worst = 0;
+    for (int c = 0; c < 4; c++) {
+        const int64_t B = shapes[c][0], R = shapes[c][1], C = shapes[c][2];
+        const size_t one = (size_t)(R * C);
+        float *in = uniform(B * one, 5 + c), *out = malloc(B * one * sizeof(float));
+        double *u = malloc(one * sizeof(double)), *ref = malloc(one * sizeof(double));
+        ASSERT_EQ_INT(gpu_ns(B, R, C, &t, in, out), 0);
+        for (int64_t k = 0; k < B; k++) {
+            for (size_t i = 0; i < one; i++)
+                u[i] = in[k * one + i];
+            ns_fp64(u, R, C, R > C, (const float(*)[3])t.c, t.steps, t.norm_scale, 1e-8, ref);
+            double num = 0, den = 0;
+            for (size_t i = 0; i < one; i++) {
+                const double d = out[k * one + i] - ref[i];
+                num += d * d;
+                den += ref[i] * ref[i];
+            }
+            const double e = sqrt(num / den);
+            if (!(e <= 1.5e-2))
+                fprintf(stderr, "  %lld x %lld (matrix %lld): relative Frobenius %.3e\n",
+                        (long long)R, (long long)C, (long long)k, e);
+            EXPECT_TRUE(e <= 1.5e-2);
+            worst = e > worst ? e : worst;
+        }
+        free(in);
+        free(out);
+        free(u);
+        free(ref);
+    }
+    printf("  worst relative Frobenius error vs fp64: %.3e (bound 1.5e-2)\n", worst);
+    EXPECT_TRUE(worst > 1e-4); /* bf16 products, not fp32 ones */
+}
+
+TEST(cuda_newton_schulz_singular_bands_and_batching)
+{
+    setup();
+    const struct coeffs pe = coeffs_of(NS_TABLE_POLAR_EXPRESS, 8),
+                        jo = coeffs_of(NS_TABLE_JORDAN, 5);
+    float *in = uniform(256 * 512, 42), *out = malloc(sizeof(float) * 256 * 512);
+    double smin, smax;
+    ASSERT_EQ_INT(gpu_ns(1, 256, 512, &pe, in, out), 0);
+    singular_range(out, 256, 512, 1.0, &smin, &smax);
+    printf("  polar_express 8 steps: singular values [%.4f, %.4f]\n", smin, smax);
+    EXPECT_TRUE(smin >= 0.95 && smax <= 1.05);
+    ASSERT_EQ_INT(gpu_ns(1, 256, 512, &jo, in, out), 0);
+    singular_range(out, 256, 512, 1.0, &smin, &smax);
+    printf("  jordan 5 steps: singular values [%.4f, %.4f]\n", smin, smax);
+    EXPECT_TRUE(smin > 0.5 && smax < 1.5);
+
+    /* a batch of 4 against the same matrices one at a time: cuBLAS may pick another algorithm
+     * for another batch count, so bf16 tolerance, not bits */
+    const struct coeffs q = coeffs_of(NS_TABLE_QUINTIC, 5);
+    const size_t one = 96 * 160;
+    float *bin = uniform(4 * one, 9), *bout = malloc(4 * one * sizeof(float)),
+          *sout = malloc(one * sizeof(float));
+    ASSERT_EQ_INT(gpu_ns(4, 96, 160, &q, bin, bout), 0);
+    for (int k = 0; k < 4; k++) {
+        ASSERT_EQ_INT(gpu_ns(1, 96, 160, &q, bin + k * one, sout), 0);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < one; i++) {
+            num += (double)(bout[k * one + i] - sout[i]) * (bout[k * one + i] - sout[i]);
+            den += (double)sout[i] * sout[i];
+        }
+        EXPECT_TRUE(sqrt(num / den) <= 1.5e-2);
+    }
+    free(in);
+    free(out);
+    free(bin);
+    free(bout);
+    free(sout);
+}
+
+TEST(cuda_teardown)
+{
+    setup();
+    gpu->backend_destroy(gctx.backend);
+    gctx.backend = NULL;
+}

@@ -165,7 +165,7 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json)
     }
     if (nshapes > 64)
         nshapes = 64;
-    ctx.backend = ops->backend_create(-1, err, sizeof err);
+    ctx.backend = ops->backend_create(-1, NULL, err, sizeof err);
     if (ctx.backend == NULL) {
         fprintf(stderr, "ns_bench: %s\n", err);
         return 1;

@@ -44,6 +44,8 @@ typedef enum shardopt_status {
     SHARDOPT_ERR_NONFINITE = -8,        /**< NaN or Inf where a finite value is required */
     SHARDOPT_ERR_INTERNAL = -9,         /**< a bug in shardopt: please report it */
     SHARDOPT_ERR_COMM = -10,            /**< a communication call failed */
+    SHARDOPT_ERR_NCCL = -11,            /**< an NCCL operation failed or timed out (aborted) */
+    SHARDOPT_ERR_DEVICE = -12,          /**< a CUDA call, kernel or copy failed */
 } shardopt_status_t;
 
 typedef enum shardopt_dtype {
@@ -89,6 +91,18 @@ typedef enum shardopt_backend {
     SHARDOPT_BACKEND_CPU = 0,
     SHARDOPT_BACKEND_CUDA = 1,
 } shardopt_backend_t;
+
+/** How the CUDA backend moves matrices between ranks (the CPU backend always uses MPI). */
+typedef enum shardopt_comm_backend {
+    SHARDOPT_COMM_NCCL = 0, /**< NCCL communicators over each group (default) */
+    SHARDOPT_COMM_MPI = 1,  /**< MPI through pinned host buffers: ranks may share a GPU */
+} shardopt_comm_backend_t;
+
+/** Which GPU the CUDA backend uses. */
+typedef enum shardopt_device {
+    SHARDOPT_DEVICE_CURRENT = 0,    /**< the device current at init: the trainer chose it */
+    SHARDOPT_DEVICE_LOCAL_RANK = 1, /**< the node-local rank modulo the visible devices */
+} shardopt_device_t;
 
 /** Which CPU kernel implementations run. */
 typedef enum shardopt_kernels {
@@ -200,7 +214,10 @@ typedef struct shardopt_config {
     shardopt_offload_t offload; /**< none (default), optimizer or cpu */
     int debug_poison_staging;   /**< fill staging slots with NaN when released (debug) */
     uint64_t host_store_limit;  /**< offload: most bytes of host store; 0 = no limit */
-    shardopt_ns_compute_t ns_compute; /**< auto (default), fp32 or bf16 */
+    shardopt_ns_compute_t ns_compute;     /**< auto (default), fp32 or bf16 */
+    shardopt_comm_backend_t comm_backend; /**< CUDA backend: nccl (default) or mpi */
+    shardopt_device_t device;             /**< CUDA backend: current (default) or local_rank */
+    double comm_timeout_s; /**< CUDA backend: a collective not done in this time fails; 0 = never */
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -223,6 +240,8 @@ typedef struct shardopt_config {
         .adam_v_dtype = SHARDOPT_DTYPE_FP32, .keep_last = 0, .load_allow_missing = 0,              \
         .bind = SHARDOPT_BIND_NONE, .offload = SHARDOPT_OFFLOAD_NONE, .debug_poison_staging = 0,   \
         .host_store_limit = 0, .ns_compute = SHARDOPT_NS_COMPUTE_AUTO,                             \
+        .comm_backend = SHARDOPT_COMM_NCCL, .device = SHARDOPT_DEVICE_CURRENT,                     \
+        .comm_timeout_s = 600.0,                                                                   \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1

@@ -191,10 +191,21 @@ struct kernel_ops {
     /* Bytes of Newton-Schulz workspace that hold `batch` rows x cols matrices at once (the CPU
      * works one matrix at a time and ignores batch). */
     size_t (*ns_workspace_bytes)(int64_t rows, int64_t cols, int64_t batch);
-    /* Per-runtime backend state for kernel_ctx.backend; NULL entries where there is none.
-     * device < 0: the current one. NULL on failure, with err set. */
-    void *(*backend_create)(int device, char *err, size_t errlen);
+    /* Device backends only (NULL on the CPU, whose memory is host memory): */
+    /* Per-runtime backend state for kernel_ctx.backend, and its own stream for
+     * kernel_ctx.stream. device < 0: the current one. NULL on failure, with err set. */
+    void *(*backend_create)(int device, void **stream, char *err, size_t errlen);
     void (*backend_destroy)(void *backend);
+    int (*device_count)(void);
+    /* Page-locked host memory: the host side of staged exchanges and copies. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    /* Ordering with a caller's stream (NULL: none): begin makes ctx's stream wait for the work
+     * queued on it so far; end makes it wait for ctx's, or, without one, waits on the host.
+     * 0, or -1 with err set. */
+    int (*stream_begin)(const struct kernel_ctx *ctx, void *caller_stream, char *err,
+                        size_t errlen);
+    int (*stream_end)(const struct kernel_ctx *ctx, void *caller_stream, char *err, size_t errlen);
 };
 
 const struct kernel_ops *kernel_ops_cpu_ref(void);      /* the oracle: plain C */

@@ -1,6 +1,7 @@
 #include "state_store.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "host_store.h"
@@ -58,11 +59,57 @@ int state_store_alloc(struct state_store *s, char *err, size_t errlen)
     if (s->host || s->ops->fill == NULL)
         memset(s->base, 0, s->bytes);
     else
-        s->ops->fill(NULL, s->base, 0, s->bytes);
+        s->ops->fill(NULL, s->base, 0, s->bytes); /* the legacy stream: done before later work */
     return 0;
 }
 
 void *state_store_ptr(const struct state_store *s, size_t offset) { return s->base + offset; }
+
+int state_store_on_device(const struct state_store *s)
+{
+    return !s->host && s->ops->host_alloc != NULL;
+}
+
+const unsigned char *state_store_host_view(const struct state_store *s,
+                                           const struct kernel_ctx *ctx, const void *buf,
+                                           void **copy, char *err, size_t errlen)
+{
+    *copy = NULL;
+    if (!state_store_on_device(s))
+        return buf;
+    *copy = malloc(s->bytes ? s->bytes : 1);
+    if (*copy == NULL) {
+        snprintf(err, errlen, "state: %zu bytes of host memory for a copy of the device state",
+                 s->bytes);
+        return NULL;
+    }
+    s->ops->copy(ctx, *copy, buf, s->bytes);
+    if (s->ops->sync(ctx) != 0) {
+        snprintf(err, errlen, "state: copying %zu bytes from the device failed (%s)", s->bytes,
+                 s->ops->name);
+        free(*copy);
+        *copy = NULL;
+        return NULL;
+    }
+    return *copy;
+}
+
+int state_store_upload(const struct state_store *s, const struct kernel_ctx *ctx, void *dst,
+                       const void *src, char *err, size_t errlen)
+{
+    if (!state_store_on_device(s)) {
+        if (dst != src)
+            memcpy(dst, src, s->bytes);
+        return 0;
+    }
+    s->ops->copy(ctx, dst, src, s->bytes);
+    if (s->ops->sync(ctx) != 0) {
+        snprintf(err, errlen, "state: copying %zu bytes to the device failed (%s)", s->bytes,
+                 s->ops->name);
+        return -1;
+    }
+    return 0;
+}
 
 void state_store_swap(struct state_store *s, void **other)
 {

@@ -43,6 +43,19 @@ void state_store_free(struct state_store *s);
 void *state_store_buffer_alloc(const struct state_store *s, char *err, size_t errlen);
 void state_store_buffer_free(const struct state_store *s, void *p);
 
+/* Whether the arena is device memory the host must not touch (a device backend, no offload). */
+int state_store_on_device(const struct state_store *s);
+
+/* The arena (or a buffer like it) as host memory: itself, or, in device memory, a copy in
+ * *copy (the caller frees it with free()). NULL with err when the copy fails. */
+const unsigned char *state_store_host_view(const struct state_store *s,
+                                           const struct kernel_ctx *ctx, const void *buf,
+                                           void **copy, char *err, size_t errlen);
+
+/* dst (a buffer of the arena's kind) <- the host bytes src, whole arena. 0, or -1 with err. */
+int state_store_upload(const struct state_store *s, const struct kernel_ctx *ctx, void *dst,
+                       const void *src, char *err, size_t errlen);
+
 /* Exchange the arena with *other, a buffer from state_store_buffer_alloc. */
 void state_store_swap(struct state_store *s, void **other);
 

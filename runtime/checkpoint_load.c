@@ -51,7 +51,10 @@ struct ck_load {
     int nt;
     struct ck_file *files;
     int nfiles;
-    unsigned char *staging;
+    unsigned char *staging; /* the new state, in the arena's kind of memory */
+    unsigned char *fill;    /* what rank_fill writes: staging, or its host copy (device state) */
+    const unsigned char *current; /* the state now, as host memory (load_allow_missing) */
+    void *current_copy, *fill_copy;
     uint64_t *steps; /* per registered param */
     unsigned char *chunk;
     int converted;
@@ -399,7 +402,7 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
             const struct ck_tensor *t = index_find(L, name);
             if (t == NULL) {
                 if (allow_missing) { /* keeps its current state */
-                    memcpy(L->staging + k[j].offset, state_store_ptr(&rt->store, k[j].offset),
+                    memcpy(L->fill + k[j].offset, L->current + k[j].offset,
                            (size_t)p->layout.local_numel * kdtype_size(k[j].dtype));
                     continue;
                 }
@@ -422,7 +425,7 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
                          ckpt_dtype_name(k[j].dtype));
             }
             int64_t copied = 0;
-            unsigned char *dst = L->staging + k[j].offset;
+            unsigned char *dst = L->fill + k[j].offset;
             for (int s = 0; s < t->nshards; s++) {
                 shardopt_status_t status =
                     shard_read(L, t, &t->shards[s], &mine, dst, k[j].dtype, &copied);
@@ -511,6 +514,8 @@ static void load_free(struct ck_load *L)
     free(L->files);
     if (L->staging != NULL)
         state_store_buffer_free(L->store, L->staging);
+    free(L->current_copy);
+    free(L->fill_copy);
     free(L->steps);
     free(L->chunk);
     cJSON_Delete(L->root);
@@ -566,8 +571,28 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
             status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: staging %zu bytes%s%s",
                               rt->store.bytes, err[0] ? ": " : "", err);
     }
+    if (status == SHARDOPT_OK) {
+        /* device state: files are read into host memory, then go up in one copy */
+        char err[256] = "";
+        L.fill = L.staging;
+        L.current = state_store_host_view(&rt->store, &rt->kctx, state_store_ptr(&rt->store, 0),
+                                          &L.current_copy, err, sizeof err);
+        if (L.current != NULL && state_store_on_device(&rt->store)) {
+            L.fill = L.fill_copy = malloc(rt->store.bytes ? rt->store.bytes : 1);
+            if (L.fill == NULL)
+                snprintf(err, sizeof err, "%zu bytes of host staging", rt->store.bytes);
+        }
+        if (L.current == NULL || L.fill == NULL)
+            status =
+                log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: rank %d: %s", rt->groups.me.rank, err);
+    }
     if (status == SHARDOPT_OK)
         status = rank_fill(rt, &L);
+    if (status == SHARDOPT_OK && L.fill != L.staging) {
+        char err[256] = "";
+        if (state_store_upload(&rt->store, &rt->kctx, L.staging, L.fill, err, sizeof err) != 0)
+            status = log_fail(SHARDOPT_ERR_DEVICE, "load: rank %d: %s", rt->groups.me.rank, err);
+    }
     status = ckpt_agree(rt, status, "load");
     if (status == SHARDOPT_OK) {
         state_store_swap(&rt->store, (void **)&L.staging); /* the old state is freed below */

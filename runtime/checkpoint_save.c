@@ -106,7 +106,15 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
     size_t hdr_len, cap = 0;
     shardopt_status_t status = SHARDOPT_OK;
     cJSON *meta = cJSON_CreateObject(), *mt = cJSON_AddObjectToObject(meta, "tensors");
+    void *copy = NULL; /* device state: its host copy */
+    char err[256] = "";
+    const unsigned char *state = state_store_host_view(
+        &rt->store, &rt->kctx, state_store_ptr(&rt->store, 0), &copy, err, sizeof err);
 
+    if (state == NULL) {
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: %s: %s", path, err);
+        goto out;
+    }
     t = calloc((size_t)(2 * rt->nparams + 1), sizeof(*t));
     if (t == NULL || meta == NULL || mt == NULL) {
         status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: %s: header memory", path);
@@ -157,7 +165,7 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
         if (!ckpt_writes(rt, p))
             continue;
         for (int j = 0; j < nk; j++, n++) {
-            const unsigned char *data = state_store_ptr(&rt->store, k[j].offset);
+            const unsigned char *data = state + k[j].offset;
             const size_t bytes = (size_t)p->layout.local_numel * kdtype_size(k[j].dtype);
             const uint32_t nblocks = (uint32_t)((bytes + CKPT_BLOCK - 1) / CKPT_BLOCK);
             struct shard_record r = {
@@ -203,6 +211,7 @@ out:
     free(meta_json);
     cJSON_Delete(meta);
     free(t);
+    free(copy);
     return status;
 }
 

@@ -26,7 +26,9 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
     }
     p->off_momentum = state_store_reserve(&rt->store, n * kdtype_size(rt->cfg.momentum_dtype));
     layout_matrix_view(&p->layout, p->transposed, &p->mv);
-    if (rt->ns_compute == KDT_BF16)
+    if (rt_on_device(rt))
+        p->ns_variant = NS_VARIANT_PLAIN; /* the CUDA Newton-Schulz has the plain one only */
+    else if (rt->ns_compute == KDT_BF16)
         p->ns_variant = ns_bf16_variant_for_shape(p->mv.rows, p->mv.cols, &p->ns_block);
     else
         p->ns_variant = ns_variant_for_shape(p->mv.rows, p->mv.cols);
@@ -108,6 +110,8 @@ static void sharded_choose(shardopt_runtime_t rt, enum group_kind kind, const st
         kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE : SHARDOPT_PLACEMENT_EXPERT;
     double total = 0;
 
+    if (rt_on_device(rt))
+        return; /* sharded Newton-Schulz is CPU-only: auto gathers every matrix */
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->algo == SHARDOPT_ALGO_MUON && p->placement == want)
@@ -147,6 +151,9 @@ static void sharded_choose(shardopt_runtime_t rt, enum group_kind kind, const st
     }
 }
 
+/* Most Newton-Schulz workspace a device backend gets for batching a run of experts. */
+#define NS_WS_DEVICE_CAP ((size_t)1 << 30)
+
 static void *buffer_alloc(shardopt_runtime_t rt, size_t bytes)
 {
     void *p = rt->ops->alloc(bytes);
@@ -164,6 +171,11 @@ void commit_release(shardopt_runtime_t rt)
         rt->ops->free(rt->bufs[i].ns);
         rt->ops->free(rt->bufs[i].b);
         rt->ops->free(rt->bufs[i].a);
+        if (rt->ops->host_free != NULL) {
+            rt->ops->host_free(rt->bufs[i].ha);
+            rt->ops->host_free(rt->bufs[i].hb);
+            rt->ops->host_free(rt->bufs[i].hns);
+        }
         free(rt->bufs[i].req);
     }
     memset(rt->bufs, 0, sizeof rt->bufs);
@@ -206,8 +218,18 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
         a = p->max_a > a ? p->max_a : a;
         b = p->max_b > b ? p->max_b : b;
         ns = p->max_ns > ns ? p->max_ns : ns;
+        int64_t run = 0;
         for (int w = 0; w < p->nowned; w++) {
-            size_t f = ns_workspace_floats(p->owned[w].rows, p->owned[w].cols);
+            /* a run of consecutive experts of one stack is one batched call (a device backend
+             * holds it whole, up to NS_WS_DEVICE_CAP; past that the call goes in chunks) */
+            const struct plan_owned *o = &p->owned[w];
+            run = w > 0 && o->param == p->owned[w - 1].param && o->k == p->owned[w - 1].k + 1
+                      ? run + 1
+                      : 1;
+            size_t f = rt->ops->ns_workspace_bytes(o->rows, o->cols, run);
+            const size_t one = rt->ops->ns_workspace_bytes(o->rows, o->cols, 1);
+            f = f > NS_WS_DEVICE_CAP && one < NS_WS_DEVICE_CAP ? NS_WS_DEVICE_CAP : f;
+            f = f / sizeof(float) + 1;
             ws = f > ws ? f : ws;
         }
     }
@@ -221,6 +243,14 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
         bb->ns = buffer_alloc(rt, ns * es);
         bb->req = malloc(sizeof(MPI_Request) * 2 * (size_t)members);
         ok = ok && bb->a && bb->b && bb->ns && bb->req;
+        if (rt_on_device(rt)) {
+            bb->ha = rt->ops->host_alloc(a * es);
+            bb->hb = rt->ops->host_alloc(b * es);
+            bb->hns = rt->ops->host_alloc(ns * es);
+            ok = ok && bb->ha && bb->hb && bb->hns;
+            if (ok)
+                rt->bytes_workspace += (a + b + ns) * es; /* pinned host memory */
+        }
     }
     rt->ns_ws.buf = buffer_alloc(rt, ws * sizeof(float));
     rt->ns_ws.floats = ws;
@@ -267,7 +297,7 @@ static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
     char err[256] = "";
     int ok = 1;
 
-    if (rt->ns_compute != KDT_BF16)
+    if (rt->ns_compute != KDT_BF16 || rt_on_device(rt))
         return SHARDOPT_OK;
     rt->ns_ws.bf16 = ns_bf16_create(err, sizeof err);
     ok = rt->ns_ws.bf16 != NULL;

@@ -18,6 +18,8 @@ static const char *const nonfinite_names[] = {"skip", "error", NULL};
 static const char *const bind_names[] = {"none", "auto", NULL};
 static const char *const offload_names[] = {"none", "optimizer", "cpu", NULL};
 static const char *const ns_compute_names[] = {"auto", "fp32", "bf16", NULL};
+static const char *const comm_backend_names[] = {"nccl", "mpi", NULL};
+static const char *const device_names[] = {"current", "local_rank", NULL};
 static const char *const ns_strategy_names[] = {"gather", "sharded", "auto", NULL};
 static const char *const kernels_names[] = {"auto",   "reference", "portable",
                                             "avx512", "avx2",      NULL};
@@ -81,6 +83,9 @@ const struct config_key config_keys[] = {
     ENUM(ns_compute, ns_compute_names, "Newton-Schulz arithmetic: auto, fp32 or bf16"),
     {"host_store_limit", CFG_U64, OFF(host_store_limit), NULL, 0, 0, 0, 0, 0, 0,
      "offload: most bytes of host store; 0 = no limit"},
+    ENUM(comm_backend, comm_backend_names, "CUDA backend: exchanges over nccl, or mpi via host"),
+    ENUM(device, device_names, "CUDA backend: the current device, or the node-local rank's"),
+    DBL(comm_timeout_s, 0, 1e6, 0, 0, "CUDA backend: seconds before a stuck collective fails"),
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

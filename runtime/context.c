@@ -22,11 +22,28 @@ static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
 {
     const struct kernel_ops *ops = NULL;
 
-    if (cfg->backend == SHARDOPT_BACKEND_CUDA)
-        return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                        "config backend = cuda: the CUDA backend's compute kernels are not "
-                        "implemented yet (this build %s); use backend = cpu",
-                        kernel_ops_cuda() != NULL ? "has its memory layer only" : "has no CUDA");
+    if (cfg->backend == SHARDOPT_BACKEND_CUDA) {
+        if (kernel_ops_cuda() == NULL)
+            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                            "config backend = cuda: this build has no CUDA backend (configure "
+                            "with nvcc on the PATH or SHARDOPT_WITH_CUDA=ON)");
+        /* what the CUDA backend does not do yet: refused, never silently done on the CPU */
+        if (cfg->comm_backend == SHARDOPT_COMM_NCCL)
+            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                            "config backend = cuda with comm_backend = nccl: the NCCL exchange is "
+                            "not implemented yet; use comm_backend = mpi");
+        if (cfg->offload != SHARDOPT_OFFLOAD_NONE)
+            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                            "config backend = cuda with offload = %s: offload on the GPU is not "
+                            "implemented yet; use offload = none",
+                            cfg->offload == SHARDOPT_OFFLOAD_CPU ? "cpu" : "optimizer");
+        if (cfg->ns_strategy == SHARDOPT_NS_STRATEGY_SHARDED)
+            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                            "config backend = cuda with ns_strategy = sharded: sharded "
+                            "Newton-Schulz runs on the CPU backend only; use gather or auto");
+        *ops_p = kernel_ops_cuda();
+        return SHARDOPT_OK;
+    }
     switch (cfg->kernels) {
     case SHARDOPT_KERNELS_AUTO: ops = kernel_ops_cpu_best(); break;
     case SHARDOPT_KERNELS_REFERENCE: ops = kernel_ops_cpu_ref(); break;
@@ -88,6 +105,12 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
  * SHARDOPT_CPU_NO_BF16=1 makes auto treat the CPU as one without (to test the fallback). */
 static int ns_compute_resolve(const shardopt_config_t *c, int rank)
 {
+    if (c->backend == SHARDOPT_BACKEND_CUDA) {
+        if (c->ns_compute == SHARDOPT_NS_COMPUTE_FP32 && rank == 0)
+            log_warn("init: ns_compute = fp32 on the CUDA backend: its Newton-Schulz is bf16 with "
+                     "fp32 accumulation (cuBLAS); running bf16");
+        return KDT_BF16;
+    }
     const char *no = getenv("SHARDOPT_CPU_NO_BF16");
     const int masked = no != NULL && no[0] != '\0' && strcmp(no, "0") != 0;
     const int native = ns_bf16_native() && !masked;
@@ -112,8 +135,55 @@ static int ns_compute_resolve(const shardopt_config_t *c, int rank)
     return native ? KDT_BF16 : KDT_F32;
 }
 
-/* Once the groups exist: threads, coefficient tables, the state store. */
-static void runtime_start(shardopt_runtime_t rt, MPI_Comm local)
+/* The CUDA backend's device: the current one, or the node-local rank's; then its state and
+ * stream. Collective: a failure on one rank fails init on all. */
+static shardopt_status_t device_start(shardopt_runtime_t rt, MPI_Comm local)
+{
+    const struct groups *g = &rt->groups;
+    char err[384] = "";
+    int device = -1, local_rank = 0, count = 0;
+    shardopt_status_t status = SHARDOPT_OK;
+
+    if (rt->ops->backend_create == NULL)
+        return SHARDOPT_OK;
+    count = rt->ops->device_count();
+    if (rt->cfg.device == SHARDOPT_DEVICE_LOCAL_RANK) {
+        MPI_Comm node;
+        MPI_Comm_split_type(local, MPI_COMM_TYPE_SHARED, g->me.rank, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_free(&node);
+        device = count > 0 ? local_rank % count : 0;
+    }
+    if (count == 0)
+        status = log_fail(SHARDOPT_ERR_DEVICE,
+                          "init: rank %d: backend = cuda but no CUDA device "
+                          "is visible (CUDA_VISIBLE_DEVICES, driver)",
+                          g->me.rank);
+    if (status == SHARDOPT_OK) {
+        rt->kctx.backend = rt->ops->backend_create(device, &rt->kctx.stream, err, sizeof err);
+        if (rt->kctx.backend == NULL)
+            status = log_fail(SHARDOPT_ERR_DEVICE, "init: rank %d: %s", g->me.rank, err);
+    }
+    status = groups_agree(g, status, "init");
+    if (status != SHARDOPT_OK)
+        return status;
+    log_info("init: rank %d: CUDA device %d of %d (%s), comm %s", g->me.rank,
+             device >= 0 ? device : -1, count,
+             device >= 0 ? "node-local rank" : "the current device",
+             rt->cfg.comm_backend == SHARDOPT_COMM_MPI ? "mpi via pinned host buffers" : "nccl");
+    return SHARDOPT_OK;
+}
+
+static void device_stop(shardopt_runtime_t rt)
+{
+    if (rt->kctx.backend != NULL)
+        rt->ops->backend_destroy(rt->kctx.backend);
+    rt->kctx.backend = NULL;
+    rt->kctx.stream = NULL;
+}
+
+/* Once the groups exist: the device, threads, coefficient tables, the state store. */
+static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
 {
     const struct groups *g = &rt->groups;
 
@@ -137,6 +207,7 @@ static void runtime_start(shardopt_runtime_t rt, MPI_Comm local)
              kernel_blas_get_threads(),
              rt->cfg.momentum_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32",
              rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32");
+    return device_start(rt, local);
 }
 
 shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
@@ -157,7 +228,13 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
         free(rt);
         return status;
     }
-    runtime_start(rt, comm);
+    status = runtime_start(rt, comm);
+    if (status != SHARDOPT_OK) {
+        groups_free(&rt->groups);
+        topology_free(&rt->topo);
+        free(rt);
+        return status;
+    }
     *rt_p = rt;
     return SHARDOPT_OK;
 }
@@ -185,7 +262,14 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
         free(rt);
         return status;
     }
-    runtime_start(rt, rt->groups.dense); /* the only comm we have of the node's ranks */
+    /* the dense group: the only comm we have of the node's ranks */
+    status = runtime_start(rt, rt->groups.dense);
+    if (status != SHARDOPT_OK) {
+        groups_free(&rt->groups);
+        topology_free(&rt->topo);
+        free(rt);
+        return status;
+    }
     *rt_p = rt;
     return SHARDOPT_OK;
 }
@@ -201,6 +285,7 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
     free(rt->params);
     if (rt->ops != NULL)
         commit_release(rt);
+    device_stop(rt);
     groups_free(&rt->groups);
     topology_free(&rt->topo);
     free(rt);

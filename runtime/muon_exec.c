@@ -110,6 +110,23 @@ static void stage_momentum(shardopt_runtime_t rt, const struct stage *st, float 
     offload_state_run(rt, SHARDOPT_ALGO_MUON, bucket_piece, &bp, momentum_kernel, &grad_scale);
 }
 
+/* Device buffers (rt_on_device): MPI reads and writes the pinned host mirrors. Before any
+ * message is posted the device stream is drained, so that the sends' blocks have arrived in the
+ * mirror and earlier copies out of the receive mirror are done before MPI overwrites it. */
+static shardopt_status_t xfer_stage_out(shardopt_runtime_t rt, const int *sc, const int *sd, int me,
+                                        int members, char *host, const char *dev, size_t es)
+{
+    for (int i = 0; i < members; i++)
+        if (i != me && sc[i] > 0)
+            rt->ops->copy(&rt->kctx, host + (size_t)sd[i] * es, dev + (size_t)sd[i] * es,
+                          (size_t)sc[i] * es);
+    if (rt->ops->sync(&rt->kctx) != 0)
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "step: rank %d: copying exchange blocks to the host failed (%s)",
+                        rt->groups.me.rank, rt->ops->name);
+    return SHARDOPT_OK;
+}
+
 /* Start exchange #1 (A -> B) or #2 (B -> A): a receive and a send per member with a non-empty
  * block, a copy for this rank's own block. Bytes are counted here, where they go to MPI. */
 static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int second)
@@ -127,10 +144,19 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
     st->nreq = 0;
     if (gx->comm == MPI_COMM_NULL)
         return SHARDOPT_OK; /* replicated tensors: every matrix is direct */
+    if (sc[me] > 0)         /* my own block: device to device on a device backend */
+        rt->ops->copy(&rt->kctx, rbuf + (size_t)rd[me] * es, sbuf + (size_t)sd[me] * es,
+                      (size_t)sc[me] * es);
+    if (rt_on_device(rt)) {
+        char *host = second ? st->buf->hb : st->buf->ha;
+        shardopt_status_t status = xfer_stage_out(rt, sc, sd, me, gx->plan.members, host, sbuf, es);
+        if (status != SHARDOPT_OK)
+            return status;
+        sbuf = host;
+        rbuf = second ? st->buf->ha : st->buf->hb;
+    }
     for (int i = 0; i < gx->plan.members; i++) {
-        if (i == me) {
-            memcpy(rbuf + (size_t)rd[i] * es, sbuf + (size_t)sd[i] * es, (size_t)sc[i] * es);
-        } else if (rc[i] > 0) {
+        if (i != me && rc[i] > 0) {
             rcode |= MPI_Irecv(rbuf + (size_t)rd[i] * es, rc[i], t, i, tag, gx->comm,
                                &st->buf->req[st->nreq++]);
             rt->counters.bytes_recv[st->kind] += (uint64_t)rc[i] * es;
@@ -150,11 +176,24 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
 
 static shardopt_status_t xfer_wait(shardopt_runtime_t rt, struct stage *st, int second)
 {
-    (void)rt;
+    const int had = st->nreq;
     if (st->nreq > 0 && MPI_Waitall(st->nreq, st->buf->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step: exchange #%d of the %s group failed",
                         second ? 2 : 1, st->kind == GROUP_DENSE ? "dense" : "expert shard");
     st->nreq = 0;
+    if (had > 0 && rt_on_device(rt)) {
+        /* the received blocks go up; stream order puts them before the kernels that read them */
+        const struct group_exec *gx = &rt->gx[st->kind];
+        const struct plan_bucket *b = st->b;
+        const size_t es = kdtype_size(rt->cfg.comm_dtype);
+        const int *rc = second ? b->a_counts : b->b_counts,
+                  *rd = second ? b->a_displs : b->b_displs;
+        char *dev = second ? st->buf->a : st->buf->b, *host = second ? st->buf->ha : st->buf->hb;
+        for (int i = 0; i < gx->plan.members; i++)
+            if (i != gx->plan.me && rc[i] > 0)
+                rt->ops->copy(&rt->kctx, dev + (size_t)rd[i] * es, host + (size_t)rd[i] * es,
+                              (size_t)rc[i] * es);
+    }
     return SHARDOPT_OK;
 }
 
@@ -283,10 +322,23 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
         rt->rep_counts[r] = (int)(b - a);
     }
     MPI_Datatype t = rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
-    if (MPI_Allgatherv(MPI_IN_PLACE, 0, t, st->buf->ns, rt->rep_counts, rt->rep_displs, t,
-                       g->rep) != MPI_SUCCESS)
+    void *slots = st->buf->ns;
+    if (rt_on_device(rt)) { /* through the host mirror: mine out, everyone's back in */
+        rt->ops->copy(&rt->kctx, (char *)st->buf->hns + slot_lo * es, host,
+                      (slot_hi - slot_lo) * es);
+        if (rt->ops->sync(&rt->kctx) != 0)
+            return log_fail(SHARDOPT_ERR_DEVICE,
+                            "step: rank %d: copying Newton-Schulz results "
+                            "to the host failed",
+                            g->me.rank);
+        slots = st->buf->hns;
+    }
+    if (MPI_Allgatherv(MPI_IN_PLACE, 0, t, slots, rt->rep_counts, rt->rep_displs, t, g->rep) !=
+        MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step: sharing Newton-Schulz results over the "
                                            "replicate group failed");
+    if (rt_on_device(rt))
+        rt->ops->copy(&rt->kctx, st->buf->ns, st->buf->hns, st->b->ns_elems * es);
     return SHARDOPT_OK;
 }
 

@@ -92,7 +92,8 @@ struct shardopt_runtime {
      * is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest bucket */
     struct bucket_buffers {
         void *a, *b, *ns;
-        MPI_Request *req; /* 2 per member of the largest group: one exchange at a time */
+        void *ha, *hb, *hns; /* device backends: pinned host mirrors that MPI reads and writes */
+        MPI_Request *req;    /* 2 per member of the largest group: one exchange at a time */
     } bufs[PIPELINE_DEPTH];
     struct ns_workspace ns_ws;
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
@@ -106,6 +107,13 @@ struct shardopt_runtime {
 
     struct step_counters counters;
 };
+
+/* State and buffers live in device memory (the CUDA backend): the host never touches them
+ * directly, MPI moves them through the pinned host mirrors. */
+static inline int rt_on_device(const struct shardopt_runtime *rt)
+{
+    return rt->ops->host_alloc != NULL;
+}
 
 /* Free what commit made, leaving the runtime as before commit (also used by finalize). */
 void commit_release(shardopt_runtime_t rt);

@@ -21,6 +21,8 @@ const char *shardopt_status_string(shardopt_status_t status)
     case SHARDOPT_ERR_NONFINITE: return "non-finite value";
     case SHARDOPT_ERR_INTERNAL: return "internal error";
     case SHARDOPT_ERR_COMM: return "communication error";
+    case SHARDOPT_ERR_NCCL: return "NCCL error (communicator aborted)";
+    case SHARDOPT_ERR_DEVICE: return "CUDA device error";
     }
     return "unknown status";
 }

@@ -151,6 +151,23 @@ static shardopt_status_t step_nonfinite(shardopt_runtime_t rt, int tensors)
     return SHARDOPT_OK;
 }
 
+/* Device backends: the step reads gradients after the trainer's stream has written them, and
+ * the trainer's stream reads parameters after the step wrote them (or, without a stream, the
+ * step returns when its work is done). Every rank agrees on a failure. */
+static shardopt_status_t step_stream(shardopt_runtime_t rt, const shardopt_step_args_t *args,
+                                     int end)
+{
+    shardopt_status_t status = SHARDOPT_OK;
+    char err[256] = "";
+
+    if (rt->ops->stream_begin == NULL)
+        return SHARDOPT_OK;
+    if ((end ? rt->ops->stream_end : rt->ops->stream_begin)(&rt->kctx, args->stream, err,
+                                                            sizeof err) != 0)
+        status = log_fail(SHARDOPT_ERR_DEVICE, "step: rank %d: %s", rt->groups.me.rank, err);
+    return groups_agree(&rt->groups, status, "step");
+}
+
 shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_t *args)
 {
     shardopt_status_t status;
@@ -171,6 +188,9 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     k = &rt->counters;
     counters_reset(k);
     staging_counts_reset(&rt->stage);
+    status = step_stream(rt, args, 0);
+    if (status != SHARDOPT_OK)
+        return status;
 
     status = prepass_run(rt, sc.max_grad_norm, &pre);
     if (status != SHARDOPT_OK)
@@ -192,6 +212,9 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     if (status != SHARDOPT_OK)
         return status;
 
+    status = step_stream(rt, args, 1);
+    if (status != SHARDOPT_OK)
+        return status;
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;
     k->steps++;

@@ -11,8 +11,9 @@ extern "C" {
 
 struct cuda_backend;
 
-/* device < 0: the current device (a trainer has chosen it). NULL on failure, with err set. */
-struct cuda_backend *cuda_backend_create(int device, char *err, size_t errlen);
+/* device < 0: the current device (a trainer has chosen it). NULL on failure, with err set.
+ * *stream (when stream is not NULL): the backend's own stream. */
+struct cuda_backend *cuda_backend_create(int device, void **stream, char *err, size_t errlen);
 void cuda_backend_destroy(struct cuda_backend *b);
 int cuda_backend_device(const struct cuda_backend *b);
 

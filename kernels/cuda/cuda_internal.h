@@ -19,8 +19,10 @@ struct cuda_backend {
     int device;
     int sms;
     cublasHandle_t blas;
-    double *d_partial; /* [CUDA_SUMSQ_BLOCKS + 1]: block sums, then the total */
-    double *h_result;  /* pinned: the reduction's result on its way to the host */
+    cudaStream_t stream; /* the runtime's: blocking, so legacy-stream work orders with it */
+    cudaEvent_t caller_ready, done; /* step ordering with a trainer's stream */
+    double *d_partial;              /* [CUDA_SUMSQ_BLOCKS + 1]: block sums, then the total */
+    double *h_result;               /* pinned: the reduction's result on its way to the host */
 };
 
 static inline cudaStream_t cuda_stream(const struct kernel_ctx *ctx)

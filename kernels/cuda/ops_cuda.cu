@@ -54,7 +54,8 @@ static int cuda_sync(const struct kernel_ctx *ctx)
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 
-extern "C" struct cuda_backend *cuda_backend_create(int device, char *err, size_t errlen)
+extern "C" struct cuda_backend *cuda_backend_create(int device, void **stream, char *err,
+                                                    size_t errlen)
 {
     struct cuda_backend *b = (struct cuda_backend *)calloc(1, sizeof(*b));
     cudaError_t e = cudaSuccess;
@@ -84,6 +85,16 @@ extern "C" struct cuda_backend *cuda_backend_create(int device, char *err, size_
         what = "cudaMallocHost";
         e = cudaMallocHost((void **)&b->h_result, sizeof(double));
     }
+    if (e == cudaSuccess) {
+        what = "cudaStreamCreate";
+        e = cudaStreamCreate(&b->stream);
+    }
+    if (e == cudaSuccess) {
+        what = "cudaEventCreate";
+        e = cudaEventCreateWithFlags(&b->caller_ready, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming);
+    }
     if (e != cudaSuccess) {
         snprintf(err, errlen, "CUDA backend: %s failed on device %d: %s", what, b->device,
                  cudaGetErrorString(e));
@@ -99,6 +110,8 @@ extern "C" struct cuda_backend *cuda_backend_create(int device, char *err, size_
         cuda_backend_destroy(b);
         return NULL;
     }
+    if (stream != NULL)
+        *stream = b->stream;
     return b;
 }
 
@@ -108,6 +121,12 @@ extern "C" void cuda_backend_destroy(struct cuda_backend *b)
         return;
     if (b->blas != NULL)
         cublasDestroy(b->blas);
+    if (b->caller_ready != NULL)
+        cudaEventDestroy(b->caller_ready);
+    if (b->done != NULL)
+        cudaEventDestroy(b->done);
+    if (b->stream != NULL)
+        cudaStreamDestroy(b->stream);
     cudaFree(b->d_partial);
     cudaFreeHost(b->h_result);
     free(b);
@@ -115,9 +134,64 @@ extern "C" void cuda_backend_destroy(struct cuda_backend *b)
 
 extern "C" int cuda_backend_device(const struct cuda_backend *b) { return b->device; }
 
-static void *backend_create(int device, char *err, size_t errlen)
+static void *backend_create(int device, void **stream, char *err, size_t errlen)
 {
-    return cuda_backend_create(device, err, errlen);
+    return cuda_backend_create(device, stream, err, errlen);
+}
+
+static void *host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void host_free(void *p)
+{
+    if (p != NULL)
+        cudaFreeHost(p);
+}
+
+static int fail(cudaError_t e, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+/* The trainer's work so far (its backward wrote the gradients) comes before the step's. */
+static int stream_begin(const struct kernel_ctx *ctx, void *caller, char *err, size_t errlen)
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    cudaError_t e;
+    if (caller == NULL)
+        return 0; /* the step's caller has finished its work on the host's word */
+    if ((e = cudaEventRecord(b->caller_ready, (cudaStream_t)caller)) != cudaSuccess)
+        return fail(e, "cudaEventRecord on the caller's stream", err, errlen);
+    if ((e = cudaStreamWaitEvent(b->stream, b->caller_ready, 0)) != cudaSuccess)
+        return fail(e, "cudaStreamWaitEvent", err, errlen);
+    return 0;
+}
+
+/* The trainer's next forward reads the parameters after the step wrote them. */
+static int stream_end(const struct kernel_ctx *ctx, void *caller, char *err, size_t errlen)
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    cudaError_t e;
+    if (caller == NULL) {
+        if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess)
+            return fail(e, "the step's kernels", err, errlen);
+    } else {
+        if ((e = cudaEventRecord(b->done, b->stream)) != cudaSuccess)
+            return fail(e, "cudaEventRecord", err, errlen);
+        if ((e = cudaStreamWaitEvent((cudaStream_t)caller, b->done, 0)) != cudaSuccess)
+            return fail(e, "cudaStreamWaitEvent on the caller's stream", err, errlen);
+    }
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return fail(e, "a kernel launch of the step", err, errlen);
+    return 0;
 }
 
 static void backend_destroy(void *b) { cuda_backend_destroy((struct cuda_backend *)b); }
@@ -142,6 +216,11 @@ static struct kernel_ops cuda_ops_make(void)
     o.ns_workspace_bytes = cuda_ns_workspace_bytes;
     o.backend_create = backend_create;
     o.backend_destroy = backend_destroy;
+    o.device_count = cuda_probe_device_count;
+    o.host_alloc = host_alloc;
+    o.host_free = host_free;
+    o.stream_begin = stream_begin;
+    o.stream_end = stream_end;
     return o;
 }
 

@@ -30,7 +30,7 @@ static void setup(void)
         test_skip("built without CUDA");
     if (cuda_probe_device_count() == 0)
         test_skip("no CUDA device visible");
-    gctx.backend = gpu->backend_create(-1, err, sizeof err);
+    gctx.backend = gpu->backend_create(-1, NULL, err, sizeof err);
     if (gctx.backend == NULL) {
         fprintf(stderr, "%s\n", err);
         exit(1);

@@ -185,7 +185,7 @@ __attribute__((unused)) static long gather(const struct run *r, int p, int k, un
     return bad;
 }
 
-static void snapshot(const struct run *r, unsigned char **out, size_t *len)
+__attribute__((unused)) static void snapshot(const struct run *r, unsigned char **out, size_t *len)
 {
     size_t total = 0, es;
     for (int p = 0; p < MODEL_NPARAMS; p++)

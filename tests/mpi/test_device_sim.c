@@ -1,0 +1,293 @@
+/* The runtime's device-backend paths, on the CPU: a simulated device whose memory the host
+ * cannot touch. Its kernel table wraps the CPU reference; every allocation it makes is mapped
+ * PROT_NONE and opened only while one of its own entries runs. So a memcpy, an MPI call or a
+ * checkpoint read that goes straight at state, exchange buffers, parameters or gradients, where
+ * the CUDA backend needs a copy through the host mirrors, crashes this test. It checks that the
+ * step (exchanges staged through pinned-host mirrors, own blocks copied on the device, replica
+ * all-gather staged), save (a host copy of the state) and load (host staging, then one upload)
+ * give the same bits as the plain CPU run on the same layout. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "model_run.h"
+
+/* ---- the simulated device ---- */
+#define SIM_MAX 1024
+static struct {
+    char *base;
+    size_t len;
+} sim[SIM_MAX];
+static int nsim;
+
+static void sim_protect(int prot)
+{
+    for (int i = 0; i < nsim; i++)
+        if (mprotect(sim[i].base, sim[i].len, prot) != 0) {
+            perror("mprotect");
+            abort();
+        }
+}
+
+#define SIM_OPEN()  sim_protect(PROT_READ | PROT_WRITE)
+#define SIM_CLOSE() sim_protect(PROT_NONE)
+
+static void *sim_alloc(size_t bytes)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t len = (bytes + page - 1) / page * page + page;
+    if (nsim == SIM_MAX)
+        return NULL;
+    void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    sim[nsim].base = p;
+    sim[nsim].len = len;
+    nsim++;
+    return p;
+}
+
+static void sim_free(void *p)
+{
+    for (int i = 0; i < nsim; i++)
+        if (sim[i].base == p) {
+            munmap(sim[i].base, sim[i].len);
+            sim[i] = sim[--nsim];
+            return;
+        }
+}
+
+static void sim_momentum(const struct kernel_ctx *c, const struct momentum_args *a)
+{
+    SIM_OPEN();
+    ref_momentum(c, a);
+    SIM_CLOSE();
+}
+
+static void sim_adamw(const struct kernel_ctx *c, const struct adamw_args *a)
+{
+    SIM_OPEN();
+    ref_adamw(c, a);
+    SIM_CLOSE();
+}
+
+static void sim_apply(const struct kernel_ctx *c, const struct apply_args *a)
+{
+    SIM_OPEN();
+    ref_apply(c, a);
+    SIM_CLOSE();
+}
+
+static int sim_ns(const struct kernel_ctx *c, const struct ns_args *a, const struct ns_workspace *w)
+{
+    SIM_OPEN();
+    int rc = ref_newton_schulz(c, a, w);
+    SIM_CLOSE();
+    return rc;
+}
+
+static void sim_copy2d(const struct kernel_ctx *c, void *d, size_t dp, const void *s, size_t sp,
+                       size_t w, size_t rows)
+{
+    SIM_OPEN();
+    cpu_copy2d(c, d, dp, s, sp, w, rows);
+    SIM_CLOSE();
+}
+
+static double sim_sumsq(const struct kernel_ctx *c, const void *x, int dt, size_t n)
+{
+    SIM_OPEN();
+    double r = cpu_sumsq(c, x, dt, n);
+    SIM_CLOSE();
+    return r;
+}
+
+static void sim_copy(const struct kernel_ctx *c, void *d, const void *s, size_t n)
+{
+    SIM_OPEN();
+    cpu_copy(c, d, s, n);
+    SIM_CLOSE();
+}
+
+static void sim_fill(const struct kernel_ctx *c, void *d, int byte, size_t n)
+{
+    SIM_OPEN();
+    cpu_fill(c, d, byte, n);
+    SIM_CLOSE();
+}
+
+static void *sim_host_alloc(size_t bytes) { return cpu_alloc(bytes); }
+
+static const struct kernel_ops sim_ops = {
+    .name = "devsim",
+    .momentum = sim_momentum,
+    .adamw = sim_adamw,
+    .apply = sim_apply,
+    .newton_schulz = sim_ns,
+    .copy2d = sim_copy2d,
+    .sumsq = sim_sumsq,
+    .copy = sim_copy,
+    .fill = sim_fill,
+    .alloc = sim_alloc,
+    .free = sim_free,
+    .sync = cpu_sync,
+    .ns_workspace_bytes = cpu_ns_workspace_bytes,
+    .host_alloc = sim_host_alloc,
+    .host_free = cpu_free,
+};
+
+/* ---- a run on the simulated device: the model of model.h, parameters and gradients in device
+ * memory, host copies of them kept here ---- */
+struct dev_run {
+    shardopt_runtime_t rt;
+    struct tbox box[MODEL_NPARAMS];
+    void *w[MODEL_NPARAMS], *g[MODEL_NPARAMS]; /* device */
+    void *hw[MODEL_NPARAMS], *hg[MODEL_NPARAMS];
+};
+
+static shardopt_config_t test_cfg(void)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.kernels = SHARDOPT_KERNELS_REFERENCE; /* what the simulated device computes with */
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.bucket_bytes = 4096; /* many buckets: every pipeline stage in play */
+    cfg.dp_replicate = L_rep;
+    cfg.dp_shard = L_shard;
+    cfg.cp = L_cp;
+    cfg.ep = L_ep;
+    cfg.replica_split = L_rep > 1;
+    return cfg;
+}
+
+static shardopt_status_t dev_setup(struct dev_run *r)
+{
+    shardopt_config_t cfg = test_cfg();
+    r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    /* the device table in place of the CPU one, before anything is allocated */
+    r->rt->ops = &sim_ops;
+    state_store_init(&r->rt->store, &sim_ops);
+    struct tcoords c = coords_of(r->rt);
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const struct tparam *t = &model_params[p];
+        struct tbox *b = &r->box[p];
+        model_box(t, &c, L_xdim, b);
+        const size_t bytes = (size_t)(b->numel + 1) * model_esize(t->dtype);
+        r->hw[p] = calloc(bytes, 1);
+        r->hg[p] = calloc(bytes, 1);
+        r->w[p] = sim_alloc(bytes);
+        r->g[p] = sim_alloc(bytes);
+        for (int64_t i = 0; i < b->numel; i++)
+            model_store(r->hw[p], t->dtype, i, model_value(p, 0, model_global(t, b, i)));
+        sim_copy(NULL, r->w[p], r->hw[p], bytes);
+        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+        d.name = t->name;
+        d.ndim = t->ndim;
+        memcpy(d.shape, t->shape, sizeof d.shape);
+        d.placement = t->placement;
+        d.transposed = t->transposed;
+        d.param_dtype = d.grad_dtype = t->dtype;
+        d.shard_dim = b->shard_dim;
+        d.shard_offset = b->offset;
+        d.shard_length = b->length;
+        d.data = r->w[p];
+        d.grad = r->g[p];
+        shardopt_param_t h;
+        shardopt_register(r->rt, &d, &h);
+    }
+    return shardopt_commit(r->rt);
+}
+
+static shardopt_status_t dev_steps(struct dev_run *r, int from, int to)
+{
+    for (int s = from; s <= to; s++) {
+        for (int p = 0; p < MODEL_NPARAMS; p++) {
+            const struct tparam *t = &model_params[p];
+            for (int64_t i = 0; i < r->box[p].numel; i++)
+                model_store(r->hg[p], t->dtype, i,
+                            model_value(p, s, model_global(t, &r->box[p], i)));
+            sim_copy(NULL, r->g[p], r->hg[p], (size_t)r->box[p].numel * model_esize(t->dtype));
+        }
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.02;
+        shardopt_status_t status = shardopt_step(r->rt, &args);
+        if (status != SHARDOPT_OK)
+            return status;
+    }
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        sim_copy(NULL, r->hw[p], r->w[p],
+                 (size_t)r->box[p].numel * model_esize(model_params[p].dtype));
+    return SHARDOPT_OK;
+}
+
+static void dev_free(struct dev_run *r)
+{
+    shardopt_finalize(r->rt);
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        sim_free(r->w[p]);
+        sim_free(r->g[p]);
+        free(r->hw[p]);
+        free(r->hg[p]);
+    }
+}
+
+/* Parameters of a device run against a CPU run on the same layout, shard by shard; returns the
+ * number of differing tensors over all ranks. */
+static int params_differ(const struct dev_run *d, const struct run *c)
+{
+    int bad = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const size_t bytes = (size_t)d->box[p].numel * model_esize(model_params[p].dtype);
+        if (memcmp(d->hw[p], c->w[p], bytes) != 0) {
+            fprintf(stderr, "  rank %d: %s differs from the CPU run\n", me, model_params[p].name);
+            bad++;
+        }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    return bad;
+}
+
+TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
+{
+    char dir[] = "/tmp/shardopt_devsim_XXXXXX";
+    setup();
+    if (me == 0 && mkdtemp(dir) == NULL)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+
+    struct run cpu = {0};
+    ASSERT_EQ_INT(run_setup(&cpu, MPI_COMM_WORLD, test_cfg(), 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&cpu, 1, 3), SHARDOPT_OK);
+
+    struct dev_run dev = {0};
+    ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
+    EXPECT_EQ_INT(params_differ(&dev, &cpu), 0);
+    shardopt_stats_t sc = SHARDOPT_STATS_INIT, sd = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(cpu.rt, &sc);
+    shardopt_get_stats(dev.rt, &sd);
+    EXPECT_EQ_INT(sd.bytes_sent_dense + sd.bytes_sent_expert,
+                  sc.bytes_sent_dense + sc.bytes_sent_expert);
+
+    /* save from device state; a fresh device run loads it and continues like the CPU run */
+    ASSERT_EQ_INT(shardopt_save(dev.rt, dir), SHARDOPT_OK);
+    struct dev_run back = {0};
+    ASSERT_EQ_INT(dev_setup(&back), SHARDOPT_OK);
+    for (int p = 0; p < MODEL_NPARAMS; p++) /* the trainer restores its parameters itself */
+        sim_copy(NULL, back.w[p], dev.hw[p],
+                 (size_t)back.box[p].numel * model_esize(model_params[p].dtype));
+    ASSERT_EQ_INT(shardopt_load(back.rt, dir), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_steps(&back, 4, 5), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&cpu, 4, 5), SHARDOPT_OK);
+    EXPECT_EQ_INT(params_differ(&back, &cpu), 0);
+
+    dev_free(&back);
+    dev_free(&dev);
+    run_free(&cpu);
+    EXPECT_EQ_INT(nsim, 0); /* every device allocation was freed */
+    if (me == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        EXPECT_EQ_INT(system(cmd), 0);
+    }
+}

@@ -128,7 +128,7 @@ int main(int argc, char **argv)
     shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
     args.lr = 1e-4;
     if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK ||
-        preset_shards_register(rt, &p, 0, 7 + (uint64_t)me, &ps) != SHARDOPT_OK ||
+        preset_shards_register(rt, &p, 0, 7 + (uint64_t)me, NULL, &ps) != SHARDOPT_OK ||
         shardopt_step(rt, &args) != SHARDOPT_OK) {
         fprintf(stderr, "ckpt_bench: %s\n", shardopt_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ops.h"
+
 /* torch.chunk: ceil-sized chunks, the last ones short or empty */
 static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
 {
@@ -11,8 +13,25 @@ static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
     *len = *lo + c < n ? c : n - *lo;
 }
 
+/* The host values to a device buffer (dev), which replaces them. */
+static float *to_device(const struct kernel_ops *dev, float *host, int64_t numel)
+{
+    const struct kernel_ctx ctx = {.threads = 0};
+    float *d = dev->alloc(sizeof(float) * (size_t)(numel + 1));
+    if (d != NULL) {
+        dev->copy(&ctx, d, host, sizeof(float) * (size_t)numel);
+        if (dev->sync(&ctx) != 0) {
+            dev->free(d);
+            d = NULL;
+        }
+    }
+    free(host);
+    return d;
+}
+
 shardopt_status_t preset_shards_register(shardopt_runtime_t rt, const struct preset *p,
-                                         int expert_dim, uint64_t seed, struct preset_shards *out)
+                                         int expert_dim, uint64_t seed,
+                                         const struct kernel_ops *dev, struct preset_shards *out)
 {
     shardopt_stats_t s = SHARDOPT_STATS_INIT;
     shardopt_status_t st;
@@ -23,6 +42,7 @@ shardopt_status_t preset_shards_register(shardopt_runtime_t rt, const struct pre
     if (out->w == NULL || out->g == NULL)
         return SHARDOPT_ERR_OUT_OF_MEMORY;
     out->n = p->n;
+    out->dev = dev;
     shardopt_get_stats(rt, &s);
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -56,6 +76,12 @@ shardopt_status_t preset_shards_register(shardopt_runtime_t rt, const struct pre
             out->g[i][k] = (float)((double)(seed >> 20 & 0xfffff) / 1048576.0 - 0.5);
         }
         out->local += numel;
+        if (dev != NULL) {
+            out->w[i] = to_device(dev, out->w[i], numel);
+            out->g[i] = to_device(dev, out->g[i], numel);
+            if (out->w[i] == NULL || out->g[i] == NULL)
+                return SHARDOPT_ERR_OUT_OF_MEMORY;
+        }
         d.data = out->w[i];
         d.grad = out->g[i];
         if ((st = shardopt_register(rt, &d, &h)) != SHARDOPT_OK)
@@ -67,8 +93,13 @@ shardopt_status_t preset_shards_register(shardopt_runtime_t rt, const struct pre
 void preset_shards_free(struct preset_shards *s)
 {
     for (int i = 0; i < s->n; i++) {
-        free(s->w[i]);
-        free(s->g[i]);
+        if (s->dev != NULL) {
+            s->dev->free(s->w[i]);
+            s->dev->free(s->g[i]);
+        } else {
+            free(s->w[i]);
+            free(s->g[i]);
+        }
     }
     free(s->w);
     free(s->g);

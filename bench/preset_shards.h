@@ -7,15 +7,21 @@
 #include "bench/preset.h"
 #include "shardopt.h"
 
+struct kernel_ops;
+
 struct preset_shards {
-    float **w, **g; /* [n] local buffers */
+    float **w, **g; /* [n] local buffers: host memory, or device memory of `dev` */
+    const struct kernel_ops *dev;
     int n;
     int64_t local; /* elements this rank holds */
 };
 
-/* Register every tensor of p and commit. Returns the first failing status. */
+/* Register every tensor of p and commit. dev: the kernel table whose memory holds the
+ * parameters and gradients (a device backend's), or NULL for host memory. Returns the first
+ * failing status. */
 shardopt_status_t preset_shards_register(shardopt_runtime_t rt, const struct preset *p,
-                                         int expert_dim, uint64_t seed, struct preset_shards *out);
+                                         int expert_dim, uint64_t seed,
+                                         const struct kernel_ops *dev, struct preset_shards *out);
 
 void preset_shards_free(struct preset_shards *s);
 

@@ -4,7 +4,7 @@
  *       [--dp-replicate R] [--dp-shard S] [--cp C] [--ep E] [--expert-shard-dim 0|1|2]
  *       [--momentum-dtype fp32|bf16|both] [--comm-dtype bf16|fp32]
  *       [--offload none|optimizer|cpu|both|all] [--ns-compute auto|fp32|bf16]
- *       [--backend cpu] [--threads T] [--bucket-mib M] [--warmup W] [--steps N] [--json]
+ *       [--backend cpu|cuda] [--threads T] [--bucket-mib M] [--warmup W] [--steps N] [--json]
  *
  * Dense tensors are sharded along dim 0 over the dense shard group (FSDP-style chunks), expert
  * stacks split over EP and chunked along --expert-shard-dim over the expert shard group.
@@ -24,6 +24,7 @@
 #include "bench/bench_util.h"
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
+#include "kernels/ops.h"
 #include "shardopt.h"
 
 struct opts {
@@ -111,6 +112,8 @@ static void opts_parse(int argc, char **argv, struct opts *o)
     if (strcmp(o->ns_compute, "auto") && strcmp(o->ns_compute, "fp32") &&
         strcmp(o->ns_compute, "bf16"))
         usage_die(o->ns_compute);
+    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))
+        usage_die(o->backend);
 }
 
 /* sgemm C[m x n] = A[m x m] B[m x n] at m = 1024, n = 4096 on this rank: the machine's limit
@@ -168,6 +171,7 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     cfg.comm_dtype = !strcmp(o->comm, "fp32") ? SHARDOPT_DTYPE_FP32 : SHARDOPT_DTYPE_BF16;
     cfg.bucket_bytes = (uint64_t)(o->bucket_mib * 1048576.0);
     cfg.backend = !strcmp(o->backend, "cuda") ? SHARDOPT_BACKEND_CUDA : SHARDOPT_BACKEND_CPU;
+    cfg.comm_backend = SHARDOPT_COMM_MPI; /* the CUDA backend's NCCL exchange is not there yet */
     cfg.ns_compute = !strcmp(o->ns_compute, "fp32")   ? SHARDOPT_NS_COMPUTE_FP32
                      : !strcmp(o->ns_compute, "bf16") ? SHARDOPT_NS_COMPUTE_BF16
                                                       : SHARDOPT_NS_COMPUTE_AUTO;
@@ -176,7 +180,9 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
                                                 : SHARDOPT_OFFLOAD_NONE;
     if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK)
         die("init", st);
-    if ((st = preset_shards_register(rt, p, o->xdim, 12345 + (uint64_t)me, &ps)) != SHARDOPT_OK)
+    if ((st = preset_shards_register(
+             rt, p, o->xdim, 12345 + (uint64_t)me,
+             cfg.backend == SHARDOPT_BACKEND_CUDA ? kernel_ops_cuda() : NULL, &ps)) != SHARDOPT_OK)
         die("register", st);
 
     const int total = o->warmup + o->steps;
@@ -276,13 +282,15 @@ int main(int argc, char **argv)
     if (me == 0) {
         printf("step_bench: preset %s (%d MoE + %d dense layers, width / %d, experts / %d): %d "
                "tensors, %.2f M parameters; %d ranks = dp_replicate %d x dp_shard %d x cp %d, "
-               "ep %d, experts sharded along dim %d; comm %s; Newton-Schulz %s (asked: %s); "
+               "ep %d, experts sharded along dim %d; backend %s%s; comm %s; Newton-Schulz %s "
+               "(asked: %s); "
                "median of %d steps after %d warm-up, max over ranks; sgemm (rank 0, "
                "1024x1024x4096) %.1f GFLOP/s\n\n",
                p.name, p.moe_layers, p.dense_layers, o.scale.width_div, o.scale.experts_div, p.n,
-               (double)p.total / 1e6, world, o.rep, o.shard, o.cp, o.ep, o.xdim, o.comm,
-               ns_compute_used == SHARDOPT_NS_COMPUTE_BF16 ? "bf16" : "fp32", o.ns_compute, o.steps,
-               o.warmup, gemm);
+               (double)p.total / 1e6, world, o.rep, o.shard, o.cp, o.ep, o.xdim, o.backend,
+               strcmp(o.backend, "cuda") ? "" : " (exchanges over MPI via pinned host memory)",
+               o.comm, ns_compute_used == SHARDOPT_NS_COMPUTE_BF16 ? "bf16" : "fp32", o.ns_compute,
+               o.steps, o.warmup, gemm);
         printf("| offload | momentum | step time (max over ranks) | optimizer state / rank | "
                "host↔device bytes / step (in + out) | copy time (exposed) | staging peak / 3 "
                "slots |\n|---|---|---|---|---|---|---|\n");

@@ -185,7 +185,7 @@ void commit_release(shardopt_runtime_t rt)
     rt->sh_x = NULL;
     free(rt->sumsq);
     free(rt->rep_counts);
-    rt->rep_counts = rt->rep_displs = NULL;
+    rt->rep_counts = rt->rep_displs = rt->rep_sc = rt->rep_sd = NULL;
     free(rt->nonfinite);
     rt->nonfinite = NULL;
     rt->ns_ws.buf = NULL;
@@ -256,8 +256,11 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     rt->ns_ws.floats = ws;
     rt->sumsq = malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
     rt->nonfinite = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
-    rt->rep_counts = malloc(sizeof(int) * 2 * (size_t)rt->groups.mesh.dp_replicate);
-    rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + rt->groups.mesh.dp_replicate : NULL;
+    const size_t R = (size_t)rt->groups.mesh.dp_replicate;
+    rt->rep_counts = malloc(sizeof(int) * 4 * R);
+    rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + R : NULL;
+    rt->rep_sc = rt->rep_counts != NULL ? rt->rep_counts + 2 * R : NULL;
+    rt->rep_sd = rt->rep_counts != NULL ? rt->rep_counts + 3 * R : NULL;
     ok = ok && rt->rep_counts != NULL;
     /* sharded Newton-Schulz: U/O of one piece, X and Y, the Gram matrix and B */
     rt->sh_u = buffer_alloc(rt, sh_u * es + 1);

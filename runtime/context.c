@@ -28,10 +28,6 @@ static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
                             "config backend = cuda: this build has no CUDA backend (configure "
                             "with nvcc on the PATH or SHARDOPT_WITH_CUDA=ON)");
         /* what the CUDA backend does not do yet: refused, never silently done on the CPU */
-        if (cfg->comm_backend == SHARDOPT_COMM_NCCL)
-            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                            "config backend = cuda with comm_backend = nccl: the NCCL exchange is "
-                            "not implemented yet; use comm_backend = mpi");
         if (cfg->offload != SHARDOPT_OFFLOAD_NONE)
             return log_fail(SHARDOPT_ERR_UNSUPPORTED,
                             "config backend = cuda with offload = %s: offload on the GPU is not "
@@ -167,6 +163,26 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, MPI_Comm local)
     status = groups_agree(g, status, "init");
     if (status != SHARDOPT_OK)
         return status;
+    if (rt->cfg.comm_backend == SHARDOPT_COMM_NCCL) {
+        /* the same order on every rank: each communicator is made by all of its members */
+        const struct {
+            MPI_Comm comm;
+            struct nccl_group **out;
+            const char *name;
+        } made[] = {{g->dense, &rt->nccl[GROUP_DENSE], "dense"},
+                    {g->xs, &rt->nccl[GROUP_EXPERT], "expert shard"},
+                    {g->rep, &rt->nccl_rep, "replicate"}};
+        for (size_t i = 0; i < sizeof made / sizeof made[0] && status == SHARDOPT_OK; i++) {
+            int size = 1;
+            MPI_Comm_size(made[i].comm, &size);
+            if (size > 1)
+                status = nccl_group_create(made[i].comm, rt->kctx.stream, rt->cfg.comm_timeout_s,
+                                           made[i].name, made[i].out);
+            status = groups_agree(g, status, "init");
+        }
+        if (status != SHARDOPT_OK)
+            return status;
+    }
     log_info("init: rank %d: CUDA device %d of %d (%s), comm %s", g->me.rank,
              device >= 0 ? device : -1, count,
              device >= 0 ? "node-local rank" : "the current device",
@@ -176,6 +192,12 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, MPI_Comm local)
 
 static void device_stop(shardopt_runtime_t rt)
 {
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        nccl_group_destroy(rt->nccl[k]);
+        rt->nccl[k] = NULL;
+    }
+    nccl_group_destroy(rt->nccl_rep);
+    rt->nccl_rep = NULL;
     if (rt->kctx.backend != NULL)
         rt->ops->backend_destroy(rt->kctx.backend);
     rt->kctx.backend = NULL;
@@ -230,6 +252,7 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
     }
     status = runtime_start(rt, comm);
     if (status != SHARDOPT_OK) {
+        device_stop(rt);
         groups_free(&rt->groups);
         topology_free(&rt->topo);
         free(rt);
@@ -265,6 +288,7 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
     /* the dense group: the only comm we have of the node's ranks */
     status = runtime_start(rt, rt->groups.dense);
     if (status != SHARDOPT_OK) {
+        device_stop(rt);
         groups_free(&rt->groups);
         topology_free(&rt->topo);
         free(rt);

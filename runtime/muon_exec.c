@@ -12,8 +12,14 @@ struct stage {
     const struct plan_bucket *b;
     struct bucket_buffers *buf;
     int seq;  /* position in the pipeline: keeps the tags of concurrent exchanges apart */
-    int nreq; /* requests of its exchange in flight */
+    int nreq; /* requests of its exchange in flight (MPI), or 1 for an NCCL exchange */
 };
+
+/* The NCCL slot of a bucket's exchange: its buffer set and direction. */
+static int nccl_slot(const struct stage *st, int second)
+{
+    return (st->seq % PIPELINE_DEPTH) * 2 + second;
+}
 
 static void *at(void *base, size_t elems, size_t es) { return (char *)base + elems * es; }
 
@@ -144,9 +150,20 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
     st->nreq = 0;
     if (gx->comm == MPI_COMM_NULL)
         return SHARDOPT_OK; /* replicated tensors: every matrix is direct */
-    if (sc[me] > 0)         /* my own block: device to device on a device backend */
+    /* my own block: device to device on a device backend */
+    if (sc[me] > 0)
         rt->ops->copy(&rt->kctx, rbuf + (size_t)rd[me] * es, sbuf + (size_t)sd[me] * es,
                       (size_t)sc[me] * es);
+    if (rt->nccl[st->kind] != NULL) {
+        for (int i = 0; i < gx->plan.members; i++)
+            if (i != me) {
+                rt->counters.bytes_recv[st->kind] += (uint64_t)rc[i] * es;
+                rt->counters.bytes_sent[st->kind] += (uint64_t)sc[i] * es;
+            }
+        st->nreq = 1;
+        return nccl_group_exchange(rt->nccl[st->kind], nccl_slot(st, second), sbuf, sc, sd, rbuf,
+                                   rc, rd, es);
+    }
     if (rt_on_device(rt)) {
         char *host = second ? st->buf->hb : st->buf->ha;
         shardopt_status_t status = xfer_stage_out(rt, sc, sd, me, gx->plan.members, host, sbuf, es);
@@ -177,6 +194,10 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
 static shardopt_status_t xfer_wait(shardopt_runtime_t rt, struct stage *st, int second)
 {
     const int had = st->nreq;
+    if (rt->nccl[st->kind] != NULL) { /* the compute stream waits; the host goes on */
+        st->nreq = 0;
+        return had ? nccl_group_wait(rt->nccl[st->kind], nccl_slot(st, second)) : SHARDOPT_OK;
+    }
     if (st->nreq > 0 && MPI_Waitall(st->nreq, st->buf->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step: exchange #%d of the %s group failed",
                         second ? 2 : 1, st->kind == GROUP_DENSE ? "dense" : "expert shard");
@@ -198,13 +219,14 @@ static shardopt_status_t xfer_wait(shardopt_runtime_t rt, struct stage *st, int 
 }
 
 /* Open MPI moves non-blocking messages only inside MPI calls: test the exchanges in flight
- * between Newton-Schulz calls so that they advance while this rank computes. */
-static void xfer_progress(struct stage *a, struct stage *b)
+ * between Newton-Schulz calls so that they advance while this rank computes (NCCL exchanges
+ * advance on their own stream). */
+static void xfer_progress(shardopt_runtime_t rt, struct stage *a, struct stage *b)
 {
     int done;
-    if (a != NULL && a->nreq > 0)
+    if (a != NULL && a->nreq > 0 && rt->nccl[a->kind] == NULL)
         MPI_Testall(a->nreq, a->buf->req, &done, MPI_STATUSES_IGNORE);
-    if (b != NULL && b->nreq > 0)
+    if (b != NULL && b->nreq > 0 && rt->nccl[b->kind] == NULL)
         MPI_Testall(b->nreq, b->buf->req, &done, MPI_STATUSES_IGNORE);
 }
 
@@ -271,7 +293,7 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
                             p->name, (long long)ow->rows, (long long)ow->cols, p->ns_variant,
                             rt->ops->name);
         rt->counters.ns_flops_last += ns_flops_per_iter(ow->rows, ow->cols) * c->ns_steps * n;
-        xfer_progress(in_flight1, in_flight2);
+        xfer_progress(rt, in_flight1, in_flight2);
         w += n;
     }
     return SHARDOPT_OK;
@@ -320,6 +342,19 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
         plan_replica_range(P, st->b, R, r, &l, &h, &a, &b);
         rt->rep_displs[r] = (int)a;
         rt->rep_counts[r] = (int)(b - a);
+    }
+    if (rt->nccl_rep != NULL) { /* my share to every other replica, theirs to me */
+        for (int r = 0; r < R; r++) {
+            rt->rep_sc[r] = r == g->me.rep ? 0 : rt->rep_counts[g->me.rep];
+            rt->rep_sd[r] = rt->rep_displs[g->me.rep];
+        }
+        const int mine = rt->rep_counts[g->me.rep];
+        rt->rep_counts[g->me.rep] = 0;
+        shardopt_status_t status =
+            nccl_group_exchange(rt->nccl_rep, st->seq, st->buf->ns, rt->rep_sc, rt->rep_sd,
+                                st->buf->ns, rt->rep_counts, rt->rep_displs, es);
+        rt->rep_counts[g->me.rep] = mine;
+        return status == SHARDOPT_OK ? nccl_group_wait(rt->nccl_rep, st->seq) : status;
     }
     MPI_Datatype t = rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
     void *slots = st->buf->ns;

@@ -2,6 +2,7 @@
 #ifndef RUNTIME_RUNTIME_H
 #define RUNTIME_RUNTIME_H
 
+#include "comm_nccl.h"
 #include "groups.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
@@ -100,9 +101,12 @@ struct shardopt_runtime {
     void *sh_u;                   /* sharded Newton-Schulz: one piece's U and O, comm dtype */
     float *sh_x;                  /* X, Y, Gram, B */
     struct staging stage;         /* offload: staging slots (optimizer) and the copy counters */
-    void *dev_ns, *dev_sh_u;      /* offload = cpu: device copies of NS slots and sharded U */
-    double *sumsq;                /* [nparams]: the step's gradient pre-pass */
-    int *nonfinite;               /* [nparams]: NaN/Inf gradient somewhere */
+    /* comm_backend = nccl: a communicator per group of more than one rank (NULL otherwise) */
+    struct nccl_group *nccl[GROUP_KINDS], *nccl_rep;
+    int *rep_sc, *rep_sd;    /* [dp_replicate]: replica_split's exchange over NCCL */
+    void *dev_ns, *dev_sh_u; /* offload = cpu: device copies of NS slots and sharded U */
+    double *sumsq;           /* [nparams]: the step's gradient pre-pass */
+    int *nonfinite;          /* [nparams]: NaN/Inf gradient somewhere */
     size_t bytes_workspace;
 
     struct step_counters counters;

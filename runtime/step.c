@@ -168,6 +168,21 @@ static shardopt_status_t step_stream(shardopt_runtime_t rt, const shardopt_step_
     return groups_agree(&rt->groups, status, "step");
 }
 
+/* NCCL: the step's exchanges have completed, or (comm_timeout_s) every rank gets
+ * SHARDOPT_ERR_NCCL with the group named; the host waits here, never inside the step. */
+static shardopt_status_t step_drain(shardopt_runtime_t rt)
+{
+    shardopt_status_t status = SHARDOPT_OK;
+    if (rt->nccl[GROUP_DENSE] == NULL && rt->nccl[GROUP_EXPERT] == NULL && rt->nccl_rep == NULL)
+        return SHARDOPT_OK;
+    for (int k = 0; k < GROUP_KINDS && status == SHARDOPT_OK; k++)
+        if (rt->nccl[k] != NULL)
+            status = nccl_group_drain(rt->nccl[k]);
+    if (status == SHARDOPT_OK && rt->nccl_rep != NULL)
+        status = nccl_group_drain(rt->nccl_rep);
+    return groups_agree(&rt->groups, status, "step");
+}
+
 shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_t *args)
 {
     shardopt_status_t status;
@@ -212,7 +227,9 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     if (status != SHARDOPT_OK)
         return status;
 
-    status = step_stream(rt, args, 1);
+    status = step_drain(rt);
+    if (status == SHARDOPT_OK)
+        status = step_stream(rt, args, 1);
     if (status != SHARDOPT_OK)
         return status;
     for (int i = 0; i < rt->nparams; i++)

@@ -1,5 +1,6 @@
 /* Misuse gets a clear status and message, never a crash, and the runtime still finalizes. */
 #include "fixture.h"
+#include "kernels/ops.h"
 
 static float w[64], g[64];
 
@@ -141,7 +142,26 @@ TEST(invalid_config_refused_at_init)
     EXPECT_TRUE(rt == NULL);
     cfg = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
     cfg.backend = SHARDOPT_BACKEND_CUDA;
+    const struct kernel_ops *cuda = kernel_ops_cuda();
+    if (cuda == NULL) { /* a build without CUDA says so */
+        EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_UNSUPPORTED);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "backend = cuda");
+        EXPECT_TRUE(rt == NULL);
+        return;
+    }
+    /* what the CUDA backend does not do is refused by name, with or without a device */
+    cfg.offload = SHARDOPT_OFFLOAD_OPTIMIZER;
     EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_UNSUPPORTED);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "backend = cuda");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "offload = optimizer");
+    cfg.offload = SHARDOPT_OFFLOAD_NONE;
+    cfg.ns_strategy = SHARDOPT_NS_STRATEGY_SHARDED;
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_UNSUPPORTED);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_strategy = sharded");
     EXPECT_TRUE(rt == NULL);
+    cfg.ns_strategy = SHARDOPT_NS_STRATEGY_GATHER;
+    if (cuda->device_count() == 0) { /* and a machine without a GPU is named as such */
+        EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_DEVICE);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "no CUDA device is visible");
+        EXPECT_TRUE(rt == NULL);
+    }
 }

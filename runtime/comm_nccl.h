@@ -1,0 +1,38 @@
+/* The CUDA backend's NCCL exchanges (comm_backend = nccl): one communicator per runtime group,
+ * bootstrapped over its MPI communicator, with its own stream. Exchanges are posted after the
+ * compute stream's work so far and finish on the group's stream; the compute stream waits on
+ * them by event, so the host never blocks inside a step until nccl_group_drain at its end. The
+ * communicators are non-blocking: every wait polls with comm_timeout_s, and a failure or a
+ * timeout aborts the communicator and returns SHARDOPT_ERR_NCCL (a hang becomes an error).
+ * Without CUDA (comm_nccl_none.c) every entry returns SHARDOPT_ERR_UNSUPPORTED. */
+#ifndef RUNTIME_COMM_NCCL_H
+#define RUNTIME_COMM_NCCL_H
+
+#include <stddef.h>
+
+#include "shardopt.h"
+
+/* Exchange slots per group: one per (pipeline buffer set, direction). */
+#define NCCL_SLOTS 8
+
+struct nccl_group;
+
+/* Collective over comm. compute_stream: the runtime's CUDA stream. timeout_s: 0 = none. */
+shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double timeout_s,
+                                    const char *name, struct nccl_group **out);
+void nccl_group_destroy(struct nccl_group *g);
+
+/* All-to-all-v of `es`-byte elements: to member i sc[i] elements from sbuf + sd[i], from member
+ * i rc[i] into rbuf + rd[i] (member me is skipped: the caller copies its own block). Starts
+ * after the compute stream's queued work; completion is marked by slot's event. */
+shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf,
+                                      const int *sc, const int *sd, void *rbuf, const int *rc,
+                                      const int *rd, size_t es);
+
+/* The compute stream waits for the exchange of `slot` (no host wait). */
+shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot);
+
+/* The host waits until everything posted on the group has completed, at most the timeout. */
+shardopt_status_t nccl_group_drain(struct nccl_group *g);
+
+#endif

@@ -200,6 +200,10 @@ struct kernel_ops {
     /* Page-locked host memory: the host side of staged exchanges and copies. */
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);
+    /* Pin (and unpin) host memory allocated elsewhere (the NUMA-bound host store), so that
+     * copies to and from it run asynchronously on the copy engines. 0, or -1. */
+    int (*host_register)(void *p, size_t bytes);
+    void (*host_unregister)(void *p);
     /* Ordering with a caller's stream (NULL: none): begin makes ctx's stream wait for the work
      * queued on it so far; end makes it wait for ctx's, or, without one, waits on the host.
      * 0, or -1 with err set. */

@@ -32,8 +32,17 @@ size_t state_store_reserve(struct state_store *s, size_t bytes)
 
 void *state_store_buffer_alloc(const struct state_store *s, char *err, size_t errlen)
 {
-    if (s->host)
-        return host_store_alloc(s->topo, s->nodes, s->bytes, s->limit, err, errlen);
+    if (s->host) {
+        void *h = host_store_alloc(s->topo, s->nodes, s->bytes, s->limit, err, errlen);
+        /* a device backend copies to and from it: pinned, the copies are asynchronous DMA */
+        if (h != NULL && s->ops->host_register != NULL && s->ops->host_register(h, s->bytes) != 0) {
+            snprintf(err, errlen, "host store: pinning %zu bytes failed (%s)", s->bytes,
+                     s->ops->name);
+            host_store_free(s->topo, h, s->bytes);
+            return NULL;
+        }
+        return h;
+    }
     void *p = s->ops->alloc(s->bytes);
     if (p == NULL)
         snprintf(err, errlen, "state: allocating %zu bytes (kernels %s) failed", s->bytes,
@@ -45,6 +54,8 @@ void state_store_buffer_free(const struct state_store *s, void *p)
 {
     if (p == NULL)
         return;
+    if (s->host && s->ops->host_unregister != NULL)
+        s->ops->host_unregister(p);
     if (s->host)
         host_store_free(s->topo, p, s->bytes);
     else
@@ -75,8 +86,15 @@ const unsigned char *state_store_host_view(const struct state_store *s,
                                            void **copy, char *err, size_t errlen)
 {
     *copy = NULL;
-    if (!state_store_on_device(s))
+    if (!state_store_on_device(s)) {
+        /* a host store: the step's last copies out of the device may still be in flight */
+        if (s->ops->sync != NULL && s->ops->sync(ctx) != 0) {
+            snprintf(err, errlen, "state: waiting for the device's copies failed (%s)",
+                     s->ops->name);
+            return NULL;
+        }
         return buf;
+    }
     *copy = malloc(s->bytes ? s->bytes : 1);
     if (*copy == NULL) {
         snprintf(err, errlen, "state: %zu bytes of host memory for a copy of the device state",

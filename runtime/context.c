@@ -28,11 +28,11 @@ static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
                             "config backend = cuda: this build has no CUDA backend (configure "
                             "with nvcc on the PATH or SHARDOPT_WITH_CUDA=ON)");
         /* what the CUDA backend does not do yet: refused, never silently done on the CPU */
-        if (cfg->offload != SHARDOPT_OFFLOAD_NONE)
+        if (cfg->offload == SHARDOPT_OFFLOAD_CPU)
             return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                            "config backend = cuda with offload = %s: offload on the GPU is not "
-                            "implemented yet; use offload = none",
-                            cfg->offload == SHARDOPT_OFFLOAD_CPU ? "cpu" : "optimizer");
+                            "config backend = cuda with offload = cpu: host-side elementwise "
+                            "kernels next to the CUDA table are not implemented yet; use offload "
+                            "= optimizer or none");
         if (cfg->ns_strategy == SHARDOPT_NS_STRATEGY_SHARDED)
             return log_fail(SHARDOPT_ERR_UNSUPPORTED,
                             "config backend = cuda with ns_strategy = sharded: sharded "

@@ -155,6 +155,21 @@ static void host_free(void *p)
         cudaFreeHost(p);
 }
 
+static int host_register(void *p, size_t bytes)
+{
+    if (cudaHostRegister(p, bytes ? bytes : 1, cudaHostRegisterDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
+static void host_unregister(void *p)
+{
+    if (p != NULL && cudaHostUnregister(p) != cudaSuccess)
+        cudaGetLastError();
+}
+
 static int fail(cudaError_t e, const char *what, char *err, size_t errlen)
 {
     snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
@@ -219,6 +234,8 @@ static struct kernel_ops cuda_ops_make(void)
     o.device_count = cuda_probe_device_count;
     o.host_alloc = host_alloc;
     o.host_free = host_free;
+    o.host_register = host_register;
+    o.host_unregister = host_unregister;
     o.stream_begin = stream_begin;
     o.stream_end = stream_end;
     return o;

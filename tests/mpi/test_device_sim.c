@@ -10,7 +10,8 @@
  * host mirrors, crashes this test. It checks that the step (exchanges staged through pinned-host
  * mirrors, own blocks copied on the device, replica all-gather staged), save (a host copy of the
  * state) and load (host staging, then one upload) give the same bits as the plain CPU run on the
- * same layout. */
+ * same layout. SHARDOPT_TEST_OFFLOAD=optimizer: both runs keep the state in a host store,
+ * streamed through device staging slots. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <sys/mman.h>
 #include <unistd.h>
@@ -180,6 +181,11 @@ static shardopt_config_t test_cfg(void)
     cfg.cp = L_cp;
     cfg.ep = L_ep;
     cfg.replica_split = L_rep > 1;
+    const char *off = getenv("SHARDOPT_TEST_OFFLOAD"); /* optimizer: state in a host store */
+    if (off != NULL && strcmp(off, "optimizer") == 0) {
+        cfg.offload = SHARDOPT_OFFLOAD_OPTIMIZER;
+        cfg.bucket_bytes = 2048; /* staging slots smaller than most tensors' state */
+    }
     return cfg;
 }
 

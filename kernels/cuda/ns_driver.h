@@ -52,7 +52,9 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
 
     if (a->batch == 0 || m == 0)
         return 0;
-    if ((a->transpose != 0) != (a->rows > a->cols))
+    /* the wide orientation; a square matrix either way (a transposed registration works on
+     * its true orientation, sharding/layout.c) */
+    if (a->rows != a->cols && (a->transpose != 0) != (a->rows > a->cols))
         return -1;
     /* as many matrices per pass as the workspace holds */
     int64_t chunk = (int64_t)(ws_bytes / per);

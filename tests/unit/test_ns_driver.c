@@ -76,8 +76,8 @@ static double rel_frobenius(const void *x, int dt, const double *ref, size_t cou
 }
 
 /* One case: the driver against ns_fp64 matrix by matrix; returns the worst error. */
-static double check_case(int64_t batch, int64_t rows, int64_t cols, int in_dt, int out_dt,
-                         int table, int steps)
+static double check_case_t(int64_t batch, int64_t rows, int64_t cols, int transpose, int in_dt,
+                           int out_dt, int table, int steps)
 {
     const struct coeffs t = coeffs_of(table, steps);
     const size_t one = (size_t)(rows * cols), count = (size_t)batch * one;
@@ -86,14 +86,16 @@ static double check_case(int64_t batch, int64_t rows, int64_t cols, int in_dt, i
     void *out = malloc(count * kdtype_size(out_dt));
     const size_t wsb = ns_driver_host_ws_bytes(rows, cols, batch);
     void *ws = malloc(wsb);
-    const struct ns_args a = args_of(batch, rows, cols, &t, in, in_dt, out, out_dt);
+    struct ns_args a = args_of(batch, rows, cols, &t, in, in_dt, out, out_dt);
     int gemms = 0;
     double worst = 0;
+
+    a.transpose = transpose;
 
     EXPECT_EQ_INT(ns_driver_host_run(&a, ws, wsb, &gemms), 0);
     EXPECT_EQ_INT(gemms, 3 * steps); /* the whole batch in one pass: 3 batched products a step */
     for (int64_t k = 0; k < batch; k++) {
-        ns_fp64(u + k * one, rows, cols, rows > cols, (const float(*)[3])t.c, t.steps, t.norm_scale,
+        ns_fp64(u + k * one, rows, cols, transpose, (const float(*)[3])t.c, t.steps, t.norm_scale,
                 1e-8, ref);
         const double e =
             rel_frobenius((const char *)out + k * one * kdtype_size(out_dt), out_dt, ref, one);
@@ -109,6 +111,12 @@ static double check_case(int64_t batch, int64_t rows, int64_t cols, int in_dt, i
     free(out);
     free(ws);
     return worst;
+}
+
+static double check_case(int64_t batch, int64_t rows, int64_t cols, int in_dt, int out_dt,
+                         int table, int steps)
+{
+    return check_case_t(batch, rows, cols, rows > cols, in_dt, out_dt, table, steps);
 }
 
 TEST(ns_driver_matches_fp64_every_shape_class)
@@ -127,6 +135,9 @@ TEST(ns_driver_matches_fp64_every_shape_class)
     e = check_case(1, 1, 33, KDT_F32, KDT_F32, NS_TABLE_QUINTIC, 5);
     worst = worse(worst, e);
     e = check_case(1, 50, 3, KDT_BF16, KDT_BF16, NS_TABLE_POLAR_EXPRESS, 8);
+    worst = worse(worst, e);
+    /* a square matrix registered transposed works on its transpose (sharding/layout.c) */
+    e = check_case_t(2, 24, 24, 1, KDT_F32, KDT_F32, NS_TABLE_QUINTIC, 5);
     worst = worse(worst, e);
     printf("  worst relative Frobenius error vs fp64: %.3e\n", worst);
 }

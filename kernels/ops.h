@@ -197,6 +197,8 @@ struct kernel_ops {
     void *(*backend_create)(int device, void **stream, char *err, size_t errlen);
     void (*backend_destroy)(void *backend);
     int (*device_count)(void);
+    /* The PCI bus id of a device (< 0: the current one), for its NUMA-local cores. 0, or -1. */
+    int (*device_pci_bus_id)(int device, char *buf, size_t len);
     /* Page-locked host memory: the host side of staged exchanges and copies. */
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);

@@ -131,25 +131,40 @@ static int ns_compute_resolve(const shardopt_config_t *c, int rank)
     return native ? KDT_BF16 : KDT_F32;
 }
 
-/* The CUDA backend's device: the current one, or the node-local rank's; then its state and
- * stream. Collective: a failure on one rank fails init on all. */
-static shardopt_status_t device_start(shardopt_runtime_t rt, MPI_Comm local)
+/* Device backends: which device this rank uses (-1: the current one), and its PCI bus id for
+ * binding (busid[0] = 0 when unknown). Collective over `local` with device = local_rank. */
+static int device_choose(shardopt_runtime_t rt, MPI_Comm local, char *busid, size_t len)
+{
+    int device = -1, local_rank = 0;
+
+    busid[0] = '\0';
+    if (rt->ops->backend_create == NULL)
+        return -1;
+    const int count = rt->ops->device_count();
+    if (rt->cfg.device == SHARDOPT_DEVICE_LOCAL_RANK) {
+        MPI_Comm node;
+        MPI_Comm_split_type(local, MPI_COMM_TYPE_SHARED, rt->groups.me.rank, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_free(&node);
+        device = count > 0 ? local_rank % count : 0;
+    }
+    if (count > 0 && rt->ops->device_pci_bus_id(device, busid, len) != 0)
+        busid[0] = '\0';
+    return device;
+}
+
+/* The CUDA backend's state and stream on the chosen device. Collective: a failure on one rank
+ * fails init on all. */
+static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
 {
     const struct groups *g = &rt->groups;
     char err[384] = "";
-    int device = -1, local_rank = 0, count = 0;
+    int count = 0;
     shardopt_status_t status = SHARDOPT_OK;
 
     if (rt->ops->backend_create == NULL)
         return SHARDOPT_OK;
     count = rt->ops->device_count();
-    if (rt->cfg.device == SHARDOPT_DEVICE_LOCAL_RANK) {
-        MPI_Comm node;
-        MPI_Comm_split_type(local, MPI_COMM_TYPE_SHARED, g->me.rank, MPI_INFO_NULL, &node);
-        MPI_Comm_rank(node, &local_rank);
-        MPI_Comm_free(&node);
-        device = count > 0 ? local_rank % count : 0;
-    }
     if (count == 0)
         status = log_fail(SHARDOPT_ERR_DEVICE,
                           "init: rank %d: backend = cuda but no CUDA device "
@@ -209,8 +224,10 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
 {
     const struct groups *g = &rt->groups;
 
+    char busid[64];
     log_set_rank(groups_rank(g));
-    topology_init(&rt->topo, &rt->cfg, local, groups_rank(g));
+    const int device = device_choose(rt, local, busid, sizeof busid);
+    topology_init(&rt->topo, &rt->cfg, local, groups_rank(g), busid[0] ? busid : NULL);
     /* threads: as configured, else (bind = auto) the bound cores, else as the process had */
     const int threads = rt->cfg.num_threads > 0 ? rt->cfg.num_threads : rt->topo.threads;
     rt->kctx.threads = threads;
@@ -229,7 +246,7 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
              kernel_blas_get_threads(),
              rt->cfg.momentum_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32",
              rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32");
-    return device_start(rt, local);
+    return device_start(rt, device);
 }
 
 shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,

@@ -170,6 +170,19 @@ static void host_unregister(void *p)
         cudaGetLastError();
 }
 
+static int device_pci_bus_id(int device, char *buf, size_t len)
+{
+    if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    if (cudaDeviceGetPCIBusId(buf, (int)len, device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
 static int fail(cudaError_t e, const char *what, char *err, size_t errlen)
 {
     snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
@@ -232,6 +245,7 @@ static struct kernel_ops cuda_ops_make(void)
     o.backend_create = backend_create;
     o.backend_destroy = backend_destroy;
     o.device_count = cuda_probe_device_count;
+    o.device_pci_bus_id = device_pci_bus_id;
     o.host_alloc = host_alloc;
     o.host_free = host_free;
     o.host_register = host_register;

@@ -1,5 +1,9 @@
-/* The bind decision on synthetic machines (no binding is applied here). */
+/* The bind decision on synthetic machines (no binding is applied here), and the GPU-local cores
+ * read from sysfs. */
+#include <stdlib.h>
+
 #include "runtime/bind.h"
+#include "runtime/topology.h"
 #include "test.h"
 
 static hwloc_topology_t synthetic(const char *desc)
@@ -83,4 +87,37 @@ TEST(a_gpu_cpuset_wins_when_not_bound)
     hwloc_bitmap_free(d.cpuset);
     hwloc_bitmap_free(all);
     hwloc_topology_destroy(t);
+}
+
+/* The GPU's local cores come from sysfs (topology_pci_cpuset), found by CUDA's upper-case bus id
+ * under its lower-case sysfs name; an unreadable or empty list is "unknown", never "no cores". */
+TEST(gpu_local_cores_read_from_sysfs)
+{
+    char root[] = "/tmp/shardopt_sysfs_XXXXXX", path[256];
+    ASSERT_TRUE(mkdtemp(root) != NULL);
+    snprintf(path, sizeof path,
+             "mkdir -p '%s/bus/pci/devices/0000:3b:00.0' "
+             "'%s/bus/pci/devices/0000:5e:00.0'",
+             root, root);
+    ASSERT_EQ_INT(system(path), 0);
+    snprintf(path, sizeof path, "%s/bus/pci/devices/0000:3b:00.0/local_cpulist", root);
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("0-3,8-11\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/bus/pci/devices/0000:5e:00.0/local_cpulist", root);
+    f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    fclose(f); /* empty */
+
+    hwloc_bitmap_t set = hwloc_bitmap_alloc(), want = hwloc_bitmap_alloc();
+    hwloc_bitmap_list_sscanf(want, "0-3,8-11");
+    EXPECT_EQ_INT(topology_pci_cpuset(root, "0000:3B:00.0", set), 0);
+    EXPECT_TRUE(hwloc_bitmap_isequal(set, want));
+    EXPECT_EQ_INT(topology_pci_cpuset(root, "0000:5E:00.0", set), -1);
+    EXPECT_EQ_INT(topology_pci_cpuset(root, "0000:99:00.0", set), -1);
+    hwloc_bitmap_free(set);
+    hwloc_bitmap_free(want);
+    snprintf(path, sizeof path, "rm -rf '%s'", root);
+    EXPECT_EQ_INT(system(path), 0);
 }

@@ -155,6 +155,11 @@ struct kernel_ops {
     void (*momentum)(const struct kernel_ctx *ctx, const struct momentum_args *a);
     void (*adamw)(const struct kernel_ctx *ctx, const struct adamw_args *a);
     void (*apply)(const struct kernel_ctx *ctx, const struct apply_args *a);
+    /* count independent calls of the op above at once: a device backend launches one kernel for
+     * all of them (a bucket's pieces); NULL where one call at a time costs nothing (the CPU). */
+    void (*momentum_many)(const struct kernel_ctx *ctx, const struct momentum_args *a, int count);
+    void (*adamw_many)(const struct kernel_ctx *ctx, const struct adamw_args *a, int count);
+    void (*apply_many)(const struct kernel_ctx *ctx, const struct apply_args *a, int count);
     /* Returns 0, or -1 when the variant is not available in this table. */
     int (*newton_schulz)(const struct kernel_ctx *ctx, const struct ns_args *a,
                          const struct ns_workspace *ws);

@@ -235,6 +235,8 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
     rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank);
     state_store_init(&rt->store, rt->ops);
+    if (rt->ops->momentum_many != NULL && rt->ew == NULL)
+        rt->ew = calloc(1, sizeof *rt->ew); /* NULL: calls run one at a time, still correct */
 
     if (!kernel_blas_uses_openmp())
         log_warn("init: the linked OpenBLAS is not its OpenMP build: BLAS and kernel threads "
@@ -269,6 +271,7 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
     }
     status = runtime_start(rt, comm);
     if (status != SHARDOPT_OK) {
+        free(rt->ew);
         device_stop(rt);
         groups_free(&rt->groups);
         topology_free(&rt->topo);
@@ -305,6 +308,7 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
     /* the dense group: the only comm we have of the node's ranks */
     status = runtime_start(rt, rt->groups.dense);
     if (status != SHARDOPT_OK) {
+        free(rt->ew);
         device_stop(rt);
         groups_free(&rt->groups);
         topology_free(&rt->topo);
@@ -329,6 +333,7 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
     device_stop(rt);
     groups_free(&rt->groups);
     topology_free(&rt->topo);
+    free(rt->ew);
     free(rt);
     return SHARDOPT_OK;
 }

@@ -50,7 +50,7 @@ static void momentum_kernel(shardopt_runtime_t rt, const struct state_range *r, 
         .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_MOMENTUM, p->step + 1),
         .idx = elem_index_map_at(&p->index_map, r->off),
     };
-    rt->ops->momentum(&rt->kctx, &m);
+    ew_momentum(rt, &m);
 }
 
 static int one_range(void *arg, int i, struct state_range *r)
@@ -66,6 +66,7 @@ void muon_momentum_range(shardopt_runtime_t rt, struct shardopt_param *p, size_t
 {
     struct state_range r = {.p = p, .off = off, .n = n, .out = out};
     offload_state_run(rt, SHARDOPT_ALGO_MUON, one_range, &r, momentum_kernel, &grad_scale);
+    ew_flush(rt);
 }
 
 void muon_apply_range(shardopt_runtime_t rt, const struct shardopt_param *p, size_t off, size_t n,
@@ -85,7 +86,7 @@ void muon_apply_range(shardopt_runtime_t rt, const struct shardopt_param *p, siz
         .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
         .idx = elem_index_map_at(&p->index_map, off),
     };
-    rt->ops->apply(&rt->kctx, &a);
+    ew_apply(rt, &a); /* the caller flushes */
 }
 
 struct bucket_pieces {
@@ -114,6 +115,7 @@ static void stage_momentum(shardopt_runtime_t rt, const struct stage *st, float 
 {
     struct bucket_pieces bp = {.rt = rt, .st = st};
     offload_state_run(rt, SHARDOPT_ALGO_MUON, bucket_piece, &bp, momentum_kernel, &grad_scale);
+    ew_flush(rt); /* one launch for the bucket, before its exchange is queued */
 }
 
 /* Device buffers (rt_on_device): MPI reads and writes the pinned host mirrors. Before any
@@ -309,6 +311,7 @@ static void stage_apply(shardopt_runtime_t rt, const struct stage *st, const str
         muon_apply_range(rt, rt->params[pc->param], (size_t)pc->local_off, (size_t)pc->count,
                          at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es), s);
     }
+    ew_flush(rt);
 }
 
 /* Newton-Schulz of a bucket: all of its matrices, or with replica_split this replica's share,

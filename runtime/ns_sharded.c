@@ -59,6 +59,7 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
     offload_ns_out(rt, rt->sh_u, piece.out, ubytes);
 
     muon_apply_range(rt, p, off, count, rt->sh_u, s);
+    ew_flush(rt);
     return SHARDOPT_OK;
 }
 

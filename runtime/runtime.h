@@ -3,6 +3,7 @@
 #define RUNTIME_RUNTIME_H
 
 #include "comm_nccl.h"
+#include "elem_batch.h"
 #include "groups.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
@@ -104,6 +105,7 @@ struct shardopt_runtime {
     /* comm_backend = nccl: a communicator per group of more than one rank (NULL otherwise) */
     struct nccl_group *nccl[GROUP_KINDS], *nccl_rep;
     int *rep_sc, *rep_sd;    /* [dp_replicate]: replica_split's exchange over NCCL */
+    struct ew_pending *ew;   /* device backends: elementwise calls waiting for one launch */
     void *dev_ns, *dev_sh_u; /* offload = cpu: device copies of NS slots and sharded U */
     double *sumsq;           /* [nparams]: the step's gradient pre-pass */
     int *nonfinite;          /* [nparams]: NaN/Inf gradient somewhere */

@@ -108,7 +108,7 @@ static void adamw_kernel(shardopt_runtime_t rt, const struct state_range *r, voi
         .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
         .idx = elem_index_map_at(&p->index_map, r->off),
     };
-    rt->ops->adamw(&rt->kctx, &a);
+    ew_adamw(rt, &a);
 }
 
 /* Range i: the i-th AdamW tensor, whole (empty for the others). */
@@ -218,6 +218,7 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
 
     const struct adamw_call call = {.sc = &sc, .grad_scale = pre.grad_scale};
     offload_state_run(rt, SHARDOPT_ALGO_ADAMW, adamw_tensor, rt, adamw_kernel, &call);
+    ew_flush(rt); /* every AdamW tensor in one launch on a device backend */
     k->seconds_adamw_last = monotonic_seconds() - t1;
 
     const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};

@@ -45,6 +45,9 @@ static inline unsigned cuda_blocks(size_t work, unsigned threads)
 void cuda_momentum(const struct kernel_ctx *ctx, const struct momentum_args *a);
 void cuda_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a);
 void cuda_apply(const struct kernel_ctx *ctx, const struct apply_args *a);
+void cuda_momentum_many(const struct kernel_ctx *ctx, const struct momentum_args *a, int count);
+void cuda_adamw_many(const struct kernel_ctx *ctx, const struct adamw_args *a, int count);
+void cuda_apply_many(const struct kernel_ctx *ctx, const struct apply_args *a, int count);
 double cuda_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
 int cuda_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                        const struct ns_workspace *ws);

@@ -2,7 +2,7 @@
  * match the CPU reference bit for bit (the build passes -fmad=false; division and sqrt are the
  * IEEE ones nvcc uses by default). Each thread takes 8 consecutive elements: one vector load per
  * buffer (16 bytes of bf16, two float4 of fp32) when every buffer is 16-byte aligned, and at
- * most two Philox calls for their random bits. */
+ * most two Philox calls for their random bits. One launch serves many calls (a bucket). */
 #include <math.h>
 
 #include "cuda_internal.h"
@@ -62,107 +62,176 @@ __device__ __forceinline__ void store8(void *p, int dt, size_t i0, size_t n, con
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-template <bool VEC> __global__ void k_momentum(const struct momentum_args a)
+/* One thread's 8 elements [i0, i0 + 8) of one call, for each op. */
+template <bool VEC>
+__device__ __forceinline__ void momentum8(const struct momentum_args &a, size_t i0)
 {
     const bool sr = a.mom_rounding == KROUND_STOCHASTIC;
-    const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
-    for (size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < a.n; i0 += stride) {
-        vec8 g, m, u;
-        struct rng_cursor rc;
-        rng_cursor_init(&rc, &a.rng);
-        load8<VEC>(a.grad, a.grad_dtype, i0, a.n, g);
-        load8<VEC>(a.mom, a.mom_dtype, i0, a.n, m);
-        for (int j = 0; j < 8; j++) {
-            const uint16_t r =
-                sr && i0 + j < a.n ? rng_cursor_bits(&rc, elem_index_global(&a.idx, i0 + j)) : 0;
-            rule_momentum(&a, g.v[j], m.v[j], r, &m.v[j], &u.v[j]);
-        }
-        store8<VEC>(a.mom, a.mom_dtype, i0, a.n, m);
-        store8<VEC>(a.out, a.out_dtype, i0, a.n, u);
+    vec8 g, m, u;
+    struct rng_cursor rc;
+    rng_cursor_init(&rc, &a.rng);
+    load8<VEC>(a.grad, a.grad_dtype, i0, a.n, g);
+    load8<VEC>(a.mom, a.mom_dtype, i0, a.n, m);
+    for (int j = 0; j < 8; j++) {
+        const uint16_t r =
+            sr && i0 + j < a.n ? rng_cursor_bits(&rc, elem_index_global(&a.idx, i0 + j)) : 0;
+        rule_momentum(&a, g.v[j], m.v[j], r, &m.v[j], &u.v[j]);
     }
+    store8<VEC>(a.mom, a.mom_dtype, i0, a.n, m);
+    store8<VEC>(a.out, a.out_dtype, i0, a.n, u);
 }
 
-template <bool VEC> __global__ void k_adamw(const struct adamw_args a)
+template <bool VEC> __device__ __forceinline__ void adamw8(const struct adamw_args &a, size_t i0)
 {
     const bool sr = adamw_stochastic(&a);
-    const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
-    for (size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < a.n; i0 += stride) {
-        vec8 g, m, v, w;
-        struct rng_cursor rc, rm, rv;
-        rng_cursor_init(&rc, &a.rng);
-        rng_cursor_init(&rm, &a.rng_m);
-        rng_cursor_init(&rv, &a.rng_v);
-        load8<VEC>(a.grad, a.grad_dtype, i0, a.n, g);
-        load8<VEC>(a.exp_avg, a.m_dtype, i0, a.n, m);
-        load8<VEC>(a.exp_avg_sq, a.v_dtype, i0, a.n, v);
-        load8<VEC>(a.param, a.param_dtype, i0, a.n, w);
-        for (int j = 0; j < 8; j++) {
-            uint16_t bp = 0, bm = 0, bv = 0;
-            if (sr && i0 + j < a.n) {
-                const uint64_t gi = elem_index_global(&a.idx, i0 + j);
-                bp = rng_cursor_bits(&rc, gi);
-                bm = rng_cursor_bits(&rm, gi);
-                bv = rng_cursor_bits(&rv, gi);
-            }
-            w.v[j] = rule_adamw(&a, g.v[j], &m.v[j], &v.v[j], w.v[j], bm, bv, bp);
+    vec8 g, m, v, w;
+    struct rng_cursor rc, rm, rv;
+    rng_cursor_init(&rc, &a.rng);
+    rng_cursor_init(&rm, &a.rng_m);
+    rng_cursor_init(&rv, &a.rng_v);
+    load8<VEC>(a.grad, a.grad_dtype, i0, a.n, g);
+    load8<VEC>(a.exp_avg, a.m_dtype, i0, a.n, m);
+    load8<VEC>(a.exp_avg_sq, a.v_dtype, i0, a.n, v);
+    load8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+    for (int j = 0; j < 8; j++) {
+        uint16_t bp = 0, bm = 0, bv = 0;
+        if (sr && i0 + j < a.n) {
+            const uint64_t gi = elem_index_global(&a.idx, i0 + j);
+            bp = rng_cursor_bits(&rc, gi);
+            bm = rng_cursor_bits(&rm, gi);
+            bv = rng_cursor_bits(&rv, gi);
         }
-        store8<VEC>(a.exp_avg, a.m_dtype, i0, a.n, m);
-        store8<VEC>(a.exp_avg_sq, a.v_dtype, i0, a.n, v);
-        store8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+        w.v[j] = rule_adamw(&a, g.v[j], &m.v[j], &v.v[j], w.v[j], bm, bv, bp);
+    }
+    store8<VEC>(a.exp_avg, a.m_dtype, i0, a.n, m);
+    store8<VEC>(a.exp_avg_sq, a.v_dtype, i0, a.n, v);
+    store8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+}
+
+template <bool VEC> __device__ __forceinline__ void apply8(const struct apply_args &a, size_t i0)
+{
+    const bool sr = a.param_rounding == KROUND_STOCHASTIC;
+    vec8 o, w;
+    struct rng_cursor rc;
+    rng_cursor_init(&rc, &a.rng);
+    load8<VEC>(a.update, a.update_dtype, i0, a.n, o);
+    load8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+    for (int j = 0; j < 8; j++) {
+        const uint16_t r =
+            sr && i0 + j < a.n ? rng_cursor_bits(&rc, elem_index_global(&a.idx, i0 + j)) : 0;
+        w.v[j] = rule_apply(&a, o.v[j], w.v[j], r);
+    }
+    store8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+}
+
+static __device__ __forceinline__ void run8(const struct momentum_args &a, bool vec, size_t i0)
+{
+    vec ? momentum8<true>(a, i0) : momentum8<false>(a, i0);
+}
+static __device__ __forceinline__ void run8(const struct adamw_args &a, bool vec, size_t i0)
+{
+    vec ? adamw8<true>(a, i0) : adamw8<false>(a, i0);
+}
+static __device__ __forceinline__ void run8(const struct apply_args &a, bool vec, size_t i0)
+{
+    vec ? apply8<true>(a, i0) : apply8<false>(a, i0);
+}
+
+/* Up to EW_BATCH calls of one op in one launch (a bucket's pieces, all AdamW tensors), passed by
+ * value as the kernel's parameter (CUDA >= 12.1 allows 32 KiB): no device buffer, nothing to
+ * copy first. Groups of 8 elements are numbered across the calls; first[j] is call j's first. */
+#define EW_BATCH 48
+
+template <class A> struct ew_batch {
+    int count;
+    unsigned long long first[EW_BATCH + 1];
+    unsigned char vec[EW_BATCH]; /* every buffer of call j 16-byte aligned */
+    A a[EW_BATCH];
+};
+
+static_assert(sizeof(ew_batch<adamw_args>) <= 32764 && sizeof(ew_batch<momentum_args>) <= 32764 &&
+                  sizeof(ew_batch<apply_args>) <= 32764,
+              "a batch must fit the kernel parameter space (32764 bytes since CUDA 12.1)");
+
+template <class A> __global__ void k_batch(const ew_batch<A> b)
+{
+    const unsigned long long total = b.first[b.count];
+    for (unsigned long long g = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         g < total; g += (unsigned long long)gridDim.x * blockDim.x) {
+        int lo = 0, hi = b.count - 1; /* the call whose groups hold g */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (b.first[mid] <= g)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        run8(b.a[lo], b.vec[lo] != 0, (size_t)(g - b.first[lo]) * 8);
     }
 }
 
-template <bool VEC> __global__ void k_apply(const struct apply_args a)
+static bool aligned_all(const struct momentum_args &a)
 {
-    const bool sr = a.param_rounding == KROUND_STOCHASTIC;
-    const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
-    for (size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < a.n; i0 += stride) {
-        vec8 o, w;
-        struct rng_cursor rc;
-        rng_cursor_init(&rc, &a.rng);
-        load8<VEC>(a.update, a.update_dtype, i0, a.n, o);
-        load8<VEC>(a.param, a.param_dtype, i0, a.n, w);
-        for (int j = 0; j < 8; j++) {
-            const uint16_t r =
-                sr && i0 + j < a.n ? rng_cursor_bits(&rc, elem_index_global(&a.idx, i0 + j)) : 0;
-            w.v[j] = rule_apply(&a, o.v[j], w.v[j], r);
+    return aligned16(a.grad) && aligned16(a.mom) && aligned16(a.out);
+}
+static bool aligned_all(const struct adamw_args &a)
+{
+    return aligned16(a.grad) && aligned16(a.exp_avg) && aligned16(a.exp_avg_sq) &&
+           aligned16(a.param);
+}
+static bool aligned_all(const struct apply_args &a)
+{
+    return aligned16(a.update) && aligned16(a.param);
+}
+
+template <class A> static void launch_many(const struct kernel_ctx *ctx, const A *a, int count)
+{
+    ew_batch<A> b;
+    for (int j0 = 0; j0 < count; j0 += EW_BATCH) {
+        b.count = 0;
+        b.first[0] = 0;
+        for (int j = j0; j < count && b.count < EW_BATCH; j++) {
+            if (a[j].n == 0)
+                continue;
+            b.a[b.count] = a[j];
+            b.vec[b.count] = aligned_all(a[j]);
+            b.first[b.count + 1] = b.first[b.count] + (a[j].n + 7) / 8;
+            b.count++;
         }
-        store8<VEC>(a.param, a.param_dtype, i0, a.n, w);
+        if (b.count > 0)
+            k_batch<A>
+                <<<cuda_blocks(b.first[b.count], EW_THREADS), EW_THREADS, 0, cuda_stream(ctx)>>>(b);
     }
+}
+
+void cuda_momentum_many(const struct kernel_ctx *ctx, const struct momentum_args *a, int count)
+{
+    launch_many(ctx, a, count);
+}
+
+void cuda_adamw_many(const struct kernel_ctx *ctx, const struct adamw_args *a, int count)
+{
+    launch_many(ctx, a, count);
+}
+
+void cuda_apply_many(const struct kernel_ctx *ctx, const struct apply_args *a, int count)
+{
+    launch_many(ctx, a, count);
 }
 
 void cuda_momentum(const struct kernel_ctx *ctx, const struct momentum_args *a)
 {
-    if (a->n == 0)
-        return;
-    const unsigned blocks = cuda_blocks((a->n + 7) / 8, EW_THREADS);
-    if (aligned16(a->grad) && aligned16(a->mom) && aligned16(a->out))
-        k_momentum<true><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
-    else
-        k_momentum<false><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
+    launch_many(ctx, a, 1);
 }
 
 void cuda_adamw(const struct kernel_ctx *ctx, const struct adamw_args *a)
 {
-    if (a->n == 0)
-        return;
-    const unsigned blocks = cuda_blocks((a->n + 7) / 8, EW_THREADS);
-    if (aligned16(a->grad) && aligned16(a->exp_avg) && aligned16(a->exp_avg_sq) &&
-        aligned16(a->param))
-        k_adamw<true><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
-    else
-        k_adamw<false><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
+    launch_many(ctx, a, 1);
 }
 
 void cuda_apply(const struct kernel_ctx *ctx, const struct apply_args *a)
 {
-    if (a->n == 0)
-        return;
-    const unsigned blocks = cuda_blocks((a->n + 7) / 8, EW_THREADS);
-    if (aligned16(a->update) && aligned16(a->param))
-        k_apply<true><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
-    else
-        k_apply<false><<<blocks, EW_THREADS, 0, cuda_stream(ctx)>>>(*a);
+    launch_many(ctx, a, 1);
 }
 
 /* Sum of squares in double: a fixed grid, each thread a fixed set of elements, tree reductions

@@ -231,6 +231,9 @@ static struct kernel_ops cuda_ops_make(void)
     o.momentum = cuda_momentum;
     o.adamw = cuda_adamw;
     o.apply = cuda_apply;
+    o.momentum_many = cuda_momentum_many;
+    o.adamw_many = cuda_adamw_many;
+    o.apply_many = cuda_apply_many;
     o.newton_schulz = cuda_newton_schulz;
     /* sharded Newton-Schulz stays on the CPU backend for now: NULL makes the runtime keep every
      * matrix gathered (ns_strategy = gather) with this table */

@@ -183,6 +183,10 @@ struct kernel_ops {
     /* Sum of squares of n elements of dtype dt, in double. NaN or Inf in x gives a non-finite
      * result. Deterministic: the same bits for the same input, whatever the thread count. */
     double (*sumsq)(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
+    /* out[i] = sumsq(x[i], dt[i], n[i]) for count tensors, with one wait on a device backend
+     * (instead of one per tensor); NULL: call sumsq per tensor. */
+    void (*sumsq_many)(const struct kernel_ctx *ctx, const void *const *x, const int *dt,
+                       const size_t *n, int count, double *out);
     /* Host <-> device (or device <-> device) copies and fills: offload/ streams state with them.
      * On the CPU backend the "device" is a separate host arena and these are memcpy/memset. */
     void (*copy)(const struct kernel_ctx *ctx, void *dst, const void *src, size_t bytes);

@@ -184,6 +184,12 @@ void commit_release(shardopt_runtime_t rt)
     rt->sh_u = NULL;
     rt->sh_x = NULL;
     free(rt->sumsq);
+    free((void *)rt->pre_x);
+    free(rt->pre_dt);
+    free(rt->pre_n);
+    rt->pre_x = NULL;
+    rt->pre_dt = NULL;
+    rt->pre_n = NULL;
     free(rt->rep_counts);
     rt->rep_counts = rt->rep_displs = rt->rep_sc = rt->rep_sd = NULL;
     free(rt->nonfinite);
@@ -255,6 +261,10 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     rt->ns_ws.buf = buffer_alloc(rt, ws * sizeof(float));
     rt->ns_ws.floats = ws;
     rt->sumsq = malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
+    rt->pre_x = malloc(sizeof(void *) * (size_t)(rt->nparams ? rt->nparams : 1));
+    rt->pre_dt = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
+    rt->pre_n = malloc(sizeof(size_t) * (size_t)(rt->nparams ? rt->nparams : 1));
+    ok = ok && rt->pre_x && rt->pre_dt && rt->pre_n;
     rt->nonfinite = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
     const size_t R = (size_t)rt->groups.mesh.dp_replicate;
     rt->rep_counts = malloc(sizeof(int) * 4 * R);

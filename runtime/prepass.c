@@ -14,11 +14,17 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
         const struct shardopt_param *p = rt->params[i];
         /* a replicated tensor is whole on every rank: count it once per replica */
         int counted = p->placement != SHARDOPT_PLACEMENT_REPLICATED || g->me.d == 0;
-        rt->sumsq[i] =
-            counted && p->layout.local_numel > 0
-                ? rt->ops->sumsq(&rt->kctx, p->grad, p->grad_dtype, (size_t)p->layout.local_numel)
-                : 0.0;
+        const size_t n = counted ? (size_t)p->layout.local_numel : 0;
+        if (rt->ops->sumsq_many != NULL) { /* a device: one wait for all, below */
+            rt->pre_x[i] = p->grad;
+            rt->pre_dt[i] = p->grad_dtype;
+            rt->pre_n[i] = n;
+        } else {
+            rt->sumsq[i] = n > 0 ? rt->ops->sumsq(&rt->kctx, p->grad, p->grad_dtype, n) : 0.0;
+        }
     }
+    if (rt->ops->sumsq_many != NULL && rt->nparams > 0)
+        rt->ops->sumsq_many(&rt->kctx, rt->pre_x, rt->pre_dt, rt->pre_n, rt->nparams, rt->sumsq);
     /* every element of a replica lives on exactly one rank of its dense shard group (expert
      * stacks included: EP x expert shard = the dense group), so one all-reduce there counts each
      * once; replicas hold the same values and are not added */

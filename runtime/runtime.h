@@ -108,7 +108,10 @@ struct shardopt_runtime {
     struct ew_pending *ew;   /* device backends: elementwise calls waiting for one launch */
     void *dev_ns, *dev_sh_u; /* offload = cpu: device copies of NS slots and sharded U */
     double *sumsq;           /* [nparams]: the step's gradient pre-pass */
-    int *nonfinite;          /* [nparams]: NaN/Inf gradient somewhere */
+    const void **pre_x;      /* [nparams], device backends: the pre-pass's one batched call */
+    int *pre_dt;
+    size_t *pre_n;
+    int *nonfinite; /* [nparams]: NaN/Inf gradient somewhere */
     size_t bytes_workspace;
 
     struct step_counters counters;

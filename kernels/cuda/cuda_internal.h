@@ -14,6 +14,8 @@ extern "C" {
  * on n only. */
 #define CUDA_SUMSQ_BLOCKS  256
 #define CUDA_SUMSQ_THREADS 256
+/* Results of one sumsq_many round trip (more tensors take more rounds). */
+#define CUDA_SUMSQ_RESULTS 1024
 
 struct cuda_backend {
     int device;
@@ -21,8 +23,8 @@ struct cuda_backend {
     cublasHandle_t blas;
     cudaStream_t stream; /* the runtime's: blocking, so legacy-stream work orders with it */
     cudaEvent_t caller_ready, done; /* step ordering with a trainer's stream */
-    double *d_partial;              /* [CUDA_SUMSQ_BLOCKS + 1]: block sums, then the total */
-    double *h_result;               /* pinned: the reduction's result on its way to the host */
+    double *d_partial; /* [CUDA_SUMSQ_BLOCKS + CUDA_SUMSQ_RESULTS]: block sums, then totals */
+    double *h_result;  /* pinned [CUDA_SUMSQ_RESULTS]: the totals on their way to the host */
 };
 
 static inline cudaStream_t cuda_stream(const struct kernel_ctx *ctx)
@@ -49,6 +51,8 @@ void cuda_momentum_many(const struct kernel_ctx *ctx, const struct momentum_args
 void cuda_adamw_many(const struct kernel_ctx *ctx, const struct adamw_args *a, int count);
 void cuda_apply_many(const struct kernel_ctx *ctx, const struct apply_args *a, int count);
 double cuda_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
+void cuda_sumsq_many(const struct kernel_ctx *ctx, const void *const *x, const int *dt,
+                     const size_t *n, int count, double *out);
 int cuda_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                        const struct ns_workspace *ws);
 size_t cuda_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch);

@@ -271,6 +271,35 @@ __global__ void k_sumsq_final(const double *partial, double *out)
     block_reduce(sh, acc, out);
 }
 
+/* One round trip for many tensors: each tensor's two kernels leave its total in the result
+ * buffer (the block sums are reused in stream order), one copy brings them all up. */
+void cuda_sumsq_many(const struct kernel_ctx *ctx, const void *const *x, const int *dt,
+                     const size_t *n, int count, double *out)
+{
+    struct cuda_backend *be = cuda_be(ctx);
+    cudaStream_t s = cuda_stream(ctx);
+    for (int i0 = 0; i0 < count; i0 += CUDA_SUMSQ_RESULTS) {
+        const int m = count - i0 < CUDA_SUMSQ_RESULTS ? count - i0 : CUDA_SUMSQ_RESULTS;
+        double *res = be != NULL ? be->d_partial + CUDA_SUMSQ_BLOCKS : NULL;
+        int ok = be != NULL;
+        for (int i = 0; ok && i < m; i++) {
+            if (n[i0 + i] == 0) {
+                ok = cudaMemsetAsync(res + i, 0, sizeof(double), s) == cudaSuccess;
+                continue;
+            }
+            k_sumsq_partial<<<CUDA_SUMSQ_BLOCKS, CUDA_SUMSQ_THREADS, 0, s>>>(
+                x[i0 + i], dt[i0 + i], n[i0 + i], be->d_partial);
+            k_sumsq_final<<<1, CUDA_SUMSQ_THREADS, 0, s>>>(be->d_partial, res + i);
+        }
+        ok = ok &&
+             cudaMemcpyAsync(be->h_result, res, sizeof(double) * (size_t)m, cudaMemcpyDeviceToHost,
+                             s) == cudaSuccess &&
+             cudaStreamSynchronize(s) == cudaSuccess;
+        for (int i = 0; i < m; i++)
+            out[i0 + i] = ok ? be->h_result[i] : NAN; /* a failure reads as a non-finite norm */
+    }
+}
+
 double cuda_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n)
 {
     struct cuda_backend *be = cuda_be(ctx);

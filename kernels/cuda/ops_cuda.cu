@@ -79,11 +79,12 @@ extern "C" struct cuda_backend *cuda_backend_create(int device, void **stream, c
     }
     if (e == cudaSuccess) {
         what = "cudaMalloc (reduction buffer)";
-        e = cudaMalloc((void **)&b->d_partial, sizeof(double) * (CUDA_SUMSQ_BLOCKS + 1));
+        e = cudaMalloc((void **)&b->d_partial,
+                       sizeof(double) * (CUDA_SUMSQ_BLOCKS + CUDA_SUMSQ_RESULTS));
     }
     if (e == cudaSuccess) {
         what = "cudaMallocHost";
-        e = cudaMallocHost((void **)&b->h_result, sizeof(double));
+        e = cudaMallocHost((void **)&b->h_result, sizeof(double) * CUDA_SUMSQ_RESULTS);
     }
     if (e == cudaSuccess) {
         what = "cudaStreamCreate";
@@ -239,6 +240,7 @@ static struct kernel_ops cuda_ops_make(void)
      * matrix gathered (ns_strategy = gather) with this table */
     o.copy2d = cuda_copy2d;
     o.sumsq = cuda_sumsq;
+    o.sumsq_many = cuda_sumsq_many;
     o.copy = cuda_copy;
     o.fill = cuda_fill;
     o.alloc = cuda_alloc;

@@ -109,6 +109,13 @@ static double sim_sumsq(const struct kernel_ctx *c, const void *x, int dt, size_
     return r;
 }
 
+static void sim_sumsq_many(const struct kernel_ctx *c, const void *const *x, const int *dt,
+                           const size_t *n, int count, double *out)
+{
+    for (int i = 0; i < count; i++)
+        out[i] = n[i] > 0 ? sim_sumsq(c, x[i], dt[i], n[i]) : 0.0;
+}
+
 static void sim_copy(const struct kernel_ctx *c, void *d, const void *s, size_t n)
 {
     SIM_OPEN();
@@ -163,6 +170,7 @@ static const struct kernel_ops sim_ops = {
     .newton_schulz = sim_ns,
     .copy2d = sim_copy2d,
     .sumsq = sim_sumsq,
+    .sumsq_many = sim_sumsq_many,
     .copy = sim_copy,
     .fill = sim_fill,
     .alloc = sim_alloc,

@@ -28,6 +28,10 @@ KHD static inline uint64_t elem_index_global(const struct elem_index_map *m, uin
     return m->base + (i / m->run) * m->stride + i % m->run;
 }
 
+/* Lanes of copy_on/lane_wait: the compute stream and two copy streams; events per tag. */
+#define KERNEL_LANES     3
+#define KERNEL_LANE_TAGS 4
+
 /* Per-call execution context. */
 struct kernel_ctx {
     int threads;   /* 0: as the OpenMP runtime decides */
@@ -190,6 +194,13 @@ struct kernel_ops {
     /* Host <-> device (or device <-> device) copies and fills: offload/ streams state with them.
      * On the CPU backend the "device" is a separate host arena and these are memcpy/memset. */
     void (*copy)(const struct kernel_ctx *ctx, void *dst, const void *src, size_t bytes);
+    /* Device backends with copy engines (NULL elsewhere): a copy queued on lane 1 (in) or 2
+     * (out) beside lane 0, the compute stream; lane_wait makes lane `waiter` wait for the work
+     * queued on lane `signaler` so far (tag < KERNEL_LANE_TAGS names the event used, so that
+     * waits on different slots do not overwrite each other). */
+    void (*copy_on)(const struct kernel_ctx *ctx, int lane, void *dst, const void *src,
+                    size_t bytes);
+    void (*lane_wait)(const struct kernel_ctx *ctx, int waiter, int signaler, int tag);
     void (*fill)(const struct kernel_ctx *ctx, void *dst, int byte, size_t bytes);
     /* Memory for state and buffers (offload/ allocates through these). */
     void *(*alloc)(size_t bytes);

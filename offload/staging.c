@@ -39,11 +39,30 @@ size_t staging_chunk_elems(const struct staging *s, size_t es0, size_t es1)
     return room / (es0 + es1);
 }
 
-static void copy_timed(struct staging *s, void *dst, const void *src, size_t bytes)
+/* Copy lanes: a device backend's copy streams, when it has them. Poisoning (a debug mode) fills
+ * slots on the compute stream, so it keeps every copy there too. */
+enum { LANE_COMPUTE = 0, LANE_IN = 1, LANE_OUT = 2, TAG_JOIN = STAGING_SLOTS };
+
+static int lanes(const struct staging *s)
+{
+    return s->ops->copy_on != NULL && s->ops->lane_wait != NULL && !s->poison;
+}
+
+static void copy_timed(struct staging *s, int lane, void *dst, const void *src, size_t bytes)
 {
     double t = monotonic_seconds();
-    s->ops->copy(s->ctx, dst, src, bytes);
+    if (lanes(s))
+        s->ops->copy_on(s->ctx, lane, dst, src, bytes);
+    else
+        s->ops->copy(s->ctx, dst, src, bytes);
     s->seconds_copy += monotonic_seconds() - t;
+}
+
+/* waiter waits for everything queued on signaler so far */
+static void lane_wait(struct staging *s, int waiter, int signaler, int tag)
+{
+    if (lanes(s))
+        s->ops->lane_wait(s->ctx, waiter, signaler, tag);
 }
 
 static void slot_addrs(const struct staging *s, int i, const struct stream_chunk *c, void *dev[2])
@@ -56,8 +75,10 @@ static void chunk_in(struct staging *s, int i, const struct stream_chunk *c)
 {
     void *dev[2];
     slot_addrs(s, i, c, dev);
+    /* the slot's last contents have gone out (and with them the kernels that used it) */
+    lane_wait(s, LANE_IN, LANE_OUT, i);
     for (int k = 0; k < c->nseg; k++) {
-        copy_timed(s, dev[k], c->host[k], c->bytes[k]);
+        copy_timed(s, LANE_IN, dev[k], c->host[k], c->bytes[k]);
         s->in[c->kind[k]] += c->bytes[k];
     }
     s->used[i] = c->nseg > 1 ? align_up(c->bytes[0]) + c->bytes[1] : c->bytes[0];
@@ -71,8 +92,9 @@ static void chunk_out(struct staging *s, int i, const struct stream_chunk *c)
 {
     void *dev[2];
     slot_addrs(s, i, c, dev);
+    lane_wait(s, LANE_OUT, LANE_COMPUTE, i); /* the chunk's kernel has run */
     for (int k = 0; k < c->nseg; k++) {
-        copy_timed(s, c->host[k], dev[k], c->bytes[k]);
+        copy_timed(s, LANE_OUT, c->host[k], dev[k], c->bytes[k]);
         s->out[c->kind[k]] += c->bytes[k];
     }
     if (s->poison)
@@ -98,9 +120,13 @@ void staging_stream(struct staging *s, stream_next_fn next, stream_run_fn run, v
             chunk_out(s, prv, &ring[prv]);
         void *dev[2];
         slot_addrs(s, cur, &ring[cur], dev);
+        lane_wait(s, LANE_COMPUTE, LANE_IN, cur); /* its state has arrived */
         run(arg, &ring[cur], dev);
         if (!more) {
             chunk_out(s, cur, &ring[cur]);
+            /* whatever comes next on the compute stream (and the step's end) sees the host store
+             * written back */
+            lane_wait(s, LANE_COMPUTE, LANE_OUT, TAG_JOIN);
             return;
         }
     }
@@ -108,7 +134,7 @@ void staging_stream(struct staging *s, stream_next_fn next, stream_run_fn run, v
 
 void staging_copy(struct staging *s, void *dst, const void *src, size_t bytes, int kind, int in)
 {
-    copy_timed(s, dst, src, bytes);
+    copy_timed(s, LANE_COMPUTE, dst, src, bytes);
     if (in)
         s->in[kind] += bytes;
     else

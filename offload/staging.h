@@ -1,7 +1,9 @@
 /* The staging area of offload = optimizer: three slots in device memory through which state
  * streams chunk by chunk. While the kernels of chunk k run on slot k % 3, chunk k+1 is copied in
- * and chunk k-1 out (with CUDA on copy streams; on the CPU backend the same calls in the same
- * order, synchronously). Every copy goes through the kernel table's copy op and is counted here,
+ * and chunk k-1 out: with a device backend's copy lanes (copy_on/lane_wait) on their own streams,
+ * ordered by events per slot (in(k+1) after out(k-2), run(k) after in(k), out(k) after run(k),
+ * and the compute stream after the last out); on the CPU backend the same calls in the same
+ * order, synchronously. Every copy goes through the kernel table's copy op and is counted here,
  * by kind. With poisoning on, a slot is filled with 0xFF bytes (NaN in fp32 and bf16) when
  * released, so a kernel that reads state that was not copied in fails loudly. */
 #ifndef OFFLOAD_STAGING_H
@@ -33,7 +35,7 @@ struct staging {
     size_t peak;                /* most bytes held at once since the last reset */
     int poison;
     uint64_t in[STAGE_KINDS], out[STAGE_KINDS]; /* bytes host -> device and back */
-    double seconds_copy;                        /* time inside the copy op */
+    double seconds_copy; /* time inside the copy op (with copy lanes: issuing the copies) */
 };
 
 /* Allocate the slots (slot_bytes each, from the device allocator; none when 0, for the counted

@@ -22,7 +22,9 @@ struct cuda_backend {
     int sms;
     cublasHandle_t blas;
     cudaStream_t stream; /* the runtime's: blocking, so legacy-stream work orders with it */
-    cudaEvent_t caller_ready, done; /* step ordering with a trainer's stream */
+    cudaEvent_t caller_ready, done;  /* step ordering with a trainer's stream */
+    cudaStream_t lane[KERNEL_LANES]; /* [0] = stream; copy-in and copy-out streams */
+    cudaEvent_t lane_event[KERNEL_LANES][KERNEL_LANE_TAGS];
     double *d_partial; /* [CUDA_SUMSQ_BLOCKS + CUDA_SUMSQ_RESULTS]: block sums, then totals */
     double *h_result;  /* pinned [CUDA_SUMSQ_RESULTS]: the totals on their way to the host */
 };

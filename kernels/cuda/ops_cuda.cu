@@ -33,6 +33,27 @@ static void cuda_copy(const struct kernel_ctx *ctx, void *dst, const void *src, 
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(ctx));
 }
 
+/* Lanes: the backend's streams; lane 0 is ctx's compute stream. */
+static void cuda_copy_on(const struct kernel_ctx *ctx, int lane, void *dst, const void *src,
+                         size_t bytes)
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    if (bytes > 0)
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                        lane == 0 || b == NULL ? cuda_stream(ctx) : b->lane[lane]);
+}
+
+static void cuda_lane_wait(const struct kernel_ctx *ctx, int waiter, int signaler, int tag)
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    if (b == NULL || waiter == signaler)
+        return;
+    cudaStream_t ws = waiter == 0 ? cuda_stream(ctx) : b->lane[waiter];
+    cudaStream_t ss = signaler == 0 ? cuda_stream(ctx) : b->lane[signaler];
+    cudaEventRecord(b->lane_event[signaler][tag], ss);
+    cudaStreamWaitEvent(ws, b->lane_event[signaler][tag], 0);
+}
+
 static void cuda_copy2d(const struct kernel_ctx *ctx, void *dst, size_t dpitch, const void *src,
                         size_t spitch, size_t width, size_t rows)
 {
@@ -96,6 +117,16 @@ extern "C" struct cuda_backend *cuda_backend_create(int device, void **stream, c
         if (e == cudaSuccess)
             e = cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming);
     }
+    b->lane[0] = b->stream;
+    for (int l = 1; e == cudaSuccess && l < KERNEL_LANES; l++) {
+        what = "cudaStreamCreateWithFlags (copy lane)";
+        e = cudaStreamCreateWithFlags(&b->lane[l], cudaStreamNonBlocking);
+    }
+    for (int l = 0; e == cudaSuccess && l < KERNEL_LANES; l++)
+        for (int t = 0; e == cudaSuccess && t < KERNEL_LANE_TAGS; t++) {
+            what = "cudaEventCreate (lanes)";
+            e = cudaEventCreateWithFlags(&b->lane_event[l][t], cudaEventDisableTiming);
+        }
     if (e != cudaSuccess) {
         snprintf(err, errlen, "CUDA backend: %s failed on device %d: %s", what, b->device,
                  cudaGetErrorString(e));
@@ -126,6 +157,13 @@ extern "C" void cuda_backend_destroy(struct cuda_backend *b)
         cudaEventDestroy(b->caller_ready);
     if (b->done != NULL)
         cudaEventDestroy(b->done);
+    for (int l = 0; l < KERNEL_LANES; l++)
+        for (int t = 0; t < KERNEL_LANE_TAGS; t++)
+            if (b->lane_event[l][t] != NULL)
+                cudaEventDestroy(b->lane_event[l][t]);
+    for (int l = 1; l < KERNEL_LANES; l++)
+        if (b->lane[l] != NULL)
+            cudaStreamDestroy(b->lane[l]);
     if (b->stream != NULL)
         cudaStreamDestroy(b->stream);
     cudaFree(b->d_partial);
@@ -242,6 +280,8 @@ static struct kernel_ops cuda_ops_make(void)
     o.sumsq = cuda_sumsq;
     o.sumsq_many = cuda_sumsq_many;
     o.copy = cuda_copy;
+    o.copy_on = cuda_copy_on;
+    o.lane_wait = cuda_lane_wait;
     o.fill = cuda_fill;
     o.alloc = cuda_alloc;
     o.free = cuda_free;

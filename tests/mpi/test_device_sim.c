@@ -157,6 +157,55 @@ static void sim_apply_many(const struct kernel_ctx *c, const struct apply_args *
         sim_apply(c, &a[i]);
 }
 
+/* Copy lanes that really are asynchronous: a copy queued on lane 1 or 2 happens only when some
+ * lane waits for that lane (or at sync), so a missing wait leaves a kernel reading a slot that
+ * has not arrived, or a copy-out reading one a later kernel overwrote. */
+#define SIM_QUEUE 4096
+static struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} simq[KERNEL_LANES][SIM_QUEUE];
+static int simq_n[KERNEL_LANES];
+static long sim_lane_copies;
+
+static void sim_lane_flush(int lane)
+{
+    for (int i = 0; i < simq_n[lane]; i++)
+        sim_copy(NULL, simq[lane][i].dst, simq[lane][i].src, simq[lane][i].bytes);
+    simq_n[lane] = 0;
+}
+
+static void sim_copy_on(const struct kernel_ctx *c, int lane, void *d, const void *s, size_t n)
+{
+    if (lane == 0 || simq_n[lane] == SIM_QUEUE) {
+        if (lane != 0)
+            sim_lane_flush(lane); /* full: keep the lane's order */
+        sim_copy(c, d, s, n);
+        return;
+    }
+    simq[lane][simq_n[lane]].dst = d;
+    simq[lane][simq_n[lane]].src = s;
+    simq[lane][simq_n[lane]].bytes = n;
+    simq_n[lane]++;
+    sim_lane_copies++;
+}
+
+static void sim_lane_wait(const struct kernel_ctx *c, int waiter, int signaler, int tag)
+{
+    (void)c, (void)waiter, (void)tag;
+    if (signaler != 0) /* the compute lane runs at once: nothing of it is pending */
+        sim_lane_flush(signaler);
+}
+
+static int sim_sync(const struct kernel_ctx *c)
+{
+    (void)c;
+    for (int l = 1; l < KERNEL_LANES; l++)
+        sim_lane_flush(l);
+    return 0;
+}
+
 static void *sim_host_alloc(size_t bytes) { return cpu_alloc(bytes); }
 
 static const struct kernel_ops sim_ops = {
@@ -172,10 +221,12 @@ static const struct kernel_ops sim_ops = {
     .sumsq = sim_sumsq,
     .sumsq_many = sim_sumsq_many,
     .copy = sim_copy,
+    .copy_on = sim_copy_on,
+    .lane_wait = sim_lane_wait,
     .fill = sim_fill,
     .alloc = sim_alloc,
     .free = sim_free,
-    .sync = cpu_sync,
+    .sync = sim_sync,
     .ns_workspace_bytes = cpu_ns_workspace_bytes,
     .host_alloc = sim_host_alloc,
     .host_free = cpu_free,
@@ -381,6 +432,8 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
             printf("  %ld elementwise calls in %ld launches\n", lc[1], lc[0]);
         EXPECT_TRUE(lc[0] > 0 && lc[1] > lc[0]);
     }
+    if (!on_cuda && test_cfg().offload == SHARDOPT_OFFLOAD_OPTIMIZER)
+        EXPECT_TRUE(sim_lane_copies > 0); /* the state went through the copy lanes */
     shardopt_stats_t sc = SHARDOPT_STATS_INIT, sd = SHARDOPT_STATS_INIT;
     shardopt_get_stats(cpu.rt, &sc);
     shardopt_get_stats(dev.rt, &sd);

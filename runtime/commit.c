@@ -26,7 +26,7 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
     }
     p->off_momentum = state_store_reserve(&rt->store, n * kdtype_size(rt->cfg.momentum_dtype));
     layout_matrix_view(&p->layout, p->transposed, &p->mv);
-    if (rt_on_device(rt))
+    if (rt_ns_on_device(rt))
         p->ns_variant = NS_VARIANT_PLAIN; /* the CUDA Newton-Schulz has the plain one only */
     else if (rt->ns_compute == KDT_BF16)
         p->ns_variant = ns_bf16_variant_for_shape(p->mv.rows, p->mv.cols, &p->ns_block);
@@ -110,7 +110,7 @@ static void sharded_choose(shardopt_runtime_t rt, enum group_kind kind, const st
         kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE : SHARDOPT_PLACEMENT_EXPERT;
     double total = 0;
 
-    if (rt_on_device(rt))
+    if (rt_ns_on_device(rt))
         return; /* sharded Newton-Schulz is CPU-only: auto gathers every matrix */
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
@@ -166,7 +166,7 @@ void commit_release(shardopt_runtime_t rt)
 {
     for (int k = 0; k < GROUP_KINDS; k++)
         plan_free(&rt->gx[k].plan);
-    rt->ops->free(rt->ns_ws.buf);
+    rt->ns_ops->free(rt->ns_ws.buf);
     for (int i = 0; i < PIPELINE_DEPTH; i++) {
         rt->ops->free(rt->bufs[i].ns);
         rt->ops->free(rt->bufs[i].b);
@@ -232,8 +232,8 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
             run = w > 0 && o->param == p->owned[w - 1].param && o->k == p->owned[w - 1].k + 1
                       ? run + 1
                       : 1;
-            size_t f = rt->ops->ns_workspace_bytes(o->rows, o->cols, run);
-            const size_t one = rt->ops->ns_workspace_bytes(o->rows, o->cols, 1);
+            size_t f = rt->ns_ops->ns_workspace_bytes(o->rows, o->cols, run);
+            const size_t one = rt->ns_ops->ns_workspace_bytes(o->rows, o->cols, 1);
             f = f > NS_WS_DEVICE_CAP && one < NS_WS_DEVICE_CAP ? NS_WS_DEVICE_CAP : f;
             f = f / sizeof(float) + 1;
             ws = f > ws ? f : ws;
@@ -258,7 +258,8 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
                 rt->bytes_workspace += (a + b + ns) * es; /* pinned host memory */
         }
     }
-    rt->ns_ws.buf = buffer_alloc(rt, ws * sizeof(float));
+    rt->ns_ws.buf = rt->ns_ops->alloc(ws * sizeof(float)); /* where Newton-Schulz runs */
+    rt->bytes_workspace += rt->ns_ws.buf != NULL ? ws * sizeof(float) : 0;
     rt->ns_ws.floats = ws;
     rt->sumsq = malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
     rt->pre_x = malloc(sizeof(void *) * (size_t)(rt->nparams ? rt->nparams : 1));
@@ -310,7 +311,7 @@ static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
     char err[256] = "";
     int ok = 1;
 
-    if (rt->ns_compute != KDT_BF16 || rt_on_device(rt))
+    if (rt->ns_compute != KDT_BF16 || rt_ns_on_device(rt))
         return SHARDOPT_OK;
     rt->ns_ws.bf16 = ns_bf16_create(err, sizeof err);
     ok = rt->ns_ws.bf16 != NULL;

@@ -17,29 +17,12 @@ _Static_assert((int)SHARDOPT_NS_CUSTOM == NS_TABLE_CUSTOM &&
                    (int)SHARDOPT_NS_POLAR_EXPRESS == NS_TABLE_POLAR_EXPRESS,
                "coefficient table values");
 
-static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
-                                        const struct kernel_ops **ops_p)
+/* The CPU table the config's `kernels` names. */
+static shardopt_status_t cpu_kernels_select(const shardopt_config_t *cfg,
+                                            const struct kernel_ops **ops_p)
 {
     const struct kernel_ops *ops = NULL;
 
-    if (cfg->backend == SHARDOPT_BACKEND_CUDA) {
-        if (kernel_ops_cuda() == NULL)
-            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                            "config backend = cuda: this build has no CUDA backend (configure "
-                            "with nvcc on the PATH or SHARDOPT_WITH_CUDA=ON)");
-        /* what the CUDA backend does not do yet: refused, never silently done on the CPU */
-        if (cfg->offload == SHARDOPT_OFFLOAD_CPU)
-            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                            "config backend = cuda with offload = cpu: host-side elementwise "
-                            "kernels next to the CUDA table are not implemented yet; use offload "
-                            "= optimizer or none");
-        if (cfg->ns_strategy == SHARDOPT_NS_STRATEGY_SHARDED)
-            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                            "config backend = cuda with ns_strategy = sharded: sharded "
-                            "Newton-Schulz runs on the CPU backend only; use gather or auto");
-        *ops_p = kernel_ops_cuda();
-        return SHARDOPT_OK;
-    }
     switch (cfg->kernels) {
     case SHARDOPT_KERNELS_AUTO: ops = kernel_ops_cpu_best(); break;
     case SHARDOPT_KERNELS_REFERENCE: ops = kernel_ops_cpu_ref(); break;
@@ -62,6 +45,34 @@ static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
     }
     *ops_p = ops;
     return SHARDOPT_OK;
+}
+
+/* The table that runs the step (ops) and the one that runs Newton-Schulz (ns_ops): the same,
+ * but for offload = cpu on CUDA, where the elementwise work stays on the host (CPU table) and
+ * only Newton-Schulz goes to the device. */
+static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
+                                        const struct kernel_ops **ops_p,
+                                        const struct kernel_ops **ns_ops_p)
+{
+    if (cfg->backend == SHARDOPT_BACKEND_CUDA) {
+        if (kernel_ops_cuda() == NULL)
+            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                            "config backend = cuda: this build has no CUDA backend (configure "
+                            "with nvcc on the PATH or SHARDOPT_WITH_CUDA=ON)");
+        /* what the CUDA backend does not do yet: refused, never silently done on the CPU */
+        if (cfg->ns_strategy == SHARDOPT_NS_STRATEGY_SHARDED)
+            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                            "config backend = cuda with ns_strategy = sharded: sharded "
+                            "Newton-Schulz runs on the CPU backend only; use gather or auto");
+        *ns_ops_p = kernel_ops_cuda();
+        if (cfg->offload == SHARDOPT_OFFLOAD_CPU)
+            return cpu_kernels_select(cfg, ops_p);
+        *ops_p = kernel_ops_cuda();
+        return SHARDOPT_OK;
+    }
+    shardopt_status_t status = cpu_kernels_select(cfg, ops_p);
+    *ns_ops_p = *ops_p;
+    return status;
 }
 
 /* The part of init shared by both entry points: checks, config, kernels. */
@@ -88,7 +99,7 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
     if (status == SHARDOPT_OK)
         status = config_check_all(&rt->cfg, "");
     if (status == SHARDOPT_OK)
-        status = kernels_select(&rt->cfg, &rt->ops);
+        status = kernels_select(&rt->cfg, &rt->ops, &rt->ns_ops);
     if (status != SHARDOPT_OK) {
         free(rt);
         return status;
@@ -138,9 +149,9 @@ static int device_choose(shardopt_runtime_t rt, MPI_Comm local, char *busid, siz
     int device = -1, local_rank = 0;
 
     busid[0] = '\0';
-    if (rt->ops->backend_create == NULL)
+    if (rt->ns_ops->backend_create == NULL)
         return -1;
-    const int count = rt->ops->device_count();
+    const int count = rt->ns_ops->device_count();
     if (rt->cfg.device == SHARDOPT_DEVICE_LOCAL_RANK) {
         MPI_Comm node;
         MPI_Comm_split_type(local, MPI_COMM_TYPE_SHARED, rt->groups.me.rank, MPI_INFO_NULL, &node);
@@ -148,7 +159,7 @@ static int device_choose(shardopt_runtime_t rt, MPI_Comm local, char *busid, siz
         MPI_Comm_free(&node);
         device = count > 0 ? local_rank % count : 0;
     }
-    if (count > 0 && rt->ops->device_pci_bus_id(device, busid, len) != 0)
+    if (count > 0 && rt->ns_ops->device_pci_bus_id(device, busid, len) != 0)
         busid[0] = '\0';
     return device;
 }
@@ -162,16 +173,16 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
     int count = 0;
     shardopt_status_t status = SHARDOPT_OK;
 
-    if (rt->ops->backend_create == NULL)
+    if (rt->ns_ops->backend_create == NULL)
         return SHARDOPT_OK;
-    count = rt->ops->device_count();
+    count = rt->ns_ops->device_count();
     if (count == 0)
         status = log_fail(SHARDOPT_ERR_DEVICE,
                           "init: rank %d: backend = cuda but no CUDA device "
                           "is visible (CUDA_VISIBLE_DEVICES, driver)",
                           g->me.rank);
     if (status == SHARDOPT_OK) {
-        rt->kctx.backend = rt->ops->backend_create(device, &rt->kctx.stream, err, sizeof err);
+        rt->kctx.backend = rt->ns_ops->backend_create(device, &rt->kctx.stream, err, sizeof err);
         if (rt->kctx.backend == NULL)
             status = log_fail(SHARDOPT_ERR_DEVICE, "init: rank %d: %s", g->me.rank, err);
     }
@@ -214,7 +225,7 @@ static void device_stop(shardopt_runtime_t rt)
     nccl_group_destroy(rt->nccl_rep);
     rt->nccl_rep = NULL;
     if (rt->kctx.backend != NULL)
-        rt->ops->backend_destroy(rt->kctx.backend);
+        rt->ns_ops->backend_destroy(rt->kctx.backend);
     rt->kctx.backend = NULL;
     rt->kctx.stream = NULL;
 }

@@ -288,12 +288,12 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             .compute = rt->ns_compute,
             .block = p->ns_block,
         };
-        if (rt->ops->newton_schulz(&rt->kctx, &ns, &rt->ns_ws) != 0)
+        if (rt->ns_ops->newton_schulz(&rt->kctx, &ns, &rt->ns_ws) != 0)
             return log_fail(SHARDOPT_ERR_INTERNAL,
                             "step '%s': Newton-Schulz refused [%lld x %lld] variant %d in kernels "
                             "%s",
                             p->name, (long long)ow->rows, (long long)ow->cols, p->ns_variant,
-                            rt->ops->name);
+                            rt->ns_ops->name);
         rt->counters.ns_flops_last += ns_flops_per_iter(ow->rows, ow->cols) * c->ns_steps * n;
         xfer_progress(rt, in_flight1, in_flight2);
         w += n;

@@ -126,8 +126,11 @@ void *offload_ns_in(shardopt_runtime_t rt, void *dev, const void *host, size_t b
 
 void offload_ns_out(shardopt_runtime_t rt, void *host, const void *dev, size_t bytes)
 {
-    if (host != dev)
-        staging_copy(&rt->stage, host, dev, bytes, STAGE_NS_O, 0);
+    if (host == dev)
+        return;
+    staging_copy(&rt->stage, host, dev, bytes, STAGE_NS_O, 0);
+    if (rt->ns_ops != rt->ops) /* the host reads it next (a device stream finishes first) */
+        rt->ns_ops->sync(&rt->kctx);
 }
 
 void offload_prepare(shardopt_runtime_t rt)
@@ -156,12 +159,13 @@ size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems)
         slot = slot < 4 * STAGING_ALIGN ? 4 * STAGING_ALIGN : slot;
         slot = (slot + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
     }
-    if (staging_init(&rt->stage, rt->ops, &rt->kctx, slot, rt->cfg.debug_poison_staging) != 0)
+    /* the slots and the Newton-Schulz copies belong to where Newton-Schulz runs */
+    if (staging_init(&rt->stage, rt->ns_ops, &rt->kctx, slot, rt->cfg.debug_poison_staging) != 0)
         return (size_t)-1;
     bytes += STAGING_SLOTS * slot;
     if (rt->cfg.offload == SHARDOPT_OFFLOAD_CPU) {
-        rt->dev_ns = rt->ops->alloc(ns_elems * es + 1);
-        rt->dev_sh_u = rt->ops->alloc(sh_elems * es + 1);
+        rt->dev_ns = rt->ns_ops->alloc(ns_elems * es + 1);
+        rt->dev_sh_u = rt->ns_ops->alloc(sh_elems * es + 1);
         if (rt->dev_ns == NULL || rt->dev_sh_u == NULL)
             return (size_t)-1;
         bytes += (ns_elems + sh_elems) * es;
@@ -173,8 +177,8 @@ void offload_release(shardopt_runtime_t rt)
 {
     staging_free(&rt->stage);
     if (rt->dev_ns != NULL)
-        rt->ops->free(rt->dev_ns);
+        rt->ns_ops->free(rt->dev_ns);
     if (rt->dev_sh_u != NULL)
-        rt->ops->free(rt->dev_sh_u);
+        rt->ns_ops->free(rt->dev_sh_u);
     rt->dev_ns = rt->dev_sh_u = NULL;
 }

@@ -77,6 +77,9 @@ struct shardopt_runtime {
     struct groups groups; /* our own communicators: our traffic never matches the trainer's */
     struct topology topo;
     const struct kernel_ops *ops;
+    /* Runs Newton-Schulz and holds its device copies: ops, but for offload = cpu on CUDA the
+     * CUDA table beside the CPU one */
+    const struct kernel_ops *ns_ops;
     struct kernel_ctx kctx;
     float ns_coeffs[NS_TABLE_MAX_STEPS][3];
     int ns_compute; /* resolved: KDT_F32 or KDT_BF16 */
@@ -122,6 +125,12 @@ struct shardopt_runtime {
 static inline int rt_on_device(const struct shardopt_runtime *rt)
 {
     return rt->ops->host_alloc != NULL;
+}
+
+/* Newton-Schulz runs on a device (the CUDA table), whatever runs the rest. */
+static inline int rt_ns_on_device(const struct shardopt_runtime *rt)
+{
+    return rt->ns_ops->host_alloc != NULL;
 }
 
 /* Free what commit made, leaving the runtime as before commit (also used by finalize). */

@@ -11,7 +11,8 @@
  * mirrors, own blocks copied on the device, replica all-gather staged), save (a host copy of the
  * state) and load (host staging, then one upload) give the same bits as the plain CPU run on the
  * same layout. SHARDOPT_TEST_OFFLOAD=optimizer: both runs keep the state in a host store,
- * streamed through device staging slots. */
+ * streamed through device staging slots; =cpu: state, parameters and elementwise work on the
+ * host, only Newton-Schulz on the device (its own table beside the CPU one). */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <sys/mman.h>
 #include <unistd.h>
@@ -235,7 +236,13 @@ static const struct kernel_ops sim_ops = {
 /* ---- which device: the simulated one, or CUDA ---- */
 static int on_cuda; /* SHARDOPT_TEST_DEVICE=cuda */
 
-static const struct kernel_ops *dev_ops(void) { return on_cuda ? kernel_ops_cuda() : &sim_ops; }
+static int on_host; /* SHARDOPT_TEST_OFFLOAD=cpu: parameters and gradients in host memory */
+
+/* Where the trainer's parameters and gradients live: the device, or (offload = cpu) the host. */
+static const struct kernel_ops *dev_ops(void)
+{
+    return on_host ? kernel_ops_cpu_ref() : on_cuda ? kernel_ops_cuda() : &sim_ops;
+}
 
 static void *dev_alloc(size_t bytes) { return dev_ops()->alloc(bytes); }
 static void dev_release(void *p) { dev_ops()->free(p); }
@@ -275,6 +282,8 @@ static shardopt_config_t test_cfg(void)
         cfg.offload = SHARDOPT_OFFLOAD_OPTIMIZER;
         cfg.bucket_bytes = 2048; /* staging slots smaller than most tensors' state */
     }
+    if (off != NULL && strcmp(off, "cpu") == 0) /* only Newton-Schulz on the device */
+        cfg.offload = SHARDOPT_OFFLOAD_CPU;
     return cfg;
 }
 
@@ -293,8 +302,10 @@ static shardopt_status_t dev_setup(struct dev_run *r)
 {
     shardopt_config_t cfg = dev_cfg();
     r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
-    if (!on_cuda) { /* the simulated table in place of the CPU one, before any allocation */
-        r->rt->ops = &sim_ops;
+    if (!on_cuda && on_host) { /* offload = cpu: only Newton-Schulz on the simulated device */
+        r->rt->ns_ops = &sim_ops;
+    } else if (!on_cuda) { /* the simulated table for everything, before any allocation */
+        r->rt->ops = r->rt->ns_ops = &sim_ops;
         state_store_init(&r->rt->store, &sim_ops);
         r->rt->ew = calloc(1, sizeof *r->rt->ew); /* what init makes for a batching table */
     }
@@ -408,6 +419,7 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     setup();
     const char *dv = getenv("SHARDOPT_TEST_DEVICE");
     on_cuda = dv != NULL && strcmp(dv, "cuda") == 0;
+    on_host = test_cfg().offload == SHARDOPT_OFFLOAD_CPU;
     if (on_cuda && (kernel_ops_cuda() == NULL || kernel_ops_cuda()->device_count() == 0)) {
         MPI_Finalize(); /* every rank: the node's devices are the same for all */
         test_skip(kernel_ops_cuda() == NULL ? "built without CUDA" : "no CUDA device visible");
@@ -434,6 +446,11 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     }
     if (!on_cuda && test_cfg().offload == SHARDOPT_OFFLOAD_OPTIMIZER)
         EXPECT_TRUE(sim_lane_copies > 0); /* the state went through the copy lanes */
+    if (on_host) { /* Newton-Schulz input and output crossed to the device and back */
+        shardopt_stats_t st = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(dev.rt, &st);
+        EXPECT_TRUE(st.bytes_h2d_ns > 0 && st.bytes_d2h_ns == st.bytes_h2d_ns);
+    }
     shardopt_stats_t sc = SHARDOPT_STATS_INIT, sd = SHARDOPT_STATS_INIT;
     shardopt_get_stats(cpu.rt, &sc);
     shardopt_get_stats(dev.rt, &sd);

@@ -150,10 +150,6 @@ TEST(invalid_config_refused_at_init)
         return;
     }
     /* what the CUDA backend does not do is refused by name, with or without a device */
-    cfg.offload = SHARDOPT_OFFLOAD_CPU;
-    EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_UNSUPPORTED);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "offload = cpu");
-    cfg.offload = SHARDOPT_OFFLOAD_NONE;
     cfg.ns_strategy = SHARDOPT_NS_STRATEGY_SHARDED;
     EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_UNSUPPORTED);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_strategy = sharded");

@@ -9,10 +9,7 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
 endif()
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
-    if(CUDAToolkit_VERSION VERSION_LESS 12.1) # batched elementwise launches pass 32 KiB parameters
-      message(FATAL_ERROR "the CUDA backend needs CUDA >= 12.1 (found ${CUDAToolkit_VERSION}); "
-        "configure with -DSHARDOPT_WITH_CUDA=OFF for the CPU backend alone")
-    endif()
+include(${CMAKE_CURRENT_SOURCE_DIR}/cmake/CudaVersion.cmake)
 find_package(OpenMP REQUIRED COMPONENTS C)
 
 add_library(shardopt_gpu_kernels STATIC

@@ -262,6 +262,16 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     return device_start(rt, device);
 }
 
+/* Undo runtime_start and the groups, and free the runtime (a failed init). */
+static void runtime_unstart(shardopt_runtime_t rt)
+{
+    free(rt->ew);
+    device_stop(rt);
+    groups_free(&rt->groups);
+    topology_free(&rt->topo);
+    free(rt);
+}
+
 shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
                                 shardopt_runtime_t *rt_p)
 {
@@ -282,11 +292,7 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
     }
     status = runtime_start(rt, comm);
     if (status != SHARDOPT_OK) {
-        free(rt->ew);
-        device_stop(rt);
-        groups_free(&rt->groups);
-        topology_free(&rt->topo);
-        free(rt);
+        runtime_unstart(rt);
         return status;
     }
     *rt_p = rt;
@@ -319,11 +325,7 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
     /* the dense group: the only comm we have of the node's ranks */
     status = runtime_start(rt, rt->groups.dense);
     if (status != SHARDOPT_OK) {
-        free(rt->ew);
-        device_stop(rt);
-        groups_free(&rt->groups);
-        topology_free(&rt->topo);
-        free(rt);
+        runtime_unstart(rt);
         return status;
     }
     *rt_p = rt;

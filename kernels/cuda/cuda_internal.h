@@ -39,6 +39,21 @@ static inline struct cuda_backend *cuda_be(const struct kernel_ctx *ctx)
     return ctx != NULL ? (struct cuda_backend *)ctx->backend : NULL;
 }
 
+/* The block's values summed in a fixed tree order (blockDim.x a power of two, sh one double per
+ * thread); thread 0 writes the sum to *out. Deterministic: the same order every launch. */
+static __device__ __forceinline__ void block_reduce(double *sh, double v, double *out)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        *out = sh[0];
+}
+
 /* Blocks for a grid-stride pass over `work` items of `threads` each. */
 static inline unsigned cuda_blocks(size_t work, unsigned threads)
 {

@@ -237,19 +237,6 @@ void cuda_apply(const struct kernel_ctx *ctx, const struct apply_args *a)
 /* Sum of squares in double: a fixed grid, each thread a fixed set of elements, tree reductions
  * in a fixed order. The same bits for the same input every time (not the CPU's bits: another
  * order of additions). */
-__device__ __forceinline__ void block_reduce(double *sh, double v, double *out)
-{
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s)
-            sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0)
-        *out = sh[0];
-}
-
 __global__ void k_sumsq_partial(const void *x, int dt, size_t n, double *partial)
 {
     __shared__ double sh[CUDA_SUMSQ_THREADS];

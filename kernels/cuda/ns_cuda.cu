@@ -23,15 +23,7 @@ __global__ void k_ns_sumsq(const void *in, int dt, size_t count, double *part)
         const double v = kload(in, dt, base + i);
         acc += v * v;
     }
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s)
-            sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0)
-        part[(size_t)blockIdx.y * NS_NORM_BLOCKS + blockIdx.x] = sh[0];
+    block_reduce(sh, acc, &part[(size_t)blockIdx.y * NS_NORM_BLOCKS + blockIdx.x]);
 }
 
 /* out[z] <- in[z] * scale, in[z] rows x cols row-major, out[z] the same or its transpose, with a

@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "ns_fp64.h"
 #include "ns_singular.h"
+#include "ns_test_util.h"
 #include "test.h"
 
 static const struct kernel_ops *gpu;
@@ -289,19 +290,6 @@ TEST(cuda_copy2d_exact)
     gpu->free(dd);
 }
 
-struct coeffs {
-    float c[NS_TABLE_MAX_STEPS][3];
-    int steps;
-    float norm_scale;
-};
-
-static struct coeffs coeffs_of(int table, int steps)
-{
-    struct coeffs t = {.steps = steps, .norm_scale = (float)ns_coeffs_default_norm_scale(table)};
-    ns_coeffs_fill(table, steps, NULL, t.c);
-    return t;
-}
-
 /* Newton-Schulz of `batch` rows x cols fp32 matrices on the device; out on the host. */
 static int gpu_ns(int64_t batch, int64_t rows, int64_t cols, const struct coeffs *t,
                   const float *in, float *out)
@@ -334,15 +322,6 @@ static int gpu_ns(int64_t batch, int64_t rows, int64_t cols, const struct coeffs
     return rc;
 }
 
-static float *uniform(size_t count, uint64_t seed)
-{
-    float *p = malloc(count * sizeof(float));
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < count; i++)
-        p[i] = (float)test_rand(&s);
-    return p;
-}
-
 TEST(cuda_newton_schulz_within_bf16_tolerance_of_fp64)
 {
     setup();
@@ -352,20 +331,14 @@ TEST(cuda_newton_schulz_within_bf16_tolerance_of_fp64)
     for (int c = 0; c < 4; c++) {
         const int64_t B = shapes[c][0], R = shapes[c][1], C = shapes[c][2];
         const size_t one = (size_t)(R * C);
-        float *in = uniform(B * one, 5 + c), *out = malloc(B * one * sizeof(float));
+        float *in = ns_input(B * one, KDT_F32, 5 + c, NULL), *out = malloc(B * one * sizeof(float));
         double *u = malloc(one * sizeof(double)), *ref = malloc(one * sizeof(double));
         ASSERT_EQ_INT(gpu_ns(B, R, C, &t, in, out), 0);
         for (int64_t k = 0; k < B; k++) {
             for (size_t i = 0; i < one; i++)
                 u[i] = in[k * one + i];
             ns_fp64(u, R, C, R > C, (const float(*)[3])t.c, t.steps, t.norm_scale, 1e-8, ref);
-            double num = 0, den = 0;
-            for (size_t i = 0; i < one; i++) {
-                const double d = out[k * one + i] - ref[i];
-                num += d * d;
-                den += ref[i] * ref[i];
-            }
-            const double e = sqrt(num / den);
+            const double e = ns_rel_frobenius(out + k * one, KDT_F32, ref, one);
             if (!(e <= 1.5e-2))
                 fprintf(stderr, "  %lld x %lld (matrix %lld): relative Frobenius %.3e\n",
                         (long long)R, (long long)C, (long long)k, e);
@@ -386,7 +359,7 @@ TEST(cuda_newton_schulz_singular_bands_and_batching)
     setup();
     const struct coeffs pe = coeffs_of(NS_TABLE_POLAR_EXPRESS, 8),
                         jo = coeffs_of(NS_TABLE_JORDAN, 5);
-    float *in = uniform(256 * 512, 42), *out = malloc(sizeof(float) * 256 * 512);
+    float *in = ns_input(256 * 512, KDT_F32, 42, NULL), *out = malloc(sizeof(float) * 256 * 512);
     double smin, smax;
     ASSERT_EQ_INT(gpu_ns(1, 256, 512, &pe, in, out), 0);
     singular_range(out, 256, 512, 1.0, &smin, &smax);
@@ -401,7 +374,7 @@ TEST(cuda_newton_schulz_singular_bands_and_batching)
      * for another batch count, so bf16 tolerance, not bits */
     const struct coeffs q = coeffs_of(NS_TABLE_QUINTIC, 5);
     const size_t one = 96 * 160;
-    float *bin = uniform(4 * one, 9), *bout = malloc(4 * one * sizeof(float)),
+    float *bin = ns_input(4 * one, KDT_F32, 9, NULL), *bout = malloc(4 * one * sizeof(float)),
           *sout = malloc(one * sizeof(float));
     ASSERT_EQ_INT(gpu_ns(4, 96, 160, &q, bin, bout), 0);
     for (int k = 0; k < 4; k++) {

@@ -11,22 +11,10 @@
 #include "kernels/ops.h"
 #include "ns_fp64.h"
 #include "ns_singular.h"
+#include "ns_test_util.h"
 #include "test.h"
 
 static const float eps = 1e-8f;
-
-struct coeffs {
-    float c[NS_TABLE_MAX_STEPS][3];
-    int steps;
-    float norm_scale;
-};
-
-static struct coeffs coeffs_of(int table, int steps)
-{
-    struct coeffs t = {.steps = steps, .norm_scale = (float)ns_coeffs_default_norm_scale(table)};
-    ns_coeffs_fill(table, steps, NULL, t.c);
-    return t;
-}
 
 static struct ns_bf16 *engine(void)
 {

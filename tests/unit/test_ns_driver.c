@@ -8,23 +8,11 @@
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
 #include "ns_fp64.h"
+#include "ns_test_util.h"
 #include "test.h"
 
 int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms);
 size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch);
-
-struct coeffs {
-    float c[NS_TABLE_MAX_STEPS][3];
-    int steps;
-    float norm_scale;
-};
-
-static struct coeffs coeffs_of(int table, int steps)
-{
-    struct coeffs t = {.steps = steps, .norm_scale = (float)ns_coeffs_default_norm_scale(table)};
-    ns_coeffs_fill(table, steps, NULL, t.c);
-    return t;
-}
 
 static struct ns_args args_of(int64_t batch, int64_t rows, int64_t cols, const struct coeffs *t,
                               const void *in, int in_dt, void *out, int out_dt)
@@ -45,35 +33,8 @@ static struct ns_args args_of(int64_t batch, int64_t rows, int64_t cols, const s
                             .compute = KDT_BF16};
 }
 
-/* Values uniform in (-1, 1), stored as dt; *ref gets what was stored, in double. */
-static void *input(int dt, size_t count, uint64_t seed, double *ref)
-{
-    void *p = malloc(count * kdtype_size(dt));
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
-    for (size_t i = 0; i < count; i++) {
-        const float v = (float)test_rand(&s);
-        if (dt == KDT_BF16)
-            ((uint16_t *)p)[i] = bf16_from_f32(v);
-        else
-            ((float *)p)[i] = v;
-        ref[i] = kload(p, dt, i);
-    }
-    return p;
-}
-
 /* The larger error, NaN winning: a NaN result must fail the check, not vanish in a max. */
 static double worse(double a, double b) { return a != a || b != b ? NAN : a > b ? a : b; }
-
-static double rel_frobenius(const void *x, int dt, const double *ref, size_t count)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < count; i++) {
-        const double d = kload(x, dt, i) - ref[i];
-        num += d * d;
-        den += ref[i] * ref[i];
-    }
-    return sqrt(num / den);
-}
 
 /* One case: the driver against ns_fp64 matrix by matrix; returns the worst error. */
 static double check_case_t(int64_t batch, int64_t rows, int64_t cols, int transpose, int in_dt,
@@ -82,7 +43,7 @@ static double check_case_t(int64_t batch, int64_t rows, int64_t cols, int transp
     const struct coeffs t = coeffs_of(table, steps);
     const size_t one = (size_t)(rows * cols), count = (size_t)batch * one;
     double *u = malloc(sizeof(double) * count), *ref = malloc(sizeof(double) * one);
-    void *in = input(in_dt, count, (uint64_t)(rows * 131 + cols * 7 + batch), u);
+    void *in = ns_input(count, in_dt, (uint64_t)(rows * 131 + cols * 7 + batch), u);
     void *out = malloc(count * kdtype_size(out_dt));
     const size_t wsb = ns_driver_host_ws_bytes(rows, cols, batch);
     void *ws = malloc(wsb);
@@ -98,7 +59,7 @@ static double check_case_t(int64_t batch, int64_t rows, int64_t cols, int transp
         ns_fp64(u + k * one, rows, cols, transpose, (const float(*)[3])t.c, t.steps, t.norm_scale,
                 1e-8, ref);
         const double e =
-            rel_frobenius((const char *)out + k * one * kdtype_size(out_dt), out_dt, ref, one);
+            ns_rel_frobenius((const char *)out + k * one * kdtype_size(out_dt), out_dt, ref, one);
         worst = worse(worst, e);
     }
     if (!(worst <= 1.5e-2))
@@ -151,7 +112,7 @@ TEST(ns_driver_chunks_in_place_and_refusals)
     const int64_t batch = 3, rows = 20, cols = 36;
     const size_t count = (size_t)(batch * rows * cols);
     double *u = malloc(sizeof(double) * count);
-    float *in = input(KDT_F32, count, 11, u);
+    float *in = ns_input(count, KDT_F32, 11, u);
     float *full = malloc(count * sizeof(float)), *split = malloc(count * sizeof(float));
     float *inplace = malloc(count * sizeof(float));
     const size_t big = ns_driver_host_ws_bytes(rows, cols, batch);

@@ -1,0 +1,55 @@
+/* Helpers the Newton-Schulz tests share: a coefficient table in use, inputs whose stored values
+ * the fp64 oracle sees exactly, and the relative Frobenius error against it. */
+#ifndef SHARDOPT_TEST_NS_TEST_UTIL_H
+#define SHARDOPT_TEST_NS_TEST_UTIL_H
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/ns_coeffs.h"
+#include "kernels/ops.h"
+#include "test.h"
+
+struct coeffs {
+    float c[NS_TABLE_MAX_STEPS][3];
+    int steps;
+    float norm_scale;
+};
+
+static inline struct coeffs coeffs_of(int table, int steps)
+{
+    struct coeffs t = {.steps = steps, .norm_scale = (float)ns_coeffs_default_norm_scale(table)};
+    ns_coeffs_fill(table, steps, NULL, t.c);
+    return t;
+}
+
+/* count values uniform in (-1, 1) stored as dt; u64 (may be NULL) gets the stored values. */
+static inline void *ns_input(size_t count, int dt, uint64_t seed, double *u64)
+{
+    void *p = malloc(count * kdtype_size(dt));
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < count; i++) {
+        const float v = (float)test_rand(&s);
+        if (dt == KDT_BF16)
+            ((uint16_t *)p)[i] = bf16_from_f32(v);
+        else
+            ((float *)p)[i] = v;
+        if (u64 != NULL)
+            u64[i] = kload(p, dt, i);
+    }
+    return p;
+}
+
+/* |x - ref|_F / |ref|_F for count elements of x (dtype dt). */
+static inline double ns_rel_frobenius(const void *x, int dt, const double *ref, size_t count)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < count; i++) {
+        const double d = kload(x, dt, i) - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
+#endif

@@ -23,6 +23,28 @@ static inline struct coeffs coeffs_of(int table, int steps)
     return t;
 }
 
+/* A batch of rows x cols matrices through table t, on the wide side (transpose = rows > cols),
+ * plain variant, eps 1e-8, bf16 products; callers change what their case needs. */
+static inline struct ns_args ns_args_of(int64_t batch, int64_t rows, int64_t cols,
+                                        const struct coeffs *t, const void *in, int in_dt,
+                                        void *out, int out_dt)
+{
+    return (struct ns_args){.batch = batch,
+                            .rows = rows,
+                            .cols = cols,
+                            .transpose = rows > cols,
+                            .in = in,
+                            .in_dtype = in_dt,
+                            .out = out,
+                            .out_dtype = out_dt,
+                            .coeffs = (const float(*)[3])t->c,
+                            .steps = t->steps,
+                            .norm_scale = t->norm_scale,
+                            .eps = 1e-8f,
+                            .variant = NS_VARIANT_PLAIN,
+                            .compute = KDT_BF16};
+}
+
 /* count values uniform in (-1, 1) stored as dt; u64 (may be NULL) gets the stored values. */
 static inline void *ns_input(size_t count, int dt, uint64_t seed, double *u64)
 {

@@ -298,20 +298,7 @@ static int gpu_ns(int64_t batch, int64_t rows, int64_t cols, const struct coeffs
     const size_t wsb = gpu->ns_workspace_bytes(rows, cols, batch);
     void *d = gpu->alloc(bytes);
     struct ns_workspace ws = {.buf = gpu->alloc(wsb), .floats = wsb / sizeof(float)};
-    const struct ns_args a = {.batch = batch,
-                              .rows = rows,
-                              .cols = cols,
-                              .transpose = rows > cols,
-                              .in = d,
-                              .in_dtype = KDT_F32,
-                              .out = d,
-                              .out_dtype = KDT_F32,
-                              .coeffs = (const float(*)[3])t->c,
-                              .steps = t->steps,
-                              .norm_scale = t->norm_scale,
-                              .eps = 1e-8f,
-                              .variant = NS_VARIANT_PLAIN,
-                              .compute = KDT_BF16};
+    const struct ns_args a = ns_args_of(batch, rows, cols, t, d, KDT_F32, d, KDT_F32);
     gpu->copy(&gctx, d, in, bytes);
     int rc = gpu->newton_schulz(&gctx, &a, &ws);
     gpu->copy(&gctx, out, d, bytes);

@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "ns_fp64.h"
 #include "ns_singular.h"
+#include "ns_test_util.h"
 #include "test.h"
 
 typedef int (*ns_fn_t)(const struct kernel_ctx *, const struct ns_args *,
@@ -51,22 +52,6 @@ static void ns64(const double *u, const struct ns_shape *s, const struct ns_tabl
 }
 
 /* ---- data and kernel calls ---- */
-
-/* A buffer of `dt` holding uniform [-1, 1) values; u64 receives exactly the stored values. */
-static void *input_make(size_t count, int dt, uint64_t seed, double *u64)
-{
-    void *p = malloc(count * kdtype_size(dt));
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < count; i++) {
-        const float v = (float)test_rand(&s);
-        if (dt == KDT_BF16)
-            ((uint16_t *)p)[i] = bf16_from_f32(v);
-        else
-            ((float *)p)[i] = v;
-        u64[i] = kload(p, dt, i);
-    }
-    return p;
-}
 
 static int ns_call(ns_fn_t fn, const struct ns_shape *s, int variant, const void *in, int in_dt,
                    void *out, int out_dt, const struct ns_table_use *t)
@@ -138,7 +123,7 @@ static void check_ref_vs_fp64(int in_dt, int out_dt, const struct ns_table_use *
         const struct ns_shape *s = &shapes[i];
         const size_t count = shape_count(s);
         double *u = malloc(count * sizeof(double)), *ref = malloc(count * sizeof(double));
-        void *in = input_make(count, in_dt, 100 + i, u);
+        void *in = ns_input(count, in_dt, 100 + i, u);
         void *out = malloc(count * kdtype_size(out_dt));
         double ref_max = 0.0;
 
@@ -202,7 +187,7 @@ static void check_blas_vs_ref(int variant, const struct ns_table_use *t)
         const struct ns_shape *s = &blas_shapes[i];
         const size_t count = shape_count(s);
         double *u = malloc(count * sizeof(double)), *ref = malloc(count * sizeof(double));
-        float *in = input_make(count, KDT_F32, 200 + i, u);
+        float *in = ns_input(count, KDT_F32, 200 + i, u);
         float *o_ref = malloc(count * sizeof(float)), *o_blas = malloc(count * sizeof(float));
         double ref_max = 0.0;
 
@@ -246,7 +231,7 @@ TEST(ns_blas_variants_agree_on_large_shape)
     const struct ns_table_use t = table_use(NS_TABLE_QUINTIC, 5);
     const size_t count = shape_count(&s);
     double *u = malloc(count * sizeof(double)), *plain64 = malloc(count * sizeof(double));
-    float *in = input_make(count, KDT_F32, 7, u);
+    float *in = ns_input(count, KDT_F32, 7, u);
     float *o_plain = malloc(count * sizeof(float)), *o_sym = malloc(count * sizeof(float));
     double ref_max = 0.0;
 
@@ -275,7 +260,7 @@ TEST(ns_blas_deterministic)
     const size_t count = shape_count(&s);
     const int saved = kernel_blas_get_threads();
     double *u = malloc(count * sizeof(double));
-    float *in = input_make(count, KDT_F32, 9, u);
+    float *in = ns_input(count, KDT_F32, 9, u);
     float *o1 = malloc(count * sizeof(float)), *o2 = malloc(count * sizeof(float));
 
     for (int threads = 1; threads <= 2; threads++) {
@@ -302,7 +287,7 @@ TEST(ns_kernels_reject_what_they_cannot_run)
     const struct ns_shape s = {1, 6, 10};
     const struct kernel_ctx ctx = {.threads = 1, .stream = NULL};
     double u[60];
-    float *in = input_make(60, KDT_F32, 3, u), out[60];
+    float *in = ns_input(60, KDT_F32, 3, u), out[60];
     float ws_buf[512];
     struct ns_args a = {.batch = 1,
                         .rows = 10,
@@ -382,7 +367,7 @@ TEST(ns_jacobi_finds_known_singular_values)
 static float *property_input(void)
 {
     double *u = malloc(sizeof(double) * 256 * 512);
-    float *in = input_make(256 * 512, KDT_F32, 42, u);
+    float *in = ns_input(256 * 512, KDT_F32, 42, u);
     free(u);
     return in;
 }
@@ -553,7 +538,7 @@ TEST(ns_variant_table_picks_what_blas_runs)
         const struct ns_shape *s = &shapes[i];
         const size_t count = shape_count(s);
         double *u = malloc(count * sizeof(double));
-        float *in = input_make(count, KDT_F32, 5, u), *out = malloc(count * sizeof(float));
+        float *in = ns_input(count, KDT_F32, 5, u), *out = malloc(count * sizeof(float));
         EXPECT_EQ_INT(ns_call(blas_newton_schulz, s, ns_variant_for_shape(s->rows, s->cols), in,
                               KDT_F32, out, KDT_F32, &t),
                       0);

@@ -35,21 +35,10 @@ static int run(struct ns_bf16 *b, int64_t batch, int64_t rows, int64_t cols, int
         fprintf(stderr, "  prepare: %s\n", err);
         return -9;
     }
-    const struct ns_args a = {.batch = batch,
-                              .rows = rows,
-                              .cols = cols,
-                              .transpose = rows > cols,
-                              .in = in,
-                              .in_dtype = in_dt,
-                              .out = out,
-                              .out_dtype = out_dt,
-                              .coeffs = (const float(*)[3])t->c,
-                              .steps = t->steps,
-                              .norm_scale = t->norm_scale,
-                              .eps = eps,
-                              .variant = variant,
-                              .compute = KDT_BF16,
-                              .block = block};
+    struct ns_args a = ns_args_of(batch, rows, cols, t, in, in_dt, out, out_dt);
+    a.eps = eps;
+    a.variant = variant;
+    a.block = block;
     struct ns_workspace ws = {.floats = ns_workspace_floats(rows, cols), .bf16 = b};
     ws.buf = cpu_alloc(ws.floats * sizeof(float));
     const int rc = blas_newton_schulz(&(struct kernel_ctx){.threads = 0}, &a, &ws);

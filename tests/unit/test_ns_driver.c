@@ -14,25 +14,6 @@
 int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms);
 size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch);
 
-static struct ns_args args_of(int64_t batch, int64_t rows, int64_t cols, const struct coeffs *t,
-                              const void *in, int in_dt, void *out, int out_dt)
-{
-    return (struct ns_args){.batch = batch,
-                            .rows = rows,
-                            .cols = cols,
-                            .transpose = rows > cols,
-                            .in = in,
-                            .in_dtype = in_dt,
-                            .out = out,
-                            .out_dtype = out_dt,
-                            .coeffs = (const float(*)[3])t->c,
-                            .steps = t->steps,
-                            .norm_scale = t->norm_scale,
-                            .eps = 1e-8f,
-                            .variant = NS_VARIANT_PLAIN,
-                            .compute = KDT_BF16};
-}
-
 /* The larger error, NaN winning: a NaN result must fail the check, not vanish in a max. */
 static double worse(double a, double b) { return a != a || b != b ? NAN : a > b ? a : b; }
 
@@ -47,7 +28,7 @@ static double check_case_t(int64_t batch, int64_t rows, int64_t cols, int transp
     void *out = malloc(count * kdtype_size(out_dt));
     const size_t wsb = ns_driver_host_ws_bytes(rows, cols, batch);
     void *ws = malloc(wsb);
-    struct ns_args a = args_of(batch, rows, cols, &t, in, in_dt, out, out_dt);
+    struct ns_args a = ns_args_of(batch, rows, cols, &t, in, in_dt, out, out_dt);
     int gemms = 0;
     double worst = 0;
 
@@ -120,7 +101,7 @@ TEST(ns_driver_chunks_in_place_and_refusals)
     void *ws = malloc(big);
     int gemms = 0;
 
-    struct ns_args a = args_of(batch, rows, cols, &t, in, KDT_F32, full, KDT_F32);
+    struct ns_args a = ns_args_of(batch, rows, cols, &t, in, KDT_F32, full, KDT_F32);
     EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, &gemms), 0);
     EXPECT_EQ_INT(gemms, 3 * 5);
     a.out = split;

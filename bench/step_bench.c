@@ -180,9 +180,13 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
                                                 : SHARDOPT_OFFLOAD_NONE;
     if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK)
         die("init", st);
-    if ((st = preset_shards_register(
-             rt, p, o->xdim, 12345 + (uint64_t)me,
-             cfg.backend == SHARDOPT_BACKEND_CUDA ? kernel_ops_cuda() : NULL, &ps)) != SHARDOPT_OK)
+    /* device memory for the shards, but offload = cpu works on host parameters */
+    const struct kernel_ops *dev =
+        cfg.backend == SHARDOPT_BACKEND_CUDA && cfg.offload != SHARDOPT_OFFLOAD_CPU
+            ? kernel_ops_cuda()
+            : NULL;
+    if ((st = preset_shards_register(rt, p, o->xdim, 12345 + (uint64_t)me, dev, &ps)) !=
+        SHARDOPT_OK)
         die("register", st);
 
     const int total = o->warmup + o->steps;

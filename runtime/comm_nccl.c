@@ -16,6 +16,7 @@ struct nccl_group {
     char name[32];
     double timeout_s;
     cudaStream_t compute, stream;
+    int own_stream;               /* 0: borrowed from the group it shares with */
     cudaEvent_t ready;            /* on compute: the exchange's inputs are written */
     cudaEvent_t done[NCCL_SLOTS]; /* on stream: an exchange finished */
     cudaEvent_t drained;          /* on stream: everything posted so far */
@@ -50,7 +51,8 @@ static shardopt_status_t group_settle(struct nccl_group *g, const char *what)
 }
 
 shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double timeout_s,
-                                    const char *name, struct nccl_group **out)
+                                    const char *name, const struct nccl_group *share,
+                                    struct nccl_group **out)
 {
     struct nccl_group *g = calloc(1, sizeof *g);
     ncclUniqueId id;
@@ -76,7 +78,12 @@ shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double 
                         name);
     }
     MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm);
-    e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    if (share != NULL) {
+        g->stream = share->stream;
+    } else {
+        e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+        g->own_stream = e == cudaSuccess;
+    }
     for (int i = 0; e == cudaSuccess && i < NCCL_SLOTS; i++)
         e = cudaEventCreateWithFlags(&g->done[i], cudaEventDisableTiming);
     if (e == cudaSuccess)
@@ -122,7 +129,7 @@ void nccl_group_destroy(struct nccl_group *g)
         cudaEventDestroy(g->ready);
     if (g->drained != NULL)
         cudaEventDestroy(g->drained);
-    if (g->stream != NULL)
+    if (g->stream != NULL && g->own_stream)
         cudaStreamDestroy(g->stream);
     free(g);
 }

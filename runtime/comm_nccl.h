@@ -17,9 +17,13 @@
 
 struct nccl_group;
 
-/* Collective over comm. compute_stream: the runtime's CUDA stream. timeout_s: 0 = none. */
+/* Collective over comm. compute_stream: the runtime's CUDA stream. timeout_s: 0 = none.
+ * share: a group whose communication stream this one uses too (NULL: its own; destroy the
+ * sharers first). One stream for all groups keeps every rank's NCCL kernels in one order,
+ * whatever the GPU's scheduler would do with independent streams. */
 shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double timeout_s,
-                                    const char *name, struct nccl_group **out);
+                                    const char *name, const struct nccl_group *share,
+                                    struct nccl_group **out);
 void nccl_group_destroy(struct nccl_group *g);
 
 /* All-to-all-v of `es`-byte elements: to member i sc[i] elements from sbuf + sd[i], from member

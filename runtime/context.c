@@ -198,12 +198,14 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
         } made[] = {{g->dense, &rt->nccl[GROUP_DENSE], "dense"},
                     {g->xs, &rt->nccl[GROUP_EXPERT], "expert shard"},
                     {g->rep, &rt->nccl_rep, "replicate"}};
+        const struct nccl_group *first = NULL; /* its stream serves every group */
         for (size_t i = 0; i < sizeof made / sizeof made[0] && status == SHARDOPT_OK; i++) {
             int size = 1;
             MPI_Comm_size(made[i].comm, &size);
             if (size > 1)
                 status = nccl_group_create(made[i].comm, rt->kctx.stream, rt->cfg.comm_timeout_s,
-                                           made[i].name, made[i].out);
+                                           made[i].name, first, made[i].out);
+            first = first != NULL ? first : *made[i].out;
             status = groups_agree(g, status, "init");
         }
         if (status != SHARDOPT_OK)
@@ -218,12 +220,13 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
 
 static void device_stop(shardopt_runtime_t rt)
 {
-    for (int k = 0; k < GROUP_KINDS; k++) {
+    /* in the reverse order of creation: the first group owns the stream the others borrow */
+    nccl_group_destroy(rt->nccl_rep);
+    rt->nccl_rep = NULL;
+    for (int k = GROUP_KINDS - 1; k >= 0; k--) {
         nccl_group_destroy(rt->nccl[k]);
         rt->nccl[k] = NULL;
     }
-    nccl_group_destroy(rt->nccl_rep);
-    rt->nccl_rep = NULL;
     if (rt->kctx.backend != NULL)
         rt->ns_ops->backend_destroy(rt->kctx.backend);
     rt->kctx.backend = NULL;

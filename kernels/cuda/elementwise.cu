@@ -153,7 +153,7 @@ static_assert(sizeof(ew_batch<adamw_args>) <= 32764 && sizeof(ew_batch<momentum_
                   sizeof(ew_batch<apply_args>) <= 32764,
               "a batch must fit the kernel parameter space (32764 bytes since CUDA 12.1)");
 
-template <class A> __global__ void k_batch(const ew_batch<A> b)
+template <class A> __global__ void k_batch(const __grid_constant__ ew_batch<A> b)
 {
     const unsigned long long total = b.first[b.count];
     for (unsigned long long g = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -172,8 +172,10 @@ int preset_load(const char *name, const char *dir, const struct preset_scale *sc
         snprintf(err, errlen, "preset %s: dims need dense_layers and moe_layers", path);
         goto out;
     }
-    if (scale->layers > 0)
+    if (scale->layers > 0 && *ml > 0)
         *ml = scale->layers;
+    else if (scale->layers > 0) /* a dense model: the knob counts its (dense) layers */
+        *dl = scale->layers;
     p.dense_layers = (int)*dl;
     p.moe_layers = (int)*ml;
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "name");

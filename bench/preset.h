@@ -23,7 +23,7 @@ struct preset {
 };
 
 struct preset_scale {
-    int layers;      /* > 0: this many MoE layers instead of the preset's */
+    int layers;      /* > 0: this many MoE layers (dense layers for a dense model) */
     int width_div;   /* > 1: divide the width dims by this (at least 1 left) */
     int experts_div; /* > 1: divide the expert count by this */
 };

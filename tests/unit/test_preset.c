@@ -1,5 +1,6 @@
-/* Model presets: glm45-air expands to the published architecture's tensors (count checked
- * against the arithmetic written out here), and the scaling knobs do what they say. */
+/* Model presets: glm45-air, qwen3-30b-a3b and qwen3-0.6b expand to the published
+ * architectures' tensors (counts checked against the arithmetic written out here and the
+ * published totals), and the scaling knobs do what they say. */
 #include "bench/preset.h"
 #include "test.h"
 
@@ -31,6 +32,54 @@ TEST(glm45_air_has_the_published_shapes_and_count)
         }
     EXPECT_EQ_INT(experts, 1);
     printf("  glm45-air: %d tensors, %.3f B parameters\n", p.n, (double)p.total / 1e9);
+    preset_free(&p);
+}
+
+/* Qwen3-30B-A3B: 48 MoE layers of 128 experts, q/k norms, no shared expert, untied embeddings. */
+TEST(qwen3_30b_a3b_has_the_published_count)
+{
+    struct preset p;
+    struct preset_scale s = {0, 1, 1};
+    char err[256];
+    ASSERT_EQ_INT(preset_load("qwen3-30b-a3b", SHARDOPT_PRESET_DIR, &s, &p, err, sizeof err), 0);
+    const int64_t h = 2048, q = 32 * 128, kv = 4 * 128, V = 151936;
+    const int64_t attn = h + q * h + kv * h + kv * h + h * q + 128 + 128 + h;
+    const int64_t moe = 128 * h + 3 * 128 * 768 * h;
+    EXPECT_EQ_INT(p.total, 2 * V * h + h + 48 * (attn + moe));
+    /* published: 30.5B parameters in total */
+    EXPECT_TRUE(p.total > 30450000000ll && p.total < 30550000000ll);
+    EXPECT_EQ_INT(p.dense_layers, 0);
+    EXPECT_EQ_INT(p.moe_layers, 48);
+    printf("  qwen3-30b-a3b: %d tensors, %.3f B parameters\n", p.n, (double)p.total / 1e9);
+    preset_free(&p);
+}
+
+/* Qwen3-0.6B: 28 dense layers, tied embeddings (one tensor), 0.44B parameters outside it. */
+TEST(qwen3_0_6b_has_the_published_count)
+{
+    struct preset p;
+    struct preset_scale s = {0, 1, 1};
+    char err[256];
+    ASSERT_EQ_INT(preset_load("qwen3-0.6b", SHARDOPT_PRESET_DIR, &s, &p, err, sizeof err), 0);
+    const int64_t h = 1024, q = 16 * 128, kv = 8 * 128, V = 151936, f = 3072;
+    const int64_t layer = h + q * h + kv * h + kv * h + h * q + 128 + 128 + h + 3 * f * h;
+    EXPECT_EQ_INT(p.total, V * h + h + 28 * layer);
+    /* published: 0.6B in total, 0.44B non-embedding */
+    EXPECT_TRUE(p.total > 590000000ll && p.total < 610000000ll);
+    EXPECT_TRUE(p.total - V * h > 435000000ll && p.total - V * h < 445000000ll);
+    EXPECT_EQ_INT(p.dense_layers, 28);
+    EXPECT_EQ_INT(p.moe_layers, 0);
+    int lm_head = 0;
+    for (int i = 0; i < p.n; i++)
+        lm_head += strcmp(p.t[i].name, "lm_head.weight") == 0;
+    EXPECT_EQ_INT(lm_head, 0);
+    printf("  qwen3-0.6b: %d tensors, %.3f B parameters\n", p.n, (double)p.total / 1e9);
+    /* --layers on a dense model counts its dense layers */
+    preset_free(&p);
+    s.layers = 2;
+    ASSERT_EQ_INT(preset_load("qwen3-0.6b", SHARDOPT_PRESET_DIR, &s, &p, err, sizeof err), 0);
+    EXPECT_EQ_INT(p.dense_layers, 2);
+    EXPECT_EQ_INT(p.moe_layers, 0);
     preset_free(&p);
 }
 

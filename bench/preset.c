@@ -43,7 +43,7 @@ static int expr_eval(struct dims *d, const char *s, int64_t *out)
     return 0;
 }
 
-static int file_slurp(const char *path, char **text)
+int preset_file_read(const char *path, char **text)
 {
     FILE *f = fopen(path, "rb");
     long n;
@@ -146,7 +146,7 @@ int preset_load(const char *name, const char *dir, const struct preset_scale *sc
         snprintf(path, sizeof path, "%s", name);
     else
         snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    if (file_slurp(path, &text) != 0) {
+    if (preset_file_read(path, &text) != 0) {
         snprintf(err, errlen, "preset %s: cannot read", path);
         return -1;
     }

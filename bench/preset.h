@@ -35,4 +35,7 @@ int preset_load(const char *name, const char *dir, const struct preset_scale *sc
 
 void preset_free(struct preset *p);
 
+/* A whole file into a malloc'd, NUL-terminated string (the caller frees it). 0, or -1. */
+int preset_file_read(const char *path, char **text);
+
 #endif

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "classify.h"
 #include "kernels/rng.h"
 #include "runtime.h"
 #include "status.h"
@@ -9,34 +10,12 @@
 /* Oldest descriptor layout we accept (version 1 is current). */
 #define DESC_V1_SIZE (offsetof(shardopt_param_desc_t, wd_mult) + sizeof(double))
 
-/* Does name match one comma-separated entry: a substring, or `=exact`? */
-static int name_matches_patterns(const char *name, const char *patterns)
-{
-    const char *p = patterns;
-    while (*p != '\0') {
-        const char *end = strchr(p, ',');
-        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
-        char entry[SHARDOPT_PATTERNS_MAX];
-        memcpy(entry, p, len);
-        entry[len] = '\0';
-        if (entry[0] == '=' ? strcmp(name, entry + 1) == 0
-                            : (len > 0 && strstr(name, entry) != NULL))
-            return 1;
-        p += len;
-        if (*p == ',')
-            p++;
-    }
-    return 0;
-}
-
 static shardopt_status_t algo_resolve(const shardopt_runtime_t rt, const shardopt_param_desc_t *d,
                                       shardopt_algo_t *algo_p)
 {
-    const int matrix = d->ndim >= 2 && d->shape[d->ndim - 2] > 1 && d->shape[d->ndim - 1] > 1;
-
     switch (d->algo) {
     case SHARDOPT_ALGO_AUTO:
-        *algo_p = matrix && !name_matches_patterns(d->name, rt->cfg.adamw_patterns)
+        *algo_p = classify_auto_is_muon(d->name, d->ndim, d->shape, rt->cfg.adamw_patterns)
                       ? SHARDOPT_ALGO_MUON
                       : SHARDOPT_ALGO_ADAMW;
         return SHARDOPT_OK;

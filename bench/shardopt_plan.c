@@ -1,0 +1,474 @@
+/* shardopt-plan: what a layout costs, for any world size, without MPI or GPUs.
+ *
+ *   shardopt-plan --preset NAME [--layers L] [--width-div D] [--experts-div D]
+ *       (--world W | --nodes N) [--gpus-per-node G] [--dp-replicate R] [--dp-shard S] [--cp C]
+ *       [--ep E] [--expert-shard-dim 0|1|2] [--momentum-dtype fp32|bf16]
+ *       [--adam-dtype fp32|bf16] [--offload none|optimizer|cpu] [--machine FILE]
+ *       [--sweep N1,N2,...] [--json]
+ *
+ * The tensors of a preset are sharded as bench/preset_shards.c registers them (dense tensors in
+ * torch.chunk pieces along dim 0 over the dense shard group; expert stacks split over EP, then
+ * chunked along --expert-shard-dim over the expert shard group) and classified as the runtime
+ * does (runtime/classify.c). The Newton-Schulz owners come from the runtime's own planner
+ * (sharding/plan.c), so owned FLOPs and exchange bytes are what a run of that layout would do.
+ * Per rank: owned NS FLOPs (max and mean over the ranks), bytes sent per step in each group
+ * (received is the same), optimizer state bytes, host<->device bytes with offload, and a
+ * predicted step time from the rates of a machine file (bench/machines/h200.json by default):
+ *
+ *   t_ns   = max over ranks of NS FLOPs / (gemm_bf16_tflops * ns_gemm_fraction)
+ *   t_comm = dense bytes / (intra or inter-node rate) + expert bytes / (same), per direction
+ *   t_elem = bytes the elementwise kernels read and write / hbm_gbps (fp32 params and grads)
+ *            (offload = optimizer: the larger of that and state bytes / host_link_gbps;
+ *             offload = cpu: the same bytes / host_mem_gbps, plus NS input and output over
+ *             host_link_gbps)
+ *   step   = t_elem + max(t_ns, t_comm)   (exchanges overlap Newton-Schulz in the pipeline)
+ *
+ * A group lies inside a node when the dense shard group does (ranks are row-major over
+ * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).
+ * --sweep repeats the prediction for each node count, keeping cp and ep (dp_shard = the rest). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/preset.h"
+#include "runtime/classify.h"
+#include "sharding/plan.h"
+#include "shardopt.h"
+
+#define NS_STEPS 5
+#define COMM_ES  2 /* bf16 Newton-Schulz input and output (comm_dtype default) */
+
+struct machine {
+    char name[64];
+    double gemm_tflops, ns_fraction, hbm_gbps, intra_gbps, inter_gbps, host_link_gbps,
+        host_mem_gbps;
+    int gpus_per_node;
+};
+
+struct opts {
+    const char *preset, *machine, *sweep;
+    struct preset_scale scale;
+    int world, nodes, gpn, rep, shard, cp, ep, xdim, json;
+    int mom_es, adam_es;
+    const char *offload;
+};
+
+/* What one layout does, per rank. */
+struct prediction {
+    int world, rep, shard, cp, ep, dense, xs;
+    double flops_max, flops_mean;      /* NS FLOPs per step */
+    double dense_bytes, expert_bytes;  /* sent per step by the busiest rank, each group */
+    double state_bytes;                /* max over ranks */
+    double h2d_bytes;                  /* per step, = d2h */
+    double t_ns, t_comm, t_elem, step; /* seconds */
+    int dense_internode;
+};
+
+static void die(const char *msg)
+{
+    fprintf(stderr, "shardopt-plan: %s\n", msg);
+    exit(2);
+}
+
+static int parse_int(const char *s, int lo, int hi, const char *what)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "shardopt-plan: %s = '%s': accepted %d..%d\n", what, s, lo, hi);
+        exit(2);
+    }
+    return (int)v;
+}
+
+static double json_rate(const cJSON *root, const char *key, const char *path)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) {
+        fprintf(stderr, "shardopt-plan: machine file %s: \"%s\" must be a number > 0\n", path, key);
+        exit(2);
+    }
+    return v->valuedouble;
+}
+
+static void machine_load(const char *path, struct machine *m)
+{
+    char *text = NULL;
+    if (preset_file_read(path, &text) != 0) {
+        fprintf(stderr, "shardopt-plan: machine file %s: cannot read\n", path);
+        exit(2);
+    }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        fprintf(stderr, "shardopt-plan: machine file %s: not a JSON object\n", path);
+        exit(2);
+    }
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "name");
+    snprintf(m->name, sizeof m->name, "%s", cJSON_IsString(nm) ? nm->valuestring : path);
+    m->gemm_tflops = json_rate(root, "gemm_bf16_tflops", path);
+    m->ns_fraction = json_rate(root, "ns_gemm_fraction", path);
+    m->hbm_gbps = json_rate(root, "hbm_gbps", path);
+    m->intra_gbps = json_rate(root, "intra_node_gbps", path);
+    m->inter_gbps = json_rate(root, "inter_node_gbps", path);
+    m->host_link_gbps = json_rate(root, "host_link_gbps", path);
+    m->host_mem_gbps = json_rate(root, "host_mem_gbps", path);
+    m->gpus_per_node = (int)json_rate(root, "gpus_per_node", path);
+    cJSON_Delete(root);
+}
+
+/* torch.chunk: ceil-sized chunks, the last ones short or empty (as bench/preset_shards.c). */
+static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
+{
+    int64_t c = (n + parts - 1) / parts;
+    *lo = c * i < n ? c * i : n;
+    *len = *lo + c < n ? c : n - *lo;
+}
+
+/* Member i's box of tensor t in its group (dense: dim 0 over members; expert: EP rank 0's
+ * experts, chunked along xdim over members). */
+static void box_of(const struct preset_tensor *t, int members, int i, int ep, int xdim,
+                   struct plan_box *b)
+{
+    for (int d = 0; d < 3; d++) {
+        b->lo[d] = 0;
+        b->len[d] = d < t->ndim ? t->shape[d] : 1;
+    }
+    if (t->expert) {
+        const int64_t per = t->shape[0] / ep;
+        b->len[0] = per;
+        chunk(xdim == 0 ? per : t->shape[xdim], members, i, &b->lo[xdim], &b->len[xdim]);
+    } else {
+        chunk(t->shape[0], members, i, &b->lo[0], &b->len[0]);
+    }
+}
+
+static double box_numel(const struct plan_box *b)
+{
+    return (double)(b->len[0] * b->len[1] * b->len[2]);
+}
+
+/* Plan one group (dense tensors or EP rank 0's experts); add each member's owned FLOPs per
+ * iteration to flops[], its bytes sent per step to bytes[], and the bytes of the matrices it
+ * orthogonalizes to owned[]. */
+static void group_cost(const struct preset *p, const char *const *skip, int expert, int members,
+                       int ep, int xdim, double *flops, double *bytes, double *owned)
+{
+    struct plan_param *pp = calloc((size_t)p->n + 1, sizeof *pp);
+    struct plan_box *boxes = calloc((size_t)p->n * (size_t)members + 1, sizeof *boxes);
+    int np = 0;
+    if (pp == NULL || boxes == NULL)
+        die("out of memory");
+    for (int i = 0; i < p->n; i++) {
+        const struct preset_tensor *t = &p->t[i];
+        if (t->expert != expert || skip[i] != NULL)
+            continue;
+        struct plan_box *b = &boxes[(size_t)np * (size_t)members];
+        for (int m = 0; m < members; m++)
+            box_of(t, members, m, ep, xdim, &b[m]);
+        pp[np] = (struct plan_param){.param = i,
+                                     .ndim = t->ndim,
+                                     .k_lo = 0,
+                                     .k_count = t->ndim == 3 ? t->shape[0] / ep : 1,
+                                     .boxes = b};
+        memcpy(pp[np].shape, t->shape, sizeof pp[np].shape);
+        if (t->ndim == 3)
+            pp[np].shape[0] = t->shape[0] / ep; /* EP rank 0's stack */
+        np++;
+    }
+    struct plan_cfg cfg = {
+        .members = members, .me = 0, .bucket_bytes = 128u << 20, .esize = COMM_ES};
+    struct group_plan P;
+    char err[256];
+    if (np > 0 && plan_build(&cfg, pp, np, &P, err, sizeof err) != 0)
+        die(err);
+    if (np > 0) {
+        for (int m = 0; m < members; m++)
+            flops[m] += P.load[m];
+        /* bytes by the plan's owners: a holder sends its fraction f of a matrix in exchange #1,
+         * its owner sends the rest (1 - f) back in #2 (tests/unit/test_plan.c checks this
+         * formula against the plan's own counts) */
+        int mi = 0;
+        for (int q = 0; q < np; q++) {
+            const int rd = pp[q].ndim - 2;
+            const double whole = (double)(pp[q].shape[rd] * pp[q].shape[rd + 1]);
+            for (int64_t k = 0; k < pp[q].k_count; k++, mi++)
+                for (int m = 0; m < members; m++) {
+                    const struct plan_box *b = &pp[q].boxes[m];
+                    const int held = pp[q].ndim == 2 || (k >= b->lo[0] && k < b->lo[0] + b->len[0]);
+                    const double f = held ? (double)(b->len[rd] * b->len[rd + 1]) / whole : 0.0;
+                    bytes[m] += (P.owner[mi] == m ? 1.0 - f : f) * whole * COMM_ES;
+                    owned[m] += P.owner[mi] == m ? whole * COMM_ES : 0.0;
+                }
+        }
+        plan_free(&P);
+    }
+    free(pp);
+    free(boxes);
+}
+
+static int predict(const struct opts *o, const struct preset *p, const struct machine *mc,
+                   int world, struct prediction *r, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    r->world = world;
+    r->rep = o->rep;
+    r->cp = o->cp;
+    r->ep = o->ep;
+    if (world % (o->rep * o->cp) != 0) {
+        snprintf(err, errlen, "world %d is not a multiple of dp_replicate %d x cp %d", world,
+                 o->rep, o->cp);
+        return -1;
+    }
+    r->shard = o->shard > 0 ? o->shard : world / (o->rep * o->cp);
+    r->dense = r->shard * o->cp;
+    if (o->rep * r->dense != world) {
+        snprintf(err, errlen, "dp_replicate %d x dp_shard %d x cp %d != world %d", o->rep, r->shard,
+                 o->cp, world);
+        return -1;
+    }
+    if (r->dense % o->ep != 0 || (o->ep > 1 && o->ep % o->cp != 0)) {
+        snprintf(err, errlen, "ep %d must divide dp_shard x cp = %d (and be a multiple of cp %d)",
+                 o->ep, r->dense, o->cp);
+        return -1;
+    }
+    r->xs = r->dense / o->ep;
+    const char **skip = calloc((size_t)p->n + 1, sizeof *skip); /* non-NULL: AdamW */
+    double *dflops = calloc((size_t)r->dense, sizeof(double));
+    double *dbytes = calloc((size_t)r->dense, sizeof(double));
+    double *xflops = calloc((size_t)r->xs, sizeof(double));
+    double *xbytes = calloc((size_t)r->xs, sizeof(double));
+    double *state = calloc((size_t)r->dense, sizeof(double));
+    double *elem = calloc((size_t)r->dense, sizeof(double));
+    double *downed = calloc((size_t)r->dense, sizeof(double));
+    double *xowned = calloc((size_t)r->xs, sizeof(double));
+    if (skip == NULL || dflops == NULL || dbytes == NULL || xflops == NULL || xbytes == NULL ||
+        state == NULL || elem == NULL || downed == NULL || xowned == NULL)
+        die("out of memory");
+    for (int i = 0; i < p->n; i++) {
+        const struct preset_tensor *t = &p->t[i];
+        if (t->expert && t->shape[0] % o->ep != 0) {
+            snprintf(err, errlen, "%s: %lld experts do not split over ep %d", t->name,
+                     (long long)t->shape[0], o->ep);
+            return -1;
+        }
+        const int muon =
+            classify_auto_is_muon(t->name, t->ndim, t->shape, SHARDOPT_DEFAULT_ADAMW_PATTERNS);
+        skip[i] = muon ? NULL : "adamw";
+        /* state and elementwise bytes of every rank of the dense group */
+        for (int d = 0; d < r->dense; d++) {
+            struct plan_box b;
+            if (t->expert)
+                box_of(t, r->xs, d / o->ep, o->ep, o->xdim, &b);
+            else
+                box_of(t, r->dense, d, o->ep, o->xdim, &b);
+            const double n = box_numel(&b);
+            state[d] += n * (muon ? o->mom_es : 2.0 * o->adam_es);
+            /* fp32 grad read, param read + write; Muon: momentum read + write, U out, O in;
+             * AdamW: both moments read + write */
+            elem[d] +=
+                n * (muon ? 4 + 8 + 2.0 * o->mom_es + 2 * COMM_ES : 4 + 8 + 4.0 * o->adam_es);
+        }
+    }
+    group_cost(p, skip, 0, r->dense, o->ep, o->xdim, dflops, dbytes, downed);
+    group_cost(p, skip, 1, r->xs, o->ep, o->xdim, xflops, xbytes, xowned);
+    double sum = 0, maxelem = 0, maxowned = 0;
+    for (int d = 0; d < r->dense; d++) {
+        const double f = (dflops[d] + xflops[d / o->ep]) * NS_STEPS;
+        r->flops_max = f > r->flops_max ? f : r->flops_max;
+        sum += f;
+        r->dense_bytes = dbytes[d] > r->dense_bytes ? dbytes[d] : r->dense_bytes;
+        r->expert_bytes = xbytes[d / o->ep] > r->expert_bytes ? xbytes[d / o->ep] : r->expert_bytes;
+        r->state_bytes = state[d] > r->state_bytes ? state[d] : r->state_bytes;
+        maxelem = elem[d] > maxelem ? elem[d] : maxelem;
+        const double ow = downed[d] + xowned[d / o->ep];
+        maxowned = ow > maxowned ? ow : maxowned;
+    }
+    r->flops_mean = sum / r->dense;
+
+    /* the cost model (header comment) */
+    r->dense_internode = r->dense > mc->gpus_per_node;
+    const double bw = (r->dense_internode ? mc->inter_gbps : mc->intra_gbps) * 1e9;
+    r->t_ns = r->flops_max / (mc->gemm_tflops * 1e12 * mc->ns_fraction);
+    r->t_comm = (r->dense_bytes + r->expert_bytes) / bw;
+    if (!strcmp(o->offload, "optimizer")) {
+        r->h2d_bytes = r->state_bytes;
+        const double copy = r->state_bytes / (mc->host_link_gbps * 1e9);
+        const double hbm = maxelem / (mc->hbm_gbps * 1e9);
+        r->t_elem = copy > hbm ? copy : hbm;
+    } else if (!strcmp(o->offload, "cpu")) {
+        /* Newton-Schulz input and output of the owned matrices cross the host link */
+        r->h2d_bytes = maxowned;
+        r->t_elem = maxelem / (mc->host_mem_gbps * 1e9) + maxowned / (mc->host_link_gbps * 1e9);
+    } else {
+        r->t_elem = maxelem / (mc->hbm_gbps * 1e9);
+    }
+    r->step = r->t_elem + (r->t_ns > r->t_comm ? r->t_ns : r->t_comm);
+    free(skip);
+    free(dflops);
+    free(dbytes);
+    free(xflops);
+    free(xbytes);
+    free(state);
+    free(elem);
+    free(downed);
+    free(xowned);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: shardopt-plan --preset NAME (--world W | --nodes N) [--gpus-per-node G]\n"
+            "       [--dp-replicate R] [--dp-shard S] [--cp C] [--ep E] [--expert-shard-dim D]\n"
+            "       [--momentum-dtype fp32|bf16] [--adam-dtype fp32|bf16]\n"
+            "       [--offload none|optimizer|cpu] [--machine FILE] [--sweep N1,N2,...] [--json]\n"
+            "       [--layers L] [--width-div D] [--experts-div D]\n");
+    exit(2);
+}
+
+static void opts_parse(int argc, char **argv, struct opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->machine = SHARDOPT_MACHINE_DIR "/h200.json";
+    o->rep = o->cp = o->ep = 1;
+    o->shard = -1;
+    o->mom_es = o->adam_es = 4;
+    o->offload = "none";
+    o->scale = (struct preset_scale){0, 1, 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        if (v == NULL)
+            usage();
+        i++;
+        if (!strcmp(a, "--preset"))
+            o->preset = v;
+        else if (!strcmp(a, "--machine"))
+            o->machine = v;
+        else if (!strcmp(a, "--sweep"))
+            o->sweep = v;
+        else if (!strcmp(a, "--offload")) {
+            if (strcmp(v, "none") && strcmp(v, "optimizer") && strcmp(v, "cpu"))
+                die("--offload takes none, optimizer or cpu");
+            o->offload = v;
+        } else if (!strcmp(a, "--momentum-dtype") || !strcmp(a, "--adam-dtype")) {
+            if (strcmp(v, "fp32") && strcmp(v, "bf16"))
+                die("dtypes are fp32 or bf16");
+            *(a[2] == 'm' ? &o->mom_es : &o->adam_es) = strcmp(v, "bf16") ? 4 : 2;
+        } else if (!strcmp(a, "--world"))
+            o->world = parse_int(v, 1, 1 << 20, "--world");
+        else if (!strcmp(a, "--nodes"))
+            o->nodes = parse_int(v, 1, 1 << 16, "--nodes");
+        else if (!strcmp(a, "--gpus-per-node"))
+            o->gpn = parse_int(v, 1, 1024, "--gpus-per-node");
+        else if (!strcmp(a, "--dp-replicate"))
+            o->rep = parse_int(v, 1, 1 << 20, "--dp-replicate");
+        else if (!strcmp(a, "--dp-shard"))
+            o->shard = parse_int(v, -1, 1 << 20, "--dp-shard");
+        else if (!strcmp(a, "--cp"))
+            o->cp = parse_int(v, 1, 1 << 20, "--cp");
+        else if (!strcmp(a, "--ep"))
+            o->ep = parse_int(v, 1, 1 << 20, "--ep");
+        else if (!strcmp(a, "--expert-shard-dim"))
+            o->xdim = parse_int(v, 0, 2, "--expert-shard-dim");
+        else if (!strcmp(a, "--layers"))
+            o->scale.layers = parse_int(v, 1, 1 << 16, "--layers");
+        else if (!strcmp(a, "--width-div"))
+            o->scale.width_div = parse_int(v, 1, 1 << 16, "--width-div");
+        else if (!strcmp(a, "--experts-div"))
+            o->scale.experts_div = parse_int(v, 1, 1 << 16, "--experts-div");
+        else
+            usage();
+    }
+    if (o->preset == NULL || (o->world == 0 && o->nodes == 0 && o->sweep == NULL))
+        usage();
+}
+
+static void print_row(const struct prediction *r)
+{
+    printf("| %d | %d x %d x %d, ep %d | %.3f | %.4f | %.1f | %.1f | %.2f | %.1f | %.2f | %.2f | "
+           "%.2f | **%.2f** |\n",
+           r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max / 1e12,
+           r->flops_max / r->flops_mean, r->dense_bytes / 1048576.0, r->expert_bytes / 1048576.0,
+           r->state_bytes / 1073741824.0, r->h2d_bytes / 1048576.0, r->t_ns * 1e3, r->t_comm * 1e3,
+           r->t_elem * 1e3, r->step * 1e3);
+}
+
+static void print_json(const struct prediction *r, int first)
+{
+    printf("%s{\"world\": %d, \"dp_replicate\": %d, \"dp_shard\": %d, \"cp\": %d, \"ep\": %d, "
+           "\"ns_flops_max\": %.6e, \"ns_flops_max_over_mean\": %.6f, \"dense_bytes\": %.0f, "
+           "\"expert_bytes\": %.0f, \"state_bytes\": %.0f, \"h2d_bytes\": %.0f, "
+           "\"dense_group_internode\": %s, \"t_ns\": %.6e, \"t_comm\": %.6e, \"t_elem\": %.6e, "
+           "\"step\": %.6e}",
+           first ? "" : ", ", r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max,
+           r->flops_max / r->flops_mean, r->dense_bytes, r->expert_bytes, r->state_bytes,
+           r->h2d_bytes, r->dense_internode ? "true" : "false", r->t_ns, r->t_comm, r->t_elem,
+           r->step);
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    struct preset p;
+    struct machine mc;
+    char err[512];
+    int worlds[256], nw = 0;
+
+    opts_parse(argc, argv, &o);
+    machine_load(o.machine, &mc);
+    if (o.gpn == 0)
+        o.gpn = mc.gpus_per_node;
+    mc.gpus_per_node = o.gpn;
+    if (preset_load(o.preset, SHARDOPT_PRESET_DIR, &o.scale, &p, err, sizeof err) != 0)
+        die(err);
+    if (o.sweep != NULL) {
+        for (const char *s = o.sweep; *s && nw < 256;) {
+            char *end;
+            long n = strtol(s, &end, 10);
+            if (end == s || n < 1)
+                die("--sweep takes node counts separated by commas");
+            worlds[nw++] = (int)n * o.gpn;
+            s = *end == ',' ? end + 1 : end;
+        }
+    } else {
+        worlds[nw++] = o.world > 0 ? o.world : o.nodes * o.gpn;
+    }
+    if (o.json)
+        printf("{\"preset\": \"%s\", \"parameters\": %lld, \"machine\": \"%s\", \"offload\": "
+               "\"%s\", \"momentum_bytes\": %d, \"adam_bytes\": %d, \"gpus_per_node\": %d, "
+               "\"layouts\": [",
+               p.name, (long long)p.total, mc.name, o.offload, o.mom_es, o.adam_es, o.gpn);
+    else
+        printf("shardopt-plan: preset %s (%.3f B parameters), machine %s (%d GPUs/node, bf16 "
+               "GEMM %.0f TFLOP/s x %.2f for NS, HBM %.0f GB/s, links %.0f/%.0f GB/s), offload "
+               "%s, momentum %s, AdamW moments %s; per rank, max over ranks\n\n"
+               "| ranks | replicate x shard x cp | NS TFLOP/step | NS max/mean | dense MiB sent "
+               "| expert MiB sent | state GiB | host->device MiB | t_ns ms | t_comm ms | t_elem "
+               "ms | step ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+               p.name, (double)p.total / 1e9, mc.name, o.gpn, mc.gemm_tflops, mc.ns_fraction,
+               mc.hbm_gbps, mc.intra_gbps, mc.inter_gbps, o.offload,
+               o.mom_es == 2 ? "bf16" : "fp32", o.adam_es == 2 ? "bf16" : "fp32");
+    for (int i = 0; i < nw; i++) {
+        struct prediction r;
+        if (predict(&o, &p, &mc, worlds[i], &r, err, sizeof err) != 0) {
+            fprintf(stderr, "shardopt-plan: %d ranks: %s\n", worlds[i], err);
+            preset_free(&p);
+            return 2;
+        }
+        if (o.json)
+            print_json(&r, i == 0);
+        else
+            print_row(&r);
+    }
+    if (o.json)
+        printf("]}\n");
+    preset_free(&p);
+    return 0;
+}

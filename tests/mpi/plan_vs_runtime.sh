@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# shardopt-plan predicts, without MPI, what the runtime does: for each layout, its optimizer
+# state bytes per rank and the bytes each group moves per step (max over ranks) must equal what
+# step_bench measures at the MPI calls of a real 4-rank run of the same preset.
+#   plan_vs_runtime.sh MPIEXEC STEP_BENCH SHARDOPT_PLAN
+set -euo pipefail
+mpiexec=$1 step_bench=$2 plan=$3
+scale=(--preset tiny --width-div 1 --experts-div 1)
+layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
+         "--ep 4 --expert-shard-dim 0")
+fail=0
+for l in "${layouts[@]}"; do
+    # shellcheck disable=SC2086
+    run=$("$mpiexec" -n 4 --oversubscribe "$step_bench" "${scale[@]}" --layers 0 --steps 1 \
+        --warmup 0 --threads 1 $l --json 2>/dev/null | grep '^{"preset"')
+    # shellcheck disable=SC2086
+    pred=$("$plan" "${scale[@]}" --world 4 $l --json)
+    python3 - "$l" "$run" "$pred" <<'PY' || fail=1
+import json, sys
+layout, run, pred = sys.argv[1], json.loads(sys.argv[2])["results"][0], json.loads(sys.argv[3])["layouts"][0]
+pairs = [("state bytes/rank", run["state_bytes_per_rank"], pred["state_bytes"]),
+         ("dense bytes/step", run["dense_bytes_per_step"], 2 * pred["dense_bytes"]),
+         ("expert bytes/step", run["expert_bytes_per_step"], 2 * pred["expert_bytes"])]
+ok = all(abs(a - b) < 0.5 for _, a, b in pairs)
+print(f"{layout:45s} " + ", ".join(f"{n}: run {a:.0f} plan {b:.0f}" for n, a, b in pairs)
+      + ("" if ok else "   MISMATCH"))
+sys.exit(0 if ok else 1)
+PY
+done
+exit $fail

@@ -59,7 +59,7 @@ if [ "$build_rc" -eq 0 ]; then
     bench_rc=$?
     if [ "$mode" = full ]; then
         OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 \
-            timeout 240 mpiexec -n 1 "$bd/bench/step_bench" --backend cuda --layers 1 \
+            timeout 240 mpiexec -n 1 "$bd/bench/shardopt-bench" --backend cuda --layers 1 \
             --width-div 1 --experts-div 8 --momentum-dtype both --offload both --warmup 2 --steps 5 \
             >"$out/step_bench.md" 2>&1
         step_rc=$?

@@ -1,0 +1,220 @@
+/* compare_driver: shardopt's half of bench/compare_torch.py, on one process (the public API
+ * only, as a trainer would call it).
+ *
+ *   compare_driver manifest --preset NAME [--layers L] [--width-div D] [--experts-div D] OUT.json
+ *       the preset's tensors as registered (name, shape, the algorithm the runtime gave it)
+ *   compare_driver run DIR [--threads T]
+ *       DIR/manifest.json as written above, plus "steps", "lr", "weight_decay" added by the
+ *       script; DIR/params.bin (every tensor's fp32 values in manifest order) and
+ *       DIR/grads_<k>.bin for k = 0 .. steps-1. Runs the steps with dion-comparable settings
+ *       matched to torch.optim.Muon (jordan coefficients, Nesterov, lr scale 0.2*sqrt(max(A,B))
+ *       = torch's "match_rms_adamw"), writes DIR/shardopt_params.bin and prints one JSON line
+ *       with the median step time. */
+#include <cjson/cJSON.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench_util.h"
+#include "bench/preset.h"
+#include "shardopt.h"
+
+static void die(const char *what, const char *detail)
+{
+    fprintf(stderr, "compare_driver: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+static shardopt_runtime_t runtime_new(int threads)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt;
+    cfg.ns_coeffs = SHARDOPT_NS_JORDAN; /* torch.optim.Muon's constant (a, b, c) */
+    cfg.nesterov = 1;
+    cfg.momentum = 0.95;
+    cfg.lr_scale = SHARDOPT_LR_SCALE_RMS_NORM;
+    cfg.num_threads = threads;
+    if (shardopt_init(MPI_COMM_SELF, &cfg, &rt) != SHARDOPT_OK)
+        die("init", shardopt_last_error());
+    return rt;
+}
+
+static int64_t numel(const int64_t *shape, int ndim)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    return n;
+}
+
+/* Register t (data and grad pointers may change later); returns the handle. */
+static shardopt_param_t reg(shardopt_runtime_t rt, const char *name, int ndim, const int64_t *shape,
+                            int expert, void *w, void *g)
+{
+    shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+    shardopt_param_t h;
+    d.name = name;
+    d.ndim = ndim;
+    memcpy(d.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    d.placement = expert ? SHARDOPT_PLACEMENT_EXPERT : SHARDOPT_PLACEMENT_DENSE;
+    d.data = w;
+    d.grad = g;
+    if (shardopt_register(rt, &d, &h) != SHARDOPT_OK)
+        die("register", shardopt_last_error());
+    return h;
+}
+
+static int cmd_manifest(int argc, char **argv)
+{
+    struct preset_scale sc = {0, 1, 1};
+    const char *name = NULL, *out = NULL;
+    char err[256];
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--preset") && i + 1 < argc)
+            name = argv[++i];
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc)
+            sc.layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--width-div") && i + 1 < argc)
+            sc.width_div = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--experts-div") && i + 1 < argc)
+            sc.experts_div = atoi(argv[++i]);
+        else
+            out = argv[i];
+    }
+    struct preset p;
+    if (name == NULL || out == NULL)
+        die("usage", "manifest --preset NAME [--layers L] [--width-div D] [--experts-div D] OUT");
+    if (preset_load(name, SHARDOPT_PRESET_DIR, &sc, &p, err, sizeof err) != 0)
+        die("preset", err);
+    shardopt_runtime_t rt = runtime_new(1);
+    cJSON *root = cJSON_CreateObject(), *ts = cJSON_AddArrayToObject(root, "tensors");
+    cJSON_AddStringToObject(root, "preset", p.name);
+    for (int i = 0; i < p.n; i++) {
+        static float one[1];
+        const struct preset_tensor *t = &p.t[i];
+        shardopt_param_t h = reg(rt, t->name, t->ndim, t->shape, t->expert, one, NULL);
+        shardopt_algo_t algo;
+        shardopt_param_get_algo(h, &algo);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", t->name);
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t->ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
+        cJSON_AddBoolToObject(e, "expert", t->expert);
+        cJSON_AddStringToObject(e, "algo", algo == SHARDOPT_ALGO_MUON ? "muon" : "adamw");
+        cJSON_AddItemToArray(ts, e);
+    }
+    char *text = cJSON_PrintUnformatted(root);
+    FILE *f = fopen(out, "w");
+    if (f == NULL || fputs(text, f) < 0 || fclose(f) != 0)
+        die("writing", out);
+    free(text);
+    cJSON_Delete(root);
+    shardopt_finalize(rt);
+    preset_free(&p);
+    return 0;
+}
+
+static void read_all(const char *path, void *buf, size_t bytes)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL || fread(buf, 1, bytes, f) != bytes)
+        die("reading", path);
+    fclose(f);
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    const char *dir = NULL;
+    int threads = 0;
+    char path[4096], *text = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else
+            dir = argv[i];
+    }
+    if (dir == NULL)
+        die("usage", "run DIR [--threads T]");
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (preset_file_read(path, &text) != 0)
+        die("reading", path);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(root, "tensors"), *e;
+    const int steps = cJSON_GetObjectItemCaseSensitive(root, "steps")->valueint;
+    const double lr = cJSON_GetObjectItemCaseSensitive(root, "lr")->valuedouble;
+    const double wd = cJSON_GetObjectItemCaseSensitive(root, "weight_decay")->valuedouble;
+    const int n = cJSON_GetArraySize(ts);
+    int64_t total = 0, *off = calloc((size_t)n + 1, sizeof(int64_t));
+    shardopt_runtime_t rt = runtime_new(threads);
+    shardopt_param_t *h = calloc((size_t)n + 1, sizeof *h);
+    int i = 0;
+    cJSON_ArrayForEach(e, ts)
+    {
+        int64_t shape[3] = {1, 1, 1};
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape"), *d;
+        int nd = 0;
+        cJSON_ArrayForEach(d, sh) shape[nd++] = (int64_t)d->valuedouble;
+        off[i] = total;
+        total += numel(shape, nd);
+        h[i] = reg(rt, cJSON_GetObjectItemCaseSensitive(e, "name")->valuestring, nd, shape,
+                   cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "expert")), &off[i], NULL);
+        i++;
+    }
+    float *w = malloc(sizeof(float) * (size_t)total), *g = malloc(sizeof(float) * (size_t)total);
+    if (w == NULL || g == NULL)
+        die("out of memory", NULL);
+    snprintf(path, sizeof path, "%s/params.bin", dir);
+    read_all(path, w, sizeof(float) * (size_t)total);
+    for (i = 0; i < n; i++)
+        shardopt_param_set_pointers(h[i], w + off[i], g + off[i]);
+    if (shardopt_commit(rt) != SHARDOPT_OK)
+        die("commit", shardopt_last_error());
+    double *t = calloc((size_t)steps + 1, sizeof(double));
+    for (int s = 0; s < steps; s++) {
+        snprintf(path, sizeof path, "%s/grads_%d.bin", dir, s);
+        read_all(path, g, sizeof(float) * (size_t)total);
+        shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+        a.lr = lr;
+        a.weight_decay = wd;
+        if (shardopt_step(rt, &a) != SHARDOPT_OK)
+            die("step", shardopt_last_error());
+        shardopt_stats_t st = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(rt, &st);
+        t[s] = st.seconds_last;
+    }
+    snprintf(path, sizeof path, "%s/shardopt_params.bin", dir);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(w, sizeof(float), (size_t)total, f) != (size_t)total || fclose(f) != 0)
+        die("writing", path);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(rt, &st);
+    printf(
+        "{\"steps\": %d, \"median_step_s\": %.6f, \"ns_compute\": \"%s\", \"kernels\": \"%s\"}\n",
+        steps, bench_median(t, steps), st.ns_compute == SHARDOPT_NS_COMPUTE_BF16 ? "bf16" : "fp32",
+        st.kernels);
+    shardopt_finalize(rt);
+    cJSON_Delete(root);
+    free(w);
+    free(g);
+    free(t);
+    free(h);
+    free(off);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = 2;
+    MPI_Init(&argc, &argv);
+    if (argc >= 2 && !strcmp(argv[1], "manifest"))
+        rc = cmd_manifest(argc - 2, argv + 2);
+    else if (argc >= 2 && !strcmp(argv[1], "run"))
+        rc = cmd_run(argc - 2, argv + 2);
+    else
+        fprintf(stderr, "usage: compare_driver manifest|run ...\n");
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Side by side with PyTorch: the same model shapes and the same gradients through
+torch.optim.Muon (matrices, one 2-D parameter per expert) + torch.optim.AdamW (the rest) on the
+CPU, and through shardopt (bench/compare_driver, one process, the public C API), in one run.
+Reports the median step time of each and their ratio, and the relative Frobenius difference of
+the updated weights, per algorithm.
+
+Settings are matched: torch's Muon keeps an EMA momentum (buf = mu*buf + (1-mu)*g) where
+shardopt keeps heavy-ball momentum (M = mu*M + g); the two differ by the factor (1 - mu), which
+the Frobenius normalisation in Newton-Schulz removes (up to eps). Jordan's coefficients,
+Nesterov, 5 steps, lr scale 0.2*sqrt(max(A, B)) (torch: adjust_lr_fn="match_rms_adamw",
+shardopt: lr_scale = rms_norm), decoupled weight decay with the unscaled lr on both; AdamW with
+betas (0.9, 0.95), eps 1e-8. Both orthogonalize in bf16 (torch always; shardopt with
+ns_compute = auto on a CPU with native bf16, else fp32: the driver's output says which).
+
+  python3 bench/compare_torch.py --driver build/bench/compare_driver [--preset glm45-air]
+      [--layers 1] [--width-div 8] [--experts-div 4] [--steps 5] [--threads N] [--json]
+
+Needs torch >= 2.9 (torch.optim.Muon) and numpy; says so plainly and exits 0 without them (it
+is a benchmark, not a test)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--driver", required=True)
+    ap.add_argument("--preset", default="glm45-air")
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--width-div", type=int, default=8)
+    ap.add_argument("--experts-div", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    try:
+        import numpy as np
+        import torch
+    except ImportError as e:
+        print(f"compare_torch: skipped: {e} (pip install torch numpy)")
+        return 0
+    if not hasattr(torch.optim, "Muon"):
+        print(f"compare_torch: skipped: torch {torch.__version__} has no torch.optim.Muon (>= 2.9)")
+        return 0
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+
+    with tempfile.TemporaryDirectory(prefix="shardopt_compare_") as d:
+        man = os.path.join(d, "manifest.json")
+        subprocess.run([a.driver, "manifest", "--preset", a.preset, "--layers", str(a.layers),
+                        "--width-div", str(a.width_div), "--experts-div", str(a.experts_div),
+                        man], check=True)
+        m = json.load(open(man))
+        m.update(steps=a.steps, lr=a.lr, weight_decay=a.weight_decay)
+        json.dump(m, open(man, "w"))
+        rng = np.random.default_rng(1234)
+        params = [(0.05 * rng.standard_normal(t["shape"])).astype(np.float32) for t in m["tensors"]]
+        np.concatenate([p.ravel() for p in params]).tofile(os.path.join(d, "params.bin"))
+        grads = []
+        for s in range(a.steps):
+            g = [rng.standard_normal(t["shape"]).astype(np.float32) for t in m["tensors"]]
+            np.concatenate([x.ravel() for x in g]).tofile(os.path.join(d, f"grads_{s}.bin"))
+            grads.append(g)
+
+        # torch: experts as one 2-D parameter each (torch.optim.Muon takes matrices only)
+        muon_p, adam_p, views = [], [], []
+        for t, p in zip(m["tensors"], params):
+            if t["algo"] == "muon":
+                mats = [torch.tensor(p[e]) for e in range(p.shape[0])] if p.ndim == 3 else [torch.tensor(p)]
+                muon_p += mats
+                views.append(("muon", mats))
+            else:
+                x = torch.tensor(p)
+                adam_p.append(x)
+                views.append(("adamw", [x]))
+        opts = [torch.optim.Muon(muon_p, lr=a.lr, weight_decay=a.weight_decay, momentum=0.95,
+                                 nesterov=True, ns_steps=5, adjust_lr_fn="match_rms_adamw")]
+        if adam_p:
+            opts.append(torch.optim.AdamW(adam_p, lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
+                                          weight_decay=a.weight_decay))
+        times = []
+        for s in range(a.steps):
+            for (kind, mats), g in zip(views, grads[s]):
+                for i, x in enumerate(mats):
+                    x.grad = torch.tensor(g[i] if g.ndim == 3 and kind == "muon" else g)
+            t0 = time.perf_counter()
+            for o in opts:
+                o.step()
+            times.append(time.perf_counter() - t0)
+        torch_step = sorted(times)[len(times) // 2]
+
+        out = subprocess.run([a.driver, "run", d] + (["--threads", str(a.threads)] if a.threads else []),
+                             check=True, capture_output=True, text=True).stdout
+        drv = json.loads(out.strip().splitlines()[-1])
+        ours = np.fromfile(os.path.join(d, "shardopt_params.bin"), dtype=np.float32)
+
+        diff = {"muon": [0.0, 0.0], "adamw": [0.0, 0.0]}
+        off = 0
+        for t, (kind, mats), p0 in zip(m["tensors"], views, params):
+            n = p0.size
+            mine = ours[off:off + n].reshape(p0.shape)
+            off += n
+            theirs = np.stack([x.detach().numpy() for x in mats]) if (kind == "muon" and p0.ndim == 3) else mats[0].detach().numpy()
+            # the updates, not the weights: the weights barely move in a few steps
+            du, dt = mine - p0, theirs - p0
+            diff[kind][0] += float(((du - dt) ** 2).sum())
+            diff[kind][1] += float((dt ** 2).sum())
+        rel = {k: (v[0] / v[1]) ** 0.5 if v[1] > 0 else 0.0 for k, v in diff.items()}
+        res = {"preset": m["preset"], "tensors": len(m["tensors"]),
+               "parameters": int(sum(p.size for p in params)), "steps": a.steps,
+               "torch_version": torch.__version__, "torch_threads": torch.get_num_threads(),
+               "torch_step_s": torch_step, "shardopt_step_s": drv["median_step_s"],
+               "speedup": torch_step / drv["median_step_s"], "shardopt_ns_compute": drv["ns_compute"],
+               "shardopt_kernels": drv["kernels"], "rel_frobenius_update_muon": rel["muon"],
+               "rel_frobenius_update_adamw": rel["adamw"]}
+    if a.json:
+        print(json.dumps(res))
+    else:
+        print(f"compare_torch: {res['preset']} ({res['parameters'] / 1e6:.1f} M parameters, "
+              f"{res['tensors']} tensors), {a.steps} steps, medians\n\n"
+              "| | step time | ratio | update rel. Frobenius vs torch (Muon / AdamW) |\n|---|---|---|---|\n"
+              f"| torch {res['torch_version']} (Muon + AdamW, {res['torch_threads']} threads) | "
+              f"{torch_step:.3f} s | 1 | |\n"
+              f"| shardopt ({res['shardopt_kernels']}, NS {res['shardopt_ns_compute']}) | "
+              f"{res['shardopt_step_s']:.3f} s | {res['speedup']:.2f}x faster | "
+              f"{rel['muon']:.2e} / {rel['adamw']:.2e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

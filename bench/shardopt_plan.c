@@ -5,6 +5,7 @@
  *       [--ep E] [--expert-shard-dim 0|1|2] [--momentum-dtype fp32|bf16]
  *       [--adam-dtype fp32|bf16] [--offload none|optimizer|cpu] [--machine FILE]
  *       [--sweep N1,N2,...] [--json]
+ *   shardopt-plan --calibrate OUT.json [--threads T]
  *
  * The tensors of a preset are sharded as bench/preset_shards.c registers them (dense tensors in
  * torch.chunk pieces along dim 0 over the dense shard group; expert stacks split over EP, then
@@ -25,14 +26,22 @@
  *
  * A group lies inside a node when the dense shard group does (ranks are row-major over
  * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).
- * --sweep repeats the prediction for each node count, keeping cp and ep (dp_shard = the rest). */
+ * --sweep repeats the prediction for each node count, keeping cp and ep (dp_shard = the rest).
+ *
+ * --calibrate writes a machine file for this machine, measured now: the Newton-Schulz rate of
+ * ns_bench (bf16 where the CPU multiplies bf16 natively, as ns_compute = auto does; 512 x 1536,
+ * T threads) as the "GEMM" rate with fraction 1, elementwise_bench's STREAM triad for every
+ * memory rate, and pingpong's MPI bandwidth between two ranks for both link rates; "cores"
+ * slots of T threads, so that more ranks than slots share them (a CPU run oversubscribed). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/preset.h"
+#include "kernels/cpu/ns_bf16.h"
 #include "runtime/classify.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
@@ -45,10 +54,12 @@ struct machine {
     double gemm_tflops, ns_fraction, hbm_gbps, intra_gbps, inter_gbps, host_link_gbps,
         host_mem_gbps;
     int gpus_per_node;
+    int slots; /* > 0: ranks that run at full rate at once (calibrated CPU: cores / threads) */
 };
 
 struct opts {
-    const char *preset, *machine, *sweep;
+    const char *preset, *machine, *sweep, *calibrate;
+    int threads;
     struct preset_scale scale;
     int world, nodes, gpn, rep, shard, cp, ep, xdim, json;
     int mom_es, adam_es;
@@ -116,6 +127,8 @@ static void machine_load(const char *path, struct machine *m)
     m->host_link_gbps = json_rate(root, "host_link_gbps", path);
     m->host_mem_gbps = json_rate(root, "host_mem_gbps", path);
     m->gpus_per_node = (int)json_rate(root, "gpus_per_node", path);
+    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(root, "slots");
+    m->slots = cJSON_IsNumber(sl) ? (int)sl->valuedouble : 0;
     cJSON_Delete(root);
 }
 
@@ -305,6 +318,10 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
     } else {
         r->t_elem = maxelem / (mc->hbm_gbps * 1e9);
     }
+    if (mc->slots > 0 && world > mc->slots) { /* ranks take turns on the cores */
+        r->t_ns *= (double)world / mc->slots;
+        r->t_elem *= (double)world / mc->slots;
+    }
     r->step = r->t_elem + (r->t_ns > r->t_comm ? r->t_ns : r->t_comm);
     free(skip);
     free(dflops);
@@ -349,6 +366,10 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         i++;
         if (!strcmp(a, "--preset"))
             o->preset = v;
+        else if (!strcmp(a, "--calibrate"))
+            o->calibrate = v;
+        else if (!strcmp(a, "--threads"))
+            o->threads = parse_int(v, 1, 1024, "--threads");
         else if (!strcmp(a, "--machine"))
             o->machine = v;
         else if (!strcmp(a, "--sweep"))
@@ -386,7 +407,8 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         else
             usage();
     }
-    if (o->preset == NULL || (o->world == 0 && o->nodes == 0 && o->sweep == NULL))
+    if (o->calibrate == NULL &&
+        (o->preset == NULL || (o->world == 0 && o->nodes == 0 && o->sweep == NULL)))
         usage();
 }
 
@@ -413,6 +435,113 @@ static void print_json(const struct prediction *r, int first)
            r->step);
 }
 
+/* Run a command, parse the last line of its output that starts with '{' (or the whole output
+ * when it is one JSON document). */
+static cJSON *run_json(const char *cmd)
+{
+    char *out = NULL;
+    size_t len = 0, cap = 0;
+    char buf[4096];
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        return NULL;
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (len + got + 1 > cap) {
+            cap = (len + got + 1) * 2;
+            char *n = realloc(out, cap);
+            if (n == NULL) {
+                free(out);
+                pclose(f);
+                return NULL;
+            }
+            out = n;
+        }
+        memcpy(out + len, buf, got);
+        len += got;
+    }
+    const int rc = pclose(f);
+    if (out == NULL || rc != 0) {
+        free(out);
+        return NULL;
+    }
+    out[len] = '\0';
+    cJSON *j = cJSON_Parse(out);
+    for (char *s = out + len; j == NULL && s > out; s--) /* the last {...} line */
+        if (*s == '{' && (s == out || s[-1] == '\n'))
+            j = cJSON_Parse(s);
+    free(out);
+    return j;
+}
+
+static double num_at(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b != NULL)
+        x = cJSON_GetObjectItemCaseSensitive(x, b);
+    return cJSON_IsNumber(x) ? x->valuedouble : 0;
+}
+
+static int calibrate(const struct opts *o)
+{
+    const int threads = o->threads > 0 ? o->threads : 1;
+    const int bf16 = ns_bf16_native();
+    char cmd[2048];
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+    fprintf(stderr, "shardopt-plan: calibrating (Newton-Schulz, triad, MPI ping-pong)...\n");
+    snprintf(cmd, sizeof cmd,
+             "'%s/ns_bench' --json --threads %d --reps 5 --compute %s --shape 512x1536 2>/dev/null",
+             SHARDOPT_BENCH_BIN_DIR, threads, bf16 ? "bf16" : "fp32");
+    cJSON *ns = run_json(cmd);
+    const cJSON *nr = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ns, "results"), 0);
+    const double ns_gflops = num_at(nr, "plain", "gflops");
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=%d '%s/elementwise_bench' --json --mib 64 --reps 5 2>/dev/null",
+             threads, SHARDOPT_BENCH_BIN_DIR);
+    cJSON *ew = run_json(cmd);
+    const double triad = num_at(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ew, "results"), 0), "gbps", NULL);
+    snprintf(cmd, sizeof cmd,
+             "'%s' -n 2 --oversubscribe '%s/pingpong' --mib 16 --reps 10 2>/dev/null",
+             SHARDOPT_MPIEXEC, SHARDOPT_BENCH_BIN_DIR);
+    cJSON *pp = run_json(cmd);
+    const double link = num_at(pp, "gbps", NULL);
+    cJSON_Delete(ns);
+    cJSON_Delete(ew);
+    cJSON_Delete(pp);
+    if (!(ns_gflops > 0 && triad > 0 && link > 0)) {
+        fprintf(stderr,
+                "shardopt-plan: calibration failed (Newton-Schulz %.1f GFLOP/s, triad %.1f "
+                "GB/s, ping-pong %.1f GB/s): are ns_bench, elementwise_bench and pingpong "
+                "built in %s?\n",
+                ns_gflops, triad, link, SHARDOPT_BENCH_BIN_DIR);
+        return 1;
+    }
+    FILE *f = fopen(o->calibrate, "w");
+    if (f == NULL) {
+        fprintf(stderr, "shardopt-plan: cannot write %s\n", o->calibrate);
+        return 1;
+    }
+    const char *src = "measured by shardopt-plan --calibrate on this machine";
+    fprintf(
+        f,
+        "{\n  \"name\": \"calibrated\",\n  \"about\": \"%ld cores, %d thread(s) per rank\",\n"
+        "  \"gemm_bf16_tflops\": %.6f,\n  \"gemm_bf16_tflops_source\": \"%s: ns_bench "
+        "Newton-Schulz (%s, 512x1536, plain) %.1f GFLOP/s\",\n  \"ns_gemm_fraction\": 1,\n"
+        "  \"hbm_gbps\": %.3f,\n  \"hbm_gbps_source\": \"%s: STREAM triad\",\n"
+        "  \"intra_node_gbps\": %.3f,\n  \"intra_node_gbps_source\": \"%s: MPI ping-pong\",\n"
+        "  \"inter_node_gbps\": %.3f,\n  \"host_link_gbps\": %.3f,\n  \"host_mem_gbps\": %.3f,\n"
+        "  \"gpus_per_node\": %ld,\n  \"slots\": %ld\n}\n",
+        cores, threads, ns_gflops / 1e3, src, bf16 ? "bf16" : "fp32", ns_gflops, triad, src, link,
+        src, link, triad, triad, cores, cores / threads > 0 ? cores / threads : 1);
+    fclose(f);
+    printf("shardopt-plan: %s: Newton-Schulz %.1f GFLOP/s (%s), triad %.1f GB/s, MPI %.1f GB/s, "
+           "%ld cores\n",
+           o->calibrate, ns_gflops, bf16 ? "bf16" : "fp32", triad, link, cores);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o;
@@ -422,6 +551,8 @@ int main(int argc, char **argv)
     int worlds[256], nw = 0;
 
     opts_parse(argc, argv, &o);
+    if (o.calibrate != NULL)
+        return calibrate(&o);
     machine_load(o.machine, &mc);
     if (o.gpn == 0)
         o.gpn = mc.gpus_per_node;

@@ -16,8 +16,9 @@ ns_compute = auto on a CPU with native bf16, else fp32: the driver's output says
   python3 bench/compare_torch.py --driver build/bench/compare_driver [--preset glm45-air]
       [--layers 1] [--width-div 8] [--experts-div 4] [--steps 5] [--threads N] [--json]
 
-Needs torch >= 2.9 (torch.optim.Muon) and numpy; says so plainly and exits 0 without them (it
-is a benchmark, not a test)."""
+Uses torch.optim.Muon (torch >= 2.9); with an older torch, the same algorithm written in torch
+ops (FallbackMuon, the torch 2.9 formulation), and says which. Needs numpy and torch; says so
+plainly and exits 0 without them (it is a benchmark, not a test)."""
 import argparse
 import json
 import os
@@ -25,6 +26,39 @@ import subprocess
 import sys
 import tempfile
 import time
+
+
+def fallback_muon(torch):
+    """torch.optim.Muon's update for torches that lack it: EMA momentum, Nesterov by lerp, bf16
+    Newton-Schulz with Jordan's coefficients, lr * 0.2 * sqrt(max(A, B)), decoupled decay."""
+
+    class FallbackMuon(torch.optim.Optimizer):
+        def __init__(self, params, lr, weight_decay, momentum, nesterov, ns_steps, adjust_lr_fn):
+            super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
+                                          nesterov=nesterov, ns_steps=ns_steps))
+
+        @torch.no_grad()
+        def step(self):
+            a, b, c = 3.4445, -4.775, 2.0315
+            for g in self.param_groups:
+                for p in g["params"]:
+                    st = self.state[p]
+                    buf = st.setdefault("buf", torch.zeros_like(p))
+                    buf.lerp_(p.grad, 1 - g["momentum"])
+                    u = p.grad.lerp(buf, g["momentum"]) if g["nesterov"] else buf
+                    x = u.to(torch.bfloat16)
+                    x = x.T if x.shape[0] > x.shape[1] else x
+                    x = x / x.norm().clamp(min=1e-7)
+                    for _ in range(g["ns_steps"]):
+                        A = x @ x.T
+                        B = torch.addmm(A, A, A, beta=b, alpha=c)
+                        x = torch.addmm(x, B, x, beta=a, alpha=1.0)
+                    x = x.T if u.shape[0] > u.shape[1] else x
+                    lr = g["lr"] * 0.2 * max(p.shape[0], p.shape[1]) ** 0.5
+                    p.mul_(1 - g["lr"] * g["weight_decay"])
+                    p.add_(x.to(p.dtype), alpha=-lr)
+
+    return FallbackMuon
 
 
 def main():
@@ -46,9 +80,10 @@ def main():
     except ImportError as e:
         print(f"compare_torch: skipped: {e} (pip install torch numpy)")
         return 0
-    if not hasattr(torch.optim, "Muon"):
-        print(f"compare_torch: skipped: torch {torch.__version__} has no torch.optim.Muon (>= 2.9)")
-        return 0
+    muon_cls = getattr(torch.optim, "Muon", None)
+    muon_name = "torch.optim.Muon"
+    if muon_cls is None:
+        muon_cls, muon_name = fallback_muon(torch), "Muon in torch ops (no torch.optim.Muon)"
     if a.threads > 0:
         torch.set_num_threads(a.threads)
 
@@ -80,7 +115,7 @@ def main():
                 x = torch.tensor(p)
                 adam_p.append(x)
                 views.append(("adamw", [x]))
-        opts = [torch.optim.Muon(muon_p, lr=a.lr, weight_decay=a.weight_decay, momentum=0.95,
+        opts = [muon_cls(muon_p, lr=a.lr, weight_decay=a.weight_decay, momentum=0.95,
                                  nesterov=True, ns_steps=5, adjust_lr_fn="match_rms_adamw")]
         if adam_p:
             opts.append(torch.optim.AdamW(adam_p, lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
@@ -115,7 +150,8 @@ def main():
         rel = {k: (v[0] / v[1]) ** 0.5 if v[1] > 0 else 0.0 for k, v in diff.items()}
         res = {"preset": m["preset"], "tensors": len(m["tensors"]),
                "parameters": int(sum(p.size for p in params)), "steps": a.steps,
-               "torch_version": torch.__version__, "torch_threads": torch.get_num_threads(),
+               "torch_version": torch.__version__, "torch_muon": muon_name,
+               "torch_threads": torch.get_num_threads(),
                "torch_step_s": torch_step, "shardopt_step_s": drv["median_step_s"],
                "speedup": torch_step / drv["median_step_s"], "shardopt_ns_compute": drv["ns_compute"],
                "shardopt_kernels": drv["kernels"], "rel_frobenius_update_muon": rel["muon"],
@@ -126,7 +162,7 @@ def main():
         print(f"compare_torch: {res['preset']} ({res['parameters'] / 1e6:.1f} M parameters, "
               f"{res['tensors']} tensors), {a.steps} steps, medians\n\n"
               "| | step time | ratio | update rel. Frobenius vs torch (Muon / AdamW) |\n|---|---|---|---|\n"
-              f"| torch {res['torch_version']} (Muon + AdamW, {res['torch_threads']} threads) | "
+              f"| torch {res['torch_version']} ({muon_name} + AdamW, {res['torch_threads']} threads) | "
               f"{torch_step:.3f} s | 1 | |\n"
               f"| shardopt ({res['shardopt_kernels']}, NS {res['shardopt_ns_compute']}) | "
               f"{res['shardopt_step_s']:.3f} s | {res['speedup']:.2f}x faster | "

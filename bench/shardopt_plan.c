@@ -72,6 +72,7 @@ struct prediction {
     double flops_max, flops_mean;      /* NS FLOPs per step */
     double dense_bytes, expert_bytes;  /* sent per step by the busiest rank, each group */
     double state_bytes;                /* max over ranks */
+    double mom_bytes, adam_bytes;      /* that rank's state by kind */
     double h2d_bytes;                  /* per step, = d2h */
     double t_ns, t_comm, t_elem, step; /* seconds */
     int dense_internode;
@@ -254,11 +255,12 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
     double *xflops = calloc((size_t)r->xs, sizeof(double));
     double *xbytes = calloc((size_t)r->xs, sizeof(double));
     double *state = calloc((size_t)r->dense, sizeof(double));
+    double *mom = calloc((size_t)r->dense, sizeof(double));
     double *elem = calloc((size_t)r->dense, sizeof(double));
     double *downed = calloc((size_t)r->dense, sizeof(double));
     double *xowned = calloc((size_t)r->xs, sizeof(double));
     if (skip == NULL || dflops == NULL || dbytes == NULL || xflops == NULL || xbytes == NULL ||
-        state == NULL || elem == NULL || downed == NULL || xowned == NULL)
+        state == NULL || elem == NULL || downed == NULL || xowned == NULL || mom == NULL)
         die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -279,6 +281,7 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
                 box_of(t, r->dense, d, o->ep, o->xdim, &b);
             const double n = box_numel(&b);
             state[d] += n * (muon ? o->mom_es : 2.0 * o->adam_es);
+            mom[d] += muon ? n * o->mom_es : 0.0;
             /* fp32 grad read, param read + write; Muon: momentum read + write, U out, O in;
              * AdamW: both moments read + write */
             elem[d] +=
@@ -294,7 +297,11 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
         sum += f;
         r->dense_bytes = dbytes[d] > r->dense_bytes ? dbytes[d] : r->dense_bytes;
         r->expert_bytes = xbytes[d / o->ep] > r->expert_bytes ? xbytes[d / o->ep] : r->expert_bytes;
-        r->state_bytes = state[d] > r->state_bytes ? state[d] : r->state_bytes;
+        if (state[d] > r->state_bytes) {
+            r->state_bytes = state[d];
+            r->mom_bytes = mom[d];
+            r->adam_bytes = state[d] - mom[d];
+        }
         maxelem = elem[d] > maxelem ? elem[d] : maxelem;
         const double ow = downed[d] + xowned[d / o->ep];
         maxowned = ow > maxowned ? ow : maxowned;
@@ -332,6 +339,7 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
     free(elem);
     free(downed);
     free(xowned);
+    free(mom);
     return 0;
 }
 
@@ -426,13 +434,14 @@ static void print_json(const struct prediction *r, int first)
 {
     printf("%s{\"world\": %d, \"dp_replicate\": %d, \"dp_shard\": %d, \"cp\": %d, \"ep\": %d, "
            "\"ns_flops_max\": %.6e, \"ns_flops_max_over_mean\": %.6f, \"dense_bytes\": %.0f, "
-           "\"expert_bytes\": %.0f, \"state_bytes\": %.0f, \"h2d_bytes\": %.0f, "
+           "\"expert_bytes\": %.0f, \"state_bytes\": %.0f, \"momentum_bytes\": %.0f, "
+           "\"adam_bytes\": %.0f, \"h2d_bytes\": %.0f, "
            "\"dense_group_internode\": %s, \"t_ns\": %.6e, \"t_comm\": %.6e, \"t_elem\": %.6e, "
            "\"step\": %.6e}",
            first ? "" : ", ", r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max,
            r->flops_max / r->flops_mean, r->dense_bytes, r->expert_bytes, r->state_bytes,
-           r->h2d_bytes, r->dense_internode ? "true" : "false", r->t_ns, r->t_comm, r->t_elem,
-           r->step);
+           r->mom_bytes, r->adam_bytes, r->h2d_bytes, r->dense_internode ? "true" : "false",
+           r->t_ns, r->t_comm, r->t_elem, r->step);
 }
 
 /* Run a command, parse the last line of its output that starts with '{' (or the whole output

@@ -7,7 +7,7 @@ set -euo pipefail
 mpiexec=$1 step_bench=$2 plan=$3
 scale=(--preset tiny --width-div 1 --experts-div 1)
 layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
-         "--ep 4 --expert-shard-dim 0")
+         "--ep 4 --expert-shard-dim 0" "--ep 2 --momentum-dtype bf16")
 fail=0
 for l in "${layouts[@]}"; do
     # shellcheck disable=SC2086
@@ -19,6 +19,8 @@ for l in "${layouts[@]}"; do
 import json, sys
 layout, run, pred = sys.argv[1], json.loads(sys.argv[2])["results"][0], json.loads(sys.argv[3])["layouts"][0]
 pairs = [("state bytes/rank", run["state_bytes_per_rank"], pred["state_bytes"]),
+         ("momentum bytes", run["momentum_bytes"], pred["momentum_bytes"]),
+         ("adam bytes", run["adam_bytes"], pred["adam_bytes"]),
          ("dense bytes/step", run["dense_bytes_per_step"], 2 * pred["dense_bytes"]),
          ("expert bytes/step", run["expert_bytes_per_step"], 2 * pred["expert_bytes"])]
 ok = all(abs(a - b) < 0.5 for _, a, b in pairs)

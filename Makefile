@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build demo test check-sanitize format check-format clean
+.PHONY: all deps configure build demo test check-sanitize format check-format clean install
 
 all: build
 
@@ -38,3 +38,8 @@ check-format:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# Install the library, header, pkg-config file and CMake package (find_package(shardopt)).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -398,6 +398,17 @@ SHARDOPT_API const char *shardopt_last_error(void);
  *  the variable and what is accepted; cfg is then unchanged. */
 SHARDOPT_API shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg);
 
+/** The defaults of SHARDOPT_CONFIG_INIT written into cfg, a buffer of `size` bytes, for callers
+ *  that cannot use the macro (language bindings): at most sizeof(shardopt_config_t) bytes are
+ *  written, and cfg->size says how many. */
+SHARDOPT_API shardopt_status_t shardopt_config_init(shardopt_config_t *cfg, size_t size);
+
+/** Set one key from text, exactly as its env var SHARDOPT_<KEY> would ("momentum", "0.9");
+ *  an unknown key or a value outside what is accepted leaves cfg unchanged and the error names
+ *  the key, the value and what is accepted. */
+SHARDOPT_API shardopt_status_t shardopt_config_set(shardopt_config_t *cfg, const char *key,
+                                                   const char *value);
+
 /** Overlay the keys of a JSON object file onto cfg. Unknown keys, wrong types and invalid values
  *  are errors naming the key; cfg is then unchanged. */
 SHARDOPT_API shardopt_status_t shardopt_config_load_json(const char *path, shardopt_config_t *cfg);

@@ -85,6 +85,47 @@ shardopt_status_t shardopt_config_validate(const shardopt_config_t *cfg)
     return config_check_all(&c, "");
 }
 
+shardopt_status_t shardopt_config_init(shardopt_config_t *cfg, size_t size)
+{
+    const shardopt_config_t d = SHARDOPT_CONFIG_INIT;
+    if (cfg == NULL || size < offsetof(shardopt_config_t, version) + sizeof(uint32_t))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config_init: %s",
+                        cfg == NULL ? "NULL cfg" : "buffer smaller than the config's header");
+    const size_t n = size < sizeof d ? size : sizeof d;
+    memcpy(cfg, &d, n);
+    cfg->size = n;
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_config_set(shardopt_config_t *cfg, const char *key, const char *value)
+{
+    shardopt_config_t c;
+    int steps = 0;
+    char source[96];
+    if (cfg == NULL || key == NULL || value == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config_set: NULL %s",
+                        cfg == NULL   ? "cfg"
+                        : key == NULL ? "key"
+                                      : "value");
+    const struct config_key *k = config_key_find(key);
+    if (k == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "config_set: unknown key '%s' (shardopt_config_print lists them)", key);
+    shardopt_status_t status = config_import(cfg, &c);
+    if (status != SHARDOPT_OK)
+        return status;
+    snprintf(source, sizeof source, "%s (config_set)", key);
+    status = config_key_parse(k, value, &c, &steps, source);
+    if (status == SHARDOPT_OK && steps > 0) /* custom triples carry their step count */
+        c.ns_steps = steps;
+    if (status == SHARDOPT_OK)
+        status = config_key_check(k, &c, "(config_set) ");
+    if (status != SHARDOPT_OK)
+        return status;
+    config_export(&c, cfg);
+    return SHARDOPT_OK;
+}
+
 shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg)
 {
     shardopt_config_t c;

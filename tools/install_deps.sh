@@ -6,12 +6,13 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhwloc-dev
           libopenblas-dev libopenblas-openmp-dev libcjson-dev libdnnl-dev)
 
-# Python modules the interop test reads checkpoints with
+# Python modules: the interop test reads checkpoints with safetensors; the Python binding's
+# tests run under mpirun with numpy and mpi4py (a binary wheel that uses the system's Open MPI)
 python_deps() {
     command -v python3 >/dev/null || return 0
-    python3 -c "import numpy, safetensors" 2>/dev/null && return 0
-    echo "install_deps: pip install numpy safetensors"
-    python3 -m pip install --quiet --disable-pip-version-check numpy safetensors
+    python3 -c "import numpy, safetensors, mpi4py" 2>/dev/null && return 0
+    echo "install_deps: pip install numpy safetensors mpi4py"
+    python3 -m pip install --quiet --disable-pip-version-check numpy safetensors mpi4py
 }
 
 missing=()

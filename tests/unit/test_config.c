@@ -224,3 +224,34 @@ TEST(older_smaller_struct_is_accepted_and_kept_small)
     EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "config.size = 8");
 }
+
+/* What a language binding uses in place of SHARDOPT_CONFIG_INIT and field assignment. */
+TEST(config_init_and_set_for_bindings)
+{
+    shardopt_config_t want = SHARDOPT_CONFIG_INIT;
+    unsigned char buf[sizeof(shardopt_config_t) + 64];
+    shardopt_config_t *c = (shardopt_config_t *)buf;
+    memset(buf, 0xa5, sizeof buf);
+    EXPECT_EQ_INT(shardopt_config_init(c, sizeof buf), SHARDOPT_OK);
+    EXPECT_EQ_INT(c->size, sizeof(shardopt_config_t));
+    EXPECT_EQ_INT(buf[sizeof(shardopt_config_t)], 0xa5); /* nothing past the struct */
+    EXPECT_EQ_INT(memcmp(c, &want, sizeof want), 0);
+    EXPECT_EQ_INT(shardopt_config_init(c, 4), SHARDOPT_ERR_INVALID_ARGUMENT);
+
+    EXPECT_EQ_INT(shardopt_config_set(c, "momentum", "0.9"), SHARDOPT_OK);
+    EXPECT_NEAR(c->momentum, 0.9, 0);
+    EXPECT_EQ_INT(shardopt_config_set(c, "momentum_dtype", "bf16"), SHARDOPT_OK);
+    EXPECT_EQ_INT(c->momentum_dtype, SHARDOPT_DTYPE_BF16);
+    EXPECT_EQ_INT(shardopt_config_set(c, "ns_custom_coeffs", "1,0,0;2,0,0"), SHARDOPT_OK);
+    EXPECT_EQ_INT(c->ns_steps, 2);
+    /* refused, named, and nothing changed */
+    EXPECT_EQ_INT(shardopt_config_set(c, "momentum", "1.5"), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "momentum");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "1.5");
+    EXPECT_NEAR(c->momentum, 0.9, 0);
+    EXPECT_EQ_INT(shardopt_config_set(c, "momentun", "0.5"), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "unknown key 'momentun'");
+    EXPECT_EQ_INT(shardopt_config_set(c, "offload", "gpu"), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "optimizer");
+    EXPECT_EQ_INT(c->offload, SHARDOPT_OFFLOAD_NONE);
+}

@@ -1,0 +1,263 @@
+"""shardopt for Python trainers: a ctypes binding of libshardopt (no compiled extension).
+
+    import shardopt
+    opt = shardopt.Optimizer(params, comm=MPI.COMM_WORLD, config={"momentum": 0.95, "dp_shard": 2})
+    opt.step(lr=0.02)
+
+`params` is a list of shardopt.Param (or dicts with the same fields): the global shape, this
+rank's shard (a numpy array, or a torch tensor on the CPU or a CUDA device, row-major and
+contiguous) with its gradient, and where the shard sits (shard_dim, shard_offset). The library
+updates the shard in place. Config keys are those of docs/config.md, set as text exactly as the
+SHARDOPT_<KEY> env vars would be. Errors raise shardopt.Error carrying the C status and the
+library's message. The library is found through SHARDOPT_LIBRARY, then next to a source checkout
+(build/libshardopt.so), then on the loader path."""
+import ctypes
+import ctypes.util
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+__all__ = ["Error", "Param", "Optimizer", "library"]
+
+_STATUS = {0: "ok", -1: "invalid argument", -2: "invalid state", -3: "out of memory",
+           -4: "mismatch between ranks", -5: "unsupported", -6: "I/O error", -7: "corrupt data",
+           -8: "non-finite value", -9: "internal error", -10: "communication error",
+           -11: "NCCL error", -12: "CUDA device error"}
+DTYPES = {"fp32": 0, "bf16": 1}
+PLACEMENTS = {"dense": 0, "expert": 1, "replicated": 2}
+ALGOS = {"auto": 0, "muon": 1, "adamw": 2}
+
+
+class Error(RuntimeError):
+    """A failed library call: .status (negative int), .message (shardopt_last_error())."""
+
+    def __init__(self, call, status, message):
+        super().__init__(f"shardopt_{call}: {_STATUS.get(status, status)} ({status}): {message}")
+        self.status, self.message = status, message
+
+
+class _Desc(ctypes.Structure):  # shardopt_param_desc_t, version 1
+    _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
+                ("name", ctypes.c_char_p), ("ndim", ctypes.c_int),
+                ("shape", ctypes.c_int64 * 3), ("param_dtype", ctypes.c_int),
+                ("grad_dtype", ctypes.c_int), ("transposed", ctypes.c_int),
+                ("placement", ctypes.c_int), ("shard_dim", ctypes.c_int),
+                ("shard_offset", ctypes.c_int64), ("shard_length", ctypes.c_int64),
+                ("data", ctypes.c_void_p), ("grad", ctypes.c_void_p), ("algo", ctypes.c_int),
+                ("lr_mult", ctypes.c_double), ("wd_mult", ctypes.c_double)]
+
+
+class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 1
+    _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
+                ("lr", ctypes.c_double), ("adamw_lr", ctypes.c_double),
+                ("weight_decay", ctypes.c_double), ("stream", ctypes.c_void_p),
+                ("max_grad_norm", ctypes.c_double)]
+
+
+class _Stats(ctypes.Structure):  # a prefix of shardopt_stats_t (size says how much to fill)
+    _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
+                ("steps", ctypes.c_uint64), ("num_params", ctypes.c_int),
+                ("num_muon", ctypes.c_int), ("num_adamw", ctypes.c_int),
+                ("muon_matrices", ctypes.c_int64), ("ns_symmetric", ctypes.c_int64),
+                ("bytes_momentum", ctypes.c_uint64), ("bytes_adam_m", ctypes.c_uint64),
+                ("bytes_adam_v", ctypes.c_uint64), ("bytes_workspace", ctypes.c_uint64),
+                ("ns_flops_last", ctypes.c_double), ("seconds_last", ctypes.c_double),
+                ("seconds_total", ctypes.c_double), ("seconds_adamw_last", ctypes.c_double),
+                ("seconds_momentum_last", ctypes.c_double), ("seconds_ns_last", ctypes.c_double),
+                ("seconds_apply_last", ctypes.c_double), ("kernels", ctypes.c_char * 32),
+                ("rank", ctypes.c_int), ("world", ctypes.c_int), ("replica", ctypes.c_int),
+                ("dp_replicate", ctypes.c_int), ("dense_rank", ctypes.c_int),
+                ("dense_size", ctypes.c_int), ("ep_rank", ctypes.c_int), ("ep_size", ctypes.c_int),
+                ("expert_shard_rank", ctypes.c_int), ("expert_shard_size", ctypes.c_int),
+                ("grad_norm_last", ctypes.c_double), ("steps_skipped", ctypes.c_uint64),
+                ("last_step_skipped", ctypes.c_int), ("nonfinite_params", ctypes.c_char * 256),
+                ("bytes_sent_dense", ctypes.c_uint64), ("bytes_recv_dense", ctypes.c_uint64),
+                ("bytes_sent_expert", ctypes.c_uint64), ("bytes_recv_expert", ctypes.c_uint64)]
+
+
+_lib = None
+
+
+def library():
+    """The loaded libshardopt (ctypes.CDLL), with its signatures declared."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("SHARDOPT_LIBRARY"),
+                  os.path.join(here, "..", "..", "build", "libshardopt.so"),
+                  ctypes.util.find_library("shardopt")]
+    path = next((c for c in candidates if c and (os.path.exists(c) or "/" not in c)), None)
+    if path is None:
+        raise OSError("libshardopt not found: set SHARDOPT_LIBRARY to its path")
+    lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    P, S, I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+    sigs = {"shardopt_config_init": [P, S], "shardopt_config_set": [P, ctypes.c_char_p, ctypes.c_char_p],
+            "shardopt_config_validate": [P], "shardopt_init": [P, P, ctypes.POINTER(P)],
+            "shardopt_register": [P, ctypes.POINTER(_Desc), ctypes.POINTER(P)],
+            "shardopt_param_set_pointers": [P, P, P],
+            "shardopt_param_get_algo": [P, ctypes.POINTER(I)], "shardopt_commit": [P],
+            "shardopt_step": [P, ctypes.POINTER(_StepArgs)],
+            "shardopt_get_stats": [P, ctypes.POINTER(_Stats)], "shardopt_save": [P, ctypes.c_char_p],
+            "shardopt_load": [P, ctypes.c_char_p], "shardopt_finalize": [P]}
+    for name, args in sigs.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, I
+    lib.shardopt_last_error.argtypes, lib.shardopt_last_error.restype = [], ctypes.c_char_p
+    _lib = lib
+    return lib
+
+
+def _check(call, status):
+    if status != 0:
+        raise Error(call, status, library().shardopt_last_error().decode(errors="replace"))
+
+
+def _comm_handle(comm):
+    """The MPI_Comm of an mpi4py communicator (MPI_COMM_SELF when None)."""
+    from mpi4py import MPI
+    comm = MPI.COMM_SELF if comm is None else comm
+    return ctypes.c_void_p(MPI._handleof(comm)), comm
+
+
+def _buffer(x, what):
+    """(address, dtype name, element count) of a contiguous numpy array or torch tensor."""
+    if x is None:
+        return None, None, 0
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        import torch
+        if not x.is_contiguous():
+            raise ValueError(f"{what}: the torch tensor must be contiguous")
+        dt = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(x.dtype)
+        if dt is None:
+            raise ValueError(f"{what}: dtype {x.dtype} is not float32 or bfloat16")
+        return x.data_ptr(), dt, x.numel()
+    import numpy as np
+    if not isinstance(x, np.ndarray) or not x.flags["C_CONTIGUOUS"]:
+        raise ValueError(f"{what}: needs a C-contiguous numpy array or torch tensor")
+    if x.dtype == np.float32:
+        dt = "fp32"
+    elif x.dtype == np.uint16 or str(x.dtype) == "bfloat16":
+        dt = "bf16"  # raw bf16 bits (numpy has no bfloat16 of its own)
+    else:
+        raise ValueError(f"{what}: dtype {x.dtype} is not float32 or bf16 (uint16 bits)")
+    return x.ctypes.data, dt, x.size
+
+
+@dataclass
+class Param:
+    """One parameter shard as this rank holds it (docs/api.md, shardopt_param_desc_t)."""
+    name: str
+    shape: Sequence[int]            # global shape: [out, in], or [E, out, in] for experts
+    data: Any                       # this rank's shard (numpy / torch), updated in place
+    grad: Any = None                # same layout and dtype family; may be set before step()
+    placement: str = "dense"        # dense | expert | replicated
+    shard_dim: int = 0
+    shard_offset: int = 0
+    shard_length: int = -1          # -1: the whole dim
+    transposed: bool = False
+    algo: str = "auto"              # auto | muon | adamw
+    lr_mult: float = 1.0
+    wd_mult: float = 1.0
+    handle: Any = field(default=None, repr=False)
+
+
+class Optimizer:
+    """A runtime over `params`: init, register, commit (collective over `comm`)."""
+
+    def __init__(self, params, comm=None, config: Optional[dict] = None):
+        lib = library()
+        self._lib = lib
+        self._cfg = ctypes.create_string_buffer(1 << 16)
+        _check("config_init", lib.shardopt_config_init(self._cfg, len(self._cfg)))
+        for k, v in (config or {}).items():
+            v = ("1" if v else "0") if isinstance(v, bool) else str(v)
+            _check("config_set", lib.shardopt_config_set(self._cfg, k.encode(), v.encode()))
+        self._comm_handle, self.comm = _comm_handle(comm)
+        self._rt = ctypes.c_void_p()
+        _check("init", lib.shardopt_init(self._comm_handle, self._cfg, ctypes.byref(self._rt)))
+        self.params = [p if isinstance(p, Param) else Param(**p) for p in params]
+        self._names = []
+        try:
+            for p in self.params:
+                self._register(p)
+            _check("commit", lib.shardopt_commit(self._rt))
+        except Exception:
+            self.close()
+            raise
+
+    def _register(self, p):
+        data, dt, _ = _buffer(p.data, f"{p.name}.data")
+        grad, gdt, _ = _buffer(p.grad, f"{p.name}.grad")
+        name = p.name.encode()
+        self._names.append(name)  # the library copies it; keep ours alive for the call anyway
+        d = _Desc(size=ctypes.sizeof(_Desc), version=1, name=name, ndim=len(p.shape),
+                  param_dtype=DTYPES[dt], grad_dtype=DTYPES[gdt or dt], transposed=int(p.transposed),
+                  placement=PLACEMENTS[p.placement], shard_dim=p.shard_dim,
+                  shard_offset=p.shard_offset, shard_length=p.shard_length, data=data, grad=grad,
+                  algo=ALGOS[p.algo], lr_mult=p.lr_mult, wd_mult=p.wd_mult)
+        for i, s in enumerate(p.shape):
+            d.shape[i] = s
+        h = ctypes.c_void_p()
+        _check("register", self._lib.shardopt_register(self._rt, ctypes.byref(d), ctypes.byref(h)))
+        p.handle = h
+
+    def algo(self, p):
+        """The algorithm the runtime gave p: "muon" or "adamw"."""
+        a = ctypes.c_int()
+        _check("param_get_algo", self._lib.shardopt_param_get_algo(p.handle, ctypes.byref(a)))
+        return {1: "muon", 2: "adamw"}[a.value]
+
+    def set_grad(self, p, grad):
+        """Point p at a new gradient buffer (its data buffer stays)."""
+        p.grad = grad
+        data, _, _ = _buffer(p.data, f"{p.name}.data")
+        g, _, _ = _buffer(grad, f"{p.name}.grad")
+        _check("param_set_pointers", self._lib.shardopt_param_set_pointers(p.handle, data, g))
+
+    def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None):
+        """One optimizer step (collective). stream: a CUDA stream (torch.cuda.Stream or a
+        raw handle) for the CUDA backend."""
+        if stream is not None and hasattr(stream, "cuda_stream"):
+            stream = stream.cuda_stream
+        a = _StepArgs(size=ctypes.sizeof(_StepArgs), version=1, lr=lr, adamw_lr=adamw_lr,
+                      weight_decay=weight_decay, stream=stream, max_grad_norm=max_grad_norm)
+        _check("step", self._lib.shardopt_step(self._rt, ctypes.byref(a)))
+
+    def zero_grad(self):
+        """Zero every registered gradient buffer in place."""
+        for p in self.params:
+            if p.grad is not None:
+                p.grad[...] = 0
+
+    def save(self, directory):
+        _check("save", self._lib.shardopt_save(self._rt, os.fsencode(directory)))
+
+    def load(self, directory):
+        _check("load", self._lib.shardopt_load(self._rt, os.fsencode(directory)))
+
+    def stats(self):
+        s = _Stats(size=ctypes.sizeof(_Stats), version=1)
+        _check("get_stats", self._lib.shardopt_get_stats(self._rt, ctypes.byref(s)))
+        out = {f: getattr(s, f) for f, _ in _Stats._fields_ if f not in ("size", "version")}
+        out["kernels"] = s.kernels.decode()
+        out["nonfinite_params"] = s.nonfinite_params.decode()
+        return out
+
+    def close(self):
+        if self._rt:
+            self._lib.shardopt_finalize(self._rt)
+            self._rt = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

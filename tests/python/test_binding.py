@@ -3,7 +3,9 @@
 C reference (compare_driver run, one process, the public C API), the same config: after the
 steps the gathered parameters equal the C run's bit for bit. Also: save + load round trip,
 stats, and errors raised as shardopt.Error with the C status and message.
-    mpirun -n N python3 test_binding.py DIR   (DIR prepared by binding.sh)"""
+    mpirun -n N python3 test_binding.py DIR   (DIR prepared by binding.sh)
+With SHARDOPT_TEST_TORCH=1 the shards are torch CPU tensors (sharing the numpy buffers' values,
+passed by data_ptr); exit 77 on every rank when torch is not importable."""
 import json
 import os
 import sys
@@ -39,14 +41,32 @@ def chunk(n, parts, i):  # torch.chunk
     return lo, min(lo + c, n) - lo
 
 
+use_torch = os.environ.get("SHARDOPT_TEST_TORCH") == "1"
+if use_torch:
+    try:
+        import torch
+    except ImportError:
+        if rank == 0:
+            print("SKIP: torch is not importable (pip install torch)")
+        sys.exit(77)
+
+
+def as_param_buffer(a):
+    return torch.from_numpy(a) if use_torch else a
+
+
+def host(x):
+    return x.numpy() if use_torch else x
+
+
 # this rank's shards: dim 0 for everything (experts: the expert dim), like an FSDP trainer
 params, views = [], []
 for t, s, o in zip(tensors, shapes, offsets):
     lo, ln = chunk(s[0], size, rank)
     g = full[o:o + int(np.prod(s))].reshape(s)
     w = np.ascontiguousarray(g[lo:lo + ln]).copy()
-    params.append(shardopt.Param(name=t["name"], shape=list(s), data=w,
-                                 grad=np.zeros_like(w),
+    params.append(shardopt.Param(name=t["name"], shape=list(s), data=as_param_buffer(w),
+                                 grad=as_param_buffer(np.zeros_like(w)),
                                  placement="expert" if t["expert"] else "dense",
                                  shard_dim=0, shard_offset=lo, shard_length=ln))
     views.append((lo, ln))
@@ -59,7 +79,7 @@ check(all(opt.algo(p) == t["algo"] for p, t in zip(params, tensors)),
 for step in range(m["steps"]):
     gfull = np.fromfile(os.path.join(d, f"grads_{step}.bin"), dtype=np.float32)
     for p, s, o, (lo, ln) in zip(params, shapes, offsets, views):
-        p.grad[...] = gfull[o:o + int(np.prod(s))].reshape(s)[lo:lo + ln]
+        host(p.grad)[...] = gfull[o:o + int(np.prod(s))].reshape(s)[lo:lo + ln]
     opt.step(lr=m["lr"], weight_decay=m["weight_decay"])
 
 st = opt.stats()
@@ -69,7 +89,7 @@ check(st["steps"] == m["steps"] and st["world"] == size and st["dense_size"] == 
 # gather to rank 0, compare with the C run
 ref = np.fromfile(os.path.join(d, "shardopt_params.bin"), dtype=np.float32) if rank == 0 else None
 for p, s, o, (lo, ln) in zip(params, shapes, offsets, views):
-    parts = comm.gather(p.data, root=0)
+    parts = comm.gather(host(p.data), root=0)
     if rank == 0:
         got = np.concatenate([x for x in parts if x.size], axis=0) if any(x.size for x in parts) \
             else np.zeros(s, np.float32)
@@ -81,14 +101,14 @@ for p, s, o, (lo, ln) in zip(params, shapes, offsets, views):
 # first one's result
 ck = comm.bcast(os.path.join(d, f"ckpt_np{size}") if rank == 0 else None, root=0)
 opt.save(ck)
-before = [p.data.copy() for p in params]
+before = [host(p.data).copy() for p in params]
 opt.step(lr=m["lr"])
-after1 = [p.data.copy() for p in params]
+after1 = [host(p.data).copy() for p in params]
 for p, b in zip(params, before):
-    p.data[...] = b
+    host(p.data)[...] = b
 opt.load(ck)
 opt.step(lr=m["lr"])
-check(all(np.array_equal(p.data, a) for p, a in zip(params, after1)),
+check(all(np.array_equal(host(p.data), a) for p, a in zip(params, after1)),
       "a step after load repeats the step after save")
 
 # errors carry the C status and message
@@ -101,5 +121,6 @@ opt.close()
 
 failures = comm.allreduce(failures)
 if rank == 0:
-    print(f"test_binding: {size} rank(s): {'ok' if failures == 0 else f'{failures} failure(s)'}")
+    kind = "torch tensors" if use_torch else "numpy arrays"
+    print(f"test_binding: {size} rank(s), {kind}: {'ok' if failures == 0 else f'{failures} failure(s)'}")
 sys.exit(1 if failures else 0)

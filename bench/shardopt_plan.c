@@ -69,12 +69,13 @@ struct opts {
 /* What one layout does, per rank. */
 struct prediction {
     int world, rep, shard, cp, ep, dense, xs;
-    double flops_max, flops_mean;      /* NS FLOPs per step */
-    double dense_bytes, expert_bytes;  /* sent per step by the busiest rank, each group */
-    double state_bytes;                /* max over ranks */
-    double mom_bytes, adam_bytes;      /* that rank's state by kind */
-    double h2d_bytes;                  /* per step, = d2h */
-    double t_ns, t_comm, t_elem, step; /* seconds */
+    double flops_max, flops_mean;             /* NS FLOPs per step */
+    double dense_imbalance, expert_imbalance; /* owned NS FLOPs max/mean in each group */
+    double dense_bytes, expert_bytes;         /* sent per step by the busiest rank, each group */
+    double state_bytes;                       /* max over ranks */
+    double mom_bytes, adam_bytes;             /* that rank's state by kind */
+    double h2d_bytes;                         /* per step, = d2h */
+    double t_ns, t_comm, t_elem, step;        /* seconds */
     int dense_internode;
 };
 
@@ -291,6 +292,18 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
     group_cost(p, skip, 0, r->dense, o->ep, o->xdim, dflops, dbytes, downed);
     group_cost(p, skip, 1, r->xs, o->ep, o->xdim, xflops, xbytes, xowned);
     double sum = 0, maxelem = 0, maxowned = 0;
+    /* each group's own balance: max over its members / their mean (1 when it owns nothing) */
+    double dmax = 0, dsum = 0, xmax = 0, xsum = 0;
+    for (int d = 0; d < r->dense; d++) {
+        dmax = dflops[d] > dmax ? dflops[d] : dmax;
+        dsum += dflops[d];
+    }
+    for (int x = 0; x < r->xs; x++) {
+        xmax = xflops[x] > xmax ? xflops[x] : xmax;
+        xsum += xflops[x];
+    }
+    r->dense_imbalance = dsum > 0 ? dmax / (dsum / r->dense) : 1.0;
+    r->expert_imbalance = xsum > 0 ? xmax / (xsum / r->xs) : 1.0;
     for (int d = 0; d < r->dense; d++) {
         const double f = (dflops[d] + xflops[d / o->ep]) * NS_STEPS;
         r->flops_max = f > r->flops_max ? f : r->flops_max;
@@ -422,26 +435,29 @@ static void opts_parse(int argc, char **argv, struct opts *o)
 
 static void print_row(const struct prediction *r)
 {
-    printf("| %d | %d x %d x %d, ep %d | %.3f | %.4f | %.1f | %.1f | %.2f | %.1f | %.2f | %.2f | "
-           "%.2f | **%.2f** |\n",
+    printf("| %d | %d x %d x %d, ep %d | %.3f | %.4f (%.3f / %.3f) | %.1f | %.1f | %.2f | %.1f | "
+           "%.2f | %.2f | %.2f | **%.2f** |\n",
            r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max / 1e12,
-           r->flops_max / r->flops_mean, r->dense_bytes / 1048576.0, r->expert_bytes / 1048576.0,
-           r->state_bytes / 1073741824.0, r->h2d_bytes / 1048576.0, r->t_ns * 1e3, r->t_comm * 1e3,
-           r->t_elem * 1e3, r->step * 1e3);
+           r->flops_max / r->flops_mean, r->dense_imbalance, r->expert_imbalance,
+           r->dense_bytes / 1048576.0, r->expert_bytes / 1048576.0, r->state_bytes / 1073741824.0,
+           r->h2d_bytes / 1048576.0, r->t_ns * 1e3, r->t_comm * 1e3, r->t_elem * 1e3,
+           r->step * 1e3);
 }
 
 static void print_json(const struct prediction *r, int first)
 {
     printf("%s{\"world\": %d, \"dp_replicate\": %d, \"dp_shard\": %d, \"cp\": %d, \"ep\": %d, "
-           "\"ns_flops_max\": %.6e, \"ns_flops_max_over_mean\": %.6f, \"dense_bytes\": %.0f, "
+           "\"ns_flops_max\": %.6e, \"ns_flops_max_over_mean\": %.6f, "
+           "\"ns_max_over_mean_dense_group\": %.6f, \"ns_max_over_mean_expert_group\": %.6f, "
+           "\"dense_bytes\": %.0f, "
            "\"expert_bytes\": %.0f, \"state_bytes\": %.0f, \"momentum_bytes\": %.0f, "
            "\"adam_bytes\": %.0f, \"h2d_bytes\": %.0f, "
            "\"dense_group_internode\": %s, \"t_ns\": %.6e, \"t_comm\": %.6e, \"t_elem\": %.6e, "
            "\"step\": %.6e}",
            first ? "" : ", ", r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max,
-           r->flops_max / r->flops_mean, r->dense_bytes, r->expert_bytes, r->state_bytes,
-           r->mom_bytes, r->adam_bytes, r->h2d_bytes, r->dense_internode ? "true" : "false",
-           r->t_ns, r->t_comm, r->t_elem, r->step);
+           r->flops_max / r->flops_mean, r->dense_imbalance, r->expert_imbalance, r->dense_bytes,
+           r->expert_bytes, r->state_bytes, r->mom_bytes, r->adam_bytes, r->h2d_bytes,
+           r->dense_internode ? "true" : "false", r->t_ns, r->t_comm, r->t_elem, r->step);
 }
 
 /* Run a command, parse the last line of its output that starts with '{' (or the whole output
@@ -589,7 +605,8 @@ int main(int argc, char **argv)
         printf("shardopt-plan: preset %s (%.3f B parameters), machine %s (%d GPUs/node, bf16 "
                "GEMM %.0f TFLOP/s x %.2f for NS, HBM %.0f GB/s, links %.0f/%.0f GB/s), offload "
                "%s, momentum %s, AdamW moments %s; per rank, max over ranks\n\n"
-               "| ranks | replicate x shard x cp | NS TFLOP/step | NS max/mean | dense MiB sent "
+               "| ranks | replicate x shard x cp | NS TFLOP/step | NS max/mean (dense / expert "
+               "group) | dense MiB sent "
                "| expert MiB sent | state GiB | host->device MiB | t_ns ms | t_comm ms | t_elem "
                "ms | step ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
                p.name, (double)p.total / 1e9, mc.name, o.gpn, mc.gemm_tflops, mc.ns_fraction,

@@ -146,25 +146,12 @@ int main(int argc, char **argv)
     if (config_path != NULL &&
         (status = shardopt_config_load_json(config_path, &cfg)) != SHARDOPT_OK)
         die("config file", status);
-    if (mom_dtype != NULL) {
-        if (strcmp(mom_dtype, "fp32") != 0 && strcmp(mom_dtype, "bf16") != 0) {
-            fprintf(stderr, "moe_demo: --momentum-dtype %s: accepted fp32, bf16\n", mom_dtype);
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-        cfg.momentum_dtype =
-            strcmp(mom_dtype, "bf16") == 0 ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
-    }
-    if (offload != NULL) {
-        const char *const modes[] = {"none", "optimizer", "cpu"};
-        int k = 0;
-        while (k < 3 && strcmp(offload, modes[k]) != 0)
-            k++;
-        if (k == 3) {
-            fprintf(stderr, "moe_demo: --offload %s: accepted none, optimizer, cpu\n", offload);
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-        cfg.offload = (shardopt_offload_t)k;
-    }
+    /* the library parses the names (and says what it accepts) */
+    if (mom_dtype != NULL &&
+        (status = shardopt_config_set(&cfg, "momentum_dtype", mom_dtype)) != SHARDOPT_OK)
+        die("--momentum-dtype", status);
+    if (offload != NULL && (status = shardopt_config_set(&cfg, "offload", offload)) != SHARDOPT_OK)
+        die("--offload", status);
     if ((status = shardopt_config_from_env(&cfg)) != SHARDOPT_OK)
         die("environment", status);
     if ((status = shardopt_init(MPI_COMM_SELF, &cfg, &rt)) != SHARDOPT_OK)

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "runtime/config_keys.h"
 #include "shardopt.h"
 #include "test.h"
 
@@ -254,4 +255,26 @@ TEST(config_init_and_set_for_bindings)
     EXPECT_EQ_INT(shardopt_config_set(c, "offload", "gpu"), SHARDOPT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "optimizer");
     EXPECT_EQ_INT(c->offload, SHARDOPT_OFFLOAD_NONE);
+}
+
+/* docs/config.md documents every key the library accepts (the docs stay true to the code). */
+TEST(every_key_is_documented)
+{
+    FILE *f = fopen(SHARDOPT_DOCS_DIR "/config.md", "rb");
+    ASSERT_TRUE(f != NULL);
+    static char doc[1 << 17];
+    const size_t n = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[n] = '\0';
+    int missing = 0;
+    for (size_t i = 0; i < config_key_count; i++) {
+        char needle[96];
+        snprintf(needle, sizeof needle, "| `%s` |", config_keys[i].name);
+        if (strstr(doc, needle) == NULL) {
+            fprintf(stderr, "  docs/config.md has no row for `%s`\n", config_keys[i].name);
+            missing++;
+        }
+    }
+    EXPECT_EQ_INT(missing, 0);
+    EXPECT_TRUE(config_key_count >= 44);
 }

@@ -20,6 +20,9 @@ t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
 
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >>"$out/nvidia-smi.txt"
+# images that install CUDA without putting nvcc on the PATH
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+{ command -v nvcc && nvcc --version | tail -1 && cmake --version | head -1; } >>"$out/nvidia-smi.txt" 2>&1
 
 mode=full
 if ! timeout 120 cmake -S "$root" -B "$bd" -DCMAKE_BUILD_TYPE=Release -DSHARDOPT_WITH_CUDA=ON \

@@ -26,24 +26,22 @@ size_t cpu_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch)
     return ns_workspace_floats(rows, cols) * sizeof(float);
 }
 
+/* What every CPU table shares: host memory, memcpy copies, the deterministic sum of squares,
+ * the sharded Newton-Schulz load/store; the tables differ in elementwise and NS kernels. */
+#define CPU_TABLE_COMMON                                                                           \
+    .ns_shard_load = shard_load, .ns_shard_store = shard_store, .copy2d = cpu_copy2d,              \
+    .sumsq = cpu_sumsq, .copy = cpu_copy, .fill = cpu_fill, .alloc = cpu_alloc, .free = cpu_free,  \
+    .sync = cpu_sync, .ns_workspace_bytes = cpu_ns_workspace_bytes
+
 static const struct kernel_ops cpu_ref = {
     .name = "cpu-ref",
     .momentum = ref_momentum,
     .adamw = ref_adamw,
     .apply = ref_apply,
     .newton_schulz = ref_newton_schulz,
-    .ns_shard_load = shard_load,
     .ns_shard_gram = ref_shard_gram,
     .ns_shard_update = ref_shard_update,
-    .ns_shard_store = shard_store,
-    .copy2d = cpu_copy2d,
-    .sumsq = cpu_sumsq,
-    .copy = cpu_copy,
-    .fill = cpu_fill,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .sync = cpu_sync,
-    .ns_workspace_bytes = cpu_ns_workspace_bytes,
+    CPU_TABLE_COMMON,
 };
 
 static const struct kernel_ops cpu_portable = {
@@ -52,18 +50,9 @@ static const struct kernel_ops cpu_portable = {
     .adamw = ref_adamw,
     .apply = ref_apply,
     .newton_schulz = blas_newton_schulz,
-    .ns_shard_load = shard_load,
     .ns_shard_gram = blas_shard_gram,
     .ns_shard_update = blas_shard_update,
-    .ns_shard_store = shard_store,
-    .copy2d = cpu_copy2d,
-    .sumsq = cpu_sumsq,
-    .copy = cpu_copy,
-    .fill = cpu_fill,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .sync = cpu_sync,
-    .ns_workspace_bytes = cpu_ns_workspace_bytes,
+    CPU_TABLE_COMMON,
 };
 
 #ifdef SHARDOPT_HAVE_AVX512_KERNELS
@@ -73,18 +62,9 @@ static const struct kernel_ops cpu_avx512 = {
     .adamw = avx512_adamw,
     .apply = avx512_apply,
     .newton_schulz = blas_newton_schulz,
-    .ns_shard_load = shard_load,
     .ns_shard_gram = blas_shard_gram,
     .ns_shard_update = blas_shard_update,
-    .ns_shard_store = shard_store,
-    .copy2d = cpu_copy2d,
-    .sumsq = cpu_sumsq,
-    .copy = cpu_copy,
-    .fill = cpu_fill,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .sync = cpu_sync,
-    .ns_workspace_bytes = cpu_ns_workspace_bytes,
+    CPU_TABLE_COMMON,
 };
 #endif
 
@@ -95,18 +75,9 @@ static const struct kernel_ops cpu_avx2 = {
     .adamw = avx2_adamw,
     .apply = avx2_apply,
     .newton_schulz = blas_newton_schulz,
-    .ns_shard_load = shard_load,
     .ns_shard_gram = blas_shard_gram,
     .ns_shard_update = blas_shard_update,
-    .ns_shard_store = shard_store,
-    .copy2d = cpu_copy2d,
-    .sumsq = cpu_sumsq,
-    .copy = cpu_copy,
-    .fill = cpu_fill,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .sync = cpu_sync,
-    .ns_workspace_bytes = cpu_ns_workspace_bytes,
+    CPU_TABLE_COMMON,
 };
 #endif
 

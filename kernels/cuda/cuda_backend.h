@@ -15,7 +15,6 @@ struct cuda_backend;
  * *stream (when stream is not NULL): the backend's own stream. */
 struct cuda_backend *cuda_backend_create(int device, void **stream, char *err, size_t errlen);
 void cuda_backend_destroy(struct cuda_backend *b);
-int cuda_backend_device(const struct cuda_backend *b);
 
 #ifdef __cplusplus
 }

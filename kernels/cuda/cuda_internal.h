@@ -19,7 +19,6 @@ extern "C" {
 
 struct cuda_backend {
     int device;
-    int sms;
     cublasHandle_t blas;
     cudaStream_t stream; /* the runtime's: blocking, so legacy-stream work orders with it */
     cudaEvent_t caller_ready, done;  /* step ordering with a trainer's stream */

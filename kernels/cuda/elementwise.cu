@@ -283,24 +283,16 @@ void cuda_sumsq_many(const struct kernel_ctx *ctx, const void *const *x, const i
                              s) == cudaSuccess &&
              cudaStreamSynchronize(s) == cudaSuccess;
         for (int i = 0; i < m; i++)
-            out[i0 + i] = ok ? be->h_result[i] : NAN; /* a failure reads as a non-finite norm */
+            /* a failure (or no backend state: a caller error) reads as a non-finite norm */
+            out[i0 + i] = ok ? be->h_result[i] : NAN;
     }
 }
 
+/* One tensor: a round trip of its own. */
 double cuda_sumsq(const struct kernel_ctx *ctx, const void *x, int dt, size_t n)
 {
-    struct cuda_backend *be = cuda_be(ctx);
-    cudaStream_t s = cuda_stream(ctx);
-    if (n == 0)
-        return 0.0;
-    if (be == NULL)
-        return NAN; /* no backend state: a caller error, reported as a non-finite norm */
-    k_sumsq_partial<<<CUDA_SUMSQ_BLOCKS, CUDA_SUMSQ_THREADS, 0, s>>>(x, dt, n, be->d_partial);
-    k_sumsq_final<<<1, CUDA_SUMSQ_THREADS, 0, s>>>(be->d_partial,
-                                                   be->d_partial + CUDA_SUMSQ_BLOCKS);
-    if (cudaMemcpyAsync(be->h_result, be->d_partial + CUDA_SUMSQ_BLOCKS, sizeof(double),
-                        cudaMemcpyDeviceToHost, s) != cudaSuccess ||
-        cudaStreamSynchronize(s) != cudaSuccess)
-        return NAN;
-    return *be->h_result;
+    double r = 0.0;
+    if (n > 0)
+        cuda_sumsq_many(ctx, &x, &dt, &n, 1, &r);
+    return r;
 }

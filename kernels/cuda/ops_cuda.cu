@@ -95,10 +95,6 @@ extern "C" struct cuda_backend *cuda_backend_create(int device, void **stream, c
         e = cudaSetDevice(device);
     }
     if (e == cudaSuccess) {
-        what = "cudaDeviceGetAttribute";
-        e = cudaDeviceGetAttribute(&b->sms, cudaDevAttrMultiProcessorCount, b->device);
-    }
-    if (e == cudaSuccess) {
         what = "cudaMalloc (reduction buffer)";
         e = cudaMalloc((void **)&b->d_partial,
                        sizeof(double) * (CUDA_SUMSQ_BLOCKS + CUDA_SUMSQ_RESULTS));
@@ -170,8 +166,6 @@ extern "C" void cuda_backend_destroy(struct cuda_backend *b)
     cudaFreeHost(b->h_result);
     free(b);
 }
-
-extern "C" int cuda_backend_device(const struct cuda_backend *b) { return b->device; }
 
 static void *backend_create(int device, void **stream, char *err, size_t errlen)
 {

@@ -13,6 +13,22 @@ static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
     *len = *lo + c < n ? c : n - *lo;
 }
 
+void preset_shard_of(const struct preset_tensor *t, int ep, int members, int member, int expert_dim,
+                     struct preset_shard *s)
+{
+    for (int d = 0; d < 3; d++) {
+        s->lo[d] = 0;
+        s->len[d] = d < t->ndim ? t->shape[d] : 1;
+    }
+    s->dim = t->expert ? expert_dim : 0;
+    if (t->expert)
+        s->len[0] = t->shape[0] / ep;
+    chunk(s->len[s->dim], members, member, &s->lo[s->dim], &s->len[s->dim]);
+    s->offset = s->lo[s->dim];
+    s->length = s->len[s->dim];
+    s->numel = s->len[0] * s->len[1] * s->len[2];
+}
+
 /* The host values to a device buffer (dev), which replaces them. */
 static float *to_device(const struct kernel_ops *dev, float *host, int64_t numel)
 {
@@ -48,24 +64,17 @@ shardopt_status_t preset_shards_register(shardopt_runtime_t rt, const struct pre
         const struct preset_tensor *t = &p->t[i];
         shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
         shardopt_param_t h;
-        int64_t lo, len, numel = 1;
+        struct preset_shard sh;
+        preset_shard_of(t, s.ep_size, t->expert ? s.expert_shard_size : s.dense_size,
+                        t->expert ? s.expert_shard_rank : s.dense_rank, expert_dim, &sh);
+        const int64_t numel = sh.numel;
         d.name = t->name;
         d.ndim = t->ndim;
         memcpy(d.shape, t->shape, sizeof d.shape);
-        if (t->expert) {
-            const int64_t per = t->shape[0] / s.ep_size;
-            d.placement = SHARDOPT_PLACEMENT_EXPERT;
-            d.shard_dim = expert_dim;
-            chunk(expert_dim == 0 ? per : t->shape[expert_dim], s.expert_shard_size,
-                  s.expert_shard_rank, &lo, &len);
-            for (int k = 0; k < 3; k++)
-                numel *= k == expert_dim ? len : k == 0 ? per : t->shape[k];
-        } else {
-            chunk(t->shape[0], s.dense_size, s.dense_rank, &lo, &len);
-            numel = len * (t->ndim > 1 ? t->shape[1] : 1) * (t->ndim > 2 ? t->shape[2] : 1);
-        }
-        d.shard_offset = lo;
-        d.shard_length = len;
+        d.placement = t->expert ? SHARDOPT_PLACEMENT_EXPERT : SHARDOPT_PLACEMENT_DENSE;
+        d.shard_dim = sh.dim;
+        d.shard_offset = sh.offset;
+        d.shard_length = sh.length;
         out->w[i] = malloc(sizeof(float) * (size_t)(numel + 1));
         out->g[i] = malloc(sizeof(float) * (size_t)(numel + 1));
         if (out->w[i] == NULL || out->g[i] == NULL)

@@ -9,6 +9,21 @@
 
 struct kernel_ops;
 
+/* Where member `member` of a group of `members` holds tensor t, as an FSDP-style trainer shards
+ * it: a dense tensor in torch.chunk pieces along dim 0 over the dense shard group; an expert
+ * stack as its EP rank's E/ep experts, chunked along expert_dim over the expert shard group.
+ * The box is in the EP-local stack's coordinates (dims past ndim are 1 long); dim, offset and
+ * length are what a parameter descriptor takes. One definition for the benchmarks that register
+ * shards and for shardopt-plan, which predicts what they do. */
+struct preset_shard {
+    int64_t lo[3], len[3];
+    int dim;
+    int64_t offset, length, numel;
+};
+
+void preset_shard_of(const struct preset_tensor *t, int ep, int members, int member, int expert_dim,
+                     struct preset_shard *s);
+
 struct preset_shards {
     float **w, **g; /* [n] local buffers: host memory, or device memory of `dev` */
     const struct kernel_ops *dev;

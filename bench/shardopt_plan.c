@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "bench/preset.h"
+#include "bench/preset_shards.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "runtime/classify.h"
 #include "sharding/plan.h"
@@ -134,30 +135,15 @@ static void machine_load(const char *path, struct machine *m)
     cJSON_Delete(root);
 }
 
-/* torch.chunk: ceil-sized chunks, the last ones short or empty (as bench/preset_shards.c). */
-static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
-{
-    int64_t c = (n + parts - 1) / parts;
-    *lo = c * i < n ? c * i : n;
-    *len = *lo + c < n ? c : n - *lo;
-}
-
-/* Member i's box of tensor t in its group (dense: dim 0 over members; expert: EP rank 0's
- * experts, chunked along xdim over members). */
+/* Member i's box of tensor t in its group: exactly what preset_shards_register registers
+ * (an expert stack in EP rank 0's coordinates). */
 static void box_of(const struct preset_tensor *t, int members, int i, int ep, int xdim,
                    struct plan_box *b)
 {
-    for (int d = 0; d < 3; d++) {
-        b->lo[d] = 0;
-        b->len[d] = d < t->ndim ? t->shape[d] : 1;
-    }
-    if (t->expert) {
-        const int64_t per = t->shape[0] / ep;
-        b->len[0] = per;
-        chunk(xdim == 0 ? per : t->shape[xdim], members, i, &b->lo[xdim], &b->len[xdim]);
-    } else {
-        chunk(t->shape[0], members, i, &b->lo[0], &b->len[0]);
-    }
+    struct preset_shard s;
+    preset_shard_of(t, ep, members, i, xdim, &s);
+    memcpy(b->lo, s.lo, sizeof b->lo);
+    memcpy(b->len, s.len, sizeof b->len);
 }
 
 static double box_numel(const struct plan_box *b)

@@ -211,8 +211,7 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
         if (status != SHARDOPT_OK)
             return status;
     }
-    log_info("init: rank %d: CUDA device %d of %d (%s), comm %s", g->me.rank,
-             device >= 0 ? device : -1, count,
+    log_info("init: rank %d: CUDA device %d of %d (%s), comm %s", g->me.rank, device, count,
              device >= 0 ? "node-local rank" : "the current device",
              rt->cfg.comm_backend == SHARDOPT_COMM_MPI ? "mpi via pinned host buffers" : "nccl");
     return SHARDOPT_OK;

@@ -346,17 +346,14 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
         rt->rep_displs[r] = (int)a;
         rt->rep_counts[r] = (int)(b - a);
     }
-    if (rt->nccl_rep != NULL) { /* my share to every other replica, theirs to me */
-        for (int r = 0; r < R; r++) {
-            rt->rep_sc[r] = r == g->me.rep ? 0 : rt->rep_counts[g->me.rep];
+    if (rt->nccl_rep != NULL) {       /* my share to every other replica, theirs to me */
+        for (int r = 0; r < R; r++) { /* the exchange skips my own rank */
+            rt->rep_sc[r] = rt->rep_counts[g->me.rep];
             rt->rep_sd[r] = rt->rep_displs[g->me.rep];
         }
-        const int mine = rt->rep_counts[g->me.rep];
-        rt->rep_counts[g->me.rep] = 0;
         shardopt_status_t status =
             nccl_group_exchange(rt->nccl_rep, st->seq, st->buf->ns, rt->rep_sc, rt->rep_sd,
                                 st->buf->ns, rt->rep_counts, rt->rep_displs, es);
-        rt->rep_counts[g->me.rep] = mine;
         return status == SHARDOPT_OK ? nccl_group_wait(rt->nccl_rep, st->seq) : status;
     }
     MPI_Datatype t = rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;

@@ -19,12 +19,6 @@ struct ns_shape {
 };
 
 /* One set of coefficients, as the kernels receive them. */
-struct ns_table_use {
-    float coeffs[NS_TABLE_MAX_STEPS][3];
-    int steps;
-    float norm_scale;
-};
-
 static const float ns_eps = 1e-8f;
 
 static size_t shape_count(const struct ns_shape *s)
@@ -32,45 +26,34 @@ static size_t shape_count(const struct ns_shape *s)
     return (size_t)(s->batch * s->rows * s->cols);
 }
 
-static struct ns_table_use table_use(int table, int steps)
+static struct coeffs table_use(int table, int steps)
 {
-    struct ns_table_use t = {.steps = steps};
+    struct coeffs t = {.steps = steps};
     t.norm_scale = (float)ns_coeffs_default_norm_scale(table);
-    if (ns_coeffs_fill(table, steps, NULL, t.coeffs) != 0)
+    if (ns_coeffs_fill(table, steps, NULL, t.c) != 0)
         t.steps = 0; /* the caller's kernel call then fails the test */
     return t;
 }
 
 /* ---- the fp64 oracle (tests/ns_fp64.h) ---- */
 
-static void ns64(const double *u, const struct ns_shape *s, const struct ns_table_use *t, double *o)
+static void ns64(const double *u, const struct ns_shape *s, const struct coeffs *t, double *o)
 {
     const size_t one = (size_t)(s->rows * s->cols);
     for (int64_t k = 0; k < s->batch; k++)
-        ns_fp64(u + k * one, s->rows, s->cols, s->rows > s->cols, (const float(*)[3])t->coeffs,
-                t->steps, t->norm_scale, ns_eps, o + k * one);
+        ns_fp64(u + k * one, s->rows, s->cols, s->rows > s->cols, (const float(*)[3])t->c, t->steps,
+                t->norm_scale, ns_eps, o + k * one);
 }
 
 /* ---- data and kernel calls ---- */
 
 static int ns_call(ns_fn_t fn, const struct ns_shape *s, int variant, const void *in, int in_dt,
-                   void *out, int out_dt, const struct ns_table_use *t)
+                   void *out, int out_dt, const struct coeffs *t)
 {
-    const struct ns_args a = {
-        .batch = s->batch,
-        .rows = s->rows,
-        .cols = s->cols,
-        .transpose = s->rows > s->cols,
-        .in = in,
-        .in_dtype = in_dt,
-        .out = out,
-        .out_dtype = out_dt,
-        .coeffs = (const float(*)[3])t->coeffs,
-        .steps = t->steps,
-        .norm_scale = t->norm_scale,
-        .eps = ns_eps,
-        .variant = variant,
-    };
+    struct ns_args a = ns_args_of(s->batch, s->rows, s->cols, t, in, in_dt, out, out_dt);
+    a.eps = ns_eps;
+    a.variant = variant;
+    a.compute = KDT_F32;
     const struct kernel_ctx ctx = {.threads = 1, .stream = NULL};
     struct ns_workspace ws = {.floats = ns_workspace_floats(s->rows, s->cols)};
     int rc;
@@ -116,7 +99,7 @@ static const struct ns_shape small_shapes[] = {
 /* Reference kernel vs the fp64 oracle for one dtype pair. Rounding to fp32 between iterations
  * leaves at most 3e-7 of the largest entry over these shapes (measured); 5e-6 keeps a wide margin
  * and still catches a wrong coefficient or product. A bf16 output adds its rounding, 2^-9. */
-static void check_ref_vs_fp64(int in_dt, int out_dt, const struct ns_table_use *t,
+static void check_ref_vs_fp64(int in_dt, int out_dt, const struct coeffs *t,
                               const struct ns_shape *shapes, size_t nshapes)
 {
     for (size_t i = 0; i < nshapes; i++) {
@@ -143,13 +126,13 @@ static void check_ref_vs_fp64(int in_dt, int out_dt, const struct ns_table_use *
 
 TEST(ns_ref_matches_fp64_fp32_io)
 {
-    const struct ns_table_use t = table_use(NS_TABLE_QUINTIC, 5);
+    const struct coeffs t = table_use(NS_TABLE_QUINTIC, 5);
     check_ref_vs_fp64(KDT_F32, KDT_F32, &t, small_shapes, N_SMALL);
 }
 
 TEST(ns_ref_matches_fp64_bf16_io)
 {
-    const struct ns_table_use t = table_use(NS_TABLE_QUINTIC, 5);
+    const struct coeffs t = table_use(NS_TABLE_QUINTIC, 5);
     check_ref_vs_fp64(KDT_BF16, KDT_BF16, &t, small_shapes, N_SMALL);
     check_ref_vs_fp64(KDT_BF16, KDT_F32, &t, small_shapes, N_SMALL);
     check_ref_vs_fp64(KDT_F32, KDT_BF16, &t, small_shapes, N_SMALL);
@@ -159,13 +142,13 @@ TEST(ns_ref_matches_fp64_every_table)
 {
     const struct ns_shape shapes[] = {{1, 9, 13}, {2, 13, 9}};
     const double custom[2][3] = {{2.0, -1.5, 0.5}, {1.5, -0.5, 0.0}};
-    struct ns_table_use t = table_use(NS_TABLE_JORDAN, 5);
+    struct coeffs t = table_use(NS_TABLE_JORDAN, 5);
 
     check_ref_vs_fp64(KDT_F32, KDT_F32, &t, shapes, 2);
     t = table_use(NS_TABLE_POLAR_EXPRESS, 8);
     check_ref_vs_fp64(KDT_F32, KDT_F32, &t, shapes, 2);
-    t = (struct ns_table_use){.steps = 2, .norm_scale = 1.0f};
-    ASSERT_EQ_INT(ns_coeffs_fill(NS_TABLE_CUSTOM, 2, custom, t.coeffs), 0);
+    t = (struct coeffs){.steps = 2, .norm_scale = 1.0f};
+    ASSERT_EQ_INT(ns_coeffs_fill(NS_TABLE_CUSTOM, 2, custom, t.c), 0);
     check_ref_vs_fp64(KDT_F32, KDT_F32, &t, shapes, 2);
 }
 
@@ -181,7 +164,7 @@ static const struct ns_shape blas_shapes[] = {
 /* BLAS variant vs the reference kernel, fp32 in and out. The BLAS products accumulate in fp32
  * (the reference in double): up to 1.5e-6 of the largest entry over these shapes (measured);
  * 2e-5 leaves room for that and for nothing like a wrong product. */
-static void check_blas_vs_ref(int variant, const struct ns_table_use *t)
+static void check_blas_vs_ref(int variant, const struct coeffs *t)
 {
     for (size_t i = 0; i < N_BLAS; i++) {
         const struct ns_shape *s = &blas_shapes[i];
@@ -210,16 +193,16 @@ static void check_blas_vs_ref(int variant, const struct ns_table_use *t)
 
 TEST(ns_blas_plain_matches_ref)
 {
-    const struct ns_table_use q = table_use(NS_TABLE_QUINTIC, 5);
-    const struct ns_table_use p = table_use(NS_TABLE_POLAR_EXPRESS, 8);
+    const struct coeffs q = table_use(NS_TABLE_QUINTIC, 5);
+    const struct coeffs p = table_use(NS_TABLE_POLAR_EXPRESS, 8);
     check_blas_vs_ref(NS_VARIANT_PLAIN, &q);
     check_blas_vs_ref(NS_VARIANT_PLAIN, &p);
 }
 
 TEST(ns_blas_symmetric_matches_ref)
 {
-    const struct ns_table_use q = table_use(NS_TABLE_QUINTIC, 5);
-    const struct ns_table_use p = table_use(NS_TABLE_POLAR_EXPRESS, 8);
+    const struct coeffs q = table_use(NS_TABLE_QUINTIC, 5);
+    const struct coeffs p = table_use(NS_TABLE_POLAR_EXPRESS, 8);
     check_blas_vs_ref(NS_VARIANT_SYMMETRIC, &q);
     check_blas_vs_ref(NS_VARIANT_SYMMETRIC, &p);
 }
@@ -228,7 +211,7 @@ TEST(ns_blas_symmetric_matches_ref)
 TEST(ns_blas_variants_agree_on_large_shape)
 {
     const struct ns_shape s = {1, 300, 520};
-    const struct ns_table_use t = table_use(NS_TABLE_QUINTIC, 5);
+    const struct coeffs t = table_use(NS_TABLE_QUINTIC, 5);
     const size_t count = shape_count(&s);
     double *u = malloc(count * sizeof(double)), *plain64 = malloc(count * sizeof(double));
     float *in = ns_input(count, KDT_F32, 7, u);
@@ -256,7 +239,7 @@ TEST(ns_blas_variants_agree_on_large_shape)
 TEST(ns_blas_deterministic)
 {
     const struct ns_shape s = {2, 300, 170};
-    const struct ns_table_use t = table_use(NS_TABLE_QUINTIC, 5);
+    const struct coeffs t = table_use(NS_TABLE_QUINTIC, 5);
     const size_t count = shape_count(&s);
     const int saved = kernel_blas_get_threads();
     double *u = malloc(count * sizeof(double));
@@ -283,7 +266,7 @@ TEST(ns_blas_deterministic)
 
 TEST(ns_kernels_reject_what_they_cannot_run)
 {
-    const struct ns_table_use t = table_use(NS_TABLE_QUINTIC, 5);
+    const struct coeffs t = table_use(NS_TABLE_QUINTIC, 5);
     const struct ns_shape s = {1, 6, 10};
     const struct kernel_ctx ctx = {.threads = 1, .stream = NULL};
     double u[60];
@@ -297,7 +280,7 @@ TEST(ns_kernels_reject_what_they_cannot_run)
                         .in_dtype = KDT_F32,
                         .out = out,
                         .out_dtype = KDT_F32,
-                        .coeffs = (const float(*)[3])t.coeffs,
+                        .coeffs = (const float(*)[3])t.c,
                         .steps = t.steps,
                         .norm_scale = 1.0f,
                         .eps = ns_eps,
@@ -325,7 +308,7 @@ TEST(ns_kernels_reject_what_they_cannot_run)
 TEST(ns_zero_matrix_gives_zeros)
 {
     const struct ns_shape shapes[] = {{1, 6, 10}, {1, 10, 6}, {2, 5, 5}};
-    const struct ns_table_use t = table_use(NS_TABLE_QUINTIC, 5);
+    const struct coeffs t = table_use(NS_TABLE_QUINTIC, 5);
     const ns_fn_t fns[] = {ref_newton_schulz, blas_newton_schulz, blas_newton_schulz};
     const int variants[] = {NS_VARIANT_PLAIN, NS_VARIANT_PLAIN, NS_VARIANT_SYMMETRIC};
 
@@ -375,7 +358,7 @@ static float *property_input(void)
 static void check_singular_band(int table, int steps, double lo, double hi, int strict)
 {
     const struct ns_shape s = {1, 256, 512};
-    const struct ns_table_use t = table_use(table, steps);
+    const struct coeffs t = table_use(table, steps);
     float *in = property_input(), *out = malloc(sizeof(float) * 256 * 512);
 
     for (int variant = NS_VARIANT_PLAIN; variant <= NS_VARIANT_SYMMETRIC; variant++) {
@@ -532,7 +515,7 @@ TEST(ns_variant_table_follows_the_working_shape)
 TEST(ns_variant_table_picks_what_blas_runs)
 {
     const struct ns_shape shapes[] = {{1, 16, 40}, {1, 384, 400}};
-    const struct ns_table_use t = table_use(NS_TABLE_QUINTIC, 1);
+    const struct coeffs t = table_use(NS_TABLE_QUINTIC, 1);
 
     for (int i = 0; i < 2; i++) {
         const struct ns_shape *s = &shapes[i];

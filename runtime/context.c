@@ -189,7 +189,9 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
     status = groups_agree(g, status, "init");
     if (status != SHARDOPT_OK)
         return status;
-    if (rt->cfg.comm_backend == SHARDOPT_COMM_NCCL) {
+    /* NCCL moves device memory only: with offload = cpu the exchange buffers are host memory
+     * (the CPU table's) and travel over MPI */
+    if (rt->cfg.comm_backend == SHARDOPT_COMM_NCCL && rt_on_device(rt)) {
         /* the same order on every rank: each communicator is made by all of its members */
         const struct {
             MPI_Comm comm;

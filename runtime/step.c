@@ -153,34 +153,28 @@ static shardopt_status_t step_nonfinite(shardopt_runtime_t rt, int tensors)
 
 /* Device backends: the step reads gradients after the trainer's stream has written them, and
  * the trainer's stream reads parameters after the step wrote them (or, without a stream, the
- * step returns when its work is done). Every rank agrees on a failure. */
+ * step returns when its work is done). This rank's status; the caller agrees. */
 static shardopt_status_t step_stream(shardopt_runtime_t rt, const shardopt_step_args_t *args,
                                      int end)
 {
-    shardopt_status_t status = SHARDOPT_OK;
     char err[256] = "";
-
-    if (rt->ops->stream_begin == NULL)
-        return SHARDOPT_OK;
     if ((end ? rt->ops->stream_end : rt->ops->stream_begin)(&rt->kctx, args->stream, err,
                                                             sizeof err) != 0)
-        status = log_fail(SHARDOPT_ERR_DEVICE, "step: rank %d: %s", rt->groups.me.rank, err);
-    return groups_agree(&rt->groups, status, "step");
+        return log_fail(SHARDOPT_ERR_DEVICE, "step: rank %d: %s", rt->groups.me.rank, err);
+    return SHARDOPT_OK;
 }
 
-/* NCCL: the step's exchanges have completed, or (comm_timeout_s) every rank gets
- * SHARDOPT_ERR_NCCL with the group named; the host waits here, never inside the step. */
+/* NCCL: the step's exchanges have completed, or (comm_timeout_s) SHARDOPT_ERR_NCCL with the
+ * group named; the host waits here, never inside the step. This rank's status. */
 static shardopt_status_t step_drain(shardopt_runtime_t rt)
 {
     shardopt_status_t status = SHARDOPT_OK;
-    if (rt->nccl[GROUP_DENSE] == NULL && rt->nccl[GROUP_EXPERT] == NULL && rt->nccl_rep == NULL)
-        return SHARDOPT_OK;
     for (int k = 0; k < GROUP_KINDS && status == SHARDOPT_OK; k++)
         if (rt->nccl[k] != NULL)
             status = nccl_group_drain(rt->nccl[k]);
     if (status == SHARDOPT_OK && rt->nccl_rep != NULL)
         status = nccl_group_drain(rt->nccl_rep);
-    return groups_agree(&rt->groups, status, "step");
+    return status;
 }
 
 shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_t *args)
@@ -203,9 +197,11 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     k = &rt->counters;
     counters_reset(k);
     staging_counts_reset(&rt->stage);
-    status = step_stream(rt, args, 0);
-    if (status != SHARDOPT_OK)
-        return status;
+    if (rt->ops->stream_begin != NULL) { /* device backends; every rank agrees on a failure */
+        status = groups_agree(&rt->groups, step_stream(rt, args, 0), "step");
+        if (status != SHARDOPT_OK)
+            return status;
+    }
 
     status = prepass_run(rt, sc.max_grad_norm, &pre);
     if (status != SHARDOPT_OK)
@@ -228,11 +224,14 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     if (status != SHARDOPT_OK)
         return status;
 
-    status = step_drain(rt);
-    if (status == SHARDOPT_OK)
-        status = step_stream(rt, args, 1);
-    if (status != SHARDOPT_OK)
-        return status;
+    if (rt->ops->stream_begin != NULL) { /* exchanges, then the stream: one agreement for both */
+        status = step_drain(rt);
+        if (status == SHARDOPT_OK)
+            status = step_stream(rt, args, 1);
+        status = groups_agree(&rt->groups, status, "step");
+        if (status != SHARDOPT_OK)
+            return status;
+    }
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;
     k->steps++;

@@ -372,10 +372,18 @@ static void dev_free(struct dev_run *r)
     }
 }
 
-/* On CUDA, a Muon tensor: fp32, the relative Frobenius difference of the two runs' updates
- * (from the initial values) at most 3e-2; bf16, no element more than one bf16 ulp apart (an
- * update difference of bf16 size flips a rounding now and then, never more). */
-static int muon_close(const struct dev_run *d, const struct run *c, int p)
+/* worst figures seen by muon_close, reported by rank 0 */
+static double worst_rel_fp32, worst_rel_bf16;
+
+/* On CUDA, a Muon tensor after `steps` steps: fp32, the relative Frobenius difference of the two
+ * runs' updates (from the initial values w0) at most 3e-2; bf16, the same after each element's
+ * difference is reduced by steps * ulp(max(|w0|, |a|, |b|)). An update difference far below a
+ * bf16 ulp (bf16 Newton-Schulz against fp32: about 1e-2 of the update) can still round the two
+ * runs to neighbouring values once per step, and that offset stays in the stored parameter; its
+ * size is the ulp of the largest value the element held, not of where it ended (near zero, a
+ * few ulps of the start are hundreds of ulps of the end: seen on the H200, as was one element
+ * 10% past a per-element bound of 3e-2 of its own update). */
+static int muon_close(const struct dev_run *d, const struct run *c, int p, int steps)
 {
     const struct tparam *t = &model_params[p];
     double num = 0, den = 0;
@@ -383,33 +391,43 @@ static int muon_close(const struct dev_run *d, const struct run *c, int p)
         const double w0 = model_value(p, 0, model_global(t, &d->box[p], i)); /* fp32 as stored */
         const double a = kload(d->hw[p], t->dtype, (size_t)i),
                      b = kload(c->w[p], t->dtype, (size_t)i);
+        double e = fabs(a - b);
         if (t->dtype == SHARDOPT_DTYPE_BF16) {
-            const double ulp = ldexp(1.0, ilogb(fabs(b) > 0 ? fabs(b) : 1e-30) - 7);
-            if (fabs(a - b) > ulp * 1.0001)
-                return 0;
-            continue;
+            const double m = fmax(fabs(w0), fmax(fabs(a), fabs(b)));
+            e = fmax(0.0, e - steps * ldexp(1.0, ilogb(m > 0 ? m : 1e-30) - 7));
         }
-        num += (a - b) * (a - b);
+        num += e * e;
         den += (b - w0) * (b - w0);
     }
-    return t->dtype == SHARDOPT_DTYPE_BF16 || num <= 9e-4 * den;
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    double *worst = t->dtype == SHARDOPT_DTYPE_BF16 ? &worst_rel_bf16 : &worst_rel_fp32;
+    *worst = fmax(*worst, rel);
+    return rel <= 3e-2;
 }
 
 /* Parameters of a device run against a CPU run on the same layout, shard by shard: the same
  * bits (on CUDA: AdamW tensors the same bits, Muon tensors close); returns the number of
  * differing tensors over all ranks. */
-static int params_differ(const struct dev_run *d, const struct run *c)
+static int params_differ(const struct dev_run *d, const struct run *c, int steps)
 {
     int bad = 0;
     for (int p = 0; p < MODEL_NPARAMS; p++) {
         const size_t bytes = (size_t)d->box[p].numel * model_esize(model_params[p].dtype);
         const int muon = d->rt->params[p]->algo == SHARDOPT_ALGO_MUON;
-        if (on_cuda && muon ? !muon_close(d, c, p) : memcmp(d->hw[p], c->w[p], bytes) != 0) {
+        if (on_cuda && muon ? !muon_close(d, c, p, steps) : memcmp(d->hw[p], c->w[p], bytes) != 0) {
             fprintf(stderr, "  rank %d: %s differs from the CPU run\n", me, model_params[p].name);
             bad++;
         }
     }
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (on_cuda) {
+        double w[2] = {worst_rel_fp32, worst_rel_bf16};
+        MPI_Allreduce(MPI_IN_PLACE, w, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (me == 0)
+            printf("  Muon after %d steps, CUDA vs CPU: fp32 relative update difference %.3e "
+                   "(bound 3e-2), bf16 beyond storage rounding %.3e (bound 3e-2)\n",
+                   steps, w[0], w[1]);
+    }
     return bad;
 }
 
@@ -435,7 +453,7 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     struct dev_run dev = {0};
     ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
     ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
-    EXPECT_EQ_INT(params_differ(&dev, &cpu), 0);
+    EXPECT_EQ_INT(params_differ(&dev, &cpu, 3), 0);
     if (!on_cuda && test_cfg().offload == SHARDOPT_OFFLOAD_NONE) {
         /* pieces of a bucket and the AdamW tensors went out as batches of several calls */
         long lc[2] = {sim_launches, sim_calls};
@@ -467,7 +485,7 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     ASSERT_EQ_INT(shardopt_load(back.rt, dir), SHARDOPT_OK);
     ASSERT_EQ_INT(dev_steps(&back, 4, 5), SHARDOPT_OK);
     ASSERT_EQ_INT(run_steps(&cpu, 4, 5), SHARDOPT_OK);
-    EXPECT_EQ_INT(params_differ(&back, &cpu), 0);
+    EXPECT_EQ_INT(params_differ(&back, &cpu, 5), 0);
 
     dev_free(&back);
     dev_free(&dev);

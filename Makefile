@@ -18,8 +18,14 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The main job: examples/moe_train on DEMO_RANKS ranks (cp 2, dp_shard 2, ep 2 on 4), about a
+# minute on 2 cores. Root-safe and oversubscribed; one BLAS/OpenMP thread per rank.
+DEMO_RANKS ?= 4
+DEMO_ARGS  ?=
 demo: build
-	$(BUILD)/examples/moe_demo
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 \
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+	mpiexec -n $(DEMO_RANKS) --oversubscribe $(BUILD)/examples/moe_train $(DEMO_ARGS)
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

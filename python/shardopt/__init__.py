@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-__all__ = ["Error", "Param", "Optimizer", "library"]
+__all__ = ["Error", "Param", "Optimizer", "library", "torch_params"]
 
 _STATUS = {0: "ok", -1: "invalid argument", -2: "invalid state", -3: "out of memory",
            -4: "mismatch between ranks", -5: "unsupported", -6: "I/O error", -7: "corrupt data",
@@ -161,6 +161,43 @@ class Param:
     lr_mult: float = 1.0
     wd_mult: float = 1.0
     handle: Any = field(default=None, repr=False)
+    source: Any = field(default=None, repr=False)  # the torch parameter (torch_params)
+
+
+def torch_params(named_parameters, expert=None):
+    """shardopt.Params from (name, torch parameter) pairs, as model.named_parameters() gives.
+
+    A DTensor (FSDP2's fully_shard, or any DeviceMesh sharding) registers its local shard
+    (to_local(), which shares the parameter's storage) with shard_dim and shard_offset read from
+    its placements: one Shard(d) mesh dim at most, the others Replicate (HSDP). A plain tensor is
+    whole on every rank (placement "replicated", as with DDP). `expert(name)` says which are
+    [E, out, in] expert stacks; their shard_offset along dim 0 is taken within this rank's EP
+    stack. Gradients are read from each parameter's .grad at every step() (FSDP2 makes new ones
+    each backward), so none is needed here."""
+    import torch
+    out = []
+    for name, p in named_parameters:
+        local, placement, sdim, soff, slen = p.detach(), "replicated", 0, 0, -1
+        if hasattr(p, "placements") and hasattr(p, "to_local"):
+            from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+            shards = [pl.dim for pl in p.placements if pl.is_shard()]
+            if len(shards) > 1 or any(not (pl.is_shard() or pl.is_replicate())
+                                      for pl in p.placements):
+                raise ValueError(f"{name}: placements {p.placements}: one Shard(d) at most, the "
+                                 "others Replicate")
+            local = p.to_local().detach()
+            if shards:
+                shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh,
+                                                                      p.placements)
+                placement, sdim = "dense", shards[0]
+                soff, slen = int(offset[sdim]), int(shape[sdim])
+        if expert is not None and expert(name):
+            placement = "expert"
+        if not local.is_contiguous():
+            raise ValueError(f"{name}: the local shard is not contiguous")
+        out.append(Param(name=name, shape=list(p.shape), data=local, placement=placement,
+                         shard_dim=sdim, shard_offset=soff, shard_length=slen, source=p))
+    return out
 
 
 class Optimizer:
@@ -179,6 +216,7 @@ class Optimizer:
         _check("init", lib.shardopt_init(self._comm_handle, self._cfg, ctypes.byref(self._rt)))
         self.params = [p if isinstance(p, Param) else Param(**p) for p in params]
         self._names = []
+        self._ep = None
         try:
             for p in self.params:
                 self._register(p)
@@ -188,6 +226,12 @@ class Optimizer:
             raise
 
     def _register(self, p):
+        if p.source is not None and p.placement == "expert" and p.shard_dim == 0:
+            if self._ep is None:
+                self._ep = self.stats()["ep_size"]
+            p.shard_offset %= p.shape[0] // self._ep  # global -> within this rank's EP stack
+        if p.source is not None and p.grad is None:
+            p.grad = self._torch_grad(p, required=False)
         data, dt, _ = _buffer(p.data, f"{p.name}.data")
         grad, gdt, _ = _buffer(p.grad, f"{p.name}.grad")
         name = p.name.encode()
@@ -216,19 +260,39 @@ class Optimizer:
         g, _, _ = _buffer(grad, f"{p.name}.grad")
         _check("param_set_pointers", self._lib.shardopt_param_set_pointers(p.handle, data, g))
 
+    @staticmethod
+    def _torch_grad(p, required=True):
+        g = p.source.grad
+        if g is None:
+            if required:
+                raise ValueError(f"{p.name}: no gradient (.grad is None): every registered "
+                                 "parameter needs one at each step")
+            return None
+        g = g.to_local() if hasattr(g, "to_local") else g
+        return g.detach()
+
     def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None):
         """One optimizer step (collective). stream: a CUDA stream (torch.cuda.Stream or a
-        raw handle) for the CUDA backend."""
+        raw handle) for the CUDA backend. Parameters from torch_params take their gradients
+        from .grad now."""
+        for p in self.params:
+            if p.source is not None:
+                g = self._torch_grad(p)
+                if p.grad is None or g.data_ptr() != p.grad.data_ptr():
+                    self.set_grad(p, g)
         if stream is not None and hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
         a = _StepArgs(size=ctypes.sizeof(_StepArgs), version=1, lr=lr, adamw_lr=adamw_lr,
                       weight_decay=weight_decay, stream=stream, max_grad_norm=max_grad_norm)
         _check("step", self._lib.shardopt_step(self._rt, ctypes.byref(a)))
 
-    def zero_grad(self):
-        """Zero every registered gradient buffer in place."""
+    def zero_grad(self, set_to_none=True):
+        """Zero every registered gradient buffer in place; torch parameters' .grad is set to
+        None instead (as torch.optim does) unless set_to_none is False."""
         for p in self.params:
-            if p.grad is not None:
+            if p.source is not None and set_to_none:
+                p.source.grad = None
+            elif p.grad is not None:
                 p.grad[...] = 0
 
     def save(self, directory):

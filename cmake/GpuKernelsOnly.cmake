@@ -18,7 +18,7 @@ add_library(shardopt_gpu_kernels STATIC
 target_include_directories(shardopt_gpu_kernels PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(shardopt_gpu_kernels PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-fmad=false --Werror all-warnings -Xcompiler=-Wall,-Wextra>)
-target_link_libraries(shardopt_gpu_kernels PUBLIC CUDA::cudart CUDA::cublas OpenMP::OpenMP_C m)
+target_link_libraries(shardopt_gpu_kernels PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt OpenMP::OpenMP_C m)
 
 enable_testing()
 add_library(shardopt_test_harness STATIC tests/test_main.c)

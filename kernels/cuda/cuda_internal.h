@@ -2,6 +2,7 @@
 #ifndef KERNELS_CUDA_CUDA_INTERNAL_H
 #define KERNELS_CUDA_CUDA_INTERNAL_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -14,12 +15,16 @@ extern "C" {
  * on n only. */
 #define CUDA_SUMSQ_BLOCKS  256
 #define CUDA_SUMSQ_THREADS 256
+/* cuBLASLt workspace: what its heuristics ask for on Hopper for large bf16 products. */
+#define CUDA_LT_WORKSPACE (32u << 20)
 /* Results of one sumsq_many round trip (more tensors take more rounds). */
 #define CUDA_SUMSQ_RESULTS 1024
 
 struct cuda_backend {
     int device;
     cublasHandle_t blas;
+    cublasLtHandle_t lt; /* Newton-Schulz products that read C apart from where D goes */
+    void *lt_ws;         /* its workspace, CUDA_LT_WORKSPACE bytes */
     cudaStream_t stream; /* the runtime's: blocking, so legacy-stream work orders with it */
     cudaEvent_t caller_ready, done;  /* step ordering with a trainer's stream */
     cudaStream_t lane[KERNEL_LANES]; /* [0] = stream; copy-in and copy-out streams */

@@ -73,8 +73,66 @@ __global__ void k_ns_tile(const void *in, int in_dt, void *out, int out_dt, int6
 namespace
 {
 
+/* D = alpha op(A) op(B) + beta C with C and D apart (cuBLASLt): bf16 in and out, fp32
+ * accumulation and scale, strided batches. The descriptors are a few host calls per product;
+ * the heuristic picks the algorithm for the workspace we have. */
+static int lt_gemm(cublasLtHandle_t lt, void *ws, cudaStream_t s, int ta, int tb, int M, int N,
+                   int K, float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                   long long sB, float beta, const void *C, void *D, int ldc, long long sC,
+                   int batch)
+{
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t h;
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int32_t nb = batch;
+    const int64_t strides[3] = {sA, sB, sC};
+    const size_t wsb = CUDA_LT_WORKSPACE;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    if (st == CUBLAS_STATUS_SUCCESS) /* the stored (untransposed) shapes, column-major */
+        st = cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? K : M, ta ? M : K, lda);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? N : K, tb ? K : N, ldb);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, M, N, ldc);
+    cublasLtMatrixLayout_t lays[3] = {la, lb, lc};
+    for (int i = 0; i < 3 && st == CUBLAS_STATUS_SUCCESS; i++) {
+        st = cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &nb,
+                                              sizeof nb);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatrixLayoutSetAttribute(
+                lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i], sizeof(int64_t));
+    }
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceCreate(&pref);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &wsb, sizeof wsb);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &found);
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0)
+        st = cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, C, lc, D, lc, &h.algo, ws, wsb,
+                            s);
+    if (pref != NULL)
+        cublasLtMatmulPreferenceDestroy(pref);
+    for (int i = 0; i < 3; i++)
+        if (lays[i] != NULL)
+            cublasLtMatrixLayoutDestroy(lays[i]);
+    if (op != NULL)
+        cublasLtMatmulDescDestroy(op);
+    return st == CUBLAS_STATUS_SUCCESS && found > 0 ? 0 : -1;
+}
+
 struct CudaDev {
     cublasHandle_t h;
+    cublasLtHandle_t lt;
+    void *lt_ws;
     cudaStream_t s;
 
     size_t scratch_bytes(int64_t count) const
@@ -83,9 +141,17 @@ struct CudaDev {
     }
 
     int gemm(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
-             long long sA, const uint16_t *B, int ldb, long long sB, float beta, uint16_t *C,
-             int ldc, long long sC, int batch)
+             long long sA, const uint16_t *B, int ldb, long long sB, float beta,
+             const uint16_t *Cin, uint16_t *C, int ldc, long long sC, int batch)
     {
+        if (beta != 0.0f && Cin != C) {
+            if (lt_gemm(lt, lt_ws, s, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, Cin, C,
+                        ldc, sC, batch) == 0)
+                return 0;
+            /* no cuBLASLt algorithm for it: C into D, then the in-place product */
+            if (copy(C, Cin, ((size_t)(batch - 1) * (size_t)sC + (size_t)ldc * N) * 2) != 0)
+                return -1;
+        }
         return cublasGemmStridedBatchedEx(
                    h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, M, N, K,
                    &alpha, A, CUDA_R_16BF, lda, sA, B, CUDA_R_16BF, ldb, sB, &beta, C, CUDA_R_16BF,
@@ -145,7 +211,7 @@ int cuda_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
     struct cuda_backend *be = cuda_be(ctx);
     if (be == NULL || a->steps < 0)
         return -1;
-    CudaDev d = {be->blas, cuda_stream(ctx)};
+    CudaDev d = {be->blas, be->lt, be->lt_ws, cuda_stream(ctx)};
     if (cublasSetStream(be->blas, d.s) != CUBLAS_STATUS_SUCCESS)
         return -1;
     return ns_dev_run(d, a, ws->buf, ws->floats * sizeof(float));

@@ -7,13 +7,15 @@
  * Storage: matrices are row-major; the BLAS is column-major, where a row-major m x n buffer
  * reads as its n x m transpose. With Xc, Ac, Bc the column-major views of the X, A, B buffers:
  *   A = X X^T   <=>  Ac = Xc^T Xc          gemm(T, N, m, m, n)
- *   B = bA + cAA <=> Bc = b Ac + c Ac Ac    B <- A, then gemm(N, N, m, m, m), beta = b
- *   Y = aX + BX  <=> Yc = a Xc + Xc Bc      Y <- X, then gemm(N, N, n, m, m), beta = a
+ *   B = bA + cAA <=> Bc = b Ac + c Ac Ac    gemm(N, N, m, m, m), beta = b, C = A, D = B
+ *   Y = aX + BX  <=> Yc = a Xc + Xc Bc      gemm(N, N, n, m, m), beta = a, C = X, D = Y
  * No product relies on A or B being exactly symmetric, which rounded bf16 results are not.
  *
  * Dev provides, on bf16 buffers (uint16_t) and stream-ordered:
- *   int gemm(int ta, int tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch)
- *   int copy(void *dst, const void *src, size_t bytes)
+ *   int gemm(int ta, int tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, D, ldc, sC,
+ *            batch)   D = alpha op(A) op(B) + beta C; C and D share ldc and sC, C may be D, and
+ *            is not read when beta is 0 (cuBLASLt takes C apart from D, so no copy of X into Y
+ *            or of A into B is needed: those copies were a tenth of a 1408 x 4096 run)
  *   int load(const ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n, uint16_t *x,
  *            void *scratch)   X[k] <- U[k0+k] / (|U|_F * norm_scale + eps), working orientation
  *   int store(const ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n,
@@ -78,12 +80,10 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
         for (int it = 0; it < a->steps; it++) {
             const float ca = a->coeffs[it][0], cb = a->coeffs[it][1], cc = a->coeffs[it][2];
             if (d.gemm(1, 0, (int)m, (int)m, (int)n, 1.0f, x, (int)n, mn, x, (int)n, mn, 0.0f, A,
+                       A, (int)m, mm, batch) != 0 ||
+                d.gemm(0, 0, (int)m, (int)m, (int)m, cc, A, (int)m, mm, A, (int)m, mm, cb, A, B,
                        (int)m, mm, batch) != 0 ||
-                d.copy(B, A, (size_t)(bc * mm) * 2) != 0 ||
-                d.gemm(0, 0, (int)m, (int)m, (int)m, cc, A, (int)m, mm, A, (int)m, mm, cb, B,
-                       (int)m, mm, batch) != 0 ||
-                d.copy(y, x, (size_t)(bc * mn) * 2) != 0 ||
-                d.gemm(0, 0, (int)n, (int)m, (int)m, 1.0f, x, (int)n, mn, B, (int)m, mm, ca, y,
+                d.gemm(0, 0, (int)n, (int)m, (int)m, 1.0f, x, (int)n, mn, B, (int)m, mm, ca, x, y,
                        (int)n, mn, batch) != 0)
                 return -1;
             uint16_t *t = x;

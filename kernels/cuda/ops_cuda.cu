@@ -138,6 +138,16 @@ extern "C" struct cuda_backend *cuda_backend_create(int device, void **stream, c
         cuda_backend_destroy(b);
         return NULL;
     }
+    bs = cublasLtCreate(&b->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS || cudaMalloc(&b->lt_ws, CUDA_LT_WORKSPACE) != cudaSuccess) {
+        snprintf(err, errlen, "CUDA backend: cublasLtCreate or its %u MiB workspace failed on "
+                 "device %d", CUDA_LT_WORKSPACE >> 20, b->device);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            b->lt = NULL;
+        cudaGetLastError();
+        cuda_backend_destroy(b);
+        return NULL;
+    }
     if (stream != NULL)
         *stream = b->stream;
     return b;
@@ -149,6 +159,10 @@ extern "C" void cuda_backend_destroy(struct cuda_backend *b)
         return;
     if (b->blas != NULL)
         cublasDestroy(b->blas);
+    if (b->lt != NULL)
+        cublasLtDestroy(b->lt);
+    if (b->lt_ws != NULL)
+        cudaFree(b->lt_ws);
     if (b->caller_ready != NULL)
         cudaEventDestroy(b->caller_ready);
     if (b->done != NULL)

@@ -22,8 +22,8 @@ struct HostDev {
     size_t scratch_bytes(int64_t count) const { return (size_t)count * sizeof(double); }
 
     int gemm(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
-             long long sA, const uint16_t *B, int ldb, long long sB, float beta, uint16_t *C,
-             int ldc, long long sC, int batch)
+             long long sA, const uint16_t *B, int ldb, long long sB, float beta,
+             const uint16_t *Cin, uint16_t *C, int ldc, long long sC, int batch)
     {
         /* the BLAS contract: op(A) is M x K, op(B) K x N, leading dimensions at least the rows
          * of the stored (untransposed) operands */
@@ -33,6 +33,7 @@ struct HostDev {
         for (int z = 0; z < batch; z++) {
             const uint16_t *a = A + z * sA, *b = B + z * sB;
             uint16_t *c = C + z * sC;
+            const uint16_t *cin = Cin + z * sC;
             for (int j = 0; j < N; j++)
                 for (int i = 0; i < M; i++) {
                     float acc = 0.0f;
@@ -43,18 +44,14 @@ struct HostDev {
                             f32_from_bf16(tb ? b[j + (size_t)k * ldb] : b[k + (size_t)j * ldb]);
                         acc = fmaf(x, y, acc);
                     }
-                    const float old = beta != 0.0f ? f32_from_bf16(c[i + (size_t)j * ldc]) : 0.0f;
+                    const float old =
+                        beta != 0.0f ? f32_from_bf16(cin[i + (size_t)j * ldc]) : 0.0f;
                     c[i + (size_t)j * ldc] = bf16_from_f32(alpha * acc + beta * old);
                 }
         }
         return 0;
     }
 
-    int copy(void *dst, const void *src, size_t bytes)
-    {
-        memmove(dst, src, bytes);
-        return 0;
-    }
 
     int load(const struct ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n, uint16_t *x,
              void *scratch)

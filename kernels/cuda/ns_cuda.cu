@@ -85,7 +85,8 @@ static int lt_gemm(cublasLtHandle_t lt, void *ws, cudaStream_t s, int ta, int tb
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
-    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int32_t nb = batch;
     const int64_t strides[3] = {sA, sB, sC};
     const size_t wsb = CUDA_LT_WORKSPACE;
@@ -117,8 +118,7 @@ static int lt_gemm(cublasLtHandle_t lt, void *ws, cudaStream_t s, int ta, int tb
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &found);
     if (st == CUBLAS_STATUS_SUCCESS && found > 0)
-        st = cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, C, lc, D, lc, &h.algo, ws, wsb,
-                            s);
+        st = cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, C, lc, D, lc, &h.algo, ws, wsb, s);
     if (pref != NULL)
         cublasLtMatmulPreferenceDestroy(pref);
     for (int i = 0; i < 3; i++)

@@ -79,8 +79,8 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
             return -1;
         for (int it = 0; it < a->steps; it++) {
             const float ca = a->coeffs[it][0], cb = a->coeffs[it][1], cc = a->coeffs[it][2];
-            if (d.gemm(1, 0, (int)m, (int)m, (int)n, 1.0f, x, (int)n, mn, x, (int)n, mn, 0.0f, A,
-                       A, (int)m, mm, batch) != 0 ||
+            if (d.gemm(1, 0, (int)m, (int)m, (int)n, 1.0f, x, (int)n, mn, x, (int)n, mn, 0.0f, A, A,
+                       (int)m, mm, batch) != 0 ||
                 d.gemm(0, 0, (int)m, (int)m, (int)m, cc, A, (int)m, mm, A, (int)m, mm, cb, A, B,
                        (int)m, mm, batch) != 0 ||
                 d.gemm(0, 0, (int)n, (int)m, (int)m, 1.0f, x, (int)n, mn, B, (int)m, mm, ca, x, y,

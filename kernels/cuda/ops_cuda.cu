@@ -140,8 +140,10 @@ extern "C" struct cuda_backend *cuda_backend_create(int device, void **stream, c
     }
     bs = cublasLtCreate(&b->lt);
     if (bs != CUBLAS_STATUS_SUCCESS || cudaMalloc(&b->lt_ws, CUDA_LT_WORKSPACE) != cudaSuccess) {
-        snprintf(err, errlen, "CUDA backend: cublasLtCreate or its %u MiB workspace failed on "
-                 "device %d", CUDA_LT_WORKSPACE >> 20, b->device);
+        snprintf(err, errlen,
+                 "CUDA backend: cublasLtCreate or its %u MiB workspace failed on "
+                 "device %d",
+                 CUDA_LT_WORKSPACE >> 20, b->device);
         if (bs != CUBLAS_STATUS_SUCCESS)
             b->lt = NULL;
         cudaGetLastError();

@@ -44,14 +44,12 @@ struct HostDev {
                             f32_from_bf16(tb ? b[j + (size_t)k * ldb] : b[k + (size_t)j * ldb]);
                         acc = fmaf(x, y, acc);
                     }
-                    const float old =
-                        beta != 0.0f ? f32_from_bf16(cin[i + (size_t)j * ldc]) : 0.0f;
+                    const float old = beta != 0.0f ? f32_from_bf16(cin[i + (size_t)j * ldc]) : 0.0f;
                     c[i + (size_t)j * ldc] = bf16_from_f32(alpha * acc + beta * old);
                 }
         }
         return 0;
     }
-
 
     int load(const struct ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n, uint16_t *x,
              void *scratch)

@@ -358,9 +358,11 @@ static void leftovers_clear(const char *dir)
     closedir(d);
 }
 
-/* Keep the newest keep_last step directories; only ever after latest moved. A failure here
- * leaves extra checkpoints behind: worth a warning, not a failed save. */
-static void steps_prune(const char *dir, int keep_last)
+/* Keep keep_last step directories: the one just published (which latest names) and the
+ * highest-numbered others; only ever after latest moved. The new step is kept whatever its
+ * number: a run that went back to an earlier step saves below the ones already there. A failure
+ * here leaves extra checkpoints behind: worth a warning, not a failed save. */
+static void steps_prune(const char *dir, int keep_last, const char *published)
 {
     DIR *d;
     struct dirent *e;
@@ -370,18 +372,21 @@ static void steps_prune(const char *dir, int keep_last)
     if (keep_last <= 0 || (d = opendir(dir)) == NULL)
         return;
     while ((e = readdir(d)) != NULL)
-        if (name_is_step(e->d_name)) {
+        if (name_is_step(e->d_name) && strcmp(e->d_name, published) != 0) {
             if (n == cap) {
                 char **nn = realloc(names, sizeof(char *) * (size_t)(cap = cap ? 2 * cap : 16));
                 if (nn == NULL)
                     break;
                 names = nn;
             }
-            names[n++] = strdup(e->d_name);
+            if ((names[n] = strdup(e->d_name)) == NULL)
+                break;
+            n++;
         }
     closedir(d);
-    qsort(names, (size_t)n, sizeof(char *), by_name);
-    for (int i = 0; i < n - keep_last; i++) {
+    if (n > 0)
+        qsort(names, (size_t)n, sizeof(char *), by_name);
+    for (int i = 0; i < n - (keep_last - 1); i++) {
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         if (fault_hit("ckpt.prune"))
@@ -433,7 +438,7 @@ static shardopt_status_t publish(shardopt_runtime_t rt, const char *dir, const c
                         "save: %s: %s (the new step directory %s is complete "
                         "but latest still names the previous one)",
                         latest, errno ? strerror(errno) : "injected fault", final);
-    steps_prune(dir, rt->cfg.keep_last);
+    steps_prune(dir, rt->cfg.keep_last, step_name);
     return SHARDOPT_OK;
 }
 

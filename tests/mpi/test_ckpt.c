@@ -507,6 +507,45 @@ TEST(keep_last_prunes_only_older_steps)
     dir_clear(dir);
 }
 
+/* A run that went back (restarted from an earlier checkpoint, or a fresh one) saves a step
+ * lower than those already in the directory: the step just published must survive the pruning
+ * (it used to keep the highest step numbers, delete the new step and leave latest naming a
+ * directory that was gone). */
+TEST(keep_last_never_prunes_the_step_just_published)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_keep_back";
+    struct run d, back;
+    shardopt_config_t cfg = test_config();
+    cfg.keep_last = 2;
+    saved_run(&d, dir, cfg); /* step 3 */
+    for (int s = 4; s <= 6; s++) {
+        run_steps(&d, s, s);
+        EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    }
+    memset(&back, 0, sizeof back);
+    ASSERT_EQ_INT(run_setup(&back, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&back, 1, 2), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(back.rt, dir), SHARDOPT_OK); /* step 2, now latest */
+    if (me == 0) {
+        char p[4200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/step-00000002", dir);
+        EXPECT_TRUE(stat(p, &st) == 0);
+        snprintf(p, sizeof p, "%s/step-00000006", dir); /* the newest of the others stays */
+        EXPECT_TRUE(stat(p, &st) == 0);
+        snprintf(p, sizeof p, "%s/step-00000005", dir);
+        EXPECT_TRUE(stat(p, &st) != 0);
+    }
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(d.rt, &st);
+    EXPECT_EQ_INT(st.steps, 2);
+    run_free(&back);
+    run_free(&d);
+    dir_clear(dir);
+}
+
 /* Offsets of the state kinds (k >= 1) inside a snapshot, for a run of this model. */
 static long state_compare(const struct run *a, const unsigned char *snap_a, const struct run *b,
                           int widen_momentum)

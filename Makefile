@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build demo test check-sanitize format check-format clean install
+.PHONY: all deps configure build demo test check-sanitize check-fuzz format check-format clean install
 
 all: build
 
@@ -29,6 +29,16 @@ demo: build
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# libFuzzer (clang, ASan + UBSan) on the config loader, the safetensors header parser and the
+# checkpoint index checks, FUZZ_SECONDS each from the committed corpus (tests/fuzz/run.sh).
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+check-fuzz:
+	@./tools/install_deps.sh --fuzz
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDOPT_FUZZ=ON -DSHARDOPT_WITH_CUDA=OFF $(CMAKE_ARGS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_config fuzz_safetensors fuzz_index
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 # ASan + UBSan build (CPU only), running the unit and MPI tests.
 check-sanitize: deps

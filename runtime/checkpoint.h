@@ -38,6 +38,11 @@ int ckpt_fsync_dir(const char *path);
 
 /* Every rank returns the same status: the worst one, with the message of the rank that had it
  * (or a pointer to that rank's log). */
+/* The checks shardopt_load applies to an index.json text (NUL-terminated), alone: SHARDOPT_OK,
+ * SHARDOPT_ERR_CORRUPT, SHARDOPT_ERR_UNSUPPORTED (format_version) or SHARDOPT_ERR_OUT_OF_MEMORY.
+ * For the fuzz target tests/fuzz/fuzz_index.c and the corpus test. */
+shardopt_status_t ckpt_index_check(const char *text);
+
 shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what);
 
 #endif

@@ -93,6 +93,12 @@ static shardopt_status_t index_bad(const char *dir, const char *what, const char
                     tensor ? " (tensor '" : "", tensor ? tensor : "", tensor ? "')" : "");
 }
 
+static int tensor_ptr_by_name(const void *a, const void *b)
+{
+    return strcmp((*(const struct ck_tensor *const *)a)->name,
+                  (*(const struct ck_tensor *const *)b)->name);
+}
+
 static shardopt_status_t index_parse(struct ck_load *L, const char *text)
 {
     const cJSON *e, *tensors;
@@ -108,8 +114,9 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
         return log_fail(SHARDOPT_ERR_UNSUPPORTED,
                         "load: %s/index.json: format_version %g: this version reads %d", L->dir,
                         cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, CKPT_FORMAT_VERSION);
-    if (!cJSON_IsNumber(step) || step->valuedouble < 0)
-        return index_bad(L->dir, "\"step\" missing or negative", NULL);
+    if (!cJSON_IsNumber(step) || !(step->valuedouble >= 0 && step->valuedouble <= 9.0e15) ||
+        step->valuedouble != floor(step->valuedouble))
+        return index_bad(L->dir, "\"step\" is not an integer in [0, 9e15]", NULL);
     L->step = (uint64_t)step->valuedouble;
     tensors = cJSON_GetObjectItemCaseSensitive(L->root, "tensors");
     if (!cJSON_IsArray(tensors))
@@ -136,10 +143,10 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
             return index_bad(L->dir, "shape is not 1-3 integers", t->name);
         if (!cJSON_IsArray(shards))
             return index_bad(L->dir, "\"shards\" missing", t->name);
-        t->nshards = cJSON_GetArraySize(shards);
-        t->shards = calloc((size_t)t->nshards + 1, sizeof(*t->shards));
+        t->shards = calloc((size_t)cJSON_GetArraySize(shards) + 1, sizeof(*t->shards));
         if (t->shards == NULL)
             return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: index shards");
+        t->nshards = cJSON_GetArraySize(shards); /* only now: load_free walks them */
         int j = 0;
         cJSON_ArrayForEach(s, shards)
         {
@@ -163,7 +170,8 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
             for (int d = 0; d < t->ndim; d++) {
                 if (lo[d] + ln[d] > t->shape[d])
                     return index_bad(L->dir, "a shard lies outside the tensor", t->name);
-                bytes *= (uint64_t)ln[d];
+                if (__builtin_mul_overflow(bytes, (uint64_t)ln[d], &bytes))
+                    return index_bad(L->dir, "a shard's byte size overflows 64 bits", t->name);
             }
             const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(s, "block_crc32c"), *bc;
             if (!crc32_valid(crc) || !cJSON_IsArray(blocks) ||
@@ -193,6 +201,21 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
             t->shape[d] = s3 >= 0 ? t->shape[s3] : 1;
         }
     }
+    /* one entry per tensor name: a second would silently lose to the first (index_find) */
+    const struct ck_tensor **by = malloc(sizeof(*by) * ((size_t)L->nt + 1));
+    if (by == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: index of %d tensors", L->nt);
+    for (int k = 0; k < L->nt; k++)
+        by[k] = &L->t[k];
+    if (L->nt > 1)
+        qsort(by, (size_t)L->nt, sizeof(*by), tensor_ptr_by_name);
+    for (int k = 1; k < L->nt; k++)
+        if (strcmp(by[k - 1]->name, by[k]->name) == 0) {
+            const char *dup = by[k]->name;
+            free(by);
+            return index_bad(L->dir, "a tensor is listed twice", dup);
+        }
+    free(by);
     return SHARDOPT_OK;
 }
 
@@ -519,6 +542,16 @@ static void load_free(struct ck_load *L)
     free(L->steps);
     free(L->chunk);
     cJSON_Delete(L->root);
+}
+
+shardopt_status_t ckpt_index_check(const char *text)
+{
+    struct ck_load L;
+    memset(&L, 0, sizeof L);
+    snprintf(L.dir, sizeof L.dir, "(index text)");
+    shardopt_status_t status = index_parse(&L, text);
+    load_free(&L);
+    return status;
 }
 
 shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)

@@ -16,6 +16,10 @@ void config_export(const shardopt_config_t *full, shardopt_config_t *out);
  * `source` names where the values came from. */
 shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *source);
 
+/* shardopt_config_load_json on text already read (NUL-terminated); path names it in messages.
+ * The fuzz target tests/fuzz/fuzz_config.c calls it directly. */
+shardopt_status_t config_json_text(const char *path, const char *text, shardopt_config_t *cfg);
+
 /* Resolve ns_coeffs/ns_steps/custom into float triples and the norm multiplier. */
 void config_ns_resolve(const shardopt_config_t *cfg, float coeffs[][3], float *norm_scale);
 

@@ -144,8 +144,6 @@ shardopt_status_t shardopt_config_load_json(const char *path, shardopt_config_t 
     shardopt_config_t c;
     shardopt_status_t status;
     char *text = NULL;
-    cJSON *root = NULL;
-    int coeff_steps = 0, steps_given = 0;
 
     if (path == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config_load_json: NULL path");
@@ -153,6 +151,20 @@ shardopt_status_t shardopt_config_load_json(const char *path, shardopt_config_t 
     if (status != SHARDOPT_OK)
         return status;
     status = file_read(path, &text);
+    if (status != SHARDOPT_OK)
+        return status;
+    status = config_json_text(path, text, cfg);
+    free(text);
+    return status;
+}
+
+shardopt_status_t config_json_text(const char *path, const char *text, shardopt_config_t *cfg)
+{
+    shardopt_config_t c;
+    shardopt_status_t status = config_import(cfg, &c);
+    cJSON *root = NULL;
+    int coeff_steps = 0, steps_given = 0;
+
     if (status != SHARDOPT_OK)
         return status;
     root = cJSON_Parse(text);
@@ -201,6 +213,5 @@ shardopt_status_t shardopt_config_load_json(const char *path, shardopt_config_t 
         config_export(&c, cfg);
 out:
     cJSON_Delete(root);
-    free(text);
     return status;
 }

@@ -5,6 +5,8 @@ set -euo pipefail
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhwloc-dev
           libopenblas-dev libopenblas-openmp-dev libcjson-dev libdnnl-dev)
+# --fuzz: also clang and its runtime with libFuzzer (make check-fuzz)
+[ "${1:-}" = "--fuzz" ] && packages+=(clang libclang-rt-14-dev)
 
 # Python modules: the interop test reads checkpoints with safetensors; the Python binding's
 # tests run under mpirun with numpy and mpi4py (a binary wheel that uses the system's Open MPI)

@@ -2,6 +2,9 @@
 
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
+#if defined(__x86_64__) && defined(__clang__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -410,7 +413,15 @@ const char *ns_bf16_impl(const struct ns_bf16 *b) { return b != NULL ? b->impl :
 
 int ns_bf16_native(void)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__clang__)
+    /* clang 14 knows neither feature name of __builtin_cpu_supports: read CPUID (leaf 7.1 EAX
+     * bit 5 AVX512_BF16, leaf 7.0 EDX bit 22 AMX-BF16); avx512f says the OS saves the state */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __builtin_cpu_init();
+    const int bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1u);
+    const int amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u);
+    return (bf16 && __builtin_cpu_supports("avx512f")) || amx;
+#elif defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
 #else

@@ -218,6 +218,10 @@ typedef struct shardopt_config {
     shardopt_comm_backend_t comm_backend; /**< CUDA backend: nccl (default) or mpi */
     shardopt_device_t device;             /**< CUDA backend: current (default) or local_rank */
     double comm_timeout_s; /**< CUDA backend: a collective not done in this time fails; 0 = never */
+    /** Every N steps compare a CRC-32C of every parameter shard across the replicate group
+     *  (replicated tensors across every rank) after the update; a difference fails that step
+     *  with SHARDOPT_ERR_MISMATCH on every rank, naming the first parameter. 0 = never. */
+    int replica_check_every;
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"

@@ -9,6 +9,7 @@
 #include "kernels/ns_variant.h"
 #include "log.h"
 #include "offload_exec.h"
+#include "replica_check.h"
 #include "runtime.h"
 #include "sharding/ns_strategy.h"
 #include "status.h"
@@ -194,6 +195,10 @@ void commit_release(shardopt_runtime_t rt)
     rt->rep_counts = rt->rep_displs = rt->rep_sc = rt->rep_sd = NULL;
     free(rt->nonfinite);
     rt->nonfinite = NULL;
+    free(rt->drift);
+    free(rt->drift_host);
+    rt->drift = NULL;
+    rt->drift_host = NULL;
     rt->ns_ws.buf = NULL;
     rt->sumsq = NULL;
     rt->bytes_workspace = 0;
@@ -267,6 +272,11 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     rt->pre_n = malloc(sizeof(size_t) * (size_t)(rt->nparams ? rt->nparams : 1));
     ok = ok && rt->pre_x && rt->pre_dt && rt->pre_n;
     rt->nonfinite = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
+    if (rt->cfg.replica_check_every > 0) { /* the step allocates nothing: its buffers now */
+        rt->drift = malloc(sizeof(uint32_t) * 4 * (size_t)(rt->nparams ? rt->nparams : 1));
+        rt->drift_host = rt_on_device(rt) ? malloc(REPLICA_CHECK_CHUNK) : NULL;
+        ok = ok && rt->drift != NULL && (!rt_on_device(rt) || rt->drift_host != NULL);
+    }
     const size_t R = (size_t)rt->groups.mesh.dp_replicate;
     rt->rep_counts = malloc(sizeof(int) * 4 * R);
     rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + R : NULL;

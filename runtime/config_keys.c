@@ -87,6 +87,8 @@ const struct config_key config_keys[] = {
     ENUM(comm_backend, comm_backend_names, "CUDA backend: exchanges over nccl, or mpi via host"),
     ENUM(device, device_names, "CUDA backend: the current device, or the node-local rank's"),
     DBL(comm_timeout_s, 0, 1e6, 0, 0, "CUDA backend: seconds before a stuck collective fails"),
+    INT(replica_check_every, 0, 1 << 30,
+        "every N steps compare parameter checksums across replicas; 0 = never"),
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

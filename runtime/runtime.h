@@ -114,7 +114,9 @@ struct shardopt_runtime {
     const void **pre_x;      /* [nparams], device backends: the pre-pass's one batched call */
     int *pre_dt;
     size_t *pre_n;
-    int *nonfinite; /* [nparams]: NaN/Inf gradient somewhere */
+    int *nonfinite;   /* [nparams]: NaN/Inf gradient somewhere */
+    uint32_t *drift;  /* replica_check_every: [4 * nparams] checksums and their min/max */
+    void *drift_host; /* device backends: a host buffer the parameters pass through */
     size_t bytes_workspace;
 
     struct step_counters counters;

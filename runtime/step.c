@@ -10,6 +10,7 @@
 #include "ns_sharded.h"
 #include "offload_exec.h"
 #include "prepass.h"
+#include "replica_check.h"
 #include "runtime.h"
 #include "status.h"
 
@@ -235,7 +236,10 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;
     k->steps++;
+    /* after the update, which stands either way: a failure here says the replicas differ */
+    if (rt->cfg.replica_check_every > 0 && k->steps % (uint64_t)rt->cfg.replica_check_every == 0)
+        status = replica_check(rt);
     k->seconds_last = monotonic_seconds() - t0;
     k->seconds_total += k->seconds_last;
-    return SHARDOPT_OK;
+    return status;
 }

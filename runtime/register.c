@@ -5,10 +5,13 @@
 #include "classify.h"
 #include "kernels/rng.h"
 #include "runtime.h"
+#include "safetensors.h"
 #include "status.h"
 
 /* Oldest descriptor layout we accept (version 1 is current). */
 #define DESC_V1_SIZE (offsetof(shardopt_param_desc_t, wd_mult) + sizeof(double))
+/* the longest state suffix a checkpoint appends to a parameter's name is ".exp_avg_sq" */
+#define REGISTER_NAME_MAX (ST_NAME_MAX - (int)sizeof(".exp_avg_sq") + 1)
 
 static shardopt_status_t algo_resolve(const shardopt_runtime_t rt, const shardopt_param_desc_t *d,
                                       shardopt_algo_t *algo_p)
@@ -82,9 +85,19 @@ static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardo
     if (n == NULL || n[0] == '\0')
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register: name is %s",
                         n == NULL ? "NULL" : "empty");
-    if (strlen(n) > 1024)
+    /* a checkpoint stores "<name>.exp_avg_sq" in a safetensors name of at most ST_NAME_MAX
+     * bytes: a longer name would save and then not load */
+    if (strlen(n) > REGISTER_NAME_MAX)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "register '%.64s...': name longer than 1024 bytes", n);
+                        "register '%.64s...': name of %zu bytes: at most %d (a checkpoint stores "
+                        "'<name>.exp_avg_sq' in a safetensors name of at most %d bytes)",
+                        n, strlen(n), REGISTER_NAME_MAX, ST_NAME_MAX);
+    for (const unsigned char *c = (const unsigned char *)n; *c != '\0'; c++)
+        if (*c < 0x20 || *c == 0x7f)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "register '%.64s': name has a control character (byte 0x%02x at %td): "
+                            "checkpoints refuse them",
+                            n, *c, (const char *)c - n);
     if (d->ndim > 3)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "register '%s': ndim = %d: tensors of 4 or more dims are not supported; "

@@ -76,11 +76,11 @@ shardopt_status_t replica_check(struct shardopt_runtime *rt)
                  in_rep ? "replica" : "dense rank", who, sizeof who);
     const int mine_differs = in_rep ? rep_lo[i] != rep_hi[i] : dense_lo[i] != dense_hi[i];
     if (!mine_differs) /* the difference is in another rank's group */
-        strncat(who, "; equal in this rank's group, another differs",
-                sizeof who - strlen(who) - 1);
-    return log_fail(SHARDOPT_ERR_MISMATCH,
-                    "step %llu: replica check: parameter '%s' differs across the %s after the "
-                    "update (CRC-32C of the shard: %s); the replicas no longer train the same model",
-                    (unsigned long long)rt->counters.steps, rt->params[i]->name,
-                    in_rep ? "replicate group" : "dense group (a replicated tensor)", who);
+        strncat(who, "; equal in this rank's group, another differs", sizeof who - strlen(who) - 1);
+    return log_fail(
+        SHARDOPT_ERR_MISMATCH,
+        "step %llu: replica check: parameter '%s' differs across the %s after the "
+        "update (CRC-32C of the shard: %s); the replicas no longer train the same model",
+        (unsigned long long)rt->counters.steps, rt->params[i]->name,
+        in_rep ? "replicate group" : "dense group (a replicated tensor)", who);
 }

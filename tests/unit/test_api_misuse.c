@@ -161,3 +161,44 @@ TEST(invalid_config_refused_at_init)
         EXPECT_TRUE(rt == NULL);
     }
 }
+
+/* A name a checkpoint could not hold is refused at registration: "<name>.exp_avg_sq" must fit a
+ * safetensors name of 255 bytes. It used to be accepted up to 1024 bytes: a 250-byte name saved
+ * fine and then failed to load (ERR_CORRUPT). The longest accepted name round-trips. */
+TEST(names_a_checkpoint_cannot_hold_are_refused_and_the_longest_round_trips)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    char name[300];
+
+    memset(name, 'n', sizeof name);
+    name[245] = '\0';
+    shardopt_param_desc_t d = fixture_desc(name, 1, 8, 0, 0, w, g);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "name of 245 bytes: at most 244");
+    d = fixture_desc("layers.0\n.weight", 1, 8, 0, 0, w, g);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "control character (byte 0x0a at 8)");
+    shardopt_finalize(rt);
+
+    /* 244 bytes, AdamW (two state tensors, the longer suffix): save, load, the same state */
+    char dir[] = "/tmp/shardopt_longname_XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    rt = fixture_runtime(&cfg);
+    name[244] = '\0';
+    d = fixture_desc(name, 1, 8, 0, 0, w, g);
+    for (int i = 0; i < 8; i++)
+        g[i] = 0.5f * (float)(i + 1);
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    shardopt_finalize(rt);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    EXPECT_EQ_INT(system(cmd), 0);
+}

@@ -12,9 +12,9 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
 
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
-        /* a replicated tensor is whole on every rank: count it once per replica */
-        int counted = p->placement != SHARDOPT_PLACEMENT_REPLICATED || g->me.d == 0;
-        const size_t n = counted ? (size_t)p->layout.local_numel : 0;
+        /* every rank sums its own gradients, a replicated tensor's too: each rank applies its
+         * copy's, so a NaN in any copy must stop the step (below, it counts once in the norm) */
+        const size_t n = (size_t)p->layout.local_numel;
         if (rt->ops->sumsq_many != NULL) { /* a device: one wait for all, below */
             rt->pre_x[i] = p->grad;
             rt->pre_dt[i] = p->grad_dtype;
@@ -25,6 +25,12 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
     }
     if (rt->ops->sumsq_many != NULL && rt->nparams > 0)
         rt->ops->sumsq_many(&rt->kctx, rt->pre_x, rt->pre_dt, rt->pre_n, rt->nparams, rt->sumsq);
+    /* a replicated tensor is whole on every rank: its sum counts once per replica (dense rank
+     * 0's), the other ranks add 0, or their NaN/Inf */
+    for (int i = 0; i < rt->nparams; i++)
+        if (rt->params[i]->placement == SHARDOPT_PLACEMENT_REPLICATED && g->me.d != 0 &&
+            isfinite(rt->sumsq[i]))
+            rt->sumsq[i] = 0.0;
     /* every element of a replica lives on exactly one rank of its dense shard group (expert
      * stacks included: EP x expert shard = the dense group), so one all-reduce there counts each
      * once; replicas hold the same values and are not added */

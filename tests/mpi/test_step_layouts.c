@@ -243,6 +243,42 @@ TEST(mismatched_registration_fails_on_every_rank)
     run_free(&e);
 }
 
+/* A replicated tensor's gradient with a NaN on one rank that is not dense rank 0: that rank
+ * applies its own copy, so the step must stop everywhere. The pre-pass used to sum replicated
+ * gradients on dense rank 0 only: the NaN went unseen and only that rank's copy became NaN. */
+TEST(nan_in_one_copy_of_a_replicated_tensor_skips_everywhere)
+{
+    setup();
+    int p = -1;
+    for (int i = 0; i < MODEL_NPARAMS; i++)
+        if (model_params[i].placement == SHARDOPT_PLACEMENT_REPLICATED &&
+            model_params[i].dtype == SHARDOPT_DTYPE_FP32)
+            p = i;
+    ASSERT_TRUE(p >= 0);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    struct run d = {0};
+    ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&d, 1, 1), SHARDOPT_OK);
+    unsigned char *before, *after;
+    size_t nb, na;
+    snapshot(&d, &before, &nb);
+    run_grads(&d, 2, 0);
+    if (me == world - 1)
+        ((float *)d.g[p])[0] = NAN;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.02;
+    EXPECT_EQ_INT(shardopt_step(d.rt, &args), SHARDOPT_OK);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(d.rt, &st);
+    EXPECT_EQ_INT(st.last_step_skipped, 1);
+    EXPECT_STR_CONTAINS(st.nonfinite_params, model_params[p].name);
+    snapshot(&d, &after, &na);
+    EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+    free(before);
+    free(after);
+    run_free(&d);
+}
+
 TEST(nan_on_one_rank_skips_or_fails_everywhere)
 {
     setup();

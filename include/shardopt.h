@@ -118,6 +118,8 @@ typedef enum shardopt_kernels {
 typedef enum shardopt_nonfinite {
     SHARDOPT_NONFINITE_SKIP = 0,  /**< skip the step: nothing changes, stats name the tensors */
     SHARDOPT_NONFINITE_ERROR = 1, /**< return SHARDOPT_ERR_NONFINITE, nothing written */
+    SHARDOPT_NONFINITE_ZERO = 2,  /**< treat those elements as 0 and step; stats name the tensors
+                                       and count the elements (CPU kernels only) */
 } shardopt_nonfinite_t;
 
 /** Thread placement at init. */
@@ -354,9 +356,11 @@ typedef struct shardopt_stats {
     uint64_t staging_slot_bytes;         /**< each of the three staging slots */
     uint64_t staging_peak_bytes_last;    /**< most bytes held in staging at once */
     double seconds_copy_exposed_last;    /**< copy time the step waited for */
-    double seconds_copy_hidden_last; /**< copy time overlapped with kernels (0 on the CPU backend,
-                                          whose copies are synchronous memcpy) */
-    int ns_compute;                  /**< the resolved shardopt_ns_compute_t: FP32 or BF16 */
+    double seconds_copy_hidden_last;  /**< copy time overlapped with kernels (0 on the CPU backend,
+                                           whose copies are synchronous memcpy) */
+    int ns_compute;                   /**< the resolved shardopt_ns_compute_t: FP32 or BF16 */
+    uint64_t nonfinite_elements_last; /**< nonfinite = zero: elements treated as 0 in the last
+                                           step, over all ranks of this replica */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

@@ -26,11 +26,21 @@ KHD static inline void kstore_value(void *p, int dt, size_t i, float v)
         ((uint16_t *)p)[i] = bf16_from_f32(v);
 }
 
+/* The gradient as an update uses it: scaled (clipping), and 0 where that is NaN or +-Inf. A step
+ * reaches the kernels with such a gradient only under nonfinite = zero (the pre-pass skips or
+ * fails it otherwise); for finite values this is the product, bit for bit. g - g is 0 for every
+ * finite g and NaN otherwise: the vector variants test the same. */
+KHD static inline float rule_grad(float grad, float scale)
+{
+    const float g = grad * scale;
+    return g - g == 0.0f ? g : 0.0f;
+}
+
 /* Muon momentum: the stored momentum and U (U still to be rounded into out_dtype). */
 KHD static inline void rule_momentum(const struct momentum_args *a, float grad, float mom,
                                      uint16_t r, float *mom_new, float *u)
 {
-    const float g = grad * a->grad_scale;
+    const float g = rule_grad(grad, a->grad_scale);
     const float m = kround(fmaf(a->mu, mom, g), a->mom_dtype, a->mom_rounding, r);
     *mom_new = m;
     *u = a->nesterov ? fmaf(a->mu, m, g) : m;
@@ -42,7 +52,7 @@ KHD static inline void rule_momentum(const struct momentum_args *a, float grad, 
 KHD static inline float rule_adamw(const struct adamw_args *a, float grad, float *m, float *v,
                                    float w, uint16_t rm, uint16_t rv, uint16_t rp)
 {
-    const float g = grad * a->grad_scale;
+    const float g = rule_grad(grad, a->grad_scale);
     const float mn =
         kround(fmaf(a->beta1, *m, a->one_minus_beta1 * g), a->m_dtype, a->state_rounding, rm);
     const float vn =

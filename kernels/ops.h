@@ -40,7 +40,8 @@ struct kernel_ctx {
 };
 
 /* Muon momentum and pack, in exactly this fp32 sequence (every variant matches it bit for bit):
- *   g = grad*grad_scale;  M <- round_mom(fma(mu, M, g));  U <- nesterov ? fma(mu, M, g) : M
+ *   g = grad*grad_scale, 0 if that is not finite;  M <- round_mom(fma(mu, M, g));
+ *   U <- nesterov ? fma(mu, M, g) : M
  * where the second M is the stored (rounded) one and U is rounded to nearest in out_dtype. */
 struct momentum_args {
     size_t n;
@@ -60,6 +61,7 @@ struct momentum_args {
 
 /* Fused AdamW on one shard (moments stored fp32 or bf16, computed in fp32 and rounded once),
  * in exactly this fp32 sequence (fma = one rounding):
+ *   g = grad*grad_scale, 0 if that is not finite (as for momentum)
  *   m <- fma(b1, m, (1-b1)*g);  v <- fma(b2, v, (1-b2)*(g*g))
  *   W <- fma(-step_size, m / fma(sqrt(v), bc2_rsqrt, eps), W*decay)
  * with step_size = lr/(1-b1^t), bc2_rsqrt = 1/sqrt(1-b2^t), decay = 1 - lr*wd, all computed

@@ -195,6 +195,8 @@ void commit_release(shardopt_runtime_t rt)
     rt->rep_counts = rt->rep_displs = rt->rep_sc = rt->rep_sd = NULL;
     free(rt->nonfinite);
     rt->nonfinite = NULL;
+    free(rt->pre_fin);
+    rt->pre_fin = NULL;
     free(rt->drift);
     free(rt->drift_host);
     rt->drift = NULL;
@@ -272,6 +274,8 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     rt->pre_n = malloc(sizeof(size_t) * (size_t)(rt->nparams ? rt->nparams : 1));
     ok = ok && rt->pre_x && rt->pre_dt && rt->pre_n;
     rt->nonfinite = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
+    rt->pre_fin = malloc(sizeof(double) * 2 * (size_t)(rt->nparams ? rt->nparams : 1));
+    ok = ok && rt->pre_fin != NULL;
     if (rt->cfg.replica_check_every > 0) { /* the step allocates nothing: its buffers now */
         rt->drift = malloc(sizeof(uint32_t) * 4 * (size_t)(rt->nparams ? rt->nparams : 1));
         rt->drift_host = rt_on_device(rt) ? malloc(REPLICA_CHECK_CHUNK) : NULL;

@@ -14,7 +14,7 @@ static const char *const lr_scale_names[] = {"rms_norm", "spectral_norm", "jorda
 static const char *const dtype_names[] = {"fp32", "bf16", NULL};
 static const char *const rounding_names[] = {"nearest", "stochastic", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", NULL};
-static const char *const nonfinite_names[] = {"skip", "error", NULL};
+static const char *const nonfinite_names[] = {"skip", "error", "zero", NULL};
 static const char *const bind_names[] = {"none", "auto", NULL};
 static const char *const offload_names[] = {"none", "optimizer", "cpu", NULL};
 static const char *const ns_compute_names[] = {"auto", "fp32", "bf16", NULL};
@@ -63,7 +63,8 @@ const struct config_key config_keys[] = {
      "ranks sharding parameters with cp; -1 = the rest"},
     INT(cp, 1, 1 << 20, "context-parallel size"),
     INT(ep, 1, 1 << 20, "expert-parallel size"),
-    ENUM(nonfinite, nonfinite_names, "a NaN/Inf gradient: skip the step or fail it"),
+    ENUM(nonfinite, nonfinite_names,
+         "a NaN/Inf gradient: skip the step, fail it, or step with those elements as 0"),
     {"bucket_bytes", CFG_U64, OFF(bucket_bytes), NULL, 0, 0, 0, 0, 0, 0,
      "Muon matrices per exchange bucket, in comm-dtype bytes"},
     {"replica_split", CFG_BOOL, OFF(replica_split), NULL, 0, 1, 0, 0, 0, 0,

@@ -67,6 +67,10 @@ static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
         *ns_ops_p = kernel_ops_cuda();
         if (cfg->offload == SHARDOPT_OFFLOAD_CPU)
             return cpu_kernels_select(cfg, ops_p);
+        if (cfg->nonfinite == SHARDOPT_NONFINITE_ZERO) /* the pre-pass recount reads host memory */
+            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                            "config backend = cuda with nonfinite = zero: the CPU backend (or "
+                            "offload = cpu) only for now; use skip or error");
         *ops_p = kernel_ops_cuda();
         return SHARDOPT_OK;
     }

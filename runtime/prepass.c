@@ -3,7 +3,53 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/elem_rules.h"
+#include "log.h"
 #include "status.h"
+
+/* nonfinite = zero: for the flagged tensors (the same set on every rank), the sum of squares of
+ * their finite elements and the count of the others, summed over the dense group, replace the
+ * NaN/Inf sums; the norm then counts what the kernels will use (they treat those elements as 0).
+ * Host memory only: init refuses this policy on a device backend. */
+static shardopt_status_t zero_nonfinite(shardopt_runtime_t rt, int bad)
+{
+    const struct groups *g = &rt->groups;
+    double *fin = rt->pre_fin, *cnt = rt->pre_fin + bad;
+    int j = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        if (!rt->nonfinite[i])
+            continue;
+        const struct shardopt_param *p = rt->params[i];
+        double s = 0, c = 0;
+        /* a replicated tensor counts once, on dense rank 0 (each rank zeroes its own copy) */
+        if (p->placement != SHARDOPT_PLACEMENT_REPLICATED || g->me.d == 0)
+            for (int64_t e = 0; e < p->layout.local_numel; e++) {
+                const double v = kload(p->grad, p->grad_dtype, (size_t)e);
+                if (isfinite(v))
+                    s += v * v;
+                else
+                    c += 1;
+            }
+        fin[j] = s;
+        cnt[j++] = c;
+    }
+    if (MPI_Allreduce(MPI_IN_PLACE, fin, 2 * bad, MPI_DOUBLE, MPI_SUM, g->dense) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step: pre-pass all-reduce (nonfinite = zero) failed");
+    double zeroed = 0;
+    j = 0;
+    for (int i = 0; i < rt->nparams; i++)
+        if (rt->nonfinite[i]) {
+            rt->sumsq[i] = fin[j];
+            zeroed += cnt[j++];
+        }
+    rt->counters.nonfinite_elements_last = (uint64_t)zeroed;
+    if (g->me.rank == 0)
+        log_warn("step %llu: %llu NaN/Inf gradient element(s) treated as 0 (nonfinite = zero) in: "
+                 "%s",
+                 (unsigned long long)rt->counters.steps + 1, (unsigned long long)zeroed,
+                 rt->counters.nonfinite_last);
+    return SHARDOPT_OK;
+}
 
 shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struct prepass_result *r)
 {
@@ -58,9 +104,15 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
                 int w = snprintf(names + o, len - o, "%s%s", o ? ", " : "", rt->params[i]->name);
                 o = w > 0 && (size_t)w < len - o ? o + (size_t)w : len - 1;
             }
-        r->norm = NAN;
-        r->grad_scale = 1.0f;
-        return SHARDOPT_OK;
+        if (rt->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO) {
+            r->norm = NAN;
+            r->grad_scale = 1.0f;
+            return SHARDOPT_OK;
+        }
+        shardopt_status_t st = zero_nonfinite(rt, bad);
+        if (st != SHARDOPT_OK)
+            return st;
+        r->nonfinite = 0; /* the kernels treat those elements as 0: the step goes ahead */
     }
     for (int i = 0; i < rt->nparams; i++)
         total += rt->sumsq[i];

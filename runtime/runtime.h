@@ -64,6 +64,7 @@ struct step_counters {
     int last_skipped;
     double grad_norm_last;
     char nonfinite_last[256]; /* names of the tensors that made the last step skip or fail */
+    uint64_t nonfinite_elements_last; /* nonfinite = zero: elements treated as 0, this replica */
     double ns_flops_last;
     uint64_t bytes_sent[GROUP_KINDS], bytes_recv[GROUP_KINDS]; /* last step, other ranks only */
     double seconds_last, seconds_total;
@@ -115,6 +116,7 @@ struct shardopt_runtime {
     int *pre_dt;
     size_t *pre_n;
     int *nonfinite;   /* [nparams]: NaN/Inf gradient somewhere */
+    double *pre_fin;  /* nonfinite = zero: [2 * nparams] the finite sums and the zeroed counts */
     uint32_t *drift;  /* replica_check_every: [4 * nparams] checksums and their min/max */
     void *drift_host; /* device backends: a host buffer the parameters pass through */
     size_t bytes_workspace;

@@ -61,6 +61,7 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.steps_skipped = k->skipped;
     s.last_step_skipped = k->last_skipped;
     snprintf(s.nonfinite_params, sizeof s.nonfinite_params, "%s", k->nonfinite_last);
+    s.nonfinite_elements_last = k->nonfinite_elements_last;
     s.bytes_sent_dense = k->bytes_sent[GROUP_DENSE];
     s.bytes_recv_dense = k->bytes_recv[GROUP_DENSE];
     s.bytes_sent_expert = k->bytes_sent[GROUP_EXPERT];

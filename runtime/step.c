@@ -134,6 +134,7 @@ static void counters_reset(struct step_counters *k)
     k->seconds_exchange1_last = k->seconds_ns_last = k->seconds_exchange2_last = 0;
     k->seconds_apply_last = k->seconds_ns_sharded_last = 0;
     k->last_skipped = 0;
+    k->nonfinite_elements_last = 0;
 }
 
 /* A non-finite gradient somewhere: skip (nothing changes anywhere) or fail, on every rank. */

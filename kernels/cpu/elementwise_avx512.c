@@ -84,6 +84,14 @@ AI __mmask16 nan_lanes(__mmask16 k, __m512 a, __m512 b)
     return _mm512_mask_cmp_ps_mask(k, a, b, _CMP_UNORD_Q);
 }
 
+/* rule_grad: grad * scale, 0 where that is not finite (g - g is 0 exactly for finite g) */
+AI __m512 vgrad(__m512 grad, __m512 scale)
+{
+    const __m512 g = _mm512_mul_ps(grad, scale);
+    return _mm512_maskz_mov_ps(
+        _mm512_cmp_ps_mask(_mm512_sub_ps(g, g), _mm512_setzero_ps(), _CMP_EQ_OQ), g);
+}
+
 /* ---- random bits for stochastic rounding ----
  * Philox4x32-10 as in kernels/rng.c, 16 counters (16 groups of 8 global indices) per call, one
  * per 32-bit lane. Drawn a block at a time ahead of the vector loop, which then makes no calls
@@ -266,7 +274,7 @@ static void momentum_ref(const struct momentum_args *a, size_t i, size_t end)
 AI int momentum_vec(struct momentum_vars c, size_t i, __mmask16 k, int gdt, int mdt, int odt,
                     int nesterov, const uint16_t *bits)
 {
-    __m512 g = _mm512_mul_ps(vload(c.grad, gdt, i, k), c.scale);
+    __m512 g = vgrad(vload(c.grad, gdt, i, k), c.scale);
     __m512 m = _mm512_fmadd_ps(c.mu, vload(c.mom, mdt, i, k), g);
     __m512i r = bits != NULL ? sr_bits(bits, 0) : _mm512_setzero_si512();
     __m512 ms = vround(mdt, m, bits != NULL ? &r : NULL);
@@ -386,7 +394,7 @@ static void adamw_ref(const struct adamw_args *a, size_t i, size_t end)
 
 AI int adamw_vec(struct adamw_vars c, size_t i, __mmask16 k, int pdt, int gdt, const uint16_t *bits)
 {
-    __m512 g = _mm512_mul_ps(vload(c.grad, gdt, i, k), c.scale);
+    __m512 g = vgrad(vload(c.grad, gdt, i, k), c.scale);
     __m512 m = _mm512_fmadd_ps(c.b1, vload(c.m, KDT_F32, i, k), _mm512_mul_ps(c.omb1, g));
     __m512 v = _mm512_fmadd_ps(c.b2, vload(c.v, KDT_F32, i, k),
                                _mm512_mul_ps(c.omb2, _mm512_mul_ps(g, g)));

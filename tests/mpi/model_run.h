@@ -85,9 +85,14 @@ static void run_grads(struct run *r, int step, int nan_here)
         for (int64_t i = 0; i < r->box[p].numel; i++)
             model_store(r->g[p], t->dtype, i, model_value(p, step, model_global(t, &r->box[p], i)));
     }
-    if (nan_here) {
-        ((float *)r->g[11])[0] = NAN;     /* an expert stack */
-        ((float *)r->g[2])[0] = INFINITY; /* a dense matrix */
+    if (nan_here) { /* NaN, +Inf and -Inf in an expert stack and in a dense matrix */
+        const float bad[3] = {NAN, INFINITY, -INFINITY};
+        for (int k = 0; k < 3; k++) {
+            if (r->box[11].numel > k)
+                ((float *)r->g[11])[k] = bad[k];
+            if (r->box[2].numel > k)
+                ((float *)r->g[2])[(k + 1) % 3] = bad[k];
+        }
     }
 }
 

@@ -279,6 +279,49 @@ TEST(nan_in_one_copy_of_a_replicated_tensor_skips_everywhere)
     run_free(&d);
 }
 
+/* nonfinite = zero: NaN, +Inf and -Inf on one rank in an expert stack and a dense matrix; the
+ * step goes ahead, names both tensors, counts the 6 elements, and gives the same bits as a run
+ * whose gradients hold 0 there. */
+TEST(nonfinite_zero_steps_as_if_those_elements_were_zero)
+{
+    setup();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.nonfinite = SHARDOPT_NONFINITE_ZERO;
+    struct run d = {0}, z = {0};
+    ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_setup(&z, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&d, 1, 2), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&z, 1, 2), SHARDOPT_OK);
+    const int here = me == world - 1 && d.box[11].numel >= 3 && d.box[2].numel >= 3;
+    run_grads(&d, 3, here);
+    run_grads(&z, 3, 0);
+    if (here)
+        for (int k = 0; k < 3; k++)
+            ((float *)z.g[11])[k] = ((float *)z.g[2])[k] = 0.0f;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.02;
+    EXPECT_EQ_INT(shardopt_step(d.rt, &args), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(z.rt, &args), SHARDOPT_OK);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(d.rt, &st);
+    EXPECT_EQ_INT(st.last_step_skipped, 0);
+    EXPECT_EQ_INT(st.steps, 3);
+    /* counted over the replica that had them (replicas are meant to hold equal gradients) */
+    EXPECT_EQ_INT((int)st.nonfinite_elements_last,
+                  st.replica == (world - 1) / st.dense_size ? 6 : 0);
+    EXPECT_STR_CONTAINS(st.nonfinite_params, "layers.1.mlp.experts.gate_proj");
+    EXPECT_STR_CONTAINS(st.nonfinite_params, "layers.0.attn.q_proj.weight");
+    unsigned char *a, *b;
+    size_t na, nb;
+    snapshot(&d, &a, &na);
+    snapshot(&z, &b, &nb);
+    EXPECT_TRUE(na == nb && memcmp(a, b, na) == 0);
+    free(a);
+    free(b);
+    run_free(&d);
+    run_free(&z);
+}
+
 TEST(nan_on_one_rank_skips_or_fails_everywhere)
 {
     setup();

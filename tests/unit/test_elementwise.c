@@ -709,3 +709,58 @@ TEST(stochastic_rounding_differs_from_nearest)
         mom_case_free(&sr2);
     }
 }
+
+/* NaN, +Inf and -Inf gradients (reaching the kernels only under nonfinite = zero) update as a
+ * gradient of 0 would, bit for bit, in every variant: momentum and AdamW. Infinities alone too:
+ * a NaN in a vector sends the vector variants to the reference for that block, an Inf does not. */
+static void poison_grad(struct tbuf *g, struct tbuf *zeroed, size_t every, int inf_only)
+{
+    static const uint32_t bad[] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0xffc01234u};
+    for (size_t i = 0, k = 0; i < g->n; i += every, k++) {
+        const uint32_t u = inf_only ? bad[1 + k % 2] : bad[k % 4];
+        if (g->dt == KDT_BF16) {
+            ((uint16_t *)g->p)[i] = (uint16_t)(u >> 16);
+            ((uint16_t *)zeroed->p)[i] = 0;
+        } else {
+            ((float *)g->p)[i] = f32_from_bits(u);
+            ((float *)zeroed->p)[i] = 0.0f;
+        }
+    }
+}
+
+TEST(nonfinite_gradients_update_as_zero_in_every_variant)
+{
+    const struct kernel_ops *ops[MAX_VARIANTS];
+    int nv = variants(ops);
+    for (int v = 0; v < nv; v++)
+        for (int combo = 0; combo < 16; combo++) {
+            const int inf_only = combo >> 3 & 1;
+            struct mom_case p, z;
+            mom_case_init(&p, 1000, combo & 1, combo >> 1 & 1, combo >> 2 & 1, 1, 0, 5);
+            mom_case_init(&z, 1000, combo & 1, combo >> 1 & 1, combo >> 2 & 1, 1, 0, 5);
+            poison_grad(&p.grad, &z.grad, 3, inf_only);
+            ops[v]->momentum(&ctx2, &p.a);
+            ops[v]->momentum(&ctx2, &z.a);
+            char what[96];
+            snprintf(what, sizeof what, "%s momentum, non-finite grads vs 0, combo %d",
+                     ops[v]->name, combo);
+            expect_same_bits(&p.mom, &z.mom, what);
+            expect_same_bits(&p.out, &z.out, what);
+            mom_case_free(&p);
+            mom_case_free(&z);
+
+            struct adamw_case pa, za;
+            adamw_case_init(&pa, 1000, combo & 1, combo >> 1 & 1, 0, 7);
+            adamw_case_init(&za, 1000, combo & 1, combo >> 1 & 1, 0, 7);
+            poison_grad(&pa.grad, &za.grad, 3, inf_only);
+            ops[v]->adamw(&ctx2, &pa.a);
+            ops[v]->adamw(&ctx2, &za.a);
+            snprintf(what, sizeof what, "%s adamw, non-finite grads vs 0, combo %d", ops[v]->name,
+                     combo);
+            expect_same_bits(&pa.param, &za.param, what);
+            expect_same_bits(&pa.m, &za.m, what);
+            expect_same_bits(&pa.v, &za.v, what);
+            adamw_case_free(&pa);
+            adamw_case_free(&za);
+        }
+}

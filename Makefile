@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build demo test check-sanitize check-fuzz format check-format clean install
+.PHONY: all deps configure build demo test check-sanitize check-fuzz check-valgrind format check-format clean install
 
 all: build
 
@@ -39,6 +39,11 @@ check-fuzz:
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDOPT_FUZZ=ON -DSHARDOPT_WITH_CUDA=OFF $(CMAKE_ARGS)
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_config fuzz_safetensors fuzz_index
 	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# valgrind memcheck over the unit suite of the main build: zero errors and zero definite leaks
+# (system libraries suppressed in tests/valgrind.supp). About 10 minutes on 2 cores: not in CI.
+check-valgrind: build
+	python3 tests/valgrind_unit.py $(BUILD)
 
 # ASan + UBSan build (CPU only), running the unit and MPI tests.
 check-sanitize: deps

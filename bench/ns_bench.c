@@ -534,6 +534,11 @@ int main(int argc, char **argv)
         return ns_bench_cuda((const int64_t(*)[3])shapes, o.nshapes, o.reps, o.json);
     }
     kernel_blas_set_threads(o.threads);
+    char why[256] = "";
+    if (o.bf16 && !ns_bf16_available(why, sizeof why)) { /* the CPU, not the benchmark */
+        fprintf(stderr, "ns_bench: --compute bf16: no oneDNN bf16 matmul on this CPU (%s)\n", why);
+        return 77;
+    }
     for (int i = 0; i < o.nshapes; i++) {
         if (bench_shape(o.shape[i][0], o.shape[i][1], &o, &res[i]) != 0) {
             fprintf(stderr, "ns_bench: %" PRId64 "x%" PRId64 ": out of memory or kernel refused\n",

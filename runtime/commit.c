@@ -323,7 +323,7 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
 static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
 {
     char err[256] = "";
-    int ok = 1;
+    int ok = 1, unimplemented = 0;
 
     if (rt->ns_compute != KDT_BF16 || rt_ns_on_device(rt))
         return SHARDOPT_OK;
@@ -333,20 +333,27 @@ static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
         const struct group_plan *P = &rt->gx[g].plan;
         for (int w = 0; ok && w < P->nowned; w++) {
             const struct shardopt_param *p = rt->params[P->owned[w].param];
-            ok = ns_bf16_prepare(rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols, p->ns_variant,
-                                 p->ns_block, (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps,
-                                 err, sizeof err) == 0;
+            const int rc = ns_bf16_prepare(
+                rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols, p->ns_variant, p->ns_block,
+                (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps, err, sizeof err);
+            ok = rc == 0;
+            unimplemented |= rc == -2;
             if (!ok)
                 snprintf(err + strlen(err), sizeof err - strlen(err), " (parameter '%s')", p->name);
         }
     }
-    int all = ok;
-    groups_allreduce(&rt->groups, &all, 1, MPI_INT, MPI_MIN);
-    if (!ok)
-        return log_fail(SHARDOPT_ERR_INTERNAL, "commit: rank %d: %s", rt->groups.me.rank, err);
-    if (!all)
-        return log_fail(SHARDOPT_ERR_INTERNAL,
-                        "commit: preparing bf16 Newton-Schulz failed on another rank");
+    /* 0 ok, 1 this CPU has no bf16 matmul (unsupported, not a bug), 2 anything else */
+    int code = ok ? 0 : unimplemented ? 1 : 2, all = code;
+    groups_allreduce(&rt->groups, &all, 1, MPI_INT, MPI_MAX);
+    const shardopt_status_t st = all == 1 ? SHARDOPT_ERR_UNSUPPORTED : SHARDOPT_ERR_INTERNAL;
+    const char *advice = all == 1 ? ": this CPU has no oneDNN bf16 matmul; use ns_compute = fp32 "
+                                    "or auto"
+                                  : "";
+    if (code != 0)
+        return log_fail(st, "commit: rank %d: %s%s", rt->groups.me.rank, err, advice);
+    if (all != 0)
+        return log_fail(st, "commit: preparing bf16 Newton-Schulz failed on another rank%s",
+                        advice);
     if (rt->groups.me.rank == 0)
         log_info("commit: bf16 Newton-Schulz: %d oneDNN primitives (%s)",
                  ns_bf16_primitive_count(rt->ns_ws.bf16), ns_bf16_impl(rt->ns_ws.bf16));

@@ -189,7 +189,7 @@ static int mm_make(struct ns_bf16 *b, struct mm *x, int64_t M, int64_t K, int64_
     if (s != dnnl_success) {
         snprintf(err, errlen, "bf16 Newton-Schulz: oneDNN matmul [%lld x %lld] x [%lld x %lld]: %s",
                  (long long)M, (long long)K, (long long)K, (long long)N, dnnl_what(s));
-        return -1;
+        return s == dnnl_unimplemented ? -2 : -1; /* this CPU, not this matrix */
     }
     return 0;
 }
@@ -408,6 +408,16 @@ int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
 }
 
 int ns_bf16_primitive_count(const struct ns_bf16 *b) { return b != NULL ? b->primitives : 0; }
+
+int ns_bf16_available(char *why, size_t len)
+{
+    static const float c[NS_TABLE_MAX_STEPS][3] = {{3.4445f, -4.7750f, 2.0315f}};
+    struct ns_bf16 *b = ns_bf16_create(why, len);
+    const int ok =
+        b != NULL && ns_bf16_prepare(b, 16, 16, NS_VARIANT_PLAIN, 0, c, 1, why, len) == 0;
+    ns_bf16_destroy(b);
+    return ok;
+}
 
 const char *ns_bf16_impl(const struct ns_bf16 *b) { return b != NULL ? b->impl : ""; }
 

@@ -26,7 +26,8 @@ void ns_bf16_destroy(struct ns_bf16 *b);
 /* Primitives for a stored rows x cols matrix (worked on as m x n, m <= n), variant
  * NS_VARIANT_PLAIN or NS_VARIANT_SYMMETRIC with `block` rows per block row (ignored for plain),
  * and these coefficients (a plan per combination). Preparing one twice is a no-op. Returns 0,
- * or -1 with err. */
+ * -2 with err when oneDNN has no bf16 matmul for this CPU (without AVX-512, say), or -1 with
+ * err. */
 int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, int block,
                     const float (*coeffs)[3], int steps, char *err, size_t errlen);
 
@@ -35,6 +36,11 @@ int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, 
  * prepared, or the workspace is short. */
 int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
                 const struct ns_workspace *ws);
+
+/* 1 when oneDNN has a bf16 matmul on this CPU (a 16 x 16 plan can be prepared); else 0 with
+ * oneDNN's reason in why. AVX-512 machines have one; valgrind's virtual CPU, without AVX-512,
+ * does not. */
+int ns_bf16_available(char *why, size_t len);
 
 /* Number of primitives made so far (tests check that a step makes none). */
 int ns_bf16_primitive_count(const struct ns_bf16 *b);

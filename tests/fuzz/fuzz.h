@@ -14,6 +14,18 @@
 
 shardopt_status_t fuzz_one(const uint8_t *data, size_t size);
 
+/* The input as a NUL-terminated string (the JSON parsers' form); NULL when out of memory. */
+static inline char *fuzz_text(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (text != NULL) {
+        for (size_t i = 0; i < size; i++)
+            text[i] = (char)data[i];
+        text[size] = '\0';
+    }
+    return text;
+}
+
 #ifdef SHARDOPT_LIBFUZZER
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -6,11 +6,9 @@
 
 shardopt_status_t fuzz_one(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (text == NULL)
         return SHARDOPT_ERR_OUT_OF_MEMORY;
-    memcpy(text, data, size);
-    text[size] = '\0';
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT, before;
     memcpy(&before, &cfg, sizeof cfg);
     shardopt_status_t st = config_json_text("fuzz.json", text, &cfg);

@@ -7,11 +7,9 @@
 
 shardopt_status_t fuzz_one(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (text == NULL)
         return SHARDOPT_ERR_OUT_OF_MEMORY;
-    memcpy(text, data, size);
-    text[size] = '\0';
     shardopt_status_t st = ckpt_index_check(text);
     free(text);
     return st;

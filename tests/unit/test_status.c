@@ -7,10 +7,15 @@
 
 TEST(status_strings_cover_every_code)
 {
-    for (int s = 0; s >= SHARDOPT_ERR_COMM; s--) {
+    for (int s = 0; s >= SHARDOPT_ERR_DEVICE; s--) { /* the last code of the enum */
         const char *text = shardopt_status_string((shardopt_status_t)s);
         EXPECT_TRUE(text != NULL && strcmp(text, "unknown status") != 0);
     }
+    /* each code its own text: a new code without one would show another's */
+    for (int s = 0; s >= SHARDOPT_ERR_DEVICE; s--)
+        for (int t = s - 1; t >= SHARDOPT_ERR_DEVICE; t--)
+            EXPECT_TRUE(strcmp(shardopt_status_string((shardopt_status_t)s),
+                               shardopt_status_string((shardopt_status_t)t)) != 0);
     EXPECT_STR_CONTAINS(shardopt_status_string((shardopt_status_t)-999), "unknown");
     EXPECT_STR_CONTAINS(shardopt_status_string(SHARDOPT_ERR_OUT_OF_MEMORY), "memory");
 }

@@ -30,15 +30,14 @@ static void members_text(uint32_t crc, MPI_Comm comm, const char *who, char *out
     int size = 1, o = 0;
     uint32_t all[16];
     MPI_Comm_size(comm, &size);
-    const int shown = size < 16 ? size : 16;
-    uint32_t *buf = size <= 16 ? all : NULL;
-    if (buf != NULL)
-        MPI_Allgather(&crc, 1, MPI_UINT32_T, buf, 1, MPI_UINT32_T, comm);
-    out[0] = '\0';
-    for (int r = 0; buf != NULL && r < shown && o < (int)len; r++)
-        o += snprintf(out + o, len - (size_t)o, "%s%s %d 0x%08x", r ? ", " : "", who, r, buf[r]);
-    if (buf == NULL)
+    if (size > 16) {
         snprintf(out, len, "%d members (too many to list)", size);
+        return;
+    }
+    MPI_Allgather(&crc, 1, MPI_UINT32_T, all, 1, MPI_UINT32_T, comm);
+    out[0] = '\0';
+    for (int r = 0; r < size && o < (int)len; r++)
+        o += snprintf(out + o, len - (size_t)o, "%s%s %d 0x%08x", r ? ", " : "", who, r, all[r]);
 }
 
 shardopt_status_t replica_check(struct shardopt_runtime *rt)

@@ -120,12 +120,12 @@ static uint64_t mix(uint64_t x)
 
 /* This rank's tokens of a step: the global batch is world * tokens ids drawn from the seed and
  * the step number alone, so a resumed run sees the same data as an uninterrupted one. */
-static void batch_of(const struct opts *o, int step, int *tok)
+static void batch_of(const struct opts *o, int seed, int step, int *tok)
 {
     const uint64_t base =
         (uint64_t)step * (uint64_t)world * (uint64_t)o->tokens + (uint64_t)me * (uint64_t)o->tokens;
     for (int i = 0; i < o->tokens; i++)
-        tok[i] = (int)(mix(base + (uint64_t)i + ((uint64_t)o->seed << 40)) % (uint64_t)o->d.vocab);
+        tok[i] = (int)(mix(base + (uint64_t)i + ((uint64_t)seed << 40)) % (uint64_t)o->d.vocab);
 }
 
 static uint64_t params_hash(const struct moe_model *m)
@@ -207,8 +207,6 @@ struct run_result {
 /* One training run: returns the global mean loss of every step (before that step's update). */
 static void train(const struct opts *o, const char *mom, int seed, struct run_result *res)
 {
-    struct opts oo = *o;
-    oo.seed = seed;
     const int dp_shard = world / (o->rep * o->cp);
     const double count = (double)world * o->tokens;
 
@@ -270,7 +268,7 @@ static void train(const struct opts *o, const char *mom, int seed, struct run_re
     for (int k = 0; k < o->steps; k++) {
         const int step = step0 + k;
         const double t0 = MPI_Wtime();
-        batch_of(&oo, step, tok);
+        batch_of(o, seed, step, tok);
         for (int i = 0; i < o->tokens; i++)
             memcpy(target + (size_t)i * o->d.out, table + (size_t)tok[i] * o->d.out,
                    sizeof(float) * (size_t)o->d.out);

@@ -219,7 +219,9 @@ typedef struct shardopt_config {
     shardopt_ns_compute_t ns_compute;     /**< auto (default), fp32 or bf16 */
     shardopt_comm_backend_t comm_backend; /**< CUDA backend: nccl (default) or mpi */
     shardopt_device_t device;             /**< CUDA backend: current (default) or local_rank */
-    double comm_timeout_s; /**< CUDA backend: a collective not done in this time fails; 0 = never */
+    /** A wait not done in this time: MPI_Abort naming the phase and peers (MPI), ERR_NCCL
+     *  (NCCL). 0 = never. */
+    double comm_timeout_s;
     /** Every N steps compare a CRC-32C of every parameter shard across the replicate group
      *  (replicated tensors across every rank) after the update; a difference fails that step
      *  with SHARDOPT_ERR_MISMATCH on every rank, naming the first parameter. 0 = never. */

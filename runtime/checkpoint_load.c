@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "comm_wait.h"
 #include "crc32c.h"
 #include "log.h"
 #include "safetensors.h"
@@ -566,6 +567,7 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
                         rt == NULL ? "runtime" : "dir");
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "load: runtime not committed");
+    comm_phase("load", -1);
     memset(&L, 0, sizeof L);
     L.store = &rt->store;
     if (rt->groups.me.rank == 0) {

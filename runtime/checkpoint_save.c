@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "comm_wait.h"
 #include "config_keys.h"
 #include "crc32c.h"
 #include "fault.h"
@@ -458,6 +459,7 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
         return log_fail(SHARDOPT_ERR_STATE, "save: runtime not committed");
     if (strlen(dir) > 3000)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: directory path longer than 3000");
+    comm_phase("save", -1);
     g = &rt->groups;
     snprintf(step_name, sizeof step_name, "step-%08llu", (unsigned long long)rt->counters.steps);
 

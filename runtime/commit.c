@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_wait.h"
 #include "commit_check.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "kernels/lr_scale.h"
@@ -178,6 +179,7 @@ void commit_release(shardopt_runtime_t rt)
             rt->ops->host_free(rt->bufs[i].hns);
         }
         free(rt->bufs[i].req);
+        free(rt->bufs[i].peer);
     }
     memset(rt->bufs, 0, sizeof rt->bufs);
     rt->ops->free(rt->sh_u);
@@ -255,7 +257,8 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
         bb->b = buffer_alloc(rt, b * es);
         bb->ns = buffer_alloc(rt, ns * es);
         bb->req = malloc(sizeof(MPI_Request) * 2 * (size_t)members);
-        ok = ok && bb->a && bb->b && bb->ns && bb->req;
+        bb->peer = malloc(sizeof(int) * 2 * (size_t)members);
+        ok = ok && bb->a && bb->b && bb->ns && bb->req && bb->peer;
         if (rt_on_device(rt)) {
             bb->ha = rt->ops->host_alloc(a * es);
             bb->hb = rt->ops->host_alloc(b * es);
@@ -370,6 +373,7 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
     if (rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "commit: runtime already committed");
 
+    comm_phase("commit", -1);
     status = commit_check(rt, &dense, &xs);
     if (status != SHARDOPT_OK)
         return status;

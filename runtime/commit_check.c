@@ -100,8 +100,7 @@ static void record_field_text(const struct param_record *r, int f, char *out, si
 static void minloc_all(const struct groups *g, int *value, int *rank)
 {
     int pair[2] = {*value, g->me.rank};
-    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->dense);
-    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->rep);
+    groups_allreduce(g, pair, 1, MPI_2INT, MPI_MINLOC);
     *value = pair[0];
     *rank = pair[1];
 }

@@ -87,7 +87,8 @@ const struct config_key config_keys[] = {
      "offload: most bytes of host store; 0 = no limit"},
     ENUM(comm_backend, comm_backend_names, "CUDA backend: exchanges over nccl, or mpi via host"),
     ENUM(device, device_names, "CUDA backend: the current device, or the node-local rank's"),
-    DBL(comm_timeout_s, 0, 1e6, 0, 0, "CUDA backend: seconds before a stuck collective fails"),
+    DBL(comm_timeout_s, 0, 1e6, 0, 0,
+        "seconds before a stuck wait ends the job (MPI_Abort) or fails it (NCCL); 0 = never"),
     INT(replica_check_every, 0, 1 << 30,
         "every N steps compare parameter checksums across replicas; 0 = never"),
 };

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "fault.h"
 #include "kernels/blas_threads.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "log.h"
@@ -245,6 +246,7 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
 
     char busid[64];
     log_set_rank(groups_rank(g));
+    fault_set_rank(groups_rank(g));
     const int device = device_choose(rt, local, busid, sizeof busid);
     topology_init(&rt->topo, &rt->cfg, local, groups_rank(g), busid[0] ? busid : NULL);
     /* threads: as configured, else (bind = auto) the bound cores, else as the process had */
@@ -293,6 +295,7 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
     status = runtime_create(cfg, &rt, "init");
     if (status != SHARDOPT_OK)
         return status;
+    rt->groups.timeout_s = rt->cfg.comm_timeout_s;
     status = groups_create(comm, &rt->cfg, &rt->groups);
     if (status != SHARDOPT_OK) {
         free(rt);
@@ -325,6 +328,7 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
     status = runtime_create(cfg, &rt, "init_from_groups");
     if (status != SHARDOPT_OK)
         return status;
+    rt->groups.timeout_s = rt->cfg.comm_timeout_s;
     status = groups_from_trainer(groups, &rt->groups);
     if (status != SHARDOPT_OK) {
         free(rt);

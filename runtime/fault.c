@@ -7,28 +7,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static char fault_site[64];
 static long fault_n, fault_count;
-static int fault_kill;
+static int fault_kill, fault_hang;
+static int fault_only_rank = -1, fault_my_rank = -1;
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void fault_parse(const char *v)
 {
     fault_n = fault_count = 0;
-    fault_kill = 0;
+    fault_kill = fault_hang = 0;
     fault_site[0] = '\0';
     if (v == NULL || *v == '\0')
         return;
     if (strncmp(v, "kill@", 5) == 0) {
         fault_kill = 1;
         v += 5;
+    } else if (strncmp(v, "hang@", 5) == 0) {
+        fault_hang = 1;
+        v += 5;
     }
     const char *colon = strrchr(v, ':');
     if (colon == NULL || (size_t)(colon - v) >= sizeof fault_site || atol(colon + 1) < 1) {
         fprintf(stderr,
-                "[shardopt] error: SHARDOPT_FAULT='%s': accepted [kill@]<site>:<n>, n >= 1; "
+                "[shardopt] error: SHARDOPT_FAULT='%s': accepted [kill@|hang@]<site>:<n>, n >= 1; "
                 "ignored\n",
                 v);
         return;
@@ -38,7 +43,14 @@ static void fault_parse(const char *v)
     fault_n = atol(colon + 1);
 }
 
-static void fault_setup(void) { fault_parse(getenv("SHARDOPT_FAULT")); }
+static void fault_setup(void)
+{
+    const char *r = getenv("SHARDOPT_FAULT_RANK");
+    fault_only_rank = r != NULL && *r != '\0' ? atoi(r) : -1;
+    fault_parse(getenv("SHARDOPT_FAULT"));
+}
+
+void fault_set_rank(int rank) { fault_my_rank = rank; }
 
 void fault_arm(const char *spec)
 {
@@ -52,13 +64,20 @@ int fault_hit(const char *site)
 {
     int hit = 0;
     pthread_once(&fault_once, fault_setup);
-    if (fault_n == 0 || strcmp(site, fault_site) != 0)
+    if (fault_n == 0 || strcmp(site, fault_site) != 0 ||
+        (fault_only_rank >= 0 && fault_only_rank != fault_my_rank))
         return 0;
     pthread_mutex_lock(&fault_lock);
     hit = ++fault_count == fault_n;
     pthread_mutex_unlock(&fault_lock);
     if (hit && fault_kill)
         raise(SIGKILL);
+    if (hit && fault_hang) {
+        fprintf(stderr, "[shardopt] SHARDOPT_FAULT: rank %d hangs at %s (call %ld)\n",
+                fault_my_rank, site, fault_n);
+        for (;;)
+            pause(); /* until a signal ends the process: the launcher's, after MPI_Abort */
+    }
     if (hit)
         errno = EIO; /* the caller reports it like the failure it stands for */
     return hit;

@@ -1,7 +1,10 @@
-/* Fault injection for tests: SHARDOPT_FAULT=<site>:<n> makes the n-th call at `site` fail, and
- * SHARDOPT_FAULT=kill@<site>:<n> kills the process there (SIGKILL: no cleanup, as a crash).
- * Read once. Sites are named where they are checked (checkpoint.c: ckpt.write, ckpt.fsync,
- * ckpt.index, ckpt.rename, ckpt.latest, ckpt.prune). */
+/* Fault injection for tests: SHARDOPT_FAULT=<site>:<n> makes the n-th call at `site` fail,
+ * SHARDOPT_FAULT=kill@<site>:<n> kills the process there (SIGKILL: no cleanup, as a crash), and
+ * SHARDOPT_FAULT=hang@<site>:<n> stops it there for good (a rank that makes no more progress;
+ * the others' waits then time out). SHARDOPT_FAULT_RANK=<r> limits the fault to the runtime's
+ * rank r, as one sick node in a job. Read once. Sites are named where they are checked
+ * (checkpoint_*.c: ckpt.write, ckpt.fsync, ckpt.index, ckpt.rename, ckpt.latest, ckpt.prune;
+ * prepass.c: step.prepass; muon_exec.c: step.exchange, each exchange a bucket starts). */
 #ifndef RUNTIME_FAULT_H
 #define RUNTIME_FAULT_H
 
@@ -10,5 +13,8 @@ int fault_hit(const char *site);
 
 /* Re-arm from a spec like SHARDOPT_FAULT's (NULL disarms), counting from zero: for tests. */
 void fault_arm(const char *spec);
+
+/* This process's runtime rank, for SHARDOPT_FAULT_RANK (set by init; -1 before). */
+void fault_set_rank(int rank);
 
 #endif

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_wait.h"
 #include "status.h"
 
+/* timeout_s is the caller's (set before the groups are made) and stays */
 static void groups_null(struct groups *g) { g->dense = g->ep = g->xs = g->rep = MPI_COMM_NULL; }
 
 void groups_free(struct groups *g)
@@ -21,9 +23,9 @@ void groups_free(struct groups *g)
 
 int groups_allreduce(const struct groups *g, void *buf, int count, MPI_Datatype type, MPI_Op op)
 {
-    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, g->dense);
+    int rc = comm_allreduce(g, g->dense, MPI_IN_PLACE, buf, count, type, op, "all-reduce");
     if (rc == MPI_SUCCESS)
-        rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, g->rep);
+        rc = comm_allreduce(g, g->rep, MPI_IN_PLACE, buf, count, type, op, "all-reduce");
     return rc;
 }
 
@@ -31,9 +33,9 @@ int groups_bcast(const struct groups *g, void *buf, int count, MPI_Datatype type
 {
     /* global rank 0 is replica 0's dense rank 0: first to every replica's dense rank 0 (and the
      * rest of rank 0's replicate group), then inside each replica */
-    int rc = MPI_Bcast(buf, count, type, 0, g->rep);
+    int rc = comm_bcast(g, g->rep, buf, count, type, 0, "broadcast");
     if (rc == MPI_SUCCESS)
-        rc = MPI_Bcast(buf, count, type, 0, g->dense);
+        rc = comm_bcast(g, g->dense, buf, count, type, 0, "broadcast");
     return rc;
 }
 
@@ -250,16 +252,17 @@ shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, c
     int pair[2] = {(int)mine, g->me.rank};
     char msg[512];
 
-    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->dense);
-    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->rep);
+    /* every rank's outcome of the call: the wait where a rank that never arrives is found */
+    comm_allreduce(g, g->dense, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
+    comm_allreduce(g, g->rep, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
     if (pair[0] == SHARDOPT_OK)
         return SHARDOPT_OK;
     /* the chosen rank's message reaches every rank: only it contributes non-zero bytes */
     memset(msg, 0, sizeof msg);
     if (pair[1] == g->me.rank)
         snprintf(msg, sizeof msg, "%s", shardopt_last_error());
-    MPI_Allreduce(MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, g->dense);
-    MPI_Allreduce(MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, g->rep);
+    comm_allreduce(g, g->dense, MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
+    comm_allreduce(g, g->rep, MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
     msg[sizeof msg - 1] = '\0';
     if (pair[1] == g->me.rank)
         return mine; /* logged where it happened */

@@ -13,6 +13,7 @@ struct groups {
     MPI_Comm ep;      /* ranks that hold different experts */
     MPI_Comm xs;      /* expert shard group: ranks holding the same experts */
     MPI_Comm rep;     /* replicas of this rank's shards */
+    double timeout_s; /* comm_timeout_s: a wait longer than this aborts the job (0: never) */
 };
 
 /* Split `comm` by the config's layout. Collective; an invalid layout fails on every rank. */

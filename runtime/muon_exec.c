@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "comm_wait.h"
+#include "fault.h"
 #include "kernels/clock.h"
 #include "offload_exec.h"
 #include "status.h"
@@ -19,6 +21,12 @@ struct stage {
 static int nccl_slot(const struct stage *st, int second)
 {
     return (st->seq % PIPELINE_DEPTH) * 2 + second;
+}
+
+/* A bucket's index in its group's plan, for messages. */
+static int stage_bucket(shardopt_runtime_t rt, const struct stage *st)
+{
+    return (int)(st->b - rt->gx[st->kind].plan.buckets);
 }
 
 static void *at(void *base, size_t elems, size_t es) { return (char *)base + elems * es; }
@@ -151,7 +159,10 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
 
     st->nreq = 0;
     if (gx->comm == MPI_COMM_NULL)
-        return SHARDOPT_OK; /* replicated tensors: every matrix is direct */
+        return SHARDOPT_OK;         /* replicated tensors: every matrix is direct */
+    if (fault_hit("step.exchange")) /* a stand-in for an MPI failure; or a hang (tests) */
+        return log_fail(SHARDOPT_ERR_COMM, "step: rank %d: starting exchange #%d failed (injected)",
+                        rt->groups.me.rank, second ? 2 : 1);
     /* my own block: device to device on a device backend */
     if (sc[me] > 0)
         rt->ops->copy(&rt->kctx, rbuf + (size_t)rd[me] * es, sbuf + (size_t)sd[me] * es,
@@ -176,6 +187,7 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
     }
     for (int i = 0; i < gx->plan.members; i++) {
         if (i != me && rc[i] > 0) {
+            st->buf->peer[st->nreq] = i;
             rcode |= MPI_Irecv(rbuf + (size_t)rd[i] * es, rc[i], t, i, tag, gx->comm,
                                &st->buf->req[st->nreq++]);
             rt->counters.bytes_recv[st->kind] += (uint64_t)rc[i] * es;
@@ -183,6 +195,7 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
     }
     for (int i = 0; i < gx->plan.members; i++)
         if (i != me && sc[i] > 0) {
+            st->buf->peer[st->nreq] = i;
             rcode |= MPI_Isend(sbuf + (size_t)sd[i] * es, sc[i], t, i, tag, gx->comm,
                                &st->buf->req[st->nreq++]);
             rt->counters.bytes_sent[st->kind] += (uint64_t)sc[i] * es;
@@ -200,7 +213,11 @@ static shardopt_status_t xfer_wait(shardopt_runtime_t rt, struct stage *st, int 
         st->nreq = 0;
         return had ? nccl_group_wait(rt->nccl[st->kind], nccl_slot(st, second)) : SHARDOPT_OK;
     }
-    if (st->nreq > 0 && MPI_Waitall(st->nreq, st->buf->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+    comm_phase(second ? "step: exchange #2 (Newton-Schulz results back)"
+                      : "step: exchange #1 (momentum to the owners)",
+               stage_bucket(rt, st));
+    if (st->nreq > 0 && comm_wait(&rt->groups, rt->gx[st->kind].comm, st->nreq, st->buf->req,
+                                  st->buf->peer, "sends and receives") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step: exchange #%d of the %s group failed",
                         second ? 2 : 1, st->kind == GROUP_DENSE ? "dense" : "expert shard");
     st->nreq = 0;
@@ -368,8 +385,13 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
                             g->me.rank);
         slots = st->buf->hns;
     }
-    if (MPI_Allgatherv(MPI_IN_PLACE, 0, t, slots, rt->rep_counts, rt->rep_displs, t, g->rep) !=
-        MPI_SUCCESS)
+    MPI_Request req;
+    comm_phase("step: sharing Newton-Schulz results (replica_split)", stage_bucket(rt, st));
+    int rc =
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, t, slots, rt->rep_counts, rt->rep_displs, t, g->rep, &req);
+    if (rc == MPI_SUCCESS)
+        rc = comm_wait(g, g->rep, 1, &req, NULL, "all-gather");
+    if (rc != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step: sharing Newton-Schulz results over the "
                                            "replicate group failed");
     if (rt_on_device(rt))

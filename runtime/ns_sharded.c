@@ -2,6 +2,7 @@
 
 #include <math.h>
 
+#include "comm_wait.h"
 #include "kernels/clock.h"
 #include "offload_exec.h"
 #include "status.h"
@@ -32,15 +33,17 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
     /* offload = cpu: the iterations run on the device copy of U */
     const size_t ubytes = count * kdtype_size(c->comm_dtype);
     piece.in = piece.out = offload_ns_in(rt, rt->dev_sh_u, rt->sh_u, ubytes);
-    if (MPI_Allreduce(MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM, comm) != MPI_SUCCESS)
+    comm_phase("step: sharded Newton-Schulz", -1);
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM,
+                       "norm all-reduce") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", p->name);
     const double inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)c->ns_eps);
     if (count > 0)
         rt->ops->ns_shard_load(&rt->kctx, &piece, inv, x);
     for (int it = 0; it < c->ns_steps; it++) {
         rt->ops->ns_shard_gram(&rt->kctx, x, m, count > 0 ? n : 0, gram);
-        if (MPI_Allreduce(MPI_IN_PLACE, gram, (int)(m * m), MPI_FLOAT, MPI_SUM, comm) !=
-            MPI_SUCCESS)
+        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, gram, (int)(m * m), MPI_FLOAT, MPI_SUM,
+                           "Gram all-reduce") != MPI_SUCCESS)
             return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed",
                             p->name);
         if (count > 0) {

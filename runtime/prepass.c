@@ -3,6 +3,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "comm_wait.h"
+#include "fault.h"
 #include "kernels/elem_rules.h"
 #include "log.h"
 #include "status.h"
@@ -33,7 +35,8 @@ static shardopt_status_t zero_nonfinite(shardopt_runtime_t rt, int bad)
         fin[j] = s;
         cnt[j++] = c;
     }
-    if (MPI_Allreduce(MPI_IN_PLACE, fin, 2 * bad, MPI_DOUBLE, MPI_SUM, g->dense) != MPI_SUCCESS)
+    if (comm_allreduce(g, g->dense, MPI_IN_PLACE, fin, 2 * bad, MPI_DOUBLE, MPI_SUM,
+                       "finite sums all-reduce") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step: pre-pass all-reduce (nonfinite = zero) failed");
     double zeroed = 0;
     j = 0;
@@ -80,8 +83,11 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
     /* every element of a replica lives on exactly one rank of its dense shard group (expert
      * stacks included: EP x expert shard = the dense group), so one all-reduce there counts each
      * once; replicas hold the same values and are not added */
-    if (MPI_Allreduce(MPI_IN_PLACE, rt->sumsq, rt->nparams, MPI_DOUBLE, MPI_SUM, g->dense) !=
-        MPI_SUCCESS)
+    comm_phase("step: gradient pre-pass", -1);
+    if (fault_hit("step.prepass")) /* a stand-in for an MPI failure; or a hang (tests) */
+        return log_fail(SHARDOPT_ERR_COMM, "step: pre-pass all-reduce failed (injected)");
+    if (comm_allreduce(g, g->dense, MPI_IN_PLACE, rt->sumsq, rt->nparams, MPI_DOUBLE, MPI_SUM,
+                       "sums of squares all-reduce") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step: pre-pass all-reduce failed");
 
     /* replicas must agree on what to do, and name the same tensors, even if their gradients
@@ -90,7 +96,8 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
     for (int i = 0; i < rt->nparams; i++)
         rt->nonfinite[i] = !isfinite(rt->sumsq[i]);
     if (g->mesh.dp_replicate > 1)
-        MPI_Allreduce(MPI_IN_PLACE, rt->nonfinite, rt->nparams, MPI_INT, MPI_MAX, g->rep);
+        comm_allreduce(g, g->rep, MPI_IN_PLACE, rt->nonfinite, rt->nparams, MPI_INT, MPI_MAX,
+                       "non-finite flags all-reduce");
     for (int i = 0; i < rt->nparams; i++)
         bad += rt->nonfinite[i];
     r->nonfinite = bad;

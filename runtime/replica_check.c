@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm_wait.h"
 #include "crc32c.h"
 #include "log.h"
 #include "runtime.h"
@@ -25,7 +26,8 @@ static uint32_t shard_crc(struct shardopt_runtime *rt, const struct shardopt_par
 }
 
 /* The members' CRCs of parameter i over comm, as text for the message. */
-static void members_text(uint32_t crc, MPI_Comm comm, const char *who, char *out, size_t len)
+static void members_text(const struct groups *g, uint32_t crc, MPI_Comm comm, const char *who,
+                         char *out, size_t len)
 {
     int size = 1, o = 0;
     uint32_t all[16];
@@ -34,7 +36,7 @@ static void members_text(uint32_t crc, MPI_Comm comm, const char *who, char *out
         snprintf(out, len, "%d members (too many to list)", size);
         return;
     }
-    MPI_Allgather(&crc, 1, MPI_UINT32_T, all, 1, MPI_UINT32_T, comm);
+    comm_allgather(g, comm, &crc, 1, MPI_UINT32_T, all, "CRC all-gather");
     out[0] = '\0';
     for (int r = 0; r < size && o < (int)len; r++)
         o += snprintf(out + o, len - (size_t)o, "%s%s %d 0x%08x", r ? ", " : "", who, r, all[r]);
@@ -51,10 +53,14 @@ shardopt_status_t replica_check(struct shardopt_runtime *rt)
         /* only replicated tensors are the same across the dense group: others compare as 0 */
         dense_lo[i] = dense_hi[i] = p->placement == SHARDOPT_PLACEMENT_REPLICATED ? rep_lo[i] : 0;
     }
-    MPI_Allreduce(MPI_IN_PLACE, dense_lo, n, MPI_UINT32_T, MPI_MIN, rt->groups.dense);
-    MPI_Allreduce(MPI_IN_PLACE, dense_hi, n, MPI_UINT32_T, MPI_MAX, rt->groups.dense);
-    MPI_Allreduce(MPI_IN_PLACE, rep_lo, n, MPI_UINT32_T, MPI_MIN, rt->groups.rep);
-    MPI_Allreduce(MPI_IN_PLACE, rep_hi, n, MPI_UINT32_T, MPI_MAX, rt->groups.rep);
+    comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, dense_lo, n, MPI_UINT32_T, MPI_MIN,
+                   "CRC all-reduce");
+    comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, dense_hi, n, MPI_UINT32_T, MPI_MAX,
+                   "CRC all-reduce");
+    comm_allreduce(&rt->groups, rt->groups.rep, MPI_IN_PLACE, rep_lo, n, MPI_UINT32_T, MPI_MIN,
+                   "CRC all-reduce");
+    comm_allreduce(&rt->groups, rt->groups.rep, MPI_IN_PLACE, rep_hi, n, MPI_UINT32_T, MPI_MAX,
+                   "CRC all-reduce");
     /* every rank saw the same minima and maxima of its groups; the first difference anywhere
      * decides, agreed over both groups so that all ranks name the same parameter */
     int first[2] = {n, n};
@@ -71,8 +77,9 @@ shardopt_status_t replica_check(struct shardopt_runtime *rt)
     const int i = in_rep ? first[0] : first[1];
     char who[1024];
     /* the members' values in this rank's own group (collective over it) */
-    members_text(shard_crc(rt, rt->params[i]), in_rep ? rt->groups.rep : rt->groups.dense,
-                 in_rep ? "replica" : "dense rank", who, sizeof who);
+    members_text(&rt->groups, shard_crc(rt, rt->params[i]),
+                 in_rep ? rt->groups.rep : rt->groups.dense, in_rep ? "replica" : "dense rank", who,
+                 sizeof who);
     const int mine_differs = in_rep ? rep_lo[i] != rep_hi[i] : dense_lo[i] != dense_hi[i];
     if (!mine_differs) /* the difference is in another rank's group */
         strncat(who, "; equal in this rank's group, another differs", sizeof who - strlen(who) - 1);

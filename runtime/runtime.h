@@ -100,6 +100,7 @@ struct shardopt_runtime {
         void *a, *b, *ns;
         void *ha, *hb, *hns; /* device backends: pinned host mirrors that MPI reads and writes */
         MPI_Request *req;    /* 2 per member of the largest group: one exchange at a time */
+        int *peer;           /* the member each request waits on (comm_timeout_s messages) */
     } bufs[PIPELINE_DEPTH];
     struct ns_workspace ns_ws;
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */

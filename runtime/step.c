@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "comm_wait.h"
 #include "kernels/clock.h"
 #include "log.h"
 #include "muon_exec.h"
@@ -190,6 +191,7 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     if (rt == NULL || args == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL %s",
                         rt == NULL ? "runtime" : "args");
+    comm_phase("step: checking the arguments (every rank must call the step)", -1);
     status = step_validate(rt, args, &sc);
     /* the step is collective: a check failing on one rank fails it on all */
     if (rt->committed)
@@ -238,8 +240,10 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
         rt->params[i]->step++;
     k->steps++;
     /* after the update, which stands either way: a failure here says the replicas differ */
-    if (rt->cfg.replica_check_every > 0 && k->steps % (uint64_t)rt->cfg.replica_check_every == 0)
+    if (rt->cfg.replica_check_every > 0 && k->steps % (uint64_t)rt->cfg.replica_check_every == 0) {
+        comm_phase("step: replica check", -1);
         status = replica_check(rt);
+    }
     k->seconds_last = monotonic_seconds() - t0;
     k->seconds_total += k->seconds_last;
     return status;

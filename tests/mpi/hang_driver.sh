@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A rank that stops making progress (SHARDOPT_FAULT=hang@site) must not hang the job: another
+# rank's wait passes comm_timeout_s, logs the phase, bucket and the peers it waits on, and calls
+# MPI_Abort.
+#   hang_driver.sh MPIEXEC EXE N step SITE:K RANK
+#   hang_driver.sh MPIEXEC EXE N save SITE RANK DIR   (then: the step-2 checkpoint still loads)
+# SHARDOPT_TEST_LAYOUT and SHARDOPT_TEST_TIMEOUT come from the environment.
+set -u
+mpiexec=$1 exe=$2 n=$3 mode=$4 site=$5 rank=$6 dir=${7:-}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+expect() { # pattern: must be in the run's output
+    if ! grep -qE -- "$1" "$out"; then
+        echo "hang_driver: expected /$1/ in the output"
+        fail=1
+    fi
+}
+
+fail=0
+if [ "$mode" = step ]; then
+    SHARDOPT_FAULT="hang@$site" SHARDOPT_FAULT_RANK=$rank \
+        "$mpiexec" -n "$n" --oversubscribe "$exe" step 6 >"$out" 2>&1
+    rc=$?
+else
+    rm -rf "$dir"
+    SHARDOPT_TEST_HANG_SITE=$site SHARDOPT_TEST_HANG_RANK=$rank \
+        "$mpiexec" -n "$n" --oversubscribe "$exe" save "$dir" >"$out" 2>&1
+    rc=$?
+fi
+cat "$out"
+echo "hang_driver: mpiexec exited with $rc"
+# MPI_Abort's code; Open MPI's own help text about it is not always printed (it can lose the race
+# with the kill), so the exit status is what is checked
+[ "$rc" -eq 124 ] || { echo "hang_driver: expected exit status 124 (MPI_Abort), got $rc"; fail=1; }
+if grep -q "hang_run: finished" "$out"; then
+    echo "hang_driver: the run finished although rank $rank hung"
+    fail=1
+fi
+expect "SHARDOPT_FAULT: rank $rank hangs at ${site%%:*}"
+expect "no progress for [0-9]+ s \\(comm_timeout_s = [0-9.]+\\) in "
+expect "waiting on rank\\(s\\) [0-9, .]*$rank"
+expect "calling MPI_Abort"
+if [ "$mode" = step ] && [ "${site%%:*}" = step.exchange ]; then
+    expect "in step: exchange #[12] [^,]*, bucket [0-9]+, sends and receives over the (dense|expert shard) group"
+elif [ "$mode" = step ]; then
+    expect "in step: gradient pre-pass, sums of squares all-reduce over the dense group"
+else
+    expect "in save, status agreement"
+    # the job died mid-save: the step-2 checkpoint is what latest names, and it loads
+    "$mpiexec" -n "$n" --oversubscribe "$exe" load "$dir" >"$out" 2>&1
+    cat "$out"
+    expect "hang_run: loaded \\(success\\), checkpoint step 2"
+    rm -rf "$dir"
+fi
+exit $fail

@@ -1,0 +1,60 @@
+/* The model on SHARDOPT_TEST_LAYOUT with comm_timeout_s = SHARDOPT_TEST_TIMEOUT, driven by
+ * hang_driver.sh through a rank that stops making progress (SHARDOPT_FAULT=hang@...):
+ *   step  N  : N steps (the fault, from the environment, fires on its own)
+ *   save  DIR: 2 steps, save DIR (complete), then `hang@<SHARDOPT_TEST_HANG_SITE>:1` armed on
+ *              runtime rank SHARDOPT_TEST_HANG_RANK, 2 more steps and a second save
+ *   load  DIR: load DIR's latest checkpoint and print the steps it holds
+ * Prints "finished" only when the run ends by itself: the driver requires that it does not. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_run.h"
+#include "runtime/fault.h"
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    setup();
+    if (argc < 3) {
+        fprintf(stderr, "usage: hang_run step N | save DIR | load DIR\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    const char *mode = argv[1], *t = getenv("SHARDOPT_TEST_TIMEOUT");
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.num_threads = 1;
+    cfg.comm_timeout_s = t != NULL ? atof(t) : 10;
+    struct run r = {0};
+    shardopt_status_t st = run_setup(&r, MPI_COMM_WORLD, cfg, 0);
+    if (st == SHARDOPT_OK && strcmp(mode, "step") == 0) {
+        st = run_steps(&r, 1, atoi(argv[2]));
+    } else if (st == SHARDOPT_OK && strcmp(mode, "save") == 0) {
+        st = run_steps(&r, 1, 2);
+        if (st == SHARDOPT_OK)
+            st = shardopt_save(r.rt, argv[2]);
+        if (me == 0)
+            printf("hang_run: saved step 2 (%s)\n", shardopt_status_string(st));
+        const char *site = getenv("SHARDOPT_TEST_HANG_SITE"),
+                   *who = getenv("SHARDOPT_TEST_HANG_RANK");
+        char spec[96];
+        snprintf(spec, sizeof spec, "hang@%s:1", site != NULL ? site : "ckpt.write");
+        if (who != NULL && atoi(who) == me)
+            fault_arm(spec);
+        if (st == SHARDOPT_OK)
+            st = run_steps(&r, 3, 4);
+        if (st == SHARDOPT_OK)
+            st = shardopt_save(r.rt, argv[2]);
+    } else if (st == SHARDOPT_OK && strcmp(mode, "load") == 0) {
+        st = shardopt_load(r.rt, argv[2]);
+        shardopt_stats_t s = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(r.rt, &s);
+        if (me == 0)
+            printf("hang_run: loaded (%s), checkpoint step %llu\n", shardopt_status_string(st),
+                   (unsigned long long)s.steps);
+    }
+    if (me == 0)
+        printf("hang_run: finished (%s)\n", shardopt_status_string(st));
+    run_free(&r);
+    MPI_Finalize();
+    return st == SHARDOPT_OK ? 0 : 1;
+}

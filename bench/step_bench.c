@@ -5,7 +5,7 @@
  *       [--momentum-dtype fp32|bf16|both] [--comm-dtype bf16|fp32]
  *       [--offload none|optimizer|cpu|both|all] [--ns-compute auto|fp32|bf16]
  *       [--backend cpu|cuda] [--comm-backend mpi|nccl] [--threads T] [--bucket-mib M] [--warmup W]
- * [--steps N] [--json]
+ * [--steps N] [--set key=value]... [--json]
  *
  * Dense tensors are sharded along dim 0 over the dense shard group (FSDP-style chunks), expert
  * stacks split over EP and chunked along --expert-shard-dim over the expert shard group.
@@ -34,6 +34,8 @@ struct opts {
     int rep, shard, cp, ep, xdim, threads, warmup, steps, json;
     const char *mom, *comm, *offload, *backend, *comm_backend, *ns_compute;
     double bucket_mib;
+    int nset;
+    const char *set[16]; /* --set key=value: any config key, applied after the options above */
 };
 
 static int me, world;
@@ -104,6 +106,8 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             *sv = argv[++i];
         else if (!strcmp(a, "--bucket-mib") && v != NULL)
             o->bucket_mib = atof(argv[++i]);
+        else if (!strcmp(a, "--set") && v != NULL && strchr(v, '=') != NULL && o->nset < 16)
+            o->set[o->nset++] = argv[++i];
         else
             usage_die(a);
     }
@@ -183,6 +187,13 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     cfg.offload = !strcmp(offload, "optimizer") ? SHARDOPT_OFFLOAD_OPTIMIZER
                   : !strcmp(offload, "cpu")     ? SHARDOPT_OFFLOAD_CPU
                                                 : SHARDOPT_OFFLOAD_NONE;
+    for (int i = 0; i < o->nset; i++) {
+        char key[64];
+        const char *eq = strchr(o->set[i], '=');
+        snprintf(key, sizeof key, "%.*s", (int)(eq - o->set[i]), o->set[i]);
+        if ((st = shardopt_config_set(&cfg, key, eq + 1)) != SHARDOPT_OK)
+            die("--set", st);
+    }
     if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK)
         die("init", st);
     /* device memory for the shards, but offload = cpu works on host parameters */

@@ -226,6 +226,10 @@ typedef struct shardopt_config {
      *  (replicated tensors across every rank) after the update; a difference fails that step
      *  with SHARDOPT_ERR_MISMATCH on every rank, naming the first parameter. 0 = never. */
     int replica_check_every;
+    /** Every N steps, before the update, check that every parameter shard and its optimizer
+     *  state (momentum; exp_avg, exp_avg_sq) hold no NaN/Inf; if one does, the step fails with
+     *  SHARDOPT_ERR_NONFINITE on every rank, naming them, and nothing is written. 0 = never. */
+    int check_state_every;
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"

@@ -91,6 +91,9 @@ const struct config_key config_keys[] = {
         "seconds before a stuck wait ends the job (MPI_Abort) or fails it (NCCL); 0 = never"),
     INT(replica_check_every, 0, 1 << 30,
         "every N steps compare parameter checksums across replicas; 0 = never"),
+    INT(check_state_every, 0, 1 << 30,
+        "every N steps check parameters and optimizer state for NaN/Inf before the update; "
+        "0 = never"),
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

@@ -13,6 +13,7 @@
 #include "prepass.h"
 #include "replica_check.h"
 #include "runtime.h"
+#include "state_check.h"
 #include "status.h"
 
 /* Per-call scalars, resolved once from the args and the config. */
@@ -207,6 +208,13 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
             return status;
     }
 
+    if (rt->cfg.check_state_every > 0 && k->steps % (uint64_t)rt->cfg.check_state_every == 0) {
+        /* after the trainer's stream, before anything is written; the same outcome on every rank */
+        comm_phase("step: state check", -1);
+        status = state_check(rt);
+        if (status != SHARDOPT_OK)
+            return status;
+    }
     status = prepass_run(rt, sc.max_grad_norm, &pre);
     if (status != SHARDOPT_OK)
         return status;

@@ -361,3 +361,60 @@ TEST(nan_on_one_rank_skips_or_fails_everywhere)
         run_free(&d);
     }
 }
+
+/* check_state_every: a NaN in a dense matrix's parameter shard, +Inf in an expert stack's
+ * momentum and -Inf in an AdamW tensor's exp_avg_sq, all on the last rank, fail the next step
+ * with ERR_NONFINITE on every rank, naming each tensor and array and that rank, and nothing is
+ * written anywhere. Without the check the step goes ahead. */
+TEST(nonfinite_state_fails_the_step_everywhere_with_nothing_written)
+{
+    setup();
+    for (int every = 1; every >= 0; every--) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.check_state_every = every;
+        struct run d = {0};
+        ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+        ASSERT_EQ_INT(run_steps(&d, 1, 2), SHARDOPT_OK); /* a finite state passes the check */
+        const int adamw = 1;                             /* layers.0.input_norm.weight */
+        ASSERT_TRUE(d.h[adamw]->algo == SHARDOPT_ALGO_ADAMW && d.h[11]->algo == SHARDOPT_ALGO_MUON);
+        const int here =
+            me == world - 1 && d.box[2].numel > 0 && d.box[11].numel > 1 && d.box[adamw].numel > 2;
+        int anywhere = here;
+        MPI_Allreduce(MPI_IN_PLACE, &anywhere, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        ASSERT_TRUE(anywhere); /* the last rank holds a piece of all three in every layout */
+        if (here) {
+            size_t es;
+            ((float *)d.w[2])[0] = NAN;
+            ((float *)kind_data(&d, 11, 1, &es))[1] = INFINITY;
+            ((float *)kind_data(&d, adamw, 2, &es))[2] = -INFINITY;
+        }
+        unsigned char *before, *after;
+        size_t nb, na;
+        snapshot(&d, &before, &nb);
+        run_grads(&d, 3, 0);
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.02;
+        shardopt_status_t status = shardopt_step(d.rt, &args);
+        snapshot(&d, &after, &na);
+        shardopt_stats_t st = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(d.rt, &st);
+        if (every) {
+            char first[64];
+            snprintf(first, sizeof first, "first on rank %d", world - 1);
+            EXPECT_EQ_INT(status, SHARDOPT_ERR_NONFINITE);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), first);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "layers.0.attn.q_proj.weight (parameter)");
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "layers.1.mlp.experts.gate_proj (momentum)");
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "layers.0.input_norm.weight (exp_avg_sq)");
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was updated");
+            EXPECT_EQ_INT(st.steps, 2);
+            EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+        } else {
+            EXPECT_EQ_INT(status, SHARDOPT_OK);
+            EXPECT_EQ_INT(st.steps, 3);
+        }
+        free(before);
+        free(after);
+        run_free(&d);
+    }
+}

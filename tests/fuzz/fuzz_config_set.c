@@ -8,9 +8,9 @@
  *      unchanged byte for byte and the last error names the key; an acceptance leaves every key
  *      in its range, a number that is decimal, finite and the value the text says, the rest of
  *      the config as valid as it was (cross-field rules wait for validate: docs/api.md), and the
- *      key's printed value sets back to the same bytes;
+ *      key's printed value sets back to the same field bytes;
  *   2. alone, as SHARDOPT_<KEY>, to the overlay on the defaults: accepted exactly when
- *      config_set on the defaults accepts it and the result validates, with the same bytes.
+ *      config_set on the defaults accepts it and the result validates, with the same fields.
  * Then all lines together as variables (the last line of a name wins, as with setenv) go to the
  * overlay on the defaults: refused, nothing changed and the message names the environment;
  * accepted, the config validates. Any broken rule aborts.
@@ -26,8 +26,8 @@
 
 #define MAX_LINES 64
 
-/* Static, so its padding is zero too: configs are compared byte for byte, and every copy below
- * is a memcpy for the same reason. */
+/* Static, so its padding is zero too: a refused call's config is compared byte for byte, padding
+ * included, and every copy below is a memcpy for the same reason. */
 static const shardopt_config_t defaults = SHARDOPT_CONFIG_INIT;
 
 struct line {

@@ -30,14 +30,15 @@ demo: build
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# libFuzzer (clang, ASan + UBSan) on the config loader, the safetensors header parser and the
-# checkpoint index checks, FUZZ_SECONDS each from the committed corpus (tests/fuzz/run.sh).
+# libFuzzer (clang, ASan + UBSan) on the config loader, the key=value setter and env overlay, the
+# safetensors header parser and the checkpoint index checks, FUZZ_SECONDS each from the committed
+# corpus (tests/fuzz/run.sh).
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 check-fuzz:
 	@./tools/install_deps.sh --fuzz
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDOPT_FUZZ=ON -DSHARDOPT_WITH_CUDA=OFF $(CMAKE_ARGS)
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_config fuzz_safetensors fuzz_index
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_config fuzz_config_set fuzz_safetensors fuzz_index
 	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 # valgrind memcheck over the unit suite of the main build: zero errors and zero definite leaks

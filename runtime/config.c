@@ -126,7 +126,7 @@ shardopt_status_t shardopt_config_set(shardopt_config_t *cfg, const char *key, c
     return SHARDOPT_OK;
 }
 
-shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg)
+shardopt_status_t config_env_overlay(shardopt_config_t *cfg, config_env_lookup_fn lookup, void *ctx)
 {
     shardopt_config_t c;
     shardopt_status_t status;
@@ -139,7 +139,7 @@ shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg)
     for (size_t i = 0; i < config_key_count; i++) {
         const struct config_key *k = &config_keys[i];
         config_key_env_name(k, env, sizeof env);
-        const char *v = getenv(env);
+        const char *v = lookup(env, ctx);
         if (v == NULL)
             continue;
         snprintf(source, sizeof source, "%s (env)", env);
@@ -160,6 +160,17 @@ shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg)
         return status;
     config_export(&c, cfg);
     return SHARDOPT_OK;
+}
+
+static const char *env_lookup(const char *name, void *ctx)
+{
+    (void)ctx;
+    return getenv(name);
+}
+
+shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg)
+{
+    return config_env_overlay(cfg, env_lookup, NULL);
 }
 
 shardopt_status_t shardopt_config_print(const shardopt_config_t *cfg, FILE *stream)

@@ -20,6 +20,13 @@ shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *sou
  * The fuzz target tests/fuzz/fuzz_config.c calls it directly. */
 shardopt_status_t config_json_text(const char *path, const char *text, shardopt_config_t *cfg);
 
+/* shardopt_config_from_env with the variables read through lookup (NULL: not set) instead of
+ * getenv, so the fuzz target tests/fuzz/fuzz_config_set.c can run the overlay on its own
+ * variables without touching the process environment. */
+typedef const char *(*config_env_lookup_fn)(const char *name, void *ctx);
+shardopt_status_t config_env_overlay(shardopt_config_t *cfg, config_env_lookup_fn lookup,
+                                     void *ctx);
+
 /* Resolve ns_coeffs/ns_steps/custom into float triples and the norm multiplier. */
 void config_ns_resolve(const shardopt_config_t *cfg, float coeffs[][3], float *norm_scale);
 

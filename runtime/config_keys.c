@@ -206,12 +206,45 @@ shardopt_status_t config_key_check(const struct config_key *k, const shardopt_co
     return fail_value(k, source, val);
 }
 
+/* Length of the decimal number at s: [+-]digits[.digits][(e|E)[+-]digits], ".5" and "5." too;
+ * 0 when there is none. strtod alone would also take hex ("0x1p-1"), "inf", "nan" and leading
+ * whitespace, none of which a JSON file can say, and strtoll skips leading whitespace: env and
+ * config_set values are held to this grammar so they accept what the file does. */
+static size_t decimal_len(const char *s, int integer)
+{
+    const char *p = s;
+    int digits = 0;
+
+    if (*p == '+' || *p == '-')
+        p++;
+    for (; *p >= '0' && *p <= '9'; p++)
+        digits++;
+    if (!integer && *p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            digits++;
+    if (digits == 0)
+        return 0;
+    if (!integer && (*p == 'e' || *p == 'E')) {
+        const char *e = p + 1;
+        if (*e == '+' || *e == '-')
+            e++;
+        if (*e >= '0' && *e <= '9') {
+            while (*e >= '0' && *e <= '9')
+                e++;
+            p = e;
+        }
+    }
+    return (size_t)(p - s);
+}
+
 static int parse_double(const char *s, double *out)
 {
     char *end;
-    errno = 0;
+    size_t n = decimal_len(s, 0);
+    if (n == 0 || s[n] != '\0')
+        return 0;
     *out = strtod(s, &end);
-    return end != s && *end == '\0' && !isspace((unsigned char)*s);
+    return end == s + n;
 }
 
 static int parse_coeffs(const char *s, double (*c)[3], int *steps)
@@ -224,9 +257,11 @@ static int parse_coeffs(const char *s, double (*c)[3], int *steps)
             return 0;
         for (int j = 0; j < 3; j++) {
             char *end;
-            errno = 0;
+            while (*p == ' ')
+                p++;
+            size_t len = decimal_len(p, 0);
             double v = strtod(p, &end);
-            if (end == p || !isfinite(v))
+            if (len == 0 || end != p + len || !isfinite(v))
                 return 0;
             c[n][j] = v;
             p = end;
@@ -261,9 +296,10 @@ shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
     }
     case CFG_INT: {
         char *end;
+        size_t n = decimal_len(text, 1);
         errno = 0;
         long long v = strtoll(text, &end, 10);
-        if (end == text || *end != '\0' || errno == ERANGE || !in_range(k, (double)v))
+        if (n == 0 || end != text + n || *end != '\0' || errno == ERANGE || !in_range(k, (double)v))
             return fail_value(k, source, quoted);
         *(int *)field_mut(cfg, k) = (int)v;
         return SHARDOPT_OK;

@@ -386,6 +386,24 @@ static void edit_shape(cJSON *root)
 
 static void damage_shape(const char *step) { index_edit(step, edit_shape); }
 
+/* `latest` (next to the step directories) rewritten to name something else */
+static void latest_write(const char *step, const char *text)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/../latest", step);
+    FILE *f = fopen(p, "w");
+    if (f != NULL) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void damage_latest_dotdot(const char *step) { latest_write(step, "../step-00000003\n"); }
+static void damage_latest_slash(const char *step) { latest_write(step, "step-00000003/x"); }
+static void damage_latest_dot(const char *step) { latest_write(step, "."); }
+static void damage_latest_empty(const char *step) { latest_write(step, ""); }
+static void damage_latest_missing(const char *step) { latest_write(step, "step-00000099\n"); }
+
 TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
 {
     setup();
@@ -403,6 +421,14 @@ TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
         {damage_file_name, SHARDOPT_ERR_CORRUPT, "not a plain file name", NULL},
         {damage_drop_tensor, SHARDOPT_ERR_CORRUPT, "is not in the checkpoint", NULL},
         {damage_shape, SHARDOPT_ERR_MISMATCH, "has shape", "registered"},
+        /* a crafted latest is never followed outside the directory */
+        {damage_latest_dotdot, SHARDOPT_ERR_CORRUPT, "'../step-00000003' is not a step directory",
+         NULL},
+        {damage_latest_slash, SHARDOPT_ERR_CORRUPT, "'step-00000003/x' is not a step directory",
+         NULL},
+        {damage_latest_dot, SHARDOPT_ERR_CORRUPT, "'.' is not a step directory", NULL},
+        {damage_latest_empty, SHARDOPT_ERR_CORRUPT, "'' is not a step directory", NULL},
+        {damage_latest_missing, SHARDOPT_ERR_IO, "step-00000099/index.json", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct run d;

@@ -196,6 +196,34 @@ TEST(json_refuses_bad_input_and_leaves_config_unchanged)
     EXPECT_STR_CONTAINS(shardopt_last_error(), "/nonexistent/shardopt.json");
 }
 
+/* The file's size limit: a valid file padded with blanks to exactly 1 MiB loads; one byte more
+ * is refused, naming the limit, and the config stays as it was. */
+TEST(json_file_of_the_limit_loads_and_one_byte_more_is_refused)
+{
+    const char *obj = "{\"momentum\": 0.9}";
+    for (int extra = 0; extra < 2; extra++) {
+        const size_t size = ((size_t)1 << 20) + (size_t)extra;
+        char *text = malloc(size + 1);
+        ASSERT_TRUE(text != NULL);
+        memset(text, ' ', size);
+        memcpy(text, obj, strlen(obj));
+        text[size] = '\0';
+        const char *path = write_json(text);
+        free(text);
+        shardopt_config_t c = SHARDOPT_CONFIG_INIT, before = c;
+        shardopt_status_t st = shardopt_config_load_json(path, &c);
+        if (extra == 0) {
+            EXPECT_EQ_INT(st, SHARDOPT_OK);
+            EXPECT_NEAR(c.momentum, 0.9, 0);
+        } else {
+            EXPECT_EQ_INT(st, SHARDOPT_ERR_INVALID_ARGUMENT);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "larger than 1048576 bytes");
+            EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+        }
+        unlink(path);
+    }
+}
+
 TEST(print_lists_every_key)
 {
     shardopt_config_t c = SHARDOPT_CONFIG_INIT;

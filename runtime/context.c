@@ -4,6 +4,7 @@
 
 #include "config.h"
 #include "fault.h"
+#include "init_agree.h"
 #include "kernels/blas_threads.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "log.h"
@@ -292,11 +293,15 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: NULL rt_p");
     if (comm == MPI_COMM_NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: comm is MPI_COMM_NULL");
-    status = runtime_create(cfg, &rt, "init");
-    if (status != SHARDOPT_OK)
+    status = init_agree(comm, MPI_COMM_NULL, runtime_create(cfg, &rt, "init"), "init");
+    if (status != SHARDOPT_OK) {
+        free(rt); /* created here while another rank failed */
         return status;
+    }
     rt->groups.timeout_s = rt->cfg.comm_timeout_s;
     status = groups_create(comm, &rt->cfg, &rt->groups);
+    if (status == SHARDOPT_OK && (status = config_agree(&rt->groups, &rt->cfg, "init")) != 0)
+        groups_free(&rt->groups);
     if (status != SHARDOPT_OK) {
         free(rt);
         return status;
@@ -325,11 +330,17 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
                         "init_from_groups: groups version %u / size %zu: initialise with "
                         "SHARDOPT_GROUPS_INIT",
                         groups->version, groups->size);
-    status = runtime_create(cfg, &rt, "init_from_groups");
-    if (status != SHARDOPT_OK)
+    status = init_agree(groups->dense_shard, groups->replicate,
+                        runtime_create(cfg, &rt, "init_from_groups"), "init_from_groups");
+    if (status != SHARDOPT_OK) {
+        free(rt); /* created here while another rank failed */
         return status;
+    }
     rt->groups.timeout_s = rt->cfg.comm_timeout_s;
     status = groups_from_trainer(groups, &rt->groups);
+    if (status == SHARDOPT_OK &&
+        (status = config_agree(&rt->groups, &rt->cfg, "init_from_groups")) != 0)
+        groups_free(&rt->groups);
     if (status != SHARDOPT_OK) {
         free(rt);
         return status;

@@ -266,5 +266,10 @@ shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, c
     msg[sizeof msg - 1] = '\0';
     if (pair[1] == g->me.rank)
         return mine; /* logged where it happened */
+    /* messages that already say "<what>: rank N: " (most of init's) are not prefixed twice */
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s: rank %d: ", what, pair[1]);
+    if (strncmp(msg, prefix, strlen(prefix)) == 0)
+        return log_fail((shardopt_status_t)pair[0], "%s", msg);
     return log_fail((shardopt_status_t)pair[0], "%s: rank %d: %s", what, pair[1], msg);
 }

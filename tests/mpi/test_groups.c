@@ -165,6 +165,72 @@ TEST(inconsistent_trainer_groups_fail_on_every_rank)
     trainer_groups_free(&tg);
 }
 
+/* A config refused on one rank only (its own validation) fails init on every rank in the same
+ * call, with that rank's message; before, the other ranks went on into MPI_Comm_split without
+ * it and hung. Both entry points. */
+TEST(a_config_refused_on_one_rank_fails_init_on_every_rank)
+{
+    world_read();
+    for (int from_groups = 0; from_groups < 2; from_groups++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        shardopt_runtime_t rt = NULL;
+        shardopt_groups_t tg = SHARDOPT_GROUPS_INIT;
+        if (me == world - 1)
+            cfg.momentum = 1.5;
+        shardopt_status_t st;
+        if (from_groups) {
+            trainer_groups(1, 1, &tg, 0, 0);
+            st = shardopt_init_from_groups(&tg, &cfg, &rt);
+        } else {
+            st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt);
+        }
+        EXPECT_EQ_INT(st, SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "momentum = 1.5");
+        if (me != world - 1) {
+            char who[64];
+            snprintf(who, sizeof who, "rank %d failed", world - 1);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), who);
+        }
+        EXPECT_TRUE(rt == NULL);
+        if (from_groups)
+            trainer_groups_free(&tg);
+    }
+}
+
+/* Valid configs that differ between ranks (a seed, the momentum dtype) fail init with
+ * ERR_MISMATCH on every rank, naming the key and both values; thread counts may differ. */
+TEST(configs_that_differ_between_ranks_fail_init_on_every_rank)
+{
+    world_read();
+    for (int k = 0; k < 3; k++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        shardopt_runtime_t rt = NULL;
+        if (me == world - 1) {
+            if (k == 0)
+                cfg.seed = 7;
+            else if (k == 1)
+                cfg.momentum_dtype = SHARDOPT_DTYPE_BF16;
+            else
+                cfg.num_threads = 1; /* a per-node choice */
+        }
+        shardopt_status_t st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt);
+        if (k == 2) {
+            EXPECT_EQ_INT(st, SHARDOPT_OK);
+            shardopt_finalize(rt);
+            continue;
+        }
+        char want[128];
+        snprintf(want, sizeof want,
+                 k == 0 ? "seed differs between ranks: rank 0 has 0, rank %d has 7"
+                        : "momentum_dtype differs between ranks: rank 0 has "
+                          "fp32, rank %d has bf16",
+                 world - 1);
+        EXPECT_EQ_INT(st, SHARDOPT_ERR_MISMATCH);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), want);
+        EXPECT_TRUE(rt == NULL);
+    }
+}
+
 TEST(layout_print_lists_every_rank_in_order)
 {
     world_read();

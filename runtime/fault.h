@@ -1,14 +1,18 @@
 /* Fault injection for tests: SHARDOPT_FAULT=<site>:<n> makes the n-th call at `site` fail, and
  * SHARDOPT_FAULT=kill@<site>:<n> kills the process there (SIGKILL: no cleanup, as a crash).
- * Read once. Sites are named where they are checked (checkpoint.c: ckpt.write, ckpt.fsync,
- * ckpt.index, ckpt.rename, ckpt.latest, ckpt.prune). */
+ * Read once, when the library is loaded. Sites are named where they are checked
+ * (checkpoint_save.c: ckpt.write, ckpt.fsync, ckpt.index, ckpt.rename, ckpt.latest, ckpt.prune),
+ * but for `alloc`: alloc:<n> makes the n-th allocation of the library (runtime/mem.h, every
+ * layer's, and cJSON's while armed) return NULL, counted from the load or from fault_arm. Only
+ * one site is armed at a time; kill@alloc is refused. */
 #ifndef RUNTIME_FAULT_H
 #define RUNTIME_FAULT_H
 
 /* 1 when this call at `site` is to fail (errno EIO). Never returns when it is to kill. */
 int fault_hit(const char *site);
 
-/* Re-arm from a spec like SHARDOPT_FAULT's (NULL disarms), counting from zero: for tests. */
+/* Re-arm from a spec like SHARDOPT_FAULT's (NULL disarms), counting from zero: for tests.
+ * Not thread-safe against library calls in flight for `alloc`. */
 void fault_arm(const char *spec);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "status.h"
 
 static void groups_null(struct groups *g) { g->dense = g->ep = g->xs = g->rep = MPI_COMM_NULL; }
@@ -83,7 +84,8 @@ static shardopt_status_t dup_or_split(MPI_Comm given, MPI_Comm dense, int color,
 
 /* The checks every rank can make alone once the dense group's member_info is gathered:
  * sizes multiply, (ep rank, expert-shard rank) pairs are unique, and the members of this rank's
- * EP and expert shard groups are the dense ranks that say so. Returns 0 or -1 with err. */
+ * EP and expert shard groups are the dense ranks that say so. Returns 0, or -1 (inconsistent) or
+ * -2 (out of memory) with err. */
 static int trainer_groups_check(const struct groups *g, const struct member_info *all, int nd,
                                 char *err, size_t len)
 {
@@ -116,10 +118,11 @@ static int trainer_groups_check(const struct groups *g, const struct member_info
                 return -1;
             }
     /* members of my EP group: same expert-shard rank as mine, ep ranks 0..ep_size-1 */
-    in_ep = malloc(sizeof(int) * (size_t)(ep_size + xs_size) * 2);
+    in_ep = mem_malloc(sizeof(int) * (size_t)(ep_size + xs_size) * 2);
     if (in_ep == NULL) {
-        snprintf(err, len, "out of memory");
-        return -1;
+        snprintf(err, len, "dense rank %d: out of memory allocating %zu bytes for the member lists",
+                 g->me.d, sizeof(int) * (size_t)(ep_size + xs_size) * 2);
+        return -2;
     }
     in_xs = in_ep + 2 * ep_size;
     for (int i = 0; i < ep_size; i++)
@@ -199,11 +202,22 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     MPI_Comm_size(g->rep, &mine.rep_size);
     g->me.d = d;
 
-    all = malloc(sizeof(*all) * (size_t)nd);
-    ok = all != NULL;
+    /* every member joins the gather, or none: a rank without room must not leave the others in it
+     */
+    all = mem_malloc(sizeof(*all) * (size_t)nd);
+    int oom = all == NULL, rc = 0;
+    if (oom)
+        snprintf(err, sizeof err,
+                 "dense rank %d: out of memory allocating %zu bytes for the members' reports", d,
+                 sizeof(*all) * (size_t)nd);
+    int any_oom = oom;
+    MPI_Allreduce(MPI_IN_PLACE, &any_oom, 1, MPI_INT, MPI_MAX, g->dense);
+    ok = !any_oom;
     if (ok) {
         MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, g->dense);
-        ok = trainer_groups_check(g, all, nd, err, sizeof err) == 0;
+        rc = trainer_groups_check(g, all, nd, err, sizeof err);
+        ok = rc == 0;
+        oom = rc == -2;
     }
     /* my replicas must sit at my dense rank */
     rep_d_ok = 1;
@@ -219,6 +233,20 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
                      d, mn, mx);
     }
     ok = ok && rep_d_ok;
+    /* out of memory anywhere comes first: the check did not finish */
+    int rep_rank = 0;
+    MPI_Comm_rank(g->rep, &rep_rank);
+    const int my_rank = rep_rank * nd + d;
+    status = groups_agree_on(
+        g->dense, g->rep, my_rank,
+        oom ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "init_from_groups: rank %d: %s", my_rank, err)
+            : SHARDOPT_OK,
+        "init_from_groups");
+    if (status != SHARDOPT_OK) {
+        free(all);
+        groups_free(g);
+        return status;
+    }
     int all_ok = ok;
     groups_allreduce(g, &all_ok, 1, MPI_INT, MPI_MIN);
     free(all);
@@ -245,23 +273,34 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     return SHARDOPT_OK;
 }
 
-shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what)
+shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_status_t mine,
+                                  const char *what)
 {
-    int pair[2] = {(int)mine, g->me.rank};
+    int pair[2] = {(int)mine, rank}, ready = 0;
     char msg[512];
 
-    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->dense);
-    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, g->rep);
+    MPI_Initialized(&ready);
+    if (!ready)
+        return mine;
+    MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, a);
+    if (b != MPI_COMM_NULL)
+        MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, b);
     if (pair[0] == SHARDOPT_OK)
         return SHARDOPT_OK;
     /* the chosen rank's message reaches every rank: only it contributes non-zero bytes */
     memset(msg, 0, sizeof msg);
-    if (pair[1] == g->me.rank)
+    if (pair[1] == rank)
         snprintf(msg, sizeof msg, "%s", shardopt_last_error());
-    MPI_Allreduce(MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, g->dense);
-    MPI_Allreduce(MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, g->rep);
+    MPI_Allreduce(MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, a);
+    if (b != MPI_COMM_NULL)
+        MPI_Allreduce(MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, b);
     msg[sizeof msg - 1] = '\0';
-    if (pair[1] == g->me.rank)
+    if (pair[1] == rank)
         return mine; /* logged where it happened */
     return log_fail((shardopt_status_t)pair[0], "%s: rank %d: %s", what, pair[1], msg);
+}
+
+shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what)
+{
+    return groups_agree_on(g->dense, g->rep, g->me.rank, mine, what);
 }

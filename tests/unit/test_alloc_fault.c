@@ -14,9 +14,8 @@
 #include "runtime/mem.h"
 
 enum { C_CONFIG, C_INIT, C_REGISTER, C_COMMIT, C_LAYOUT, C_STEP, C_SAVE, C_LOAD, C_NONE };
-static const char *const call_names[C_NONE] = {"config_load_json", "init",   "register",
-                                               "commit",           "layout_print", "step",
-                                               "save",             "load"};
+static const char *const call_names[C_NONE] = {"config_load_json", "init", "register", "commit",
+                                               "layout_print",     "step", "save",     "load"};
 
 struct outcome {
     int failed;         /* the call that failed (C_NONE: none) */

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "runtime/mem.h"
+
 void *host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_t bytes,
                        uint64_t limit, char *err, size_t errlen)
 {
@@ -16,16 +18,15 @@ void *host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_
     }
     const size_t n = bytes ? bytes : 1;
     if (topo == NULL) {
-        if (posix_memalign(&p, 4096, n) != 0)
-            p = NULL;
-    } else {
+        p = mem_aligned_alloc(4096, n);
+    } else if (!mem_fault(n)) { /* hwloc's memory: the fault counter sees the request */
         if (nodes != NULL && !hwloc_bitmap_iszero(nodes))
             p = hwloc_alloc_membind(topo, n, nodes, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
         if (p == NULL)
             p = hwloc_alloc(topo, n); /* binding refused: still page-aligned */
     }
     if (p == NULL)
-        snprintf(err, errlen, "host store: allocating %zu bytes failed", bytes);
+        snprintf(err, errlen, "host store: out of memory allocating %zu bytes", n);
     return p;
 }
 

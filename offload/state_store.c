@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "host_store.h"
+#include "runtime/mem.h"
 
 #define STATE_ALIGN 64
 
@@ -45,7 +46,7 @@ void *state_store_buffer_alloc(const struct state_store *s, char *err, size_t er
     }
     void *p = s->ops->alloc(s->bytes);
     if (p == NULL)
-        snprintf(err, errlen, "state: allocating %zu bytes (kernels %s) failed", s->bytes,
+        snprintf(err, errlen, "state: out of memory allocating %zu bytes (kernels %s)", s->bytes,
                  s->ops->name);
     return p;
 }
@@ -95,10 +96,11 @@ const unsigned char *state_store_host_view(const struct state_store *s,
         }
         return buf;
     }
-    *copy = malloc(s->bytes ? s->bytes : 1);
+    *copy = mem_malloc(s->bytes ? s->bytes : 1);
     if (*copy == NULL) {
-        snprintf(err, errlen, "state: %zu bytes of host memory for a copy of the device state",
-                 s->bytes);
+        snprintf(err, errlen,
+                 "state: out of memory allocating %zu bytes for a host copy of the device state",
+                 s->bytes ? s->bytes : 1);
         return NULL;
     }
     s->ops->copy(ctx, *copy, buf, s->bytes);

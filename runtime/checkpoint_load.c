@@ -14,7 +14,9 @@
 #include "checkpoint.h"
 #include "comm_wait.h"
 #include "crc32c.h"
+#include "json_util.h"
 #include "log.h"
+#include "mem.h"
 #include "safetensors.h"
 #include "sharding/reshard.h"
 #include "status.h"
@@ -103,7 +105,14 @@ static int tensor_ptr_by_name(const void *a, const void *b)
 static shardopt_status_t index_parse(struct ck_load *L, const char *text)
 {
     const cJSON *e, *tensors;
+    char nb[64];
+    mem_failed_clear();
+    errno = 0;
     L->root = cJSON_Parse(text);
+    if (L->root == NULL && json_parse_oom())
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s/index.json: out of memory allocating %s while parsing it", L->dir,
+                        json_oom_bytes(nb, sizeof nb));
     if (!cJSON_IsObject(L->root))
         return index_bad(L->dir, "not a JSON object", NULL);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(L->root, "format");
@@ -122,10 +131,13 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
     tensors = cJSON_GetObjectItemCaseSensitive(L->root, "tensors");
     if (!cJSON_IsArray(tensors))
         return index_bad(L->dir, "\"tensors\" missing", NULL);
-    L->nt = cJSON_GetArraySize(tensors);
-    L->t = calloc((size_t)L->nt + 1, sizeof(*L->t));
+    const int nt = cJSON_GetArraySize(tensors);
+    L->t = mem_calloc((size_t)nt + 1, sizeof(*L->t));
     if (L->t == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: index of %d tensors", L->nt);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s/index.json: out of memory allocating %zu bytes for %d tensors",
+                        L->dir, ((size_t)nt + 1) * sizeof(*L->t), nt);
+    L->nt = nt; /* only now: load_free walks them */
     int i = 0;
     cJSON_ArrayForEach(e, tensors)
     {
@@ -144,9 +156,13 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
             return index_bad(L->dir, "shape is not 1-3 integers", t->name);
         if (!cJSON_IsArray(shards))
             return index_bad(L->dir, "\"shards\" missing", t->name);
-        t->shards = calloc((size_t)cJSON_GetArraySize(shards) + 1, sizeof(*t->shards));
+        t->shards = mem_calloc((size_t)cJSON_GetArraySize(shards) + 1, sizeof(*t->shards));
         if (t->shards == NULL)
-            return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: index shards");
+            return log_fail(
+                SHARDOPT_ERR_OUT_OF_MEMORY,
+                "load: %s/index.json: out of memory allocating %zu bytes for the shards "
+                "of '%s'",
+                L->dir, mem_failed_bytes(), t->name);
         t->nshards = cJSON_GetArraySize(shards); /* only now: load_free walks them */
         int j = 0;
         cJSON_ArrayForEach(s, shards)
@@ -178,9 +194,12 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
             if (!crc32_valid(crc) || !cJSON_IsArray(blocks) ||
                 (uint64_t)cJSON_GetArraySize(blocks) != (bytes + CKPT_BLOCK - 1) / CKPT_BLOCK)
                 return index_bad(L->dir, "a shard's CRC32C list does not match its size", t->name);
-            sh->blocks = malloc(sizeof(uint32_t) * ((size_t)cJSON_GetArraySize(blocks) + 1));
+            sh->blocks = mem_malloc(sizeof(uint32_t) * ((size_t)cJSON_GetArraySize(blocks) + 1));
             if (sh->blocks == NULL)
-                return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: index block CRCs");
+                return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                "load: %s/index.json: out of memory allocating %zu bytes for the "
+                                "block CRCs of '%s'",
+                                L->dir, mem_failed_bytes(), t->name);
             int b = 0;
             cJSON_ArrayForEach(bc, blocks)
             {
@@ -203,9 +222,12 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
         }
     }
     /* one entry per tensor name: a second would silently lose to the first (index_find) */
-    const struct ck_tensor **by = malloc(sizeof(*by) * ((size_t)L->nt + 1));
+    const struct ck_tensor **by = mem_malloc(sizeof(*by) * ((size_t)L->nt + 1));
     if (by == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: index of %d tensors", L->nt);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s/index.json: out of memory allocating %zu bytes to sort %d tensor "
+                        "names",
+                        L->dir, sizeof(*by) * ((size_t)L->nt + 1), L->nt);
     for (int k = 0; k < L->nt; k++)
         by[k] = &L->t[k];
     if (L->nt > 1)
@@ -255,18 +277,20 @@ static shardopt_status_t file_open(struct ck_load *L, const char *name, struct c
     f->size = (uint64_t)st.st_size;
     if (st_header_len(first8, f->size, &json_len, err, sizeof err) != 0)
         return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: %s", path, err);
-    char *json = malloc(json_len + 1);
+    char *json = mem_malloc(json_len + 1);
     if (json == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: %s: %llu header bytes", path,
-                        (unsigned long long)json_len);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s: out of memory allocating %llu bytes for the header", path,
+                        (unsigned long long)json_len + 1);
     if (pread(f->fd, json, json_len, 8) != (ssize_t)json_len) {
         free(json);
         return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: truncated header", path);
     }
-    int rc = st_header_parse(json, json_len, f->size, &f->hdr, err, sizeof err);
+    const shardopt_status_t rc = st_header_parse(json, json_len, f->size, &f->hdr, err, sizeof err);
     free(json);
-    if (rc != 0)
-        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: %s", path, err);
+    if (rc != SHARDOPT_OK) /* refused (corrupt), or out of memory reading it */
+        return log_fail(rc == SHARDOPT_ERR_OUT_OF_MEMORY ? rc : SHARDOPT_ERR_CORRUPT,
+                        "load: %s: %s", path, err);
     f->opened = 1;
     *out = f;
     return SHARDOPT_OK;
@@ -509,8 +533,14 @@ static shardopt_status_t index_read(const char *dir, char *stepdir, size_t len, 
         fclose(f);
         return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: larger than %zu bytes", path, INDEX_MAX);
     }
-    *text = malloc((size_t)st.st_size + 1);
-    if (*text == NULL || fread(*text, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+    *text = mem_malloc((size_t)st.st_size + 1);
+    if (*text == NULL) {
+        fclose(f);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: rank 0: %s: out of memory allocating %zu bytes for its text", path,
+                        (size_t)st.st_size + 1);
+    }
+    if (fread(*text, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
         fclose(f);
         free(*text);
         *text = NULL;
@@ -582,12 +612,16 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     groups_bcast(&rt->groups, L.dir, sizeof L.dir, MPI_CHAR);
     groups_bcast(&rt->groups, &text_len, 1, MPI_LONG_LONG);
     if (rt->groups.me.rank != 0)
-        text = malloc((size_t)text_len + 1);
-    int ok = text != NULL;
-    groups_allreduce(&rt->groups, &ok, 1, MPI_INT, MPI_MIN);
-    if (!ok) {
+        text = mem_malloc((size_t)text_len + 1);
+    status = text != NULL ? SHARDOPT_OK
+                          : log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                     "load: rank %d: out of memory allocating %lld bytes for the "
+                                     "index text",
+                                     rt->groups.me.rank, text_len + 1);
+    status = ckpt_agree(rt, status, "load");
+    if (status != SHARDOPT_OK) {
         free(text);
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: %lld bytes of index", text_len);
+        return status;
     }
     groups_bcast(&rt->groups, text, (int)text_len + 1, MPI_CHAR);
 
@@ -595,31 +629,45 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     if (status == SHARDOPT_OK) {
         /* the same allocator as the state: on success it becomes the state */
         char err[256] = "";
-        L.staging = state_store_buffer_alloc(&rt->store, err, sizeof err);
-        L.steps = calloc((size_t)rt->nparams + 1, sizeof(uint64_t));
-        L.chunk = malloc(CKPT_CHUNK);
         int nf = 0;
         for (int i = 0; i < L.nt; i++)
             nf += L.t[i].nshards;
-        L.files = calloc((size_t)nf + 1, sizeof(*L.files));
-        if (L.staging == NULL || L.steps == NULL || L.chunk == NULL || L.files == NULL)
-            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: staging %zu bytes%s%s",
-                              rt->store.bytes, err[0] ? ": " : "", err);
+        const size_t steps_bytes = ((size_t)rt->nparams + 1) * sizeof(uint64_t);
+        const size_t files_bytes = ((size_t)nf + 1) * sizeof(*L.files);
+        if ((L.staging = state_store_buffer_alloc(&rt->store, err, sizeof err)) == NULL)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: rank %d: staging copy: %s",
+                              rt->groups.me.rank, err);
+        else if ((L.steps = mem_calloc((size_t)rt->nparams + 1, sizeof(uint64_t))) == NULL)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "load: rank %d: out of memory allocating %zu bytes for step counts",
+                              rt->groups.me.rank, steps_bytes);
+        else if ((L.chunk = mem_malloc(CKPT_CHUNK)) == NULL)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "load: rank %d: out of memory allocating %zu bytes for a read chunk",
+                              rt->groups.me.rank, (size_t)CKPT_CHUNK);
+        else if ((L.files = mem_calloc((size_t)nf + 1, sizeof(*L.files))) == NULL)
+            status =
+                log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                         "load: rank %d: out of memory allocating %zu bytes for the file table",
+                         rt->groups.me.rank, files_bytes);
     }
     if (status == SHARDOPT_OK) {
         /* device state: files are read into host memory, then go up in one copy */
         char err[256] = "";
         L.fill = L.staging;
+        mem_failed_clear();
         L.current = state_store_host_view(&rt->store, &rt->kctx, state_store_ptr(&rt->store, 0),
                                           &L.current_copy, err, sizeof err);
         if (L.current != NULL && state_store_on_device(&rt->store)) {
-            L.fill = L.fill_copy = malloc(rt->store.bytes ? rt->store.bytes : 1);
+            L.fill = L.fill_copy = mem_malloc(rt->store.bytes ? rt->store.bytes : 1);
             if (L.fill == NULL)
-                snprintf(err, sizeof err, "%zu bytes of host staging", rt->store.bytes);
+                snprintf(err, sizeof err, "out of memory allocating %zu bytes of host staging",
+                         rt->store.bytes ? rt->store.bytes : 1);
         }
-        if (L.current == NULL || L.fill == NULL)
+        if (L.current == NULL || L.fill == NULL) /* out of memory, or the device failed */
             status =
-                log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: rank %d: %s", rt->groups.me.rank, err);
+                log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
+                         "load: rank %d: %s", rt->groups.me.rank, err);
     }
     if (status == SHARDOPT_OK)
         status = rank_fill(rt, &L);

@@ -18,15 +18,23 @@
 #include "config_keys.h"
 #include "crc32c.h"
 #include "fault.h"
+#include "json_util.h"
 #include "log.h"
+#include "mem.h"
 #include "safetensors.h"
 #include "status.h"
 
+/* NULL when out of memory: never an array with elements missing. */
 static cJSON *json_i64_array(const int64_t *v, int n)
 {
     cJSON *a = cJSON_CreateArray();
-    for (int i = 0; a != NULL && i < n; i++)
-        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
+    int ok = a != NULL;
+    for (int i = 0; ok && i < n; i++)
+        json_put(&ok, a, NULL, cJSON_CreateNumber((double)v[i]));
+    if (!ok) {
+        cJSON_Delete(a);
+        return NULL;
+    }
     return a;
 }
 
@@ -76,7 +84,7 @@ static int blob_add(char **blob, size_t *len, size_t *cap, const void *p, size_t
 {
     if (*len + n > *cap) {
         size_t c = (*cap ? 2 * *cap : 4096) + n;
-        char *b = realloc(*blob, c);
+        char *b = mem_realloc(*blob, c);
         if (b == NULL)
             return -1;
         *blob = b;
@@ -101,28 +109,38 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
                                          size_t *blob_len)
 {
     struct st_tensor *t = NULL;
-    int n = 0, fd = -1;
+    int n = 0, fd = -1, json_ok = 1;
     uint64_t written = 0;
     char *hdr = NULL, *meta_json = NULL;
     size_t hdr_len, cap = 0;
     shardopt_status_t status = SHARDOPT_OK;
-    cJSON *meta = cJSON_CreateObject(), *mt = cJSON_AddObjectToObject(meta, "tensors");
+    cJSON *meta = NULL, *mt = NULL;
     void *copy = NULL; /* device state: its host copy */
-    char err[256] = "";
+    char err[256] = "", nb[64];
+    const int rank = rt->groups.me.rank;
+    const size_t t_bytes = (size_t)(2 * rt->nparams + 1) * sizeof(*t);
+
+    mem_failed_clear();
     const unsigned char *state = state_store_host_view(
         &rt->store, &rt->kctx, state_store_ptr(&rt->store, 0), &copy, err, sizeof err);
-
-    if (state == NULL) {
-        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: %s: %s", path, err);
+    if (state == NULL) { /* out of host memory for the copy, or the device failed */
+        status = log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
+                          "save: rank %d: %s: %s", rank, path, err);
         goto out;
     }
-    t = calloc((size_t)(2 * rt->nparams + 1), sizeof(*t));
-    if (t == NULL || meta == NULL || mt == NULL) {
-        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: %s: header memory", path);
+    t = mem_calloc((size_t)(2 * rt->nparams + 1), sizeof(*t));
+    if (t == NULL) {
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "save: rank %d: %s: out of memory allocating %zu bytes for the tensor "
+                          "table",
+                          rank, path, t_bytes);
         goto out;
     }
-    cJSON_AddNumberToObject(meta, "format_version", CKPT_FORMAT_VERSION);
-    cJSON_AddNumberToObject(meta, "rank", rt->groups.me.rank);
+    mem_failed_clear();
+    meta = cJSON_CreateObject();
+    mt = json_put(&json_ok, meta, "tensors", cJSON_CreateObject());
+    json_put(&json_ok, meta, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
+    json_put(&json_ok, meta, "rank", cJSON_CreateNumber(rank));
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         struct ckpt_kind k[2];
@@ -136,19 +154,27 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
             s->ndim = p->layout.ndim;
             for (int d = 0; d < p->layout.ndim; d++)
                 s->shape[d] = p->layout.len[d];
-            cJSON *e = cJSON_AddObjectToObject(mt, s->name);
-            cJSON_AddItemToObject(e, "global_shape",
-                                  json_i64_array(p->layout.shape, p->layout.ndim));
-            cJSON_AddItemToObject(e, "offset", json_i64_array(p->layout.lo, p->layout.ndim));
+            cJSON *e = json_put(&json_ok, mt, s->name, cJSON_CreateObject());
+            json_put(&json_ok, e, "global_shape", json_i64_array(p->layout.shape, p->layout.ndim));
+            json_put(&json_ok, e, "offset", json_i64_array(p->layout.lo, p->layout.ndim));
         }
     }
-    meta_json = cJSON_PrintUnformatted(meta);
+    meta_json = json_ok ? cJSON_PrintUnformatted(meta) : NULL;
     struct st_meta sm = {.key = "shardopt", .value = meta_json};
     if (meta_json == NULL) {
-        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: %s: header memory", path);
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "save: rank %d: %s: out of memory allocating %s for the header metadata",
+                          rank, path, json_oom_bytes(nb, sizeof nb));
         goto out;
     }
+    mem_failed_clear();
     status = st_header_build(t, n, &sm, 1, &hdr, &hdr_len);
+    if (status == SHARDOPT_ERR_OUT_OF_MEMORY) {
+        status =
+            log_fail(status, "save: rank %d: %s: out of memory allocating %zu bytes for the header",
+                     rank, path, mem_failed_bytes());
+        goto out;
+    }
     if (status != SHARDOPT_OK) {
         status = log_fail(status, "save: %s: building the header failed", path);
         goto out;
@@ -177,7 +203,10 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
                 r.lo[d] = 0, r.len[d] = 1;
             size_t rec_at = *blob_len;
             if (blob_add(blob, blob_len, &cap, &r, sizeof r) != 0) {
-                status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index records");
+                status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                  "save: rank %d: out of memory allocating %zu bytes for the index "
+                                  "records",
+                                  rank, mem_failed_bytes());
                 break;
             }
             /* write a block, then CRC it while it is still in cache; the tensor's CRC follows
@@ -195,7 +224,10 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
                 uint32_t c = crc32c_update(0, data + lo, len);
                 whole = crc32c_combine(whole, c, len);
                 if (blob_add(blob, blob_len, &cap, &c, sizeof c) != 0)
-                    status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index records");
+                    status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                      "save: rank %d: out of memory allocating %zu bytes for the "
+                                      "index records",
+                                      rank, mem_failed_bytes());
             }
             if (status != SHARDOPT_OK)
                 break;
@@ -216,84 +248,82 @@ out:
     return status;
 }
 
-/* Rank 0: the index from every writer's records. */
+/* Rank 0: the index from every writer's records. NULL when out of memory: an index with
+ * entries missing is never written. */
 static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *lens, int writers)
 {
-    cJSON *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
-    cJSON *params = cJSON_CreateArray(), *tensors = cJSON_CreateArray();
-    cJSON **by = calloc((size_t)(2 * rt->nparams + 1), sizeof(cJSON *));
+    cJSON *root = cJSON_CreateObject();
+    cJSON **by = mem_calloc((size_t)(2 * rt->nparams + 1), sizeof(cJSON *));
     char text[1024];
     const struct groups *g = &rt->groups;
+    int ok = root != NULL && by != NULL;
 
-    if (root == NULL || by == NULL) {
-        free(by);
-        cJSON_Delete(root);
-        return NULL;
-    }
-    cJSON_AddStringToObject(root, "format", "shardopt-checkpoint");
-    cJSON_AddNumberToObject(root, "format_version", CKPT_FORMAT_VERSION);
-    cJSON_AddNumberToObject(root, "step", (double)rt->counters.steps);
-    cJSON *lay = cJSON_AddObjectToObject(root, "layout");
-    cJSON_AddNumberToObject(lay, "ranks", g->mesh.world);
-    cJSON_AddNumberToObject(lay, "dp_replicate", g->mesh.dp_replicate);
-    cJSON_AddNumberToObject(lay, "dp_shard", g->mesh.dp_shard);
-    cJSON_AddNumberToObject(lay, "cp", g->mesh.cp);
-    cJSON_AddNumberToObject(lay, "ep", g->mesh.ep);
-    cJSON_AddNumberToObject(lay, "block_bytes", (double)CKPT_BLOCK);
-    for (size_t i = 0; i < config_key_count; i++) {
+    json_put(&ok, root, "format", cJSON_CreateString("shardopt-checkpoint"));
+    json_put(&ok, root, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
+    json_put(&ok, root, "step", cJSON_CreateNumber((double)rt->counters.steps));
+    cJSON *lay = json_put(&ok, root, "layout", cJSON_CreateObject());
+    json_put(&ok, lay, "ranks", cJSON_CreateNumber(g->mesh.world));
+    json_put(&ok, lay, "dp_replicate", cJSON_CreateNumber(g->mesh.dp_replicate));
+    json_put(&ok, lay, "dp_shard", cJSON_CreateNumber(g->mesh.dp_shard));
+    json_put(&ok, lay, "cp", cJSON_CreateNumber(g->mesh.cp));
+    json_put(&ok, lay, "ep", cJSON_CreateNumber(g->mesh.ep));
+    json_put(&ok, lay, "block_bytes", cJSON_CreateNumber((double)CKPT_BLOCK));
+    cJSON *cfg = json_put(&ok, root, "config", cJSON_CreateObject());
+    for (size_t i = 0; ok && i < config_key_count; i++) {
         config_key_format(&config_keys[i], &rt->cfg, text, sizeof text);
-        cJSON_AddStringToObject(cfg, config_keys[i].name, text);
+        json_put(&ok, cfg, config_keys[i].name, cJSON_CreateString(text));
     }
-    cJSON_AddItemToObject(root, "config", cfg);
-    cJSON_AddItemToObject(root, "params", params);
-    cJSON_AddItemToObject(root, "tensors", tensors);
-    for (int i = 0; i < rt->nparams; i++) {
+    cJSON *params = json_put(&ok, root, "params", cJSON_CreateArray());
+    cJSON *tensors = json_put(&ok, root, "tensors", cJSON_CreateArray());
+    for (int i = 0; ok && i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         struct ckpt_kind k[2];
         int nk = ckpt_kinds(rt, p, k);
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", p->name);
-        cJSON_AddStringToObject(e, "algo", p->algo == SHARDOPT_ALGO_MUON ? "muon" : "adamw");
-        cJSON_AddItemToObject(e, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
-        cJSON_AddNumberToObject(e, "step", (double)p->step);
-        cJSON_AddItemToArray(params, e);
+        cJSON *e = json_put(&ok, params, NULL, cJSON_CreateObject());
+        json_put(&ok, e, "name", cJSON_CreateString(p->name));
+        json_put(&ok, e, "algo",
+                 cJSON_CreateString(p->algo == SHARDOPT_ALGO_MUON ? "muon" : "adamw"));
+        json_put(&ok, e, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
+        json_put(&ok, e, "step", cJSON_CreateNumber((double)p->step));
         for (int j = 0; j < nk; j++) {
-            cJSON *te = cJSON_CreateObject();
+            cJSON *te = json_put(&ok, tensors, NULL, cJSON_CreateObject());
             ckpt_tensor_name(p, k[j].suffix, text, sizeof text);
-            cJSON_AddStringToObject(te, "name", text);
-            cJSON_AddStringToObject(te, "param", p->name);
-            cJSON_AddStringToObject(te, "dtype", ckpt_dtype_name(k[j].dtype));
-            cJSON_AddItemToObject(te, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
-            by[2 * i + j] = cJSON_AddArrayToObject(te, "shards");
-            cJSON_AddItemToArray(tensors, te);
+            json_put(&ok, te, "name", cJSON_CreateString(text));
+            json_put(&ok, te, "param", cJSON_CreateString(p->name));
+            json_put(&ok, te, "dtype", cJSON_CreateString(ckpt_dtype_name(k[j].dtype)));
+            json_put(&ok, te, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
+            by[2 * i + j] = json_put(&ok, te, "shards", cJSON_CreateArray());
         }
     }
     /* writers' records, in rank order */
     size_t at = 0;
-    for (int w = 0; w < writers; w++) {
+    for (int w = 0; ok && w < writers; w++) {
         const size_t end = at + (size_t)lens[w];
         snprintf(text, sizeof text, "rank-%05d.safetensors", w);
-        while (at < end) {
+        while (ok && at < end) {
             struct shard_record r;
             memcpy(&r, all + at, sizeof r);
             at += sizeof r;
             const int ndim = rt->params[r.param]->layout.ndim;
-            cJSON *s = cJSON_CreateObject();
-            cJSON_AddStringToObject(s, "file", text);
-            cJSON_AddItemToObject(s, "offset", json_i64_array(r.lo, ndim));
-            cJSON_AddItemToObject(s, "shape", json_i64_array(r.len, ndim));
-            cJSON_AddNumberToObject(s, "crc32c", r.crc);
-            cJSON *blocks = cJSON_AddArrayToObject(s, "block_crc32c");
-            for (uint32_t b = 0; b < r.nblocks; b++) {
+            cJSON *s = json_put(&ok, by[2 * r.param + r.kind], NULL, cJSON_CreateObject());
+            json_put(&ok, s, "file", cJSON_CreateString(text));
+            json_put(&ok, s, "offset", json_i64_array(r.lo, ndim));
+            json_put(&ok, s, "shape", json_i64_array(r.len, ndim));
+            json_put(&ok, s, "crc32c", cJSON_CreateNumber(r.crc));
+            cJSON *blocks = json_put(&ok, s, "block_crc32c", cJSON_CreateArray());
+            for (uint32_t b = 0; ok && b < r.nblocks; b++) {
                 uint32_t c;
                 memcpy(&c, all + at, sizeof c);
                 at += sizeof c;
-                cJSON_AddItemToArray(blocks, cJSON_CreateNumber(c));
+                json_put(&ok, blocks, NULL, cJSON_CreateNumber(c));
             }
-            cJSON_AddItemToArray(by[2 * r.param + r.kind], s);
         }
     }
     free(by);
+    if (!ok) {
+        cJSON_Delete(root);
+        return NULL;
+    }
     return root;
 }
 
@@ -368,22 +398,33 @@ static void steps_prune(const char *dir, int keep_last, const char *published)
     DIR *d;
     struct dirent *e;
     char **names = NULL;
-    int n = 0, cap = 0;
+    int n = 0, cap = 0, oom = 0;
 
     if (keep_last <= 0 || (d = opendir(dir)) == NULL)
         return;
     while ((e = readdir(d)) != NULL)
         if (name_is_step(e->d_name) && strcmp(e->d_name, published) != 0) {
             if (n == cap) {
-                char **nn = realloc(names, sizeof(char *) * (size_t)(cap = cap ? 2 * cap : 16));
-                if (nn == NULL)
+                char **nn = mem_realloc(names, sizeof(char *) * (size_t)(cap ? 2 * cap : 16));
+                if (nn == NULL) {
+                    oom = 1;
                     break;
+                }
                 names = nn;
+                cap = cap ? 2 * cap : 16;
             }
-            if ((names[n] = strdup(e->d_name)) == NULL)
+            if ((names[n] = mem_strdup(e->d_name)) == NULL) {
+                oom = 1;
                 break;
+            }
             n++;
         }
+    /* out of memory: the steps not listed stay; pruning among those listed still never removes
+     * one of the keep_last highest, which all rank above the ones it removes */
+    if (oom)
+        log_warn("save: pruning %s: out of memory allocating %zu bytes for the list of steps; "
+                 "some older steps are left in place",
+                 dir, mem_failed_bytes());
     closedir(d);
     if (n > 0)
         qsort(names, (size_t)n, sizeof(char *), by_name);
@@ -406,11 +447,15 @@ static shardopt_status_t publish(shardopt_runtime_t rt, const char *dir, const c
                                  const char *step_name, cJSON *index)
 {
     char path[4200], final[4200], latest[4200], latest_tmp[4200];
-    char *text = cJSON_PrintUnformatted(index);
+    char nb[64];
     int fd;
 
+    mem_failed_clear();
+    char *text = cJSON_PrintUnformatted(index);
     if (text == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index text");
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "save: rank 0: out of memory allocating %s for the index text",
+                        json_oom_bytes(nb, sizeof nb));
     snprintf(path, sizeof path, "%s/index.json", tmp);
     fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     int ok = fd >= 0 && !fault_hit("ckpt.index") &&
@@ -497,32 +542,56 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
         status = rank_file_write(rt, path, &blob, &blob_len);
     }
     status = ckpt_agree(rt, status, "save");
+    const int written = status == SHARDOPT_OK; /* the same on every rank */
     if (status == SHARDOPT_OK && g->me.rep == 0) {
         int len = (int)blob_len, ok = 1;
+        const size_t count_bytes = sizeof(int) * (size_t)g->mesh.dense;
+        char nb[64];
+        /* dense rank 0 gathers; the others learn whether it could make room before sending */
         if (g->me.d == 0) {
-            lens = calloc((size_t)g->mesh.dense, sizeof(int));
-            displs = calloc((size_t)g->mesh.dense, sizeof(int));
+            lens = mem_malloc(count_bytes);
+            displs = lens != NULL ? mem_malloc(count_bytes) : NULL;
             ok = lens != NULL && displs != NULL;
+            if (!ok)
+                status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                  "save: rank %d: out of memory allocating %zu bytes for the "
+                                  "index record counts",
+                                  g->me.rank, count_bytes);
         }
-        MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, g->dense);
-        size_t total = 0;
-        if (g->me.d == 0 && ok) {
-            for (int i = 0; i < g->mesh.dense; i++) {
-                displs[i] = (int)total;
-                total += (size_t)lens[i];
+        MPI_Bcast(&ok, 1, MPI_INT, 0, g->dense);
+        if (ok) {
+            MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, g->dense);
+            size_t total = 0;
+            if (g->me.d == 0) {
+                for (int i = 0; i < g->mesh.dense; i++) {
+                    displs[i] = (int)total;
+                    total += (size_t)lens[i];
+                }
+                all = mem_malloc(total + 1);
+                ok = all != NULL;
+                if (!ok)
+                    status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                      "save: rank %d: out of memory allocating %zu bytes for the "
+                                      "index records",
+                                      g->me.rank, total + 1);
             }
-            all = malloc(total + 1);
-            ok = all != NULL;
+            MPI_Bcast(&ok, 1, MPI_INT, 0, g->dense);
         }
-        MPI_Gatherv(blob, len, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, g->dense);
-        if (g->me.rank == 0) {
-            cJSON *index = ok ? index_build(rt, all, lens, g->mesh.dense) : NULL;
-            status = index == NULL ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "save: index")
+        if (ok)
+            MPI_Gatherv(blob, len, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, g->dense);
+        if (ok && g->me.rank == 0) {
+            mem_failed_clear();
+            cJSON *index = index_build(rt, all, lens, g->mesh.dense);
+            status = index == NULL ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                              "save: rank 0: out of memory allocating %s for the "
+                                              "index",
+                                              json_oom_bytes(nb, sizeof nb))
                                    : publish(rt, dir, tmp, step_name, index);
             cJSON_Delete(index);
         }
     }
-    status = ckpt_agree(rt, status, "save");
+    if (written) /* else agreed already: a second round would nest the message in itself */
+        status = ckpt_agree(rt, status, "save");
     if (status != SHARDOPT_OK && g->me.rank == 0)
         rmtree(tmp); /* the previous checkpoint and latest are untouched */
     else if (status == SHARDOPT_OK && g->me.rank == 0)

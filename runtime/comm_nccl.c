@@ -8,6 +8,7 @@
 
 #include "kernels/clock.h"
 #include "log.h"
+#include "mem.h"
 #include "status.h"
 
 struct nccl_group {
@@ -54,14 +55,24 @@ shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double 
                                     const char *name, const struct nccl_group *share,
                                     struct nccl_group **out)
 {
-    struct nccl_group *g = calloc(1, sizeof *g);
+    struct nccl_group *g = mem_calloc(1, sizeof *g);
     ncclUniqueId id;
     ncclResult_t r = ncclSuccess;
     cudaError_t e = cudaSuccess;
 
     *out = NULL;
+    /* every member goes on to the collectives below, or none. A member that had room returns OK
+     * with *out NULL: the failing one reports, and the caller's groups_agree fails them all */
+    int have = g != NULL;
+    MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, comm);
     if (g == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "NCCL %s group: %zu bytes", name, sizeof *g);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "NCCL %s group: out of memory allocating %zu bytes for its state", name,
+                        sizeof *g);
+    if (!have) {
+        free(g);
+        return SHARDOPT_OK;
+    }
     MPI_Comm_rank(comm, &g->rank);
     MPI_Comm_size(comm, &g->size);
     snprintf(g->name, sizeof g->name, "%s", name);

@@ -20,7 +20,8 @@ struct nccl_group;
 /* Collective over comm. compute_stream: the runtime's CUDA stream. timeout_s: 0 = none.
  * share: a group whose communication stream this one uses too (NULL: its own; destroy the
  * sharers first). One stream for all groups keeps every rank's NCCL kernels in one order,
- * whatever the GPU's scheduler would do with independent streams. */
+ * whatever the GPU's scheduler would do with independent streams. When another member ran out
+ * of memory for its state this returns OK with *out NULL: call groups_agree afterwards. */
 shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double timeout_s,
                                     const char *name, const struct nccl_group *share,
                                     struct nccl_group **out);

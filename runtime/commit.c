@@ -9,6 +9,7 @@
 #include "kernels/lr_scale.h"
 #include "kernels/ns_variant.h"
 #include "log.h"
+#include "mem.h"
 #include "offload_exec.h"
 #include "replica_check.h"
 #include "runtime.h"
@@ -45,24 +46,26 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                                       : kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE
                                                             : SHARDOPT_PLACEMENT_EXPERT;
     const int members = kind == GROUP_LOCAL ? 1 : t->members;
-    struct plan_param *pp = malloc(sizeof(*pp) * (size_t)(rt->nparams ? rt->nparams : 1));
-    struct plan_box *boxes =
-        malloc(sizeof(*boxes) * (size_t)members * (size_t)(rt->nparams ? rt->nparams : 1));
+    const char *name = kind == GROUP_DENSE ? "dense" : kind == GROUP_EXPERT ? "expert" : "local";
+    const size_t np_cap = (size_t)(rt->nparams ? rt->nparams : 1);
+    struct plan_param *pp = mem_malloc(sizeof(*pp) * np_cap);
+    struct plan_box *boxes = mem_malloc(sizeof(*boxes) * (size_t)members * np_cap);
     struct plan_cfg cfg = {.members = members,
                            .me = 0,
                            .bucket_bytes = rt->cfg.bucket_bytes,
                            .esize = kdtype_size(rt->cfg.comm_dtype)};
     char err[256];
-    int np = 0, rc;
+    int np = 0, rc = 0;
+    shardopt_status_t status = SHARDOPT_OK;
 
     if (kind != GROUP_LOCAL)
         MPI_Comm_rank(kind == GROUP_DENSE ? rt->groups.dense : rt->groups.xs, &cfg.me);
     if (pp == NULL || boxes == NULL) {
-        free(pp);
-        free(boxes);
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: planning memory");
+        rc = -1;
+        snprintf(err, sizeof err, "out of memory allocating %zu bytes for the planner's input",
+                 (sizeof(*pp) + sizeof(*boxes) * (size_t)members) * np_cap);
     }
-    for (int i = 0; i < rt->nparams; i++) {
+    for (int i = 0; rc == 0 && i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want || p->ns_sharded)
             continue;
@@ -82,21 +85,21 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
         pp[np].k_count = p->layout.ndim == 3 ? p->layout.win_len : 1;
         np++;
     }
-    rc = plan_build(&cfg, pp, np, &gx->plan, err, sizeof err);
+    if (rc == 0)
+        rc = plan_build(&cfg, pp, np, &gx->plan, err, sizeof err);
     free(pp);
     free(boxes);
-    /* the inputs are the same on every member, so plan_build fails alike everywhere but for
-     * memory; agree before anyone goes on */
-    int ok = rc == 0;
-    groups_allreduce(&rt->groups, &ok, 1, MPI_INT, MPI_MIN);
-    if (!ok) {
+    /* out of memory, or a bucket over an MPI count on this member only: agree before anyone
+     * goes on to the next group's collectives */
+    if (rc != 0)
+        status =
+            log_fail(rc == -1 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_UNSUPPORTED,
+                     "commit: rank %d: planning the %s group: %s", rt->groups.me.rank, name, err);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status != SHARDOPT_OK) {
         if (rc == 0)
             plan_free(&gx->plan);
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: planning the %s group: %s",
-                        kind == GROUP_DENSE    ? "dense"
-                        : kind == GROUP_EXPERT ? "expert"
-                                               : "local",
-                        rc == 0 ? "failed on another rank" : err);
+        return status;
     }
     gx->comm = kind == GROUP_LOCAL   ? MPI_COMM_NULL
                : kind == GROUP_DENSE ? rt->groups.dense
@@ -105,15 +108,18 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
 }
 
 /* Which Muon tensors of a group stay sharded for Newton-Schulz (ns_strategy), and this rank's
- * piece geometry for them. */
-static void sharded_choose(shardopt_runtime_t rt, enum group_kind kind, const struct shard_table *t)
+ * piece geometry for them. Every member must decide alike (the plan and the step assume it), so
+ * running out of memory here fails commit rather than falling back to gathering on this rank
+ * alone. Local: the caller agrees. */
+static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind kind,
+                                        const struct shard_table *t)
 {
     const shardopt_placement_t want =
         kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE : SHARDOPT_PLACEMENT_EXPERT;
     double total = 0;
 
     if (rt_ns_on_device(rt))
-        return; /* sharded Newton-Schulz is CPU-only: auto gathers every matrix */
+        return SHARDOPT_OK; /* sharded Newton-Schulz is CPU-only: auto gathers every matrix */
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->algo == SHARDOPT_ALGO_MUON && p->placement == want)
@@ -124,9 +130,12 @@ static void sharded_choose(shardopt_runtime_t rt, enum group_kind kind, const st
         struct shardopt_param *p = rt->params[i];
         if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want)
             continue;
-        struct plan_box *boxes = malloc(sizeof(*boxes) * (size_t)t->members);
+        struct plan_box *boxes = mem_malloc(sizeof(*boxes) * (size_t)t->members);
         if (boxes == NULL)
-            continue; /* stays gathered: always correct */
+            return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                            "commit: rank %d: out of memory allocating %zu bytes for the shards of "
+                            "'%s' (choosing its Newton-Schulz strategy)",
+                            rt->groups.me.rank, sizeof(*boxes) * (size_t)t->members, p->name);
         for (int m = 0; m < t->members; m++)
             boxes[m] = t->boxes[(size_t)m * (size_t)rt->nparams + (size_t)i];
         struct ns_strategy_in in = {.ndim = p->layout.ndim,
@@ -151,10 +160,26 @@ static void sharded_choose(shardopt_runtime_t rt, enum group_kind kind, const st
         p->sh_m = p->mv.ns_transpose ? p->sh_cols : p->sh_rows;
         p->sh_n = p->mv.ns_transpose ? p->sh_rows : p->sh_cols;
     }
+    return SHARDOPT_OK;
 }
 
 /* Most Newton-Schulz workspace a device backend gets for batching a run of experts. */
 #define NS_WS_DEVICE_CAP ((size_t)1 << 30)
+
+/* The first allocation of commit that failed: what it was for, and its size. */
+struct oom_note {
+    const char *what;
+    size_t bytes;
+};
+
+static void *noted(struct oom_note *n, void *p, size_t bytes, const char *what)
+{
+    if (p == NULL && n->what == NULL) {
+        n->what = what;
+        n->bytes = bytes;
+    }
+    return p;
+}
 
 static void *buffer_alloc(shardopt_runtime_t rt, size_t bytes)
 {
@@ -248,77 +273,86 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
             ws = f > ws ? f : ws;
         }
     }
-    int ok = 1, members = 1;
+    int members = 1;
     for (int k = 0; k < GROUP_KINDS; k++)
         members = rt->gx[k].plan.members > members ? rt->gx[k].plan.members : members;
+    const size_t np = (size_t)(rt->nparams ? rt->nparams : 1);
+    struct oom_note oom = {NULL, 0};
     for (int i = 0; i < PIPELINE_DEPTH; i++) {
         struct bucket_buffers *bb = &rt->bufs[i];
-        bb->a = buffer_alloc(rt, a * es);
-        bb->b = buffer_alloc(rt, b * es);
-        bb->ns = buffer_alloc(rt, ns * es);
-        bb->req = malloc(sizeof(MPI_Request) * 2 * (size_t)members);
-        bb->peer = malloc(sizeof(int) * 2 * (size_t)members);
-        ok = ok && bb->a && bb->b && bb->ns && bb->req && bb->peer;
+        bb->a = noted(&oom, buffer_alloc(rt, a * es), a * es, "an exchange #1 buffer");
+        bb->b = noted(&oom, buffer_alloc(rt, b * es), b * es, "an exchange #2 buffer");
+        bb->ns = noted(&oom, buffer_alloc(rt, ns * es), ns * es, "a Newton-Schulz slot buffer");
+        const size_t req = sizeof(MPI_Request) * 2 * (size_t)members;
+        bb->req = noted(&oom, mem_malloc(req), req, "the exchange requests");
+        const size_t peers = sizeof(int) * 2 * (size_t)members;
+        bb->peer = noted(&oom, mem_malloc(peers), peers, "the exchange peers");
         if (rt_on_device(rt)) {
-            bb->ha = rt->ops->host_alloc(a * es);
-            bb->hb = rt->ops->host_alloc(b * es);
-            bb->hns = rt->ops->host_alloc(ns * es);
-            ok = ok && bb->ha && bb->hb && bb->hns;
-            if (ok)
+            bb->ha = noted(&oom, rt->ops->host_alloc(a * es), a * es, "a pinned exchange mirror");
+            bb->hb = noted(&oom, rt->ops->host_alloc(b * es), b * es, "a pinned exchange mirror");
+            bb->hns = noted(&oom, rt->ops->host_alloc(ns * es), ns * es, "a pinned NS mirror");
+            if (bb->ha && bb->hb && bb->hns)
                 rt->bytes_workspace += (a + b + ns) * es; /* pinned host memory */
         }
     }
-    rt->ns_ws.buf = rt->ns_ops->alloc(ws * sizeof(float)); /* where Newton-Schulz runs */
+    /* where Newton-Schulz runs */
+    rt->ns_ws.buf = noted(&oom, rt->ns_ops->alloc(ws * sizeof(float)), ws * sizeof(float),
+                          "the Newton-Schulz workspace");
     rt->bytes_workspace += rt->ns_ws.buf != NULL ? ws * sizeof(float) : 0;
     rt->ns_ws.floats = ws;
-    rt->sumsq = malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
-    rt->pre_x = malloc(sizeof(void *) * (size_t)(rt->nparams ? rt->nparams : 1));
-    rt->pre_dt = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
-    rt->pre_n = malloc(sizeof(size_t) * (size_t)(rt->nparams ? rt->nparams : 1));
-    ok = ok && rt->pre_x && rt->pre_dt && rt->pre_n;
-    rt->nonfinite = malloc(sizeof(int) * (size_t)(rt->nparams ? rt->nparams : 1));
-    rt->pre_fin = malloc(sizeof(double) * 2 * (size_t)(rt->nparams ? rt->nparams : 1));
-    ok = ok && rt->pre_fin != NULL;
+    rt->sumsq =
+        noted(&oom, mem_malloc(sizeof(double) * np), sizeof(double) * np, "the pre-pass sums");
+    rt->pre_x =
+        noted(&oom, mem_malloc(sizeof(void *) * np), sizeof(void *) * np, "the pre-pass pointers");
+    rt->pre_dt = noted(&oom, mem_malloc(sizeof(int) * np), sizeof(int) * np, "the pre-pass dtypes");
+    rt->pre_n =
+        noted(&oom, mem_malloc(sizeof(size_t) * np), sizeof(size_t) * np, "the pre-pass counts");
+    rt->nonfinite =
+        noted(&oom, mem_malloc(sizeof(int) * np), sizeof(int) * np, "the non-finite flags");
+    rt->pre_fin = noted(&oom, mem_malloc(sizeof(double) * 2 * np), sizeof(double) * 2 * np,
+                        "the finite sums");
     if (rt->cfg.replica_check_every > 0) { /* the step allocates nothing: its buffers now */
-        rt->drift = malloc(sizeof(uint32_t) * 4 * (size_t)(rt->nparams ? rt->nparams : 1));
-        rt->drift_host = rt_on_device(rt) ? malloc(REPLICA_CHECK_CHUNK) : NULL;
-        ok = ok && rt->drift != NULL && (!rt_on_device(rt) || rt->drift_host != NULL);
+        rt->drift = noted(&oom, mem_malloc(sizeof(uint32_t) * 4 * np), sizeof(uint32_t) * 4 * np,
+                          "the replica checksums");
+        if (rt_on_device(rt))
+            rt->drift_host = noted(&oom, mem_malloc(REPLICA_CHECK_CHUNK), REPLICA_CHECK_CHUNK,
+                                   "the replica check's host buffer");
     }
     const size_t R = (size_t)rt->groups.mesh.dp_replicate;
-    rt->rep_counts = malloc(sizeof(int) * 4 * R);
+    rt->rep_counts =
+        noted(&oom, mem_malloc(sizeof(int) * 4 * R), sizeof(int) * 4 * R, "the replica counts");
     rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + R : NULL;
     rt->rep_sc = rt->rep_counts != NULL ? rt->rep_counts + 2 * R : NULL;
     rt->rep_sd = rt->rep_counts != NULL ? rt->rep_counts + 3 * R : NULL;
-    ok = ok && rt->rep_counts != NULL;
     /* sharded Newton-Schulz: U/O of one piece, X and Y, the Gram matrix and B */
-    rt->sh_u = buffer_alloc(rt, sh_u * es + 1);
-    rt->sh_x = buffer_alloc(rt, (2 * sh_x + 2 * sh_g) * sizeof(float) + 1);
-    ok = ok && rt->sh_u && rt->sh_x;
-    ok = ok && rt->ns_ws.buf && rt->sumsq && rt->nonfinite;
+    rt->sh_u = noted(&oom, buffer_alloc(rt, sh_u * es + 1), sh_u * es + 1,
+                     "the sharded Newton-Schulz piece");
+    rt->sh_x = noted(&oom, buffer_alloc(rt, (2 * sh_x + 2 * sh_g) * sizeof(float) + 1),
+                     (2 * sh_x + 2 * sh_g) * sizeof(float) + 1, "the sharded Newton-Schulz work");
     /* the state: a host store with offload, which may refuse (host_store_limit) */
     char err[256] = "";
-    int state_ok = state_store_alloc(&rt->store, err, sizeof err) == 0;
-    size_t staging = state_ok ? offload_alloc(rt, ns, sh_u) : 0;
-    ok = ok && staging != (size_t)-1;
-    if (ok && state_ok)
-        rt->bytes_workspace += staging;
-    int all[2] = {ok, state_ok};
-    groups_allreduce(&rt->groups, all, 2, MPI_INT, MPI_MIN);
+    const int state_ok = state_store_alloc(&rt->store, err, sizeof err) == 0;
+    if (state_ok) {
+        size_t failed = 0;
+        const size_t staging = offload_alloc(rt, ns, sh_u, &failed);
+        if (staging == (size_t)-1)
+            noted(&oom, NULL, failed, "the offload staging buffers");
+        else if (oom.what == NULL)
+            rt->bytes_workspace += staging;
+    }
+    shardopt_status_t status = SHARDOPT_OK;
     if (!state_ok)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: rank %d: optimizer state: %s",
-                        rt->groups.me.rank, err);
-    if (!all[1])
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                        "commit: allocating the optimizer state failed on another rank");
-    if (!all[0])
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                        "commit: %s: state %zu bytes, exchange buffers %zu + %zu bytes, NS slots "
-                        "%zu, workspace "
-                        "%zu bytes",
-                        ok ? "allocation failed on another rank" : "allocation failed",
-                        rt->store.bytes, PIPELINE_DEPTH * a * es, PIPELINE_DEPTH * b * es,
-                        PIPELINE_DEPTH * ns * es, ws * sizeof(float));
-    return SHARDOPT_OK;
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: rank %d: optimizer state: %s",
+                          rt->groups.me.rank, err);
+    else if (oom.what != NULL)
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "commit: rank %d: out of memory allocating %zu bytes for %s (in all: "
+                          "state %zu bytes, exchange buffers %zu + %zu bytes, NS slots %zu, "
+                          "workspace %zu bytes)",
+                          rt->groups.me.rank, oom.bytes, oom.what, rt->store.bytes,
+                          PIPELINE_DEPTH * a * es, PIPELINE_DEPTH * b * es,
+                          PIPELINE_DEPTH * ns * es, ws * sizeof(float));
+    return groups_agree(&rt->groups, status, "commit");
 }
 
 /* ns_compute = bf16: every oneDNN primitive the step will run, made now (one plan per shape of
@@ -326,41 +360,40 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
 static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
 {
     char err[256] = "";
-    int ok = 1, unimplemented = 0;
+    int rc = 0;
 
     if (rt->ns_compute != KDT_BF16 || rt_ns_on_device(rt))
         return SHARDOPT_OK;
+    mem_failed_clear();
     rt->ns_ws.bf16 = ns_bf16_create(err, sizeof err);
-    ok = rt->ns_ws.bf16 != NULL;
-    for (int g = 0; ok && g < GROUP_KINDS; g++) {
+    if (rt->ns_ws.bf16 == NULL)
+        rc = mem_failed_bytes() > 0 ? -3 : -1;
+    for (int g = 0; rc == 0 && g < GROUP_KINDS; g++) {
         const struct group_plan *P = &rt->gx[g].plan;
-        for (int w = 0; ok && w < P->nowned; w++) {
+        for (int w = 0; rc == 0 && w < P->nowned; w++) {
             const struct shardopt_param *p = rt->params[P->owned[w].param];
-            const int rc = ns_bf16_prepare(
-                rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols, p->ns_variant, p->ns_block,
-                (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps, err, sizeof err);
-            ok = rc == 0;
-            unimplemented |= rc == -2;
-            if (!ok)
+            rc = ns_bf16_prepare(rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols, p->ns_variant,
+                                 p->ns_block, (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps,
+                                 err, sizeof err);
+            if (rc != 0)
                 snprintf(err + strlen(err), sizeof err - strlen(err), " (parameter '%s')", p->name);
         }
     }
-    /* 0 ok, 1 this CPU has no bf16 matmul (unsupported, not a bug), 2 anything else */
-    int code = ok ? 0 : unimplemented ? 1 : 2, all = code;
-    groups_allreduce(&rt->groups, &all, 1, MPI_INT, MPI_MAX);
-    const shardopt_status_t st = all == 1 ? SHARDOPT_ERR_UNSUPPORTED : SHARDOPT_ERR_INTERNAL;
-    const char *advice = all == 1 ? ": this CPU has no oneDNN bf16 matmul; use ns_compute = fp32 "
-                                    "or auto"
-                                  : "";
-    if (code != 0)
-        return log_fail(st, "commit: rank %d: %s%s", rt->groups.me.rank, err, advice);
-    if (all != 0)
-        return log_fail(st, "commit: preparing bf16 Newton-Schulz failed on another rank%s",
-                        advice);
-    if (rt->groups.me.rank == 0)
+    /* -2: this CPU has no bf16 matmul (unsupported, not a bug); -3 out of memory; else a bug */
+    shardopt_status_t status = SHARDOPT_OK;
+    if (rc != 0)
+        status = log_fail(rc == -2   ? SHARDOPT_ERR_UNSUPPORTED
+                          : rc == -3 ? SHARDOPT_ERR_OUT_OF_MEMORY
+                                     : SHARDOPT_ERR_INTERNAL,
+                          "commit: rank %d: %s%s", rt->groups.me.rank, err,
+                          rc == -2 ? ": this CPU has no oneDNN bf16 matmul; use ns_compute = fp32 "
+                                     "or auto"
+                                   : "");
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status == SHARDOPT_OK && rt->groups.me.rank == 0)
         log_info("commit: bf16 Newton-Schulz: %d oneDNN primitives (%s)",
                  ns_bf16_primitive_count(rt->ns_ws.bf16), ns_bf16_impl(rt->ns_ws.bf16));
-    return SHARDOPT_OK;
+    return status;
 }
 
 shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
@@ -379,9 +412,12 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         return status;
     for (int i = 0; i < rt->nparams; i++)
         param_plan(rt, rt->params[i]);
-    sharded_choose(rt, GROUP_DENSE, &dense);
-    sharded_choose(rt, GROUP_EXPERT, &xs);
-    status = group_plan_build(rt, GROUP_LOCAL, NULL, &rt->gx[GROUP_LOCAL]);
+    status = sharded_choose(rt, GROUP_DENSE, &dense);
+    if (status == SHARDOPT_OK)
+        status = sharded_choose(rt, GROUP_EXPERT, &xs);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status == SHARDOPT_OK)
+        status = group_plan_build(rt, GROUP_LOCAL, NULL, &rt->gx[GROUP_LOCAL]);
     if (status == SHARDOPT_OK)
         status = group_plan_build(rt, GROUP_DENSE, &dense, &rt->gx[GROUP_DENSE]);
     if (status == SHARDOPT_OK)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "status.h"
 
 /* What must agree across ranks, per parameter. */
@@ -139,15 +140,21 @@ static shardopt_status_t check_records(shardopt_runtime_t rt)
 {
     const struct groups *g = &rt->groups;
     const int n = rt->nparams;
-    struct param_record *ref = malloc(sizeof(*ref) * (size_t)(n ? n : 1)), mine;
-    int code = INT_MAX, first_rank, nbad, ok = ref != NULL;
+    const size_t bytes = sizeof(struct param_record) * (size_t)(n ? n : 1);
+    struct param_record *ref = mem_malloc(bytes), mine;
+    int code = INT_MAX, first_rank, nbad;
     char name0[256] = "", v0[96], vme[192];
 
-    groups_allreduce(g, &ok, 1, MPI_INT, MPI_MIN);
-    if (!ok) {
+    shardopt_status_t status =
+        ref != NULL ? SHARDOPT_OK
+                    : log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                               "commit: rank %d: out of memory allocating %zu bytes for the "
+                               "parameter records",
+                               g->me.rank, bytes);
+    status = groups_agree(g, status, "commit");
+    if (status != SHARDOPT_OK) {
         free(ref);
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: %zu bytes for parameter records",
-                        sizeof(*ref) * (size_t)n);
+        return status;
     }
     for (int i = 0; i < n; i++)
         record_make(rt->params[i], &ref[i]);
@@ -196,19 +203,27 @@ void shard_table_free(struct shard_table *t)
 static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm, struct shard_table *t)
 {
     const int n = rt->nparams;
-    struct plan_box *mine = malloc(sizeof(*mine) * (size_t)(n ? n : 1));
-    int ok;
+    const size_t mine_bytes = sizeof(struct plan_box) * (size_t)(n ? n : 1);
+    struct plan_box *mine = mem_malloc(mine_bytes);
+    shardopt_status_t status = SHARDOPT_OK;
 
     MPI_Comm_size(comm, &t->members);
-    t->boxes = malloc(sizeof(*t->boxes) * (size_t)(n ? n : 1) * (size_t)t->members);
-    t->ranks = malloc(sizeof(int) * (size_t)t->members);
-    ok = mine != NULL && t->boxes != NULL && t->ranks != NULL;
-    groups_allreduce(&rt->groups, &ok, 1, MPI_INT, MPI_MIN);
-    if (!ok) {
+    const size_t boxes_bytes = mine_bytes * (size_t)t->members;
+    t->boxes = mine != NULL ? mem_malloc(boxes_bytes) : NULL;
+    t->ranks = t->boxes != NULL ? mem_malloc(sizeof(int) * (size_t)t->members) : NULL;
+    if (t->ranks == NULL)
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "commit: rank %d: out of memory allocating %zu bytes for the shard "
+                          "table",
+                          rt->groups.me.rank,
+                          mine == NULL       ? mine_bytes
+                          : t->boxes == NULL ? boxes_bytes
+                                             : sizeof(int) * (size_t)t->members);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status != SHARDOPT_OK) {
         free(mine);
         shard_table_free(t);
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: %zu bytes for the shard tables",
-                        sizeof(*mine) * (size_t)n * (size_t)t->members);
+        return status;
     }
     for (int i = 0; i < n; i++) {
         const struct layout *l = &rt->params[i]->layout;
@@ -238,12 +253,13 @@ static int slice_by_lo(const void *a, const void *b)
 static int tiles(const struct shard_table *t, int nparams, int p, int sd, int64_t lo, int64_t n,
                  char *why, size_t len)
 {
-    struct slice *s = malloc(sizeof(*s) * (size_t)t->members);
+    struct slice *s = mem_malloc(sizeof(*s) * (size_t)t->members);
     int k = 0, ok = 1;
     int64_t at = lo;
 
     if (s == NULL) {
-        snprintf(why, len, "out of memory while checking");
+        snprintf(why, len, "out of memory allocating %zu bytes for the slices",
+                 sizeof(*s) * (size_t)t->members);
         return -1;
     }
     for (int i = 0; i < t->members; i++) {
@@ -276,7 +292,7 @@ static shardopt_status_t check_tiling(shardopt_runtime_t rt, const struct shard_
                                       const struct shard_table *xs)
 {
     const struct groups *g = &rt->groups;
-    int bad = INT_MAX, bad_rank;
+    int bad = INT_MAX, bad_rank, rc = 1;
     char why[160] = "";
 
     for (int i = 0; i < rt->nparams && bad == INT_MAX; i++) {
@@ -286,9 +302,19 @@ static shardopt_status_t check_tiling(shardopt_runtime_t rt, const struct shard_
         if (p->placement == SHARDOPT_PLACEMENT_REPLICATED)
             continue; /* whole on every rank: checked at register */
         layout_tile_range(&p->layout, &lo, &n);
-        if (tiles(t, rt->nparams, i, p->layout.shard_dim, lo, n, why, sizeof why) != 1)
-            bad = i; /* out of memory (-1) reports as a failed check: rare, and never silent */
+        rc = tiles(t, rt->nparams, i, p->layout.shard_dim, lo, n, why, sizeof why);
+        if (rc != 1)
+            bad = i;
     }
+    /* out of memory is not a mismatch: it fails commit as what it is, first */
+    shardopt_status_t status = rc >= 0
+                                   ? SHARDOPT_OK
+                                   : log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                              "commit: rank %d: checking the shards of '%s': %s",
+                                              g->me.rank, rt->params[bad]->name, why);
+    status = groups_agree(g, status, "commit");
+    if (status != SHARDOPT_OK)
+        return status;
     int my_bad = bad;
     minloc_all(g, &bad, &bad_rank);
     if (bad == INT_MAX)

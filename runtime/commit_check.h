@@ -13,8 +13,9 @@ struct shard_table {
     int *ranks;             /* [members]: global rank of each member, for messages */
 };
 
-/* Returns SHARDOPT_OK on every rank, or the same error (SHARDOPT_ERR_MISMATCH) on every rank
- * with a message naming the parameter, the field and the ranks. On success `dense` and `xs`
+/* Returns SHARDOPT_OK on every rank, or the same error on every rank: SHARDOPT_ERR_MISMATCH
+ * with a message naming the parameter, the field and the ranks, or SHARDOPT_ERR_OUT_OF_MEMORY
+ * with the bytes a rank could not allocate. On success `dense` and `xs`
  * hold the boxes gathered over the dense and the expert shard group. */
 shardopt_status_t commit_check(shardopt_runtime_t rt, struct shard_table *dense,
                                struct shard_table *xs);

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "config_keys.h"
 #include "json_util.h"
+#include "mem.h"
 #include "status.h"
 
 /* A config file is a few hundred bytes; refuse anything that is clearly not one. */
@@ -121,10 +122,11 @@ static shardopt_status_t file_read(const char *path, char **text_p)
 
     if (f == NULL)
         return log_fail(SHARDOPT_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
-    buf = malloc(CONFIG_FILE_MAX + 1);
+    buf = mem_malloc(CONFIG_FILE_MAX + 1);
     if (buf == NULL) {
         fclose(f);
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "config %s: %d bytes", path,
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "config %s: out of memory allocating %d bytes to read it", path,
                         CONFIG_FILE_MAX + 1);
     }
     n = fread(buf, 1, CONFIG_FILE_MAX + 1, f);
@@ -167,7 +169,16 @@ shardopt_status_t config_json_text(const char *path, const char *text, shardopt_
 
     if (status != SHARDOPT_OK)
         return status;
+    mem_failed_clear();
+    errno = 0;
     root = cJSON_Parse(text);
+    if (root == NULL && json_parse_oom()) {
+        char nb[64];
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "config %s: out of memory allocating %s while parsing it", path,
+                          json_oom_bytes(nb, sizeof nb));
+        goto out;
+    }
     if (root == NULL) {
         const char *at = cJSON_GetErrorPtr();
         status = log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config %s: not valid JSON (at byte %ld)",

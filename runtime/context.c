@@ -3,11 +3,12 @@
 #include <string.h>
 
 #include "config.h"
+#include "config_agree.h"
 #include "fault.h"
-#include "init_agree.h"
 #include "kernels/blas_threads.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "log.h"
+#include "mem.h"
 #include "runtime.h"
 #include "status.h"
 
@@ -98,9 +99,10 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
     if (log_env_check() != NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "%s: %s", who, log_env_check());
 
-    rt = calloc(1, sizeof(*rt));
+    rt = mem_calloc(1, sizeof(*rt));
     if (rt == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "%s: %zu bytes", who, sizeof(*rt));
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "%s: out of memory allocating %zu bytes for the runtime", who, sizeof(*rt));
     status = config_import(cfg, &rt->cfg);
     if (status == SHARDOPT_OK)
         status = config_check_all(&rt->cfg, "");
@@ -112,6 +114,25 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
     }
     *rt_p = rt;
     return SHARDOPT_OK;
+}
+
+/* runtime_create's status, agreed over a and b (b may be MPI_COMM_NULL) before the groups are
+ * built: one rank out of memory (or with a config the others accept) must not leave the rest in
+ * the collectives that build them. */
+static shardopt_status_t create_agree(MPI_Comm a, MPI_Comm b, shardopt_status_t mine,
+                                      const char *who)
+{
+    int ready = 0, rank = 0, size = 1, rep = 0;
+
+    MPI_Initialized(&ready);
+    if (!ready || a == MPI_COMM_NULL)
+        return mine; /* refused alike everywhere, with nothing to agree over */
+    MPI_Comm_rank(a, &rank);
+    if (b != MPI_COMM_NULL) {
+        MPI_Comm_size(a, &size);
+        MPI_Comm_rank(b, &rep);
+    }
+    return groups_agree_on(a, b, rep * size + rank, mine, who);
 }
 
 /* bf16 Newton-Schulz where the CPU multiplies bf16 natively (auto), or as configured.
@@ -188,9 +209,12 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
                           "is visible (CUDA_VISIBLE_DEVICES, driver)",
                           g->me.rank);
     if (status == SHARDOPT_OK) {
+        mem_failed_clear();
         rt->kctx.backend = rt->ns_ops->backend_create(device, &rt->kctx.stream, err, sizeof err);
-        if (rt->kctx.backend == NULL)
-            status = log_fail(SHARDOPT_ERR_DEVICE, "init: rank %d: %s", g->me.rank, err);
+        if (rt->kctx.backend == NULL) /* its host state (runtime/mem.h), or the device */
+            status =
+                log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
+                         "init: rank %d: %s", g->me.rank, err);
     }
     status = groups_agree(g, status, "init");
     if (status != SHARDOPT_OK)
@@ -258,7 +282,7 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank);
     state_store_init(&rt->store, rt->ops);
     if (rt->ops->momentum_many != NULL && rt->ew == NULL)
-        rt->ew = calloc(1, sizeof *rt->ew); /* NULL: calls run one at a time, still correct */
+        rt->ew = mem_calloc(1, sizeof *rt->ew); /* NULL: calls run one at a time, still correct */
 
     if (!kernel_blas_uses_openmp())
         log_warn("init: the linked OpenBLAS is not its OpenMP build: BLAS and kernel threads "
@@ -293,9 +317,9 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: NULL rt_p");
     if (comm == MPI_COMM_NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: comm is MPI_COMM_NULL");
-    status = init_agree(comm, MPI_COMM_NULL, runtime_create(cfg, &rt, "init"), "init");
+    status = create_agree(comm, MPI_COMM_NULL, runtime_create(cfg, &rt, "init"), "init");
     if (status != SHARDOPT_OK) {
-        free(rt); /* created here while another rank failed */
+        free(rt); /* created here but refused elsewhere; NULL when refused here */
         return status;
     }
     rt->groups.timeout_s = rt->cfg.comm_timeout_s;
@@ -330,10 +354,10 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
                         "init_from_groups: groups version %u / size %zu: initialise with "
                         "SHARDOPT_GROUPS_INIT",
                         groups->version, groups->size);
-    status = init_agree(groups->dense_shard, groups->replicate,
-                        runtime_create(cfg, &rt, "init_from_groups"), "init_from_groups");
+    status = create_agree(groups->dense_shard, groups->replicate,
+                          runtime_create(cfg, &rt, "init_from_groups"), "init_from_groups");
     if (status != SHARDOPT_OK) {
-        free(rt); /* created here while another rank failed */
+        free(rt);
         return status;
     }
     rt->groups.timeout_s = rt->cfg.comm_timeout_s;

@@ -1,6 +1,7 @@
 /* Env params like the log's: read once, then only counted. */
 #include "fault.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -9,18 +10,37 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mem.h"
+
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static char fault_site[64];
 static long fault_n, fault_count;
 static int fault_kill, fault_hang;
 static int fault_only_rank = -1, fault_my_rank = -1;
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fault_json_hooked;
+
+/* The allocation site lives in mem.c (a counter every layer's allocations pass): armed from
+ * here. cJSON's allocations join it only while it is armed: its hooks are process-wide, and a
+ * program that also uses cJSON must not find its own hooks replaced because it loaded us. Ours
+ * are malloc and free but for the injected failure, so memory crosses the switch either way. */
+static void fault_alloc_arm(long n)
+{
+    static cJSON_Hooks hooks = {mem_malloc, free};
+    mem_fault_arm(n);
+    if (n > 0 && !fault_json_hooked)
+        cJSON_InitHooks(&hooks);
+    else if (n == 0 && fault_json_hooked)
+        cJSON_InitHooks(NULL); /* cJSON's defaults again */
+    fault_json_hooked = n > 0;
+}
 
 static void fault_parse(const char *v)
 {
     fault_n = fault_count = 0;
     fault_kill = fault_hang = 0;
     fault_site[0] = '\0';
+    fault_alloc_arm(0);
     if (v == NULL || *v == '\0')
         return;
     if (strncmp(v, "kill@", 5) == 0) {
@@ -41,6 +61,16 @@ static void fault_parse(const char *v)
     memcpy(fault_site, v, (size_t)(colon - v));
     fault_site[colon - v] = '\0';
     fault_n = atol(colon + 1);
+    if (strcmp(fault_site, "alloc") == 0 && (fault_kill || fault_hang)) {
+        fprintf(stderr,
+                "[shardopt] error: SHARDOPT_FAULT='%s@%s': alloc fails, never kills or hangs; "
+                "ignored\n",
+                fault_kill ? "kill" : "hang", v);
+        fault_n = 0;
+        fault_site[0] = '\0';
+    } else if (strcmp(fault_site, "alloc") == 0 && fault_only_rank < 0) {
+        fault_alloc_arm(fault_n);
+    } /* else: armed by fault_set_rank on that rank, counting from init */
 }
 
 static void fault_setup(void)
@@ -50,7 +80,23 @@ static void fault_setup(void)
     fault_parse(getenv("SHARDOPT_FAULT"));
 }
 
-void fault_set_rank(int rank) { fault_my_rank = rank; }
+void fault_set_rank(int rank)
+{
+    pthread_once(&fault_once, fault_setup);
+    pthread_mutex_lock(&fault_lock);
+    /* alloc:<n> on one rank only: the rank is known from init on, so it counts from there */
+    if (fault_only_rank >= 0 && fault_only_rank == rank && fault_my_rank != rank && fault_n > 0 &&
+        strcmp(fault_site, "alloc") == 0)
+        fault_alloc_arm(fault_n);
+    fault_my_rank = rank;
+    pthread_mutex_unlock(&fault_lock);
+}
+
+/* At load, not at the first fault_hit: alloc:<n> counts from the library's first allocation. */
+__attribute__((constructor)) static void fault_load(void)
+{
+    pthread_once(&fault_once, fault_setup);
+}
 
 void fault_arm(const char *spec)
 {

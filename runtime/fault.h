@@ -2,16 +2,21 @@
  * SHARDOPT_FAULT=kill@<site>:<n> kills the process there (SIGKILL: no cleanup, as a crash), and
  * SHARDOPT_FAULT=hang@<site>:<n> stops it there for good (a rank that makes no more progress;
  * the others' waits then time out). SHARDOPT_FAULT_RANK=<r> limits the fault to the runtime's
- * rank r, as one sick node in a job. Read once. Sites are named where they are checked
- * (checkpoint_*.c: ckpt.write, ckpt.fsync, ckpt.index, ckpt.rename, ckpt.latest, ckpt.prune;
- * prepass.c: step.prepass; muon_exec.c: step.exchange, each exchange a bucket starts). */
+ * rank r, as one sick node in a job. Read once, when the library is loaded. Sites are named where
+ * they are checked (checkpoint_save.c: ckpt.write, ckpt.fsync, ckpt.index, ckpt.rename,
+ * ckpt.latest, ckpt.prune; prepass.c: step.prepass; muon_exec.c: step.exchange, each exchange a
+ * bucket starts), but for `alloc`: alloc:<n> makes the n-th allocation of the library
+ * (runtime/mem.h, every layer's, and cJSON's while armed) return NULL, counted from the load or
+ * from fault_arm (with SHARDOPT_FAULT_RANK, from init on that rank). Only one site is armed at a
+ * time; kill@alloc and hang@alloc are refused. */
 #ifndef RUNTIME_FAULT_H
 #define RUNTIME_FAULT_H
 
 /* 1 when this call at `site` is to fail (errno EIO). Never returns when it is to kill. */
 int fault_hit(const char *site);
 
-/* Re-arm from a spec like SHARDOPT_FAULT's (NULL disarms), counting from zero: for tests. */
+/* Re-arm from a spec like SHARDOPT_FAULT's (NULL disarms), counting from zero: for tests.
+ * Not thread-safe against library calls in flight for `alloc`. */
 void fault_arm(const char *spec);
 
 /* This process's runtime rank, for SHARDOPT_FAULT_RANK (set by init; -1 before). */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm_wait.h"
+#include "mem.h"
 #include "status.h"
 
 /* timeout_s is the caller's (set before the groups are made) and stays */
@@ -85,7 +86,8 @@ static shardopt_status_t dup_or_split(MPI_Comm given, MPI_Comm dense, int color,
 
 /* The checks every rank can make alone once the dense group's member_info is gathered:
  * sizes multiply, (ep rank, expert-shard rank) pairs are unique, and the members of this rank's
- * EP and expert shard groups are the dense ranks that say so. Returns 0 or -1 with err. */
+ * EP and expert shard groups are the dense ranks that say so. Returns 0, or -1 (inconsistent) or
+ * -2 (out of memory) with err. */
 static int trainer_groups_check(const struct groups *g, const struct member_info *all, int nd,
                                 char *err, size_t len)
 {
@@ -118,10 +120,11 @@ static int trainer_groups_check(const struct groups *g, const struct member_info
                 return -1;
             }
     /* members of my EP group: same expert-shard rank as mine, ep ranks 0..ep_size-1 */
-    in_ep = malloc(sizeof(int) * (size_t)(ep_size + xs_size) * 2);
+    in_ep = mem_malloc(sizeof(int) * (size_t)(ep_size + xs_size) * 2);
     if (in_ep == NULL) {
-        snprintf(err, len, "out of memory");
-        return -1;
+        snprintf(err, len, "dense rank %d: out of memory allocating %zu bytes for the member lists",
+                 g->me.d, sizeof(int) * (size_t)(ep_size + xs_size) * 2);
+        return -2;
     }
     in_xs = in_ep + 2 * ep_size;
     for (int i = 0; i < ep_size; i++)
@@ -201,11 +204,22 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     MPI_Comm_size(g->rep, &mine.rep_size);
     g->me.d = d;
 
-    all = malloc(sizeof(*all) * (size_t)nd);
-    ok = all != NULL;
+    /* every member joins the gather, or none: a rank without room must not leave the others in it
+     */
+    all = mem_malloc(sizeof(*all) * (size_t)nd);
+    int oom = all == NULL, rc = 0;
+    if (oom)
+        snprintf(err, sizeof err,
+                 "dense rank %d: out of memory allocating %zu bytes for the members' reports", d,
+                 sizeof(*all) * (size_t)nd);
+    int any_oom = oom;
+    MPI_Allreduce(MPI_IN_PLACE, &any_oom, 1, MPI_INT, MPI_MAX, g->dense);
+    ok = !any_oom;
     if (ok) {
         MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, g->dense);
-        ok = trainer_groups_check(g, all, nd, err, sizeof err) == 0;
+        rc = trainer_groups_check(g, all, nd, err, sizeof err);
+        ok = rc == 0;
+        oom = rc == -2;
     }
     /* my replicas must sit at my dense rank */
     rep_d_ok = 1;
@@ -221,6 +235,20 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
                      d, mn, mx);
     }
     ok = ok && rep_d_ok;
+    /* out of memory anywhere comes first: the check did not finish */
+    int rep_rank = 0;
+    MPI_Comm_rank(g->rep, &rep_rank);
+    const int my_rank = rep_rank * nd + d;
+    status = groups_agree_on(
+        g->dense, g->rep, my_rank,
+        oom ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "init_from_groups: rank %d: %s", my_rank, err)
+            : SHARDOPT_OK,
+        "init_from_groups");
+    if (status != SHARDOPT_OK) {
+        free(all);
+        groups_free(g);
+        return status;
+    }
     int all_ok = ok;
     groups_allreduce(g, &all_ok, 1, MPI_INT, MPI_MIN);
     free(all);
@@ -247,24 +275,41 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     return SHARDOPT_OK;
 }
 
-shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what)
+/* An all-reduce of the agreement: under the groups' deadline once they exist (tg), plain before
+ * (init's first agreement, when no timeout is known yet). */
+static void agree_allreduce(const struct groups *tg, MPI_Comm c, void *buf, int count,
+                            MPI_Datatype type, MPI_Op op, const char *what)
 {
-    int pair[2] = {(int)mine, g->me.rank};
+    if (tg != NULL)
+        comm_allreduce(tg, c, MPI_IN_PLACE, buf, count, type, op, what);
+    else
+        MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, c);
+}
+
+static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, int rank,
+                               shardopt_status_t mine, const char *what)
+{
+    int pair[2] = {(int)mine, rank}, ready = 0;
     char msg[512];
 
+    MPI_Initialized(&ready);
+    if (!ready)
+        return mine;
     /* every rank's outcome of the call: the wait where a rank that never arrives is found */
-    comm_allreduce(g, g->dense, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
-    comm_allreduce(g, g->rep, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
+    agree_allreduce(tg, a, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
+    if (b != MPI_COMM_NULL)
+        agree_allreduce(tg, b, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
     if (pair[0] == SHARDOPT_OK)
         return SHARDOPT_OK;
     /* the chosen rank's message reaches every rank: only it contributes non-zero bytes */
     memset(msg, 0, sizeof msg);
-    if (pair[1] == g->me.rank)
+    if (pair[1] == rank)
         snprintf(msg, sizeof msg, "%s", shardopt_last_error());
-    comm_allreduce(g, g->dense, MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
-    comm_allreduce(g, g->rep, MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
+    agree_allreduce(tg, a, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
+    if (b != MPI_COMM_NULL)
+        agree_allreduce(tg, b, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
     msg[sizeof msg - 1] = '\0';
-    if (pair[1] == g->me.rank)
+    if (pair[1] == rank)
         return mine; /* logged where it happened */
     /* messages that already say "<what>: rank N: " (most of init's) are not prefixed twice */
     char prefix[96];
@@ -272,4 +317,15 @@ shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, c
     if (strncmp(msg, prefix, strlen(prefix)) == 0)
         return log_fail((shardopt_status_t)pair[0], "%s", msg);
     return log_fail((shardopt_status_t)pair[0], "%s: rank %d: %s", what, pair[1], msg);
+}
+
+shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_status_t mine,
+                                  const char *what)
+{
+    return agree(NULL, a, b, rank, mine, what);
+}
+
+shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what)
+{
+    return agree(g, g->dense, g->rep, g->me.rank, mine, what);
 }

@@ -33,6 +33,11 @@ int groups_bcast(const struct groups *g, void *buf, int count, MPI_Datatype type
  * lowest rank that had it, prefixed with that rank (collective). */
 shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what);
 
+/* The same over the ranks of a and b together (b may be MPI_COMM_NULL), `rank` naming this one:
+ * for init, before the groups exist. Returns mine when MPI is not initialised. */
+shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_status_t mine,
+                                  const char *what);
+
 /* This rank's global index: replica * (dp_shard * cp) + dense rank. */
 static inline int groups_rank(const struct groups *g) { return g->me.rank; }
 

@@ -1,8 +1,13 @@
-/* Small cJSON helpers shared by the strict readers (config files, safetensors headers). */
+/* Small cJSON helpers shared by the strict readers (config files, safetensors headers) and the
+ * checkpoint writer. */
 #ifndef RUNTIME_JSON_UTIL_H
 #define RUNTIME_JSON_UTIL_H
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+
+#include "mem.h"
 
 /* "a number", "a string", ... for messages that say what a value was instead. */
 static inline const char *json_type_name(const cJSON *v)
@@ -18,6 +23,40 @@ static inline const char *json_type_name(const cJSON *v)
     if (cJSON_IsObject(v))
         return "an object";
     return "null";
+}
+
+/* Attach item to parent (under key, or appended when key is NULL) and return it; on any failure
+ * clear *ok and return NULL. cJSON's own Add calls drop what they cannot attach, and an item
+ * given to cJSON_AddItemTo* that fails stays ours to free: a document built without checking
+ * each step would be written short or leak. */
+static inline cJSON *json_put(int *ok, cJSON *parent, const char *key, cJSON *item)
+{
+    const int added = parent != NULL && item != NULL &&
+                      (key != NULL ? cJSON_AddItemToObject(parent, key, item)
+                                   : cJSON_AddItemToArray(parent, item));
+    if (!added) {
+        cJSON_Delete(item);
+        *ok = 0;
+        return NULL;
+    }
+    return item;
+}
+
+/* cJSON_Parse* returned NULL: was it out of memory rather than bad text? Call with errno
+ * cleared before the parse; malloc (and runtime/mem.h) set ENOMEM. */
+static inline int json_parse_oom(void) { return errno == ENOMEM; }
+
+/* "N bytes" for a cJSON allocation that failed: its size when it came through runtime/mem.h (cJSON
+ * is routed there while SHARDOPT_FAULT=alloc is armed, runtime/fault.c), else unknown. Clear with
+ * mem_failed_clear() before the cJSON calls. */
+static inline const char *json_oom_bytes(char *buf, size_t len)
+{
+    const size_t n = mem_failed_bytes();
+    if (n > 0)
+        snprintf(buf, len, "%zu bytes", n);
+    else
+        snprintf(buf, len, "an unknown number of bytes (inside cJSON)");
+    return buf;
 }
 
 #endif

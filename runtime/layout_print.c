@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "runtime.h"
 #include "status.h"
 
@@ -24,16 +25,31 @@ shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)
              g->me.rank, g->me.rep, g->me.shard, g->me.cp_index, g->me.d, g->mesh.dense,
              g->me.ep_rank, g->mesh.ep, g->me.xs_rank, mesh_xs_size(&g->mesh), g->me.rep,
              g->mesh.dp_replicate);
-    /* lines gather to dense rank 0 of each replica, then to replica 0: rank order */
+    /* lines gather to dense rank 0 of each replica, then to replica 0: rank order. Every rank
+     * learns first whether the gatherers have room: a gather into NULL would crash */
+    size_t bytes = 0;
     if (g->me.d == 0)
-        ok = (dense_lines = malloc((size_t)g->mesh.dense * LINE)) != NULL;
-    if (g->me.rank == 0)
-        ok = ok && (all = malloc((size_t)g->mesh.world * LINE)) != NULL;
+        ok = (dense_lines = mem_malloc(bytes = (size_t)g->mesh.dense * LINE)) != NULL;
+    if (g->me.rank == 0 && ok)
+        ok = (all = mem_malloc(bytes = (size_t)g->mesh.world * LINE)) != NULL;
+    const shardopt_status_t status =
+        groups_agree(g,
+                     ok ? SHARDOPT_OK
+                        : log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                   "layout_print: rank %d: out of memory allocating %zu bytes "
+                                   "for the lines",
+                                   g->me.rank, bytes),
+                     "layout_print");
+    if (status != SHARDOPT_OK) {
+        free(all);
+        free(dense_lines);
+        return status;
+    }
     MPI_Gather(line, LINE, MPI_CHAR, dense_lines, LINE, MPI_CHAR, 0, g->dense);
     if (g->me.d == 0)
         MPI_Gather(dense_lines, LINE * g->mesh.dense, MPI_CHAR, all, LINE * g->mesh.dense, MPI_CHAR,
                    0, g->rep);
-    if (g->me.rank == 0 && ok) {
+    if (g->me.rank == 0) {
         if (stream == NULL)
             stream = stdout;
         fprintf(stream,
@@ -45,9 +61,5 @@ shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)
     }
     free(all);
     free(dense_lines);
-    groups_allreduce(g, &ok, 1, MPI_INT, MPI_MIN);
-    if (!ok)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "layout_print: %zu bytes on rank 0",
-                        (size_t)g->mesh.world * LINE);
     return SHARDOPT_OK;
 }

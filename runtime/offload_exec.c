@@ -139,7 +139,7 @@ void offload_prepare(shardopt_runtime_t rt)
         state_store_use_host(&rt->store, rt->topo.topo, rt->topo.nodeset, rt->cfg.host_store_limit);
 }
 
-size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems)
+size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems, size_t *failed)
 {
     const size_t es = kdtype_size(rt->cfg.comm_dtype);
     size_t slot = 0, bytes = 0;
@@ -160,14 +160,18 @@ size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems)
         slot = (slot + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
     }
     /* the slots and the Newton-Schulz copies belong to where Newton-Schulz runs */
-    if (staging_init(&rt->stage, rt->ns_ops, &rt->kctx, slot, rt->cfg.debug_poison_staging) != 0)
+    if (staging_init(&rt->stage, rt->ns_ops, &rt->kctx, slot, rt->cfg.debug_poison_staging) != 0) {
+        *failed = slot;
         return (size_t)-1;
+    }
     bytes += STAGING_SLOTS * slot;
     if (rt->cfg.offload == SHARDOPT_OFFLOAD_CPU) {
         rt->dev_ns = rt->ns_ops->alloc(ns_elems * es + 1);
-        rt->dev_sh_u = rt->ns_ops->alloc(sh_elems * es + 1);
-        if (rt->dev_ns == NULL || rt->dev_sh_u == NULL)
+        rt->dev_sh_u = rt->dev_ns != NULL ? rt->ns_ops->alloc(sh_elems * es + 1) : NULL;
+        if (rt->dev_ns == NULL || rt->dev_sh_u == NULL) {
+            *failed = rt->dev_ns == NULL ? ns_elems * es + 1 : sh_elems * es + 1;
             return (size_t)-1;
+        }
         bytes += (ns_elems + sh_elems) * es;
     }
     return bytes;

@@ -38,8 +38,9 @@ void offload_prepare(shardopt_runtime_t rt);
 
 /* Commit: staging slots (optimizer) and device Newton-Schulz buffers (cpu), after planning.
  * ns_elems, sh_elems: the largest bucket's NS slots and sharded piece, comm dtype elements.
- * Returns the bytes allocated, or (size_t)-1 when an allocation failed. */
-size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems);
+ * Returns the bytes allocated, or (size_t)-1 when an allocation failed, with its size in
+ * *failed. */
+size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems, size_t *failed);
 void offload_release(shardopt_runtime_t rt);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include "classify.h"
 #include "kernels/rng.h"
+#include "mem.h"
 #include "runtime.h"
 #include "safetensors.h"
 #include "status.h"
@@ -161,9 +162,10 @@ static shardopt_status_t params_grow(shardopt_runtime_t rt)
     if (rt->nparams < rt->params_cap)
         return SHARDOPT_OK;
     int cap = rt->params_cap ? 2 * rt->params_cap : 64;
-    void *p = realloc(rt->params, (size_t)cap * sizeof(*rt->params));
+    void *p = mem_realloc(rt->params, (size_t)cap * sizeof(*rt->params));
     if (p == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "register: %zu bytes for the parameter list",
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "register: out of memory allocating %zu bytes for the parameter list",
                         (size_t)cap * sizeof(*rt->params));
     rt->params = p;
     rt->params_cap = cap;
@@ -189,13 +191,16 @@ static shardopt_status_t param_add(shardopt_runtime_t rt, const shardopt_param_d
     if (status != SHARDOPT_OK)
         return status;
 
-    p = calloc(1, sizeof(*p));
+    p = mem_calloc(1, sizeof(*p));
     if (p == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "register '%s': %zu bytes", desc->name,
-                        sizeof(*p));
-    p->name = strdup(desc->name);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "register '%s': out of memory allocating %zu bytes for the parameter",
+                        desc->name, sizeof(*p));
+    p->name = mem_strdup(desc->name);
     if (p->name == NULL) {
-        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "register '%s': name copy", desc->name);
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "register '%s': out of memory allocating %zu bytes for its name",
+                          desc->name, strlen(desc->name) + 1);
         goto err_free;
     }
     p->rt = rt;

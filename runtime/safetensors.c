@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "mem.h"
 
 /* Doubles are exact integers below 2^53; cJSON reads every number as a double. */
 #define ST_U53_LIMIT 9007199254740992.0
@@ -139,7 +140,7 @@ static void sbuf_put(struct sbuf *b, const char *s, size_t n)
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n)
             cap *= 2;
-        char *p = realloc(b->p, cap);
+        char *p = mem_realloc(b->p, cap);
         if (p == NULL) {
             b->oom = 1;
             return;
@@ -203,7 +204,7 @@ static int has_duplicates(const void *base, size_t size, int n,
 
     if (n < 2)
         return 0;
-    v = malloc((size_t)n * sizeof(*v));
+    v = mem_malloc((size_t)n * sizeof(*v));
     if (v == NULL)
         return -1;
     for (int i = 0; i < n; i++)
@@ -305,7 +306,7 @@ shardopt_status_t st_header_build(struct st_tensor *t, int n, const struct st_me
     }
     sbuf_put(&b, "}", 1);
     /* the data area starts 8-byte aligned, as the reference writer pads it */
-    while (b.len % 8 != 0)
+    while (!b.oom && b.len % 8 != 0) /* out of memory, sbuf_put adds nothing: never ends */
         sbuf_put(&b, " ", 1);
     if (b.oom) {
         free(b.p);
@@ -343,10 +344,13 @@ __attribute__((format(printf, 2, 3))) static shardopt_status_t refuse(struct st_
     return SHARDOPT_ERR_CORRUPT;
 }
 
+/* The request that failed is the last one mem.h saw in this thread (or cJSON's, unknown). */
 static shardopt_status_t out_of_memory(struct st_parse *ps, const char *what)
 {
+    char nb[64];
     if (ps->err != NULL && ps->errlen > 0)
-        snprintf(ps->err, ps->errlen, "out of memory while reading the header (%s)", what);
+        snprintf(ps->err, ps->errlen, "out of memory allocating %s for the header's %s",
+                 json_oom_bytes(nb, sizeof nb), what);
     return SHARDOPT_ERR_OUT_OF_MEMORY;
 }
 
@@ -597,7 +601,7 @@ static shardopt_status_t meta_from_json(struct st_parse *ps, const cJSON *obj, s
     n = cJSON_GetArraySize(obj);
     if (n == 0)
         return SHARDOPT_OK;
-    h->meta = calloc((size_t)n, sizeof *h->meta);
+    h->meta = mem_calloc((size_t)n, sizeof *h->meta);
     if (h->meta == NULL)
         return out_of_memory(ps, ST_META_KEY);
     for (const cJSON *v = obj->child; v != NULL; v = v->next) {
@@ -610,7 +614,7 @@ static shardopt_status_t meta_from_json(struct st_parse *ps, const cJSON *obj, s
             return refuse(ps, ST_META_KEY " key '%s': value must be a string, got %s", v->string,
                           json_type_name(v));
         memcpy(m->key, v->string, klen + 1);
-        m->value = strdup(v->valuestring);
+        m->value = mem_strdup(v->valuestring);
         if (m->value == NULL)
             return out_of_memory(ps, ST_META_KEY);
         h->nmeta++;
@@ -649,8 +653,8 @@ static shardopt_status_t tensors_cross_check(struct st_parse *ps, struct st_head
 
     if (h->n == 0)
         return SHARDOPT_OK;
-    r = malloc((size_t)h->n * sizeof *r);
-    h->by_name = malloc((size_t)h->n * sizeof *h->by_name);
+    r = mem_malloc((size_t)h->n * sizeof *r);
+    h->by_name = mem_malloc((size_t)h->n * sizeof *h->by_name);
     if (r == NULL || h->by_name == NULL) {
         free(r);
         return out_of_memory(ps, "tensor index");
@@ -690,7 +694,7 @@ static shardopt_status_t header_from_json(struct st_parse *ps, const cJSON *root
     shardopt_status_t status;
     int n = 0, ntotal = cJSON_GetArraySize(root);
 
-    h->t = calloc(ntotal > 0 ? (size_t)ntotal : 1, sizeof *h->t);
+    h->t = mem_calloc(ntotal > 0 ? (size_t)ntotal : 1, sizeof *h->t);
     if (h->t == NULL)
         return out_of_memory(ps, "tensor table");
     for (const cJSON *item = root->child; item != NULL; item = item->next, n++) {
@@ -729,12 +733,18 @@ static shardopt_status_t header_tree(struct st_parse *ps, const char *json, size
     if (first >= len || json[first] != '{')
         return refuse(ps, "header must be a JSON object, it starts with %s",
                       first >= len ? "nothing" : "something else");
-    copy = malloc(len + 1);
+    copy = mem_malloc(len + 1);
     if (copy == NULL)
         return out_of_memory(ps, "header copy");
     memcpy(copy, json, len);
     copy[len] = 0;
+    mem_failed_clear();
+    errno = 0;
     root = cJSON_ParseWithLengthOpts(copy, len, &end, 0);
+    if (root == NULL && json_parse_oom()) {
+        free(copy);
+        return out_of_memory(ps, "JSON tree");
+    }
     if (root == NULL) {
         size_t at = end != NULL && end >= copy ? (size_t)(end - copy) : 0;
         free(copy);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/mem.h"
+
 double plan_ns_cost(int64_t rows, int64_t cols)
 {
     double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
@@ -57,7 +59,7 @@ static int by_cost_desc(const void *a, const void *b)
  * least-loaded member, ties toward the member holding most of the matrix, then the lowest. */
 static int owners_assign(const struct mat *mats, int n, int members, int *owner, double *load)
 {
-    int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int *order = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
     int nfree = 0;
 
     if (order == NULL)
@@ -94,7 +96,7 @@ static int owners_assign(const struct mat *mats, int n, int members, int *owner,
 
 static int counts_alloc(struct plan_bucket *b, int members)
 {
-    int *c = calloc((size_t)members * 4, sizeof(int));
+    int *c = mem_calloc((size_t)members * 4, sizeof(int));
     if (c == NULL)
         return -1;
     b->a_counts = c;
@@ -113,8 +115,11 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
     int64_t r0, r1, c0, c1, off, cnt;
     size_t slot = 0;
 
-    if (counts_alloc(b, members) != 0)
+    if (counts_alloc(b, members) != 0) {
+        snprintf(err, errlen, "out of memory allocating %zu bytes for a bucket's counts",
+                 sizeof(int) * 4 * (size_t)members);
         return -1;
+    }
     b->piece_lo = P->npieces;
     b->owned_lo = P->nowned;
     /* NS slots, and which of my pieces skip the exchange */
@@ -154,7 +159,7 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
         if ((size_t)b->a_counts[i] > (size_t)INT_MAX - a ||
             (size_t)b->b_counts[i] > (size_t)INT_MAX - bb) {
             snprintf(err, errlen, "a bucket moves more than 2^31 elements: lower bucket_bytes");
-            return -1;
+            return -2;
         }
         b->a_displs[i] = (int)a;
         b->b_displs[i] = (int)bb;
@@ -257,17 +262,19 @@ int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int 
 {
     struct group_plan P = {.members = cfg->members, .me = cfg->me};
     struct mat *mats = NULL;
-    size_t *cursor = NULL;
-    int n = 0, nb = 0, max_pieces = 0, max_in = 0;
+    size_t *cursor = NULL, bytes_asked = 0;
+    int n = 0, nb = 0, max_pieces = 0, max_in = 0, rc;
 
     err[0] = '\0';
 
     for (int p = 0; p < nparams; p++)
         n += (int)params[p].k_count;
-    mats = malloc(sizeof(*mats) * (size_t)(n ? n : 1));
-    cursor = malloc(sizeof(size_t) * (size_t)cfg->members);
-    P.owner = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    P.load = calloc((size_t)cfg->members, sizeof(double));
+    mats = mem_malloc(sizeof(*mats) * (size_t)(n ? n : 1));
+    cursor = mem_malloc(sizeof(size_t) * (size_t)cfg->members);
+    P.owner = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    P.load = mem_calloc((size_t)cfg->members, sizeof(double));
+    bytes_asked = (sizeof(*mats) + sizeof(int)) * (size_t)(n ? n : 1) +
+                  (sizeof(size_t) + sizeof(double)) * (size_t)cfg->members;
     if (mats == NULL || cursor == NULL || P.owner == NULL || P.load == NULL)
         goto err_oom;
     n = 0;
@@ -283,6 +290,7 @@ int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int 
         }
     }
     P.nmatrices = n;
+    bytes_asked = sizeof(int) * (size_t)(n ? n : 1);
     if (owners_assign(mats, n, cfg->members, P.owner, P.load) != 0)
         goto err_oom;
 
@@ -294,10 +302,13 @@ int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int 
             for (int s = 0; s < cfg->members; s++)
                 max_in += piece_count(&mats[m], s) > 0;
     }
-    P.pieces = malloc(sizeof(*P.pieces) * (size_t)(max_pieces ? max_pieces : 1));
-    P.incoming = malloc(sizeof(*P.incoming) * (size_t)(max_in ? max_in : 1));
-    P.owned = malloc(sizeof(*P.owned) * (size_t)(n ? n : 1));
-    P.buckets = calloc((size_t)(n ? n : 1), sizeof(*P.buckets));
+    P.pieces = mem_malloc(sizeof(*P.pieces) * (size_t)(max_pieces ? max_pieces : 1));
+    P.incoming = mem_malloc(sizeof(*P.incoming) * (size_t)(max_in ? max_in : 1));
+    P.owned = mem_malloc(sizeof(*P.owned) * (size_t)(n ? n : 1));
+    P.buckets = mem_calloc((size_t)(n ? n : 1), sizeof(*P.buckets));
+    bytes_asked = sizeof(*P.pieces) * (size_t)(max_pieces ? max_pieces : 1) +
+                  sizeof(*P.incoming) * (size_t)(max_in ? max_in : 1) +
+                  (sizeof(*P.owned) + sizeof(*P.buckets)) * (size_t)(n ? n : 1);
     if (P.pieces == NULL || P.incoming == NULL || P.owned == NULL || P.buckets == NULL)
         goto err_oom;
 
@@ -310,11 +321,9 @@ int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int 
         }
         struct plan_bucket *b = &P.buckets[nb++];
         P.nbuckets = nb;
-        if (bucket_build(&P, cfg, mats, lo, hi, b, cursor, err, errlen) != 0) {
-            if (err[0] == '\0')
-                goto err_oom;
+        rc = bucket_build(&P, cfg, mats, lo, hi, b, cursor, err, errlen);
+        if (rc != 0)
             goto err_free;
-        }
         if (b->a_elems > P.max_a)
             P.max_a = b->a_elems;
         if (b->b_elems > P.max_b)
@@ -334,10 +343,14 @@ int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int 
     return 0;
 
 err_oom:
-    snprintf(err, errlen, "out of memory planning %d matrices over %d ranks", n, cfg->members);
+    rc = -1;
+    snprintf(err, errlen,
+             "out of memory allocating %zu bytes for the plan of %d matrices over %d "
+             "ranks",
+             bytes_asked, n, cfg->members);
 err_free:
     free(mats);
     free(cursor);
     plan_free(&P);
-    return -1;
+    return rc;
 }

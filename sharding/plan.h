@@ -85,8 +85,8 @@ struct group_plan {
     uint64_t bytes_sent, bytes_recv; /* per step, other members only (both exchanges) */
 };
 
-/* Build the plan. Returns 0, or -1 with a message in err (out of memory, a piece too large for
- * an MPI count). On failure *out holds nothing to free. */
+/* Build the plan. Returns 0, or with a message in err -1 (out of memory: what and the bytes)
+ * or -2 (a bucket too large for an MPI count). On failure *out holds nothing to free. */
 int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int nparams,
                struct group_plan *out, char *err, size_t errlen);
 

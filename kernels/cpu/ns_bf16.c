@@ -11,6 +11,7 @@
 #include "../dtype.h"
 #include "../ns_coeffs.h"
 #include "ns_common.h"
+#include "runtime/mem.h"
 
 #define BF16_MAX_ROWS 64 /* block rows of a symmetric plan */
 
@@ -55,11 +56,12 @@ static const char *dnnl_what(dnnl_status_t s)
 
 struct ns_bf16 *ns_bf16_create(char *err, size_t errlen)
 {
-    struct ns_bf16 *b = calloc(1, sizeof *b);
+    struct ns_bf16 *b = mem_calloc(1, sizeof *b);
     dnnl_status_t s = dnnl_success;
 
     if (b == NULL) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: out of memory");
+        snprintf(err, errlen,
+                 "bf16 Newton-Schulz: out of memory allocating %zu bytes for its state", sizeof *b);
         return NULL;
     }
     s = dnnl_engine_create(&b->engine, dnnl_cpu, 0);
@@ -189,7 +191,8 @@ static int mm_make(struct ns_bf16 *b, struct mm *x, int64_t M, int64_t K, int64_
     if (s != dnnl_success) {
         snprintf(err, errlen, "bf16 Newton-Schulz: oneDNN matmul [%lld x %lld] x [%lld x %lld]: %s",
                  (long long)M, (long long)K, (long long)K, (long long)N, dnnl_what(s));
-        return s == dnnl_unimplemented ? -2 : -1; /* this CPU, not this matrix */
+        /* this CPU, not this matrix; or out of memory inside oneDNN */
+        return s == dnnl_unimplemented ? -2 : s == dnnl_out_of_memory ? -3 : -1;
     }
     return 0;
 }
@@ -221,9 +224,15 @@ static int scratch_fit(struct ns_bf16 *b, char *err, size_t errlen)
         b->scratch_mem = NULL;
     }
     free(b->scratch);
-    b->scratch = aligned_alloc(64, (b->scratch_bytes + 63) / 64 * 64 + 64);
-    if (b->scratch == NULL ||
-        dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a) != dnnl_success ||
+    const size_t bytes = (b->scratch_bytes + 63) / 64 * 64 + 64;
+    b->scratch = mem_aligned_alloc(64, bytes);
+    if (b->scratch == NULL) {
+        snprintf(err, errlen,
+                 "bf16 Newton-Schulz: out of memory allocating %zu bytes for the scratchpad",
+                 bytes);
+        return -3;
+    }
+    if (dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a) != dnnl_success ||
         dnnl_memory_create(&b->scratch_mem, &md, b->engine, b->scratch) != dnnl_success) {
         snprintf(err, errlen, "bf16 Newton-Schulz: scratchpad of %zu bytes", b->scratch_bytes);
         return -1;
@@ -255,18 +264,21 @@ int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, 
         return 0;
     if (b->nplans == b->cap) {
         int cap = b->cap ? 2 * b->cap : 8;
-        struct plan **np = realloc(b->plans, sizeof(*np) * (size_t)cap);
+        struct plan **np = mem_realloc(b->plans, sizeof(*np) * (size_t)cap);
         if (np == NULL) {
-            snprintf(err, errlen, "bf16 Newton-Schulz: out of memory");
-            return -1;
+            snprintf(err, errlen,
+                     "bf16 Newton-Schulz: out of memory allocating %zu bytes for the plan list",
+                     sizeof(*np) * (size_t)cap);
+            return -3;
         }
         b->plans = np;
         b->cap = cap;
     }
-    p = calloc(1, sizeof *p);
+    p = mem_calloc(1, sizeof *p);
     if (p == NULL) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: out of memory");
-        return -1;
+        snprintf(err, errlen, "bf16 Newton-Schulz: out of memory allocating %zu bytes for a plan",
+                 sizeof *p);
+        return -3;
     }
     p->m = m;
     p->n = n;

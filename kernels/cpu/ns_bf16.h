@@ -19,15 +19,16 @@
 
 struct ns_bf16;
 
-/* The oneDNN engine and stream, no shapes yet. NULL with a message in err. */
+/* The oneDNN engine and stream, no shapes yet. NULL with a message in err (out of memory when
+ * runtime/mem.h saw a failed request: mem_failed_bytes). */
 struct ns_bf16 *ns_bf16_create(char *err, size_t errlen);
 void ns_bf16_destroy(struct ns_bf16 *b);
 
 /* Primitives for a stored rows x cols matrix (worked on as m x n, m <= n), variant
  * NS_VARIANT_PLAIN or NS_VARIANT_SYMMETRIC with `block` rows per block row (ignored for plain),
  * and these coefficients (a plan per combination). Preparing one twice is a no-op. Returns 0,
- * -2 with err when oneDNN has no bf16 matmul for this CPU (without AVX-512, say), or -1 with
- * err. */
+ * -2 with err when oneDNN has no bf16 matmul for this CPU (without AVX-512, say), -3 with err
+ * (naming the bytes where they are ours) when out of memory, or -1 with err. */
 int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, int block,
                     const float (*coeffs)[3], int steps, char *err, size_t errlen);
 

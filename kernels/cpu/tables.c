@@ -2,14 +2,12 @@
 #include <stdlib.h>
 
 #include "cpu_kernels.h"
+#include "runtime/mem.h"
 
 void *cpu_alloc(size_t bytes)
 {
-    void *p = NULL;
     /* 64-byte alignment: whole cache lines, aligned AVX-512 loads */
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
-        return NULL;
-    return p;
+    return mem_aligned_alloc(64, bytes ? bytes : 64);
 }
 
 void cpu_free(void *p) { free(p); }

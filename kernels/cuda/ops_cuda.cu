@@ -10,6 +10,7 @@
 extern "C" {
 #include "cuda_probe.h"
 }
+#include "runtime/mem.h"
 
 static void *cuda_alloc(size_t bytes)
 {
@@ -78,12 +79,13 @@ static int cuda_sync(const struct kernel_ctx *ctx)
 extern "C" struct cuda_backend *cuda_backend_create(int device, void **stream, char *err,
                                                     size_t errlen)
 {
-    struct cuda_backend *b = (struct cuda_backend *)calloc(1, sizeof(*b));
+    struct cuda_backend *b = (struct cuda_backend *)mem_calloc(1, sizeof(*b));
     cudaError_t e = cudaSuccess;
     const char *what = "";
 
     if (b == NULL) {
-        snprintf(err, errlen, "CUDA backend: out of host memory");
+        snprintf(err, errlen, "CUDA backend: out of memory allocating %zu bytes for its state",
+                 sizeof(*b));
         return NULL;
     }
     if (device < 0) {

@@ -188,7 +188,8 @@ TEST(a_config_refused_on_one_rank_fails_init_on_every_rank)
         EXPECT_STR_CONTAINS(shardopt_last_error(), "momentum = 1.5");
         if (me != world - 1) {
             char who[64];
-            snprintf(who, sizeof who, "rank %d failed", world - 1);
+            snprintf(who, sizeof who, "%s: rank %d: config momentum",
+                     from_groups ? "init_from_groups" : "init", world - 1);
             EXPECT_STR_CONTAINS(shardopt_last_error(), who);
         }
         EXPECT_TRUE(rt == NULL);

@@ -1,4 +1,4 @@
-#include "init_agree.h"
+#include "config_agree.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -6,35 +6,6 @@
 #include "config_keys.h"
 #include "crc32c.h"
 #include "status.h"
-
-shardopt_status_t init_agree(MPI_Comm a, MPI_Comm b, shardopt_status_t mine, const char *who)
-{
-    int ready = 0, finalized = 0, world_rank = 0;
-    MPI_Initialized(&ready);
-    MPI_Finalized(&finalized);
-    if (!ready || finalized || a == MPI_COMM_NULL)
-        return mine;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    MPI_Comm comms[2] = {a, b};
-    int pair[2] = {(int)mine, world_rank};
-    for (int i = 0; i < 2; i++)
-        if (comms[i] != MPI_COMM_NULL)
-            MPI_Allreduce(MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, comms[i]);
-    if (pair[0] == SHARDOPT_OK)
-        return SHARDOPT_OK;
-    /* the chosen rank's message reaches every rank: only it contributes non-zero bytes */
-    char msg[512];
-    memset(msg, 0, sizeof msg);
-    if (pair[1] == world_rank)
-        snprintf(msg, sizeof msg, "%s", shardopt_last_error());
-    for (int i = 0; i < 2; i++)
-        if (comms[i] != MPI_COMM_NULL)
-            MPI_Allreduce(MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, comms[i]);
-    msg[sizeof msg - 1] = '\0';
-    if (pair[1] == world_rank)
-        return mine; /* logged where it happened */
-    return log_fail((shardopt_status_t)pair[0], "%s: rank %d failed: %s", who, pair[1], msg);
-}
 
 static int key_is_local(const char *name)
 {

@@ -558,9 +558,9 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
                                   "index record counts",
                                   g->me.rank, count_bytes);
         }
-        MPI_Bcast(&ok, 1, MPI_INT, 0, g->dense);
+        comm_bcast(g, g->dense, &ok, 1, MPI_INT, 0, "broadcast");
         if (ok) {
-            MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, g->dense);
+            comm_gather(g, g->dense, &len, 1, MPI_INT, lens, 0, "gather of index record sizes");
             size_t total = 0;
             if (g->me.d == 0) {
                 for (int i = 0; i < g->mesh.dense; i++) {
@@ -575,10 +575,11 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
                                       "index records",
                                       g->me.rank, total + 1);
             }
-            MPI_Bcast(&ok, 1, MPI_INT, 0, g->dense);
+            comm_bcast(g, g->dense, &ok, 1, MPI_INT, 0, "broadcast");
         }
         if (ok)
-            MPI_Gatherv(blob, len, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, g->dense);
+            comm_gatherv(g, g->dense, blob, len, MPI_BYTE, all, lens, displs, 0,
+                         "gather of index records");
         if (ok && g->me.rank == 0) {
             mem_failed_clear();
             cJSON *index = index_build(rt, all, lens, g->mesh.dense);

@@ -142,3 +142,20 @@ int comm_allgather(const struct groups *g, MPI_Comm comm, const void *in, int co
     int rc = MPI_Iallgather(in, count, type, out, count, type, comm, &r);
     return rc == MPI_SUCCESS ? comm_wait(g, comm, 1, &r, NULL, what) : rc;
 }
+
+int comm_gather(const struct groups *g, MPI_Comm comm, const void *in, int count, MPI_Datatype type,
+                void *out, int root, const char *what)
+{
+    MPI_Request r;
+    int rc = MPI_Igather(in, count, type, out, count, type, root, comm, &r);
+    return rc == MPI_SUCCESS ? comm_wait(g, comm, 1, &r, NULL, what) : rc;
+}
+
+int comm_gatherv(const struct groups *g, MPI_Comm comm, const void *in, int count,
+                 MPI_Datatype type, void *out, const int *counts, const int *displs, int root,
+                 const char *what)
+{
+    MPI_Request r;
+    int rc = MPI_Igatherv(in, count, type, out, counts, displs, type, root, comm, &r);
+    return rc == MPI_SUCCESS ? comm_wait(g, comm, 1, &r, NULL, what) : rc;
+}

@@ -31,5 +31,10 @@ int comm_bcast(const struct groups *g, MPI_Comm comm, void *buf, int count, MPI_
                int root, const char *what);
 int comm_allgather(const struct groups *g, MPI_Comm comm, const void *in, int count,
                    MPI_Datatype type, void *out, const char *what);
+int comm_gather(const struct groups *g, MPI_Comm comm, const void *in, int count, MPI_Datatype type,
+                void *out, int root, const char *what);
+int comm_gatherv(const struct groups *g, MPI_Comm comm, const void *in, int count,
+                 MPI_Datatype type, void *out, const int *counts, const int *displs, int root,
+                 const char *what);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_wait.h"
 #include "mem.h"
 #include "status.h"
 
@@ -230,9 +231,10 @@ static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm, stru
         memcpy(mine[i].lo, l->lo, sizeof mine[i].lo);
         memcpy(mine[i].len, l->len, sizeof mine[i].len);
     }
-    MPI_Allgather(mine, (int)(sizeof(*mine) * (size_t)n), MPI_BYTE, t->boxes,
-                  (int)(sizeof(*mine) * (size_t)n), MPI_BYTE, comm);
-    MPI_Allgather(&rt->groups.me.rank, 1, MPI_INT, t->ranks, 1, MPI_INT, comm);
+    comm_allgather(&rt->groups, comm, mine, (int)(sizeof(*mine) * (size_t)n), MPI_BYTE, t->boxes,
+                   "all-gather of shard boxes");
+    comm_allgather(&rt->groups, comm, &rt->groups.me.rank, 1, MPI_INT, t->ranks,
+                   "all-gather of ranks");
     free(mine);
     return SHARDOPT_OK;
 }

@@ -213,10 +213,11 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
                  "dense rank %d: out of memory allocating %zu bytes for the members' reports", d,
                  sizeof(*all) * (size_t)nd);
     int any_oom = oom;
-    MPI_Allreduce(MPI_IN_PLACE, &any_oom, 1, MPI_INT, MPI_MAX, g->dense);
+    comm_phase("init_from_groups: checking the groups", -1);
+    comm_allreduce(g, g->dense, MPI_IN_PLACE, &any_oom, 1, MPI_INT, MPI_MAX, "all-reduce");
     ok = !any_oom;
     if (ok) {
-        MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, g->dense);
+        comm_allgather(g, g->dense, &mine, sizeof mine, MPI_BYTE, all, "all-gather of members");
         rc = trainer_groups_check(g, all, nd, err, sizeof err);
         ok = rc == 0;
         oom = rc == -2;
@@ -225,8 +226,8 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     rep_d_ok = 1;
     {
         int mn = d, mx = d;
-        MPI_Allreduce(MPI_IN_PLACE, &mn, 1, MPI_INT, MPI_MIN, g->rep);
-        MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_INT, MPI_MAX, g->rep);
+        comm_allreduce(g, g->rep, MPI_IN_PLACE, &mn, 1, MPI_INT, MPI_MIN, "all-reduce");
+        comm_allreduce(g, g->rep, MPI_IN_PLACE, &mx, 1, MPI_INT, MPI_MAX, "all-reduce");
         rep_d_ok = mn == d && mx == d;
         if (!rep_d_ok && ok)
             snprintf(err, sizeof err,

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_wait.h"
 #include "mem.h"
 #include "runtime.h"
 #include "status.h"
@@ -45,10 +46,11 @@ shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)
         free(dense_lines);
         return status;
     }
-    MPI_Gather(line, LINE, MPI_CHAR, dense_lines, LINE, MPI_CHAR, 0, g->dense);
+    comm_phase("layout_print", -1);
+    comm_gather(g, g->dense, line, LINE, MPI_CHAR, dense_lines, 0, "gather of lines");
     if (g->me.d == 0)
-        MPI_Gather(dense_lines, LINE * g->mesh.dense, MPI_CHAR, all, LINE * g->mesh.dense, MPI_CHAR,
-                   0, g->rep);
+        comm_gather(g, g->rep, dense_lines, LINE * g->mesh.dense, MPI_CHAR, all, 0,
+                    "gather of lines");
     if (g->me.rank == 0) {
         if (stream == NULL)
             stream = stdout;

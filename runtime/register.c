@@ -99,6 +99,14 @@ static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardo
                             "register '%.64s': name has a control character (byte 0x%02x at %td): "
                             "checkpoints refuse them",
                             n, *c, (const char *)c - n);
+    /* the reference safetensors reader refuses a header that is not UTF-8: such a name would
+     * train for days and then fail to save */
+    const long bad = st_utf8_error(n);
+    if (bad >= 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register: name is not valid UTF-8 (byte 0x%02x at %ld): checkpoints "
+                        "(safetensors) refuse it",
+                        (unsigned char)n[bad], bad);
     if (d->ndim > 3)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "register '%s': ndim = %d: tensors of 4 or more dims are not supported; "

@@ -61,17 +61,19 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
     return len;
 }
 
-static int utf8_valid(const char *s)
+long st_utf8_error(const char *s)
 {
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
         size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
         if (k == 0)
-            return 0;
+            return (long)i;
         i += k;
     }
-    return 1;
+    return -1;
 }
+
+static int utf8_valid(const char *s) { return st_utf8_error(s) < 0; }
 
 /* NULL when name may name a tensor, else what is wrong with it. Control characters are refused
  * because names end up in log lines and error messages. */

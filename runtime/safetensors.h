@@ -18,6 +18,10 @@ enum st_dtype { ST_DTYPE_F32 = 0, ST_DTYPE_BF16 = 1 };
 
 /* Longest tensor name, and longest metadata key, in bytes without the NUL. */
 #define ST_NAME_MAX 255
+
+/* The byte offset of the first byte of s that is not valid UTF-8 (strict, as the reference
+ * reader: no overlongs, surrogates or code points past U+10FFFF), or -1 when s is valid. */
+long st_utf8_error(const char *s);
 #define ST_KEY_MAX  63
 #define ST_NDIM_MAX 3
 

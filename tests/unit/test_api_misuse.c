@@ -165,6 +165,46 @@ TEST(invalid_config_refused_at_init)
 /* A name a checkpoint could not hold is refused at registration: "<name>.exp_avg_sq" must fit a
  * safetensors name of 255 bytes. It used to be accepted up to 1024 bytes: a 250-byte name saved
  * fine and then failed to load (ERR_CORRUPT). The longest accepted name round-trips. */
+/* A name that is not UTF-8 used to register, train, and then fail every save (the safetensors
+ * header must be UTF-8); it is refused at register now, and a multi-byte UTF-8 name saves and
+ * loads. */
+TEST(names_that_are_not_utf8_are_refused_at_register)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    const struct {
+        const char *name, *where;
+    } bad[] = {{"\xff.weight", "byte 0xff at 0"},
+               {"layers.0.w\xc3", "byte 0xc3 at 10"},        /* truncated sequence */
+               {"layers.\xc0\xaf.w", "byte 0xc0 at 7"},      /* overlong '/' */
+               {"layers.\xed\xa0\x80.w", "byte 0xed at 7"}}; /* a surrogate */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        shardopt_param_desc_t d = fixture_desc(bad[i].name, 1, 8, 0, 0, w, g);
+        EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "not valid UTF-8");
+        EXPECT_STR_CONTAINS(shardopt_last_error(), bad[i].where);
+    }
+    shardopt_finalize(rt);
+
+    char dir[] = "/tmp/shardopt_utf8name_XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    rt = fixture_runtime(&cfg);
+    shardopt_param_desc_t d =
+        fixture_desc("couche.\xc3\xa9.\xe6\x9d\x83\xe9\x87\x8d", 1, 8, 0, 0, w, g);
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    shardopt_finalize(rt);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    EXPECT_EQ_INT(system(cmd), 0);
+}
+
 TEST(names_a_checkpoint_cannot_hold_are_refused_and_the_longest_round_trips)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;

@@ -2,6 +2,11 @@
 #ifndef SHARDOPT_TEST_FIXTURE_H
 #define SHARDOPT_TEST_FIXTURE_H
 
+#include <dirent.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "shardopt.h"
 #include "test.h"
 
@@ -13,6 +18,32 @@ static inline shardopt_runtime_t fixture_runtime_on(MPI_Comm comm, const shardop
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     return rt;
+}
+
+/* Remove a directory tree the test made (checkpoints). */
+static inline void fixture_rmtree(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    char p[1024];
+    struct stat st;
+
+    if (d == NULL) {
+        unlink(path);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (snprintf(p, sizeof p, "%s/%s", path, e->d_name) >= (int)sizeof p)
+            continue; /* longer than any path a test makes */
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            fixture_rmtree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(path);
 }
 
 /* A runtime on this process alone. */

@@ -3,8 +3,6 @@
  * shardopt_save) makes. Both ranks must return the same status from that same call, out of
  * memory with the bytes in the message on both; the call retried succeeds on both, and the
  * runtimes finalize. A rank left waiting in a collective would hang the test into its timeout. */
-#include <dirent.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fixture.h"
@@ -14,30 +12,6 @@
 static int rank, nranks;
 static float dense_w[12 * 16], dense_g[12 * 16], exp_w[2 * 8 * 12], exp_g[2 * 8 * 12];
 static float rep_w[8 * 8], rep_g[8 * 8], bias_w[8], bias_g[8];
-
-static void rmtree(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    char p[1024];
-    struct stat st;
-
-    if (d == NULL) {
-        unlink(path);
-        return;
-    }
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rmtree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(path);
-}
 
 static void data_fill(void)
 {
@@ -134,7 +108,7 @@ static unsigned long run(int at, unsigned long n, const char *dir, int *injected
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0)
-        rmtree(dir);
+        fixture_rmtree(dir);
     MPI_Barrier(MPI_COMM_WORLD);
     return made;
 }
@@ -166,7 +140,7 @@ static void each_allocation_of_rank_1(int at, const char *what)
         printf("alloc faults on rank 1 in %s: %lu injection points, %d failed on both ranks with "
                "ERR_OUT_OF_MEMORY, %lu absorbed\n",
                what, total, failed_both, total - (unsigned long)failed_both);
-        rmtree(dir);
+        fixture_rmtree(dir);
     }
 }
 

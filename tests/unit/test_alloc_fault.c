@@ -5,8 +5,6 @@
  * fault_arm). Each call must return OK or ERR_OUT_OF_MEMORY with the bytes in its message, never
  * crash, and the runtime must finalize; a failed commit, save or load must succeed when retried.
  * Under make check-sanitize, LeakSanitizer shows that no failure path leaks. */
-#include <dirent.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fixture.h"
@@ -37,30 +35,6 @@ static void data_fill(void)
     for (int k = 0; k < 8; k++)
         for (size_t i = 0; i < n[k]; i++)
             a[k][i] = (float)test_rand(&s);
-}
-
-static void rmtree(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    char p[1024];
-    struct stat st;
-
-    if (d == NULL) {
-        unlink(path);
-        return;
-    }
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rmtree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(path);
 }
 
 /* The sequence in `dir` (which holds config.json), saving to dir/ckpt; stops at the first call
@@ -123,7 +97,7 @@ failed:
 out:
     if (shardopt_finalize(rt) != SHARDOPT_OK)
         o->failed = -1;
-    rmtree(ckpt);
+    fixture_rmtree(ckpt);
 }
 
 static void every_allocation_fails_once(const char *config_json, const char *label)
@@ -203,7 +177,7 @@ static void every_allocation_fails_once(const char *config_json, const char *lab
         printf("%s%s %d", c ? ", " : "", call_names[c], per_call[c]);
     printf("), %d absorbed (a fallback; the sequence succeeded)\n", absorbed);
     fclose(sink);
-    rmtree(dir);
+    fixture_rmtree(dir);
 }
 
 TEST(every_allocation_failure_is_reported_and_released)

@@ -165,6 +165,30 @@ TEST(invalid_config_refused_at_init)
 /* A name a checkpoint could not hold is refused at registration: "<name>.exp_avg_sq" must fit a
  * safetensors name of 255 bytes. It used to be accepted up to 1024 bytes: a 250-byte name saved
  * fine and then failed to load (ERR_CORRUPT). The longest accepted name round-trips. */
+/* One AdamW vector named `name` registered, stepped, saved and loaded back. */
+static void one_tensor_round_trip(const char *name)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_param_t p = NULL;
+    char dir[] = "/tmp/shardopt_name_XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_desc_t d = fixture_desc(name, 1, 8, 0, 0, w, g);
+    for (int i = 0; i < 8; i++)
+        g[i] = 0.5f * (float)(i + 1);
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    shardopt_finalize(rt);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    EXPECT_EQ_INT(system(cmd), 0);
+}
+
 /* A name that is not UTF-8 used to register, train, and then fail every save (the safetensors
  * header must be UTF-8); it is refused at register now, and a multi-byte UTF-8 name saves and
  * loads. */
@@ -187,22 +211,7 @@ TEST(names_that_are_not_utf8_are_refused_at_register)
     }
     shardopt_finalize(rt);
 
-    char dir[] = "/tmp/shardopt_utf8name_XXXXXX";
-    ASSERT_TRUE(mkdtemp(dir) != NULL);
-    rt = fixture_runtime(&cfg);
-    shardopt_param_desc_t d =
-        fixture_desc("couche.\xc3\xa9.\xe6\x9d\x83\xe9\x87\x8d", 1, 8, 0, 0, w, g);
-    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
-    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
-    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
-    a.lr = 0.01;
-    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
-    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
-    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
-    shardopt_finalize(rt);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    EXPECT_EQ_INT(system(cmd), 0);
+    one_tensor_round_trip("couche.\xc3\xa9.\xe6\x9d\x83\xe9\x87\x8d");
 }
 
 TEST(names_a_checkpoint_cannot_hold_are_refused_and_the_longest_round_trips)
@@ -223,22 +232,6 @@ TEST(names_a_checkpoint_cannot_hold_are_refused_and_the_longest_round_trips)
     shardopt_finalize(rt);
 
     /* 244 bytes, AdamW (two state tensors, the longer suffix): save, load, the same state */
-    char dir[] = "/tmp/shardopt_longname_XXXXXX";
-    ASSERT_TRUE(mkdtemp(dir) != NULL);
-    rt = fixture_runtime(&cfg);
     name[244] = '\0';
-    d = fixture_desc(name, 1, 8, 0, 0, w, g);
-    for (int i = 0; i < 8; i++)
-        g[i] = 0.5f * (float)(i + 1);
-    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
-    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
-    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
-    a.lr = 0.01;
-    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
-    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
-    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
-    shardopt_finalize(rt);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    EXPECT_EQ_INT(system(cmd), 0);
+    one_tensor_round_trip(name);
 }

@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "comm_wait.h"
 #include "crc32c.h"
+#include "fault.h"
 #include "json_util.h"
 #include "log.h"
 #include "mem.h"
@@ -252,6 +253,39 @@ static const struct ck_tensor *index_find(const struct ck_load *L, const char *n
 
 /* ---- files ---- */
 
+/* len bytes at `at`: 0; -1 for an I/O error (errno set; SHARDOPT_FAULT=ckpt.read:<n> injects
+ * EIO, or hang@ckpt.read a rank that stops mid-load); 1 when the file ends first. */
+static int pread_all(int fd, void *buf, size_t len, uint64_t at)
+{
+    unsigned char *p = buf;
+    if (fault_hit("ckpt.read"))
+        return -1;
+    while (len > 0) {
+        ssize_t r = pread(fd, p, len, (off_t)at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            return 1;
+        p += r;
+        len -= (size_t)r;
+        at += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* A read that did not return every byte: the disk or filesystem failed (ERR_IO, as for a save),
+ * or the file is shorter than its header says (ERR_CORRUPT). */
+static shardopt_status_t read_fail(int r, const char *path, const char *file, const char *what)
+{
+    if (r < 0)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s%s%s: %s: read failed: %s", path, file ? "/" : "",
+                        file ? file : "", what, strerror(errno));
+    return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s%s%s: %s: file truncated", path, file ? "/" : "",
+                    file ? file : "", what);
+}
+
 static shardopt_status_t file_open(struct ck_load *L, const char *name, struct ck_file **out)
 {
     char path[4400], err[256];
@@ -272,8 +306,11 @@ static shardopt_status_t file_open(struct ck_load *L, const char *name, struct c
         return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
     L->nfiles++;
     struct stat st;
-    if (fstat(f->fd, &st) != 0 || pread(f->fd, first8, 8, 0) != 8)
-        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: shorter than a safetensors header", path);
+    if (fstat(f->fd, &st) != 0)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
+    int r = pread_all(f->fd, first8, 8, 0);
+    if (r != 0)
+        return read_fail(r, path, NULL, "shorter than a safetensors header");
     f->size = (uint64_t)st.st_size;
     if (st_header_len(first8, f->size, &json_len, err, sizeof err) != 0)
         return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: %s", path, err);
@@ -282,9 +319,9 @@ static shardopt_status_t file_open(struct ck_load *L, const char *name, struct c
         return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                         "load: %s: out of memory allocating %llu bytes for the header", path,
                         (unsigned long long)json_len + 1);
-    if (pread(f->fd, json, json_len, 8) != (ssize_t)json_len) {
+    if ((r = pread_all(f->fd, json, json_len, 8)) != 0) {
         free(json);
-        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: truncated header", path);
+        return read_fail(r, path, NULL, "header");
     }
     const shardopt_status_t rc = st_header_parse(json, json_len, f->size, &f->hdr, err, sizeof err);
     free(json);
@@ -294,21 +331,6 @@ static shardopt_status_t file_open(struct ck_load *L, const char *name, struct c
     f->opened = 1;
     *out = f;
     return SHARDOPT_OK;
-}
-
-static int pread_all(int fd, unsigned char *buf, size_t len, uint64_t at)
-{
-    while (len > 0) {
-        ssize_t r = pread(fd, buf, len, (off_t)at);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        buf += r;
-        len -= (size_t)r;
-        at += (uint64_t)r;
-    }
-    return 0;
 }
 
 /* dst[i] <- src[i] converted between the checkpoint's dtype and the configured one. */
@@ -363,9 +385,12 @@ static shardopt_status_t shard_read(struct ck_load *L, const struct ck_tensor *t
     /* the saved shard is exactly this rank's, in the same dtype (a load on the layout that
      * saved): read it straight into place and check the blocks there */
     if (ddt == t->dtype && memcmp(&sh->box, mine, sizeof *mine) == 0) {
-        if (pread_all(f->fd, dst, (size_t)tensor_bytes, base) != 0)
-            return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/%s: tensor '%s': file truncated",
-                            L->dir, sh->file, t->name);
+        int r = pread_all(f->fd, dst, (size_t)tensor_bytes, base);
+        if (r != 0) {
+            char what[300];
+            snprintf(what, sizeof what, "tensor '%s'", t->name);
+            return read_fail(r, L->dir, sh->file, what);
+        }
         uint32_t whole = 0;
         for (uint64_t k = 0; k < tensor_bytes; k += CKPT_BLOCK) {
             const size_t blen =
@@ -403,9 +428,12 @@ static shardopt_status_t shard_read(struct ck_load *L, const struct ck_tensor *t
     int have = reshard_runs_next(&runs, &so, &doff, &len);
     for (uint64_t c0 = a; c0 < b; c0 += CKPT_CHUNK) {
         const uint64_t c1 = c0 + CKPT_CHUNK < b ? c0 + CKPT_CHUNK : b;
-        if (pread_all(f->fd, L->chunk, (size_t)(c1 - c0), base + c0) != 0)
-            return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/%s: tensor '%s': file truncated",
-                            L->dir, sh->file, t->name);
+        int r = pread_all(f->fd, L->chunk, (size_t)(c1 - c0), base + c0);
+        if (r != 0) {
+            char what[300];
+            snprintf(what, sizeof what, "tensor '%s'", t->name);
+            return read_fail(r, L->dir, sh->file, what);
+        }
         for (uint64_t k = c0; k < c1; k += CKPT_BLOCK) {
             const size_t blen = (size_t)(c1 - k < CKPT_BLOCK ? c1 - k : CKPT_BLOCK);
             if (crc32c_update(0, L->chunk + (k - c0), blen) != sh->blocks[k / CKPT_BLOCK])

@@ -312,12 +312,16 @@ static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, 
     msg[sizeof msg - 1] = '\0';
     if (pair[1] == rank)
         return mine; /* logged where it happened */
-    /* messages that already say "<what>: rank N: " (most of init's) are not prefixed twice */
+    /* "<what>: rank N: " once: a message that already says it is passed on as it is, one that
+     * starts with "<what>: " gets the rank after that word */
     char prefix[96];
     snprintf(prefix, sizeof prefix, "%s: rank %d: ", what, pair[1]);
     if (strncmp(msg, prefix, strlen(prefix)) == 0)
         return log_fail((shardopt_status_t)pair[0], "%s", msg);
-    return log_fail((shardopt_status_t)pair[0], "%s: rank %d: %s", what, pair[1], msg);
+    const size_t w = strlen(what);
+    const char *rest =
+        strncmp(msg, what, w) == 0 && msg[w] == ':' && msg[w + 1] == ' ' ? msg + w + 2 : msg;
+    return log_fail((shardopt_status_t)pair[0], "%s: rank %d: %s", what, pair[1], rest);
 }
 
 shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_status_t mine,

@@ -4,6 +4,7 @@
 # MPI_Abort.
 #   hang_driver.sh MPIEXEC EXE N step SITE:K RANK
 #   hang_driver.sh MPIEXEC EXE N save SITE RANK DIR   (then: the step-2 checkpoint still loads)
+#   hang_driver.sh MPIEXEC EXE N load SITE:K RANK DIR (a checkpoint saved, then loaded with the hang)
 # SHARDOPT_TEST_LAYOUT and SHARDOPT_TEST_TIMEOUT come from the environment.
 set -u
 mpiexec=$1 exe=$2 n=$3 mode=$4 site=$5 rank=$6 dir=${7:-}
@@ -22,6 +23,14 @@ if [ "$mode" = step ]; then
     SHARDOPT_FAULT="hang@$site" SHARDOPT_FAULT_RANK=$rank \
         "$mpiexec" -n "$n" --oversubscribe "$exe" step 6 >"$out" 2>&1
     rc=$?
+elif [ "$mode" = load ]; then
+    rm -rf "$dir"
+    "$mpiexec" -n "$n" --oversubscribe "$exe" save "$dir" >"$out" 2>&1 ||
+        { cat "$out"; echo "hang_driver: the save before the load failed"; exit 1; }
+    SHARDOPT_FAULT="hang@$site" SHARDOPT_FAULT_RANK=$rank \
+        "$mpiexec" -n "$n" --oversubscribe "$exe" load "$dir" >"$out" 2>&1
+    rc=$?
+    rm -rf "$dir"
 else
     rm -rf "$dir"
     SHARDOPT_TEST_HANG_SITE=$site SHARDOPT_TEST_HANG_RANK=$rank \
@@ -45,6 +54,8 @@ if [ "$mode" = step ] && [ "${site%%:*}" = step.exchange ]; then
     expect "in step: exchange #[12] [^,]*, bucket [0-9]+, sends and receives over the (dense|expert shard) group"
 elif [ "$mode" = step ]; then
     expect "in step: gradient pre-pass, sums of squares all-reduce over the dense group"
+elif [ "$mode" = load ]; then
+    expect "in load, status agreement over the (dense|replicate) group"
 else
     expect "in save, status agreement"
     # the job died mid-save: the step-2 checkpoint is what latest names, and it loads

@@ -274,6 +274,8 @@ static void expect_refused(struct run *d, const char *dir, void (*damage)(const 
     EXPECT_STR_CONTAINS(shardopt_last_error(), w1);
     if (w2 != NULL)
         EXPECT_STR_CONTAINS(shardopt_last_error(), w2);
+    /* another rank's message comes with its rank once ("load: rank 0: load: ..." before) */
+    EXPECT_TRUE(strstr(shardopt_last_error(), ": load: ") == NULL);
     snapshot(d, &after, &na);
     EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
     free(before);
@@ -457,6 +459,37 @@ TEST(missing_tensors_are_allowed_when_asked)
         damage_drop_tensor(step);
     }
     MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    run_free(&d);
+    dir_clear(dir);
+}
+
+/* A read that fails with an I/O error on the last rank only (SHARDOPT_FAULT=ckpt.read, EIO) at
+ * its 1st, 2nd or 4th read (a header, a tensor): ERR_IO on every rank, naming the error (it used
+ * to read as ERR_CORRUPT "file truncated"), and the state unchanged everywhere; once the disk
+ * answers again the same load succeeds. */
+TEST(a_read_error_on_one_rank_fails_the_load_everywhere_with_the_state_unchanged)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_readerr";
+    const char *sites[] = {"ckpt.read:1", "ckpt.read:2", "ckpt.read:4"};
+    struct run d;
+    saved_run(&d, dir, test_config());
+    run_steps(&d, 4, 4); /* the state moves on from what was saved */
+    for (int i = 0; i < 3; i++) {
+        unsigned char *before, *after;
+        size_t nb, na;
+        snapshot(&d, &before, &nb);
+        if (me == world - 1)
+            fault_arm(sites[i]);
+        EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_ERR_IO);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "read failed: Input/output error");
+        fault_arm(NULL);
+        snapshot(&d, &after, &na);
+        EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+        free(before);
+        free(after);
+    }
     EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
     run_free(&d);
     dir_clear(dir);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "host_store.h"
+#include "runtime/fault.h"
 #include "runtime/mem.h"
 
 #define STATE_ALIGN 64
@@ -104,7 +105,8 @@ const unsigned char *state_store_host_view(const struct state_store *s,
         return NULL;
     }
     s->ops->copy(ctx, *copy, buf, s->bytes);
-    if (s->ops->sync(ctx) != 0) {
+    /* SHARDOPT_FAULT=copy:<n>: a device copy reported failed (as CUDA reports it, at the sync) */
+    if (fault_hit("copy") || s->ops->sync(ctx) != 0) {
         snprintf(err, errlen, "state: copying %zu bytes from the device failed (%s)", s->bytes,
                  s->ops->name);
         free(*copy);
@@ -123,7 +125,7 @@ int state_store_upload(const struct state_store *s, const struct kernel_ctx *ctx
         return 0;
     }
     s->ops->copy(ctx, dst, src, s->bytes);
-    if (s->ops->sync(ctx) != 0) {
+    if (fault_hit("copy") || s->ops->sync(ctx) != 0) {
         snprintf(err, errlen, "state: copying %zu bytes to the device failed (%s)", s->bytes,
                  s->ops->name);
         return -1;

@@ -5,7 +5,8 @@
  * rank r, as one sick node in a job. Read once, when the library is loaded. Sites are named where
  * they are checked (checkpoint_save.c: ckpt.write, ckpt.fsync, ckpt.index, ckpt.rename,
  * ckpt.latest, ckpt.prune; checkpoint_load.c: ckpt.read, each read of a rank file; prepass.c:
- * step.prepass; muon_exec.c: step.exchange, each exchange a bucket starts), but for `alloc`:
+ * step.prepass; muon_exec.c: step.exchange, each exchange a bucket starts; copy: each device
+ * copy whose completion is checked, in offload/state_store.c and muon_exec.c), but for `alloc`:
  * alloc:<n> makes the n-th allocation of the library (runtime/mem.h, every layer's, and cJSON's
  * while armed) return NULL, counted from the load or from fault_arm (with SHARDOPT_FAULT_RANK, from
  * init on that rank). Only one site is armed at a time; kill@alloc and hang@alloc are refused. */

@@ -136,7 +136,7 @@ static shardopt_status_t xfer_stage_out(shardopt_runtime_t rt, const int *sc, co
         if (i != me && sc[i] > 0)
             rt->ops->copy(&rt->kctx, host + (size_t)sd[i] * es, dev + (size_t)sd[i] * es,
                           (size_t)sc[i] * es);
-    if (rt->ops->sync(&rt->kctx) != 0)
+    if (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0)
         return log_fail(SHARDOPT_ERR_DEVICE,
                         "step: rank %d: copying exchange blocks to the host failed (%s)",
                         rt->groups.me.rank, rt->ops->name);
@@ -378,7 +378,7 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
     if (rt_on_device(rt)) { /* through the host mirror: mine out, everyone's back in */
         rt->ops->copy(&rt->kctx, (char *)st->buf->hns + slot_lo * es, host,
                       (slot_hi - slot_lo) * es);
-        if (rt->ops->sync(&rt->kctx) != 0)
+        if (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0)
             return log_fail(SHARDOPT_ERR_DEVICE,
                             "step: rank %d: copying Newton-Schulz results "
                             "to the host failed",

@@ -19,6 +19,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "model_run.h"
+#include "runtime/fault.h"
 
 /* ---- the simulated device ---- */
 #define SIM_MAX 1024
@@ -475,6 +476,20 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     EXPECT_EQ_INT(sd.bytes_sent_dense + sd.bytes_sent_expert,
                   sc.bytes_sent_dense + sc.bytes_sent_expert);
 
+    /* device state (offload none): a copy to or from the device that fails on one rank (replica
+     * 0's last dense rank: replica 0 writes the files) with SHARDOPT_FAULT=copy fails that save
+     * or load on every rank with ERR_DEVICE; the save and load below then succeed and continue
+     * like the CPU run */
+    const int copies = test_cfg().offload == SHARDOPT_OFFLOAD_NONE;
+    shardopt_get_stats(dev.rt, &sd);
+    const int faulty = sd.dense_size - 1; /* replica 0 holds ranks 0 .. dense_size - 1 */
+    if (copies) {
+        if (me == faulty)
+            fault_arm("copy:1");
+        EXPECT_EQ_INT(shardopt_save(dev.rt, dir), SHARDOPT_ERR_DEVICE);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "copying");
+        fault_arm(NULL);
+    }
     /* save from device state; a fresh device run loads it and continues like the CPU run */
     ASSERT_EQ_INT(shardopt_save(dev.rt, dir), SHARDOPT_OK);
     struct dev_run back = {0};
@@ -482,6 +497,13 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     for (int p = 0; p < MODEL_NPARAMS; p++) /* the trainer restores its parameters itself */
         dev_copy(back.w[p], dev.hw[p],
                  (size_t)back.box[p].numel * model_esize(model_params[p].dtype));
+    if (copies) {
+        if (me == faulty)
+            fault_arm("copy:1");
+        EXPECT_EQ_INT(shardopt_load(back.rt, dir), SHARDOPT_ERR_DEVICE);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "the device failed");
+        fault_arm(NULL);
+    }
     ASSERT_EQ_INT(shardopt_load(back.rt, dir), SHARDOPT_OK);
     ASSERT_EQ_INT(dev_steps(&back, 4, 5), SHARDOPT_OK);
     ASSERT_EQ_INT(run_steps(&cpu, 4, 5), SHARDOPT_OK);

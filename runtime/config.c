@@ -6,6 +6,7 @@
 
 #include "config_keys.h"
 #include "kernels/ns_coeffs.h"
+#include "log.h"
 #include "status.h"
 
 /* Oldest layout of shardopt_config_t we accept: version 1 is the current one. */
@@ -168,8 +169,70 @@ static const char *env_lookup(const char *name, void *ctx)
     return getenv(name);
 }
 
+/* Edit distance of a and b (at most 63 bytes each; longer counts as far apart). */
+static int edit_distance(const char *a, const char *b)
+{
+    const size_t n = strlen(a), m = strlen(b);
+    int row[64];
+    if (n >= 64 || m >= 64)
+        return 64;
+    for (size_t j = 0; j <= m; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            const int up = row[j], sub = diag + (a[i - 1] != b[j - 1]);
+            int best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+            row[j] = sub < best ? sub : best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+/* The library's own variables that are not config keys. */
+static const char *const env_not_keys[] = {"SHARDOPT_LOG_LEVEL", "SHARDOPT_LOG_FILE",
+                                           "SHARDOPT_FAULT", "SHARDOPT_FAULT_RANK",
+                                           "SHARDOPT_CPU_NO_BF16"};
+
+/* A SHARDOPT_ variable one or two letters away from a key's is most likely that key mistyped,
+ * and would silently do nothing: say so. Names further from every key (other tools' variables)
+ * are left alone. */
+static void env_typos_warn(void)
+{
+    extern char **environ;
+    char env[96], name[96];
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, "SHARDOPT_", 9) != 0 || eq == NULL || (size_t)(eq - *e) >= sizeof name)
+            continue;
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
+        int known = 0, best = 64;
+        const char *nearest = NULL;
+        for (size_t i = 0; i < sizeof env_not_keys / sizeof env_not_keys[0]; i++)
+            known |= strcmp(name, env_not_keys[i]) == 0;
+        for (size_t i = 0; i < config_key_count && !known; i++) {
+            config_key_env_name(&config_keys[i], env, sizeof env);
+            const int d = edit_distance(name, env);
+            known = d == 0;
+            if (d < best) {
+                best = d;
+                nearest = config_keys[i].name;
+            }
+        }
+        if (!known && best <= 2 && nearest != NULL) {
+            for (size_t i = 0; i < config_key_count; i++)
+                if (config_keys[i].name == nearest)
+                    config_key_env_name(&config_keys[i], env, sizeof env);
+            log_warn("config: %s is not a config key and is ignored; did you mean %s?", name, env);
+        }
+    }
+}
+
 shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg)
 {
+    env_typos_warn();
     return config_env_overlay(cfg, env_lookup, NULL);
 }
 

@@ -5,6 +5,7 @@
 
 #include "comm_wait.h"
 #include "fault.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/elem_rules.h"
 #include "log.h"
 #include "status.h"
@@ -54,6 +55,24 @@ static shardopt_status_t zero_nonfinite(shardopt_runtime_t rt, int bad)
     return SHARDOPT_OK;
 }
 
+void prepass_sumsq(shardopt_runtime_t rt, int host)
+{
+    if (rt->ops->sumsq_many != NULL && !host) { /* a device: one wait for all */
+        if (rt->nparams > 0)
+            rt->ops->sumsq_many(&rt->kctx, rt->pre_x, rt->pre_dt, rt->pre_n, rt->nparams,
+                                rt->sumsq);
+        return;
+    }
+    for (int i = 0; i < rt->nparams; i++) {
+        const void *x = rt->pre_x[i];
+        const int dt = rt->pre_dt[i];
+        const size_t n = rt->pre_n[i];
+        rt->sumsq[i] = n == 0 ? 0.0
+                       : host ? cpu_sumsq(NULL, x, dt, n)
+                              : rt->ops->sumsq(&rt->kctx, x, dt, n);
+    }
+}
+
 shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struct prepass_result *r)
 {
     const struct groups *g = &rt->groups;
@@ -63,17 +82,11 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
         const struct shardopt_param *p = rt->params[i];
         /* every rank sums its own gradients, a replicated tensor's too: each rank applies its
          * copy's, so a NaN in any copy must stop the step (below, it counts once in the norm) */
-        const size_t n = (size_t)p->layout.local_numel;
-        if (rt->ops->sumsq_many != NULL) { /* a device: one wait for all, below */
-            rt->pre_x[i] = p->grad;
-            rt->pre_dt[i] = p->grad_dtype;
-            rt->pre_n[i] = n;
-        } else {
-            rt->sumsq[i] = n > 0 ? rt->ops->sumsq(&rt->kctx, p->grad, p->grad_dtype, n) : 0.0;
-        }
+        rt->pre_x[i] = p->grad;
+        rt->pre_dt[i] = p->grad_dtype;
+        rt->pre_n[i] = (size_t)p->layout.local_numel;
     }
-    if (rt->ops->sumsq_many != NULL && rt->nparams > 0)
-        rt->ops->sumsq_many(&rt->kctx, rt->pre_x, rt->pre_dt, rt->pre_n, rt->nparams, rt->sumsq);
+    prepass_sumsq(rt, 0);
     /* a replicated tensor is whole on every rank: its sum counts once per replica (dense rank
      * 0's), the other ranks add 0, or their NaN/Inf */
     for (int i = 0; i < rt->nparams; i++)

@@ -12,6 +12,11 @@ struct prepass_result {
     int nonfinite;    /* tensors with NaN/Inf gradients somewhere */
 };
 
+/* rt->sumsq[i] <- the sum of squares, in double, of the rt->pre_n[i] elements of dtype
+ * rt->pre_dt[i] at rt->pre_x[i], for every parameter: with one wait on a device backend, or on the
+ * host (`host`) for host memory beside a device backend's kernels (an offload host store). */
+void prepass_sumsq(shardopt_runtime_t rt, int host);
+
 /* Collective. Fills rt->counters.nonfinite_last with the offending names. */
 shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm,
                               struct prepass_result *r);

@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "comm_wait.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "prepass.h"
 #include "status.h"
 
 /* Array a of parameter p: 0 the parameter shard, 1 momentum (Muon) or exp_avg (AdamW),
@@ -40,26 +40,16 @@ static const char *array_name(const struct shardopt_param *p, int a)
  * every element is (fp32's largest square, 1.2e77, summed 2^53 times stays finite). */
 static void array_sums(shardopt_runtime_t rt, int a)
 {
-    /* parameters are where the kernels read them; a host store (offload) is read on the host */
-    const int host = a > 0 && rt->store.host;
     for (int i = 0; i < rt->nparams; i++) {
         int dt = 0;
         size_t n = 0;
         const void *x = array_of(rt, rt->params[i], a, &dt, &n);
-        if (x == NULL)
-            n = 0;
-        if (rt->ops->sumsq_many != NULL && !host) {
-            rt->pre_x[i] = x != NULL ? x : rt->params[i]->grad; /* not read when n = 0 */
-            rt->pre_dt[i] = dt;
-            rt->pre_n[i] = n;
-        } else {
-            rt->sumsq[i] = n == 0 ? 0.0
-                           : host ? cpu_sumsq(NULL, x, dt, n)
-                                  : rt->ops->sumsq(&rt->kctx, x, dt, n);
-        }
+        rt->pre_x[i] = x != NULL ? x : rt->params[i]->grad; /* not read when n = 0 */
+        rt->pre_dt[i] = dt;
+        rt->pre_n[i] = x != NULL ? n : 0;
     }
-    if (rt->ops->sumsq_many != NULL && !host && rt->nparams > 0)
-        rt->ops->sumsq_many(&rt->kctx, rt->pre_x, rt->pre_dt, rt->pre_n, rt->nparams, rt->sumsq);
+    /* parameters are where the kernels read them; a host store (offload) is read on the host */
+    prepass_sumsq(rt, a > 0 && rt->store.host);
 }
 
 shardopt_status_t state_check(shardopt_runtime_t rt)

@@ -202,14 +202,13 @@ static const char *const env_not_keys[] = {"SHARDOPT_LOG_LEVEL", "SHARDOPT_LOG_F
 static void env_typos_warn(void)
 {
     extern char **environ;
-    char env[96], name[96];
+    char env[96], name[96], nearest[96];
     for (char **e = environ; e != NULL && *e != NULL; e++) {
         const char *eq = strchr(*e, '=');
         if (strncmp(*e, "SHARDOPT_", 9) != 0 || eq == NULL || (size_t)(eq - *e) >= sizeof name)
             continue;
         snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
         int known = 0, best = 64;
-        const char *nearest = NULL;
         for (size_t i = 0; i < sizeof env_not_keys / sizeof env_not_keys[0]; i++)
             known |= strcmp(name, env_not_keys[i]) == 0;
         for (size_t i = 0; i < config_key_count && !known; i++) {
@@ -218,15 +217,12 @@ static void env_typos_warn(void)
             known = d == 0;
             if (d < best) {
                 best = d;
-                nearest = config_keys[i].name;
+                memcpy(nearest, env, sizeof nearest);
             }
         }
-        if (!known && best <= 2 && nearest != NULL) {
-            for (size_t i = 0; i < config_key_count; i++)
-                if (config_keys[i].name == nearest)
-                    config_key_env_name(&config_keys[i], env, sizeof env);
-            log_warn("config: %s is not a config key and is ignored; did you mean %s?", name, env);
-        }
+        if (!known && best <= 2)
+            log_warn("config: %s is not a config key and is ignored; did you mean %s?", name,
+                     nearest);
     }
 }
 

@@ -159,3 +159,11 @@ int comm_gatherv(const struct groups *g, MPI_Comm comm, const void *in, int coun
     int rc = MPI_Igatherv(in, count, type, out, counts, displs, type, root, comm, &r);
     return rc == MPI_SUCCESS ? comm_wait(g, comm, 1, &r, NULL, what) : rc;
 }
+
+int comm_allgatherv(const struct groups *g, MPI_Comm comm, void *buf, const int *counts,
+                    const int *displs, MPI_Datatype type, const char *what)
+{
+    MPI_Request r;
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, type, buf, counts, displs, type, comm, &r);
+    return rc == MPI_SUCCESS ? comm_wait(g, comm, 1, &r, NULL, what) : rc;
+}

@@ -33,6 +33,8 @@ int comm_allgather(const struct groups *g, MPI_Comm comm, const void *in, int co
                    MPI_Datatype type, void *out, const char *what);
 int comm_gather(const struct groups *g, MPI_Comm comm, const void *in, int count, MPI_Datatype type,
                 void *out, int root, const char *what);
+int comm_allgatherv(const struct groups *g, MPI_Comm comm, void *buf, const int *counts,
+                    const int *displs, MPI_Datatype type, const char *what); /* in place */
 int comm_gatherv(const struct groups *g, MPI_Comm comm, const void *in, int count,
                  MPI_Datatype type, void *out, const int *counts, const int *displs, int root,
                  const char *what);

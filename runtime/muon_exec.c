@@ -385,13 +385,9 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
                             g->me.rank);
         slots = st->buf->hns;
     }
-    MPI_Request req;
     comm_phase("step: sharing Newton-Schulz results (replica_split)", stage_bucket(rt, st));
-    int rc =
-        MPI_Iallgatherv(MPI_IN_PLACE, 0, t, slots, rt->rep_counts, rt->rep_displs, t, g->rep, &req);
-    if (rc == MPI_SUCCESS)
-        rc = comm_wait(g, g->rep, 1, &req, NULL, "all-gather");
-    if (rc != MPI_SUCCESS)
+    if (comm_allgatherv(g, g->rep, slots, rt->rep_counts, rt->rep_displs, t, "all-gather") !=
+        MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step: sharing Newton-Schulz results over the "
                                            "replicate group failed");
     if (rt_on_device(rt))

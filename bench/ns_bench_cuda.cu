@@ -2,8 +2,10 @@
  * against a cuBLAS bf16 GEMM with fp32 accumulation of matching size, measured in the same run:
  * the largest product of an iteration, C[m x n] = B[m x m] X[m x n], over the same batch.
  * Rates count 4m^2n + 2m^3 FLOPs per iteration for Newton-Schulz and 2m^2n
- * for the GEMM; ratio = NS rate / GEMM rate. Times are medians over reps of CUDA-event intervals,
- * NS and GEMM interleaved rep by rep. */
+ * for the GEMM; ratio = NS rate / GEMM rate. The symmetric variant runs beside the plain one, in
+ * 2 and in 4 block columns (rows per block rounded up to a multiple of 64), its rate counted with
+ * the plain FLOPs, so that its ratio says how much sooner the same result comes. Times are
+ * medians over reps of CUDA-event intervals, the variants and the GEMM interleaved rep by rep. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -40,10 +42,20 @@ __global__ void k_fill_bf16(uint16_t *p, size_t n, uint64_t seed)
     }
 }
 
+#define NS_BENCH_VARIANTS 3 /* plain, symmetric in 2 block columns, in 4 */
+
 struct cuda_case {
     int64_t batch, m, n;
-    double ns_s, gemm_s;
+    double ns_s[NS_BENCH_VARIANTS], gemm_s;
+    int block[NS_BENCH_VARIANTS]; /* rows per block; 0: plain */
 };
+
+/* Rows per block for k block columns of an m-row working matrix: ceil(m / k) rounded up to 64. */
+static int block_for(int64_t m, int k)
+{
+    const int64_t b = ((m + k - 1) / k + 63) / 64 * 64;
+    return (int)(b < m ? b : m);
+}
 
 static int run_case(const struct kernel_ops *ops, const struct kernel_ctx *ctx, cublasHandle_t h,
                     struct cuda_case *c, int reps)
@@ -59,7 +71,7 @@ static int run_case(const struct kernel_ops *ops, const struct kernel_ctx *ctx, 
     struct ns_workspace ws = {(float *)ops->alloc(wsb), wsb / sizeof(float), NULL};
     float coeffs[NS_TABLE_MAX_STEPS][3];
     cudaEvent_t e0, e1;
-    double *ns_t = (double *)malloc(sizeof(double) * (size_t)reps);
+    double *ns_t = (double *)malloc(sizeof(double) * (size_t)reps * NS_BENCH_VARIANTS);
     double *gm_t = (double *)malloc(sizeof(double) * (size_t)reps);
     int rc = -1;
 
@@ -75,36 +87,43 @@ static int run_case(const struct kernel_ops *ops, const struct kernel_ctx *ctx, 
     k_fill_bf16<<<1024, 256>>>(u, count, 1);
     k_fill_bf16<<<1024, 256>>>(gb, (size_t)(c->batch * m * m), 2);
     k_fill_bf16<<<1024, 256>>>(gx, (size_t)(c->batch * m * n), 3);
+    c->block[0] = 0;
+    c->block[1] = block_for(m, 2);
+    c->block[2] = block_for(m, 4);
     {
-        const struct ns_args a = {c->batch,
-                                  rows,
-                                  cols,
-                                  rows > cols,
-                                  u,
-                                  KDT_BF16,
-                                  u,
-                                  KDT_BF16,
-                                  (const float(*)[3])coeffs,
-                                  5,
-                                  1.0f,
-                                  1e-8f,
-                                  NS_VARIANT_PLAIN,
-                                  KDT_BF16,
-                                  0};
+        struct ns_args a = {c->batch,
+                            rows,
+                            cols,
+                            rows > cols,
+                            u,
+                            KDT_BF16,
+                            u,
+                            KDT_BF16,
+                            (const float(*)[3])coeffs,
+                            5,
+                            1.0f,
+                            1e-8f,
+                            NS_VARIANT_PLAIN,
+                            KDT_BF16,
+                            0};
         const float one = 1.0f, zero = 0.0f;
         for (int r = -1; r < reps; r++) { /* r = -1: warm-up (cuBLAS heuristics, clocks) */
             float ms = 0;
-            cudaEventRecord(e0, 0);
-            if (ops->newton_schulz(ctx, &a, &ws) != 0) {
-                fprintf(stderr, "ns_bench: Newton-Schulz refused\n");
-                goto out_ev;
+            for (int v = 0; v < NS_BENCH_VARIANTS; v++) {
+                a.variant = c->block[v] > 0 ? NS_VARIANT_SYMMETRIC : NS_VARIANT_PLAIN;
+                a.block = c->block[v];
+                cudaEventRecord(e0, 0);
+                if (ops->newton_schulz(ctx, &a, &ws) != 0) {
+                    fprintf(stderr, "ns_bench: Newton-Schulz refused (block %d)\n", c->block[v]);
+                    goto out_ev;
+                }
+                cudaEventRecord(e1, 0);
+                if (ck(cudaEventSynchronize(e1), "Newton-Schulz") != 0)
+                    goto out_ev;
+                cudaEventElapsedTime(&ms, e0, e1);
+                if (r >= 0)
+                    ns_t[(size_t)v * (size_t)reps + (size_t)r] = ms * 1e-3;
             }
-            cudaEventRecord(e1, 0);
-            if (ck(cudaEventSynchronize(e1), "Newton-Schulz") != 0)
-                goto out_ev;
-            cudaEventElapsedTime(&ms, e0, e1);
-            if (r >= 0)
-                ns_t[r] = ms * 1e-3;
             /* the limit: Yc (n x m) = Xc (n x m) Bc (m x m), as the driver's largest product */
             cudaEventRecord(e0, 0);
             if (cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)m,
@@ -123,7 +142,8 @@ static int run_case(const struct kernel_ops *ops, const struct kernel_ctx *ctx, 
                 gm_t[r] = ms * 1e-3;
         }
     }
-    c->ns_s = bench_median(ns_t, reps);
+    for (int v = 0; v < NS_BENCH_VARIANTS; v++)
+        c->ns_s[v] = bench_median(ns_t + (size_t)v * (size_t)reps, reps);
     c->gemm_s = bench_median(gm_t, reps);
     rc = 0;
 out_ev:
@@ -174,7 +194,10 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json)
     cudaGetDeviceProperties(&prop, dev);
     cublasCreate(&h);
     for (int i = 0; i < nshapes; i++) {
-        cases[i] = (struct cuda_case){shapes[i][0], shapes[i][1], shapes[i][2], 0, 0};
+        memset(&cases[i], 0, sizeof cases[i]);
+        cases[i].batch = shapes[i][0];
+        cases[i].m = shapes[i][1];
+        cases[i].n = shapes[i][2];
         if (run_case(ops, &ctx, h, &cases[i], reps) != 0)
             return 1;
         fprintf(stderr, "  measured %lldx%lldx%lld\n", (long long)cases[i].batch,
@@ -187,26 +210,35 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json)
     else
         printf("Newton-Schulz on %s (bf16, fp32 accumulation, 5 quintic steps), limit: cuBLAS "
                "bf16 GEMM of the largest product, same run, medians of %d reps\n\n"
-               "| batch x rows x cols | NS ms | NS TFLOP/s | GEMM TFLOP/s | NS / GEMM |\n"
-               "|---|---|---|---|---|\n",
+               "symmetric: the symmetric variant in 2 and in 4 block columns (rows per block in "
+               "brackets), its rate counted with the plain variant's FLOPs\n\n"
+               "| batch x rows x cols | NS ms | NS TFLOP/s | GEMM TFLOP/s | NS / GEMM | "
+               "symmetric/2 / GEMM | symmetric/4 / GEMM |\n"
+               "|---|---|---|---|---|---|---|\n",
                prop.name, reps);
     for (int i = 0; i < nshapes; i++) {
         const struct cuda_case *c = &cases[i];
         const double m = (double)(c->m < c->n ? c->m : c->n),
                      n = (double)(c->m < c->n ? c->n : c->m);
         /* 4m^2n + 2m^3 per iteration, as ns_flops_per_iter (not in kernels-only builds) */
-        const double ns_tf =
-            (4 * m * m * n + 2 * m * m * m) * 5 * (double)c->batch / c->ns_s * 1e-12;
+        const double flops = (4 * m * m * n + 2 * m * m * m) * 5 * (double)c->batch;
+        double ns_tf[NS_BENCH_VARIANTS];
+        for (int v = 0; v < NS_BENCH_VARIANTS; v++)
+            ns_tf[v] = flops / c->ns_s[v] * 1e-12;
         const double gm_tf = 2.0 * m * m * n * (double)c->batch / c->gemm_s * 1e-12;
         if (json)
             printf("%s{\"batch\": %lld, \"rows\": %lld, \"cols\": %lld, \"ns_seconds\": %.6e, "
                    "\"ns_tflops\": %.2f, \"gemm_seconds\": %.6e, \"gemm_tflops\": %.2f, "
-                   "\"ratio\": %.3f}",
-                   i ? ", " : "", (long long)c->batch, (long long)c->m, (long long)c->n, c->ns_s,
-                   ns_tf, c->gemm_s, gm_tf, ns_tf / gm_tf);
+                   "\"ratio\": %.3f, \"symmetric\": [{\"block\": %d, \"ns_seconds\": %.6e, "
+                   "\"ratio\": %.3f}, {\"block\": %d, \"ns_seconds\": %.6e, \"ratio\": %.3f}]}",
+                   i ? ", " : "", (long long)c->batch, (long long)c->m, (long long)c->n, c->ns_s[0],
+                   ns_tf[0], c->gemm_s, gm_tf, ns_tf[0] / gm_tf, c->block[1], c->ns_s[1],
+                   ns_tf[1] / gm_tf, c->block[2], c->ns_s[2], ns_tf[2] / gm_tf);
         else
-            printf("| %lldx%lldx%lld | %.3f | %.1f | %.1f | %.2f |\n", (long long)c->batch,
-                   (long long)c->m, (long long)c->n, c->ns_s * 1e3, ns_tf, gm_tf, ns_tf / gm_tf);
+            printf("| %lldx%lldx%lld | %.3f | %.1f | %.1f | %.2f | %.2f (%d) | %.2f (%d) |\n",
+                   (long long)c->batch, (long long)c->m, (long long)c->n, c->ns_s[0] * 1e3,
+                   ns_tf[0], gm_tf, ns_tf[0] / gm_tf, ns_tf[1] / gm_tf, c->block[1],
+                   ns_tf[2] / gm_tf, c->block[2]);
     }
     if (json)
         printf("]}\n");

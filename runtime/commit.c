@@ -30,7 +30,9 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
     p->off_momentum = state_store_reserve(&rt->store, n * kdtype_size(rt->cfg.momentum_dtype));
     layout_matrix_view(&p->layout, p->transposed, &p->mv);
     if (rt_ns_on_device(rt))
-        p->ns_variant = NS_VARIANT_PLAIN; /* the CUDA Newton-Schulz has the plain one only */
+        /* the device has a symmetric variant too (ns_driver.h), not yet measured on a GPU: the
+         * plain one until ns_bench --backend cuda says where the other is faster */
+        p->ns_variant = NS_VARIANT_PLAIN;
     else if (rt->ns_compute == KDT_BF16)
         p->ns_variant = ns_bf16_variant_for_shape(p->mv.rows, p->mv.cols, &p->ns_block);
     else

@@ -9,6 +9,7 @@
 extern "C" {
 #include "../ops.h"
 #include "cuda_backend.h"
+#include "lt_plan_cache.h"
 }
 
 /* Blocks of the deterministic sum of squares: a fixed count, so the order of additions depends
@@ -20,11 +21,22 @@ extern "C" {
 /* Results of one sumsq_many round trip (more tensors take more rounds). */
 #define CUDA_SUMSQ_RESULTS 1024
 
+/* A cached cuBLASLt product (lt_plan_cache.h): ok = 0 when the heuristic found no algorithm,
+ * remembered so that the fallback is taken without asking again. */
+struct lt_plan {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int ok;
+};
+
 struct cuda_backend {
     int device;
     cublasHandle_t blas;
     cublasLtHandle_t lt; /* Newton-Schulz products that read C apart from where D goes */
     void *lt_ws;         /* its workspace, CUDA_LT_WORKSPACE bytes */
+    struct lt_slots lt_slots;
+    struct lt_plan lt_plans[LT_PLAN_SLOTS];
     cudaStream_t stream; /* the runtime's: blocking, so legacy-stream work orders with it */
     cudaEvent_t caller_ready, done;  /* step ordering with a trainer's stream */
     cudaStream_t lane[KERNEL_LANES]; /* [0] = stream; copy-in and copy-out streams */
@@ -77,5 +89,6 @@ void cuda_sumsq_many(const struct kernel_ctx *ctx, const void *const *x, const i
 int cuda_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                        const struct ns_workspace *ws);
 size_t cuda_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch);
+void cuda_lt_plans_destroy(struct cuda_backend *b);
 
 #endif

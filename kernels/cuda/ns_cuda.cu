@@ -1,8 +1,9 @@
-/* Newton-Schulz on the device: ns_driver.h's sequence with cuBLAS bf16 products (fp32
- * accumulation, strided-batched over the experts of a stack) and two kernels around it: the
- * Frobenius norms of the batch, then the normalised, transposed-where-needed bf16 copy of U
- * (the norm is folded into that copy); and at the end the copy of X back into the stored
- * orientation and dtype. */
+/* Newton-Schulz on the device: ns_driver.h's sequence with cuBLASLt bf16 products (fp32
+ * accumulation, strided-batched over the experts of a stack; plans cached per shape in the
+ * backend, lt_plan_cache.h) and kernels around it: the Frobenius norms of the batch, then the
+ * normalised, transposed-where-needed bf16 copy of U (the norm is folded into that copy); the
+ * symmetric variant's mirror; and at the end the copy of X back into the stored orientation
+ * and dtype. */
 #include "cuda_internal.h"
 #include "ns_driver.h"
 
@@ -73,36 +74,40 @@ __global__ void k_ns_tile(const void *in, int in_dt, void *out, int out_dt, int6
 namespace
 {
 
-/* D = alpha op(A) op(B) + beta C with C and D apart (cuBLASLt): bf16 in and out, fp32
- * accumulation and scale, strided batches. The descriptors are a few host calls per product;
- * the heuristic picks the algorithm for the workspace we have. */
-static int lt_gemm(cublasLtHandle_t lt, void *ws, cudaStream_t s, int ta, int tb, int M, int N,
-                   int K, float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
-                   long long sB, float beta, const void *C, void *D, int ldc, long long sC,
-                   int batch)
+/* The plan for key: the matmul descriptor, the three layouts (D shares C's) and the
+ * heuristic's algorithm for our workspace and the operands' alignments. p->ok = 0 when any
+ * call fails or no algorithm fits. */
+static void lt_plan_build(cublasLtHandle_t lt, const struct lt_key *k, struct lt_plan *p)
 {
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    const cublasOperation_t opa = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            opb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int32_t nb = (int32_t)k->batch;
+    const int64_t strides[3] = {k->sa, k->sb, k->sc};
+    const uint32_t align[4] = {(uint32_t)k->align_a, (uint32_t)k->align_b, (uint32_t)k->align_c,
+                               (uint32_t)k->align_d};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const size_t wsb = CUDA_LT_WORKSPACE;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
-    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const int32_t nb = batch;
-    const int64_t strides[3] = {sA, sB, sC};
-    const size_t wsb = CUDA_LT_WORKSPACE;
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+
+    memset(p, 0, sizeof *p);
+    cublasStatus_t st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
     if (st == CUBLAS_STATUS_SUCCESS) /* the stored (untransposed) shapes, column-major */
-        st = cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? K : M, ta ? M : K, lda);
+        st = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, k->ta ? k->k : k->m,
+                                        k->ta ? k->m : k->k, k->lda);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? N : K, tb ? K : N, ldb);
+        st = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, k->tb ? k->n : k->k,
+                                        k->tb ? k->k : k->n, k->ldb);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, M, N, ldc);
-    cublasLtMatrixLayout_t lays[3] = {la, lb, lc};
+        st = cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_16BF, k->m, k->n, k->ldc);
+    cublasLtMatrixLayout_t lays[3] = {p->la, p->lb, p->lc};
     for (int i = 0; i < 3 && st == CUBLAS_STATUS_SUCCESS; i++) {
         st = cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &nb,
                                               sizeof nb);
@@ -115,24 +120,103 @@ static int lt_gemm(cublasLtHandle_t lt, void *ws, cudaStream_t s, int ta, int tb
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &wsb, sizeof wsb);
+    for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &found);
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0)
-        st = cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, C, lc, D, lc, &h.algo, ws, wsb, s);
+        st = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &h,
+                                            &found);
     if (pref != NULL)
         cublasLtMatmulPreferenceDestroy(pref);
-    for (int i = 0; i < 3; i++)
-        if (lays[i] != NULL)
-            cublasLtMatrixLayoutDestroy(lays[i]);
-    if (op != NULL)
-        cublasLtMatmulDescDestroy(op);
-    return st == CUBLAS_STATUS_SUCCESS && found > 0 ? 0 : -1;
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+        p->algo = h.algo;
+        p->ok = 1;
+    }
+}
+
+static void lt_plan_free(struct lt_plan *p)
+{
+    if (p->la != NULL)
+        cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb != NULL)
+        cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc != NULL)
+        cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->op != NULL)
+        cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+/* D = alpha op(A) op(B) + beta C, C and D apart or the same, through the backend's cached
+ * cuBLASLt plan for the shape: bf16 in and out, fp32 accumulation and scale, strided batches.
+ * -1 when cuBLASLt has no algorithm for it (the caller falls back to cuBLAS). */
+static int lt_gemm(struct cuda_backend *be, cudaStream_t s, int ta, int tb, int M, int N, int K,
+                   float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                   long long sB, float beta, const void *C, void *D, int ldc, long long sC,
+                   int batch)
+{
+    struct lt_key key;
+    int fresh = 0, evicted = 0;
+
+    memset(&key, 0, sizeof key);
+    key.ta = ta;
+    key.tb = tb;
+    key.m = M;
+    key.n = N;
+    key.k = K;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.sa = sA;
+    key.sb = sB;
+    key.sc = sC;
+    key.batch = batch;
+    key.align_a = lt_alignment(A, 2 * sA, batch);
+    key.align_b = lt_alignment(B, 2 * sB, batch);
+    key.align_c = lt_alignment(C, 2 * sC, batch);
+    key.align_d = lt_alignment(D, 2 * sC, batch);
+    const int i = lt_slot_find(&be->lt_slots, &key, &fresh, &evicted);
+    struct lt_plan *p = &be->lt_plans[i];
+    if (fresh) {
+        if (evicted)
+            lt_plan_free(p);
+        lt_plan_build(be->lt, &key, p);
+    }
+    if (!p->ok)
+        return -1;
+    return cublasLtMatmul(be->lt, p->op, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, D, p->lc,
+                          &p->algo, be->lt_ws, CUDA_LT_WORKSPACE, s) == CUBLAS_STATUS_SUCCESS
+               ? 0
+               : -1;
+}
+
+/* Ac[r + c m] <- Ac[c + r m] for r < (c / block) * block, m x m column-major bf16, one matrix
+ * per blockIdx.z: the strict upper part above the diagonal blocks from the block lower triangle
+ * the symmetric products wrote (ns_driver.h). A tile is read along its source rows and written
+ * along its destination columns through shared memory; the sources are never destinations. */
+__global__ void k_ns_mirror(uint16_t *a, int64_t m, int64_t block, long long stride)
+{
+    __shared__ uint16_t tile[NS_TILE][NS_TILE + 1];
+    uint16_t *A = a + (size_t)blockIdx.z * (size_t)stride;
+    const int64_t r0 = (int64_t)blockIdx.y * NS_TILE, c0 = (int64_t)blockIdx.x * NS_TILE;
+    const int64_t c_last = c0 + NS_TILE - 1 < m - 1 ? c0 + NS_TILE - 1 : m - 1;
+
+    if (r0 >= c_last / block * block)
+        return; /* nothing in this tile lies above a diagonal block */
+    for (int ty = threadIdx.y; ty < NS_TILE; ty += blockDim.y) {
+        const int64_t r = r0 + ty, c = c0 + threadIdx.x;
+        if (r < m && c < m)
+            tile[ty][threadIdx.x] = A[(size_t)(c + r * m)];
+    }
+    __syncthreads();
+    for (int ty = threadIdx.y; ty < NS_TILE; ty += blockDim.y) {
+        const int64_t c = c0 + ty, r = r0 + threadIdx.x;
+        if (r < m && c < m && r < c / block * block)
+            A[(size_t)(r + c * m)] = tile[threadIdx.x][ty];
+    }
 }
 
 struct CudaDev {
-    cublasHandle_t h;
-    cublasLtHandle_t lt;
-    void *lt_ws;
+    struct cuda_backend *be;
     cudaStream_t s;
 
     size_t scratch_bytes(int64_t count) const
@@ -144,26 +228,34 @@ struct CudaDev {
              long long sA, const uint16_t *B, int ldb, long long sB, float beta,
              const uint16_t *Cin, uint16_t *C, int ldc, long long sC, int batch)
     {
-        if (beta != 0.0f && Cin != C) {
-            if (lt_gemm(lt, lt_ws, s, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, Cin, C,
-                        ldc, sC, batch) == 0)
-                return 0;
-            /* no cuBLASLt algorithm for it: C into D, then the in-place product */
-            if (copy(C, Cin, ((size_t)(batch - 1) * (size_t)sC + (size_t)ldc * N) * 2) != 0)
-                return -1;
-        }
-        return cublasGemmStridedBatchedEx(
-                   h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, M, N, K,
-                   &alpha, A, CUDA_R_16BF, lda, sA, B, CUDA_R_16BF, ldb, sB, &beta, C, CUDA_R_16BF,
-                   ldc, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+        if (lt_gemm(be, s, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta,
+                    beta != 0.0f ? Cin : C, C, ldc, sC, batch) == 0)
+            return 0;
+        /* no cuBLASLt algorithm for it: C into D, matrix by matrix (C may be a block of a
+         * larger matrix), then the in-place product */
+        if (beta != 0.0f && Cin != C)
+            for (int z = 0; z < batch; z++)
+                if (cudaMemcpy2DAsync(C + (size_t)z * (size_t)sC, (size_t)ldc * 2,
+                                      Cin + (size_t)z * (size_t)sC, (size_t)ldc * 2, (size_t)M * 2,
+                                      (size_t)N, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+                    return -1;
+        if (cublasSetStream(be->blas, s) != CUBLAS_STATUS_SUCCESS)
+            return -1;
+        return cublasGemmStridedBatchedEx(be->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                          tb ? CUBLAS_OP_T : CUBLAS_OP_N, M, N, K, &alpha, A,
+                                          CUDA_R_16BF, lda, sA, B, CUDA_R_16BF, ldb, sB, &beta, C,
+                                          CUDA_R_16BF, ldc, sC, batch, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
                    ? 0
                    : -1;
     }
 
-    int copy(void *dst, const void *src, size_t bytes)
+    int mirror(uint16_t *A, int64_t m, int64_t block, long long stride, int batch)
     {
-        return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? 0
-                                                                                            : -1;
+        const dim3 grid((unsigned)((m + NS_TILE - 1) / NS_TILE),
+                        (unsigned)((m + NS_TILE - 1) / NS_TILE), (unsigned)batch);
+        k_ns_mirror<<<grid, dim3(NS_TILE, 8), 0, s>>>(A, m, block, stride);
+        return cudaGetLastError() == cudaSuccess ? 0 : -1;
     }
 
     int load(const struct ns_args *a, int64_t k0, int64_t count, int64_t, int64_t, uint16_t *x,
@@ -197,6 +289,13 @@ struct CudaDev {
 
 } // namespace
 
+void cuda_lt_plans_destroy(struct cuda_backend *b)
+{
+    for (int i = 0; i < LT_PLAN_SLOTS; i++)
+        lt_plan_free(&b->lt_plans[i]);
+    memset(&b->lt_slots, 0, sizeof b->lt_slots);
+}
+
 size_t cuda_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch)
 {
     if (batch < 1)
@@ -211,8 +310,6 @@ int cuda_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
     struct cuda_backend *be = cuda_be(ctx);
     if (be == NULL || a->steps < 0)
         return -1;
-    CudaDev d = {be->blas, be->lt, be->lt_ws, cuda_stream(ctx)};
-    if (cublasSetStream(be->blas, d.s) != CUBLAS_STATUS_SUCCESS)
-        return -1;
+    CudaDev d = {be, cuda_stream(ctx)};
     return ns_dev_run(d, a, ws->buf, ws->floats * sizeof(float));
 }

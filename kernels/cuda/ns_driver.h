@@ -11,6 +11,14 @@
  *   Y = aX + BX  <=> Yc = a Xc + Xc Bc      gemm(N, N, n, m, m), beta = a, C = X, D = Y
  * No product relies on A or B being exactly symmetric, which rounded bf16 results are not.
  *
+ * The symmetric variant (a->variant = NS_VARIANT_SYMMETRIC, a->block rows per block) computes
+ * only the block lower triangle of Ac and Bc, one product per block column [r0, r1):
+ *   Ac[r0:m, r0:r1] = Xc[:, r0:m]^T Xc[:, r0:r1]                    gemm(T, N, m - r0, r1 - r0, n)
+ *   Bc[r0:m, r0:r1] = b Ac[r0:m, r0:r1] + c Ac[r0:m, :] Ac[:, r0:r1] gemm(N, N, m - r0, r1 - r0, m)
+ * and mirrors each into the strict upper part above the diagonal blocks before it is read whole
+ * (A by the next product, B by Y = aX + BX). With k block columns the two products cost
+ * (1 + 1/k) / 2 of the full ones; the mirrored halves make A and B exactly symmetric.
+ *
  * Dev provides, on bf16 buffers (uint16_t) and stream-ordered:
  *   int gemm(int ta, int tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, D, ldc, sC,
  *            batch)   D = alpha op(A) op(B) + beta C; C and D share ldc and sC, C may be D, and
@@ -21,6 +29,9 @@
  *   int store(const ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n,
  *             const uint16_t *x)   O[k0+k] <- X[k] in the stored orientation, out_dtype
  *   size_t scratch_bytes(int64_t count)   for load
+ *   int mirror(uint16_t *A, int64_t m, int64_t block, long long stride, int batch)
+ *            Ac[r + c m] <- Ac[c + r m] for every r < (c / block) * block, in each of the batch
+ *            (symmetric variant only)
  * Every call returns 0 or -1. */
 #ifndef KERNELS_CUDA_NS_DRIVER_H
 #define KERNELS_CUDA_NS_DRIVER_H
@@ -66,6 +77,11 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
         return -1;
     if (chunk > 65535)
         chunk = 65535; /* the batch is a grid dimension of the device kernels */
+    /* block columns of the symmetric variant; one (the full products) for the plain one */
+    const int64_t block =
+        a->variant == NS_VARIANT_SYMMETRIC && a->block > 0 && a->block < m ? a->block : m;
+    if (a->variant != NS_VARIANT_PLAIN && a->variant != NS_VARIANT_SYMMETRIC)
+        return -1;
     for (int64_t k0 = 0; k0 < a->batch; k0 += chunk) {
         const int64_t bc = a->batch - k0 < chunk ? a->batch - k0 : chunk;
         const int batch = (int)bc;
@@ -79,11 +95,31 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
             return -1;
         for (int it = 0; it < a->steps; it++) {
             const float ca = a->coeffs[it][0], cb = a->coeffs[it][1], cc = a->coeffs[it][2];
-            if (d.gemm(1, 0, (int)m, (int)m, (int)n, 1.0f, x, (int)n, mn, x, (int)n, mn, 0.0f, A, A,
-                       (int)m, mm, batch) != 0 ||
-                d.gemm(0, 0, (int)m, (int)m, (int)m, cc, A, (int)m, mm, A, (int)m, mm, cb, A, B,
-                       (int)m, mm, batch) != 0 ||
-                d.gemm(0, 0, (int)n, (int)m, (int)m, 1.0f, x, (int)n, mn, B, (int)m, mm, ca, x, y,
+            if (block == m) {
+                if (d.gemm(1, 0, (int)m, (int)m, (int)n, 1.0f, x, (int)n, mn, x, (int)n, mn, 0.0f,
+                           A, A, (int)m, mm, batch) != 0 ||
+                    d.gemm(0, 0, (int)m, (int)m, (int)m, cc, A, (int)m, mm, A, (int)m, mm, cb, A, B,
+                           (int)m, mm, batch) != 0)
+                    return -1;
+            } else {
+                for (int64_t r0 = 0; r0 < m; r0 += block) {
+                    const int M = (int)(m - r0), N = (int)(r0 + block < m ? block : m - r0);
+                    if (d.gemm(1, 0, M, N, (int)n, 1.0f, x + r0 * n, (int)n, mn, x + r0 * n, (int)n,
+                               mn, 0.0f, A + r0 * m + r0, A + r0 * m + r0, (int)m, mm, batch) != 0)
+                        return -1;
+                }
+                if (d.mirror(A, m, block, mm, batch) != 0)
+                    return -1;
+                for (int64_t r0 = 0; r0 < m; r0 += block) {
+                    const int M = (int)(m - r0), N = (int)(r0 + block < m ? block : m - r0);
+                    if (d.gemm(0, 0, M, N, (int)m, cc, A + r0, (int)m, mm, A + r0 * m, (int)m, mm,
+                               cb, A + r0 * m + r0, B + r0 * m + r0, (int)m, mm, batch) != 0)
+                        return -1;
+                }
+                if (d.mirror(B, m, block, mm, batch) != 0)
+                    return -1;
+            }
+            if (d.gemm(0, 0, (int)n, (int)m, (int)m, 1.0f, x, (int)n, mn, B, (int)m, mm, ca, x, y,
                        (int)n, mn, batch) != 0)
                 return -1;
             uint16_t *t = x;

@@ -163,6 +163,7 @@ extern "C" void cuda_backend_destroy(struct cuda_backend *b)
         return;
     if (b->blas != NULL)
         cublasDestroy(b->blas);
+    cuda_lt_plans_destroy(b);
     if (b->lt != NULL)
         cublasLtDestroy(b->lt);
     if (b->lt_ws != NULL)

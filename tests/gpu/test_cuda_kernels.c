@@ -300,15 +300,20 @@ TEST(cuda_copy2d_exact)
     gpu->free(dd);
 }
 
-/* Newton-Schulz of `batch` rows x cols fp32 matrices on the device; out on the host. */
-static int gpu_ns(int64_t batch, int64_t rows, int64_t cols, const struct coeffs *t,
-                  const float *in, float *out)
+/* Newton-Schulz of `batch` rows x cols fp32 matrices on the device; out on the host. block > 0:
+ * the symmetric variant with that many rows per block. */
+static int gpu_ns_v(int64_t batch, int64_t rows, int64_t cols, const struct coeffs *t,
+                    const float *in, float *out, int block)
 {
     const size_t bytes = (size_t)(batch * rows * cols) * sizeof(float);
     const size_t wsb = gpu->ns_workspace_bytes(rows, cols, batch);
     void *d = gpu->alloc(bytes);
     struct ns_workspace ws = {.buf = gpu->alloc(wsb), .floats = wsb / sizeof(float)};
-    const struct ns_args a = ns_args_of(batch, rows, cols, t, d, KDT_F32, d, KDT_F32);
+    struct ns_args a = ns_args_of(batch, rows, cols, t, d, KDT_F32, d, KDT_F32);
+    if (block > 0) {
+        a.variant = NS_VARIANT_SYMMETRIC;
+        a.block = block;
+    }
     gpu->copy(&gctx, d, in, bytes);
     int rc = gpu->newton_schulz(&gctx, &a, &ws);
     gpu->copy(&gctx, out, d, bytes);
@@ -317,6 +322,12 @@ static int gpu_ns(int64_t batch, int64_t rows, int64_t cols, const struct coeffs
     gpu->free(d);
     gpu->free(ws.buf);
     return rc;
+}
+
+static int gpu_ns(int64_t batch, int64_t rows, int64_t cols, const struct coeffs *t,
+                  const float *in, float *out)
+{
+    return gpu_ns_v(batch, rows, cols, t, in, out, 0);
 }
 
 TEST(cuda_newton_schulz_within_bf16_tolerance_of_fp64)
@@ -388,6 +399,55 @@ TEST(cuda_newton_schulz_singular_bands_and_batching)
     free(bin);
     free(bout);
     free(sout);
+}
+
+/* The symmetric variant (block lower triangles of X X^T and A A, mirrored by a kernel): within
+ * the fp64 bound, and within it of the plain variant, for even and uneven block columns, a
+ * batch, a tall shape and a shape smaller than one tile. */
+TEST(cuda_newton_schulz_symmetric_variant_within_bf16_tolerance)
+{
+    setup();
+    const struct coeffs t = coeffs_of(NS_TABLE_QUINTIC, 5);
+    static const int64_t shapes[][4] = {
+        {1, 256, 512, 128}, {3, 128, 352, 48}, {2, 384, 128, 64}, {1, 7, 13, 3}, {1, 96, 96, 40}};
+    double worst = 0, worst_plain = 0;
+    for (int c = 0; c < 5; c++) {
+        const int64_t B = shapes[c][0], R = shapes[c][1], C = shapes[c][2];
+        const size_t one = (size_t)(R * C);
+        float *in = ns_input(B * one, KDT_F32, 17 + c, NULL),
+              *out = malloc(B * one * sizeof(float));
+        float *plain = malloc(B * one * sizeof(float));
+        double *u = malloc(one * sizeof(double)), *ref = malloc(one * sizeof(double));
+        ASSERT_EQ_INT(gpu_ns_v(B, R, C, &t, in, out, (int)shapes[c][3]), 0);
+        ASSERT_EQ_INT(gpu_ns(B, R, C, &t, in, plain), 0);
+        for (int64_t k = 0; k < B; k++) {
+            double num = 0, den = 0;
+            for (size_t i = 0; i < one; i++) {
+                u[i] = in[k * one + i];
+                num += (double)(out[k * one + i] - plain[k * one + i]) *
+                       (out[k * one + i] - plain[k * one + i]);
+                den += (double)plain[k * one + i] * plain[k * one + i];
+            }
+            ns_fp64(u, R, C, R > C, (const float(*)[3])t.c, t.steps, t.norm_scale, 1e-8, ref);
+            const double e = ns_rel_frobenius(out + k * one, KDT_F32, ref, one),
+                         ep = sqrt(num / den);
+            if (!(e <= 1.5e-2) || !(ep <= 1.5e-2))
+                fprintf(stderr,
+                        "  %lld x %lld block %lld (matrix %lld): %.3e vs fp64, %.3e vs plain\n",
+                        (long long)R, (long long)C, (long long)shapes[c][3], (long long)k, e, ep);
+            EXPECT_TRUE(e <= 1.5e-2);
+            EXPECT_TRUE(ep <= 1.5e-2);
+            worst = e > worst ? e : worst;
+            worst_plain = ep > worst_plain ? ep : worst_plain;
+        }
+        free(in);
+        free(out);
+        free(plain);
+        free(u);
+        free(ref);
+    }
+    printf("  symmetric: worst relative Frobenius %.3e vs fp64, %.3e vs plain (bound 1.5e-2)\n",
+           worst, worst_plain);
 }
 
 TEST(cuda_teardown)

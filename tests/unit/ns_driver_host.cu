@@ -9,7 +9,8 @@
 
 extern "C" {
 #include "kernels/elem_rules.h"
-int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms);
+int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms,
+                       int *mirrors);
 size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch);
 }
 
@@ -17,7 +18,7 @@ namespace
 {
 
 struct HostDev {
-    int gemms;
+    int gemms, mirrors;
 
     size_t scratch_bytes(int64_t count) const { return (size_t)count * sizeof(double); }
 
@@ -47,6 +48,20 @@ struct HostDev {
                     const float old = beta != 0.0f ? f32_from_bf16(cin[i + (size_t)j * ldc]) : 0.0f;
                     c[i + (size_t)j * ldc] = bf16_from_f32(alpha * acc + beta * old);
                 }
+        }
+        return 0;
+    }
+
+    int mirror(uint16_t *A, int64_t m, int64_t block, long long stride, int batch)
+    {
+        if (block < 1)
+            return -1;
+        mirrors++;
+        for (int z = 0; z < batch; z++) {
+            uint16_t *a = A + z * stride;
+            for (int64_t c = 0; c < m; c++)
+                for (int64_t r = 0; r < c / block * block; r++)
+                    a[r + c * m] = a[c + r * m];
         }
         return 0;
     }
@@ -102,11 +117,13 @@ size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch)
            (size_t)batch * sizeof(double);
 }
 
-int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms)
+int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms, int *mirrors)
 {
-    HostDev d = {0};
+    HostDev d = {0, 0};
     const int rc = ns_dev_run(d, a, ws, ws_bytes);
     if (gemms != NULL)
         *gemms = d.gemms;
+    if (mirrors != NULL)
+        *mirrors = d.mirrors;
     return rc;
 }

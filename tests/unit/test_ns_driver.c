@@ -11,15 +11,29 @@
 #include "ns_test_util.h"
 #include "test.h"
 
-int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms);
+int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms,
+                       int *mirrors);
 size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch);
 
 /* The larger error, NaN winning: a NaN result must fail the check, not vanish in a max. */
 static double worse(double a, double b) { return a != a || b != b ? NAN : a > b ? a : b; }
 
-/* One case: the driver against ns_fp64 matrix by matrix; returns the worst error. */
-static double check_case_t(int64_t batch, int64_t rows, int64_t cols, int transpose, int in_dt,
-                           int out_dt, int table, int steps)
+/* Whether every bf16 m x m matrix of the batch equals its transpose bit for bit. */
+static int all_symmetric(const uint16_t *a, int64_t m, int64_t batch)
+{
+    for (int64_t z = 0; z < batch; z++)
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = r + 1; c < m; c++)
+                if (a[z * m * m + r * m + c] != a[z * m * m + c * m + r])
+                    return 0;
+    return 1;
+}
+
+/* One case: the driver against ns_fp64 matrix by matrix; returns the worst error. block > 0:
+ * the symmetric variant with that many rows per block. The workspace starts as bf16 NaNs, so a
+ * product that reads what no earlier step wrote fails the comparison. */
+static double check_case_v(int64_t batch, int64_t rows, int64_t cols, int transpose, int in_dt,
+                           int out_dt, int table, int steps, int64_t block)
 {
     const struct coeffs t = coeffs_of(table, steps);
     const size_t one = (size_t)(rows * cols), count = (size_t)batch * one;
@@ -29,13 +43,27 @@ static double check_case_t(int64_t batch, int64_t rows, int64_t cols, int transp
     const size_t wsb = ns_driver_host_ws_bytes(rows, cols, batch);
     void *ws = malloc(wsb);
     struct ns_args a = ns_args_of(batch, rows, cols, &t, in, in_dt, out, out_dt);
-    int gemms = 0;
+    const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+    const int64_t blocks = block > 0 ? (m + block - 1) / block : 1;
+    int gemms = 0, mirrors = 0;
     double worst = 0;
 
     a.transpose = transpose;
-
-    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, wsb, &gemms), 0);
-    EXPECT_EQ_INT(gemms, 3 * steps); /* the whole batch in one pass: 3 batched products a step */
+    if (block > 0) {
+        a.variant = NS_VARIANT_SYMMETRIC;
+        a.block = (int)block;
+    }
+    memset(ws, 0xff, wsb);
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, wsb, &gemms, &mirrors), 0);
+    /* the whole batch in one pass: 3 batched products a step, or one per block column for
+     * X X^T and for A A; the two mirrors only when there is more than one block column */
+    EXPECT_EQ_INT(gemms, (int)(steps * (blocks > 1 ? 2 * blocks + 1 : 3)));
+    EXPECT_EQ_INT(mirrors, blocks > 1 ? 2 * steps : 0);
+    if (blocks > 1) { /* the last step's A and B, mirrored: exactly symmetric */
+        const uint16_t *A = (const uint16_t *)ws + 2 * batch * m * n;
+        EXPECT_TRUE(all_symmetric(A, m, batch));
+        EXPECT_TRUE(all_symmetric(A + batch * m * m, m, batch));
+    }
     for (int64_t k = 0; k < batch; k++) {
         ns_fp64(u + k * one, rows, cols, transpose, (const float(*)[3])t.c, t.steps, t.norm_scale,
                 1e-8, ref);
@@ -53,6 +81,12 @@ static double check_case_t(int64_t batch, int64_t rows, int64_t cols, int transp
     free(out);
     free(ws);
     return worst;
+}
+
+static double check_case_t(int64_t batch, int64_t rows, int64_t cols, int transpose, int in_dt,
+                           int out_dt, int table, int steps)
+{
+    return check_case_v(batch, rows, cols, transpose, in_dt, out_dt, table, steps, 0);
 }
 
 static double check_case(int64_t batch, int64_t rows, int64_t cols, int in_dt, int out_dt,
@@ -84,6 +118,27 @@ TEST(ns_driver_matches_fp64_every_shape_class)
     printf("  worst relative Frobenius error vs fp64: %.3e\n", worst);
 }
 
+/* The symmetric variant (block lower triangles of A and B, mirrored): within the same bound of
+ * fp64 for even and uneven block columns, a block of one row, wide and tall shapes, batches;
+ * a block as large as m runs the plain products. */
+TEST(ns_driver_symmetric_variant_matches_fp64)
+{
+    double worst = 0, e;
+    e = check_case_v(1, 32, 32, 0, KDT_F32, KDT_F32, NS_TABLE_QUINTIC, 5, 8);
+    worst = worse(worst, e);
+    e = check_case_v(3, 24, 40, 0, KDT_BF16, KDT_BF16, NS_TABLE_QUINTIC, 5, 10); /* 10, 10, 4 */
+    worst = worse(worst, e);
+    e = check_case_v(2, 40, 24, 1, KDT_BF16, KDT_F32, NS_TABLE_QUINTIC, 5, 7);
+    worst = worse(worst, e);
+    e = check_case_v(1, 13, 29, 0, KDT_F32, KDT_F32, NS_TABLE_POLAR_EXPRESS, 8, 1);
+    worst = worse(worst, e);
+    e = check_case_v(2, 24, 24, 1, KDT_F32, KDT_F32, NS_TABLE_QUINTIC, 5, 12);
+    worst = worse(worst, e);
+    e = check_case_v(1, 16, 48, 0, KDT_F32, KDT_F32, NS_TABLE_QUINTIC, 5, 16); /* one block */
+    worst = worse(worst, e);
+    printf("  worst relative Frobenius error vs fp64: %.3e\n", worst);
+}
+
 /* A workspace for one matrix runs a batch of 3 in three passes with the same bits; in == out
  * works; a workspace too small for one matrix, or a transpose flag that disagrees with the
  * shape, is refused. */
@@ -102,23 +157,26 @@ TEST(ns_driver_chunks_in_place_and_refusals)
     int gemms = 0;
 
     struct ns_args a = ns_args_of(batch, rows, cols, &t, in, KDT_F32, full, KDT_F32);
-    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, &gemms), 0);
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, &gemms, NULL), 0);
     EXPECT_EQ_INT(gemms, 3 * 5);
     a.out = split;
-    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, small, &gemms), 0);
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, small, &gemms, NULL), 0);
     EXPECT_EQ_INT(gemms, 3 * 3 * 5); /* three passes of one matrix */
     EXPECT_EQ_INT(memcmp(full, split, count * sizeof(float)), 0);
     memcpy(inplace, in, count * sizeof(float));
     a.in = inplace;
     a.out = inplace;
-    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, NULL), 0);
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, NULL, NULL), 0);
     EXPECT_EQ_INT(memcmp(full, inplace, count * sizeof(float)), 0);
 
     a.in = in;
     a.out = split;
-    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, small - 1, NULL), -1);
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, small - 1, NULL, NULL), -1);
     a.transpose = 1; /* 20 x 36 is wide: working on its transpose would be the wrong side */
-    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, NULL), -1);
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, NULL, NULL), -1);
+    a.transpose = 0;
+    a.variant = 7; /* no such variant */
+    EXPECT_EQ_INT(ns_driver_host_run(&a, ws, big, NULL, NULL), -1);
     free(u);
     free(in);
     free(full);

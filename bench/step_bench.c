@@ -13,7 +13,9 @@
  * (same statistic), optimizer state bytes per rank, bytes per group per step, and the
  * Newton-Schulz rate against an OpenBLAS sgemm measured on rank 0 in the same run, and with
  * offload the host <-> device bytes counted at the copy op (both = none and optimizer, all = the
- * three modes, each with every momentum dtype asked for, side by side in one run). Defaults
+ * three modes, each with every momentum dtype asked for, side by side in one run); for
+ * offload = optimizer the same bytes copied alone, and on CUDA the share of them the step hid
+ * behind its kernels. Defaults
  * scale GLM-4.5-Air down (2 MoE layers, width / 8, experts / 4) so that it runs on a laptop. */
 #include <cblas.h>
 #include <math.h>
@@ -152,6 +154,91 @@ static double sgemm_rate(int threads)
     return best;
 }
 
+/* The host <-> device copies of a step alone: h2d and d2h bytes through pinned host buffers and
+ * the backend's copy lanes (both directions at once on CUDA; one after the other on the CPU,
+ * whose copies are memcpy), in chunks of at most 64 MiB. Seconds, median of 3, max over
+ * ranks (every rank copies at once, as in the step). With the step times of offload none and
+ * optimizer this says how much of the copying the pipeline hides behind the kernels. */
+static double copies_alone_seconds(const struct opts *o, uint64_t h2d, uint64_t d2h)
+{
+    const int cuda = strcmp(o->backend, "cuda") == 0;
+    const struct kernel_ops *ops = cuda ? kernel_ops_cuda() : kernel_ops_cpu_best();
+    struct kernel_ctx ctx = {0, NULL, NULL};
+    char err[256];
+    double t[3], worst;
+    uint64_t most = h2d > d2h ? h2d : d2h;
+    const size_t chunk = most < (64u << 20) ? (size_t)most : (size_t)64 << 20;
+
+    if (ops == NULL || chunk == 0)
+        return 0;
+    if (ops->backend_create != NULL &&
+        (ctx.backend = ops->backend_create(-1, &ctx.stream, err, sizeof err)) == NULL) {
+        fprintf(stderr, "step_bench: copy probe: %s\n", err);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const int lanes = ops->copy_on != NULL && ops->lane_wait != NULL;
+    void *(*halloc)(size_t) = ops->host_alloc != NULL ? ops->host_alloc : ops->alloc;
+    void (*hfree)(void *) = ops->host_alloc != NULL ? ops->host_free : ops->free;
+    void *hin = halloc(chunk), *hout = halloc(chunk), *din = ops->alloc(chunk),
+         *dout = ops->alloc(chunk);
+    if (hin == NULL || hout == NULL || din == NULL || dout == NULL) {
+        fprintf(stderr, "step_bench: copy probe: out of memory for 4 x %zu bytes\n", chunk);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memset(hin, 1, chunk);
+    ops->fill(&ctx, dout, 2, chunk);
+    ops->sync(&ctx);
+    for (int r = 0; r < 3; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        for (uint64_t done = 0; done < most; done += chunk) {
+            if (done < h2d) {
+                const size_t b = h2d - done < chunk ? (size_t)(h2d - done) : chunk;
+                if (lanes)
+                    ops->copy_on(&ctx, 1, din, hin, b);
+                else
+                    ops->copy(&ctx, din, hin, b);
+            }
+            if (done < d2h) {
+                const size_t b = d2h - done < chunk ? (size_t)(d2h - done) : chunk;
+                if (lanes)
+                    ops->copy_on(&ctx, 2, hout, dout, b);
+                else
+                    ops->copy(&ctx, hout, dout, b);
+            }
+        }
+        if (lanes) { /* the compute stream joins both lanes, then the host waits for it */
+            ops->lane_wait(&ctx, 0, 1, 0);
+            ops->lane_wait(&ctx, 0, 2, 0);
+        }
+        if (ops->sync(&ctx) != 0) {
+            fprintf(stderr, "step_bench: copy probe: the copies failed\n");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        t[r] = MPI_Wtime() - t0;
+    }
+    worst = bench_median(t, 3);
+    MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    hfree(hin);
+    hfree(hout);
+    ops->free(din);
+    ops->free(dout);
+    if (ctx.backend != NULL)
+        ops->backend_destroy(ctx.backend);
+    return worst;
+}
+
+/* The share of the copies hidden: 1 when offload = optimizer takes max(none, copies alone), 0
+ * when it takes their sum; NaN without a none row of the same momentum dtype. */
+static double overlap_of(double none, double copies, double offloaded)
+{
+    const double shorter = none < copies ? none : copies;
+    if (!(none > 0) || !(copies > 0))
+        return NAN;
+    const double f = (none + copies - offloaded) / shorter;
+    return f < 0 ? 0 : f > 1 ? 1 : f;
+}
+
 struct result {
     const char *mom, *offload;
     double step, prepass, adamw, momentum, ex1, ns, ex2, apply; /* median over steps of max */
@@ -160,6 +247,7 @@ struct result {
     int64_t params_local_max;
     uint64_t h2d, d2h, peak, slot; /* host <-> device bytes per step, staging: max over ranks */
     double copy_s;                 /* median over steps of the max over ranks */
+    double copies_alone_s;         /* offload = optimizer: copies_alone_seconds, else 0 */
 };
 
 static void run_one(const struct opts *o, const struct preset *p, const char *mom,
@@ -269,6 +357,19 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     shardopt_finalize(rt);
     preset_shards_free(&ps);
     free(step);
+    /* after finalize: the probe's buffers do not compete with the runtime's for memory */
+    r->copies_alone_s = cfg.offload == SHARDOPT_OFFLOAD_OPTIMIZER && r->h2d + r->d2h > 0
+                            ? copies_alone_seconds(o, r->h2d, r->d2h)
+                            : 0;
+}
+
+/* The step time of the offload = none row with momentum dtype mom; 0 when there is none. */
+static double none_step(const struct result *res, int nres, const char *mom)
+{
+    for (int i = 0; i < nres; i++)
+        if (strcmp(res[i].offload, "none") == 0 && strcmp(res[i].mom, mom) == 0)
+            return res[i].step;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -276,6 +377,7 @@ int main(int argc, char **argv)
     struct opts o;
     struct preset p;
     struct result res[6];
+    double overlap[6]; /* copies hidden, offload = optimizer rows; NaN elsewhere */
     char err[256];
     int nres = 0;
 
@@ -299,6 +401,8 @@ int main(int argc, char **argv)
             run_one(&o, &p, "bf16", offload_modes[m], &res[nres++]);
     }
 
+    for (int i = 0; i < nres; i++)
+        overlap[i] = NAN;
     if (me == 0) {
         printf("step_bench: preset %s (%d MoE + %d dense layers, width / %d, experts / %d): %d "
                "tensors, %.2f M parameters; %d ranks = dp_replicate %d x dp_shard %d x cp %d, "
@@ -316,13 +420,31 @@ int main(int argc, char **argv)
                o.steps, o.warmup, gemm);
         printf("| offload | momentum | step time (max over ranks) | optimizer state / rank | "
                "host↔device bytes / step (in + out) | copy time (exposed) | staging peak / 3 "
-               "slots |\n|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < nres; i++)
-            printf("| %s | %s | %.3f s | %.2f MiB | %.2f + %.2f MiB | %.3f s | %.2f / %.2f MiB |\n",
+               "slots | copies alone | copies hidden |\n|---|---|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < nres; i++) {
+            char alone[32] = "-", hidden[32] = "-";
+            if (res[i].copies_alone_s > 0) {
+                snprintf(alone, sizeof alone, "%.3f s", res[i].copies_alone_s);
+                /* the CPU's copies are memcpy between kernels: nothing to hide, and the
+                 * difference of step times would be noise */
+                if (strcmp(o.backend, "cuda") == 0)
+                    overlap[i] = overlap_of(none_step(res, nres, res[i].mom), res[i].copies_alone_s,
+                                            res[i].step);
+                if (overlap[i] == overlap[i])
+                    snprintf(hidden, sizeof hidden, "%.0f%%", 100 * overlap[i]);
+            }
+            printf("| %s | %s | %.3f s | %.2f MiB | %.2f + %.2f MiB | %.3f s | %.2f / %.2f MiB | "
+                   "%s | %s |\n",
                    res[i].offload, res[i].mom, res[i].step,
                    (res[i].state_mom + res[i].state_m + res[i].state_v) / 1048576.0,
                    res[i].h2d / 1048576.0, res[i].d2h / 1048576.0, res[i].copy_s,
-                   res[i].peak / 1048576.0, 3 * res[i].slot / 1048576.0);
+                   res[i].peak / 1048576.0, 3 * res[i].slot / 1048576.0, alone, hidden);
+        }
+        printf("\ncopies alone: the step's host↔device bytes copied without kernels (both "
+               "directions at once on a device's copy streams); copies hidden: (none + copies "
+               "alone - optimizer) / the shorter of none and copies alone, 100%% when the copies "
+               "overlap the kernels fully (backend cuda only: the CPU's copies are "
+               "synchronous)\n");
         printf("\n| offload | momentum | pre-pass | AdamW | momentum | exchange #1 | NS | exchange "
                "#2 | "
                "apply | NS GFLOP/s (min rank) | NS / sgemm | dense bytes/step | expert "
@@ -354,7 +476,8 @@ int main(int argc, char **argv)
                        "\"adam_bytes\": %llu, \"workspace_bytes\": %llu, \"dense_bytes_per_step\": "
                        "%llu, \"expert_bytes_per_step\": %llu, \"h2d_bytes_per_step\": %llu, "
                        "\"d2h_bytes_per_step\": %llu, \"copy_exposed_s\": %.6f, "
-                       "\"staging_peak_bytes\": %llu}",
+                       "\"staging_peak_bytes\": %llu, \"copies_alone_s\": %.6f, "
+                       "\"copies_hidden\": %.4f}",
                        i ? ", " : "", res[i].offload, res[i].mom, res[i].step, res[i].prepass,
                        res[i].adamw, res[i].momentum, res[i].ex1, res[i].ns, res[i].ex2,
                        res[i].apply, res[i].ns_gflops, gemm > 0 ? res[i].ns_gflops / gemm : 0,
@@ -364,7 +487,8 @@ int main(int argc, char **argv)
                        (unsigned long long)res[i].ws, (unsigned long long)res[i].bytes_dense,
                        (unsigned long long)res[i].bytes_expert, (unsigned long long)res[i].h2d,
                        (unsigned long long)res[i].d2h, res[i].copy_s,
-                       (unsigned long long)res[i].peak);
+                       (unsigned long long)res[i].peak, res[i].copies_alone_s,
+                       overlap[i] == overlap[i] ? overlap[i] : -1.0);
             printf("]}\n");
         }
     }

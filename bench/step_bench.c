@@ -458,10 +458,9 @@ int main(int argc, char **argv)
                    gemm > 0 ? res[i].ns_gflops / gemm : 0, res[i].bytes_dense / 1048576.0,
                    res[i].bytes_expert / 1048576.0);
         if (strcmp(o.backend, "cuda") == 0)
-            printf("\nbackend cuda: the phase columns are host-side times; device work runs "
-                   "asynchronously and shows in whichever phase next waits for the stream, so "
-                   "the NS columns mean nothing here (ns_bench --backend cuda times it with "
-                   "events)\n");
+            printf("\nbackend cuda: the phase columns are device times, intervals between CUDA "
+                   "events on the runtime's stream (its waits on the exchange and copy streams "
+                   "included); copy time (exposed): that stream's waits on the copy streams\n");
         if (o.json) {
             printf("\n{\"preset\": \"%s\", \"params\": %lld, \"ranks\": %d, \"dp_replicate\": %d, "
                    "\"dp_shard\": %d, \"cp\": %d, \"ep\": %d, \"expert_shard_dim\": %d, "

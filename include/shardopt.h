@@ -361,14 +361,14 @@ typedef struct shardopt_stats {
     uint64_t bytes_h2d_ns, bytes_d2h_ns; /**< offload = cpu: Newton-Schulz input U, output O */
     uint64_t staging_slot_bytes;         /**< each of the three staging slots */
     uint64_t staging_peak_bytes_last;    /**< most bytes held in staging at once */
-    double seconds_copy_exposed_last;    /**< copy time the step waited for (CPU backend); on CUDA,
-                                              the host's time queuing the asynchronous copies */
-    double seconds_copy_hidden_last;  /**< copy time overlapped with kernels: 0 on the CPU backend
-                                           (synchronous memcpy), not yet measured on CUDA (0);
-                                           shardopt-bench's "copies hidden" measures the overlap */
-    int ns_compute;                   /**< the resolved shardopt_ns_compute_t: FP32 or BF16 */
-    uint64_t nonfinite_elements_last; /**< nonfinite = zero: elements treated as 0 in the last
-                                           step, over all ranks of this replica */
+    double seconds_copy_exposed_last;    /**< copy time the step waited for (CUDA: the stream's
+                                              waits on the copy streams, timed with events) */
+    double seconds_copy_hidden_last;     /**< copy time not waited for: 0 on the CPU backend
+                                              (synchronous memcpy); CUDA: the copy streams' time
+                                              minus exposed */
+    int ns_compute;                      /**< the resolved shardopt_ns_compute_t: FP32 or BF16 */
+    uint64_t nonfinite_elements_last;    /**< nonfinite = zero: elements treated as 0 in the last
+                                              step, over all ranks of this replica */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

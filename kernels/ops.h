@@ -31,6 +31,8 @@ KHD static inline uint64_t elem_index_global(const struct elem_index_map *m, uin
 /* Lanes of copy_on/lane_wait: the compute stream and two copy streams; events per tag. */
 #define KERNEL_LANES     3
 #define KERNEL_LANE_TAGS 4
+/* Timing marks a step may queue (mark/mark_seconds, kernels/timeline.h). */
+#define KERNEL_MAX_MARKS 65536
 
 /* Per-call execution context. */
 struct kernel_ctx {
@@ -234,6 +236,11 @@ struct kernel_ops {
     int (*stream_begin)(const struct kernel_ctx *ctx, void *caller_stream, char *err,
                         size_t errlen);
     int (*stream_end)(const struct kernel_ctx *ctx, void *caller_stream, char *err, size_t errlen);
+    /* Timing marks (kernels/timeline.h): mark queues mark id (0 <= id < KERNEL_MAX_MARKS) on
+     * lane, 0 or -1; mark_seconds waits for marks a and b and returns the seconds from a to b,
+     * or NaN when they cannot be read. */
+    int (*mark)(const struct kernel_ctx *ctx, int lane, int id);
+    double (*mark_seconds)(const struct kernel_ctx *ctx, int a, int b);
 };
 
 const struct kernel_ops *kernel_ops_cpu_ref(void);      /* the oracle: plain C */

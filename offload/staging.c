@@ -48,8 +48,22 @@ static int lanes(const struct staging *s)
     return s->ops->copy_on != NULL && s->ops->lane_wait != NULL && !s->poison;
 }
 
+/* Device timing: the copy lanes' work and the compute stream's waits on them, timed on the
+ * device (kernels/timeline.h); host clocks would only time the queuing. */
+static int dev_timed(const struct staging *s)
+{
+    return lanes(s) && s->tl != NULL && timeline_on_device(s->tl);
+}
+
 static void copy_timed(struct staging *s, int lane, void *dst, const void *src, size_t bytes)
 {
+    if (lane != LANE_COMPUTE && dev_timed(s)) {
+        struct tl_clock c;
+        tl_start(s->tl, &c, lane);
+        s->ops->copy_on(s->ctx, lane, dst, src, bytes);
+        tl_lap(s->tl, &c, &s->seconds_copy_busy);
+        return;
+    }
     double t = monotonic_seconds();
     if (lanes(s))
         s->ops->copy_on(s->ctx, lane, dst, src, bytes);
@@ -63,6 +77,20 @@ static void lane_wait(struct staging *s, int waiter, int signaler, int tag)
 {
     if (lanes(s))
         s->ops->lane_wait(s->ctx, waiter, signaler, tag);
+}
+
+/* The compute stream waits for a copy lane: with a device timeline, how long it stood still
+ * is copy time exposed. */
+static void compute_waits(struct staging *s, int signaler, int tag)
+{
+    if (!dev_timed(s)) {
+        lane_wait(s, LANE_COMPUTE, signaler, tag);
+        return;
+    }
+    struct tl_clock c;
+    tl_start(s->tl, &c, LANE_COMPUTE);
+    lane_wait(s, LANE_COMPUTE, signaler, tag);
+    tl_lap(s->tl, &c, &s->seconds_copy);
 }
 
 static void slot_addrs(const struct staging *s, int i, const struct stream_chunk *c, void *dev[2])
@@ -120,13 +148,13 @@ void staging_stream(struct staging *s, stream_next_fn next, stream_run_fn run, v
             chunk_out(s, prv, &ring[prv]);
         void *dev[2];
         slot_addrs(s, cur, &ring[cur], dev);
-        lane_wait(s, LANE_COMPUTE, LANE_IN, cur); /* its state has arrived */
+        compute_waits(s, LANE_IN, cur); /* its state has arrived */
         run(arg, &ring[cur], dev);
         if (!more) {
             chunk_out(s, cur, &ring[cur]);
             /* whatever comes next on the compute stream (and the step's end) sees the host store
              * written back */
-            lane_wait(s, LANE_COMPUTE, LANE_OUT, TAG_JOIN);
+            compute_waits(s, LANE_OUT, TAG_JOIN);
             return;
         }
     }
@@ -147,4 +175,5 @@ void staging_counts_reset(struct staging *s)
     memset(s->out, 0, sizeof s->out);
     s->peak = 0;
     s->seconds_copy = 0;
+    s->seconds_copy_busy = 0;
 }

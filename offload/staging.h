@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
+#include "kernels/timeline.h"
 
 #define STAGING_SLOTS 3
 #define STAGING_ALIGN 64
@@ -35,7 +36,11 @@ struct staging {
     size_t peak;                /* most bytes held at once since the last reset */
     int poison;
     uint64_t in[STAGE_KINDS], out[STAGE_KINDS]; /* bytes host -> device and back */
-    double seconds_copy; /* time inside the copy op (with copy lanes: issuing the copies) */
+    /* Copy time the compute stream waited for: on the CPU the time inside the copy op; with
+     * copy lanes and a device timeline (tl), the compute stream's waits on the copy lanes */
+    double seconds_copy;
+    double seconds_copy_busy; /* device timeline: the copies' own time on the copy lanes */
+    struct timeline *tl;      /* the runtime's, set after init; NULL: host clocks */
 };
 
 /* Allocate the slots (slot_bytes each, from the device allocator; none when 0, for the counted

@@ -281,6 +281,7 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
     rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank);
     state_store_init(&rt->store, rt->ops);
+    timeline_init(&rt->timeline, rt->ops, &rt->kctx);
     if (rt->ops->momentum_many != NULL && rt->ew == NULL)
         rt->ew = mem_calloc(1, sizeof *rt->ew); /* NULL: calls run one at a time, still correct */
 
@@ -394,6 +395,7 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
     groups_free(&rt->groups);
     topology_free(&rt->topo);
     free(rt->ew);
+    timeline_free(&rt->timeline);
     free(rt);
     return SHARDOPT_OK;
 }

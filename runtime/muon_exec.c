@@ -419,19 +419,19 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
     struct step_counters *k = &rt->counters;
     struct stage ring[PIPELINE_DEPTH];
     shardopt_status_t status = SHARDOPT_OK;
+    struct timeline *tl = &rt->timeline;
+    struct tl_clock clk; /* one chain of laps: every moment of the pipeline lands in a phase */
     int n = 0;
-    double t;
 
     for (int g = 0; g < GROUP_KINDS; g++)
         n += rt->gx[g].plan.nbuckets;
     if (n == 0)
         return SHARDOPT_OK;
 
-    /* prologue: bucket 0 into exchange #1 */
-    t = monotonic_seconds();
+    /* prologue: bucket 0 into exchange #1 (its start counted with the momentum, as in the loop) */
+    tl_start(tl, &clk, 0);
     stage_get(rt, 0, &ring[0]);
     stage_momentum(rt, &ring[0], s->grad_scale);
-    k->seconds_momentum_last += monotonic_seconds() - t;
     status = xfer_start(rt, &ring[0], 0);
 
     for (int i = 0; i < n && status == SHARDOPT_OK; i++) {
@@ -440,7 +440,6 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
         struct stage *prev = i > 0 ? &ring[(i - 1) % PIPELINE_DEPTH] : NULL;
 
         /* bucket i+1 computes its momentum and starts travelling */
-        t = monotonic_seconds();
         if (next != NULL) {
             stage_get(rt, i + 1, next);
             stage_momentum(rt, next, s->grad_scale);
@@ -448,21 +447,18 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
             if (status != SHARDOPT_OK)
                 break;
         }
-        double t1 = monotonic_seconds();
-        k->seconds_momentum_last += t1 - t;
+        tl_lap(tl, &clk, &k->seconds_momentum_last);
 
         /* bucket i: arrives, is orthogonalized, starts back */
         status = xfer_wait(rt, cur, 0);
         if (status != SHARDOPT_OK)
             break;
         stage_move(rt, cur, 1);
-        double t2 = monotonic_seconds();
-        k->seconds_exchange1_last += t2 - t1;
+        tl_lap(tl, &clk, &k->seconds_exchange1_last);
         status = stage_ns(rt, cur, next, prev);
         if (status != SHARDOPT_OK)
             break;
-        double t3 = monotonic_seconds();
-        k->seconds_ns_last += t3 - t2;
+        tl_lap(tl, &clk, &k->seconds_ns_last);
         stage_move(rt, cur, 0);
         status = xfer_start(rt, cur, 1);
         if (status != SHARDOPT_OK)
@@ -474,21 +470,18 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
             if (status != SHARDOPT_OK)
                 break;
         }
-        double t4 = monotonic_seconds();
-        k->seconds_exchange2_last += t4 - t3;
+        tl_lap(tl, &clk, &k->seconds_exchange2_last);
         if (prev != NULL)
             stage_apply(rt, prev, s);
-        k->seconds_apply_last += monotonic_seconds() - t4;
+        tl_lap(tl, &clk, &k->seconds_apply_last);
     }
     if (status == SHARDOPT_OK) {
         struct stage *last = &ring[(n - 1) % PIPELINE_DEPTH];
-        t = monotonic_seconds();
         status = xfer_wait(rt, last, 1);
-        double t5 = monotonic_seconds();
-        k->seconds_exchange2_last += t5 - t;
+        tl_lap(tl, &clk, &k->seconds_exchange2_last);
         if (status == SHARDOPT_OK)
             stage_apply(rt, last, s);
-        k->seconds_apply_last += monotonic_seconds() - t5;
+        tl_lap(tl, &clk, &k->seconds_apply_last);
     }
     return status;
 }

@@ -164,6 +164,7 @@ size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems, si
         *failed = slot;
         return (size_t)-1;
     }
+    rt->stage.tl = &rt->timeline;
     bytes += STAGING_SLOTS * slot;
     if (rt->cfg.offload == SHARDOPT_OFFLOAD_CPU) {
         rt->dev_ns = rt->ns_ops->alloc(ns_elems * es + 1);

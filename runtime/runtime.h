@@ -7,6 +7,7 @@
 #include "groups.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
+#include "kernels/timeline.h"
 #include "offload/staging.h"
 #include "offload/state_store.h"
 #include "sharding/layout.h"
@@ -123,6 +124,8 @@ struct shardopt_runtime {
     size_t bytes_workspace;
 
     struct step_counters counters;
+    /* where the phase times above are measured: host clocks on the CPU, marks on a device */
+    struct timeline timeline;
 };
 
 /* State and buffers live in device memory (the CUDA backend): the host never touches them

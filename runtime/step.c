@@ -181,13 +181,14 @@ static shardopt_status_t step_drain(shardopt_runtime_t rt)
     return status;
 }
 
-shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_t *args)
+static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_args_t *args)
 {
     shardopt_status_t status;
     struct step_scalars sc = {0};
     struct prepass_result pre;
     struct step_counters *k;
-    double t0 = monotonic_seconds(), t1;
+    struct tl_clock clk;
+    double t0 = monotonic_seconds();
 
     if (rt == NULL || args == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL %s",
@@ -202,11 +203,14 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     k = &rt->counters;
     counters_reset(k);
     staging_counts_reset(&rt->stage);
+    timeline_begin(&rt->timeline);
     if (rt->ops->stream_begin != NULL) { /* device backends; every rank agrees on a failure */
         status = groups_agree(&rt->groups, step_stream(rt, args, 0), "step");
         if (status != SHARDOPT_OK)
             return status;
     }
+    /* after the trainer's stream: its work is not the step's */
+    tl_start(&rt->timeline, &clk, 0);
 
     if (rt->cfg.check_state_every > 0 && k->steps % (uint64_t)rt->cfg.check_state_every == 0) {
         /* after the trainer's stream, before anything is written; the same outcome on every rank */
@@ -219,15 +223,14 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     if (status != SHARDOPT_OK)
         return status;
     k->grad_norm_last = pre.norm;
-    t1 = monotonic_seconds();
-    k->seconds_prepass_last = t1 - t0;
+    tl_lap(&rt->timeline, &clk, &k->seconds_prepass_last);
     if (pre.nonfinite)
         return step_nonfinite(rt, pre.nonfinite);
 
     const struct adamw_call call = {.sc = &sc, .grad_scale = pre.grad_scale};
     offload_state_run(rt, SHARDOPT_ALGO_ADAMW, adamw_tensor, rt, adamw_kernel, &call);
     ew_flush(rt); /* every AdamW tensor in one launch on a device backend */
-    k->seconds_adamw_last = monotonic_seconds() - t1;
+    tl_lap(&rt->timeline, &clk, &k->seconds_adamw_last);
 
     const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};
     status = muon_run(rt, &ms);
@@ -254,5 +257,13 @@ shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_
     }
     k->seconds_last = monotonic_seconds() - t0;
     k->seconds_total += k->seconds_last;
+    return status;
+}
+
+shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_t *args)
+{
+    const shardopt_status_t status = step_run(rt, args);
+    if (rt != NULL) /* copies after the step (a save) are not the step's */
+        timeline_end(&rt->timeline);
     return status;
 }

@@ -41,8 +41,10 @@ struct cuda_backend {
     cudaEvent_t caller_ready, done;  /* step ordering with a trainer's stream */
     cudaStream_t lane[KERNEL_LANES]; /* [0] = stream; copy-in and copy-out streams */
     cudaEvent_t lane_event[KERNEL_LANES][KERNEL_LANE_TAGS];
-    double *d_partial; /* [CUDA_SUMSQ_BLOCKS + CUDA_SUMSQ_RESULTS]: block sums, then totals */
-    double *h_result;  /* pinned [CUDA_SUMSQ_RESULTS]: the totals on their way to the host */
+    double *d_partial;  /* [CUDA_SUMSQ_BLOCKS + CUDA_SUMSQ_RESULTS]: block sums, then totals */
+    double *h_result;   /* pinned [CUDA_SUMSQ_RESULTS]: the totals on their way to the host */
+    cudaEvent_t *marks; /* [nmarks] timing events for kernel_ops.mark, made as first used */
+    int nmarks;
 };
 
 static inline cudaStream_t cuda_stream(const struct kernel_ctx *ctx)

@@ -2,6 +2,7 @@
  * (ns_cuda.cu), stream-ordered copies and fills, plain cudaMalloc memory (never managed), and
  * the per-runtime backend state. Every entry queues on kernel_ctx.stream; sync waits for it and
  * reports a failed launch or copy. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -181,9 +182,53 @@ extern "C" void cuda_backend_destroy(struct cuda_backend *b)
             cudaStreamDestroy(b->lane[l]);
     if (b->stream != NULL)
         cudaStreamDestroy(b->stream);
+    for (int i = 0; i < b->nmarks; i++)
+        cudaEventDestroy(b->marks[i]);
+    free(b->marks);
     cudaFree(b->d_partial);
     cudaFreeHost(b->h_result);
     free(b);
+}
+
+/* Timing events are made in blocks as the marks are first used: a step needs a few per bucket
+ * and per staged chunk, the same ones every step. */
+static int cuda_mark(const struct kernel_ctx *ctx, int lane, int id)
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    if (b == NULL || id < 0 || id >= KERNEL_MAX_MARKS || lane < 0 || lane >= KERNEL_LANES)
+        return -1;
+    if (id >= b->nmarks) {
+        int want = (id / 256 + 1) * 256;
+        cudaEvent_t *m = (cudaEvent_t *)mem_realloc(b->marks, sizeof *m * (size_t)want);
+        if (m == NULL)
+            return -1;
+        b->marks = m;
+        while (b->nmarks < want) {
+            if (cudaEventCreate(&b->marks[b->nmarks]) != cudaSuccess) {
+                cudaGetLastError();
+                return -1;
+            }
+            b->nmarks++;
+        }
+    }
+    return cudaEventRecord(b->marks[id], lane == 0 ? cuda_stream(ctx) : b->lane[lane]) ==
+                   cudaSuccess
+               ? 0
+               : -1;
+}
+
+static double cuda_mark_seconds(const struct kernel_ctx *ctx, int a, int c)
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    float ms = 0;
+    if (b == NULL || a < 0 || c < 0 || a >= b->nmarks || c >= b->nmarks ||
+        cudaEventSynchronize(b->marks[a]) != cudaSuccess ||
+        cudaEventSynchronize(b->marks[c]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, b->marks[a], b->marks[c]) != cudaSuccess) {
+        cudaGetLastError();
+        return NAN;
+    }
+    return ms * 1e-3;
 }
 
 static void *backend_create(int device, void **stream, char *err, size_t errlen)
@@ -310,6 +355,8 @@ static struct kernel_ops cuda_ops_make(void)
     o.host_unregister = host_unregister;
     o.stream_begin = stream_begin;
     o.stream_end = stream_end;
+    o.mark = cuda_mark;
+    o.mark_seconds = cuda_mark_seconds;
     return o;
 }
 

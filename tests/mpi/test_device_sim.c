@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kernels/clock.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "model_run.h"
 #include "runtime/fault.h"
@@ -167,14 +168,19 @@ static struct {
     void *dst;
     const void *src;
     size_t bytes;
+    int mark; /* >= 0: a timing mark, stamped when the lane gets this far */
 } simq[KERNEL_LANES][SIM_QUEUE];
 static int simq_n[KERNEL_LANES];
-static long sim_lane_copies;
+static long sim_lane_copies, sim_lane_marks;
+static double sim_mark_at[KERNEL_MAX_MARKS]; /* host time of each mark, NaN until it happened */
 
 static void sim_lane_flush(int lane)
 {
     for (int i = 0; i < simq_n[lane]; i++)
-        sim_copy(NULL, simq[lane][i].dst, simq[lane][i].src, simq[lane][i].bytes);
+        if (simq[lane][i].mark >= 0)
+            sim_mark_at[simq[lane][i].mark] = monotonic_seconds();
+        else
+            sim_copy(NULL, simq[lane][i].dst, simq[lane][i].src, simq[lane][i].bytes);
     simq_n[lane] = 0;
 }
 
@@ -189,8 +195,38 @@ static void sim_copy_on(const struct kernel_ctx *c, int lane, void *d, const voi
     simq[lane][simq_n[lane]].dst = d;
     simq[lane][simq_n[lane]].src = s;
     simq[lane][simq_n[lane]].bytes = n;
+    simq[lane][simq_n[lane]].mark = -1;
     simq_n[lane]++;
     sim_lane_copies++;
+}
+
+/* Timing marks as a device has them: a mark on a copy lane happens when the lane runs it, after
+ * the copies queued before it and before those queued after (a lane runs when flushed), so the
+ * runtime's device timeline (kernels/timeline.h) runs here against host clocks. */
+static int sim_mark(const struct kernel_ctx *c, int lane, int id)
+{
+    (void)c;
+    if (id < 0 || id >= KERNEL_MAX_MARKS || lane < 0 || lane >= KERNEL_LANES)
+        return -1;
+    sim_mark_at[id] = NAN;
+    if (lane == 0) {
+        sim_mark_at[id] = monotonic_seconds();
+        return 0;
+    }
+    if (simq_n[lane] == SIM_QUEUE)
+        sim_lane_flush(lane);
+    simq[lane][simq_n[lane]].mark = id;
+    simq_n[lane]++;
+    sim_lane_marks++;
+    return 0;
+}
+
+static double sim_mark_seconds(const struct kernel_ctx *c, int a, int b)
+{
+    (void)c;
+    for (int l = 1; l < KERNEL_LANES; l++) /* waiting for a mark waits for its lane */
+        sim_lane_flush(l);
+    return sim_mark_at[b] - sim_mark_at[a];
 }
 
 static void sim_lane_wait(const struct kernel_ctx *c, int waiter, int signaler, int tag)
@@ -232,6 +268,8 @@ static const struct kernel_ops sim_ops = {
     .ns_workspace_bytes = cpu_ns_workspace_bytes,
     .host_alloc = sim_host_alloc,
     .host_free = cpu_free,
+    .mark = sim_mark,
+    .mark_seconds = sim_mark_seconds,
 };
 
 /* ---- which device: the simulated one, or CUDA ---- */
@@ -308,6 +346,7 @@ static shardopt_status_t dev_setup(struct dev_run *r)
     } else if (!on_cuda) { /* the simulated table for everything, before any allocation */
         r->rt->ops = r->rt->ns_ops = &sim_ops;
         state_store_init(&r->rt->store, &sim_ops);
+        timeline_init(&r->rt->timeline, &sim_ops, &r->rt->kctx);
         r->rt->ew = calloc(1, sizeof *r->rt->ew); /* what init makes for a batching table */
     }
     struct tcoords c = coords_of(r->rt);
@@ -432,6 +471,19 @@ static int params_differ(const struct dev_run *d, const struct run *c, int steps
     return bad;
 }
 
+/* The last step's phase times from the stats: pre-pass, AdamW, momentum, exchange #1, NS,
+ * exchange #2, apply, copies exposed and hidden. */
+static void stats_phases(shardopt_runtime_t rt, shardopt_stats_t *s, double ph[9])
+{
+    *s = (shardopt_stats_t)SHARDOPT_STATS_INIT;
+    shardopt_get_stats(rt, s);
+    const double v[9] = {
+        s->seconds_prepass_last,   s->seconds_adamw_last,        s->seconds_momentum_last,
+        s->seconds_exchange1_last, s->seconds_ns_last,           s->seconds_exchange2_last,
+        s->seconds_apply_last,     s->seconds_copy_exposed_last, s->seconds_copy_hidden_last};
+    memcpy(ph, v, sizeof v);
+}
+
 TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
 {
     char dir[] = "/tmp/shardopt_devsim_XXXXXX";
@@ -470,6 +522,33 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
         shardopt_get_stats(dev.rt, &st);
         EXPECT_TRUE(st.bytes_h2d_ns > 0 && st.bytes_d2h_ns == st.bytes_h2d_ns);
     }
+    /* the device timeline: phase times from timing marks (simulated marks read the host clock
+     * when their lane gets there), added once, inside the step's wall time; offload = cpu runs
+     * the step on the host's table and its clock */
+    shardopt_stats_t t1 = SHARDOPT_STATS_INIT;
+    double ph[9], again[9];
+    if (!on_host) {
+        EXPECT_TRUE(dev.rt->timeline.marks > 0);
+        EXPECT_EQ_INT((int)dev.rt->timeline.dropped, 0);
+    }
+    stats_phases(dev.rt, &t1, ph);
+    stats_phases(dev.rt, &t1, again); /* read twice: the same, not added twice */
+    EXPECT_EQ_INT(memcmp(ph, again, sizeof ph), 0);
+    EXPECT_TRUE(t1.seconds_momentum_last > 0 && t1.seconds_ns_last > 0 &&
+                t1.seconds_apply_last > 0);
+    EXPECT_TRUE(ph[0] + ph[1] + ph[2] + ph[3] + ph[4] + ph[5] + ph[6] <= t1.seconds_last);
+    for (int i = 0; i < 9; i++)
+        EXPECT_TRUE(ph[i] >= 0);
+    if (!on_cuda && test_cfg().offload == SHARDOPT_OFFLOAD_OPTIMIZER) {
+        EXPECT_TRUE(sim_lane_marks > 0); /* copies timed where their lane ran them */
+        EXPECT_TRUE(t1.seconds_copy_exposed_last > 0);
+    }
+    if (me == 0)
+        printf("  last step (rank 0): %.2e s, phases %.2e %.2e %.2e %.2e %.2e %.2e %.2e s, copies "
+               "exposed %.2e s, hidden %.2e s; %d timing marks\n",
+               t1.seconds_last, ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7], ph[8],
+               dev.rt->timeline.marks);
+
     shardopt_stats_t sc = SHARDOPT_STATS_INIT, sd = SHARDOPT_STATS_INIT;
     shardopt_get_stats(cpu.rt, &sc);
     shardopt_get_stats(dev.rt, &sd);
@@ -492,6 +571,8 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     }
     /* save from device state; a fresh device run loads it and continues like the CPU run */
     ASSERT_EQ_INT(shardopt_save(dev.rt, dir), SHARDOPT_OK);
+    stats_phases(dev.rt, &t1, again); /* the save's copies are not the step's */
+    EXPECT_EQ_INT(memcmp(ph, again, sizeof ph), 0);
     struct dev_run back = {0};
     ASSERT_EQ_INT(dev_setup(&back), SHARDOPT_OK);
     for (int p = 0; p < MODEL_NPARAMS; p++) /* the trainer restores its parameters itself */

@@ -34,6 +34,15 @@ KHD static inline uint64_t elem_index_global(const struct elem_index_map *m, uin
 /* Timing marks a step may queue (mark/mark_seconds, kernels/timeline.h). */
 #define KERNEL_MAX_MARKS 65536
 
+/* Where a pointer points (kernel_ops.pointer_kind). */
+enum kernel_ptr_kind {
+    KERNEL_PTR_UNKNOWN = -1, /* the backend cannot tell: not checked */
+    KERNEL_PTR_HOST = 0,     /* host memory, pageable or pinned */
+    KERNEL_PTR_DEVICE = 1,   /* memory of ctx's device */
+    KERNEL_PTR_MANAGED = 2,  /* managed: host and device both reach it */
+    KERNEL_PTR_OTHER = 3,    /* memory of another device */
+};
+
 /* Per-call execution context. */
 struct kernel_ctx {
     int threads;   /* 0: as the OpenMP runtime decides */
@@ -241,6 +250,9 @@ struct kernel_ops {
      * or NaN when they cannot be read. */
     int (*mark)(const struct kernel_ctx *ctx, int lane, int id);
     double (*mark_seconds)(const struct kernel_ctx *ctx, int a, int b);
+    /* A kernel_ptr_kind for p; dev[0]: the device of KERNEL_PTR_DEVICE/OTHER memory, dev[1]:
+     * ctx's device. */
+    int (*pointer_kind)(const struct kernel_ctx *ctx, const void *p, int dev[2]);
 };
 
 const struct kernel_ops *kernel_ops_cpu_ref(void);      /* the oracle: plain C */

@@ -27,7 +27,8 @@ struct shardopt_param {
     shardopt_placement_t placement;
     void *data;
     const void *grad;
-    shardopt_algo_t algo; /* resolved: MUON or ADAMW */
+    const void *checked_data, *checked_grad; /* the last pointers step_pointers accepted */
+    shardopt_algo_t algo;                    /* resolved: MUON or ADAMW */
     double lr_mult, wd_mult;
 
     /* Muon */

@@ -24,6 +24,53 @@ struct step_scalars {
 };
 
 /* Local checks; the caller makes every rank agree on the outcome. */
+/* Device backends: each parameter's data and grad where the step uses them (the device with
+ * offload none or optimizer, the host with offload = cpu), checked when a pointer changes. A
+ * host pointer in a device kernel, or a device pointer in a host one, would crash or corrupt
+ * memory; another GPU's memory means this rank's runtime was started on the wrong device. */
+static shardopt_status_t step_pointers(shardopt_runtime_t rt)
+{
+    const int on_device = rt_on_device(rt), rank = rt->groups.me.rank;
+    if (rt->ns_ops->pointer_kind == NULL)
+        return SHARDOPT_OK;
+    for (int i = 0; i < rt->nparams; i++) {
+        struct shardopt_param *p = rt->params[i];
+        if (p->layout.local_numel == 0 ||
+            (p->data == p->checked_data && p->grad == p->checked_grad))
+            continue;
+        const void *const ptr[2] = {p->data, p->grad};
+        for (int k = 0; k < 2; k++) {
+            int dev[2];
+            const int kind = rt->ns_ops->pointer_kind(&rt->kctx, ptr[k], dev);
+            const char *what = k ? "grad" : "data";
+            if (on_device && kind == KERNEL_PTR_HOST)
+                return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                                "step: rank %d: parameter '%s': %s is host memory, but backend = "
+                                "cuda with offload = %s updates parameters on the device: register "
+                                "device memory (or use offload = cpu); nothing was updated",
+                                rank, p->name, what,
+                                rt->cfg.offload == SHARDOPT_OFFLOAD_NONE ? "none" : "optimizer");
+            if (!on_device && (kind == KERNEL_PTR_DEVICE || kind == KERNEL_PTR_OTHER))
+                return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                                "step: rank %d: parameter '%s': %s is memory of CUDA device %d, "
+                                "but offload = cpu updates parameters on the host: register host "
+                                "memory; nothing was updated",
+                                rank, p->name, what, dev[0]);
+            if (kind == KERNEL_PTR_OTHER)
+                return log_fail(
+                    SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "step: rank %d: parameter '%s': %s is memory of CUDA device %d, but "
+                    "this rank's runtime runs on device %d (make the tensor's device "
+                    "current before shardopt_init, or set device = local_rank); "
+                    "nothing was updated",
+                    rank, p->name, what, dev[0], dev[1]);
+        }
+        p->checked_data = p->data;
+        p->checked_grad = p->grad;
+    }
+    return SHARDOPT_OK;
+}
+
 static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_step_args_t *args,
                                        struct step_scalars *sc)
 {
@@ -62,6 +109,9 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
                             "shardopt_param_set_pointers); nothing was updated",
                             p->name, p->grad == NULL ? "grad" : "data");
     }
+    shardopt_status_t st = step_pointers(rt);
+    if (st != SHARDOPT_OK)
+        return st;
     sc->lr = args->lr;
     sc->adamw_lr = args->adamw_lr < 0 ? args->lr : args->adamw_lr;
     sc->muon_wd = args->weight_decay < 0 ? rt->cfg.weight_decay : args->weight_decay;

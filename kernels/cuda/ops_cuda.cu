@@ -217,6 +217,27 @@ static int cuda_mark(const struct kernel_ctx *ctx, int lane, int id)
                : -1;
 }
 
+static int cuda_pointer_kind(const struct kernel_ctx *ctx, const void *p, int dev[2])
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    cudaPointerAttributes a;
+    dev[0] = -1;
+    dev[1] = b != NULL ? b->device : -1;
+    if (b == NULL || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return KERNEL_PTR_UNKNOWN;
+    }
+    switch (a.type) {
+    case cudaMemoryTypeUnregistered:
+    case cudaMemoryTypeHost: return KERNEL_PTR_HOST;
+    case cudaMemoryTypeManaged: return KERNEL_PTR_MANAGED;
+    case cudaMemoryTypeDevice:
+        dev[0] = a.device;
+        return a.device == b->device ? KERNEL_PTR_DEVICE : KERNEL_PTR_OTHER;
+    }
+    return KERNEL_PTR_UNKNOWN;
+}
+
 static double cuda_mark_seconds(const struct kernel_ctx *ctx, int a, int c)
 {
     struct cuda_backend *b = cuda_be(ctx);
@@ -357,6 +378,7 @@ static struct kernel_ops cuda_ops_make(void)
     o.stream_end = stream_end;
     o.mark = cuda_mark;
     o.mark_seconds = cuda_mark_seconds;
+    o.pointer_kind = cuda_pointer_kind;
     return o;
 }
 

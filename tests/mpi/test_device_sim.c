@@ -221,6 +221,20 @@ static int sim_mark(const struct kernel_ctx *c, int lane, int id)
     return 0;
 }
 
+/* The simulated device's memory is what sim_alloc mapped. */
+static int sim_pointer_kind(const struct kernel_ctx *c, const void *p, int dev[2])
+{
+    (void)c;
+    dev[0] = -1;
+    dev[1] = 0;
+    for (int i = 0; i < nsim; i++)
+        if ((const char *)p >= sim[i].base && (const char *)p < sim[i].base + sim[i].len) {
+            dev[0] = 0;
+            return KERNEL_PTR_DEVICE;
+        }
+    return KERNEL_PTR_HOST;
+}
+
 static double sim_mark_seconds(const struct kernel_ctx *c, int a, int b)
 {
     (void)c;
@@ -270,6 +284,7 @@ static const struct kernel_ops sim_ops = {
     .host_free = cpu_free,
     .mark = sim_mark,
     .mark_seconds = sim_mark_seconds,
+    .pointer_kind = sim_pointer_kind,
 };
 
 /* ---- which device: the simulated one, or CUDA ---- */
@@ -599,4 +614,50 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         EXPECT_EQ_INT(system(cmd), 0);
     }
+}
+
+/* A parameter's data or grad in the wrong memory for where the step runs it (host memory for a
+ * device run; device memory for offload = cpu) fails the step on every rank with
+ * ERR_INVALID_ARGUMENT, naming the rank, the parameter and the pointer, before anything is
+ * written; with the right memory again the run goes on. Without the check, the device kernels
+ * would read host memory (or, with offload = cpu, the host ones device memory). */
+TEST(memory_of_the_wrong_kind_fails_the_step_on_every_rank)
+{
+    setup();
+    const char *dv = getenv("SHARDOPT_TEST_DEVICE");
+    on_cuda = dv != NULL && strcmp(dv, "cuda") == 0;
+    on_host = test_cfg().offload == SHARDOPT_OFFLOAD_CPU;
+    if (on_cuda && (kernel_ops_cuda() == NULL || kernel_ops_cuda()->device_count() == 0))
+        return; /* the first test has skipped the program */
+    struct dev_run dev = {0};
+    ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
+
+    const int bad = world - 1;
+    int p = 0;
+    while (p < MODEL_NPARAMS - 1 && dev.box[p].numel == 0)
+        p++;
+    const size_t bytes = (size_t)dev.box[p].numel * model_esize(model_params[p].dtype) + 1;
+    /* the wrong kind: host memory for a device run, the device's for offload = cpu */
+    const struct kernel_ops *other = on_cuda ? kernel_ops_cuda() : &sim_ops;
+    void *wrong = on_host ? other->alloc(bytes) : malloc(bytes);
+    ASSERT_TRUE(wrong != NULL);
+    if (me == bad)
+        ASSERT_EQ_INT(shardopt_param_set_pointers(dev.rt->params[p], dev.w[p], wrong), SHARDOPT_OK);
+    EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_INVALID_ARGUMENT);
+    if (me == bad) {
+        char want[160];
+        snprintf(want, sizeof want, "rank %d: parameter '%s': grad is %s", bad,
+                 model_params[p].name, on_host ? "memory of CUDA device 0" : "host memory");
+        EXPECT_STR_CONTAINS(shardopt_last_error(), want);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was updated");
+        ASSERT_EQ_INT(shardopt_param_set_pointers(dev.rt->params[p], dev.w[p], dev.g[p]),
+                      SHARDOPT_OK);
+    }
+    EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_OK);
+    if (on_host)
+        other->free(wrong);
+    else
+        free(wrong);
+    dev_free(&dev);
 }

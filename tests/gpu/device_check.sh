@@ -7,7 +7,8 @@
 # issue 7's shapes) and, in a full build, step_bench --backend cuda on one GPU (one MoE layer of
 # GLM-4.5-Air at full width, experts / 8) and a probe of comm_backend = nccl with two ranks on
 # the one GPU, and writes into OUTDIR: nvidia-smi.txt, build.log (configure and build),
-# ctest.log, ns_bench.md, ns_bench.json, step_bench.md, nccl_probe.log and summary.json.
+# ctest.log, ns_bench.md, ns_bench.json, ns_variants.json (plain against symmetric over more
+# shapes), step_bench.md, nccl_probe.log and summary.json.
 # With SHARDOPT_GPU_PREBUILT=ARCHIVE (made by tests/gpu/pack_prebuilt.sh on a machine that has
 # the libraries) it configures and compiles nothing: it unpacks that build and runs the same
 # steps on it. Meant to finish in a few minutes on one H200; every step has a time limit so
@@ -114,6 +115,12 @@ if [ "$build_rc" -eq 0 ]; then
     timeout 300 "$bench" --reps 10 >"$out/ns_bench.md" 2>&1 &&
         timeout 300 "$bench" --reps 10 --json >"$out/ns_bench.json" 2>>"$out/ns_bench.md"
     bench_rc=$?
+    # where the symmetric variant pays on this device (the CUDA variant table is made from
+    # these): square and 1:4 shapes from m = 512 to 4096, alone and batched
+    timeout 200 "$bench" --reps 7 --json --shape 1x512x512 --shape 1x512x2048 --shape 64x512x2048 \
+        --shape 1x1024x1024 --shape 1x1024x4096 --shape 16x1024x4096 --shape 1x2048x2048 \
+        --shape 1x2048x8192 --shape 8x1408x4096 --shape 1x4096x16384 >"$out/ns_variants.json" \
+        2>"$out/ns_variants.log"
     if [ "$mode" != kernels-only ] && [ "$only_tests" != tests ]; then
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
             OMPI_MCA_mpi_yield_when_idle=1

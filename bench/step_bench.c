@@ -154,6 +154,19 @@ static double sgemm_rate(int threads)
     return best;
 }
 
+/* One chunk of a probe's copies in one direction (lane 0: the plain copy op). */
+static void probe_copy(const struct kernel_ops *ops, const struct kernel_ctx *ctx, int lane,
+                       void *dst, const void *src, uint64_t total, uint64_t done, size_t chunk)
+{
+    if (done >= total)
+        return;
+    const size_t b = total - done < chunk ? (size_t)(total - done) : chunk;
+    if (lane != 0)
+        ops->copy_on(ctx, lane, dst, src, b);
+    else
+        ops->copy(ctx, dst, src, b);
+}
+
 /* The host <-> device copies of a step alone: h2d and d2h bytes through pinned host buffers and
  * the backend's copy lanes (both directions at once on CUDA; one after the other on the CPU,
  * whose copies are memcpy), in chunks of at most 64 MiB. Seconds, median of 3, max over
@@ -192,20 +205,8 @@ static double copies_alone_seconds(const struct opts *o, uint64_t h2d, uint64_t 
         MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = MPI_Wtime();
         for (uint64_t done = 0; done < most; done += chunk) {
-            if (done < h2d) {
-                const size_t b = h2d - done < chunk ? (size_t)(h2d - done) : chunk;
-                if (lanes)
-                    ops->copy_on(&ctx, 1, din, hin, b);
-                else
-                    ops->copy(&ctx, din, hin, b);
-            }
-            if (done < d2h) {
-                const size_t b = d2h - done < chunk ? (size_t)(d2h - done) : chunk;
-                if (lanes)
-                    ops->copy_on(&ctx, 2, hout, dout, b);
-                else
-                    ops->copy(&ctx, hout, dout, b);
-            }
+            probe_copy(ops, &ctx, lanes ? 1 : 0, din, hin, h2d, done, chunk);
+            probe_copy(ops, &ctx, lanes ? 2 : 0, hout, dout, d2h, done, chunk);
         }
         if (lanes) { /* the compute stream joins both lanes, then the host waits for it */
             ops->lane_wait(&ctx, 0, 1, 0);

@@ -21,3 +21,48 @@ TEST(cuda_alloc_copy_roundtrip)
     EXPECT_EQ_INT(memcmp(host, back, sizeof host), 0);
     ops->free(dev);
 }
+
+/* kernel_ops.pointer_kind: host (pageable and pinned) and this device's memory told apart, as
+ * the step's pointer check needs; timing marks on the compute and a copy lane give positive
+ * intervals around real work, NaN for a mark never recorded or out of range. */
+TEST(cuda_pointer_kinds_and_timing_marks)
+{
+    const struct kernel_ops *ops = kernel_ops_cuda();
+    struct kernel_ctx ctx = {0, NULL, NULL};
+    char err[256];
+    int dev[2];
+    enum { BYTES = 64 << 20 };
+
+    ASSERT_TRUE(ops != NULL);
+    if (cuda_probe_device_count() == 0)
+        test_skip("no CUDA device visible");
+    ctx.backend = ops->backend_create(-1, &ctx.stream, err, sizeof err);
+    ASSERT_TRUE(ctx.backend != NULL);
+    void *pageable = malloc(BYTES), *pinned = ops->host_alloc(BYTES), *d = ops->alloc(BYTES);
+    ASSERT_TRUE(pageable != NULL && pinned != NULL && d != NULL);
+    EXPECT_EQ_INT(ops->pointer_kind(&ctx, pageable, dev), KERNEL_PTR_HOST);
+    EXPECT_EQ_INT(ops->pointer_kind(&ctx, pinned, dev), KERNEL_PTR_HOST);
+    EXPECT_EQ_INT(ops->pointer_kind(&ctx, (char *)d + 4096, dev), KERNEL_PTR_DEVICE);
+    EXPECT_EQ_INT(dev[0], dev[1]);
+
+    EXPECT_EQ_INT(ops->mark(&ctx, 0, 0), 0);
+    for (int i = 0; i < 8; i++)
+        ops->fill(&ctx, d, i, BYTES);
+    EXPECT_EQ_INT(ops->mark(&ctx, 0, 1), 0);
+    EXPECT_EQ_INT(ops->mark(&ctx, 1, 2), 0);
+    ops->copy_on(&ctx, 1, d, pinned, BYTES);
+    EXPECT_EQ_INT(ops->mark(&ctx, 1, 3), 0);
+    ops->lane_wait(&ctx, 0, 1, 0);
+    EXPECT_EQ_INT(ops->sync(&ctx), 0);
+    const double fills = ops->mark_seconds(&ctx, 0, 1), copy = ops->mark_seconds(&ctx, 2, 3);
+    printf("  8 fills of 64 MiB: %.3e s; a 64 MiB pinned copy in: %.3e s\n", fills, copy);
+    EXPECT_TRUE(fills > 0 && copy > 0);
+    EXPECT_TRUE(ops->mark_seconds(&ctx, 0, 7) != ops->mark_seconds(&ctx, 0, 7)); /* unrecorded */
+    EXPECT_TRUE(ops->mark_seconds(&ctx, 0, 5000) != ops->mark_seconds(&ctx, 0, 5000));
+    EXPECT_EQ_INT(ops->mark(&ctx, 3, 4), -1); /* no such lane */
+    EXPECT_EQ_INT(ops->sync(&ctx), 0);        /* nothing left pending by the refusals */
+    free(pageable);
+    ops->host_free(pinned);
+    ops->free(d);
+    ops->backend_destroy(ctx.backend);
+}

@@ -23,7 +23,6 @@ struct step_scalars {
     double max_grad_norm;
 };
 
-/* Local checks; the caller makes every rank agree on the outcome. */
 /* Device backends: each parameter's data and grad where the step uses them (the device with
  * offload none or optimizer, the host with offload = cpu), checked when a pointer changes. A
  * host pointer in a device kernel, or a device pointer in a host one, would crash or corrupt
@@ -71,6 +70,7 @@ static shardopt_status_t step_pointers(shardopt_runtime_t rt)
     return SHARDOPT_OK;
 }
 
+/* Local checks; the caller makes every rank agree on the outcome. */
 static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_step_args_t *args,
                                        struct step_scalars *sc)
 {

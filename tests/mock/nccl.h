@@ -1,0 +1,54 @@
+/* A stand-in for NCCL's header, for tests/mpi/test_nccl_mock only: the calls runtime/comm_nccl.c
+ * makes, with NCCL's non-blocking communicator semantics, implemented by nccl_mock.c over MPI
+ * (one MPI communicator per mock communicator, host memory). Faults are injected through
+ * nccl_mock.h. */
+#ifndef TESTS_MOCK_NCCL_H
+#define TESTS_MOCK_NCCL_H
+
+#include <stddef.h>
+
+#include "cuda_runtime.h"
+
+typedef enum {
+    ncclSuccess = 0,
+    ncclUnhandledCudaError = 1,
+    ncclSystemError = 2,
+    ncclInternalError = 3,
+    ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5,
+    ncclRemoteError = 6,
+    ncclInProgress = 7,
+} ncclResult_t;
+
+typedef enum { ncclUint8 = 1 } ncclDataType_t;
+
+typedef struct {
+    char internal[128];
+} ncclUniqueId;
+
+typedef struct mock_comm *ncclComm_t;
+
+typedef struct {
+    int blocking;
+} ncclConfig_t;
+
+#define NCCL_CONFIG_INITIALIZER                                                                    \
+    {                                                                                              \
+        1                                                                                          \
+    }
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+const char *ncclGetErrorString(ncclResult_t r);
+
+#endif

@@ -1,0 +1,299 @@
+/* The mock NCCL and CUDA stream calls of nccl.h / cuda_runtime.h here, over MPI on the host.
+ *
+ * A communicator is an MPI communicator split from MPI_COMM_WORLD by the unique id (every
+ * member calls ncclCommInitRankConfig at once, as NCCL's bootstrap needs too). Sends and
+ * receives between ncclGroupStart and ncclGroupEnd are posted at ncclGroupEnd as MPI_Isend and
+ * MPI_Irecv of bytes and queued on their stream; an event recorded on a stream covers what was
+ * queued on it so far and is complete when those requests are (cudaEventQuery tests them). As
+ * with NCCL's non-blocking communicators, calls may return ncclInProgress and
+ * ncclCommGetAsyncError says when the communicator is settled, or failed. ncclCommAbort cancels
+ * what is pending. Nothing executes on a stream: cudaStreamWaitEvent is recorded, not enforced,
+ * so a test reads received data only after the events it waits for are complete. */
+#include "nccl_mock.h"
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_runtime.h"
+#include "nccl.h"
+
+#define MOCK_TAG 4242
+
+struct mock_req {
+    MPI_Request req;
+    struct mock_comm *comm;
+    int recv;
+};
+
+struct mock_stream {
+    struct mock_req *q;
+    int n, cap;
+};
+
+struct mock_event {
+    struct mock_stream *s; /* NULL: never recorded (complete) */
+    int upto;              /* the stream's requests [0, upto) */
+};
+
+struct mock_comm {
+    MPI_Comm mpi;
+    int rank, size;
+    ncclResult_t async;
+};
+
+struct mock_op {
+    struct mock_comm *comm;
+    struct mock_stream *s;
+    void *buf;
+    size_t bytes;
+    int peer, recv;
+};
+
+static enum nccl_mock_fault fault;
+static long posted;
+static int aborted;
+static int depth;
+static struct mock_op *ops;
+static int nops, capops;
+static unsigned id_counter;
+static struct mock_stream *streams[64]; /* every live stream, for ncclCommAbort */
+static int nstreams;
+static MPI_Comm grave[64]; /* aborted communicators' MPI communicators */
+static int ngrave;
+
+void nccl_mock_inject(enum nccl_mock_fault f) { fault = f; }
+long nccl_mock_posted(void) { return posted; }
+int nccl_mock_aborted(void) { return aborted; }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    (void)flags;
+    *s = nstreams < 64 ? calloc(1, sizeof **s) : NULL;
+    if (*s == NULL)
+        return cudaErrorInvalidValue;
+    streams[nstreams++] = *s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (s != NULL) {
+        for (int k = 0; k < nstreams; k++)
+            if (streams[k] == s)
+                streams[k] = streams[--nstreams];
+        for (int i = 0; i < s->n; i++)
+            if (s->q[i].req != MPI_REQUEST_NULL)
+                MPI_Request_free(&s->q[i].req);
+        free(s->q);
+        free(s);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    (void)flags;
+    *e = calloc(1, sizeof **e);
+    return *e != NULL ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    free(e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    if (e == NULL)
+        return cudaErrorInvalidValue;
+    e->s = s; /* NULL: the caller's compute stream, where nothing is queued */
+    e->upto = s != NULL ? s->n : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (e == NULL)
+        return cudaErrorInvalidValue;
+    for (int i = 0; e->s != NULL && i < e->upto; i++) {
+        int done = 1;
+        if (e->s->q[i].req != MPI_REQUEST_NULL)
+            MPI_Test(&e->s->q[i].req, &done, MPI_STATUS_IGNORE);
+        if (!done)
+            return cudaErrorNotReady;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    (void)s, (void)flags;
+    return e != NULL ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    return e == cudaSuccess ? "no error" : e == cudaErrorNotReady ? "not ready" : "invalid value";
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    int r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    memset(id, 0, sizeof *id);
+    /* unique over the job: the creating world rank and its own count */
+    snprintf(id->internal, sizeof id->internal, "%d:%u", r, ++id_counter);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config)
+{
+    unsigned h = 2166136261u; /* FNV-1a of the id: the split's color */
+    for (size_t i = 0; i < sizeof id.internal; i++)
+        h = (h ^ (unsigned char)id.internal[i]) * 16777619u;
+    struct mock_comm *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return ncclSystemError;
+    MPI_Comm_split(MPI_COMM_WORLD, (int)(h & 0x3fffffff), rank, &c->mpi);
+    MPI_Comm_rank(c->mpi, &c->rank);
+    MPI_Comm_size(c->mpi, &c->size);
+    if (c->rank != rank || c->size != nranks) {
+        MPI_Comm_free(&c->mpi);
+        free(c);
+        return ncclInvalidUsage;
+    }
+    c->async = ncclSuccess;
+    if (fault == NCCL_MOCK_FAIL_INIT) {
+        fault = NCCL_MOCK_NONE;
+        c->async = ncclSystemError;
+    }
+    *comm = c;
+    /* non-blocking communicators report their initialisation through ncclCommGetAsyncError */
+    return config != NULL && !config->blocking ? ncclInProgress : c->async;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
+{
+    if (comm == NULL)
+        return ncclInvalidArgument;
+    *async = comm->async;
+    return ncclSuccess;
+}
+
+/* Receives of c still pending on any stream are cancelled: nothing writes into a buffer once
+ * its communicator was aborted (sends may complete later; their data is the caller's). */
+static void cancel_pending(struct mock_comm *c)
+{
+    for (int k = 0; k < nstreams; k++)
+        for (int i = 0; i < streams[k]->n; i++) {
+            struct mock_req *q = &streams[k]->q[i];
+            if (q->comm == c && q->recv && q->req != MPI_REQUEST_NULL) {
+                MPI_Cancel(&q->req);
+                MPI_Wait(&q->req, MPI_STATUS_IGNORE);
+            }
+        }
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    if (comm == NULL)
+        return ncclInvalidArgument;
+    cancel_pending(comm);
+    aborted++;
+    /* as NCCL's abort, the communicator is gone; its MPI communicator is kept, because freeing
+     * it is collective and the peers may be stuck */
+    if (ngrave < 64)
+        grave[ngrave++] = comm->mpi;
+    free(comm);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    if (comm == NULL)
+        return ncclInvalidArgument;
+    MPI_Comm_free(&comm->mpi);
+    free(comm);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart(void)
+{
+    depth++;
+    return ncclSuccess;
+}
+
+static ncclResult_t queue_op(const void *buf, size_t bytes, int peer, ncclComm_t comm,
+                             cudaStream_t s, int recv)
+{
+    if (comm == NULL || peer < 0 || peer >= comm->size || s == NULL)
+        return ncclInvalidArgument;
+    if (nops == capops) {
+        capops = capops ? 2 * capops : 16;
+        ops = realloc(ops, sizeof *ops * (size_t)capops);
+    }
+    ops[nops++] = (struct mock_op){comm, s, (void *)buf, bytes, peer, recv};
+    return depth > 0 ? ncclSuccess : ncclGroupEnd();
+}
+
+ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    return type == ncclUint8 ? queue_op(buf, count, peer, comm, stream, 0) : ncclInvalidArgument;
+}
+
+ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    return type == ncclUint8 ? queue_op(buf, count, peer, comm, stream, 1) : ncclInvalidArgument;
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+    if (depth > 0 && --depth > 0)
+        return ncclSuccess;
+    const enum nccl_mock_fault f = fault;
+    if (f == NCCL_MOCK_FAIL_GROUP || f == NCCL_MOCK_STUCK) {
+        fault = NCCL_MOCK_NONE;
+        if (f == NCCL_MOCK_STUCK)
+            for (int i = 0; i < nops; i++)
+                ops[i].comm->async = ncclInProgress;
+        nops = 0;
+        return f == NCCL_MOCK_STUCK ? ncclInProgress : ncclSystemError;
+    }
+    for (int i = 0; i < nops; i++) {
+        struct mock_op *o = &ops[i];
+        struct mock_stream *s = o->s;
+        if (s->n == s->cap) {
+            s->cap = s->cap ? 2 * s->cap : 16;
+            s->q = realloc(s->q, sizeof *s->q * (size_t)s->cap);
+        }
+        struct mock_req *q = &s->q[s->n++];
+        q->comm = o->comm;
+        q->recv = o->recv;
+        if (o->recv)
+            MPI_Irecv(o->buf, (int)o->bytes, MPI_BYTE, o->peer, MOCK_TAG, o->comm->mpi, &q->req);
+        else
+            MPI_Isend(o->buf, (int)o->bytes, MPI_BYTE, o->peer, MOCK_TAG, o->comm->mpi, &q->req);
+        posted++;
+    }
+    nops = 0;
+    return ncclSuccess;
+}
+
+const char *ncclGetErrorString(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclSystemError: return "unhandled system error (mock)";
+    case ncclInvalidArgument: return "invalid argument (mock)";
+    case ncclInvalidUsage: return "invalid usage (mock)";
+    case ncclInProgress: return "operation in progress";
+    default: return "mock NCCL error";
+    }
+}

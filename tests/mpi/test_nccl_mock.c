@@ -1,0 +1,241 @@
+/* runtime/comm_nccl.c, the CUDA backend's NCCL exchanges, compiled against a mock NCCL and CUDA
+ * stream API over MPI (tests/mock): no GPU, no NCCL. NCCL refuses two ranks on one GPU and the
+ * GPU machines lent to this project have one, so this is where the code's own logic runs: the
+ * unique id's broadcast, all-to-all-v as grouped sends and receives with counts and
+ * displacements, several exchanges in flight on slots, two groups sharing one stream, and the
+ * failure paths: a failed post aborts the communicator with SHARDOPT_ERR_NCCL, a peer that never
+ * turns up or a rank stuck in NCCL becomes a timeout (comm_timeout_s) with SHARDOPT_ERR_NCCL
+ * instead of a hang, an aborted communicator refuses later exchanges, and an initialisation
+ * that fails on one rank is reported there. What it cannot check is NCCL itself and the ordering
+ * on real streams (the mock streams execute nothing). 4 ranks. */
+#include <mpi.h>
+#include <stdint.h>
+
+#include "cuda_runtime.h" /* tests/mock: the mock streams */
+#include "runtime/comm_nccl.h"
+#include "runtime/status.h"
+#include "test.h"
+#include "tests/mock/nccl_mock.h"
+
+#define ES   2 /* bytes per element: a bf16 exchange */
+#define MAXN 8 /* elements to one peer at most */
+
+static int me, world;
+
+static void setup(void)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+}
+
+/* Elements world rank `from` sends to `to` in round r: 0 to 6, some zero; from round 100 on,
+ * 1 to 6 (every member then waits for every other). */
+static int count_of(int from, int to, int r)
+{
+    return r >= 100 ? 1 + (from * 3 + to * 5 + r) % 6 : (from * 3 + to * 5 + r) % 7;
+}
+
+static uint16_t value_of(int from, int to, int r, int k)
+{
+    return (uint16_t)(from * 4096 + to * 256 + r * 16 + k);
+}
+
+/* One exchange's buffers for this rank over a group whose member i is world rank ranks[i]. */
+struct xfer {
+    int sc[16], sd[16], rc[16], rd[16];
+    uint16_t sbuf[16 * (MAXN + 3)], rbuf[16 * (MAXN + 3)];
+};
+
+static void xfer_fill(struct xfer *x, const int *ranks, int n, int mine, int r)
+{
+    int so = 0, ro = 0;
+    memset(x->rbuf, 0xee, sizeof x->rbuf);
+    for (int i = 0; i < n; i++) {
+        x->sc[i] = count_of(ranks[mine], ranks[i], r);
+        x->rc[i] = count_of(ranks[i], ranks[mine], r);
+        x->sd[i] = so;
+        x->rd[i] = ro;
+        for (int k = 0; k < x->sc[i]; k++)
+            x->sbuf[so + k] = value_of(ranks[mine], ranks[i], r, k);
+        so += x->sc[i] + 3; /* gaps: displacements, not packed counts */
+        ro += x->rc[i] + 2;
+    }
+}
+
+/* Every block from another member arrived where rd says; my own block was not written. */
+static int xfer_bad(const struct xfer *x, const int *ranks, int n, int mine, int r)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < x->rc[i]; k++) {
+            const uint16_t want = i == mine ? 0xeeee : value_of(ranks[i], ranks[mine], r, k);
+            bad += x->rbuf[x->rd[i] + k] != want;
+        }
+    return bad;
+}
+
+/* The world group and a pair group ({0,1}, {2,3}) sharing its stream. */
+struct groups2 {
+    struct nccl_group *all, *pair;
+    MPI_Comm pair_comm;
+    int pair_ranks[2];
+    cudaStream_t compute;
+};
+
+static void groups_make(struct groups2 *g, double timeout_s, double pair_timeout_s)
+{
+    ASSERT_EQ_INT(cudaStreamCreateWithFlags(&g->compute, 0), cudaSuccess);
+    ASSERT_EQ_INT(nccl_group_create(MPI_COMM_WORLD, g->compute, timeout_s, "dense", NULL, &g->all),
+                  SHARDOPT_OK);
+    ASSERT_TRUE(g->all != NULL);
+    MPI_Comm_split(MPI_COMM_WORLD, me / 2, me, &g->pair_comm);
+    g->pair_ranks[0] = me / 2 * 2;
+    g->pair_ranks[1] = me / 2 * 2 + 1;
+    ASSERT_EQ_INT(nccl_group_create(g->pair_comm, g->compute, pair_timeout_s, "expert shard",
+                                    g->all, &g->pair),
+                  SHARDOPT_OK);
+    ASSERT_TRUE(g->pair != NULL);
+}
+
+static void groups_free(struct groups2 *g)
+{
+    nccl_group_destroy(g->pair); /* the sharer first: the first group owns the stream */
+    nccl_group_destroy(g->all);
+    MPI_Comm_free(&g->pair_comm);
+    cudaStreamDestroy(g->compute);
+}
+
+TEST(exchanges_move_every_block_to_its_displacement)
+{
+    setup();
+    ASSERT_EQ_INT(world, 4);
+    int all_ranks[4] = {0, 1, 2, 3};
+    struct groups2 g;
+    static struct xfer xa[3], xp[3];
+    groups_make(&g, 30.0, 30.0);
+    const long before = nccl_mock_posted();
+    for (int r = 0; r < 3; r++) { /* three exchanges in flight on each group before the wait */
+        xfer_fill(&xa[r], all_ranks, 4, me, r);
+        xfer_fill(&xp[r], g.pair_ranks, 2, me % 2, r + 10);
+        EXPECT_EQ_INT(nccl_group_exchange(g.all, r, xa[r].sbuf, xa[r].sc, xa[r].sd, xa[r].rbuf,
+                                          xa[r].rc, xa[r].rd, ES),
+                      SHARDOPT_OK);
+        EXPECT_EQ_INT(nccl_group_exchange(g.pair, r + 3, xp[r].sbuf, xp[r].sc, xp[r].sd, xp[r].rbuf,
+                                          xp[r].rc, xp[r].rd, ES),
+                      SHARDOPT_OK);
+        EXPECT_EQ_INT(nccl_group_wait(g.all, r), SHARDOPT_OK);
+        EXPECT_EQ_INT(nccl_group_wait(g.pair, r + 3), SHARDOPT_OK);
+    }
+    EXPECT_EQ_INT(nccl_group_drain(g.all), SHARDOPT_OK);
+    EXPECT_EQ_INT(nccl_group_drain(g.pair), SHARDOPT_OK);
+    for (int r = 0; r < 3; r++) {
+        EXPECT_EQ_INT(xfer_bad(&xa[r], all_ranks, 4, me, r), 0);
+        EXPECT_EQ_INT(xfer_bad(&xp[r], g.pair_ranks, 2, me % 2, r + 10), 0);
+    }
+    /* only non-empty blocks to and from the others were posted */
+    long want = 0;
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 4; i++)
+            if (i != me)
+                want += (count_of(me, i, r) > 0) + (count_of(i, me, r) > 0);
+    for (int r = 0; r < 3; r++) {
+        const int peer = g.pair_ranks[1 - me % 2];
+        want += (count_of(me, peer, r + 10) > 0) + (count_of(peer, me, r + 10) > 0);
+    }
+    EXPECT_EQ_INT((int)(nccl_mock_posted() - before), (int)want);
+    groups_free(&g);
+}
+
+/* Rank 3's post fails: it aborts its communicator with ERR_NCCL there; the others' exchanges
+ * wait for rank 3's blocks, so their drain ends at comm_timeout_s with ERR_NCCL and an abort;
+ * every later exchange on the group is refused. */
+TEST(a_failed_post_aborts_and_the_peers_time_out)
+{
+    setup();
+    int all_ranks[4] = {0, 1, 2, 3};
+    struct groups2 g;
+    static struct xfer x;
+    /* the pair group waits longer: its peer may still be timing out on the other group */
+    groups_make(&g, 1.0, 60.0);
+    const int aborted0 = nccl_mock_aborted();
+    xfer_fill(&x, all_ranks, 4, me, 100);
+    if (me == 3)
+        nccl_mock_inject(NCCL_MOCK_FAIL_GROUP);
+    shardopt_status_t st =
+        nccl_group_exchange(g.all, 0, x.sbuf, x.sc, x.sd, x.rbuf, x.rc, x.rd, ES);
+    if (me == 3) {
+        EXPECT_EQ_INT(st, SHARDOPT_ERR_NCCL);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "NCCL dense group (rank 3 of 4): posting an "
+                                                   "exchange: unhandled system error");
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "communicator aborted");
+    } else {
+        EXPECT_EQ_INT(st, SHARDOPT_OK);
+        EXPECT_EQ_INT(nccl_group_drain(g.all), SHARDOPT_ERR_NCCL);
+        EXPECT_STR_CONTAINS(shardopt_last_error(),
+                            "waiting for the step's exchanges: timed out (comm_timeout_s)");
+    }
+    EXPECT_EQ_INT(nccl_mock_aborted() - aborted0, 1);
+    EXPECT_EQ_INT(nccl_group_exchange(g.all, 1, x.sbuf, x.sc, x.sd, x.rbuf, x.rc, x.rd, ES),
+                  SHARDOPT_ERR_NCCL);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "communicator was aborted earlier");
+    /* the pair group is untouched: {0,1} and {2,3} still exchange */
+    static struct xfer xp;
+    xfer_fill(&xp, g.pair_ranks, 2, me % 2, 5);
+    EXPECT_EQ_INT(nccl_group_exchange(g.pair, 0, xp.sbuf, xp.sc, xp.sd, xp.rbuf, xp.rc, xp.rd, ES),
+                  SHARDOPT_OK);
+    EXPECT_EQ_INT(nccl_group_drain(g.pair), SHARDOPT_OK);
+    EXPECT_EQ_INT(xfer_bad(&xp, g.pair_ranks, 2, me % 2, 5), 0);
+    groups_free(&g);
+}
+
+/* Rank 1 is stuck inside NCCL (its communicator never settles): its own wait ends at
+ * comm_timeout_s with ERR_NCCL, and so do the others', whose blocks from rank 1 never come. */
+TEST(a_stuck_rank_becomes_a_timeout_on_every_rank_not_a_hang)
+{
+    setup();
+    int all_ranks[4] = {0, 1, 2, 3};
+    struct groups2 g;
+    static struct xfer x;
+    groups_make(&g, 1.0, 1.0);
+    xfer_fill(&x, all_ranks, 4, me, 101);
+    if (me == 1)
+        nccl_mock_inject(NCCL_MOCK_STUCK);
+    shardopt_status_t st =
+        nccl_group_exchange(g.all, 2, x.sbuf, x.sc, x.sd, x.rbuf, x.rc, x.rd, ES);
+    if (st == SHARDOPT_OK)
+        st = nccl_group_drain(g.all);
+    EXPECT_EQ_INT(st, SHARDOPT_ERR_NCCL);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "timed out (comm_timeout_s); communicator aborted");
+    if (me == 1)
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "posting an exchange");
+    int all = st == SHARDOPT_ERR_NCCL;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    EXPECT_EQ_INT(all, 1);
+    groups_free(&g);
+}
+
+/* Initialisation that fails on rank 2 is reported there, naming the call; the runtime's
+ * agreement (groups_agree) then fails init everywhere. */
+TEST(an_init_failure_is_reported_on_its_rank)
+{
+    setup();
+    cudaStream_t s;
+    struct nccl_group *grp = NULL;
+    ASSERT_EQ_INT(cudaStreamCreateWithFlags(&s, 0), cudaSuccess);
+    if (me == 2)
+        nccl_mock_inject(NCCL_MOCK_FAIL_INIT);
+    shardopt_status_t st = nccl_group_create(MPI_COMM_WORLD, s, 5.0, "replicate", NULL, &grp);
+    if (me == 2) {
+        EXPECT_EQ_INT(st, SHARDOPT_ERR_NCCL);
+        EXPECT_TRUE(grp == NULL);
+        EXPECT_STR_CONTAINS(shardopt_last_error(),
+                            "NCCL replicate group (rank 2 of 4): ncclCommInitRankConfig");
+    } else {
+        EXPECT_EQ_INT(st, SHARDOPT_OK);
+    }
+    int failed = st != SHARDOPT_OK;
+    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ_INT(failed, 1);
+    nccl_group_destroy(grp);
+    cudaStreamDestroy(s);
+}

@@ -1,10 +1,22 @@
-/* A stand-in for the CUDA runtime's header, for tests/mpi/test_nccl_mock only: the few stream
- * and event calls runtime/comm_nccl.c makes, implemented by nccl_mock.c on the host. A stream
- * holds the MPI requests of the mock NCCL operations queued on it; an event recorded on a stream
- * is complete when the requests queued before it are; a stream that waits on an event executes
- * nothing, so the wait is only recorded. No GPU, no CUDA library. */
+/* A stand-in for the CUDA runtime's header, for runtime/comm_nccl.c built against the mock NCCL
+ * (nccl.h here; test_nccl_mock, test_device_sim_nccl): the few stream and event calls it makes,
+ * implemented by nccl_mock.c on the host. A stream holds the MPI requests of the mock NCCL
+ * operations queued on it; an event recorded on a stream is complete when the requests queued
+ * before it are. Work "on" the caller's compute stream runs on the host at once (the simulated
+ * device of test_device_sim), so a stream that waits on an event waits on the host until the
+ * event is complete. No GPU, no CUDA library. */
 #ifndef TESTS_MOCK_CUDA_RUNTIME_H
 #define TESTS_MOCK_CUDA_RUNTIME_H
+
+/* renamed: a CUDA build links the real cudart beside this */
+#define cudaStreamCreateWithFlags mock_cudaStreamCreateWithFlags
+#define cudaStreamDestroy         mock_cudaStreamDestroy
+#define cudaEventCreateWithFlags  mock_cudaEventCreateWithFlags
+#define cudaEventDestroy          mock_cudaEventDestroy
+#define cudaEventRecord           mock_cudaEventRecord
+#define cudaEventQuery            mock_cudaEventQuery
+#define cudaStreamWaitEvent       mock_cudaStreamWaitEvent
+#define cudaGetErrorString        mock_cudaGetErrorString
 
 typedef enum cudaError {
     cudaSuccess = 0,

@@ -1,13 +1,25 @@
-/* A stand-in for NCCL's header, for tests/mpi/test_nccl_mock only: the calls runtime/comm_nccl.c
- * makes, with NCCL's non-blocking communicator semantics, implemented by nccl_mock.c over MPI
- * (one MPI communicator per mock communicator, host memory). Faults are injected through
- * nccl_mock.h. */
+/* A stand-in for NCCL's header, for runtime/comm_nccl.c in test_nccl_mock and
+ * test_device_sim_nccl: the calls it makes, with NCCL's non-blocking communicator semantics,
+ * implemented by nccl_mock.c over MPI (one MPI communicator per mock communicator, host memory).
+ * Faults are injected through nccl_mock.h. */
 #ifndef TESTS_MOCK_NCCL_H
 #define TESTS_MOCK_NCCL_H
 
 #include <stddef.h>
 
 #include "cuda_runtime.h"
+
+/* renamed: a CUDA build links the real NCCL beside this */
+#define ncclGetUniqueId        mock_ncclGetUniqueId
+#define ncclCommInitRankConfig mock_ncclCommInitRankConfig
+#define ncclCommGetAsyncError  mock_ncclCommGetAsyncError
+#define ncclCommAbort          mock_ncclCommAbort
+#define ncclCommDestroy        mock_ncclCommDestroy
+#define ncclGroupStart         mock_ncclGroupStart
+#define ncclGroupEnd           mock_ncclGroupEnd
+#define ncclSend               mock_ncclSend
+#define ncclRecv               mock_ncclRecv
+#define ncclGetErrorString     mock_ncclGetErrorString
 
 typedef enum {
     ncclSuccess = 0,

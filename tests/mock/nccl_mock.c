@@ -7,8 +7,7 @@
  * queued on it so far and is complete when those requests are (cudaEventQuery tests them). As
  * with NCCL's non-blocking communicators, calls may return ncclInProgress and
  * ncclCommGetAsyncError says when the communicator is settled, or failed. ncclCommAbort cancels
- * what is pending. Nothing executes on a stream: cudaStreamWaitEvent is recorded, not enforced,
- * so a test reads received data only after the events it waits for are complete. */
+ * what is pending. cudaStreamWaitEvent waits on the host (cuda_runtime.h here says why). */
 #include "nccl_mock.h"
 
 #include <mpi.h>
@@ -132,7 +131,12 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
     (void)s, (void)flags;
-    return e != NULL ? cudaSuccess : cudaErrorInvalidValue;
+    if (e == NULL)
+        return cudaErrorInvalidValue;
+    for (int i = 0; e->s != NULL && i < e->upto; i++)
+        if (e->s->q[i].req != MPI_REQUEST_NULL)
+            MPI_Wait(&e->s->q[i].req, MPI_STATUS_IGNORE);
+    return cudaSuccess;
 }
 
 const char *cudaGetErrorString(cudaError_t e)

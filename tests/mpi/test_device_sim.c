@@ -21,6 +21,9 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "model_run.h"
 #include "runtime/fault.h"
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+#include "tests/mock/nccl_mock.h"
+#endif
 
 /* ---- the simulated device ---- */
 #define SIM_MAX 1024
@@ -30,7 +33,7 @@ static struct {
 } sim[SIM_MAX];
 static int nsim;
 
-static void sim_protect(int prot)
+__attribute__((unused)) static void sim_protect(int prot)
 {
     for (int i = 0; i < nsim; i++)
         if (mprotect(sim[i].base, sim[i].len, prot) != 0) {
@@ -39,8 +42,17 @@ static void sim_protect(int prot)
         }
 }
 
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+/* test_device_sim_nccl: the mock NCCL's MPI requests reach the simulated memory whenever MPI
+ * progresses, so it stays open there (the MPI-exchange builds keep the protection) */
+#define SIM_PROT    (PROT_READ | PROT_WRITE)
+#define SIM_OPEN()  ((void)0)
+#define SIM_CLOSE() ((void)0)
+#else
+#define SIM_PROT    PROT_NONE
 #define SIM_OPEN()  sim_protect(PROT_READ | PROT_WRITE)
 #define SIM_CLOSE() sim_protect(PROT_NONE)
+#endif
 
 static void *sim_alloc(size_t bytes)
 {
@@ -48,7 +60,7 @@ static void *sim_alloc(size_t bytes)
     const size_t len = (bytes + page - 1) / page * page + page;
     if (nsim == SIM_MAX)
         return NULL;
-    void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = mmap(NULL, len, SIM_PROT, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
     sim[nsim].base = p;
@@ -260,6 +272,16 @@ static int sim_sync(const struct kernel_ctx *c)
 
 static void *sim_host_alloc(size_t bytes) { return cpu_alloc(bytes); }
 
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+/* Ordering with a trainer's stream: nothing to order on the host; present so that the step
+ * drains its NCCL groups at its end as on CUDA. */
+static int sim_stream_edge(const struct kernel_ctx *c, void *caller, char *err, size_t len)
+{
+    (void)c, (void)caller, (void)err, (void)len;
+    return 0;
+}
+#endif
+
 static const struct kernel_ops sim_ops = {
     .name = "devsim",
     .momentum = sim_momentum,
@@ -285,6 +307,10 @@ static const struct kernel_ops sim_ops = {
     .mark = sim_mark,
     .mark_seconds = sim_mark_seconds,
     .pointer_kind = sim_pointer_kind,
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+    .stream_begin = sim_stream_edge,
+    .stream_end = sim_stream_edge,
+#endif
 };
 
 /* ---- which device: the simulated one, or CUDA ---- */
@@ -363,6 +389,26 @@ static shardopt_status_t dev_setup(struct dev_run *r)
         state_store_init(&r->rt->store, &sim_ops);
         timeline_init(&r->rt->timeline, &sim_ops, &r->rt->kctx);
         r->rt->ew = calloc(1, sizeof *r->rt->ew); /* what init makes for a batching table */
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+        /* the exchanges over NCCL (the mock over MPI), groups made as device_start makes them */
+        struct groups *g = &r->rt->groups;
+        const struct {
+            MPI_Comm comm;
+            struct nccl_group **out;
+            const char *name;
+        } made[] = {{g->dense, &r->rt->nccl[GROUP_DENSE], "dense"},
+                    {g->xs, &r->rt->nccl[GROUP_EXPERT], "expert shard"},
+                    {g->rep, &r->rt->nccl_rep, "replicate"}};
+        const struct nccl_group *first = NULL;
+        for (int i = 0; i < 3; i++) {
+            int size = 1;
+            MPI_Comm_size(made[i].comm, &size);
+            if (size > 1 && nccl_group_create(made[i].comm, r->rt->kctx.stream, 60.0, made[i].name,
+                                              first, made[i].out) != SHARDOPT_OK)
+                return SHARDOPT_ERR_NCCL;
+            first = first != NULL ? first : *made[i].out;
+        }
+#endif
     }
     struct tcoords c = coords_of(r->rt);
     for (int p = 0; p < MODEL_NPARAMS; p++) {
@@ -522,6 +568,20 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
     ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
     EXPECT_EQ_INT(params_differ(&dev, &cpu, 3), 0);
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+    { /* the exchanges went over the (mock) NCCL groups, replicas' too */
+        int dsize, rsize;
+        MPI_Comm_size(dev.rt->groups.dense, &dsize);
+        MPI_Comm_size(dev.rt->groups.rep, &rsize);
+        EXPECT_TRUE(dsize == 1 || dev.rt->nccl[GROUP_DENSE] != NULL);
+        EXPECT_TRUE(rsize == 1 || dev.rt->nccl_rep != NULL);
+        long posted = nccl_mock_posted();
+        MPI_Allreduce(MPI_IN_PLACE, &posted, 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+        if (me == 0)
+            printf("  mock NCCL: at least %ld sends and receives posted per rank\n", posted);
+        EXPECT_TRUE(posted > 0);
+    }
+#endif
     if (!on_cuda && test_cfg().offload == SHARDOPT_OFFLOAD_NONE) {
         /* pieces of a bucket and the AdamW tensors went out as batches of several calls */
         long lc[2] = {sim_launches, sim_calls};

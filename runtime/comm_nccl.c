@@ -24,13 +24,18 @@ struct nccl_group {
     int aborted;
 };
 
-/* Abort the communicator (it cannot be used again) and report. */
-static shardopt_status_t group_fail(struct nccl_group *g, const char *what, ncclResult_t r)
+void nccl_group_abort(struct nccl_group *g)
 {
-    if (!g->aborted) {
+    if (g != NULL && g->comm != NULL && !g->aborted) {
         ncclCommAbort(g->comm);
         g->aborted = 1;
     }
+}
+
+/* Abort the communicator (it cannot be used again) and report. */
+static shardopt_status_t group_fail(struct nccl_group *g, const char *what, ncclResult_t r)
+{
+    nccl_group_abort(g);
     return log_fail(SHARDOPT_ERR_NCCL, "NCCL %s group (rank %d of %d): %s: %s%s", g->name, g->rank,
                     g->size, what, r == ncclInProgress ? "timed out" : ncclGetErrorString(r),
                     r == ncclInProgress ? " (comm_timeout_s); communicator aborted"

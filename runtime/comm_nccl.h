@@ -27,6 +27,10 @@ shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double 
                                     struct nccl_group **out);
 void nccl_group_destroy(struct nccl_group *g);
 
+/* Abort the communicator (once; later calls on g return SHARDOPT_ERR_NCCL): after a failed
+ * step, so that no operation a peer will never match is left for finalize to wait on. */
+void nccl_group_abort(struct nccl_group *g);
+
 /* All-to-all-v of `es`-byte elements: to member i sc[i] elements from sbuf + sd[i], from member
  * i rc[i] into rbuf + rd[i] (member me is skipped: the caller copies its own block). Starts
  * after the compute stream's queued work; completion is marked by slot's event. */

@@ -218,6 +218,27 @@ static shardopt_status_t step_stream(shardopt_runtime_t rt, const shardopt_step_
     return SHARDOPT_OK;
 }
 
+static int step_uses_nccl(const struct shardopt_runtime *rt)
+{
+    for (int k = 0; k < GROUP_KINDS; k++)
+        if (rt->nccl[k] != NULL)
+            return 1;
+    return rt->nccl_rep != NULL;
+}
+
+/* The step's last agreement. With NCCL, a rank may get here at once (its drain found nothing
+ * to wait for, or its exchange failed) while a peer is still in a drain that can take
+ * comm_timeout_s: the agreement waits that long again before it ends the job. */
+static shardopt_status_t step_end_agree(shardopt_runtime_t rt, shardopt_status_t mine)
+{
+    const double t = rt->groups.timeout_s;
+    if (step_uses_nccl(rt) && t > 0)
+        rt->groups.timeout_s = 2 * t;
+    const shardopt_status_t status = groups_agree(&rt->groups, mine, "step");
+    rt->groups.timeout_s = t;
+    return status;
+}
+
 /* NCCL: the step's exchanges have completed, or (comm_timeout_s) SHARDOPT_ERR_NCCL with the
  * group named; the host waits here, never inside the step. This rank's status. */
 static shardopt_status_t step_drain(shardopt_runtime_t rt)
@@ -286,16 +307,27 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     status = muon_run(rt, &ms);
     if (status == SHARDOPT_OK)
         status = ns_sharded_run(rt, &ms);
-    if (status != SHARDOPT_OK)
+    /* Over MPI the other ranks are inside an MPI wait that ends the job (comm_wait). Over NCCL
+     * they never wait inside the step: they learn of a failed exchange only when their drain
+     * times out, so a rank whose exchange failed meets them at the agreement below instead of
+     * returning alone (which left them to MPI_Abort there) */
+    if (status != SHARDOPT_OK && !step_uses_nccl(rt))
         return status;
 
     if (rt->ops->stream_begin != NULL) { /* exchanges, then the stream: one agreement for both */
-        status = step_drain(rt);
+        if (status == SHARDOPT_OK)
+            status = step_drain(rt);
         if (status == SHARDOPT_OK)
             status = step_stream(rt, args, 1);
-        status = groups_agree(&rt->groups, status, "step");
-        if (status != SHARDOPT_OK)
+        status = step_end_agree(rt, status);
+        if (status != SHARDOPT_OK) {
+            /* a failed step may leave exchanges that no peer will match: abort every
+             * communicator now (docs/api.md: finalize), so that finalize never waits on one */
+            for (int k = 0; k < GROUP_KINDS; k++)
+                nccl_group_abort(rt->nccl[k]);
+            nccl_group_abort(rt->nccl_rep);
             return status;
+        }
     }
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;

@@ -13,6 +13,11 @@ enum nccl_mock_fault {
 
 void nccl_mock_inject(enum nccl_mock_fault f);
 
+/* seconds > 0: cudaStreamWaitEvent stops waiting after that long and returns (the data may not
+ * have come). On a GPU the stream waits and the host goes on to the step's drain, which times
+ * out; here the host is the stream, so a test with a stuck peer needs this to get there. */
+void nccl_mock_waits_give_up(double seconds);
+
 /* Operations posted (send + recv) and communicators aborted, since the start. */
 long nccl_mock_posted(void);
 int nccl_mock_aborted(void);

@@ -367,6 +367,8 @@ static shardopt_config_t test_cfg(void)
     return cfg;
 }
 
+static double dev_timeout_s; /* > 0: the device run's comm_timeout_s */
+
 static shardopt_config_t dev_cfg(void)
 {
     shardopt_config_t cfg = test_cfg();
@@ -375,6 +377,8 @@ static shardopt_config_t dev_cfg(void)
         cfg.comm_backend = SHARDOPT_COMM_MPI;
         cfg.ns_compute = SHARDOPT_NS_COMPUTE_AUTO;
     }
+    if (dev_timeout_s > 0)
+        cfg.comm_timeout_s = dev_timeout_s;
     return cfg;
 }
 
@@ -403,8 +407,9 @@ static shardopt_status_t dev_setup(struct dev_run *r)
         for (int i = 0; i < 3; i++) {
             int size = 1;
             MPI_Comm_size(made[i].comm, &size);
-            if (size > 1 && nccl_group_create(made[i].comm, r->rt->kctx.stream, 60.0, made[i].name,
-                                              first, made[i].out) != SHARDOPT_OK)
+            if (size > 1 &&
+                nccl_group_create(made[i].comm, r->rt->kctx.stream, r->rt->cfg.comm_timeout_s,
+                                  made[i].name, first, made[i].out) != SHARDOPT_OK)
                 return SHARDOPT_ERR_NCCL;
             first = first != NULL ? first : *made[i].out;
         }
@@ -721,3 +726,34 @@ TEST(memory_of_the_wrong_kind_fails_the_step_on_every_rank)
         free(wrong);
     dev_free(&dev);
 }
+
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+/* A rank stuck inside NCCL mid-step (its communicator never settles): the step ends with
+ * ERR_NCCL on every rank within a few comm_timeout_s, not a hang, and not an MPI_Abort. The
+ * stuck rank finds out when its post times out; its peers when their drain at the step's end
+ * does; the ranks of other groups at the agreement. Before the fix the stuck rank returned
+ * alone and the others ended the job with MPI_Abort in the agreement. */
+TEST(a_stuck_nccl_rank_fails_the_step_on_every_rank)
+{
+    setup();
+    dev_timeout_s = 3.0;
+    struct dev_run dev = {0};
+    ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
+    if (world > 1) {
+        nccl_mock_waits_give_up(0.05);
+        if (me == world - 1)
+            nccl_mock_inject(NCCL_MOCK_STUCK);
+        EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_NCCL);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "NCCL");
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "timed out (comm_timeout_s)");
+        nccl_mock_waits_give_up(0);
+        /* every communicator was aborted after the failed step: the next one fails at once, on
+         * every rank, and finalize below waits on nothing */
+        EXPECT_EQ_INT(dev_steps(&dev, 3, 3), SHARDOPT_ERR_NCCL);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "communicator was aborted earlier");
+    }
+    dev_free(&dev);
+    dev_timeout_s = 0;
+}
+#endif

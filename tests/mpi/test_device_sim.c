@@ -754,6 +754,20 @@ TEST(a_stuck_nccl_rank_fails_the_step_on_every_rank)
         EXPECT_STR_CONTAINS(shardopt_last_error(), "communicator was aborted earlier");
     }
     dev_free(&dev);
+
+    /* a post that fails at once: that rank is at the agreement a whole comm_timeout_s before
+     * its peers' drains time out, which the agreement's doubled deadline allows for */
+    struct dev_run again = {0};
+    ASSERT_EQ_INT(dev_setup(&again), SHARDOPT_OK);
+    if (world > 1) {
+        nccl_mock_waits_give_up(0.05);
+        if (me == 0)
+            nccl_mock_inject(NCCL_MOCK_FAIL_GROUP);
+        EXPECT_EQ_INT(dev_steps(&again, 1, 1), SHARDOPT_ERR_NCCL);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "NCCL");
+        nccl_mock_waits_give_up(0);
+    }
+    dev_free(&again);
     dev_timeout_s = 0;
 }
 #endif

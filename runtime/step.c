@@ -329,6 +329,8 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
             return status;
         }
     }
+    if (status != SHARDOPT_OK) /* NCCL groups without a device table: no such runtime today */
+        return status;
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;
     k->steps++;

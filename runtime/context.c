@@ -191,6 +191,32 @@ static int device_choose(shardopt_runtime_t rt, MPI_Comm local, char *busid, siz
     return device;
 }
 
+shardopt_status_t rt_nccl_create(shardopt_runtime_t rt)
+{
+    const struct groups *g = &rt->groups;
+    shardopt_status_t status = SHARDOPT_OK;
+    /* the same order on every rank (rt_nccl_groups'): each communicator is made by all of its
+     * members */
+    const struct {
+        MPI_Comm comm;
+        struct nccl_group **out;
+        const char *name;
+    } made[] = {{g->dense, &rt->nccl[GROUP_DENSE], "dense"},
+                {g->xs, &rt->nccl[GROUP_EXPERT], "expert shard"},
+                {g->rep, &rt->nccl_rep, "replicate"}};
+    const struct nccl_group *first = NULL; /* its stream serves every group */
+    for (size_t i = 0; i < sizeof made / sizeof made[0] && status == SHARDOPT_OK; i++) {
+        int size = 1;
+        MPI_Comm_size(made[i].comm, &size);
+        if (size > 1)
+            status = nccl_group_create(made[i].comm, rt->kctx.stream, rt->cfg.comm_timeout_s,
+                                       made[i].name, first, made[i].out);
+        first = first != NULL ? first : *made[i].out;
+        status = groups_agree(g, status, "init");
+    }
+    return status;
+}
+
 /* The CUDA backend's state and stream on the chosen device. Collective: a failure on one rank
  * fails init on all. */
 static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
@@ -222,24 +248,7 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
     /* NCCL moves device memory only: with offload = cpu the exchange buffers are host memory
      * (the CPU table's) and travel over MPI */
     if (rt->cfg.comm_backend == SHARDOPT_COMM_NCCL && rt_on_device(rt)) {
-        /* the same order on every rank: each communicator is made by all of its members */
-        const struct {
-            MPI_Comm comm;
-            struct nccl_group **out;
-            const char *name;
-        } made[] = {{g->dense, &rt->nccl[GROUP_DENSE], "dense"},
-                    {g->xs, &rt->nccl[GROUP_EXPERT], "expert shard"},
-                    {g->rep, &rt->nccl_rep, "replicate"}};
-        const struct nccl_group *first = NULL; /* its stream serves every group */
-        for (size_t i = 0; i < sizeof made / sizeof made[0] && status == SHARDOPT_OK; i++) {
-            int size = 1;
-            MPI_Comm_size(made[i].comm, &size);
-            if (size > 1)
-                status = nccl_group_create(made[i].comm, rt->kctx.stream, rt->cfg.comm_timeout_s,
-                                           made[i].name, first, made[i].out);
-            first = first != NULL ? first : *made[i].out;
-            status = groups_agree(g, status, "init");
-        }
+        status = rt_nccl_create(rt);
         if (status != SHARDOPT_OK)
             return status;
     }
@@ -251,13 +260,11 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
 
 static void device_stop(shardopt_runtime_t rt)
 {
-    /* in the reverse order of creation: the first group owns the stream the others borrow */
-    nccl_group_destroy(rt->nccl_rep);
+    struct nccl_group *made[GROUP_KINDS + 1];
+    for (int i = rt_nccl_groups(rt, made) - 1; i >= 0; i--) /* sharers of the stream first */
+        nccl_group_destroy(made[i]);
+    memset(rt->nccl, 0, sizeof rt->nccl);
     rt->nccl_rep = NULL;
-    for (int k = GROUP_KINDS - 1; k >= 0; k--) {
-        nccl_group_destroy(rt->nccl[k]);
-        rt->nccl[k] = NULL;
-    }
     if (rt->kctx.backend != NULL)
         rt->ns_ops->backend_destroy(rt->kctx.backend);
     rt->kctx.backend = NULL;

@@ -136,6 +136,25 @@ static inline int rt_on_device(const struct shardopt_runtime *rt)
     return rt->ops->host_alloc != NULL;
 }
 
+/* The runtime's NCCL groups (comm_backend = nccl) in the order they were made, into out;
+ * returns how many there are (0: exchanges over MPI). The first owns the stream the others
+ * borrow, so they are destroyed in the reverse order. */
+static inline int rt_nccl_groups(const struct shardopt_runtime *rt,
+                                 struct nccl_group *out[GROUP_KINDS + 1])
+{
+    struct nccl_group *const all[] = {rt->nccl[GROUP_DENSE], rt->nccl[GROUP_EXPERT], rt->nccl_rep};
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        if (all[i] != NULL)
+            out[n++] = all[i];
+    return n;
+}
+
+/* Make an NCCL group for each of the dense, expert shard and replicate groups that has more
+ * than one member, bootstrapped over it (context.c). Collective: a failure anywhere fails
+ * every rank. */
+shardopt_status_t rt_nccl_create(shardopt_runtime_t rt);
+
 /* Newton-Schulz runs on a device (the CUDA table), whatever runs the rest. */
 static inline int rt_ns_on_device(const struct shardopt_runtime *rt)
 {

@@ -220,36 +220,39 @@ static shardopt_status_t step_stream(shardopt_runtime_t rt, const shardopt_step_
 
 static int step_uses_nccl(const struct shardopt_runtime *rt)
 {
-    for (int k = 0; k < GROUP_KINDS; k++)
-        if (rt->nccl[k] != NULL)
-            return 1;
-    return rt->nccl_rep != NULL;
+    struct nccl_group *g[GROUP_KINDS + 1];
+    return rt_nccl_groups(rt, g) > 0;
 }
 
 /* The step's last agreement. With NCCL, a rank may get here at once (its drain found nothing
  * to wait for, or its exchange failed) while a peer is still in a drain that can take
  * comm_timeout_s: the agreement waits that long again before it ends the job. */
-static shardopt_status_t step_end_agree(shardopt_runtime_t rt, shardopt_status_t mine)
+static shardopt_status_t step_end_agree(const struct shardopt_runtime *rt, shardopt_status_t mine)
 {
-    const double t = rt->groups.timeout_s;
-    if (step_uses_nccl(rt) && t > 0)
-        rt->groups.timeout_s = 2 * t;
-    const shardopt_status_t status = groups_agree(&rt->groups, mine, "step");
-    rt->groups.timeout_s = t;
-    return status;
+    struct groups patient = rt->groups; /* the same communicators, a longer deadline */
+    if (step_uses_nccl(rt))
+        patient.timeout_s *= 2; /* 0 (never) stays 0 */
+    return groups_agree(&patient, mine, "step");
 }
 
 /* NCCL: the step's exchanges have completed, or (comm_timeout_s) SHARDOPT_ERR_NCCL with the
  * group named; the host waits here, never inside the step. This rank's status. */
 static shardopt_status_t step_drain(shardopt_runtime_t rt)
 {
+    struct nccl_group *g[GROUP_KINDS + 1];
     shardopt_status_t status = SHARDOPT_OK;
-    for (int k = 0; k < GROUP_KINDS && status == SHARDOPT_OK; k++)
-        if (rt->nccl[k] != NULL)
-            status = nccl_group_drain(rt->nccl[k]);
-    if (status == SHARDOPT_OK && rt->nccl_rep != NULL)
-        status = nccl_group_drain(rt->nccl_rep);
+    for (int i = 0, n = rt_nccl_groups(rt, g); i < n && status == SHARDOPT_OK; i++)
+        status = nccl_group_drain(g[i]);
     return status;
+}
+
+/* After a failed step: exchanges that no peer will match may be left on a communicator, so
+ * every one is aborted (docs/api.md: finalize), and finalize never waits on one. */
+static void step_nccl_abort(shardopt_runtime_t rt)
+{
+    struct nccl_group *g[GROUP_KINDS + 1];
+    for (int i = 0, n = rt_nccl_groups(rt, g); i < n; i++)
+        nccl_group_abort(g[i]);
 }
 
 static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_args_t *args)
@@ -311,7 +314,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
      * they never wait inside the step: they learn of a failed exchange only when their drain
      * times out, so a rank whose exchange failed meets them at the agreement below instead of
      * returning alone (which left them to MPI_Abort there) */
-    if (status != SHARDOPT_OK && !step_uses_nccl(rt))
+    if (status != SHARDOPT_OK && !(step_uses_nccl(rt) && rt->ops->stream_begin != NULL))
         return status;
 
     if (rt->ops->stream_begin != NULL) { /* exchanges, then the stream: one agreement for both */
@@ -321,16 +324,10 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
             status = step_stream(rt, args, 1);
         status = step_end_agree(rt, status);
         if (status != SHARDOPT_OK) {
-            /* a failed step may leave exchanges that no peer will match: abort every
-             * communicator now (docs/api.md: finalize), so that finalize never waits on one */
-            for (int k = 0; k < GROUP_KINDS; k++)
-                nccl_group_abort(rt->nccl[k]);
-            nccl_group_abort(rt->nccl_rep);
+            step_nccl_abort(rt);
             return status;
         }
     }
-    if (status != SHARDOPT_OK) /* NCCL groups without a device table: no such runtime today */
-        return status;
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;
     k->steps++;

@@ -394,25 +394,9 @@ static shardopt_status_t dev_setup(struct dev_run *r)
         timeline_init(&r->rt->timeline, &sim_ops, &r->rt->kctx);
         r->rt->ew = calloc(1, sizeof *r->rt->ew); /* what init makes for a batching table */
 #ifdef SHARDOPT_TEST_NCCL_MOCK
-        /* the exchanges over NCCL (the mock over MPI), groups made as device_start makes them */
-        struct groups *g = &r->rt->groups;
-        const struct {
-            MPI_Comm comm;
-            struct nccl_group **out;
-            const char *name;
-        } made[] = {{g->dense, &r->rt->nccl[GROUP_DENSE], "dense"},
-                    {g->xs, &r->rt->nccl[GROUP_EXPERT], "expert shard"},
-                    {g->rep, &r->rt->nccl_rep, "replicate"}};
-        const struct nccl_group *first = NULL;
-        for (int i = 0; i < 3; i++) {
-            int size = 1;
-            MPI_Comm_size(made[i].comm, &size);
-            if (size > 1 &&
-                nccl_group_create(made[i].comm, r->rt->kctx.stream, r->rt->cfg.comm_timeout_s,
-                                  made[i].name, first, made[i].out) != SHARDOPT_OK)
-                return SHARDOPT_ERR_NCCL;
-            first = first != NULL ? first : *made[i].out;
-        }
+        /* the exchanges over NCCL (the mock over MPI), the groups made as init makes them */
+        if (rt_nccl_create(r->rt) != SHARDOPT_OK)
+            return SHARDOPT_ERR_NCCL;
 #endif
     }
     struct tcoords c = coords_of(r->rt);

@@ -1,8 +1,7 @@
 /* ckpt_bench: checkpoint save and load throughput against a plain sequential write and read of
  * the same bytes to the same directory, measured in the same run.
  *
- *   mpirun -n N ckpt_bench [--preset glm45-air] [--layers L] [--width-div D] [--experts-div D]
- *       [--ep E] [--momentum-dtype fp32|bf16] [--dir PATH] [--reps R] [--json]
+ *   mpirun -n N ckpt_bench [options]      (--help lists them with their defaults)
  *
  * Each rank's state (after one step, so it is not zero) is saved with shardopt_save and loaded
  * back with shardopt_load on the same layout; the peer is every rank writing the same number of
@@ -27,6 +26,21 @@
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
 #include "runtime/runtime.h"
+#include "tools/cli.h"
+
+static const char usage[] = "usage: mpirun -n N ckpt_bench [options]\n"
+                            "  --preset NAME        model preset in bench/presets (glm45-air)\n"
+                            "  --layers L           layers of the preset kept (2)\n"
+                            "  --width-div D        hidden and expert widths divided by D (8)\n"
+                            "  --experts-div D      experts per layer divided by D (4)\n"
+                            "  --ep E               expert-parallel ranks (1)\n"
+                            "  --momentum-dtype fp32|bf16\n"
+                            "                       Muon momentum dtype (fp32)\n"
+                            "  --dir PATH           where the checkpoints and the plain files go\n"
+                            "                       (/tmp/shardopt_ckpt_bench)\n"
+                            "  --reps R             repetitions, median reported (5)\n"
+                            "  --json               one JSON object instead of the table\n"
+                            "  --help, -h           this text\n";
 
 static int me, world;
 
@@ -90,36 +104,35 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json"))
+        int *iv = !strcmp(a, "--layers")        ? &scale.layers
+                  : !strcmp(a, "--width-div")   ? &scale.width_div
+                  : !strcmp(a, "--experts-div") ? &scale.experts_div
+                  : !strcmp(a, "--ep")          ? &ep
+                  : !strcmp(a, "--reps")        ? &reps
+                                                : NULL;
+        const char **sv = !strcmp(a, "--preset")           ? &preset
+                          : !strcmp(a, "--dir")            ? &dir
+                          : !strcmp(a, "--momentum-dtype") ? &mom
+                                                           : NULL;
+        if (cli_is_help(a))
+            cli_exit(me, "ckpt_bench", usage, 0, NULL);
+        else if (!strcmp(a, "--json"))
             json = 1;
-        else if (v && !strcmp(a, "--preset"))
-            preset = argv[++i];
-        else if (v && !strcmp(a, "--dir"))
-            dir = argv[++i];
-        else if (v && !strcmp(a, "--momentum-dtype"))
-            mom = argv[++i];
-        else if (v && !strcmp(a, "--layers"))
-            scale.layers = atoi(argv[++i]);
-        else if (v && !strcmp(a, "--width-div"))
-            scale.width_div = atoi(argv[++i]);
-        else if (v && !strcmp(a, "--experts-div"))
-            scale.experts_div = atoi(argv[++i]);
-        else if (v && !strcmp(a, "--ep"))
-            ep = atoi(argv[++i]);
-        else if (v && !strcmp(a, "--reps"))
-            reps = atoi(argv[++i]);
-        else {
-            if (me == 0)
-                fprintf(stderr, "ckpt_bench: bad argument '%s' (see %s)\n", a, __FILE__);
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
+        else if (iv == NULL && sv == NULL)
+            cli_exit(me, "ckpt_bench", usage, 2, "unknown argument '%s'", a);
+        else if (v == NULL)
+            cli_exit(me, "ckpt_bench", usage, 2, "%s needs a value", a);
+        else if (iv != NULL && (cli_parse_int(v, iv) != 0 || *iv < 1))
+            cli_exit(me, "ckpt_bench", usage, 2, "%s takes an integer >= 1, not '%s'", a, v);
+        else if (sv != NULL)
+            *sv = v;
+        i += iv != NULL || sv != NULL;
     }
+    if (strcmp(mom, "fp32") != 0 && strcmp(mom, "bf16") != 0)
+        cli_exit(me, "ckpt_bench", usage, 2, "--momentum-dtype takes fp32 or bf16, not '%s'", mom);
     struct preset p;
-    if (preset_load(preset, SHARDOPT_PRESET_DIR, &scale, &p, err, sizeof err) != 0) {
-        if (me == 0)
-            fprintf(stderr, "ckpt_bench: %s\n", err);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    if (preset_load(preset, SHARDOPT_PRESET_DIR, &scale, &p, err, sizeof err) != 0)
+        cli_exit(me, "ckpt_bench", usage, 2, "%s", err);
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     cfg.ep = ep;
     cfg.momentum_dtype = !strcmp(mom, "bf16") ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;

@@ -1,11 +1,6 @@
 /* step_bench: steady-state optimizer step time on a model preset, under mpirun with any layout.
  *
- *   mpirun -n N step_bench [--preset glm45-air] [--layers L] [--width-div D] [--experts-div D]
- *       [--dp-replicate R] [--dp-shard S] [--cp C] [--ep E] [--expert-shard-dim 0|1|2]
- *       [--momentum-dtype fp32|bf16|both] [--comm-dtype bf16|fp32]
- *       [--offload none|optimizer|cpu|both|all] [--ns-compute auto|fp32|bf16]
- *       [--backend cpu|cuda] [--comm-backend mpi|nccl] [--threads T] [--bucket-mib M] [--warmup W]
- * [--steps N] [--set key=value]... [--json]
+ *   mpirun -n N shardopt-bench [options]      (--help lists them with their defaults)
  *
  * Dense tensors are sharded along dim 0 over the dense shard group (FSDP-style chunks), expert
  * stacks split over EP and chunked along --expert-shard-dim over the expert shard group.
@@ -29,6 +24,38 @@
 #include "bench/preset_shards.h"
 #include "kernels/ops.h"
 #include "shardopt.h"
+#include "tools/cli.h"
+
+static const char usage[] =
+    "usage: mpirun -n N shardopt-bench [options]\n"
+    "  --preset NAME        model preset in bench/presets (glm45-air)\n"
+    "  --layers L           layers of the preset kept (2)\n"
+    "  --width-div D        hidden and expert widths divided by D (8)\n"
+    "  --experts-div D      experts per layer divided by D (4)\n"
+    "  --dp-replicate R     replicas (1)\n"
+    "  --dp-shard S         dense shard group size (the ranks left after R and C)\n"
+    "  --cp C               context-parallel ranks (1)\n"
+    "  --ep E               expert-parallel ranks (1)\n"
+    "  --expert-shard-dim 0|1|2\n"
+    "                       dim of an expert stack chunked over the expert shard group (0)\n"
+    "  --momentum-dtype fp32|bf16|both\n"
+    "                       Muon momentum dtype; both: one row each (both)\n"
+    "  --comm-dtype bf16|fp32\n"
+    "                       dtype of the Newton-Schulz exchanges (bf16)\n"
+    "  --offload none|optimizer|cpu|both|all\n"
+    "                       both: none and optimizer; all: the three, side by side (none)\n"
+    "  --ns-compute auto|fp32|bf16\n"
+    "                       Newton-Schulz arithmetic on the CPU (auto)\n"
+    "  --backend cpu|cuda   kernel backend (cpu)\n"
+    "  --comm-backend mpi|nccl\n"
+    "                       exchanges over MPI or NCCL (mpi)\n"
+    "  --threads T          BLAS and kernel threads per rank; 0: the library's default (0)\n"
+    "  --bucket-mib M       exchange bucket size in MiB (128)\n"
+    "  --warmup W           steps run before the timed ones (2)\n"
+    "  --steps N            timed steps (10)\n"
+    "  --set KEY=VALUE      any config key (docs/config.md), after the options above; up to 16\n"
+    "  --json               one JSON object instead of the table\n"
+    "  --help, -h           this text\n";
 
 struct opts {
     const char *preset;
@@ -51,12 +78,16 @@ static void die(const char *what, shardopt_status_t st)
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-static void usage_die(const char *arg)
+/* The value of option a is one of names (NULL-terminated), or the run ends here. */
+static void one_of(const char *a, const char *v, const char *const *names)
 {
-    if (me == 0)
-        fprintf(stderr, "step_bench: bad argument '%s' (see the comment at the top of %s)\n", arg,
-                __FILE__);
-    MPI_Abort(MPI_COMM_WORLD, 2);
+    char list[128] = "";
+    for (int i = 0; names[i] != NULL; i++) {
+        if (strcmp(v, names[i]) == 0)
+            return;
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
+    }
+    cli_exit(me, "shardopt-bench", usage, 2, "%s takes one of %s, not '%s'", a, list, v);
 }
 
 static void opts_parse(int argc, char **argv, struct opts *o)
@@ -100,31 +131,42 @@ static void opts_parse(int argc, char **argv, struct opts *o)
                           : !strcmp(a, "--comm-backend")   ? &o->comm_backend
                           : !strcmp(a, "--ns-compute")     ? &o->ns_compute
                                                            : NULL;
-        if (!strcmp(a, "--json"))
+        const int set = !strcmp(a, "--set"), bucket = !strcmp(a, "--bucket-mib");
+        if (cli_is_help(a))
+            cli_exit(me, "shardopt-bench", usage, 0, NULL);
+        else if (!strcmp(a, "--json"))
             o->json = 1;
-        else if (iv != NULL && v != NULL)
-            *iv = atoi(argv[++i]);
-        else if (sv != NULL && v != NULL)
-            *sv = argv[++i];
-        else if (!strcmp(a, "--bucket-mib") && v != NULL)
-            o->bucket_mib = atof(argv[++i]);
-        else if (!strcmp(a, "--set") && v != NULL && strchr(v, '=') != NULL && o->nset < 16)
-            o->set[o->nset++] = argv[++i];
-        else
-            usage_die(a);
+        else if (iv == NULL && sv == NULL && !set && !bucket)
+            cli_exit(me, "shardopt-bench", usage, 2, "unknown argument '%s'", a);
+        else if (v == NULL)
+            cli_exit(me, "shardopt-bench", usage, 2, "%s needs a value", a);
+        else if (iv != NULL && cli_parse_int(v, iv) != 0)
+            cli_exit(me, "shardopt-bench", usage, 2, "%s takes an integer, not '%s'", a, v);
+        else if (bucket && (cli_parse_double(v, &o->bucket_mib) != 0 || !(o->bucket_mib > 0)))
+            cli_exit(me, "shardopt-bench", usage, 2, "%s takes a number > 0, not '%s'", a, v);
+        else if (set && (strchr(v, '=') == NULL || o->nset == 16))
+            cli_exit(me, "shardopt-bench", usage, 2,
+                     o->nset == 16 ? "%s: at most 16 of them ('%s' is the 17th)"
+                                   : "%s takes KEY=VALUE, not '%s'",
+                     a, v);
+        else if (set)
+            o->set[o->nset++] = v;
+        else if (sv != NULL)
+            *sv = v;
+        i += iv != NULL || sv != NULL || set || bucket;
     }
-    int known = !strcmp(o->offload, "both") || !strcmp(o->offload, "all");
-    for (int i = 0; i < 3; i++)
-        known |= !strcmp(o->offload, offload_modes[i]);
-    if (!known)
-        usage_die(o->offload);
-    if (strcmp(o->ns_compute, "auto") && strcmp(o->ns_compute, "fp32") &&
-        strcmp(o->ns_compute, "bf16"))
-        usage_die(o->ns_compute);
-    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))
-        usage_die(o->backend);
-    if (strcmp(o->comm_backend, "mpi") && strcmp(o->comm_backend, "nccl"))
-        usage_die(o->comm_backend);
+    static const char *const offloads[] = {"none", "optimizer", "cpu", "both", "all", NULL};
+    static const char *const moms[] = {"fp32", "bf16", "both", NULL};
+    static const char *const comms[] = {"bf16", "fp32", NULL};
+    static const char *const computes[] = {"auto", "fp32", "bf16", NULL};
+    static const char *const backends[] = {"cpu", "cuda", NULL};
+    static const char *const comm_backends[] = {"mpi", "nccl", NULL};
+    one_of("--offload", o->offload, offloads);
+    one_of("--momentum-dtype", o->mom, moms);
+    one_of("--comm-dtype", o->comm, comms);
+    one_of("--ns-compute", o->ns_compute, computes);
+    one_of("--backend", o->backend, backends);
+    one_of("--comm-backend", o->comm_backend, comm_backends);
 }
 
 /* sgemm C[m x n] = A[m x m] B[m x n] at m = 1024, n = 4096 on this rank: the machine's limit
@@ -386,11 +428,8 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     opts_parse(argc, argv, &o);
-    if (preset_load(o.preset, SHARDOPT_PRESET_DIR, &o.scale, &p, err, sizeof err) != 0) {
-        if (me == 0)
-            fprintf(stderr, "step_bench: %s\n", err);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    if (preset_load(o.preset, SHARDOPT_PRESET_DIR, &o.scale, &p, err, sizeof err) != 0)
+        cli_exit(me, "shardopt-bench", usage, 2, "%s", err);
     double gemm = me == 0 ? sgemm_rate(o.threads) : 0;
     MPI_Bcast(&gemm, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     for (int m = 0; m < 3; m++) {

@@ -1,8 +1,7 @@
 /* Single-process demo: a small MoE-shaped parameter set stepped 20 times on synthetic gradients,
  * printing per-step update norms (Muon and AdamW tensors apart) and timings.
  *
- *   moe_demo [--steps N] [--layers L] [--experts E] [--hidden H] [--ffn F] [--vocab V]
- *            [--momentum-dtype fp32|bf16] [--offload none|optimizer|cpu] [--config FILE.json]
+ *   moe_demo [options]      (moe_demo --help lists them with their defaults)
  * SHARDOPT_* environment variables override the config (see docs/config.md). As an application
  * (not a library inside a trainer) it asks for bind = auto: threads on this rank's cores. */
 #include <math.h>
@@ -13,6 +12,23 @@
 #include <time.h>
 
 #include "shardopt.h"
+#include "tools/cli.h"
+
+static const char usage[] =
+    "usage: moe_demo [options]\n"
+    "  --steps N            steps on synthetic gradients (20)\n"
+    "  --layers L           MoE layers (2)\n"
+    "  --experts E          experts per layer (8)\n"
+    "  --hidden H           model width (256)\n"
+    "  --ffn F              expert hidden width (128)\n"
+    "  --vocab V            vocabulary size (2048)\n"
+    "  --momentum-dtype fp32|bf16\n"
+    "                       Muon momentum dtype (the config's: fp32)\n"
+    "  --offload none|optimizer|cpu\n"
+    "                       where the optimizer state lives (the config's: none)\n"
+    "  --config FILE.json   a config file (docs/config.md), read before the two above\n"
+    "  --help, -h           this text\n"
+    "SHARDOPT_* environment variables override all of these (docs/config.md).\n";
 
 struct tensor {
     char name[96];
@@ -114,7 +130,10 @@ int main(int argc, char **argv)
     struct model m = {0};
     uint64_t seed = 1234;
 
+    int me = 0;
+
     MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *target = strcmp(a, "--steps") == 0     ? &steps
@@ -124,23 +143,21 @@ int main(int argc, char **argv)
                       : strcmp(a, "--ffn") == 0     ? &ffn
                       : strcmp(a, "--vocab") == 0   ? &vocab
                                                     : NULL;
-        if (v != NULL && target != NULL && atoi(v) > 0) {
-            *target = atoi(v);
-            i++;
-        } else if (v != NULL && strcmp(a, "--config") == 0) {
-            config_path = v;
-            i++;
-        } else if (v != NULL && strcmp(a, "--momentum-dtype") == 0) {
-            mom_dtype = v;
-            i++;
-        } else if (v != NULL && strcmp(a, "--offload") == 0) {
-            offload = v;
-            i++;
-        } else {
-            fprintf(stderr, "moe_demo: bad argument '%s' (see the comment at the top of %s)\n", a,
-                    __FILE__);
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
+        const char **sv = strcmp(a, "--config") == 0           ? &config_path
+                          : strcmp(a, "--momentum-dtype") == 0 ? &mom_dtype
+                          : strcmp(a, "--offload") == 0        ? &offload
+                                                               : NULL;
+        if (cli_is_help(a))
+            cli_exit(me, "moe_demo", usage, 0, NULL);
+        else if (target == NULL && sv == NULL)
+            cli_exit(me, "moe_demo", usage, 2, "unknown argument '%s'", a);
+        else if (v == NULL)
+            cli_exit(me, "moe_demo", usage, 2, "%s needs a value", a);
+        else if (target != NULL && (cli_parse_int(v, target) != 0 || *target < 1))
+            cli_exit(me, "moe_demo", usage, 2, "%s takes an integer >= 1, not '%s'", a, v);
+        else if (sv != NULL)
+            *sv = v;
+        i++;
     }
     cfg.bind = SHARDOPT_BIND_AUTO; /* the config file or SHARDOPT_BIND may say otherwise */
     if (config_path != NULL &&

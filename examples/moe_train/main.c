@@ -1,9 +1,6 @@
 /* moe_train: a small MoE model trained with shardopt on several MPI ranks (the README's main job).
  *
- *   mpirun -n 4 moe_train [--steps N] [--cp C] [--ep E] [--dp-replicate R]
- *       [--tokens-per-rank T] [--hidden H] [--ffn F] [--experts X] [--topk K] [--vocab V]
- *       [--out O] [--lr LR] [--adamw-lr LR] [--seed S] [--momentum-dtype fp32|bf16]
- *       [--save DIR] [--resume DIR] [--ab] [--window W] [--quiet]
+ *   mpirun -n 4 moe_train [options]      (moe_train --help lists them with their defaults)
  *
  * Teacher-student regression: a fixed random teacher of the same architecture (model.h) gives
  * the targets, the student learns them. Every step each rank runs forward and backward on its
@@ -27,6 +24,34 @@
 #include "model.h"
 #include "shard.h"
 #include "shardopt.h"
+#include "tools/cli.h"
+
+static const char usage[] =
+    "usage: mpirun -n N moe_train [options]\n"
+    "  --steps N            optimizer steps (200)\n"
+    "  --dp-replicate R     replicas of the whole layout (1)\n"
+    "  --cp C               context-parallel ranks (2); dp_shard = N / (R * C)\n"
+    "  --ep E               expert-parallel ranks (2)\n"
+    "  --tokens-per-rank T  tokens each rank trains on per step (256)\n"
+    "  --hidden H           model width (256)\n"
+    "  --ffn F              expert and shared-expert hidden width (512)\n"
+    "  --experts X          experts per MoE layer (16)\n"
+    "  --topk K             experts each token is routed to (2)\n"
+    "  --vocab V            vocabulary size (4096)\n"
+    "  --out O              regression output width (64)\n"
+    "  --lr LR              Muon learning rate (0.02)\n"
+    "  --adamw-lr LR        AdamW learning rate (0.003)\n"
+    "  --seed S             data and initialisation seed (1)\n"
+    "  --momentum-dtype fp32|bf16\n"
+    "                       Muon momentum dtype (fp32)\n"
+    "  --save DIR           after the last step: parameters to DIR/model.bin, optimizer state\n"
+    "                       to DIR/optimizer\n"
+    "  --resume DIR         load what --save wrote and continue its step count\n"
+    "  --ab                 fp32 against bf16 momentum, 3 seeds each, loss per window\n"
+    "  --window W           steps per window of the mean-loss summary (steps / 10)\n"
+    "  --quiet              no header and no per-step lines\n"
+    "  --help, -h           this text\n"
+    "SHARDOPT_* environment variables override the optimizer config (docs/config.md).\n";
 
 struct opts {
     int steps, cp, ep, rep, tokens, window, ab, quiet, seed;
@@ -85,26 +110,36 @@ static void opts_parse(int argc, char **argv, struct opts *o)
                           : !strcmp(a, "--save")         ? &o->save
                           : !strcmp(a, "--resume")       ? &o->resume
                                                          : NULL;
-        if (!strcmp(a, "--ab"))
+        double *dv = !strcmp(a, "--lr") ? &o->lr : !strcmp(a, "--adamw-lr") ? &o->adamw_lr : NULL;
+        if (cli_is_help(a))
+            cli_exit(me, "moe_train", usage, 0, NULL);
+        else if (!strcmp(a, "--ab"))
             o->ab = 1;
         else if (!strcmp(a, "--quiet"))
             o->quiet = 1;
-        else if (iv != NULL && v != NULL)
-            *iv = atoi(argv[++i]);
-        else if (sv != NULL && v != NULL)
-            *sv = argv[++i];
-        else if (!strcmp(a, "--lr") && v != NULL)
-            o->lr = atof(argv[++i]);
-        else if (!strcmp(a, "--adamw-lr") && v != NULL)
-            o->adamw_lr = atof(argv[++i]);
-        else
-            fail("unknown or incomplete argument (see the comment at the top of main.c)", a);
+        else if ((iv != NULL || sv != NULL || dv != NULL) && v == NULL)
+            cli_exit(me, "moe_train", usage, 2, "%s needs a value", a);
+        else if (iv != NULL && cli_parse_int(v, iv) != 0)
+            cli_exit(me, "moe_train", usage, 2, "%s takes an integer, not '%s'", a, v);
+        else if (dv != NULL && cli_parse_double(v, dv) != 0)
+            cli_exit(me, "moe_train", usage, 2, "%s takes a finite number, not '%s'", a, v);
+        else if (sv != NULL)
+            *sv = v;
+        else if (iv == NULL && dv == NULL)
+            cli_exit(me, "moe_train", usage, 2, "unknown argument '%s'", a);
+        i += iv != NULL || sv != NULL || dv != NULL;
     }
     if (o->steps < 1 || o->tokens < 1 || o->d.topk < 1 || o->d.topk > o->d.experts ||
         o->d.hidden < 1 || o->d.ffn < 1 || o->d.vocab < 1 || o->d.out < 1)
-        fail("steps, tokens-per-rank and the model sizes must be >= 1, topk <= experts", NULL);
+        cli_exit(me, "moe_train", usage, 2,
+                 "--steps, --tokens-per-rank and the model sizes must be >= 1 and --topk <= "
+                 "--experts (steps %d, tokens-per-rank %d, hidden %d, ffn %d, experts %d, "
+                 "topk %d, vocab %d, out %d)",
+                 o->steps, o->tokens, o->d.hidden, o->d.ffn, o->d.experts, o->d.topk, o->d.vocab,
+                 o->d.out);
     if (strcmp(o->mom, "fp32") && strcmp(o->mom, "bf16"))
-        fail("--momentum-dtype takes fp32 or bf16, not", o->mom);
+        cli_exit(me, "moe_train", usage, 2, "--momentum-dtype takes fp32 or bf16, not '%s'",
+                 o->mom);
     if (o->window <= 0)
         o->window = o->steps >= 10 ? o->steps / 10 : 1;
 }
@@ -407,15 +442,14 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     struct opts o;
     opts_parse(argc, argv, &o);
-    if (o.rep < 1 || o.cp < 1 || o.ep < 1 || world % (o.rep * o.cp) != 0) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%d ranks are not dp_replicate %d x dp_shard x cp %d", world,
-                 o.rep, o.cp);
-        fail(msg, NULL);
-    }
+    if (o.rep < 1 || o.cp < 1 || o.ep < 1 || world % (o.rep * o.cp) != 0)
+        cli_exit(me, "moe_train", usage, 2,
+                 "%d ranks are not --dp-replicate %d x dp_shard x --cp %d (--ep %d)", world, o.rep,
+                 o.cp, o.ep);
     if (o.ab) {
         if (o.save != NULL || o.resume != NULL)
-            fail("--ab runs from scratch: no --save or --resume with it", NULL);
+            cli_exit(me, "moe_train", usage, 2,
+                     "--ab runs from scratch: no --save or --resume with it");
         ab(&o);
     } else {
         struct run_result r;

@@ -160,15 +160,13 @@ int main(int argc, char **argv)
         i++;
     }
     cfg.bind = SHARDOPT_BIND_AUTO; /* the config file or SHARDOPT_BIND may say otherwise */
-    if (config_path != NULL &&
-        (status = shardopt_config_load_json(config_path, &cfg)) != SHARDOPT_OK)
-        die("config file", status);
+    if (config_path != NULL && shardopt_config_load_json(config_path, &cfg) != SHARDOPT_OK)
+        cli_exit(me, "moe_demo", usage, 2, "--config: %s", shardopt_last_error());
     /* the library parses the names (and says what it accepts) */
-    if (mom_dtype != NULL &&
-        (status = shardopt_config_set(&cfg, "momentum_dtype", mom_dtype)) != SHARDOPT_OK)
-        die("--momentum-dtype", status);
-    if (offload != NULL && (status = shardopt_config_set(&cfg, "offload", offload)) != SHARDOPT_OK)
-        die("--offload", status);
+    if (mom_dtype != NULL && shardopt_config_set(&cfg, "momentum_dtype", mom_dtype) != SHARDOPT_OK)
+        cli_exit(me, "moe_demo", usage, 2, "--momentum-dtype: %s", shardopt_last_error());
+    if (offload != NULL && shardopt_config_set(&cfg, "offload", offload) != SHARDOPT_OK)
+        cli_exit(me, "moe_demo", usage, 2, "--offload: %s", shardopt_last_error());
     if ((status = shardopt_config_from_env(&cfg)) != SHARDOPT_OK)
         die("environment", status);
     if ((status = shardopt_init(MPI_COMM_SELF, &cfg, &rt)) != SHARDOPT_OK)

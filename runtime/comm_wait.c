@@ -20,14 +20,15 @@ void comm_phase(const char *phase, int bucket)
 static const char *group_name(const struct groups *g, MPI_Comm comm)
 {
     if (comm == g->dense)
-        return "dense";
+        return g->unsplit ? "communicator init was given (not yet split into groups)"
+                          : "dense group";
     if (comm == g->rep)
-        return "replicate";
+        return "replicate group";
     if (comm == g->ep)
-        return "expert-parallel";
+        return "expert-parallel group";
     if (comm == g->xs)
-        return "expert shard";
-    return "runtime's";
+        return "expert shard group";
+    return "runtime's group";
 }
 
 /* A member of comm as the runtime numbers ranks in messages (replica * dense + dense rank):
@@ -86,8 +87,8 @@ static _Noreturn void wait_timeout(const struct groups *g, MPI_Comm comm, int n,
     if (wait_bucket >= 0)
         snprintf(bucket, sizeof bucket, ", bucket %d", wait_bucket);
     log_fail(SHARDOPT_ERR_COMM,
-             "rank %d: no progress for %.0f s (comm_timeout_s = %g) in %s%s, %s over the %s "
-             "group: waiting on rank(s) %s%s; calling MPI_Abort (the job ends: Open MPI cannot "
+             "rank %d: no progress for %.0f s (comm_timeout_s = %g) in %s%s, %s over the %s: "
+             "waiting on rank(s) %s%s; calling MPI_Abort (the job ends: Open MPI cannot "
              "recover a communicator)",
              g->me.rank, waited, g->timeout_s, wait_phase ? wait_phase : "(no phase)", bucket, what,
              group_name(g, comm), who, peers != NULL ? "" : " (a collective: one or more of them)");

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "comm_wait.h"
 #include "config_agree.h"
 #include "fault.h"
 #include "kernels/blas_threads.h"
@@ -118,10 +119,13 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
 
 /* runtime_create's status, agreed over a and b (b may be MPI_COMM_NULL) before the groups are
  * built: one rank out of memory (or with a config the others accept) must not leave the rest in
- * the collectives that build them. */
+ * the collectives that build them. The first wait for every rank to reach init: under this
+ * rank's own comm_timeout_s (rt's config; the default when this rank refused its config), so
+ * that a rank that never arrives ends the job with a message instead of a silent hang. */
 static shardopt_status_t create_agree(MPI_Comm a, MPI_Comm b, shardopt_status_t mine,
-                                      const char *who)
+                                      const struct shardopt_runtime *rt, const char *who)
 {
+    const shardopt_config_t defaults = SHARDOPT_CONFIG_INIT;
     int ready = 0, rank = 0, size = 1, rep = 0;
 
     MPI_Initialized(&ready);
@@ -132,7 +136,9 @@ static shardopt_status_t create_agree(MPI_Comm a, MPI_Comm b, shardopt_status_t 
         MPI_Comm_size(a, &size);
         MPI_Comm_rank(b, &rep);
     }
-    return groups_agree_on(a, b, rep * size + rank, mine, who);
+    comm_phase(who, -1);
+    return groups_agree_on(a, b, rep * size + rank, mine, who,
+                           rt != NULL ? rt->cfg.comm_timeout_s : defaults.comm_timeout_s);
 }
 
 /* bf16 Newton-Schulz where the CPU multiplies bf16 natively (auto), or as configured.
@@ -325,7 +331,8 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: NULL rt_p");
     if (comm == MPI_COMM_NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: comm is MPI_COMM_NULL");
-    status = create_agree(comm, MPI_COMM_NULL, runtime_create(cfg, &rt, "init"), "init");
+    status = runtime_create(cfg, &rt, "init");
+    status = create_agree(comm, MPI_COMM_NULL, status, rt, "init");
     if (status != SHARDOPT_OK) {
         free(rt); /* created here but refused elsewhere; NULL when refused here */
         return status;
@@ -362,8 +369,8 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
                         "init_from_groups: groups version %u / size %zu: initialise with "
                         "SHARDOPT_GROUPS_INIT",
                         groups->version, groups->size);
-    status = create_agree(groups->dense_shard, groups->replicate,
-                          runtime_create(cfg, &rt, "init_from_groups"), "init_from_groups");
+    status = runtime_create(cfg, &rt, "init_from_groups");
+    status = create_agree(groups->dense_shard, groups->replicate, status, rt, "init_from_groups");
     if (status != SHARDOPT_OK) {
         free(rt);
         return status;

@@ -244,7 +244,7 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
         g->dense, g->rep, my_rank,
         oom ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "init_from_groups: rank %d: %s", my_rank, err)
             : SHARDOPT_OK,
-        "init_from_groups");
+        "init_from_groups", g->timeout_s);
     if (status != SHARDOPT_OK) {
         free(all);
         groups_free(g);
@@ -276,15 +276,10 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     return SHARDOPT_OK;
 }
 
-/* An all-reduce of the agreement: under the groups' deadline once they exist (tg), plain before
- * (init's first agreement, when no timeout is known yet). */
 static void agree_allreduce(const struct groups *tg, MPI_Comm c, void *buf, int count,
                             MPI_Datatype type, MPI_Op op, const char *what)
 {
-    if (tg != NULL)
-        comm_allreduce(tg, c, MPI_IN_PLACE, buf, count, type, op, what);
-    else
-        MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, c);
+    comm_allreduce(tg, c, MPI_IN_PLACE, buf, count, type, op, what);
 }
 
 static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, int rank,
@@ -325,9 +320,28 @@ static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, 
 }
 
 shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_status_t mine,
-                                  const char *what)
+                                  const char *what, double timeout_s)
 {
-    return agree(NULL, a, b, rank, mine, what);
+    struct groups t;
+    int ready = 0;
+
+    MPI_Initialized(&ready);
+    if (!ready)
+        return mine;
+    /* groups just for the deadline and its message: a as the dense group, b as the replicate
+     * group, ranks in messages numbered as `rank` is */
+    memset(&t, 0, sizeof t);
+    t.dense = a;
+    t.rep = b;
+    t.ep = t.xs = MPI_COMM_NULL;
+    MPI_Comm_size(a, &t.mesh.dense);
+    MPI_Comm_rank(a, &t.me.d);
+    if (b != MPI_COMM_NULL)
+        MPI_Comm_rank(b, &t.me.rep);
+    t.me.rank = rank;
+    t.timeout_s = timeout_s;
+    t.unsplit = b == MPI_COMM_NULL;
+    return agree(&t, a, b, rank, mine, what);
 }
 
 shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what)

@@ -14,6 +14,7 @@ struct groups {
     MPI_Comm xs;      /* expert shard group: ranks holding the same experts */
     MPI_Comm rep;     /* replicas of this rank's shards */
     double timeout_s; /* comm_timeout_s: a wait longer than this aborts the job (0: never) */
+    int unsplit;      /* init's first agreement: dense is init's communicator, not yet split */
 };
 
 /* Split `comm` by the config's layout. Collective; an invalid layout fails on every rank. */
@@ -34,9 +35,10 @@ int groups_bcast(const struct groups *g, void *buf, int count, MPI_Datatype type
 shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what);
 
 /* The same over the ranks of a and b together (b may be MPI_COMM_NULL), `rank` naming this one:
- * for init, before the groups exist. Returns mine when MPI is not initialised. */
+ * for init, before the groups exist, with this rank's own comm_timeout_s as the deadline (the
+ * config is not yet agreed; 0: none). Returns mine when MPI is not initialised. */
 shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_status_t mine,
-                                  const char *what);
+                                  const char *what, double timeout_s);
 
 /* This rank's global index: replica * (dp_shard * cp) + dense rank. */
 static inline int groups_rank(const struct groups *g) { return g->me.rank; }

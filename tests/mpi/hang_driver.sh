@@ -5,6 +5,7 @@
 #   hang_driver.sh MPIEXEC EXE N step SITE:K RANK
 #   hang_driver.sh MPIEXEC EXE N save SITE RANK DIR   (then: the step-2 checkpoint still loads)
 #   hang_driver.sh MPIEXEC EXE N load SITE:K RANK DIR (a checkpoint saved, then loaded with the hang)
+#   hang_driver.sh MPIEXEC EXE N init - RANK          (RANK never calls init)
 # SHARDOPT_TEST_LAYOUT and SHARDOPT_TEST_TIMEOUT come from the environment.
 set -u
 mpiexec=$1 exe=$2 n=$3 mode=$4 site=$5 rank=$6 dir=${7:-}
@@ -31,6 +32,9 @@ elif [ "$mode" = load ]; then
         "$mpiexec" -n "$n" --oversubscribe "$exe" load "$dir" >"$out" 2>&1
     rc=$?
     rm -rf "$dir"
+elif [ "$mode" = init ]; then
+    SHARDOPT_TEST_HANG_RANK=$rank "$mpiexec" -n "$n" --oversubscribe "$exe" init - >"$out" 2>&1
+    rc=$?
 else
     rm -rf "$dir"
     SHARDOPT_TEST_HANG_SITE=$site SHARDOPT_TEST_HANG_RANK=$rank \
@@ -46,7 +50,11 @@ if grep -q "hang_run: finished" "$out"; then
     echo "hang_driver: the run finished although rank $rank hung"
     fail=1
 fi
-expect "SHARDOPT_FAULT: rank $rank hangs at ${site%%:*}"
+if [ "$mode" = init ]; then
+    expect "hang_run: rank $rank stays out of init"
+else
+    expect "SHARDOPT_FAULT: rank $rank hangs at ${site%%:*}"
+fi
 expect "no progress for [0-9]+ s \\(comm_timeout_s = [0-9.]+\\) in "
 expect "waiting on rank\\(s\\) [0-9, .]*$rank"
 expect "calling MPI_Abort"
@@ -56,6 +64,8 @@ elif [ "$mode" = step ]; then
     expect "in step: gradient pre-pass, sums of squares all-reduce over the dense group"
 elif [ "$mode" = load ]; then
     expect "in load, status agreement over the (dense|replicate) group"
+elif [ "$mode" = init ]; then
+    expect "in init, status agreement over the communicator init was given"
 else
     expect "in save, status agreement"
     # the job died mid-save: the step-2 checkpoint is what latest names, and it loads

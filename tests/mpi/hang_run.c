@@ -4,10 +4,13 @@
  *   save  DIR: 2 steps, save DIR (complete), then `hang@<SHARDOPT_TEST_HANG_SITE>:1` armed on
  *              runtime rank SHARDOPT_TEST_HANG_RANK, 2 more steps and a second save
  *   load  DIR: load DIR's latest checkpoint and print the steps it holds
+ *   init  -  : rank SHARDOPT_TEST_HANG_RANK never reaches init (stuck before it, as a rank still
+ *              loading its data); the others must not wait in init's first agreement for ever
  * Prints "finished" only when the run ends by itself: the driver requires that it does not. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model_run.h"
 #include "runtime/fault.h"
@@ -17,13 +20,19 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     setup();
     if (argc < 3) {
-        fprintf(stderr, "usage: hang_run step N | save DIR | load DIR\n");
+        fprintf(stderr, "usage: hang_run step N | save DIR | load DIR | init -\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     const char *mode = argv[1], *t = getenv("SHARDOPT_TEST_TIMEOUT");
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     cfg.num_threads = 1;
     cfg.comm_timeout_s = t != NULL ? atof(t) : 10;
+    const char *late = getenv("SHARDOPT_TEST_HANG_RANK");
+    if (strcmp(mode, "init") == 0 && late != NULL && atoi(late) == me) {
+        fprintf(stderr, "hang_run: rank %d stays out of init\n", me);
+        for (;;) /* until the others' MPI_Abort ends the job */
+            sleep(1);
+    }
     struct run r = {0};
     shardopt_status_t st = run_setup(&r, MPI_COMM_WORLD, cfg, 0);
     if (st == SHARDOPT_OK && strcmp(mode, "step") == 0) {

@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
 #include "comm_wait.h"
+#include "config.h"
 #include "config_agree.h"
 #include "fault.h"
 #include "kernels/blas_threads.h"

@@ -17,7 +17,8 @@ static int log_level = LOG_WARN;
 static FILE *log_stream;
 static int log_rank = -1;
 static char log_host[64];
-static char log_env_problem[256]; /* why the logging env vars were refused; "" if they were not */
+static char log_env_problem[256];   /* why the logging env vars were refused; "" if they were not */
+static char log_file_pattern[1024]; /* SHARDOPT_LOG_FILE with %r: opened once the rank is known */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -44,6 +45,18 @@ static void log_path_expand(const char *pattern, char *out, size_t len)
     out[o] = '\0';
 }
 
+static void log_open(const char *pattern)
+{
+    char path[1024];
+    log_path_expand(pattern, path, sizeof path);
+    FILE *f = fopen(path, "a");
+    if (f != NULL)
+        log_stream = f;
+    else
+        fprintf(stderr, "[shardopt] warn: SHARDOPT_LOG_FILE '%s': cannot open, logging to stderr\n",
+                path);
+}
+
 static void log_setup(void)
 {
     const char *lvl = getenv("SHARDOPT_LOG_LEVEL");
@@ -61,17 +74,12 @@ static void log_setup(void)
             }
         bad_level = !found;
     }
-    if (file != NULL && *file != '\0') {
-        char path[1024];
-        log_path_expand(file, path, sizeof path);
-        FILE *f = fopen(path, "a");
-        if (f != NULL)
-            log_stream = f;
-        else
-            fprintf(stderr,
-                    "[shardopt] warn: SHARDOPT_LOG_FILE '%s': cannot open, logging to stderr\n",
-                    path);
-    }
+    if (file != NULL && *file != '\0' && strstr(file, "%r") != NULL)
+        /* the rank is placed by init: every rank would open the same "-1" file before that
+         * (the file opens in log_set_rank; until then messages go to stderr) */
+        snprintf(log_file_pattern, sizeof log_file_pattern, "%s", file);
+    else if (file != NULL && *file != '\0')
+        log_open(file);
     /* A message cannot fail the call that logs it: init reports the problem (log_env_check). */
     if (bad_level)
         snprintf(log_env_problem, sizeof log_env_problem,
@@ -93,7 +101,13 @@ int log_enabled(enum log_level level)
 void log_set_rank(int rank)
 {
     pthread_once(&log_once, log_setup);
+    pthread_mutex_lock(&log_lock);
     log_rank = rank;
+    if (log_file_pattern[0] != '\0' && rank >= 0) {
+        log_open(log_file_pattern); /* the first runtime's rank names the file for good */
+        log_file_pattern[0] = '\0';
+    }
+    pthread_mutex_unlock(&log_lock);
 }
 
 void log_msg(enum log_level level, const char *fmt, ...)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's main job on every change, small: examples/moe_train on 4 ranks (cp 2, dp_shard 2,
 # ep 2) must lower its loss at least 5x in 40 steps; the same global batch on 1 rank must give
-# the same loss curve (to 2%: only summation order and sharded Newton-Schulz differ), and on
+# the same loss curve (to 2%: only the order of the sums differs: the gradient reduce-scatter and
+# the token shards' losses; every matrix is orthogonalized whole, ns_strategy = gather), and on
 # 8 ranks with replicas too; a run saved at step 20 and resumed for 20 more must end with the
 # same parameters, bit for bit, as 40 steps in one go, with fp32 and with bf16 momentum.
 #   moe_train_smoke.sh MPIEXEC MOE_TRAIN

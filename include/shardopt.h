@@ -309,7 +309,7 @@ typedef struct shardopt_step_args {
         .adamw_lr = -1.0, .weight_decay = -1.0, .stream = NULL, .max_grad_norm = 0.0,              \
     }
 
-#define SHARDOPT_STATS_VERSION 1
+#define SHARDOPT_STATS_VERSION 2
 
 /** Counters. Times are seconds of this rank; *_last fields describe the last step. */
 typedef struct shardopt_stats {
@@ -369,6 +369,11 @@ typedef struct shardopt_stats {
     int ns_compute;                      /**< the resolved shardopt_ns_compute_t: FP32 or BF16 */
     uint64_t nonfinite_elements_last;    /**< nonfinite = zero: elements treated as 0 in the last
                                               step, over all ranks of this replica */
+
+    /* Version 2 */
+    int phases_current; /**< 1: the seconds_*_last phase and copy times describe the last step;
+                             0: the step before it, because a device (a step given a stream)
+                             has not finished the last one: get_stats never waits for it */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

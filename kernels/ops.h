@@ -247,9 +247,11 @@ struct kernel_ops {
     int (*stream_end)(const struct kernel_ctx *ctx, void *caller_stream, char *err, size_t errlen);
     /* Timing marks (kernels/timeline.h): mark queues mark id (0 <= id < KERNEL_MAX_MARKS) on
      * lane, 0 or -1; mark_seconds waits for marks a and b and returns the seconds from a to b,
-     * or NaN when they cannot be read. */
+     * or NaN when they cannot be read; mark_done never waits: 1 when mark id has happened, 0
+     * while the lane has not reached it, -1 when it cannot tell (NULL: the same as -1). */
     int (*mark)(const struct kernel_ctx *ctx, int lane, int id);
     double (*mark_seconds)(const struct kernel_ctx *ctx, int a, int b);
+    int (*mark_done)(const struct kernel_ctx *ctx, int id);
     /* A kernel_ptr_kind for p; dev[0]: the device of KERNEL_PTR_DEVICE/OTHER memory, dev[1]:
      * ctx's device. */
     int (*pointer_kind)(const struct kernel_ctx *ctx, const void *p, int dev[2]);

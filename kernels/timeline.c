@@ -83,6 +83,19 @@ void tl_lap(struct timeline *tl, struct tl_clock *c, double *counter)
     c->mark = m;
 }
 
+int timeline_pending(const struct timeline *tl) { return tl->nspan > 0; }
+
+int timeline_ready(const struct timeline *tl)
+{
+    if (tl->nspan == 0 || tl->ops == NULL || tl->ops->mark_done == NULL)
+        return 1;
+    /* a span's end comes after its start on the same lane: the ends are enough */
+    for (int i = 0; i < tl->nspan; i++)
+        if (tl->ops->mark_done(tl->ctx, tl->span[i].to) == 0)
+            return 0;
+    return 1;
+}
+
 int timeline_resolve(struct timeline *tl)
 {
     int rc = 0;

@@ -53,4 +53,13 @@ void tl_lap(struct timeline *tl, struct tl_clock *c, double *counter);
  * 0, or -1 when a mark could not be read (those intervals are left out). */
 int timeline_resolve(struct timeline *tl);
 
+/* Whether intervals wait to be resolved (a device's last step, not yet read). */
+int timeline_pending(const struct timeline *tl);
+
+/* Without waiting: 1 when every pending interval's marks have happened, so that
+ * timeline_resolve will not wait (also when nothing is pending); 0 when the device has not
+ * reached them yet. A backend that cannot tell (no mark_done, or an error) counts as ready: the
+ * resolve then waits, as before there was a way to ask. */
+int timeline_ready(const struct timeline *tl);
+
 #endif

@@ -75,6 +75,14 @@ struct step_counters {
         seconds_ns_last, seconds_exchange2_last, seconds_apply_last;
 };
 
+/* One step's phase times as the stats report them: the counters' and staging's, kept from the
+ * previous step so that get_stats can answer without waiting for a device still running the
+ * last one (stats.c). */
+struct phase_times {
+    double prepass, adamw, momentum, exchange1, ns, exchange2, apply, ns_sharded;
+    double copy_exposed, copy_busy;
+};
+
 struct shardopt_runtime {
     shardopt_config_t cfg;
     struct groups groups; /* our own communicators: our traffic never matches the trainer's */
@@ -127,7 +135,13 @@ struct shardopt_runtime {
     struct step_counters counters;
     /* where the phase times above are measured: host clocks on the CPU, marks on a device */
     struct timeline timeline;
+    struct phase_times phases_prev; /* the step before the last one's, resolved */
 };
+
+/* At a step's start: the last step's device intervals resolved (its work precedes this step's
+ * on the stream, so this waits for nothing the trainer's queued work does not already wait for)
+ * and its phase times kept in phases_prev, before the counters are reset. */
+void stats_phases_settle(struct shardopt_runtime *rt);
 
 /* State and buffers live in device memory (the CUDA backend): the host never touches them
  * directly, MPI moves them through the pinned host mirrors. */

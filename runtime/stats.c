@@ -4,6 +4,27 @@
 #include "runtime.h"
 #include "status.h"
 
+static struct phase_times phases_now(const struct shardopt_runtime *rt)
+{
+    const struct step_counters *k = &rt->counters;
+    return (struct phase_times){.prepass = k->seconds_prepass_last,
+                                .adamw = k->seconds_adamw_last,
+                                .momentum = k->seconds_momentum_last,
+                                .exchange1 = k->seconds_exchange1_last,
+                                .ns = k->seconds_ns_last,
+                                .exchange2 = k->seconds_exchange2_last,
+                                .apply = k->seconds_apply_last,
+                                .ns_sharded = k->seconds_ns_sharded_last,
+                                .copy_exposed = rt->stage.seconds_copy,
+                                .copy_busy = rt->stage.seconds_copy_busy};
+}
+
+void stats_phases_settle(struct shardopt_runtime *rt)
+{
+    timeline_resolve(&rt->timeline);
+    rt->phases_prev = phases_now(rt);
+}
+
 shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *stats)
 {
     shardopt_stats_t s = SHARDOPT_STATS_INIT;
@@ -18,8 +39,17 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
                         "SHARDOPT_STATS_INIT",
                         stats->version, stats->size);
 
-    /* a device's phase times: the last step's marks, read now that they are needed */
-    timeline_resolve(&rt->timeline);
+    /* a device's phase times: the last step's marks when the device has passed them, read now
+     * that they are needed; else the step before's, kept at the last step's start. Never a wait:
+     * a trainer that reads the stats after every step keeps its host ahead of the device */
+    int current = 1;
+    if (timeline_pending(&rt->timeline)) {
+        if (timeline_ready(&rt->timeline))
+            timeline_resolve(&rt->timeline);
+        else
+            current = 0;
+    }
+    const struct phase_times ph = current ? phases_now(rt) : rt->phases_prev;
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         const uint64_t n = (uint64_t)p->layout.local_numel;
@@ -49,16 +79,17 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.bytes_workspace = rt->bytes_workspace;
     s.steps = k->steps;
     s.ns_flops_last = k->ns_flops_last;
-    s.seconds_ns_sharded_last = k->seconds_ns_sharded_last;
+    s.seconds_ns_sharded_last = ph.ns_sharded;
     s.seconds_last = k->seconds_last;
     s.seconds_total = k->seconds_total;
-    s.seconds_adamw_last = k->seconds_adamw_last;
-    s.seconds_momentum_last = k->seconds_momentum_last;
-    s.seconds_ns_last = k->seconds_ns_last;
-    s.seconds_apply_last = k->seconds_apply_last;
-    s.seconds_prepass_last = k->seconds_prepass_last;
-    s.seconds_exchange1_last = k->seconds_exchange1_last;
-    s.seconds_exchange2_last = k->seconds_exchange2_last;
+    s.seconds_adamw_last = ph.adamw;
+    s.seconds_momentum_last = ph.momentum;
+    s.seconds_ns_last = ph.ns;
+    s.seconds_apply_last = ph.apply;
+    s.seconds_prepass_last = ph.prepass;
+    s.seconds_exchange1_last = ph.exchange1;
+    s.seconds_exchange2_last = ph.exchange2;
+    s.phases_current = current;
     s.grad_norm_last = k->grad_norm_last;
     s.steps_skipped = k->skipped;
     s.last_step_skipped = k->last_skipped;
@@ -82,11 +113,11 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.bytes_d2h_ns = sg->out[STAGE_NS_O];
     s.staging_slot_bytes = sg->slot_bytes;
     s.staging_peak_bytes_last = sg->peak;
-    s.seconds_copy_exposed_last = sg->seconds_copy;
+    s.seconds_copy_exposed_last = ph.copy_exposed;
     /* device timeline: copy-lane time the compute stream did not wait for; the CPU's copies are
      * synchronous */
     s.seconds_copy_hidden_last =
-        sg->seconds_copy_busy > sg->seconds_copy ? sg->seconds_copy_busy - sg->seconds_copy : 0.0;
+        ph.copy_busy > ph.copy_exposed ? ph.copy_busy - ph.copy_exposed : 0.0;
     s.ns_compute = rt->ns_compute == KDT_BF16 ? SHARDOPT_NS_COMPUTE_BF16 : SHARDOPT_NS_COMPUTE_FP32;
 
     snprintf(s.kernels, sizeof s.kernels, "%s", rt->ops->name);

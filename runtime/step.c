@@ -275,6 +275,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     if (status != SHARDOPT_OK)
         return status;
     k = &rt->counters;
+    stats_phases_settle(rt);
     counters_reset(k);
     staging_counts_reset(&rt->stage);
     timeline_begin(&rt->timeline);

@@ -252,6 +252,18 @@ static double cuda_mark_seconds(const struct kernel_ctx *ctx, int a, int c)
     return ms * 1e-3;
 }
 
+static int cuda_mark_done(const struct kernel_ctx *ctx, int id)
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    if (b == NULL || id < 0 || id >= b->nmarks)
+        return -1;
+    const cudaError_t e = cudaEventQuery(b->marks[id]);
+    if (e == cudaSuccess)
+        return 1;
+    cudaGetLastError(); /* cudaErrorNotReady is not an error of the next call's */
+    return e == cudaErrorNotReady ? 0 : -1;
+}
+
 static void *backend_create(int device, void **stream, char *err, size_t errlen)
 {
     return cuda_backend_create(device, stream, err, errlen);
@@ -378,6 +390,7 @@ static struct kernel_ops cuda_ops_make(void)
     o.stream_end = stream_end;
     o.mark = cuda_mark;
     o.mark_seconds = cuda_mark_seconds;
+    o.mark_done = cuda_mark_done;
     o.pointer_kind = cuda_pointer_kind;
     return o;
 }

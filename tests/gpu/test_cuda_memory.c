@@ -24,7 +24,8 @@ TEST(cuda_alloc_copy_roundtrip)
 
 /* kernel_ops.pointer_kind: host (pageable and pinned) and this device's memory told apart, as
  * the step's pointer check needs; timing marks on the compute and a copy lane give positive
- * intervals around real work, NaN for a mark never recorded or out of range. */
+ * intervals around real work, NaN for a mark never recorded or out of range; mark_done says
+ * passed marks are done without waiting. */
 TEST(cuda_pointer_kinds_and_timing_marks)
 {
     const struct kernel_ops *ops = kernel_ops_cuda();
@@ -57,6 +58,9 @@ TEST(cuda_pointer_kinds_and_timing_marks)
     const double fills = ops->mark_seconds(&ctx, 0, 1), copy = ops->mark_seconds(&ctx, 2, 3);
     printf("  8 fills of 64 MiB: %.3e s; a 64 MiB pinned copy in: %.3e s\n", fills, copy);
     EXPECT_TRUE(fills > 0 && copy > 0);
+    EXPECT_EQ_INT(ops->mark_done(&ctx, 1), 1); /* passed: the stream was synchronised */
+    EXPECT_EQ_INT(ops->mark_done(&ctx, 3), 1);
+    EXPECT_EQ_INT(ops->mark_done(&ctx, 9999), -1);                               /* never made */
     EXPECT_TRUE(ops->mark_seconds(&ctx, 0, 7) != ops->mark_seconds(&ctx, 0, 7)); /* unrecorded */
     EXPECT_TRUE(ops->mark_seconds(&ctx, 0, 5000) != ops->mark_seconds(&ctx, 0, 5000));
     EXPECT_EQ_INT(ops->mark(&ctx, 3, 4), -1); /* no such lane */

@@ -247,12 +247,27 @@ static int sim_pointer_kind(const struct kernel_ctx *c, const void *p, int dev[2
     return KERNEL_PTR_HOST;
 }
 
+/* sim_hold_marks: the device is "still running the step": every mark reads as not yet
+ * happened until something waits for one (mark_seconds), as a trainer's stream would leave the
+ * step's work queued. sim_mark_waits counts those waits. */
+static int sim_hold_marks;
+static long sim_mark_waits;
+
 static double sim_mark_seconds(const struct kernel_ctx *c, int a, int b)
 {
     (void)c;
+    sim_mark_waits++;
     for (int l = 1; l < KERNEL_LANES; l++) /* waiting for a mark waits for its lane */
         sim_lane_flush(l);
     return sim_mark_at[b] - sim_mark_at[a];
+}
+
+static int sim_mark_done(const struct kernel_ctx *c, int id)
+{
+    (void)c;
+    if (id < 0 || id >= KERNEL_MAX_MARKS)
+        return -1;
+    return !sim_hold_marks && sim_mark_at[id] == sim_mark_at[id];
 }
 
 static void sim_lane_wait(const struct kernel_ctx *c, int waiter, int signaler, int tag)
@@ -306,6 +321,7 @@ static const struct kernel_ops sim_ops = {
     .host_free = cpu_free,
     .mark = sim_mark,
     .mark_seconds = sim_mark_seconds,
+    .mark_done = sim_mark_done,
     .pointer_kind = sim_pointer_kind,
 #ifdef SHARDOPT_TEST_NCCL_MOCK
     .stream_begin = sim_stream_edge,
@@ -708,6 +724,80 @@ TEST(memory_of_the_wrong_kind_fails_the_step_on_every_rank)
         other->free(wrong);
     else
         free(wrong);
+    dev_free(&dev);
+}
+
+/* get_stats never waits for the device: while it has not reached the last step's timing marks
+ * (sim_hold_marks, as a step given a trainer's stream leaves its work queued) the phase times are
+ * the step before's, with phases_current = 0, and no mark is waited for; once it has, they are the
+ * last step's (phases_current = 1). A step that starts with the last one's marks still unread
+ * reads them (the device has passed them by then) and keeps them as "the step before". Before,
+ * get_stats waited for the last step's marks: a trainer reading the stats after each step lost
+ * the overlap of its next forward with the step's tail. */
+TEST(stats_never_wait_for_a_device_still_running_the_step)
+{
+    setup();
+    const char *dv = getenv("SHARDOPT_TEST_DEVICE");
+    on_cuda = dv != NULL && strcmp(dv, "cuda") == 0;
+    on_host = test_cfg().offload == SHARDOPT_OFFLOAD_CPU;
+    if (on_cuda && (kernel_ops_cuda() == NULL || kernel_ops_cuda()->device_count() == 0))
+        return; /* the first test has skipped the program */
+    struct dev_run dev = {0};
+    shardopt_stats_t s;
+    double prev[9], now[9];
+    ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
+    if (on_cuda || on_host) {
+        /* a real device holds no marks back on demand, and offload = cpu times the step with the
+         * host's clock: the last step's phases, current, without a wait */
+        sim_hold_marks = 1;
+        stats_phases(dev.rt, &s, now);
+        sim_hold_marks = 0;
+        if (on_host)
+            EXPECT_EQ_INT(s.phases_current, 1);
+        /* CUDA: the last step's once the device has passed its marks, else the (empty) one
+         * before the first */
+        EXPECT_TRUE(s.phases_current ? s.seconds_ns_last > 0 : s.seconds_ns_last == 0);
+        dev_free(&dev);
+        return;
+    }
+
+    sim_hold_marks = 1;
+    long waits = sim_mark_waits;
+    stats_phases(dev.rt, &s, prev);
+    EXPECT_EQ_INT(s.phases_current, 0);
+    EXPECT_TRUE(sim_mark_waits == waits); /* no wait */
+    EXPECT_TRUE(s.seconds_ns_last == 0);  /* no step before the first */
+    EXPECT_EQ_INT((int)s.steps, 1);       /* the rest is the last step's */
+
+    sim_hold_marks = 0;
+    stats_phases(dev.rt, &s, prev);
+    EXPECT_EQ_INT(s.phases_current, 1);
+    EXPECT_TRUE(s.seconds_ns_last > 0 && s.seconds_momentum_last > 0);
+
+    sim_hold_marks = 1;
+    ASSERT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_OK);
+    waits = sim_mark_waits;
+    stats_phases(dev.rt, &s, now);
+    EXPECT_EQ_INT(s.phases_current, 0);
+    EXPECT_TRUE(sim_mark_waits == waits);
+    EXPECT_EQ_INT(memcmp(now, prev, sizeof now), 0); /* step 1's, exactly */
+    EXPECT_EQ_INT((int)s.steps, 2);
+
+    /* step 3 starts with step 2's marks unread: it reads them, and they become "the step
+     * before" while step 3's are held */
+    waits = sim_mark_waits;
+    ASSERT_EQ_INT(dev_steps(&dev, 3, 3), SHARDOPT_OK);
+    EXPECT_TRUE(sim_mark_waits > waits);
+    waits = sim_mark_waits;
+    stats_phases(dev.rt, &s, now);
+    EXPECT_EQ_INT(s.phases_current, 0);
+    EXPECT_TRUE(sim_mark_waits == waits);
+    EXPECT_TRUE(s.seconds_ns_last > 0 && s.seconds_apply_last > 0);
+    sim_hold_marks = 0;
+    stats_phases(dev.rt, &s, now);
+    EXPECT_EQ_INT(s.phases_current, 1);
+    EXPECT_TRUE(s.seconds_ns_last > 0);
     dev_free(&dev);
 }
 

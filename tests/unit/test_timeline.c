@@ -130,3 +130,50 @@ TEST(timeline_failed_or_exhausted_marks_lose_their_intervals_only)
     EXPECT_TRUE(x == KERNEL_MAX_MARKS - 1);
     timeline_free(&tl);
 }
+
+/* mark_done: marks below fake_done_below have happened */
+static int fake_done_below;
+static int fake_done(const struct kernel_ctx *c, int id)
+{
+    (void)c;
+    return id < 0 ? -1 : id < fake_done_below;
+}
+
+/* timeline_ready asks the backend without waiting: ready only once every pending interval's end
+ * mark has happened; nothing pending is ready; a backend that cannot tell (no mark_done, or -1)
+ * counts as ready, so that a resolve waits as it always did. */
+TEST(timeline_ready_only_when_every_pending_mark_has_happened)
+{
+    struct kernel_ops ops = fake_ops();
+    struct kernel_ctx ctx = {0};
+    struct timeline tl;
+    struct tl_clock c;
+    double x = 0;
+    ops.mark_done = fake_done;
+    timeline_init(&tl, &ops, &ctx);
+    EXPECT_EQ_INT(timeline_pending(&tl), 0);
+    EXPECT_EQ_INT(timeline_ready(&tl), 1);
+    timeline_begin(&tl);
+    tl_start(&tl, &c, 0); /* mark 0 */
+    tl_lap(&tl, &c, &x);  /* mark 1 */
+    tl_lap(&tl, &c, &x);  /* mark 2 */
+    timeline_end(&tl);
+    EXPECT_EQ_INT(timeline_pending(&tl), 1);
+    fake_done_below = 2; /* mark 2 not yet */
+    EXPECT_EQ_INT(timeline_ready(&tl), 0);
+    EXPECT_TRUE(x == 0); /* asking added nothing */
+    fake_done_below = 3;
+    EXPECT_EQ_INT(timeline_ready(&tl), 1);
+    EXPECT_EQ_INT(timeline_resolve(&tl), 0);
+    EXPECT_NEAR(x, 2.0, 0);
+    EXPECT_EQ_INT(timeline_pending(&tl), 0);
+
+    ops.mark_done = NULL; /* cannot tell: ready (the resolve will wait) */
+    timeline_begin(&tl);
+    tl_start(&tl, &c, 0);
+    tl_lap(&tl, &c, &x);
+    timeline_end(&tl);
+    fake_done_below = 0;
+    EXPECT_EQ_INT(timeline_ready(&tl), 1);
+    timeline_free(&tl);
+}

@@ -550,9 +550,10 @@ static void stats_phases(shardopt_runtime_t rt, shardopt_stats_t *s, double ph[9
     memcpy(ph, v, sizeof v);
 }
 
-TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
+/* Each test's start: which device (SHARDOPT_TEST_DEVICE) and where the parameters live. On CUDA
+ * without a device the whole program skips. */
+static void device_begin(void)
 {
-    char dir[] = "/tmp/shardopt_devsim_XXXXXX";
     setup();
     const char *dv = getenv("SHARDOPT_TEST_DEVICE");
     on_cuda = dv != NULL && strcmp(dv, "cuda") == 0;
@@ -561,6 +562,12 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
         MPI_Finalize(); /* every rank: the node's devices are the same for all */
         test_skip(kernel_ops_cuda() == NULL ? "built without CUDA" : "no CUDA device visible");
     }
+}
+
+TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
+{
+    char dir[] = "/tmp/shardopt_devsim_XXXXXX";
+    device_begin();
     if (me == 0 && mkdtemp(dir) == NULL)
         MPI_Abort(MPI_COMM_WORLD, 2);
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
@@ -688,12 +695,7 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
  * would read host memory (or, with offload = cpu, the host ones device memory). */
 TEST(memory_of_the_wrong_kind_fails_the_step_on_every_rank)
 {
-    setup();
-    const char *dv = getenv("SHARDOPT_TEST_DEVICE");
-    on_cuda = dv != NULL && strcmp(dv, "cuda") == 0;
-    on_host = test_cfg().offload == SHARDOPT_OFFLOAD_CPU;
-    if (on_cuda && (kernel_ops_cuda() == NULL || kernel_ops_cuda()->device_count() == 0))
-        return; /* the first test has skipped the program */
+    device_begin();
     struct dev_run dev = {0};
     ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
     ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
@@ -736,12 +738,7 @@ TEST(memory_of_the_wrong_kind_fails_the_step_on_every_rank)
  * the overlap of its next forward with the step's tail. */
 TEST(stats_never_wait_for_a_device_still_running_the_step)
 {
-    setup();
-    const char *dv = getenv("SHARDOPT_TEST_DEVICE");
-    on_cuda = dv != NULL && strcmp(dv, "cuda") == 0;
-    on_host = test_cfg().offload == SHARDOPT_OFFLOAD_CPU;
-    if (on_cuda && (kernel_ops_cuda() == NULL || kernel_ops_cuda()->device_count() == 0))
-        return; /* the first test has skipped the program */
+    device_begin();
     struct dev_run dev = {0};
     shardopt_stats_t s;
     double prev[9], now[9];

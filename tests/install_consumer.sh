@@ -18,5 +18,6 @@ cmake -S "$src/examples/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work
     -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/consumer" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 # the consumer must run against the installed library, not the build tree's
-ldd "$work/consumer/consumer" | grep libshardopt
+ldd "$work/consumer/consumer" | grep -F "$work/prefix/lib/libshardopt" ||
+    { ldd "$work/consumer/consumer"; echo "install_consumer: not linked to the installed library"; exit 1; }
 "$mpiexec" -n 1 "$work/consumer/consumer"

@@ -19,11 +19,21 @@ phase() { # ranks layout mode [extra env...]
 rm -rf "$dir"
 phase "$save_n" "$save_layout" save || { echo "ckpt_driver: the save run failed"; exit 1; }
 if [ -n "$site" ]; then
-    if phase "$save_n" "$save_layout" crash SHARDOPT_FAULT="kill@$site:1" >/dev/null 2>&1; then
-        echo "ckpt_driver: the run that should die at $site finished"
-        exit 1
+    phase "$save_n" "$save_layout" crash SHARDOPT_FAULT="kill@$site:1" >/dev/null 2>&1
+    rc=$?
+    left=$(ls -A "$dir" | tr '\n' ' ')
+    echo "ckpt_driver: killed at $site (mpiexec exit $rc); left behind: $left"
+    # a SIGKILL (128 + 9), not some other failure: the resume below must start from what a crash
+    # leaves, a save cut short at that site
+    [ "$rc" -eq 137 ] || { echo "ckpt_driver: expected exit 137 (SIGKILL at $site)"; exit 1; }
+    if [ "$site" = ckpt.latest ]; then
+        want='step-00000008' # published, but latest not moved to it
+    else
+        want='\.tmp-step-00000008-'
     fi
-    echo "ckpt_driver: killed at $site; left behind: $(ls -A "$dir" | tr '\n' ' ')"
+    grep -qE "(^| )$want" <<<"$left" || { echo "ckpt_driver: expected /$want/ left behind"; exit 1; }
+    grep -q "$(cat "$dir/latest")" <<<"step-00000005" ||
+        { echo "ckpt_driver: latest does not name step 5 after the crash"; exit 1; }
 fi
 # after a crash, the resumed run also saves at step 8, over what the crashed save left
 save_at=0

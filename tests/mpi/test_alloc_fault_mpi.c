@@ -142,6 +142,9 @@ static void each_allocation_of_rank_1(int at, const char *what)
                what, total, failed_both, total - (unsigned long)failed_both);
         fixture_rmtree(dir);
     }
+    /* every point failed on both ranks: also the proof that each fault was injected at all */
+    EXPECT_TRUE(failed_both > 0);
+    EXPECT_EQ_INT(failed_both, (int)total);
 }
 
 TEST(out_of_memory_on_rank_1_in_commit_fails_commit_on_both)

@@ -245,10 +245,14 @@ TEST(layout_print_lists_every_rank_in_order)
     fclose(f);
     if (me == 0) {
         char want[64];
+        const char *prev = buf;
         EXPECT_STR_CONTAINS(buf, "ranks = dp_replicate 1");
-        for (int r = 0; r < world; r++) {
+        for (int r = 0; r < world; r++) { /* each rank's line, after the one before it */
             snprintf(want, sizeof want, "rank %4d: replica 0, dp_shard %d", r, r);
             EXPECT_STR_CONTAINS(buf, want);
+            const char *at = strstr(buf, want);
+            EXPECT_TRUE(at != NULL && at >= prev);
+            prev = at != NULL ? at : prev;
         }
     } else {
         EXPECT_EQ_INT(len, 0);

@@ -13,6 +13,7 @@
 
 #include "cuda_runtime.h" /* tests/mock: the mock streams */
 #include "runtime/comm_nccl.h"
+#include "runtime/groups.h"
 #include "runtime/status.h"
 #include "test.h"
 #include "tests/mock/nccl_mock.h"
@@ -82,7 +83,7 @@ struct groups2 {
     cudaStream_t compute;
 };
 
-static void groups_make(struct groups2 *g, double timeout_s, double pair_timeout_s)
+static void groups2_make(struct groups2 *g, double timeout_s, double pair_timeout_s)
 {
     ASSERT_EQ_INT(cudaStreamCreateWithFlags(&g->compute, 0), cudaSuccess);
     ASSERT_EQ_INT(nccl_group_create(MPI_COMM_WORLD, g->compute, timeout_s, "dense", NULL, &g->all),
@@ -97,7 +98,7 @@ static void groups_make(struct groups2 *g, double timeout_s, double pair_timeout
     ASSERT_TRUE(g->pair != NULL);
 }
 
-static void groups_free(struct groups2 *g)
+static void groups2_free(struct groups2 *g)
 {
     nccl_group_destroy(g->pair); /* the sharer first: the first group owns the stream */
     nccl_group_destroy(g->all);
@@ -112,7 +113,7 @@ TEST(exchanges_move_every_block_to_its_displacement)
     int all_ranks[4] = {0, 1, 2, 3};
     struct groups2 g;
     static struct xfer xa[3], xp[3];
-    groups_make(&g, 30.0, 30.0);
+    groups2_make(&g, 30.0, 30.0);
     const long before = nccl_mock_posted();
     for (int r = 0; r < 3; r++) { /* three exchanges in flight on each group before the wait */
         xfer_fill(&xa[r], all_ranks, 4, me, r);
@@ -143,7 +144,7 @@ TEST(exchanges_move_every_block_to_its_displacement)
         want += (count_of(me, peer, r + 10) > 0) + (count_of(peer, me, r + 10) > 0);
     }
     EXPECT_EQ_INT((int)(nccl_mock_posted() - before), (int)want);
-    groups_free(&g);
+    groups2_free(&g);
 }
 
 /* Rank 3's post fails: it aborts its communicator with ERR_NCCL there; the others' exchanges
@@ -156,7 +157,7 @@ TEST(a_failed_post_aborts_and_the_peers_time_out)
     struct groups2 g;
     static struct xfer x;
     /* the pair group waits longer: its peer may still be timing out on the other group */
-    groups_make(&g, 1.0, 60.0);
+    groups2_make(&g, 1.0, 60.0);
     const int aborted0 = nccl_mock_aborted();
     xfer_fill(&x, all_ranks, 4, me, 100);
     if (me == 3)
@@ -185,7 +186,7 @@ TEST(a_failed_post_aborts_and_the_peers_time_out)
                   SHARDOPT_OK);
     EXPECT_EQ_INT(nccl_group_drain(g.pair), SHARDOPT_OK);
     EXPECT_EQ_INT(xfer_bad(&xp, g.pair_ranks, 2, me % 2, 5), 0);
-    groups_free(&g);
+    groups2_free(&g);
 }
 
 /* Rank 1 is stuck inside NCCL (its communicator never settles): its own wait ends at
@@ -196,7 +197,7 @@ TEST(a_stuck_rank_becomes_a_timeout_on_every_rank_not_a_hang)
     int all_ranks[4] = {0, 1, 2, 3};
     struct groups2 g;
     static struct xfer x;
-    groups_make(&g, 1.0, 1.0);
+    groups2_make(&g, 1.0, 1.0);
     xfer_fill(&x, all_ranks, 4, me, 101);
     if (me == 1)
         nccl_mock_inject(NCCL_MOCK_STUCK);
@@ -211,7 +212,7 @@ TEST(a_stuck_rank_becomes_a_timeout_on_every_rank_not_a_hang)
     int all = st == SHARDOPT_ERR_NCCL;
     MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     EXPECT_EQ_INT(all, 1);
-    groups_free(&g);
+    groups2_free(&g);
 }
 
 /* Initialisation that fails on rank 2 is reported there, naming the call; the runtime's
@@ -233,9 +234,11 @@ TEST(an_init_failure_is_reported_on_its_rank)
     } else {
         EXPECT_EQ_INT(st, SHARDOPT_OK);
     }
-    int failed = st != SHARDOPT_OK;
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    EXPECT_EQ_INT(failed, 1);
+    /* what init does next (rt_nccl_create): every rank gets rank 2's status and message */
+    st = groups_agree_on(MPI_COMM_WORLD, MPI_COMM_NULL, me, st, "init", 5.0);
+    EXPECT_EQ_INT(st, SHARDOPT_ERR_NCCL);
+    if (me != 2)
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "init: rank 2: NCCL replicate group");
     nccl_group_destroy(grp);
     cudaStreamDestroy(s);
 }

@@ -176,6 +176,10 @@ static void every_allocation_fails_once(const char *config_json, const char *lab
     for (int c = 0; c < C_NONE; c++)
         printf("%s%s %d", c ? ", " : "", call_names[c], per_call[c]);
     printf("), %d absorbed (a fallback; the sequence succeeded)\n", absorbed);
+    /* every point an ERR_OUT_OF_MEMORY: also the proof that each fault was injected at all (a
+     * disarmed injector would let every sequence succeed, "absorbed") */
+    EXPECT_TRUE(returned > 0);
+    EXPECT_EQ_INT(absorbed, 0);
     fclose(sink);
     fixture_rmtree(dir);
 }

@@ -236,6 +236,23 @@ TEST(print_lists_every_key)
     EXPECT_STR_CONTAINS(buf, "ns_coeffs            = quintic");
     EXPECT_STR_CONTAINS(buf, "comm_dtype           = bf16");
     EXPECT_STR_CONTAINS(buf, "adamw_patterns       = embed,lm_head,=output.weight");
+    /* every key has its line, once */
+    char *text = malloc(len + 2);
+    ASSERT_TRUE(text != NULL);
+    text[0] = '\n';
+    memcpy(text + 1, buf, len + 1);
+    int lines = 0;
+    for (const char *p = text; *p != '\0'; p++)
+        lines += *p == '\n';
+    for (size_t i = 0; i < config_key_count; i++) {
+        char needle[96];
+        snprintf(needle, sizeof needle, "\n%-20s = ", config_keys[i].name);
+        const char *at = strstr(text, needle);
+        if (at == NULL || strstr(at + 1, needle) != NULL)
+            TEST_FAIL_("config_print: no line, or two, for key '%s'", config_keys[i].name);
+    }
+    EXPECT_EQ_INT(lines - 1, (int)config_key_count); /* and nothing else */
+    free(text);
     free(buf);
 }
 

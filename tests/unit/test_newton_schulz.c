@@ -520,11 +520,23 @@ TEST(ns_variant_table_picks_what_blas_runs)
     for (int i = 0; i < 2; i++) {
         const struct ns_shape *s = &shapes[i];
         const size_t count = shape_count(s);
-        double *u = malloc(count * sizeof(double));
+        double *u = malloc(count * sizeof(double)), *ref = malloc(count * sizeof(double));
         float *in = ns_input(count, KDT_F32, 5, u), *out = malloc(count * sizeof(float));
-        EXPECT_EQ_INT(ns_call(blas_newton_schulz, s, ns_variant_for_shape(s->rows, s->cols), in,
-                              KDT_F32, out, KDT_F32, &t),
-                      0);
+        float *o_ref = malloc(count * sizeof(float));
+        const int variant = ns_variant_for_shape(s->rows, s->cols);
+        /* one shape of each variant, and what runs agrees with the portable reference */
+        EXPECT_EQ_INT(variant, i == 0 ? NS_VARIANT_PLAIN : NS_VARIANT_SYMMETRIC);
+        EXPECT_EQ_INT(ns_call(blas_newton_schulz, s, variant, in, KDT_F32, out, KDT_F32, &t), 0);
+        EXPECT_EQ_INT(
+            ns_call(ref_newton_schulz, s, NS_VARIANT_PLAIN, in, KDT_F32, o_ref, KDT_F32, &t), 0);
+        double ref_max = 0.0;
+        for (size_t j = 0; j < count; j++)
+            ref[j] = o_ref[j];
+        const double err = max_abs_diff(out, KDT_F32, ref, count, &ref_max);
+        EXPECT_TRUE(ref_max > 0.01);
+        EXPECT_NEAR(err, 0.0, BLAS_RTOL * ref_max);
+        free(ref);
+        free(o_ref);
         free(u);
         free(in);
         free(out);

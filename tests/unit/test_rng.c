@@ -163,17 +163,26 @@ TEST(bits_are_layout_independent)
     EXPECT_EQ_INT(bad, 0);
 }
 
-/* The 16-bit draws are uniform: each of 16 buckets gets 1/16 of 2^20 draws. A chi-square with 15
- * degrees of freedom above 60 has probability ~1e-7 for a good generator. */
+/* The 16-bit draws are uniform, in each of their four nibbles (stochastic rounding uses all 16
+ * bits): each of 16 buckets gets 1/16 of 2^20 draws. A chi-square with 15 degrees of freedom
+ * above 60 has probability ~1e-7 for a good generator. */
 TEST(bits_are_uniform)
 {
     struct rng_stream s = rng_stream_make(11, rng_name_hash("u"), RNG_KIND_EXP_AVG_SQ, 1);
-    unsigned long count[16] = {0};
+    unsigned long count[4][16] = {{0}};
     const unsigned long n = 1ul << 20;
-    for (uint64_t g = 0; g < n; g++)
-        count[rng_bits16(&s, g) >> 12]++;
-    double chi2 = 0, e = n / 16.0;
-    for (int b = 0; b < 16; b++)
-        chi2 += (count[b] - e) * (count[b] - e) / e;
-    EXPECT_TRUE(chi2 < 60.0);
+    for (uint64_t g = 0; g < n; g++) {
+        const unsigned v = rng_bits16(&s, g);
+        for (int k = 0; k < 4; k++)
+            count[k][(v >> (4 * k)) & 15]++;
+    }
+    const double e = n / 16.0;
+    for (int k = 0; k < 4; k++) {
+        double chi2 = 0;
+        for (int b = 0; b < 16; b++)
+            chi2 += (count[k][b] - e) * (count[k][b] - e) / e;
+        if (!(chi2 < 60.0))
+            fprintf(stderr, "  bits %d..%d: chi-square %.1f\n", 4 * k, 4 * k + 3, chi2);
+        EXPECT_TRUE(chi2 < 60.0);
+    }
 }

@@ -223,14 +223,19 @@ TEST(muon_bf16_momentum_fp32_comm_nesterov)
     run_muon_case(SHARDOPT_DTYPE_BF16, SHARDOPT_DTYPE_FP32, 1, SHARDOPT_NS_COMPUTE_FP32);
 }
 
-/* Register the same data two ways and step both: returns the two weight buffers after 2 steps. */
+/* Commit and take 2 steps (lr 0.05), each of which must succeed: the callers compare what the
+ * steps wrote, which would compare untouched buffers if a step failed. */
 static void step_twice(shardopt_runtime_t rt)
 {
     shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    shardopt_stats_t s = SHARDOPT_STATS_INIT;
     args.lr = 0.05;
-    shardopt_commit(rt);
-    shardopt_step(rt, &args);
-    shardopt_step(rt, &args);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_get_stats(rt, &s), SHARDOPT_OK);
+    EXPECT_EQ_INT((int)s.steps, 2);
+    EXPECT_EQ_INT(s.last_step_skipped, 0);
 }
 
 /* A matrix registered as stored [in, out] with `transposed` gets exactly the transpose of the
@@ -403,8 +408,10 @@ static void check_tables(shardopt_dtype_t adam_dt)
     const shardopt_kernels_t tables[] = {SHARDOPT_KERNELS_PORTABLE, SHARDOPT_KERNELS_AVX2,
                                          SHARDOPT_KERNELS_AVX512};
     enum { E = 2, R = 16, C = 40, NB = 300 };
-    static float ref_w[E * R * C], ref_b[NB];
+    static float ref_w[E * R * C], ref_b[NB], w0[E * R * C];
     int compared = 0;
+    /* the tables this build and CPU run: each of them must take part */
+    const int runnable = 1 + (kernel_ops_cpu_avx2() != NULL) + (kernel_ops_cpu_avx512() != NULL);
 
     for (int t = 0; t < 3; t++) {
         float *w = malloc(sizeof ref_w), *g = malloc(sizeof ref_w);
@@ -436,7 +443,9 @@ static void check_tables(shardopt_dtype_t adam_dt)
         db.param_dtype = db.grad_dtype = SHARDOPT_DTYPE_BF16;
         ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
         ASSERT_EQ_INT(shardopt_register(rt, &db, &h), SHARDOPT_OK);
+        memcpy(w0, w, sizeof w0);
         step_twice(rt);
+        EXPECT_TRUE(memcmp(w0, w, sizeof w0) != 0); /* the steps moved the weights */
         float b[NB];
         for (int i = 0; i < NB; i++)
             b[i] = f32_from_bf16(bw[i]);
@@ -452,7 +461,7 @@ static void check_tables(shardopt_dtype_t adam_dt)
         free(w);
         free(g);
     }
-    EXPECT_TRUE(compared >= 1);
+    EXPECT_EQ_INT(compared, runnable);
 }
 
 TEST(kernel_tables_give_the_same_bits)

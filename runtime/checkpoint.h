@@ -8,6 +8,7 @@
 #define CKPT_FORMAT_VERSION 1
 #define CKPT_BLOCK          ((size_t)1 << 20) /* bytes per CRC32C block: partial readers verify blocks */
 #define CKPT_CHUNK          ((size_t)16 << 20) /* bytes per read or write call */
+#define CKPT_INDEX_MAX      ((size_t)1 << 30) /* index.json: the most a load reads, a save writes */
 
 /* One optimizer state tensor of a parameter. */
 struct ckpt_kind {

@@ -22,8 +22,6 @@
 #include "sharding/reshard.h"
 #include "status.h"
 
-#define INDEX_MAX ((size_t)1 << 30)
-
 struct ck_shard {
     const char *file;    /* points into the parsed JSON */
     struct plan_box box; /* 3-D, leading dims of 1 */
@@ -557,9 +555,10 @@ static shardopt_status_t index_read(const char *dir, char *stepdir, size_t len, 
     f = fopen(path, "rb");
     if (f == NULL)
         return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
-    if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size > INDEX_MAX) {
+    if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size > CKPT_INDEX_MAX) {
         fclose(f);
-        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: larger than %zu bytes", path, INDEX_MAX);
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: larger than %zu bytes", path,
+                        CKPT_INDEX_MAX);
     }
     *text = mem_malloc((size_t)st.st_size + 1);
     if (*text == NULL) {

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -456,10 +457,21 @@ static shardopt_status_t publish(shardopt_runtime_t rt, const char *dir, const c
         return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                         "save: rank 0: out of memory allocating %s for the index text",
                         json_oom_bytes(nb, sizeof nb));
+    /* one shard record per state tensor and dense rank: a checkpoint no load would read is not
+     * published (ERR_CORRUPT at load, after the previous checkpoint was pruned) */
+    const size_t text_len = strlen(text);
+    if (text_len > CKPT_INDEX_MAX) {
+        free(text);
+        return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                        "save: rank 0: index.json would be %zu bytes, more than a load reads "
+                        "(%zu): one record per state tensor and dense rank (%d ranks); nothing "
+                        "was published",
+                        text_len, CKPT_INDEX_MAX, rt->groups.mesh.dense);
+    }
     snprintf(path, sizeof path, "%s/index.json", tmp);
     fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     int ok = fd >= 0 && !fault_hit("ckpt.index") &&
-             write_all(fd, text, strlen(text), "ckpt.index") == 0 && fsync(fd) == 0;
+             write_all(fd, text, text_len, "ckpt.index") == 0 && fsync(fd) == 0;
     if (fd >= 0)
         ok = close(fd) == 0 && ok;
     free(text);
@@ -564,16 +576,27 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
             size_t total = 0;
             if (g->me.d == 0) {
                 for (int i = 0; i < g->mesh.dense; i++) {
-                    displs[i] = (int)total;
+                    displs[i] = total <= (size_t)INT_MAX ? (int)total : -1;
                     total += (size_t)lens[i];
                 }
-                all = mem_malloc(total + 1);
-                ok = all != NULL;
-                if (!ok)
-                    status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                                      "save: rank %d: out of memory allocating %zu bytes for the "
-                                      "index records",
-                                      g->me.rank, total + 1);
+                /* the gather's displacements are ints: past 2^31 bytes of records they would
+                 * wrap and the gather would write outside the buffer */
+                if (total > (size_t)INT_MAX) {
+                    ok = 0;
+                    status = log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                                      "save: rank %d: the index records of %d ranks total %zu "
+                                      "bytes, more than one MPI gather takes (2^31 - 1); nothing "
+                                      "was published",
+                                      g->me.rank, g->mesh.dense, total);
+                } else {
+                    all = mem_malloc(total + 1);
+                    ok = all != NULL;
+                    if (!ok)
+                        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                          "save: rank %d: out of memory allocating %zu bytes for "
+                                          "the index records",
+                                          g->me.rank, total + 1);
+                }
             }
             comm_bcast(g, g->dense, &ok, 1, MPI_INT, 0, "broadcast");
         }

@@ -55,7 +55,8 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
     struct plan_cfg cfg = {.members = members,
                            .me = 0,
                            .bucket_bytes = rt->cfg.bucket_bytes,
-                           .esize = kdtype_size(rt->cfg.comm_dtype)};
+                           .esize = kdtype_size(rt->cfg.comm_dtype),
+                           .replicas = rt->cfg.replica_split ? rt->groups.mesh.dp_replicate : 1};
     char err[256];
     int np = 0, rc = 0;
     shardopt_status_t status = SHARDOPT_OK;

@@ -13,14 +13,16 @@ int mesh_init(struct mesh *m, int world, int dp_replicate, int dp_shard, int cp,
         return -1;
     }
     if (dp_shard == -1) {
-        if (world % (dp_replicate * cp) != 0) {
+        /* in 64 bits: the config allows each up to 2^20, and 2^16 x 2^16 is 0 in an int */
+        const long rc = (long)dp_replicate * cp;
+        if (world % rc != 0) {
             snprintf(err, errlen,
                      "layout: %d ranks cannot be split as dp_replicate %d x cp %d x dp_shard "
-                     "(the rest): %d is not a multiple of %d",
-                     world, dp_replicate, cp, world, dp_replicate * cp);
+                     "(the rest): %d is not a multiple of %ld",
+                     world, dp_replicate, cp, world, rc);
             return -1;
         }
-        dp_shard = world / (dp_replicate * cp);
+        dp_shard = (int)(world / rc);
     }
     if ((long)dp_replicate * dp_shard * cp != world) {
         snprintf(err, errlen,

@@ -135,11 +135,20 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
     }
     b->owned_hi = P->nowned;
     b->ns_elems = slot;
+    if (cfg->replicas > 1 && slot > (size_t)INT_MAX) {
+        snprintf(err, errlen,
+                 "a bucket's Newton-Schulz slots hold %zu elements, more than one MPI count "
+                 "(2^31 - 1) for the replica_split all-gather: lower bucket_bytes",
+                 slot);
+        return -2;
+    }
 
     /* A: counts per owner, then offsets in matrix order within each owner's block */
     for (int m = m_lo; m < m_hi; m++) {
         cnt = piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
         int direct = P->owner[m] == me && cnt == mats[m].rows * mats[m].cols;
+        if (cnt > 0 && !direct && cnt > (int64_t)INT_MAX - b->a_counts[P->owner[m]])
+            goto too_large; /* before the int wraps (past 2^32 it would look small again) */
         if (cnt > 0 && !direct)
             b->a_counts[P->owner[m]] += (int)cnt;
     }
@@ -150,6 +159,8 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
         for (int s = 0; s < members; s++) {
             cnt = piece_count(&mats[m], s);
             int direct = s == me && cnt == mats[m].rows * mats[m].cols;
+            if (cnt > 0 && !direct && cnt > (int64_t)INT_MAX - b->b_counts[s])
+                goto too_large;
             if (cnt > 0 && !direct)
                 b->b_counts[s] += (int)cnt;
         }
@@ -157,10 +168,8 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
     size_t a = 0, bb = 0;
     for (int i = 0; i < members; i++) {
         if ((size_t)b->a_counts[i] > (size_t)INT_MAX - a ||
-            (size_t)b->b_counts[i] > (size_t)INT_MAX - bb) {
-            snprintf(err, errlen, "a bucket moves more than 2^31 elements: lower bucket_bytes");
-            return -2;
-        }
+            (size_t)b->b_counts[i] > (size_t)INT_MAX - bb)
+            goto too_large;
         b->a_displs[i] = (int)a;
         b->b_displs[i] = (int)bb;
         a += (size_t)b->a_counts[i];
@@ -214,6 +223,12 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
         o++;
     }
     return 0;
+
+too_large:
+    snprintf(err, errlen,
+             "a bucket moves more than 2^31 - 1 elements to or from one member in one MPI call: "
+             "lower bucket_bytes");
+    return -2;
 }
 
 void plan_replica_range(const struct group_plan *p, const struct plan_bucket *b, int replicas,
@@ -332,8 +347,8 @@ int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int 
             P.max_ns = b->ns_elems;
         for (int i = 0; i < cfg->members; i++)
             if (i != cfg->me) {
-                P.bytes_sent += (uint64_t)(b->a_counts[i] + b->b_counts[i]) * cfg->esize;
-                P.bytes_recv += (uint64_t)(b->b_counts[i] + b->a_counts[i]) * cfg->esize;
+                P.bytes_sent += ((uint64_t)b->a_counts[i] + (uint64_t)b->b_counts[i]) * cfg->esize;
+                P.bytes_recv += ((uint64_t)b->b_counts[i] + (uint64_t)b->a_counts[i]) * cfg->esize;
             }
         lo = hi;
     }

@@ -32,6 +32,8 @@ struct plan_cfg {
     int members, me;
     size_t bucket_bytes; /* a bucket closes once its matrices reach this many comm-dtype bytes */
     size_t esize;        /* bytes per element in the comm dtype */
+    int replicas;        /* replica_split: replicas that share each bucket's NS slots in one
+                            all-gather (its counts and displacements are ints); 0 or 1: none */
 };
 
 /* A piece I hold. Momentum writes U for it at `buf` (elements): into buffer A, or, when direct,

@@ -92,6 +92,12 @@ TEST(invalid_layouts_give_the_numbers)
     EXPECT_STR_CONTAINS(err, "ep 2 with cp 4");
     EXPECT_EQ_INT(mesh_init(&m, 8, 1, 0, 1, 1, err, sizeof err), -1);
     EXPECT_STR_CONTAINS(err, "dp_shard 0");
+    /* sizes whose product wraps an int (each allowed up to 2^20): refused with the product,
+     * where 65536 x 65536 = 0 in an int ended the process with a division by zero */
+    EXPECT_EQ_INT(mesh_init(&m, 8, 65536, -1, 65536, 1, err, sizeof err), -1);
+    EXPECT_STR_CONTAINS(err, "8 is not a multiple of 4294967296");
+    EXPECT_EQ_INT(mesh_init(&m, 8, 1 << 20, 1 << 20, 1 << 20, 1, err, sizeof err), -1);
+    EXPECT_STR_CONTAINS(err, "= 1152921504606846976 ranks, but the communicator has 8");
     /* ep = 1 with cp > 1: a dense model with context parallelism */
     EXPECT_EQ_INT(mesh_init(&m, 8, 1, -1, 4, 1, err, sizeof err), 0);
     EXPECT_EQ_INT(m.dp_shard, 2);

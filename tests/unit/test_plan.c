@@ -2,6 +2,9 @@
  * other in memory (pack, all-to-all by copying, unpack, and back), so a wrong offset anywhere
  * shows up as a wrong matrix. Then GLM-4.5-Air planned for 16 and 64 ranks: one owner per
  * matrix, owned NS FLOPs balanced within 1.05, and bytes per rank as the formula says. */
+#include <limits.h>
+#include <stdint.h>
+
 #include "sharding/plan.h"
 #include "test.h"
 
@@ -399,4 +402,55 @@ TEST(sharded_strategy_eligibility_and_auto)
     boxes_make(b, 1, 2, in.shape, 0, 0, 1, 0);
     in.members = 1;
     EXPECT_EQ_INT(ns_strategy_eligible(&in), 0);
+}
+
+/* Buckets too large for one MPI call are refused at planning (-2), never wrapped into ints:
+ * - replica_split all-gathers a bucket's NS slots in one call: two [256, 4096, 1536] stacks held
+ *   whole (a group of 1) in one 8 GiB bf16 bucket give 3.2e9 slots. Before, nothing checked them
+ *   (whole matrices never reach the exchange counts) and replica 3's displacement became
+ *   -1879048192;
+ * - per-member counts past 2^32: twelve such stacks split in two along cols in one bucket send
+ *   9.7e9 elements to the other member. Before, the int sum wrapped to 536870912, passed the
+ *   check, and buffer A was laid out past its end.
+ * Nothing is allocated for the data: planning only counts. */
+TEST(buckets_beyond_an_mpi_count_are_refused_not_wrapped)
+{
+    static const struct plan_box whole = {{0, 0, 0}, {256, 4096, 1536}};
+    static const struct plan_box halves[2] = {{{0, 0, 0}, {256, 4096, 768}},
+                                              {{0, 0, 768}, {256, 4096, 768}}};
+    struct plan_param ps[12];
+    struct group_plan P;
+    char err[256] = "";
+
+    for (int i = 0; i < 12; i++)
+        ps[i] = (struct plan_param){.param = i,
+                                    .ndim = 3,
+                                    .shape = {256, 4096, 1536},
+                                    .k_lo = 0,
+                                    .k_count = 256,
+                                    .boxes = i < 2 ? &whole : halves};
+    /* replica_split: refused with 4 replicas, planned without */
+    struct plan_cfg one = {
+        .members = 1, .me = 0, .bucket_bytes = 8ull << 30, .esize = 2, .replicas = 4};
+    EXPECT_EQ_INT(plan_build(&one, ps, 2, &P, err, sizeof err), -2);
+    EXPECT_STR_CONTAINS(err, "replica_split all-gather");
+    one.replicas = 1;
+    ASSERT_EQ_INT(plan_build(&one, ps, 2, &P, err, sizeof err), 0);
+    EXPECT_TRUE(P.nbuckets == 1 && P.buckets[0].ns_elems > (size_t)INT_MAX);
+    plan_free(&P);
+
+    for (int i = 0; i < 12; i++)
+        ps[i].boxes = halves;
+    struct plan_cfg two = {.members = 2, .me = 0, .bucket_bytes = SIZE_MAX, .esize = 2};
+    err[0] = '\0';
+    EXPECT_EQ_INT(plan_build(&two, ps, 12, &P, err, sizeof err), -2);
+    EXPECT_STR_CONTAINS(err, "more than 2^31 - 1 elements");
+    /* the same stacks in buckets of 1 GiB plan, and every count is what the pieces add up to */
+    two.bucket_bytes = 1ull << 30;
+    ASSERT_EQ_INT(plan_build(&two, ps, 12, &P, err, sizeof err), 0);
+    uint64_t sent = 0;
+    for (int b = 0; b < P.nbuckets; b++)
+        sent += (uint64_t)P.buckets[b].a_counts[1] + (uint64_t)P.buckets[b].b_counts[1];
+    EXPECT_TRUE(sent * 2 == P.bytes_sent);
+    plan_free(&P);
 }

@@ -32,6 +32,14 @@ void nccl_group_abort(struct nccl_group *g)
     }
 }
 
+int nccl_group_aborted(const struct nccl_group *g) { return g != NULL && g->aborted; }
+
+/* ncclCommAbort freed the communicator: nothing may reach it again */
+static shardopt_status_t group_gone(const struct nccl_group *g)
+{
+    return log_fail(SHARDOPT_ERR_NCCL, "NCCL %s group: communicator was aborted earlier", g->name);
+}
+
 /* Abort the communicator (it cannot be used again) and report. */
 static shardopt_status_t group_fail(struct nccl_group *g, const char *what, ncclResult_t r)
 {
@@ -158,8 +166,7 @@ shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void
     ncclResult_t r = ncclSuccess;
 
     if (g->aborted)
-        return log_fail(SHARDOPT_ERR_NCCL, "NCCL %s group: communicator was aborted earlier",
-                        g->name);
+        return group_gone(g);
     if ((e = cudaEventRecord(g->ready, g->compute)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(g->stream, g->ready, 0)) != cudaSuccess)
         return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: ordering after compute: %s", g->name,
@@ -192,6 +199,8 @@ shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void
 
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)
 {
+    if (g->aborted)
+        return group_gone(g);
     cudaError_t e = cudaStreamWaitEvent(g->compute, g->done[slot % NCCL_SLOTS], 0);
     if (e != cudaSuccess)
         return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: cudaStreamWaitEvent: %s", g->name,
@@ -201,6 +210,8 @@ shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)
 
 shardopt_status_t nccl_group_drain(struct nccl_group *g)
 {
+    if (g->aborted) /* a step after a failed one, posting nothing, must not reach g->comm */
+        return group_gone(g);
     const double t0 = monotonic_seconds();
     cudaError_t e = cudaEventRecord(g->drained, g->stream);
     if (e != cudaSuccess)
@@ -213,6 +224,9 @@ shardopt_status_t nccl_group_drain(struct nccl_group *g)
         if (e != cudaErrorNotReady)
             return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: %s", g->name,
                             cudaGetErrorString(e));
+        /* "not ready" is also left as the thread's last error, where the step's end
+         * (kernel_ops.stream_end) would read it as a failed launch */
+        (void)cudaGetLastError();
         ncclResult_t r = ncclSuccess;
         if (ncclCommGetAsyncError(g->comm, &r) == ncclSuccess && r != ncclSuccess &&
             r != ncclInProgress)

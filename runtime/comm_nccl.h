@@ -44,4 +44,8 @@ shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot);
 /* The host waits until everything posted on the group has completed, at most the timeout. */
 shardopt_status_t nccl_group_drain(struct nccl_group *g);
 
+/* Whether g was aborted (a failed or timed-out operation, or a failed step): it cannot be used
+ * again. */
+int nccl_group_aborted(const struct nccl_group *g);
+
 #endif

@@ -35,3 +35,9 @@ shardopt_status_t nccl_group_drain(struct nccl_group *g)
     (void)g;
     return SHARDOPT_ERR_UNSUPPORTED;
 }
+
+int nccl_group_aborted(const struct nccl_group *g)
+{
+    (void)g;
+    return 0;
+}

@@ -255,6 +255,18 @@ static void step_nccl_abort(shardopt_runtime_t rt)
         nccl_group_abort(g[i]);
 }
 
+/* Whether a failed step aborted the communicators: the next step must refuse before it writes
+ * anything (its first exchange would refuse only after the AdamW tensors and the first bucket's
+ * momentum were updated). */
+static int step_nccl_aborted(shardopt_runtime_t rt)
+{
+    struct nccl_group *g[GROUP_KINDS + 1];
+    int any = 0;
+    for (int i = 0, n = rt_nccl_groups(rt, g); i < n; i++)
+        any |= nccl_group_aborted(g[i]);
+    return any;
+}
+
 static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_args_t *args)
 {
     shardopt_status_t status;
@@ -269,6 +281,12 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
                         rt == NULL ? "runtime" : "args");
     comm_phase("step: checking the arguments (every rank must call the step)", -1);
     status = step_validate(rt, args, &sc);
+    if (status == SHARDOPT_OK && rt->committed && step_nccl_aborted(rt))
+        status = log_fail(SHARDOPT_ERR_NCCL,
+                          "step: rank %d: the NCCL communicators were aborted after an earlier "
+                          "step failed; nothing was updated: finalize, init again and load the "
+                          "last checkpoint",
+                          rt->groups.me.rank);
     /* the step is collective: a check failing on one rank fails it on all */
     if (rt->committed)
         status = groups_agree(&rt->groups, status, "step");

@@ -17,6 +17,7 @@
 #define cudaEventQuery            mock_cudaEventQuery
 #define cudaStreamWaitEvent       mock_cudaStreamWaitEvent
 #define cudaGetErrorString        mock_cudaGetErrorString
+#define cudaGetLastError          mock_cudaGetLastError
 
 typedef enum cudaError {
     cudaSuccess = 0,
@@ -38,5 +39,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
 const char *cudaGetErrorString(cudaError_t e);
+/* As the CUDA runtime: the last error of this thread, cleared by reading it. A "not ready" from
+ * cudaEventQuery is left there too (as the real runtime leaves it), so that code polling an
+ * event must clear it before anything reads the last error as a failed launch. */
+cudaError_t cudaGetLastError(void);
 
 #endif

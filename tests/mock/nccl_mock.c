@@ -41,6 +41,7 @@ struct mock_comm {
     MPI_Comm mpi;
     int rank, size;
     ncclResult_t async;
+    int dead; /* aborted: NCCL would have freed it; kept to count what still reaches it */
 };
 
 struct mock_op {
@@ -64,7 +65,21 @@ static int nstreams;
 static MPI_Comm grave[64]; /* aborted communicators' MPI communicators */
 static int ngrave;
 
+static cudaError_t last_error;
+static struct mock_comm *dead[64];
+static int ndead;
+static long not_ready, after_abort;
+
 void nccl_mock_inject(enum nccl_mock_fault f) { fault = f; }
+long nccl_mock_not_ready(void) { return not_ready; }
+long nccl_mock_after_abort(void) { return after_abort; }
+
+cudaError_t cudaGetLastError(void)
+{
+    const cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
 void nccl_mock_waits_give_up(double seconds) { give_up_s = seconds; }
 long nccl_mock_posted(void) { return posted; }
 int nccl_mock_aborted(void) { return aborted; }
@@ -124,8 +139,11 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
         int done = 1;
         if (e->s->q[i].req != MPI_REQUEST_NULL)
             MPI_Test(&e->s->q[i].req, &done, MPI_STATUS_IGNORE);
-        if (!done)
+        if (!done) {
+            not_ready++;
+            last_error = cudaErrorNotReady;
             return cudaErrorNotReady;
+        }
     }
     return cudaSuccess;
 }
@@ -188,6 +206,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
 {
     if (comm == NULL)
         return ncclInvalidArgument;
+    if (comm->dead) {
+        after_abort++;
+        return ncclInvalidArgument;
+    }
     *async = comm->async;
     return ncclSuccess;
 }
@@ -216,7 +238,9 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
      * it is collective and the peers may be stuck */
     if (ngrave < 64)
         grave[ngrave++] = comm->mpi;
-    free(comm);
+    comm->dead = 1; /* not freed: a later call on it is counted, not a crash */
+    if (ndead < 64)
+        dead[ndead++] = comm; /* still reachable, so no leak report */
     return ncclSuccess;
 }
 
@@ -224,6 +248,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     if (comm == NULL)
         return ncclInvalidArgument;
+    if (comm->dead) {
+        after_abort++;
+        return ncclInvalidArgument;
+    }
     MPI_Comm_free(&comm->mpi);
     free(comm);
     return ncclSuccess;
@@ -238,7 +266,9 @@ ncclResult_t ncclGroupStart(void)
 static ncclResult_t queue_op(const void *buf, size_t bytes, int peer, ncclComm_t comm,
                              cudaStream_t s, int recv)
 {
-    if (comm == NULL || peer < 0 || peer >= comm->size || s == NULL)
+    if (comm != NULL && comm->dead)
+        after_abort++;
+    if (comm == NULL || comm->dead || peer < 0 || peer >= comm->size || s == NULL)
         return ncclInvalidArgument;
     if (nops == capops) {
         capops = capops ? 2 * capops : 16;

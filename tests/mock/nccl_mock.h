@@ -22,4 +22,11 @@ void nccl_mock_waits_give_up(double seconds);
 long nccl_mock_posted(void);
 int nccl_mock_aborted(void);
 
+/* cudaEventQuery calls that answered "not ready", since the start. */
+long nccl_mock_not_ready(void);
+
+/* Calls that reached a communicator after ncclCommAbort had freed it (the mock keeps aborted
+ * communicators' memory to count them instead of crashing). */
+long nccl_mock_after_abort(void);
+
 #endif

@@ -820,9 +820,29 @@ TEST(a_stuck_nccl_rank_fails_the_step_on_every_rank)
         EXPECT_STR_CONTAINS(shardopt_last_error(), "timed out (comm_timeout_s)");
         nccl_mock_waits_give_up(0);
         /* every communicator was aborted after the failed step: the next one fails at once, on
-         * every rank, and finalize below waits on nothing */
+         * every rank, before it writes anything (it used to update the AdamW tensors and the
+         * first bucket's momentum before its first exchange refused), and finalize below waits
+         * on nothing */
+        void *before[MODEL_NPARAMS], *after[MODEL_NPARAMS];
+        for (int p = 0; p < MODEL_NPARAMS; p++) {
+            const size_t bytes = (size_t)dev.box[p].numel * model_esize(model_params[p].dtype);
+            before[p] = malloc(bytes + 1);
+            after[p] = malloc(bytes + 1);
+            dev_copy(before[p], dev.w[p], bytes);
+        }
         EXPECT_EQ_INT(dev_steps(&dev, 3, 3), SHARDOPT_ERR_NCCL);
-        EXPECT_STR_CONTAINS(shardopt_last_error(), "communicator was aborted earlier");
+        EXPECT_STR_CONTAINS(shardopt_last_error(),
+                            "NCCL communicators were aborted after an earlier step failed; "
+                            "nothing was updated");
+        int moved = 0;
+        for (int p = 0; p < MODEL_NPARAMS; p++) {
+            const size_t bytes = (size_t)dev.box[p].numel * model_esize(model_params[p].dtype);
+            dev_copy(after[p], dev.w[p], bytes);
+            moved += memcmp(before[p], after[p], bytes) != 0;
+            free(before[p]);
+            free(after[p]);
+        }
+        EXPECT_EQ_INT(moved, 0);
     }
     dev_free(&dev);
 

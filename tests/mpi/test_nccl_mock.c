@@ -147,6 +147,42 @@ TEST(exchanges_move_every_block_to_its_displacement)
     groups2_free(&g);
 }
 
+/* A drain that polls while the exchanges are still in flight (ranks 1-3 post 0.3 s after rank
+ * 0) leaves no "not ready" behind as the thread's last error: CUDA keeps it there, and the
+ * step's end (kernel_ops.stream_end) reads the last error as a failed launch, so every NCCL
+ * step would fail with ERR_DEVICE. Then, aborted, the group refuses a drain and a wait without
+ * reaching the communicator NCCL has freed (a step after a failed one drains with nothing
+ * posted). */
+TEST(a_polling_drain_leaves_no_error_and_an_aborted_group_is_not_touched)
+{
+    setup();
+    int all_ranks[4] = {0, 1, 2, 3};
+    struct groups2 g;
+    static struct xfer x;
+    groups2_make(&g, 30.0, 30.0);
+    (void)cudaGetLastError();
+    for (const double t0 = MPI_Wtime(); me != 0 && MPI_Wtime() - t0 < 0.3;)
+        ;
+    xfer_fill(&x, all_ranks, 4, me, 7);
+    const long polls = nccl_mock_not_ready();
+    EXPECT_EQ_INT(nccl_group_exchange(g.all, 0, x.sbuf, x.sc, x.sd, x.rbuf, x.rc, x.rd, ES),
+                  SHARDOPT_OK);
+    EXPECT_EQ_INT(nccl_group_drain(g.all), SHARDOPT_OK);
+    if (me == 0)
+        EXPECT_TRUE(nccl_mock_not_ready() > polls); /* it did poll an unfinished exchange */
+    EXPECT_EQ_INT((int)cudaGetLastError(), (int)cudaSuccess);
+    EXPECT_EQ_INT(xfer_bad(&x, all_ranks, 4, me, 7), 0);
+
+    const long touched = nccl_mock_after_abort();
+    nccl_group_abort(g.all);
+    EXPECT_EQ_INT(nccl_group_aborted(g.all), 1);
+    EXPECT_EQ_INT(nccl_group_drain(g.all), SHARDOPT_ERR_NCCL);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "communicator was aborted earlier");
+    EXPECT_EQ_INT(nccl_group_wait(g.all, 0), SHARDOPT_ERR_NCCL);
+    EXPECT_EQ_INT((int)(nccl_mock_after_abort() - touched), 0);
+    groups2_free(&g);
+}
+
 /* Rank 3's post fails: it aborts its communicator with ERR_NCCL there; the others' exchanges
  * wait for rank 3's blocks, so their drain ends at comm_timeout_s with ERR_NCCL and an abort;
  * every later exchange on the group is refused. */

@@ -187,10 +187,13 @@ static bool aligned_all(const struct apply_args &a)
 template <class A> static void launch_many(const struct kernel_ctx *ctx, const A *a, int count)
 {
     ew_batch<A> b;
-    for (int j0 = 0; j0 < count; j0 += EW_BATCH) {
+    /* one cursor over the entries: empty ones are skipped without ending a launch's batch, so
+     * the next launch starts after the last entry taken (restarting at j0 + EW_BATCH applied
+     * entries twice when an earlier batch had skipped some) */
+    for (int j = 0; j < count;) {
         b.count = 0;
         b.first[0] = 0;
-        for (int j = j0; j < count && b.count < EW_BATCH; j++) {
+        for (; j < count && b.count < EW_BATCH; j++) {
             if (a[j].n == 0)
                 continue;
             b.a[b.count] = a[j];
@@ -277,6 +280,9 @@ void cuda_sumsq_many(const struct kernel_ctx *ctx, const void *const *x, const i
             k_sumsq_partial<<<CUDA_SUMSQ_BLOCKS, CUDA_SUMSQ_THREADS, 0, s>>>(
                 x[i0 + i], dt[i0 + i], n[i0 + i], be->d_partial);
             k_sumsq_final<<<1, CUDA_SUMSQ_THREADS, 0, s>>>(be->d_partial, res + i);
+            /* a launch that failed (no kernel image for this GPU, say) leaves the result
+             * unwritten, and the synchronisation below would not say so */
+            ok = cudaPeekAtLastError() == cudaSuccess;
         }
         ok = ok &&
              cudaMemcpyAsync(be->h_result, res, sizeof(double) * (size_t)m, cudaMemcpyDeviceToHost,

@@ -262,6 +262,48 @@ TEST(cuda_apply_bitwise_equal_to_cpu_reference)
         }
 }
 
+/* apply_many over more entries than one launch takes (EW_BATCH = 48), some of them empty: each
+ * entry applied once, as by the CPU reference one by one. Empty entries used to end the batch's
+ * cursor early, so that the next launch re-applied entries of the one before. */
+TEST(cuda_apply_many_applies_each_entry_once_with_empty_entries)
+{
+    setup();
+    enum { COUNT = 110 };
+    uint64_t seed = 21;
+    struct pair w[COUNT], u[COUNT];
+    struct apply_args a[COUNT];
+    for (int j = 0; j < COUNT; j++) {
+        const size_t n = j % 7 == 0 ? 0 : (size_t)(1 + j * 13 % 300);
+        w[j] = pair_new(KDT_F32, n ? n : 1, 0);
+        u[j] = pair_new(KDT_F32, n ? n : 1, 0);
+        fill(&w[j], &seed, -1, 1, 0);
+        fill(&u[j], &seed, -1, 1, 0);
+        to_dev(&w[j]);
+        to_dev(&u[j]);
+        a[j] = (struct apply_args){.n = n,
+                                   .param_dtype = KDT_F32,
+                                   .update_dtype = KDT_F32,
+                                   .alpha = 0.02f,
+                                   .decay = 0.999f,
+                                   .rng = rng_stream_make(7, 11, RNG_KIND_PARAM, (uint64_t)j),
+                                   .idx = maps[0]};
+        a[j].param = w[j].d, a[j].update = u[j].d;
+    }
+    gpu->apply_many(&gctx, a, COUNT);
+    for (int j = 0; j < COUNT; j++) {
+        a[j].param = w[j].h, a[j].update = u[j].h;
+        if (a[j].n > 0)
+            ref_apply(&cctx, &a[j]);
+        void *dw = from_dev(&w[j]);
+        char what[64];
+        snprintf(what, sizeof what, "apply_many entry %d (n %zu)", j, a[j].n);
+        expect_bits(&w[j], dw, what);
+        free(dw);
+        pair_free(&w[j]);
+        pair_free(&u[j]);
+    }
+}
+
 TEST(cuda_sumsq_deterministic_and_close_to_cpu)
 {
     setup();

@@ -324,6 +324,9 @@ static int stream_begin(const struct kernel_ctx *ctx, void *caller, char *err, s
 {
     struct cuda_backend *b = cuda_be(ctx);
     cudaError_t e;
+    /* an error the caller's own earlier calls left on this thread is not the step's: the
+     * launches of the step are checked against a clean slate (sumsq_many, stream_end) */
+    (void)cudaGetLastError();
     if (caller == NULL)
         return 0; /* the step's caller has finished its work on the host's word */
     if ((e = cudaEventRecord(b->caller_ready, (cudaStream_t)caller)) != cudaSuccess)

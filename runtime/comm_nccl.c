@@ -212,8 +212,14 @@ shardopt_status_t nccl_group_drain(struct nccl_group *g)
 {
     if (g->aborted) /* a step after a failed one, posting nothing, must not reach g->comm */
         return group_gone(g);
+    /* a launch of the step that failed is known only by the thread's last error, which the
+     * polling below overwrites with "not ready": report it now */
+    cudaError_t e = cudaPeekAtLastError();
+    if (e != cudaSuccess)
+        return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: a launch of the step failed: %s",
+                        g->name, cudaGetErrorString(e));
     const double t0 = monotonic_seconds();
-    cudaError_t e = cudaEventRecord(g->drained, g->stream);
+    e = cudaEventRecord(g->drained, g->stream);
     if (e != cudaSuccess)
         return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: cudaEventRecord: %s", g->name,
                         cudaGetErrorString(e));
@@ -225,7 +231,8 @@ shardopt_status_t nccl_group_drain(struct nccl_group *g)
             return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: %s", g->name,
                             cudaGetErrorString(e));
         /* "not ready" is also left as the thread's last error, where the step's end
-         * (kernel_ops.stream_end) would read it as a failed launch */
+         * (kernel_ops.stream_end) would read it as a failed launch; nothing else can be there
+         * (checked above, and nothing is launched meanwhile) */
         (void)cudaGetLastError();
         ncclResult_t r = ncclSuccess;
         if (ncclCommGetAsyncError(g->comm, &r) == ncclSuccess && r != ncclSuccess &&

@@ -257,10 +257,13 @@ static int cuda_mark_done(const struct kernel_ctx *ctx, int id)
     struct cuda_backend *b = cuda_be(ctx);
     if (b == NULL || id < 0 || id >= b->nmarks)
         return -1;
-    const cudaError_t e = cudaEventQuery(b->marks[id]);
+    const cudaError_t pending = cudaPeekAtLastError(), e = cudaEventQuery(b->marks[id]);
     if (e == cudaSuccess)
         return 1;
-    cudaGetLastError(); /* cudaErrorNotReady is not an error of the next call's */
+    /* "not ready" is not an error of the next call's; an error that was pending before the
+     * query is not ours to clear */
+    if (pending == cudaSuccess)
+        cudaGetLastError();
     return e == cudaErrorNotReady ? 0 : -1;
 }
 

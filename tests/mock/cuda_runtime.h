@@ -18,6 +18,7 @@
 #define cudaStreamWaitEvent       mock_cudaStreamWaitEvent
 #define cudaGetErrorString        mock_cudaGetErrorString
 #define cudaGetLastError          mock_cudaGetLastError
+#define cudaPeekAtLastError       mock_cudaPeekAtLastError
 
 typedef enum cudaError {
     cudaSuccess = 0,
@@ -43,5 +44,6 @@ const char *cudaGetErrorString(cudaError_t e);
  * cudaEventQuery is left there too (as the real runtime leaves it), so that code polling an
  * event must clear it before anything reads the last error as a failed launch. */
 cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
 
 #endif

@@ -72,7 +72,10 @@ static long not_ready, after_abort;
 
 void nccl_mock_inject(enum nccl_mock_fault f) { fault = f; }
 long nccl_mock_not_ready(void) { return not_ready; }
+void nccl_mock_fail_launch(void) { last_error = cudaErrorInvalidValue; }
 long nccl_mock_after_abort(void) { return after_abort; }
+
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
 cudaError_t cudaGetLastError(void)
 {
@@ -131,21 +134,28 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     return cudaSuccess;
 }
 
-cudaError_t cudaEventQuery(cudaEvent_t e)
+/* 1 when the requests queued before the event are complete (no last error: the mock's own use) */
+static int event_done(cudaEvent_t e)
 {
-    if (e == NULL)
-        return cudaErrorInvalidValue;
     for (int i = 0; e->s != NULL && i < e->upto; i++) {
         int done = 1;
         if (e->s->q[i].req != MPI_REQUEST_NULL)
             MPI_Test(&e->s->q[i].req, &done, MPI_STATUS_IGNORE);
-        if (!done) {
-            not_ready++;
-            last_error = cudaErrorNotReady;
-            return cudaErrorNotReady;
-        }
+        if (!done)
+            return 0;
     }
-    return cudaSuccess;
+    return 1;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (e == NULL)
+        return cudaErrorInvalidValue;
+    if (event_done(e))
+        return cudaSuccess;
+    not_ready++;
+    last_error = cudaErrorNotReady;
+    return cudaErrorNotReady;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
@@ -154,7 +164,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
     if (e == NULL)
         return cudaErrorInvalidValue;
     const double t0 = MPI_Wtime();
-    while (cudaEventQuery(e) == cudaErrorNotReady)
+    while (!event_done(e))
         if (give_up_s > 0 && MPI_Wtime() - t0 > give_up_s)
             break;
     return cudaSuccess;

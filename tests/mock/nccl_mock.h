@@ -22,6 +22,9 @@ void nccl_mock_waits_give_up(double seconds);
 long nccl_mock_posted(void);
 int nccl_mock_aborted(void);
 
+/* A kernel launch of the caller's that failed: left as the thread's last error, as CUDA does. */
+void nccl_mock_fail_launch(void);
+
 /* cudaEventQuery calls that answered "not ready", since the start. */
 long nccl_mock_not_ready(void);
 

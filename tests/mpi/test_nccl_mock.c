@@ -172,6 +172,11 @@ TEST(a_polling_drain_leaves_no_error_and_an_aborted_group_is_not_touched)
         EXPECT_TRUE(nccl_mock_not_ready() > polls); /* it did poll an unfinished exchange */
     EXPECT_EQ_INT((int)cudaGetLastError(), (int)cudaSuccess);
     EXPECT_EQ_INT(xfer_bad(&x, all_ranks, 4, me, 7), 0);
+    /* a launch of the step that failed before the drain is reported, not polled over */
+    nccl_mock_fail_launch();
+    EXPECT_EQ_INT(nccl_group_drain(g.all), SHARDOPT_ERR_DEVICE);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "a launch of the step failed");
+    (void)cudaGetLastError();
 
     const long touched = nccl_mock_after_abort();
     nccl_group_abort(g.all);

@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "../elem_rules.h"
+#include "ew_batch_take.h"
 }
 
 #define EW_THREADS 256
@@ -187,18 +188,16 @@ static bool aligned_all(const struct apply_args &a)
 template <class A> static void launch_many(const struct kernel_ctx *ctx, const A *a, int count)
 {
     ew_batch<A> b;
-    /* one cursor over the entries: empty ones are skipped without ending a launch's batch, so
-     * the next launch starts after the last entry taken (restarting at j0 + EW_BATCH applied
-     * entries twice when an earlier batch had skipped some) */
-    for (int j = 0; j < count;) {
+    int take[EW_BATCH];
+    for (int j = 0; j < count;) { /* one cursor over the entries (ew_batch_take.h) */
+        const int k = ew_batch_take(&a[0].n, sizeof *a, count, &j, EW_BATCH, take);
         b.count = 0;
         b.first[0] = 0;
-        for (; j < count && b.count < EW_BATCH; j++) {
-            if (a[j].n == 0)
-                continue;
-            b.a[b.count] = a[j];
-            b.vec[b.count] = aligned_all(a[j]);
-            b.first[b.count + 1] = b.first[b.count] + (a[j].n + 7) / 8;
+        for (int t = 0; t < k; t++) {
+            const A &e = a[take[t]];
+            b.a[b.count] = e;
+            b.vec[b.count] = aligned_all(e);
+            b.first[b.count + 1] = b.first[b.count] + (e.n + 7) / 8;
             b.count++;
         }
         if (b.count > 0)

@@ -177,6 +177,8 @@ def torch_params(named_parameters, expert=None):
     import torch
     out = []
     for name, p in named_parameters:
+        if not p.requires_grad:  # frozen: no gradient ever comes (torch.optim skips them too)
+            continue
         local, placement, sdim, soff, slen = p.detach(), "replicated", 0, 0, -1
         if hasattr(p, "placements") and hasattr(p, "to_local"):
             from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
@@ -209,7 +211,14 @@ class Optimizer:
         self._cfg = ctypes.create_string_buffer(1 << 16)
         _check("config_init", lib.shardopt_config_init(self._cfg, len(self._cfg)))
         for k, v in (config or {}).items():
-            v = ("1" if v else "0") if isinstance(v, bool) else str(v)
+            if isinstance(v, bool):
+                v = "1" if v else "0"
+            elif isinstance(v, (list, tuple)):  # patterns "a,b"; coefficient triples "a,b,c;..."
+                v = ";".join(",".join(str(c) for c in x) if isinstance(x, (list, tuple))
+                             else str(x) for x in v) if any(isinstance(x, (list, tuple))
+                                                             for x in v) else ",".join(map(str, v))
+            else:
+                v = str(v)
             _check("config_set", lib.shardopt_config_set(self._cfg, k.encode(), v.encode()))
         self._comm_handle, self.comm = _comm_handle(comm)
         self._rt = ctypes.c_void_p()
@@ -217,23 +226,60 @@ class Optimizer:
         self.params = [p if isinstance(p, Param) else Param(**p) for p in params]
         self._names = []
         self._ep = None
-        try:
-            for p in self.params:
+        self._grad_dtype = {}
+        failed = None
+        for p in self.params:
+            try:
                 self._register(p)
+            except Exception as e:  # noqa: BLE001 - re-raised below, after the commit
+                failed = e
+                break
+        if failed is not None and not isinstance(failed, Error):
+            self._poison()
+        try:
+            # collective: a rank that failed above still commits, so that commit fails on every
+            # rank (the library remembers failed registrations) instead of leaving the others
+            # waiting in it until comm_timeout_s
             _check("commit", lib.shardopt_commit(self._rt))
-        except Exception:
+        except Exception as e:
             self.close()
-            raise
+            raise (failed or e) from (e if failed is not None else None)
+        if failed is not None:  # not reached: commit fails after a failed registration
+            self.close()
+            raise failed
+
+    def _poison(self):
+        """A registration the library refuses and remembers: this rank's commit, and so every
+        rank's, then fails (after a Python-side error, which the library cannot see)."""
+        d = _Desc(size=ctypes.sizeof(_Desc), version=1, name=b"(refused by the Python binding)",
+                  ndim=0)
+        h = ctypes.c_void_p()
+        self._lib.shardopt_register(self._rt, ctypes.byref(d), ctypes.byref(h))
 
     def _register(self, p):
-        if p.source is not None and p.placement == "expert" and p.shard_dim == 0:
+        if p.source is not None and p.placement == "expert":
             if self._ep is None:
                 self._ep = self.stats()["ep_size"]
+            if self._ep > 1:  # the same on every rank: the config's ep and the model agree
+                raise ValueError(
+                    f"{p.name}: torch_params does not map expert stacks under ep = {self._ep} "
+                    "yet (a plain tensor's shape is the EP-local one, and a DTensor's offsets "
+                    "do not follow the runtime's EP ranks): register a shardopt.Param with the "
+                    "global [E, out, in] shape and this rank's expert range")
+        if p.source is not None and p.placement == "expert" and p.shard_dim == 0:
             p.shard_offset %= p.shape[0] // self._ep  # global -> within this rank's EP stack
         if p.source is not None and p.grad is None:
             p.grad = self._torch_grad(p, required=False)
-        data, dt, _ = _buffer(p.data, f"{p.name}.data")
-        grad, gdt, _ = _buffer(p.grad, f"{p.name}.grad")
+        data, dt, n = _buffer(p.data, f"{p.name}.data")
+        grad, gdt, gn = _buffer(p.grad, f"{p.name}.grad")
+        if p.placement != "expert":  # the library reads as many elements as the layout says
+            want = 1
+            for i, s in enumerate(p.shape):
+                want *= p.shard_length if i == p.shard_dim and p.shard_length >= 0 else s
+            if n != want or (p.grad is not None and gn != want):
+                raise ValueError(f"{p.name}: data has {n} elements and grad {gn}, but shape "
+                                 f"{list(p.shape)} sharded [{p.shard_offset}, +{p.shard_length}) "
+                                 f"along dim {p.shard_dim} holds {want} here")
         name = p.name.encode()
         self._names.append(name)  # the library copies it; keep ours alive for the call anyway
         d = _Desc(size=ctypes.sizeof(_Desc), version=1, name=name, ndim=len(p.shape),
@@ -246,19 +292,32 @@ class Optimizer:
         h = ctypes.c_void_p()
         _check("register", self._lib.shardopt_register(self._rt, ctypes.byref(d), ctypes.byref(h)))
         p.handle = h
+        self._grad_dtype[id(p)] = gdt or dt
+
+    def _handle(self, p):
+        if not self._rt or p.handle is None:
+            raise ValueError(f"{p.name}: the optimizer was closed (or p is not one of its params)")
+        return p.handle
 
     def algo(self, p):
         """The algorithm the runtime gave p: "muon" or "adamw"."""
+        self._handle(p)
         a = ctypes.c_int()
         _check("param_get_algo", self._lib.shardopt_param_get_algo(p.handle, ctypes.byref(a)))
         return {1: "muon", 2: "adamw"}[a.value]
 
     def set_grad(self, p, grad):
-        """Point p at a new gradient buffer (its data buffer stays)."""
+        """Point p at a new gradient buffer (its data buffer stays): the same number of elements
+        as the data, in the dtype it was registered with (the library cannot check either)."""
+        h = self._handle(p)
+        data, _, n = _buffer(p.data, f"{p.name}.data")
+        g, gdt, gn = _buffer(grad, f"{p.name}.grad")
+        if grad is not None and (gn != n or gdt != self._grad_dtype.get(id(p), gdt)):
+            raise ValueError(f"{p.name}: new grad has {gn} {gdt} elements, the parameter was "
+                             f"registered with {n} elements of grad dtype "
+                             f"{self._grad_dtype.get(id(p))}")
         p.grad = grad
-        data, _, _ = _buffer(p.data, f"{p.name}.data")
-        g, _, _ = _buffer(grad, f"{p.name}.grad")
-        _check("param_set_pointers", self._lib.shardopt_param_set_pointers(p.handle, data, g))
+        _check("param_set_pointers", self._lib.shardopt_param_set_pointers(h, data, g))
 
     @staticmethod
     def _torch_grad(p, required=True):
@@ -275,16 +334,49 @@ class Optimizer:
         """One optimizer step (collective). stream: a CUDA stream (torch.cuda.Stream or a
         raw handle) for the CUDA backend. Parameters from torch_params take their gradients
         from .grad now."""
+        refused = []
         for p in self.params:
-            if p.source is not None:
+            if p.source is None:
+                continue
+            try:
+                self._follow_data(p)
                 g = self._torch_grad(p)
                 if p.grad is None or g.data_ptr() != p.grad.data_ptr():
                     self.set_grad(p, g)
+            except ValueError as e:
+                # the step is collective: this rank goes on to it with no gradient for p, which
+                # the library refuses on every rank, instead of leaving the others waiting
+                refused.append(str(e))
+                p.grad = None
+                data, _, _ = _buffer(p.data, f"{p.name}.data")
+                self._lib.shardopt_param_set_pointers(self._handle(p), data, None)
         if stream is not None and hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
         a = _StepArgs(size=ctypes.sizeof(_StepArgs), version=1, lr=lr, adamw_lr=adamw_lr,
                       weight_decay=weight_decay, stream=stream, max_grad_norm=max_grad_norm)
-        _check("step", self._lib.shardopt_step(self._rt, ctypes.byref(a)))
+        status = self._lib.shardopt_step(self._rt, ctypes.byref(a))
+        if refused:
+            raise ValueError("; ".join(refused))
+        _check("step", status)
+
+    def _follow_data(self, p):
+        """A torch parameter whose storage moved (param.data = ..., model.to(...)) is followed
+        if it still has the registered size and dtype; otherwise the step is refused (updating
+        the old storage would be a silent no-op for the model)."""
+        local = p.source.to_local() if hasattr(p.source, "to_local") else p.source
+        local = local.detach()
+        if local.data_ptr() == p.data.data_ptr():
+            return
+        _, dt, n = _buffer(local, f"{p.name}.data")
+        _, odt, on = _buffer(p.data, f"{p.name}.data")
+        if n != on or dt != odt:
+            raise ValueError(f"{p.name}: the parameter's storage changed to {n} {dt} elements; "
+                             f"it was registered with {on} {odt}: make a new Optimizer")
+        p.data = local
+        data, _, _ = _buffer(local, f"{p.name}.data")
+        g, _, _ = _buffer(p.grad, f"{p.name}.grad")
+        _check("param_set_pointers", self._lib.shardopt_param_set_pointers(self._handle(p), data,
+                                                                         g))
 
     def zero_grad(self, set_to_none=True):
         """Zero every registered gradient buffer in place; torch parameters' .grad is set to
@@ -292,6 +384,10 @@ class Optimizer:
         for p in self.params:
             if p.source is not None and set_to_none:
                 p.source.grad = None
+                if p.grad is not None and p.handle is not None:  # let the old tensor go
+                    p.grad = None
+                    data, _, _ = _buffer(p.data, f"{p.name}.data")
+                    self._lib.shardopt_param_set_pointers(p.handle, data, None)
             elif p.grad is not None:
                 p.grad[...] = 0
 
@@ -313,6 +409,8 @@ class Optimizer:
         if self._rt:
             self._lib.shardopt_finalize(self._rt)
             self._rt = ctypes.c_void_p()
+            for p in getattr(self, "params", []):  # freed with the runtime
+                p.handle = None
 
     def __enter__(self):
         return self

@@ -119,6 +119,65 @@ except shardopt.Error as e:
     check(e.status == -1 and "momentum" in e.message, f"error carries status and message: {e}")
 opt.close()
 
+# after close, the params' handles are gone: a ValueError, not a write into freed memory
+try:
+    opt.set_grad(params[0], params[0].grad)
+    check(False, "set_grad after close was accepted")
+except ValueError as e:
+    check("closed" in str(e), f"set_grad after close: {e}")
+
+# list-valued config: adamw_patterns as a list (it used to become the text "['lm', ...]")
+w = np.zeros((4, 8), np.float32)
+two = [shardopt.Param(name="lm.weight", shape=[4, 8], data=as_param_buffer(w.copy()),
+                      grad=as_param_buffer(w.copy()), placement="replicated"),
+       shardopt.Param(name="body.weight", shape=[4, 8], data=as_param_buffer(w.copy()),
+                      grad=as_param_buffer(w.copy()), placement="replicated")]
+with shardopt.Optimizer(two, comm=comm, config={"adamw_patterns": ["lm", "embed"]}) as o2:
+    check([o2.algo(p) for p in two] == ["adamw", "muon"],
+          f"adamw_patterns from a list: {[o2.algo(p) for p in two]}")
+
+# a buffer smaller than its declared shard on the last rank only: every rank raises instead of
+# the others waiting in commit until comm_timeout_s (the binding used to raise on that rank
+# alone, before commit)
+bad = size - 1
+mine = np.zeros((3 if rank == bad else 4, 8), np.float32)
+try:
+    shardopt.Optimizer([shardopt.Param(name="w", shape=[4, 8], data=as_param_buffer(mine),
+                                       grad=as_param_buffer(mine.copy()),
+                                       placement="replicated")], comm=comm)
+    check(False, "a short buffer was accepted")
+except ValueError as e:
+    check(rank == bad and "holds 32 here" in str(e), f"rank {rank}: {e}")
+except shardopt.Error as e:
+    check(rank != bad and e.status == -4, f"rank {rank}: {e}")
+
+if use_torch:  # torch_params over plain tensors (replicated on every rank)
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(8, 4, bias=False)
+    frozen = torch.nn.Parameter(torch.zeros(4), requires_grad=False)
+    tp = shardopt.torch_params([("lin.weight", lin.weight), ("frozen", frozen)])
+    check([q.name for q in tp] == ["lin.weight"], "frozen parameters are not registered")
+    with shardopt.Optimizer(tp, comm=comm) as o3:
+        lin.weight.grad = torch.ones_like(lin.weight)
+        o3.step(lr=0.01)
+        # new storage of the same size and dtype (param.data = ...): followed, not left behind
+        lin.weight.data = lin.weight.detach().clone()
+        before = lin.weight.detach().clone()
+        lin.weight.grad = torch.ones_like(lin.weight)
+        o3.step(lr=0.01)
+        check(not torch.equal(lin.weight.detach(), before), "the step updates the new storage")
+        o3.zero_grad()
+        check(tp[0].grad is None and lin.weight.grad is None,
+              "zero_grad lets the old gradient go")
+        # no gradient on the last rank only: every rank's step fails, none waits for it
+        lin.weight.grad = None if rank == size - 1 else torch.ones_like(lin.weight)
+        try:
+            o3.step(lr=0.01)
+            check(False, "a step with a missing gradient was accepted")
+        except (ValueError, shardopt.Error) as e:
+            check(("no gradient" in str(e)) if rank == size - 1 else isinstance(e, shardopt.Error),
+                  f"rank {rank}: {e}")
+
 failures = comm.allreduce(failures)
 if rank == 0:
     kind = "torch tensors" if use_torch else "numpy arrays"

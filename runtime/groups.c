@@ -276,12 +276,6 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     return SHARDOPT_OK;
 }
 
-static void agree_allreduce(const struct groups *tg, MPI_Comm c, void *buf, int count,
-                            MPI_Datatype type, MPI_Op op, const char *what)
-{
-    comm_allreduce(tg, c, MPI_IN_PLACE, buf, count, type, op, what);
-}
-
 static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, int rank,
                                shardopt_status_t mine, const char *what)
 {
@@ -292,18 +286,18 @@ static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, 
     if (!ready)
         return mine;
     /* every rank's outcome of the call: the wait where a rank that never arrives is found */
-    agree_allreduce(tg, a, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
+    comm_allreduce(tg, a, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
     if (b != MPI_COMM_NULL)
-        agree_allreduce(tg, b, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
+        comm_allreduce(tg, b, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
     if (pair[0] == SHARDOPT_OK)
         return SHARDOPT_OK;
     /* the chosen rank's message reaches every rank: only it contributes non-zero bytes */
     memset(msg, 0, sizeof msg);
     if (pair[1] == rank)
         snprintf(msg, sizeof msg, "%s", shardopt_last_error());
-    agree_allreduce(tg, a, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
+    comm_allreduce(tg, a, MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
     if (b != MPI_COMM_NULL)
-        agree_allreduce(tg, b, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
+        comm_allreduce(tg, b, MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
     msg[sizeof msg - 1] = '\0';
     if (pair[1] == rank)
         return mine; /* logged where it happened */

@@ -113,6 +113,17 @@ def _check(call, status):
         raise Error(call, status, library().shardopt_last_error().decode(errors="replace"))
 
 
+def _config_text(v):
+    """A config value as its SHARDOPT_<KEY> text: booleans 1/0, a list of patterns "a,b", a
+    list of coefficient triples "a,b,c;d,e,f"."""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, (list, tuple)):
+        return ";".join(map(_config_text, v)) if any(isinstance(x, (list, tuple)) for x in v) \
+            else ",".join(map(str, v))
+    return str(v)
+
+
 def _comm_handle(comm):
     """The MPI_Comm of an mpi4py communicator (MPI_COMM_SELF when None)."""
     from mpi4py import MPI
@@ -211,15 +222,8 @@ class Optimizer:
         self._cfg = ctypes.create_string_buffer(1 << 16)
         _check("config_init", lib.shardopt_config_init(self._cfg, len(self._cfg)))
         for k, v in (config or {}).items():
-            if isinstance(v, bool):
-                v = "1" if v else "0"
-            elif isinstance(v, (list, tuple)):  # patterns "a,b"; coefficient triples "a,b,c;..."
-                v = ";".join(",".join(str(c) for c in x) if isinstance(x, (list, tuple))
-                             else str(x) for x in v) if any(isinstance(x, (list, tuple))
-                                                             for x in v) else ",".join(map(str, v))
-            else:
-                v = str(v)
-            _check("config_set", lib.shardopt_config_set(self._cfg, k.encode(), v.encode()))
+            _check("config_set", lib.shardopt_config_set(self._cfg, k.encode(),
+                                                         _config_text(v).encode()))
         self._comm_handle, self.comm = _comm_handle(comm)
         self._rt = ctypes.c_void_p()
         _check("init", lib.shardopt_init(self._comm_handle, self._cfg, ctypes.byref(self._rt)))
@@ -299,6 +303,13 @@ class Optimizer:
             raise ValueError(f"{p.name}: the optimizer was closed (or p is not one of its params)")
         return p.handle
 
+    def _point(self, p):
+        """Point the library at p.data and p.grad (None: no gradient)."""
+        data, _, _ = _buffer(p.data, f"{p.name}.data")
+        g, _, _ = _buffer(p.grad, f"{p.name}.grad")
+        _check("param_set_pointers", self._lib.shardopt_param_set_pointers(self._handle(p), data,
+                                                                         g))
+
     def algo(self, p):
         """The algorithm the runtime gave p: "muon" or "adamw"."""
         self._handle(p)
@@ -309,15 +320,15 @@ class Optimizer:
     def set_grad(self, p, grad):
         """Point p at a new gradient buffer (its data buffer stays): the same number of elements
         as the data, in the dtype it was registered with (the library cannot check either)."""
-        h = self._handle(p)
-        data, _, n = _buffer(p.data, f"{p.name}.data")
-        g, gdt, gn = _buffer(grad, f"{p.name}.grad")
+        self._handle(p)
+        _, _, n = _buffer(p.data, f"{p.name}.data")
+        _, gdt, gn = _buffer(grad, f"{p.name}.grad")
         if grad is not None and (gn != n or gdt != self._grad_dtype.get(id(p), gdt)):
             raise ValueError(f"{p.name}: new grad has {gn} {gdt} elements, the parameter was "
                              f"registered with {n} elements of grad dtype "
                              f"{self._grad_dtype.get(id(p))}")
         p.grad = grad
-        _check("param_set_pointers", self._lib.shardopt_param_set_pointers(h, data, g))
+        self._point(p)
 
     @staticmethod
     def _torch_grad(p, required=True):
@@ -348,8 +359,7 @@ class Optimizer:
                 # the library refuses on every rank, instead of leaving the others waiting
                 refused.append(str(e))
                 p.grad = None
-                data, _, _ = _buffer(p.data, f"{p.name}.data")
-                self._lib.shardopt_param_set_pointers(self._handle(p), data, None)
+                self._point(p)
         if stream is not None and hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
         a = _StepArgs(size=ctypes.sizeof(_StepArgs), version=1, lr=lr, adamw_lr=adamw_lr,
@@ -373,10 +383,7 @@ class Optimizer:
             raise ValueError(f"{p.name}: the parameter's storage changed to {n} {dt} elements; "
                              f"it was registered with {on} {odt}: make a new Optimizer")
         p.data = local
-        data, _, _ = _buffer(local, f"{p.name}.data")
-        g, _, _ = _buffer(p.grad, f"{p.name}.grad")
-        _check("param_set_pointers", self._lib.shardopt_param_set_pointers(self._handle(p), data,
-                                                                         g))
+        self._point(p)
 
     def zero_grad(self, set_to_none=True):
         """Zero every registered gradient buffer in place; torch parameters' .grad is set to
@@ -386,8 +393,7 @@ class Optimizer:
                 p.source.grad = None
                 if p.grad is not None and p.handle is not None:  # let the old tensor go
                     p.grad = None
-                    data, _, _ = _buffer(p.data, f"{p.name}.data")
-                    self._lib.shardopt_param_set_pointers(p.handle, data, None)
+                    self._point(p)
             elif p.grad is not None:
                 p.grad[...] = 0
 

@@ -9,11 +9,18 @@ rank's shard (a numpy array, or a torch tensor on the CPU or a CUDA device, row-
 contiguous) with its gradient, and where the shard sits (shard_dim, shard_offset). The library
 updates the shard in place. Config keys are those of docs/config.md, set as text exactly as the
 SHARDOPT_<KEY> env vars would be. Errors raise shardopt.Error carrying the C status and the
-library's message. The library is found through SHARDOPT_LIBRARY, then next to a source checkout
-(build/libshardopt.so), then on the loader path."""
+library's message. The library is found through SHARDOPT_LIBRARY (a value that names no loadable
+libshardopt is an OSError), then next to a source checkout (build/libshardopt.so), then on the
+loader path.
+
+The library dereferences whatever pointers it is given, so the binding vouches for them: every
+buffer is checked (writeable parameter data, C-contiguous, aligned, native float32 / bf16, host
+memory under the CPU kernels, exactly the elements of the declared shard), held by the binding
+while the library may touch it, and checked again at each step() (docs/python.md)."""
 import ctypes
 import ctypes.util
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -78,19 +85,41 @@ class _Stats(ctypes.Structure):  # a prefix of shardopt_stats_t (size says how m
 _lib = None
 
 
+def _lib_path():
+    """(path, how it was found) of the library to load: SHARDOPT_LIBRARY when set (a path that
+    names no file is an error, never a silent fallback to another copy), then the source
+    checkout's build/libshardopt.so, then the loader path."""
+    env = os.environ.get("SHARDOPT_LIBRARY")
+    if env:
+        origin = f"SHARDOPT_LIBRARY={env}"
+        if os.sep in env:  # a bare file name is looked up on the loader path, as dlopen does
+            if os.path.isdir(env):
+                raise OSError(f"{origin}: is a directory: set SHARDOPT_LIBRARY to the path of "
+                              "libshardopt.so (or unset it)")
+            if not os.path.isfile(env):
+                raise OSError(f"{origin}: no such file: set SHARDOPT_LIBRARY to the path of "
+                              "libshardopt.so (or unset it)")
+        return env, origin
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.path.join(here, "..", "..", "build", "libshardopt.so")
+    if os.path.isfile(build):
+        return build, f"{os.path.normpath(build)} (the source checkout's build)"
+    found = ctypes.util.find_library("shardopt")
+    if found:
+        return found, f"{found} (from the loader path)"
+    raise OSError("libshardopt not found: set SHARDOPT_LIBRARY to its path")
+
+
 def library():
     """The loaded libshardopt (ctypes.CDLL), with its signatures declared."""
     global _lib
     if _lib is not None:
         return _lib
-    here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [os.environ.get("SHARDOPT_LIBRARY"),
-                  os.path.join(here, "..", "..", "build", "libshardopt.so"),
-                  ctypes.util.find_library("shardopt")]
-    path = next((c for c in candidates if c and (os.path.exists(c) or "/" not in c)), None)
-    if path is None:
-        raise OSError("libshardopt not found: set SHARDOPT_LIBRARY to its path")
-    lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    path, origin = _lib_path()
+    try:
+        lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise OSError(f"{origin}: cannot be loaded as a shared library: {e}") from e
     P, S, I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
     sigs = {"shardopt_config_init": [P, S], "shardopt_config_set": [P, ctypes.c_char_p, ctypes.c_char_p],
             "shardopt_config_validate": [P], "shardopt_init": [P, P, ctypes.POINTER(P)],
@@ -100,6 +129,13 @@ def library():
             "shardopt_step": [P, ctypes.POINTER(_StepArgs)],
             "shardopt_get_stats": [P, ctypes.POINTER(_Stats)], "shardopt_save": [P, ctypes.c_char_p],
             "shardopt_load": [P, ctypes.c_char_p], "shardopt_finalize": [P]}
+    # a library that loads but is not libshardopt (libc, an old build) would fail at the first
+    # call with an AttributeError naming neither the file nor how it was chosen
+    missing = [n for n in list(sigs) + ["shardopt_last_error"] if not hasattr(lib, n)]
+    if missing:
+        raise OSError(f"{origin}: is not libshardopt: it has no {missing[0]}"
+                      + (f" (nor {len(missing) - 1} other shardopt function(s))"
+                         if len(missing) > 1 else ""))
     for name, args in sigs.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, I
@@ -131,29 +167,148 @@ def _comm_handle(comm):
     return ctypes.c_void_p(MPI._handleof(comm)), comm
 
 
-def _buffer(x, what):
-    """(address, dtype name, element count) of a contiguous numpy array or torch tensor."""
+def _is_torch(x):
+    torch = sys.modules.get("torch")  # a tensor exists only once torch was imported
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _device(x):
+    """Where x's memory is: "cpu", "cuda", another torch device type, or None (no claim).
+    Anything exposing __cuda_array_interface__ or is_cuda = True is CUDA memory, whatever its
+    type says: the CPU kernels would dereference it."""
+    if _is_torch(x):
+        return x.device.type
+    try:
+        if hasattr(x, "__cuda_array_interface__"):
+            return "cuda"
+    except Exception:  # noqa: BLE001 - a property that raises still says "CUDA"
+        return "cuda"
+    if getattr(x, "is_cuda", False) is True:
+        return "cuda"
+    dev = getattr(x, "device", None)
+    if dev is None:
+        return None
+    kind = dev if isinstance(dev, str) else getattr(dev, "type", None)
+    return str(kind) if kind is not None else repr(dev)
+
+
+def _buffer(x, what, writable=False, host=True):
+    """(address, dtype name, element count) of memory the library may dereference: a numpy
+    array (aligned, C-contiguous, native float32 or uint16/bfloat16, writeable where the library
+    writes) or a strided, contiguous torch float32/bfloat16 tensor; with host, only host memory
+    (the CPU kernels would dereference a device pointer). Anything else raises ValueError: the
+    library cannot check what it is given, so an unfit buffer would crash or corrupt memory."""
     if x is None:
         return None, None, 0
-    mod = type(x).__module__
-    if mod.startswith("torch"):
+    dev = _device(x)
+    if dev not in (None, "cpu"):
+        if host:
+            raise ValueError(f"{what}: is {dev} memory, but this runtime updates parameters "
+                             "on the host (backend = cpu, or offload = cpu): pass host memory, "
+                             "or use backend = cuda")
+        if not _is_torch(x) or dev != "cuda":
+            raise ValueError(f"{what}: {type(x).__name__} on device {dev}: device memory is "
+                             "taken from torch CUDA tensors only")
+    if _is_torch(x):
         import torch
-        if not x.is_contiguous():
-            raise ValueError(f"{what}: the torch tensor must be contiguous")
+        if x.layout != torch.strided or not x.is_contiguous():
+            raise ValueError(f"{what}: the torch tensor must be strided and contiguous")
         dt = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(x.dtype)
         if dt is None:
             raise ValueError(f"{what}: dtype {x.dtype} is not float32 or bfloat16")
         return x.data_ptr(), dt, x.numel()
     import numpy as np
-    if not isinstance(x, np.ndarray) or not x.flags["C_CONTIGUOUS"]:
-        raise ValueError(f"{what}: needs a C-contiguous numpy array or torch tensor")
-    if x.dtype == np.float32:
+    if not issubclass(type(x), np.ndarray):  # type(): __class__ can be made to say ndarray
+        raise ValueError(f"{what}: {type(x).__name__} is not a numpy array or torch tensor")
+    if type(x) is not np.ndarray:  # a subclass may override size, flags, ...: ask the base
+        x = np.ndarray.view(x, np.ndarray)
+    t = x.dtype
+    if t == np.dtype(np.float32):
         dt = "fp32"
-    elif x.dtype == np.uint16 or str(x.dtype) == "bfloat16":
+    elif t == np.dtype(np.uint16) or (t.name == "bfloat16" and t.itemsize == 2 and t.isnative):
         dt = "bf16"  # raw bf16 bits (numpy has no bfloat16 of its own)
     else:
-        raise ValueError(f"{what}: dtype {x.dtype} is not float32 or bf16 (uint16 bits)")
+        raise ValueError(f"{what}: dtype {t} ({t.str}) is not float32 or bf16 (uint16 bits) in "
+                         "native byte order")
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{what}: the numpy array is not C-contiguous (strides {x.strides}): "
+                         "pass np.ascontiguousarray(...) and keep that array")
+    if not x.flags.aligned:
+        raise ValueError(f"{what}: the numpy array is not aligned to its element size")
+    if writable and not x.flags.writeable:
+        raise ValueError(f"{what}: the numpy array is read-only (a mmap_mode='r' load, a "
+                         "read-only view or flags.writeable = False): the library writes the "
+                         "parameter in place")
     return x.ctypes.data, dt, x.size
+
+
+def _shape(p):
+    """p.shape as a list of 1 to 3 ints (the library's ndim), refused before any call."""
+    import operator
+    try:
+        shape = [operator.index(s) for s in p.shape]
+    except TypeError:
+        raise ValueError(f"{p.name}: shape {p.shape!r} is not a sequence of ints") from None
+    if not shape:
+        raise ValueError(f"{p.name}: a 0-D (scalar) parameter: shardopt takes 1-D to 3-D "
+                         "tensors; register it with shape [1] and a 1-element view of the same "
+                         "memory (data.reshape(1))")
+    if len(shape) > 3:
+        raise ValueError(f"{p.name}: shape {shape} has {len(shape)} dims: 1 to 3 are accepted "
+                         "(register per-layer stacks)")
+    # ctypes wraps integers that do not fit the C field silently: the library would see
+    # another layout than the one the buffers were checked against
+    for what, v, bits in [(f"shape[{i}]", s, 64) for i, s in enumerate(shape)] + [
+            ("shard_dim", p.shard_dim, 32), ("shard_offset", p.shard_offset, 64),
+            ("shard_length", p.shard_length, 64)]:
+        try:
+            v = operator.index(v)
+        except TypeError:
+            raise ValueError(f"{p.name}: {what} = {v!r} is not an int") from None
+        if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+            raise ValueError(f"{p.name}: {what} = {v} does not fit the C field (int{bits})")
+    return shape
+
+
+def _shard_count(shape, placement, shard_dim, shard_offset, shard_length, ep):
+    """Elements of this rank's shard as the library lays it out (sharding/layout.c layout_init,
+    the window of runtime/register.c shard_window): an expert stack's dim 0 is this EP rank's
+    E / ep experts. None where the library refuses the layout itself."""
+    ndim = len(shape)
+    big = 1 << 62  # beyond int64 ctypes would wrap the value the library sees
+    if any(not 1 <= s < big for s in shape) or not 0 <= shard_dim < ndim or \
+            not -big < shard_offset < big or not -big < shard_length < big:
+        return None
+    win = shape[0]
+    if placement == "expert":
+        if ndim != 3 or ep < 1 or shape[0] % ep:
+            return None
+        win = shape[0] // ep
+    extent = win if shard_dim == 0 else shape[shard_dim]
+    length = extent - shard_offset if shard_length < 0 else shard_length
+    if shard_offset < 0 or shard_offset > extent or length < 0 or length > extent - shard_offset:
+        return None
+    dims = [win] + list(shape[1:])
+    dims[shard_dim] = length
+    n = 1
+    for s in dims:
+        n *= s
+    return n
+
+
+class _Slot:
+    """What the library holds for one parameter: its handle, the registered element count and
+    dtypes, and the objects whose memory it points at, referenced here (not only through
+    Param.data / .grad, which the trainer may reassign) until the pointers change or the
+    runtime is finalized."""
+    __slots__ = ("param", "handle", "count", "dtype", "grad_dtype", "data", "grad", "data_addr",
+                 "grad_addr")
+
+    def __init__(self, param, handle, count, dtype, grad_dtype, data, grad, data_addr,
+                 grad_addr):
+        self.param = param  # held: its id() keys the slot and must not be reused by another
+        self.handle, self.count, self.dtype, self.grad_dtype = handle, count, dtype, grad_dtype
+        self.data, self.grad, self.data_addr, self.grad_addr = data, grad, data_addr, grad_addr
 
 
 @dataclass
@@ -214,11 +369,17 @@ def torch_params(named_parameters, expert=None):
 
 
 class Optimizer:
-    """A runtime over `params`: init, register, commit (collective over `comm`)."""
+    """A runtime over `params`: init, register, commit (collective over `comm`).
+
+    The binding owns a reference to every buffer the library points at (_Slot), so reassigning
+    Param.data / .grad never frees memory the library may still touch; each step() checks every
+    parameter's current buffers again, follows new ones of the registered size and dtype and
+    refuses the rest (ValueError on that rank, a failed step on every rank)."""
 
     def __init__(self, params, comm=None, config: Optional[dict] = None):
         lib = library()
         self._lib = lib
+        self._slots = {}  # id(Param) -> _Slot, for the Params in self.params
         self._cfg = ctypes.create_string_buffer(1 << 16)
         _check("config_init", lib.shardopt_config_init(self._cfg, len(self._cfg)))
         for k, v in (config or {}).items():
@@ -227,17 +388,19 @@ class Optimizer:
         self._comm_handle, self.comm = _comm_handle(comm)
         self._rt = ctypes.c_void_p()
         _check("init", lib.shardopt_init(self._comm_handle, self._cfg, ctypes.byref(self._rt)))
-        self.params = [p if isinstance(p, Param) else Param(**p) for p in params]
+        self.params = []
         self._names = []
-        self._ep = None
-        self._grad_dtype = {}
         failed = None
-        for p in self.params:
-            try:
+        try:
+            st = self.stats()
+            self._ep = st["ep_size"]
+            self._host = st["kernels"].startswith("cpu")  # CPU kernels: host memory only
+            for p in params:
+                p = p if isinstance(p, Param) else Param(**p)
+                self.params.append(p)
                 self._register(p)
-            except Exception as e:  # noqa: BLE001 - re-raised below, after the commit
-                failed = e
-                break
+        except Exception as e:  # noqa: BLE001 - re-raised below, after the commit
+            failed = e
         if failed is not None and not isinstance(failed, Error):
             self._poison()
         try:
@@ -261,74 +424,99 @@ class Optimizer:
         self._lib.shardopt_register(self._rt, ctypes.byref(d), ctypes.byref(h))
 
     def _register(self, p):
-        if p.source is not None and p.placement == "expert":
-            if self._ep is None:
-                self._ep = self.stats()["ep_size"]
-            if self._ep > 1:  # the same on every rank: the config's ep and the model agree
-                raise ValueError(
-                    f"{p.name}: torch_params does not map expert stacks under ep = {self._ep} "
-                    "yet (a plain tensor's shape is the EP-local one, and a DTensor's offsets "
-                    "do not follow the runtime's EP ranks): register a shardopt.Param with the "
-                    "global [E, out, in] shape and this rank's expert range")
+        shape = _shape(p)
+        if p.source is not None and p.placement == "expert" and self._ep > 1:
+            # the same on every rank: the config's ep and the model agree
+            raise ValueError(
+                f"{p.name}: torch_params does not map expert stacks under ep = {self._ep} "
+                "yet (a plain tensor's shape is the EP-local one, and a DTensor's offsets "
+                "do not follow the runtime's EP ranks): register a shardopt.Param with the "
+                "global [E, out, in] shape and this rank's expert range")
         if p.source is not None and p.placement == "expert" and p.shard_dim == 0:
             p.shard_offset %= p.shape[0] // self._ep  # global -> within this rank's EP stack
         if p.source is not None and p.grad is None:
             p.grad = self._torch_grad(p, required=False)
-        data, dt, n = _buffer(p.data, f"{p.name}.data")
-        grad, gdt, gn = _buffer(p.grad, f"{p.name}.grad")
-        if p.placement != "expert":  # the library reads as many elements as the layout says
-            want = 1
-            for i, s in enumerate(p.shape):
-                want *= p.shard_length if i == p.shard_dim and p.shard_length >= 0 else s
-            if n != want or (p.grad is not None and gn != want):
-                raise ValueError(f"{p.name}: data has {n} elements and grad {gn}, but shape "
-                                 f"{list(p.shape)} sharded [{p.shard_offset}, +{p.shard_length}) "
-                                 f"along dim {p.shard_dim} holds {want} here")
+        if p.data is None:
+            raise ValueError(f"{p.name}.data is None: every parameter needs its shard (an empty "
+                             "array where this rank's shard is empty)")
+        data, dt, n = _buffer(p.data, f"{p.name}.data", writable=True, host=self._host)
+        grad, gdt, gn = _buffer(p.grad, f"{p.name}.grad", host=self._host)
+        # the library reads and writes as many elements as the layout says, whatever the buffer
+        # holds: a buffer of any other size is refused (dense, replicated and expert alike)
+        want = _shard_count(shape, p.placement, p.shard_dim, p.shard_offset, p.shard_length,
+                            self._ep)
+        if want is not None and (n != want or (p.grad is not None and gn != want)):
+            where = (f", within this EP rank's {shape[0] // self._ep} of {shape[0]} experts "
+                     f"(ep = {self._ep})," if p.placement == "expert" else "")
+            end = p.shard_offset + p.shard_length if p.shard_length >= 0 else "end"
+            raise ValueError(f"{p.name}: data has {n} elements and grad {gn}, but shape "
+                             f"{shape} ({p.placement}) sharded [{p.shard_offset}, {end}) along "
+                             f"dim {p.shard_dim}{where} holds {want} here")
+        if want is None:  # a layout the library refuses: hand it no pointer at all
+            data = grad = None
         name = p.name.encode()
         self._names.append(name)  # the library copies it; keep ours alive for the call anyway
-        d = _Desc(size=ctypes.sizeof(_Desc), version=1, name=name, ndim=len(p.shape),
+        d = _Desc(size=ctypes.sizeof(_Desc), version=1, name=name, ndim=len(shape),
                   param_dtype=DTYPES[dt], grad_dtype=DTYPES[gdt or dt], transposed=int(p.transposed),
                   placement=PLACEMENTS[p.placement], shard_dim=p.shard_dim,
                   shard_offset=p.shard_offset, shard_length=p.shard_length, data=data, grad=grad,
                   algo=ALGOS[p.algo], lr_mult=p.lr_mult, wd_mult=p.wd_mult)
-        for i, s in enumerate(p.shape):
+        for i, s in enumerate(shape):
             d.shape[i] = s
         h = ctypes.c_void_p()
         _check("register", self._lib.shardopt_register(self._rt, ctypes.byref(d), ctypes.byref(h)))
+        if want is None:  # the library took a layout the binding cannot size: refuse it anyway
+            raise ValueError(f"{p.name}: shape {shape} sharded [{p.shard_offset}, "
+                             f"+{p.shard_length}) along dim {p.shard_dim}: the binding cannot "
+                             "size this shard")
         p.handle = h
-        self._grad_dtype[id(p)] = gdt or dt
+        self._slots[id(p)] = _Slot(p, h, n, dt, gdt or dt, p.data, p.grad, data, grad)
 
-    def _handle(self, p):
-        if not self._rt or p.handle is None:
+    def _slot(self, p):
+        slot = self._slots.get(id(p)) if self._rt else None
+        if slot is None or p.handle is None:
             raise ValueError(f"{p.name}: the optimizer was closed (or p is not one of its params)")
-        return p.handle
+        return slot
 
-    def _point(self, p):
-        """Point the library at p.data and p.grad (None: no gradient)."""
-        data, _, _ = _buffer(p.data, f"{p.name}.data")
-        g, _, _ = _buffer(p.grad, f"{p.name}.grad")
-        _check("param_set_pointers", self._lib.shardopt_param_set_pointers(self._handle(p), data,
-                                                                         g))
+    def _check_buffers(self, p, data, grad):
+        """(data address, grad address) of data and grad for p's registered shard, or
+        ValueError: the library may dereference only memory of the registered size and dtype."""
+        slot = self._slot(p)
+        a, dt, n = _buffer(data, f"{p.name}.data", writable=True, host=self._host)
+        if data is None or n != slot.count or dt != slot.dtype:
+            raise ValueError(f"{p.name}.data is now {'None' if data is None else f'{n} {dt}'} "
+                             f"elements; it was registered with {slot.count} {slot.dtype}: "
+                             "assign a buffer of that size and dtype, or make a new Optimizer")
+        g, gdt, gn = _buffer(grad, f"{p.name}.grad", host=self._host)
+        if grad is not None and (gn != slot.count or gdt != slot.grad_dtype):
+            raise ValueError(f"{p.name}.grad has {gn} {gdt} elements; the parameter was "
+                             f"registered with {slot.count} elements of grad dtype "
+                             f"{slot.grad_dtype}")
+        return a, g
+
+    def _point(self, p, data, grad, addrs):
+        """Point the library at data and grad (checked: addrs), holding both until the next
+        change or close."""
+        slot = self._slot(p)
+        a, g = addrs
+        if (a, g) != (slot.data_addr, slot.grad_addr):
+            _check("param_set_pointers", self._lib.shardopt_param_set_pointers(slot.handle, a, g))
+        slot.data, slot.grad, slot.data_addr, slot.grad_addr = data, grad, a, g
 
     def algo(self, p):
         """The algorithm the runtime gave p: "muon" or "adamw"."""
-        self._handle(p)
+        slot = self._slot(p)
         a = ctypes.c_int()
-        _check("param_get_algo", self._lib.shardopt_param_get_algo(p.handle, ctypes.byref(a)))
+        _check("param_get_algo", self._lib.shardopt_param_get_algo(slot.handle, ctypes.byref(a)))
         return {1: "muon", 2: "adamw"}[a.value]
 
     def set_grad(self, p, grad):
         """Point p at a new gradient buffer (its data buffer stays): the same number of elements
         as the data, in the dtype it was registered with (the library cannot check either)."""
-        self._handle(p)
-        _, _, n = _buffer(p.data, f"{p.name}.data")
-        _, gdt, gn = _buffer(grad, f"{p.name}.grad")
-        if grad is not None and (gn != n or gdt != self._grad_dtype.get(id(p), gdt)):
-            raise ValueError(f"{p.name}: new grad has {gn} {gdt} elements, the parameter was "
-                             f"registered with {n} elements of grad dtype "
-                             f"{self._grad_dtype.get(id(p))}")
+        slot = self._slot(p)
+        addrs = self._check_buffers(p, slot.data, grad)
         p.grad = grad
-        self._point(p)
+        self._point(p, slot.data, grad, addrs)
 
     @staticmethod
     def _torch_grad(p, required=True):
@@ -341,49 +529,61 @@ class Optimizer:
         g = g.to_local() if hasattr(g, "to_local") else g
         return g.detach()
 
+    def _sync(self, p):
+        """Check p's current buffers and point the library at them. A torch parameter's are its
+        local storage (followed when it moved: param.data = ..., model.to(...)) and its .grad
+        now; a numpy Param's are p.data and p.grad as they are now. Buffers of another size or
+        dtype, read-only, non-contiguous or on the wrong device raise ValueError (updating the
+        old storage would be a silent no-op for the model; using the new one would overrun it)."""
+        if p.source is not None:
+            local = p.source.to_local() if hasattr(p.source, "to_local") else p.source
+            data, grad = local.detach(), self._torch_grad(p)
+        else:
+            data, grad = p.data, p.grad
+        addrs = self._check_buffers(p, data, grad)
+        slot = self._slot(p)
+        if p.source is not None:  # keep the registered tensor objects while nothing moved
+            data = slot.data if addrs[0] == slot.data_addr else data
+            grad = slot.grad if grad is not None and addrs[1] == slot.grad_addr else grad
+            p.data, p.grad = data, grad
+        self._point(p, data, grad, addrs)
+
     def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None):
         """One optimizer step (collective). stream: a CUDA stream (torch.cuda.Stream or a
-        raw handle) for the CUDA backend. Parameters from torch_params take their gradients
-        from .grad now."""
+        raw handle) for the CUDA backend. Every parameter's buffers are checked again first
+        (_sync); parameters from torch_params take their gradients from .grad now."""
         refused = []
-        for p in self.params:
-            if p.source is None:
-                continue
+        for p in self.params if self._rt else []:  # closed: the library says so below
             try:
-                self._follow_data(p)
-                g = self._torch_grad(p)
-                if p.grad is None or g.data_ptr() != p.grad.data_ptr():
-                    self.set_grad(p, g)
-            except ValueError as e:
-                # the step is collective: this rank goes on to it with no gradient for p, which
-                # the library refuses on every rank, instead of leaving the others waiting
-                refused.append(str(e))
-                p.grad = None
-                self._point(p)
+                self._sync(p)
+            except Exception as e:  # noqa: BLE001 - raised below, after the collective step
+                refused.append((p, str(e)))
         if stream is not None and hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
         a = _StepArgs(size=ctypes.sizeof(_StepArgs), version=1, lr=lr, adamw_lr=adamw_lr,
                       weight_decay=weight_decay, stream=stream, max_grad_norm=max_grad_norm)
+        if refused:
+            # the step is collective: this rank still goes on to it, with arguments the library
+            # refuses before touching any buffer, so that it fails on every rank instead of the
+            # others waiting for this one. A refused parameter's gradient is passed as NULL
+            # (the library names the parameter on every rank); where its shard is empty here a
+            # NULL is legal, so lr = NaN makes the refusal certain.
+            named = False
+            for p, _ in refused:
+                slot = self._slots.get(id(p))
+                if slot is None:  # not one of this optimizer's registered parameters
+                    continue
+                self._lib.shardopt_param_set_pointers(slot.handle, slot.data_addr, None)
+                slot.grad, slot.grad_addr = None, None
+                if p.source is not None:
+                    p.grad = None
+                named = named or slot.count > 0
+            if not named:
+                a.lr = float("nan")
         status = self._lib.shardopt_step(self._rt, ctypes.byref(a))
         if refused:
-            raise ValueError("; ".join(refused))
+            raise ValueError("; ".join(m for _, m in refused))
         _check("step", status)
-
-    def _follow_data(self, p):
-        """A torch parameter whose storage moved (param.data = ..., model.to(...)) is followed
-        if it still has the registered size and dtype; otherwise the step is refused (updating
-        the old storage would be a silent no-op for the model)."""
-        local = p.source.to_local() if hasattr(p.source, "to_local") else p.source
-        local = local.detach()
-        if local.data_ptr() == p.data.data_ptr():
-            return
-        _, dt, n = _buffer(local, f"{p.name}.data")
-        _, odt, on = _buffer(p.data, f"{p.name}.data")
-        if n != on or dt != odt:
-            raise ValueError(f"{p.name}: the parameter's storage changed to {n} {dt} elements; "
-                             f"it was registered with {on} {odt}: make a new Optimizer")
-        p.data = local
-        self._point(p)
 
     def zero_grad(self, set_to_none=True):
         """Zero every registered gradient buffer in place; torch parameters' .grad is set to
@@ -393,7 +593,8 @@ class Optimizer:
                 p.source.grad = None
                 if p.grad is not None and p.handle is not None:  # let the old tensor go
                     p.grad = None
-                    self._point(p)
+                    slot = self._slot(p)
+                    self._point(p, slot.data, None, (slot.data_addr, None))
             elif p.grad is not None:
                 p.grad[...] = 0
 
@@ -417,6 +618,7 @@ class Optimizer:
             self._rt = ctypes.c_void_p()
             for p in getattr(self, "params", []):  # freed with the runtime
                 p.handle = None
+            self._slots = {}  # the library no longer touches any buffer
 
     def __enter__(self):
         return self

@@ -473,8 +473,9 @@ class Optimizer:
         self._slots[id(p)] = _Slot(p, h, n, dt, gdt or dt, p.data, p.grad, data, grad)
 
     def _slot(self, p):
+        # not p.handle: a Param registered with two optimizers holds the later one's handle
         slot = self._slots.get(id(p)) if self._rt else None
-        if slot is None or p.handle is None:
+        if slot is None:
             raise ValueError(f"{p.name}: the optimizer was closed (or p is not one of its params)")
         return slot
 
@@ -591,7 +592,7 @@ class Optimizer:
         for p in self.params:
             if p.source is not None and set_to_none:
                 p.source.grad = None
-                if p.grad is not None and p.handle is not None:  # let the old tensor go
+                if p.grad is not None and id(p) in self._slots:  # let the old tensor go
                     p.grad = None
                     slot = self._slot(p)
                     self._point(p, slot.data, None, (slot.data_addr, None))

@@ -259,7 +259,8 @@ def reassigned_buffers_refused():
 @case
 def closed_optimizer_lets_buffers_go():
     """After close() the binding holds no buffer and set_grad / algo refuse; a step reports the
-    closed runtime (the library's NULL runtime), never touching freed memory."""
+    closed runtime (the library's NULL runtime), never touching freed memory. Closing another
+    optimizer over the same Param leaves this one working."""
     w, g = rng_arrays(64)
     p, opt = one(w.copy(), g.copy())
     opt.close()
@@ -272,6 +273,16 @@ def closed_optimizer_lets_buffers_go():
         raise AssertionError("a step after close was accepted")
     except shardopt.Error as e:
         assert "NULL runtime" in e.message, e.message
+    # a Param registered with two optimizers: closing one leaves the other's buffers and
+    # handle as they were
+    x = w.copy()
+    p, o1 = one(x, g.copy())
+    o2 = shardopt.Optimizer([p], comm=comm_self())
+    o2.close()
+    o1.set_grad(p, g.copy())
+    o1.step(lr=0.01)
+    o1.close()
+    assert np.array_equal(bits(x), bits(reference(w, g))), "the first optimizer's step"
 
 
 # ---------------------------------------------------------------------------------------------

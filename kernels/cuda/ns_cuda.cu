@@ -154,26 +154,9 @@ static int lt_gemm(struct cuda_backend *be, cudaStream_t s, int ta, int tb, int 
                    long long sB, float beta, const void *C, void *D, int ldc, long long sC,
                    int batch)
 {
-    struct lt_key key;
     int fresh = 0, evicted = 0;
-
-    memset(&key, 0, sizeof key);
-    key.ta = ta;
-    key.tb = tb;
-    key.m = M;
-    key.n = N;
-    key.k = K;
-    key.lda = lda;
-    key.ldb = ldb;
-    key.ldc = ldc;
-    key.sa = sA;
-    key.sb = sB;
-    key.sc = sC;
-    key.batch = batch;
-    key.align_a = lt_alignment(A, 2 * sA, batch);
-    key.align_b = lt_alignment(B, 2 * sB, batch);
-    key.align_c = lt_alignment(C, 2 * sC, batch);
-    key.align_d = lt_alignment(D, 2 * sC, batch);
+    const struct lt_key key =
+        lt_key_make(ta, tb, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, A, B, C, D);
     const int i = lt_slot_find(&be->lt_slots, &key, &fresh, &evicted);
     struct lt_plan *p = &be->lt_plans[i];
     if (fresh) {
@@ -300,7 +283,7 @@ size_t cuda_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch)
 {
     if (batch < 1)
         batch = 1;
-    return ns_dev_scratch_at((size_t)batch * ns_dev_bytes_per_matrix(rows, cols)) +
+    return ns_dev_matrices_bytes(rows, cols, batch) +
            (size_t)batch * NS_NORM_BLOCKS * sizeof(double);
 }
 

@@ -43,17 +43,33 @@ extern "C" {
 #include "../ops.h"
 }
 
-/* Bytes of device workspace for one matrix of the batch. */
+/* Bytes of device workspace for one matrix of the batch (before the regions' padding). */
 static inline size_t ns_dev_bytes_per_matrix(int64_t rows, int64_t cols)
 {
     const size_t m = (size_t)(rows < cols ? rows : cols), n = (size_t)(rows < cols ? cols : rows);
     return 2 * (2 * m * n + 2 * m * m);
 }
 
-/* The load's scratch (per-matrix norms) follows the matrices, 256-byte aligned. */
-static inline size_t ns_dev_scratch_at(size_t matrix_bytes)
+static inline size_t ns_dev_pad(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+/* The X, Y, A, B regions for count matrices, each starting on a 256-byte boundary of the
+ * workspace: X and Y trade places every iteration, and a product's cached plan is keyed on its
+ * operands' alignments (lt_plan_cache.h), so both must have the same ones. */
+static inline size_t ns_dev_region_xy(int64_t rows, int64_t cols, int64_t count)
 {
-    return (matrix_bytes + 255) & ~(size_t)255;
+    return ns_dev_pad((size_t)count * (size_t)rows * (size_t)cols * 2);
+}
+static inline size_t ns_dev_region_ab(int64_t rows, int64_t cols, int64_t count)
+{
+    const size_t m = (size_t)(rows < cols ? rows : cols);
+    return ns_dev_pad((size_t)count * m * m * 2);
+}
+
+/* Bytes of the four regions for count matrices; the load's scratch (per-matrix norms) follows
+ * them. */
+static inline size_t ns_dev_matrices_bytes(int64_t rows, int64_t cols, int64_t count)
+{
+    return 2 * ns_dev_region_xy(rows, cols, count) + 2 * ns_dev_region_ab(rows, cols, count);
 }
 
 template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, size_t ws_bytes)
@@ -71,7 +87,8 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
         return -1;
     /* as many matrices per pass as the workspace holds */
     int64_t chunk = (int64_t)(ws_bytes / per);
-    while (chunk > 0 && ns_dev_scratch_at((size_t)chunk * per) + d.scratch_bytes(chunk) > ws_bytes)
+    while (chunk > 0 &&
+           ns_dev_matrices_bytes(a->rows, a->cols, chunk) + d.scratch_bytes(chunk) > ws_bytes)
         chunk--;
     if (chunk == 0)
         return -1;
@@ -85,11 +102,13 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
     for (int64_t k0 = 0; k0 < a->batch; k0 += chunk) {
         const int64_t bc = a->batch - k0 < chunk ? a->batch - k0 : chunk;
         const int batch = (int)bc;
+        const size_t rxy = ns_dev_region_xy(a->rows, a->cols, bc),
+                     rab = ns_dev_region_ab(a->rows, a->cols, bc);
         uint16_t *x = (uint16_t *)ws;
-        uint16_t *y = x + bc * mn;
-        uint16_t *A = y + bc * mn;
-        uint16_t *B = A + bc * mm;
-        void *scratch = (char *)ws + ns_dev_scratch_at((size_t)bc * per);
+        uint16_t *y = (uint16_t *)((char *)ws + rxy);
+        uint16_t *A = (uint16_t *)((char *)ws + 2 * rxy);
+        uint16_t *B = (uint16_t *)((char *)ws + 2 * rxy + rab);
+        void *scratch = (char *)ws + ns_dev_matrices_bytes(a->rows, a->cols, bc);
 
         if (d.load(a, k0, bc, m, n, x, scratch) != 0)
             return -1;

@@ -8,10 +8,16 @@
 #include "kernels/cuda/ns_driver.h"
 
 extern "C" {
+#include "kernels/cuda/lt_plan_cache.h"
+}
+
+extern "C" {
 #include "kernels/elem_rules.h"
 int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms,
                        int *mirrors);
 size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch);
+int ns_driver_host_plans(const struct ns_args *a, void *ws, size_t ws_bytes, struct lt_slots *t,
+                         int shapes_only);
 }
 
 namespace
@@ -109,12 +115,51 @@ struct HostDev {
     }
 };
 
+/* The products' plan lookups alone, as ns_cuda.cu's lt_gemm makes them: each gemm's key from
+ * its shape and its operands' addresses in the workspace, looked up in t (shapes_only: the key
+ * without the alignments, what the product itself is). Nothing is computed or touched: ws is
+ * only an address. */
+struct PlanDev {
+    struct lt_slots *t;
+    int shapes_only;
+
+    size_t scratch_bytes(int64_t count) const { return (size_t)count * sizeof(double); }
+
+    int gemm(int ta, int tb, int M, int N, int K, float, const uint16_t *A, int lda, long long sA,
+             const uint16_t *B, int ldb, long long sB, float beta, const uint16_t *Cin, uint16_t *C,
+             int ldc, long long sC, int batch)
+    {
+        int fresh, evicted;
+        struct lt_key key = lt_key_make(ta, tb, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, A, B,
+                                        beta != 0.0f ? Cin : C, C);
+        if (shapes_only)
+            key.align_a = key.align_b = key.align_c = key.align_d = 0;
+        lt_slot_find(t, &key, &fresh, &evicted);
+        return 0;
+    }
+    int mirror(uint16_t *, int64_t, int64_t, long long, int) { return 0; }
+    int load(const struct ns_args *, int64_t, int64_t, int64_t, int64_t, uint16_t *, void *)
+    {
+        return 0;
+    }
+    int store(const struct ns_args *, int64_t, int64_t, int64_t, int64_t, const uint16_t *)
+    {
+        return 0;
+    }
+};
+
 } // namespace
+
+int ns_driver_host_plans(const struct ns_args *a, void *ws, size_t ws_bytes, struct lt_slots *t,
+                         int shapes_only)
+{
+    PlanDev d = {t, shapes_only};
+    return ns_dev_run(d, a, ws, ws_bytes);
+}
 
 size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch)
 {
-    return ns_dev_scratch_at((size_t)batch * ns_dev_bytes_per_matrix(rows, cols)) +
-           (size_t)batch * sizeof(double);
+    return ns_dev_matrices_bytes(rows, cols, batch) + (size_t)batch * sizeof(double);
 }
 
 int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms, int *mirrors)

@@ -66,3 +66,51 @@ TEST(lt_alignment_reads_the_address_and_the_batch_stride)
     EXPECT_EQ_INT((int)lt_alignment((void *)(uintptr_t)0x10000, 13 * 7 * 2, 3), 2);
     EXPECT_EQ_INT((int)lt_alignment((void *)(uintptr_t)0x10000, 13 * 7 * 2, 1), 256);
 }
+
+/* The hash index against a plain LRU table (a scan of every slot): over a long random
+ * sequence of more keys than slots, the same hits, the same slots, the same evictions. */
+TEST(lt_plan_cache_index_agrees_with_a_scanned_lru)
+{
+    static struct lt_slots t;
+    static struct lt_key ref_key[LT_PLAN_SLOTS];
+    static uint64_t ref_used[LT_PLAN_SLOTS];
+    uint64_t clock = 0, x = 88172645463325252ull;
+    long hits = 0, evictions = 0;
+
+    for (int it = 0; it < 200000; it++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        /* mostly a working set that fits, sometimes one of many more keys */
+        const int64_t id = x % 8 == 0 ? (int64_t)(x >> 8) % (4 * LT_PLAN_SLOTS)
+                                      : (int64_t)(x >> 8) % (LT_PLAN_SLOTS / 2);
+        struct lt_key k = key_of(1000 + id);
+        int fresh, evicted, want = -1, victim = 0;
+        clock++;
+        for (int i = 0; i < LT_PLAN_SLOTS; i++) {
+            if (ref_used[i] != 0 && memcmp(&ref_key[i], &k, sizeof k) == 0)
+                want = i;
+            if (ref_used[i] < ref_used[victim])
+                victim = i;
+        }
+        const int got = lt_slot_find(&t, &k, &fresh, &evicted);
+        if (want >= 0) {
+            hits++;
+            if (got != want || fresh) {
+                EXPECT_EQ_INT(got, want);
+                EXPECT_EQ_INT(fresh, 0);
+                return;
+            }
+        } else {
+            evictions += ref_used[victim] != 0;
+            if (got != victim || !fresh || evicted != (ref_used[victim] != 0)) {
+                EXPECT_EQ_INT(got, victim);
+                EXPECT_EQ_INT(fresh, 1);
+                return;
+            }
+            ref_key[victim] = k;
+            want = victim;
+        }
+        ref_used[want] = clock;
+    }
+    EXPECT_EQ_INT((int)t.hits, (int)hits);
+    EXPECT_TRUE(hits > 0 && evictions > 0);
+}

@@ -231,7 +231,7 @@ static double copies_alone_seconds(const struct opts *o, uint64_t h2d, uint64_t 
         fprintf(stderr, "step_bench: copy probe: %s\n", err);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    const int lanes = ops->copy_on != NULL && ops->lane_wait != NULL;
+    const int lanes = ops->copy_on != NULL && ops->lane_record != NULL && ops->lane_wait != NULL;
     void *(*halloc)(size_t) = ops->host_alloc != NULL ? ops->host_alloc : ops->alloc;
     void (*hfree)(void *) = ops->host_alloc != NULL ? ops->host_free : ops->free;
     void *hin = halloc(chunk), *hout = halloc(chunk), *din = ops->alloc(chunk),
@@ -251,6 +251,8 @@ static double copies_alone_seconds(const struct opts *o, uint64_t h2d, uint64_t 
             probe_copy(ops, &ctx, lanes ? 2 : 0, hout, dout, d2h, done, chunk);
         }
         if (lanes) { /* the compute stream joins both lanes, then the host waits for it */
+            ops->lane_record(&ctx, 1, 0);
+            ops->lane_record(&ctx, 2, 0);
             ops->lane_wait(&ctx, 0, 1, 0);
             ops->lane_wait(&ctx, 0, 2, 0);
         }

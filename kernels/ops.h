@@ -208,11 +208,15 @@ struct kernel_ops {
      * On the CPU backend the "device" is a separate host arena and these are memcpy/memset. */
     void (*copy)(const struct kernel_ctx *ctx, void *dst, const void *src, size_t bytes);
     /* Device backends with copy engines (NULL elsewhere): a copy queued on lane 1 (in) or 2
-     * (out) beside lane 0, the compute stream; lane_wait makes lane `waiter` wait for the work
-     * queued on lane `signaler` so far (tag < KERNEL_LANE_TAGS names the event used, so that
-     * waits on different slots do not overwrite each other). */
+     * (out) beside lane 0, the compute stream. lane_record marks event (lane, tag) after the
+     * work queued on lane so far; lane_wait makes lane `waiter` wait for event (signaler, tag)
+     * as last recorded (nothing when it never was). Recording and waiting are apart so that a
+     * wait covers exactly the work queued up to the record, not what the signaler was given
+     * since (staging's run(k) waits for in(k), not for in(k+1) queued after it). tag <
+     * KERNEL_LANE_TAGS: one event per staging slot and one for the step's join. */
     void (*copy_on)(const struct kernel_ctx *ctx, int lane, void *dst, const void *src,
                     size_t bytes);
+    void (*lane_record)(const struct kernel_ctx *ctx, int lane, int tag);
     void (*lane_wait)(const struct kernel_ctx *ctx, int waiter, int signaler, int tag);
     void (*fill)(const struct kernel_ctx *ctx, void *dst, int byte, size_t bytes);
     /* Memory for state and buffers (offload/ allocates through these). */
@@ -255,6 +259,12 @@ struct kernel_ops {
     /* A kernel_ptr_kind for p; dev[0]: the device of KERNEL_PTR_DEVICE/OTHER memory, dev[1]:
      * ctx's device. */
     int (*pointer_kind)(const struct kernel_ctx *ctx, const void *p, int dev[2]);
+    /* Make ctx's device (the one backend_create chose) the calling thread's current device,
+     * asking first and setting only when it differs. Device state is per thread: a trainer that
+     * steps or saves from another thread than init's (a data loader, a checkpoint thread) would
+     * otherwise allocate on and launch against that thread's device. 0, or -1. NULL: nothing
+     * to do (the CPU). */
+    int (*device_enter)(const struct kernel_ctx *ctx);
 };
 
 const struct kernel_ops *kernel_ops_cpu_ref(void);      /* the oracle: plain C */

@@ -45,7 +45,8 @@ enum { LANE_COMPUTE = 0, LANE_IN = 1, LANE_OUT = 2, TAG_JOIN = STAGING_SLOTS };
 
 static int lanes(const struct staging *s)
 {
-    return s->ops->copy_on != NULL && s->ops->lane_wait != NULL && !s->poison;
+    return s->ops->copy_on != NULL && s->ops->lane_record != NULL && s->ops->lane_wait != NULL &&
+           !s->poison;
 }
 
 /* Device timing: the copy lanes' work and the compute stream's waits on them, timed on the
@@ -72,7 +73,17 @@ static void copy_timed(struct staging *s, int lane, void *dst, const void *src, 
     s->seconds_copy += monotonic_seconds() - t;
 }
 
-/* waiter waits for everything queued on signaler so far */
+/* Event (lane, tag) marks the work queued on lane so far. Each slot's events are recorded
+ * right after the slot's copy-in, kernel and copy-out are queued, and waited for by the next
+ * stage of that slot only: a wait recorded at the waiter's turn would also cover what the
+ * signaler was given in between (run(k) waiting for in(k+1), in(k+1) for out(k-1)). */
+static void lane_record(struct staging *s, int lane, int tag)
+{
+    if (lanes(s))
+        s->ops->lane_record(s->ctx, lane, tag);
+}
+
+/* waiter waits for event (signaler, tag) as last recorded */
 static void lane_wait(struct staging *s, int waiter, int signaler, int tag)
 {
     if (lanes(s))
@@ -103,12 +114,14 @@ static void chunk_in(struct staging *s, int i, const struct stream_chunk *c)
 {
     void *dev[2];
     slot_addrs(s, i, c, dev);
-    /* the slot's last contents have gone out (and with them the kernels that used it) */
+    /* the slot's last contents have gone out (and with them the kernels that used it): in an
+     * earlier round, or the previous call's */
     lane_wait(s, LANE_IN, LANE_OUT, i);
     for (int k = 0; k < c->nseg; k++) {
         copy_timed(s, LANE_IN, dev[k], c->host[k], c->bytes[k]);
         s->in[c->kind[k]] += c->bytes[k];
     }
+    lane_record(s, LANE_IN, i);
     s->used[i] = c->nseg > 1 ? align_up(c->bytes[0]) + c->bytes[1] : c->bytes[0];
     size_t live = 0;
     for (int k = 0; k < STAGING_SLOTS; k++)
@@ -125,6 +138,8 @@ static void chunk_out(struct staging *s, int i, const struct stream_chunk *c)
         copy_timed(s, LANE_OUT, c->host[k], dev[k], c->bytes[k]);
         s->out[c->kind[k]] += c->bytes[k];
     }
+    lane_record(s, LANE_OUT, i);
+    s->pending_out |= lanes(s);
     if (s->poison)
         s->ops->fill(s->ctx, s->slot[i], 0xff, s->used[i]);
     s->used[i] = 0;
@@ -132,14 +147,20 @@ static void chunk_out(struct staging *s, int i, const struct stream_chunk *c)
 
 void staging_stream(struct staging *s, stream_next_fn next, stream_run_fn run, void *arg)
 {
-    struct stream_chunk ring[STAGING_SLOTS];
+    struct stream_chunk ring[STAGING_SLOTS]; /* by slot */
+    /* The slots go round across calls: a call's first chunk takes the slot the last call's
+     * copy-outs freed first. Restarting at slot 0 put a bucket's first chunks behind the
+     * previous bucket's last copy-outs (the copy-in lane runs in order: a chunk waiting for
+     * the newest copy-out holds up the ones queued after it). */
+    const long base = s->next_slot;
 
-    if (!next(arg, &ring[0]))
+    if (!next(arg, &ring[base]))
         return;
-    chunk_in(s, 0, &ring[0]);
+    chunk_in(s, (int)base, &ring[base]);
     for (long k = 0;; k++) {
-        const int cur = (int)(k % STAGING_SLOTS), nxt = (int)((k + 1) % STAGING_SLOTS),
-                  prv = (int)((k + 2) % STAGING_SLOTS);
+        const int cur = (int)((base + k) % STAGING_SLOTS),
+                  nxt = (int)((base + k + 1) % STAGING_SLOTS),
+                  prv = (int)((base + k + 2) % STAGING_SLOTS);
         /* the slot of k+1 is the one k-2 left: its copy-out finished in the previous round */
         const int more = next(arg, &ring[nxt]);
         if (more)
@@ -148,16 +169,27 @@ void staging_stream(struct staging *s, stream_next_fn next, stream_run_fn run, v
             chunk_out(s, prv, &ring[prv]);
         void *dev[2];
         slot_addrs(s, cur, &ring[cur], dev);
-        compute_waits(s, LANE_IN, cur); /* its state has arrived */
+        compute_waits(s, LANE_IN, cur); /* its state has arrived, and only its own */
         run(arg, &ring[cur], dev);
+        lane_record(s, LANE_COMPUTE, cur);
         if (!more) {
+            /* The last copy-out goes on while the compute stream moves on to the next bucket:
+             * nothing there reads the host store, and the next call's copy-in into a slot
+             * waits for that slot's copy-out. staging_join is the one wait, at the step's end */
             chunk_out(s, cur, &ring[cur]);
-            /* whatever comes next on the compute stream (and the step's end) sees the host store
-             * written back */
-            compute_waits(s, LANE_OUT, TAG_JOIN);
+            s->next_slot = nxt;
             return;
         }
     }
+}
+
+void staging_join(struct staging *s)
+{
+    if (!s->pending_out)
+        return;
+    lane_record(s, LANE_OUT, TAG_JOIN);
+    compute_waits(s, LANE_OUT, TAG_JOIN);
+    s->pending_out = 0;
 }
 
 void staging_copy(struct staging *s, void *dst, const void *src, size_t bytes, int kind, int in)

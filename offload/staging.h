@@ -1,11 +1,13 @@
 /* The staging area of offload = optimizer: three slots in device memory through which state
  * streams chunk by chunk. While the kernels of chunk k run on slot k % 3, chunk k+1 is copied in
- * and chunk k-1 out: with a device backend's copy lanes (copy_on/lane_wait) on their own streams,
- * ordered by events per slot (in(k+1) after out(k-2), run(k) after in(k), out(k) after run(k),
- * and the compute stream after the last out); on the CPU backend the same calls in the same
- * order, synchronously. Every copy goes through the kernel table's copy op and is counted here,
- * by kind. With poisoning on, a slot is filled with 0xFF bytes (NaN in fp32 and bf16) when
- * released, so a kernel that reads state that was not copied in fails loudly. */
+ * and chunk k-1 out: with a device backend's copy lanes (copy_on/lane_record/lane_wait) on their
+ * own streams, ordered by events per slot, each recorded right after its stage was queued
+ * (in(k+1) after out(k-2), run(k) after in(k) and nothing later, out(k) after run(k)); the
+ * compute stream waits for the copy-out lane once per step (staging_join), so that streaming
+ * runs on across buckets; on the CPU backend the same calls in the same order, synchronously. Every
+ * copy goes through the kernel table's copy op and is counted here, by kind. With poisoning on, a
+ * slot is filled with 0xFF bytes (NaN in fp32 and bf16) when released, so a kernel that reads state
+ * that was not copied in fails loudly. */
 #ifndef OFFLOAD_STAGING_H
 #define OFFLOAD_STAGING_H
 
@@ -41,6 +43,8 @@ struct staging {
     double seconds_copy;
     double seconds_copy_busy; /* device timeline: the copies' own time on the copy lanes */
     struct timeline *tl;      /* the runtime's, set after init; NULL: host clocks */
+    int pending_out;          /* copy lanes: copy-outs queued since the last staging_join */
+    int next_slot;            /* where the next staging_stream starts */
 };
 
 /* Allocate the slots (slot_bytes each, from the device allocator; none when 0, for the counted
@@ -71,8 +75,14 @@ typedef int (*stream_next_fn)(void *arg, struct stream_chunk *c);
 typedef void (*stream_run_fn)(void *arg, const struct stream_chunk *c, void *const dev[2]);
 
 /* Stream every chunk next() yields through the slots:
- *   in(0); for each k: in(k+1), out(k-1) and release, run(k); then out(last). */
+ *   in(0); for each k: in(k+1), out(k-1) and release, run(k); then out(last), not waited for
+ *   (staging_join). */
 void staging_stream(struct staging *s, stream_next_fn next, stream_run_fn run, void *arg);
+
+/* The compute stream waits for every copy-out queued so far (the host store written back):
+ * once per step, before its end, and before anything that reads the host store. staging_stream
+ * leaves its last copy-outs running so that the next bucket's work overlaps them. */
+void staging_join(struct staging *s);
 
 /* A host <-> device copy outside the slots (offload = cpu's Newton-Schulz buffers), counted. */
 void staging_copy(struct staging *s, void *dst, const void *src, size_t bytes, int kind, int in);

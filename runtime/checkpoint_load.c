@@ -625,6 +625,9 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "load: runtime not committed");
     comm_phase("load", -1);
+    status = rt_device_enter_all(rt, "load"); /* its uploads to init's device */
+    if (status != SHARDOPT_OK)
+        return status;
     memset(&L, 0, sizeof L);
     L.store = &rt->store;
     if (rt->groups.me.rank == 0) {

@@ -517,6 +517,9 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
     if (strlen(dir) > 3000)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: directory path longer than 3000");
     comm_phase("save", -1);
+    status = rt_device_enter_all(rt, "save"); /* its copies from init's device */
+    if (status != SHARDOPT_OK)
+        return status;
     g = &rt->groups;
     snprintf(step_name, sizeof step_name, "step-%08llu", (unsigned long long)rt->counters.steps);
 

@@ -410,6 +410,9 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         return log_fail(SHARDOPT_ERR_STATE, "commit: runtime already committed");
 
     comm_phase("commit", -1);
+    status = rt_device_enter_all(rt, "commit"); /* its allocations go to init's device */
+    if (status != SHARDOPT_OK)
+        return status;
     status = commit_check(rt, &dense, &xs);
     if (status != SHARDOPT_OK)
         return status;

@@ -394,10 +394,31 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
     return SHARDOPT_OK;
 }
 
+shardopt_status_t rt_device_enter(struct shardopt_runtime *rt, const char *what)
+{
+    if (rt->ns_ops == NULL || rt->ns_ops->device_enter == NULL ||
+        rt->ns_ops->device_enter(&rt->kctx) == 0)
+        return SHARDOPT_OK;
+    return log_fail(SHARDOPT_ERR_DEVICE,
+                    "%s: rank %d: could not make init's device current on the calling thread "
+                    "(cudaSetDevice failed)",
+                    what, rt->groups.me.rank);
+}
+
+shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what)
+{
+    if (rt->ns_ops == NULL || rt->ns_ops->device_enter == NULL)
+        return SHARDOPT_OK;
+    return groups_agree(&rt->groups, rt_device_enter(rt, what), what);
+}
+
 shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
 {
     if (rt == NULL)
         return SHARDOPT_OK;
+    /* the device memory and streams are released on their own device whichever thread
+     * finalizes; a failure here leaves nothing better to do than to go on */
+    (void)rt_device_enter(rt, "finalize");
     for (int i = 0; i < rt->nparams; i++) {
         free(rt->params[i]->name);
         free(rt->params[i]);

@@ -143,6 +143,17 @@ struct shardopt_runtime {
  * and its phase times kept in phases_prev, before the counters are reset. */
 void stats_phases_settle(struct shardopt_runtime *rt);
 
+/* Device backends: make init's device current on the calling thread (kernel_ops.device_enter),
+ * at the start of every entry point that queues device work or allocates device memory
+ * (commit, step, save, load, get_stats, finalize): CUDA's current device is per thread. what
+ * names the call for the message. SHARDOPT_OK, or SHARDOPT_ERR_DEVICE; not agreed (the
+ * collective callers agree on it). */
+shardopt_status_t rt_device_enter(struct shardopt_runtime *rt, const char *what);
+
+/* rt_device_enter agreed over the runtime's groups (collective: commit, step, save, load), when
+ * the backend has a device; SHARDOPT_OK at once otherwise, without a collective. */
+shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what);
+
 /* State and buffers live in device memory (the CUDA backend): the host never touches them
  * directly, MPI moves them through the pinned host mirrors. */
 static inline int rt_on_device(const struct shardopt_runtime *rt)

@@ -39,6 +39,10 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
                         "SHARDOPT_STATS_INIT",
                         stats->version, stats->size);
 
+    /* the timing events are queried on init's device, whichever thread asks */
+    const shardopt_status_t entered = rt_device_enter(rt, "get_stats");
+    if (entered != SHARDOPT_OK)
+        return entered;
     /* a device's phase times: the last step's marks when the device has passed them, read now
      * that they are needed; else the step before's, kept at the last step's start. Never a wait:
      * a trainer that reads the stats after every step keeps its host ahead of the device */

@@ -281,6 +281,8 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
                         rt == NULL ? "runtime" : "args");
     comm_phase("step: checking the arguments (every rank must call the step)", -1);
     status = step_validate(rt, args, &sc);
+    if (status == SHARDOPT_OK) /* the step's work goes to init's device from any thread */
+        status = rt_device_enter(rt, "step");
     if (status == SHARDOPT_OK && rt->committed && step_nccl_aborted(rt))
         status = log_fail(SHARDOPT_ERR_NCCL,
                           "step: rank %d: the NCCL communicators were aborted after an earlier "
@@ -329,6 +331,10 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     status = muon_run(rt, &ms);
     if (status == SHARDOPT_OK)
         status = ns_sharded_run(rt, &ms);
+    /* offload = optimizer: the buckets' last copy-outs ran on beside the work after them; the
+     * compute stream (and so the step's end, or a failed step's next call) waits for them here,
+     * once */
+    staging_join(&rt->stage);
     /* Over MPI the other ranks are inside an MPI wait that ends the job (comm_wait). Over NCCL
      * they never wait inside the step: they learn of a failed exchange only when their drain
      * times out, so a rank whose exchange failed meets them at the agreement below instead of

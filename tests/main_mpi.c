@@ -10,7 +10,13 @@ int main(int argc, char **argv)
 {
     int rank, rc, failed, all_skipped;
 
+#ifdef SHARDOPT_TEST_MPI_SERIALIZED
+    /* the test calls the library from a second thread while the first waits for it */
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+#else
     MPI_Init(&argc, &argv);
+#endif
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     test_quiet = rank != 0;
     rc = test_main(argc, argv);

@@ -45,15 +45,40 @@ static void cuda_copy_on(const struct kernel_ctx *ctx, int lane, void *dst, cons
                         lane == 0 || b == NULL ? cuda_stream(ctx) : b->lane[lane]);
 }
 
+static void cuda_lane_record(const struct kernel_ctx *ctx, int lane, int tag)
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    if (b == NULL)
+        return;
+    cudaEventRecord(b->lane_event[lane][tag], lane == 0 ? cuda_stream(ctx) : b->lane[lane]);
+}
+
+/* cudaStreamWaitEvent waits for the event's latest record as of this call; an event never
+ * recorded is complete, so a slot's first copy-in waits for nothing. */
 static void cuda_lane_wait(const struct kernel_ctx *ctx, int waiter, int signaler, int tag)
 {
     struct cuda_backend *b = cuda_be(ctx);
     if (b == NULL || waiter == signaler)
         return;
-    cudaStream_t ws = waiter == 0 ? cuda_stream(ctx) : b->lane[waiter];
-    cudaStream_t ss = signaler == 0 ? cuda_stream(ctx) : b->lane[signaler];
-    cudaEventRecord(b->lane_event[signaler][tag], ss);
-    cudaStreamWaitEvent(ws, b->lane_event[signaler][tag], 0);
+    cudaStreamWaitEvent(waiter == 0 ? cuda_stream(ctx) : b->lane[waiter],
+                        b->lane_event[signaler][tag], 0);
+}
+
+/* Asking is a cheap host call; setting only when it differs keeps the thread's context as is
+ * in the usual case (one thread, init's device). */
+static int cuda_device_enter(const struct kernel_ctx *ctx)
+{
+    struct cuda_backend *b = cuda_be(ctx);
+    int cur = -1;
+    if (b == NULL)
+        return 0;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == b->device)
+        return 0;
+    if (cudaSetDevice(b->device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
 }
 
 static void cuda_copy2d(const struct kernel_ctx *ctx, void *dst, size_t dpitch, const void *src,
@@ -378,6 +403,7 @@ static struct kernel_ops cuda_ops_make(void)
     o.sumsq_many = cuda_sumsq_many;
     o.copy = cuda_copy;
     o.copy_on = cuda_copy_on;
+    o.lane_record = cuda_lane_record;
     o.lane_wait = cuda_lane_wait;
     o.fill = cuda_fill;
     o.alloc = cuda_alloc;
@@ -398,6 +424,7 @@ static struct kernel_ops cuda_ops_make(void)
     o.mark_seconds = cuda_mark_seconds;
     o.mark_done = cuda_mark_done;
     o.pointer_kind = cuda_pointer_kind;
+    o.device_enter = cuda_device_enter;
     return o;
 }
 

@@ -58,6 +58,7 @@ TEST(cuda_pointer_kinds_and_timing_marks)
     EXPECT_EQ_INT(ops->mark(&ctx, 1, 2), 0);
     ops->copy_on(&ctx, 1, d, pinned, BYTES);
     EXPECT_EQ_INT(ops->mark(&ctx, 1, 3), 0);
+    ops->lane_record(&ctx, 1, 0);
     ops->lane_wait(&ctx, 0, 1, 0);
     EXPECT_EQ_INT(ops->sync(&ctx), 0);
     const double fills = ops->mark_seconds(&ctx, 0, 1), copy = ops->mark_seconds(&ctx, 2, 3);

@@ -14,6 +14,7 @@
  * streamed through device staging slots; =cpu: state, parameters and elementwise work on the
  * host, only Newton-Schulz on the device (its own table beside the CPU one). */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -26,6 +27,23 @@
 #endif
 
 /* ---- the simulated device ---- */
+/* Which device is current is per thread, as in CUDA: a thread starts on device 0, the device
+ * the runtime's init chose is SIM_DEVICE (the trainer made it current on its own thread before
+ * init). Every allocation, kernel, copy and event issued while another device is current is
+ * counted: on a GPU it would have gone to that device (or failed against init's streams). */
+#define SIM_DEVICE 1
+static __thread int sim_current;
+static long sim_wrong_device;
+
+static void sim_device_check(void) { sim_wrong_device += sim_current != SIM_DEVICE; }
+
+static int sim_device_enter(const struct kernel_ctx *c)
+{
+    (void)c;
+    sim_current = SIM_DEVICE;
+    return 0;
+}
+
 #define SIM_MAX 1024
 static struct {
     char *base;
@@ -46,11 +64,11 @@ __attribute__((unused)) static void sim_protect(int prot)
 /* test_device_sim_nccl: the mock NCCL's MPI requests reach the simulated memory whenever MPI
  * progresses, so it stays open there (the MPI-exchange builds keep the protection) */
 #define SIM_PROT    (PROT_READ | PROT_WRITE)
-#define SIM_OPEN()  ((void)0)
+#define SIM_OPEN()  sim_device_check()
 #define SIM_CLOSE() ((void)0)
 #else
 #define SIM_PROT    PROT_NONE
-#define SIM_OPEN()  sim_protect(PROT_READ | PROT_WRITE)
+#define SIM_OPEN()  (sim_device_check(), sim_protect(PROT_READ | PROT_WRITE))
 #define SIM_CLOSE() sim_protect(PROT_NONE)
 #endif
 
@@ -58,6 +76,7 @@ static void *sim_alloc(size_t bytes)
 {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     const size_t len = (bytes + page - 1) / page * page + page;
+    sim_device_check();
     if (nsim == SIM_MAX)
         return NULL;
     void *p = mmap(NULL, len, SIM_PROT, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -186,18 +205,28 @@ static int simq_n[KERNEL_LANES];
 static long sim_lane_copies, sim_lane_marks;
 static double sim_mark_at[KERNEL_MAX_MARKS]; /* host time of each mark, NaN until it happened */
 
-static void sim_lane_flush(int lane)
+static long simq_done[KERNEL_LANES];                   /* entries each lane has run */
+static long sim_event[KERNEL_LANES][KERNEL_LANE_TAGS]; /* lane_record: entries queued by then */
+
+/* Run the lane's entries up to the upto-th ever queued (a wait runs no further than the record
+ * it waits for: later copies stay pending, as on a device). */
+static void sim_lane_run(int lane, long upto)
 {
-    for (int i = 0; i < simq_n[lane]; i++)
+    int i = 0;
+    for (; i < simq_n[lane] && simq_done[lane] < upto; i++, simq_done[lane]++)
         if (simq[lane][i].mark >= 0)
             sim_mark_at[simq[lane][i].mark] = monotonic_seconds();
         else
             sim_copy(NULL, simq[lane][i].dst, simq[lane][i].src, simq[lane][i].bytes);
-    simq_n[lane] = 0;
+    memmove(simq[lane], simq[lane] + i, sizeof simq[lane][0] * (size_t)(simq_n[lane] - i));
+    simq_n[lane] -= i;
 }
+
+static void sim_lane_flush(int lane) { sim_lane_run(lane, simq_done[lane] + simq_n[lane]); }
 
 static void sim_copy_on(const struct kernel_ctx *c, int lane, void *d, const void *s, size_t n)
 {
+    sim_device_check();
     if (lane == 0 || simq_n[lane] == SIM_QUEUE) {
         if (lane != 0)
             sim_lane_flush(lane); /* full: keep the lane's order */
@@ -220,6 +249,7 @@ static int sim_mark(const struct kernel_ctx *c, int lane, int id)
     (void)c;
     if (id < 0 || id >= KERNEL_MAX_MARKS || lane < 0 || lane >= KERNEL_LANES)
         return -1;
+    sim_device_check();
     sim_mark_at[id] = NAN;
     if (lane == 0) {
         sim_mark_at[id] = monotonic_seconds();
@@ -270,11 +300,24 @@ static int sim_mark_done(const struct kernel_ctx *c, int id)
     return !sim_hold_marks && sim_mark_at[id] == sim_mark_at[id];
 }
 
+static void sim_lane_record(const struct kernel_ctx *c, int lane, int tag)
+{
+    (void)c;
+    sim_device_check();
+    sim_event[lane][tag] = simq_done[lane] + simq_n[lane];
+}
+
+/* Compute-stream waits on the copy-out lane: staging_join's, once per step (a wait at the end
+ * of every bucket's streaming would stall the compute stream there). */
+static long sim_out_joins;
+
 static void sim_lane_wait(const struct kernel_ctx *c, int waiter, int signaler, int tag)
 {
-    (void)c, (void)waiter, (void)tag;
+    (void)c;
+    sim_device_check();
+    sim_out_joins += waiter == 0 && signaler == 2;
     if (signaler != 0) /* the compute lane runs at once: nothing of it is pending */
-        sim_lane_flush(signaler);
+        sim_lane_run(signaler, sim_event[signaler][tag]);
 }
 
 static int sim_sync(const struct kernel_ctx *c)
@@ -311,6 +354,7 @@ static const struct kernel_ops sim_ops = {
     .sumsq_many = sim_sumsq_many,
     .copy = sim_copy,
     .copy_on = sim_copy_on,
+    .lane_record = sim_lane_record,
     .lane_wait = sim_lane_wait,
     .fill = sim_fill,
     .alloc = sim_alloc,
@@ -323,6 +367,7 @@ static const struct kernel_ops sim_ops = {
     .mark_seconds = sim_mark_seconds,
     .mark_done = sim_mark_done,
     .pointer_kind = sim_pointer_kind,
+    .device_enter = sim_device_enter,
 #ifdef SHARDOPT_TEST_NCCL_MOCK
     .stream_begin = sim_stream_edge,
     .stream_end = sim_stream_edge,
@@ -558,6 +603,7 @@ static void device_begin(void)
     const char *dv = getenv("SHARDOPT_TEST_DEVICE");
     on_cuda = dv != NULL && strcmp(dv, "cuda") == 0;
     on_host = test_cfg().offload == SHARDOPT_OFFLOAD_CPU;
+    sim_current = SIM_DEVICE; /* the trainer's thread is on the device init will use */
     if (on_cuda && (kernel_ops_cuda() == NULL || kernel_ops_cuda()->device_count() == 0)) {
         MPI_Finalize(); /* every rank: the node's devices are the same for all */
         test_skip(kernel_ops_cuda() == NULL ? "built without CUDA" : "no CUDA device visible");
@@ -578,8 +624,15 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
 
     struct dev_run dev = {0};
     ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
+    const long joins = sim_out_joins;
     ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
     EXPECT_EQ_INT(params_differ(&dev, &cpu, 3), 0);
+    if (!on_cuda && test_cfg().offload == SHARDOPT_OFFLOAD_OPTIMIZER)
+        /* the AdamW tensors and every bucket streamed their state (bucket_bytes 2048: many
+         * buckets), and the compute stream waited for the copy-out lane once per step, at its
+         * end; a wait after each bucket stalled the compute stream on every last copy-out */
+        EXPECT_EQ_INT((int)(sim_out_joins - joins), 3);
+    EXPECT_EQ_INT((int)sim_wrong_device, 0);
 #ifdef SHARDOPT_TEST_NCCL_MOCK
     { /* the exchanges went over the (mock) NCCL groups, replicas' too */
         int dsize, rsize;
@@ -796,6 +849,66 @@ TEST(stats_never_wait_for_a_device_still_running_the_step)
     EXPECT_EQ_INT(s.phases_current, 1);
     EXPECT_TRUE(s.seconds_ns_last > 0);
     dev_free(&dev);
+}
+
+/* The trainer steps (and reads the stats) from another thread than the one that ran init and
+ * commit, whose current device is another one (a fresh thread starts on device 0; init's is
+ * SIM_DEVICE): every allocation, kernel, copy and event of the step goes to init's device, and
+ * the run gives the CPU bits. Without the runtime making init's device current at each entry,
+ * the step's work went to the calling thread's device (on a GPU: allocations there, launches
+ * against streams of another device, which fail). */
+struct step_thread_arg {
+    shardopt_runtime_t rt;
+    shardopt_status_t status, stats_status;
+    int device_after;
+};
+
+static void *step_thread(void *p)
+{
+    struct step_thread_arg *a = p;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    sim_current = 0;
+    args.lr = 0.02;
+    a->status = shardopt_step(a->rt, &args);
+    a->stats_status = shardopt_get_stats(a->rt, &st);
+    a->device_after = sim_current;
+    return NULL;
+}
+
+TEST(a_step_from_another_thread_runs_on_inits_device)
+{
+    device_begin();
+    struct run cpu = {0};
+    ASSERT_EQ_INT(run_setup(&cpu, MPI_COMM_WORLD, test_cfg(), 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&cpu, 1, 2), SHARDOPT_OK);
+    struct dev_run dev = {0};
+    ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
+    const long wrong = sim_wrong_device;
+    for (int s = 1; s <= 2; s++) {
+        for (int p = 0; p < MODEL_NPARAMS; p++) { /* the trainer's gradients, on its thread */
+            const struct tparam *t = &model_params[p];
+            for (int64_t i = 0; i < dev.box[p].numel; i++)
+                model_store(dev.hg[p], t->dtype, i,
+                            model_value(p, s, model_global(t, &dev.box[p], i)));
+            dev_copy(dev.g[p], dev.hg[p], (size_t)dev.box[p].numel * model_esize(t->dtype));
+        }
+        struct step_thread_arg a = {.rt = dev.rt};
+        pthread_t th;
+        ASSERT_EQ_INT(pthread_create(&th, NULL, step_thread, &a), 0);
+        ASSERT_EQ_INT(pthread_join(th, NULL), 0);
+        ASSERT_EQ_INT(a.status, SHARDOPT_OK);
+        EXPECT_EQ_INT(a.stats_status, SHARDOPT_OK);
+        if (!on_cuda && !on_host)
+            EXPECT_EQ_INT(a.device_after, SIM_DEVICE);
+    }
+    EXPECT_EQ_INT((int)(sim_wrong_device - wrong), 0);
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        dev_copy(dev.hw[p], dev.w[p],
+                 (size_t)dev.box[p].numel * model_esize(model_params[p].dtype));
+    EXPECT_EQ_INT(params_differ(&dev, &cpu, 2), 0);
+    dev_free(&dev);
+    run_free(&cpu);
 }
 
 #ifdef SHARDOPT_TEST_NCCL_MOCK

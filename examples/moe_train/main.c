@@ -12,7 +12,15 @@
  * --save DIR writes the parameters (DIR/model.bin) and the optimizer state (DIR/optimizer) after
  * the last step; --resume DIR loads both and continues the step count, data order and loss curve
  * where the saved run stopped. --ab trains fp32 and bf16 momentum for 3 seeds each and prints the
- * mean loss per window of steps for each arm with its spread over seeds. */
+ * mean loss per window of steps for each arm with its spread over seeds.
+ *
+ * --backend cuda runs the optimizer step on the GPU with offload = cpu: this example's forward
+ * and backward are plain C on the host, so its parameters and gradients are host memory, which
+ * is what offload = cpu takes (state and elementwise work on the host, Newton-Schulz on the
+ * device, its input and output copied across). offload = none or optimizer would need the
+ * parameters in device memory and a copy of every gradient up and parameter down per step;
+ * SHARDOPT_OFFLOAD set to either is refused. Without a visible GPU init refuses on every rank
+ * and the program exits 1 with the library's message. */
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
@@ -44,6 +52,8 @@ static const char usage[] =
     "  --seed S             data and initialisation seed (1)\n"
     "  --momentum-dtype fp32|bf16\n"
     "                       Muon momentum dtype (fp32)\n"
+    "  --backend cpu|cuda   where the optimizer step runs (cpu); cuda: Newton-Schulz on the GPU,\n"
+    "                       offload = cpu (the model's forward and backward are host code)\n"
     "  --save DIR           after the last step: parameters to DIR/model.bin, optimizer state\n"
     "                       to DIR/optimizer\n"
     "  --resume DIR         load what --save wrote and continue its step count\n"
@@ -57,7 +67,7 @@ struct opts {
     int steps, cp, ep, rep, tokens, window, ab, quiet, seed;
     struct moe_dims d;
     double lr, adamw_lr;
-    const char *mom, *save, *resume;
+    const char *mom, *save, *resume, *backend;
 };
 
 static int me, world;
@@ -89,7 +99,8 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         .d = {.vocab = 4096, .hidden = 256, .ffn = 512, .experts = 16, .topk = 2, .out = 64},
         .lr = 0.02,
         .adamw_lr = 3e-3,
-        .mom = "fp32"};
+        .mom = "fp32",
+        .backend = "cpu"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *iv = !strcmp(a, "--steps")             ? &o->steps
@@ -109,6 +120,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         const char **sv = !strcmp(a, "--momentum-dtype") ? &o->mom
                           : !strcmp(a, "--save")         ? &o->save
                           : !strcmp(a, "--resume")       ? &o->resume
+                          : !strcmp(a, "--backend")      ? &o->backend
                                                          : NULL;
         double *dv = !strcmp(a, "--lr") ? &o->lr : !strcmp(a, "--adamw-lr") ? &o->adamw_lr : NULL;
         if (cli_is_help(a))
@@ -140,6 +152,8 @@ static void opts_parse(int argc, char **argv, struct opts *o)
     if (strcmp(o->mom, "fp32") && strcmp(o->mom, "bf16"))
         cli_exit(me, "moe_train", usage, 2, "--momentum-dtype takes fp32 or bf16, not '%s'",
                  o->mom);
+    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))
+        cli_exit(me, "moe_train", usage, 2, "--backend takes cpu or cuda, not '%s'", o->backend);
     if (o->window <= 0)
         o->window = o->steps >= 10 ? o->steps / 10 : 1;
 }
@@ -271,10 +285,25 @@ static void train(const struct opts *o, const char *mom, int seed, struct run_re
     cfg.cp = o->cp;
     cfg.ep = o->ep;
     cfg.momentum_dtype = !strcmp(mom, "bf16") ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
+    if (!strcmp(o->backend, "cuda")) {
+        cfg.backend = SHARDOPT_BACKEND_CUDA;
+        cfg.offload = SHARDOPT_OFFLOAD_CPU; /* host parameters and gradients (see the top) */
+    }
     if ((st = shardopt_config_from_env(&cfg)) != SHARDOPT_OK)
         die("config from SHARDOPT_* environment", st);
-    if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK)
-        die("init", st);
+    if (cfg.backend == SHARDOPT_BACKEND_CUDA && cfg.offload != SHARDOPT_OFFLOAD_CPU)
+        cli_exit(me, "moe_train", usage, 2,
+                 "the CUDA backend takes this example's host parameters with offload = cpu "
+                 "only (SHARDOPT_OFFLOAD or SHARDOPT_BACKEND set otherwise)");
+    if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK) {
+        /* init agrees on its outcome: every rank is here, so the job ends without MPI_Abort
+         * (no GPU visible, or a build without CUDA, with --backend cuda) */
+        if (me == 0)
+            fprintf(stderr, "moe_train: init: %s (%s)\n", shardopt_status_string(st),
+                    shardopt_last_error());
+        MPI_Finalize();
+        exit(1);
+    }
     struct moe_shards sh;
     if ((st = moe_shards_register(rt, &student, &sh)) != SHARDOPT_OK)
         die("register (this example assumes the layout of docs/layouts.md)", st);
@@ -291,10 +320,10 @@ static void train(const struct opts *o, const char *mom, int seed, struct run_re
         shardopt_get_stats(rt, &s);
         printf("moe_train: %d ranks = dp_replicate %d x dp_shard %d x cp %d, ep %d; %lld "
                "parameters in %d tensors (%d Muon, %d AdamW); %d tokens per rank per step; "
-               "momentum %s; seed %d%s%s\n",
+               "momentum %s; seed %d; backend %s%s%s\n",
                world, o->rep, dp_shard, o->cp, o->ep, (long long)student.total, s.num_params,
-               s.num_muon, s.num_adamw, o->tokens, mom, seed, o->resume ? "; resumed from " : "",
-               o->resume ? o->resume : "");
+               s.num_muon, s.num_adamw, o->tokens, mom, seed, o->backend,
+               o->resume ? "; resumed from " : "", o->resume ? o->resume : "");
     }
 
     res->loss = calloc((size_t)o->steps, sizeof(double));

@@ -1,23 +1,43 @@
 #!/usr/bin/env bash
 # One run of everything that needs a GPU, for a machine that has one:
-#   tests/gpu/device_check.sh OUTDIR
+#   tests/gpu/device_check.sh OUTDIR [tests]
 # configures and builds the CUDA backend (the full project when MPI, hwloc, OpenBLAS, oneDNN and
-# cJSON are installed; otherwise the kernels layer alone, SHARDOPT_GPU_KERNELS_ONLY), runs the
-# gpu-labelled tests and test_ns_driver, then the GPU benchmark (ns_bench --backend cuda on
-# issue 7's shapes) and, in a full build, step_bench --backend cuda on one GPU (one MoE layer of
-# GLM-4.5-Air at full width, experts / 8) and a probe of comm_backend = nccl with two ranks on
-# the one GPU, and writes into OUTDIR: nvidia-smi.txt, build.log (configure and build),
-# ctest.log, ns_bench.md, ns_bench.json, ns_variants.json (plain against symmetric over more
-# shapes), step_bench.md, nccl_probe.log and summary.json.
-# With SHARDOPT_GPU_PREBUILT=ARCHIVE (made by tests/gpu/pack_prebuilt.sh on a machine that has
-# the libraries) it configures and compiles nothing: it unpacks that build and runs the same
-# steps on it. Meant to finish in a few minutes on one H200; every step has a time limit so
-# that a hang cannot eat the machine's lease.
+# cJSON are installed; otherwise the kernels layer alone, SHARDOPT_GPU_KERNELS_ONLY), or with
+# SHARDOPT_GPU_PREBUILT=ARCHIVE (made by tests/gpu/pack_prebuilt.sh on a machine that has the
+# libraries) unpacks that build and compiles nothing. Then, in this order (the first matter most
+# when time runs short), each under its own `timeout`:
+#   gpu      every gpu-labelled test (kernels, memory, the runtime on 1, 2 and 4 ranks sharing the
+#            GPU, offload optimizer and cpu) and test_ns_driver            -> ctest.log
+#   demo     examples/moe_train --backend cuda beside --backend cpu, 2 ranks -> demo.log
+#   step     shardopt-bench --backend cuda --offload both --momentum-dtype both, GLM-4.5-Air at
+#            full width, experts / 8, SHARDOPT_GPU_BENCH_LAYERS layers (4)   -> step_bench.md
+#   ranks2, ranks4  shardopt-bench --backend cuda on 2 and 4 MPI ranks on the one GPU
+#                                                                         -> step_np2.md, step_np4.md
+#   nccl1    comm_backend = nccl with one rank                              -> nccl_np1.log
+#   nccl2    two ranks on one GPU over NCCL: both must return an error within the limit (NCCL
+#            refuses two ranks on one device), not hang                     -> nccl_probe.log
+#   ns       ns_bench --backend cuda on issue 7's shapes, then plain against symmetric over more
+#            shapes                                                 -> ns_bench.json, ns_variants.json
+#   memcheck compute-sanitizer on test_cuda_kernels (informational)         -> ctest.log
+# Everything after the build shares a budget of SHARDOPT_GPU_BUDGET_S seconds (330) from the
+# script's start: a step gets its own limit or what is left, whichever is less, and is skipped
+# (rc -2 in steps.tsv) when under 10 s are left, so the whole run stays under 6 minutes of
+# device time when the build is prebuilt. OUTDIR receives nvidia-smi.txt, build.log, steps.tsv
+# (step, limit, seconds, exit status) and summary.json besides the logs above.
+# SHARDOPT_GPU_EXISTING=1: SHARDOPT_GPU_BUILD used as it is, no configure or build (a rerun).
+# SHARDOPT_GPU_RETURN=DIR (a device tool's $OUT, which brings back at most 8 files): the whole
+# OUTDIR packed into DIR/device_check.tar.gz, with summary.json and steps.tsv beside it.
+# Without a visible GPU it says so, writes summary.json with mode "no-gpu" and exits 77;
+# SHARDOPT_GPU_DRY_RUN=1 then also lists the steps it would run, with their time limits.
+# "tests" as the second argument: the gpu tests and ns_bench only (a short rerun after a fix).
 set -uo pipefail
 out=${1:?usage: tests/gpu/device_check.sh OUTDIR [tests]}
 only_tests=${2:-} # "tests": the gpu tests and ns_bench only (a short rerun after a fix)
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
+budget=${SHARDOPT_GPU_BUDGET_S:-330}
+layers=${SHARDOPT_GPU_BENCH_LAYERS:-4}
+dry=${SHARDOPT_GPU_DRY_RUN:-0}
 bd=${SHARDOPT_GPU_BUILD:-$root/build-gpu}
 arch=${SHARDOPT_CUDA_ARCH:-90}
 jobs=$(nproc)
@@ -25,6 +45,49 @@ t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
 
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >>"$out/nvidia-smi.txt"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+: >"$out/steps.tsv"
+
+# step NAME LIMIT_S LOG COMMAND...: the command under timeout min(LIMIT_S, budget left), its
+# output appended to LOG, a line in steps.tsv; sets step_rc (-2: skipped, no time left)
+step() {
+    local name=$1 limit=$2 log=$3 left t s
+    shift 3
+    left=$((budget - $(elapsed)))
+    t=$((limit < left ? limit : left))
+    if [ "$dry" = 1 ]; then
+        echo "would run: $name (limit ${limit} s) > $(basename "$log"): $*"
+        step_rc=-3
+        return
+    fi
+    if [ "$t" -lt 10 ]; then
+        printf '%s\t%s\t0\t-2\n' "$name" "$limit" >>"$out/steps.tsv"
+        echo "--- $name: skipped, ${left} s of the ${budget} s budget left ---" >>"$log"
+        step_rc=-2
+        return
+    fi
+    # a JSON output keeps only the program's stdout; its stderr and these lines go beside it
+    local err=$log
+    case $log in *.json) err=${log%.json}.log ;; esac
+    echo "--- $name: $* (limit ${t} s) ---" >>"$err"
+    s=$(date +%s)
+    timeout -k 5 "$t" "$@" >>"$log" 2>>"$err"
+    step_rc=$?
+    printf '%s\t%s\t%s\t%s\n' "$name" "$t" $(($(date +%s) - s)) "$step_rc" >>"$out/steps.tsv"
+    echo "--- $name: exit status $step_rc after $(($(date +%s) - s)) s ---" >>"$err"
+}
+
+if [ "$gpus" -eq 0 ]; then
+    echo "device_check: no GPU visible (nvidia-smi -L lists none): nothing to check"
+    if [ "$dry" = 1 ]; then # the steps a GPU machine would run, with placeholder paths
+        bd=${bd:-$root/build-gpu}
+        mode=dry-run
+    else
+        printf '{"mode": "no-gpu", "seconds": %s}\n' "$(elapsed)" >"$out/summary.json"
+        cat "$out/summary.json"
+        exit 77
+    fi
+fi
 # images that install CUDA without putting nvcc on the PATH
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 { command -v nvcc && nvcc --version | tail -1 && cmake --version | head -1; } >>"$out/nvidia-smi.txt" 2>&1
@@ -55,8 +118,13 @@ unpack_prebuilt() {
 }
 
 : >"$out/build.log"
-mode=none
-if [ -n "${SHARDOPT_GPU_PREBUILT:-}" ]; then
+[ "$dry" = 1 ] || mode=none
+configure_rc=0
+if [ "$dry" = 1 ]; then
+    mode=dry-run
+elif [ "${SHARDOPT_GPU_EXISTING:-0}" = 1 ]; then # SHARDOPT_GPU_BUILD as it is: a rerun
+    mode=existing
+elif [ -n "${SHARDOPT_GPU_PREBUILT:-}" ]; then
     if unpack_prebuilt "$SHARDOPT_GPU_PREBUILT" >>"$out/build.log" 2>&1; then
         mode=prebuilt
         configure_rc=0
@@ -65,7 +133,7 @@ if [ -n "${SHARDOPT_GPU_PREBUILT:-}" ]; then
         bd=${SHARDOPT_GPU_BUILD:-$root/build-gpu}
     fi
 fi
-if [ "$mode" = prebuilt ]; then
+if [ "$mode" = prebuilt ] || [ "$mode" = dry-run ] || [ "$mode" = existing ]; then
     :
 elif timeout 120 cmake -S "$root" -B "$bd" -DCMAKE_BUILD_TYPE=Release -DSHARDOPT_WITH_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" >>"$out/build.log" 2>&1; then
@@ -81,7 +149,7 @@ else
 fi
 
 build_rc=1
-if [ "$mode" = prebuilt ]; then
+if [ "$mode" = prebuilt ] || [ "$mode" = dry-run ] || [ "$mode" = existing ]; then
     build_rc=$configure_rc
 elif [ "$configure_rc" -eq 0 ]; then
     if [ "$mode" = full ]; then # the layout tests on the GPU need the MPI test too
@@ -95,55 +163,93 @@ fi
 
 test_rc=1
 bench_rc=1
-step_rc=-1 # not run (kernels-only build)
+demo_rc=-1 # -1: not run (kernels-only build, or "tests")
+step_rc_main=-1
+np2_rc=-1
+np4_rc=-1
+nccl1_rc=-1
 nccl_rc=-1
 if [ "$build_rc" -eq 0 ]; then
-    {
-        timeout 300 ctest --test-dir "$bd" -L gpu --output-on-failure -V
-        gpu_rc=$?
-        timeout 120 ctest --test-dir "$bd" -R '^test_ns_driver$' --output-on-failure -V
-        test_rc=$((gpu_rc | $?))
-        # out-of-bounds and misaligned accesses in the kernels (informational: not in test_rc)
-        if command -v compute-sanitizer >/dev/null; then
-            echo "--- compute-sanitizer --tool memcheck test_cuda_kernels ---"
-            timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-                "$bd/tests/test_cuda_kernels"
-            echo "compute-sanitizer exit status $?"
-        fi
-    } >"$out/ctest.log" 2>&1
-    bench=$(find "$bd" -name ns_bench_cuda -type f -perm -u+x | head -1)
-    timeout 300 "$bench" --reps 10 >"$out/ns_bench.md" 2>&1 &&
-        timeout 300 "$bench" --reps 10 --json >"$out/ns_bench.json" 2>>"$out/ns_bench.md"
-    bench_rc=$?
-    # where the symmetric variant pays on this device (the CUDA variant table is made from
-    # these): square and 1:4 shapes from m = 512 to 4096, alone and batched
-    timeout 200 "$bench" --reps 7 --json --shape 1x512x512 --shape 1x512x2048 --shape 64x512x2048 \
-        --shape 1x1024x1024 --shape 1x1024x4096 --shape 16x1024x4096 --shape 1x2048x2048 \
-        --shape 1x2048x8192 --shape 8x1408x4096 --shape 1x4096x16384 >"$out/ns_variants.json" \
-        2>"$out/ns_variants.log"
-    if [ "$mode" != kernels-only ] && [ "$only_tests" != tests ]; then
-        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-            OMPI_MCA_mpi_yield_when_idle=1
-        timeout 240 /usr/bin/mpiexec -n 1 "$bd/bench/shardopt-bench" --backend cuda --layers 1 \
-            --width-div 1 --experts-div 8 --momentum-dtype both --offload all --warmup 2 \
-            --steps 5 >"$out/step_bench.md" 2>&1
-        step_rc=$?
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+    mpiexec=/usr/bin/mpiexec
+    full=0
+    [ "$mode" != kernels-only ] && [ "$only_tests" != tests ] && full=1
+    : >"$out/ctest.log"
+    step gpu 150 "$out/ctest.log" ctest --test-dir "$bd" -L gpu --output-on-failure -V
+    gpu_rc=$step_rc
+    step ns_driver 30 "$out/ctest.log" ctest --test-dir "$bd" -R '^test_ns_driver$' \
+        --output-on-failure -V
+    test_rc=$((gpu_rc != 0 || step_rc != 0))
+    if [ "$full" = 1 ]; then
+        # the demo's GPU path (Newton-Schulz on the device, offload = cpu) beside its CPU run
+        step demo 60 "$out/demo.log" "$root/tests/mpi/moe_train_backend.sh" "$mpiexec" \
+            "$bd/examples/moe_train"
+        demo_rc=$step_rc
+        bench_args=(--backend cuda --width-div 1 --experts-div 8 --warmup 2 --steps 5)
+        step step 75 "$out/step_bench.md" "$mpiexec" -n 1 "$bd/bench/shardopt-bench" \
+            "${bench_args[@]}" --layers "$layers" --momentum-dtype both --offload both
+        step_rc_main=$step_rc
+        # ranks sharing the one GPU (comm_backend = mpi through the pinned host mirrors)
+        step ranks2 40 "$out/step_np2.md" "$mpiexec" -n 2 --oversubscribe \
+            "$bd/bench/shardopt-bench" "${bench_args[@]}" --layers 1 --dp-shard 2 \
+            --momentum-dtype fp32 --offload none
+        np2_rc=$step_rc
+        step ranks4 45 "$out/step_np4.md" "$mpiexec" -n 4 --oversubscribe \
+            "$bd/bench/shardopt-bench" "${bench_args[@]}" --layers 1 --dp-shard 2 --ep 2 \
+            --momentum-dtype fp32 --offload none
+        np4_rc=$step_rc
+        step nccl1 40 "$out/nccl_np1.log" "$mpiexec" -n 1 "$bd/bench/shardopt-bench" \
+            "${bench_args[@]}" --layers 1 --comm-backend nccl --momentum-dtype fp32 \
+            --offload none
+        nccl1_rc=$step_rc
         # NCCL refuses two ranks on one GPU: what is checked is that both ranks return an error
         # (SHARDOPT_ERR_NCCL, named) within the time limit instead of hanging
-        timeout 120 /usr/bin/mpiexec -n 2 --oversubscribe "$bd/bench/shardopt-bench" \
-            --backend cuda --comm-backend nccl --dp-shard 2 --layers 1 --warmup 1 --steps 2 \
-            >"$out/nccl_probe.log" 2>&1
-        nccl_rc=$?
+        step nccl2 30 "$out/nccl_probe.log" "$mpiexec" -n 2 --oversubscribe \
+            "$bd/bench/shardopt-bench" --backend cuda --comm-backend nccl --dp-shard 2 \
+            --layers 1 --warmup 1 --steps 2
+        nccl_rc=$step_rc
+    fi
+    bench="$bd/bench/ns_bench"
+    ns_args=(--backend cuda)
+    if [ "$mode" = kernels-only ]; then
+        bench=$(find "$bd" -name ns_bench_cuda -type f -perm -u+x | head -1)
+        ns_args=()
+    fi
+    step ns 60 "$out/ns_bench.json" "$bench" "${ns_args[@]}" --reps 10 --json
+    bench_rc=$step_rc
+    # where the symmetric variant pays on this device (the CUDA variant table is made from
+    # these): square and 1:4 shapes from m = 512 to 4096, alone and batched
+    step ns_variants 60 "$out/ns_variants.json" "$bench" "${ns_args[@]}" --reps 7 --json \
+        --shape 1x512x512 --shape 1x512x2048 --shape 64x512x2048 --shape 1x1024x1024 \
+        --shape 1x1024x4096 --shape 16x1024x4096 --shape 1x2048x2048 --shape 1x2048x8192 \
+        --shape 8x1408x4096 --shape 1x4096x16384
+    # out-of-bounds and misaligned accesses in the kernels (informational: not in test_rc)
+    if [ "$dry" = 1 ] || command -v compute-sanitizer >/dev/null; then
+        step memcheck 60 "$out/ctest.log" compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$bd/tests/test_cuda_kernels"
     fi
 fi
 
+if [ "$dry" = 1 ]; then
+    echo "device_check: dry run: the steps above share a ${budget} s budget"
+    exit 77
+fi
 # a GPU test that skipped on a GPU machine is a finding too (device not visible, say)
 skipped=$(grep -c '\*\*\*Skipped' "$out/ctest.log" 2>/dev/null || true)
 cat >"$out/summary.json" <<JSON
 {"mode": "$mode", "configure_rc": $configure_rc, "build_rc": $build_rc, "test_rc": $test_rc,
- "tests_skipped": ${skipped:-0}, "ns_bench_rc": $bench_rc, "step_bench_rc": $step_rc,
- "nccl_probe_rc": $nccl_rc,
+ "tests_skipped": ${skipped:-0}, "ns_bench_rc": $bench_rc, "demo_rc": $demo_rc,
+ "step_bench_rc": $step_rc_main, "step_np2_rc": $np2_rc, "step_np4_rc": $np4_rc,
+ "nccl_np1_rc": $nccl1_rc, "nccl_probe_rc": $nccl_rc, "budget_s": $budget,
  "seconds": $(elapsed)}
 JSON
 cat "$out/summary.json"
-[ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$step_rc" -le 0 ]
+cat "$out/steps.tsv"
+# the device tool brings back at most 8 files: everything packed in one, with the two short ones
+if [ -n "${SHARDOPT_GPU_RETURN:-}" ]; then
+    mkdir -p "$SHARDOPT_GPU_RETURN"
+    tar -czf "$SHARDOPT_GPU_RETURN/device_check.tar.gz" -C "$out" .
+    cp "$out/summary.json" "$out/steps.tsv" "$SHARDOPT_GPU_RETURN/"
+fi
+[ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$step_rc_main" -le 0 ] && [ "$demo_rc" -le 0 ]

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_wait.h"
+#include "fault.h"
 #include "kernels/clock.h"
 #include "log.h"
 #include "mem.h"
@@ -64,20 +66,25 @@ static shardopt_status_t group_settle(struct nccl_group *g, const char *what)
     return r == ncclSuccess ? SHARDOPT_OK : group_fail(g, what, r);
 }
 
-shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double timeout_s,
-                                    const char *name, const struct nccl_group *share,
-                                    struct nccl_group **out)
+shardopt_status_t nccl_group_create(const struct groups *gr, MPI_Comm comm, void *compute_stream,
+                                    double timeout_s, const char *name,
+                                    const struct nccl_group *share, struct nccl_group **out)
 {
     struct nccl_group *g = mem_calloc(1, sizeof *g);
-    ncclUniqueId id;
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } boot;
     ncclResult_t r = ncclSuccess;
     cudaError_t e = cudaSuccess;
+    char what[96];
 
     *out = NULL;
     /* every member goes on to the collectives below, or none. A member that had room returns OK
      * with *out NULL: the failing one reports, and the caller's groups_agree fails them all */
     int have = g != NULL;
-    MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, comm);
+    snprintf(what, sizeof what, "NCCL %s group: all-reduce of its members' room", name);
+    comm_allreduce(gr, comm, MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, what);
     if (g == NULL)
         return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                         "NCCL %s group: out of memory allocating %zu bytes for its state", name,
@@ -91,17 +98,21 @@ shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double 
     snprintf(g->name, sizeof g->name, "%s", name);
     g->timeout_s = timeout_s;
     g->compute = (cudaStream_t)compute_stream;
-    /* the unique id travels over the group's MPI communicator: every member gets rank 0's */
+    /* the unique id travels over the group's MPI communicator under the deadline: every member
+     * gets rank 0's, with whether ncclGetUniqueId succeeded there (a plain fault at nccl.id stands
+     * for its failure; hang@nccl.id stops a member here) */
+    memset(&boot, 0, sizeof boot);
+    const int faulted = fault_hit("nccl.id");
     if (g->rank == 0)
-        r = ncclGetUniqueId(&id);
-    int ok = r == ncclSuccess;
-    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
-    if (!ok) {
+        r = faulted ? ncclSystemError : ncclGetUniqueId(&boot.id);
+    boot.ok = r == ncclSuccess;
+    snprintf(what, sizeof what, "NCCL %s group: broadcast of its unique id", name);
+    comm_bcast(gr, comm, &boot, (int)sizeof boot, MPI_BYTE, 0, what);
+    if (!boot.ok) {
         free(g);
         return log_fail(SHARDOPT_ERR_NCCL, "NCCL %s group: ncclGetUniqueId failed on its rank 0",
                         name);
     }
-    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm);
     if (share != NULL) {
         g->stream = share->stream;
     } else {
@@ -121,7 +132,7 @@ shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double 
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* every wait polls, so a stuck peer becomes a timeout, not a hang */
-    r = ncclCommInitRankConfig(&g->comm, g->size, id, g->rank, &cfg);
+    r = ncclCommInitRankConfig(&g->comm, g->size, boot.id, g->rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
         shardopt_status_t st = log_fail(SHARDOPT_ERR_NCCL,
                                         "NCCL %s group (rank %d of %d): "

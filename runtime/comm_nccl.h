@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "groups.h"
 #include "shardopt.h"
 
 /* Exchange slots per group: one per (pipeline buffer set, direction). */
@@ -17,14 +18,18 @@
 
 struct nccl_group;
 
-/* Collective over comm. compute_stream: the runtime's CUDA stream. timeout_s: 0 = none.
- * share: a group whose communication stream this one uses too (NULL: its own; destroy the
- * sharers first). One stream for all groups keeps every rank's NCCL kernels in one order,
- * whatever the GPU's scheduler would do with independent streams. When another member ran out
- * of memory for its state this returns OK with *out NULL: call groups_agree afterwards. */
-shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double timeout_s,
-                                    const char *name, const struct nccl_group *share,
-                                    struct nccl_group **out);
+/* Collective over comm, one of gr's groups: the MPI collectives that bootstrap the communicator
+ * (who has room, the unique id's broadcast) wait under gr's deadline (comm_wait.h: a member that
+ * never arrives ends the job with the phase and the peers named). compute_stream: the runtime's
+ * CUDA stream. timeout_s: NCCL's own waits, for the group's life (0 = none; the runtime gives
+ * comm_timeout_s to both). share: a group whose communication stream this one uses too (NULL:
+ * its own; destroy the sharers first). One stream for all groups keeps every rank's NCCL kernels
+ * in one order, whatever the GPU's scheduler would do with independent streams. When another
+ * member ran out of memory for its state this returns OK with *out NULL: call groups_agree
+ * afterwards. */
+shardopt_status_t nccl_group_create(const struct groups *gr, MPI_Comm comm, void *compute_stream,
+                                    double timeout_s, const char *name,
+                                    const struct nccl_group *share, struct nccl_group **out);
 void nccl_group_destroy(struct nccl_group *g);
 
 /* Abort the communicator (once; later calls on g return SHARDOPT_ERR_NCCL): after a failed

@@ -3,11 +3,11 @@
 #include "log.h"
 #include "status.h"
 
-shardopt_status_t nccl_group_create(MPI_Comm comm, void *compute_stream, double timeout_s,
-                                    const char *name, const struct nccl_group *share,
-                                    struct nccl_group **out)
+shardopt_status_t nccl_group_create(const struct groups *gr, MPI_Comm comm, void *compute_stream,
+                                    double timeout_s, const char *name,
+                                    const struct nccl_group *share, struct nccl_group **out)
 {
-    (void)comm, (void)compute_stream, (void)timeout_s, (void)name, (void)share;
+    (void)gr, (void)comm, (void)compute_stream, (void)timeout_s, (void)name, (void)share;
     *out = NULL;
     return log_fail(SHARDOPT_ERR_UNSUPPORTED, "NCCL: this build has no CUDA backend");
 }

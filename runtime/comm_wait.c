@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fault.h"
 #include "kernels/clock.h"
 #include "log.h"
 #include "status.h"
@@ -17,8 +18,12 @@ void comm_phase(const char *phase, int bucket)
     wait_bucket = bucket;
 }
 
+const char *comm_phase_now(void) { return wait_phase; }
+
 static const char *group_name(const struct groups *g, MPI_Comm comm)
 {
+    if (comm == g->world)
+        return "communicator init was given";
     if (comm == g->dense)
         return g->unsplit ? "communicator init was given (not yet split into groups)"
                           : "dense group";
@@ -32,11 +37,16 @@ static const char *group_name(const struct groups *g, MPI_Comm comm)
 }
 
 /* A member of comm as the runtime numbers ranks in messages (replica * dense + dense rank):
- * every group is inside the dense group or is the replicate group. -1 when neither. */
+ * every group is init's communicator, inside the dense group or the replicate group. -1 when
+ * none of these. */
 static int runtime_rank(const struct groups *g, MPI_Comm comm, int member)
 {
+    if (comm == g->world) /* the runtime numbers its ranks as init's communicator does */
+        return member;
     if (comm == g->rep)
         return member * g->mesh.dense + g->me.d;
+    if (g->dense == MPI_COMM_NULL)
+        return -1;
     MPI_Group from, to;
     int d = MPI_UNDEFINED;
     if (MPI_Comm_group(comm, &from) != MPI_SUCCESS)
@@ -166,5 +176,43 @@ int comm_allgatherv(const struct groups *g, MPI_Comm comm, void *buf, const int 
 {
     MPI_Request r;
     int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, type, buf, counts, displs, type, comm, &r);
+    return rc == MPI_SUCCESS ? comm_wait(g, comm, 1, &r, NULL, what) : rc;
+}
+
+/* A member that stops before a split is found here, under the deadline. */
+static int split_arrival(const struct groups *g, MPI_Comm comm, const char *call, const char *made)
+{
+    char what[160];
+    MPI_Request r;
+    if (fault_hit("init.split"))
+        return MPI_ERR_OTHER;
+    snprintf(what, sizeof what, "barrier before %s making the %s", call, made);
+    int rc = MPI_Ibarrier(comm, &r);
+    return rc == MPI_SUCCESS ? comm_wait(g, comm, 1, &r, NULL, what) : rc;
+}
+
+int comm_split(const struct groups *g, MPI_Comm comm, int color, int key, MPI_Comm *out,
+               const char *made)
+{
+    int rc = split_arrival(g, comm, "MPI_Comm_split", made);
+    return rc == MPI_SUCCESS ? MPI_Comm_split(comm, color, key, out) : rc;
+}
+
+int comm_split_node(const struct groups *g, MPI_Comm comm, int key, MPI_Comm *out, const char *made)
+{
+    int rc = split_arrival(g, comm, "MPI_Comm_split_type", made);
+    return rc == MPI_SUCCESS
+               ? MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, out)
+               : rc;
+}
+
+int comm_dup(const struct groups *g, MPI_Comm comm, MPI_Comm *out, const char *made)
+{
+    char what[160];
+    MPI_Request r;
+    if (fault_hit("init.dup"))
+        return MPI_ERR_OTHER;
+    snprintf(what, sizeof what, "MPI_Comm_idup making the %s", made);
+    int rc = MPI_Comm_idup(comm, out, &r);
     return rc == MPI_SUCCESS ? comm_wait(g, comm, 1, &r, NULL, what) : rc;
 }

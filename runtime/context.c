@@ -187,9 +187,15 @@ static int device_choose(shardopt_runtime_t rt, MPI_Comm local, char *busid, siz
     const int count = rt->ns_ops->device_count();
     if (rt->cfg.device == SHARDOPT_DEVICE_LOCAL_RANK) {
         MPI_Comm node;
-        MPI_Comm_split_type(local, MPI_COMM_TYPE_SHARED, rt->groups.me.rank, MPI_INFO_NULL, &node);
-        MPI_Comm_rank(node, &local_rank);
-        MPI_Comm_free(&node);
+        const char *was = comm_phase_now();
+        comm_phase("init: splitting the ranks by node (device = local_rank)", -1);
+        /* on failure (a fault), local rank 0: init goes on to the device's agreement */
+        if (comm_split_node(&rt->groups, local, rt->groups.me.rank, &node, "node's group") ==
+            MPI_SUCCESS) {
+            MPI_Comm_rank(node, &local_rank);
+            MPI_Comm_free(&node);
+        }
+        comm_phase(was, -1);
         device = count > 0 ? local_rank % count : 0;
     }
     if (count > 0 && rt->ns_ops->device_pci_bus_id(device, busid, len) != 0)
@@ -211,15 +217,18 @@ shardopt_status_t rt_nccl_create(shardopt_runtime_t rt)
                 {g->xs, &rt->nccl[GROUP_EXPERT], "expert shard"},
                 {g->rep, &rt->nccl_rep, "replicate"}};
     const struct nccl_group *first = NULL; /* its stream serves every group */
+    const char *was = comm_phase_now();
+    comm_phase("init: NCCL communicators", -1);
     for (size_t i = 0; i < sizeof made / sizeof made[0] && status == SHARDOPT_OK; i++) {
         int size = 1;
         MPI_Comm_size(made[i].comm, &size);
         if (size > 1)
-            status = nccl_group_create(made[i].comm, rt->kctx.stream, rt->cfg.comm_timeout_s,
+            status = nccl_group_create(g, made[i].comm, rt->kctx.stream, rt->cfg.comm_timeout_s,
                                        made[i].name, first, made[i].out);
         first = first != NULL ? first : *made[i].out;
         status = groups_agree(g, status, "init");
     }
+    comm_phase(was, -1);
     return status;
 }
 
@@ -286,7 +295,7 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     log_set_rank(groups_rank(g));
     fault_set_rank(groups_rank(g));
     const int device = device_choose(rt, local, busid, sizeof busid);
-    topology_init(&rt->topo, &rt->cfg, local, groups_rank(g), busid[0] ? busid : NULL);
+    topology_init(&rt->topo, &rt->cfg, g, local, busid[0] ? busid : NULL);
     /* threads: as configured, else (bind = auto) the bound cores, else as the process had */
     const int threads = rt->cfg.num_threads > 0 ? rt->cfg.num_threads : rt->topo.threads;
     rt->kctx.threads = threads;
@@ -346,6 +355,7 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
         return status;
     }
     status = runtime_start(rt, comm);
+    rt->groups.world = MPI_COMM_NULL; /* the caller's: it may free it once init returns */
     if (status != SHARDOPT_OK) {
         runtime_unstart(rt);
         return status;

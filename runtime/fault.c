@@ -17,6 +17,7 @@ static char fault_site[64];
 static long fault_n, fault_count;
 static int fault_kill, fault_hang;
 static int fault_only_rank = -1, fault_my_rank = -1;
+static int fault_alloc_rank = -1; /* the rank fault_set_rank last armed alloc:<n> for */
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static int fault_json_hooked;
 
@@ -85,9 +86,17 @@ void fault_set_rank(int rank)
     pthread_once(&fault_once, fault_setup);
     pthread_mutex_lock(&fault_lock);
     /* alloc:<n> on one rank only: the rank is known from init on, so it counts from there */
-    if (fault_only_rank >= 0 && fault_only_rank == rank && fault_my_rank != rank && fault_n > 0 &&
-        strcmp(fault_site, "alloc") == 0)
+    if (fault_only_rank >= 0 && fault_only_rank == rank && fault_alloc_rank != rank &&
+        fault_n > 0 && strcmp(fault_site, "alloc") == 0)
         fault_alloc_arm(fault_n);
+    fault_alloc_rank = fault_my_rank = rank;
+    pthread_mutex_unlock(&fault_lock);
+}
+
+void fault_note_rank(int rank)
+{
+    pthread_once(&fault_once, fault_setup);
+    pthread_mutex_lock(&fault_lock);
     fault_my_rank = rank;
     pthread_mutex_unlock(&fault_lock);
 }

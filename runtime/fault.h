@@ -6,7 +6,11 @@
  * they are checked (checkpoint_save.c: ckpt.write, ckpt.fsync, ckpt.index, ckpt.rename,
  * ckpt.latest, ckpt.prune; checkpoint_load.c: ckpt.read, each read of a rank file; prepass.c:
  * step.prepass; muon_exec.c: step.exchange, each exchange a bucket starts; copy: each device
- * copy whose completion is checked, in offload/state_store.c and muon_exec.c), but for `alloc`:
+ * copy whose completion is checked, in offload/state_store.c and muon_exec.c; comm_wait.c:
+ * init.split, each communicator split of init (the four groups, or those init_from_groups
+ * derives, then the node splits for bind = auto and device = local_rank), init.dup, each
+ * trainer's group init_from_groups duplicates; comm_nccl.c: nccl.id, each NCCL group's
+ * unique-id broadcast), but for `alloc`:
  * alloc:<n> makes the n-th allocation of the library (runtime/mem.h, every layer's, and cJSON's
  * while armed) return NULL, counted from the load or from fault_arm (with SHARDOPT_FAULT_RANK, from
  * init on that rank). Only one site is armed at a time; kill@alloc and hang@alloc are refused. */
@@ -22,5 +26,9 @@ void fault_arm(const char *spec);
 
 /* This process's runtime rank, for SHARDOPT_FAULT_RANK (set by init; -1 before). */
 void fault_set_rank(int rank);
+
+/* The same for the sites init passes before it calls fault_set_rank (the groups' splits and
+ * dups): the rank only, leaving alloc:<n> to count from fault_set_rank as it always has. */
+void fault_note_rank(int rank);
 
 #endif

@@ -5,11 +5,15 @@
 #include <string.h>
 
 #include "comm_wait.h"
+#include "fault.h"
 #include "mem.h"
 #include "status.h"
 
 /* timeout_s is the caller's (set before the groups are made) and stays */
-static void groups_null(struct groups *g) { g->dense = g->ep = g->xs = g->rep = MPI_COMM_NULL; }
+static void groups_null(struct groups *g)
+{
+    g->dense = g->ep = g->xs = g->rep = g->world = MPI_COMM_NULL;
+}
 
 void groups_free(struct groups *g)
 {
@@ -56,14 +60,28 @@ shardopt_status_t groups_create(MPI_Comm comm, const shardopt_config_t *cfg, str
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: %s", err);
     mesh_coords(&g->mesh, rank, &g->me);
 
+    /* SHARDOPT_FAULT_RANK: a fault site in the splits below must know this rank already */
+    fault_note_rank(rank);
+    /* one split after the other, each only once every member reached it (comm_split): a rank that
+     * stops before one is named by the others, who abort instead of waiting in MPI for ever */
+    const char *was = comm_phase_now();
     const int blocks = g->mesh.dense / g->mesh.ep;
-    rc |= MPI_Comm_split(comm, c->rep, c->d, &g->dense);
-    rc |= MPI_Comm_split(comm, c->rep * blocks + c->ep_block, c->ep_rank, &g->ep);
-    rc |= MPI_Comm_split(comm, c->rep * g->mesh.ep + c->ep_rank, c->xs_rank, &g->xs);
-    rc |= MPI_Comm_split(comm, c->d, c->rep, &g->rep);
+    g->world = comm;
+    comm_phase("init: splitting the communicator into the groups", -1);
+    rc = comm_split(g, comm, c->rep, c->d, &g->dense, "dense group");
+    if (rc == MPI_SUCCESS)
+        rc = comm_split(g, comm, c->rep * blocks + c->ep_block, c->ep_rank, &g->ep,
+                        "expert-parallel group");
+    if (rc == MPI_SUCCESS)
+        rc = comm_split(g, comm, c->rep * g->mesh.ep + c->ep_rank, c->xs_rank, &g->xs,
+                        "expert shard group");
+    if (rc == MPI_SUCCESS)
+        rc = comm_split(g, comm, c->d, c->rep, &g->rep, "replicate group");
+    comm_phase(was, -1);
     if (rc != MPI_SUCCESS) {
         groups_free(g);
-        return log_fail(SHARDOPT_ERR_COMM, "init: MPI_Comm_split failed building the groups");
+        return log_fail(SHARDOPT_ERR_COMM,
+                        "init: rank %d: MPI_Comm_split failed building the groups", rank);
     }
     return SHARDOPT_OK;
 }
@@ -73,11 +91,15 @@ struct member_info {
     int dense_rank, ep_rank, ep_size, xs_rank, xs_size, rep_size;
 };
 
-static shardopt_status_t dup_or_split(MPI_Comm given, MPI_Comm dense, int color, int key,
-                                      MPI_Comm *out, const char *what)
+/* The trainer's group, duplicated, or derived from the dense group (absent). v: the trainer's
+ * groups, for the deadline and the names in a timeout's message. */
+static shardopt_status_t dup_or_split(const struct groups *v, MPI_Comm given, MPI_Comm dense,
+                                      int color, int key, MPI_Comm *out, const char *what)
 {
-    int rc =
-        given != MPI_COMM_NULL ? MPI_Comm_dup(given, out) : MPI_Comm_split(dense, color, key, out);
+    char made[64];
+    snprintf(made, sizeof made, "%s group", what);
+    int rc = given != MPI_COMM_NULL ? comm_dup(v, given, out, made)
+                                    : comm_split(v, dense, color, key, out, made);
     if (rc != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "init_from_groups: cannot %s the %s group",
                         given != MPI_COMM_NULL ? "duplicate" : "derive", what);
@@ -175,23 +197,38 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     if (in->dense_shard == MPI_COMM_NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "init_from_groups: dense_shard is MPI_COMM_NULL (it is required)");
-    if (MPI_Comm_dup(in->dense_shard, &g->dense) != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM, "init_from_groups: cannot duplicate the dense group");
-    MPI_Comm_size(g->dense, &nd);
-    MPI_Comm_rank(g->dense, &d);
+    MPI_Comm_size(in->dense_shard, &nd);
+    MPI_Comm_rank(in->dense_shard, &d);
+    int rep0 = 0;
+    if (in->replicate != MPI_COMM_NULL)
+        MPI_Comm_rank(in->replicate, &rep0);
+    /* the trainer's groups name the waits below (each under the deadline: a rank that stops
+     * before a dup or split is named by the others, who abort); SHARDOPT_FAULT_RANK's sites in
+     * them need this rank's number already */
+    struct groups v;
+    groups_view(&v, in->dense_shard, in->replicate, rep0 * nd + d, g->timeout_s);
+    v.unsplit = 0; /* the trainer's dense group, not init's communicator */
+    v.ep = in->ep;
+    v.xs = in->expert_shard;
+    fault_note_rank(v.me.rank);
+    const char *was = comm_phase_now();
+    comm_phase("init_from_groups: duplicating the groups", -1);
+    status = dup_or_split(&v, in->dense_shard, MPI_COMM_NULL, 0, 0, &g->dense, "dense");
     if (in->ep != MPI_COMM_NULL)
         MPI_Comm_rank(in->ep, &ep_rank);
     if (in->expert_shard != MPI_COMM_NULL)
         MPI_Comm_rank(in->expert_shard, &xs_rank);
     /* absent groups: no EP puts every dense rank in an EP group of its own; a missing expert
      * shard group is everyone with the same EP rank */
-    status = dup_or_split(in->ep, g->dense, in->expert_shard != MPI_COMM_NULL ? xs_rank : d, d,
-                          &g->ep, "EP");
     if (status == SHARDOPT_OK)
-        status = dup_or_split(in->expert_shard, g->dense, in->ep != MPI_COMM_NULL ? ep_rank : 0, d,
-                              &g->xs, "expert shard");
+        status = dup_or_split(&v, in->ep, g->dense, in->expert_shard != MPI_COMM_NULL ? xs_rank : d,
+                              d, &g->ep, "EP");
     if (status == SHARDOPT_OK)
-        status = dup_or_split(in->replicate, g->dense, d, 0, &g->rep, "replicate");
+        status = dup_or_split(&v, in->expert_shard, g->dense, in->ep != MPI_COMM_NULL ? ep_rank : 0,
+                              d, &g->xs, "expert shard");
+    if (status == SHARDOPT_OK)
+        status = dup_or_split(&v, in->replicate, g->dense, d, 0, &g->rep, "replicate");
+    comm_phase(was, -1);
     if (status != SHARDOPT_OK) {
         groups_free(g);
         return status;
@@ -313,6 +350,21 @@ static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, 
     return log_fail((shardopt_status_t)pair[0], "%s: rank %d: %s", what, pair[1], rest);
 }
 
+void groups_view(struct groups *t, MPI_Comm a, MPI_Comm b, int rank, double timeout_s)
+{
+    memset(t, 0, sizeof *t);
+    t->dense = a;
+    t->rep = b;
+    t->ep = t->xs = t->world = MPI_COMM_NULL;
+    MPI_Comm_size(a, &t->mesh.dense);
+    MPI_Comm_rank(a, &t->me.d);
+    if (b != MPI_COMM_NULL)
+        MPI_Comm_rank(b, &t->me.rep);
+    t->me.rank = rank;
+    t->timeout_s = timeout_s;
+    t->unsplit = b == MPI_COMM_NULL;
+}
+
 shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_status_t mine,
                                   const char *what, double timeout_s)
 {
@@ -322,19 +374,7 @@ shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_sta
     MPI_Initialized(&ready);
     if (!ready)
         return mine;
-    /* groups just for the deadline and its message: a as the dense group, b as the replicate
-     * group, ranks in messages numbered as `rank` is */
-    memset(&t, 0, sizeof t);
-    t.dense = a;
-    t.rep = b;
-    t.ep = t.xs = MPI_COMM_NULL;
-    MPI_Comm_size(a, &t.mesh.dense);
-    MPI_Comm_rank(a, &t.me.d);
-    if (b != MPI_COMM_NULL)
-        MPI_Comm_rank(b, &t.me.rep);
-    t.me.rank = rank;
-    t.timeout_s = timeout_s;
-    t.unsplit = b == MPI_COMM_NULL;
+    groups_view(&t, a, b, rank, timeout_s);
     return agree(&t, a, b, rank, mine, what);
 }
 

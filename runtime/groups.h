@@ -15,6 +15,9 @@ struct groups {
     MPI_Comm rep;     /* replicas of this rank's shards */
     double timeout_s; /* comm_timeout_s: a wait longer than this aborts the job (0: never) */
     int unsplit;      /* init's first agreement: dense is init's communicator, not yet split */
+    MPI_Comm world;   /* during shardopt_init, the communicator it was given (the caller's: not
+                         freed, not kept past init); else MPI_COMM_NULL. Only to name it in a
+                         timeout's message: its ranks are the runtime's */
 };
 
 /* Split `comm` by the config's layout. Collective; an invalid layout fails on every rank. */
@@ -39,6 +42,11 @@ shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, c
  * config is not yet agreed; 0: none). Returns mine when MPI is not initialised. */
 shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_status_t mine,
                                   const char *what, double timeout_s);
+
+/* t as a stand-in for groups not made yet, for comm_wait's deadline and message: a as the dense
+ * group, b (may be MPI_COMM_NULL: t->unsplit) as the replicate group, `rank` this rank's number
+ * in messages; no EP or expert shard group (set t->ep, t->xs to name one). */
+void groups_view(struct groups *t, MPI_Comm a, MPI_Comm b, int rank, double timeout_s);
 
 /* This rank's global index: replica * (dp_shard * cp) + dense rank. */
 static inline int groups_rank(const struct groups *g) { return g->me.rank; }

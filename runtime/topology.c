@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bind.h"
+#include "comm_wait.h"
 #include "log.h"
 #include "status.h"
 
@@ -51,8 +52,8 @@ int topology_pci_cpuset(const char *sysfs_root, const char *busid, hwloc_bitmap_
     return 0;
 }
 
-shardopt_status_t topology_init(struct topology *t, const shardopt_config_t *cfg, MPI_Comm local,
-                                int rank, const char *gpu_busid)
+shardopt_status_t topology_init(struct topology *t, const shardopt_config_t *cfg,
+                                const struct groups *g, MPI_Comm local, const char *gpu_busid)
 {
     const char *what = "bind = none: left as the process was";
 
@@ -83,10 +84,15 @@ shardopt_status_t topology_init(struct topology *t, const shardopt_config_t *cfg
     if (cfg->bind == SHARDOPT_BIND_AUTO) {
         MPI_Comm node;
         int local_rank = 0, local_size = 1;
-        MPI_Comm_split_type(local, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-        MPI_Comm_rank(node, &local_rank);
-        MPI_Comm_size(node, &local_size);
-        MPI_Comm_free(&node);
+        const char *was = comm_phase_now();
+        comm_phase("init: splitting the ranks by node (bind = auto)", -1);
+        /* on failure (a fault), the rank decides alone, as the node's only one */
+        if (comm_split_node(g, local, 0, &node, "node's group") == MPI_SUCCESS) {
+            MPI_Comm_rank(node, &local_rank);
+            MPI_Comm_size(node, &local_size);
+            MPI_Comm_free(&node);
+        }
+        comm_phase(was, -1);
         struct bind_decision d;
         if (t->topo != NULL &&
             bind_decide(t->topo, t->cpuset, local_rank, local_size, t->gpu_cpuset, &d) == 0) {
@@ -104,7 +110,7 @@ shardopt_status_t topology_init(struct topology *t, const shardopt_config_t *cfg
     }
     if (t->topo != NULL)
         hwloc_cpuset_to_nodeset(t->topo, t->cpuset, t->nodeset);
-    topology_log(t, rank, what, gpu_busid);
+    topology_log(t, g->me.rank, what, gpu_busid);
     return SHARDOPT_OK;
 }
 

@@ -5,6 +5,7 @@
 
 #include <hwloc.h>
 
+#include "groups.h"
 #include "shardopt.h"
 
 struct topology {
@@ -16,10 +17,10 @@ struct topology {
 };
 
 /* Load and log; with bind = auto, decide and bind (collective over `local`, a communicator of
- * the runtime's ranks, split by node inside). gpu_busid: the PCI bus id of this rank's GPU
- * ("0000:3b:00.0"), or NULL: bind = auto then binds to the GPU's local cores. */
-shardopt_status_t topology_init(struct topology *t, const shardopt_config_t *cfg, MPI_Comm local,
-                                int rank, const char *gpu_busid);
+ * the runtime's ranks, split by node inside under g's deadline). gpu_busid: the PCI bus id of
+ * this rank's GPU ("0000:3b:00.0"), or NULL: bind = auto then binds to the GPU's local cores. */
+shardopt_status_t topology_init(struct topology *t, const shardopt_config_t *cfg,
+                                const struct groups *g, MPI_Comm local, const char *gpu_busid);
 
 /* The cores local to the PCI device busid as Linux lists them (<sysfs_root>/bus/pci/devices/
  * <busid>/local_cpulist; sysfs_root is normally "/sys"). 0, or -1 when not readable. */

@@ -6,6 +6,10 @@
 #   hang_driver.sh MPIEXEC EXE N save SITE RANK DIR   (then: the step-2 checkpoint still loads)
 #   hang_driver.sh MPIEXEC EXE N load SITE:K RANK DIR (a checkpoint saved, then loaded with the hang)
 #   hang_driver.sh MPIEXEC EXE N init - RANK          (RANK never calls init)
+#   hang_driver.sh MPIEXEC EXE N init SITE:K RANK     (RANK stops in init: hang@init.split)
+#   hang_driver.sh MPIEXEC EXE N groups SITE:K RANK   (in init_from_groups: hang@init.dup)
+#   hang_driver.sh MPIEXEC EXE N nccl SITE:K RANK     (in init's NCCL communicators: hang@nccl.id;
+#                                                      EXE is hang_run_nccl)
 # SHARDOPT_TEST_LAYOUT and SHARDOPT_TEST_TIMEOUT come from the environment.
 set -u
 mpiexec=$1 exe=$2 n=$3 mode=$4 site=$5 rank=$6 dir=${7:-}
@@ -23,6 +27,10 @@ fail=0
 if [ "$mode" = step ]; then
     SHARDOPT_FAULT="hang@$site" SHARDOPT_FAULT_RANK=$rank \
         "$mpiexec" -n "$n" --oversubscribe "$exe" step 6 >"$out" 2>&1
+    rc=$?
+elif [ "$mode" = groups ] || [ "$mode" = nccl ] || { [ "$mode" = init ] && [ "$site" != - ]; }; then
+    SHARDOPT_FAULT="hang@$site" SHARDOPT_FAULT_RANK=$rank \
+        "$mpiexec" -n "$n" --oversubscribe "$exe" "$mode" - >"$out" 2>&1
     rc=$?
 elif [ "$mode" = load ]; then
     rm -rf "$dir"
@@ -50,7 +58,7 @@ if grep -q "hang_run: finished" "$out"; then
     echo "hang_driver: the run finished although rank $rank hung"
     fail=1
 fi
-if [ "$mode" = init ]; then
+if [ "$mode" = init ] && [ "$site" = - ]; then
     expect "hang_run: rank $rank stays out of init"
 else
     expect "SHARDOPT_FAULT: rank $rank hangs at ${site%%:*}"
@@ -64,8 +72,14 @@ elif [ "$mode" = step ]; then
     expect "in step: gradient pre-pass, sums of squares all-reduce over the dense group"
 elif [ "$mode" = load ]; then
     expect "in load, status agreement over the (dense|replicate) group"
-elif [ "$mode" = init ]; then
+elif [ "$mode" = init ] && [ "$site" = - ]; then
     expect "in init, status agreement over the communicator init was given"
+elif [ "$mode" = init ]; then
+    expect "in init: splitting the communicator into the groups, barrier before MPI_Comm_split making the [a-z -]+ group over the communicator init was given"
+elif [ "$mode" = groups ]; then
+    expect "in init_from_groups: duplicating the groups, MPI_Comm_idup making the dense group over the dense group"
+elif [ "$mode" = nccl ]; then
+    expect "in init: NCCL communicators, NCCL dense group: broadcast of its unique id over the dense group"
 else
     expect "in save, status agreement"
     # the job died mid-save: the step-2 checkpoint is what latest names, and it loads

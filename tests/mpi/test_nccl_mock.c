@@ -83,16 +83,27 @@ struct groups2 {
     cudaStream_t compute;
 };
 
+/* The world as the runtime's groups, for the bootstrap's deadline and names (60 s: these tests
+ * are about NCCL's own timeouts, not a member that never arrives, as hang_nccl_id_np2 is). */
+static struct groups world_groups(void)
+{
+    struct groups v;
+    groups_view(&v, MPI_COMM_WORLD, MPI_COMM_NULL, me, 60.0);
+    return v;
+}
+
 static void groups2_make(struct groups2 *g, double timeout_s, double pair_timeout_s)
 {
+    const struct groups v = world_groups();
     ASSERT_EQ_INT(cudaStreamCreateWithFlags(&g->compute, 0), cudaSuccess);
-    ASSERT_EQ_INT(nccl_group_create(MPI_COMM_WORLD, g->compute, timeout_s, "dense", NULL, &g->all),
-                  SHARDOPT_OK);
+    ASSERT_EQ_INT(
+        nccl_group_create(&v, MPI_COMM_WORLD, g->compute, timeout_s, "dense", NULL, &g->all),
+        SHARDOPT_OK);
     ASSERT_TRUE(g->all != NULL);
     MPI_Comm_split(MPI_COMM_WORLD, me / 2, me, &g->pair_comm);
     g->pair_ranks[0] = me / 2 * 2;
     g->pair_ranks[1] = me / 2 * 2 + 1;
-    ASSERT_EQ_INT(nccl_group_create(g->pair_comm, g->compute, pair_timeout_s, "expert shard",
+    ASSERT_EQ_INT(nccl_group_create(&v, g->pair_comm, g->compute, pair_timeout_s, "expert shard",
                                     g->all, &g->pair),
                   SHARDOPT_OK);
     ASSERT_TRUE(g->pair != NULL);
@@ -266,7 +277,8 @@ TEST(an_init_failure_is_reported_on_its_rank)
     ASSERT_EQ_INT(cudaStreamCreateWithFlags(&s, 0), cudaSuccess);
     if (me == 2)
         nccl_mock_inject(NCCL_MOCK_FAIL_INIT);
-    shardopt_status_t st = nccl_group_create(MPI_COMM_WORLD, s, 5.0, "replicate", NULL, &grp);
+    const struct groups v = world_groups();
+    shardopt_status_t st = nccl_group_create(&v, MPI_COMM_WORLD, s, 5.0, "replicate", NULL, &grp);
     if (me == 2) {
         EXPECT_EQ_INT(st, SHARDOPT_ERR_NCCL);
         EXPECT_TRUE(grp == NULL);

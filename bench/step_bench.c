@@ -70,6 +70,9 @@ struct opts {
 static int me, world;
 static const char *const offload_modes[3] = {"none", "optimizer", "cpu"};
 static int ns_compute_used; /* the runtime's resolution of --ns-compute (stats) */
+/* dp_replicate, dp_shard, cp, ep as init resolved them (dp_shard -1 is the rest of the ranks;
+ * --set may change any of them): what the header and the JSON report */
+static int layout_used[4];
 
 static void die(const char *what, shardopt_status_t st)
 {
@@ -329,6 +332,11 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     }
     if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK)
         die("init", st);
+    shardopt_get_stats(rt, &s); /* init leaves cp as given: the dense group is dp_shard x cp */
+    layout_used[0] = s.dp_replicate;
+    layout_used[1] = s.dense_size / cfg.cp;
+    layout_used[2] = cfg.cp;
+    layout_used[3] = s.ep_size;
     /* device memory for the shards, but offload = cpu works on host parameters */
     const struct kernel_ops *dev =
         cfg.backend == SHARDOPT_BACKEND_CUDA && cfg.offload != SHARDOPT_OFFLOAD_CPU
@@ -453,7 +461,8 @@ int main(int argc, char **argv)
                "median of %d steps after %d warm-up, max over ranks; sgemm (rank 0, "
                "1024x1024x4096) %.1f GFLOP/s\n\n",
                p.name, p.moe_layers, p.dense_layers, o.scale.width_div, o.scale.experts_div, p.n,
-               (double)p.total / 1e6, world, o.rep, o.shard, o.cp, o.ep, o.xdim, o.backend,
+               (double)p.total / 1e6, world, layout_used[0], layout_used[1], layout_used[2],
+               layout_used[3], o.xdim, o.backend,
                strcmp(o.backend, "cuda") ? ""
                : strcmp(o.comm_backend, "nccl") == 0
                    ? " (exchanges over NCCL)"
@@ -507,7 +516,8 @@ int main(int argc, char **argv)
             printf("\n{\"preset\": \"%s\", \"params\": %lld, \"ranks\": %d, \"dp_replicate\": %d, "
                    "\"dp_shard\": %d, \"cp\": %d, \"ep\": %d, \"expert_shard_dim\": %d, "
                    "\"sgemm_gflops\": %.2f, \"results\": [",
-                   p.name, (long long)p.total, world, o.rep, o.shard, o.cp, o.ep, o.xdim, gemm);
+                   p.name, (long long)p.total, world, layout_used[0], layout_used[1],
+                   layout_used[2], layout_used[3], o.xdim, gemm);
             for (int i = 0; i < nres; i++)
                 printf("%s{\"offload\": \"%s\", \"momentum\": \"%s\", \"step_s\": %.6f, "
                        "\"prepass_s\": %.6f, \"adamw_s\": %.6f, \"momentum_s\": %.6f, "

@@ -16,9 +16,11 @@ void config_export(const shardopt_config_t *full, shardopt_config_t *out);
  * `source` names where the values came from. */
 shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *source);
 
-/* shardopt_config_load_json on text already read (NUL-terminated); path names it in messages.
- * The fuzz target tests/fuzz/fuzz_config.c calls it directly. */
-shardopt_status_t config_json_text(const char *path, const char *text, shardopt_config_t *cfg);
+/* shardopt_config_load_json on text already read: len bytes, with a NUL at text[len] (a NUL
+ * before it is refused, never a place the text ends); path names it in messages. The fuzz target
+ * tests/fuzz/fuzz_config.c calls it directly. */
+shardopt_status_t config_json_text(const char *path, const char *text, size_t len,
+                                   shardopt_config_t *cfg);
 
 /* shardopt_config_from_env with the variables read through lookup (NULL: not set) instead of
  * getenv, so the fuzz target tests/fuzz/fuzz_config_set.c can run the overlay on its own

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_strict.h"
 #include "json_util.h"
 #include "mem.h"
 
@@ -30,42 +31,11 @@ const char *st_dtype_name(int dtype)
 
 /* ---- shared checks ---- */
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0. Strict like Rust's str::from_utf8, which
- * the reference reader applies to the header: no overlongs, surrogates or code points past
- * U+10FFFF. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned min, cp;
-
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2, min = 0x80, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF)
-        len = 3, min = 0x800, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4)
-        len = 4, min = 0x10000, cp = c & 0x07;
-    else
-        return 0;
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
 long st_utf8_error(const char *s)
 {
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
+        size_t k = json_utf8_seq_len((const unsigned char *)s + i, n - i);
         if (k == 0)
             return (long)i;
         i += k;
@@ -386,48 +356,30 @@ shardopt_status_t st_header_len(const unsigned char first8[8], uint64_t file_siz
     return status;
 }
 
-/* Byte checks cJSON does not make: UTF-8 (the reference refuses a header that is not), NUL and
- * "\u0000" (cJSON would silently cut a string there, renaming a tensor), raw control characters
- * (JSON forbids them in strings; cJSON skips them as blanks elsewhere). Numbers that are not
- * plain digits ("2.0", "1e3", "-0", "007") are noted in *num_at and *num_len, not refused here: the
- * tree checks name the tensor for most bad numbers, and these pass them as integral. */
-static shardopt_status_t header_scan(struct st_parse *ps, const unsigned char *s, size_t n,
-                                     size_t *num_at, size_t *num_len)
+/* Numbers that are not plain digits ("2.0", "1e3", "-0", "007"), in text json_strict_parse
+ * accepted: the first is noted in *num_at and *num_len, not refused here: the tree checks name the
+ * tensor for most bad numbers, and these pass them as integral. */
+static void numbers_scan(const unsigned char *s, size_t n, size_t *num_at, size_t *num_len)
 {
     int in_string = 0;
 
     *num_at = SIZE_MAX;
-    for (size_t i = 0; i < n;) {
+    for (size_t i = 0; i < n && *num_at == SIZE_MAX;) {
         unsigned char c = s[i];
-        if (c == 0)
-            return refuse(ps, "header byte %zu is a NUL byte", i);
-        if (c >= 0x80) {
-            size_t k = utf8_seq_len(s + i, n - i);
-            if (k == 0)
-                return refuse(ps, "header byte %zu: invalid UTF-8", i);
-            i += k;
-        } else if (in_string) {
-            if (c < 0x20)
-                return refuse(ps, "header byte %zu: unescaped control character 0x%02x in a string",
-                              i, c);
-            if (c == '\\' && i + 1 < n && s[i + 1] == 'u' && i + 6 <= n &&
-                memcmp(s + i + 2, "0000", 4) == 0)
-                return refuse(ps, "header byte %zu: \\u0000 in a string", i);
+        if (in_string) {
             in_string = c != '"';
-            i += c == '\\' && i + 1 < n && s[i + 1] < 0x80 ? 2 : 1;
+            i += c == '\\' && i + 1 < n ? 2 : 1;
         } else if (c == '"') {
             in_string = 1;
             i++;
-        } else if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-            return refuse(ps, "header byte %zu: control character 0x%02x", i, c);
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             size_t j = i;
             int plain = 1;
-            while (j < n && s[j] != 0 && strchr("0123456789+-.eE", s[j]) != NULL) {
+            while (j < n && strchr("0123456789+-.eE", s[j]) != NULL) {
                 plain &= s[j] >= '0' && s[j] <= '9';
                 j++;
             }
-            if ((!plain || (s[i] == '0' && j - i > 1)) && *num_at == SIZE_MAX) {
+            if (!plain || (s[i] == '0' && j - i > 1)) {
                 *num_at = i;
                 *num_len = j - i;
             }
@@ -436,7 +388,6 @@ static shardopt_status_t header_scan(struct st_parse *ps, const unsigned char *s
             i++;
         }
     }
-    return SHARDOPT_OK;
 }
 
 /* A non-negative integral number below 2^53 (where doubles are exact); refuses NaN, Inf, 1.5,
@@ -719,15 +670,14 @@ static shardopt_status_t header_from_json(struct st_parse *ps, const cJSON *root
     return tensors_cross_check(ps, h);
 }
 
-/* Parse the bytes with cJSON: from a NUL-terminated copy, so that no version of cJSON can read
- * past them, and with nothing but blanks allowed after the object. */
+/* Parse the bytes as strict JSON (runtime/json_strict.h): from a NUL-terminated copy, so that no
+ * version of cJSON can read past them. */
 static shardopt_status_t header_tree(struct st_parse *ps, const char *json, size_t len,
                                      cJSON **root_p)
 {
-    const char *end = NULL;
     size_t first = 0;
     char *copy;
-    cJSON *root;
+    cJSON *root = NULL;
 
     while (first < len && strchr(" \t\n\r", json[first]) != NULL && json[first] != 0)
         first++;
@@ -740,25 +690,14 @@ static shardopt_status_t header_tree(struct st_parse *ps, const char *json, size
         return out_of_memory(ps, "header copy");
     memcpy(copy, json, len);
     copy[len] = 0;
-    mem_failed_clear();
-    errno = 0;
-    root = cJSON_ParseWithLengthOpts(copy, len, &end, 0);
-    if (root == NULL && json_parse_oom()) {
-        free(copy);
-        return out_of_memory(ps, "JSON tree");
-    }
-    if (root == NULL) {
-        size_t at = end != NULL && end >= copy ? (size_t)(end - copy) : 0;
-        free(copy);
-        return refuse(ps, "header is not valid JSON (near byte %zu)", at);
-    }
-    for (size_t i = (size_t)(end - copy); i < len; i++)
-        if (strchr(" \t\n\r", copy[i]) == NULL) {
-            cJSON_Delete(root);
-            free(copy);
-            return refuse(ps, "header byte %zu: text after the JSON object", i);
-        }
+    char why[200];
+    const shardopt_status_t st =
+        json_strict_parse(copy, len, JSON_STRICT_CALLER_CHECKS, &root, why, sizeof why);
     free(copy);
+    if (st == SHARDOPT_ERR_OUT_OF_MEMORY)
+        return out_of_memory(ps, "JSON tree");
+    if (st != SHARDOPT_OK)
+        return refuse(ps, "header %s", why);
     *root_p = root;
     return SHARDOPT_OK;
 }
@@ -777,12 +716,10 @@ shardopt_status_t st_header_parse(const char *json, uint64_t json_len, uint64_t 
     status = len_check(&ps, json_len); /* also bounds every allocation below */
     if (status != SHARDOPT_OK)
         return status;
-    status = header_scan(&ps, (const unsigned char *)json, (size_t)json_len, &num_at, &num_len);
-    if (status != SHARDOPT_OK)
-        return status;
     status = header_tree(&ps, json, (size_t)json_len, &root);
     if (status != SHARDOPT_OK)
         return status;
+    numbers_scan((const unsigned char *)json, (size_t)json_len, &num_at, &num_len);
     h.data_start = ps.data_start;
     status = header_from_json(&ps, root, &h);
     cJSON_Delete(root);

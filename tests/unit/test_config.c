@@ -196,6 +196,44 @@ TEST(json_refuses_bad_input_and_leaves_config_unchanged)
     EXPECT_STR_CONTAINS(shardopt_last_error(), "/nonexistent/shardopt.json");
 }
 
+/* A config file is exactly one JSON value and blanks: cJSON alone loaded the first object of
+ * `{"momentum":0.5} {"ep":2}` (ep silently dropped), cut keys and values at "\u0000"
+ * ("embed\u0000,w" became "embed"), stopped at a raw NUL byte, and took "05", control bytes
+ * between tokens and a byte-order mark. Each is refused naming the byte offset, config unchanged.
+ */
+TEST(json_refuses_text_that_is_not_exactly_one_json_value)
+{
+    expect_json_refused("{\"momentum\":0.5} {\"ep\":2}", "byte 17", "text after the JSON object");
+    expect_json_refused("{\"momentum\":0.5}x", "byte 16", "text after");
+    expect_json_refused("{\"momentum\\u0000x\":0.5}", "byte 10", "\\u0000 in a string");
+    expect_json_refused("{\"adamw_patterns\": \"embed\\u0000,w\"}", "byte 25",
+                        "\\u0000 in a string");
+    expect_json_refused("{\"ns_steps\": 05}", "byte 13", "number '05'");
+    expect_json_refused("{\"momentum\": -.5}", "byte 13", "number '-.5'");
+    expect_json_refused("{\x01\"momentum\":0.5}", "byte 1", "control character 0x01");
+    expect_json_refused("\xef\xbb\xbf{\"momentum\":0.5}", "byte 0",
+                        "not the start of a JSON value");
+    expect_json_refused("{\"adamw_patterns\": \"a\xc3\"}", "byte 21", "invalid UTF-8");
+    expect_json_refused("{\"ep\": 1, \"ep\": 2}", "'ep'", "appears twice");
+    /* a raw NUL is not where the text ends: the file is read to its last byte */
+    static const char raw[] = "{\"momentum\":0.5}\0{\"ep\":2}";
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/shardopt_cfg_nul_%d.json", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    ASSERT_TRUE(f != NULL);
+    fwrite(raw, 1, sizeof raw - 1, f);
+    fclose(f);
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT, before = c;
+    EXPECT_EQ_INT(shardopt_config_load_json(path, &c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "byte 16 is a NUL byte");
+    EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    unlink(path);
+    /* blanks after the object, and an escaped backslash before "u0000", are JSON */
+    const char *ok = write_json("{\"adamw_patterns\": \"a\\\\u0000\"} \n\t\r\n");
+    EXPECT_EQ_INT(shardopt_config_load_json(ok, &c), SHARDOPT_OK);
+    EXPECT_TRUE(strcmp(c.adamw_patterns, "a\\u0000") == 0);
+}
+
 /* The file's size limit: a valid file padded with blanks to exactly 1 MiB loads; one byte more
  * is refused, naming the limit, and the config stays as it was. */
 TEST(json_file_of_the_limit_loads_and_one_byte_more_is_refused)

@@ -5,7 +5,11 @@
 #include "runtime.h"
 #include "sharding/plan.h"
 
-#define CKPT_FORMAT_VERSION 1
+/* 2: index.json has its integrity record, index.json.crc32c, beside it. A load reads 1 (without
+ * the record) and 2 (only with it). */
+#define CKPT_FORMAT_VERSION 2
+#define CKPT_FORMAT_OLDEST  1
+#define CKPT_INDEX_CRC_NAME "index.json.crc32c"
 #define CKPT_BLOCK          ((size_t)1 << 20) /* bytes per CRC32C block: partial readers verify blocks */
 #define CKPT_CHUNK          ((size_t)16 << 20) /* bytes per read or write call */
 #define CKPT_INDEX_MAX      ((size_t)1 << 30) /* index.json: the most a load reads, a save writes */
@@ -37,12 +41,14 @@ int ckpt_name_is_plain(const char *s);
 /* fsync a directory so that entries created or renamed in it are durable. */
 int ckpt_fsync_dir(const char *path);
 
+/* The checks shardopt_load applies to an index.json text (len bytes, a NUL after them) once its
+ * integrity record matched, alone (the record is not looked for: the structure is what is
+ * checked): SHARDOPT_OK, SHARDOPT_ERR_CORRUPT, SHARDOPT_ERR_UNSUPPORTED (format_version) or
+ * SHARDOPT_ERR_OUT_OF_MEMORY. For the fuzz target tests/fuzz/fuzz_index.c and the corpus test. */
+shardopt_status_t ckpt_index_check(const char *text, size_t len);
+
 /* Every rank returns the same status: the worst one, with the message of the rank that had it
  * (or a pointer to that rank's log). */
-/* The checks shardopt_load applies to an index.json text (NUL-terminated), alone: SHARDOPT_OK,
- * SHARDOPT_ERR_CORRUPT, SHARDOPT_ERR_UNSUPPORTED (format_version) or SHARDOPT_ERR_OUT_OF_MEMORY.
- * For the fuzz target tests/fuzz/fuzz_index.c and the corpus test. */
-shardopt_status_t ckpt_index_check(const char *text);
 
 shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what);
 

@@ -15,6 +15,7 @@
 #include "comm_wait.h"
 #include "crc32c.h"
 #include "fault.h"
+#include "json_strict.h"
 #include "json_util.h"
 #include "log.h"
 #include "mem.h"
@@ -37,6 +38,14 @@ struct ck_tensor {
     int nshards;
 };
 
+/* A "params" record. */
+struct ck_param {
+    const char *name; /* points into the parsed JSON */
+    int algo, ndim;
+    int64_t shape[3];
+    uint64_t step;
+};
+
 struct ck_file {
     const char *name;
     int fd;
@@ -51,13 +60,17 @@ struct ck_load {
     uint64_t step;
     struct ck_tensor *t;
     int nt;
+    const struct ck_tensor **by; /* t sorted by name */
+    struct ck_param *p;          /* sorted by name */
+    int np;
     struct ck_file *files;
     int nfiles;
     unsigned char *staging; /* the new state, in the arena's kind of memory */
     unsigned char *fill;    /* what rank_fill writes: staging, or its host copy (device state) */
     const unsigned char *current; /* the state now, as host memory (load_allow_missing) */
     void *current_copy, *fill_copy;
-    uint64_t *steps; /* per registered param */
+    uint64_t *steps;     /* per registered param */
+    unsigned char *read; /* per registered param: state read from the checkpoint */
     unsigned char *chunk;
     int converted;
     const struct state_store *store; /* staging is a buffer of its kind */
@@ -65,6 +78,20 @@ struct ck_load {
 };
 
 /* ---- the index ---- */
+
+/* Every integer in the index is at most this: doubles (cJSON's numbers) are exact below 2^53. */
+#define CK_INT_MAX 9.0e15
+
+/* A JSON number holding an integer in [0, max]; the only conversion of an index number to an
+ * integer goes through here or json_i64s. */
+static int json_uint(const cJSON *v, double max, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= max) ||
+        v->valuedouble != floor(v->valuedouble))
+        return 0;
+    *out = (uint64_t)v->valuedouble;
+    return 1;
+}
 
 static int json_i64s(const cJSON *a, int64_t *out, int max, int *n)
 {
@@ -74,24 +101,17 @@ static int json_i64s(const cJSON *a, int64_t *out, int max, int *n)
         return -1;
     cJSON_ArrayForEach(e, a)
     {
-        if (*n == max || !cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 9.0e15 ||
-            e->valuedouble != floor(e->valuedouble))
+        uint64_t v;
+        if (*n == max || !json_uint(e, CK_INT_MAX, &v))
             return -1;
-        out[(*n)++] = (int64_t)e->valuedouble;
+        out[(*n)++] = (int64_t)v;
     }
     return 0;
 }
 
-/* A CRC in the index: a JSON number holding an integer in [0, 2^32). */
-static int crc32_valid(const cJSON *v)
-{
-    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 4294967295.0 &&
-           v->valuedouble == floor(v->valuedouble);
-}
-
 static shardopt_status_t index_bad(const char *dir, const char *what, const char *tensor)
 {
-    return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/index.json: %s%s%s%s", dir, what,
+    return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/index.json: %s%s%.300s%s", dir, what,
                     tensor ? " (tensor '" : "", tensor ? tensor : "", tensor ? "')" : "");
 }
 
@@ -101,32 +121,333 @@ static int tensor_ptr_by_name(const void *a, const void *b)
                   (*(const struct ck_tensor *const *)b)->name);
 }
 
-static shardopt_status_t index_parse(struct ck_load *L, const char *text)
+static int param_by_name(const void *a, const void *b)
 {
-    const cJSON *e, *tensors;
-    char nb[64];
-    mem_failed_clear();
-    errno = 0;
-    L->root = cJSON_Parse(text);
-    if (L->root == NULL && json_parse_oom())
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                        "load: %s/index.json: out of memory allocating %s while parsing it", L->dir,
-                        json_oom_bytes(nb, sizeof nb));
-    if (!cJSON_IsObject(L->root))
-        return index_bad(L->dir, "not a JSON object", NULL);
+    return strcmp(((const struct ck_param *)a)->name, ((const struct ck_param *)b)->name);
+}
+
+static const struct ck_param *param_find(const struct ck_load *L, const char *name)
+{
+    const struct ck_param key = {.name = name};
+    return L->np > 0 ? bsearch(&key, L->p, (size_t)L->np, sizeof *L->p, param_by_name) : NULL;
+}
+
+/* format, format_version, step, layout, config. `verified`: index.json.crc32c matched the text
+ * (rank 0 checked it before any of this was read). */
+static shardopt_status_t index_top(struct ck_load *L, int verified, int quiet)
+{
+    static int v1_noticed;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(L->root, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(L->root, "format_version");
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(L->root, "step");
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(L->root, "layout");
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(L->root, "config"), *e;
+    uint64_t version, v[6];
+    static const char *const lay_keys[6] = {"ranks", "dp_replicate", "dp_shard",
+                                            "cp",    "ep",           "block_bytes"};
+
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "shardopt-checkpoint") != 0)
         return index_bad(L->dir, "\"format\" is not \"shardopt-checkpoint\"", NULL);
-    if (!cJSON_IsNumber(ver) || ver->valuedouble != CKPT_FORMAT_VERSION)
+    if (!json_uint(ver, CK_INT_MAX, &version))
+        return index_bad(L->dir, "\"format_version\" is not an integer", NULL);
+    if (version < CKPT_FORMAT_OLDEST || version > CKPT_FORMAT_VERSION)
         return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                        "load: %s/index.json: format_version %g: this version reads %d", L->dir,
-                        cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, CKPT_FORMAT_VERSION);
-    if (!cJSON_IsNumber(step) || !(step->valuedouble >= 0 && step->valuedouble <= 9.0e15) ||
-        step->valuedouble != floor(step->valuedouble))
+                        "load: %s/index.json: format_version %llu: this version reads %d to %d",
+                        L->dir, (unsigned long long)version, CKPT_FORMAT_OLDEST,
+                        CKPT_FORMAT_VERSION);
+    if (version >= 2 && !verified)
+        return index_bad(L->dir,
+                         "format_version 2 and no " CKPT_INDEX_CRC_NAME
+                         " beside it: the index's integrity record is missing",
+                         NULL);
+    if (version == 1 && !verified && !quiet && !v1_noticed) {
+        v1_noticed = 1;
+        log_warn("load: %s/index.json: format_version 1, written before indexes carried "
+                 "an integrity record (" CKPT_INDEX_CRC_NAME "): damage to the index itself is "
+                 "not detected; the next save writes version %d",
+                 L->dir, CKPT_FORMAT_VERSION);
+    }
+    if (!json_uint(step, CK_INT_MAX, &L->step))
         return index_bad(L->dir, "\"step\" is not an integer in [0, 9e15]", NULL);
-    L->step = (uint64_t)step->valuedouble;
+    if (!cJSON_IsObject(lay))
+        return index_bad(L->dir, "\"layout\" is not an object", NULL);
+    for (int k = 0; k < 6; k++)
+        if (!json_uint(cJSON_GetObjectItemCaseSensitive(lay, lay_keys[k]), 2147483647.0, &v[k]) ||
+            v[k] == 0) {
+            char what[128];
+            snprintf(what, sizeof what, "\"layout\": \"%s\" is not an integer in [1, 2^31)",
+                     lay_keys[k]);
+            return index_bad(L->dir, what, NULL);
+        }
+    /* ranks = dp_replicate x dp_shard x cp, and ep divides a replica's dp_shard x cp */
+    if (v[0] != v[1] * v[2] * v[3] || (v[2] * v[3]) % v[4] != 0)
+        return index_bad(L->dir,
+                         "\"layout\": ranks is not dp_replicate x dp_shard x cp, or ep does not "
+                         "divide dp_shard x cp",
+                         NULL);
+    if (v[5] != CKPT_BLOCK) /* the block CRCs are of 1 MiB blocks: the only size read */
+        return index_bad(L->dir, "\"layout\": block_bytes is not 1048576", NULL);
+    if (!cJSON_IsObject(cfg))
+        return index_bad(L->dir, "\"config\" is not an object", NULL);
+    cJSON_ArrayForEach(e, cfg) if (!cJSON_IsString(e)) return index_bad(
+        L->dir, "a \"config\" value is not a string (every key is recorded as printed)", NULL);
+    return SHARDOPT_OK;
+}
+
+/* "params": a name, an algorithm, a shape and a step count each, every name once. */
+static shardopt_status_t index_params(struct ck_load *L)
+{
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(L->root, "params"), *e;
+    if (!cJSON_IsArray(params))
+        return index_bad(L->dir, "\"params\" missing", NULL);
+    const int n = cJSON_GetArraySize(params);
+    L->p = mem_calloc((size_t)n + 1, sizeof(*L->p));
+    if (L->p == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s/index.json: out of memory allocating %zu bytes for %d parameter "
+                        "records",
+                        L->dir, ((size_t)n + 1) * sizeof(*L->p), n);
+    cJSON_ArrayForEach(e, params)
+    {
+        struct ck_param *p = &L->p[L->np];
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *algo = cJSON_GetObjectItemCaseSensitive(e, "algo");
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(e, "step");
+        char what[256];
+        if (!cJSON_IsString(name) || name->valuestring[0] == '\0')
+            return index_bad(L->dir, "a \"params\" record without a name", NULL);
+        p->name = name->valuestring;
+        p->algo = !cJSON_IsString(algo)                     ? -1
+                  : strcmp(algo->valuestring, "muon") == 0  ? SHARDOPT_ALGO_MUON
+                  : strcmp(algo->valuestring, "adamw") == 0 ? SHARDOPT_ALGO_ADAMW
+                                                            : -1;
+        if (p->algo < 0) {
+            snprintf(what, sizeof what, "parameter '%.100s': \"algo\" is not muon or adamw",
+                     p->name);
+            return index_bad(L->dir, what, NULL);
+        }
+        if (json_i64s(cJSON_GetObjectItemCaseSensitive(e, "shape"), p->shape, 3, &p->ndim) != 0 ||
+            p->ndim < 1) {
+            snprintf(what, sizeof what, "parameter '%.100s': shape is not 1-3 integers", p->name);
+            return index_bad(L->dir, what, NULL);
+        }
+        /* the update reads it (AdamW's bias correction): -1, 2.5 or 1e300 became NaN there */
+        if (!json_uint(step, (double)L->step, &p->step)) {
+            snprintf(what, sizeof what,
+                     "parameter '%.100s': \"step\" is not an integer in [0, %llu] (the "
+                     "checkpoint's step)",
+                     p->name, (unsigned long long)L->step);
+            return index_bad(L->dir, what, NULL);
+        }
+        L->np++;
+    }
+    if (L->np > 1)
+        qsort(L->p, (size_t)L->np, sizeof *L->p, param_by_name);
+    for (int k = 1; k < L->np; k++)
+        if (strcmp(L->p[k - 1].name, L->p[k].name) == 0) {
+            char what[160];
+            snprintf(what, sizeof what, "parameter '%.100s' is listed twice in \"params\"",
+                     L->p[k].name);
+            return index_bad(L->dir, what, NULL);
+        }
+    return SHARDOPT_OK;
+}
+
+/* A tensor's name is "<param>.<kind>" with a kind its parameter's algorithm has, and its shape is
+ * the parameter's: a load checks the tensor against the registered parameter. */
+static int tensor_names_param(const struct ck_tensor *t, const struct ck_param *p)
+{
+    const size_t n = strlen(p->name);
+    if (strncmp(t->name, p->name, n) != 0 || t->name[n] != '.')
+        return 0;
+    const char *kind = t->name + n + 1;
+    return p->algo == SHARDOPT_ALGO_MUON
+               ? strcmp(kind, "momentum") == 0
+               : strcmp(kind, "exp_avg") == 0 || strcmp(kind, "exp_avg_sq") == 0;
+}
+
+struct corner {
+    int64_t x[3];
+    int sign;
+};
+
+static int corner_cmp(const void *a, const void *b)
+{
+    const struct corner *p = a, *q = b;
+    for (int d = 0; d < 3; d++)
+        if (p->x[d] != q->x[d])
+            return p->x[d] < q->x[d] ? -1 : 1;
+    return 0;
+}
+
+/* Do the shards tile the tensor exactly (every element in exactly one shard)? The indicator of a
+ * box [lo, hi) is the signed sum of the orthants {x >= c} at its 8 corners c (sign -1 per
+ * coordinate taken from hi); orthants at distinct points are linearly independent, so the
+ * shards' indicators sum to the tensor's exactly when, at every point, the corner signs of the
+ * shards equal the tensor's. Sorting the 8 (n + 1) corners makes that O(n log n) in the shards:
+ * a pairwise overlap test would be quadratic, and thousands of shards per tensor is normal at
+ * scale. `c` holds 8 (n + 1) corners. */
+static int shards_tile(const struct ck_tensor *t, struct corner *c)
+{
+    size_t n = 0;
+    for (int s = 0; s <= t->nshards; s++) {
+        const int64_t *lo = s < t->nshards ? t->shards[s].box.lo : (const int64_t[3]){0, 0, 0};
+        const int64_t *len = s < t->nshards ? t->shards[s].box.len : t->shape;
+        for (int m = 0; m < 8; m++, n++) {
+            int hi = 0;
+            for (int d = 0; d < 3; d++) {
+                const int up = (m >> d) & 1;
+                c[n].x[d] = lo[d] + (up ? len[d] : 0);
+                hi += up;
+            }
+            c[n].sign = (hi & 1 ? -1 : 1) * (s < t->nshards ? 1 : -1);
+        }
+    }
+    qsort(c, n, sizeof *c, corner_cmp);
+    for (size_t i = 0; i < n;) {
+        long sum = 0;
+        size_t j = i;
+        for (; j < n && corner_cmp(&c[i], &c[j]) == 0; j++)
+            sum += c[j].sign;
+        if (sum != 0)
+            return 0;
+        i = j;
+    }
+    return 1;
+}
+
+/* Why shards_tile said no, from the volumes (each shard lies inside the tensor). */
+static const char *tiling_problem(const struct ck_tensor *t)
+{
+    unsigned __int128 vol = 1, sum = 0;
+    for (int d = 0; d < 3; d++)
+        vol *= (uint64_t)t->shape[d];
+    for (int s = 0; s < t->nshards; s++) {
+        unsigned __int128 v = 1;
+        for (int d = 0; d < 3; d++)
+            v *= (uint64_t)t->shards[s].box.len[d];
+        sum += v;
+    }
+    return sum > vol   ? "the shards overlap (they must tile the tensor exactly)"
+           : sum < vol ? "the shards leave part of the tensor uncovered (they must tile it "
+                         "exactly)"
+                       : "the shards overlap and leave part of the tensor uncovered (they must "
+                         "tile it exactly)";
+}
+
+/* One tensor record: everything but the tiling. */
+static shardopt_status_t index_tensor(struct ck_load *L, const cJSON *e, struct ck_tensor *t)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    const cJSON *param = cJSON_GetObjectItemCaseSensitive(e, "param");
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(e, "shards"), *s;
+    if (!cJSON_IsString(name))
+        return index_bad(L->dir, "a tensor without a name", NULL);
+    t->name = name->valuestring;
+    t->dtype = cJSON_IsString(dt) ? ckpt_dtype_parse(dt->valuestring) : -1;
+    if (t->dtype < 0)
+        return index_bad(L->dir, "dtype not F32 or BF16", t->name);
+    if (json_i64s(cJSON_GetObjectItemCaseSensitive(e, "shape"), t->shape, 3, &t->ndim) != 0 ||
+        t->ndim < 1)
+        return index_bad(L->dir, "shape is not 1-3 integers", t->name);
+    const struct ck_param *p = cJSON_IsString(param) ? param_find(L, param->valuestring) : NULL;
+    if (p == NULL)
+        return index_bad(L->dir, "\"param\" names no record of \"params\"", t->name);
+    if (!tensor_names_param(t, p))
+        return index_bad(L->dir,
+                         "the name is not its parameter's name and a state kind of its "
+                         "algorithm",
+                         t->name);
+    if (p->ndim != t->ndim || memcmp(p->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
+        return index_bad(L->dir, "shape differs from its parameter's", t->name);
+    if (!cJSON_IsArray(shards))
+        return index_bad(L->dir, "\"shards\" missing", t->name);
+    t->shards = mem_calloc((size_t)cJSON_GetArraySize(shards) + 1, sizeof(*t->shards));
+    if (t->shards == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s/index.json: out of memory allocating %zu bytes for the shards "
+                        "of '%s'",
+                        L->dir, mem_failed_bytes(), t->name);
+    t->nshards = cJSON_GetArraySize(shards); /* only now: load_free walks them */
+    int j = 0;
+    cJSON_ArrayForEach(s, shards)
+    {
+        struct ck_shard *sh = &t->shards[j++];
+        const cJSON *file = cJSON_GetObjectItemCaseSensitive(s, "file");
+        const cJSON *crc = cJSON_GetObjectItemCaseSensitive(s, "crc32c");
+        uint64_t v;
+        int n1, n2;
+        if (!cJSON_IsString(file) || !ckpt_name_is_plain(file->valuestring))
+            return index_bad(L->dir,
+                             "a shard's \"file\" is not a plain file name inside the "
+                             "checkpoint directory",
+                             t->name);
+        sh->file = file->valuestring;
+        int64_t *lo = sh->box.lo, *ln = sh->box.len;
+        if (json_i64s(cJSON_GetObjectItemCaseSensitive(s, "offset"), lo, 3, &n1) != 0 ||
+            json_i64s(cJSON_GetObjectItemCaseSensitive(s, "shape"), ln, 3, &n2) != 0 ||
+            n1 != t->ndim || n2 != t->ndim)
+            return index_bad(L->dir, "a shard's offset/shape do not match the tensor's dims",
+                             t->name);
+        uint64_t bytes = kdtype_size(t->dtype);
+        for (int d = 0; d < t->ndim; d++) {
+            if (lo[d] + ln[d] > t->shape[d]) /* each at most 9e15: no overflow */
+                return index_bad(L->dir, "a shard lies outside the tensor", t->name);
+            if (__builtin_mul_overflow(bytes, (uint64_t)ln[d], &bytes))
+                return index_bad(L->dir, "a shard's byte size overflows 64 bits", t->name);
+        }
+        const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(s, "block_crc32c"), *bc;
+        if (!json_uint(crc, 4294967295.0, &v) || !cJSON_IsArray(blocks) ||
+            (uint64_t)cJSON_GetArraySize(blocks) != (bytes + CKPT_BLOCK - 1) / CKPT_BLOCK)
+            return index_bad(L->dir, "a shard's CRC32C list does not match its size", t->name);
+        sh->crc = (uint32_t)v;
+        sh->blocks = mem_malloc(sizeof(uint32_t) * ((size_t)cJSON_GetArraySize(blocks) + 1));
+        if (sh->blocks == NULL)
+            return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                            "load: %s/index.json: out of memory allocating %zu bytes for the "
+                            "block CRCs of '%s'",
+                            L->dir, mem_failed_bytes(), t->name);
+        int b = 0;
+        cJSON_ArrayForEach(bc, blocks)
+        {
+            if (!json_uint(bc, 4294967295.0, &v))
+                return index_bad(L->dir, "a block CRC32C is not an integer in [0, 2^32)", t->name);
+            sh->blocks[b++] = (uint32_t)v;
+        }
+        /* 3-D, leading dims of 1 */
+        for (int d = 2; d >= 0; d--) {
+            int s3 = d - (3 - t->ndim);
+            lo[d] = s3 >= 0 ? lo[s3] : 0;
+            ln[d] = s3 >= 0 ? ln[s3] : 1;
+        }
+    }
+    for (int d = 2; d >= 0; d--) {
+        int s3 = d - (3 - t->ndim);
+        t->shape[d] = s3 >= 0 ? t->shape[s3] : 1;
+    }
+    return SHARDOPT_OK;
+}
+
+/* Every check of the index text, before a shard is read. `verified`: rank 0 found
+ * index.json.crc32c beside it and it matched (ckpt_index_check passes 1: the fuzz target reaches
+ * the structure); `quiet`: no notice (every rank but 0). */
+static shardopt_status_t index_parse(struct ck_load *L, const char *text, size_t len, int verified,
+                                     int quiet)
+{
+    const cJSON *e, *tensors;
+    char why[256];
+    shardopt_status_t status =
+        json_strict_parse(text, len, JSON_STRICT_INTEGERS, &L->root, why, sizeof why);
+    if (status == SHARDOPT_ERR_OUT_OF_MEMORY)
+        return log_fail(status, "load: %s/index.json: %s while parsing it", L->dir, why);
+    if (status != SHARDOPT_OK)
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/index.json: %s", L->dir, why);
+    if (!cJSON_IsObject(L->root))
+        return index_bad(L->dir, "not a JSON object", NULL);
+    if ((status = index_top(L, verified, quiet)) != SHARDOPT_OK ||
+        (status = index_params(L)) != SHARDOPT_OK)
+        return status;
     tensors = cJSON_GetObjectItemCaseSensitive(L->root, "tensors");
     if (!cJSON_IsArray(tensors))
         return index_bad(L->dir, "\"tensors\" missing", NULL);
@@ -137,116 +458,52 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text)
                         "load: %s/index.json: out of memory allocating %zu bytes for %d tensors",
                         L->dir, ((size_t)nt + 1) * sizeof(*L->t), nt);
     L->nt = nt; /* only now: load_free walks them */
-    int i = 0;
+    int i = 0, most = 0;
     cJSON_ArrayForEach(e, tensors)
     {
         struct ck_tensor *t = &L->t[i++];
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        const cJSON *shards = cJSON_GetObjectItemCaseSensitive(e, "shards"), *s;
-        if (!cJSON_IsString(name))
-            return index_bad(L->dir, "a tensor without a name", NULL);
-        t->name = name->valuestring;
-        t->dtype = cJSON_IsString(dt) ? ckpt_dtype_parse(dt->valuestring) : -1;
-        if (t->dtype < 0)
-            return index_bad(L->dir, "dtype not F32 or BF16", t->name);
-        if (json_i64s(cJSON_GetObjectItemCaseSensitive(e, "shape"), t->shape, 3, &t->ndim) != 0 ||
-            t->ndim < 1)
-            return index_bad(L->dir, "shape is not 1-3 integers", t->name);
-        if (!cJSON_IsArray(shards))
-            return index_bad(L->dir, "\"shards\" missing", t->name);
-        t->shards = mem_calloc((size_t)cJSON_GetArraySize(shards) + 1, sizeof(*t->shards));
-        if (t->shards == NULL)
-            return log_fail(
-                SHARDOPT_ERR_OUT_OF_MEMORY,
-                "load: %s/index.json: out of memory allocating %zu bytes for the shards "
-                "of '%s'",
-                L->dir, mem_failed_bytes(), t->name);
-        t->nshards = cJSON_GetArraySize(shards); /* only now: load_free walks them */
-        int j = 0;
-        cJSON_ArrayForEach(s, shards)
-        {
-            struct ck_shard *sh = &t->shards[j++];
-            const cJSON *file = cJSON_GetObjectItemCaseSensitive(s, "file");
-            const cJSON *crc = cJSON_GetObjectItemCaseSensitive(s, "crc32c");
-            int n1, n2;
-            if (!cJSON_IsString(file) || !ckpt_name_is_plain(file->valuestring))
-                return index_bad(L->dir,
-                                 "a shard's \"file\" is not a plain file name inside the "
-                                 "checkpoint directory",
-                                 t->name);
-            sh->file = file->valuestring;
-            int64_t *lo = sh->box.lo, *ln = sh->box.len;
-            if (json_i64s(cJSON_GetObjectItemCaseSensitive(s, "offset"), lo, 3, &n1) != 0 ||
-                json_i64s(cJSON_GetObjectItemCaseSensitive(s, "shape"), ln, 3, &n2) != 0 ||
-                n1 != t->ndim || n2 != t->ndim)
-                return index_bad(L->dir, "a shard's offset/shape do not match the tensor's dims",
-                                 t->name);
-            uint64_t bytes = kdtype_size(t->dtype);
-            for (int d = 0; d < t->ndim; d++) {
-                if (lo[d] + ln[d] > t->shape[d])
-                    return index_bad(L->dir, "a shard lies outside the tensor", t->name);
-                if (__builtin_mul_overflow(bytes, (uint64_t)ln[d], &bytes))
-                    return index_bad(L->dir, "a shard's byte size overflows 64 bits", t->name);
-            }
-            const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(s, "block_crc32c"), *bc;
-            if (!crc32_valid(crc) || !cJSON_IsArray(blocks) ||
-                (uint64_t)cJSON_GetArraySize(blocks) != (bytes + CKPT_BLOCK - 1) / CKPT_BLOCK)
-                return index_bad(L->dir, "a shard's CRC32C list does not match its size", t->name);
-            sh->blocks = mem_malloc(sizeof(uint32_t) * ((size_t)cJSON_GetArraySize(blocks) + 1));
-            if (sh->blocks == NULL)
-                return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                                "load: %s/index.json: out of memory allocating %zu bytes for the "
-                                "block CRCs of '%s'",
-                                L->dir, mem_failed_bytes(), t->name);
-            int b = 0;
-            cJSON_ArrayForEach(bc, blocks)
-            {
-                if (!crc32_valid(bc))
-                    return index_bad(L->dir, "a block CRC32C is not an integer in [0, 2^32)",
-                                     t->name);
-                sh->blocks[b++] = (uint32_t)bc->valuedouble;
-            }
-            sh->crc = (uint32_t)crc->valuedouble;
-            /* 3-D, leading dims of 1 */
-            for (int d = 2; d >= 0; d--) {
-                int s3 = d - (3 - t->ndim);
-                lo[d] = s3 >= 0 ? lo[s3] : 0;
-                ln[d] = s3 >= 0 ? ln[s3] : 1;
-            }
-        }
-        for (int d = 2; d >= 0; d--) {
-            int s3 = d - (3 - t->ndim);
-            t->shape[d] = s3 >= 0 ? t->shape[s3] : 1;
-        }
+        if ((status = index_tensor(L, e, t)) != SHARDOPT_OK)
+            return status;
+        most = t->nshards > most ? t->nshards : most;
     }
-    /* one entry per tensor name: a second would silently lose to the first (index_find) */
-    const struct ck_tensor **by = mem_malloc(sizeof(*by) * ((size_t)L->nt + 1));
-    if (by == NULL)
+    /* the shards of every tensor tile it exactly: checked before any byte is copied, so a
+     * flipped offset (overlap, and a gap) is refused, never read over or around */
+    const size_t cbytes = sizeof(struct corner) * 8 * ((size_t)most + 1);
+    struct corner *corners = mem_malloc(cbytes);
+    if (corners == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s/index.json: out of memory allocating %zu bytes to check that "
+                        "the shards tile their tensors",
+                        L->dir, cbytes);
+    for (int k = 0; k < L->nt; k++)
+        if (!shards_tile(&L->t[k], corners)) {
+            free(corners);
+            return index_bad(L->dir, tiling_problem(&L->t[k]), L->t[k].name);
+        }
+    free(corners);
+    /* one entry per tensor name, found by binary search */
+    L->by = mem_malloc(sizeof(*L->by) * ((size_t)L->nt + 1));
+    if (L->by == NULL)
         return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                         "load: %s/index.json: out of memory allocating %zu bytes to sort %d tensor "
                         "names",
-                        L->dir, sizeof(*by) * ((size_t)L->nt + 1), L->nt);
+                        L->dir, sizeof(*L->by) * ((size_t)L->nt + 1), L->nt);
     for (int k = 0; k < L->nt; k++)
-        by[k] = &L->t[k];
+        L->by[k] = &L->t[k];
     if (L->nt > 1)
-        qsort(by, (size_t)L->nt, sizeof(*by), tensor_ptr_by_name);
+        qsort(L->by, (size_t)L->nt, sizeof(*L->by), tensor_ptr_by_name);
     for (int k = 1; k < L->nt; k++)
-        if (strcmp(by[k - 1]->name, by[k]->name) == 0) {
-            const char *dup = by[k]->name;
-            free(by);
-            return index_bad(L->dir, "a tensor is listed twice", dup);
-        }
-    free(by);
+        if (strcmp(L->by[k - 1]->name, L->by[k]->name) == 0)
+            return index_bad(L->dir, "a tensor is listed twice", L->by[k]->name);
     return SHARDOPT_OK;
 }
 
 static const struct ck_tensor *index_find(const struct ck_load *L, const char *name)
 {
-    for (int i = 0; i < L->nt; i++)
-        if (strcmp(L->t[i].name, name) == 0)
-            return &L->t[i];
-    return NULL;
+    const struct ck_tensor key = {.name = name}, *kp = &key;
+    const struct ck_tensor **hit =
+        L->nt > 0 ? bsearch(&kp, L->by, (size_t)L->nt, sizeof(*L->by), tensor_ptr_by_name) : NULL;
+    return hit != NULL ? *hit : NULL;
 }
 
 /* ---- files ---- */
@@ -500,6 +757,7 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
             }
             int64_t copied = 0;
             unsigned char *dst = L->fill + k[j].offset;
+            L->read[i] = 1;
             for (int s = 0; s < t->nshards; s++) {
                 shardopt_status_t status =
                     shard_read(L, t, &t->shards[s], &mine, dst, k[j].dtype, &copied);
@@ -513,21 +771,64 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
                                 L->dir, name, (long long)copied, (long long)p->layout.local_numel);
         }
     }
-    /* per-parameter step counts */
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(L->root, "params"), *e;
-    cJSON_ArrayForEach(e, params)
-    {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name");
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(e, "step");
-        for (int i = 0; cJSON_IsString(n) && cJSON_IsNumber(s) && i < rt->nparams; i++)
-            if (strcmp(rt->params[i]->name, n->valuestring) == 0)
-                L->steps[i] = (uint64_t)s->valuedouble;
+    /* per-parameter step counts, each checked by index_params: a parameter whose state was read
+     * takes its record's; one kept (load_allow_missing) keeps its own unless it has a record */
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct ck_param *rec = param_find(L, rt->params[i]->name);
+        if (rec != NULL)
+            L->steps[i] = rec->step;
+        else if (L->read[i])
+            return log_fail(SHARDOPT_ERR_CORRUPT,
+                            "load: %s/index.json: parameter '%s' has state in the checkpoint but "
+                            "no record in \"params\" (its step count)",
+                            L->dir, rt->params[i]->name);
     }
     return SHARDOPT_OK;
 }
 
-/* Rank 0: which step directory, and its index text. */
-static shardopt_status_t index_read(const char *dir, char *stepdir, size_t len, char **text)
+/* Rank 0: the index's integrity record, index.json.crc32c (8 lowercase hex digits and a newline:
+ * the CRC-32C of index.json's exact bytes), checked before a byte of the index is parsed. Absent:
+ * *verified stays 0 (an index of format_version 1, written before the record existed, still
+ * loads; index_top refuses a later version without it). Present: it must read so and match. */
+static shardopt_status_t index_crc_check(const char *stepdir, const char *text, size_t len,
+                                         int *verified)
+{
+    char path[4400], rec[16];
+    snprintf(path, sizeof path, "%s/" CKPT_INDEX_CRC_NAME, stepdir);
+    *verified = 0;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL && errno == ENOENT)
+        return SHARDOPT_OK;
+    if (f == NULL)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
+    const size_t n = fread(rec, 1, sizeof rec, f);
+    const int failed = ferror(f);
+    fclose(f);
+    if (failed)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: read failed", path);
+    int ok = n == 9 && rec[8] == '\n';
+    for (int i = 0; ok && i < 8; i++)
+        ok = (rec[i] >= '0' && rec[i] <= '9') || (rec[i] >= 'a' && rec[i] <= 'f');
+    if (!ok)
+        return log_fail(SHARDOPT_ERR_CORRUPT,
+                        "load: %s: not 8 lowercase hex digits and a newline (the CRC-32C of "
+                        "index.json): the record is damaged",
+                        path);
+    rec[8] = '\0';
+    const uint32_t want = (uint32_t)strtoul(rec, NULL, 16), have = crc32c_update(0, text, len);
+    if (want != have)
+        return log_fail(SHARDOPT_ERR_CORRUPT,
+                        "load: %s/index.json: CRC32C %08x, " CKPT_INDEX_CRC_NAME
+                        " says %08x: the index is damaged",
+                        stepdir, have, want);
+    *verified = 1;
+    return SHARDOPT_OK;
+}
+
+/* Rank 0: which step directory, its index text (*text_len bytes, NUL after them) and whether its
+ * integrity record matched. */
+static shardopt_status_t index_read(const char *dir, char *stepdir, size_t len, char **text,
+                                    size_t *text_len, int *verified)
 {
     char path[4400], name[300];
     struct stat st;
@@ -575,7 +876,13 @@ static shardopt_status_t index_read(const char *dir, char *stepdir, size_t len, 
     }
     (*text)[st.st_size] = '\0';
     fclose(f);
-    return SHARDOPT_OK;
+    *text_len = (size_t)st.st_size; /* a NUL inside is the parser's to refuse, not an end */
+    const shardopt_status_t status = index_crc_check(stepdir, *text, *text_len, verified);
+    if (status != SHARDOPT_OK) {
+        free(*text);
+        *text = NULL;
+    }
+    return status;
 }
 
 static void load_free(struct ck_load *L)
@@ -592,6 +899,9 @@ static void load_free(struct ck_load *L)
         free(L->t[i].shards);
     }
     free(L->t);
+    free(L->by);
+    free(L->p);
+    free(L->read);
     free(L->files);
     if (L->staging != NULL)
         state_store_buffer_free(L->store, L->staging);
@@ -602,12 +912,12 @@ static void load_free(struct ck_load *L)
     cJSON_Delete(L->root);
 }
 
-shardopt_status_t ckpt_index_check(const char *text)
+shardopt_status_t ckpt_index_check(const char *text, size_t len)
 {
     struct ck_load L;
     memset(&L, 0, sizeof L);
     snprintf(L.dir, sizeof L.dir, "(index text)");
-    shardopt_status_t status = index_parse(&L, text);
+    shardopt_status_t status = index_parse(&L, text, len, 1, 1);
     load_free(&L);
     return status;
 }
@@ -617,7 +927,9 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     struct ck_load L;
     shardopt_status_t status = SHARDOPT_OK;
     char *text = NULL;
-    long long text_len = 0;
+    size_t len0 = 0;
+    int verified = 0;
+    long long head[2] = {0, 0}; /* the text's length, and whether its integrity record matched */
 
     if (rt == NULL || dir == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "load: NULL %s",
@@ -631,8 +943,9 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     memset(&L, 0, sizeof L);
     L.store = &rt->store;
     if (rt->groups.me.rank == 0) {
-        status = index_read(dir, L.dir, sizeof L.dir, &text);
-        text_len = text != NULL ? (long long)strlen(text) : 0;
+        status = index_read(dir, L.dir, sizeof L.dir, &text, &len0, &verified);
+        head[0] = (long long)len0;
+        head[1] = verified;
     }
     status = ckpt_agree(rt, status, "load");
     if (status != SHARDOPT_OK) {
@@ -640,7 +953,8 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
         return status;
     }
     groups_bcast(&rt->groups, L.dir, sizeof L.dir, MPI_CHAR);
-    groups_bcast(&rt->groups, &text_len, 1, MPI_LONG_LONG);
+    groups_bcast(&rt->groups, head, 2, MPI_LONG_LONG);
+    const long long text_len = head[0];
     if (rt->groups.me.rank != 0)
         text = mem_malloc((size_t)text_len + 1);
     status = text != NULL ? SHARDOPT_OK
@@ -655,7 +969,7 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     }
     groups_bcast(&rt->groups, text, (int)text_len + 1, MPI_CHAR);
 
-    status = index_parse(&L, text);
+    status = index_parse(&L, text, (size_t)text_len, (int)head[1], rt->groups.me.rank != 0);
     if (status == SHARDOPT_OK) {
         /* the same allocator as the state: on success it becomes the state */
         char err[256] = "";
@@ -667,10 +981,12 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
         if ((L.staging = state_store_buffer_alloc(&rt->store, err, sizeof err)) == NULL)
             status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: rank %d: staging copy: %s",
                               rt->groups.me.rank, err);
-        else if ((L.steps = mem_calloc((size_t)rt->nparams + 1, sizeof(uint64_t))) == NULL)
+        else if ((L.steps = mem_calloc((size_t)rt->nparams + 1, sizeof(uint64_t))) == NULL ||
+                 (L.read = mem_calloc((size_t)rt->nparams + 1, 1)) == NULL)
             status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                               "load: rank %d: out of memory allocating %zu bytes for step counts",
-                              rt->groups.me.rank, steps_bytes);
+                              rt->groups.me.rank,
+                              L.steps == NULL ? steps_bytes : (size_t)rt->nparams + 1);
         else if ((L.chunk = mem_malloc(CKPT_CHUNK)) == NULL)
             status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                               "load: rank %d: out of memory allocating %zu bytes for a read chunk",
@@ -699,8 +1015,13 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
                 log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
                          "load: rank %d: %s", rt->groups.me.rank, err);
     }
-    if (status == SHARDOPT_OK)
+    if (status == SHARDOPT_OK) {
+        /* every element of every tensor is covered once (index_parse proved the tiling), and
+         * what lies between tensors (alignment) is zero, as in a fresh arena: nothing of the
+         * staging memory's previous contents can become state */
+        memset(L.fill, 0, rt->store.bytes);
         status = rank_fill(rt, &L);
+    }
     if (status == SHARDOPT_OK && L.fill != L.staging) {
         char err[256] = "";
         if (state_store_upload(&rt->store, &rt->kctx, L.staging, L.fill, err, sizeof err) != 0)

@@ -474,7 +474,19 @@ static shardopt_status_t publish(shardopt_runtime_t rt, const char *dir, const c
              write_all(fd, text, text_len, "ckpt.index") == 0 && fsync(fd) == 0;
     if (fd >= 0)
         ok = close(fd) == 0 && ok;
+    /* its integrity record: a load checks every byte of the index against it (docs/checkpoint.md)
+     */
+    char crc_line[16];
+    snprintf(crc_line, sizeof crc_line, "%08x\n", crc32c_update(0, text, text_len));
     free(text);
+    if (ok) {
+        snprintf(path, sizeof path, "%s/" CKPT_INDEX_CRC_NAME, tmp);
+        fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        ok = fd >= 0 && write_all(fd, crc_line, strlen(crc_line), "ckpt.index") == 0 &&
+             fsync(fd) == 0;
+        if (fd >= 0)
+            ok = close(fd) == 0 && ok;
+    }
     if (!ok)
         return log_fail(SHARDOPT_ERR_IO, "save: %s: %s", path, errno ? strerror(errno) : "failed");
     snprintf(final, sizeof final, "%s/%s", dir, step_name);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "model_run.h"
+#include "runtime/crc32c.h"
 #include "runtime/fault.h"
 
 static const char *test_dir(void)
@@ -338,29 +339,105 @@ static void damage_header_size(const char *step)
     file_patch(p, 0, huge, 8);
 }
 
-/* Rewrite index.json through a JSON edit. */
-static void index_edit(const char *step, void (*edit)(cJSON *))
+static char *file_slurp(const char *path, size_t *len)
 {
-    char p[4300];
-    snprintf(p, sizeof p, "%s/index.json", step);
-    FILE *f = fopen(p, "rb");
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
     char *text = malloc((size_t)n + 1);
     if (fread(text, 1, (size_t)n, f) != (size_t)n)
-        fprintf(stderr, "read failed\n");
+        fprintf(stderr, "read of %s failed\n", path);
     text[n] = '\0';
     fclose(f);
+    *len = (size_t)n;
+    return text;
+}
+
+static void file_put(const char *path, const char *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(bytes, 1, n, f) != n)
+        fprintf(stderr, "write of %s failed\n", path);
+    if (f != NULL)
+        fclose(f);
+}
+
+/* Write index.json as `text` (n bytes) and, when the index has its integrity record, a record
+ * that matches: what is refused is then the index's content, not its CRC. */
+static void index_put(const char *step, const char *text, size_t n)
+{
+    char p[4300], line[16];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/index.json", step);
+    file_put(p, text, n);
+    snprintf(p, sizeof p, "%s/index.json.crc32c", step);
+    if (stat(p, &st) == 0) {
+        snprintf(line, sizeof line, "%08x\n", crc32c_update(0, text, n));
+        file_put(p, line, strlen(line));
+    }
+}
+
+/* Rewrite index.json through a JSON edit (its integrity record follows). */
+static void index_edit(const char *step, void (*edit)(cJSON *))
+{
+    char p[4300];
+    size_t n;
+    snprintf(p, sizeof p, "%s/index.json", step);
+    char *text = file_slurp(p, &n);
     cJSON *root = cJSON_Parse(text);
     edit(root);
     char *out = cJSON_PrintUnformatted(root);
-    f = fopen(p, "wb");
-    fputs(out, f);
-    fclose(f);
+    index_put(step, out, strlen(out));
     free(out);
     free(text);
     cJSON_Delete(root);
+}
+
+/* Replace the first `from` in index.json with `to` (n bytes), its integrity record following
+ * when `fix_crc`, else left as it was (the damage a flipped byte does). */
+static void index_replace(const char *step, const char *from, const char *to, size_t n, int fix_crc)
+{
+    char p[4300];
+    size_t len;
+    snprintf(p, sizeof p, "%s/index.json", step);
+    char *text = file_slurp(p, &len);
+    char *at = strstr(text, from);
+    if (at == NULL) {
+        fprintf(stderr, "index_replace: '%s' not in the index\n", from);
+        free(text);
+        return;
+    }
+    const size_t head = (size_t)(at - text), tail = len - head - strlen(from);
+    char *out = malloc(head + n + tail + 1);
+    memcpy(out, text, head);
+    memcpy(out + head, to, n);
+    memcpy(out + head + n, at + strlen(from), tail);
+    if (fix_crc)
+        index_put(step, out, head + n + tail);
+    else
+        file_put(p, out, head + n + tail);
+    free(out);
+    free(text);
+}
+
+/* One bit of index.json flipped at the `nth` byte of the first `where`, the record untouched. */
+static void index_flip(const char *step, const char *where, size_t nth, unsigned char bit)
+{
+    char p[4300];
+    size_t len;
+    snprintf(p, sizeof p, "%s/index.json", step);
+    char *text = file_slurp(p, &len);
+    char *at = strstr(text, where);
+    if (at != NULL) {
+        at[nth] = (char)(at[nth] ^ bit);
+        file_put(p, text, len);
+    } else {
+        fprintf(stderr, "index_flip: '%s' not in the index\n", where);
+    }
+    free(text);
 }
 
 static void edit_file_name(cJSON *root)
@@ -379,11 +456,28 @@ static void edit_drop_tensor(cJSON *root)
 
 static void damage_drop_tensor(const char *step) { index_edit(step, edit_drop_tensor); }
 
+/* A checkpoint of a model whose layers.0.input_norm.weight had 25 elements, not 16: its record,
+ * both its tensors and their last shards say 25 (the shards still tile each tensor). */
 static void edit_shape(cJSON *root)
 {
-    cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "tensors"), 3);
-    cJSON *shape = cJSON_GetObjectItem(t, "shape");
-    cJSON_ReplaceItemInArray(shape, 0, cJSON_CreateNumber(25));
+    const char *param = "layers.0.input_norm.weight";
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "params"))
+    {
+        if (strcmp(cJSON_GetObjectItem(e, "name")->valuestring, param) == 0)
+            cJSON_ReplaceItemInArray(cJSON_GetObjectItem(e, "shape"), 0, cJSON_CreateNumber(25));
+    }
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "tensors"))
+    {
+        if (strcmp(cJSON_GetObjectItem(e, "param")->valuestring, param) != 0)
+            continue;
+        cJSON_ReplaceItemInArray(cJSON_GetObjectItem(e, "shape"), 0, cJSON_CreateNumber(25));
+        cJSON *shards = cJSON_GetObjectItem(e, "shards");
+        cJSON *last = cJSON_GetArrayItem(shards, cJSON_GetArraySize(shards) - 1);
+        cJSON *len = cJSON_GetObjectItem(last, "shape");
+        const double grown = cJSON_GetArrayItem(len, 0)->valuedouble + 9;
+        cJSON_ReplaceItemInArray(len, 0, cJSON_CreateNumber(grown));
+    }
 }
 
 static void damage_shape(const char *step) { index_edit(step, edit_shape); }
@@ -405,6 +499,93 @@ static void damage_latest_slash(const char *step) { latest_write(step, "step-000
 static void damage_latest_dot(const char *step) { latest_write(step, "."); }
 static void damage_latest_empty(const char *step) { latest_write(step, ""); }
 static void damage_latest_missing(const char *step) { latest_write(step, "step-00000099\n"); }
+
+/* The per-parameter step counts (AdamW's bias correction reads them: -1, 2.5 or 1e300 loaded and
+ * the next step wrote NaN everywhere; the loader cast the double unchecked). The record follows
+ * each edit: the content is what is refused. The first `"step":3}` is params[0]'s. */
+#define STEP_EDIT(fn, to)                                                                          \
+    static void fn(const char *step) { index_replace(step, "\"step\":3}", to, strlen(to), 1); }
+STEP_EDIT(damage_param_step_negative, "\"step\":-1}")
+STEP_EDIT(damage_param_step_fraction, "\"step\":2.5}")
+STEP_EDIT(damage_param_step_huge, "\"step\":1e300}")
+STEP_EDIT(damage_param_step_digits, "\"step\":99999999999999999999}")
+STEP_EDIT(damage_param_step_above, "\"step\":4}")
+
+/* other numbers of the index: the layout (ep 3 does not divide 2 ranks), the block size */
+static void damage_layout_ep(const char *step)
+{
+    index_replace(step, "\"ep\":1,", "\"ep\":3,", 7, 1);
+}
+static void damage_block_bytes(const char *step)
+{
+    index_replace(step, "\"block_bytes\":1048576", "\"block_bytes\":1048577", 21, 1);
+}
+
+/* JSON that is not exactly one value: text after it, a raw NUL, "\u0000" in a tensor name
+ * (cJSON cut it there: the name read as the undamaged one), a key twice (cJSON took the first) */
+static void index_append(const char *step, const char *bytes, size_t n)
+{
+    char p[4300];
+    size_t len;
+    snprintf(p, sizeof p, "%s/index.json", step);
+    char *text = file_slurp(p, &len);
+    char *out = malloc(len + n + 1);
+    memcpy(out, text, len);
+    memcpy(out + len, bytes, n);
+    index_put(step, out, len + n);
+    free(out);
+    free(text);
+}
+static void damage_index_trailing(const char *step) { index_append(step, " {\"step\":1}", 11); }
+static void damage_index_nul(const char *step) { index_append(step, "\0", 1); }
+static void damage_index_u0000(const char *step)
+{
+    index_replace(step, ".exp_avg\"", ".exp_avg\\u0000x\"", 16, 1);
+}
+static void damage_index_key_twice(const char *step)
+{
+    index_replace(step, "\"step\":3,", "\"step\":3,\"step\":2,", 18, 1);
+}
+
+/* One flipped bit anywhere in index.json, its integrity record as saved: inside a step count
+ * ('3' -> '2': it loaded and trained differently), a key ("algo" -> "amgo"), a shard's file name,
+ * a shard offset ('3' -> '2'), the first brace */
+static void damage_flip_step(const char *step) { index_flip(step, "\"step\":3}", 7, 0x01); }
+static void damage_flip_key(const char *step) { index_flip(step, "\"algo\"", 2, 0x01); }
+static void damage_flip_file(const char *step) { index_flip(step, "rank-00001", 5, 0x02); }
+static void damage_flip_offset(const char *step) { index_flip(step, "\"offset\":[32", 10, 0x01); }
+static void damage_flip_brace(const char *step) { index_flip(step, "{", 0, 0x01); }
+
+/* the integrity record itself: gone (a version 2 index is never read without it), damaged */
+static void damage_crc_remove(const char *step)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/index.json.crc32c", step);
+    unlink(p);
+}
+static void damage_crc_garbage(const char *step)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/index.json.crc32c", step);
+    file_put(p, "1234567\n", 8);
+}
+
+/* a rank file's header with text after its JSON object, or a NUL there (its blank padding) */
+static void header_last_byte(const char *step, char c)
+{
+    char p[4300];
+    unsigned char len8[8];
+    uint64_t n = 0;
+    snprintf(p, sizeof p, "%s/rank-00001.safetensors", step);
+    int fd = open(p, O_RDWR);
+    if (fd < 0 || pread(fd, len8, 8, 0) != 8 || (n = len8[0] | (uint64_t)len8[1] << 8) < 2 ||
+        pwrite(fd, &c, 1, (off_t)(8 + n - 1)) != 1)
+        fprintf(stderr, "header patch failed\n");
+    if (fd >= 0)
+        close(fd);
+}
+static void damage_header_trailing(const char *step) { header_last_byte(step, 'x'); }
+static void damage_header_nul(const char *step) { header_last_byte(step, '\0'); }
 
 TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
 {
@@ -431,6 +612,30 @@ TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
         {damage_latest_dot, SHARDOPT_ERR_CORRUPT, "'.' is not a step directory", NULL},
         {damage_latest_empty, SHARDOPT_ERR_CORRUPT, "'' is not a step directory", NULL},
         {damage_latest_missing, SHARDOPT_ERR_IO, "step-00000099/index.json", NULL},
+        {damage_param_step_negative, SHARDOPT_ERR_CORRUPT, "number '-1'", "plain digits"},
+        {damage_param_step_fraction, SHARDOPT_ERR_CORRUPT, "number '2.5'", "plain digits"},
+        {damage_param_step_huge, SHARDOPT_ERR_CORRUPT, "number '1e300'", "plain digits"},
+        {damage_param_step_digits, SHARDOPT_ERR_CORRUPT, "'model.embed_tokens.weight'",
+         "\"step\" is not an integer in [0, 3]"},
+        {damage_param_step_above, SHARDOPT_ERR_CORRUPT, "'model.embed_tokens.weight'",
+         "\"step\" is not an integer in [0, 3]"},
+        {damage_layout_ep, SHARDOPT_ERR_CORRUPT, "\"layout\"", "ep does not divide"},
+        {damage_block_bytes, SHARDOPT_ERR_CORRUPT, "block_bytes is not 1048576", NULL},
+        {damage_index_trailing, SHARDOPT_ERR_CORRUPT, "index.json: byte", "text after the JSON"},
+        {damage_index_nul, SHARDOPT_ERR_CORRUPT, "index.json: byte", "is a NUL byte"},
+        {damage_index_u0000, SHARDOPT_ERR_CORRUPT, "index.json: byte", "\\u0000 in a string"},
+        {damage_index_key_twice, SHARDOPT_ERR_CORRUPT, "key 'step' appears twice", NULL},
+        {damage_flip_step, SHARDOPT_ERR_CORRUPT, "index.json.crc32c says", "damaged"},
+        {damage_flip_key, SHARDOPT_ERR_CORRUPT, "index.json.crc32c says", "damaged"},
+        {damage_flip_file, SHARDOPT_ERR_CORRUPT, "index.json.crc32c says", "damaged"},
+        {damage_flip_offset, SHARDOPT_ERR_CORRUPT, "index.json.crc32c says", "damaged"},
+        {damage_flip_brace, SHARDOPT_ERR_CORRUPT, "index.json.crc32c says", "damaged"},
+        {damage_crc_remove, SHARDOPT_ERR_CORRUPT, "format_version 2 and no index.json.crc32c",
+         NULL},
+        {damage_crc_garbage, SHARDOPT_ERR_CORRUPT, "index.json.crc32c: not 8 lowercase hex", NULL},
+        {damage_header_trailing, SHARDOPT_ERR_CORRUPT, "rank-00001.safetensors",
+         "text after the JSON object"},
+        {damage_header_nul, SHARDOPT_ERR_CORRUPT, "rank-00001.safetensors", "is a NUL byte"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct run d;
@@ -441,6 +646,69 @@ TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
         }
         expect_refused(&d, dir, cases[i].damage, cases[i].status, cases[i].w1, cases[i].w2);
         run_free(&d);
+    }
+    dir_clear(dir);
+}
+
+/* Shards that do not tile their tensor exactly, the index's record following each edit so that
+ * the structure is what is refused: the second shard of the first tensor moved onto the first
+ * (overlap and gap: a 1-rank load counted 1024 of 1024 elements and loaded, rows shifted and
+ * half the tensor never written), grown by a row over it (overlap), shrunk by a row (gap). Loaded
+ * on every rank, then on one rank alone, which reads every shard: refused before a byte is
+ * copied, the state unchanged. */
+static void damage_tile_moved(const char *step)
+{
+    index_replace(step, "\"offset\":[32,0]", "\"offset\":[0,0]", 14, 1);
+}
+static void damage_tile_overlap(const char *step)
+{
+    const char *to = "\"offset\":[31,0],\"shape\":[33,16]";
+    index_replace(step, "\"offset\":[32,0],\"shape\":[32,16]", to, strlen(to), 1);
+}
+static void damage_tile_gap(const char *step)
+{
+    const char *to = "\"offset\":[33,0],\"shape\":[31,16]";
+    index_replace(step, "\"offset\":[32,0],\"shape\":[32,16]", to, strlen(to), 1);
+}
+
+TEST(shards_that_do_not_tile_their_tensor_are_refused_before_any_read)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_tiling";
+    struct {
+        void (*damage)(const char *);
+        const char *words;
+    } cases[] = {
+        {damage_tile_moved, "overlap and leave part of the tensor uncovered"},
+        {damage_tile_overlap, "the shards overlap (they must tile"},
+        {damage_tile_gap, "leave part of the tensor uncovered (they must tile"},
+    };
+    if (world < 2) /* a saved tensor of one shard tiles whatever the edit */
+        return;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct run d;
+        saved_run(&d, dir, test_config());
+        /* every rank refuses, whichever part it holds */
+        expect_refused(&d, dir, cases[i].damage, SHARDOPT_ERR_CORRUPT,
+                       "model.embed_tokens.weight.exp_avg", cases[i].words);
+        run_free(&d);
+        if (me == 0) { /* one rank, which reads every shard */
+            struct run one = {0};
+            unsigned char *before, *after;
+            size_t nb, na;
+            ASSERT_EQ_INT(run_setup(&one, MPI_COMM_SELF, test_config(), 0), SHARDOPT_OK);
+            run_steps(&one, 1, 2);
+            snapshot(&one, &before, &nb);
+            EXPECT_EQ_INT(shardopt_load(one.rt, dir), SHARDOPT_ERR_CORRUPT);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "model.embed_tokens.weight.exp_avg");
+            EXPECT_STR_CONTAINS(shardopt_last_error(), cases[i].words);
+            snapshot(&one, &after, &na);
+            EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+            free(before);
+            free(after);
+            run_free(&one);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
     }
     dir_clear(dir);
 }

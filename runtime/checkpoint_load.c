@@ -772,11 +772,15 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
         }
     }
     /* per-parameter step counts, each checked by index_params: a parameter whose state was read
-     * takes its record's; one kept (load_allow_missing) keeps its own unless it has a record */
+     * takes its record's; one kept (load_allow_missing) keeps its own unless it has a record,
+     * capped at the checkpoint's step: no count may exceed the global one (a later save would
+     * write an index that every load refuses) */
     for (int i = 0; i < rt->nparams; i++) {
         const struct ck_param *rec = param_find(L, rt->params[i]->name);
         if (rec != NULL)
             L->steps[i] = rec->step;
+        else if (!L->read[i] && L->steps[i] > L->step)
+            L->steps[i] = L->step;
         else if (L->read[i])
             return log_fail(SHARDOPT_ERR_CORRUPT,
                             "load: %s/index.json: parameter '%s' has state in the checkpoint but "

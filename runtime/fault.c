@@ -15,7 +15,7 @@
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static char fault_site[64];
 static long fault_n, fault_count;
-static int fault_kill, fault_hang;
+static int fault_kill, fault_hang, fault_errno = EIO;
 static int fault_only_rank = -1, fault_my_rank = -1;
 static int fault_alloc_rank = -1; /* the rank fault_set_rank last armed alloc:<n> for */
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -51,17 +51,32 @@ static void fault_parse(const char *v)
         fault_hang = 1;
         v += 5;
     }
-    const char *colon = strrchr(v, ':');
-    if (colon == NULL || (size_t)(colon - v) >= sizeof fault_site || atol(colon + 1) < 1) {
-        fprintf(stderr,
-                "[shardopt] error: SHARDOPT_FAULT='%s': accepted [kill@|hang@]<site>:<n>, n >= 1; "
-                "ignored\n",
-                v);
+    /* <site>:<n>[:<errno>]: the error a failing call reports, EIO unless named */
+    static const struct {
+        const char *name;
+        int value;
+    } errnos[] = {{"EIO", EIO}, {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT}, {"EROFS", EROFS}};
+    const char *colon = strchr(v, ':');
+    char *end = NULL;
+    const long n = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
+    int err = end != NULL && *end == '\0' ? EIO : 0;
+    for (size_t i = 0;
+         err == 0 && end != NULL && *end == ':' && i < sizeof errnos / sizeof errnos[0]; i++)
+        if (strcmp(end + 1, errnos[i].name) == 0)
+            err = errnos[i].value;
+    if (colon == NULL || (size_t)(colon - v) >= sizeof fault_site || n < 1 || end == colon + 1 ||
+        err == 0) {
+        fprintf(
+            stderr,
+            "[shardopt] error: SHARDOPT_FAULT='%s': accepted [kill@|hang@]<site>:<n>[:<errno>], "
+            "n >= 1, errno EIO (default), ENOSPC, EDQUOT or EROFS; ignored\n",
+            v);
         return;
     }
     memcpy(fault_site, v, (size_t)(colon - v));
     fault_site[colon - v] = '\0';
-    fault_n = atol(colon + 1);
+    fault_n = n;
+    fault_errno = err;
     if (strcmp(fault_site, "alloc") == 0 && (fault_kill || fault_hang)) {
         fprintf(stderr,
                 "[shardopt] error: SHARDOPT_FAULT='%s@%s': alloc fails, never kills or hangs; "
@@ -134,6 +149,6 @@ int fault_hit(const char *site)
             pause(); /* until a signal ends the process: the launcher's, after MPI_Abort */
     }
     if (hit)
-        errno = EIO; /* the caller reports it like the failure it stands for */
+        errno = fault_errno; /* the caller reports it like the failure it stands for */
     return hit;
 }

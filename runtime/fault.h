@@ -17,7 +17,8 @@
 #ifndef RUNTIME_FAULT_H
 #define RUNTIME_FAULT_H
 
-/* 1 when this call at `site` is to fail (errno EIO). Never returns when it is to kill. */
+/* 1 when this call at `site` is to fail (errno EIO, or the spec's). Never returns when it is to
+ * kill. */
 int fault_hit(const char *site);
 
 /* Re-arm from a spec like SHARDOPT_FAULT's (NULL disarms), counting from zero: for tests.

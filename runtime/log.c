@@ -130,3 +130,62 @@ void log_msg(enum log_level level, const char *fmt, ...)
     fflush(log_stream);
     pthread_mutex_unlock(&log_lock);
 }
+
+/* Length of the valid UTF-8 sequence at p (of n bytes left) that is not a C1 control, else 0. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    size_t len = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
+                 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+                 : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                                : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((p[0] == 0xc2 && p[1] < 0xa0) || (p[0] == 0xe0 && p[1] < 0xa0) ||
+        (p[0] == 0xed && p[1] >= 0xa0) || (p[0] == 0xf0 && p[1] < 0x90) ||
+        (p[0] == 0xf4 && p[1] >= 0x90))
+        return 0; /* C1 control, overlong, surrogate, past U+10FFFF */
+    return len;
+}
+
+const char *log_escape(char *out, size_t outlen, const void *text, size_t n)
+{
+    const unsigned char *s = text;
+    size_t o = 0;
+    if (outlen == 0)
+        return out;
+    for (size_t i = 0; i < n;) {
+        char e[8];
+        size_t el = utf8_len(s + i, n - i), take = el ? el : 1;
+        if (el > 0)
+            memcpy(e, s + i, el);
+        else if (s[i] == '\\')
+            el = (size_t)snprintf(e, sizeof e, "\\\\");
+        else if (s[i] == '\n' || s[i] == '\r' || s[i] == '\t')
+            el = (size_t)snprintf(e, sizeof e, "\\%c",
+                                  s[i] == '\n'   ? 'n'
+                                  : s[i] == '\r' ? 'r'
+                                                 : 't');
+        else if (s[i] < 0x20 || s[i] >= 0x7f)
+            el = (size_t)snprintf(e, sizeof e, "\\x%02x", s[i]);
+        else
+            e[0] = (char)s[i], el = 1;
+        /* room for this piece and, unless it is the last, for "..." */
+        if (o + el + (i + take < n ? 3 : 0) >= outlen) {
+            if (outlen > 4) {
+                while (o + 3 >= outlen)
+                    o--;
+                memcpy(out + o, "...", 3);
+                o += 3;
+            }
+            break;
+        }
+        memcpy(out + o, e, el);
+        o += el;
+        i += take;
+    }
+    out[o < outlen ? o : outlen - 1] = '\0';
+    return out;
+}

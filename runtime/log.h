@@ -4,6 +4,8 @@
 #ifndef RUNTIME_LOG_H
 #define RUNTIME_LOG_H
 
+#include <stddef.h>
+
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -16,6 +18,12 @@ const char *log_env_check(void);
 
 /* The rank shown in messages and in %r; set by init (-1 until then). */
 void log_set_rank(int rank);
+
+/* Text read from a file (or a name read from a directory) made fit for a message: bytes 0x00-0x1f
+ * and 0x7f as \r, \n, \t or \xNN, a backslash as \\, bytes that are not valid UTF-8 (and C1
+ * controls) as \xNN; cut with "..." when out (of outlen > 4) is too small. Returns out. A '\r'
+ * printed raw moves the terminal back over the message and hides what was wrong. */
+const char *log_escape(char *out, size_t outlen, const void *text, size_t n);
 
 #define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
 #define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)

@@ -35,11 +35,13 @@ void ckpt_tensor_name(const struct shardopt_param *p, const char *suffix, char *
 const char *ckpt_dtype_name(int dtype);
 int ckpt_dtype_parse(const char *s);
 
-/* A checkpoint file name the index may name: a plain name, no '/', not "." or "..". */
+/* A checkpoint file name the index (or latest) may name: a plain name, no '/', not "." or "..",
+ * no control character, valid UTF-8. */
 int ckpt_name_is_plain(const char *s);
 
-/* fsync a directory so that entries created or renamed in it are durable. */
-int ckpt_fsync_dir(const char *path);
+/* For tests only (NULL otherwise): called on rank 0 with the path of a save's temporary
+ * directory just before it checks the rank files there and publishes them. */
+extern void (*ckpt_test_before_publish)(const char *tmp_path);
 
 /* The checks shardopt_load applies to an index.json text (len bytes, a NUL after them) once its
  * integrity record matched, alone (the record is not looked for: the structure is what is

@@ -1,8 +1,7 @@
-#include <fcntl.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "checkpoint.h"
+#include "safetensors.h"
 #include "status.h"
 
 int ckpt_kinds(const shardopt_runtime_t rt, const struct shardopt_param *p, struct ckpt_kind out[2])
@@ -48,19 +47,9 @@ int ckpt_name_is_plain(const char *s)
     if (s == NULL || s[0] == '\0' || strlen(s) > 255 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
         return 0;
     for (const char *c = s; *c; c++)
-        if (*c == '/' || (unsigned char)*c < 0x20)
+        if (*c == '/' || (unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f)
             return 0;
-    return 1;
-}
-
-int ckpt_fsync_dir(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
+    return st_utf8_error(s) < 0; /* it is printed in messages as it is */
 }
 
 shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what)

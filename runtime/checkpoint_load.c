@@ -111,8 +111,11 @@ static int json_i64s(const cJSON *a, int64_t *out, int max, int *n)
 
 static shardopt_status_t index_bad(const char *dir, const char *what, const char *tensor)
 {
-    return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/index.json: %s%s%.300s%s", dir, what,
-                    tensor ? " (tensor '" : "", tensor ? tensor : "", tensor ? "')" : "");
+    char shown[600]; /* the name as the file has it: escaped */
+    return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/index.json: %s%s%s%s", dir, what,
+                    tensor ? " (tensor '" : "",
+                    tensor ? log_escape(shown, sizeof shown, tensor, strlen(tensor)) : "",
+                    tensor ? "')" : "");
 }
 
 static int tensor_ptr_by_name(const void *a, const void *b)
@@ -790,6 +793,50 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
     return SHARDOPT_OK;
 }
 
+/* DIR/latest: exactly what a save writes, a plain name and one '\n' (the '\n' may be missing).
+ * Anything else is refused, its bytes shown escaped: a CR (a file edited on Windows) or a NUL
+ * printed raw would hide itself in the message, and a name cut at the first line end or NUL would
+ * follow a file that does not say what it seems to. */
+static shardopt_status_t latest_read(const char *dir, const char *path, char *name, size_t name_len)
+{
+    char buf[512], shown[2100];
+    size_t n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: neither index.json nor latest (%s)", dir,
+                        strerror(errno));
+    while (n < sizeof buf) {
+        ssize_t r = read(fd, buf + n, sizeof buf - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            const int err = errno;
+            close(fd);
+            return log_fail(SHARDOPT_ERR_IO, "load: %s: read failed: %s", path, strerror(err));
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (n == sizeof buf)
+        return log_fail(SHARDOPT_ERR_CORRUPT,
+                        "load: %s: %zu bytes or more, not a step directory name ('%s')", path,
+                        sizeof buf, log_escape(shown, 80, buf, 64));
+    const size_t len = n > 0 && buf[n - 1] == '\n' ? n - 1 : n;
+    buf[len] = '\0';
+    if (len >= name_len || memchr(buf, '\0', len) != NULL || !ckpt_name_is_plain(buf))
+        return log_fail(SHARDOPT_ERR_CORRUPT,
+                        "load: %s: '%s' is not a step directory name (accepted: a name without '/' "
+                        "or control characters, then at most one '\\n'%s)",
+                        path, log_escape(shown, sizeof shown, buf, len),
+                        len > 0 && buf[len - 1] == '\r' ? "; this line ends in \\r, as Windows "
+                                                          "writes it: remove the \\r"
+                                                        : "");
+    memcpy(name, buf, len + 1);
+    return SHARDOPT_OK;
+}
+
 /* Rank 0: the index's integrity record, index.json.crc32c (8 lowercase hex digits and a newline:
  * the CRC-32C of index.json's exact bytes), checked before a byte of the index is parsed. Absent:
  * *verified stays 0 (an index of format_version 1, written before the record existed, still
@@ -843,17 +890,9 @@ static shardopt_status_t index_read(const char *dir, char *stepdir, size_t len, 
         snprintf(stepdir, len, "%s", dir);
     } else {
         snprintf(path, sizeof path, "%s/latest", dir);
-        f = fopen(path, "r");
-        if (f == NULL)
-            return log_fail(SHARDOPT_ERR_IO, "load: %s: neither index.json nor latest (%s)", dir,
-                            strerror(errno));
-        if (fgets(name, sizeof name, f) == NULL)
-            name[0] = '\0';
-        fclose(f);
-        name[strcspn(name, "\n")] = '\0';
-        if (!ckpt_name_is_plain(name))
-            return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: '%s' is not a step directory name",
-                            path, name);
+        const shardopt_status_t status = latest_read(dir, path, name, sizeof name);
+        if (status != SHARDOPT_OK)
+            return status;
         snprintf(stepdir, len, "%s/%s", dir, name);
     }
     snprintf(path, sizeof path, "%s/index.json", stepdir);

@@ -11,7 +11,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -65,10 +67,8 @@ static int write_all(int fd, const void *buf, size_t len, const char *site)
 {
     const char *p = buf;
     while (len > 0) {
-        if (fault_hit(site)) {
-            errno = EIO;
-            return -1;
-        }
+        if (fault_hit(site))
+            return -1; /* errno as the fault asks (EIO unless given) */
         ssize_t w = write(fd, p, len < CKPT_CHUNK ? len : CKPT_CHUNK);
         if (w < 0 && errno == EINTR)
             continue;
@@ -107,7 +107,7 @@ static int ckpt_writes(const shardopt_runtime_t rt, const struct shardopt_param 
 
 /* This rank's file: header, then each state tensor's bytes, CRCs taken as they are written. */
 static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path, char **blob,
-                                         size_t *blob_len)
+                                         size_t *blob_len, int64_t *file_bytes)
 {
     struct st_tensor *t = NULL;
     int n = 0, fd = -1, json_ok = 1;
@@ -180,11 +180,12 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
         status = log_fail(status, "save: %s: building the header failed", path);
         goto out;
     }
-    fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 || write_all(fd, hdr, hdr_len, "ckpt.write") != 0) {
         status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", path, strerror(errno));
         goto out;
     }
+    *file_bytes = (int64_t)hdr_len;
     n = 0;
     for (int i = 0; i < rt->nparams && status == SHARDOPT_OK; i++) {
         const struct shardopt_param *p = rt->params[i];
@@ -222,6 +223,7 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
                     break;
                 }
                 writeback_kick(fd, &written, len);
+                *file_bytes += (int64_t)len;
                 uint32_t c = crc32c_update(0, data + lo, len);
                 whole = crc32c_combine(whole, c, len);
                 if (blob_add(blob, blob_len, &cap, &c, sizeof c) != 0)
@@ -343,68 +345,233 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void rmtree(const char *path)
+/* What a directory entry is, its links not followed: 'd' a directory, 'l' a symbolic link, 'o'
+ * anything else, 0 none (or not readable). */
+static int entry_kind(int dfd, const char *name)
 {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    char p[4096];
-    if (d == NULL)
-        return;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-            unlink(p);
-        }
-    closedir(d);
-    rmdir(path);
-}
-
-/* Does DIR/latest name step_name? */
-static int latest_names(const char *dir, const char *step_name)
-{
-    char path[4200], line[64] = "";
-    snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return 0;
-    if (fgets(line, sizeof line, f) == NULL)
-        line[0] = '\0';
-    fclose(f);
-    line[strcspn(line, "\n")] = '\0';
-    return strcmp(line, step_name) == 0;
+    return S_ISDIR(st.st_mode) ? 'd' : S_ISLNK(st.st_mode) ? 'l' : 'o';
 }
 
-/* Temporary directories of saves that crashed: never published, never read. */
-static void leftovers_clear(const char *dir)
+static const char *kind_words(int kind)
 {
-    DIR *d = opendir(dir);
+    return kind == 'l' ? "a symbolic link" : "not a directory";
+}
+
+/* Deeper than any directory a save makes (it makes one level): what lies below is not ours. */
+#define TREE_DEPTH_MAX 8
+
+/* Empty the directory open as dfd (closed here). Each entry is looked at without following
+ * links and removed relative to the directory it is in, never by a path: a symbolic link anywhere
+ * inside is removed as a link and what it points to stays, and a directory renamed or replaced by
+ * a link meanwhile is not entered. A subdirectory on another filesystem (a mount) stays. */
+static void tree_empty(int dfd, dev_t dev, int depth)
+{
+    DIR *d = fdopendir(dfd);
     struct dirent *e;
-    char p[4200];
+    if (d == NULL) {
+        close(dfd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (!S_ISDIR(st.st_mode)) {
+            unlinkat(dirfd(d), e->d_name, 0);
+        } else if (depth < TREE_DEPTH_MAX && st.st_dev == dev) {
+            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0) {
+                tree_empty(sub, dev, depth + 1);
+                unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+            }
+        }
+    }
+    closedir(d);
+}
+
+/* Remove the directory `name` of dfd and what it holds (tree_empty). Anything but a directory,
+ * a symbolic link to one included, is left: -1 (errno ELOOP or ENOTDIR). */
+static int tree_remove(int dfd, const char *name)
+{
+    struct stat st;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return -1;
+    }
+    tree_empty(fd, st.st_dev, 0);
+    return unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+/* A directory stream of dfd's directory that owns its own descriptor. */
+static DIR *dir_stream(int dfd)
+{
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d == NULL && fd >= 0)
+        close(fd);
+    return d;
+}
+
+/* Does DIR/latest name step_name? Looser than a load (trailing CR, LF, blanks or NULs ignored):
+ * a latest that a load refuses for its line ending still means that step, which must not be
+ * replaced. Read through a link, as a load reads it: a read changes nothing. */
+static int latest_names(int dfd, const char *step_name)
+{
+    char buf[64];
+    const size_t len = strlen(step_name);
+    int fd = openat(dfd, "latest", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (n < (ssize_t)len || memcmp(buf, step_name, len) != 0)
+        return 0;
+    for (ssize_t i = (ssize_t)len; i < n; i++)
+        if (buf[i] != '\n' && buf[i] != '\r' && buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\0')
+            return 0;
+    return 1;
+}
+
+/* One writer per directory. Rank 0 holds an exclusive flock on DIR/.lock from before it clears
+ * anything until the save returns (the kernel drops it when the process dies), and records who it
+ * is there for the writers it turns away. flock, not fcntl locks: those are the process's, so a
+ * second runtime in the same process would be let in, and closing any descriptor of the file
+ * would drop them. The file is never removed: a writer that opened the old one and a writer that
+ * created a new one would both hold "the" lock. */
+static shardopt_status_t dir_lock_take(int dfd, const char *dir, int *lock_fd)
+{
+    char who[512], shown[600], host[256] = "", when[32] = "";
+    int fd = openat(dfd, ".lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return log_fail(SHARDOPT_ERR_IO, "save: %s/.lock: %s%s", dir, strerror(errno),
+                        errno == ELOOP ? " (a symbolic link; the lock file is shardopt's own plain "
+                                         "file: remove the link)"
+                                       : "");
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int err = errno;
+        if (err == EINTR)
+            continue;
+        ssize_t n = err == EWOULDBLOCK ? pread(fd, who, sizeof who, 0) : -1;
+        close(fd);
+        if (err != EWOULDBLOCK)
+            return log_fail(
+                SHARDOPT_ERR_IO,
+                "save: %s/.lock: flock: %s (a save holds this lock so that one job at a "
+                "time writes into %s; a filesystem without flock cannot take saves)",
+                dir, strerror(err), dir);
+        while (n > 0 && who[n - 1] == '\n')
+            n--;
+        return log_fail(SHARDOPT_ERR_IO,
+                        "save: %s: another writer is saving into this directory (%s/.lock is held "
+                        "by %s): one writer per directory; nothing was written and the "
+                        "checkpoints there are untouched; save again when it is done, or elsewhere",
+                        dir, dir,
+                        n > 0 ? log_escape(shown, sizeof shown, who, (size_t)n)
+                              : "a writer that has not recorded itself yet");
+    }
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "?");
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    const int len =
+        snprintf(who, sizeof who, "host %s pid %ld since %s\n", host, (long)getpid(), when);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, who, (size_t)len, 0) != len)
+        log_warn("save: %s/.lock: recording this writer failed (%s); the lock is held all the same",
+                 dir, strerror(errno));
+    *lock_fd = fd;
+    return SHARDOPT_OK;
+}
+
+static void dir_lock_release(int fd)
+{
+    if (fd < 0)
+        return;
+    /* the holder's record is for writers turned away while it holds the lock */
+    if (ftruncate(fd, 0) != 0)
+        log_debug("save: clearing the lock file's record: %s", strerror(errno));
+    close(fd); /* drops the flock */
+}
+
+/* Temporary directories of saves that crashed: never published, never read. Called only with the
+ * lock held: a live writer's temporary directory is its save in progress. */
+static void leftovers_clear(int dfd, const char *dir)
+{
+    DIR *d = dir_stream(dfd);
+    struct dirent *e;
+    char shown[300];
     if (d == NULL)
         return;
     while ((e = readdir(d)) != NULL)
         if (strncmp(e->d_name, ".tmp-step-", 10) == 0) {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            rmtree(p);
+            const int kind = entry_kind(dfd, e->d_name);
+            if (kind == 'd')
+                tree_remove(dfd, e->d_name);
+            else if (kind != 0)
+                log_warn("save: %s/%s is %s, not a temporary directory a save made: left in place",
+                         dir, log_escape(shown, sizeof shown, e->d_name, strlen(e->d_name)),
+                         kind_words(kind));
         }
     closedir(d);
+}
+
+/* DIR/step-N of the step being saved, before the save: absent; or a crashed save's complete but
+ * never published step, removed; or the checkpoint latest names, or something shardopt did not
+ * make (a link, a file), which stay and fail the save. */
+static shardopt_status_t stale_step_clear(int dfd, const char *dir, const char *step_name,
+                                          unsigned long long step)
+{
+    const int kind = entry_kind(dfd, step_name);
+    if (kind == 0)
+        return SHARDOPT_OK;
+    if (kind != 'd')
+        return log_fail(SHARDOPT_ERR_IO,
+                        "save: %s/%s is %s, not a step directory a save made: left in place; "
+                        "remove it or save elsewhere",
+                        dir, step_name, kind_words(kind));
+    if (latest_names(dfd, step_name))
+        return log_fail(SHARDOPT_ERR_IO,
+                        "save: %s/%s is the latest checkpoint (step %llu): saving the same step "
+                        "again would replace it; save elsewhere",
+                        dir, step_name, step);
+    if (tree_remove(dfd, step_name) != 0)
+        return log_fail(SHARDOPT_ERR_IO,
+                        "save: %s/%s: removing this unpublished step (a crashed save's) failed: %s",
+                        dir, step_name, strerror(errno));
+    return SHARDOPT_OK;
 }
 
 /* Keep keep_last step directories: the one just published (which latest names) and the
  * highest-numbered others; only ever after latest moved. The new step is kept whatever its
  * number: a run that went back to an earlier step saves below the ones already there. A failure
- * here leaves extra checkpoints behind: worth a warning, not a failed save. */
-static void steps_prune(const char *dir, int keep_last, const char *published)
+ * here leaves extra checkpoints behind: worth a warning, not a failed save. A step-N that is not
+ * a directory (a link to one elsewhere, say) is not one a save made: left, named, not counted. */
+static void steps_prune(int dfd, const char *dir, int keep_last, const char *published)
 {
     DIR *d;
     struct dirent *e;
     char **names = NULL;
     int n = 0, cap = 0, oom = 0;
 
-    if (keep_last <= 0 || (d = opendir(dir)) == NULL)
+    if (keep_last <= 0 || (d = dir_stream(dfd)) == NULL)
         return;
     while ((e = readdir(d)) != NULL)
         if (name_is_step(e->d_name) && strcmp(e->d_name, published) != 0) {
+            const int kind = entry_kind(dfd, e->d_name);
+            if (kind != 'd') {
+                if (kind != 0)
+                    log_warn("save: pruning %s: %s/%s is %s, not a step directory a save made: "
+                             "left in place",
+                             dir, dir, e->d_name, kind_words(kind));
+                continue;
+            }
             if (n == cap) {
                 char **nn = mem_realloc(names, sizeof(char *) * (size_t)(cap ? 2 * cap : 16));
                 if (nn == NULL) {
@@ -430,46 +597,132 @@ static void steps_prune(const char *dir, int keep_last, const char *published)
     if (n > 0)
         qsort(names, (size_t)n, sizeof(char *), by_name);
     for (int i = 0; i < n - (keep_last - 1); i++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         if (fault_hit("ckpt.prune"))
-            log_warn("save: pruning %s: injected fault; left in place", p);
-        else
-            rmtree(p);
+            log_warn("save: pruning %s/%s: injected fault; left in place", dir, names[i]);
+        else if (tree_remove(dfd, names[i]) != 0)
+            log_warn("save: pruning %s/%s: %s; left in place", dir, names[i], strerror(errno));
     }
     for (int i = 0; i < n; i++)
         free(names[i]);
     free(names);
-    ckpt_fsync_dir(dir);
+    fsync(dfd);
 }
 
-/* Rank 0: index, rename, latest. */
-static shardopt_status_t publish(shardopt_runtime_t rt, const char *dir, const char *tmp,
-                                 const char *step_name, cJSON *index)
-{
-    char path[4200], final[4200], latest[4200], latest_tmp[4200];
-    char nb[64];
-    int fd;
+/* For tests: called on rank 0 with the temporary directory's path just before publish checks
+ * the rank files in it. */
+void (*ckpt_test_before_publish)(const char *tmp_path);
 
+/* Every dense rank's file is in the temporary directory, a plain file of the size its writer
+ * wrote: a file removed or cut short after its writer closed it is never published. */
+static shardopt_status_t rank_files_check(int tfd, const char *tmp, const int64_t *sizes, int n)
+{
+    for (int r = 0; r < n; r++) {
+        char name[64];
+        struct stat st;
+        snprintf(name, sizeof name, "rank-%05d.safetensors", r);
+        if (fstatat(tfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            return log_fail(SHARDOPT_ERR_IO,
+                            "save: %s/%s: %s before publishing (dense rank %d wrote %lld bytes "
+                            "there); nothing was published",
+                            tmp, name, strerror(errno), r, (long long)sizes[r]);
+        if (!S_ISREG(st.st_mode) || st.st_size != sizes[r])
+            return log_fail(SHARDOPT_ERR_IO,
+                            "save: %s/%s: %s%lld bytes before publishing, dense rank %d wrote "
+                            "%lld; nothing was published",
+                            tmp, name, S_ISREG(st.st_mode) ? "" : "not a plain file, ",
+                            (long long)st.st_size, r, (long long)sizes[r]);
+    }
+    return SHARDOPT_OK;
+}
+
+/* DIR/latest replaced by a file naming step_name. Whatever fails (the fault site ckpt.latest
+ * counts: 1 before the write, 2 the write, 3 the fsync, 4 the rename), .latest.tmp is removed. */
+static shardopt_status_t latest_replace(int dfd, const char *dir, const char *step_name,
+                                        const char *final)
+{
+    char line[64];
+    const char *what = "create";
+    snprintf(line, sizeof line, "%s\n", step_name);
+    unlinkat(dfd, ".latest.tmp", 0); /* a crashed save's; a link is removed as a link */
+    int fd = openat(dfd, ".latest.tmp", O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int ok = fd >= 0, err = errno;
+    if (ok) {
+        what = "write";
+        ok = !fault_hit("ckpt.latest") && write_all(fd, line, strlen(line), "ckpt.latest") == 0;
+    }
+    if (ok) {
+        what = "fsync";
+        ok = !fault_hit("ckpt.latest") && fsync(fd) == 0;
+    }
+    err = errno;
+    if (fd >= 0 && close(fd) != 0 && ok) {
+        what = "close";
+        ok = 0;
+        err = errno;
+    }
+    if (ok) {
+        what = "rename over latest";
+        ok = !fault_hit("ckpt.latest") && renameat(dfd, ".latest.tmp", dfd, "latest") == 0;
+        err = errno;
+    }
+    if (!ok) {
+        unlinkat(dfd, ".latest.tmp", 0);
+        return log_fail(SHARDOPT_ERR_IO,
+                        "save: %s/.latest.tmp: %s: %s (removed; the new step directory %s is "
+                        "complete but latest still names the previous one)",
+                        dir, what, strerror(err), final);
+    }
+    if (fsync(dfd) != 0)
+        return log_fail(SHARDOPT_ERR_IO,
+                        "save: %s: fsync after replacing latest: %s (latest names %s, which may "
+                        "not survive a crash of the machine)",
+                        dir, strerror(errno), step_name);
+    return SHARDOPT_OK;
+}
+
+/* Rank 0: check the rank files, index, rename, latest. */
+static shardopt_status_t publish(shardopt_runtime_t rt, int dfd, const char *dir,
+                                 const char *tmpname, const char *step_name, cJSON *index,
+                                 const int64_t *sizes)
+{
+    char tmp[4200], final[4200];
+    char nb[64];
+    shardopt_status_t status;
+
+    snprintf(tmp, sizeof tmp, "%s/%s", dir, tmpname);
+    snprintf(final, sizeof final, "%s/%s", dir, step_name);
+    if (ckpt_test_before_publish != NULL)
+        ckpt_test_before_publish(tmp);
+    int tfd = openat(dfd, tmpname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (tfd < 0)
+        return log_fail(SHARDOPT_ERR_IO, "save: %s: %s before publishing; nothing was published",
+                        tmp, strerror(errno));
+    status = rank_files_check(tfd, tmp, sizes, rt->groups.mesh.dense);
+    if (status != SHARDOPT_OK) {
+        close(tfd);
+        return status;
+    }
     mem_failed_clear();
     char *text = cJSON_PrintUnformatted(index);
-    if (text == NULL)
+    if (text == NULL) {
+        close(tfd);
         return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                         "save: rank 0: out of memory allocating %s for the index text",
                         json_oom_bytes(nb, sizeof nb));
+    }
     /* one shard record per state tensor and dense rank: a checkpoint no load would read is not
      * published (ERR_CORRUPT at load, after the previous checkpoint was pruned) */
     const size_t text_len = strlen(text);
     if (text_len > CKPT_INDEX_MAX) {
         free(text);
+        close(tfd);
         return log_fail(SHARDOPT_ERR_UNSUPPORTED,
                         "save: rank 0: index.json would be %zu bytes, more than a load reads "
                         "(%zu): one record per state tensor and dense rank (%d ranks); nothing "
                         "was published",
                         text_len, CKPT_INDEX_MAX, rt->groups.mesh.dense);
     }
-    snprintf(path, sizeof path, "%s/index.json", tmp);
-    fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    int fd = openat(tfd, "index.json", O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     int ok = fd >= 0 && !fault_hit("ckpt.index") &&
              write_all(fd, text, text_len, "ckpt.index") == 0 && fsync(fd) == 0;
     if (fd >= 0)
@@ -479,46 +732,42 @@ static shardopt_status_t publish(shardopt_runtime_t rt, const char *dir, const c
     char crc_line[16];
     snprintf(crc_line, sizeof crc_line, "%08x\n", crc32c_update(0, text, text_len));
     free(text);
+    const char *failed_file = "index.json";
     if (ok) {
-        snprintf(path, sizeof path, "%s/" CKPT_INDEX_CRC_NAME, tmp);
-        fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        failed_file = CKPT_INDEX_CRC_NAME;
+        fd = openat(tfd, CKPT_INDEX_CRC_NAME, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                    0644);
         ok = fd >= 0 && write_all(fd, crc_line, strlen(crc_line), "ckpt.index") == 0 &&
              fsync(fd) == 0;
         if (fd >= 0)
             ok = close(fd) == 0 && ok;
     }
-    if (!ok)
-        return log_fail(SHARDOPT_ERR_IO, "save: %s: %s", path, errno ? strerror(errno) : "failed");
-    snprintf(final, sizeof final, "%s/%s", dir, step_name);
-    if (ckpt_fsync_dir(tmp) != 0 || fault_hit("ckpt.rename") || rename(tmp, final) != 0 ||
-        ckpt_fsync_dir(dir) != 0)
+    if (!ok) {
+        close(tfd);
+        return log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s", tmp, failed_file,
+                        errno ? strerror(errno) : "failed");
+    }
+    ok = fsync(tfd) == 0;
+    close(tfd);
+    if (!ok || fault_hit("ckpt.rename") || renameat(dfd, tmpname, dfd, step_name) != 0 ||
+        fsync(dfd) != 0)
         return log_fail(SHARDOPT_ERR_IO, "save: publishing %s as %s: %s", tmp, final,
                         errno ? strerror(errno) : "injected fault");
-    snprintf(latest, sizeof latest, "%s/latest", dir);
-    snprintf(latest_tmp, sizeof latest_tmp, "%s/.latest.tmp", dir);
-    fd = open(latest_tmp, O_CREAT | O_WRONLY | O_TRUNC, 0644);
-    char line[64];
-    snprintf(line, sizeof line, "%s\n", step_name);
-    ok = fd >= 0 && !fault_hit("ckpt.latest") &&
-         write_all(fd, line, strlen(line), "ckpt.latest") == 0 && fsync(fd) == 0;
-    if (fd >= 0)
-        ok = close(fd) == 0 && ok;
-    if (!ok || rename(latest_tmp, latest) != 0 || ckpt_fsync_dir(dir) != 0)
-        return log_fail(SHARDOPT_ERR_IO,
-                        "save: %s: %s (the new step directory %s is complete "
-                        "but latest still names the previous one)",
-                        latest, errno ? strerror(errno) : "injected fault", final);
-    steps_prune(dir, rt->cfg.keep_last, step_name);
-    return SHARDOPT_OK;
+    status = latest_replace(dfd, dir, step_name, final);
+    if (status == SHARDOPT_OK)
+        steps_prune(dfd, dir, rt->cfg.keep_last, step_name);
+    return status;
 }
 
 shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
 {
     shardopt_status_t status = SHARDOPT_OK;
-    char step_name[32], tmp[3200], path[4096];
+    char step_name[32], tmp[3200], tmpname[64], path[4096];
     char *blob = NULL, *all = NULL;
     size_t blob_len = 0;
     int *lens = NULL, *displs = NULL;
+    int64_t *sizes = NULL, file_bytes = 0;
+    int dfd = -1, lock_fd = -1, tmp_made = 0;
     const struct groups *g;
 
     if (rt == NULL || dir == NULL)
@@ -535,59 +784,66 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
     g = &rt->groups;
     snprintf(step_name, sizeof step_name, "step-%08llu", (unsigned long long)rt->counters.steps);
 
-    /* rank 0 makes the directories and names the temporary one */
+    /* Rank 0 makes the directories, takes the directory's lock (one writer per directory) and
+     * names the temporary one. DIR is followed if it is a link (the caller named it); everything
+     * inside is reached relative to it, never through a link. */
     int nonce = (int)getpid();
     if (g->me.rank == 0) {
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", dir, step_name);
+        snprintf(tmpname, sizeof tmpname, ".tmp-%s-%d", step_name, nonce);
         if (mkdir(dir, 0755) != 0 && errno != EEXIST)
             status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", dir, strerror(errno));
+        else if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+            status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", dir, strerror(errno));
         else
-            leftovers_clear(dir);
-        if (status == SHARDOPT_OK && stat(path, &st) == 0 && latest_names(dir, step_name))
-            status = log_fail(SHARDOPT_ERR_IO,
-                              "save: %s is the latest checkpoint (step %llu): saving the same "
-                              "step again would replace it; save elsewhere",
-                              path, (unsigned long long)rt->counters.steps);
-        else if (status == SHARDOPT_OK && stat(path, &st) == 0)
-            rmtree(path); /* a crashed save's complete but never published step */
+            status = dir_lock_take(dfd, dir, &lock_fd);
         if (status == SHARDOPT_OK) {
-            snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, step_name, nonce);
-            if (mkdir(tmp, 0755) != 0)
-                status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", tmp, strerror(errno));
+            leftovers_clear(dfd, dir);
+            status = stale_step_clear(dfd, dir, step_name, (unsigned long long)rt->counters.steps);
+        }
+        if (status == SHARDOPT_OK) {
+            if (mkdirat(dfd, tmpname, 0755) != 0)
+                status =
+                    log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s", dir, tmpname, strerror(errno));
+            else
+                tmp_made = 1;
         }
     }
     groups_bcast(g, &nonce, 1, MPI_INT);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, step_name, nonce);
     status = ckpt_agree(rt, status, "save");
     if (status != SHARDOPT_OK)
-        return status;
+        goto out;
 
     /* replica 0 writes; the other replicas hold the same state */
     if (g->me.rep == 0) {
         snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, g->me.d);
-        status = rank_file_write(rt, path, &blob, &blob_len);
+        status = rank_file_write(rt, path, &blob, &blob_len, &file_bytes);
     }
     status = ckpt_agree(rt, status, "save");
     const int written = status == SHARDOPT_OK; /* the same on every rank */
     if (status == SHARDOPT_OK && g->me.rep == 0) {
         int len = (int)blob_len, ok = 1;
         const size_t count_bytes = sizeof(int) * (size_t)g->mesh.dense;
+        const size_t size_bytes = sizeof(int64_t) * (size_t)g->mesh.dense;
         char nb[64];
         /* dense rank 0 gathers; the others learn whether it could make room before sending */
         if (g->me.d == 0) {
             lens = mem_malloc(count_bytes);
             displs = lens != NULL ? mem_malloc(count_bytes) : NULL;
-            ok = lens != NULL && displs != NULL;
+            sizes = displs != NULL ? mem_malloc(size_bytes) : NULL;
+            ok = lens != NULL && displs != NULL && sizes != NULL;
             if (!ok)
-                status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                                  "save: rank %d: out of memory allocating %zu bytes for the "
-                                  "index record counts",
-                                  g->me.rank, count_bytes);
+                status =
+                    log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                             "save: rank %d: out of memory allocating %zu bytes for the "
+                             "index record counts",
+                             g->me.rank, lens == NULL || displs == NULL ? count_bytes : size_bytes);
         }
         comm_bcast(g, g->dense, &ok, 1, MPI_INT, 0, "broadcast");
         if (ok) {
             comm_gather(g, g->dense, &len, 1, MPI_INT, lens, 0, "gather of index record sizes");
+            comm_gather(g, g->dense, &file_bytes, 1, MPI_INT64_T, sizes, 0,
+                        "gather of rank file sizes");
             size_t total = 0;
             if (g->me.d == 0) {
                 for (int i = 0; i < g->mesh.dense; i++) {
@@ -625,19 +881,26 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
                                               "save: rank 0: out of memory allocating %s for the "
                                               "index",
                                               json_oom_bytes(nb, sizeof nb))
-                                   : publish(rt, dir, tmp, step_name, index);
+                                   : publish(rt, dfd, dir, tmpname, step_name, index, sizes);
             cJSON_Delete(index);
         }
     }
     if (written) /* else agreed already: a second round would nest the message in itself */
         status = ckpt_agree(rt, status, "save");
-    if (status != SHARDOPT_OK && g->me.rank == 0)
-        rmtree(tmp); /* the previous checkpoint and latest are untouched */
-    else if (status == SHARDOPT_OK && g->me.rank == 0)
-        log_info("save: %s/%s", dir, step_name);
+out:
+    if (g->me.rank == 0) {
+        if (status != SHARDOPT_OK && tmp_made)
+            tree_remove(dfd, tmpname); /* the previous checkpoint and latest are untouched */
+        else if (status == SHARDOPT_OK)
+            log_info("save: %s/%s", dir, step_name);
+        dir_lock_release(lock_fd);
+        if (dfd >= 0)
+            close(dfd);
+    }
     free(blob);
     free(all);
     free(lens);
+    free(sizes);
     free(displs);
     return status;
 }

@@ -11,11 +11,13 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "model_run.h"
 #include "runtime/crc32c.h"
+#include "runtime/checkpoint.h"
 #include "runtime/fault.h"
 
 static const char *test_dir(void)
@@ -277,6 +279,12 @@ static void expect_refused(struct run *d, const char *dir, void (*damage)(const 
         EXPECT_STR_CONTAINS(shardopt_last_error(), w2);
     /* another rank's message comes with its rank once ("load: rank 0: load: ..." before) */
     EXPECT_TRUE(strstr(shardopt_last_error(), ": load: ") == NULL);
+    /* what came from the files is shown escaped: a raw CR or NUL would hide part of it */
+    for (const char *c = shardopt_last_error(); *c != '\0'; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+            EXPECT_TRUE(!"a control character in the message");
+            break;
+        }
     snapshot(d, &after, &na);
     EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
     free(before);
@@ -513,11 +521,40 @@ static void latest_write(const char *step, const char *text)
     }
 }
 
+/* the same with bytes fputs cannot write (a NUL) */
+static void latest_write_n(const char *step, const char *bytes, size_t n)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/../latest", step);
+    FILE *f = fopen(p, "wb");
+    if (f != NULL) {
+        if (fwrite(bytes, 1, n, f) != n)
+            fprintf(stderr, "writing %s failed\n", p);
+        fclose(f);
+    }
+}
+
 static void damage_latest_dotdot(const char *step) { latest_write(step, "../step-00000003\n"); }
 static void damage_latest_slash(const char *step) { latest_write(step, "step-00000003/x"); }
 static void damage_latest_dot(const char *step) { latest_write(step, "."); }
 static void damage_latest_empty(const char *step) { latest_write(step, ""); }
 static void damage_latest_missing(const char *step) { latest_write(step, "step-00000099\n"); }
+/* a Windows line end (refused: a save writes a bare \n; the message must show the \r), a CR
+ * alone, a NUL and what follows it (it used to be cut there and the name followed), a second
+ * line, DEL, and a byte that is not UTF-8 */
+static void damage_latest_crlf(const char *step) { latest_write(step, "step-00000003\r\n"); }
+static void damage_latest_cr(const char *step) { latest_write(step, "step-00000003\r"); }
+static void damage_latest_nul(const char *step)
+{
+    latest_write_n(step, "step-00000003\0junk\n", 19);
+}
+static void damage_latest_two_lines(const char *step) { latest_write(step, "step-00000003\n\n"); }
+static void damage_latest_del(const char *step) { latest_write(step, "step-00000003\x7f\n"); }
+static void damage_latest_not_utf8(const char *step)
+{
+    latest_write(step, "step-\xff"
+                       "3\n");
+}
 
 /* The per-parameter step counts (AdamW's bias correction reads them: -1, 2.5 or 1e300 loaded and
  * the next step wrote NaN everywhere; the loader cast the double unchecked). The record follows
@@ -655,6 +692,18 @@ TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
         {damage_header_trailing, SHARDOPT_ERR_CORRUPT, "rank-00001.safetensors",
          "text after the JSON object"},
         {damage_header_nul, SHARDOPT_ERR_CORRUPT, "rank-00001.safetensors", "is a NUL byte"},
+        {damage_latest_crlf, SHARDOPT_ERR_CORRUPT, "'step-00000003\\r' is not a step directory",
+         "as Windows writes it"},
+        {damage_latest_cr, SHARDOPT_ERR_CORRUPT, "'step-00000003\\r' is not a step directory",
+         NULL},
+        {damage_latest_nul, SHARDOPT_ERR_CORRUPT,
+         "'step-00000003\\x00junk' is not a step directory", NULL},
+        {damage_latest_two_lines, SHARDOPT_ERR_CORRUPT,
+         "'step-00000003\\n' is not a step directory", NULL},
+        {damage_latest_del, SHARDOPT_ERR_CORRUPT, "'step-00000003\\x7f' is not a step directory",
+         NULL},
+        {damage_latest_not_utf8, SHARDOPT_ERR_CORRUPT, "'step-\\xff3' is not a step directory",
+         NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct run d;
@@ -909,6 +958,408 @@ TEST(keep_last_never_prunes_the_step_just_published)
     run_free(&back);
     run_free(&d);
     dir_clear(dir);
+}
+
+/* ---- the checkpoint directory: links, a second writer, latest ---- */
+
+/* Rank 0's log (stderr) while a save runs goes to `path`: the warnings are read from there. */
+static int stderr_to(const char *path)
+{
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+static void stderr_back(int saved)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+}
+
+/* The file's text (at most 64 KiB), "" when absent; the caller frees. */
+static char *text_of(const char *path)
+{
+    char *t = calloc(65537, 1);
+    FILE *f = fopen(path, "rb");
+    if (f != NULL) {
+        size_t n = fread(t, 1, 65536, f);
+        t[n] = '\0';
+        fclose(f);
+    }
+    return t;
+}
+
+static void text_put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f != NULL) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static int is_link(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Does DIR/latest say step? */
+static int latest_is(const char *dir, const char *step)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    char *t = text_of(p);
+    int ok = strncmp(t, step, strlen(step)) == 0 && strcmp(t + strlen(step), "\n") == 0;
+    free(t);
+    return ok;
+}
+
+/* Outside the checkpoint directory: files a save must never touch (collective). */
+static const char *outside_make(void)
+{
+    static const char *out = "/tmp/shardopt_ckpt_outside";
+    dir_clear(out);
+    if (me == 0) {
+        char p[4200];
+        mkdir(out, 0755);
+        snprintf(p, sizeof p, "%s/sub", out);
+        mkdir(p, 0755);
+        const char *files[] = {"sentinel", "sub/sentinel", "file", "deep"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(p, sizeof p, "%s/%s", out, files[i]);
+            text_put(p, "precious\n");
+        }
+    }
+    return out;
+}
+
+static int outside_intact(const char *out)
+{
+    const char *files[] = {"sentinel", "sub/sentinel", "file", "deep"};
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", out, files[i]);
+        char *t = text_of(p);
+        ok = ok && strcmp(t, "precious\n") == 0;
+        free(t);
+    }
+    return ok;
+}
+
+/* keep_last prunes a step-N that is a symbolic link to a directory elsewhere: it used to delete
+ * the files there. Now the link and what it points to stay and a warning names it; links inside a
+ * pruned step directory (to a directory, to a file, one inside a subdirectory) are removed as
+ * links, their targets kept. */
+TEST(pruning_never_deletes_through_a_symbolic_link)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_links";
+    const char *log = "/tmp/shardopt_ckpt_links.log";
+    struct run d;
+    shardopt_config_t cfg = test_config();
+    cfg.keep_last = 2;
+    saved_run(&d, dir, cfg); /* step 3 */
+    const char *out = outside_make();
+    char p[4200], q[4200];
+    if (me == 0) {
+        snprintf(p, sizeof p, "%s/step-00000001", dir);
+        ASSERT_TRUE(symlink(out, p) == 0);
+        snprintf(p, sizeof p, "%s/step-00000002", dir); /* a link to a file */
+        snprintf(q, sizeof q, "%s/file", out);
+        ASSERT_TRUE(symlink(q, p) == 0);
+        /* inside step 3, which pruning removes */
+        snprintf(p, sizeof p, "%s/step-00000003/linkdir", dir);
+        snprintf(q, sizeof q, "%s/sub", out);
+        ASSERT_TRUE(symlink(q, p) == 0);
+        snprintf(p, sizeof p, "%s/step-00000003/linkfile", dir);
+        snprintf(q, sizeof q, "%s/file", out);
+        ASSERT_TRUE(symlink(q, p) == 0);
+        snprintf(p, sizeof p, "%s/step-00000003/extra", dir);
+        mkdir(p, 0755);
+        snprintf(p, sizeof p, "%s/step-00000003/extra/link", dir);
+        snprintf(q, sizeof q, "%s/deep", out);
+        ASSERT_TRUE(symlink(q, p) == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    int saved = me == 0 ? stderr_to(log) : -1;
+    for (int s = 4; s <= 5; s++) {
+        run_steps(&d, s, s);
+        EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    }
+    if (me == 0) {
+        stderr_back(saved);
+        EXPECT_TRUE(outside_intact(out));
+        snprintf(p, sizeof p, "%s/step-00000001", dir);
+        EXPECT_TRUE(is_link(p));
+        snprintf(p, sizeof p, "%s/step-00000002", dir);
+        EXPECT_TRUE(is_link(p));
+        snprintf(p, sizeof p, "%s/step-00000003", dir); /* pruned, links and all */
+        EXPECT_TRUE(!exists(p));
+        snprintf(p, sizeof p, "%s/step-00000004", dir);
+        EXPECT_TRUE(exists(p));
+        char *t = text_of(log);
+        EXPECT_STR_CONTAINS(t, "step-00000001 is a symbolic link, not a step directory");
+        EXPECT_STR_CONTAINS(t, "step-00000002 is a symbolic link, not a step directory");
+        free(t);
+        unlink(log);
+    }
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    run_free(&d);
+    dir_clear(dir);
+    dir_clear(out);
+}
+
+/* The step being saved exists already: a crashed save's unpublished step-N is cleared first. A
+ * step-N that is a symbolic link (to a directory elsewhere, or to a file) was not made by a save:
+ * it used to be emptied through the link. Now the save fails on every rank naming it, nothing is
+ * touched, and the save succeeds once it is gone. A real unpublished step-N with links inside is
+ * cleared, the links' targets kept. */
+TEST(a_stale_step_that_is_a_symbolic_link_is_left_and_named)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_stale";
+    struct run d;
+    saved_run(&d, dir, test_config()); /* step 3 */
+    const char *out = outside_make();
+    run_steps(&d, 4, 4);
+    char p[4200], q[4200];
+    for (int c = 0; c < 2; c++) {
+        if (me == 0) {
+            snprintf(p, sizeof p, "%s/step-00000004", dir);
+            snprintf(q, sizeof q, c == 0 ? "%s" : "%s/file", out);
+            ASSERT_TRUE(symlink(q, p) == 0);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "step-00000004 is a symbolic link");
+        if (me == 0) {
+            EXPECT_TRUE(outside_intact(out));
+            EXPECT_TRUE(is_link(p));
+            EXPECT_TRUE(latest_is(dir, "step-00000003"));
+            unlink(p);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    /* a real unpublished step 4 holding links */
+    if (me == 0) {
+        snprintf(p, sizeof p, "%s/step-00000004", dir);
+        mkdir(p, 0755);
+        snprintf(p, sizeof p, "%s/step-00000004/linkdir", dir);
+        ASSERT_TRUE(symlink(out, p) == 0);
+        snprintf(p, sizeof p, "%s/step-00000004/rank-00000.safetensors", dir);
+        snprintf(q, sizeof q, "%s/file", out);
+        ASSERT_TRUE(symlink(q, p) == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    if (me == 0) {
+        EXPECT_TRUE(outside_intact(out));
+        EXPECT_TRUE(latest_is(dir, "step-00000004"));
+        snprintf(p, sizeof p, "%s/step-00000004/linkdir", dir);
+        EXPECT_TRUE(!exists(p));
+    }
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    run_free(&d);
+    dir_clear(dir);
+    dir_clear(out);
+}
+
+/* Two jobs saving into one directory: the second one's leftover clearing used to delete the
+ * first one's save in progress, which then published a step that did not load. Now a save holds
+ * DIR/.lock (flock) and another writer's save fails on every rank naming the directory and the
+ * holder recorded in the file, touching nothing; once the lock is released the save succeeds and
+ * clears the leftovers. The holder here is this test (rank 0, its own open of the file: flock
+ * locks belong to an open file, so the library's own open is refused as another process's). */
+TEST(a_second_writer_is_refused_and_touches_nothing)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_lock";
+    struct run d;
+    saved_run(&d, dir, test_config()); /* step 3 */
+    run_steps(&d, 4, 4);
+    char p[4400], theirs[4200];
+    int fd = -1;
+    snprintf(theirs, sizeof theirs, "%s/.tmp-step-00000009-4242", dir);
+    if (me == 0) {
+        snprintf(p, sizeof p, "%s/.lock", dir);
+        fd = open(p, O_RDWR | O_CREAT, 0644);
+        ASSERT_TRUE(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+        const char who[] = "host othernode pid 4242 since 2026-12-01T00:00:00Z\r\n";
+        ASSERT_TRUE(ftruncate(fd, 0) == 0 && pwrite(fd, who, strlen(who), 0) > 0);
+        /* the other job's save in progress */
+        mkdir(theirs, 0755);
+        snprintf(p, sizeof p, "%s/rank-00000.safetensors", theirs);
+        text_put(p, "in progress\n");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), dir);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "another writer is saving into this directory");
+    /* the holder as the file has it, escaped */
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "held by host othernode pid 4242 since 2026-12-01T00:00:00Z\\r)");
+    if (me == 0) {
+        char *t = text_of(p);
+        EXPECT_TRUE(strcmp(t, "in progress\n") == 0);
+        free(t);
+        EXPECT_TRUE(latest_is(dir, "step-00000003"));
+        snprintf(p, sizeof p, "%s/step-00000004", dir);
+        EXPECT_TRUE(!exists(p));
+    }
+    /* the previous checkpoint loads (a load takes no lock) */
+    struct run e = {0};
+    run_setup(&e, MPI_COMM_WORLD, test_config(), 0);
+    EXPECT_EQ_INT(shardopt_load(e.rt, dir), SHARDOPT_OK);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(e.rt, &st);
+    EXPECT_EQ_INT(st.steps, 3);
+    run_free(&e);
+    if (me == 0)
+        close(fd); /* the other writer is done (or died: the kernel drops its lock the same way) */
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    if (me == 0) {
+        EXPECT_TRUE(latest_is(dir, "step-00000004"));
+        EXPECT_TRUE(!exists(theirs)); /* no live writer: a leftover, cleared */
+        snprintf(p, sizeof p, "%s/.lock", dir);
+        char *t = text_of(p); /* released: no holder recorded */
+        EXPECT_TRUE(t[0] == '\0');
+        free(t);
+    }
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    run_free(&d);
+    dir_clear(dir);
+}
+
+static const char *damaged_rank_file; /* for the hooks below */
+
+static void hook_remove(const char *tmp)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/%s", tmp, damaged_rank_file);
+    unlink(p);
+}
+
+static void hook_cut(const char *tmp)
+{
+    char p[4300];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", tmp, damaged_rank_file);
+    if (stat(p, &st) != 0 || truncate(p, st.st_size - 1) != 0)
+        fprintf(stderr, "cutting %s failed\n", p);
+}
+
+static void hook_grow(const char *tmp)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/%s", tmp, damaged_rank_file);
+    FILE *f = fopen(p, "ab");
+    if (f != NULL) {
+        fputc(0, f);
+        fclose(f);
+    }
+}
+
+/* A rank file removed, cut short or grown between its writer's close and the publication (as
+ * another writer's clearing did): publish checks every rank's file against the size its writer
+ * wrote and publishes nothing; latest and the previous step stay, no temporary directory is
+ * left, and the next save succeeds. */
+TEST(publish_refuses_a_rank_file_missing_or_of_another_size)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_verify";
+    struct run d;
+    saved_run(&d, dir, test_config()); /* step 3 */
+    run_steps(&d, 4, 4);
+    damaged_rank_file = world > 1 ? "rank-00001.safetensors" : "rank-00000.safetensors";
+    void (*hooks[])(const char *) = {hook_remove, hook_cut, hook_grow};
+    const char *words[] = {"No such file or directory before publishing", "bytes before publishing",
+                           "bytes before publishing"};
+    for (int i = 0; i < 3; i++) {
+        ckpt_test_before_publish = hooks[i];
+        EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), damaged_rank_file);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), words[i]);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was published");
+        ckpt_test_before_publish = NULL;
+        if (me == 0) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/step-00000004", dir);
+            EXPECT_TRUE(!exists(p));
+            EXPECT_TRUE(latest_is(dir, "step-00000003"));
+            DIR *dd = opendir(dir);
+            struct dirent *e;
+            int tmps = 0;
+            while ((e = readdir(dd)) != NULL)
+                tmps += strncmp(e->d_name, ".tmp-", 5) == 0;
+            closedir(dd);
+            EXPECT_EQ_INT(tmps, 0);
+        }
+    }
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    run_free(&d);
+    dir_clear(dir);
+}
+
+/* Writing latest failing at each point (ckpt.latest counts 1 before the write, 2 the write, 3
+ * the fsync, 4 the rename; ENOSPC or EIO): the save fails on every rank with the error, and
+ * .latest.tmp is gone (it used to stay). A .latest.tmp that is a symbolic link to a file
+ * elsewhere (a crash's leftover replaced by one) is replaced, never written through. */
+TEST(a_failure_writing_latest_leaves_no_latest_tmp)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_latest";
+    struct run d;
+    saved_run(&d, dir, test_config()); /* step 3 */
+    run_steps(&d, 4, 4);
+    const char *specs[] = {"ckpt.latest:1:ENOSPC", "ckpt.latest:2:ENOSPC", "ckpt.latest:3:EIO",
+                           "ckpt.latest:4:ENOSPC", "ckpt.latest:2:EDQUOT"};
+    const char *words[] = {"No space left on device", "No space left on device",
+                           "Input/output error", "No space left on device", "quota exceeded"};
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.latest.tmp", dir);
+    for (int i = 0; i < 5; i++) {
+        if (me == 0)
+            fault_arm(specs[i]);
+        EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), words[i]);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "latest still names the previous one");
+        fault_arm(NULL);
+        if (me == 0) {
+            EXPECT_TRUE(!exists(p));
+            EXPECT_TRUE(latest_is(dir, "step-00000003"));
+        }
+    }
+    const char *out = outside_make();
+    if (me == 0) {
+        char q[4200];
+        snprintf(q, sizeof q, "%s/file", out);
+        ASSERT_TRUE(symlink(q, p) == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    if (me == 0) {
+        EXPECT_TRUE(outside_intact(out));
+        EXPECT_TRUE(latest_is(dir, "step-00000004"));
+        snprintf(p, sizeof p, "%s/latest", dir);
+        EXPECT_TRUE(!is_link(p));
+    }
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    run_free(&d);
+    dir_clear(dir);
+    dir_clear(out);
 }
 
 /* Offsets of the state kinds (k >= 1) inside a snapshot, for a run of this model. */

@@ -801,10 +801,17 @@ static shardopt_status_t latest_read(const char *dir, const char *path, char *na
 {
     char buf[512], shown[2100];
     size_t n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    /* O_NONBLOCK: a FIFO named latest must not stop the load until someone writes to it */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return log_fail(SHARDOPT_ERR_IO, "load: %s: neither index.json nor latest (%s)", dir,
                         strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return log_fail(SHARDOPT_ERR_CORRUPT,
+                        "load: %s: not a regular file (a save writes latest as one)", path);
+    }
     while (n < sizeof buf) {
         ssize_t r = read(fd, buf + n, sizeof buf - n);
         if (r < 0 && errno == EINTR)

@@ -426,10 +426,11 @@ static int latest_names(int dfd, const char *step_name)
 {
     char buf[64];
     const size_t len = strlen(step_name);
-    int fd = openat(dfd, "latest", O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = openat(dfd, "latest", O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO never blocks */
     if (fd < 0)
         return 0;
-    ssize_t n = read(fd, buf, sizeof buf);
+    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf) : -1;
     close(fd);
     if (n < (ssize_t)len || memcmp(buf, step_name, len) != 0)
         return 0;
@@ -448,12 +449,20 @@ static int latest_names(int dfd, const char *step_name)
 static shardopt_status_t dir_lock_take(int dfd, const char *dir, int *lock_fd)
 {
     char who[512], shown[600], host[256] = "", when[32] = "";
-    int fd = openat(dfd, ".lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    struct stat st;
+    int fd = openat(dfd, ".lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0)
         return log_fail(SHARDOPT_ERR_IO, "save: %s/.lock: %s%s", dir, strerror(errno),
                         errno == ELOOP ? " (a symbolic link; the lock file is shardopt's own plain "
                                          "file: remove the link)"
                                        : "");
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return log_fail(SHARDOPT_ERR_IO,
+                        "save: %s/.lock: not a plain file (the lock file is shardopt's own: remove "
+                        "what is there)",
+                        dir);
+    }
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         const int err = errno;
         if (err == EINTR)

@@ -550,6 +550,15 @@ static void damage_latest_nul(const char *step)
 }
 static void damage_latest_two_lines(const char *step) { latest_write(step, "step-00000003\n\n"); }
 static void damage_latest_del(const char *step) { latest_write(step, "step-00000003\x7f\n"); }
+/* a FIFO: opening it for reading used to wait for a writer for good */
+static void damage_latest_fifo(const char *step)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/../latest", step);
+    unlink(p);
+    if (mkfifo(p, 0644) != 0)
+        fprintf(stderr, "mkfifo %s failed\n", p);
+}
 static void damage_latest_not_utf8(const char *step)
 {
     latest_write(step, "step-\xff"
@@ -704,6 +713,7 @@ TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
          NULL},
         {damage_latest_not_utf8, SHARDOPT_ERR_CORRUPT, "'step-\\xff3' is not a step directory",
          NULL},
+        {damage_latest_fifo, SHARDOPT_ERR_CORRUPT, "latest: not a regular file", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct run d;

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "model_run.h"
-#include "runtime/crc32c.h"
 #include "runtime/checkpoint.h"
+#include "runtime/crc32c.h"
 #include "runtime/fault.h"
 
 static const char *test_dir(void)

@@ -446,6 +446,16 @@ static int latest_names(int dfd, const char *step_name)
  * second runtime in the same process would be let in, and closing any descriptor of the file
  * would drop them. The file is never removed: a writer that opened the old one and a writer that
  * created a new one would both hold "the" lock. */
+/* flock's answers for a filesystem that has no locks to give (Lustre mounted without -o flock,
+ * some NFS setups): not another writer, and not a reason to refuse every save of a job whose only
+ * filesystem it is. */
+static int lock_unsupported(int err)
+{
+    return err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP || err == ENOTSUP;
+}
+
+/* *lock_fd is -1 after OK when the filesystem has no flock: the save goes on unguarded (warned
+ * once per process), and the caller then clears no leftovers, which may be a live writer's. */
 static shardopt_status_t dir_lock_take(int dfd, const char *dir, int *lock_fd)
 {
     char who[512], shown[600], host[256] = "", when[32] = "";
@@ -463,17 +473,29 @@ static shardopt_status_t dir_lock_take(int dfd, const char *dir, int *lock_fd)
                         "what is there)",
                         dir);
     }
-    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    *lock_fd = -1;
+    while (fault_hit("ckpt.lock") || flock(fd, LOCK_EX | LOCK_NB) != 0) {
         const int err = errno;
         if (err == EINTR)
             continue;
+        if (lock_unsupported(err)) {
+            static int warned;
+            close(fd);
+            if (!warned++)
+                log_warn("save: %s/.lock: flock: %s: this filesystem gives no locks, so one "
+                         "writer per directory is not enforced here and temporary directories "
+                         "of other saves (.tmp-step-*) are left in place; mount it with locking "
+                         "(Lustre: -o flock) to have both",
+                         dir, strerror(err));
+            return SHARDOPT_OK;
+        }
         ssize_t n = err == EWOULDBLOCK ? pread(fd, who, sizeof who, 0) : -1;
         close(fd);
         if (err != EWOULDBLOCK)
             return log_fail(
                 SHARDOPT_ERR_IO,
                 "save: %s/.lock: flock: %s (a save holds this lock so that one job at a "
-                "time writes into %s; a filesystem without flock cannot take saves)",
+                "time writes into %s)",
                 dir, strerror(err), dir);
         while (n > 0 && who[n - 1] == '\n')
             n--;
@@ -806,7 +828,8 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
         else
             status = dir_lock_take(dfd, dir, &lock_fd);
         if (status == SHARDOPT_OK) {
-            leftovers_clear(dfd, dir);
+            if (lock_fd >= 0)
+                leftovers_clear(dfd, dir);
             status = stale_step_clear(dfd, dir, step_name, (unsigned long long)rt->counters.steps);
         }
         if (status == SHARDOPT_OK) {

@@ -55,7 +55,8 @@ static void fault_parse(const char *v)
     static const struct {
         const char *name;
         int value;
-    } errnos[] = {{"EIO", EIO}, {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT}, {"EROFS", EROFS}};
+    } errnos[] = {
+        {"EIO", EIO}, {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT}, {"EROFS", EROFS}, {"ENOLCK", ENOLCK}};
     const char *colon = strchr(v, ':');
     char *end = NULL;
     const long n = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
@@ -69,7 +70,7 @@ static void fault_parse(const char *v)
         fprintf(
             stderr,
             "[shardopt] error: SHARDOPT_FAULT='%s': accepted [kill@|hang@]<site>:<n>[:<errno>], "
-            "n >= 1, errno EIO (default), ENOSPC, EDQUOT or EROFS; ignored\n",
+            "n >= 1, errno EIO (default), ENOSPC, EDQUOT, EROFS or ENOLCK; ignored\n",
             v);
         return;
     }

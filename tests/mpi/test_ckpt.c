@@ -1252,6 +1252,39 @@ TEST(a_second_writer_is_refused_and_touches_nothing)
     dir_clear(dir);
 }
 
+/* A filesystem without flock (Lustre mounted without -o flock: ENOLCK, ENOSYS or EOPNOTSUPP from
+ * flock): the save goes ahead with a warning (refusing would leave such a job no save at all),
+ * and because a live writer cannot be told from a crashed one there, another save's temporary
+ * directory is left in place. */
+TEST(a_filesystem_without_flock_saves_and_leaves_other_temporary_directories)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_nolock";
+    struct run d;
+    saved_run(&d, dir, test_config()); /* step 3 */
+    run_steps(&d, 4, 4);
+    char p[4400], theirs[4200];
+    snprintf(theirs, sizeof theirs, "%s/.tmp-step-00000009-4242", dir);
+    if (me == 0) {
+        mkdir(theirs, 0755);
+        snprintf(p, sizeof p, "%s/rank-00000.safetensors", theirs);
+        text_put(p, "in progress\n");
+        fault_arm("ckpt.lock:1:ENOLCK");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    fault_arm(NULL);
+    if (me == 0) {
+        EXPECT_TRUE(latest_is(dir, "step-00000004"));
+        char *t = text_of(p);
+        EXPECT_TRUE(t != NULL && strcmp(t, "in progress\n") == 0);
+        free(t);
+    }
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    run_free(&d);
+    dir_clear(dir);
+}
+
 static const char *damaged_rank_file; /* for the hooks below */
 
 static void hook_remove(const char *tmp)

@@ -120,6 +120,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    log_defang(msg, sizeof msg);
     pthread_mutex_lock(&log_lock);
     if (log_rank >= 0)
         fprintf(log_stream, "[shardopt %s:%ld r%d] %s: %s\n", log_host, (long)getpid(), log_rank,
@@ -188,4 +189,52 @@ const char *log_escape(char *out, size_t outlen, const void *text, size_t n)
     }
     out[o < outlen ? o : outlen - 1] = '\0';
     return out;
+}
+
+/* Is the byte at s[i] (of n) printable as it is: ASCII that is no control, or the start of a
+ * UTF-8 sequence that is no C1 control? Returns its length then, else 0. */
+static size_t printable_len(const unsigned char *s, size_t i, size_t n)
+{
+    if (s[i] < 0x80)
+        return s[i] >= 0x20 && s[i] != 0x7f ? 1 : 0;
+    return utf8_len(s + i, n - i);
+}
+
+void log_defang(char *buf, size_t cap)
+{
+    const size_t n = strlen(buf);
+    size_t i = 0, take;
+    while (i < n && (take = printable_len((const unsigned char *)buf, i, n)) > 0)
+        i += take; /* the usual message needs nothing: no copy */
+    if (i == n || cap == 0)
+        return;
+    unsigned char tmp[2048];
+    const size_t len = n < sizeof tmp ? n : sizeof tmp;
+    memcpy(tmp, buf, len);
+    size_t o = 0;
+    for (i = 0; i < len; i += take) {
+        char e[8];
+        size_t el = take = printable_len(tmp, i, len);
+        if (el > 0)
+            memcpy(e, tmp + i, el);
+        else if (tmp[i] == '\n' || tmp[i] == '\r' || tmp[i] == '\t')
+            el = (size_t)snprintf(e, sizeof e, "\\%c",
+                                  tmp[i] == '\n'   ? 'n'
+                                  : tmp[i] == '\r' ? 'r'
+                                                   : 't');
+        else
+            el = (size_t)snprintf(e, sizeof e, "\\x%02x", tmp[i]);
+        take = take > 0 ? take : 1;
+        if (o + el + 1 > cap) { /* cut, with "..." where it fits */
+            o = cap >= 4 ? cap - 4 : 0;
+            while (o > 0 && (buf[o] & 0xc0) == 0x80) /* not inside a UTF-8 sequence */
+                o--;
+            memcpy(buf + o, "...", cap >= 4 ? 3 : 0);
+            o += cap >= 4 ? 3 : 0;
+            break;
+        }
+        memcpy(buf + o, e, el);
+        o += el;
+    }
+    buf[o] = '\0';
 }

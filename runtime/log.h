@@ -25,6 +25,13 @@ void log_set_rank(int rank);
  * printed raw moves the terminal back over the message and hides what was wrong. */
 const char *log_escape(char *out, size_t outlen, const void *text, size_t n);
 
+/* Rewrite the message in buf (cap bytes) so that it holds no control byte and no byte that is
+ * not UTF-8: each becomes its escape (\r, \n, \t, \xNN), cut to cap with "..." if it grows.
+ * Backslashes are left as they are (a log_escape'd part stays readable). Every message the
+ * library records or logs goes through it: text read from a file or a variable may hold anything,
+ * and a CR or an escape sequence printed raw hides or rewrites what the reader sees. */
+void log_defang(char *buf, size_t cap);
+
 #define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
 #define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)

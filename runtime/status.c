@@ -43,6 +43,7 @@ shardopt_status_t shardopt_get_version(int *major, int *minor, int *patch)
 static void record(const char *fmt, va_list ap)
 {
     vsnprintf(last_error, sizeof last_error, fmt, ap);
+    log_defang(last_error, sizeof last_error);
 }
 
 shardopt_status_t status_set(shardopt_status_t status, const char *fmt, ...)

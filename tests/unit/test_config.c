@@ -234,6 +234,32 @@ TEST(json_refuses_text_that_is_not_exactly_one_json_value)
     EXPECT_TRUE(strcmp(c.adamw_patterns, "a\\u0000") == 0);
 }
 
+/* Text from a file or a variable reaches messages: an escaped CR, ESC or DEL in a JSON key or
+ * value (valid JSON), a CR in an environment variable's value. The message holds no control byte
+ * (a raw CR moves the terminal back over what was wrong, ESC starts a terminal sequence), each
+ * shown escaped; valid UTF-8 stays as it is. */
+static void expect_no_control_bytes(const char *msg, const char *shown)
+{
+    for (const unsigned char *c = (const unsigned char *)msg; *c != '\0'; c++)
+        EXPECT_TRUE(*c >= 0x20 && *c != 0x7f);
+    EXPECT_STR_CONTAINS(msg, shown);
+}
+
+TEST(messages_show_control_characters_from_files_and_variables_escaped)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    const char *path = write_json("{\"momen\\rtum\": 0.5}");
+    EXPECT_EQ_INT(shardopt_config_load_json(path, &c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    expect_no_control_bytes(shardopt_last_error(), "momen\\rtum");
+    path = write_json("{\"offload\": \"cpu\\u001b[2J\u00e9\"}");
+    EXPECT_EQ_INT(shardopt_config_load_json(path, &c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    expect_no_control_bytes(shardopt_last_error(), "cpu\\x1b[2J\xc3\xa9");
+    setenv("SHARDOPT_OFFLOAD", "cpu\r\x7f", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    unsetenv("SHARDOPT_OFFLOAD");
+    expect_no_control_bytes(shardopt_last_error(), "cpu\\r\\x7f");
+}
+
 /* The file's size limit: a valid file padded with blanks to exactly 1 MiB loads; one byte more
  * is refused, naming the limit, and the config stays as it was. */
 TEST(json_file_of_the_limit_loads_and_one_byte_more_is_refused)

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-__all__ = ["Error", "Param", "Optimizer", "library", "torch_params"]
+__all__ = ["Error", "SaveRefused", "Param", "Optimizer", "library", "torch_params"]
 
 _STATUS = {0: "ok", -1: "invalid argument", -2: "invalid state", -3: "out of memory",
            -4: "mismatch between ranks", -5: "unsupported", -6: "I/O error", -7: "corrupt data",
@@ -40,6 +40,16 @@ class Error(RuntimeError):
 
     def __init__(self, call, status, message):
         super().__init__(f"shardopt_{call}: {_STATUS.get(status, status)} ({status}): {message}")
+        self.status, self.message = status, message
+
+
+class SaveRefused(Error):
+    """save(dir) at the step dir's `latest` already names: a refusal (it would replace the
+    current checkpoint), not an I/O failure; nothing was written. The library reports it with
+    its I/O status, kept in .status."""
+
+    def __init__(self, status, message):
+        RuntimeError.__init__(self, f"shardopt_save: refused, nothing written: {message}")
         self.status, self.message = status, message
 
 
@@ -160,10 +170,57 @@ def _config_text(v):
     return str(v)
 
 
+_mpi_inited_here = False
+_live = None  # weakref.WeakSet of the Optimizers whose runtime is open (closed before finalize)
+
+
+def _mpi_finalize():
+    """At exit, where the binding initialised MPI itself: close the runtimes still open (their
+    finalize frees communicators), then MPI_Finalize, as mpi4py would."""
+    for opt in list(_live or ()):
+        try:
+            opt.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+    lib, done = library(), ctypes.c_int()
+    lib.MPI_Finalized(ctypes.byref(done))
+    if not done.value:
+        lib.MPI_Finalize()
+
+
+def _comm_self(lib):
+    """MPI_COMM_SELF with no mpi4py: MPI is initialised through the libmpi the library links
+    (MPI_Init_thread, finalized at exit) unless someone did already. Open MPI's MPI_COMM_SELF is
+    the address of ompi_mpi_comm_self; MPICH's the constant 0x44000001."""
+    global _mpi_inited_here
+    for fn in ("MPI_Initialized", "MPI_Finalized", "MPI_Init_thread", "MPI_Finalize"):
+        if not hasattr(lib, fn):
+            raise OSError(f"libshardopt does not export {fn} from its MPI: pass comm= (an "
+                          "mpi4py communicator) instead")
+    ready, done = ctypes.c_int(), ctypes.c_int()
+    lib.MPI_Initialized(ctypes.byref(ready))
+    lib.MPI_Finalized(ctypes.byref(done))
+    if done.value:
+        raise RuntimeError("MPI was finalized: no runtime can be made any more")
+    if not ready.value:
+        provided = ctypes.c_int()
+        lib.MPI_Init_thread.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                        ctypes.POINTER(ctypes.c_int)]
+        if lib.MPI_Init_thread(None, None, 3, ctypes.byref(provided)) != 0:  # MULTIPLE, as mpi4py
+            raise RuntimeError("MPI_Init_thread failed")
+        _mpi_inited_here = True
+        import atexit
+        atexit.register(_mpi_finalize)
+    if hasattr(lib, "ompi_mpi_comm_self"):
+        return ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, "ompi_mpi_comm_self")))
+    return ctypes.c_void_p(0x44000001)
+
+
 def _comm_handle(comm):
-    """The MPI_Comm of an mpi4py communicator (MPI_COMM_SELF when None)."""
+    """The MPI_Comm of an mpi4py communicator; None: MPI_COMM_SELF, without needing mpi4py."""
+    if comm is None:
+        return _comm_self(library()), None
     from mpi4py import MPI
-    comm = MPI.COMM_SELF if comm is None else comm
     return ctypes.c_void_p(MPI._handleof(comm)), comm
 
 
@@ -330,8 +387,55 @@ class Param:
     source: Any = field(default=None, repr=False)  # the torch parameter (torch_params)
 
 
+def _storage_key(t):
+    """What identifies a tensor's memory: two tensors with the same key are the same parameter
+    (a tied weight listed twice, model.named_parameters(remove_duplicate=False))."""
+    t = t.to_local() if hasattr(t, "to_local") and hasattr(t, "placements") else t
+    try:
+        base = t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - a tensor without storage (meta): its identity
+        base = id(t)
+    return (t.device.type, base, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _named(params):
+    """(name, tensor) pairs from model.named_parameters(), model.parameters() (named param.<i>
+    in order) or a mix."""
+    out = []
+    for i, x in enumerate(params):
+        if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], str):
+            out.append((x[0], x[1]))
+        elif _is_torch(x):
+            out.append((f"param.{i}", x))
+        else:
+            raise TypeError(f"parameter {i}: {type(x).__name__} is neither a torch tensor nor a "
+                            "(name, tensor) pair")
+    return out
+
+
+def _dedup(named, warn=True):
+    """named without the repeats of a tensor already listed (same memory, shape and strides):
+    registered twice, a tied weight would be updated twice per step. Each repeat is a warning
+    naming both names."""
+    seen, out = {}, []
+    for name, p in named:
+        key = _storage_key(p)
+        if key in seen:
+            if warn:
+                import warnings
+                warnings.warn(f"shardopt: {name} is the same tensor as {seen[key]} (shared "
+                              f"storage, e.g. a tied weight): registered once, as {seen[key]}",
+                              stacklevel=3)
+            continue
+        seen[key] = name
+        out.append((name, p))
+    return out
+
+
 def torch_params(named_parameters, expert=None):
-    """shardopt.Params from (name, torch parameter) pairs, as model.named_parameters() gives.
+    """shardopt.Params from (name, torch parameter) pairs, as model.named_parameters() gives
+    (model.parameters() works too: its tensors are named param.<i>). A tensor listed twice (a
+    tied weight under remove_duplicate=False) is registered once, with a warning.
 
     A DTensor (FSDP2's fully_shard, or any DeviceMesh sharding) registers its local shard
     (to_local(), which shares the parameter's storage) with shard_dim and shard_offset read from
@@ -342,7 +446,7 @@ def torch_params(named_parameters, expert=None):
     each backward), so none is needed here."""
     import torch
     out = []
-    for name, p in named_parameters:
+    for name, p in _dedup(_named(named_parameters)):
         if not p.requires_grad:  # frozen: no gradient ever comes (torch.optim skips them too)
             continue
         local, placement, sdim, soff, slen = p.detach(), "replicated", 0, 0, -1
@@ -388,6 +492,11 @@ class Optimizer:
         self._comm_handle, self.comm = _comm_handle(comm)
         self._rt = ctypes.c_void_p()
         _check("init", lib.shardopt_init(self._comm_handle, self._cfg, ctypes.byref(self._rt)))
+        global _live
+        if _live is None:
+            import weakref
+            _live = weakref.WeakSet()
+        _live.add(self)
         self.params = []
         self._names = []
         failed = None
@@ -395,7 +504,14 @@ class Optimizer:
             st = self.stats()
             self._ep = st["ep_size"]
             self._host = st["kernels"].startswith("cpu")  # CPU kernels: host memory only
+            params = list(params)
+            if any(_is_torch(x) or (isinstance(x, (tuple, list)) and len(x) == 2
+                                    and _is_torch(x[1])) for x in params):
+                params = torch_params(params)  # model.parameters() / named_parameters()
             for p in params:
+                if not isinstance(p, (Param, dict)):
+                    raise TypeError(f"{type(p).__name__}: a parameter is a shardopt.Param, a "
+                                    "dict of its fields, a torch tensor or a (name, tensor) pair")
                 p = p if isinstance(p, Param) else Param(**p)
                 self.params.append(p)
                 self._register(p)
@@ -588,7 +704,9 @@ class Optimizer:
 
     def zero_grad(self, set_to_none=True):
         """Zero every registered gradient buffer in place; torch parameters' .grad is set to
-        None instead (as torch.optim does) unless set_to_none is False."""
+        None instead (as torch.optim does) unless set_to_none is False, when the gradient the
+        parameter holds now is zeroed in place (the one backward accumulates into next, whether
+        or not a step has picked it up yet)."""
         for p in self.params:
             if p.source is not None and set_to_none:
                 p.source.grad = None
@@ -596,11 +714,26 @@ class Optimizer:
                     p.grad = None
                     slot = self._slot(p)
                     self._point(p, slot.data, None, (slot.data_addr, None))
+            elif p.source is not None:
+                g = p.source.grad
+                if g is not None:  # as torch.optim.Optimizer.zero_grad(set_to_none=False)
+                    if g.grad_fn is not None:
+                        g.detach_()
+                    else:
+                        g.requires_grad_(False)
+                    g.zero_()
             elif p.grad is not None:
                 p.grad[...] = 0
 
     def save(self, directory):
-        _check("save", self._lib.shardopt_save(self._rt, os.fsencode(directory)))
+        """Save the optimizer state (collective). Saving again at the step `latest` already
+        names is refused with SaveRefused (nothing written), not an I/O error."""
+        try:
+            _check("save", self._lib.shardopt_save(self._rt, os.fsencode(directory)))
+        except Error as e:
+            if "is the latest checkpoint" in e.message and "save elsewhere" in e.message:
+                raise SaveRefused(e.status, e.message) from None
+            raise
 
     def load(self, directory):
         _check("load", self._lib.shardopt_load(self._rt, os.fsencode(directory)))
@@ -617,6 +750,8 @@ class Optimizer:
         if self._rt:
             self._lib.shardopt_finalize(self._rt)
             self._rt = ctypes.c_void_p()
+            if _live is not None:
+                _live.discard(self)
             for p in getattr(self, "params", []):  # freed with the runtime
                 p.handle = None
             self._slots = {}  # the library no longer touches any buffer

@@ -1,0 +1,673 @@
+"""shardopt as a torch.optim optimizer: `from shardopt.torch import Muon`.
+
+    opt = Muon(model.named_parameters(), lr=0.02, adamw_lr=3e-4, model=model)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1, (s + 1) / 100))
+    loss.backward(); opt.step(); sched.step(); opt.zero_grad()
+
+A torch.optim.Optimizer subclass over shardopt runtimes (the ctypes binding in shardopt). Its
+defaults are torch.optim.Muon's for the matrices and torch.optim.AdamW's for the rest, so that
+switching the import gives the same run to within bf16 rounding (docs/python.md says what still
+differs, and why). Each param group is one runtime holding one algorithm: groups are split into
+a Muon and an AdamW part at construction, so that every lr_scheduler, and every loop over
+param_groups, sets each group's lr and weight_decay, which step() reads every time."""
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import warnings
+
+import numpy as np
+import torch
+
+import shardopt as _so
+
+__all__ = ["Muon"]
+
+_JORDAN = (3.4445, -4.775, 2.0315)  # torch.optim.Muon's default, the library's `jordan` table
+# names that are embeddings or output heads in the usual trainers (the library's default list
+# plus nanoGPT's wte / wpe): AdamW under torch's conventions too
+_ADAMW_NAMES = ["embed", "lm_head", "=output.weight", "wte", "wpe", "tok_embeddings"]
+_HEAD_NAMES = ("lm_head", "output", "head", "classifier")
+# group keys fixed when the group's runtime is made: a scheduler that cycles them is refused
+_FIXED = {"muon": ("momentum", "nesterov", "ns_coefficients", "eps", "ns_steps",
+                   "adjust_lr_fn"),
+          "adamw": ("betas", "eps")}
+_UNSET = object()
+_KINDS = {"muon": ("momentum",), "adamw": ("exp_avg", "exp_avg_sq")}
+_NP = {"F32": np.float32, "BF16": np.uint16}
+_TORCH = {"F32": torch.float32, "BF16": torch.bfloat16}
+
+
+def _dion_defaults():
+    """The library's own defaults (docs/config.md: dion's Muon), as this class's keywords."""
+    return dict(lr=1e-3, weight_decay=0.01, momentum=0.95, nesterov=False,
+                ns_coefficients="quintic", eps=1e-8, ns_steps=5, adjust_lr_fn="match_rms_adamw",
+                adamw_lr=None, adamw_betas=(0.9, 0.95), adamw_eps=1e-8, adamw_weight_decay=0.01)
+
+
+def _torch_defaults():
+    """torch.optim.Muon's defaults; the AdamW side torch.optim.AdamW's."""
+    return dict(lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
+                ns_coefficients=_JORDAN, eps=1e-7, ns_steps=5, adjust_lr_fn=None,
+                adamw_lr=None, adamw_betas=(0.9, 0.999), adamw_eps=1e-8,
+                adamw_weight_decay=0.01)
+
+
+def _matches(name, patterns):
+    return any(name == p[1:] if p.startswith("=") else p in name for p in patterns if p)
+
+
+def _classify_by_model(model):
+    """{id(parameter): "adamw"} for the parameters a model's modules say are not hidden
+    matrices: nn.Embedding weights, and output heads (a Linear named like one, or whose
+    out_features is an embedding's vocabulary)."""
+    out, vocab, linears = {}, set(), []
+    for mname, m in model.named_modules():
+        if isinstance(m, torch.nn.Embedding):
+            out[id(m.weight)] = "adamw"
+            vocab.add(m.num_embeddings)
+        elif isinstance(m, torch.nn.Linear):
+            linears.append((mname, m))
+    for mname, m in linears:
+        if mname.rsplit(".", 1)[-1] in _HEAD_NAMES or m.out_features in vocab:
+            out[id(m.weight)] = "adamw"
+    return out
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for the hidden matrices and AdamW for the rest, stepped by libshardopt.
+
+    params: an iterable of tensors, of (name, tensor) pairs (model.named_parameters()) or of
+    param-group dicts ({"params": ..., "lr": ...}; "algo": "muon" | "adamw" fixes a group's
+    algorithm; adamw_lr / adamw_weight_decay / adamw_betas / adamw_eps set its AdamW part).
+    The keywords are torch.optim.Muon's (lr, weight_decay, momentum, nesterov, ns_coefficients,
+    eps, ns_steps, adjust_lr_fn) and the AdamW side's (adamw_lr: None = lr, adamw_betas,
+    adamw_eps, adamw_weight_decay). comm: an mpi4py communicator (None: this process alone, no
+    mpi4py needed). config: any other key of docs/config.md, and "preset": "dion" for the
+    library's own defaults. model: classify by module (nn.Embedding and the output head to
+    AdamW) instead of by name. expert(name): which tensors are [E, out, in] expert stacks."""
+
+    def __init__(self, params, lr=_UNSET, weight_decay=_UNSET, momentum=_UNSET, nesterov=_UNSET,
+                 ns_coefficients=_UNSET, eps=_UNSET, ns_steps=_UNSET, adjust_lr_fn=_UNSET,
+                 adamw_lr=_UNSET, adamw_betas=_UNSET, adamw_eps=_UNSET,
+                 adamw_weight_decay=_UNSET, *, comm=None, config=None, model=None, expert=None):
+        config = dict(config or {})
+        preset = config.pop("preset", "torch")
+        if preset not in ("torch", "dion"):
+            raise ValueError(f"config preset = {preset!r}: accepted 'torch' (torch.optim.Muon's "
+                             "defaults, the default) or 'dion' (the library's)")
+        given = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
+                     ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps,
+                     adjust_lr_fn=adjust_lr_fn, adamw_lr=adamw_lr, adamw_betas=adamw_betas,
+                     adamw_eps=adamw_eps, adamw_weight_decay=adamw_weight_decay)
+        base = _dion_defaults() if preset == "dion" else _torch_defaults()
+        hp = {k: (base[k] if v is _UNSET else v) for k, v in given.items()}
+        mapped = {"momentum", "nesterov", "weight_decay", "ns_coeffs", "ns_custom_coeffs",
+                  "ns_steps", "ns_eps", "lr_scale", "adamw_beta1", "adamw_beta2", "adamw_eps",
+                  "adamw_weight_decay"}
+        clash = sorted(mapped & set(config))
+        if clash:
+            raise ValueError(f"config {clash}: set through Muon's keywords (momentum, nesterov, "
+                             "weight_decay, ns_coefficients, ns_steps, eps, adjust_lr_fn, "
+                             "adamw_betas, adamw_eps, adamw_weight_decay)")
+        _check_hp(hp)
+        self._comm, self._config, self._expert = comm, config, expert
+        self._patterns = config.pop("adamw_patterns", None)
+        if isinstance(self._patterns, str):
+            self._patterns = self._patterns.split(",")
+        self._by_model = _classify_by_model(model) if model is not None else {}
+        self._model_names = ({id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+                             if model is not None else {})
+        self._runtimes = []  # per param group: (its shardopt.Optimizer, [Param] in group order)
+        self._seen = {}      # storage key -> name: a tensor is registered once in all groups
+        self._unnamed = 0
+        self._warned_unnamed = False
+        defaults = dict(lr=hp["lr"], weight_decay=hp["weight_decay"], momentum=hp["momentum"],
+                        nesterov=hp["nesterov"], ns_coefficients=hp["ns_coefficients"],
+                        eps=hp["eps"], ns_steps=hp["ns_steps"], adjust_lr_fn=hp["adjust_lr_fn"],
+                        betas=tuple(hp["adamw_betas"]), algo="muon")
+        self._adamw = dict(lr=hp["adamw_lr"], weight_decay=hp["adamw_weight_decay"],
+                           betas=tuple(hp["adamw_betas"]), eps=hp["adamw_eps"])
+        groups = list(params) if not isinstance(params, torch.Tensor) else [params]
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        split = []
+        for g in groups:
+            split.extend(self._split(g, defaults))
+        super().__init__(split, defaults)
+
+    # ---- construction -----------------------------------------------------------------
+
+    def _named(self, items):
+        """(name, tensor) pairs from tensors or pairs; unnamed tensors take the model's name
+        where model= is given, else param.<i>."""
+        out = []
+        for x in items:
+            if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], str):
+                out.append((x[0], x[1]))
+            elif isinstance(x, torch.Tensor):
+                name = self._model_names.get(id(x))
+                if name is None:
+                    name = f"param.{self._unnamed}"
+                    if not self._warned_unnamed and not self._by_model and x.ndim == 2:
+                        self._warned_unnamed = True
+                        warnings.warn("shardopt.torch.Muon: parameters without names and no "
+                                      "model=: every 2-D tensor goes to Muon, embeddings and "
+                                      "the output head included; pass model.named_parameters()"
+                                      " or model=model", stacklevel=4)
+                self._unnamed += 1
+                out.append((name, x))
+            else:
+                raise TypeError(f"{type(x).__name__}: a parameter is a torch tensor or a "
+                                "(name, tensor) pair")
+        return out
+
+    def _algo(self, name, p):
+        if id(p) in self._by_model:
+            return self._by_model[id(p)]
+        if p.ndim < 2:
+            return "adamw"
+        patterns = self._patterns if self._patterns is not None else _ADAMW_NAMES
+        return "adamw" if _matches(name, patterns) else "muon"
+
+    def _split(self, group, defaults):
+        """A user's group as one group per algorithm (empty parts dropped), its tensors
+        deduplicated against every group so far (shared storage: registered once, warned)."""
+        group = dict(group)
+        items = group.pop("params")
+        items = [items] if isinstance(items, torch.Tensor) else list(items)
+        fixed = group.pop("algo", None)
+        parts = {"muon": [], "adamw": []}
+        for name, p in self._named(items):
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"{name}: {type(p).__name__} is not a torch tensor")
+            key = _so._storage_key(p)
+            if key in self._seen:
+                warnings.warn(f"shardopt: {name} is the same tensor as {self._seen[key]} "
+                              f"(shared storage, e.g. a tied weight): registered once, as "
+                              f"{self._seen[key]}", stacklevel=4)
+                continue
+            self._seen[key] = name
+            algo = fixed or self._algo(name, p)
+            if algo not in parts:
+                raise ValueError(f"{name}: algo {algo!r}: accepted 'muon' or 'adamw'")
+            parts[algo].append((name, p))
+        out = []
+        if parts["muon"]:
+            g = {k: v for k, v in group.items() if not k.startswith("adamw_")}
+            g.update(params=[p for _, p in parts["muon"]], algo="muon",
+                     _names=[n for n, _ in parts["muon"]])
+            out.append(g)
+        if parts["adamw"]:
+            lr = group.get("adamw_lr", self._adamw["lr"])
+            if lr is None:
+                lr = group.get("lr", defaults["lr"])
+            g = {k: v for k, v in group.items() if k in ("initial_lr",)}
+            g.update(params=[p for _, p in parts["adamw"]], algo="adamw", lr=lr,
+                     weight_decay=group.get("adamw_weight_decay", self._adamw["weight_decay"]),
+                     betas=tuple(group.get("adamw_betas", self._adamw["betas"])),
+                     eps=group.get("adamw_eps", self._adamw["eps"]),
+                     _names=[n for n, _ in parts["adamw"]])
+            out.append(g)
+        return out
+
+    def add_param_group(self, param_group):
+        """torch.optim's add_param_group, and the group's runtime (collective over comm)."""
+        if "algo" not in param_group or "_names" not in param_group:
+            for g in self._split(param_group, self.defaults):
+                self.add_param_group(g)
+            return
+        names = param_group.pop("_names")
+        super().add_param_group(param_group)
+        g = self.param_groups[-1]
+        g["params"] = list(g["params"])
+        _check_hp({k: g[k] for k in ("lr", "weight_decay")})
+        cfg = dict(self._config)
+        if g["algo"] == "muon":
+            cfg.update(_muon_config(g))
+        else:
+            b1, b2 = g["betas"]
+            cfg.update(adamw_beta1=b1, adamw_beta2=b2, adamw_eps=g["eps"],
+                       adamw_weight_decay=g["weight_decay"])
+        named = [(n, p) for n, p in zip(names, g["params"]) if p.requires_grad]
+        sparams = _so.torch_params(named, expert=self._expert)
+        for sp in sparams:
+            sp.algo = g["algo"]
+        rt = _so.Optimizer(sparams, comm=self._comm, config=cfg)
+        self._runtimes.append((rt, {id(sp.source): sp for sp in sparams},
+                               {k: g[k] for k in _FIXED[g["algo"]]}))
+
+    # ---- the step -----------------------------------------------------------------------
+
+    def _agree(self, flags):
+        """flags (uint8, 1 = has a gradient) reduced over comm: (all have, any has)."""
+        comm = self._comm
+        if comm is None or comm.Get_size() == 1:
+            return flags.copy(), flags.copy()
+        from mpi4py import MPI
+        both = np.concatenate([1 - flags, flags]).astype(np.uint8)
+        out = np.empty_like(both)
+        comm.Allreduce(both, out, op=MPI.MAX)
+        n = len(flags)
+        return (1 - out[:n]).astype(np.uint8), out[n:]
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One step of every param group (collective over comm), with each group's lr and
+        weight_decay as they are now. A parameter whose .grad is None on every rank is left
+        unchanged; None on some ranks only fails the step on every rank."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        stream = None
+        for gi, (g, (rt, slots, fixed)) in enumerate(zip(self.param_groups, self._runtimes)):
+            for k, v in fixed.items():
+                if g[k] != v and not (isinstance(v, tuple) and tuple(g[k]) == v):
+                    raise ValueError(f"param group {gi}: {k} changed from {v!r} to "
+                                     f"{g[k]!r}: it is fixed when the group is made (a scheduler "
+                                     "cycling momentum: OneCycleLR(cycle_momentum=False))")
+            plist = [p for p in g["params"] if id(p) in slots]
+            flags = np.fromiter((p.grad is not None for p in plist), np.uint8, len(plist))
+            if len(plist) and not flags.all() or self._comm is not None:
+                have_all, have_any = self._agree(flags)
+            else:
+                have_all = have_any = flags
+            mixed = [slots[id(p)].name for p, a, b in zip(plist, have_all, have_any) if b and not a]
+            if mixed:
+                raise ValueError(f"{', '.join(mixed)}: .grad is None on some ranks and not on "
+                                 "others: nothing was stepped (every rank raises)")
+            if len(plist) and not have_any.any():
+                continue  # no gradient anywhere: the group is skipped, state and all
+            skipped = [p for p, a in zip(plist, have_all) if not a]
+            saved = [(p, p.detach().clone()) for p in skipped]
+            for p in skipped:  # stepped with a zero gradient, then put back (docs/python.md)
+                p.grad = torch.zeros_like(p)
+            if stream is None and any(p.is_cuda for p in plist):
+                stream = torch.cuda.current_stream()
+            try:
+                rt.step(lr=g["lr"], adamw_lr=g["lr"], weight_decay=g["weight_decay"],
+                        stream=stream)
+            finally:
+                for p, old in saved:
+                    p.copy_(old)
+                    p.grad = None
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        super().zero_grad(set_to_none=set_to_none)
+        if set_to_none:  # the binding's references to the old gradients go too
+            for rt, _, _ in self._runtimes:
+                rt.zero_grad(set_to_none=True)
+
+    def algo(self, p):
+        """The algorithm p's group steps it with: "muon" or "adamw"."""
+        for g in self.param_groups:
+            if any(q is p for q in g["params"]):
+                return g["algo"]
+        raise ValueError("not a parameter of this optimizer")
+
+    def stats(self):
+        """Each group's runtime stats (shardopt.Optimizer.stats), in group order."""
+        return [rt.stats() for rt, _, _ in self._runtimes]
+
+    def close(self):
+        for rt, _, _ in self._runtimes:
+            rt.close()
+
+    # ---- state --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _tmpdir(self):
+        """A directory every rank of comm names alike (made by rank 0 under TMPDIR, which the
+        ranks must share), removed afterwards."""
+        comm = self._comm
+        many = comm is not None and comm.Get_size() > 1
+        d = tempfile.mkdtemp(prefix="shardopt_state_") if not many or comm.Get_rank() == 0 \
+            else None
+        if many:
+            d = comm.bcast(d, root=0)
+        try:
+            yield d
+        finally:
+            if many:
+                comm.Barrier()
+            if not many or comm.Get_rank() == 0:
+                shutil.rmtree(d, ignore_errors=True)
+
+    def state_dict(self):
+        """torch's layout: {"state": {index: {...}}, "param_groups": [...]}, parameters indexed
+        in group order. Muon: "momentum" (the library's M = sum of mu^k g, torch's
+        momentum_buffer / (1 - mu)); AdamW: "exp_avg", "exp_avg_sq"; both "step". Tensors keep
+        the dtype the state is held in (bf16 momentum stays bf16) and are DTensors sharded like
+        their parameters when those are. Collective: each group's runtime saves its state into a
+        temporary checkpoint that every rank reads its part from."""
+        state, groups, idx = {}, [], 0
+        self.state.clear()
+        for g, (rt, slots, _) in zip(self.param_groups, self._runtimes):
+            gs = {k: v for k, v in g.items() if k != "params"}
+            gs["params"] = list(range(idx, idx + len(g["params"])))
+            gs["shardopt_steps"] = rt.stats()["steps"]
+            groups.append(gs)
+            with self._tmpdir() as d:
+                rt.save(d)
+                ck = _Checkpoint(d, rt)
+                for i, p in enumerate(g["params"]):
+                    sp = slots.get(id(p))
+                    if sp is None:
+                        continue  # frozen: no state, as torch.optim
+                    st = {}
+                    for kind in _KINDS[g["algo"]]:
+                        st[kind] = _like_param(ck.read(sp, kind), p)
+                    st["step"] = torch.tensor(float(ck.steps[sp.name]), dtype=torch.float32)
+                    state[idx + i] = st
+                    self.state[p] = st
+            idx += len(g["params"])
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """The state of state_dict() (this class's, from torch.load or
+        torch.distributed.checkpoint, on any number of ranks) into the runtimes, tensors in the
+        dtype they hold (converted once where the runtime holds another). Group hyperparameters
+        are restored; those fixed at construction must be equal. Collective."""
+        saved = state_dict["param_groups"]
+        if len(saved) != len(self.param_groups) or any(
+                len(a["params"]) != len(b["params"]) for a, b in zip(saved, self.param_groups)):
+            raise ValueError("loaded state dict has a different number of parameter groups or "
+                             "parameters per group than this optimizer (its groups are split by "
+                             "algorithm: make it from the same parameters and groups)")
+        for gi, (g, sg, (rt, slots, fixed)) in enumerate(zip(self.param_groups, saved,
+                                                            self._runtimes)):
+            if sg.get("algo", g["algo"]) != g["algo"]:
+                raise ValueError(f"param group {gi}: saved as {sg.get('algo')}, here {g['algo']}")
+            for k, v in fixed.items():
+                w = sg.get(k, v)
+                if w != v and not (isinstance(v, tuple) and tuple(w) == v):
+                    raise ValueError(f"param group {gi}: {k} = {w!r} in the state dict, {v!r} "
+                                     "here: it is fixed when the optimizer is made; make it "
+                                     "with the saved value")
+        for gi, (g, sg, (rt, slots, _)) in enumerate(zip(self.param_groups, saved,
+                                                        self._runtimes)):
+            with self._tmpdir() as d:
+                rt.save(d)  # a checkpoint of this layout, rewritten with the loaded values
+                ck = _Checkpoint(d, rt)
+                for p, i in zip(g["params"], sg["params"]):
+                    st = state_dict["state"].get(i)
+                    sp = slots.get(id(p))
+                    if st is None or sp is None:
+                        continue
+                    for kind in _KINDS[g["algo"]]:
+                        if kind not in st:
+                            raise ValueError(f"{sp.name}: state {i} has no {kind!r}")
+                        ck.write(sp, kind, st[kind])
+                    if "step" in st:
+                        ck.steps[sp.name] = int(float(st["step"]))
+                steps = sg.get("shardopt_steps", max(ck.steps.values(), default=0))
+                ck.publish(self._comm, int(steps))
+                rt.load(d)
+            for k, v in sg.items():
+                if k not in ("params", "shardopt_steps"):
+                    g[k] = tuple(v) if k == "betas" else v
+        self.state.clear()
+
+    def __getstate__(self):
+        raise TypeError("shardopt.torch.Muon cannot be pickled or deep-copied: its state lives "
+                        "in libshardopt runtimes. Save opt.state_dict() (torch.save, or "
+                        "torch.distributed.checkpoint) and load_state_dict() into a new Muon")
+
+    def __deepcopy__(self, memo):
+        self.__getstate__()
+
+    def __reduce_ex__(self, protocol):
+        self.__getstate__()
+
+
+def _check_hp(hp):
+    for k in ("lr", "weight_decay", "adamw_weight_decay"):
+        v = hp.get(k)
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{k} = {v!r}: a finite number >= 0")
+
+
+def _muon_config(g):
+    """The runtime config of a Muon group: torch.optim.Muon's hyperparameters as the library's
+    keys (docs/python.md, switching from torch.optim.Muon)."""
+    cfg = {"momentum": g["momentum"], "nesterov": bool(g["nesterov"]),
+           "weight_decay": g["weight_decay"], "ns_steps": g["ns_steps"], "ns_eps": g["eps"]}
+    c = g["ns_coefficients"]
+    if isinstance(c, str):
+        cfg["ns_coeffs"] = c
+    elif tuple(float(x) for x in c) == _JORDAN:
+        cfg["ns_coeffs"] = "jordan"
+    else:
+        if len(c) != 3:
+            raise ValueError(f"ns_coefficients = {c!r}: one (a, b, c) triple, or a table name "
+                             "(quintic, jordan, polar_express)")
+        cfg["ns_coeffs"] = "custom"
+        cfg["ns_custom_coeffs"] = [list(map(float, c))] * int(g["ns_steps"])
+    fn = g["adjust_lr_fn"]
+    lr_scale = {None: "jordan", "original": "jordan", "match_rms_adamw": "rms_norm",
+                "spectral_unclamped": "spectral_norm"}.get(fn)
+    if lr_scale is None:
+        raise ValueError(f"adjust_lr_fn = {fn!r}: accepted None / 'original' (sqrt(max(1, A/B)))"
+                         " or 'match_rms_adamw' (0.2 sqrt(max(A, B)))")
+    cfg["lr_scale"] = lr_scale
+    return cfg
+
+
+def _like_param(local, p):
+    """local (this rank's part of p's state, p's local shape) as p is: a DTensor with p's mesh
+    and placements when p is one, so that torch.distributed.checkpoint reshards it."""
+    if hasattr(p, "placements") and hasattr(p, "to_local"):
+        from torch.distributed.tensor import DTensor
+        local = local.reshape(p.to_local().shape)
+        return DTensor.from_local(local, p.device_mesh, p.placements, run_check=False,
+                                  shape=p.shape, stride=p.stride())
+    return local.reshape(p.shape)
+
+
+def _box(sp, ep, ep_rank):
+    """(offset, shape) of this rank's shard of sp in global coordinates."""
+    shape = list(sp.shape)
+    off = [0] * len(shape)
+    if sp.placement == "replicated":
+        return off, shape
+    win = shape[0] // ep if sp.placement == "expert" else shape[0]
+    base = ep_rank * win if sp.placement == "expert" else 0
+    dims = [win] + shape[1:]
+    d = sp.shard_dim
+    length = dims[d] - sp.shard_offset if sp.shard_length < 0 else sp.shard_length
+    off[0] = base
+    off[d] += sp.shard_offset
+    dims[d] = length
+    return off, dims
+
+
+def _overlap(o1, s1, o2, s2):
+    lo = [max(a, b) for a, b in zip(o1, o2)]
+    hi = [min(a + x, b + y) for a, x, b, y in zip(o1, s1, o2, s2)]
+    if any(l >= h for l, h in zip(lo, hi)):
+        return None
+    return (tuple(slice(l - a, h - a) for l, h, a in zip(lo, hi, o1)),
+            tuple(slice(l - b, h - b) for l, h, b in zip(lo, hi, o2)))
+
+
+class _Checkpoint:
+    """A checkpoint the runtime just saved in d (docs/checkpoint.md), read and rewritten."""
+
+    def __init__(self, d, rt):
+        self.dir = d
+        with open(os.path.join(d, "latest")) as f:
+            self.step_dir = os.path.join(d, f.read().strip())
+        with open(os.path.join(self.step_dir, "index.json")) as f:
+            self.index = json.load(f)
+        self.tensors = {t["name"]: t for t in self.index["tensors"]}
+        self.steps = {p["name"]: p["step"] for p in self.index["params"]}
+        st = rt.stats()
+        self.ep, self.ep_rank = st["ep_size"], st["ep_rank"]
+        self.block = self.index["layout"].get("block_bytes", 1 << 20)
+        self.headers = {}
+        self._mine = (f"rank-{st['dense_rank']:05d}.safetensors" if st["replica"] == 0 else None)
+        self.updates = {}  # (tensor name, file) -> (crc32c, block crcs)
+
+    def _header(self, file):
+        if file not in self.headers:
+            path = os.path.join(self.step_dir, file)
+            with open(path, "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                self.headers[file] = (path, 8 + n, json.loads(f.read(n)))
+        return self.headers[file]
+
+    def _shard(self, shard, name):
+        path, start, header = self._header(shard["file"])
+        e = header[name]
+        a, b = e["data_offsets"]
+        return path, start + a, b - a, e["dtype"]
+
+    def read(self, sp, kind):
+        name = f"{sp.name}.{kind}"
+        t = self.tensors[name]
+        off, shape = _box(sp, self.ep, self.ep_rank)
+        out = np.zeros(shape, _NP[t["dtype"]])
+        for sh in t["shards"]:
+            ov = _overlap(off, shape, sh["offset"], sh["shape"])
+            if ov is None:
+                continue
+            path, pos, n, dt = self._shard(sh, name)
+            src = np.fromfile(path, _NP[dt], n // np.dtype(_NP[dt]).itemsize, offset=pos)
+            out[ov[0]] = src.reshape(sh["shape"])[ov[1]]
+        return torch.from_numpy(out).view(_TORCH[t["dtype"]])
+
+    def write(self, sp, kind, value):
+        """value (this rank's part of sp's state, any dtype, a DTensor or not) into the shards
+        of this rank's file that it covers."""
+        name = f"{sp.name}.{kind}"
+        t = self.tensors[name]
+        if hasattr(value, "to_local") and hasattr(value, "placements"):
+            value = value.to_local()
+        value = value.detach().to("cpu", _TORCH[t["dtype"]]).contiguous()
+        off, shape = _box(sp, self.ep, self.ep_rank)
+        if value.numel() != math.prod(shape):
+            raise ValueError(f"{name}: {value.numel()} elements in the state dict, this rank "
+                             f"holds {math.prod(shape)} (shape {shape}); load it through "
+                             "torch.distributed.checkpoint to reshard")
+        arr = value.view(torch.int16 if t["dtype"] == "BF16" else torch.float32).numpy()
+        arr = arr.view(_NP[t["dtype"]]).reshape(shape)
+        for sh in t["shards"]:
+            if sh["file"] != self._mine:
+                continue
+            ov = _overlap(sh["offset"], sh["shape"], off, shape)
+            if ov is None:
+                continue
+            path, pos, n, dt = self._shard(sh, name)
+            with open(path, "r+b") as f:
+                f.seek(pos)
+                buf = bytearray(f.read(n))
+                cur = np.frombuffer(buf, _NP[dt]).reshape(sh["shape"])
+                cur[ov[0]] = arr[ov[1]]
+                f.seek(pos)
+                f.write(buf)
+            self.updates[(name, sh["file"])] = _crc32c_blocks(bytes(buf), self.block)
+
+    def publish(self, comm, steps):
+        """The CRCs of the rewritten shards (gathered to rank 0), the loaded step counts and
+        step number into index.json."""
+        ups = [self.updates]
+        if comm is not None and comm.Get_size() > 1:
+            ups = comm.gather(self.updates, root=0)
+            if comm.Get_rank() != 0:
+                comm.Barrier()
+                return
+        for u in ups:
+            for (name, file), (crc, blocks) in u.items():
+                for sh in self.tensors[name]["shards"]:
+                    if sh["file"] == file:
+                        sh["crc32c"], sh["block_crc32c"] = crc, blocks
+        for p in self.index["params"]:
+            p["step"] = self.steps[p["name"]]
+        self.index["step"] = steps
+        with open(os.path.join(self.step_dir, "index.json"), "w") as f:
+            json.dump(self.index, f)
+        if comm is not None and comm.Get_size() > 1:
+            comm.Barrier()
+
+
+_CRC_T = None
+
+
+def _crc_tables():
+    """The CRC-32C (Castagnoli, reflected 0x82F63B78) byte table, and the GF(2) 32x32 matrices
+    (as 32 columns) that advance a raw CRC register over 2^k zero bytes."""
+    global _CRC_T
+    if _CRC_T is None:
+        t = np.zeros(256, np.uint32)
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+            t[i] = c
+        cols = np.array([1 << i for i in range(32)], np.uint32)
+        one = t[cols & 0xFF] ^ (cols >> 8)  # one zero byte
+        mats = [one]
+        for _ in range(48):
+            mats.append(_apply(mats[-1], mats[-1]))
+        _CRC_T = (t, mats)
+    return _CRC_T
+
+
+def _apply(mat, v):
+    """mat (32 columns) applied to every uint32 of v over GF(2)."""
+    v = np.asarray(v, np.uint32)
+    out = np.zeros_like(v)
+    for i in range(32):
+        out ^= np.where((v >> np.uint32(i)) & np.uint32(1), mat[i], np.uint32(0))
+    return out
+
+
+def _shift(v, n):
+    """Raw CRC registers v advanced over n zero bytes."""
+    _, mats = _crc_tables()
+    k = 0
+    while n:
+        if n & 1:
+            v = _apply(mats[k], v)
+        n >>= 1
+        k += 1
+    return v
+
+
+def _crc_raw(data):
+    """The raw CRC-32C register (init 0, no final xor) of data, vectorised: 4096 lanes of 64-byte
+    chunks (leading zero bytes pad it: they leave a zero register unchanged), combined
+    pairwise."""
+    t, mats = _crc_tables()
+    b = np.frombuffer(data, np.uint8)
+    chunk = 64
+    lanes = max(1, -(-len(b) // chunk))
+    lanes = 1 << (lanes - 1).bit_length()
+    pad = lanes * chunk - len(b)
+    b = np.concatenate([np.zeros(pad, np.uint8), b]).reshape(lanes, chunk)
+    r = np.zeros(lanes, np.uint32)
+    for j in range(chunk):
+        r = t[(r ^ b[:, j]) & 0xFF] ^ (r >> np.uint32(8))
+    level = 6  # log2(chunk): lanes pair up over 2^level bytes
+    while len(r) > 1:
+        r = _apply(mats[level], r[0::2]) ^ r[1::2]
+        level += 1
+    return int(r[0])
+
+
+def _crc32c_blocks(data, block):
+    """(CRC-32C of data, [CRC-32C of each block-byte block])."""
+    blocks, whole = [], 0
+    for i in range(0, max(len(data), 1), block):
+        part = data[i:i + block]
+        raw = _crc_raw(part)
+        blocks.append(int(raw ^ int(_shift(np.uint32(0xFFFFFFFF), len(part))) ^ 0xFFFFFFFF))
+        whole = int(_shift(np.uint32(whole), len(part))) ^ raw
+    crc = whole ^ int(_shift(np.uint32(0xFFFFFFFF), len(data))) ^ 0xFFFFFFFF
+    return crc, blocks

@@ -1,0 +1,385 @@
+"""shardopt.torch.Muon as a torch.optim optimizer, one process (issue 20's items 1-8).
+
+    test_torch_optim.py [CASE ...]     every case when none is named
+
+Each case is a function below; a failure names the case and goes on with the next. Exit 77
+(skip) only where torch is not importable."""
+import copy
+import io
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import traceback
+import warnings
+
+try:
+    import torch
+    import torch.nn as nn
+except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
+    print(f"SKIP: torch is not importable ({e})")
+    sys.exit(77)
+
+import numpy as np
+
+import shardopt
+from shardopt.torch import Muon
+
+torch.set_num_threads(1)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(d)
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+        self.ln_2 = nn.LayerNorm(d)
+        self.c_fc = nn.Linear(d, 4 * d)
+        self.mlp_proj = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp_proj(nn.functional.gelu(self.c_fc(self.ln_2(x))))
+
+
+class GPT(nn.Module):
+    """nanoGPT's layout in miniature: transformer.wte / wpe, a tied lm_head, and a frozen
+    parameter (requires_grad = False)."""
+
+    def __init__(self, vocab=32, d=32, block=16, layers=2):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab, d), wpe=nn.Embedding(block, d),
+            h=nn.ModuleList([Block(d) for _ in range(layers)]), ln_f=nn.LayerNorm(d)))
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied
+        self.frozen = nn.Parameter(torch.ones(d), requires_grad=False)
+
+    def forward(self, idx, targets):
+        t = self.transformer
+        x = t.wte(idx) + t.wpe(torch.arange(idx.shape[1]))
+        for b in t.h:
+            x = b(x)
+        logits = self.lm_head(t.ln_f(x) * self.frozen)
+        return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def batch(step, vocab=32, block=16, n=4):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randint(0, vocab, (n, block + 1), generator=g)
+    return x[:, :-1], x[:, 1:]
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return GPT()
+
+
+def relative(a, b):
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+# ---- item 1: the constructors a torch user calls ------------------------------------------
+
+def case_constructors_take_torch_iterables():
+    m = model()
+    # the binding: model.parameters() and model.named_parameters(), as torch.optim takes
+    for params in (m.parameters(), m.named_parameters()):
+        with shardopt.Optimizer(params) as o:
+            assert len(o.params) == 28, len(o.params)  # the tied one once, the frozen not
+    assert len(shardopt.torch_params(m.parameters())) == 28
+    # Muon: tensors, pairs, groups
+    for params in (m.parameters(), m.named_parameters(),
+                   [{"params": [p for p in m.parameters() if p.ndim == 2], "lr": 0.01},
+                    {"params": [p for p in m.parameters() if p.ndim == 1]}]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            opt = Muon(params, model=m)
+        assert isinstance(opt, torch.optim.Optimizer)
+        assert sum(len(g["params"]) for g in opt.param_groups) == 29, opt.param_groups
+        opt.close()
+
+
+# ---- item 2: param groups, schedulers, step() without lr, closure, GradScaler ---------------
+
+def case_param_groups_schedulers_and_closures():
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=1e-3, model=m)
+    algos = [g["algo"] for g in opt.param_groups]
+    assert algos == ["muon", "adamw"], algos
+    assert opt.param_groups[1]["lr"] == 1e-3 and opt.param_groups[0]["lr"] == 0.02
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 ** s)
+    x, y = batch(0)
+
+    def closure():
+        opt.zero_grad()
+        loss = m(x, y)
+        loss.backward()
+        return loss
+
+    loss = opt.step(closure)
+    assert torch.is_tensor(loss) and loss.item() > 0
+    sched.step()
+    assert abs(opt.param_groups[0]["lr"] - 0.01) < 1e-15, opt.param_groups[0]["lr"]
+    assert abs(opt.param_groups[1]["lr"] - 5e-4) < 1e-15, opt.param_groups[1]["lr"]
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    opt.zero_grad()
+    scaler.scale(m(x, y)).backward()
+    scaler.step(opt)
+    scaler.update()
+    # the lr a group holds when step() runs is the one applied: lr = 0 and no decay on the
+    # AdamW group leaves its tensors as they were, while the Muon group moves
+    for g in opt.param_groups:
+        g["lr"] = 0.0 if g["algo"] == "adamw" else 0.02
+    before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    closure()
+    opt.step()
+    for n, p in m.named_parameters():
+        moved = not torch.equal(p, before[n])
+        want = p.requires_grad and opt.algo(p) == "muon"
+        assert moved == want, (n, moved, want)
+    # torch's other schedulers read and write the same keys
+    for make in (lambda o: torch.optim.lr_scheduler.StepLR(o, 1, 0.5),
+                 lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 10),
+                 lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 0.1, total_steps=10,
+                                                               cycle_momentum=False)):
+        o2 = Muon(m.named_parameters(), model=m)
+        s2 = make(o2)
+        closure()
+        o2.step()
+        s2.step()
+        o2.close()
+    opt.close()
+
+
+# ---- item 3: state_dict, add_param_group, defaults, deepcopy / pickle ----------------------
+
+def case_state_dict_deepcopy_and_pickle():
+    m = model()
+    opt = Muon(m.named_parameters(), model=m, config={"momentum_dtype": "bf16"})
+    assert opt.defaults["lr"] == 1e-3 and opt.defaults["weight_decay"] == 0.1
+    x, y = batch(0)
+    m(x, y).backward()
+    opt.step()
+    sd = opt.state_dict()
+    assert sorted(sd) == ["param_groups", "state"]
+    assert len(sd["state"]) == 28, len(sd["state"])  # not the frozen one
+    kinds = {tuple(sorted(v)) for v in sd["state"].values()}
+    assert kinds == {("momentum", "step"), ("exp_avg", "exp_avg_sq", "step")}, kinds
+    dts = {k: v.dtype for s in sd["state"].values() for k, v in s.items()}
+    assert dts["momentum"] == torch.bfloat16 and dts["exp_avg"] == torch.float32, dts
+    assert all(s["step"].item() == 1 for s in sd["state"].values())
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    back = torch.load(buf)
+    assert next(v["momentum"] for v in back["state"].values() if "momentum" in v).dtype \
+        == torch.bfloat16
+    opt.load_state_dict(back)
+    assert opt.state_dict()["state"][0]["momentum"].equal(sd["state"][0]["momentum"])
+    assert len(opt.state) == 28  # a snapshot of the last state_dict()
+    for fn in (copy.deepcopy, pickle.dumps, lambda o: torch.save(o, io.BytesIO())):
+        try:
+            fn(opt)
+        except TypeError as e:
+            assert "state_dict()" in str(e), e
+        else:
+            raise AssertionError(f"{fn} did not refuse")
+    extra = nn.Linear(8, 8)
+    opt.add_param_group({"params": extra.parameters(), "lr": 0.05})
+    assert [g["algo"] for g in opt.param_groups][-2:] == ["muon", "adamw"]
+    assert opt.param_groups[-2]["lr"] == 0.05
+    opt.close()
+
+
+# ---- item 4: zero_grad(set_to_none=False) ------------------------------------------------
+
+def case_zero_grad_keeps_no_stale_gradient():
+    """backward, zero_grad(set_to_none=False), backward: the gradient is one backward's, not
+    two (the binding had not picked the first up yet). Binding and Muon alike."""
+    for make in (lambda m: shardopt.Optimizer(m.parameters()), lambda m: Muon(m.parameters())):
+        m = nn.Linear(6, 4)
+        opt = make(m)
+        x = torch.randn(3, 6)
+        m(x).sum().backward()
+        want = m.weight.grad.clone()
+        opt.zero_grad(set_to_none=False)
+        assert m.weight.grad is not None and m.weight.grad.abs().sum() == 0
+        m(x).sum().backward()
+        assert torch.equal(m.weight.grad, want), "zero_grad(set_to_none=False) left a gradient"
+        opt.step() if isinstance(opt, Muon) else opt.step(lr=0.01)
+        opt.zero_grad(set_to_none=False)
+        m(x).sum().backward()
+        assert torch.equal(m.weight.grad, want)
+        opt.close()
+
+
+# ---- item 5: embeddings, the head, tied weights ------------------------------------------
+
+def case_embeddings_to_adamw_and_tied_weights_once():
+    m = model()
+    named = list(m.named_parameters(remove_duplicate=False))
+    for make in (lambda: Muon(named), lambda: Muon(m.parameters(), model=m)):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            opt = make()
+        by_id = {id(p): g["algo"] for g in opt.param_groups for p in g["params"]}
+        assert by_id[id(m.transformer.wte.weight)] == "adamw"
+        assert by_id[id(m.transformer.wpe.weight)] == "adamw"
+        assert by_id[id(m.transformer.h[0].c_attn.weight)] == "muon"
+        assert sum(len(g["params"]) for g in opt.param_groups) == 29
+        opt.close()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        Muon(named).close()
+        assert any("lm_head.weight is the same tensor as transformer.wte.weight" in str(x.message)
+                   for x in w), [str(x.message) for x in w]
+        ps = shardopt.torch_params(named)
+        assert [p.name for p in ps].count("transformer.wte.weight") == 1
+        assert "lm_head.weight" not in [p.name for p in ps]
+        assert any("registered once" in str(x.message) for x in w)
+
+
+# ---- item 6: a parameter without a gradient ----------------------------------------------
+
+def case_grad_none_is_skipped():
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, model=m)
+    x, y = batch(0)
+    m(x, y).backward()
+    m.transformer.h[0].c_fc.weight.grad = None  # Muon group
+    m.transformer.h[0].ln_1.bias.grad = None    # AdamW group
+    before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    opt.step()
+    for n, p in m.named_parameters():
+        same = torch.equal(p, before[n])
+        assert same == (n in ("transformer.h.0.c_fc.weight", "transformer.h.0.ln_1.bias")
+                        or not p.requires_grad), (n, same)
+    opt.zero_grad()
+    opt.step()  # no gradient at all: nothing moves, nothing fails
+    opt.close()
+
+
+# ---- item 7: one rank without mpi4py; a second save at one step ---------------------------
+
+def case_no_mpi4py_and_save_twice():
+    code = ("import sys; sys.modules['mpi4py'] = None\n"
+            "import torch, shardopt\nfrom shardopt.torch import Muon\n"
+            "m = torch.nn.Linear(4, 4); o = Muon(m.parameters())\n"
+            "m(torch.ones(2, 4)).sum().backward(); o.step(); print('stepped', o.stats()[0]['steps'])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "stepped 1" in r.stdout, r.stderr[-2000:]
+    m = nn.Linear(4, 4)
+    with shardopt.Optimizer(m.parameters()) as o, tempfile.TemporaryDirectory() as d:
+        m(torch.ones(2, 4)).sum().backward()
+        o.step(lr=0.01)
+        o.save(d)
+        try:
+            o.save(d)
+        except shardopt.SaveRefused as e:
+            assert "latest checkpoint" in str(e) and "refused" in str(e), e
+        else:
+            raise AssertionError("a second save at one step was not refused")
+
+
+# ---- item 8: torch.optim.Muon's defaults ---------------------------------------------------
+
+def _fp32_newton_schulz(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim.Muon's Newton-Schulz with its bf16 cast taken out (torch has no switch)."""
+    a, b, c = ns_coefficients
+    x = grad.float()
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if grad.size(0) > grad.size(1) else x
+
+
+def case_defaults_match_torch_muon():
+    """One step with every setting left to its default: the update of each matrix against
+    torch.optim.Muon's (bf16 Newton-Schulz on both sides), and with fp32 Newton-Schulz on both
+    sides (torch's own code with the bf16 cast taken out)."""
+    if not hasattr(torch.optim, "Muon"):
+        print("  (torch.optim.Muon is not in this torch: case not run)")
+        return
+    import torch.optim._muon as tm
+    torch.manual_seed(3)
+    shapes = [(24, 16), (16, 40), (32, 32)]
+    w0 = [torch.randn(s) * 0.1 for s in shapes]
+    gs = [[torch.randn(s) for s in shapes] for _ in range(3)]
+    def run(torch_fp32, ours):
+        """Per-step updates of torch.optim.Muon (bf16 or fp32 Newton-Schulz) and, with ours
+        (None, or the config of shardopt's), shardopt's from the same point each step."""
+        orig = tm._zeropower_via_newtonschulz
+        if torch_fp32:
+            tm._zeropower_via_newtonschulz = _fp32_newton_schulz
+        try:
+            ref = [nn.Parameter(w.clone()) for w in w0]
+            sh = [nn.Parameter(w.clone()) for w in w0]
+            ro = torch.optim.Muon(ref, lr=0.02)
+            so = Muon(sh, lr=0.02, config=ours) if ours is not None else None
+            out = []
+            for k in range(3):
+                for p, q, g in zip(ref, sh, gs[k]):
+                    p.grad, q.grad = g.clone(), g.clone()
+                prev = [p.detach().clone() for p in ref]
+                ro.step()
+                if so is not None:
+                    so.step()
+                for p, q, w in zip(ref, sh, prev):
+                    out.append((p.detach() - w, q.detach() - w))
+                    q.data.copy_(p.data)  # the next step from the same point
+            if so is not None:
+                so.close()
+            return out
+        finally:
+            tm._zeropower_via_newtonschulz = orig
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unnamed matrices: all Muon, as here
+        fp32 = run(True, {"ns_compute": "fp32", "comm_dtype": "fp32"})
+        bf16 = run(False, {})
+    exact = [r for r, _ in fp32]  # the same points in both runs: the trajectories are torch's
+    d32 = max(relative(q, r) for r, q in fp32)
+    d16 = max(relative(q, e) for (_, q), e in zip(bf16, exact))
+    t16 = max(relative(r, e) for (r, _), e in zip(bf16, exact))
+    print(f"  update vs torch.optim.Muon, defaults: fp32 Newton-Schulz {d32:.2e}; bf16: "
+          f"shardopt {d16:.2e} and torch {t16:.2e} from the fp32 result")
+    assert d32 < 1e-5, d32
+    # bf16: shardopt is no further from the fp32 update than torch's own bf16 rounding is
+    assert d16 < 1.5 * t16, (d16, t16)
+    # the dion preset: the library's defaults (quintic, no Nesterov, wd 0.01, rms_norm scale)
+    o = Muon([nn.Parameter(torch.zeros(4, 4))], config={"preset": "dion"})
+    g = o.param_groups[0]
+    assert (g["nesterov"], g["weight_decay"], g["ns_coefficients"], g["eps"]) == \
+        (False, 0.01, "quintic", 1e-8), g
+    o.close()
+
+
+CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or list(CASES)
+    failed = []
+    for name in names:
+        try:
+            CASES[name]()
+            print(f"ok   {name}")
+        except Exception:  # noqa: BLE001 - report every case
+            traceback.print_exc()
+            print(f"FAIL {name}")
+            failed.append(name)
+    if failed:
+        print(f"test_torch_optim: {len(failed)} of {len(names)} cases failed: {failed}")
+        sys.exit(1)
+    print(f"test_torch_optim: {len(names)} cases: ok")

@@ -224,9 +224,44 @@ def _comm_handle(comm):
     return ctypes.c_void_p(MPI._handleof(comm)), comm
 
 
+_torch_tensor = None  # torch.Tensor, once torch is imported
+
+
 def _is_torch(x):
-    torch = sys.modules.get("torch")  # a tensor exists only once torch was imported
-    return torch is not None and isinstance(x, torch.Tensor)
+    global _torch_tensor
+    if _torch_tensor is None:
+        torch = sys.modules.get("torch")  # a tensor exists only once torch was imported
+        if torch is None or not hasattr(torch, "Tensor"):
+            return False
+        _torch_tensor = torch.Tensor
+    return isinstance(x, _torch_tensor)
+
+
+_torch_dtypes = None
+
+
+def _torch_buffer(x, what, host):
+    """_buffer for a torch tensor: the same checks, without the generic path's (step() makes
+    this call for every gradient and parameter)."""
+    global _torch_dtypes
+    if _torch_dtypes is None:
+        import torch
+        _torch_dtypes = ({torch.float32: "fp32", torch.bfloat16: "bf16"}, torch.strided)
+    dev = x.device.type
+    if dev != "cpu":
+        if host:
+            raise ValueError(f"{what}: is {dev} memory, but this runtime updates parameters "
+                             "on the host (backend = cpu, or offload = cpu): pass host memory, "
+                             "or use backend = cuda")
+        if dev != "cuda":
+            raise ValueError(f"{what}: {type(x).__name__} on device {dev}: device memory is "
+                             "taken from torch CUDA tensors only")
+    if x.layout != _torch_dtypes[1] or not x.is_contiguous():
+        raise ValueError(f"{what}: the torch tensor must be strided and contiguous")
+    dt = _torch_dtypes[0].get(x.dtype)
+    if dt is None:
+        raise ValueError(f"{what}: dtype {x.dtype} is not float32 or bfloat16")
+    return x.data_ptr(), dt, x.numel()
 
 
 def _device(x):
@@ -257,6 +292,8 @@ def _buffer(x, what, writable=False, host=True):
     library cannot check what it is given, so an unfit buffer would crash or corrupt memory."""
     if x is None:
         return None, None, 0
+    if _is_torch(x):
+        return _torch_buffer(x, what, host)
     dev = _device(x)
     if dev not in (None, "cpu"):
         if host:
@@ -653,16 +690,22 @@ class Optimizer:
         dtype, read-only, non-contiguous or on the wrong device raise ValueError (updating the
         old storage would be a silent no-op for the model; using the new one would overrun it)."""
         if p.source is not None:
-            local = p.source.to_local() if hasattr(p.source, "to_local") else p.source
-            data, grad = local.detach(), self._torch_grad(p)
+            src = p.source
+            local = src.to_local() if hasattr(src, "to_local") else src
+            grad = src.grad
+            if grad is None:
+                self._torch_grad(p)  # raises, naming p
+            grad = grad.to_local() if hasattr(grad, "to_local") else grad
+            addrs = self._check_buffers(p, local, grad)  # the checks hold for a detached view
+            slot = self._slot(p)
+            # keep the tensors held while nothing moved (they keep the memory alive); a new
+            # address is held through a detached view of it
+            data = slot.data if addrs[0] == slot.data_addr else local.detach()
+            grad = slot.grad if addrs[1] == slot.grad_addr else grad.detach()
+            p.data, p.grad = data, grad
         else:
             data, grad = p.data, p.grad
-        addrs = self._check_buffers(p, data, grad)
-        slot = self._slot(p)
-        if p.source is not None:  # keep the registered tensor objects while nothing moved
-            data = slot.data if addrs[0] == slot.data_addr else data
-            grad = slot.grad if grad is not None and addrs[1] == slot.grad_addr else grad
-            p.data, p.grad = data, grad
+            addrs = self._check_buffers(p, data, grad)
         self._point(p, data, grad, addrs)
 
     def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None):

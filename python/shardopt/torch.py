@@ -61,17 +61,14 @@ def _matches(name, patterns):
 
 def _classify_by_model(model):
     """{id(parameter): "adamw"} for the parameters a model's modules say are not hidden
-    matrices: nn.Embedding weights, and output heads (a Linear named like one, or whose
-    out_features is an embedding's vocabulary)."""
-    out, vocab, linears = {}, set(), []
+    matrices: nn.Embedding weights (a head tied to one is the same tensor), and a Linear output
+    head named lm_head, output, head or classifier (an untied head is told apart by its name
+    only: its shape is an ordinary matrix's)."""
+    out = {}
     for mname, m in model.named_modules():
         if isinstance(m, torch.nn.Embedding):
             out[id(m.weight)] = "adamw"
-            vocab.add(m.num_embeddings)
-        elif isinstance(m, torch.nn.Linear):
-            linears.append((mname, m))
-    for mname, m in linears:
-        if mname.rsplit(".", 1)[-1] in _HEAD_NAMES or m.out_features in vocab:
+        elif isinstance(m, torch.nn.Linear) and mname.rsplit(".", 1)[-1] in _HEAD_NAMES:
             out[id(m.weight)] = "adamw"
     return out
 

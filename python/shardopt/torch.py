@@ -287,7 +287,8 @@ class Muon(torch.optim.Optimizer):
             if stream is None and any(p.is_cuda for p in plist):
                 stream = torch.cuda.current_stream()
             try:
-                rt.step(lr=g["lr"], adamw_lr=g["lr"], weight_decay=g["weight_decay"],
+                lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
+                rt.step(lr=lr, adamw_lr=lr, weight_decay=float(g["weight_decay"]),
                         stream=stream)
             finally:
                 for p, old in saved:

@@ -205,7 +205,8 @@ def case_state_dict_deepcopy_and_pickle():
 def case_zero_grad_keeps_no_stale_gradient():
     """backward, zero_grad(set_to_none=False), backward: the gradient is one backward's, not
     two (the binding had not picked the first up yet). Binding and Muon alike."""
-    for make in (lambda m: shardopt.Optimizer(m.parameters()), lambda m: Muon(m.parameters())):
+    for make in (lambda m: shardopt.Optimizer(shardopt.torch_params(m.named_parameters())),
+                 lambda m: Muon(m.parameters())):
         m = nn.Linear(6, 4)
         opt = make(m)
         x = torch.randn(3, 6)
@@ -227,6 +228,12 @@ def case_zero_grad_keeps_no_stale_gradient():
 def case_embeddings_to_adamw_and_tied_weights_once():
     m = model()
     named = list(m.named_parameters(remove_duplicate=False))
+    with warnings.catch_warnings(record=True) as w:  # the binding: the tied weight once
+        warnings.simplefilter("always")
+        ps = shardopt.torch_params(named)
+        assert [p.name for p in ps].count("transformer.wte.weight") == 1
+        assert "lm_head.weight" not in [p.name for p in ps], [p.name for p in ps]
+        assert any("registered once" in str(x.message) for x in w)
     for make in (lambda: Muon(named), lambda: Muon(m.parameters(), model=m)):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
@@ -242,10 +249,6 @@ def case_embeddings_to_adamw_and_tied_weights_once():
         Muon(named).close()
         assert any("lm_head.weight is the same tensor as transformer.wte.weight" in str(x.message)
                    for x in w), [str(x.message) for x in w]
-        ps = shardopt.torch_params(named)
-        assert [p.name for p in ps].count("transformer.wte.weight") == 1
-        assert "lm_head.weight" not in [p.name for p in ps]
-        assert any("registered once" in str(x.message) for x in w)
 
 
 # ---- item 6: a parameter without a gradient ----------------------------------------------
@@ -272,8 +275,11 @@ def case_grad_none_is_skipped():
 
 def case_no_mpi4py_and_save_twice():
     code = ("import sys; sys.modules['mpi4py'] = None\n"
-            "import torch, shardopt\nfrom shardopt.torch import Muon\n"
-            "m = torch.nn.Linear(4, 4); o = Muon(m.parameters())\n"
+            "import torch, shardopt\n"
+            "m = torch.nn.Linear(4, 4)\n"
+            "with shardopt.Optimizer(shardopt.torch_params(m.named_parameters())) as o:\n"
+            "    m(torch.ones(2, 4)).sum().backward(); o.step(lr=0.01)\n"
+            "from shardopt.torch import Muon\no = Muon(m.named_parameters())\n"
             "m(torch.ones(2, 4)).sum().backward(); o.step(); print('stepped', o.stats()[0]['steps'])\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "stepped 1" in r.stdout, r.stderr[-2000:]

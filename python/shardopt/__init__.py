@@ -469,7 +469,7 @@ def _dedup(named, warn=True):
     return out
 
 
-def torch_params(named_parameters, expert=None):
+def torch_params(named_parameters, expert=None, ep=None):
     """shardopt.Params from (name, torch parameter) pairs, as model.named_parameters() gives
     (model.parameters() works too: its tensors are named param.<i>). A tensor listed twice (a
     tied weight under remove_duplicate=False) is registered once, with a warning.
@@ -479,15 +479,38 @@ def torch_params(named_parameters, expert=None):
     its placements: one Shard(d) mesh dim at most, the others Replicate (HSDP). A plain tensor is
     whole on every rank (placement "replicated", as with DDP). `expert(name)` says which are
     [E, out, in] expert stacks; their shard_offset along dim 0 is taken within this rank's EP
-    stack. Gradients are read from each parameter's .grad at every step() (FSDP2 makes new ones
-    each backward), so none is needed here."""
+    stack. Under expert parallelism (torchtitan's convention): a DTensor whose mesh has a dim
+    named "ep" sharding dim 0 is an expert stack (expert() or not), holding the experts of its
+    "ep" coordinate, optionally sharded further along another dim by one other mesh dim; a plain
+    tensor that expert() names, with `ep` given (> 1), is this rank's [E / ep, out, in] share of
+    a [E, out, in] stack. The Optimizer checks that the experts a rank holds are those of its
+    runtime EP rank. Gradients are read from each parameter's .grad at every step() (FSDP2 makes
+    new ones each backward), so none is needed here."""
     import torch
     out = []
     for name, p in _dedup(_named(named_parameters)):
         if not p.requires_grad:  # frozen: no gradient ever comes (torch.optim skips them too)
             continue
         local, placement, sdim, soff, slen = p.detach(), "replicated", 0, 0, -1
-        if hasattr(p, "placements") and hasattr(p, "to_local"):
+        shape_g, ep_first = list(p.shape), None
+        dims = getattr(getattr(p, "device_mesh", None), "mesh_dim_names", None) or ()
+        if hasattr(p, "placements") and "ep" in dims and \
+                p.placements[dims.index("ep")].is_shard(0):
+            from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+            e = dims.index("ep")
+            others = [pl for i, pl in enumerate(p.placements) if i != e and not pl.is_replicate()]
+            if len(p.shape) != 3 or len(others) > 1 or \
+                    any(not pl.is_shard() or pl.dim == 0 for pl in others):
+                raise ValueError(f"{name}: an expert stack on the 'ep' mesh dim with placements "
+                                 f"{p.placements}: accepted a 3-D [E, out, in] stack, Shard(0) on "
+                                 "'ep' and at most one other Shard(1 or 2), the rest Replicate")
+            local = p.to_local().detach()
+            shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh,
+                                                                  p.placements)
+            placement, ep_first = "expert", (int(offset[0]), p.device_mesh.size(e))
+            sdim = others[0].dim if others else 0
+            soff, slen = int(offset[sdim]), int(shape[sdim])
+        elif hasattr(p, "placements") and hasattr(p, "to_local"):
             from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
             shards = [pl.dim for pl in p.placements if pl.is_shard()]
             if len(shards) > 1 or any(not (pl.is_shard() or pl.is_replicate())
@@ -500,12 +523,18 @@ def torch_params(named_parameters, expert=None):
                                                                       p.placements)
                 placement, sdim = "dense", shards[0]
                 soff, slen = int(offset[sdim]), int(shape[sdim])
+        elif expert is not None and expert(name) and ep is not None and ep > 1:
+            if len(p.shape) != 3:
+                raise ValueError(f"{name}: an expert stack is [E / ep, out, in]; shape {shape_g}")
+            shape_g = [p.shape[0] * ep] + list(p.shape[1:])  # this rank's share of E experts
         if expert is not None and expert(name):
             placement = "expert"
         if not local.is_contiguous():
             raise ValueError(f"{name}: the local shard is not contiguous")
-        out.append(Param(name=name, shape=list(p.shape), data=local, placement=placement,
-                         shard_dim=sdim, shard_offset=soff, shard_length=slen, source=p))
+        q = Param(name=name, shape=shape_g, data=local, placement=placement, shard_dim=sdim,
+                  shard_offset=soff, shard_length=slen, source=p)
+        q._ep_first = ep_first  # (first expert held, the mesh's ep size) of an 'ep' DTensor
+        out.append(q)
     return out
 
 
@@ -539,7 +568,7 @@ class Optimizer:
         failed = None
         try:
             st = self.stats()
-            self._ep = st["ep_size"]
+            self._ep, self._ep_rank = st["ep_size"], st["ep_rank"]
             self._host = st["kernels"].startswith("cpu")  # CPU kernels: host memory only
             params = list(params)
             if any(_is_torch(x) or (isinstance(x, (tuple, list)) and len(x) == 2
@@ -578,13 +607,18 @@ class Optimizer:
 
     def _register(self, p):
         shape = _shape(p)
-        if p.source is not None and p.placement == "expert" and self._ep > 1:
-            # the same on every rank: the config's ep and the model agree
-            raise ValueError(
-                f"{p.name}: torch_params does not map expert stacks under ep = {self._ep} "
-                "yet (a plain tensor's shape is the EP-local one, and a DTensor's offsets "
-                "do not follow the runtime's EP ranks): register a shardopt.Param with the "
-                "global [E, out, in] shape and this rank's expert range")
+        first = getattr(p, "_ep_first", None)
+        if p.source is not None and p.placement == "expert" and first is not None:
+            win = shape[0] // self._ep if shape[0] % self._ep == 0 else None
+            if first[1] != self._ep or win is None or first[0] // win != self._ep_rank:
+                # the runtime's EP rank is the dense rank % ep (docs/api.md): with 'ep' the
+                # innermost mesh dim and comm in the mesh's rank order the two agree
+                raise ValueError(
+                    f"{p.name}: this rank holds experts from {first[0]} of {shape[0]} on an 'ep' "
+                    f"mesh dim of size {first[1]}, but the runtime (ep = {self._ep}) gives it "
+                    f"EP rank {self._ep_rank}, experts [{self._ep_rank * (win or 0)}, "
+                    f"{(self._ep_rank + 1) * (win or 0)}): set config ep to the mesh's, make "
+                    "'ep' the innermost mesh dim and pass comm in the mesh's rank order")
         if p.source is not None and p.placement == "expert" and p.shard_dim == 0:
             p.shard_offset %= p.shape[0] // self._ep  # global -> within this rank's EP stack
         if p.source is not None and p.grad is None:

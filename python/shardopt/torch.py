@@ -84,7 +84,9 @@ class Muon(torch.optim.Optimizer):
     adamw_eps, adamw_weight_decay). comm: an mpi4py communicator (None: this process alone, no
     mpi4py needed). config: any other key of docs/config.md, and "preset": "dion" for the
     library's own defaults. model: classify by module (nn.Embedding and the output head to
-    AdamW) instead of by name. expert(name): which tensors are [E, out, in] expert stacks."""
+    AdamW) instead of by name. expert(name): which tensors are [E, out, in] expert stacks (with
+    config ep > 1, plain tensors it names are this rank's [E / ep, out, in] share; DTensors on an
+    'ep' mesh dim are found without it: shardopt.torch_params)."""
 
     def __init__(self, params, lr=_UNSET, weight_decay=_UNSET, momentum=_UNSET, nesterov=_UNSET,
                  ns_coefficients=_UNSET, eps=_UNSET, ns_steps=_UNSET, adjust_lr_fn=_UNSET,
@@ -231,7 +233,9 @@ class Muon(torch.optim.Optimizer):
             cfg.update(adamw_beta1=b1, adamw_beta2=b2, adamw_eps=g["eps"],
                        adamw_weight_decay=g["weight_decay"])
         named = [(n, p) for n, p in zip(names, g["params"]) if p.requires_grad]
-        sparams = _so.torch_params(named, expert=self._expert)
+        ep = self._config.get("ep")
+        sparams = _so.torch_params(named, expert=self._expert,
+                                   ep=int(ep) if ep is not None else None)
         for sp in sparams:
             sp.algo = g["algo"]
         rt = _so.Optimizer(sparams, comm=self._comm, config=cfg)

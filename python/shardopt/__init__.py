@@ -240,6 +240,33 @@ def _is_torch(x):
 _torch_dtypes = None
 
 
+def _is_ndarray(x):
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.ndarray)
+
+
+def _from_dlpack(x, what):
+    """A DLPack producer (jax, cupy, a framework's tensor) as a torch tensor when torch is
+    imported, else as a numpy array (host memory only). Refusals are ValueErrors."""
+    try:
+        dev = tuple(x.__dlpack_device__())
+    except Exception:  # noqa: BLE001 - no device claim: let the importer decide
+        dev = None
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None:
+            return torch.from_dlpack(x)
+        if dev is not None and dev[0] != 1:  # kDLCPU = 1
+            raise ValueError(f"{what}: DLPack device {dev} (not host memory): without torch "
+                             "imported only host memory is taken through DLPack")
+        import numpy as np
+        return np.from_dlpack(x)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an importer's refusal, as the binding's
+        raise ValueError(f"{what}: {type(x).__name__} through DLPack: {e}") from None
+
+
 def _torch_buffer(x, what, host):
     """_buffer for a torch tensor: the same checks, without the generic path's (step() makes
     this call for every gradient and parameter)."""
@@ -294,6 +321,10 @@ def _buffer(x, what, writable=False, host=True):
         return None, None, 0
     if _is_torch(x):
         return _torch_buffer(x, what, host)
+    if hasattr(type(x), "__dlpack__") and not _is_ndarray(x):
+        x = _from_dlpack(x, what)  # a view of the same memory; the caller holds the producer
+        if _is_torch(x):
+            return _torch_buffer(x, what, host)
     dev = _device(x)
     if dev not in (None, "cpu"):
         if host:
@@ -565,6 +596,7 @@ class Optimizer:
         _live.add(self)
         self.params = []
         self._names = []
+        self._cuda = False  # a CUDA torch tensor registered: step() defaults to its stream
         failed = None
         try:
             st = self.stats()
@@ -657,6 +689,7 @@ class Optimizer:
                              f"+{p.shard_length}) along dim {p.shard_dim}: the binding cannot "
                              "size this shard")
         p.handle = h
+        self._cuda = self._cuda or (_is_torch(p.data) and p.data.is_cuda)
         self._slots[id(p)] = _Slot(p, h, n, dt, gdt or dt, p.data, p.grad, data, grad)
 
     def _slot(self, p):
@@ -752,6 +785,9 @@ class Optimizer:
                 self._sync(p)
             except Exception as e:  # noqa: BLE001 - raised below, after the collective step
                 refused.append((p, str(e)))
+        if stream is None and self._cuda:  # torch's convention: the current stream
+            import torch
+            stream = torch.cuda.current_stream()
         if stream is not None and hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
         a = _StepArgs(size=ctypes.sizeof(_StepArgs), version=1, lr=lr, adamw_lr=adamw_lr,

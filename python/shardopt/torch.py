@@ -265,7 +265,6 @@ class Muon(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        stream = None
         for gi, (g, (rt, slots, fixed)) in enumerate(zip(self.param_groups, self._runtimes)):
             for k, v in fixed.items():
                 if g[k] != v and not (isinstance(v, tuple) and tuple(g[k]) == v):
@@ -288,12 +287,9 @@ class Muon(torch.optim.Optimizer):
             saved = [(p, p.detach().clone()) for p in skipped]
             for p in skipped:  # stepped with a zero gradient, then put back (docs/python.md)
                 p.grad = torch.zeros_like(p)
-            if stream is None and any(p.is_cuda for p in plist):
-                stream = torch.cuda.current_stream()
             try:
                 lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
-                rt.step(lr=lr, adamw_lr=lr, weight_decay=float(g["weight_decay"]),
-                        stream=stream)
+                rt.step(lr=lr, adamw_lr=lr, weight_decay=float(g["weight_decay"]))
             finally:
                 for p, old in saved:
                     p.copy_(old)

@@ -296,6 +296,40 @@ def case_no_mpi4py_and_save_twice():
             raise AssertionError("a second save at one step was not refused")
 
 
+# ---- item 9: DLPack producers ------------------------------------------------------------
+
+class Producer:
+    """Memory handed over through DLPack only (as jax or cupy arrays are)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, **kw):
+        return self.t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def case_dlpack_buffers():
+    w = torch.randn(8, 4)
+    g = torch.randn(8, 4)
+    before = w.clone()
+    p = shardopt.Param(name="w", shape=[8, 4], data=Producer(w), grad=Producer(g))
+    with shardopt.Optimizer([p]) as o:
+        o.step(lr=0.02)
+        assert not torch.equal(w, before), "the DLPack producer's memory was not updated"
+        o.set_grad(p, Producer(torch.zeros(8, 4)))
+        o.step(lr=0.02)
+    try:
+        shardopt.Optimizer([shardopt.Param(name="d", shape=[8, 4],
+                                           data=Producer(torch.zeros(8, 4, dtype=torch.float64)))])
+    except ValueError as e:
+        assert "float64" in str(e) and "d.data" in str(e), e
+    else:
+        raise AssertionError("a float64 DLPack buffer was taken")
+
+
 # ---- item 8: torch.optim.Muon's defaults ---------------------------------------------------
 
 def _fp32_newton_schulz(grad, ns_coefficients, ns_steps, eps):

@@ -22,6 +22,7 @@ import ctypes.util
 import os
 import sys
 from dataclasses import dataclass, field
+from time import perf_counter as _perf_counter
 from typing import Any, Optional, Sequence
 
 __all__ = ["Error", "SaveRefused", "Param", "Optimizer", "library", "torch_params"]
@@ -597,6 +598,7 @@ class Optimizer:
         self.params = []
         self._names = []
         self._cuda = False  # a CUDA torch tensor registered: step() defaults to its stream
+        self.seconds_call_last = 0.0  # wall time of the last shardopt_step call
         failed = None
         try:
             st = self.stats()
@@ -810,7 +812,9 @@ class Optimizer:
                 named = named or slot.count > 0
             if not named:
                 a.lr = float("nan")
+        t0 = _perf_counter()
         status = self._lib.shardopt_step(self._rt, ctypes.byref(a))
+        self.seconds_call_last = _perf_counter() - t0  # the C call, as Python waited for it
         if refused:
             raise ValueError("; ".join(m for _, m in refused))
         _check("step", status)

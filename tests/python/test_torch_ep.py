@@ -2,7 +2,8 @@
 torchtitan's convention (a DTensor on an 'ep' mesh dim, Shard(0)) and plain EP-local tensors
 with config ep, each against the whole stack stepped on one process (ep = 1): the same bits,
 Muon being per expert and the library layout-invariant. A mesh whose 'ep' coordinates do not
-follow the runtime's EP ranks is refused on every rank. Run under mpiexec with 2 ranks; exit 77
+follow the runtime's EP ranks is refused on every rank, and so is a gradient that is None on
+one rank only (agreed over comm). Run under mpiexec with 2 ranks; exit 77
 on every rank without torch."""
 import os
 import sys
@@ -76,6 +77,30 @@ except Exception as e:  # noqa: BLE001 - ValueError here, shardopt.Error on the 
     if "EP rank" not in str(e) and "refused by the Python binding" not in str(e):
         print(f"rank {comm.rank}: unexpected error: {e}")
         failures += 1
+# a gradient None on one rank only: ValueError on every rank, nothing stepped
+lin = torch.nn.Linear(6, 6)
+torch.nn.init.constant_(lin.weight, 0.5)
+keep = lin.weight.detach().clone()
+mo = Muon(lin.named_parameters(), lr=0.02, comm=comm)
+lin.weight.grad = torch.ones(6, 6) if comm.rank == 0 else None
+lin.bias.grad = torch.ones(6)
+try:
+    mo.step()
+    print(f"rank {comm.rank}: a gradient missing on rank 1 only was not refused")
+    failures += 1
+except ValueError as e:
+    if "is None on some ranks and not on others" not in str(e):
+        print(f"rank {comm.rank}: unexpected error: {e}")
+        failures += 1
+if not torch.equal(lin.weight.detach(), keep):
+    print(f"rank {comm.rank}: the refused step wrote the weight")
+    failures += 1
+lin.weight.grad = None  # on every rank now: skipped, the bias steps
+mo.step()
+if not torch.equal(lin.weight.detach(), keep):
+    print(f"rank {comm.rank}: a weight without a gradient anywhere moved")
+    failures += 1
+mo.close()
 failures = comm.allreduce(failures)
 if comm.rank == 0:
     print(f"torch_ep: {'ok' if failures == 0 else f'{failures} failure(s)'}")

@@ -4,7 +4,11 @@
     opt = shardopt.Optimizer(params, comm=MPI.COMM_WORLD, config={"momentum": 0.95, "dp_shard": 2})
     opt.step(lr=0.02)
 
-`params` is a list of shardopt.Param (or dicts with the same fields): the global shape, this
+For torch.optim's interface (param groups, schedulers, state_dict), use shardopt.torch.Muon.
+comm=None runs on MPI_COMM_SELF without mpi4py.
+
+`params` is a list of shardopt.Param (or dicts with the same fields, or torch tensors / (name,
+tensor) pairs through torch_params): the global shape, this
 rank's shard (a numpy array, or a torch tensor on the CPU or a CUDA device, row-major and
 contiguous) with its gradient, and where the shard sits (shard_dim, shard_offset). The library
 updates the shard in place. Config keys are those of docs/config.md, set as text exactly as the

@@ -233,6 +233,13 @@ class Muon(torch.optim.Optimizer):
             cfg.update(adamw_beta1=b1, adamw_beta2=b2, adamw_eps=g["eps"],
                        adamw_weight_decay=g["weight_decay"])
         named = [(n, p) for n, p in zip(names, g["params"]) if p.requires_grad]
+        if self._comm is None:
+            for n, p in named:
+                mesh = getattr(p, "device_mesh", None)
+                if mesh is not None and mesh.size() > 1:
+                    raise ValueError(f"{n}: a DTensor over {mesh.size()} ranks, but comm is None "
+                                     "(this process alone): pass comm=MPI.COMM_WORLD (the ranks "
+                                     "of the mesh, in its order)")
         ep = self._config.get("ep")
         sparams = _so.torch_params(named, expert=self._expert,
                                    ep=int(ep) if ep is not None else None)

@@ -77,6 +77,15 @@ except Exception as e:  # noqa: BLE001 - ValueError here, shardopt.Error on the 
     if "EP rank" not in str(e) and "refused by the Python binding" not in str(e):
         print(f"rank {comm.rank}: unexpected error: {e}")
         failures += 1
+# a DTensor over 2 ranks with comm left out: refused before any runtime is made
+try:
+    Muon([("moe.experts.w", dt)], lr=0.02)
+    print(f"rank {comm.rank}: a 2-rank DTensor with comm=None was taken")
+    failures += 1
+except ValueError as e:
+    if "pass comm=MPI.COMM_WORLD" not in str(e):
+        print(f"rank {comm.rank}: unexpected error: {e}")
+        failures += 1
 # a gradient None on one rank only: ValueError on every rank, nothing stepped
 lin = torch.nn.Linear(6, 6)
 torch.nn.init.constant_(lin.weight, 0.5)

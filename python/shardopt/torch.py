@@ -595,8 +595,12 @@ class _Checkpoint:
         for p in self.index["params"]:
             p["step"] = self.steps[p["name"]]
         self.index["step"] = steps
-        with open(os.path.join(self.step_dir, "index.json"), "w") as f:
-            json.dump(self.index, f)
+        text = json.dumps(self.index).encode()
+        with open(os.path.join(self.step_dir, "index.json"), "wb") as f:
+            f.write(text)
+        # the index's integrity record (docs/checkpoint.md): a load checks every byte against it
+        with open(os.path.join(self.step_dir, "index.json.crc32c"), "w") as f:
+            f.write(f"{_crc32c_blocks(text, max(len(text), 1))[0]:08x}\n")
         if comm is not None and comm.Get_size() > 1:
             comm.Barrier()
 

@@ -465,6 +465,22 @@ SHARDOPT_API shardopt_status_t shardopt_register(shardopt_runtime_t rt,
                                                  const shardopt_param_desc_t *desc,
                                                  shardopt_param_t *param_p);
 
+/** This rank's slice of a parameter under the runtime's layout, as shardopt_register expects it:
+ *  reads desc's ndim, shape, placement and shard_dim (nothing else) and gives the slice along
+ *  shard_dim in torch.chunk order (ceil-sized chunks, the last ones short or empty: FSDP2's
+ *  Shard(dim)). DENSE: chunk `dense_rank` of the dim over the dense shard group; EXPERT: this EP
+ *  rank's E/ep experts (along dim 0), or the whole dim, in chunks over the expert shard group;
+ *  REPLICATED: the whole dim. Not collective; call any time after init.
+ *  @param offset receives the slice's start as shardopt_register takes it: for an EXPERT stack
+ *         sharded along dim 0 it counts from this EP rank's first expert
+ *  @param length receives its length (0: this rank holds none of it)
+ *  @param global_offset may be NULL; receives the start in the global tensor (for an expert
+ *         stack along dim 0, the EP rank's first expert plus offset) */
+SHARDOPT_API shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt,
+                                                    const shardopt_param_desc_t *desc,
+                                                    int64_t *offset, int64_t *length,
+                                                    int64_t *global_offset);
+
 /** Re-point a parameter at new data and gradient buffers of the same layout (trainers such as
  *  FSDP2 hand over new gradient tensors every step). Takes effect at the next step. */
 SHARDOPT_API shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data,

@@ -83,9 +83,14 @@ static void record_field_text(const struct param_record *r, int f, char *out, si
     switch (f) {
     case F_NAME: snprintf(out, len, "name hash %016llx", (unsigned long long)r->name_hash); break;
     case F_NDIM: snprintf(out, len, "%d", r->ndim); break;
-    case F_SHAPE:
-        snprintf(out, len, "[%lld, %lld, %lld]", (long long)r->shape[0], (long long)r->shape[1],
-                 (long long)r->shape[2]);
+    case F_SHAPE: /* as registered: ndim dims, not the padded three */
+        if (r->ndim == 1)
+            snprintf(out, len, "[%lld]", (long long)r->shape[0]);
+        else if (r->ndim == 2)
+            snprintf(out, len, "[%lld, %lld]", (long long)r->shape[0], (long long)r->shape[1]);
+        else
+            snprintf(out, len, "[%lld, %lld, %lld]", (long long)r->shape[0], (long long)r->shape[1],
+                     (long long)r->shape[2]);
         break;
     case F_PARAM_DTYPE: snprintf(out, len, "%d", r->param_dtype); break;
     case F_GRAD_DTYPE: snprintf(out, len, "%d", r->grad_dtype); break;
@@ -107,20 +112,18 @@ static void minloc_all(const struct groups *g, int *value, int *rank)
     *rank = pair[1];
 }
 
-/* A rank whose registration failed fails commit on every rank. */
+/* A rank whose registration failed fails commit on every rank, with the reason of the lowest
+ * such rank (its first failed register) in the one message every rank returns. */
 static shardopt_status_t check_register_failures(shardopt_runtime_t rt)
 {
-    int worst = -rt->register_failures, rank;
-    minloc_all(&rt->groups, &worst, &rank);
-    if (worst == 0)
-        return SHARDOPT_OK;
-    if (rank == rt->groups.me.rank)
-        return log_fail(SHARDOPT_ERR_MISMATCH,
-                        "commit: rank %d (this rank) failed to register %d parameter(s); first: %s",
-                        rank, -worst, rt->register_error);
-    return log_fail(SHARDOPT_ERR_MISMATCH,
-                    "commit: rank %d failed to register %d parameter(s) (see its log)", rank,
-                    -worst);
+    shardopt_status_t mine =
+        rt->register_failures == 0
+            ? SHARDOPT_OK
+            : log_fail(SHARDOPT_ERR_MISMATCH,
+                       "commit: rank %d: %d parameter(s) failed to register on this rank; the "
+                       "first: %s",
+                       rt->groups.me.rank, rt->register_failures, rt->register_error);
+    return groups_agree(&rt->groups, mine, "commit");
 }
 
 static shardopt_status_t check_counts(shardopt_runtime_t rt)
@@ -142,9 +145,9 @@ static shardopt_status_t check_records(shardopt_runtime_t rt)
     const struct groups *g = &rt->groups;
     const int n = rt->nparams;
     const size_t bytes = sizeof(struct param_record) * (size_t)(n ? n : 1);
-    struct param_record *ref = mem_malloc(bytes), mine;
+    struct param_record *ref = mem_malloc(bytes), mine, mine_rec;
     int code = INT_MAX, first_rank, nbad;
-    char name0[256] = "", v0[96], vme[192];
+    char name0[256] = "", v0[96], vme[96];
 
     shardopt_status_t status =
         ref != NULL ? SHARDOPT_OK
@@ -179,18 +182,19 @@ static shardopt_status_t check_records(shardopt_runtime_t rt)
         snprintf(name0, sizeof name0, "%s", rt->params[pi]->name);
     groups_bcast(g, name0, sizeof name0, MPI_CHAR);
     record_field_text(&ref[pi], f, v0, sizeof v0);
-    vme[0] = '\0';
-    if (my_code == code) {
-        record_make(rt->params[pi], &mine);
-        char t[80];
-        record_field_text(&mine, f, t, sizeof t);
-        snprintf(vme, sizeof vme, "; this rank has %s ('%.40s')", t, rt->params[pi]->name);
+    /* the first rank that differs words the message; agreement gives every rank its text */
+    shardopt_status_t verdict = SHARDOPT_OK;
+    if (my_code == code && first_rank == g->me.rank) {
+        record_make(rt->params[pi], &mine_rec);
+        record_field_text(&mine_rec, f, vme, sizeof vme);
+        verdict = log_fail(SHARDOPT_ERR_MISMATCH,
+                           "commit: rank %d: parameter #%d '%s' differs in %s: this rank has %s "
+                           "('%.40s'), rank 0 has %s (%d more rank(s) differ)",
+                           first_rank, pi, name0, field_names[f], vme, rt->params[pi]->name, v0,
+                           nbad - 1);
     }
     free(ref);
-    return log_fail(SHARDOPT_ERR_MISMATCH,
-                    "commit: parameter #%d '%s' differs in %s: rank %d (and %d more rank(s)) "
-                    "against rank 0's %s%s",
-                    pi, name0, field_names[f], first_rank, nbad - 1, v0, vme);
+    return groups_agree(g, verdict, "commit");
 }
 
 void shard_table_free(struct shard_table *t)
@@ -253,7 +257,7 @@ static int slice_by_lo(const void *a, const void *b)
 /* Do the members' slices along shard_dim tile [lo, lo + n) exactly (empty slices anywhere)?
  * Describes the first fault in why. Returns 1 when they do, 0 when not, -1 out of memory. */
 static int tiles(const struct shard_table *t, int nparams, int p, int sd, int64_t lo, int64_t n,
-                 char *why, size_t len)
+                 int64_t origin, char *why, size_t len)
 {
     struct slice *s = mem_malloc(sizeof(*s) * (size_t)t->members);
     int k = 0, ok = 1;
@@ -273,21 +277,47 @@ static int tiles(const struct shard_table *t, int nparams, int p, int sd, int64_
     for (int i = 0; i < k && ok; i++) {
         if (s[i].lo != at) {
             if (s[i].lo > at)
-                snprintf(why, len, "[%lld, %lld) is held by no rank", (long long)at,
-                         (long long)s[i].lo);
+                snprintf(why, len, "[%lld, %lld) is held by no rank", (long long)(at - origin),
+                         (long long)(s[i].lo - origin));
             else
                 snprintf(why, len, "rank %d's [%lld, %lld) overlaps the slices before it",
-                         s[i].rank, (long long)s[i].lo, (long long)(s[i].lo + s[i].len));
+                         s[i].rank, (long long)(s[i].lo - origin),
+                         (long long)(s[i].lo + s[i].len - origin));
             ok = 0;
         }
         at = s[i].lo + s[i].len;
     }
     if (ok && at != lo + n) {
-        snprintf(why, len, "[%lld, %lld) is held by no rank", (long long)at, (long long)(lo + n));
+        snprintf(why, len, "[%lld, %lld) is held by no rank", (long long)(at - origin),
+                 (long long)(lo + n - origin));
         ok = 0;
     }
     free(s);
     return ok;
+}
+
+/* "ranks 1, 3" for a group's members in rank order (the first 8, then how many more). */
+static void group_ranks_text(const struct shard_table *t, char *out, size_t len)
+{
+    size_t o = 0;
+    int *r = mem_malloc(sizeof(int) * (size_t)t->members);
+    if (r == NULL) {
+        snprintf(out, len, "%d ranks", t->members);
+        return;
+    }
+    memcpy(r, t->ranks, sizeof(int) * (size_t)t->members);
+    for (int i = 1; i < t->members; i++) /* insertion sort: groups are small */
+        for (int j = i; j > 0 && r[j - 1] > r[j]; j--) {
+            int x = r[j];
+            r[j] = r[j - 1];
+            r[j - 1] = x;
+        }
+    out[0] = '\0';
+    for (int i = 0; i < t->members && i < 8 && o < len; i++)
+        o += (size_t)snprintf(out + o, len - o, "%s%d", i ? ", " : "ranks ", r[i]);
+    if (t->members > 8 && o < len)
+        snprintf(out + o, len - o, " and %d more", t->members - 8);
+    free(r);
 }
 
 static shardopt_status_t check_tiling(shardopt_runtime_t rt, const struct shard_table *dense,
@@ -304,7 +334,7 @@ static shardopt_status_t check_tiling(shardopt_runtime_t rt, const struct shard_
         if (p->placement == SHARDOPT_PLACEMENT_REPLICATED)
             continue; /* whole on every rank: checked at register */
         layout_tile_range(&p->layout, &lo, &n);
-        rc = tiles(t, rt->nparams, i, p->layout.shard_dim, lo, n, why, sizeof why);
+        rc = tiles(t, rt->nparams, i, p->layout.shard_dim, lo, n, lo, why, sizeof why);
         if (rc != 1)
             bad = i;
     }
@@ -321,16 +351,42 @@ static shardopt_status_t check_tiling(shardopt_runtime_t rt, const struct shard_
     minloc_all(g, &bad, &bad_rank);
     if (bad == INT_MAX)
         return SHARDOPT_OK;
-    const struct shardopt_param *p = rt->params[bad];
-    const int expert = p->placement == SHARDOPT_PLACEMENT_EXPERT;
-    int64_t lo, n;
-    layout_tile_range(&p->layout, &lo, &n);
-    return log_fail(SHARDOPT_ERR_MISMATCH,
-                    "commit: the shards of '%s' along dim %d do not tile [%lld, %lld) over the "
-                    "%s group of rank %d: %s",
-                    p->name, p->layout.shard_dim, (long long)lo, (long long)(lo + n),
-                    expert ? "expert shard" : "dense shard", bad_rank,
-                    my_bad == bad ? why : "(see that group's log)");
+    /* Only a rank of a group that does not tile knows that group's range and slices (another
+     * group's expert window differs): the lowest such rank words the message, in the
+     * coordinates the trainer registered (an expert stack's dim 0 counts from this EP rank's
+     * first expert), and agreement hands its text to every rank. */
+    shardopt_status_t mine = SHARDOPT_OK;
+    if (my_bad == bad) {
+        const struct shardopt_param *p = rt->params[bad];
+        const int expert = p->placement == SHARDOPT_PLACEMENT_EXPERT;
+        const struct layout *l = &p->layout;
+        char members[96], group[160];
+        int64_t lo, n;
+        layout_tile_range(l, &lo, &n);
+        group_ranks_text(expert ? xs : dense, members, sizeof members);
+        if (expert)
+            snprintf(group, sizeof group, "the expert shard group of EP rank %d (%s)",
+                     g->me.ep_rank, members);
+        else
+            snprintf(group, sizeof group, "the dense shard group (%s)", members);
+        if (expert && l->shard_dim == 0)
+            mine = log_fail(SHARDOPT_ERR_MISMATCH,
+                            "commit: rank %d: the shards of '%s' along dim 0 do not tile [0, %lld) "
+                            "over %s: %s (offsets along dim 0 count from this EP rank's first "
+                            "expert: EP rank %d holds experts [%lld, %lld) of %lld, which its "
+                            "group registers as [0, %lld))",
+                            g->me.rank, p->name, (long long)n, group, why, g->me.ep_rank,
+                            (long long)l->win_lo, (long long)(l->win_lo + l->win_len),
+                            (long long)l->shape[0], (long long)l->win_len);
+        else
+            mine = log_fail(SHARDOPT_ERR_MISMATCH,
+                            "commit: rank %d: the shards of '%s' along dim %d do not tile [%lld, "
+                            "%lld) over %s: %s",
+                            g->me.rank, p->name, l->shard_dim, (long long)lo, (long long)(lo + n),
+                            group, why);
+    }
+    (void)bad_rank;
+    return groups_agree(g, mine, "commit");
 }
 
 shardopt_status_t commit_check(shardopt_runtime_t rt, struct shard_table *dense,

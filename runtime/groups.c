@@ -336,18 +336,24 @@ static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, 
     if (b != MPI_COMM_NULL)
         comm_allreduce(tg, b, MPI_IN_PLACE, msg, sizeof msg, MPI_BYTE, MPI_BOR, "error message");
     msg[sizeof msg - 1] = '\0';
-    if (pair[1] == rank)
-        return mine; /* logged where it happened */
-    /* "<what>: rank N: " once: a message that already says it is passed on as it is, one that
-     * starts with "<what>: " gets the rank after that word */
-    char prefix[96];
+    /* One text on every rank, the chosen rank included: "<what>: rank N: <its message>" (a
+     * trainer that prints on rank 0 sees the failing rank's own reason). A message that already
+     * starts so is passed on as it is; one that starts with "<what>: " gets the rank after that
+     * word. */
+    char prefix[96], agreed[sizeof msg + sizeof prefix];
     snprintf(prefix, sizeof prefix, "%s: rank %d: ", what, pair[1]);
-    if (strncmp(msg, prefix, strlen(prefix)) == 0)
-        return log_fail((shardopt_status_t)pair[0], "%s", msg);
     const size_t w = strlen(what);
-    const char *rest =
-        strncmp(msg, what, w) == 0 && msg[w] == ':' && msg[w + 1] == ' ' ? msg + w + 2 : msg;
-    return log_fail((shardopt_status_t)pair[0], "%s: rank %d: %s", what, pair[1], rest);
+    if (strncmp(msg, prefix, strlen(prefix)) == 0)
+        snprintf(agreed, sizeof agreed, "%s", msg);
+    else
+        snprintf(agreed, sizeof agreed, "%s%s", prefix,
+                 strncmp(msg, what, w) == 0 && msg[w] == ':' && msg[w + 1] == ' ' ? msg + w + 2
+                                                                                  : msg);
+    /* each rank logs one error per failed call: a rank that failed itself logged its own reason
+     * where it found it, the others log the agreed one */
+    if (mine != SHARDOPT_OK)
+        return status_set((shardopt_status_t)pair[0], "%s", agreed);
+    return log_fail((shardopt_status_t)pair[0], "%s", agreed);
 }
 
 void groups_view(struct groups *t, MPI_Comm a, MPI_Comm b, int rank, double timeout_s)

@@ -46,7 +46,7 @@ static int dtype_valid(shardopt_dtype_t t)
 /* The dim-0 window a shard is taken in (an expert stack's experts of this EP rank), and the size
  * of the group the shards tile. */
 static shardopt_status_t shard_window(const shardopt_runtime_t rt, const shardopt_param_desc_t *d,
-                                      int64_t *lo, int64_t *len, int *group)
+                                      const char *what, int64_t *lo, int64_t *len, int *group)
 {
     const struct groups *g = &rt->groups;
 
@@ -58,9 +58,10 @@ static shardopt_status_t shard_window(const shardopt_runtime_t rt, const shardop
     case SHARDOPT_PLACEMENT_EXPERT:
         if (d->shape[0] <= 0 || d->shape[0] % g->mesh.ep != 0)
             return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                            "register '%s': %lld experts cannot be split over ep %d: the expert "
+                            "%s '%s': %lld experts cannot be split over ep %d: the expert "
                             "count must be a multiple of ep",
-                            d->name, (long long)d->shape[0], g->mesh.ep);
+                            what, d->name != NULL ? d->name : "(unnamed)", (long long)d->shape[0],
+                            g->mesh.ep);
         *len = d->shape[0] / g->mesh.ep;
         *lo = g->me.ep_rank * *len;
         *group = mesh_xs_size(&g->mesh);
@@ -131,12 +132,21 @@ static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardo
     if (d->transposed && d->ndim < 2)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "register '%s': transposed applies to matrices, got ndim = %d", n, d->ndim);
-    status = shard_window(rt, d, &win_lo, &win_len, &group);
+    status = shard_window(rt, d, "register", &win_lo, &win_len, &group);
     if (status != SHARDOPT_OK)
         return status;
     if (layout_init(layout, d->ndim, d->shape, d->shard_dim, d->shard_offset, d->shard_length,
-                    win_lo, win_len, err, sizeof err) != 0)
+                    win_lo, win_len, err, sizeof err) != 0) {
+        if (d->placement == SHARDOPT_PLACEMENT_EXPERT && d->shard_dim == 0 && d->ndim == 3)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "register '%s': %s: offsets along dim 0 count from this EP rank's "
+                            "first expert (EP rank %d holds experts [%lld, %lld) of %lld: "
+                            "register a slice of [0, %lld); shardopt_shard_range computes it)",
+                            n, err, rt->groups.me.ep_rank, (long long)win_lo,
+                            (long long)(win_lo + win_len), (long long)d->shape[0],
+                            (long long)win_len);
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register '%s': %s", n, err);
+    }
     /* a shard group of one rank (or a replicated tensor) holds the whole extent */
     int64_t t_lo, t_n;
     layout_tile_range(layout, &t_lo, &t_n);
@@ -274,5 +284,70 @@ shardopt_status_t shardopt_param_get_algo(shardopt_param_t param, shardopt_algo_
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_get_algo: NULL %s",
                         param == NULL ? "param" : "algo");
     *algo = param->algo;
+    return SHARDOPT_OK;
+}
+
+/* torch.chunk over `parts`: ceil-sized chunks in order, the last ones short or empty. FSDP2's
+ * Shard(dim) slices so, and it is what a trainer's own all-gather most often assumes. */
+static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
+{
+    const int64_t c = (n + parts - 1) / parts;
+    *lo = c * i < n ? c * i : n;
+    *len = *lo + c < n ? c : n - *lo;
+}
+
+shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt, const shardopt_param_desc_t *d,
+                                       int64_t *offset, int64_t *length, int64_t *global_offset)
+{
+    if (rt == NULL || d == NULL || offset == NULL || length == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "shard_range: NULL %s",
+                        rt == NULL       ? "runtime"
+                        : d == NULL      ? "desc"
+                        : offset == NULL ? "offset"
+                                         : "length");
+    const char *n = d->name != NULL ? d->name : "(unnamed)";
+    if (d->version < 1 || d->version > SHARDOPT_PARAM_DESC_VERSION || d->size < DESC_V1_SIZE)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "shard_range: descriptor version %u / size %zu: initialise it with "
+                        "SHARDOPT_PARAM_DESC_INIT",
+                        d->version, d->size);
+    if (d->ndim < 1 || d->ndim > 3)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "shard_range '%s': ndim = %d: accepted 1..3",
+                        n, d->ndim);
+    for (int i = 0; i < d->ndim; i++)
+        if (d->shape[i] < 1)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "shard_range '%s': shape[%d] = %lld: every global dim must be >= 1", n,
+                            i, (long long)d->shape[i]);
+    if (d->shard_dim < 0 || d->shard_dim >= d->ndim)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "shard_range '%s': shard_dim = %d: accepted 0..%d", n, d->shard_dim,
+                        d->ndim - 1);
+    if (d->placement != SHARDOPT_PLACEMENT_DENSE && d->placement != SHARDOPT_PLACEMENT_EXPERT &&
+        d->placement != SHARDOPT_PLACEMENT_REPLICATED)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "shard_range '%s': placement = %d: accepted dense, expert, replicated", n,
+                        (int)d->placement);
+    if (d->placement == SHARDOPT_PLACEMENT_EXPERT && d->ndim != 3)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "shard_range '%s': placement expert needs a 3-D [E, out, in] stack, got "
+                        "ndim = %d",
+                        n, d->ndim);
+    int64_t win_lo, win_len;
+    int group = 1;
+    shardopt_status_t status = shard_window(rt, d, "shard_range", &win_lo, &win_len, &group);
+    if (status != SHARDOPT_OK)
+        return status;
+    const struct groups *g = &rt->groups;
+    const int64_t extent = d->shard_dim == 0 ? win_len : d->shape[d->shard_dim];
+    int64_t lo = 0, len = extent;
+    if (d->placement == SHARDOPT_PLACEMENT_DENSE)
+        chunk(extent, g->mesh.dense, g->me.d, &lo, &len);
+    else if (d->placement == SHARDOPT_PLACEMENT_EXPERT)
+        chunk(extent, group, g->me.xs_rank, &lo, &len);
+    *offset = lo;
+    *length = len;
+    if (global_offset != NULL)
+        *global_offset = (d->shard_dim == 0 ? win_lo : 0) + lo;
     return SHARDOPT_OK;
 }

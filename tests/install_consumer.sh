@@ -13,7 +13,19 @@ for f in include/shardopt.h lib/cmake/shardopt/shardoptConfig.cmake \
     [ -f "$work/prefix/$f" ] || { echo "install: $f missing"; exit 1; }
 done
 ls "$work/prefix"/lib/libshardopt.so* >/dev/null
-PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --libs shardopt | grep -q -- '-lshardopt'
+# The documented one-line build through pkg-config, from this non-default prefix: plain cc (the
+# MPI flags come from the .pc's Requires), run without LD_LIBRARY_PATH (the .pc's rpath), linked
+# to the installed library. The .pc once named the configure-time prefix (/usr/local).
+flags=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs shardopt)
+case "$flags" in
+*"$work/prefix/"*) ;;
+*) echo "install_consumer: pkg-config flags do not name the prefix: $flags"; exit 1 ;;
+esac
+cc -std=c11 "$src/examples/consumer/main.c" -o "$work/consumer_pc" $flags >"$work/pc.log" 2>&1 ||
+    { cat "$work/pc.log"; echo "install_consumer: the pkg-config build failed: cc ... $flags"; exit 1; }
+ldd "$work/consumer_pc" | grep -q "libshardopt.* => $work/prefix/.*libshardopt" ||
+    { ldd "$work/consumer_pc"; echo "install_consumer: pkg-config build not linked to the installed library"; exit 1; }
+env -u LD_LIBRARY_PATH "$mpiexec" -n 1 "$work/consumer_pc"
 cmake -S "$src/examples/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
     -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/consumer" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }

@@ -9,7 +9,7 @@ Settings are matched: torch's Muon keeps an EMA momentum (buf = mu*buf + (1-mu)*
 shardopt keeps heavy-ball momentum (M = mu*M + g); the two differ by the factor (1 - mu), which
 the Frobenius normalisation in Newton-Schulz removes (up to eps). Jordan's coefficients,
 Nesterov, 5 steps, lr scale 0.2*sqrt(max(A, B)) (torch: adjust_lr_fn="match_rms_adamw",
-shardopt: lr_scale = rms_norm), decoupled weight decay with the unscaled lr on both; AdamW with
+shardopt: lr_scale = rms_norm), decoupled weight decay with the unscaled lr on both (none on 1-D tensors); AdamW with
 betas (0.9, 0.95), eps 1e-8. Both orthogonalize in bf16 (torch always; shardopt with
 ns_compute = auto on a CPU with native bf16, else fp32: the driver's output says which).
 
@@ -118,8 +118,12 @@ def main():
         opts = [muon_cls(muon_p, lr=a.lr, weight_decay=a.weight_decay, momentum=0.95,
                                  nesterov=True, ns_steps=5, adjust_lr_fn="match_rms_adamw")]
         if adam_p:
-            opts.append(torch.optim.AdamW(adam_p, lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
-                                          weight_decay=a.weight_decay))
+            # shardopt's default (weight_decay_1d = 0): no decay on 1-D tensors (norms, biases),
+            # the usual param-group convention
+            groups = [{"params": [x for x in adam_p if x.ndim > 1], "weight_decay": a.weight_decay},
+                      {"params": [x for x in adam_p if x.ndim <= 1], "weight_decay": 0.0}]
+            opts.append(torch.optim.AdamW([g for g in groups if g["params"]], lr=a.lr,
+                                          betas=(0.9, 0.95), eps=1e-8))
         times = []
         for s in range(a.steps):
             for (kind, mats), g in zip(views, grads[s]):

@@ -155,11 +155,12 @@ typedef enum shardopt_ns_strategy {
 #define SHARDOPT_NS_MAX_STEPS 16
 #define SHARDOPT_PATTERNS_MAX 256
 
-#define SHARDOPT_CONFIG_VERSION 1
+#define SHARDOPT_CONFIG_VERSION 2
 
 /** Runtime configuration. Initialise with SHARDOPT_CONFIG_INIT, then change fields. Fields may
- *  be appended in later versions; the library reads only the first `size` bytes. Every field has
- *  a key of the same name in JSON config files and an env var SHARDOPT_<NAME in upper case>. */
+ *  be appended in later versions; the library reads only the first `size` bytes. Every field but
+ *  apply_env has a key of the same name in JSON config files and an env var SHARDOPT_<NAME in
+ *  upper case>, which shardopt_init applies on top of the struct (apply_env). */
 typedef struct shardopt_config {
     size_t size;      /**< sizeof(shardopt_config_t) as the caller compiled it */
     uint32_t version; /**< SHARDOPT_CONFIG_VERSION */
@@ -230,6 +231,18 @@ typedef struct shardopt_config {
      *  state (momentum; exp_avg, exp_avg_sq) hold no NaN/Inf; if one does, the step fails with
      *  SHARDOPT_ERR_NONFINITE on every rank, naming them, and nothing is written. 0 = never. */
     int check_state_every;
+
+    /* Version 2 */
+    /** 1 (SHARDOPT_CONFIG_INIT): shardopt_init and shardopt_init_from_groups overlay the
+     *  SHARDOPT_<KEY> environment variables on this config, as shardopt_config_from_env does
+     *  (the environment wins over the struct; an invalid value fails init on every rank).
+     *  0: the environment is not read, and a config key's variable that is set is reported as
+     *  ignored. Configs from shardopt_config_init (language bindings) and from a version-1 header
+     *  hold 0. Not a config key. */
+    int apply_env;
+    /** 1: weight decay applies to 1-D tensors (norms, biases) too. 0 (default): it does not,
+     *  the usual convention (a norm weight at 1.0 would otherwise shrink with no gradient). */
+    int weight_decay_1d;
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -253,7 +266,7 @@ typedef struct shardopt_config {
         .bind = SHARDOPT_BIND_NONE, .offload = SHARDOPT_OFFLOAD_NONE, .debug_poison_staging = 0,   \
         .host_store_limit = 0, .ns_compute = SHARDOPT_NS_COMPUTE_AUTO,                             \
         .comm_backend = SHARDOPT_COMM_NCCL, .device = SHARDOPT_DEVICE_CURRENT,                     \
-        .comm_timeout_s = 600.0,                                                                   \
+        .comm_timeout_s = 600.0, .apply_env = 1, .weight_decay_1d = 0,                             \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1
@@ -295,7 +308,8 @@ typedef struct shardopt_param_desc {
 typedef struct shardopt_step_args {
     size_t size;
     uint32_t version;
-    double lr;            /**< learning rate, >= 0 */
+    double lr;            /**< learning rate, >= 0; set it every step (SHARDOPT_STEP_ARGS_INIT
+                               leaves SHARDOPT_LR_UNSET, which the step refuses) */
     double adamw_lr;      /**< < 0: use lr for AdamW tensors too (default) */
     double weight_decay;  /**< < 0: the config's (default); >= 0: this value for both algos */
     void *stream;         /**< CUDA backend: the trainer's stream; ignored on the CPU */
@@ -303,10 +317,15 @@ typedef struct shardopt_step_args {
                                the kernels); <= 0 (default): no clipping */
 } shardopt_step_args_t;
 
+/** args.lr as SHARDOPT_STEP_ARGS_INIT leaves it: not a learning rate, refused by the step (a
+ *  forgotten lr of 0 would give successful steps that change nothing). */
+#define SHARDOPT_LR_UNSET (-1.0)
+
 #define SHARDOPT_STEP_ARGS_INIT                                                                    \
     {                                                                                              \
-        .size = sizeof(shardopt_step_args_t), .version = SHARDOPT_STEP_ARGS_VERSION, .lr = 0.0,    \
-        .adamw_lr = -1.0, .weight_decay = -1.0, .stream = NULL, .max_grad_norm = 0.0,              \
+        .size = sizeof(shardopt_step_args_t), .version = SHARDOPT_STEP_ARGS_VERSION,               \
+        .lr = SHARDOPT_LR_UNSET, .adamw_lr = -1.0, .weight_decay = -1.0, .stream = NULL,           \
+        .max_grad_norm = 0.0,                                                                      \
     }
 
 #define SHARDOPT_STATS_VERSION 2
@@ -416,12 +435,15 @@ SHARDOPT_API const char *shardopt_status_string(shardopt_status_t status);
 SHARDOPT_API const char *shardopt_last_error(void);
 
 /** Overlay SHARDOPT_<KEY> environment variables onto cfg. An invalid value is an error naming
- *  the variable and what is accepted; cfg is then unchanged. */
+ *  the variable and what is accepted; cfg is then unchanged. shardopt_init does the same itself
+ *  when cfg->apply_env is 1 (SHARDOPT_CONFIG_INIT): call this to see or print the result
+ *  before init. */
 SHARDOPT_API shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg);
 
 /** The defaults of SHARDOPT_CONFIG_INIT written into cfg, a buffer of `size` bytes, for callers
  *  that cannot use the macro (language bindings): at most sizeof(shardopt_config_t) bytes are
- *  written, and cfg->size says how many. */
+ *  written, and cfg->size says how many. One difference: apply_env is 0, since a binding builds
+ *  its config from its own arguments (set the field to 1 to have init read the environment). */
 SHARDOPT_API shardopt_status_t shardopt_config_init(shardopt_config_t *cfg, size_t size);
 
 /** Set one key from text, exactly as its env var SHARDOPT_<KEY> would ("momentum", "0.9");

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "classify.h"
 #include "comm_wait.h"
 #include "commit_check.h"
 #include "kernels/cpu/ns_bf16.h"
@@ -399,6 +400,28 @@ static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
     return status;
 }
 
+/* A trainer's adamw_patterns entry that matches no parameter is most likely a misspelt name,
+ * and sends what it meant to Muon without a word: say so once (rank 0; every rank registered
+ * the same names). The default list is left alone: it names what many models lack. */
+static void patterns_warn_unmatched(shardopt_runtime_t rt)
+{
+    char list[512];
+    if (rt->groups.me.rank != 0 ||
+        strcmp(rt->cfg.adamw_patterns, SHARDOPT_DEFAULT_ADAMW_PATTERNS) == 0)
+        return;
+    const char **names = mem_malloc(sizeof(char *) * (size_t)(rt->nparams ? rt->nparams : 1));
+    if (names == NULL)
+        return; /* a warning is not worth failing commit for */
+    for (int i = 0; i < rt->nparams; i++)
+        names[i] = rt->params[i]->name;
+    const int n = classify_unmatched(rt->cfg.adamw_patterns, names, rt->nparams, list, sizeof list);
+    if (n > 0)
+        log_warn("commit: adamw_patterns entr%s %s match%s no registered parameter (an entry "
+                 "matches names containing it, or, written =name, equal to it)",
+                 n == 1 ? "y" : "ies", list, n == 1 ? "es" : "");
+    free(names);
+}
+
 shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
 {
     shardopt_status_t status;
@@ -416,6 +439,7 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
     status = commit_check(rt, &dense, &xs);
     if (status != SHARDOPT_OK)
         return status;
+    patterns_warn_unmatched(rt);
     for (int i = 0; i < rt->nparams; i++)
         param_plan(rt, rt->params[i]);
     status = sharded_choose(rt, GROUP_DENSE, &dense);

@@ -28,6 +28,9 @@ shardopt_status_t config_import(const shardopt_config_t *in, shardopt_config_t *
                         "config.size = %zu: at least %zu (initialise with SHARDOPT_CONFIG_INIT)",
                         in->size, (size_t)CONFIG_V1_SIZE);
     memcpy(&c, in, in->size < sizeof c ? in->size : sizeof c);
+    /* a caller built against version 1 never asked for the environment */
+    if (in->size < offsetof(shardopt_config_t, apply_env) + sizeof c.apply_env)
+        c.apply_env = 0;
     c.size = sizeof c;
     c.version = SHARDOPT_CONFIG_VERSION;
     *out = c;
@@ -94,6 +97,8 @@ shardopt_status_t shardopt_config_init(shardopt_config_t *cfg, size_t size)
                         cfg == NULL ? "NULL cfg" : "buffer smaller than the config's header");
     const size_t n = size < sizeof d ? size : sizeof d;
     memcpy(cfg, &d, n);
+    if (n >= offsetof(shardopt_config_t, apply_env) + sizeof d.apply_env)
+        cfg->apply_env = 0; /* a binding's config is its arguments: documented in the header */
     cfg->size = n;
     return SHARDOPT_OK;
 }
@@ -109,9 +114,13 @@ shardopt_status_t shardopt_config_set(shardopt_config_t *cfg, const char *key, c
                         : key == NULL ? "key"
                                       : "value");
     const struct config_key *k = config_key_find(key);
-    if (k == NULL)
+    if (k == NULL) {
+        const char *near = config_key_nearest(key);
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "config_set: unknown key '%s' (shardopt_config_print lists them)", key);
+                        "config_set: unknown key '%s' (%s%s%sshardopt_config_print lists them)",
+                        key, near != NULL ? "did you mean '" : "", near != NULL ? near : "",
+                        near != NULL ? "'? " : "");
+    }
     shardopt_status_t status = config_import(cfg, &c);
     if (status != SHARDOPT_OK)
         return status;
@@ -196,6 +205,24 @@ static const char *const env_not_keys[] = {"SHARDOPT_LOG_LEVEL", "SHARDOPT_LOG_F
                                            "SHARDOPT_FAULT", "SHARDOPT_FAULT_RANK",
                                            "SHARDOPT_CPU_NO_BF16"};
 
+/* Step arguments a launcher might try to set as variables: they are not config keys. */
+static const char *const env_step_args[] = {"SHARDOPT_LR", "SHARDOPT_ADAMW_LR",
+                                            "SHARDOPT_MAX_GRAD_NORM", "SHARDOPT_LEARNING_RATE"};
+
+const char *config_key_nearest(const char *name)
+{
+    const char *nearest = NULL;
+    int best = 3; /* one or two edits: a typo; further is another name */
+    for (size_t i = 0; i < config_key_count; i++) {
+        const int d = edit_distance(name, config_keys[i].name);
+        if (d < best) {
+            best = d;
+            nearest = config_keys[i].name;
+        }
+    }
+    return nearest;
+}
+
 /* A SHARDOPT_ variable one or two letters away from a key's is most likely that key mistyped,
  * and would silently do nothing: say so. Names further from every key (other tools' variables)
  * are left alone. */
@@ -208,7 +235,17 @@ static void env_typos_warn(void)
         if (strncmp(*e, "SHARDOPT_", 9) != 0 || eq == NULL || (size_t)(eq - *e) >= sizeof name)
             continue;
         snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
-        int known = 0, best = 64;
+        int known = 0, best = 64, step_arg = 0;
+        for (size_t i = 0; i < sizeof env_step_args / sizeof env_step_args[0]; i++)
+            step_arg |= strcmp(name, env_step_args[i]) == 0;
+        if (step_arg) { /* before the nearest key: SHARDOPT_LR is two edits from SHARDOPT_CP */
+            log_warn("config: %s is not a config key and is ignored: the learning rate, the "
+                     "AdamW learning rate and gradient clipping are step arguments "
+                     "(shardopt_step_args_t lr, adamw_lr, max_grad_norm), set by the trainer "
+                     "each step",
+                     name);
+            continue;
+        }
         for (size_t i = 0; i < sizeof env_not_keys / sizeof env_not_keys[0]; i++)
             known |= strcmp(name, env_not_keys[i]) == 0;
         for (size_t i = 0; i < config_key_count && !known; i++) {
@@ -230,6 +267,37 @@ shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg)
 {
     env_typos_warn();
     return config_env_overlay(cfg, env_lookup, NULL);
+}
+
+shardopt_status_t config_env_for_init(shardopt_config_t *cfg, const char *who)
+{
+    char env[96];
+    if (cfg->apply_env) {
+        /* a value the code set is refused as the code's, before the overlay (which checks the
+         * whole result and would blame the environment) */
+        shardopt_status_t status = config_check_all(cfg, "");
+        if (status != SHARDOPT_OK)
+            return status;
+        status = shardopt_config_from_env(cfg);
+        if (status != SHARDOPT_OK) { /* the message names the variable: say who read it */
+            char why[768];
+            snprintf(why, sizeof why, "%s", shardopt_last_error()); /* not formatted in place */
+            return status_set(status, "%s: %s (apply_env = 1 reads SHARDOPT_* variables)", who,
+                              why);
+        }
+        return SHARDOPT_OK;
+    }
+    /* a launcher's SHARDOPT_OFFLOAD that does nothing must not pass unseen */
+    env_typos_warn();
+    for (size_t i = 0; i < config_key_count; i++) {
+        config_key_env_name(&config_keys[i], env, sizeof env);
+        if (getenv(env) != NULL)
+            log_warn("%s: %s is set but not applied: this config has apply_env = 0 (made by "
+                     "shardopt_config_init, as language bindings do, or an older header): set "
+                     "the key in the config, or apply_env = 1",
+                     who, env);
+    }
+    return SHARDOPT_OK;
 }
 
 shardopt_status_t shardopt_config_print(const shardopt_config_t *cfg, FILE *stream)

@@ -29,6 +29,14 @@ typedef const char *(*config_env_lookup_fn)(const char *name, void *ctx);
 shardopt_status_t config_env_overlay(shardopt_config_t *cfg, config_env_lookup_fn lookup,
                                      void *ctx);
 
+/* init's environment rule: apply_env = 1 overlays the SHARDOPT_* variables on cfg (errors name
+ * the variable, prefixed by who); 0 leaves cfg and warns about config variables that are set.
+ * Either way a SHARDOPT_ name close to a key's is reported as a likely typo. */
+shardopt_status_t config_env_for_init(shardopt_config_t *cfg, const char *who);
+
+/* The config key one or two edits from name (a likely typo), or NULL. */
+const char *config_key_nearest(const char *name);
+
 /* Resolve ns_coeffs/ns_steps/custom into float triples and the norm multiplier. */
 void config_ns_resolve(const shardopt_config_t *cfg, float coeffs[][3], float *norm_scale);
 

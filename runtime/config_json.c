@@ -191,9 +191,14 @@ shardopt_status_t config_json_text(const char *path, const char *text, size_t le
     for (const cJSON *item = root->child; item != NULL; item = item->next) {
         const struct config_key *k = config_key_find(item->string); /* keys unique: parsed so */
         if (k == NULL) {
+            const char *near = config_key_nearest(item->string);
+            char hint[96] = "";
+            if (near != NULL)
+                snprintf(hint, sizeof hint, "did you mean '%s'? ", near);
             status = log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                              "config %s: unknown key '%.128s' (see docs/config.md)", path,
-                              item->string);
+                              "config %s: unknown key '%.128s' (%sshardopt_config_print lists "
+                              "the keys)",
+                              path, item->string, hint);
             goto out;
         }
         status = key_from_json(path, k, item, &c, &coeff_steps);

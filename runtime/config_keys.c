@@ -94,6 +94,8 @@ const struct config_key config_keys[] = {
     INT(check_state_every, 0, 1 << 30,
         "every N steps check parameters and optimizer state for NaN/Inf before the update; "
         "0 = never"),
+    {"weight_decay_1d", CFG_BOOL, OFF(weight_decay_1d), NULL, 0, 1, 0, 0, 0, 0,
+     "weight decay also on 1-D tensors (norms, biases); default 0: not on them"},
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

@@ -106,6 +106,8 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
                         "%s: out of memory allocating %zu bytes for the runtime", who, sizeof(*rt));
     status = config_import(cfg, &rt->cfg);
     if (status == SHARDOPT_OK)
+        status = config_env_for_init(&rt->cfg, who);
+    if (status == SHARDOPT_OK)
         status = config_check_all(&rt->cfg, "");
     if (status == SHARDOPT_OK)
         status = kernels_select(&rt->cfg, &rt->ops, &rt->ns_ops);

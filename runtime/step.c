@@ -85,6 +85,11 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
         args->size >= offsetof(shardopt_step_args_t, max_grad_norm) + sizeof(double)
             ? args->max_grad_norm
             : 0.0;
+    if (args->lr == SHARDOPT_LR_UNSET)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: lr is not set: SHARDOPT_STEP_ARGS_INIT leaves it unset so that a "
+                        "forgotten learning rate does not make steps that change nothing; set "
+                        "args.lr each step (0 is accepted when set)");
     if (!(args->lr >= 0 && isfinite(args->lr)))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "step: lr = %g: accepted a finite value >= 0", args->lr);
@@ -134,7 +139,10 @@ static void adamw_kernel(shardopt_runtime_t rt, const struct state_range *r, voi
     const struct shardopt_param *p = r->p;
     const shardopt_config_t *c = &rt->cfg;
     const double t = (double)(p->step + 1);
-    const double lr = sc->adamw_lr * p->lr_mult, wd = sc->adamw_wd * p->wd_mult;
+    /* 1-D tensors (norms, biases) take no decay unless weight_decay_1d: a norm weight at 1.0
+     * would shrink toward 0 with no gradient at all */
+    const double wd1 = p->layout.ndim == 1 && !c->weight_decay_1d ? 0.0 : 1.0;
+    const double lr = sc->adamw_lr * p->lr_mult, wd = sc->adamw_wd * p->wd_mult * wd1;
     struct adamw_args a = {
         .n = r->n,
         .param = (char *)p->data + r->off * kdtype_size(p->param_dtype),

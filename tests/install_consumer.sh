@@ -33,3 +33,10 @@ cmake --build "$work/consumer" >"$work/build.log" 2>&1 || { cat "$work/build.log
 ldd "$work/consumer/consumer" | grep -F "$work/prefix/lib/libshardopt" ||
     { ldd "$work/consumer/consumer"; echo "install_consumer: not linked to the installed library"; exit 1; }
 "$mpiexec" -n 1 "$work/consumer/consumer"
+# SHARDOPT_CONFIG_INIT's apply_env: init applies the environment, so a bad launcher setting is
+# refused with the variable named instead of being ignored
+if out=$(SHARDOPT_OFFLOAD=bogus "$mpiexec" -n 1 "$work/consumer" 2>&1); then
+    echo "install_consumer: SHARDOPT_OFFLOAD=bogus was ignored: $out"; exit 1
+fi
+grep -q "SHARDOPT_OFFLOAD (env) = 'bogus'" <<<"$out" ||
+    { echo "install_consumer: SHARDOPT_OFFLOAD=bogus refused without naming it: $out"; exit 1; }

@@ -23,5 +23,10 @@ out=$(SHARDOPT_NS_STEPS=5 DRY_RUN=1 bash "$L/slurm.sbatch" prog --preset tiny)
 expect slurm "$out" "srun --mpi=pmix --cpu-bind=cores" "prog --preset tiny"
 "$L/multi_node.sh" --dry-run prog >/dev/null 2>&1 && { echo "FAIL: multi_node without --hostfile ran"; fail=1; }
 "$L/single_node.sh" --bogus prog >/dev/null 2>&1 && { echo "FAIL: single_node accepted --bogus"; fail=1; }
+# ranks x threads over the cores: refused with what to change (Open MPI failed in its mapper)
+over=$(( $(nproc) + 1 ))
+out=$("$L/single_node.sh" --ranks 1 --threads "$over" --dry-run prog 2>&1) &&
+    { echo "FAIL: single_node accepted 1 x $over threads on $(nproc) cores"; fail=1; }
+expect "single_node too many threads" "$out" "1 ranks x $over threads = $over cores, but this node has $(nproc)" "use --threads"
 [ $fail -eq 0 ] && echo "launch_dry_run: ok"
 exit $fail

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run an MPI program of shardopt on several nodes with Open MPI: one rank per GPU (or per
 # --ranks-per-node), ranks mapped node by node so that consecutive ranks (a dense shard group,
-# docs/api.md) share a node, each bound to its cores, SHARDOPT_* and the library path passed on.
+# docs/api.md) share a node, each bound to its cores, SHARDOPT_* and the library path passed on
+# (shardopt_init applies SHARDOPT_* variables: docs/config.md, the environment rule).
 #
 #   examples/launch/multi_node.sh --hostfile FILE [--ranks-per-node G] [--threads T] [--dry-run]
 #                                 [--] PROGRAM [ARGS...]

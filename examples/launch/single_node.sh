@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run an MPI program of shardopt on this node, one rank per core (or fewer ranks than cores,
-# each bound to its share), with every SHARDOPT_* variable of this shell passed to the ranks.
+# each bound to its share), with every SHARDOPT_* variable of this shell passed to the ranks
+# (shardopt_init applies them: docs/config.md, the environment rule).
 #
 #   examples/launch/single_node.sh [--ranks N] [--threads T] [--dry-run] [--] PROGRAM [ARGS...]
 #
@@ -25,6 +26,14 @@ while [ $# -gt 0 ]; do
 done
 [ $# -ge 1 ] || { echo "usage: single_node.sh [--ranks N] [--threads T] [--dry-run] [--] PROGRAM [ARGS...]" >&2; exit 2; }
 [ -n "$threads" ] || threads=$(( cores / ranks > 0 ? cores / ranks : 1 ))
+# Binding gives each rank its threads' cores: asked for more cores than there are, Open MPI
+# fails deep in its mapper ("not enough slots"); say what to change instead.
+if [ "$ranks" -le "$cores" ] && [ $(( ranks * threads )) -gt "$cores" ]; then
+    echo "single_node.sh: $ranks ranks x $threads threads = $(( ranks * threads )) cores, but this" \
+         "node has $cores: use --threads $(( cores / ranks > 0 ? cores / ranks : 1 )) (or leave" \
+         "it out), or fewer ranks" >&2
+    exit 2
+fi
 cmd=(mpiexec -n "$ranks")
 if [ "$ranks" -gt "$cores" ]; then
     cmd+=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1)

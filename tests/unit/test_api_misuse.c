@@ -120,10 +120,18 @@ TEST(null_grad_fails_the_step_before_anything_is_written)
     EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
     EXPECT_EQ_INT(st.steps, 0);
 
-    args.lr = -1;
+    args.lr = -2;
     EXPECT_EQ_INT(shardopt_param_set_pointers(p2, w2, g1), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "lr = -1");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "lr = -2");
+    /* a forgotten lr: SHARDOPT_STEP_ARGS_INIT leaves it unset, and the step refuses it (it was
+     * 0: successful steps that changed nothing) */
+    args.lr = SHARDOPT_LR_UNSET;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "lr is not set");
+    shardopt_step_args_t fresh = SHARDOPT_STEP_ARGS_INIT;
+    EXPECT_EQ_INT(shardopt_step(rt, &fresh), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "set args.lr each step");
     args.lr = NAN;
     EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
     args.lr = 0.1;

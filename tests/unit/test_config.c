@@ -345,6 +345,8 @@ TEST(config_init_and_set_for_bindings)
     EXPECT_EQ_INT(shardopt_config_init(c, sizeof buf), SHARDOPT_OK);
     EXPECT_EQ_INT(c->size, sizeof(shardopt_config_t));
     EXPECT_EQ_INT(buf[sizeof(shardopt_config_t)], 0xa5); /* nothing past the struct */
+    EXPECT_EQ_INT(c->apply_env, 0); /* the one difference: a binding's config is its arguments */
+    want.apply_env = 0;
     EXPECT_EQ_INT(memcmp(c, &want, sizeof want), 0);
     EXPECT_EQ_INT(shardopt_config_init(c, 4), SHARDOPT_ERR_INVALID_ARGUMENT);
 

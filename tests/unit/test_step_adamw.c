@@ -55,6 +55,7 @@ TEST(adamw_multi_step_matches_the_formula)
     };
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     cfg.adamw_weight_decay = 0.1;
+    cfg.weight_decay_1d = 1; /* the bias's wd_mult is part of the formula tested */
     shardopt_runtime_t rt = fixture_runtime(&cfg);
     uint64_t seed = 42;
 
@@ -209,4 +210,37 @@ TEST(adamw_bf16_moments)
     EXPECT_EQ_INT(st.bytes_adam_m, N * 2);
     EXPECT_EQ_INT(st.bytes_adam_v, N * 2);
     shardopt_finalize(rt);
+}
+
+/* The usual convention: no weight decay on 1-D tensors (norms, biases) unless weight_decay_1d.
+ * A norm at 1.0 with zero gradient stays exactly 1.0 over 100 steps by default (it was 0.98
+ * before: (1 - lr * wd)^100 with lr 0.02, wd 0.01), while a 2-D AdamW tensor still decays; with
+ * weight_decay_1d = 1 the norm decays as the formula says. */
+TEST(no_weight_decay_on_1d_tensors_by_default)
+{
+    for (int decay_1d = 0; decay_1d < 2; decay_1d++) {
+        static float norm[16], gnorm[16], emb[4 * 8], gemb[4 * 8];
+        for (int i = 0; i < 16; i++)
+            norm[i] = 1.0f;
+        for (int i = 0; i < 32; i++)
+            emb[i] = 1.0f;
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.weight_decay_1d = decay_1d;
+        shardopt_runtime_t rt = fixture_runtime(&cfg);
+        shardopt_param_desc_t d = fixture_desc("final_norm.weight", 1, 16, 0, 0, norm, gnorm);
+        shardopt_param_t h;
+        ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+        d = fixture_desc("embed.weight", 2, 4, 8, 0, emb, gemb);
+        ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+        ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.02;
+        for (int s = 0; s < 100; s++)
+            ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+        const double decayed = pow(1 - 0.02 * 0.01, 100); /* 0.98020 */
+        EXPECT_NEAR(norm[0], decay_1d ? decayed : 1.0, decay_1d ? 1e-5 : 0.0);
+        EXPECT_NEAR(norm[15], decay_1d ? decayed : 1.0, decay_1d ? 1e-5 : 0.0);
+        EXPECT_NEAR(emb[0], decayed, 1e-5);
+        shardopt_finalize(rt);
+    }
 }

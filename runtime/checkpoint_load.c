@@ -740,7 +740,7 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
                            (size_t)p->layout.local_numel * kdtype_size(k[j].dtype));
                     continue;
                 }
-                return log_fail(SHARDOPT_ERR_CORRUPT,
+                return log_fail(SHARDOPT_ERR_MISMATCH,
                                 "load: %s/index.json: tensor '%s' of parameter '%s' is not in the "
                                 "checkpoint (set load_allow_missing to keep its current state)",
                                 L->dir, name, p->name);

@@ -568,7 +568,7 @@ static shardopt_status_t stale_step_clear(int dfd, const char *dir, const char *
                         "remove it or save elsewhere",
                         dir, step_name, kind_words(kind));
     if (latest_names(dfd, step_name))
-        return log_fail(SHARDOPT_ERR_IO,
+        return log_fail(SHARDOPT_ERR_STATE,
                         "save: %s/%s is the latest checkpoint (step %llu): saving the same step "
                         "again would replace it; save elsewhere",
                         dir, step_name, step);

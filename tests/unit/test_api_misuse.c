@@ -243,3 +243,24 @@ TEST(names_a_checkpoint_cannot_hold_are_refused_and_the_longest_round_trips)
     name[244] = '\0';
     one_tensor_round_trip(name);
 }
+
+/* Saving the step `latest` already names is a refusal of the call in this state (ERR_STATE),
+ * not an I/O error (it was ERR_IO); the checkpoint stays and loads. */
+TEST(saving_the_latest_step_again_is_a_state_refusal)
+{
+    const char *dir = "/tmp/shardopt_api_misuse_same_step";
+    static float w[8 * 8], g[8 * 8];
+    fixture_rmtree(dir);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_desc_t d = fixture_desc("w", 2, 8, 8, 0, w, g);
+    shardopt_param_t p;
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_ERR_STATE);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "is the latest checkpoint (step 0)");
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    shardopt_finalize(rt);
+    fixture_rmtree(dir);
+}

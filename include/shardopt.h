@@ -71,7 +71,7 @@ typedef enum shardopt_placement {
     SHARDOPT_PLACEMENT_REPLICATED = 2, /**< every rank holds all of it */
 } shardopt_placement_t;
 
-/** Newton-Schulz coefficient tables (values in docs/config.md). */
+/** Newton-Schulz coefficient tables (their values: the configuration reference, ns_coeffs). */
 typedef enum shardopt_ns_coeffs {
     SHARDOPT_NS_QUINTIC = 0, /**< dion / Megatron per-step triples (default) */
     SHARDOPT_NS_JORDAN = 1,  /**< (3.4445, -4.7750, 2.0315) every step */
@@ -130,7 +130,7 @@ typedef enum shardopt_bind {
         1, /**< keep a launcher's binding, else spread the node's ranks over cores */
 } shardopt_bind_t;
 
-/** Where optimizer state lives (DESIGN.md §7). */
+/** Where optimizer state lives. */
 typedef enum shardopt_offload {
     SHARDOPT_OFFLOAD_NONE = 0,      /**< with the parameters (device memory with CUDA) */
     SHARDOPT_OFFLOAD_OPTIMIZER = 1, /**< host store, streamed through 3 staging slots per step */
@@ -197,7 +197,7 @@ typedef struct shardopt_config {
     shardopt_kernels_t kernels; /**< default auto */
     int num_threads;            /**< CPU threads for kernels and BLAS; 0 = leave as set */
 
-    /* Layout (DESIGN.md §2): ranks row-major over [dp_replicate, dp_shard, cp] */
+    /* Layout: ranks row-major over [dp_replicate, dp_shard, cp] */
     int dp_replicate; /**< replicas holding identical shards. Default 1 */
     int dp_shard;     /**< -1 (default): the rest of the ranks */
     int cp;           /**< context-parallel size. Default 1 */
@@ -243,6 +243,11 @@ typedef struct shardopt_config {
     /** 1: weight decay applies to 1-D tensors (norms, biases) too. 0 (default): it does not,
      *  the usual convention (a norm weight at 1.0 would otherwise shrink with no gradient). */
     int weight_decay_1d;
+    /** 1: each step keeps what shardopt_param_get_stats reports beyond the gradient norm (the
+     *  RMS of each parameter's update): a copy of this rank's shards before the update (their
+     *  bytes, allocated at commit) and one all-reduce of a double per parameter per step. 0
+     *  (default): nothing is kept. */
+    int param_stats;
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -266,7 +271,7 @@ typedef struct shardopt_config {
         .bind = SHARDOPT_BIND_NONE, .offload = SHARDOPT_OFFLOAD_NONE, .debug_poison_staging = 0,   \
         .host_store_limit = 0, .ns_compute = SHARDOPT_NS_COMPUTE_AUTO,                             \
         .comm_backend = SHARDOPT_COMM_NCCL, .device = SHARDOPT_DEVICE_CURRENT,                     \
-        .comm_timeout_s = 600.0, .apply_env = 1, .weight_decay_1d = 0,                             \
+        .comm_timeout_s = 600.0, .apply_env = 1, .weight_decay_1d = 0, .param_stats = 0,           \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1
@@ -338,7 +343,9 @@ typedef struct shardopt_stats {
     int num_params;           /**< registered */
     int num_muon;             /**< of which Muon */
     int num_adamw;            /**< of which AdamW */
-    int64_t muon_matrices;    /**< matrices orthogonalized per step (experts count one each) */
+    int64_t muon_matrices;    /**< matrices this rank orthogonalizes per step (experts count
+                                   one each); the job's total is the sum over the ranks of one
+                                   replica (with replica_split, the replicas share them) */
     int64_t ns_symmetric;     /**< of which use the symmetric Newton-Schulz variant */
     uint64_t bytes_momentum;  /**< Muon momentum state */
     uint64_t bytes_adam_m;    /**< AdamW first moment */
@@ -353,7 +360,7 @@ typedef struct shardopt_stats {
     double seconds_apply_last;
     char kernels[32]; /**< name of the kernel table in use */
 
-    /* Where this rank sits (DESIGN.md §2) */
+    /* Where this rank sits in the layout */
     int rank, world;           /**< replica * dense_size + dense_rank; all ranks */
     int replica, dp_replicate; /**< rank in the replicate group, and its size */
     int dense_rank, dense_size;
@@ -371,7 +378,7 @@ typedef struct shardopt_stats {
     int64_t ns_sharded_matrices; /**< matrices orthogonalized sharded (this rank takes part) */
     double seconds_ns_sharded_last;
 
-    /* Offload (DESIGN.md §7): the last step's host <-> device traffic, counted at the copy op */
+    /* Offload: the last step's host <-> device traffic, counted at the copy op */
     int offload;                                     /**< the shardopt_offload_t in use */
     uint64_t bytes_host_store;                       /**< optimizer state kept in host memory */
     uint64_t bytes_h2d_momentum, bytes_d2h_momentum; /**< offload = optimizer */
@@ -398,6 +405,29 @@ typedef struct shardopt_stats {
 #define SHARDOPT_STATS_INIT                                                                        \
     {                                                                                              \
         .size = sizeof(shardopt_stats_t), .version = SHARDOPT_STATS_VERSION                        \
+    }
+
+#define SHARDOPT_PARAM_STATS_VERSION 1
+
+/** One parameter's view of the last step (shardopt_param_get_stats). */
+typedef struct shardopt_param_stats {
+    size_t size;          /**< sizeof(shardopt_param_stats_t) */
+    uint32_t version;     /**< SHARDOPT_PARAM_STATS_VERSION */
+    double grad_norm;     /**< L2 norm of the whole gradient over all ranks, before clipping (the
+                               step's pre-pass computes it anyway); NaN before the first step and
+                               after a skipped one */
+    double update_rms;    /**< RMS over the whole tensor of the last step's change of the
+                               parameter (lr and weight decay included); NaN unless param_stats =
+                               1 and the parameters are host memory (CPU backend, offload = cpu) */
+    int ns_owner_rank;    /**< Muon gathered whole: the runtime rank that orthogonalizes the matrix
+                               (an expert stack: its EP rank's first expert); -1 for AdamW and for
+                               matrices orthogonalized sharded (every member takes part) */
+    int ns_matrices_here; /**< matrices of this parameter this rank orthogonalizes per step */
+} shardopt_param_stats_t;
+
+#define SHARDOPT_PARAM_STATS_INIT                                                                  \
+    {                                                                                              \
+        .size = sizeof(shardopt_param_stats_t), .version = SHARDOPT_PARAM_STATS_VERSION            \
     }
 
 #define SHARDOPT_GROUPS_VERSION 1
@@ -429,6 +459,16 @@ SHARDOPT_API shardopt_status_t shardopt_get_version(int *major, int *minor, int 
 
 /** Static text for a status code; never NULL. */
 SHARDOPT_API const char *shardopt_status_string(shardopt_status_t status);
+
+/** Static names of enum values, as config keys spell them ("bf16", "muon", "expert", "cpu");
+ *  "unknown" for a value outside the enum; never NULL. For printing stats fields (offload,
+ *  ns_compute) and shardopt_param_get_algo's result. */
+SHARDOPT_API const char *shardopt_dtype_name(shardopt_dtype_t v);
+SHARDOPT_API const char *shardopt_algo_name(shardopt_algo_t v);
+SHARDOPT_API const char *shardopt_placement_name(shardopt_placement_t v);
+SHARDOPT_API const char *shardopt_offload_name(shardopt_offload_t v);
+SHARDOPT_API const char *shardopt_ns_compute_name(shardopt_ns_compute_t v);
+SHARDOPT_API const char *shardopt_backend_name(shardopt_backend_t v);
 
 /** Detail of the last failure on this thread ("" if none). Valid until the next failing call on
  *  the same thread. */
@@ -522,6 +562,12 @@ SHARDOPT_API shardopt_status_t shardopt_step(shardopt_runtime_t rt,
 
 /** Copy counters into stats (stats->size set by the caller, e.g. SHARDOPT_STATS_INIT). */
 SHARDOPT_API shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *stats);
+
+/** One parameter's gradient norm, update RMS and Newton-Schulz owner for the last step. Not
+ *  collective; reads what the step kept (costs nothing unless param_stats asks the step to
+ *  keep the update). Valid after commit. */
+SHARDOPT_API shardopt_status_t shardopt_param_get_stats(shardopt_param_t param,
+                                                        shardopt_param_stats_t *stats);
 
 /** Save the optimizer state (collective) as DIR/step-NNNNNNNN/ (one safetensors file per rank
  *  of replica 0 and index.json), written under a temporary name, fsynced and renamed; then

@@ -1,5 +1,6 @@
 /* commit: check the registration on every rank, plan the exchanges, lay out state and buffers.
  * Everything the step needs is allocated here, so the step itself allocates nothing. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -195,6 +196,14 @@ static void *buffer_alloc(shardopt_runtime_t rt, size_t bytes)
 
 void commit_release(shardopt_runtime_t rt)
 {
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        free(rt->group_ranks[k]);
+        rt->group_ranks[k] = NULL;
+    }
+    free(rt->pstat_snap);
+    free(rt->pstat_sum);
+    rt->pstat_snap = NULL;
+    rt->pstat_sum = NULL;
     for (int k = 0; k < GROUP_KINDS; k++)
         plan_free(&rt->gx[k].plan);
     rt->ns_ops->free(rt->ns_ws.buf);
@@ -400,6 +409,31 @@ static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
     return status;
 }
 
+/* param_stats = 1: room for every local shard as it was before the update, and the per-parameter
+ * sums, so that the step allocates nothing. Parameters in device memory keep no copy (their
+ * update RMS reads NaN). Agreed: one rank short of memory fails commit on every rank. */
+static shardopt_status_t param_stats_alloc(shardopt_runtime_t rt)
+{
+    shardopt_status_t status = SHARDOPT_OK;
+    size_t bytes = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        struct shardopt_param *p = rt->params[i];
+        p->grad_norm_last = p->update_rms_last = NAN;
+        p->off_snapshot = bytes;
+        bytes += (size_t)p->layout.local_numel * kdtype_size(p->param_dtype);
+    }
+    if (rt->cfg.param_stats && !rt_on_device(rt)) {
+        rt->pstat_snap = mem_malloc(bytes ? bytes : 1);
+        rt->pstat_sum = mem_malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
+        if (rt->pstat_snap == NULL || rt->pstat_sum == NULL)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "commit: rank %d: out of memory allocating %zu bytes for "
+                              "param_stats' copy of the parameters",
+                              rt->groups.me.rank, bytes);
+    }
+    return groups_agree(&rt->groups, status, "commit");
+}
+
 /* A trainer's adamw_patterns entry that matches no parameter is most likely a misspelt name,
  * and sends what it meant to Muon without a word: say so once (rank 0; every rank registered
  * the same names). The default list is left alone: it names what many models lack. */
@@ -452,6 +486,10 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         status = group_plan_build(rt, GROUP_DENSE, &dense, &rt->gx[GROUP_DENSE]);
     if (status == SHARDOPT_OK)
         status = group_plan_build(rt, GROUP_EXPERT, &xs, &rt->gx[GROUP_EXPERT]);
+    /* the member -> runtime rank tables outlive the shard tables: param stats name owners */
+    rt->group_ranks[GROUP_DENSE] = dense.ranks;
+    rt->group_ranks[GROUP_EXPERT] = xs.ranks;
+    dense.ranks = xs.ranks = NULL;
     shard_table_free(&dense);
     shard_table_free(&xs);
     offload_prepare(rt);
@@ -459,6 +497,8 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         status = buffers_alloc(rt);
     if (status == SHARDOPT_OK)
         status = ns_bf16_plans(rt);
+    if (status == SHARDOPT_OK)
+        status = param_stats_alloc(rt);
     if (status != SHARDOPT_OK) {
         commit_release(rt);
         return status;

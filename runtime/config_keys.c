@@ -96,6 +96,8 @@ const struct config_key config_keys[] = {
         "0 = never"),
     {"weight_decay_1d", CFG_BOOL, OFF(weight_decay_1d), NULL, 0, 1, 0, 0, 0, 0,
      "weight decay also on 1-D tensors (norms, biases); default 0: not on them"},
+    {"param_stats", CFG_BOOL, OFF(param_stats), NULL, 0, 1, 0, 0, 0, 0,
+     "keep each parameter's update RMS for shardopt_param_get_stats (a copy of the shards)"},
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

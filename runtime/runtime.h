@@ -47,6 +47,11 @@ struct shardopt_param {
     size_t off_exp_avg, off_exp_avg_sq;
 
     uint64_t step; /* steps this parameter has taken (AdamW bias correction, rounding key) */
+
+    /* shardopt_param_get_stats */
+    double grad_norm_last;  /* the pre-pass's global norm of this gradient (NaN: skipped/none) */
+    double update_rms_last; /* param_stats = 1: RMS of the last step's change (NaN: not kept) */
+    size_t off_snapshot;    /* param_stats = 1: bytes into rt->pstat_snap */
 };
 
 /* Where Muon matrices are orthogonalized: replicated tensors on every rank itself, dense
@@ -119,11 +124,14 @@ struct shardopt_runtime {
     struct staging stage;         /* offload: staging slots (optimizer) and the copy counters */
     /* comm_backend = nccl: a communicator per group of more than one rank (NULL otherwise) */
     struct nccl_group *nccl[GROUP_KINDS], *nccl_rep;
-    int *rep_sc, *rep_sd;    /* [dp_replicate]: replica_split's exchange over NCCL */
-    struct ew_pending *ew;   /* device backends: elementwise calls waiting for one launch */
-    void *dev_ns, *dev_sh_u; /* offload = cpu: device copies of NS slots and sharded U */
-    double *sumsq;           /* [nparams]: the step's gradient pre-pass */
-    const void **pre_x;      /* [nparams], device backends: the pre-pass's one batched call */
+    int *rep_sc, *rep_sd;          /* [dp_replicate]: replica_split's exchange over NCCL */
+    struct ew_pending *ew;         /* device backends: elementwise calls waiting for one launch */
+    void *dev_ns, *dev_sh_u;       /* offload = cpu: device copies of NS slots and sharded U */
+    double *sumsq;                 /* [nparams]: the step's gradient pre-pass */
+    int *group_ranks[GROUP_KINDS]; /* commit: the runtime rank of each group member (not LOCAL) */
+    void *pstat_snap;              /* param_stats = 1: every local shard before the update */
+    double *pstat_sum;             /* param_stats = 1: [nparams] squared changes, all-reduced */
+    const void **pre_x;            /* [nparams], device backends: the pre-pass's one batched call */
     int *pre_dt;
     size_t *pre_n;
     int *nonfinite;   /* [nparams]: NaN/Inf gradient somewhere */

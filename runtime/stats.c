@@ -142,3 +142,52 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     memcpy(stats, &s, size);
     return SHARDOPT_OK;
 }
+
+/* The member of `kind`'s group that owns param's first matrix there, as a runtime rank, and how
+ * many of its matrices this rank owns; -1 when the group's plan does not hold it. */
+static int ns_owner(const struct shardopt_runtime *rt, const struct shardopt_param *p, int *here)
+{
+    const enum group_kind kind = p->placement == SHARDOPT_PLACEMENT_REPLICATED ? GROUP_LOCAL
+                                 : p->placement == SHARDOPT_PLACEMENT_DENSE    ? GROUP_DENSE
+                                                                               : GROUP_EXPERT;
+    const struct group_plan *P = &rt->gx[kind].plan;
+    int base = 0;
+    *here = 0;
+    for (int w = 0; w < P->nowned; w++)
+        *here += P->owned[w].param == p->index;
+    if (p->algo != SHARDOPT_ALGO_MUON || p->ns_sharded)
+        return -1;
+    /* the plan's matrices run over its parameters in registration order (commit.c's filter),
+     * each with its EP rank's experts (a stack) or one */
+    for (int i = 0; i < p->index; i++) {
+        const struct shardopt_param *q = rt->params[i];
+        if (q->algo == SHARDOPT_ALGO_MUON && q->placement == p->placement && !q->ns_sharded)
+            base += q->layout.ndim == 3 ? (int)q->layout.win_len : 1;
+    }
+    if (kind == GROUP_LOCAL || base >= P->nmatrices)
+        return kind == GROUP_LOCAL ? rt->groups.me.rank : -1;
+    return rt->group_ranks[kind] != NULL ? rt->group_ranks[kind][P->owner[base]] : -1;
+}
+
+shardopt_status_t shardopt_param_get_stats(shardopt_param_t param, shardopt_param_stats_t *stats)
+{
+    if (param == NULL || stats == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_get_stats: NULL %s",
+                        param == NULL ? "param" : "stats");
+    if (stats->version < 1 || stats->size < sizeof(shardopt_param_stats_t))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "param_get_stats '%s': stats version %u / size %zu: initialise with "
+                        "SHARDOPT_PARAM_STATS_INIT",
+                        param->name, stats->version, stats->size);
+    const struct shardopt_runtime *rt = param->rt;
+    if (!rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE,
+                        "param_get_stats '%s': runtime not committed (call shardopt_commit)",
+                        param->name);
+    shardopt_param_stats_t s = SHARDOPT_PARAM_STATS_INIT;
+    s.grad_norm = param->grad_norm_last;
+    s.update_rms = param->update_rms_last;
+    s.ns_owner_rank = ns_owner(rt, param, &s.ns_matrices_here);
+    *stats = s;
+    return SHARDOPT_OK;
+}

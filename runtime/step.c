@@ -275,6 +275,46 @@ static int step_nccl_aborted(shardopt_runtime_t rt)
     return any;
 }
 
+/* shardopt_param_get_stats: each gradient's norm is the pre-pass's (free); with param_stats the
+ * shards are copied before the update, to measure the change after it. */
+static void param_stats_before(shardopt_runtime_t rt)
+{
+    for (int i = 0; i < rt->nparams; i++) {
+        struct shardopt_param *p = rt->params[i];
+        p->grad_norm_last = sqrt(rt->sumsq[i]);
+        p->update_rms_last = NAN;
+        if (rt->pstat_snap != NULL && p->layout.local_numel > 0)
+            memcpy((char *)rt->pstat_snap + p->off_snapshot, p->data,
+                   (size_t)p->layout.local_numel * kdtype_size(p->param_dtype));
+    }
+}
+
+static void param_stats_after(shardopt_runtime_t rt)
+{
+    const struct groups *g = &rt->groups;
+    if (rt->pstat_snap == NULL)
+        return;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        const void *old = (const char *)rt->pstat_snap + p->off_snapshot;
+        double sum = 0.0;
+        /* a replicated tensor once per replica: dense rank 0's copy */
+        if (p->placement != SHARDOPT_PLACEMENT_REPLICATED || g->me.d == 0)
+            for (int64_t j = 0; j < p->layout.local_numel; j++) {
+                const double d = (double)kload(p->data, p->param_dtype, j) -
+                                 (double)kload(old, p->param_dtype, j);
+                sum += d * d;
+            }
+        rt->pstat_sum[i] = sum;
+    }
+    /* replicas hold the same shards: the dense group's sum is the tensor's */
+    comm_allreduce(g, g->dense, MPI_IN_PLACE, rt->pstat_sum, rt->nparams, MPI_DOUBLE, MPI_SUM,
+                   "param_stats update sums");
+    for (int i = 0; i < rt->nparams; i++)
+        rt->params[i]->update_rms_last =
+            sqrt(rt->pstat_sum[i] / (double)rt->params[i]->layout.global_numel);
+}
+
 static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_args_t *args)
 {
     shardopt_status_t status;
@@ -327,8 +367,12 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
         return status;
     k->grad_norm_last = pre.norm;
     tl_lap(&rt->timeline, &clk, &k->seconds_prepass_last);
-    if (pre.nonfinite)
+    if (pre.nonfinite) {
+        for (int i = 0; i < rt->nparams; i++)
+            rt->params[i]->grad_norm_last = rt->params[i]->update_rms_last = NAN;
         return step_nonfinite(rt, pre.nonfinite);
+    }
+    param_stats_before(rt);
 
     const struct adamw_call call = {.sc = &sc, .grad_scale = pre.grad_scale};
     offload_state_run(rt, SHARDOPT_ALGO_ADAMW, adamw_tensor, rt, adamw_kernel, &call);
@@ -361,6 +405,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
             return status;
         }
     }
+    param_stats_after(rt);
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step++;
     k->steps++;

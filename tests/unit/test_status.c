@@ -45,3 +45,17 @@ TEST(last_error_is_per_thread)
     pthread_join(t, NULL);
     EXPECT_TRUE(strcmp(shardopt_last_error(), "main thread 7") == 0);
 }
+
+/* Enum values come back from stats and get_algo as ints: their names, as config keys spell them,
+ * and "unknown" for a value outside the enum. */
+TEST(enum_names)
+{
+    EXPECT_TRUE(strcmp(shardopt_dtype_name(SHARDOPT_DTYPE_BF16), "bf16") == 0);
+    EXPECT_TRUE(strcmp(shardopt_algo_name(SHARDOPT_ALGO_MUON), "muon") == 0);
+    EXPECT_TRUE(strcmp(shardopt_placement_name(SHARDOPT_PLACEMENT_EXPERT), "expert") == 0);
+    EXPECT_TRUE(strcmp(shardopt_offload_name(SHARDOPT_OFFLOAD_CPU), "cpu") == 0);
+    EXPECT_TRUE(strcmp(shardopt_ns_compute_name(SHARDOPT_NS_COMPUTE_FP32), "fp32") == 0);
+    EXPECT_TRUE(strcmp(shardopt_backend_name(SHARDOPT_BACKEND_CUDA), "cuda") == 0);
+    EXPECT_TRUE(strcmp(shardopt_offload_name((shardopt_offload_t)7), "unknown") == 0);
+    EXPECT_TRUE(strcmp(shardopt_dtype_name((shardopt_dtype_t)-1), "unknown") == 0);
+}

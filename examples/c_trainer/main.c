@@ -1,0 +1,263 @@
+/* A C trainer's integration of shardopt, from the public API only: an embedding, an unevenly
+ * sharded dense matrix, a norm, an expert stack and an lm_head, each rank holding the slice
+ * shardopt_shard_range gives it; steps with a learning rate; a save and a resume on any layout.
+ *
+ *   mpirun -n 4 c_trainer --steps 10 [--save-at 5 --dir DIR] [--resume DIR]
+ *
+ * The layout and the optimizer settings come from SHARDOPT_* variables (shardopt_init applies
+ * them: docs/config.md), e.g. SHARDOPT_CP=2 SHARDOPT_EP=2 SHARDOPT_MOMENTUM_DTYPE=bf16.
+ *
+ * The model is a stand-in: each element's gradient is its distance to a fixed target plus
+ * noise, both functions of the element's global index and the step only, so that the run is
+ * the same on every layout. What it exercises is the trainer's side: slices, registration,
+ * steps, checkpoints.
+ *
+ * Checkpoints: shardopt_save writes the optimizer state; this trainer writes its own weights
+ * next to it (DIR/weights-step-NNNNNNNN/<name>.bin, each tensor whole in fp32, every rank
+ * writing its slice at its global offset: a shared filesystem), and reads its slices back on
+ * resume, whatever the layout. A later version of the library will save the weights with the
+ * state; until then this is the trainer's part. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <mpi.h>
+#include <shardopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        shardopt_status_t st_ = (call);                                                            \
+        if (st_ != SHARDOPT_OK) {                                                                  \
+            fprintf(stderr, "c_trainer: %s: %s\n", #call, shardopt_last_error());                  \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
+        }                                                                                          \
+    } while (0)
+
+enum { NT = 5 };
+
+static const struct {
+    const char *name;
+    int ndim;
+    int64_t shape[3];
+    shardopt_placement_t placement;
+    int shard_dim;
+} model[NT] = {
+    {"embed.weight", 2, {50, 16, 1}, SHARDOPT_PLACEMENT_DENSE, 0},
+    {"layers.0.attn.wq.weight", 2, {37, 16, 1}, SHARDOPT_PLACEMENT_DENSE, 0}, /* uneven rows */
+    {"layers.0.norm.weight", 1, {16, 1, 1}, SHARDOPT_PLACEMENT_REPLICATED, 0},
+    {"layers.0.mlp.experts.w1", 3, {4, 24, 16}, SHARDOPT_PLACEMENT_EXPERT, 0},
+    {"lm_head.weight", 2, {50, 16, 1}, SHARDOPT_PLACEMENT_DENSE, 1}, /* columns */
+};
+
+/* This rank's slice of tensor t: `len` along shard_dim from global index `glob`. */
+struct slice {
+    int64_t glob, len, rows_before, row_after; /* dims before and after shard_dim, multiplied */
+    int64_t count;                             /* elements */
+    float *w, *g;
+    shardopt_param_t h;
+};
+
+/* Global flat index of local element i. */
+static int64_t global_index(int t, const struct slice *s, int64_t i)
+{
+    const int64_t run = s->len * s->row_after, outer = i / run, in = i % run;
+    const int64_t dim = model[t].shape[model[t].shard_dim];
+    return outer * dim * s->row_after + s->glob * s->row_after + in;
+}
+
+static double unit(uint64_t x) /* a hash of x in [-1, 1) */
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (double)(x >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+static float initial(int t, int64_t gi)
+{
+    return model[t].ndim == 1 ? 1.0f : (float)(0.1 * unit((uint64_t)(t * 1000003 + gi)));
+}
+
+static float target(int t, int64_t gi)
+{
+    return (float)(0.2 * unit((uint64_t)(t * 7919 + gi) << 1));
+}
+
+/* The loss sum (w - target)^2 / 2 and its gradient plus noise, for this step. */
+static double gradients(struct slice *s, int step, int count_replicated)
+{
+    double loss = 0.0;
+    for (int t = 0; t < NT; t++)
+        for (int64_t i = 0; i < s[t].count; i++) {
+            const int64_t gi = global_index(t, &s[t], i);
+            const double d = (double)s[t].w[i] - target(t, gi);
+            s[t].g[i] = (float)(d + 0.05 * unit((uint64_t)step * 0x9e3779b97f4a7c15ull + gi * 31 +
+                                                (uint64_t)t));
+            if (model[t].placement != SHARDOPT_PLACEMENT_REPLICATED || count_replicated)
+                loss += 0.5 * d * d;
+        }
+    return loss;
+}
+
+/* The trainer's weights: each tensor whole, each rank writing (or reading) its slice. */
+static void weights_io(struct slice *s, const char *dir, uint64_t step, int write,
+                       int me_writes_rep)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/weights-step-%08" PRIu64, dir, step);
+    if (write) { /* every rank: the first makes them */
+        mkdir(dir, 0755);
+        mkdir(path, 0755);
+    }
+    for (int t = 0; t < NT; t++) {
+        char f[4200];
+        snprintf(f, sizeof f, "%s/%s.bin", path, model[t].name);
+        const int fd = open(f, write ? O_WRONLY | O_CREAT : O_RDONLY, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "c_trainer: %s: %s\n", f, strerror(errno));
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        if (!write || model[t].placement != SHARDOPT_PLACEMENT_REPLICATED || me_writes_rep) {
+            const int64_t run = s[t].len * s[t].row_after; /* contiguous elements per outer row */
+            for (int64_t o = 0; run > 0 && o < s[t].rows_before; o++) {
+                const off_t at = (off_t)global_index(t, &s[t], o * run) * (off_t)sizeof(float);
+                const size_t bytes = (size_t)run * sizeof(float);
+                float *p = s[t].w + o * run;
+                const ssize_t n = write ? pwrite(fd, p, bytes, at) : pread(fd, p, bytes, at);
+                if (n != (ssize_t)bytes) {
+                    fprintf(stderr, "c_trainer: %s: short %s\n", f, write ? "write" : "read");
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+                }
+            }
+        }
+        if (write)
+            fsync(fd);
+        close(fd);
+    }
+}
+
+/* Order-independent checksum of the whole model: each element once. */
+static uint64_t checksum(const struct slice *s, int count_replicated)
+{
+    uint64_t sum = 0;
+    for (int t = 0; t < NT; t++) {
+        if (model[t].placement == SHARDOPT_PLACEMENT_REPLICATED && !count_replicated)
+            continue;
+        for (int64_t i = 0; i < s[t].count; i++) {
+            uint32_t bits;
+            memcpy(&bits, &s[t].w[i], sizeof bits);
+            const uint64_t gi = (uint64_t)global_index(t, &s[t], i) + (uint64_t)t * 1000003;
+            sum += ((uint64_t)bits + 1) * (gi * 0x9e3779b97f4a7c15ull | 1);
+        }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    return sum;
+}
+
+int main(int argc, char **argv)
+{
+    int steps = 10, save_at = 0;
+    const char *dir = NULL, *resume = NULL;
+    MPI_Init(&argc, &argv);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+            steps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--save-at") == 0 && i + 1 < argc)
+            save_at = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+            dir = argv[++i];
+        else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc)
+            resume = argv[++i];
+        else {
+            fprintf(stderr,
+                    "usage: c_trainer [--steps N] [--save-at S --dir DIR] [--resume DIR]\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    if (save_at > 0 && dir == NULL) {
+        fprintf(stderr, "c_trainer: --save-at needs --dir\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT; /* plus SHARDOPT_* from the environment */
+    shardopt_runtime_t rt;
+    CHECK(shardopt_init(MPI_COMM_WORLD, &cfg, &rt));
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    CHECK(shardopt_get_stats(rt, &st));
+    /* a replicated tensor, and with replicas every shard, counts once: replica 0, dense rank 0 */
+    const int count_rep = st.replica == 0 && st.dense_rank == 0, first_replica = st.replica == 0;
+
+    struct slice s[NT];
+    for (int t = 0; t < NT; t++) {
+        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+        d.name = model[t].name;
+        d.ndim = model[t].ndim;
+        memcpy(d.shape, model[t].shape, sizeof d.shape);
+        d.placement = model[t].placement;
+        d.shard_dim = model[t].shard_dim;
+        CHECK(shardopt_shard_range(rt, &d, &d.shard_offset, &d.shard_length, &s[t].glob));
+        s[t].len = d.shard_length;
+        s[t].rows_before = s[t].row_after = 1;
+        for (int k = 0; k < model[t].shard_dim; k++)
+            s[t].rows_before *= model[t].shape[k];
+        for (int k = model[t].shard_dim + 1; k < 3; k++)
+            s[t].row_after *= model[t].shape[k];
+        s[t].count = s[t].rows_before * s[t].len * s[t].row_after;
+        s[t].w = malloc(sizeof(float) * (size_t)(s[t].count + 1));
+        s[t].g = calloc((size_t)(s[t].count + 1), sizeof(float));
+        for (int64_t i = 0; i < s[t].count; i++)
+            s[t].w[i] = initial(t, global_index(t, &s[t], i));
+        d.data = s[t].w;
+        d.grad = s[t].g;
+        CHECK(shardopt_register(rt, &d, &s[t].h));
+    }
+    CHECK(shardopt_commit(rt));
+
+    int start = 0;
+    if (resume != NULL) {
+        CHECK(shardopt_load(rt, resume)); /* the optimizer state, resharded to this layout */
+        CHECK(shardopt_get_stats(rt, &st));
+        start = (int)st.steps;
+        weights_io(s, resume, st.steps, 0, 0); /* the trainer's own weights */
+    }
+
+    for (int step = start + 1; step <= steps; step++) {
+        double loss = gradients(s, step, count_rep) * (first_replica ? 1 : 0), total = 0;
+        MPI_Allreduce(&loss, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.02;
+        CHECK(shardopt_step(rt, &args));
+        if (st.rank == 0)
+            printf("c_trainer: step %d loss %.9e\n", step, total);
+        if (step == save_at) {
+            CHECK(shardopt_get_stats(rt, &st));
+            weights_io(s, dir, st.steps, 1, count_rep);
+            MPI_Barrier(MPI_COMM_WORLD); /* every slice written before the state names the step */
+            CHECK(shardopt_save(rt, dir));
+        }
+    }
+    shardopt_param_stats_t ps = SHARDOPT_PARAM_STATS_INIT;
+    CHECK(shardopt_param_get_stats(s[1].h, &ps));
+    CHECK(shardopt_get_stats(rt, &st));
+    const uint64_t sum = checksum(s, count_rep);
+    if (st.rank == 0) {
+        printf("c_trainer: %s's gradient norm %.6e, Newton-Schulz on rank %d\n", model[1].name,
+               ps.grad_norm, ps.ns_owner_rank);
+        printf("c_trainer: %d ranks (dp_replicate %d, dense %d, ep %d): step %" PRIu64
+               ", weights checksum %016" PRIx64 "\n",
+               st.world, st.dp_replicate, st.dense_size, st.ep_size, st.steps, sum);
+    }
+    CHECK(shardopt_finalize(rt));
+    for (int t = 0; t < NT; t++) {
+        free(s[t].w);
+        free(s[t].g);
+    }
+    MPI_Finalize();
+    return 0;
+}

@@ -112,6 +112,10 @@ class Muon(torch.optim.Optimizer):
                              "weight_decay, ns_coefficients, ns_steps, eps, adjust_lr_fn, "
                              "adamw_betas, adamw_eps, adamw_weight_decay)")
         _check_hp(hp)
+        if preset == "torch":
+            # torch.optim.AdamW decays every tensor of its group, norms and biases included; the
+            # library leaves 1-D tensors alone by default (docs/config.md, weight_decay_1d)
+            config.setdefault("weight_decay_1d", True)
         self._comm, self._config, self._expert = comm, config, expert
         self._patterns = config.pop("adamw_patterns", None)
         if isinstance(self._patterns, str):

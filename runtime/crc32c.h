@@ -7,22 +7,12 @@
 
 /* Extend crc with len bytes at buf and return the new CRC; chains like zlib's crc32():
  * crc32c_update(0, a, n) is the CRC-32C of a, and crc32c_update(crc32c_update(0, a, n), b, m) is
- * the CRC-32C of a followed by b. buf may be NULL when len is 0. Uses the SSE4.2 crc32 instruction
- * when the CPU has it, the portable tables otherwise; both give the same result. Thread-safe. */
+ * the CRC-32C of a followed by b. buf may be NULL when len is 0. ISA-L's crc32_iscsi, which uses
+ * the fastest code the CPU runs; any length. Thread-safe. */
 uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
 
 /* The CRC-32C of a||b from crc_a = CRC(a), crc_b = CRC(b) and len_b = |b|, without b's bytes:
  * a checkpoint derives a tensor's CRC from its blocks' CRCs (zlib's crc32_combine method). */
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
-
-/* The portable slicing-by-8 path alone, same contract as crc32c_update (tests and benchmarks). */
-uint32_t crc32c_update_portable(uint32_t crc, const void *buf, size_t len);
-
-/* 1 when this CPU can run crc32c_update_sse42, 0 otherwise (always 0 off x86-64). */
-int crc32c_sse42_available(void);
-
-/* The SSE4.2 path alone, same contract as crc32c_update (tests and benchmarks). Call it only when
- * crc32c_sse42_available() returns 1; off x86-64 it is the portable path. */
-uint32_t crc32c_update_sse42(uint32_t crc, const void *buf, size_t len);
 
 #endif

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhwloc-dev
-          libopenblas-dev libopenblas-openmp-dev libcjson-dev libdnnl-dev)
+          libopenblas-dev libopenblas-openmp-dev libcjson-dev libdnnl-dev libisal-dev)
 # --fuzz: also clang and its runtime with libFuzzer (make check-fuzz)
 [ "${1:-}" = "--fuzz" ] && packages+=(clang libclang-rt-14-dev)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs a CUDA build made on this (Debian) machine, with the Debian runtime libraries it needs
-# (Open MPI with its plugins and help files, PMIx, hwloc, OpenBLAS, oneDNN, cJSON), into one
+# (Open MPI with its plugins and help files, PMIx, hwloc, OpenBLAS, oneDNN, cJSON, ISA-L), into one
 # archive for a GPU machine whose image has CUDA but none of those libraries:
 #   tests/gpu/pack_prebuilt.sh BUILD_DIR ARCHIVE.tar.xz
 # On the GPU machine, SHARDOPT_GPU_PREBUILT=ARCHIVE tests/gpu/device_check.sh OUTDIR unpacks it
@@ -28,7 +28,7 @@ echo "$bd" >"$stage/build_path"
 mkdir -p "$stage/lib"
 copy_lib() { cp -L "$1" "$stage/lib/$(basename "$1")"; }
 for l in libmpi.so.40 libopen-rte.so.40 libopen-pal.so.40 libevent_core-2.1.so.7 \
-    libevent_pthreads-2.1.so.7 libhwloc.so.15 libOpenCL.so.1 libcjson.so.1 libdnnl.so.2 \
+    libevent_pthreads-2.1.so.7 libhwloc.so.15 libOpenCL.so.1 libcjson.so.1 libdnnl.so.2 libisal.so.2 \
     libgfortran.so.5 libquadmath.so.0 libnuma.so.1 libudev.so.1 libmca_common_sm.so.40 \
     libmca_common_ompio.so.41 libmca_common_monitoring.so.50; do
     copy_lib "$multiarch/$l"

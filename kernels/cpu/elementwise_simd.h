@@ -33,12 +33,11 @@
  *   vnan_t vnan_lanes(k, a, b), vnan_or(x, y); int vnan_any(x)
  *                                     lanes of k where a or b is NaN; union; nonempty
  *   void rng_bits_contiguous(s, g, count, out)
- *                                     the rng_bits16 of global indices [g, g + count), vectorised
+ *                                     the random bits of global indices [g, g + count), as
+ *                                     rng_cursor_bits gives them, vectorised
  */
 #ifndef KERNELS_CPU_ELEMENTWISE_SIMD_H
 #define KERNELS_CPU_ELEMENTWISE_SIMD_H
-
-#include <string.h>
 
 #include "cpu_kernels.h"
 #include "elem_split.h"

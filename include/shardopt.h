@@ -248,6 +248,12 @@ typedef struct shardopt_config {
      *  bytes, allocated at commit) and one all-reduce of a double per parameter per step. 0
      *  (default): nothing is kept. */
     int param_stats;
+    /** 1: shardopt_save also writes every registered parameter (tensors named as the parameters,
+     *  in their registered dtype, in the same rank files) and shardopt_load reshards them into
+     *  the registered data pointers, all-or-nothing with the state (a checkpoint without
+     *  weights is then refused). 0 (default): optimizer state only; a load ignores weights a
+     *  checkpoint holds. docs/checkpoint.md. */
+    int ckpt_weights;
 } shardopt_config_t;
 
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
@@ -272,6 +278,7 @@ typedef struct shardopt_config {
         .host_store_limit = 0, .ns_compute = SHARDOPT_NS_COMPUTE_AUTO,                             \
         .comm_backend = SHARDOPT_COMM_NCCL, .device = SHARDOPT_DEVICE_CURRENT,                     \
         .comm_timeout_s = 600.0, .apply_env = 1, .weight_decay_1d = 0, .param_stats = 0,           \
+        .ckpt_weights = 0,                                                                         \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1

@@ -5,18 +5,22 @@
 #include "runtime.h"
 #include "sharding/plan.h"
 
-/* 2: index.json has its integrity record, index.json.crc32c, beside it. A load reads 1 (without
- * the record) and 2 (only with it). */
-#define CKPT_FORMAT_VERSION 2
-#define CKPT_FORMAT_OLDEST  1
-#define CKPT_INDEX_CRC_NAME "index.json.crc32c"
-#define CKPT_BLOCK          ((size_t)1 << 20) /* bytes per CRC32C block: partial readers verify blocks */
-#define CKPT_CHUNK          ((size_t)16 << 20) /* bytes per read or write call */
-#define CKPT_INDEX_MAX      ((size_t)1 << 30) /* index.json: the most a load reads, a save writes */
+/* 2: index.json has its integrity record, index.json.crc32c, beside it. 3: the checkpoint also
+ * holds the parameters (ckpt_weights: "weights": true, a tensor named as each parameter), which a
+ * version-2 reader would refuse as damaged rather than as newer. A save writes 3 with weights and
+ * 2 without; a load reads 1 (without the record), 2 and 3 (only with it). */
+#define CKPT_FORMAT_VERSION       3
+#define CKPT_FORMAT_STATE_ONLY    2
+#define CKPT_FORMAT_OLDEST        1
+#define CKPT_FORMAT_WEIGHTS_FIRST 3
+#define CKPT_INDEX_CRC_NAME       "index.json.crc32c"
+#define CKPT_BLOCK                ((size_t)1 << 20) /* bytes per CRC32C block: partial readers verify blocks */
+#define CKPT_CHUNK                ((size_t)16 << 20) /* bytes per read or write call */
+#define CKPT_INDEX_MAX            ((size_t)1 << 30) /* index.json: the most a load reads, a save writes */
 
 /* One optimizer state tensor of a parameter. */
 struct ckpt_kind {
-    const char *suffix; /* "momentum", "exp_avg", "exp_avg_sq" */
+    const char *suffix; /* "momentum", "exp_avg", "exp_avg_sq"; NULL: the parameter's weight */
     int dtype;
     size_t offset; /* in the state store */
 };
@@ -25,10 +29,16 @@ struct ckpt_kind {
 int ckpt_kinds(const shardopt_runtime_t rt, const struct shardopt_param *p,
                struct ckpt_kind out[2]);
 
+/* The tensors a checkpoint holds of a parameter: its state kinds, then, with `weights`
+ * (ckpt_weights), the parameter itself (suffix NULL, its registered dtype, offset 0: its data is
+ * not in the state store). Returns how many (at most 3). */
+int ckpt_tensors(const shardopt_runtime_t rt, const struct shardopt_param *p, int weights,
+                 struct ckpt_kind out[3]);
+
 /* Shape and local box of a parameter as 3-D (leading dims of 1). */
 void ckpt_box3(const struct layout *l, int64_t shape[3], struct plan_box *box);
 
-/* "<param>.<suffix>" */
+/* "<param>.<suffix>", or "<param>" for the parameter itself (suffix NULL) */
 void ckpt_tensor_name(const struct shardopt_param *p, const char *suffix, char *out, size_t len);
 
 /* "F32" / "BF16", and back (-1 for anything else). */

@@ -15,6 +15,16 @@ int ckpt_kinds(const shardopt_runtime_t rt, const struct shardopt_param *p, stru
     return 2;
 }
 
+int ckpt_tensors(const shardopt_runtime_t rt, const struct shardopt_param *p, int weights,
+                 struct ckpt_kind out[3])
+{
+    int n = ckpt_kinds(rt, p, out);
+    if (weights)
+        out[n++] =
+            (struct ckpt_kind){NULL, p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32, 0};
+    return n;
+}
+
 void ckpt_box3(const struct layout *l, int64_t shape[3], struct plan_box *box)
 {
     const int pad = 3 - l->ndim;
@@ -28,7 +38,10 @@ void ckpt_box3(const struct layout *l, int64_t shape[3], struct plan_box *box)
 
 void ckpt_tensor_name(const struct shardopt_param *p, const char *suffix, char *out, size_t len)
 {
-    snprintf(out, len, "%s.%s", p->name, suffix);
+    if (suffix == NULL)
+        snprintf(out, len, "%s", p->name);
+    else
+        snprintf(out, len, "%s.%s", p->name, suffix);
 }
 
 const char *ckpt_dtype_name(int dtype) { return dtype == KDT_BF16 ? "BF16" : "F32"; }

@@ -32,6 +32,7 @@ struct ck_shard {
 
 struct ck_tensor {
     const char *name;
+    int is_weight; /* named as its parameter: the parameter itself ("weights": true) */
     int dtype, ndim;
     int64_t shape[3];
     struct ck_shard *shards;
@@ -73,6 +74,10 @@ struct ck_load {
     unsigned char *read; /* per registered param: state read from the checkpoint */
     unsigned char *chunk;
     int converted;
+    int weights;          /* the index says "weights": true */
+    unsigned char *wfill; /* ckpt_weights: the parameters read, host memory, at woff[i] */
+    size_t *woff;         /* per registered param */
+    unsigned char *wread; /* per registered param: its weight was read */
     const struct state_store *store; /* staging is a buffer of its kind */
     char converted_names[512];
 };
@@ -158,17 +163,31 @@ static shardopt_status_t index_top(struct ck_load *L, int verified, int quiet)
                         "load: %s/index.json: format_version %llu: this version reads %d to %d",
                         L->dir, (unsigned long long)version, CKPT_FORMAT_OLDEST,
                         CKPT_FORMAT_VERSION);
-    if (version >= 2 && !verified)
+    if (version >= 2 && !verified) {
+        char what[200];
+        snprintf(what, sizeof what,
+                 "format_version %llu and no " CKPT_INDEX_CRC_NAME
+                 " beside it: the index's integrity record is missing",
+                 (unsigned long long)version);
+        return index_bad(L->dir, what, NULL);
+    }
+    /* "weights" came with version 3 (and every version-3 index says whether it has them) */
+    const cJSON *weights = cJSON_GetObjectItemCaseSensitive(L->root, "weights");
+    if (weights != NULL && !cJSON_IsBool(weights))
+        return index_bad(L->dir, "\"weights\" is not true or false", NULL);
+    if ((weights != NULL) != (version >= CKPT_FORMAT_WEIGHTS_FIRST))
         return index_bad(L->dir,
-                         "format_version 2 and no " CKPT_INDEX_CRC_NAME
-                         " beside it: the index's integrity record is missing",
+                         weights != NULL ? "\"weights\" in an index of format_version 1 or 2 "
+                                           "(it came with version 3)"
+                                         : "format_version 3 and no \"weights\"",
                          NULL);
+    L->weights = cJSON_IsTrue(weights);
     if (version == 1 && !verified && !quiet && !v1_noticed) {
         v1_noticed = 1;
         log_warn("load: %s/index.json: format_version 1, written before indexes carried "
                  "an integrity record (" CKPT_INDEX_CRC_NAME "): damage to the index itself is "
                  "not detected; the next save writes version %d",
-                 L->dir, CKPT_FORMAT_VERSION);
+                 L->dir, CKPT_FORMAT_STATE_ONLY);
     }
     if (!json_uint(step, CK_INT_MAX, &L->step))
         return index_bad(L->dir, "\"step\" is not an integer in [0, 9e15]", NULL);
@@ -357,10 +376,18 @@ static shardopt_status_t index_tensor(struct ck_load *L, const cJSON *e, struct 
     const struct ck_param *p = cJSON_IsString(param) ? param_find(L, param->valuestring) : NULL;
     if (p == NULL)
         return index_bad(L->dir, "\"param\" names no record of \"params\"", t->name);
-    if (!tensor_names_param(t, p))
+    t->is_weight = strcmp(t->name, p->name) == 0;
+    if (t->is_weight && !L->weights)
         return index_bad(L->dir,
-                         "the name is not its parameter's name and a state kind of its "
-                         "algorithm",
+                         "a tensor named as its parameter (a weight) in an index without "
+                         "\"weights\": true",
+                         t->name);
+    if (!t->is_weight && !tensor_names_param(t, p))
+        return index_bad(L->dir,
+                         L->weights ? "the name is neither its parameter's name (its weight) nor "
+                                      "its parameter's name and a state kind of its algorithm"
+                                    : "the name is not its parameter's name and a state kind of "
+                                      "its algorithm",
                          t->name);
     if (p->ndim != t->ndim || memcmp(p->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
         return index_bad(L->dir, "shape differs from its parameter's", t->name);
@@ -432,6 +459,14 @@ static shardopt_status_t index_tensor(struct ck_load *L, const cJSON *e, struct 
     return SHARDOPT_OK;
 }
 
+static const struct ck_tensor *index_find(const struct ck_load *L, const char *name)
+{
+    const struct ck_tensor key = {.name = name}, *kp = &key;
+    const struct ck_tensor **hit =
+        L->nt > 0 ? bsearch(&kp, L->by, (size_t)L->nt, sizeof(*L->by), tensor_ptr_by_name) : NULL;
+    return hit != NULL ? *hit : NULL;
+}
+
 /* Every check of the index text, before a shard is read. `verified`: rank 0 found
  * index.json.crc32c beside it and it matched (ckpt_index_check passes 1: the fuzz target reaches
  * the structure); `quiet`: no notice (every rank but 0). */
@@ -498,15 +533,18 @@ static shardopt_status_t index_parse(struct ck_load *L, const char *text, size_t
     for (int k = 1; k < L->nt; k++)
         if (strcmp(L->by[k - 1]->name, L->by[k]->name) == 0)
             return index_bad(L->dir, "a tensor is listed twice", L->by[k]->name);
+    /* "weights": true is a promise that every parameter is in it */
+    for (int k = 0; L->weights && k < L->np; k++) {
+        const struct ck_tensor *t = index_find(L, L->p[k].name);
+        if (t == NULL || !t->is_weight) {
+            char what[200];
+            snprintf(what, sizeof what,
+                     "\"weights\": true and parameter '%.100s' has no tensor of its own name",
+                     L->p[k].name);
+            return index_bad(L->dir, what, NULL);
+        }
+    }
     return SHARDOPT_OK;
-}
-
-static const struct ck_tensor *index_find(const struct ck_load *L, const char *name)
-{
-    const struct ck_tensor key = {.name = name}, *kp = &key;
-    const struct ck_tensor **hit =
-        L->nt > 0 ? bsearch(&kp, L->by, (size_t)L->nt, sizeof(*L->by), tensor_ptr_by_name) : NULL;
-    return hit != NULL ? *hit : NULL;
 }
 
 /* ---- files ---- */
@@ -721,29 +759,42 @@ static shardopt_status_t shard_read(struct ck_load *L, const struct ck_tensor *t
 
 static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
 {
-    const int allow_missing = rt->cfg.load_allow_missing;
+    const int allow_missing = rt->cfg.load_allow_missing, weights = rt->cfg.ckpt_weights;
+    if (weights && !L->weights)
+        return log_fail(SHARDOPT_ERR_MISMATCH,
+                        "load: %s/index.json: ckpt_weights = true and the checkpoint holds no "
+                        "weights (saved with ckpt_weights = false): the parameters cannot be "
+                        "restored from it (load with ckpt_weights = false for the optimizer state "
+                        "alone)",
+                        L->dir);
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
-        struct ckpt_kind k[2];
-        const int nk = ckpt_kinds(rt, p, k);
+        struct ckpt_kind k[3];
+        const int nk = ckpt_tensors(rt, p, weights, k);
         int64_t shape[3];
         struct plan_box mine;
         char name[1100];
         ckpt_box3(&p->layout, shape, &mine);
         L->steps[i] = p->step;
         for (int j = 0; j < nk; j++) {
+            const int is_weight = k[j].suffix == NULL;
             ckpt_tensor_name(p, k[j].suffix, name, sizeof name);
             const struct ck_tensor *t = index_find(L, name);
+            if (t != NULL && t->is_weight != is_weight)
+                t = NULL; /* "x.momentum" the weight of another parameter: not x's state */
             if (t == NULL) {
+                if (allow_missing && is_weight) /* keeps its current value: not written */
+                    continue;
                 if (allow_missing) { /* keeps its current state */
                     memcpy(L->fill + k[j].offset, L->current + k[j].offset,
                            (size_t)p->layout.local_numel * kdtype_size(k[j].dtype));
                     continue;
                 }
                 return log_fail(SHARDOPT_ERR_MISMATCH,
-                                "load: %s/index.json: tensor '%s' of parameter '%s' is not in the "
-                                "checkpoint (set load_allow_missing to keep its current state)",
-                                L->dir, name, p->name);
+                                "load: %s/index.json: %s '%s' of parameter '%s' is not in the "
+                                "checkpoint (set load_allow_missing to keep its current %s)",
+                                L->dir, is_weight ? "weight" : "tensor", name, p->name,
+                                is_weight ? "value" : "state");
             }
             if (memcmp(t->shape, shape, sizeof shape) != 0)
                 return log_fail(SHARDOPT_ERR_MISMATCH,
@@ -755,12 +806,15 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
             if (t->dtype != k[j].dtype && L->converted++ < 8) {
                 size_t o = strlen(L->converted_names);
                 snprintf(L->converted_names + o, sizeof L->converted_names - o,
-                         "%s%.120s (%s -> %s)", o ? ", " : "", name, ckpt_dtype_name(t->dtype),
-                         ckpt_dtype_name(k[j].dtype));
+                         "%s%.120s%s (%s -> %s)", o ? ", " : "", name, is_weight ? " (weight)" : "",
+                         ckpt_dtype_name(t->dtype), ckpt_dtype_name(k[j].dtype));
             }
             int64_t copied = 0;
-            unsigned char *dst = L->fill + k[j].offset;
-            L->read[i] = 1;
+            unsigned char *dst = is_weight ? L->wfill + L->woff[i] : L->fill + k[j].offset;
+            if (is_weight)
+                L->wread[i] = 1;
+            else
+                L->read[i] = 1;
             for (int s = 0; s < t->nshards; s++) {
                 shardopt_status_t status =
                     shard_read(L, t, &t->shards[s], &mine, dst, k[j].dtype, &copied);
@@ -959,7 +1013,61 @@ static void load_free(struct ck_load *L)
     free(L->fill_copy);
     free(L->steps);
     free(L->chunk);
+    free(L->wfill);
+    free(L->woff);
+    free(L->wread);
     cJSON_Delete(L->root);
+}
+
+/* ckpt_weights: host memory for every registered parameter's local shard, filled by rank_fill
+ * and written to the parameters only once every rank succeeded. */
+static shardopt_status_t weights_staging_alloc(shardopt_runtime_t rt, struct ck_load *L)
+{
+    size_t total = 0;
+    L->woff = mem_calloc((size_t)rt->nparams + 1, sizeof(*L->woff));
+    L->wread = L->woff != NULL ? mem_calloc((size_t)rt->nparams + 1, 1) : NULL;
+    if (L->wread == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: rank %d: out of memory allocating %zu bytes for the weight table",
+                        rt->groups.me.rank, mem_failed_bytes());
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        L->woff[i] = total;
+        total += (size_t)p->layout.local_numel *
+                 kdtype_size(p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32);
+    }
+    if ((L->wfill = mem_malloc(total + 1)) == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: rank %d: out of memory allocating %zu bytes of staging for the "
+                        "parameters (ckpt_weights)",
+                        rt->groups.me.rank, total + 1);
+    return SHARDOPT_OK;
+}
+
+/* The weights read into the registered parameters: host memory is copied (nothing can fail);
+ * device memory is uploaded and waited for, and a failure there is reported (not agreed: the
+ * caller agrees) with the parameters possibly part written. */
+static shardopt_status_t weights_store(shardopt_runtime_t rt, const struct ck_load *L)
+{
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        const size_t bytes =
+            (size_t)p->layout.local_numel *
+            kdtype_size(p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32);
+        if (!L->wread[i] || bytes == 0)
+            continue;
+        if (rt_on_device(rt))
+            rt->ops->copy(&rt->kctx, p->data, L->wfill + L->woff[i], bytes);
+        else
+            memcpy(p->data, L->wfill + L->woff[i], bytes);
+    }
+    if (rt_on_device(rt) && (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0))
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "load: rank %d: %s: copying the parameters read to the device failed "
+                        "(%s): they may be part written (the optimizer state is unchanged); load "
+                        "again",
+                        rt->groups.me.rank, L->dir, rt->ops->name);
+    return SHARDOPT_OK;
 }
 
 shardopt_status_t ckpt_index_check(const char *text, size_t len)
@@ -1046,6 +1154,8 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
                 log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                          "load: rank %d: out of memory allocating %zu bytes for the file table",
                          rt->groups.me.rank, files_bytes);
+        else if (rt->cfg.ckpt_weights)
+            status = weights_staging_alloc(rt, &L);
     }
     if (status == SHARDOPT_OK) {
         /* device state: files are read into host memory, then go up in one copy */
@@ -1078,14 +1188,20 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
             status = log_fail(SHARDOPT_ERR_DEVICE, "load: rank %d: %s", rt->groups.me.rank, err);
     }
     status = ckpt_agree(rt, status, "load");
+    /* every rank has everything: the parameters are written, then the state swapped in */
+    if (status == SHARDOPT_OK && rt->cfg.ckpt_weights && weights_store(rt, &L) != SHARDOPT_OK)
+        status = ckpt_agree(rt, SHARDOPT_ERR_DEVICE, "load");
+    else if (status == SHARDOPT_OK && rt->cfg.ckpt_weights && rt_on_device(rt))
+        status = ckpt_agree(rt, SHARDOPT_OK, "load"); /* another rank's copies may have failed */
     if (status == SHARDOPT_OK) {
         state_store_swap(&rt->store, (void **)&L.staging); /* the old state is freed below */
         for (int i = 0; i < rt->nparams; i++)
             rt->params[i]->step = L.steps[i];
         rt->counters.steps = L.step;
         if (L.converted && rt->groups.me.rank == 0)
-            log_warn("load: %s: %d state tensor(s) converted to the configured dtype: %s%s", L.dir,
-                     L.converted, L.converted_names, L.converted > 8 ? ", ..." : "");
+            log_warn("load: %s: %d tensor(s) converted to the configured (state) or registered "
+                     "(weight) dtype: %s%s",
+                     L.dir, L.converted, L.converted_names, L.converted > 8 ? ", ..." : "");
         if (rt->groups.me.rank == 0)
             log_info("load: %s (step %llu)", L.dir, (unsigned long long)L.step);
     }

@@ -105,7 +105,51 @@ static int ckpt_writes(const shardopt_runtime_t rt, const struct shardopt_param 
     return p->placement != SHARDOPT_PLACEMENT_REPLICATED || rt->groups.me.d == 0;
 }
 
-/* This rank's file: header, then each state tensor's bytes, CRCs taken as they are written. */
+/* ckpt_weights: where each parameter this rank writes is, as host memory (w[i]; NULL for one it
+ * does not write): its registered data, or, when the parameters are device memory, a host copy
+ * of them all made here in *copy (checked as the state's copy is). */
+static shardopt_status_t weights_host_view(shardopt_runtime_t rt, const char *path,
+                                           const unsigned char **w, void **copy)
+{
+    size_t total = 0;
+    for (int i = 0; i < rt->nparams; i++)
+        if (ckpt_writes(rt, rt->params[i]))
+            total +=
+                (size_t)rt->params[i]->layout.local_numel *
+                kdtype_size(rt->params[i]->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32);
+    if (rt_on_device(rt) && (*copy = mem_malloc(total + 1)) == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "save: rank %d: %s: out of memory allocating %zu bytes for a host copy of "
+                        "the parameters (ckpt_weights)",
+                        rt->groups.me.rank, path, total + 1);
+    size_t at = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        if (!ckpt_writes(rt, p))
+            continue;
+        const size_t bytes =
+            (size_t)p->layout.local_numel *
+            kdtype_size(p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32);
+        if (*copy == NULL) {
+            w[i] = p->data;
+            continue;
+        }
+        w[i] = (const unsigned char *)*copy + at;
+        rt->ops->copy(&rt->kctx, (unsigned char *)*copy + at, p->data, bytes);
+        at += bytes;
+    }
+    /* host parameters: the step's last writes to them may still be in flight on a device */
+    if (rt->ops->sync != NULL &&
+        ((*copy != NULL && fault_hit("copy")) || rt->ops->sync(&rt->kctx) != 0))
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "save: rank %d: %s: copying %zu bytes of parameters from the device "
+                        "failed (%s)",
+                        rt->groups.me.rank, path, total, rt->ops->name);
+    return SHARDOPT_OK;
+}
+
+/* This rank's file: header, then each tensor's bytes (state, then with ckpt_weights the
+ * parameter), CRCs taken as they are written. */
 static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path, char **blob,
                                          size_t *blob_len, int64_t *file_bytes)
 {
@@ -116,10 +160,12 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
     size_t hdr_len, cap = 0;
     shardopt_status_t status = SHARDOPT_OK;
     cJSON *meta = NULL, *mt = NULL;
-    void *copy = NULL; /* device state: its host copy */
+    void *copy = NULL;              /* device state: its host copy */
+    void *wcopy = NULL;             /* device parameters: their host copy (ckpt_weights) */
+    const unsigned char **w = NULL; /* each parameter's bytes (ckpt_weights) */
     char err[256] = "", nb[64];
-    const int rank = rt->groups.me.rank;
-    const size_t t_bytes = (size_t)(2 * rt->nparams + 1) * sizeof(*t);
+    const int rank = rt->groups.me.rank, weights = rt->cfg.ckpt_weights;
+    const size_t t_bytes = (size_t)(3 * rt->nparams + 1) * sizeof(*t);
 
     mem_failed_clear();
     const unsigned char *state = state_store_host_view(
@@ -129,23 +175,27 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
                           "save: rank %d: %s: %s", rank, path, err);
         goto out;
     }
-    t = mem_calloc((size_t)(2 * rt->nparams + 1), sizeof(*t));
-    if (t == NULL) {
+    t = mem_calloc((size_t)(3 * rt->nparams + 1), sizeof(*t));
+    w = t != NULL ? mem_calloc((size_t)rt->nparams + 1, sizeof(*w)) : NULL;
+    if (t == NULL || w == NULL) {
         status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                           "save: rank %d: %s: out of memory allocating %zu bytes for the tensor "
                           "table",
-                          rank, path, t_bytes);
+                          rank, path, t == NULL ? t_bytes : ((size_t)rt->nparams + 1) * sizeof(*w));
         goto out;
     }
+    if (weights && (status = weights_host_view(rt, path, w, &wcopy)) != SHARDOPT_OK)
+        goto out;
     mem_failed_clear();
     meta = cJSON_CreateObject();
     mt = json_put(&json_ok, meta, "tensors", cJSON_CreateObject());
-    json_put(&json_ok, meta, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
+    json_put(&json_ok, meta, "format_version",
+             cJSON_CreateNumber(weights ? CKPT_FORMAT_VERSION : CKPT_FORMAT_STATE_ONLY));
     json_put(&json_ok, meta, "rank", cJSON_CreateNumber(rank));
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
-        struct ckpt_kind k[2];
-        int nk = ckpt_kinds(rt, p, k);
+        struct ckpt_kind k[3];
+        int nk = ckpt_tensors(rt, p, weights, k);
         if (!ckpt_writes(rt, p))
             continue;
         for (int j = 0; j < nk; j++) {
@@ -189,12 +239,12 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
     n = 0;
     for (int i = 0; i < rt->nparams && status == SHARDOPT_OK; i++) {
         const struct shardopt_param *p = rt->params[i];
-        struct ckpt_kind k[2];
-        int nk = ckpt_kinds(rt, p, k);
+        struct ckpt_kind k[3];
+        int nk = ckpt_tensors(rt, p, weights, k);
         if (!ckpt_writes(rt, p))
             continue;
         for (int j = 0; j < nk; j++, n++) {
-            const unsigned char *data = state + k[j].offset;
+            const unsigned char *data = k[j].suffix != NULL ? state + k[j].offset : w[i];
             const size_t bytes = (size_t)p->layout.local_numel * kdtype_size(k[j].dtype);
             const uint32_t nblocks = (uint32_t)((bytes + CKPT_BLOCK - 1) / CKPT_BLOCK);
             struct shard_record r = {
@@ -247,7 +297,9 @@ out:
     free(meta_json);
     cJSON_Delete(meta);
     free(t);
+    free(w);
     free(copy);
+    free(wcopy);
     return status;
 }
 
@@ -256,13 +308,17 @@ out:
 static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *lens, int writers)
 {
     cJSON *root = cJSON_CreateObject();
-    cJSON **by = mem_calloc((size_t)(2 * rt->nparams + 1), sizeof(cJSON *));
+    cJSON **by = mem_calloc((size_t)(3 * rt->nparams + 1), sizeof(cJSON *));
     char text[1024];
     const struct groups *g = &rt->groups;
     int ok = root != NULL && by != NULL;
 
     json_put(&ok, root, "format", cJSON_CreateString("shardopt-checkpoint"));
-    json_put(&ok, root, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
+    const int weights = rt->cfg.ckpt_weights;
+    json_put(&ok, root, "format_version",
+             cJSON_CreateNumber(weights ? CKPT_FORMAT_VERSION : CKPT_FORMAT_STATE_ONLY));
+    if (weights) /* version 3: the parameters are in it too, one tensor named as each */
+        json_put(&ok, root, "weights", cJSON_CreateBool(1));
     json_put(&ok, root, "step", cJSON_CreateNumber((double)rt->counters.steps));
     cJSON *lay = json_put(&ok, root, "layout", cJSON_CreateObject());
     json_put(&ok, lay, "ranks", cJSON_CreateNumber(g->mesh.world));
@@ -280,8 +336,8 @@ static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *len
     cJSON *tensors = json_put(&ok, root, "tensors", cJSON_CreateArray());
     for (int i = 0; ok && i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
-        struct ckpt_kind k[2];
-        int nk = ckpt_kinds(rt, p, k);
+        struct ckpt_kind k[3];
+        int nk = ckpt_tensors(rt, p, weights, k);
         cJSON *e = json_put(&ok, params, NULL, cJSON_CreateObject());
         json_put(&ok, e, "name", cJSON_CreateString(p->name));
         json_put(&ok, e, "algo",
@@ -295,7 +351,7 @@ static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *len
             json_put(&ok, te, "param", cJSON_CreateString(p->name));
             json_put(&ok, te, "dtype", cJSON_CreateString(ckpt_dtype_name(k[j].dtype)));
             json_put(&ok, te, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
-            by[2 * i + j] = json_put(&ok, te, "shards", cJSON_CreateArray());
+            by[3 * i + j] = json_put(&ok, te, "shards", cJSON_CreateArray());
         }
     }
     /* writers' records, in rank order */
@@ -308,7 +364,7 @@ static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *len
             memcpy(&r, all + at, sizeof r);
             at += sizeof r;
             const int ndim = rt->params[r.param]->layout.ndim;
-            cJSON *s = json_put(&ok, by[2 * r.param + r.kind], NULL, cJSON_CreateObject());
+            cJSON *s = json_put(&ok, by[3 * r.param + r.kind], NULL, cJSON_CreateObject());
             json_put(&ok, s, "file", cJSON_CreateString(text));
             json_put(&ok, s, "offset", json_i64_array(r.lo, ndim));
             json_put(&ok, s, "shape", json_i64_array(r.len, ndim));
@@ -790,6 +846,39 @@ static shardopt_status_t publish(shardopt_runtime_t rt, int dfd, const char *dir
     return status;
 }
 
+/* ckpt_weights: a parameter named as another's state tensor ("x.momentum" beside a Muon "x")
+ * would give two tensors one name, which every load refuses: refused before anything is written
+ * (the same on every rank: the registrations agreed at commit). Only names ending in a state
+ * kind are looked up. */
+static shardopt_status_t weight_names_check(const shardopt_runtime_t rt, const char *dir)
+{
+    static const char *const kinds[3] = {"momentum", "exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < rt->nparams; i++) {
+        const char *name = rt->params[i]->name;
+        const size_t n = strlen(name);
+        for (int s = 0; s < 3; s++) {
+            const size_t ks = strlen(kinds[s]);
+            if (n <= ks + 1 || name[n - ks - 1] != '.' || strcmp(name + n - ks, kinds[s]) != 0)
+                continue;
+            for (int o = 0; o < rt->nparams; o++) {
+                const struct shardopt_param *q = rt->params[o];
+                struct ckpt_kind k[2];
+                const int nk = ckpt_kinds(rt, q, k);
+                for (int j = 0; j < nk; j++)
+                    if (strlen(q->name) == n - ks - 1 && strncmp(q->name, name, n - ks - 1) == 0 &&
+                        strcmp(k[j].suffix, kinds[s]) == 0)
+                        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                                        "save: %s: ckpt_weights: parameter '%s' has the name of "
+                                        "parameter '%s''s %s state tensor: the checkpoint would "
+                                        "hold two tensors of one name (rename one, or save with "
+                                        "ckpt_weights = false)",
+                                        dir, name, q->name, kinds[s]);
+            }
+        }
+    }
+    return SHARDOPT_OK;
+}
+
 shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
 {
     shardopt_status_t status = SHARDOPT_OK;
@@ -808,6 +897,8 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
         return log_fail(SHARDOPT_ERR_STATE, "save: runtime not committed");
     if (strlen(dir) > 3000)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: directory path longer than 3000");
+    if (rt->cfg.ckpt_weights && (status = weight_names_check(rt, dir)) != SHARDOPT_OK)
+        return status;
     comm_phase("save", -1);
     status = rt_device_enter_all(rt, "save"); /* its copies from init's device */
     if (status != SHARDOPT_OK)

@@ -98,6 +98,8 @@ const struct config_key config_keys[] = {
      "weight decay also on 1-D tensors (norms, biases); default 0: not on them"},
     {"param_stats", CFG_BOOL, OFF(param_stats), NULL, 0, 1, 0, 0, 0, 0,
      "keep each parameter's update RMS for shardopt_param_get_stats (a copy of the shards)"},
+    {"ckpt_weights", CFG_BOOL, OFF(ckpt_weights), NULL, 0, 1, 0, 0, 0, 0,
+     "save and load the registered parameters too, in the checkpoint's rank files"},
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

@@ -7,7 +7,9 @@
  *           10 uninterrupted steps on one rank (computed here on rank 0)
  * Without a mode: in-process tests of every refusal (state unchanged, error on every rank), an
  * injected save failure, keep_last, and bf16 momentum staying bf16 across save and load.
- * SHARDOPT_TEST_DTYPE: fp32 (default), bf16 (nearest) or bf16sr (stochastic). */
+ * SHARDOPT_TEST_DTYPE: fp32 (default), bf16 (nearest) or bf16sr (stochastic).
+ * SHARDOPT_TEST_WEIGHTS=1: ckpt_weights, the parameters saved and loaded by the library too (resume
+ * then starts from parameters that are not step 5's: the load alone must restore them). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -30,7 +32,9 @@ static shardopt_config_t test_config(void)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     const char *dt = getenv("SHARDOPT_TEST_DTYPE");
+    const char *w = getenv("SHARDOPT_TEST_WEIGHTS");
     cfg.num_threads = 1;
+    cfg.ckpt_weights = w != NULL && strcmp(w, "1") == 0;
     if (dt != NULL && strncmp(dt, "bf16", 4) == 0) {
         cfg.momentum_dtype = SHARDOPT_DTYPE_BF16;
         cfg.adam_state_dtype = SHARDOPT_DTYPE_BF16;
@@ -198,9 +202,13 @@ static int mode_resume(void)
     reference_build(&ref, cfg);
     if (run_setup(&d, MPI_COMM_WORLD, cfg, 0) != SHARDOPT_OK)
         return 1;
-    /* the trainer restores its parameters; shardopt the optimizer state */
+    /* the trainer restores its parameters and shardopt the optimizer state, or (ckpt_weights)
+     * shardopt both: the parameters then hold something else until the load */
     for (int p = 0; p < MODEL_NPARAMS; p++)
-        shard_take(&d, p, ref.at5[p][0], d.w[p], model_esize(model_params[p].dtype));
+        if (cfg.ckpt_weights)
+            memset(d.w[p], 0x5a, (size_t)d.box[p].numel * model_esize(model_params[p].dtype));
+        else
+            shard_take(&d, p, ref.at5[p][0], d.w[p], model_esize(model_params[p].dtype));
     shardopt_status_t status = shardopt_load(d.rt, test_dir());
     if (status != SHARDOPT_OK) {
         fprintf(stderr, "rank %d: load: %s\n", me, shardopt_last_error());
@@ -1466,6 +1474,123 @@ TEST(bf16_momentum_stays_bf16_and_converts_when_asked)
     run_free(&f);
     free(saved);
     run_free(&d);
+    dir_clear(dir);
+}
+
+/* ---- ckpt_weights: the parameters in the checkpoint ---- */
+
+/* This rank's parameter shards, back to back. */
+static unsigned char *params_copy(const struct run *r, size_t *len)
+{
+    size_t total = 0, es;
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        total += (size_t)r->box[p].numel * model_esize(model_params[p].dtype);
+    unsigned char *out = malloc(total + 1);
+    *len = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const void *src = kind_data(r, p, 0, &es);
+        memcpy(out + *len, src, (size_t)r->box[p].numel * es);
+        *len += (size_t)r->box[p].numel * es;
+    }
+    return out;
+}
+
+static void damage_nothing(const char *step) { (void)step; }
+
+static void edit_drop_weight(cJSON *root)
+{
+    cJSON *tensors = cJSON_GetObjectItem(root, "tensors"), *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, tensors)
+    {
+        if (strcmp(cJSON_GetObjectItem(t, "name")->valuestring, "lm_head.weight") == 0) {
+            cJSON_DeleteItemFromArray(tensors, i);
+            return;
+        }
+        i++;
+    }
+}
+static void damage_drop_weight(const char *step) { index_edit(step, edit_drop_weight); }
+
+/* The same checkpoint without "weights" (format_version 3 says it must have it). */
+static void edit_weights_key(cJSON *root) { cJSON_DeleteItemFromObject(root, "weights"); }
+static void damage_weights_key(const char *step) { index_edit(step, edit_weights_key); }
+
+/* Saved with ckpt_weights, 2 more steps taken, loaded: parameters and state are those saved, bit
+ * for bit (the index is version 3, the parameters' tensors named as they are). With ckpt_weights
+ * off the same checkpoint restores the state alone and the parameters keep their values. */
+TEST(ckpt_weights_restores_the_parameters_and_off_leaves_them)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_weights";
+    shardopt_config_t cfg = test_config();
+    cfg.ckpt_weights = 1;
+    struct run d;
+    unsigned char *saved, *now, *before;
+    size_t n, m, nb;
+    saved_run(&d, dir, cfg);
+    snapshot(&d, &saved, &n);
+    if (me == 0) {
+        char p[4300];
+        size_t len;
+        snprintf(p, sizeof p, "%s/step-00000003/index.json", dir);
+        char *text = file_slurp(p, &len);
+        EXPECT_STR_CONTAINS(text, "\"format_version\":3,\"weights\":true");
+        EXPECT_STR_CONTAINS(text, "{\"name\":\"lm_head.weight\",\"param\":\"lm_head.weight\"");
+        free(text);
+    }
+    run_steps(&d, 4, 5);
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    snapshot(&d, &now, &m);
+    EXPECT_TRUE(n == m && memcmp(saved, now, n) == 0);
+    free(now);
+
+    run_steps(&d, 4, 4);
+    before = params_copy(&d, &nb);
+    d.rt->cfg.ckpt_weights = 0;
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    now = params_copy(&d, &m);
+    EXPECT_TRUE(nb == m && memcmp(before, now, nb) == 0);
+    EXPECT_EQ_INT(state_compare(&d, saved, &d, 0), 0);
+    free(now);
+    free(before);
+    free(saved);
+    run_free(&d);
+    dir_clear(dir);
+}
+
+/* A weights load refused, whatever the reason, changes no parameter and no state on any rank:
+ * a checkpoint without weights (ERR_MISMATCH naming it), a flipped byte in a weight's data, a
+ * weight missing from an index that promises them, and a version-3 index without "weights". */
+TEST(a_refused_weights_load_leaves_parameters_and_state_unchanged)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_weights_refused";
+    struct {
+        int save_weights;
+        void (*damage)(const char *);
+        shardopt_status_t status;
+        const char *w1, *w2;
+    } cases[] = {
+        {0, damage_nothing, SHARDOPT_ERR_MISMATCH,
+         "ckpt_weights = true and the checkpoint holds "
+         "no weights",
+         "ckpt_weights = false"},
+        /* the last bytes of rank 0's file: its last tensor, lm_head's weight */
+        {1, damage_flip, SHARDOPT_ERR_CORRUPT, "tensor 'lm_head.weight'", "CRC32C mismatch"},
+        {1, damage_drop_weight, SHARDOPT_ERR_CORRUPT,
+         "\"weights\": true and parameter 'lm_head.weight' has no tensor of its own name", NULL},
+        {1, damage_weights_key, SHARDOPT_ERR_CORRUPT, "format_version 3 and no \"weights\"", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct run d;
+        shardopt_config_t cfg = test_config();
+        cfg.ckpt_weights = cases[i].save_weights;
+        saved_run(&d, dir, cfg);
+        d.rt->cfg.ckpt_weights = 1; /* the load asks for weights */
+        expect_refused(&d, dir, cases[i].damage, cases[i].status, cases[i].w1, cases[i].w2);
+        run_free(&d);
+    }
     dir_clear(dir);
 }
 

@@ -12,21 +12,15 @@
  * the same on every layout. What it exercises is the trainer's side: slices, registration,
  * steps, checkpoints.
  *
- * Checkpoints: shardopt_save writes the optimizer state; this trainer writes its own weights
- * next to it (DIR/weights-step-NNNNNNNN/<name>.bin, each tensor whole in fp32, every rank
- * writing its slice at its global offset: a shared filesystem), and reads its slices back on
- * resume, whatever the layout. A later version of the library will save the weights with the
- * state; until then this is the trainer's part. */
-#include <errno.h>
-#include <fcntl.h>
+ * Checkpoints: with ckpt_weights = 1 shardopt_save writes the weights (the registered data)
+ * with the optimizer state, in the same files, and shardopt_load reshards both onto whatever
+ * layout resumes: the trainer does no gather or scatter of its own. */
 #include <inttypes.h>
 #include <mpi.h>
 #include <shardopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -105,43 +99,6 @@ static double gradients(struct slice *s, int step, int count_replicated)
     return loss;
 }
 
-/* The trainer's weights: each tensor whole, each rank writing (or reading) its slice. */
-static void weights_io(struct slice *s, const char *dir, uint64_t step, int write,
-                       int me_writes_rep)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/weights-step-%08" PRIu64, dir, step);
-    if (write) { /* every rank: the first makes them */
-        mkdir(dir, 0755);
-        mkdir(path, 0755);
-    }
-    for (int t = 0; t < NT; t++) {
-        char f[4200];
-        snprintf(f, sizeof f, "%s/%s.bin", path, model[t].name);
-        const int fd = open(f, write ? O_WRONLY | O_CREAT : O_RDONLY, 0644);
-        if (fd < 0) {
-            fprintf(stderr, "c_trainer: %s: %s\n", f, strerror(errno));
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-        if (!write || model[t].placement != SHARDOPT_PLACEMENT_REPLICATED || me_writes_rep) {
-            const int64_t run = s[t].len * s[t].row_after; /* contiguous elements per outer row */
-            for (int64_t o = 0; run > 0 && o < s[t].rows_before; o++) {
-                const off_t at = (off_t)global_index(t, &s[t], o * run) * (off_t)sizeof(float);
-                const size_t bytes = (size_t)run * sizeof(float);
-                float *p = s[t].w + o * run;
-                const ssize_t n = write ? pwrite(fd, p, bytes, at) : pread(fd, p, bytes, at);
-                if (n != (ssize_t)bytes) {
-                    fprintf(stderr, "c_trainer: %s: short %s\n", f, write ? "write" : "read");
-                    MPI_Abort(MPI_COMM_WORLD, 1);
-                }
-            }
-        }
-        if (write)
-            fsync(fd);
-        close(fd);
-    }
-}
-
 /* Order-independent checksum of the whole model: each element once. */
 static uint64_t checksum(const struct slice *s, int count_replicated)
 {
@@ -186,6 +143,7 @@ int main(int argc, char **argv)
     }
 
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT; /* plus SHARDOPT_* from the environment */
+    cfg.ckpt_weights = 1; /* checkpoints hold the weights too, resharded on load */
     shardopt_runtime_t rt;
     CHECK(shardopt_init(MPI_COMM_WORLD, &cfg, &rt));
     shardopt_stats_t st = SHARDOPT_STATS_INIT;
@@ -221,10 +179,10 @@ int main(int argc, char **argv)
 
     int start = 0;
     if (resume != NULL) {
-        CHECK(shardopt_load(rt, resume)); /* the optimizer state, resharded to this layout */
+        /* the weights into each s[t].w and the optimizer state, resharded to this layout */
+        CHECK(shardopt_load(rt, resume));
         CHECK(shardopt_get_stats(rt, &st));
         start = (int)st.steps;
-        weights_io(s, resume, st.steps, 0, 0); /* the trainer's own weights */
     }
 
     for (int step = start + 1; step <= steps; step++) {
@@ -235,12 +193,8 @@ int main(int argc, char **argv)
         CHECK(shardopt_step(rt, &args));
         if (st.rank == 0)
             printf("c_trainer: step %d loss %.9e\n", step, total);
-        if (step == save_at) {
-            CHECK(shardopt_get_stats(rt, &st));
-            weights_io(s, dir, st.steps, 1, count_rep);
-            MPI_Barrier(MPI_COMM_WORLD); /* every slice written before the state names the step */
-            CHECK(shardopt_save(rt, dir));
-        }
+        if (step == save_at)
+            CHECK(shardopt_save(rt, dir)); /* weights and optimizer state */
     }
     shardopt_param_stats_t ps = SHARDOPT_PARAM_STATS_INIT;
     CHECK(shardopt_param_get_stats(s[1].h, &ps));

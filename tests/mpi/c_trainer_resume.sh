@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # examples/c_trainer as the report's trainer ran it: 4 ranks (dp_shard 2 x cp 2, ep 2, bf16
 # momentum, all through SHARDOPT_* variables, which init applies), 10 steps in one go against 5
-# steps saved (optimizer state by shardopt_save, weights by the trainer) and resumed for 5 more
-# on 2 ranks (ep 2): the weights must end bit for bit the same, and the loss must fall.
+# steps saved (weights and optimizer state, both by shardopt_save: ckpt_weights) and resumed from
+# the library's checkpoint alone for 5 more on 2 ranks (ep 2), on 1 and on 3 (uneven shards): the
+# weights must end bit for bit the same, and the loss must fall.
 #   c_trainer_resume.sh MPIEXEC C_TRAINER
 set -euo pipefail
 mpiexec=${1:?usage: c_trainer_resume.sh MPIEXEC C_TRAINER}
@@ -22,16 +23,23 @@ awk -v a="$(loss 1 "$work/whole.log")" -v b="$(loss 10 "$work/whole.log")" \
 
 SHARDOPT_CP=2 SHARDOPT_EP=2 "$mpiexec" -n 4 --oversubscribe "$bin" --steps 5 --save-at 5 \
     --dir "$work/ck" >"$work/first.log"
-[ -f "$work/ck/latest" ] && [ -d "$work/ck/weights-step-00000005" ] ||
-    { echo "FAIL: no checkpoint of step 5 (state and weights)"; exit 1; }
-SHARDOPT_EP=2 "$mpiexec" -n 2 --oversubscribe "$bin" --steps 10 --resume "$work/ck" \
-    >"$work/second.log"
-cat "$work/second.log"
-grep -q "2 ranks (dp_replicate 1, dense 2, ep 2): step 10" "$work/second.log" ||
-    { echo "FAIL: the resumed run did not reach step 10 on 2 ranks"; exit 1; }
-w=$(sum "$work/whole.log") r=$(sum "$work/second.log")
-[ -n "$w" ] && [ "$w" = "$r" ] ||
-    { echo "FAIL: 10 steps on 4 ranks end at '$w', 5 + 5 resumed on 2 ranks at '$r'"; exit 1; }
-[ "$(loss 10 "$work/whole.log")" = "$(loss 10 "$work/second.log")" ] ||
-    { echo "FAIL: the step 10 losses differ"; exit 1; }
-echo "c_trainer resume: 4 ranks -> 2 ranks bit for bit (checksum $w)"
+[ "$(ls -A "$work/ck" | grep -v '^\.lock$' | tr '\n' ' ')" = "latest step-00000005 " ] ||
+    { echo "FAIL: the checkpoint directory holds more than the library's step 5"; exit 1; }
+grep -q '"format_version":3,"weights":true' "$work/ck/step-00000005/index.json" ||
+    { echo "FAIL: the step 5 checkpoint holds no weights"; exit 1; }
+w=$(sum "$work/whole.log")
+for n in 2 1 3; do
+    ep=1
+    [ "$n" = 2 ] && ep=2
+    SHARDOPT_EP=$ep "$mpiexec" -n $n --oversubscribe "$bin" --steps 10 --resume "$work/ck" \
+        >"$work/resumed$n.log"
+    cat "$work/resumed$n.log"
+    grep -q "$n ranks (dp_replicate 1, dense $n, ep $ep): step 10" "$work/resumed$n.log" ||
+        { echo "FAIL: the resumed run did not reach step 10 on $n ranks"; exit 1; }
+    r=$(sum "$work/resumed$n.log")
+    [ -n "$w" ] && [ "$w" = "$r" ] ||
+        { echo "FAIL: 10 steps on 4 ranks end at '$w', 5 + 5 resumed on $n ranks at '$r'"; exit 1; }
+    [ "$(loss 10 "$work/whole.log")" = "$(loss 10 "$work/resumed$n.log")" ] ||
+        { echo "FAIL: the step 10 losses differ ($n ranks)"; exit 1; }
+done
+echo "c_trainer resume: 4 ranks -> 2, 1 and 3 ranks bit for bit (checksum $w)"

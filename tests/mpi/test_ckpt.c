@@ -128,6 +128,52 @@ static long shard_diff(const struct run *r, unsigned char *(*want)[3])
     return bad;
 }
 
+/* A JSON array of n elements of dtype es (4: fp32, 2: bf16), as floats. */
+static cJSON *values_json(const void *data, size_t es, int64_t n)
+{
+    cJSON *vals = cJSON_CreateArray();
+    for (int64_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(vals,
+                             cJSON_CreateNumber(es == 2 ? f32_from_bf16(((const uint16_t *)data)[i])
+                                                        : ((const float *)data)[i]));
+    return vals;
+}
+
+/* For the Python interop test with ckpt_weights (collective): every parameter whole, gathered
+ * from the ranks' memory (not from the checkpoint), in report-weights.json on rank 0. */
+static void report_weights_write(const struct run *d, const char *dir)
+{
+    cJSON *root = cJSON_CreateObject();
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const struct tparam *t = &model_params[p];
+        const size_t es = model_esize(t->dtype);
+        const int64_t numel = t->shape[0] * t->shape[1] * t->shape[2];
+        unsigned char *whole = malloc((size_t)numel * es + 1);
+        gather(d, p, 0, whole);
+        if (me == 0) {
+            cJSON *e = cJSON_AddObjectToObject(root, t->name), *shape;
+            cJSON_AddStringToObject(e, "dtype", es == 2 ? "BF16" : "F32");
+            shape = cJSON_AddArrayToObject(e, "shape");
+            for (int dd = 0; dd < t->ndim; dd++)
+                cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[dd]));
+            cJSON_AddItemToObject(e, "values", values_json(whole, es, numel));
+        }
+        free(whole);
+    }
+    if (me == 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/report-weights.json", dir);
+        char *text = cJSON_PrintUnformatted(root);
+        FILE *f = fopen(path, "w");
+        if (f != NULL) {
+            fputs(text, f);
+            fclose(f);
+        }
+        free(text);
+    }
+    cJSON_Delete(root);
+}
+
 /* For the Python interop test: what this rank's file should hold, as the runtime has it. */
 static void report_write(const struct run *d, const char *dir)
 {
@@ -141,26 +187,27 @@ static void report_write(const struct run *d, const char *dir)
         if (d->box[p].numel == 0 ||
             (t->placement == SHARDOPT_PLACEMENT_REPLICATED && st.dense_rank != 0))
             continue;
-        for (int k = 1; k < 3; k++) {
+        /* kind 0, the parameter, is in the file with ckpt_weights, named as it is */
+        for (int k = d->rt->cfg.ckpt_weights ? 0 : 1; k < 3; k++) {
             size_t es;
             const void *data = kind_data(d, p, k, &es);
             if (data == NULL)
                 continue;
-            const char *suffix = d->h[p]->algo == SHARDOPT_ALGO_MUON ? "momentum"
-                                 : k == 1                            ? "exp_avg"
-                                                                     : "exp_avg_sq";
+            const char *suffix = k == 0                                ? NULL
+                                 : d->h[p]->algo == SHARDOPT_ALGO_MUON ? "momentum"
+                                 : k == 1                              ? "exp_avg"
+                                                                       : "exp_avg_sq";
             char name[300];
-            snprintf(name, sizeof name, "%s.%s", t->name, suffix);
+            if (suffix == NULL)
+                snprintf(name, sizeof name, "%s", t->name);
+            else
+                snprintf(name, sizeof name, "%s.%s", t->name, suffix);
             cJSON *e = cJSON_CreateObject(), *shape = cJSON_AddArrayToObject(e, "shape");
-            cJSON *vals = cJSON_AddArrayToObject(e, "values");
             cJSON_AddStringToObject(e, "name", name);
             cJSON_AddStringToObject(e, "dtype", es == 2 ? "BF16" : "F32");
             for (int dd = 0; dd < t->ndim; dd++)
                 cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)d->box[p].len[dd]));
-            for (int64_t i = 0; i < d->box[p].numel; i++)
-                cJSON_AddItemToArray(
-                    vals, cJSON_CreateNumber(es == 2 ? f32_from_bf16(((const uint16_t *)data)[i])
-                                                     : ((const float *)data)[i]));
+            cJSON_AddItemToObject(e, "values", values_json(data, es, d->box[p].numel));
             cJSON_AddItemToArray(arr, e);
         }
     }
@@ -186,8 +233,11 @@ static int mode_save(int steps)
     shardopt_status_t status = shardopt_save(d.rt, test_dir());
     if (status != SHARDOPT_OK)
         fprintf(stderr, "save: %s\n", shardopt_last_error());
-    if (getenv("SHARDOPT_TEST_REPORT") != NULL)
+    if (getenv("SHARDOPT_TEST_REPORT") != NULL) {
         report_write(&d, getenv("SHARDOPT_TEST_REPORT"));
+        if (cfg.ckpt_weights)
+            report_weights_write(&d, getenv("SHARDOPT_TEST_REPORT"));
+    }
     run_free(&d);
     return status != SHARDOPT_OK;
 }

@@ -1644,6 +1644,52 @@ TEST(a_refused_weights_load_leaves_parameters_and_state_unchanged)
     dir_clear(dir);
 }
 
+/* ckpt_weights and a parameter named as another's state tensor ("x.momentum" beside a Muon "x"):
+ * two tensors of one name, which every load would refuse. The save is refused on every rank
+ * before anything is written; without ckpt_weights the same model saves. */
+TEST(ckpt_weights_refuses_a_parameter_named_as_a_state_tensor)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_weights_names";
+    for (int weights = 1; weights >= 0; weights--) {
+        shardopt_config_t cfg = test_config();
+        cfg.ckpt_weights = weights;
+        shardopt_runtime_t rt;
+        float w[2][64], g[2][64];
+        memset(w, 0, sizeof w);
+        memset(g, 0, sizeof g);
+        dir_clear(dir);
+        ASSERT_EQ_INT(shardopt_init(MPI_COMM_WORLD, &cfg, &rt), SHARDOPT_OK);
+        const char *names[2] = {"x", "x.momentum"};
+        for (int i = 0; i < 2; i++) {
+            shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+            d.name = names[i];
+            d.ndim = 2;
+            d.shape[0] = 8, d.shape[1] = 8;
+            d.algo = SHARDOPT_ALGO_MUON;
+            EXPECT_EQ_INT(shardopt_shard_range(rt, &d, &d.shard_offset, &d.shard_length, NULL),
+                          SHARDOPT_OK);
+            d.data = w[i];
+            d.grad = g[i];
+            shardopt_param_t h;
+            EXPECT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+        }
+        EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+        const shardopt_status_t st = shardopt_save(rt, dir);
+        if (weights) {
+            struct stat sb;
+            EXPECT_EQ_INT(st, SHARDOPT_ERR_INVALID_ARGUMENT);
+            EXPECT_STR_CONTAINS(shardopt_last_error(),
+                                "parameter 'x.momentum' has the name of parameter 'x''s momentum");
+            EXPECT_TRUE(stat(dir, &sb) != 0); /* nothing written, not even the directory */
+        } else {
+            EXPECT_EQ_INT(st, SHARDOPT_OK);
+        }
+        shardopt_finalize(rt);
+    }
+    dir_clear(dir);
+}
+
 int test_main(int argc, char **argv);
 extern int test_quiet;
 

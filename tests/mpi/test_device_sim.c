@@ -730,6 +730,46 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     ASSERT_EQ_INT(run_steps(&cpu, 4, 5), SHARDOPT_OK);
     EXPECT_EQ_INT(params_differ(&back, &cpu, 5), 0);
 
+    /* ckpt_weights: the parameters saved from where they live (device memory: through a host
+     * copy) and loaded into a fresh run whose parameters hold zeros, uploaded once every rank
+     * read everything; it continues like the CPU run. A failed copy of the parameters on one
+     * rank fails that save or load on every rank with ERR_DEVICE (the copy faults count from
+     * the state's: offload none copies the state out before the parameters, and a load copies
+     * it out and up before it uploads the parameters). */
+    char wdir[64];
+    snprintf(wdir, sizeof wdir, "%s/weights", dir);
+    back.rt->cfg.ckpt_weights = 1;
+    const int param_copies = !on_host, none = test_cfg().offload == SHARDOPT_OFFLOAD_NONE;
+    if (param_copies) {
+        if (me == faulty)
+            fault_arm(none ? "copy:2" : "copy:1");
+        EXPECT_EQ_INT(shardopt_save(back.rt, wdir), SHARDOPT_ERR_DEVICE);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "bytes of parameters from the device failed");
+        fault_arm(NULL);
+    }
+    ASSERT_EQ_INT(shardopt_save(back.rt, wdir), SHARDOPT_OK);
+    struct dev_run again2 = {0};
+    ASSERT_EQ_INT(dev_setup(&again2), SHARDOPT_OK);
+    again2.rt->cfg.ckpt_weights = 1;
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const size_t bytes = (size_t)again2.box[p].numel * model_esize(model_params[p].dtype);
+        void *zeros = calloc(bytes + 1, 1);
+        dev_copy(again2.w[p], zeros, bytes);
+        free(zeros);
+    }
+    if (param_copies) {
+        if (me == faulty)
+            fault_arm(none ? "copy:3" : "copy:1");
+        EXPECT_EQ_INT(shardopt_load(again2.rt, wdir), SHARDOPT_ERR_DEVICE);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "copying the parameters read to the device");
+        fault_arm(NULL);
+    }
+    ASSERT_EQ_INT(shardopt_load(again2.rt, wdir), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_steps(&again2, 6, 7), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&cpu, 6, 7), SHARDOPT_OK);
+    EXPECT_EQ_INT(params_differ(&again2, &cpu, 7), 0);
+    dev_free(&again2);
+
     dev_free(&back);
     dev_free(&dev);
     run_free(&cpu);

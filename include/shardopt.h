@@ -576,17 +576,20 @@ SHARDOPT_API shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardop
 SHARDOPT_API shardopt_status_t shardopt_param_get_stats(shardopt_param_t param,
                                                         shardopt_param_stats_t *stats);
 
-/** Save the optimizer state (collective) as DIR/step-NNNNNNNN/ (one safetensors file per rank
- *  of replica 0 and index.json), written under a temporary name, fsynced and renamed; then
- *  DIR/latest names it (atomic replace) and steps beyond keep_last are pruned. On any failure
- *  every rank returns the error and the previous checkpoint stays as it was. */
+/** Save the optimizer state (collective), and the registered parameters too with ckpt_weights,
+ *  as DIR/step-NNNNNNNN/ (one safetensors file per rank of replica 0, index.json and its
+ *  CRC-32C record), written under a temporary name, fsynced and renamed, with one writer per
+ *  directory (a lock on DIR/.lock); then DIR/latest names it (atomic replace) and steps beyond
+ *  keep_last are pruned. On any failure every rank returns the error and the previous checkpoint
+ *  stays as it was. */
 SHARDOPT_API shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir);
 
-/** Load optimizer state (collective) from DIR (following DIR/latest) or a step directory, on
- *  any layout of the same model: each rank reads the blocks of the shards overlapping its own
- *  and checks their CRC32C. State is restored in the configured dtypes (converted, with a
+/** Load optimizer state (collective), and the registered parameters' values too with
+ *  ckpt_weights, from DIR (following DIR/latest) or a step directory, on any layout of the same
+ *  model: each rank reads the blocks of the shards overlapping its own and checks their CRC32C
+ *  (and the index's own record). State is restored in the configured dtypes (converted, with a
  *  warning, where the checkpoint holds another). On any refusal every rank returns the error
- *  and no state changes anywhere. */
+ *  and no state or parameter changes anywhere. */
 SHARDOPT_API shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir);
 
 /** Free everything the runtime owns. Accepts NULL. Valid in any state, also after an error. */

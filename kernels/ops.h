@@ -1,9 +1,9 @@
 /* One table of compute entry points per backend (BLIS-style context), filled at init.
  *
- * Every table computes the update rules of DESIGN.md §1. The reference table is plain C written
- * for clarity and is the oracle the tests compare the others with. Kernels know nothing of MPI,
- * files or the runtime: every scalar they need (bias corrections, lr*wd products) arrives
- * precomputed in the argument structs. */
+ * Every table computes the update rules of docs/design.md (Update rules). The reference table is
+ * plain C written for clarity and is the oracle the tests compare the others with. Kernels know
+ * nothing of MPI, files or the runtime: every scalar they need (bias corrections, lr*wd products)
+ * arrives precomputed in the argument structs. */
 #ifndef KERNELS_OPS_H
 #define KERNELS_OPS_H
 

@@ -1,4 +1,4 @@
-/* Checkpoints (DESIGN.md §6): what save and load share. */
+/* Checkpoints (docs/checkpoint.md): what save and load share. */
 #ifndef RUNTIME_CHECKPOINT_H
 #define RUNTIME_CHECKPOINT_H
 

@@ -1,4 +1,4 @@
-/* The runtime's process groups (DESIGN.md §2), as MPI communicators it owns. */
+/* The runtime's process groups (docs/design.md, Process groups), as MPI communicators it owns. */
 #ifndef RUNTIME_GROUPS_H
 #define RUNTIME_GROUPS_H
 

@@ -1,7 +1,8 @@
-/* The step's side of offload (DESIGN.md §7): the elementwise kernels read and write optimizer
- * state either where it lives (offload = none or cpu) or in a staging slot it was streamed into
- * (offload = optimizer); with offload = cpu the Newton-Schulz input crosses to the device and
- * its output back. Callers describe the work as ranges of tensors; this file decides the path. */
+/* The step's side of offload (docs/design.md, Offload): the elementwise kernels read and write
+ * optimizer state either where it lives (offload = none or cpu) or in a staging slot it was
+ * streamed into (offload = optimizer); with offload = cpu the Newton-Schulz input crosses to the
+ * device and its output back. Callers describe the work as ranges of tensors; this file decides the
+ * path. */
 #ifndef RUNTIME_OFFLOAD_EXEC_H
 #define RUNTIME_OFFLOAD_EXEC_H
 

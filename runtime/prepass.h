@@ -1,6 +1,6 @@
-/* The step's pre-pass (DESIGN.md §1 step 0): per-tensor sums of squares in one small all-reduce,
- * the global gradient norm, non-finite gradients detected on every rank alike before anything is
- * written, and the clipping scale. */
+/* The step's pre-pass (docs/design.md, The step: 2): per-tensor sums of squares in one small
+ * all-reduce, the global gradient norm, non-finite gradients detected on every rank alike before
+ * anything is written, and the clipping scale. */
 #ifndef RUNTIME_PREPASS_H
 #define RUNTIME_PREPASS_H
 

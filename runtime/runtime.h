@@ -109,8 +109,9 @@ struct shardopt_runtime {
 
     struct state_store store;
     struct group_exec gx[GROUP_KINDS];
-    /* Buckets in flight (DESIGN.md §1): bucket k+1 in exchange #1 and k-1 in exchange #2 while k
-     * is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest bucket */
+    /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
+     * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest
+     * bucket */
     struct bucket_buffers {
         void *a, *b, *ns;
         void *ha, *hb, *hns; /* device backends: pinned host mirrors that MPI reads and writes */

@@ -1,6 +1,6 @@
-/* The optimizer step (DESIGN.md §1): validate everywhere, the gradient pre-pass, AdamW tensors,
- * then the Muon tensors group by group. Everything is validated, on every rank, before anything
- * is written, and nothing is allocated. */
+/* The optimizer step (docs/design.md, The step): validate everywhere, the gradient pre-pass, AdamW
+ * tensors, then the Muon tensors group by group. Everything is validated, on every rank, before
+ * anything is written, and nothing is allocated. */
 #include <math.h>
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* The process mesh: ranks as coordinates over [dp_replicate, dp_shard, cp] (row-major, the order
- * of a PyTorch DeviceMesh over those names) and the groups built from them (DESIGN.md §2).
- * Pure arithmetic: no MPI. */
+ * of a PyTorch DeviceMesh over those names) and the groups built from them (docs/design.md, Process
+ * groups). Pure arithmetic: no MPI. */
 #ifndef SHARDING_MESH_H
 #define SHARDING_MESH_H
 

@@ -1,5 +1,5 @@
-/* The fp64 Newton-Schulz oracle the tests share: the iteration of DESIGN.md §1 with every
- * product and the normalisation in double, no rounding in between. */
+/* The fp64 Newton-Schulz oracle the tests share: the iteration of docs/design.md (Update rules)
+ * with every product and the normalisation in double, no rounding in between. */
 #ifndef SHARDOPT_TEST_NS_FP64_H
 #define SHARDOPT_TEST_NS_FP64_H
 

@@ -1,7 +1,7 @@
 /* A small MoE-shaped model for the distributed tests: its tensors, each rank's shard of them
- * (written from DESIGN.md §2-§3, independently of the library's layout code), and deterministic
- * values and gradients as functions of the global element index, so any layout sees the same
- * numbers. */
+ * (written from docs/design.md, Process groups and What a rank holds, independently of the
+ * library's layout code), and deterministic values and gradients as functions of the global element
+ * index, so any layout sees the same numbers. */
 #ifndef SHARDOPT_TEST_MODEL_H
 #define SHARDOPT_TEST_MODEL_H
 

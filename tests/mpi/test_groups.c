@@ -1,6 +1,7 @@
 /* Groups over real communicators: for every valid layout of the world, each group's members are
- * the world ranks DESIGN.md §2 names, in rank order; trainer-built groups are accepted when
- * consistent and refused on every rank when not; invalid layouts fail on every rank. */
+ * the world ranks docs/design.md (Process groups) names, in rank order; trainer-built groups are
+ * accepted when consistent and refused on every rank when not; invalid layouts fail on every rank.
+ */
 #include "fixture.h"
 #include "runtime/runtime.h"
 
@@ -28,7 +29,7 @@ static void members(MPI_Comm comm, int *out, int *n)
     MPI_Group_free(&wg);
 }
 
-/* Written from DESIGN.md §2, independently of sharding/mesh.c. */
+/* Written from docs/design.md (Process groups), independently of sharding/mesh.c. */
 static void expect_groups(const struct groups *g, int R, int E)
 {
     const int S = world / R, rep = me / S, d = me % S;

@@ -1,5 +1,5 @@
-/* Mesh arithmetic: coordinates and group memberships as DESIGN.md §2 maps them, and the layout
- * rules, without MPI. */
+/* Mesh arithmetic: coordinates and group memberships as docs/design.md (Process groups) maps them,
+ * and the layout rules, without MPI. */
 #include "sharding/mesh.h"
 #include "test.h"
 

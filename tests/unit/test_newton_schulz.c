@@ -1,6 +1,6 @@
-/* Newton-Schulz: the reference kernel against an fp64 iteration written here from DESIGN.md §1,
- * the OpenBLAS variants against the reference, the orthogonalizing property of the tables,
- * and the coefficient tables against the values listed in issue 2. */
+/* Newton-Schulz: the reference kernel against an fp64 iteration written here from docs/design.md
+ * (Update rules), the OpenBLAS variants against the reference, the orthogonalizing property of the
+ * tables, and the coefficient tables against the values listed in issue 2. */
 #include "kernels/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ns_coeffs.h"

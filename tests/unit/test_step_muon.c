@@ -1,6 +1,6 @@
-/* Multi-step Muon through the public API, against the rules of DESIGN.md §1 computed here in
- * double: heavy-ball momentum rounded once, U and O rounded to the comm dtype, Newton-Schulz on
- * the true (wide) orientation, rms_norm lr scale, decoupled weight decay. */
+/* Multi-step Muon through the public API, against the rules of docs/design.md (Update rules)
+ * computed here in double: heavy-ball momentum rounded once, U and O rounded to the comm dtype,
+ * Newton-Schulz on the true (wide) orientation, rms_norm lr scale, decoupled weight decay. */
 #include "fixture.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "kernels/dtype.h"

@@ -15,7 +15,7 @@ find_package(OpenMP REQUIRED COMPONENTS C)
 add_library(shardopt_gpu_kernels STATIC
   kernels/rng.c kernels/ns_coeffs.c kernels/cpu/elementwise_ref.c kernels/cpu/misc_ref.c
   kernels/cuda/ops_cuda.cu kernels/cuda/elementwise.cu kernels/cuda/ns_cuda.cu
-  runtime/mem.c) # the allocator every layer uses (plain libc)
+  base/mem.c) # the allocator every layer uses (plain libc)
 target_include_directories(shardopt_gpu_kernels PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(shardopt_gpu_kernels PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-fmad=false --Werror all-warnings -Xcompiler=-Wall,-Wextra>)

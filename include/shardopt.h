@@ -13,15 +13,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "shardopt_status.h" /* the status codes, SHARDOPT_API; no MPI */
+
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-/* The library is built with hidden visibility; only what this header declares is exported. */
-#if defined(__GNUC__)
-#define SHARDOPT_API __attribute__((visibility("default")))
-#else
-#define SHARDOPT_API
 #endif
 
 #define SHARDOPT_VERSION_MAJOR 0
@@ -30,23 +25,6 @@ extern "C" {
 /** Single integer, comparable: major*10000 + minor*100 + patch. */
 #define SHARDOPT_VERSION                                                                           \
     (SHARDOPT_VERSION_MAJOR * 10000 + SHARDOPT_VERSION_MINOR * 100 + SHARDOPT_VERSION_PATCH)
-
-/** Status codes: 0 is success, every error is negative. */
-typedef enum shardopt_status {
-    SHARDOPT_OK = 0,
-    SHARDOPT_ERR_INVALID_ARGUMENT = -1, /**< a value is outside what is accepted */
-    SHARDOPT_ERR_STATE = -2,            /**< call not valid now (e.g. step before commit) */
-    SHARDOPT_ERR_OUT_OF_MEMORY = -3,    /**< an allocation failed; the message gives the bytes */
-    SHARDOPT_ERR_MISMATCH = -4,         /**< ranks disagree (registration, layout) */
-    SHARDOPT_ERR_UNSUPPORTED = -5,      /**< valid request this build or version cannot serve */
-    SHARDOPT_ERR_IO = -6,               /**< file or system call failed */
-    SHARDOPT_ERR_CORRUPT = -7,          /**< malformed file or data */
-    SHARDOPT_ERR_NONFINITE = -8,        /**< NaN or Inf where a finite value is required */
-    SHARDOPT_ERR_INTERNAL = -9,         /**< a bug in shardopt: please report it */
-    SHARDOPT_ERR_COMM = -10,            /**< a communication call failed */
-    SHARDOPT_ERR_NCCL = -11,            /**< an NCCL operation failed or timed out (aborted) */
-    SHARDOPT_ERR_DEVICE = -12,          /**< a CUDA call, kernel or copy failed */
-} shardopt_status_t;
 
 typedef enum shardopt_dtype {
     SHARDOPT_DTYPE_FP32 = 0,
@@ -464,9 +442,6 @@ typedef struct shardopt_param *shardopt_param_t;
 /** Library version. Any pointer may be NULL. */
 SHARDOPT_API shardopt_status_t shardopt_get_version(int *major, int *minor, int *patch);
 
-/** Static text for a status code; never NULL. */
-SHARDOPT_API const char *shardopt_status_string(shardopt_status_t status);
-
 /** Static names of enum values, as config keys spell them ("bf16", "muon", "expert", "cpu");
  *  "unknown" for a value outside the enum; never NULL. For printing stats fields (offload,
  *  ns_compute) and shardopt_param_get_algo's result. */
@@ -476,10 +451,6 @@ SHARDOPT_API const char *shardopt_placement_name(shardopt_placement_t v);
 SHARDOPT_API const char *shardopt_offload_name(shardopt_offload_t v);
 SHARDOPT_API const char *shardopt_ns_compute_name(shardopt_ns_compute_t v);
 SHARDOPT_API const char *shardopt_backend_name(shardopt_backend_t v);
-
-/** Detail of the last failure on this thread ("" if none). Valid until the next failing call on
- *  the same thread. */
-SHARDOPT_API const char *shardopt_last_error(void);
 
 /** Overlay SHARDOPT_<KEY> environment variables onto cfg. An invalid value is an error naming
  *  the variable and what is accepted; cfg is then unchanged. shardopt_init does the same itself

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "clock.h"
-#include "runtime/mem.h"
+#include "base/mem.h"
 
 void timeline_init(struct timeline *tl, const struct kernel_ops *ops, const struct kernel_ctx *ctx)
 {

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/mem.h"
+#include "base/mem.h"
 
 void *host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_t bytes,
                        uint64_t limit, char *err, size_t errlen)

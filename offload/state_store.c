@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "host_store.h"
-#include "runtime/fault.h"
-#include "runtime/mem.h"
+#include "base/fault.h"
+#include "base/mem.h"
 
 #define STATE_ALIGN 64
 

@@ -1,8 +1,8 @@
 #include <string.h>
 
+#include "base/status.h"
 #include "checkpoint.h"
 #include "safetensors.h"
-#include "status.h"
 
 int ckpt_kinds(const shardopt_runtime_t rt, const struct shardopt_param *p, struct ckpt_kind out[2])
 {

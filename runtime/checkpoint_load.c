@@ -11,17 +11,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/status.h"
 #include "checkpoint.h"
 #include "comm_wait.h"
-#include "crc32c.h"
-#include "fault.h"
 #include "json_strict.h"
 #include "json_util.h"
-#include "log.h"
-#include "mem.h"
 #include "safetensors.h"
 #include "sharding/reshard.h"
-#include "status.h"
 
 struct ck_shard {
     const char *file;    /* points into the parsed JSON */

@@ -16,16 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/status.h"
 #include "checkpoint.h"
 #include "comm_wait.h"
 #include "config_keys.h"
-#include "crc32c.h"
-#include "fault.h"
 #include "json_util.h"
-#include "log.h"
-#include "mem.h"
 #include "safetensors.h"
-#include "status.h"
 
 /* NULL when out of memory: never an array with elements missing. */
 static cJSON *json_i64_array(const int64_t *v, int n)

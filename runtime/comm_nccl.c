@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/status.h"
 #include "comm_wait.h"
-#include "fault.h"
 #include "kernels/clock.h"
-#include "log.h"
-#include "mem.h"
-#include "status.h"
 
 struct nccl_group {
     ncclComm_t comm;

@@ -1,7 +1,7 @@
 /* Built without CUDA: no NCCL exchanges (init refuses comm_backend = nccl before any call). */
+#include "base/log.h"
+#include "base/status.h"
 #include "comm_nccl.h"
-#include "log.h"
-#include "status.h"
 
 shardopt_status_t nccl_group_create(const struct groups *gr, MPI_Comm comm, void *compute_stream,
                                     double timeout_s, const char *name,

@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "fault.h"
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/status.h"
 #include "kernels/clock.h"
-#include "log.h"
-#include "status.h"
 
 static _Thread_local const char *wait_phase;
 static _Thread_local int wait_bucket = -1;

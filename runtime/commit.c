@@ -4,19 +4,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/status.h"
 #include "classify.h"
 #include "comm_wait.h"
 #include "commit_check.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "kernels/lr_scale.h"
 #include "kernels/ns_variant.h"
-#include "log.h"
-#include "mem.h"
 #include "offload_exec.h"
 #include "replica_check.h"
 #include "runtime.h"
 #include "sharding/ns_strategy.h"
-#include "status.h"
 
 /* Reserve this parameter's state slices; fill the Muon geometry. */
 static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
+#include "base/status.h"
 #include "comm_wait.h"
-#include "mem.h"
-#include "status.h"
 
 /* What must agree across ranks, per parameter. */
 struct param_record {

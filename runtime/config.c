@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/status.h"
 #include "config_keys.h"
 #include "kernels/ns_coeffs.h"
-#include "log.h"
-#include "status.h"
 
 /* Oldest layout of shardopt_config_t we accept: version 1 is the current one. */
 #define CONFIG_V1_SIZE (offsetof(shardopt_config_t, num_threads) + sizeof(int))

@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/crc32c.h"
+#include "base/status.h"
 #include "config_keys.h"
-#include "crc32c.h"
-#include "status.h"
 
 static int key_is_local(const char *name)
 {

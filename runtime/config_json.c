@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
+#include "base/status.h"
 #include "config.h"
 #include "config_keys.h"
 #include "json_strict.h"
 #include "json_util.h"
-#include "mem.h"
-#include "status.h"
 
 /* A config file is a few hundred bytes; refuse anything that is clearly not one. */
 #define CONFIG_FILE_MAX (1 << 20)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "status.h"
+#include "base/status.h"
 
 static const char *const ns_coeffs_names[] = {"quintic", "jordan", "polar_express", "custom", NULL};
 static const char *const lr_scale_names[] = {"rms_norm", "spectral_norm", "jordan", "none", NULL};

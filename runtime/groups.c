@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fault.h"
+#include "base/mem.h"
+#include "base/status.h"
 #include "comm_wait.h"
-#include "fault.h"
-#include "mem.h"
-#include "status.h"
 
 /* timeout_s is the caller's (set before the groups are made) and stays */
 static void groups_null(struct groups *g)

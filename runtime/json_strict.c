@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "json_util.h"
-#include "mem.h"
 
 static shardopt_status_t fail(char *err, size_t errlen, shardopt_status_t status, const char *fmt,
                               ...)

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "mem.h"
+#include "base/mem.h"
 
 /* "a number", "a string", ... for messages that say what a value was instead. */
 static inline const char *json_type_name(const cJSON *v)

@@ -2,10 +2,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
+#include "base/status.h"
 #include "comm_wait.h"
-#include "mem.h"
 #include "runtime.h"
-#include "status.h"
 
 #define LINE 160
 

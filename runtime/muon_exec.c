@@ -2,11 +2,11 @@
 
 #include <string.h>
 
+#include "base/fault.h"
+#include "base/status.h"
 #include "comm_wait.h"
-#include "fault.h"
 #include "kernels/clock.h"
 #include "offload_exec.h"
-#include "status.h"
 
 /* One bucket of one group, and the buffer set it uses while in flight. */
 struct stage {

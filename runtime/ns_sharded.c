@@ -2,10 +2,10 @@
 
 #include <math.h>
 
+#include "base/status.h"
 #include "comm_wait.h"
 #include "kernels/clock.h"
 #include "offload_exec.h"
-#include "status.h"
 
 /* One matrix k of a sharded parameter, this rank's piece at element `off` of its shard. */
 static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param *p, MPI_Comm comm,

@@ -3,12 +3,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/status.h"
 #include "comm_wait.h"
-#include "fault.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/elem_rules.h"
-#include "log.h"
-#include "status.h"
 
 /* nonfinite = zero: for the flagged tensors (the same set on every rank), the sum of squares of
  * their finite elements and the count of the others, summed over the dense group, replace the

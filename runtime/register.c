@@ -2,12 +2,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
+#include "base/status.h"
 #include "classify.h"
 #include "kernels/rng.h"
-#include "mem.h"
 #include "runtime.h"
 #include "safetensors.h"
-#include "status.h"
 
 /* Oldest descriptor layout we accept (version 1 is current). */
 #define DESC_V1_SIZE (offsetof(shardopt_param_desc_t, wd_mult) + sizeof(double))

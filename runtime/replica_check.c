@@ -3,11 +3,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/crc32c.h"
+#include "base/log.h"
+#include "base/status.h"
 #include "comm_wait.h"
-#include "crc32c.h"
-#include "log.h"
 #include "runtime.h"
-#include "status.h"
 
 static uint32_t shard_crc(struct shardopt_runtime *rt, const struct shardopt_param *p)
 {

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "json_strict.h"
 #include "json_util.h"
-#include "mem.h"
 
 /* Doubles are exact integers below 2^53; cJSON reads every number as a double. */
 #define ST_U53_LIMIT 9007199254740992.0

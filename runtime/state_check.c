@@ -4,9 +4,9 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "base/status.h"
 #include "comm_wait.h"
 #include "prepass.h"
-#include "status.h"
 
 /* Array a of parameter p: 0 the parameter shard, 1 momentum (Muon) or exp_avg (AdamW),
  * 2 exp_avg_sq (AdamW; none for Muon). NULL and 0 elements when the parameter has no such

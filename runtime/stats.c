@@ -1,8 +1,8 @@
 /* Stats: counters the step measured, plus what follows from the committed parameter set. */
 #include <string.h>
 
+#include "base/status.h"
 #include "runtime.h"
-#include "status.h"
 
 static struct phase_times phases_now(const struct shardopt_runtime *rt)
 {

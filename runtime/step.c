@@ -4,9 +4,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/status.h"
 #include "comm_wait.h"
 #include "kernels/clock.h"
-#include "log.h"
 #include "muon_exec.h"
 #include "ns_sharded.h"
 #include "offload_exec.h"
@@ -14,7 +15,6 @@
 #include "replica_check.h"
 #include "runtime.h"
 #include "state_check.h"
-#include "status.h"
 
 /* Per-call scalars, resolved once from the args and the config. */
 struct step_scalars {

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/status.h"
 #include "bind.h"
 #include "comm_wait.h"
-#include "log.h"
-#include "status.h"
 
 static void topology_log(const struct topology *t, int rank, const char *what,
                          const char *gpu_busid)

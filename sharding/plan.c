@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/mem.h"
+#include "base/mem.h"
 
 double plan_ns_cost(int64_t rows, int64_t cols)
 {

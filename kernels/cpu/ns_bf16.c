@@ -11,7 +11,7 @@
 #include "../dtype.h"
 #include "../ns_coeffs.h"
 #include "ns_common.h"
-#include "runtime/mem.h"
+#include "base/mem.h"
 
 #define BF16_MAX_ROWS 64 /* block rows of a symmetric plan */
 

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "cpu_kernels.h"
-#include "runtime/mem.h"
+#include "base/mem.h"
 
 void *cpu_alloc(size_t bytes)
 {

@@ -11,7 +11,7 @@
 extern "C" {
 #include "cuda_probe.h"
 }
-#include "runtime/mem.h"
+#include "base/mem.h"
 
 static void *cuda_alloc(size_t bytes)
 {

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "model_run.h"
-#include "runtime/fault.h"
+#include "base/fault.h"
 
 int main(int argc, char **argv)
 {

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include "fixture.h"
-#include "runtime/fault.h"
-#include "runtime/mem.h"
+#include "base/fault.h"
+#include "base/mem.h"
 
 static int rank, nranks;
 static float dense_w[12 * 16], dense_g[12 * 16], exp_w[2 * 8 * 12], exp_g[2 * 8 * 12];

@@ -19,8 +19,8 @@
 
 #include "model_run.h"
 #include "runtime/checkpoint.h"
-#include "runtime/crc32c.h"
-#include "runtime/fault.h"
+#include "base/crc32c.h"
+#include "base/fault.h"
 
 static const char *test_dir(void)
 {

@@ -21,7 +21,7 @@
 #include "kernels/clock.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "model_run.h"
-#include "runtime/fault.h"
+#include "base/fault.h"
 #ifdef SHARDOPT_TEST_NCCL_MOCK
 #include "tests/mock/nccl_mock.h"
 #endif

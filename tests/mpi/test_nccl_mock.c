@@ -14,7 +14,7 @@
 #include "cuda_runtime.h" /* tests/mock: the mock streams */
 #include "runtime/comm_nccl.h"
 #include "runtime/groups.h"
-#include "runtime/status.h"
+#include "base/status.h"
 #include "test.h"
 #include "tests/mock/nccl_mock.h"
 

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "fixture.h"
-#include "runtime/fault.h"
-#include "runtime/mem.h"
+#include "base/fault.h"
+#include "base/mem.h"
 
 enum { C_CONFIG, C_INIT, C_REGISTER, C_COMMIT, C_LAYOUT, C_STEP, C_SAVE, C_LOAD, C_NONE };
 static const char *const call_names[C_NONE] = {"config_load_json", "init", "register", "commit",

@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "runtime/crc32c.h"
+#include "base/crc32c.h"
 #include "test.h"
 
 /* The definition itself, one bit at a time: the oracle the library is checked against. */

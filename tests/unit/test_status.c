@@ -1,7 +1,7 @@
 /* Status strings, the thread-local last error, the version. */
 #include <pthread.h>
 
-#include "runtime/status.h"
+#include "base/status.h"
 #include "shardopt.h"
 #include "test.h"
 

@@ -1,6 +1,6 @@
 /* CRC-32C (Castagnoli), the checksum the checkpoint index records per tensor. Pure: no I/O. */
-#ifndef RUNTIME_CRC32C_H
-#define RUNTIME_CRC32C_H
+#ifndef BASE_CRC32C_H
+#define BASE_CRC32C_H
 
 #include <stddef.h>
 #include <stdint.h>

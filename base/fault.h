@@ -14,8 +14,8 @@
  * alloc:<n> makes the n-th allocation of the library (runtime/mem.h, every layer's, and cJSON's
  * while armed) return NULL, counted from the load or from fault_arm (with SHARDOPT_FAULT_RANK, from
  * init on that rank). Only one site is armed at a time; kill@alloc and hang@alloc are refused. */
-#ifndef RUNTIME_FAULT_H
-#define RUNTIME_FAULT_H
+#ifndef BASE_FAULT_H
+#define BASE_FAULT_H
 
 /* 1 when this call at `site` is to fail (errno EIO, or the spec's). Never returns when it is to
  * kill. */

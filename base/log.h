@@ -1,8 +1,8 @@
 /* Logging, NCCL-style: SHARDOPT_LOG_LEVEL = error|warn|info|debug (default warn),
  * SHARDOPT_LOG_FILE = path with %h (host), %p (pid), %r (rank); default stderr. Both are read
  * once, at the first message. */
-#ifndef RUNTIME_LOG_H
-#define RUNTIME_LOG_H
+#ifndef BASE_LOG_H
+#define BASE_LOG_H
 
 #include <stddef.h>
 

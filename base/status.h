@@ -1,8 +1,8 @@
 /* Errors: recorded once where first detected (thread-local last error + log), then passed up. */
-#ifndef RUNTIME_STATUS_H
-#define RUNTIME_STATUS_H
+#ifndef BASE_STATUS_H
+#define BASE_STATUS_H
 
-#include "shardopt.h"
+#include "shardopt_status.h"
 
 /* Record fmt as this thread's last error, log it at error level, return status. */
 shardopt_status_t log_fail(shardopt_status_t status, const char *fmt, ...)

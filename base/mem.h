@@ -7,8 +7,8 @@
  * mem_fault_arm, so the one parser of that variable stays where the other sites are checked.
  * What these return is released with free(). State: one process-wide allocation counter and
  * target (fault injection, atomics) and, per thread, the size of the last failed request. */
-#ifndef RUNTIME_MEM_H
-#define RUNTIME_MEM_H
+#ifndef BASE_MEM_H
+#define BASE_MEM_H
 
 #include <stddef.h>
 

@@ -293,7 +293,7 @@ typedef struct shardopt_param_desc {
         .algo = SHARDOPT_ALGO_AUTO, .lr_mult = 1.0, .wd_mult = 1.0,                                \
     }
 
-#define SHARDOPT_STEP_ARGS_VERSION 1
+#define SHARDOPT_STEP_ARGS_VERSION 2
 
 typedef struct shardopt_step_args {
     size_t size;
@@ -305,6 +305,17 @@ typedef struct shardopt_step_args {
     void *stream;         /**< CUDA backend: the trainer's stream; ignored on the CPU */
     double max_grad_norm; /**< > 0: clip the global gradient norm to this (scale folded into
                                the kernels); <= 0 (default): no clipping */
+
+    /* Version 2 */
+    /** 1: a parameter whose grad pointer is NULL on every rank that holds elements of it is
+     *  skipped exactly, as torch.optim skips a parameter whose .grad is None: its values, its
+     *  optimizer state and its step count stay as they are, and it is left out of the gradient
+     *  norm (clipping) and the NaN/Inf check. NULL on some of those ranks but not on others
+     *  fails the step on every rank with SHARDOPT_ERR_MISMATCH naming the parameter and a rank
+     *  without a gradient, nothing written. Costs one all-reduce of 2 ints per parameter. Must
+     *  be the same on every rank, as every argument. 0 (default): a NULL grad pointer fails the
+     *  step (SHARDOPT_ERR_INVALID_ARGUMENT). */
+    int skip_missing_grads;
 } shardopt_step_args_t;
 
 /** args.lr as SHARDOPT_STEP_ARGS_INIT leaves it: not a learning rate, refused by the step (a
@@ -315,7 +326,7 @@ typedef struct shardopt_step_args {
     {                                                                                              \
         .size = sizeof(shardopt_step_args_t), .version = SHARDOPT_STEP_ARGS_VERSION,               \
         .lr = SHARDOPT_LR_UNSET, .adamw_lr = -1.0, .weight_decay = -1.0, .stream = NULL,           \
-        .max_grad_norm = 0.0,                                                                      \
+        .max_grad_norm = 0.0, .skip_missing_grads = 0,                                             \
     }
 
 #define SHARDOPT_STATS_VERSION 2
@@ -546,6 +557,52 @@ SHARDOPT_API shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardop
  *  keep the update). Valid after commit. */
 SHARDOPT_API shardopt_status_t shardopt_param_get_stats(shardopt_param_t param,
                                                         shardopt_param_stats_t *stats);
+
+/** The optimizer state tensors of a parameter: Muon has momentum, AdamW exp_avg and
+ *  exp_avg_sq (docs/checkpoint.md names them alike). */
+typedef enum shardopt_state_kind {
+    SHARDOPT_STATE_MOMENTUM = 0,   /**< Muon: M = sum of mu^k g (dtype momentum_dtype) */
+    SHARDOPT_STATE_EXP_AVG = 1,    /**< AdamW first moment (adam_state_dtype) */
+    SHARDOPT_STATE_EXP_AVG_SQ = 2, /**< AdamW second moment (adam_v_dtype) */
+} shardopt_state_kind_t;
+
+/** Static name of a state kind ("momentum", "exp_avg", "exp_avg_sq"; "unknown"). */
+SHARDOPT_API const char *shardopt_state_kind_name(shardopt_state_kind_t v);
+
+/** What shardopt_param_get_state / set_state exchange for one state tensor of a parameter: the
+ *  dtype it is held in and the number of elements this rank holds (its shard's local_numel:
+ *  0 where this rank holds none of the parameter). Either pointer may be NULL. A kind the
+ *  parameter's algorithm does not have is SHARDOPT_ERR_INVALID_ARGUMENT naming the kinds it
+ *  has. Not collective; valid after commit (SHARDOPT_ERR_STATE before). */
+SHARDOPT_API shardopt_status_t shardopt_param_state_info(shardopt_param_t param,
+                                                         shardopt_state_kind_t kind,
+                                                         shardopt_dtype_t *dtype, int64_t *count);
+
+/** Copy this rank's shard of one state tensor into buf: `count` elements (state_info) in the
+ *  parameter's registered local layout (the element order of its data shard), in the dtype the
+ *  state is held in, exactly the bytes a save writes for it. dtype must be that dtype and bytes
+ *  count times its size: anything else is SHARDOPT_ERR_INVALID_ARGUMENT naming the parameter,
+ *  the kind and what is held (convert in the caller). State in device memory or a host store is
+ *  copied out after the runtime's queued work. Not collective; after commit. */
+SHARDOPT_API shardopt_status_t shardopt_param_get_state(shardopt_param_t param,
+                                                        shardopt_state_kind_t kind, void *buf,
+                                                        size_t bytes, shardopt_dtype_t dtype);
+
+/** Replace this rank's shard of one state tensor with buf (the layout, dtype and size of
+ *  get_state; a different dtype is refused, nothing is converted), for the next step. Not
+ *  collective: every rank sets its own shard. Where the runtime holds replicas (dp_replicate >
+ *  1) or the parameter is replicated, every copy must be given the same values: the library does
+ *  not compare optimizer state across copies (replica_check_every compares parameters, which
+ *  then drift). Valid after commit; a refused call changes nothing. */
+SHARDOPT_API shardopt_status_t shardopt_param_set_state(shardopt_param_t param,
+                                                        shardopt_state_kind_t kind, const void *buf,
+                                                        size_t bytes, shardopt_dtype_t dtype);
+
+/** The steps a parameter has taken (AdamW's bias correction t - 1; for both algorithms the key
+ *  of stochastic rounding), and its replacement: set the same value on every rank. Not
+ *  collective; valid after commit. */
+SHARDOPT_API shardopt_status_t shardopt_param_get_step(shardopt_param_t param, uint64_t *step);
+SHARDOPT_API shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step);
 
 /** Save the optimizer state (collective), and the registered parameters too with ckpt_weights,
  *  as DIR/step-NNNNNNNN/ (one safetensors file per rank of replica 0, index.json and its

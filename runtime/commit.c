@@ -235,6 +235,7 @@ void commit_release(shardopt_runtime_t rt)
     rt->rep_counts = rt->rep_displs = rt->rep_sc = rt->rep_sd = NULL;
     free(rt->nonfinite);
     rt->nonfinite = NULL;
+    rt->gradflags = NULL;
     free(rt->pre_fin);
     rt->pre_fin = NULL;
     free(rt->drift);
@@ -320,8 +321,10 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     rt->pre_dt = noted(&oom, mem_malloc(sizeof(int) * np), sizeof(int) * np, "the pre-pass dtypes");
     rt->pre_n =
         noted(&oom, mem_malloc(sizeof(size_t) * np), sizeof(size_t) * np, "the pre-pass counts");
+    /* and behind them skip_missing_grads' two flags per parameter */
     rt->nonfinite =
-        noted(&oom, mem_malloc(sizeof(int) * np), sizeof(int) * np, "the non-finite flags");
+        noted(&oom, mem_malloc(sizeof(int) * 3 * np), sizeof(int) * 3 * np, "the non-finite flags");
+    rt->gradflags = rt->nonfinite != NULL ? rt->nonfinite + np : NULL;
     rt->pre_fin = noted(&oom, mem_malloc(sizeof(double) * 2 * np), sizeof(double) * 2 * np,
                         "the finite sums");
     if (rt->cfg.replica_check_every > 0) { /* the step allocates nothing: its buffers now */

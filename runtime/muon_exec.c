@@ -113,7 +113,9 @@ static int bucket_piece(void *arg, int i, struct state_range *r)
     const struct plan_piece *pc = &bp->rt->gx[st->kind].plan.pieces[q];
     r->p = bp->rt->params[pc->param];
     r->off = (size_t)pc->local_off;
-    r->n = (size_t)pc->count;
+    /* a matrix skip_missing_grads skips keeps its momentum: its U slot travels the plan's
+     * exchanges as it is (stale), is not orthogonalized and is applied nowhere */
+    r->n = r->p->skip ? 0 : (size_t)pc->count;
     r->out =
         at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, kdtype_size(bp->rt->cfg.comm_dtype));
     return 1;
@@ -288,6 +290,10 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
         int n = 1;
         while (w + n < hi && P->owned[w + n].param == ow->param && P->owned[w + n].k == ow->k + n)
             n++;
+        if (p->skip) { /* skip_missing_grads: its result would be discarded */
+            w += n;
+            continue;
+        }
         struct ns_args ns = {
             .batch = n,
             .rows = ow->rows,
@@ -325,6 +331,8 @@ static void stage_apply(shardopt_runtime_t rt, const struct stage *st, const str
 
     for (int q = st->b->piece_lo; q < st->b->piece_hi; q++) {
         const struct plan_piece *pc = &P->pieces[q];
+        if (rt->params[pc->param]->skip)
+            continue;
         muon_apply_range(rt, rt->params[pc->param], (size_t)pc->local_off, (size_t)pc->count,
                          at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es), s);
     }

@@ -72,7 +72,7 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
 
     for (int i = 0; i < rt->nparams; i++) {
         struct shardopt_param *p = rt->params[i];
-        if (!p->ns_sharded)
+        if (!p->ns_sharded || p->skip) /* skip_missing_grads: skipped on every member */
             continue;
         MPI_Comm comm =
             p->placement == SHARDOPT_PLACEMENT_EXPERT ? rt->groups.xs : rt->groups.dense;

@@ -82,9 +82,11 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
         const struct shardopt_param *p = rt->params[i];
         /* every rank sums its own gradients, a replicated tensor's too: each rank applies its
          * copy's, so a NaN in any copy must stop the step (below, it counts once in the norm) */
-        rt->pre_x[i] = p->grad;
+        /* a parameter skip_missing_grads skips has no gradient: it adds 0 to the norm and
+         * cannot be non-finite (its data stands in for the NULL pointer; nothing is read) */
+        rt->pre_x[i] = p->skip ? p->data : p->grad;
         rt->pre_dt[i] = p->grad_dtype;
-        rt->pre_n[i] = (size_t)p->layout.local_numel;
+        rt->pre_n[i] = p->skip ? 0 : (size_t)p->layout.local_numel;
     }
     prepass_sumsq(rt, 0);
     /* a replicated tensor is whole on every rank: its sum counts once per replica (dense rank

@@ -47,6 +47,7 @@ struct shardopt_param {
     size_t off_exp_avg, off_exp_avg_sq;
 
     uint64_t step; /* steps this parameter has taken (AdamW bias correction, rounding key) */
+    int skip;      /* this step: no gradient on any rank (skip_missing_grads); nothing changes */
 
     /* shardopt_param_get_stats */
     double grad_norm_last;  /* the pre-pass's global norm of this gradient (NaN: skipped/none) */
@@ -136,6 +137,7 @@ struct shardopt_runtime {
     int *pre_dt;
     size_t *pre_n;
     int *nonfinite;   /* [nparams]: NaN/Inf gradient somewhere */
+    int *gradflags;   /* skip_missing_grads: [2 * nparams] a rank without / with a gradient */
     double *pre_fin;  /* nonfinite = zero: [2 * nparams] the finite sums and the zeroed counts */
     uint32_t *drift;  /* replica_check_every: [4 * nparams] checksums and their min/max */
     void *drift_host; /* device backends: a host buffer the parameters pass through */

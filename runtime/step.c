@@ -21,6 +21,7 @@ struct step_scalars {
     double lr, adamw_lr;
     double muon_wd, adamw_wd;
     double max_grad_norm;
+    int skip_missing; /* skip_missing_grads */
 };
 
 /* Device backends: each parameter's data and grad where the step uses them (the device with
@@ -40,6 +41,8 @@ static shardopt_status_t step_pointers(shardopt_runtime_t rt)
         const void *const ptr[2] = {p->data, p->grad};
         for (int k = 0; k < 2; k++) {
             int dev[2];
+            if (ptr[k] == NULL) /* a gradient skip_missing_grads let through */
+                continue;
             const int kind = rt->ns_ops->pointer_kind(&rt->kctx, ptr[k], dev);
             const char *what = k ? "grad" : "data";
             if (on_device && kind == KERNEL_PTR_HOST)
@@ -85,6 +88,15 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
         args->size >= offsetof(shardopt_step_args_t, max_grad_norm) + sizeof(double)
             ? args->max_grad_norm
             : 0.0;
+    const int skip_missing =
+        args->size >= offsetof(shardopt_step_args_t, skip_missing_grads) + sizeof(int)
+            ? args->skip_missing_grads
+            : 0;
+    if (skip_missing != 0 && skip_missing != 1)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: skip_missing_grads = %d: accepted 0 (a NULL grad fails the step) "
+                        "or 1 (a parameter without a gradient on every rank is skipped)",
+                        skip_missing);
     if (args->lr == SHARDOPT_LR_UNSET)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "step: lr is not set: SHARDOPT_STEP_ARGS_INIT leaves it unset so that a "
@@ -108,11 +120,12 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
                         max_norm);
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
-        if (p->layout.local_numel > 0 && (p->grad == NULL || p->data == NULL))
+        if (p->layout.local_numel > 0 && (p->data == NULL || (p->grad == NULL && !skip_missing)))
             return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                             "step: parameter '%s' has a NULL %s pointer (set it with "
-                            "shardopt_param_set_pointers); nothing was updated",
-                            p->name, p->grad == NULL ? "grad" : "data");
+                            "shardopt_param_set_pointers, or skip parameters without a gradient "
+                            "with args.skip_missing_grads = 1); nothing was updated",
+                            p->name, p->data == NULL ? "data" : "grad");
     }
     shardopt_status_t st = step_pointers(rt);
     if (st != SHARDOPT_OK)
@@ -122,6 +135,7 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
     sc->muon_wd = args->weight_decay < 0 ? rt->cfg.weight_decay : args->weight_decay;
     sc->adamw_wd = args->weight_decay < 0 ? rt->cfg.adamw_weight_decay : args->weight_decay;
     sc->max_grad_norm = max_norm;
+    sc->skip_missing = skip_missing;
     return SHARDOPT_OK;
 }
 
@@ -180,7 +194,7 @@ static int adamw_tensor(void *arg, int i, struct state_range *r)
         return 0;
     struct shardopt_param *p = rt->params[i];
     *r = (struct state_range){.p = p, .off = 0, .n = 0, .out = NULL};
-    if (p->algo == SHARDOPT_ALGO_ADAMW)
+    if (p->algo == SHARDOPT_ALGO_ADAMW && !p->skip)
         r->n = (size_t)p->layout.local_numel;
     return 1;
 }
@@ -281,7 +295,7 @@ static void param_stats_before(shardopt_runtime_t rt)
 {
     for (int i = 0; i < rt->nparams; i++) {
         struct shardopt_param *p = rt->params[i];
-        p->grad_norm_last = sqrt(rt->sumsq[i]);
+        p->grad_norm_last = p->skip ? NAN : sqrt(rt->sumsq[i]);
         p->update_rms_last = NAN;
         if (rt->pstat_snap != NULL && p->layout.local_numel > 0)
             memcpy((char *)rt->pstat_snap + p->off_snapshot, p->data,
@@ -315,6 +329,41 @@ static void param_stats_after(shardopt_runtime_t rt)
             sqrt(rt->pstat_sum[i] / (double)rt->params[i]->layout.global_numel);
 }
 
+/* skip_missing_grads, once every rank has validated its arguments (collective): which
+ * parameters have a NULL gradient on every rank that holds elements of them (p->skip), from one
+ * all-reduce (max) of a rank without and a rank with a gradient each. Every rank sees the same
+ * flags, so each reaches the same verdict: a parameter without a gradient on some ranks only
+ * fails the step everywhere, before anything is written. */
+static shardopt_status_t step_missing_grads(shardopt_runtime_t rt, int on)
+{
+    const int n = rt->nparams, rank = rt->groups.me.rank;
+    int *lack = rt->gradflags, *have = rt->gradflags + n;
+    for (int i = 0; i < n; i++)
+        rt->params[i]->skip = 0;
+    if (!on || n == 0)
+        return SHARDOPT_OK;
+    for (int i = 0; i < n; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        const int held = p->layout.local_numel > 0;
+        lack[i] = held && p->grad == NULL ? rank + 1 : 0;
+        have[i] = held && p->grad != NULL ? rank + 1 : 0;
+    }
+    comm_phase("step: agreeing on missing gradients (skip_missing_grads)", -1);
+    if (groups_allreduce(&rt->groups, rt->gradflags, 2 * n, MPI_INT, MPI_MAX) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM,
+                        "step: the all-reduce of missing gradients (skip_missing_grads) failed");
+    for (int i = 0; i < n; i++)
+        if (lack[i] && have[i])
+            return log_fail(SHARDOPT_ERR_MISMATCH,
+                            "step: parameter '%s' has no gradient (NULL grad) on rank %d but has "
+                            "one on rank %d: skip_missing_grads skips a parameter only when "
+                            "every rank holding elements of it passes NULL; nothing was updated",
+                            rt->params[i]->name, lack[i] - 1, have[i] - 1);
+    for (int i = 0; i < n; i++)
+        rt->params[i]->skip = lack[i] != 0;
+    return SHARDOPT_OK;
+}
+
 static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_args_t *args)
 {
     shardopt_status_t status;
@@ -340,6 +389,10 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     /* the step is collective: a check failing on one rank fails it on all */
     if (rt->committed)
         status = groups_agree(&rt->groups, status, "step");
+    if (status != SHARDOPT_OK)
+        return status;
+    /* every rank validated the same arguments: skip_missing_grads is on everywhere or nowhere */
+    status = step_missing_grads(rt, sc.skip_missing);
     if (status != SHARDOPT_OK)
         return status;
     k = &rt->counters;
@@ -407,7 +460,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     }
     param_stats_after(rt);
     for (int i = 0; i < rt->nparams; i++)
-        rt->params[i]->step++;
+        rt->params[i]->step += !rt->params[i]->skip;
     k->steps++;
     /* after the update, which stands either way: a failure here says the replicas differ */
     if (rt->cfg.replica_check_every > 0 && k->steps % (uint64_t)rt->cfg.replica_check_every == 0) {

@@ -418,3 +418,195 @@ TEST(nonfinite_state_fails_the_step_everywhere_with_nothing_written)
         run_free(&d);
     }
 }
+
+/* skip_missing_grads: a dense Muon matrix, an expert stack, an AdamW bias and a replicated
+ * matrix with a NULL gradient on every rank are skipped exactly (values, state and step count
+ * as before), and every other tensor gets the bits of a run that stepped them with a zero
+ * gradient (the same global norm, clipping included) and then put their values, state and step
+ * count back: the oracle is exact because the skipped tensors add nothing to the norm. With the
+ * gather and the sharded Newton-Schulz strategies. */
+static const int skipped[] = {2, 11, 3, 17};
+#define NSKIP ((int)(sizeof skipped / sizeof skipped[0]))
+
+static int is_skipped(int p)
+{
+    for (int j = 0; j < NSKIP; j++)
+        if (skipped[j] == p)
+            return 1;
+    return 0;
+}
+
+/* Restore tensor p's value, state and step count from a snapshot taken by keep(). */
+struct kept {
+    void *bytes[MODEL_NPARAMS][3];
+    uint64_t step[MODEL_NPARAMS];
+};
+
+static void keep(const struct run *r, struct kept *k)
+{
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        k->step[p] = r->h[p]->step;
+        for (int j = 0; j < 3; j++) {
+            size_t es;
+            const void *src = kind_data(r, p, j, &es);
+            k->bytes[p][j] = NULL;
+            if (src == NULL)
+                continue;
+            k->bytes[p][j] = malloc((size_t)r->box[p].numel * es + 1);
+            memcpy(k->bytes[p][j], src, (size_t)r->box[p].numel * es);
+        }
+    }
+}
+
+static void put_back(struct run *r, const struct kept *k, int p)
+{
+    r->h[p]->step = k->step[p];
+    for (int j = 0; j < 3; j++) {
+        size_t es;
+        void *dst = (void *)kind_data(r, p, j, &es);
+        if (dst != NULL)
+            memcpy(dst, k->bytes[p][j], (size_t)r->box[p].numel * es);
+    }
+}
+
+static void kept_free(struct kept *k)
+{
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int j = 0; j < 3; j++)
+            free(k->bytes[p][j]);
+}
+
+TEST(missing_gradients_are_skipped_exactly)
+{
+    setup();
+    for (int strategy = 0; strategy < 2; strategy++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.ns_strategy = strategy ? SHARDOPT_NS_STRATEGY_SHARDED : SHARDOPT_NS_STRATEGY_GATHER;
+        struct run a = {0}, b = {0};
+        ASSERT_EQ_INT(run_setup(&a, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+        ASSERT_EQ_INT(run_setup(&b, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+        ASSERT_EQ_INT(run_steps(&a, 1, 2), SHARDOPT_OK);
+        ASSERT_EQ_INT(run_steps(&b, 1, 2), SHARDOPT_OK);
+        struct kept ka, kb;
+        keep(&a, &ka);
+        keep(&b, &kb);
+
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.02;
+        args.max_grad_norm = 0.5; /* the norm of the rest: clipped, and the same in both runs */
+        args.skip_missing_grads = 1;
+        run_grads(&a, 3, 0);
+        run_grads(&b, 3, 0);
+        for (int j = 0; j < NSKIP; j++) {
+            const int p = skipped[j];
+            ASSERT_EQ_INT(shardopt_param_set_pointers(a.h[p], a.w[p], NULL), SHARDOPT_OK);
+            memset(b.g[p], 0, (size_t)b.box[p].numel * model_esize(model_params[p].dtype));
+        }
+        ASSERT_EQ_INT(shardopt_step(a.rt, &args), SHARDOPT_OK);
+        args.skip_missing_grads = 0;
+        ASSERT_EQ_INT(shardopt_step(b.rt, &args), SHARDOPT_OK);
+        shardopt_stats_t sa = SHARDOPT_STATS_INIT, sb = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(a.rt, &sa);
+        shardopt_get_stats(b.rt, &sb);
+        EXPECT_TRUE(sa.grad_norm_last > args.max_grad_norm);
+        EXPECT_TRUE(sa.grad_norm_last == sb.grad_norm_last);
+        long moved = 0, differ = 0;
+        for (int p = 0; p < MODEL_NPARAMS; p++) {
+            if (is_skipped(p)) {
+                /* untouched in a: the bytes and the step count kept before the step */
+                EXPECT_EQ_INT((int)a.h[p]->step, 2);
+                for (int j = 0; j < 3; j++) {
+                    size_t es;
+                    const void *now = kind_data(&a, p, j, &es);
+                    moved += now != NULL &&
+                             memcmp(now, ka.bytes[p][j], (size_t)a.box[p].numel * es) != 0;
+                }
+                shardopt_param_stats_t ps = SHARDOPT_PARAM_STATS_INIT;
+                shardopt_param_get_stats(a.h[p], &ps);
+                EXPECT_TRUE(isnan(ps.grad_norm));
+                put_back(&b, &kb, p); /* the oracle: b's update of it discarded */
+            } else {
+                EXPECT_EQ_INT((int)a.h[p]->step, 3);
+            }
+        }
+        for (int p = 0; p < MODEL_NPARAMS; p++)
+            for (int j = 0; j < 3; j++) {
+                size_t es;
+                const void *x = kind_data(&a, p, j, &es), *y = kind_data(&b, p, j, &es);
+                if (x != NULL && memcmp(x, y, (size_t)a.box[p].numel * es) != 0) {
+                    differ++;
+                    fprintf(stderr, "  rank %d: %s kind %d differs from the oracle\n", me,
+                            model_params[p].name, j);
+                }
+            }
+        EXPECT_EQ_INT(moved, 0);
+        EXPECT_EQ_INT(differ, 0);
+        /* the skipped tensors take their next gradient as usual, in both runs alike */
+        for (int j = 0; j < NSKIP; j++)
+            shardopt_param_set_pointers(a.h[skipped[j]], a.w[skipped[j]], a.g[skipped[j]]);
+        EXPECT_EQ_INT(run_steps(&a, 4, 4), SHARDOPT_OK);
+        EXPECT_EQ_INT(run_steps(&b, 4, 4), SHARDOPT_OK);
+        unsigned char *xa, *xb;
+        size_t na, nb;
+        snapshot(&a, &xa, &na);
+        snapshot(&b, &xb, &nb);
+        EXPECT_TRUE(na == nb && memcmp(xa, xb, na) == 0);
+        free(xa);
+        free(xb);
+        kept_free(&ka);
+        kept_free(&kb);
+        run_free(&a);
+        run_free(&b);
+    }
+}
+
+/* A gradient missing on one rank only (a sharded matrix, a replicated tensor) fails the step on
+ * every rank, naming the tensor and a rank without it, with nothing written; without the
+ * option a NULL gradient is refused as before. */
+TEST(a_gradient_missing_on_some_ranks_fails_everywhere)
+{
+    setup();
+    if (world < 2)
+        return;
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    const int targets[2] = {17, 2}; /* replicated: every rank holds it; dense: sharded */
+    for (int t = 0; t < 2; t++) {
+        const int p = targets[t];
+        struct run d = {0};
+        ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+        ASSERT_EQ_INT(run_steps(&d, 1, 1), SHARDOPT_OK);
+        /* the last rank holding elements of it lacks the gradient */
+        int last = d.box[p].numel > 0 ? me : -1;
+        MPI_Allreduce(MPI_IN_PLACE, &last, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        int holders = d.box[p].numel > 0;
+        MPI_Allreduce(MPI_IN_PLACE, &holders, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        ASSERT_TRUE(holders > 1);
+        unsigned char *before, *after;
+        size_t nb, na;
+        snapshot(&d, &before, &nb);
+        run_grads(&d, 2, 0);
+        if (me == last)
+            shardopt_param_set_pointers(d.h[p], d.w[p], NULL);
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.02;
+        args.skip_missing_grads = 1;
+        EXPECT_EQ_INT(shardopt_step(d.rt, &args), SHARDOPT_ERR_MISMATCH);
+        char want[160];
+        snprintf(want, sizeof want, "parameter '%s' has no gradient (NULL grad) on rank %d",
+                 model_params[p].name, last);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), want);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was updated");
+        args.skip_missing_grads = 0; /* the default: refused as a NULL pointer */
+        EXPECT_EQ_INT(shardopt_step(d.rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), model_params[p].name);
+        args.skip_missing_grads = 2;
+        EXPECT_EQ_INT(shardopt_step(d.rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "skip_missing_grads = 2");
+        snapshot(&d, &after, &na);
+        EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+        EXPECT_EQ_INT((int)d.h[0]->step, 1);
+        free(before);
+        free(after);
+        run_free(&d);
+    }
+}

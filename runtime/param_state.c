@@ -1,0 +1,168 @@
+/* One parameter's optimizer state and step count read and replaced in place, without a
+ * checkpoint (shardopt_param_get_state and friends): what a language binding's state_dict
+ * needs, on any file system layout. The state keeps its dtype: nothing is converted here. */
+#include <string.h>
+
+#include "base/fault.h"
+#include "base/status.h"
+#include "runtime.h"
+
+const char *shardopt_state_kind_name(shardopt_state_kind_t v)
+{
+    static const char *const n[] = {"momentum", "exp_avg", "exp_avg_sq"};
+    return (int)v >= 0 && (int)v < 3 ? n[v] : "unknown";
+}
+
+/* The state tensor `kind` of p: its offset in the store and dtype, or a refusal naming what p
+ * has. call names the entry point. */
+static shardopt_status_t state_find(const struct shardopt_param *p, shardopt_state_kind_t kind,
+                                    const char *call, size_t *off, shardopt_dtype_t *dtype)
+{
+    const shardopt_config_t *c = &p->rt->cfg;
+    if (!p->rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE,
+                        "%s '%s': runtime not committed (call shardopt_commit): the state is "
+                        "allocated there",
+                        call, p->name);
+    const int muon = p->algo == SHARDOPT_ALGO_MUON;
+    if (muon && kind == SHARDOPT_STATE_MOMENTUM) {
+        *off = p->off_momentum;
+        *dtype = c->momentum_dtype;
+        return SHARDOPT_OK;
+    }
+    if (!muon && (kind == SHARDOPT_STATE_EXP_AVG || kind == SHARDOPT_STATE_EXP_AVG_SQ)) {
+        const int sq = kind == SHARDOPT_STATE_EXP_AVG_SQ;
+        *off = sq ? p->off_exp_avg_sq : p->off_exp_avg;
+        *dtype = sq ? c->adam_v_dtype : c->adam_state_dtype;
+        return SHARDOPT_OK;
+    }
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "%s '%s': kind = %s (%d): a %s parameter has %s",
+                    call, p->name, shardopt_state_kind_name(kind), (int)kind,
+                    shardopt_algo_name(p->algo),
+                    muon ? "momentum (0)" : "exp_avg (1) and exp_avg_sq (2)");
+}
+
+shardopt_status_t shardopt_param_state_info(shardopt_param_t param, shardopt_state_kind_t kind,
+                                            shardopt_dtype_t *dtype, int64_t *count)
+{
+    size_t off = 0;
+    shardopt_dtype_t dt = SHARDOPT_DTYPE_FP32;
+    if (param == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_state_info: NULL param");
+    const shardopt_status_t st = state_find(param, kind, "param_state_info", &off, &dt);
+    if (st != SHARDOPT_OK)
+        return st;
+    if (dtype != NULL)
+        *dtype = dt;
+    if (count != NULL)
+        *count = param->layout.local_numel;
+    return SHARDOPT_OK;
+}
+
+/* Checks shared by get and set: the tensor exists, buf has its dtype and size. */
+static shardopt_status_t state_check_buf(const struct shardopt_param *p, shardopt_state_kind_t kind,
+                                         const void *buf, size_t bytes, shardopt_dtype_t dtype,
+                                         const char *call, void **state)
+{
+    size_t off = 0;
+    shardopt_dtype_t held = SHARDOPT_DTYPE_FP32;
+    shardopt_status_t st = state_find(p, kind, call, &off, &held);
+    if (st != SHARDOPT_OK)
+        return st;
+    const char *kname = shardopt_state_kind_name(kind);
+    if (dtype != held)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "%s '%s' %s: buffer dtype %s (%d), but the state is held in %s: pass a "
+                        "%s buffer (the library converts nothing; convert in the caller)",
+                        call, p->name, kname, shardopt_dtype_name(dtype), (int)dtype,
+                        shardopt_dtype_name(held), shardopt_dtype_name(held));
+    const size_t n = (size_t)p->layout.local_numel, want = n * kdtype_size(held);
+    if (bytes != want)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "%s '%s' %s: %zu bytes given, this rank holds %zu %s elements = %zu bytes",
+                        call, p->name, kname, bytes, n, shardopt_dtype_name(held), want);
+    if (buf == NULL && bytes > 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "%s '%s' %s: NULL buffer for %zu bytes",
+                        call, p->name, kname, bytes);
+    *state = state_store_ptr(&p->rt->store, off);
+    return SHARDOPT_OK;
+}
+
+/* Copy between the caller's host buffer and the state: through the device's copy where the
+ * state is device memory, after the runtime's queued work (a step given a stream may still be
+ * writing it; a host store may still be receiving a staging slot's copy-out). */
+static shardopt_status_t state_move(struct shardopt_runtime *rt, const struct shardopt_param *p,
+                                    void *dst, const void *src, size_t bytes, const char *call)
+{
+    if (bytes == 0)
+        return SHARDOPT_OK;
+    shardopt_status_t st = rt_device_enter(rt, call);
+    if (st != SHARDOPT_OK)
+        return st;
+    if (state_store_on_device(&rt->store)) {
+        rt->ops->copy(&rt->kctx, dst, src, bytes);
+        if (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0)
+            return log_fail(SHARDOPT_ERR_DEVICE,
+                            "%s '%s': rank %d: copying %zu bytes %s the "
+                            "device failed (%s)",
+                            call, p->name, rt->groups.me.rank, bytes,
+                            strcmp(call, "param_set_state") == 0 ? "to" : "from", rt->ops->name);
+        return SHARDOPT_OK;
+    }
+    if (rt->ops->sync != NULL && rt->ops->sync(&rt->kctx) != 0)
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "%s '%s': rank %d: waiting for the device's copies of the state failed "
+                        "(%s)",
+                        call, p->name, rt->groups.me.rank, rt->ops->name);
+    memcpy(dst, src, bytes);
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_param_get_state(shardopt_param_t param, shardopt_state_kind_t kind,
+                                           void *buf, size_t bytes, shardopt_dtype_t dtype)
+{
+    void *state = NULL;
+    if (param == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_get_state: NULL param");
+    shardopt_status_t st =
+        state_check_buf(param, kind, buf, bytes, dtype, "param_get_state", &state);
+    return st != SHARDOPT_OK ? st
+                             : state_move(param->rt, param, buf, state, bytes, "param_get_state");
+}
+
+shardopt_status_t shardopt_param_set_state(shardopt_param_t param, shardopt_state_kind_t kind,
+                                           const void *buf, size_t bytes, shardopt_dtype_t dtype)
+{
+    void *state = NULL;
+    if (param == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_set_state: NULL param");
+    shardopt_status_t st =
+        state_check_buf(param, kind, buf, bytes, dtype, "param_set_state", &state);
+    return st != SHARDOPT_OK ? st
+                             : state_move(param->rt, param, state, buf, bytes, "param_set_state");
+}
+
+shardopt_status_t shardopt_param_get_step(shardopt_param_t param, uint64_t *step)
+{
+    if (param == NULL || step == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_get_step: NULL %s",
+                        param == NULL ? "param" : "step");
+    if (!param->rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE,
+                        "param_get_step '%s': runtime not committed (call shardopt_commit)",
+                        param->name);
+    *step = param->step;
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step)
+{
+    if (param == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_set_step: NULL param");
+    if (!param->rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE,
+                        "param_set_step '%s': runtime not committed (call shardopt_commit)",
+                        param->name);
+    param->step = step;
+    return SHARDOPT_OK;
+}

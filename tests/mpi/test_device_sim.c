@@ -1015,3 +1015,92 @@ TEST(a_stuck_nccl_rank_fails_the_step_on_every_rank)
     dev_timeout_s = 0;
 }
 #endif
+
+/* shardopt_param_get_state / set_state / get_step / set_step where the state is device memory
+ * the host cannot touch (offload none), a host store streamed through device slots (optimizer)
+ * or host memory beside a device Newton-Schulz (cpu): get gives the CPU run's bytes; the CPU
+ * run's state and step counts set into a fresh device run give, one step on, the CPU run's
+ * parameters and state. On CUDA (Muon updates only close), the simulated device only. */
+TEST(param_state_through_the_device)
+{
+    device_begin();
+    if (on_cuda)
+        return;
+    struct run cpu = {0};
+    ASSERT_EQ_INT(run_setup(&cpu, MPI_COMM_WORLD, test_cfg(), 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&cpu, 1, 2), SHARDOPT_OK);
+    struct dev_run dev = {0}, fresh = {0};
+    ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_steps(&dev, 1, 2), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_setup(&fresh), SHARDOPT_OK);
+    long differ = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const shardopt_param_t h = dev.rt->params[p], hf = fresh.rt->params[p];
+        for (int k = 0; k < 3; k++) {
+            size_t es;
+            const void *want = kind_data(&cpu, p, k + 1, &es);
+            if (want == NULL || k == 2)
+                continue;
+            const shardopt_state_kind_t kind = h->algo == SHARDOPT_ALGO_MUON
+                                                   ? SHARDOPT_STATE_MOMENTUM
+                                                   : (shardopt_state_kind_t)(k + 1);
+            shardopt_dtype_t dt;
+            int64_t n;
+            ASSERT_EQ_INT(shardopt_param_state_info(h, kind, &dt, &n), SHARDOPT_OK);
+            const size_t bytes = (size_t)n * es;
+            void *got = malloc(bytes + 1);
+            ASSERT_EQ_INT(shardopt_param_get_state(h, kind, got, bytes, dt), SHARDOPT_OK);
+            differ += memcmp(got, want, bytes) != 0;
+            ASSERT_EQ_INT(shardopt_param_set_state(hf, kind, want, bytes, dt), SHARDOPT_OK);
+            if (h->algo == SHARDOPT_ALGO_ADAMW) { /* its second moment too */
+                const void *v = kind_data(&cpu, p, 2, &es);
+                ASSERT_EQ_INT(shardopt_param_state_info(h, SHARDOPT_STATE_EXP_AVG_SQ, &dt, &n),
+                              SHARDOPT_OK);
+                ASSERT_EQ_INT(
+                    shardopt_param_get_state(h, SHARDOPT_STATE_EXP_AVG_SQ, got, (size_t)n * es, dt),
+                    SHARDOPT_OK);
+                differ += memcmp(got, v, (size_t)n * es) != 0;
+                ASSERT_EQ_INT(
+                    shardopt_param_set_state(hf, SHARDOPT_STATE_EXP_AVG_SQ, v, (size_t)n * es, dt),
+                    SHARDOPT_OK);
+            }
+            free(got);
+        }
+        uint64_t step;
+        ASSERT_EQ_INT(shardopt_param_get_step(h, &step), SHARDOPT_OK);
+        EXPECT_EQ_INT((int)step, 2);
+        ASSERT_EQ_INT(shardopt_param_set_step(hf, step), SHARDOPT_OK);
+        /* and the CPU run's parameter values */
+        const size_t pb = (size_t)fresh.box[p].numel * model_esize(model_params[p].dtype);
+        memcpy(fresh.hw[p], cpu.w[p], pb);
+        dev_copy(fresh.w[p], fresh.hw[p], pb);
+    }
+    EXPECT_EQ_INT(differ, 0);
+    ASSERT_EQ_INT(run_steps(&cpu, 3, 3), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_steps(&fresh, 3, 3), SHARDOPT_OK);
+    EXPECT_EQ_INT(params_differ(&fresh, &cpu, 1), 0);
+    long state_differ = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        for (int k = 1; k < 3; k++) {
+            size_t es;
+            const void *want = kind_data(&cpu, p, k, &es);
+            if (want == NULL)
+                continue;
+            const struct shardopt_param *h = fresh.rt->params[p];
+            const shardopt_state_kind_t kind =
+                h->algo == SHARDOPT_ALGO_MUON ? SHARDOPT_STATE_MOMENTUM : (shardopt_state_kind_t)k;
+            const size_t bytes = (size_t)fresh.box[p].numel * es;
+            void *got = malloc(bytes + 1);
+            shardopt_dtype_t dt;
+            shardopt_param_state_info(fresh.rt->params[p], kind, &dt, NULL);
+            ASSERT_EQ_INT(shardopt_param_get_state(fresh.rt->params[p], kind, got, bytes, dt),
+                          SHARDOPT_OK);
+            state_differ += memcmp(got, want, bytes) != 0;
+            free(got);
+        }
+    EXPECT_EQ_INT(state_differ, 0);
+    EXPECT_EQ_INT((int)sim_wrong_device, 0);
+    dev_free(&dev);
+    dev_free(&fresh);
+    run_free(&cpu);
+}

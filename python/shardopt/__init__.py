@@ -37,6 +37,8 @@ _STATUS = {0: "ok", -1: "invalid argument", -2: "invalid state", -3: "out of mem
            -11: "NCCL error", -12: "CUDA device error"}
 DTYPES = {"fp32": 0, "bf16": 1}
 PLACEMENTS = {"dense": 0, "expert": 1, "replicated": 2}
+STATE_KINDS = {"momentum": 0, "exp_avg": 1, "exp_avg_sq": 2}  # shardopt_state_kind_t
+_ERR_STATE = -2
 ALGOS = {"auto": 0, "muon": 1, "adamw": 2}
 
 
@@ -50,8 +52,8 @@ class Error(RuntimeError):
 
 class SaveRefused(Error):
     """save(dir) at the step dir's `latest` already names: a refusal (it would replace the
-    current checkpoint), not an I/O failure; nothing was written. The library reports it with
-    its I/O status, kept in .status."""
+    current checkpoint), not an I/O failure; nothing was written. The library's status for it,
+    SHARDOPT_ERR_STATE (-2), is kept in .status."""
 
     def __init__(self, status, message):
         RuntimeError.__init__(self, f"shardopt_save: refused, nothing written: {message}")
@@ -69,11 +71,11 @@ class _Desc(ctypes.Structure):  # shardopt_param_desc_t, version 1
                 ("lr_mult", ctypes.c_double), ("wd_mult", ctypes.c_double)]
 
 
-class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 1
+class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 2
     _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
                 ("lr", ctypes.c_double), ("adamw_lr", ctypes.c_double),
                 ("weight_decay", ctypes.c_double), ("stream", ctypes.c_void_p),
-                ("max_grad_norm", ctypes.c_double)]
+                ("max_grad_norm", ctypes.c_double), ("skip_missing_grads", ctypes.c_int)]
 
 
 class _Stats(ctypes.Structure):  # a prefix of shardopt_stats_t (size says how much to fill)
@@ -143,7 +145,11 @@ def library():
             "shardopt_param_get_algo": [P, ctypes.POINTER(I)], "shardopt_commit": [P],
             "shardopt_step": [P, ctypes.POINTER(_StepArgs)],
             "shardopt_get_stats": [P, ctypes.POINTER(_Stats)], "shardopt_save": [P, ctypes.c_char_p],
-            "shardopt_load": [P, ctypes.c_char_p], "shardopt_finalize": [P]}
+            "shardopt_load": [P, ctypes.c_char_p], "shardopt_finalize": [P],
+            "shardopt_param_state_info": [P, I, ctypes.POINTER(I), ctypes.POINTER(ctypes.c_int64)],
+            "shardopt_param_get_state": [P, I, P, S, I], "shardopt_param_set_state": [P, I, P, S, I],
+            "shardopt_param_get_step": [P, ctypes.POINTER(ctypes.c_uint64)],
+            "shardopt_param_set_step": [P, ctypes.c_uint64]}
     # a library that loads but is not libshardopt (libc, an old build) would fail at the first
     # call with an AttributeError naming neither the file nor how it was chosen
     missing = [n for n in list(sigs) + ["shardopt_last_error"] if not hasattr(lib, n)]
@@ -756,7 +762,7 @@ class Optimizer:
         g = g.to_local() if hasattr(g, "to_local") else g
         return g.detach()
 
-    def _sync(self, p):
+    def _sync(self, p, skip_missing=False):
         """Check p's current buffers and point the library at them. A torch parameter's are its
         local storage (followed when it moved: param.data = ..., model.to(...)) and its .grad
         now; a numpy Param's are p.data and p.grad as they are now. Buffers of another size or
@@ -766,7 +772,7 @@ class Optimizer:
             src = p.source
             local = src.to_local() if hasattr(src, "to_local") else src
             grad = src.grad
-            if grad is None:
+            if grad is None and not skip_missing:
                 self._torch_grad(p)  # raises, naming p
             grad = grad.to_local() if hasattr(grad, "to_local") else grad
             addrs = self._check_buffers(p, local, grad)  # the checks hold for a detached view
@@ -774,21 +780,26 @@ class Optimizer:
             # keep the tensors held while nothing moved (they keep the memory alive); a new
             # address is held through a detached view of it
             data = slot.data if addrs[0] == slot.data_addr else local.detach()
-            grad = slot.grad if addrs[1] == slot.grad_addr else grad.detach()
+            grad = (slot.grad if addrs[1] == slot.grad_addr
+                    else grad.detach() if grad is not None else None)
             p.data, p.grad = data, grad
         else:
             data, grad = p.data, p.grad
             addrs = self._check_buffers(p, data, grad)
         self._point(p, data, grad, addrs)
 
-    def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None):
+    def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None,
+             skip_missing_grads=False):
         """One optimizer step (collective). stream: a CUDA stream (torch.cuda.Stream or a
         raw handle) for the CUDA backend. Every parameter's buffers are checked again first
-        (_sync); parameters from torch_params take their gradients from .grad now."""
+        (_sync); parameters from torch_params take their gradients from .grad now.
+        skip_missing_grads: a parameter whose gradient is None on every rank is left exactly as
+        it is (values, state, step count), as torch.optim does; None on some ranks only fails
+        the step on every rank (Error, status -4). Pass the same value on every rank."""
         refused = []
         for p in self.params if self._rt else []:  # closed: the library says so below
             try:
-                self._sync(p)
+                self._sync(p, skip_missing_grads)
             except Exception as e:  # noqa: BLE001 - raised below, after the collective step
                 refused.append((p, str(e)))
         if stream is None and self._cuda:  # torch's convention: the current stream
@@ -796,14 +807,16 @@ class Optimizer:
             stream = torch.cuda.current_stream()
         if stream is not None and hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
-        a = _StepArgs(size=ctypes.sizeof(_StepArgs), version=1, lr=lr, adamw_lr=adamw_lr,
-                      weight_decay=weight_decay, stream=stream, max_grad_norm=max_grad_norm)
+        a = _StepArgs(size=ctypes.sizeof(_StepArgs), version=2, lr=lr, adamw_lr=adamw_lr,
+                      weight_decay=weight_decay, stream=stream, max_grad_norm=max_grad_norm,
+                      skip_missing_grads=int(bool(skip_missing_grads)))
         if refused:
             # the step is collective: this rank still goes on to it, with arguments the library
             # refuses before touching any buffer, so that it fails on every rank instead of the
             # others waiting for this one. A refused parameter's gradient is passed as NULL
-            # (the library names the parameter on every rank); where its shard is empty here a
-            # NULL is legal, so lr = NaN makes the refusal certain.
+            # (the library names the parameter on every rank); where its shard is empty here,
+            # or where skip_missing_grads would skip a NULL gradient, lr = NaN makes the
+            # refusal certain.
             named = False
             for p, _ in refused:
                 slot = self._slots.get(id(p))
@@ -814,7 +827,7 @@ class Optimizer:
                 if p.source is not None:
                     p.grad = None
                 named = named or slot.count > 0
-            if not named:
+            if not named or skip_missing_grads:
                 a.lr = float("nan")
         t0 = _perf_counter()
         status = self._lib.shardopt_step(self._rt, ctypes.byref(a))
@@ -852,9 +865,62 @@ class Optimizer:
         try:
             _check("save", self._lib.shardopt_save(self._rt, os.fsencode(directory)))
         except Error as e:
-            if "is the latest checkpoint" in e.message and "save elsewhere" in e.message:
+            # a committed runtime's save has one invalid-state refusal: that step is latest
+            if e.status == _ERR_STATE:
                 raise SaveRefused(e.status, e.message) from None
             raise
+
+    # ---- one parameter's optimizer state (not collective) ----------------------------------
+
+    def state_kinds(self, p):
+        """The state tensors of p: ("momentum",) for Muon, ("exp_avg", "exp_avg_sq") for
+        AdamW."""
+        return ("momentum",) if self.algo(p) == "muon" else ("exp_avg", "exp_avg_sq")
+
+    def state_info(self, p, kind):
+        """(dtype, count): the dtype ("fp32" / "bf16") p's state `kind` is held in and the
+        number of elements this rank holds (its shard's, in the parameter's local order)."""
+        slot = self._slot(p)
+        dt, n = ctypes.c_int(), ctypes.c_int64()
+        _check("param_state_info", self._lib.shardopt_param_state_info(
+            slot.handle, STATE_KINDS[kind], ctypes.byref(dt), ctypes.byref(n)))
+        return {0: "fp32", 1: "bf16"}[dt.value], n.value
+
+    def get_state(self, p, kind):
+        """This rank's shard of p's state `kind` (state_kinds) as a new flat numpy array in
+        the parameter's local element order: float32, or uint16 holding bf16 bits where the
+        state is held in bf16 (the bytes a save writes). Not collective."""
+        import numpy as np
+        dt, n = self.state_info(p, kind)
+        out = np.empty(n, np.float32 if dt == "fp32" else np.uint16)
+        _check("param_get_state", self._lib.shardopt_param_get_state(
+            self._slot(p).handle, STATE_KINDS[kind], out.ctypes.data, out.nbytes, DTYPES[dt]))
+        return out
+
+    def set_state(self, p, kind, values):
+        """Replace this rank's shard of p's state `kind` with values: a host buffer (numpy
+        float32 / uint16-as-bf16, torch float32 / bfloat16) of the state's dtype and element
+        count (state_info); anything else raises (the library converts nothing). Not
+        collective: where the runtime holds replicas, set the same values on every replica."""
+        slot = self._slot(p)
+        addr, dt, n = _buffer(values, f"{p.name}.{kind}", host=True)
+        if addr is None and n == 0:
+            dt = self.state_info(p, kind)[0]
+        size = 2 if dt == "bf16" else 4
+        _check("param_set_state", self._lib.shardopt_param_set_state(
+            slot.handle, STATE_KINDS[kind], addr, n * size, DTYPES[dt]))
+
+    def get_step(self, p):
+        """The steps p has taken (AdamW's bias correction, the stochastic rounding key)."""
+        s = ctypes.c_uint64()
+        _check("param_get_step", self._lib.shardopt_param_get_step(self._slot(p).handle,
+                                                                    ctypes.byref(s)))
+        return s.value
+
+    def set_step(self, p, step):
+        """Set p's step count (the same value on every rank)."""
+        _check("param_set_step", self._lib.shardopt_param_set_step(self._slot(p).handle,
+                                                                    int(step)))
 
     def load(self, directory):
         _check("load", self._lib.shardopt_load(self._rt, os.fsencode(directory)))

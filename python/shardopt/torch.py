@@ -10,15 +10,9 @@ switching the import gives the same run to within bf16 rounding (docs/python.md 
 differs, and why). Each param group is one runtime holding one algorithm: groups are split into
 a Muon and an AdamW part at construction, so that every lr_scheduler, and every loop over
 param_groups, sets each group's lr and weight_decay, which step() reads every time."""
-import contextlib
-import json
 import math
-import os
-import shutil
-import tempfile
 import warnings
 
-import numpy as np
 import torch
 
 import shardopt as _so
@@ -36,8 +30,7 @@ _FIXED = {"muon": ("momentum", "nesterov", "ns_coefficients", "eps", "ns_steps",
           "adamw": ("betas", "eps")}
 _UNSET = object()
 _KINDS = {"muon": ("momentum",), "adamw": ("exp_avg", "exp_avg_sq")}
-_NP = {"F32": np.float32, "BF16": np.uint16}
-_TORCH = {"F32": torch.float32, "BF16": torch.bfloat16}
+_TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def _dion_defaults():
@@ -255,23 +248,13 @@ class Muon(torch.optim.Optimizer):
 
     # ---- the step -----------------------------------------------------------------------
 
-    def _agree(self, flags):
-        """flags (uint8, 1 = has a gradient) reduced over comm: (all have, any has)."""
-        comm = self._comm
-        if comm is None or comm.Get_size() == 1:
-            return flags.copy(), flags.copy()
-        from mpi4py import MPI
-        both = np.concatenate([1 - flags, flags]).astype(np.uint8)
-        out = np.empty_like(both)
-        comm.Allreduce(both, out, op=MPI.MAX)
-        n = len(flags)
-        return (1 - out[:n]).astype(np.uint8), out[n:]
-
     @torch.no_grad()
     def step(self, closure=None):
         """One step of every param group (collective over comm), with each group's lr and
-        weight_decay as they are now. A parameter whose .grad is None on every rank is left
-        unchanged; None on some ranks only fails the step on every rank."""
+        weight_decay as they are now. A parameter whose .grad is None on every rank is skipped
+        as torch.optim skips it: its values, state and step count stay as they are. None on
+        some ranks only fails that group's step on every rank (shardopt.Error, status -4,
+        naming the parameter and a rank without its gradient), nothing written."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -282,29 +265,11 @@ class Muon(torch.optim.Optimizer):
                     raise ValueError(f"param group {gi}: {k} changed from {v!r} to "
                                      f"{g[k]!r}: it is fixed when the group is made (a scheduler "
                                      "cycling momentum: OneCycleLR(cycle_momentum=False))")
-            plist = [p for p in g["params"] if id(p) in slots]
-            flags = np.fromiter((p.grad is not None for p in plist), np.uint8, len(plist))
-            if len(plist) and not flags.all() or self._comm is not None:
-                have_all, have_any = self._agree(flags)
-            else:
-                have_all = have_any = flags
-            mixed = [slots[id(p)].name for p, a, b in zip(plist, have_all, have_any) if b and not a]
-            if mixed:
-                raise ValueError(f"{', '.join(mixed)}: .grad is None on some ranks and not on "
-                                 "others: nothing was stepped (every rank raises)")
-            if len(plist) and not have_any.any():
-                continue  # no gradient anywhere: the group is skipped, state and all
-            skipped = [p for p, a in zip(plist, have_all) if not a]
-            saved = [(p, p.detach().clone()) for p in skipped]
-            for p in skipped:  # stepped with a zero gradient, then put back (docs/python.md)
-                p.grad = torch.zeros_like(p)
-            try:
-                lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
-                rt.step(lr=lr, adamw_lr=lr, weight_decay=float(g["weight_decay"]))
-            finally:
-                for p, old in saved:
-                    p.copy_(old)
-                    p.grad = None
+            lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
+            # the library skips a parameter without a gradient on every rank exactly (values,
+            # state and step count), and fails the step on every rank where some ranks have one
+            rt.step(lr=lr, adamw_lr=lr, weight_decay=float(g["weight_decay"]),
+                    skip_missing_grads=True)
         return loss
 
     def zero_grad(self, set_to_none=True):
@@ -330,31 +295,13 @@ class Muon(torch.optim.Optimizer):
 
     # ---- state --------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _tmpdir(self):
-        """A directory every rank of comm names alike (made by rank 0 under TMPDIR, which the
-        ranks must share), removed afterwards."""
-        comm = self._comm
-        many = comm is not None and comm.Get_size() > 1
-        d = tempfile.mkdtemp(prefix="shardopt_state_") if not many or comm.Get_rank() == 0 \
-            else None
-        if many:
-            d = comm.bcast(d, root=0)
-        try:
-            yield d
-        finally:
-            if many:
-                comm.Barrier()
-            if not many or comm.Get_rank() == 0:
-                shutil.rmtree(d, ignore_errors=True)
-
     def state_dict(self):
         """torch's layout: {"state": {index: {...}}, "param_groups": [...]}, parameters indexed
         in group order. Muon: "momentum" (the library's M = sum of mu^k g, torch's
         momentum_buffer / (1 - mu)); AdamW: "exp_avg", "exp_avg_sq"; both "step". Tensors keep
         the dtype the state is held in (bf16 momentum stays bf16) and are DTensors sharded like
-        their parameters when those are. Collective: each group's runtime saves its state into a
-        temporary checkpoint that every rank reads its part from."""
+        their parameters when those are. Not collective: each rank copies its own shards out of
+        its runtimes (shardopt_param_get_state)."""
         state, groups, idx = {}, [], 0
         self.state.clear()
         for g, (rt, slots, _) in zip(self.param_groups, self._runtimes):
@@ -362,27 +309,26 @@ class Muon(torch.optim.Optimizer):
             gs["params"] = list(range(idx, idx + len(g["params"])))
             gs["shardopt_steps"] = rt.stats()["steps"]
             groups.append(gs)
-            with self._tmpdir() as d:
-                rt.save(d)
-                ck = _Checkpoint(d, rt)
-                for i, p in enumerate(g["params"]):
-                    sp = slots.get(id(p))
-                    if sp is None:
-                        continue  # frozen: no state, as torch.optim
-                    st = {}
-                    for kind in _KINDS[g["algo"]]:
-                        st[kind] = _like_param(ck.read(sp, kind), p)
-                    st["step"] = torch.tensor(float(ck.steps[sp.name]), dtype=torch.float32)
-                    state[idx + i] = st
-                    self.state[p] = st
+            for i, p in enumerate(g["params"]):
+                sp = slots.get(id(p))
+                if sp is None:
+                    continue  # frozen: no state, as torch.optim
+                st = {}
+                for kind in _KINDS[g["algo"]]:
+                    st[kind] = _like_param(_as_torch(rt.get_state(sp, kind)), p)
+                st["step"] = torch.tensor(float(rt.get_step(sp)), dtype=torch.float32)
+                state[idx + i] = st
+                self.state[p] = st
             idx += len(g["params"])
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
         """The state of state_dict() (this class's, from torch.load or
-        torch.distributed.checkpoint, on any number of ranks) into the runtimes, tensors in the
-        dtype they hold (converted once where the runtime holds another). Group hyperparameters
-        are restored; those fixed at construction must be equal. Collective."""
+        torch.distributed.checkpoint, on any number of ranks) into the runtimes, tensors
+        converted to the dtype the runtime holds (round to nearest where that is bf16). Group
+        hyperparameters are restored; those fixed at construction must be equal. Not collective
+        (shardopt_param_set_state): every rank loads its own shards, and every rank must load
+        (replicas take the same values)."""
         saved = state_dict["param_groups"]
         if len(saved) != len(self.param_groups) or any(
                 len(a["params"]) != len(b["params"]) for a, b in zip(saved, self.param_groups)):
@@ -399,25 +345,35 @@ class Muon(torch.optim.Optimizer):
                     raise ValueError(f"param group {gi}: {k} = {w!r} in the state dict, {v!r} "
                                      "here: it is fixed when the optimizer is made; make it "
                                      "with the saved value")
-        for gi, (g, sg, (rt, slots, _)) in enumerate(zip(self.param_groups, saved,
-                                                        self._runtimes)):
-            with self._tmpdir() as d:
-                rt.save(d)  # a checkpoint of this layout, rewritten with the loaded values
-                ck = _Checkpoint(d, rt)
-                for p, i in zip(g["params"], sg["params"]):
-                    st = state_dict["state"].get(i)
-                    sp = slots.get(id(p))
-                    if st is None or sp is None:
-                        continue
-                    for kind in _KINDS[g["algo"]]:
-                        if kind not in st:
-                            raise ValueError(f"{sp.name}: state {i} has no {kind!r}")
-                        ck.write(sp, kind, st[kind])
-                    if "step" in st:
-                        ck.steps[sp.name] = int(float(st["step"]))
-                steps = sg.get("shardopt_steps", max(ck.steps.values(), default=0))
-                ck.publish(self._comm, int(steps))
-                rt.load(d)
+        # everything converted and checked first: a refusal leaves every runtime as it was
+        todo = []
+        for g, sg, (rt, slots, _) in zip(self.param_groups, saved, self._runtimes):
+            for p, i in zip(g["params"], sg["params"]):
+                st = state_dict["state"].get(i)
+                sp = slots.get(id(p))
+                if st is None or sp is None:
+                    continue
+                for kind in _KINDS[g["algo"]]:
+                    if kind not in st:
+                        raise ValueError(f"{sp.name}: state {i} has no {kind!r}")
+                    dt, n = rt.state_info(sp, kind)
+                    value = st[kind]
+                    if hasattr(value, "to_local") and hasattr(value, "placements"):
+                        value = value.to_local()
+                    value = value.detach().to("cpu", _TORCH[dt]).contiguous().reshape(-1)
+                    if value.numel() != n:
+                        raise ValueError(f"{sp.name}.{kind}: {value.numel()} elements in the "
+                                         f"state dict, this rank holds {n}; load it through "
+                                         "torch.distributed.checkpoint to reshard")
+                    todo.append((rt, sp, kind, value))
+                if "step" in st:
+                    todo.append((rt, sp, None, int(float(st["step"]))))
+        for rt, sp, kind, value in todo:
+            if kind is None:
+                rt.set_step(sp, value)
+            else:
+                rt.set_state(sp, kind, value)
+        for g, sg in zip(self.param_groups, saved):
             for k, v in sg.items():
                 if k not in ("params", "shardopt_steps"):
                     g[k] = tuple(v) if k == "betas" else v
@@ -479,208 +435,8 @@ def _like_param(local, p):
     return local.reshape(p.shape)
 
 
-def _box(sp, ep, ep_rank):
-    """(offset, shape) of this rank's shard of sp in global coordinates."""
-    shape = list(sp.shape)
-    off = [0] * len(shape)
-    if sp.placement == "replicated":
-        return off, shape
-    win = shape[0] // ep if sp.placement == "expert" else shape[0]
-    base = ep_rank * win if sp.placement == "expert" else 0
-    dims = [win] + shape[1:]
-    d = sp.shard_dim
-    length = dims[d] - sp.shard_offset if sp.shard_length < 0 else sp.shard_length
-    off[0] = base
-    off[d] += sp.shard_offset
-    dims[d] = length
-    return off, dims
-
-
-def _overlap(o1, s1, o2, s2):
-    lo = [max(a, b) for a, b in zip(o1, o2)]
-    hi = [min(a + x, b + y) for a, x, b, y in zip(o1, s1, o2, s2)]
-    if any(l >= h for l, h in zip(lo, hi)):
-        return None
-    return (tuple(slice(l - a, h - a) for l, h, a in zip(lo, hi, o1)),
-            tuple(slice(l - b, h - b) for l, h, b in zip(lo, hi, o2)))
-
-
-class _Checkpoint:
-    """A checkpoint the runtime just saved in d (docs/checkpoint.md), read and rewritten."""
-
-    def __init__(self, d, rt):
-        self.dir = d
-        with open(os.path.join(d, "latest")) as f:
-            self.step_dir = os.path.join(d, f.read().strip())
-        with open(os.path.join(self.step_dir, "index.json")) as f:
-            self.index = json.load(f)
-        self.tensors = {t["name"]: t for t in self.index["tensors"]}
-        self.steps = {p["name"]: p["step"] for p in self.index["params"]}
-        st = rt.stats()
-        self.ep, self.ep_rank = st["ep_size"], st["ep_rank"]
-        self.block = self.index["layout"].get("block_bytes", 1 << 20)
-        self.headers = {}
-        self._mine = (f"rank-{st['dense_rank']:05d}.safetensors" if st["replica"] == 0 else None)
-        self.updates = {}  # (tensor name, file) -> (crc32c, block crcs)
-
-    def _header(self, file):
-        if file not in self.headers:
-            path = os.path.join(self.step_dir, file)
-            with open(path, "rb") as f:
-                n = int.from_bytes(f.read(8), "little")
-                self.headers[file] = (path, 8 + n, json.loads(f.read(n)))
-        return self.headers[file]
-
-    def _shard(self, shard, name):
-        path, start, header = self._header(shard["file"])
-        e = header[name]
-        a, b = e["data_offsets"]
-        return path, start + a, b - a, e["dtype"]
-
-    def read(self, sp, kind):
-        name = f"{sp.name}.{kind}"
-        t = self.tensors[name]
-        off, shape = _box(sp, self.ep, self.ep_rank)
-        out = np.zeros(shape, _NP[t["dtype"]])
-        for sh in t["shards"]:
-            ov = _overlap(off, shape, sh["offset"], sh["shape"])
-            if ov is None:
-                continue
-            path, pos, n, dt = self._shard(sh, name)
-            src = np.fromfile(path, _NP[dt], n // np.dtype(_NP[dt]).itemsize, offset=pos)
-            out[ov[0]] = src.reshape(sh["shape"])[ov[1]]
-        return torch.from_numpy(out).view(_TORCH[t["dtype"]])
-
-    def write(self, sp, kind, value):
-        """value (this rank's part of sp's state, any dtype, a DTensor or not) into the shards
-        of this rank's file that it covers."""
-        name = f"{sp.name}.{kind}"
-        t = self.tensors[name]
-        if hasattr(value, "to_local") and hasattr(value, "placements"):
-            value = value.to_local()
-        value = value.detach().to("cpu", _TORCH[t["dtype"]]).contiguous()
-        off, shape = _box(sp, self.ep, self.ep_rank)
-        if value.numel() != math.prod(shape):
-            raise ValueError(f"{name}: {value.numel()} elements in the state dict, this rank "
-                             f"holds {math.prod(shape)} (shape {shape}); load it through "
-                             "torch.distributed.checkpoint to reshard")
-        arr = value.view(torch.int16 if t["dtype"] == "BF16" else torch.float32).numpy()
-        arr = arr.view(_NP[t["dtype"]]).reshape(shape)
-        for sh in t["shards"]:
-            if sh["file"] != self._mine:
-                continue
-            ov = _overlap(sh["offset"], sh["shape"], off, shape)
-            if ov is None:
-                continue
-            path, pos, n, dt = self._shard(sh, name)
-            with open(path, "r+b") as f:
-                f.seek(pos)
-                buf = bytearray(f.read(n))
-                cur = np.frombuffer(buf, _NP[dt]).reshape(sh["shape"])
-                cur[ov[0]] = arr[ov[1]]
-                f.seek(pos)
-                f.write(buf)
-            self.updates[(name, sh["file"])] = _crc32c_blocks(bytes(buf), self.block)
-
-    def publish(self, comm, steps):
-        """The CRCs of the rewritten shards (gathered to rank 0), the loaded step counts and
-        step number into index.json."""
-        ups = [self.updates]
-        if comm is not None and comm.Get_size() > 1:
-            ups = comm.gather(self.updates, root=0)
-            if comm.Get_rank() != 0:
-                comm.Barrier()
-                return
-        for u in ups:
-            for (name, file), (crc, blocks) in u.items():
-                for sh in self.tensors[name]["shards"]:
-                    if sh["file"] == file:
-                        sh["crc32c"], sh["block_crc32c"] = crc, blocks
-        for p in self.index["params"]:
-            p["step"] = self.steps[p["name"]]
-        self.index["step"] = steps
-        text = json.dumps(self.index).encode()
-        with open(os.path.join(self.step_dir, "index.json"), "wb") as f:
-            f.write(text)
-        # the index's integrity record (docs/checkpoint.md): a load checks every byte against it
-        with open(os.path.join(self.step_dir, "index.json.crc32c"), "w") as f:
-            f.write(f"{_crc32c_blocks(text, max(len(text), 1))[0]:08x}\n")
-        if comm is not None and comm.Get_size() > 1:
-            comm.Barrier()
-
-
-_CRC_T = None
-
-
-def _crc_tables():
-    """The CRC-32C (Castagnoli, reflected 0x82F63B78) byte table, and the GF(2) 32x32 matrices
-    (as 32 columns) that advance a raw CRC register over 2^k zero bytes."""
-    global _CRC_T
-    if _CRC_T is None:
-        t = np.zeros(256, np.uint32)
-        for i in range(256):
-            c = i
-            for _ in range(8):
-                c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
-            t[i] = c
-        cols = np.array([1 << i for i in range(32)], np.uint32)
-        one = t[cols & 0xFF] ^ (cols >> 8)  # one zero byte
-        mats = [one]
-        for _ in range(48):
-            mats.append(_apply(mats[-1], mats[-1]))
-        _CRC_T = (t, mats)
-    return _CRC_T
-
-
-def _apply(mat, v):
-    """mat (32 columns) applied to every uint32 of v over GF(2)."""
-    v = np.asarray(v, np.uint32)
-    out = np.zeros_like(v)
-    for i in range(32):
-        out ^= np.where((v >> np.uint32(i)) & np.uint32(1), mat[i], np.uint32(0))
-    return out
-
-
-def _shift(v, n):
-    """Raw CRC registers v advanced over n zero bytes."""
-    _, mats = _crc_tables()
-    k = 0
-    while n:
-        if n & 1:
-            v = _apply(mats[k], v)
-        n >>= 1
-        k += 1
-    return v
-
-
-def _crc_raw(data):
-    """The raw CRC-32C register (init 0, no final xor) of data, vectorised: 4096 lanes of 64-byte
-    chunks (leading zero bytes pad it: they leave a zero register unchanged), combined
-    pairwise."""
-    t, mats = _crc_tables()
-    b = np.frombuffer(data, np.uint8)
-    chunk = 64
-    lanes = max(1, -(-len(b) // chunk))
-    lanes = 1 << (lanes - 1).bit_length()
-    pad = lanes * chunk - len(b)
-    b = np.concatenate([np.zeros(pad, np.uint8), b]).reshape(lanes, chunk)
-    r = np.zeros(lanes, np.uint32)
-    for j in range(chunk):
-        r = t[(r ^ b[:, j]) & 0xFF] ^ (r >> np.uint32(8))
-    level = 6  # log2(chunk): lanes pair up over 2^level bytes
-    while len(r) > 1:
-        r = _apply(mats[level], r[0::2]) ^ r[1::2]
-        level += 1
-    return int(r[0])
-
-
-def _crc32c_blocks(data, block):
-    """(CRC-32C of data, [CRC-32C of each block-byte block])."""
-    blocks, whole = [], 0
-    for i in range(0, max(len(data), 1), block):
-        part = data[i:i + block]
-        raw = _crc_raw(part)
-        blocks.append(int(raw ^ int(_shift(np.uint32(0xFFFFFFFF), len(part))) ^ 0xFFFFFFFF))
-        whole = int(_shift(np.uint32(whole), len(part))) ^ raw
-    crc = whole ^ int(_shift(np.uint32(0xFFFFFFFF), len(data))) ^ 0xFFFFFFFF
-    return crc, blocks
+def _as_torch(arr):
+    """A flat numpy array from Optimizer.get_state as a torch tensor of the state's dtype
+    (uint16 holds bf16 bits)."""
+    t = torch.from_numpy(arr)
+    return t.view(torch.bfloat16) if arr.dtype.itemsize == 2 else t

@@ -265,18 +265,36 @@ def case_embeddings_to_adamw_and_tied_weights_once():
 # ---- item 6: a parameter without a gradient ----------------------------------------------
 
 def case_grad_none_is_skipped():
+    """As torch.optim: a parameter without a gradient keeps its values, its state (momentum /
+    exp_avg / exp_avg_sq, bit for bit: no decay) and its step count."""
     m = model()
     opt = Muon(m.named_parameters(), lr=0.02, model=m)
+    skip = ("transformer.h.0.c_fc.weight", "transformer.h.0.ln_1.bias")  # Muon, AdamW groups
     x, y = batch(0)
     m(x, y).backward()
-    m.transformer.h[0].c_fc.weight.grad = None  # Muon group
-    m.transformer.h[0].ln_1.bias.grad = None    # AdamW group
+    opt.step()  # state that a decay would change
+    opt.zero_grad()
+    m(*batch(1)).backward()
+    named = dict(m.named_parameters())
+    for n in skip:
+        named[n].grad = None
     before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    sd = opt.state_dict()
+    index = {id(p): i for i, p in enumerate(p for g in opt.param_groups for p in g["params"])}
+    old = {n: {k: v.clone() for k, v in sd["state"][index[id(named[n])]].items()} for n in skip}
     opt.step()
     for n, p in m.named_parameters():
         same = torch.equal(p, before[n])
-        assert same == (n in ("transformer.h.0.c_fc.weight", "transformer.h.0.ln_1.bias")
-                        or not p.requires_grad), (n, same)
+        assert same == (n in skip or not p.requires_grad), (n, same)
+    sd = opt.state_dict()
+    for n in skip:
+        now = sd["state"][index[id(named[n])]]
+        assert set(now) == set(old[n]), (n, set(now))
+        for k, v in old[n].items():
+            assert torch.equal(now[k], v), (n, k)  # momentum / moments and step unchanged
+        assert float(now["step"]) == 1.0, (n, now["step"])
+    stepped = sd["state"][index[id(named["transformer.h.0.c_attn.weight"])]]
+    assert float(stepped["step"]) == 2.0, stepped["step"]
     opt.zero_grad()
     opt.step()  # no gradient at all: nothing moves, nothing fails
     opt.close()
@@ -303,6 +321,7 @@ def case_no_mpi4py_and_save_twice():
             o.save(d)
         except shardopt.SaveRefused as e:
             assert "latest checkpoint" in str(e) and "refused" in str(e), e
+            assert e.status == -2, e.status  # ERR_STATE: how the binding knows it
         else:
             raise AssertionError("a second save at one step was not refused")
 

@@ -11,7 +11,7 @@
  * derives, then the node splits for bind = auto and device = local_rank), init.dup, each
  * trainer's group init_from_groups duplicates; comm_nccl.c: nccl.id, each NCCL group's
  * unique-id broadcast), but for `alloc`:
- * alloc:<n> makes the n-th allocation of the library (runtime/mem.h, every layer's, and cJSON's
+ * alloc:<n> makes the n-th allocation of the library (base/mem.h, every layer's, and cJSON's
  * while armed) return NULL, counted from the load or from fault_arm (with SHARDOPT_FAULT_RANK, from
  * init on that rank). Only one site is armed at a time; kill@alloc and hang@alloc are refused. */
 #ifndef BASE_FAULT_H

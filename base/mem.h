@@ -3,7 +3,7 @@
  * (SHARDOPT_FAULT=alloc:<n>, docs/reliability.md) and reported with the bytes asked for.
  *
  * A base service like status and log: lower layers may include it. It is plain libc (no MPI, no
- * files, no environment): runtime/fault.c parses SHARDOPT_FAULT and arms it through
+ * files, no environment): base/fault.c parses SHARDOPT_FAULT and arms it through
  * mem_fault_arm, so the one parser of that variable stays where the other sites are checked.
  * What these return is released with free(). State: one process-wide allocation counter and
  * target (fault injection, atomics) and, per thread, the size of the last failed request. */

@@ -48,7 +48,7 @@ int comm_gatherv(const struct groups *g, MPI_Comm comm, const void *in, int coun
  * stops inside MPI's own exchange of the split is the one case left uncovered). A dup is
  * MPI_Comm_idup, waited for under the deadline itself. made names what is made ("EP group"), for
  * the timeout's message. Each split is the fault site init.split, each dup init.dup
- * (runtime/fault.h): a plain fault there returns MPI_ERR_OTHER without taking part. MPI codes. */
+ * (base/fault.h): a plain fault there returns MPI_ERR_OTHER without taking part. MPI codes. */
 int comm_split(const struct groups *g, MPI_Comm comm, int color, int key, MPI_Comm *out,
                const char *made);
 int comm_split_node(const struct groups *g, MPI_Comm comm, int key, MPI_Comm *out,

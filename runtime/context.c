@@ -254,7 +254,7 @@ static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
     if (status == SHARDOPT_OK) {
         mem_failed_clear();
         rt->kctx.backend = rt->ns_ops->backend_create(device, &rt->kctx.stream, err, sizeof err);
-        if (rt->kctx.backend == NULL) /* its host state (runtime/mem.h), or the device */
+        if (rt->kctx.backend == NULL) /* its host state (base/mem.h), or the device */
             status =
                 log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
                          "init: rank %d: %s", g->me.rank, err);

@@ -43,11 +43,11 @@ static inline cJSON *json_put(int *ok, cJSON *parent, const char *key, cJSON *it
 }
 
 /* cJSON_Parse* returned NULL: was it out of memory rather than bad text? Call with errno
- * cleared before the parse; malloc (and runtime/mem.h) set ENOMEM. */
+ * cleared before the parse; malloc (and base/mem.h) set ENOMEM. */
 static inline int json_parse_oom(void) { return errno == ENOMEM; }
 
-/* "N bytes" for a cJSON allocation that failed: its size when it came through runtime/mem.h (cJSON
- * is routed there while SHARDOPT_FAULT=alloc is armed, runtime/fault.c), else unknown. Clear with
+/* "N bytes" for a cJSON allocation that failed: its size when it came through base/mem.h (cJSON
+ * is routed there while SHARDOPT_FAULT=alloc is armed, base/fault.c), else unknown. Clear with
  * mem_failed_clear() before the cJSON calls. */
 static inline const char *json_oom_bytes(char *buf, size_t len)
 {

@@ -20,7 +20,7 @@
 struct ns_bf16;
 
 /* The oneDNN engine and stream, no shapes yet. NULL with a message in err (out of memory when
- * runtime/mem.h saw a failed request: mem_failed_bytes). */
+ * base/mem.h saw a failed request: mem_failed_bytes). */
 struct ns_bf16 *ns_bf16_create(char *err, size_t errlen);
 void ns_bf16_destroy(struct ns_bf16 *b);
 

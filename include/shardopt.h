@@ -234,7 +234,9 @@ typedef struct shardopt_config {
     int ckpt_weights;
 } shardopt_config_t;
 
-#define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight"
+/* Embeddings (torchtitan's tok_embeddings, HF's embed_tokens; nanoGPT's wte and wpe) and output
+ * heads go to AdamW under algo auto; "=name" is an exact match (docs/config.md). */
+#define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight,wte.,wpe."
 
 /** Defaults that match the dion Muon prime-rl trains with. */
 #define SHARDOPT_CONFIG_INIT                                                                       \

@@ -33,6 +33,9 @@ TEST(auto_sends_matrices_to_muon_and_the_rest_to_adamw)
     EXPECT_EQ_INT(algo_of(rt, "model.embed_tokens.weight", 2, 64, 16, 0, A), SHARDOPT_ALGO_ADAMW);
     EXPECT_EQ_INT(algo_of(rt, "lm_head.weight", 2, 64, 16, 0, A), SHARDOPT_ALGO_ADAMW);
     EXPECT_EQ_INT(algo_of(rt, "output.weight", 2, 64, 16, 0, A), SHARDOPT_ALGO_ADAMW);
+    /* nanoGPT's token and position embeddings (they went to Muon, silently) */
+    EXPECT_EQ_INT(algo_of(rt, "transformer.wte.weight", 2, 64, 16, 0, A), SHARDOPT_ALGO_ADAMW);
+    EXPECT_EQ_INT(algo_of(rt, "transformer.wpe.weight", 2, 32, 16, 0, A), SHARDOPT_ALGO_ADAMW);
     /* "=output.weight" is exact: a name that merely contains it stays Muon */
     EXPECT_EQ_INT(algo_of(rt, "layers.0.attn.output.weight", 2, 16, 16, 0, A), SHARDOPT_ALGO_MUON);
     shardopt_finalize(rt);

@@ -55,6 +55,7 @@ typedef enum shardopt_ns_coeffs {
     SHARDOPT_NS_JORDAN = 1,  /**< (3.4445, -4.7750, 2.0315) every step */
     SHARDOPT_NS_POLAR_EXPRESS = 2,
     SHARDOPT_NS_CUSTOM = 3, /**< ns_custom_coeffs */
+    SHARDOPT_NS_AOL = 4,    /**< 4-step schedule for ns_precondition = aol (docs/config.md) */
 } shardopt_ns_coeffs_t;
 
 /** Learning-rate scale for an [A, B] = [out, in] matrix. */
@@ -129,6 +130,19 @@ typedef enum shardopt_ns_strategy {
     SHARDOPT_NS_STRATEGY_SHARDED = 1, /**< columns stay; the Gram matrix is all-reduced per step */
     SHARDOPT_NS_STRATEGY_AUTO = 2,    /**< per parameter, by a cost model */
 } shardopt_ns_strategy_t;
+
+/** How the Newton-Schulz iterations are arranged (docs/design.md, "Gram Newton-Schulz"). */
+typedef enum shardopt_ns_algorithm {
+    SHARDOPT_NS_ALGORITHM_STANDARD = 0, /**< per step X X^T, A A and B X (default) */
+    SHARDOPT_NS_ALGORITHM_GRAM = 1,     /**< steps on the m x m Gram matrix, X touched 3 times */
+    SHARDOPT_NS_ALGORITHM_AUTO = 2,     /**< per shape, from a committed table */
+} shardopt_ns_algorithm_t;
+
+/** How X is scaled before the first Newton-Schulz step. */
+typedef enum shardopt_ns_precondition {
+    SHARDOPT_NS_PRECONDITION_FROBENIUS = 0, /**< U / (|U|_F s + eps) (default) */
+    SHARDOPT_NS_PRECONDITION_AOL = 1,       /**< then rows by (sum_j |(X X^T)_ij|)^(-1/2) */
+} shardopt_ns_precondition_t;
 
 #define SHARDOPT_NS_MAX_STEPS 16
 #define SHARDOPT_PATTERNS_MAX 256
@@ -232,6 +246,9 @@ typedef struct shardopt_config {
      *  weights is then refused). 0 (default): optimizer state only; a load ignores weights a
      *  checkpoint holds. docs/checkpoint.md. */
     int ckpt_weights;
+    /* Newton-Schulz arithmetic (issue 23): appended, 0 = the behaviour before them */
+    shardopt_ns_algorithm_t ns_algorithm;       /**< standard (default), gram or auto */
+    shardopt_ns_precondition_t ns_precondition; /**< frobenius (default) or aol */
 } shardopt_config_t;
 
 /* Embeddings (torchtitan's tok_embeddings, HF's embed_tokens; nanoGPT's wte and wpe) and output

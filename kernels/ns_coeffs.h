@@ -9,7 +9,8 @@ enum ns_table {
     NS_TABLE_QUINTIC = 0,
     NS_TABLE_JORDAN = 1,
     NS_TABLE_POLAR_EXPRESS = 2,
-    NS_TABLE_CUSTOM = 3
+    NS_TABLE_CUSTOM = 3,
+    NS_TABLE_AOL = 4
 };
 
 /* The triples for `steps` iterations of `table` (custom: taken from `custom`). Tables shorter

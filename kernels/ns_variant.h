@@ -12,4 +12,8 @@ int ns_variant_for_shape(int64_t rows, int64_t cols);
 /* The same for the bf16 path, with the rows per block row of its symmetric variant. */
 int ns_bf16_variant_for_shape(int64_t rows, int64_t cols, int *block);
 
+/* NS_ALGO_STANDARD or NS_ALGO_GRAM for a rows x cols matrix under ns_algorithm = auto, for
+ * compute KDT_F32 or KDT_BF16. */
+int ns_algorithm_for_shape(int64_t rows, int64_t cols, int compute);
+
 #endif

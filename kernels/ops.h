@@ -117,6 +117,19 @@ enum ns_variant {
     NS_VARIANT_SYMMETRIC = 1, /* X*X^T and A*A as symmetric products, upper half mirrored */
 };
 
+/* How the iterations are arranged (docs/design.md, "Gram Newton-Schulz"). */
+enum ns_algorithm {
+    NS_ALGO_STANDARD = 0, /* per step A = X X^T, B = b A + c A A, X = a X + B X */
+    NS_ALGO_GRAM = 1,     /* X_k = Q_k X: the steps run on m x m matrices, X is touched at the
+                             restart and at the end (ns_gram_restart_step) */
+};
+
+/* How X is scaled before the first step. */
+enum ns_precondition {
+    NS_PRECOND_FROBENIUS = 0, /* X = U / (|U|_F s + eps) */
+    NS_PRECOND_AOL = 1,       /* then rows by d_i = (sum_j |(X X^T)_ij| + eps)^(-1/2): |X|_2 <= 1 */
+};
+
 /* Newton-Schulz over a batch of equal matrices, each stored row-major rows x cols (in and out
  * may be the same buffer: each matrix is read whole before its result is written):
  *   X <- U / (|U|_F * norm_scale + eps);   work on X^T when `transpose`
@@ -134,8 +147,10 @@ struct ns_args {
     float norm_scale;
     float eps;
     int variant;
-    int compute; /* KDT_F32, or KDT_BF16: oneDNN bf16 products (kernels/cpu/ns_bf16.h) */
-    int block;   /* bf16 symmetric variant: rows per block row */
+    int compute;      /* KDT_F32, or KDT_BF16: oneDNN bf16 products (kernels/cpu/ns_bf16.h) */
+    int block;        /* bf16 symmetric variant: rows per block row */
+    int algorithm;    /* enum ns_algorithm (0: standard) */
+    int precondition; /* enum ns_precondition (0: frobenius) */
 };
 
 /* The map for local elements [off, off + n) of a map's range: off must start a run, or the range
@@ -166,6 +181,19 @@ size_t ns_workspace_floats(int64_t rows, int64_t cols);
 
 /* FLOPs of one Newton-Schulz iteration, 4m^2n + 2m^3 with m <= n (what benchmarks count). */
 double ns_flops_per_iter(int64_t rows, int64_t cols);
+
+/* The step before which Gram Newton-Schulz recomputes G from the current X (X <- Q X, G = X X^T,
+ * Q = I), or `steps` for none; ns_gram_restarts_before says whether it does before `step`. */
+int ns_gram_restart_step(int steps);
+int ns_gram_restarts_before(int steps, int step);
+
+/* FLOPs one matrix's Newton-Schulz really performs (2 per multiply-add), m <= n the working
+ * shape: `symmetric` counts a product whose result is symmetric (X X^T, A A, and on the Gram
+ * path every m x m product) at its upper half. Standard: steps (4m^2n + 2m^3), or symmetric
+ * steps (3m^2n + m^3). Gram with restart r: G (2m^2n, sym m^2n) per segment, per step A A
+ * (2m^3 | m^3), Q = Z Q except a segment's first (2m^3 | m^3), G <- Z G Z except before a
+ * restart and after the last step (4m^3 | 2m^3), X <- Q X per segment (2m^2n). */
+double ns_flops_total(int64_t rows, int64_t cols, int steps, int algorithm, int symmetric);
 
 struct kernel_ops {
     const char *name;

@@ -39,6 +39,13 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
         p->ns_variant = ns_bf16_variant_for_shape(p->mv.rows, p->mv.cols, &p->ns_block);
     else
         p->ns_variant = ns_variant_for_shape(p->mv.rows, p->mv.cols);
+    /* the device runs the standard algorithm only (init refuses gram there); auto keeps it */
+    p->ns_algorithm = rt_ns_on_device(rt) || rt->ns_compute == KDT_BF16 ||
+                              rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_STANDARD
+                          ? NS_ALGO_STANDARD
+                      : rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM
+                          ? NS_ALGO_GRAM
+                          : ns_algorithm_for_shape(p->mv.rows, p->mv.cols, rt->ns_compute);
     p->lr_scale = lr_scale_factor(rt->cfg.lr_scale, p->mv.true_rows, p->mv.true_cols);
 }
 
@@ -380,6 +387,13 @@ static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
 
     if (rt->ns_compute != KDT_BF16 || rt_ns_on_device(rt))
         return SHARDOPT_OK;
+    if (rt->cfg.ns_precondition == SHARDOPT_NS_PRECONDITION_AOL)
+        return groups_agree(&rt->groups,
+                            log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                                     "commit: rank %d: ns_precondition = aol with ns_compute = "
+                                     "bf16: aol runs in fp32 only for now; use ns_compute = fp32",
+                                     rt->groups.me.rank),
+                            "commit");
     mem_failed_clear();
     rt->ns_ws.bf16 = ns_bf16_create(err, sizeof err);
     if (rt->ns_ws.bf16 == NULL)

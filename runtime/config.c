@@ -63,10 +63,21 @@ shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *sou
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "config %sns_steps = %d: accepted %d..%d with ns_coeffs = %s", source,
                         cfg->ns_steps, lo, hi,
-                        cfg->ns_coeffs == SHARDOPT_NS_POLAR_EXPRESS ? "polar_express"
-                        : cfg->ns_coeffs == SHARDOPT_NS_CUSTOM      ? "custom"
-                        : cfg->ns_coeffs == SHARDOPT_NS_JORDAN      ? "jordan"
-                                                                    : "quintic");
+                        cfg->ns_coeffs == SHARDOPT_NS_AOL             ? "aol"
+                        : cfg->ns_coeffs == SHARDOPT_NS_POLAR_EXPRESS ? "polar_express"
+                        : cfg->ns_coeffs == SHARDOPT_NS_CUSTOM        ? "custom"
+                        : cfg->ns_coeffs == SHARDOPT_NS_JORDAN        ? "jordan"
+                                                                      : "quintic");
+    /* AOL scales rows by sums over the whole Gram matrix: the sharded strategy, whose ranks hold
+     * column pieces, does not compute them (yet) */
+    if (cfg->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL &&
+        cfg->ns_strategy != SHARDOPT_NS_STRATEGY_GATHER)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "config %sns_precondition = aol with ns_strategy = %s: aol runs on "
+                        "gathered matrices only; use ns_strategy = gather or ns_precondition = "
+                        "frobenius",
+                        source,
+                        cfg->ns_strategy == SHARDOPT_NS_STRATEGY_SHARDED ? "sharded" : "auto");
     if (cfg->ns_coeffs == SHARDOPT_NS_CUSTOM)
         for (int i = 0; i < cfg->ns_steps; i++) {
             const double *c = cfg->ns_custom_coeffs[i];

@@ -9,7 +9,8 @@
 
 #include "base/status.h"
 
-static const char *const ns_coeffs_names[] = {"quintic", "jordan", "polar_express", "custom", NULL};
+static const char *const ns_coeffs_names[] = {"quintic", "jordan", "polar_express",
+                                              "custom",  "aol",    NULL};
 static const char *const lr_scale_names[] = {"rms_norm", "spectral_norm", "jordan", "none", NULL};
 static const char *const dtype_names[] = {"fp32", "bf16", NULL};
 static const char *const rounding_names[] = {"nearest", "stochastic", NULL};
@@ -21,6 +22,8 @@ static const char *const ns_compute_names[] = {"auto", "fp32", "bf16", NULL};
 static const char *const comm_backend_names[] = {"nccl", "mpi", NULL};
 static const char *const device_names[] = {"current", "local_rank", NULL};
 static const char *const ns_strategy_names[] = {"gather", "sharded", "auto", NULL};
+static const char *const ns_algorithm_names[] = {"standard", "gram", "auto", NULL};
+static const char *const ns_precondition_names[] = {"frobenius", "aol", NULL};
 static const char *const kernels_names[] = {"auto",   "reference", "portable",
                                             "avx512", "avx2",      NULL};
 
@@ -100,6 +103,11 @@ const struct config_key config_keys[] = {
      "keep each parameter's update RMS for shardopt_param_get_stats (a copy of the shards)"},
     {"ckpt_weights", CFG_BOOL, OFF(ckpt_weights), NULL, 0, 1, 0, 0, 0, 0,
      "save and load the registered parameters too, in the checkpoint's rank files"},
+    /* Newton-Schulz arithmetic (issue 23) */
+    ENUM(ns_algorithm, ns_algorithm_names,
+         "Newton-Schulz on X (standard), on its Gram matrix (gram), or per shape (auto)"),
+    ENUM(ns_precondition, ns_precondition_names,
+         "scaling before Newton-Schulz: frobenius, or aol (rows; pairs with ns_coeffs = aol)"),
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

@@ -17,6 +17,10 @@
 _Static_assert((int)SHARDOPT_DTYPE_BF16 == KDT_BF16 && (int)SHARDOPT_DTYPE_FP32 == KDT_F32,
                "dtype values");
 _Static_assert((int)SHARDOPT_ROUNDING_STOCHASTIC == KROUND_STOCHASTIC, "rounding values");
+_Static_assert((int)SHARDOPT_NS_AOL == NS_TABLE_AOL &&
+                   (int)SHARDOPT_NS_ALGORITHM_GRAM == NS_ALGO_GRAM &&
+                   (int)SHARDOPT_NS_PRECONDITION_AOL == NS_PRECOND_AOL,
+               "Newton-Schulz values");
 _Static_assert((int)SHARDOPT_NS_CUSTOM == NS_TABLE_CUSTOM &&
                    (int)SHARDOPT_NS_POLAR_EXPRESS == NS_TABLE_POLAR_EXPRESS,
                "coefficient table values");
@@ -68,6 +72,16 @@ static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
             return log_fail(SHARDOPT_ERR_UNSUPPORTED,
                             "config backend = cuda with ns_strategy = sharded: sharded "
                             "Newton-Schulz runs on the CPU backend only; use gather or auto");
+        if (cfg->ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM ||
+            cfg->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL)
+            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                            "config backend = cuda with ns_algorithm = %s, ns_precondition = %s: "
+                            "Gram Newton-Schulz and AOL run on the CPU backend only; use "
+                            "ns_algorithm = standard or auto (standard on the device) and "
+                            "ns_precondition = frobenius",
+                            cfg->ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM ? "gram" : "standard",
+                            cfg->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL ? "aol"
+                                                                                 : "frobenius");
         *ns_ops_p = kernel_ops_cuda();
         if (cfg->offload == SHARDOPT_OFFLOAD_CPU)
             return cpu_kernels_select(cfg, ops_p);

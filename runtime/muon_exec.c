@@ -310,6 +310,8 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             .variant = p->ns_variant,
             .compute = rt->ns_compute,
             .block = p->ns_block,
+            .algorithm = p->ns_algorithm,
+            .precondition = (int)c->ns_precondition,
         };
         if (rt->ns_ops->newton_schulz(&rt->kctx, &ns, &rt->ns_ws) != 0)
             return log_fail(SHARDOPT_ERR_INTERNAL,
@@ -317,7 +319,10 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
                             "%s",
                             p->name, (long long)ow->rows, (long long)ow->cols, p->ns_variant,
                             rt->ns_ops->name);
-        rt->counters.ns_flops_last += ns_flops_per_iter(ow->rows, ow->cols) * c->ns_steps * n;
+        rt->counters.ns_flops_last +=
+            ns_flops_total(ow->rows, ow->cols, c->ns_steps, p->ns_algorithm,
+                           p->ns_variant == NS_VARIANT_SYMMETRIC) *
+            n;
         xfer_progress(rt, in_flight1, in_flight2);
         w += n;
     }

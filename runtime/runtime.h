@@ -34,8 +34,9 @@ struct shardopt_param {
     /* Muon */
     struct matrix_view mv;
     int ns_variant;
-    int ns_block;    /* bf16 symmetric variant: rows per block row */
-    double lr_scale; /* per-matrix multiplier of lr from the true shape */
+    int ns_block;     /* bf16 symmetric variant: rows per block row */
+    int ns_algorithm; /* enum ns_algorithm for this shape (ns_algorithm = auto: the table's) */
+    double lr_scale;  /* per-matrix multiplier of lr from the true shape */
     size_t off_momentum;
 
     /* Sharded Newton-Schulz: this rank's piece of each matrix (stored rows x cols) and its

@@ -4,6 +4,7 @@
 #define SHARDOPT_TEST_NS_SINGULAR_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 /* Cyclic Jacobi on a symmetric n x n matrix (destroyed); the diagonal ends as the eigenvalues. */
@@ -68,6 +69,52 @@ static inline void singular_range(const float *x, int m, int n, double scale, do
     }
     free(G);
     free(eig);
+}
+
+/* Orthonormal rows: q (k x n, k <= n) from uniform random rows by modified Gram-Schmidt,
+ * twice over (in double), seeded. */
+static inline void orthonormal_rows(double *q, int k, int n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+    for (int i = 0; i < k * n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        q[i] = (double)(s >> 11) / 9007199254740992.0 - 0.5;
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < k; i++) {
+            for (int j = 0; j < i; j++) {
+                double d = 0.0;
+                for (int t = 0; t < n; t++)
+                    d += q[i * n + t] * q[j * n + t];
+                for (int t = 0; t < n; t++)
+                    q[i * n + t] -= d * q[j * n + t];
+            }
+            double nn = 0.0;
+            for (int t = 0; t < n; t++)
+                nn += q[i * n + t] * q[i * n + t];
+            for (int t = 0; t < n; t++)
+                q[i * n + t] /= sqrt(nn);
+        }
+}
+
+/* x (m x n, m <= n, row-major, fp32) <- U diag(sv) V^T with random orthonormal U (m x m) and V^T
+ * (m x n): a matrix whose singular values are sv[0..m) (up to fp32 rounding). */
+static inline void matrix_with_singular_values(float *x, int m, int n, const double *sv,
+                                               uint64_t seed)
+{
+    double *u = malloc(sizeof(double) * (size_t)m * (size_t)m);
+    double *v = malloc(sizeof(double) * (size_t)m * (size_t)n);
+    orthonormal_rows(u, m, m, seed);
+    orthonormal_rows(v, m, n, seed + 1000);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0.0;
+            for (int t = 0; t < m; t++)
+                acc += u[i * m + t] * sv[t] * v[t * n + j];
+            x[i * n + j] = (float)acc;
+        }
+    free(u);
+    free(v);
 }
 
 #endif

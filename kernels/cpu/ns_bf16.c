@@ -386,7 +386,9 @@ int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
 
     (void)ctx; /* oneDNN's OpenMP threads are the process's */
     ns_work_shape(a, &m, &n);
-    if (b == NULL || m > n || ws->floats < ns_workspace_floats(a->rows, a->cols))
+    if (b == NULL || m > n || a->algorithm != NS_ALGO_STANDARD ||
+        a->precondition != NS_PRECOND_FROBENIUS ||
+        ws->floats < ns_workspace_floats(a->rows, a->cols))
         return -1;
     const struct plan *p = plan_find(b, m, n, a->variant, a->block, a->coeffs, a->steps);
     if (p == NULL)

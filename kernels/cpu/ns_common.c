@@ -12,7 +12,8 @@ size_t ns_workspace_floats(int64_t rows, int64_t cols)
 {
     size_t m = (size_t)(rows < cols ? rows : cols);
     size_t n = (size_t)(rows < cols ? cols : rows);
-    return 2 * m * n + 2 * m * m;
+    /* X, Y; then A, B (standard) or R, Z, Q, T (Gram) */
+    return 2 * m * n + 4 * m * m;
 }
 
 double ns_flops_per_iter(int64_t rows, int64_t cols)
@@ -20,6 +21,59 @@ double ns_flops_per_iter(int64_t rows, int64_t cols)
     double m = (double)(rows < cols ? rows : cols);
     double n = (double)(rows < cols ? cols : rows);
     return 4.0 * m * m * n + 2.0 * m * m * m;
+}
+
+int ns_gram_restarts_before(int steps, int step)
+{
+    return step > 0 && step == ns_gram_restart_step(steps);
+}
+
+int ns_gram_restart_step(int steps)
+{
+    /* after two steps, as Dao AI Lab's Gram Newton-Schulz and DeepSpeed's ns_method = gram do:
+     * the first steps move the small eigenvalues of G the most, and G's rounding errors, relative
+     * to |G|, are what turns them negative; a fresh G from the current X starts from eigenvalues
+     * near 1 (docs/design.md) */
+    return steps > 2 ? 2 : steps;
+}
+
+double ns_flops_total(int64_t rows, int64_t cols, int steps, int algorithm, int symmetric)
+{
+    const double m = (double)(rows < cols ? rows : cols);
+    const double n = (double)(rows < cols ? cols : rows);
+    const double h = symmetric ? 1.0 : 2.0; /* a symmetric result's share of the full product */
+
+    if (algorithm != NS_ALGO_GRAM)
+        return steps * (h * m * m * n + h * m * m * m + 2.0 * m * m * n);
+    const int r = ns_gram_restart_step(steps);
+    double f = 0.0;
+    for (int lo = 0; lo<steps; lo = r> lo ? r : steps) {
+        const int hi = r > lo ? r : steps;    /* the segment [lo, hi) */
+        f += h * m * m * n + 2.0 * m * m * n; /* G = X X^T, and X <- Q X at its end */
+        for (int s = lo; s < hi; s++) {
+            f += h * m * m * m;                          /* R R */
+            f += s > lo ? h * m * m * m : 0.0;           /* Q = Z Q */
+            f += s + 1 < hi ? 2.0 * h * m * m * m : 0.0; /* R = Z R Z */
+        }
+    }
+    return f;
+}
+
+void ns_aol_scale(int64_t m, int64_t n, double eps, float *x, float *A, double *d)
+{
+    for (int64_t i = 0; i < m; i++) {
+        double s = 0.0;
+        for (int64_t j = 0; j < m; j++)
+            s += fabs((double)A[i * m + j]);
+        d[i] = 1.0 / sqrt(s + eps);
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++)
+            x[i * n + j] = (float)(x[i * n + j] * d[i]);
+        for (int64_t j = 0; j < m; j++)
+            A[i * m + j] = (float)(A[i * m + j] * (d[i] * d[j]));
+    }
 }
 
 static void ns_load_scaled(const void *in, int dt, size_t base, size_t count, double inv, float *x)

@@ -35,4 +35,35 @@ void ns_mirror_upper(void *S, int64_t m, size_t es);
 /* O_k <- X rounded to nearest in out_dtype, back in the stored orientation. */
 void ns_store_output(const struct ns_args *a, int64_t k, const float *x);
 
+/* AOL scaling of the m x m Gram matrix A = X X^T of a loaded X: d_i = (sum_j |A_ij| + eps)^(-1/2)
+ * (sums in double, in a fixed order), X_i <- d_i X_i and A_ij <- d_i A_ij d_j, so that A stays
+ * the Gram matrix of the scaled X and the first step need not form it again. d: m doubles of
+ * scratch. */
+void ns_aol_scale(int64_t m, int64_t n, double eps, float *x, float *A, double *d);
+
+/* The products a CPU Newton-Schulz is made of, for the driver below (fp32 working matrices,
+ * m x m ones symmetric and stored whole). */
+struct ns_products {
+    /* A = X X^T */
+    void (*gram)(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n, float *A);
+    /* Y = (c0 I + c1 A + c2 A A) X, with scratch B: one standard step from its A */
+    void (*update)(const struct kernel_ctx *ctx, const float *A, const float c[3], const float *x,
+                   int64_t m, int64_t n, float *B, float *y);
+    /* Z = c0 I + c1 R + c2 R R */
+    void (*poly)(const struct kernel_ctx *ctx, const float *R, const float c[3], int64_t m,
+                 float *Z);
+    /* C = P Q for commuting symmetric P, Q (polynomials in one G): C is symmetric */
+    void (*symmul)(const struct kernel_ctx *ctx, const float *P, const float *Q, int64_t m,
+                   float *C);
+    /* Y = Q X */
+    void (*apply)(const struct kernel_ctx *ctx, const float *Q, const float *x, int64_t m,
+                  int64_t n, float *y);
+};
+
+/* Newton-Schulz of every matrix of the batch by a->algorithm and a->precondition on these
+ * products (the standard algorithm with Frobenius scaling needs only gram and update). 0, or -1
+ * for a tall working shape or a short workspace. */
+int ns_run_products(const struct kernel_ctx *ctx, const struct ns_args *a,
+                    const struct ns_workspace *ws, const struct ns_products *p);
+
 #endif

@@ -12,10 +12,61 @@ static void ref_iter(const struct kernel_ctx *ctx, int64_t m, int64_t n, const f
     ref_shard_update(ctx, A, c, x, m, n, B, y);
 }
 
+/* Z = c0 I + c1 R + c2 R R, in double */
+static void ref_poly(const struct kernel_ctx *ctx, const float *R, const float c[3], int64_t m,
+                     float *Z)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double s = 0.0;
+            for (int64_t t = 0; t < m; t++)
+                s += (double)R[i * m + t] * R[t * m + j];
+            Z[i * m + j] = (float)((i == j ? (double)c[0] : 0.0) + (double)c[1] * R[i * m + j] +
+                                   (double)c[2] * s);
+        }
+}
+
+static void ref_symmul(const struct kernel_ctx *ctx, const float *P, const float *Q, int64_t m,
+                       float *C)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double s = 0.0;
+            for (int64_t t = 0; t < m; t++)
+                s += (double)P[i * m + t] * Q[t * m + j];
+            C[i * m + j] = (float)s;
+        }
+}
+
+static void ref_qx(const struct kernel_ctx *ctx, const float *Q, const float *x, int64_t m,
+                   int64_t n, float *y)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int64_t t = 0; t < m; t++)
+                s += (double)Q[i * m + t] * x[t * n + j];
+            y[i * n + j] = (float)s;
+        }
+}
+
+static const struct ns_products ref_products = {
+    .gram = ref_shard_gram,
+    .update = ref_shard_update,
+    .poly = ref_poly,
+    .symmul = ref_symmul,
+    .apply = ref_qx,
+};
+
 int ref_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                       const struct ns_workspace *ws)
 {
     if (a->compute == KDT_BF16)
         return ns_bf16_run(ctx, a, ws); /* bf16 products exist only as oneDNN's */
+    if (a->algorithm != NS_ALGO_STANDARD || a->precondition != NS_PRECOND_FROBENIUS)
+        return ns_run_products(ctx, a, ws, &ref_products);
     return ns_run_batch(ctx, a, ws, ref_iter);
 }

@@ -56,6 +56,19 @@ int ns_variant_for_shape(int64_t rows, int64_t cols)
 #define NS_BF16_SYMMETRIC_MIN_M 384
 #define NS_BF16_LARGE_M         1024
 
+/* ns_algorithm = auto: Gram Newton-Schulz from n >= NS_GRAM_MIN_ASPECT m (the working shape),
+ * whatever m, for both computes. The counts of ns_flops_total (symmetric products) give the
+ * Gram algorithm an ideal speedup of (15r + 5) / (6r + 14) for 5 steps at r = n/m: 1.0 at r = 1,
+ * 1.3 at r = 1.5, 1.55 at r = 2.9, 1.71 at r = 4. Measured ratios are in docs/performance.md. */
+#define NS_GRAM_MIN_ASPECT_X2 3 /* n/m >= 1.5, in halves */
+
+int ns_algorithm_for_shape(int64_t rows, int64_t cols, int compute)
+{
+    const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+    (void)compute;
+    return 2 * n >= NS_GRAM_MIN_ASPECT_X2 * m ? NS_ALGO_GRAM : NS_ALGO_STANDARD;
+}
+
 int ns_bf16_variant_for_shape(int64_t rows, int64_t cols, int *block)
 {
     const int64_t m = rows < cols ? rows : cols;

@@ -74,6 +74,23 @@ TEST(layout_equals_one_rank_fp32)
     compare_with_single_rank(cfg);
 }
 
+/* Gram Newton-Schulz with AOL and its 4-step table (issue 23): the choice is per shape, so every
+ * layout runs the same kernels and gets the same bits */
+TEST(layout_equals_one_rank_gram_aol_fp32)
+{
+    setup();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.momentum_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_GRAM;
+    cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
+    cfg.ns_coeffs = SHARDOPT_NS_AOL;
+    cfg.ns_steps = 4;
+    cfg.num_threads = 1;
+    compare_with_single_rank(cfg);
+}
+
 /* bf16 Newton-Schulz named explicitly, so the layouts are checked with it on any CPU (auto picks
  * it only where bf16 is native); bf16 comm shows its rounding of O */
 TEST(layout_equals_one_rank_bf16_newton_schulz)

@@ -86,6 +86,28 @@ TEST(validate_names_key_value_and_range)
     EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_steps = 17");
 
+    /* issue 23's keys: names, values, and aol only on gathered matrices */
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_algorithm", "gram"), SHARDOPT_OK);
+    EXPECT_EQ_INT(c.ns_algorithm, SHARDOPT_NS_ALGORITHM_GRAM);
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_algorithm", "auto"), SHARDOPT_OK);
+    EXPECT_EQ_INT(c.ns_algorithm, SHARDOPT_NS_ALGORITHM_AUTO);
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_algorithm", "fast"), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "one of standard, gram, auto");
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_precondition", "aol"), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_coeffs", "aol"), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_steps", "4"), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_OK);
+    c.ns_strategy = SHARDOPT_NS_STRATEGY_SHARDED;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_precondition = aol with ns_strategy = sharded");
+    c.ns_strategy = SHARDOPT_NS_STRATEGY_AUTO;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    c.ns_precondition = (shardopt_ns_precondition_t)2;
+    c.ns_strategy = SHARDOPT_NS_STRATEGY_GATHER;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "one of frobenius, aol");
+
     c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
     c.version = 99;
     EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);

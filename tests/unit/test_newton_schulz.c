@@ -482,7 +482,7 @@ TEST(ns_coeffs_custom_takes_callers_triples)
     EXPECT_EQ_INT(ns_coeffs_fill(NS_TABLE_CUSTOM, 0, mine, c), -1);
     EXPECT_EQ_INT(ns_coeffs_fill(NS_TABLE_CUSTOM, NS_TABLE_MAX_STEPS + 1, mine, c), -1);
     EXPECT_NEAR(ns_coeffs_default_norm_scale(NS_TABLE_CUSTOM), 1.0, 0.0);
-    EXPECT_EQ_INT(ns_coeffs_fill(4, 5, NULL, c), -1);
+    EXPECT_EQ_INT(ns_coeffs_fill(5, 5, NULL, c), -1);
     EXPECT_EQ_INT(ns_coeffs_fill(-1, 5, NULL, c), -1);
 }
 

@@ -1,0 +1,111 @@
+/* Gram Newton-Schulz and AOL preconditioning on the CPU, over a table of products
+ * (struct ns_products: the reference's, OpenBLAS's plain and symmetric ones).
+ *
+ * Standard Newton-Schulz on X (m x n, m <= n) multiplies X by p_k(X X^T) = a I + b A + c A A
+ * each step, so every iterate is X_k = Q_k X with Q_k a polynomial in G = X X^T. Gram
+ * Newton-Schulz keeps only the m x m matrices: with R_k = X_k X_k^T and Z_k = p_k(R_k),
+ *   Q_{k+1} = Z_k Q_k,   R_{k+1} = Z_k R_k Z_k,
+ * all polynomials in G (so they commute and every product is symmetric), and forms Q X once
+ * at the end: per step about 4m^3 instead of 4m^2 n + 2m^3 (ns_flops_total has the count).
+ * R = Z R Z rather than Z^2 R: the sandwich keeps R symmetric positive semi-definite under
+ * rounding where Z^2 R need not.
+ *
+ * In exact arithmetic the result is the standard one. In floating point G's small eigenvalues
+ * carry absolute errors of eps |G|, which the steps amplify as they lift them (the first steps
+ * multiply the smallest ones by a^2 ~ 16 each); Dao AI Lab's Gram Newton-Schulz and DeepSpeed's
+ * ns_method = gram restart after the second step: X <- Q X, G = X X^T, Q = I, which costs one
+ * more pass over X (3 m^2 n) and bounds what the early errors can grow into
+ * (ns_gram_restart_step). The code here is our own, written from the iteration above. */
+#include <string.h>
+
+#include "ns_common.h"
+
+/* one matrix, the standard algorithm from an A already formed (AOL) or not */
+static void run_standard(const struct kernel_ctx *ctx, const struct ns_args *a, int64_t m,
+                         int64_t n, const struct ns_products *p, int have_A, float **x, float **y,
+                         float *A, float *B)
+{
+    for (int it = 0; it < a->steps; it++) {
+        if (it > 0 || !have_A)
+            p->gram(ctx, *x, m, n, A);
+        p->update(ctx, A, a->coeffs[it], *x, m, n, B, *y);
+        float *t = *x;
+        *x = *y;
+        *y = t;
+    }
+}
+
+/* one matrix, the Gram algorithm; R holds G = X X^T when have_R */
+static void run_gram(const struct kernel_ctx *ctx, const struct ns_args *a, int64_t m, int64_t n,
+                     const struct ns_products *p, int have_R, float **x, float **y, float *R,
+                     float *Z, float *Q, float *T)
+{
+    int have_Q = 0;
+
+    if (!have_R)
+        p->gram(ctx, *x, m, n, R);
+    for (int it = 0; it < a->steps; it++) {
+        if (it > 0 && ns_gram_restarts_before(a->steps, it)) { /* X <- Q X, G from it, Q = I */
+            p->apply(ctx, Q, *x, m, n, *y);
+            float *t = *x;
+            *x = *y;
+            *y = t;
+            p->gram(ctx, *x, m, n, R);
+            have_Q = 0;
+        }
+        p->poly(ctx, R, a->coeffs[it], m, Z);
+        const float *zk; /* the buffer holding Z_it */
+        float *t;
+        if (!have_Q) { /* Q = Z: swap the buffers */
+            t = Q;
+            Q = Z;
+            Z = t;
+            zk = Q;
+            have_Q = 1;
+        } else { /* Q = Z Q */
+            p->symmul(ctx, Z, Q, m, T);
+            t = Q;
+            Q = T;
+            T = t;
+            zk = Z;
+        }
+        if (it + 1 < a->steps && !ns_gram_restarts_before(a->steps, it + 1)) { /* R = (Z R) Z */
+            p->symmul(ctx, zk, R, m, T);
+            p->symmul(ctx, T, zk, m, R);
+        }
+    }
+    p->apply(ctx, Q, *x, m, n, *y);
+    float *t = *x;
+    *x = *y;
+    *y = t;
+}
+
+int ns_run_products(const struct kernel_ctx *ctx, const struct ns_args *a,
+                    const struct ns_workspace *ws, const struct ns_products *p)
+{
+    int64_t m, n;
+
+    ns_work_shape(a, &m, &n);
+    if (m > n || ws->floats < ns_workspace_floats(a->rows, a->cols) ||
+        (a->algorithm != NS_ALGO_STANDARD && a->algorithm != NS_ALGO_GRAM) ||
+        (a->precondition != NS_PRECOND_FROBENIUS && a->precondition != NS_PRECOND_AOL))
+        return -1;
+    for (int64_t k = 0; k < a->batch; k++) {
+        float *x = ws->buf, *y = x + m * n;
+        float *R = y + m * n, *Z = R + m * m, *Q = Z + m * m, *T = Q + m * m;
+        int have_R = 0;
+
+        ns_load_normalized(a, k, x);
+        if (a->precondition == NS_PRECOND_AOL) {
+            p->gram(ctx, x, m, n, R);
+            ns_aol_scale(m, n, (double)a->eps, x, R, (double *)(void *)Q); /* 2m^2 floats free */
+            have_R = 1;
+        }
+        if (a->algorithm == NS_ALGO_GRAM)
+            run_gram(ctx, a, m, n, p, have_R, &x, &y, R, Z, Q, T);
+        else
+            run_standard(ctx, a, m, n, p, have_R, &x, &y, R, Z);
+        ns_store_output(a, k, x);
+    }
+    return 0;
+}

@@ -1,0 +1,315 @@
+/* Gram Newton-Schulz and AOL preconditioning (kernels/cpu/ns_gram.c): the Gram algorithm against
+ * the standard one with the same coefficients and against the fp64 standard iteration, on well-
+ * and ill-conditioned, low-rank, 1 x n, tall and batched inputs; the AOL schedule's singular
+ * values against 5-step quintic with Frobenius scaling; the FLOP counts. */
+#include <string.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/ns_coeffs.h"
+#include "kernels/ns_variant.h"
+#include "kernels/ops.h"
+#include "ns_fp64.h"
+#include "ns_singular.h"
+#include "ns_test_util.h"
+#include "test.h"
+
+typedef int (*ns_fn_t)(const struct kernel_ctx *, const struct ns_args *,
+                       const struct ns_workspace *);
+
+enum input_kind { UNIFORM, COND_1E4, LOW_RANK };
+
+struct gcase {
+    int64_t batch, rows, cols;
+    int kind;
+};
+
+/* batch matrices of kind, stored rows x cols, fp32; u (may be NULL) gets the values */
+static float *make_input(const struct gcase *c, uint64_t seed, double *u)
+{
+    const int64_t m = c->rows < c->cols ? c->rows : c->cols, n = c->rows + c->cols - m;
+    const size_t one = (size_t)(c->rows * c->cols);
+    float *x = malloc(sizeof(float) * one * (size_t)c->batch);
+    float *w = malloc(sizeof(float) * one);
+    double *sv = malloc(sizeof(double) * (size_t)m);
+
+    for (int64_t k = 0; k < c->batch; k++) {
+        float *o = x + (size_t)k * one;
+        if (c->kind == UNIFORM) {
+            float *r = ns_input(one, KDT_F32, seed + (uint64_t)k, NULL);
+            memcpy(o, r, sizeof(float) * one);
+            free(r);
+            continue;
+        }
+        for (int64_t i = 0; i < m; i++) /* log-uniform over [1e-4, 1], or rank 4 */
+            sv[i] = c->kind == COND_1E4 ? pow(1e-4, (double)i / (double)(m > 1 ? m - 1 : 1))
+                                        : (i < 4 ? 1.0 / (double)(i + 1) : 0.0);
+        matrix_with_singular_values(w, (int)m, (int)n, sv, seed + (uint64_t)k);
+        for (int64_t r = 0; r < c->rows; r++) /* stored tall: the transpose */
+            for (int64_t q = 0; q < c->cols; q++)
+                o[r * c->cols + q] = c->rows <= c->cols ? w[r * c->cols + q] : w[q * c->rows + r];
+    }
+    if (u != NULL)
+        for (size_t i = 0; i < one * (size_t)c->batch; i++)
+            u[i] = x[i];
+    free(w);
+    free(sv);
+    return x;
+}
+
+static int run(ns_fn_t fn, const struct gcase *c, int variant, int algorithm, int precondition,
+               const struct coeffs *t, const float *in, float *out)
+{
+    struct ns_args a = ns_args_of(c->batch, c->rows, c->cols, t, in, KDT_F32, out, KDT_F32);
+    a.variant = variant;
+    a.compute = KDT_F32;
+    a.algorithm = algorithm;
+    a.precondition = precondition;
+    const struct kernel_ctx ctx = {.threads = 1, .stream = NULL};
+    struct ns_workspace ws = {.floats = ns_workspace_floats(c->rows, c->cols)};
+    ws.buf = cpu_alloc(ws.floats * sizeof(float));
+    const int rc = ws.buf == NULL ? -3 : fn(&ctx, &a, &ws);
+    cpu_free(ws.buf);
+    return rc;
+}
+
+static void fp64_standard(const double *u, const struct gcase *c, const struct coeffs *t, double *o)
+{
+    const size_t one = (size_t)(c->rows * c->cols);
+    for (int64_t k = 0; k < c->batch; k++)
+        ns_fp64(u + k * one, c->rows, c->cols, c->rows > c->cols, (const float(*)[3])t->c, t->steps,
+                t->norm_scale, 1e-8, o + k * one);
+}
+
+static const struct gcase gram_cases[] = {
+    {1, 64, 256, UNIFORM}, {1, 96, 384, COND_1E4}, {1, 64, 200, LOW_RANK},
+    {1, 1, 300, UNIFORM},  {1, 300, 48, COND_1E4}, {3, 48, 160, COND_1E4},
+    {1, 64, 64, COND_1E4}, {2, 37, 129, UNIFORM},  {1, 300, 700, COND_1E4},
+};
+#define N_GRAM (sizeof(gram_cases) / sizeof(gram_cases[0]))
+
+/* fp32: Gram against standard with the same coefficients and against the fp64 standard
+ * iteration, for the reference and both BLAS variants. On well-conditioned inputs the two fp32
+ * algorithms agree within 1e-6 (measured 6e-7). On condition numbers of 1e4 and low rank the
+ * fp32 standard iteration is itself 5e-6 to 2.5e-5 away from fp64 (its rounding errors in the
+ * directions of the tiny singular values, which the steps multiply by up to 493), and Gram's
+ * error is up to 3x that (G = X X^T squares the condition number; measured 2.7e-5 against a
+ * standard 9.1e-6 at 300 x 700): 1e-5 between the two is below what fp32 standard NS holds to
+ * fp64 there. So: Gram's error to fp64 at most 1e-5 + 4x standard's, and within 1e-5 of
+ * standard where the input is well conditioned. Without the restart the worst case is 3.4e-4
+ * (restart after step 1 only: 1.6e-4), which fails this. */
+TEST(ns_gram_matches_standard_fp32)
+{
+    const struct coeffs t = coeffs_of(NS_TABLE_QUINTIC, 5);
+    double worst_std = 0.0, worst_64 = 0.0, worst_ratio = 0.0;
+
+    for (size_t i = 0; i < N_GRAM; i++) {
+        const struct gcase *c = &gram_cases[i];
+        const size_t count = (size_t)(c->batch * c->rows * c->cols);
+        double *u = malloc(sizeof(double) * count), *r64 = malloc(sizeof(double) * count);
+        double *std64 = malloc(sizeof(double) * count);
+        float *in = make_input(c, 300 + i, u);
+        float *o_std = malloc(sizeof(float) * count), *o_gram = malloc(sizeof(float) * count);
+
+        fp64_standard(u, c, &t, r64);
+        for (int variant = -1; variant <= NS_VARIANT_SYMMETRIC; variant++) {
+            const ns_fn_t fn = variant < 0 ? ref_newton_schulz : blas_newton_schulz;
+            const int v = variant < 0 ? NS_VARIANT_PLAIN : variant;
+            ASSERT_EQ_INT(run(fn, c, v, NS_ALGO_STANDARD, NS_PRECOND_FROBENIUS, &t, in, o_std), 0);
+            ASSERT_EQ_INT(run(fn, c, v, NS_ALGO_GRAM, NS_PRECOND_FROBENIUS, &t, in, o_gram), 0);
+            for (size_t j = 0; j < count; j++)
+                std64[j] = o_std[j];
+            const double e_std = ns_rel_frobenius(o_gram, KDT_F32, std64, count);
+            const double e_64 = ns_rel_frobenius(o_gram, KDT_F32, r64, count);
+            const double s_64 = ns_rel_frobenius(o_std, KDT_F32, r64, count);
+            const int ok = e_64 <= 1e-5 + 4.0 * s_64 && (c->kind != UNIFORM || e_std <= 1e-5);
+            worst_std = e_std > worst_std ? e_std : worst_std;
+            worst_64 = e_64 > worst_64 ? e_64 : worst_64;
+            worst_ratio = e_64 / s_64 > worst_ratio ? e_64 / s_64 : worst_ratio;
+            if (!ok)
+                fprintf(stderr,
+                        "  %lldx%lldx%lld kind %d %s: gram vs standard %.3g, gram vs fp64 %.3g, "
+                        "standard vs fp64 %.3g\n",
+                        (long long)c->batch, (long long)c->rows, (long long)c->cols, c->kind,
+                        variant < 0 ? "ref"
+                        : variant   ? "symmetric"
+                                    : "plain",
+                        e_std, e_64, s_64);
+            EXPECT_TRUE(ok);
+        }
+        free(u);
+        free(r64);
+        free(std64);
+        free(in);
+        free(o_std);
+        free(o_gram);
+    }
+    fprintf(stderr, "  worst: gram vs standard %.3g, gram vs fp64 %.3g (%.2fx standard's)\n",
+            worst_std, worst_64, worst_ratio);
+}
+
+/* AOL with the 4-step aol table against Frobenius scaling with quintic's 5 steps, on 256 x 512
+ * matrices whose singular values are log-uniform over [1e-4, 1]: the output's singular values
+ * lie in a band at least as tight on both ends (the lower end is the smallest singular value
+ * lifted, the upper the overshoot), for the standard and the Gram algorithm. */
+TEST(ns_aol_4_steps_band_at_least_as_tight_as_quintic_5)
+{
+    const struct gcase c = {1, 256, 512, COND_1E4};
+    const struct coeffs q5 = coeffs_of(NS_TABLE_QUINTIC, 5), a4 = coeffs_of(NS_TABLE_AOL, 4);
+    const size_t count = 256 * 512;
+    float *out = malloc(sizeof(float) * count);
+
+    ASSERT_EQ_INT(a4.steps, 4);
+    for (uint64_t seed = 1; seed <= 2; seed++) {
+        float *in = make_input(&c, 900 + seed, NULL);
+        double q_lo, q_hi;
+        ASSERT_EQ_INT(run(blas_newton_schulz, &c, NS_VARIANT_SYMMETRIC, NS_ALGO_STANDARD,
+                          NS_PRECOND_FROBENIUS, &q5, in, out),
+                      0);
+        singular_range(out, 256, 512, 1.0, &q_lo, &q_hi);
+        for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
+            double lo, hi;
+            ASSERT_EQ_INT(run(blas_newton_schulz, &c, NS_VARIANT_SYMMETRIC, algo, NS_PRECOND_AOL,
+                              &a4, in, out),
+                          0);
+            singular_range(out, 256, 512, 1.0, &lo, &hi);
+            fprintf(stderr,
+                    "  seed %d: quintic 5 + frobenius [%.4f, %.4f], aol 4 + aol (%s) [%.4f, "
+                    "%.4f]\n",
+                    (int)seed, q_lo, q_hi, algo ? "gram" : "standard", lo, hi);
+            EXPECT_TRUE(lo >= q_lo);
+            EXPECT_TRUE(hi <= q_hi);
+        }
+        free(in);
+    }
+    free(out);
+}
+
+/* AOL's scaling bounds the spectral norm by 1 (what lets the schedule start with a steeper
+ * first step): the scaled X of every kind of input, through one step of (1, 0, 0), which
+ * leaves X as scaled. */
+TEST(ns_aol_scaling_bounds_the_spectral_norm_by_1)
+{
+    static const struct gcase cases[] = {{1, 64, 256, UNIFORM},
+                                         {1, 96, 384, COND_1E4},
+                                         {1, 64, 200, LOW_RANK},
+                                         {1, 1, 300, UNIFORM}};
+    struct coeffs id = {.steps = 1, .norm_scale = 1.0f};
+    id.c[0][0] = 1.0f;
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct gcase *c = &cases[i];
+        const size_t count = (size_t)(c->rows * c->cols);
+        float *in = make_input(c, 40 + i, NULL), *out = malloc(sizeof(float) * count);
+        double lo, hi, flo, fhi;
+        for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
+            ASSERT_EQ_INT(
+                run(blas_newton_schulz, c, NS_VARIANT_PLAIN, algo, NS_PRECOND_AOL, &id, in, out),
+                0);
+            singular_range(out, (int)c->rows, (int)c->cols, 1.0, &lo, &hi);
+            EXPECT_TRUE(hi <= 1.0 + 1e-6);
+        }
+        ASSERT_EQ_INT(run(blas_newton_schulz, c, NS_VARIANT_PLAIN, NS_ALGO_STANDARD,
+                          NS_PRECOND_FROBENIUS, &id, in, out),
+                      0);
+        singular_range(out, (int)c->rows, (int)c->cols, 1.0, &flo, &fhi);
+        /* and it is tighter than the Frobenius bound: the largest one is nearer 1 */
+        EXPECT_TRUE(hi >= fhi);
+        free(in);
+        free(out);
+    }
+}
+
+/* The reference and both BLAS variants agree on AOL and on Gram (the reference being the
+ * double-accumulating oracle of the products). fp32 products against double ones: measured up
+ * to 1.4e-5 relative Frobenius with the aol table (its steeper steps amplify rounding more than
+ * quintic's, where the same comparison gives 6e-7); 3e-5 leaves room, while a wrong scale or a
+ * skipped product is off by far more than that. */
+TEST(ns_aol_and_gram_blas_match_ref)
+{
+    const struct coeffs a4 = coeffs_of(NS_TABLE_AOL, 4);
+    for (size_t i = 0; i < N_GRAM; i++) {
+        const struct gcase *c = &gram_cases[i];
+        if (c->kind != UNIFORM)
+            continue; /* ill-conditioned inputs: covered against fp64 above */
+        const size_t count = (size_t)(c->batch * c->rows * c->cols);
+        float *in = make_input(c, 500 + i, NULL);
+        float *o_ref = malloc(sizeof(float) * count), *o = malloc(sizeof(float) * count);
+        double *r = malloc(sizeof(double) * count);
+        for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
+            ASSERT_EQ_INT(
+                run(ref_newton_schulz, c, NS_VARIANT_PLAIN, algo, NS_PRECOND_AOL, &a4, in, o_ref),
+                0);
+            for (size_t j = 0; j < count; j++)
+                r[j] = o_ref[j];
+            for (int v = NS_VARIANT_PLAIN; v <= NS_VARIANT_SYMMETRIC; v++) {
+                ASSERT_EQ_INT(run(blas_newton_schulz, c, v, algo, NS_PRECOND_AOL, &a4, in, o), 0);
+                const double e = ns_rel_frobenius(o, KDT_F32, r, count);
+                if (e > 3e-5)
+                    fprintf(stderr, "  %lldx%lld algorithm %d variant %d: %.3g\n",
+                            (long long)c->rows, (long long)c->cols, algo, v, e);
+                EXPECT_TRUE(e <= 3e-5);
+            }
+        }
+        free(in);
+        free(o_ref);
+        free(o);
+        free(r);
+    }
+}
+
+/* The FLOP counts planners and counters use: standard steps (4m^2n + 2m^3, symmetric
+ * 3m^2n + m^3), Gram with its restart after step 2. */
+TEST(ns_flops_total_counts_each_algorithm)
+{
+    const double m = 1408, n = 4096;
+    EXPECT_NEAR(ns_flops_total(1408, 4096, 5, NS_ALGO_STANDARD, 0),
+                5 * (4 * m * m * n + 2 * m * m * m), 0.0);
+    EXPECT_NEAR(ns_flops_total(4096, 1408, 5, NS_ALGO_STANDARD, 1), 5 * (3 * m * m * n + m * m * m),
+                0.0);
+    /* symmetric: segments [0, 2) and [2, 5): G m^2n + QX 2m^2n each; steps 3 + 2 | 3 + 4 + 2 m^3 */
+    EXPECT_NEAR(ns_flops_total(1408, 4096, 5, NS_ALGO_GRAM, 1), 6 * m * m * n + 14 * m * m * m,
+                0.0);
+    EXPECT_NEAR(ns_flops_total(1408, 4096, 5, NS_ALGO_GRAM, 0), 8 * m * m * n + 28 * m * m * m,
+                0.0);
+    /* 4 steps: 3 + 2 | 3 + 2 */
+    EXPECT_NEAR(ns_flops_total(1408, 4096, 4, NS_ALGO_GRAM, 1), 6 * m * m * n + 10 * m * m * m,
+                0.0);
+    /* 2 steps: no restart, one segment: G, 3, 2, QX */
+    EXPECT_NEAR(ns_flops_total(10, 30, 2, NS_ALGO_GRAM, 1), 3 * 100 * 30.0 + 5 * 1000.0, 0.0);
+    EXPECT_EQ_INT(ns_gram_restart_step(5), 2);
+    EXPECT_EQ_INT(ns_gram_restart_step(2), 2);
+    /* the ideal speedups the docs quote: 1.55 at 1408 x 4096, 1.77 with aol's 4 steps */
+    EXPECT_NEAR(ns_flops_total(1408, 4096, 5, 0, 1) / ns_flops_total(1408, 4096, 5, 1, 1), 1.547,
+                0.001);
+    EXPECT_NEAR(ns_flops_total(1408, 4096, 5, 0, 1) / ns_flops_total(1408, 4096, 4, 1, 1), 1.772,
+                0.001);
+}
+
+/* auto's committed table: Gram from n/m = 1.5 on, the same either way round, for both computes */
+TEST(ns_algorithm_table_follows_the_aspect_ratio)
+{
+    const int64_t sides[] = {1, 7, 64, 96, 100, 384, 1408, 4096};
+    for (size_t i = 0; i < 8; i++)
+        for (size_t j = 0; j < 8; j++)
+            for (int dt = KDT_F32; dt <= KDT_BF16; dt++) {
+                const int64_t m = sides[i] < sides[j] ? sides[i] : sides[j];
+                const int64_t n = sides[i] + sides[j] - m;
+                const int a = ns_algorithm_for_shape(sides[i], sides[j], dt);
+                EXPECT_EQ_INT(a, ns_algorithm_for_shape(sides[j], sides[i], dt));
+                EXPECT_EQ_INT(a, 2 * n >= 3 * m ? NS_ALGO_GRAM : NS_ALGO_STANDARD);
+            }
+    EXPECT_EQ_INT(ns_algorithm_for_shape(1408, 4096, KDT_BF16), NS_ALGO_GRAM);
+    EXPECT_EQ_INT(ns_algorithm_for_shape(2048, 2048, KDT_F32), NS_ALGO_STANDARD);
+}
+
+/* Unknown algorithm or preconditioning values are refused, not run as something else. */
+TEST(ns_gram_refuses_unknown_values)
+{
+    const struct gcase c = {1, 8, 16, UNIFORM};
+    const struct coeffs t = coeffs_of(NS_TABLE_QUINTIC, 5);
+    float *in = make_input(&c, 1, NULL), out[128];
+    EXPECT_EQ_INT(run(blas_newton_schulz, &c, 0, 2, NS_PRECOND_FROBENIUS, &t, in, out), -1);
+    EXPECT_EQ_INT(run(blas_newton_schulz, &c, 0, NS_ALGO_GRAM, 2, &t, in, out), -1);
+    EXPECT_EQ_INT(run(ref_newton_schulz, &c, 0, NS_ALGO_GRAM, -1, &t, in, out), -1);
+    free(in);
+}

@@ -1,8 +1,15 @@
 /* ns_bench: Newton-Schulz (5 quintic steps) with the plain and the symmetric variant, against the
  * machine's limit measured in the same process: an OpenBLAS sgemm (--compute fp32, the default)
- * or a oneDNN bf16 matmul with fp32 accumulation (--compute bf16).
+ * or a oneDNN bf16 matmul with fp32 accumulation (--compute bf16). Beside them, in the same run
+ * (issue 23): Gram Newton-Schulz with quintic's 5 steps ("gram"), and AOL with the aol table's 4
+ * steps, standard ("sym+aol") and Gram ("gram+aol"), each with its FLOP count (ns_flops_total)
+ * and the ratio that count allows against the best standard variant beside its measured one.
  *
- *   ns_bench [--json] [--threads N] [--reps R] [--compute fp32|bf16] [--torch] [--shape MxN]...
+ *   ns_bench [--json] [--threads N] [--reps R] [--compute fp32|bf16] [--torch]
+ *            [--algorithm standard|gram|all] [--precondition frobenius|aol|all] [--shape MxN]...
+ *
+ * --algorithm and --precondition choose which of those columns run (default all of them); the
+ * plain and symmetric standard ones always do, as the baseline.
  *   ns_bench --backend cuda [--json] [--reps R] [--shape [Bx]MxN]...
  *
  * --backend cuda times the CUDA backend against a cuBLAS bf16 GEMM (ns_bench_cuda.cu); its
@@ -38,7 +45,12 @@
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
 
-#define BENCH_STEPS      5
+#define BENCH_STEPS     5
+#define BENCH_AOL_STEPS 4
+/* what bench_sample runs: the two standard variants, the limit, then issue 23's */
+enum { W_PLAIN, W_SYM, W_LIMIT, W_GRAM, W_SYM_AOL, W_GRAM_AOL, W_COUNT };
+static const char *const w_names[W_COUNT] = {"plain", "symmetric", "limit",
+                                             "gram",  "sym+aol",   "gram+aol"};
 #define BENCH_MAX_SHAPES 32
 #define BENCH_MAX_REPS   1000
 /* A timed sample repeats a call until it lasts this long, so short calls are not clock noise. */
@@ -50,7 +62,9 @@ struct bench_opts {
     int torch;
     int threads;
     int reps;
-    int cuda; /* --backend cuda */
+    int cuda;     /* --backend cuda */
+    int algos;    /* bit 0 standard, bit 1 gram (--algorithm) */
+    int preconds; /* bit 0 frobenius, bit 1 aol (--precondition) */
     int nshapes;
     int64_t shape[BENCH_MAX_SHAPES][2];
     int64_t batch[BENCH_MAX_SHAPES]; /* --backend cuda only */
@@ -61,6 +75,9 @@ struct bench_result {
     int block;                      /* bf16 symmetric: rows per block row */
     double plain_s, sym_s, sgemm_s; /* medians, seconds per call (sgemm_s: the limit) */
     double max_abs_diff;            /* between the two variants' outputs */
+    double var_s[W_COUNT];          /* medians of issue 23's variants; 0 when not run */
+    double var_diff[W_COUNT];       /* their max |difference| from the symmetric output */
+    int var_variant;                /* the plain/symmetric products they ran with */
     double torch_s;                 /* PyTorch bf16 Newton-Schulz; 0 when not run */
 };
 
@@ -77,10 +94,12 @@ struct bench_dnnl {
 /* One matrix and everything the three timed calls touch. */
 struct bench_case {
     int64_t m, n;
-    float *in, *out_plain, *out_sym;
+    float *in, *out_plain, *out_sym, *out_var;
     struct ns_workspace ws;
     float *ga, *gb, *gc; /* sgemm operands (bf16 limit: the same buffers, read as bf16) */
     float coeffs[BENCH_STEPS][3];
+    float coeffs_aol[BENCH_AOL_STEPS][3];
+    int variant; /* of the table, for issue 23's variants */
     int bf16, block;
     struct bench_dnnl mm;
 };
@@ -93,7 +112,8 @@ static int bench_usage(const char *msg)
 {
     fprintf(stderr,
             "ns_bench: %s\nusage: ns_bench [--json] [--threads N] [--reps R] [--compute fp32|bf16] "
-            "[--torch] [--shape MxN]...\n       ns_bench --backend cuda [--json] [--reps R] "
+            "[--torch] [--algorithm standard|gram|all] [--precondition frobenius|aol|all] "
+            "[--shape MxN]...\n       ns_bench --backend cuda [--json] [--reps R] "
             "[--shape [Bx]MxN]...\n",
             msg);
     return -1;
@@ -132,6 +152,8 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->reps = 5;
+    o->algos = 3;
+    o->preconds = 3;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(arg, "--json") == 0) {
@@ -158,6 +180,18 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o)
                 bench_parse_shape(val, o->shape[o->nshapes], &o->batch[o->nshapes]) != 0)
                 return bench_usage("--shape takes MxN or BxMxN with 1 <= M, N <= 65536, B <= 4096");
             o->nshapes++;
+            i++;
+        } else if (strcmp(arg, "--algorithm") == 0) {
+            if (val == NULL || (strcmp(val, "standard") != 0 && strcmp(val, "gram") != 0 &&
+                                strcmp(val, "all") != 0))
+                return bench_usage("--algorithm takes standard, gram or all");
+            o->algos = strcmp(val, "standard") == 0 ? 1 : strcmp(val, "gram") == 0 ? 2 : 3;
+            i++;
+        } else if (strcmp(arg, "--precondition") == 0) {
+            if (val == NULL || (strcmp(val, "frobenius") != 0 && strcmp(val, "aol") != 0 &&
+                                strcmp(val, "all") != 0))
+                return bench_usage("--precondition takes frobenius, aol or all");
+            o->preconds = strcmp(val, "frobenius") == 0 ? 1 : strcmp(val, "aol") == 0 ? 2 : 3;
             i++;
         } else if (strcmp(arg, "--backend") == 0) {
             if (val == NULL || (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0))
@@ -261,6 +295,7 @@ static void bench_case_free(struct bench_case *c)
     cpu_free(c->in);
     cpu_free(c->out_plain);
     cpu_free(c->out_sym);
+    cpu_free(c->out_var);
     cpu_free(c->ws.buf);
     cpu_free(c->ga);
     cpu_free(c->gb);
@@ -278,11 +313,13 @@ static int bench_case_init(struct bench_case *c, int64_t rows, int64_t cols, int
     c->in = cpu_alloc(mn * sizeof(float));
     c->out_plain = cpu_alloc(mn * sizeof(float));
     c->out_sym = cpu_alloc(mn * sizeof(float));
+    c->out_var = cpu_alloc(mn * sizeof(float));
     c->ws.buf = cpu_alloc(c->ws.floats * sizeof(float));
     c->ga = cpu_alloc(mm * sizeof(float));
     c->gb = cpu_alloc(mn * sizeof(float));
     c->gc = cpu_alloc(mn * sizeof(float));
-    if (!c->in || !c->out_plain || !c->out_sym || !c->ws.buf || !c->ga || !c->gb || !c->gc) {
+    if (!c->in || !c->out_plain || !c->out_sym || !c->out_var || !c->ws.buf || !c->ga || !c->gb ||
+        !c->gc) {
         bench_case_free(c);
         return -1;
     }
@@ -290,24 +327,32 @@ static int bench_case_init(struct bench_case *c, int64_t rows, int64_t cols, int
     bench_fill_random(c->ga, mm, 11);
     bench_fill_random(c->gb, mn, 12);
     memset(c->gc, 0, mn * sizeof(float));
-    if (ns_coeffs_fill(NS_TABLE_QUINTIC, BENCH_STEPS, NULL, c->coeffs) != 0)
+    if (ns_coeffs_fill(NS_TABLE_QUINTIC, BENCH_STEPS, NULL, c->coeffs) != 0 ||
+        ns_coeffs_fill(NS_TABLE_AOL, BENCH_AOL_STEPS, NULL, c->coeffs_aol) != 0)
         return -1;
     c->bf16 = bf16;
+    c->variant = ns_variant_for_shape(c->m, c->n);
     if (!bf16)
         return 0;
     /* bf16: the library's table gives the symmetric block; both variants prepared up front */
     char err[256];
-    ns_bf16_variant_for_shape(c->m, c->n, &c->block);
+    c->variant = ns_bf16_variant_for_shape(c->m, c->n, &c->block);
     for (size_t i = 0; i < mm; i++) /* the limit's operands: bf16 views of ga, gb */
         ((uint16_t *)c->ga)[i] = bf16_from_f32(c->ga[i]);
     for (size_t i = 0; i < mn; i++)
         ((uint16_t *)c->gb)[i] = bf16_from_f32(c->gb[i]);
     c->ws.bf16 = ns_bf16_create(err, sizeof err);
     if (c->ws.bf16 == NULL ||
-        ns_bf16_prepare(c->ws.bf16, c->m, c->n, NS_VARIANT_PLAIN, 0, (const float(*)[3])c->coeffs,
-                        BENCH_STEPS, err, sizeof err) != 0 ||
-        ns_bf16_prepare(c->ws.bf16, c->m, c->n, NS_VARIANT_SYMMETRIC, c->block,
+        ns_bf16_prepare(c->ws.bf16, c->m, c->n, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD,
                         (const float(*)[3])c->coeffs, BENCH_STEPS, err, sizeof err) != 0 ||
+        ns_bf16_prepare(c->ws.bf16, c->m, c->n, NS_VARIANT_SYMMETRIC, c->block, NS_ALGO_STANDARD,
+                        (const float(*)[3])c->coeffs, BENCH_STEPS, err, sizeof err) != 0 ||
+        ns_bf16_prepare(c->ws.bf16, c->m, c->n, c->variant, c->block, NS_ALGO_GRAM,
+                        (const float(*)[3])c->coeffs, BENCH_STEPS, err, sizeof err) != 0 ||
+        ns_bf16_prepare(c->ws.bf16, c->m, c->n, c->variant, c->block, NS_ALGO_STANDARD,
+                        (const float(*)[3])c->coeffs_aol, BENCH_AOL_STEPS, err, sizeof err) != 0 ||
+        ns_bf16_prepare(c->ws.bf16, c->m, c->n, c->variant, c->block, NS_ALGO_GRAM,
+                        (const float(*)[3])c->coeffs_aol, BENCH_AOL_STEPS, err, sizeof err) != 0 ||
         bench_dnnl_init(&c->mm, c->m, c->n, c->ga, c->gb, c->gc) != 0) {
         fprintf(stderr, "ns_bench: bf16 %" PRId64 "x%" PRId64 ": %s\n", c->m, c->n, err);
         return -1;
@@ -315,8 +360,9 @@ static int bench_case_init(struct bench_case *c, int64_t rows, int64_t cols, int
     return 0;
 }
 
-static int bench_run_ns(const struct bench_case *c, int variant, float *out)
+static int bench_run_ns(const struct bench_case *c, int which, float *out)
 {
+    const int aol = which == W_SYM_AOL || which == W_GRAM_AOL;
     const struct ns_args a = {
         .batch = 1,
         .rows = c->m,
@@ -326,13 +372,17 @@ static int bench_run_ns(const struct bench_case *c, int variant, float *out)
         .in_dtype = KDT_F32,
         .out = out,
         .out_dtype = KDT_F32,
-        .coeffs = (const float(*)[3])c->coeffs,
-        .steps = BENCH_STEPS,
+        .coeffs = (const float(*)[3])(aol ? c->coeffs_aol : c->coeffs),
+        .steps = aol ? BENCH_AOL_STEPS : BENCH_STEPS,
         .norm_scale = 1.0f,
         .eps = 1e-8f,
-        .variant = variant,
+        .variant = which == W_PLAIN ? NS_VARIANT_PLAIN
+                   : which == W_SYM ? NS_VARIANT_SYMMETRIC
+                                    : c->variant,
         .compute = c->bf16 ? KDT_BF16 : KDT_F32,
         .block = c->block,
+        .algorithm = which == W_GRAM || which == W_GRAM_AOL ? NS_ALGO_GRAM : NS_ALGO_STANDARD,
+        .precondition = aol ? NS_PRECOND_AOL : NS_PRECOND_FROBENIUS,
     };
     const struct kernel_ctx ctx = {.threads = 0, .stream = NULL};
     return kernel_ops_cpu_best()->newton_schulz(&ctx, &a, &c->ws);
@@ -349,21 +399,6 @@ static void bench_run_sgemm(const struct bench_case *c)
                 c->gc, n);
 }
 
-/* 0: plain NS, 1: symmetric NS, 2: sgemm. Returns seconds per call over `calls` calls, or a
- * negative value when the kernel refused the arguments. */
-static double bench_sample(struct bench_case *c, int which, int calls)
-{
-    const double t0 = monotonic_seconds();
-    for (int i = 0; i < calls; i++) {
-        if (which == 2)
-            bench_run_sgemm(c);
-        else if (bench_run_ns(c, which == 0 ? NS_VARIANT_PLAIN : NS_VARIANT_SYMMETRIC,
-                              which == 0 ? c->out_plain : c->out_sym) != 0)
-            return -1.0;
-    }
-    return (monotonic_seconds() - t0) / calls;
-}
-
 static double bench_max_abs_diff(const float *a, const float *b, size_t count)
 {
     double d = 0.0;
@@ -372,6 +407,23 @@ static double bench_max_abs_diff(const float *a, const float *b, size_t count)
         d = e > d || isnan(e) ? e : d;
     }
     return d;
+}
+
+/* One of W_*. Returns seconds per call over `calls` calls, or a negative value when the kernel
+ * refused the arguments. */
+static double bench_sample(struct bench_case *c, int which, int calls)
+{
+    const double t0 = monotonic_seconds();
+    for (int i = 0; i < calls; i++) {
+        if (which == W_LIMIT)
+            bench_run_sgemm(c);
+        else if (bench_run_ns(c, which,
+                              which == W_PLAIN ? c->out_plain
+                              : which == W_SYM ? c->out_sym
+                                               : c->out_var) != 0)
+            return -1.0;
+    }
+    return (monotonic_seconds() - t0) / calls;
 }
 
 /* PyTorch's bf16 Newton-Schulz on the same shape and threads: bench/ns_torch.py prints the
@@ -393,28 +445,47 @@ static double bench_torch(int64_t m, int64_t n, int threads, int reps)
     return s;
 }
 
+/* Whether variant w runs under --algorithm / --precondition. */
+static int bench_wants(const struct bench_opts *o, int w)
+{
+    if (w <= W_LIMIT)
+        return 1;
+    const int gram = w == W_GRAM || w == W_GRAM_AOL, aol = w == W_SYM_AOL || w == W_GRAM_AOL;
+    return (o->algos & (gram ? 2 : 1)) && (o->preconds & (aol ? 2 : 1));
+}
+
 static int bench_shape(int64_t rows, int64_t cols, const struct bench_opts *o,
                        struct bench_result *r)
 {
-    double samples[3][BENCH_MAX_REPS];
+    static double samples[W_COUNT][BENCH_MAX_REPS];
     struct bench_case c;
-    int calls[3];
+    int calls[W_COUNT];
     const int reps = o->reps;
 
+    memset(r, 0, sizeof *r);
     if (bench_case_init(&c, rows, cols, o->bf16) != 0)
         return -1;
-    /* The warm-up call also sizes each sample to at least BENCH_MIN_SAMPLE_S. */
-    for (int w = 0; w < 3; w++) {
+    /* The warm-up call also sizes each sample to at least BENCH_MIN_SAMPLE_S; the extra
+     * variants' outputs are compared with the symmetric one right after their warm-up. */
+    for (int w = 0; w < W_COUNT; w++) {
+        if (!bench_wants(o, w))
+            continue;
         const double t = bench_sample(&c, w, 1);
         if (t < 0.0) {
             bench_case_free(&c);
             return -1;
         }
+        if (w > W_LIMIT)
+            r->var_diff[w] = bench_max_abs_diff(c.out_var, c.out_sym, (size_t)(c.m * c.n));
         calls[w] = t >= BENCH_MIN_SAMPLE_S ? 1 : (int)ceil(BENCH_MIN_SAMPLE_S / fmax(t, 1e-6));
     }
     for (int i = 0; i < reps; i++)
-        for (int w = 0; w < 3; w++)
-            samples[w][i] = bench_sample(&c, w, calls[w]);
+        for (int w = 0; w < W_COUNT; w++)
+            if (bench_wants(o, w))
+                samples[w][i] = bench_sample(&c, w, calls[w]);
+    for (int w = W_LIMIT + 1; w < W_COUNT; w++)
+        r->var_s[w] = bench_wants(o, w) ? bench_median(samples[w], reps) : 0.0;
+    r->var_variant = c.variant;
 
     r->m = c.m;
     r->n = c.n;
@@ -447,6 +518,46 @@ static struct bench_rates bench_rates_of(const struct bench_result *r)
 static const char *bench_limit_name(const struct bench_opts *o)
 {
     return o->bf16 ? "oneDNN bf16 matmul" : "sgemm";
+}
+
+/* FLOPs of variant w on r's shape (ns_flops_total), and of the best standard one beside it */
+static double bench_flops(const struct bench_result *r, int w)
+{
+    const int sym = w == W_SYM || (w > W_LIMIT && r->var_variant == NS_VARIANT_SYMMETRIC);
+    const int steps = w == W_SYM_AOL || w == W_GRAM_AOL ? BENCH_AOL_STEPS : BENCH_STEPS;
+    const int algo = w == W_GRAM || w == W_GRAM_AOL ? NS_ALGO_GRAM : NS_ALGO_STANDARD;
+    return ns_flops_total(r->m, r->n, steps, algo, sym);
+}
+
+/* issue 23's variants: time, measured speedup over the faster standard variant of the same
+ * run, and the speedup their FLOP counts allow over it */
+static void bench_print_variants(const struct bench_opts *o, const struct bench_result *res)
+{
+    int any = 0;
+    for (int w = W_LIMIT + 1; w < W_COUNT; w++)
+        any |= bench_wants(o, w);
+    if (!any)
+        return;
+    printf("\nagainst the faster standard variant (best), same run: ms, measured speedup, and the "
+           "speedup the FLOP counts allow (ns_flops_total: symmetric products at half)\n");
+    printf("%-11s %10s %10s", "m x n", "best ms", "best GFLOP");
+    for (int w = W_LIMIT + 1; w < W_COUNT; w++)
+        if (bench_wants(o, w))
+            printf(" %10s %8s %8s", w_names[w], "speedup", "count");
+    printf("\n");
+    for (int i = 0; i < o->nshapes; i++) {
+        const struct bench_result *r = &res[i];
+        const int bw = r->sym_s < r->plain_s ? W_SYM : W_PLAIN;
+        const double best = bw == W_SYM ? r->sym_s : r->plain_s;
+        char shape[32];
+        snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, r->m, r->n);
+        printf("%-11s %10.2f %10.2f", shape, best * 1e3, bench_flops(r, bw) * 1e-9);
+        for (int w = W_LIMIT + 1; w < W_COUNT; w++)
+            if (bench_wants(o, w))
+                printf(" %10.2f %8.3f %8.3f", r->var_s[w] * 1e3, best / r->var_s[w],
+                       bench_flops(r, bw) / bench_flops(r, w));
+        printf("\n");
+    }
 }
 
 static void bench_print_table(const struct bench_opts *o, const struct bench_result *res)
@@ -484,6 +595,7 @@ static void bench_print_table(const struct bench_opts *o, const struct bench_res
             printf(" %9s %9s %8s", "n/a", "n/a", "n/a");
         printf("\n");
     }
+    bench_print_variants(o, res);
 }
 
 static void bench_print_variant_json(const char *name, double seconds, double gflops,
@@ -511,6 +623,14 @@ static void bench_print_json(const struct bench_opts *o, const struct bench_resu
         if (r->torch_s > 0)
             printf(", \"torch\": {\"ms\": %.4f, \"gflops\": %.2f}", r->torch_s * 1e3,
                    g.torch_gflops);
+        const double best = r->sym_s < r->plain_s ? r->sym_s : r->plain_s;
+        const int bw = r->sym_s < r->plain_s ? W_SYM : W_PLAIN;
+        for (int w = W_LIMIT + 1; w < W_COUNT; w++)
+            if (bench_wants(o, w))
+                printf(", \"%s\": {\"ms\": %.4f, \"speedup_vs_best\": %.4f, \"flops\": %.6g, "
+                       "\"count_speedup_vs_best\": %.4f, \"max_abs_diff_vs_symmetric\": %.3g}",
+                       w_names[w], r->var_s[w] * 1e3, best / r->var_s[w], bench_flops(r, w),
+                       bench_flops(r, bw) / bench_flops(r, w), r->var_diff[w]);
         printf(", \"sym_speedup\": %.4f, \"max_abs_diff\": %.3g}%s\n", r->plain_s / r->sym_s,
                r->max_abs_diff, i + 1 < o->nshapes ? "," : "");
     }

@@ -190,9 +190,10 @@ int ns_gram_restarts_before(int steps, int step);
 /* FLOPs one matrix's Newton-Schulz really performs (2 per multiply-add), m <= n the working
  * shape: `symmetric` counts a product whose result is symmetric (X X^T, A A, and on the Gram
  * path every m x m product) at its upper half. Standard: steps (4m^2n + 2m^3), or symmetric
- * steps (3m^2n + m^3). Gram with restart r: G (2m^2n, sym m^2n) per segment, per step A A
- * (2m^3 | m^3), Q = Z Q except a segment's first (2m^3 | m^3), G <- Z G Z except before a
- * restart and after the last step (4m^3 | 2m^3), X <- Q X per segment (2m^2n). */
+ * steps (3m^2n + m^3). Gram with restart r: G (2m^2n, sym m^2n) per segment, per step R R
+ * (2m^3 | m^3), Q = Z Q except a segment's first (2m^3, always whole), R <- (Z R) Z except
+ * before a restart and after the last step (Z R whole 2m^3, then 2m^3 | m^3), X <- Q X per
+ * segment (2m^2n); kernels/cpu/ns_gram.c says which products are halved and why. */
 double ns_flops_total(int64_t rows, int64_t cols, int steps, int algorithm, int symmetric);
 
 struct kernel_ops {

@@ -40,8 +40,7 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
     else
         p->ns_variant = ns_variant_for_shape(p->mv.rows, p->mv.cols);
     /* the device runs the standard algorithm only (init refuses gram there); auto keeps it */
-    p->ns_algorithm = rt_ns_on_device(rt) || rt->ns_compute == KDT_BF16 ||
-                              rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_STANDARD
+    p->ns_algorithm = rt_ns_on_device(rt) || rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_STANDARD
                           ? NS_ALGO_STANDARD
                       : rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM
                           ? NS_ALGO_GRAM
@@ -387,13 +386,6 @@ static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
 
     if (rt->ns_compute != KDT_BF16 || rt_ns_on_device(rt))
         return SHARDOPT_OK;
-    if (rt->cfg.ns_precondition == SHARDOPT_NS_PRECONDITION_AOL)
-        return groups_agree(&rt->groups,
-                            log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                                     "commit: rank %d: ns_precondition = aol with ns_compute = "
-                                     "bf16: aol runs in fp32 only for now; use ns_compute = fp32",
-                                     rt->groups.me.rank),
-                            "commit");
     mem_failed_clear();
     rt->ns_ws.bf16 = ns_bf16_create(err, sizeof err);
     if (rt->ns_ws.bf16 == NULL)
@@ -403,8 +395,8 @@ static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
         for (int w = 0; rc == 0 && w < P->nowned; w++) {
             const struct shardopt_param *p = rt->params[P->owned[w].param];
             rc = ns_bf16_prepare(rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols, p->ns_variant,
-                                 p->ns_block, (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps,
-                                 err, sizeof err);
+                                 p->ns_block, p->ns_algorithm, (const float(*)[3])rt->ns_coeffs,
+                                 rt->cfg.ns_steps, err, sizeof err);
             if (rc != 0)
                 snprintf(err + strlen(err), sizeof err - strlen(err), " (parameter '%s')", p->name);
         }

@@ -4,9 +4,11 @@
 Each step maps a singular value x to x (a + b x^2 + c x^4); f is the composition of the four.
 Under AOL scaling the singular values lie in (0, 1]. The search maximizes f'(0), the factor that
 lifts the smallest singular values, subject to f <= HI on [0, 1] (the overshoot) and f >= MID on
-[KNEE, 1] (the settled band), by a random-perturbation hill climb started from quintic's first
-four triples. The committed values are `python3 tools/ns_aol_coeffs.py 4 0.003 0.6 1.135`,
-rounded to 4 decimals. Needs numpy only.
+[KNEE, 1] (the settled band), both also with every step's input off by a relative JIT (the
+rounding of bf16 between steps: without it a schedule can meet the bounds only on a knife's
+edge that bf16 falls off), and no prefix of the steps below DIVE on [0.05, 1]; by a
+random-perturbation hill climb started from quintic's first four triples. Arguments: SEED KNEE
+MID HI DIVE JIT; the committed values are the default run, rounded to 4 decimals. Needs numpy.
 """
 import sys
 
@@ -16,8 +18,9 @@ QUINTIC = [(4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377), (3.7418, -5.591
            (2.8769, -3.1427, 1.2046), (2.8366, -3.0525, 1.2012)]
 
 
-def compose(co, x):
+def compose(co, x, jitter=0.0):
     for a, b, c in co.reshape(-1, 3):
+        x = x * (1 + jitter)  # a relative error between steps, as rounding makes
         x2 = x * x
         x = x * (a + b * x2 + c * x2 * x2)
     return x
@@ -28,13 +31,20 @@ def main():
     knee = float(sys.argv[2]) if len(sys.argv) > 2 else 0.003
     mid = float(sys.argv[3]) if len(sys.argv) > 3 else 0.6
     hi = float(sys.argv[4]) if len(sys.argv) > 4 else 1.135
+    dive = float(sys.argv[5]) if len(sys.argv) > 5 else 0.1
+    jit = float(sys.argv[6]) if len(sys.argv) > 6 else 0.01
     rng = np.random.default_rng(seed)
     xs = np.unique(np.concatenate([np.geomspace(1e-5, 1, 4000), np.linspace(0, 1, 4000)[1:]]))
 
     def score(co):
         y = compose(co, xs)
-        pen = (max(0, y.max() - hi) + max(0, mid - y[xs >= knee].min()) +
-               max(0, -y[xs > 0].min())) * 1000
+        pen = 0.0
+        for j in (-jit, 0.0, jit):  # the same bounds with every step's input off by +-JIT
+            yj = compose(co, xs, j)
+            pen += (max(0, yj.max() - hi) + max(0, mid - yj[xs >= knee].min()) +
+                    max(0, -yj[xs > 0].min())) * 1000
+        for k in range(1, 4):  # no prefix dives below DIVE on [0.05, 1]
+            pen += max(0, dive - compose(co[:3 * k], xs[xs >= 0.05]).min()) * 1000
         return np.log(max(y[0] / xs[0], 1e-300)) - pen
 
     best = np.array(QUINTIC[:4]).ravel()

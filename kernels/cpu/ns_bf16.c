@@ -1,5 +1,6 @@
 #include "ns_bf16.h"
 
+#include <math.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
 #if defined(__x86_64__) && defined(__clang__)
@@ -24,12 +25,17 @@ struct mm {
 struct plan {
     int64_t m, n;
     int variant, block, nrow;
+    int algorithm;
     int steps;
     float coeffs[NS_TABLE_MAX_STEPS][3];
     int uniq[NS_TABLE_MAX_STEPS]; /* step -> the first step with the same triple */
     struct mm gram[BF16_MAX_ROWS];
     struct mm aa[BF16_MAX_ROWS][NS_TABLE_MAX_STEPS]; /* by first step of a triple */
     struct mm bx[NS_TABLE_MAX_STEPS];
+    /* Gram algorithm: C = P Q of m x m matrices (block rows as for A A), Y = Q X */
+    struct mm pq[BF16_MAX_ROWS];
+    struct mm full; /* C = P Q whole (Z Q and Z R) */
+    struct mm qx;
 };
 
 struct ns_bf16 {
@@ -97,6 +103,10 @@ static void plan_free(struct plan *p)
     }
     for (int s = 0; s < p->steps; s++)
         mm_free(&p->bx[s]);
+    for (int i = 0; i < p->nrow; i++)
+        mm_free(&p->pq[i]);
+    mm_free(&p->qx);
+    mm_free(&p->full);
     free(p);
 }
 
@@ -198,11 +208,11 @@ static int mm_make(struct ns_bf16 *b, struct mm *x, int64_t M, int64_t K, int64_
 }
 
 static struct plan *plan_find(const struct ns_bf16 *b, int64_t m, int64_t n, int variant, int block,
-                              const float (*coeffs)[3], int steps)
+                              int algorithm, const float (*coeffs)[3], int steps)
 {
     for (int i = 0; i < b->nplans; i++) {
         const struct plan *p = b->plans[i];
-        if (p->m == m && p->n == n && p->variant == variant &&
+        if (p->m == m && p->n == n && p->variant == variant && p->algorithm == algorithm &&
             (variant == NS_VARIANT_PLAIN || p->block == block) && p->steps == steps &&
             memcmp(p->coeffs, coeffs, sizeof(float) * 3 * (size_t)steps) == 0)
             return b->plans[i];
@@ -241,7 +251,7 @@ static int scratch_fit(struct ns_bf16 *b, char *err, size_t errlen)
 }
 
 int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, int block,
-                    const float (*coeffs)[3], int steps, char *err, size_t errlen)
+                    int algorithm, const float (*coeffs)[3], int steps, char *err, size_t errlen)
 {
     const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
     struct plan *p;
@@ -249,6 +259,10 @@ int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, 
 
     if (variant != NS_VARIANT_PLAIN && variant != NS_VARIANT_SYMMETRIC) {
         snprintf(err, errlen, "bf16 Newton-Schulz: unknown variant %d", variant);
+        return -1;
+    }
+    if (algorithm != NS_ALGO_STANDARD && algorithm != NS_ALGO_GRAM) {
+        snprintf(err, errlen, "bf16 Newton-Schulz: unknown algorithm %d", algorithm);
         return -1;
     }
     if (steps < 1 || steps > NS_TABLE_MAX_STEPS) {
@@ -260,7 +274,7 @@ int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, 
                  block, (long long)m, BF16_MAX_ROWS);
         return -1;
     }
-    if (plan_find(b, m, n, variant, block, coeffs, steps) != NULL)
+    if (plan_find(b, m, n, variant, block, algorithm, coeffs, steps) != NULL)
         return 0;
     if (b->nplans == b->cap) {
         int cap = b->cap ? 2 * b->cap : 8;
@@ -283,6 +297,7 @@ int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, 
     p->m = m;
     p->n = n;
     p->variant = variant;
+    p->algorithm = algorithm;
     p->block = variant == NS_VARIANT_SYMMETRIC ? block : (int)m;
     p->nrow = variant == NS_VARIANT_SYMMETRIC ? (int)((m + block - 1) / block) : 1;
     p->steps = steps;
@@ -305,7 +320,14 @@ int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, 
             if (p->uniq[s] == s)
                 rc = mm_make(b, &p->aa[i][s], M, m, N, m, m, 0, m, p->coeffs[s][2], p->coeffs[s][1],
                              err, errlen);
+        /* C[r0:r1, r0:m] = P[r0:r1, :] Q[:, r0:m] */
+        if (algorithm == NS_ALGO_GRAM && rc == 0)
+            rc = mm_make(b, &p->pq[i], M, m, N, m, m, 0, m, 1.0f, 0.0f, err, errlen);
     }
+    if (algorithm == NS_ALGO_GRAM && rc == 0) /* Y = Q X */
+        rc = mm_make(b, &p->qx, m, m, n, m, n, 0, n, 1.0f, 0.0f, err, errlen);
+    if (algorithm == NS_ALGO_GRAM && rc == 0) /* C = P Q */
+        rc = mm_make(b, &p->full, m, m, m, m, m, 0, m, 1.0f, 0.0f, err, errlen);
     /* Y = B X + a Y (Y holding a copy of X) */
     for (int s = 0; s < steps && rc == 0; s++)
         if (p->uniq[s] == s)
@@ -347,13 +369,27 @@ static void copy_par(void *dst, const void *src, size_t bytes)
     }
 }
 
+/* A = X X^T (both halves) */
+static int gram_bf16(struct ns_bf16 *b, const struct plan *p, const uint16_t *X, uint16_t *A)
+{
+    const int64_t m = p->m, n = p->n;
+    int rc = 0;
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->gram[i], X + r0 * n, X + r0 * n, A + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC)
+        ns_mirror_upper(A, m, sizeof(uint16_t));
+    return rc;
+}
+
 static int iterate(struct ns_bf16 *b, const struct plan *p, int s, const uint16_t *X, uint16_t *Y,
-                   uint16_t *A, uint16_t *B)
+                   uint16_t *A, uint16_t *B, int have_A)
 {
     const int64_t m = p->m, n = p->n;
     const int u = p->uniq[s];
     int rc = 0;
-    for (int i = 0; i < p->nrow && rc == 0; i++) {
+    for (int i = 0; i < p->nrow && rc == 0 && !have_A; i++) {
         const int64_t r0 = (int64_t)i * p->block;
         rc = mm_run(b, &p->gram[i], X + r0 * n, X + r0 * n, A + r0 * m + r0);
     }
@@ -378,6 +414,114 @@ static int iterate(struct ns_bf16 *b, const struct plan *p, int s, const uint16_
     return rc == 0 ? mm_run(b, &p->bx[u], B, X, Y) : rc;
 }
 
+/* C = P Q of commuting symmetric m x m matrices: the upper block rows, mirrored */
+static int symmul_bf16(struct ns_bf16 *b, const struct plan *p, const uint16_t *P,
+                       const uint16_t *Q, uint16_t *C)
+{
+    const int64_t m = p->m;
+    int rc = 0;
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->pq[i], P + r0 * m, Q + r0, C + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC)
+        ns_mirror_upper(C, m, sizeof(uint16_t));
+    return rc;
+}
+
+/* Z = a I + b R + c R R: the A A product of the standard step (c R R + b Z over a copy of R), then
+ * a on the diagonal, rounded once more */
+static int poly_bf16(struct ns_bf16 *b, const struct plan *p, int s, const uint16_t *R, uint16_t *Z)
+{
+    const int64_t m = p->m;
+    const int u = p->uniq[s];
+    int rc = 0;
+    copy_par(Z, R, sizeof(uint16_t) * (size_t)(m * m));
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->aa[i][u], R + r0 * m, R + r0, Z + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC)
+        ns_mirror_upper(Z, m, sizeof(uint16_t));
+    for (int64_t i = 0; i < m; i++)
+        Z[i * m + i] = bf16_from_f32(f32_from_bf16(Z[i * m + i]) + p->coeffs[s][0]);
+    return rc;
+}
+
+/* Gram Newton-Schulz in bf16 (kernels/cpu/ns_gram.c has the algorithm and which products are
+ * halved): R, Z, Q and every m x m product in bf16 with fp32 accumulation, like X in the
+ * standard bf16 path; the restart after step 2 bounds what their rounding grows into (measured
+ * in a bf16 simulation: all of it in bf16 is within 1.4x of standard bf16's error against fp64,
+ * and keeping R, Z, Q in fp32 would put 14m^3 of the work on the fp32 rate, 1.6x slower here).
+ * *X ends as the result. */
+static int run_gram_bf16(struct ns_bf16 *b, const struct plan *p, int steps, int have_R,
+                         uint16_t **X, uint16_t **Y, uint16_t *R, uint16_t *Z, uint16_t *Q,
+                         uint16_t *T)
+{
+    int have_Q = 0, rc = have_R ? 0 : gram_bf16(b, p, *X, R);
+    uint16_t *t;
+
+    for (int it = 0; it < steps && rc == 0; it++) {
+        if (it > 0 && ns_gram_restarts_before(steps, it)) {
+            rc = mm_run(b, &p->qx, Q, *X, *Y);
+            t = *X;
+            *X = *Y;
+            *Y = t;
+            if (rc == 0)
+                rc = gram_bf16(b, p, *X, R);
+            have_Q = 0;
+        }
+        if (rc == 0)
+            rc = poly_bf16(b, p, it, R, Z);
+        const uint16_t *zk;
+        if (!have_Q) {
+            t = Q;
+            Q = Z;
+            Z = t;
+            zk = Q;
+            have_Q = 1;
+        } else {
+            if (rc == 0)
+                rc = mm_run(b, &p->full, Z, Q, T);
+            t = Q;
+            Q = T;
+            T = t;
+            zk = Z;
+        }
+        if (rc == 0 && it + 1 < steps && !ns_gram_restarts_before(steps, it + 1)) {
+            rc = mm_run(b, &p->full, zk, R, T);
+            if (rc == 0)
+                rc = symmul_bf16(b, p, T, zk, R);
+        }
+    }
+    if (rc == 0)
+        rc = mm_run(b, &p->qx, Q, *X, *Y);
+    t = *X;
+    *X = *Y;
+    *Y = t;
+    return rc;
+}
+
+/* AOL on bf16 X and its Gram matrix A: d from A's rows (double sums), X = bf16(d_i xf) from the
+ * fp32 staging, A_ij = bf16(d_i A_ij d_j) */
+static void aol_bf16(int64_t m, int64_t n, double eps, const float *xf, uint16_t *X, uint16_t *A,
+                     double *d)
+{
+    for (int64_t i = 0; i < m; i++) {
+        double s = 0.0;
+        for (int64_t j = 0; j < m; j++)
+            s += fabs((double)f32_from_bf16(A[i * m + j]));
+        d[i] = 1.0 / sqrt(s + eps);
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++)
+            X[i * n + j] = bf16_from_f32((float)(xf[i * n + j] * d[i]));
+        for (int64_t j = 0; j < m; j++)
+            A[i * m + j] = bf16_from_f32((float)(f32_from_bf16(A[i * m + j]) * (d[i] * d[j])));
+    }
+}
+
 int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
                 const struct ns_workspace *ws)
 {
@@ -386,37 +530,51 @@ int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
 
     (void)ctx; /* oneDNN's OpenMP threads are the process's */
     ns_work_shape(a, &m, &n);
-    if (b == NULL || m > n || a->algorithm != NS_ALGO_STANDARD ||
-        a->precondition != NS_PRECOND_FROBENIUS ||
-        ws->floats < ns_workspace_floats(a->rows, a->cols))
+    if (b == NULL || m > n || ws->floats < ns_workspace_floats(a->rows, a->cols) ||
+        (a->precondition != NS_PRECOND_FROBENIUS && a->precondition != NS_PRECOND_AOL))
         return -1;
-    const struct plan *p = plan_find(b, m, n, a->variant, a->block, a->coeffs, a->steps);
+    const struct plan *p =
+        plan_find(b, m, n, a->variant, a->block, a->algorithm, a->coeffs, a->steps);
     if (p == NULL)
         return -1;
-    /* fp32 staging for the shared load and store, then X, Y (m x n) and A, B (m x m) in bf16:
-     * 8mn + 4m^2 bytes of the 8mn + 8m^2 an fp32 workspace holds */
+    /* fp32 staging for the shared load and store, then X, Y (m x n) and A, B (m x m) in bf16
+     * (Gram: R, Z, Q, T), then AOL's m doubles: 8mn + 8m^2 + 8m bytes of the 8mn + 16m^2 an
+     * fp32 workspace holds */
     float *xf = ws->buf;
-    uint16_t *X = (uint16_t *)(xf + m * n), *Y = X + m * n, *A = Y + m * n, *B = A + m * m;
     const size_t mn = (size_t)(m * n);
 
     for (int64_t k = 0; k < a->batch; k++) {
+        uint16_t *X = (uint16_t *)(xf + m * n), *Y = X + m * n, *A = Y + m * n, *B = A + m * m;
+        uint16_t *Q = B + m * m, *T = Q + m * m;
+        double *d = (double *)(void *)(T + m * m); /* 8-byte aligned: an even count of floats */
+        int have_A = 0;
+
         ns_load_normalized(a, k, xf);
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < mn; i++)
             X[i] = bf16_from_f32(xf[i]);
-        for (int s = 0; s < a->steps; s++) {
-            if (iterate(b, p, s, X, Y, A, B) != 0)
+        if (a->precondition == NS_PRECOND_AOL) {
+            if (gram_bf16(b, p, X, A) != 0)
                 return -1;
-            uint16_t *t = X;
-            X = Y;
-            Y = t;
+            aol_bf16(m, n, (double)a->eps, xf, X, A, d);
+            have_A = 1;
+        }
+        if (a->algorithm == NS_ALGO_GRAM) {
+            if (run_gram_bf16(b, p, a->steps, have_A, &X, &Y, A, B, Q, T) != 0)
+                return -1;
+        } else {
+            for (int s = 0; s < a->steps; s++) {
+                if (iterate(b, p, s, X, Y, A, B, have_A && s == 0) != 0)
+                    return -1;
+                uint16_t *t = X;
+                X = Y;
+                Y = t;
+            }
         }
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < mn; i++)
             xf[i] = f32_from_bf16(X[i]);
         ns_store_output(a, k, xf);
-        X = (uint16_t *)(xf + m * n); /* the next matrix starts in the same place */
-        Y = X + m * n;
     }
     return 0;
 }
@@ -427,8 +585,8 @@ int ns_bf16_available(char *why, size_t len)
 {
     static const float c[NS_TABLE_MAX_STEPS][3] = {{3.4445f, -4.7750f, 2.0315f}};
     struct ns_bf16 *b = ns_bf16_create(why, len);
-    const int ok =
-        b != NULL && ns_bf16_prepare(b, 16, 16, NS_VARIANT_PLAIN, 0, c, 1, why, len) == 0;
+    const int ok = b != NULL && ns_bf16_prepare(b, 16, 16, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD, c,
+                                                1, why, len) == 0;
     ns_bf16_destroy(b);
     return ok;
 }

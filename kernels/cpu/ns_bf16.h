@@ -26,11 +26,13 @@ void ns_bf16_destroy(struct ns_bf16 *b);
 
 /* Primitives for a stored rows x cols matrix (worked on as m x n, m <= n), variant
  * NS_VARIANT_PLAIN or NS_VARIANT_SYMMETRIC with `block` rows per block row (ignored for plain),
- * and these coefficients (a plan per combination). Preparing one twice is a no-op. Returns 0,
- * -2 with err when oneDNN has no bf16 matmul for this CPU (without AVX-512, say), -3 with err
- * (naming the bytes where they are ours) when out of memory, or -1 with err. */
+ * algorithm NS_ALGO_STANDARD or NS_ALGO_GRAM (its m x m products are bf16 too, in the same
+ * block rows), and these coefficients (a plan per combination; AOL needs none of its own).
+ * Preparing one twice is a no-op. Returns 0, -2 with err when oneDNN has no bf16 matmul for this
+ * CPU (without AVX-512, say), -3 with err (naming the bytes where they are ours) when out of
+ * memory, or -1 with err. */
 int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, int block,
-                    const float (*coeffs)[3], int steps, char *err, size_t errlen);
+                    int algorithm, const float (*coeffs)[3], int steps, char *err, size_t errlen);
 
 /* Newton-Schulz of a (compute bf16) with ws->bf16 prepared for its shape; workspace as for fp32
  * (ns_workspace_floats). Returns 0, or -1 when the shape, variant or coefficients were not

@@ -119,6 +119,7 @@ static const struct ns_products blas_plain_products = {
     .update = blas_shard_update,
     .poly = plain_poly,
     .symmul = plain_symmul,
+    .mul = plain_symmul,
     .apply = plain_apply,
 };
 
@@ -127,6 +128,7 @@ static const struct ns_products blas_symmetric_products = {
     .update = sym_update,
     .poly = sym_poly,
     .symmul = sym_symmul,
+    .mul = plain_symmul,
     .apply = plain_apply,
 };
 

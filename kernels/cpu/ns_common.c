@@ -51,9 +51,9 @@ double ns_flops_total(int64_t rows, int64_t cols, int steps, int algorithm, int 
         const int hi = r > lo ? r : steps;    /* the segment [lo, hi) */
         f += h * m * m * n + 2.0 * m * m * n; /* G = X X^T, and X <- Q X at its end */
         for (int s = lo; s < hi; s++) {
-            f += h * m * m * m;                          /* R R */
-            f += s > lo ? h * m * m * m : 0.0;           /* Q = Z Q */
-            f += s + 1 < hi ? 2.0 * h * m * m * m : 0.0; /* R = Z R Z */
+            f += h * m * m * m;                            /* R R */
+            f += s > lo ? 2.0 * m * m * m : 0.0;           /* Q = Z Q, whole */
+            f += s + 1 < hi ? (2.0 + h) * m * m * m : 0.0; /* T = Z R whole, R = T Z */
         }
     }
     return f;

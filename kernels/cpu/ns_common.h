@@ -52,9 +52,12 @@ struct ns_products {
     /* Z = c0 I + c1 R + c2 R R */
     void (*poly)(const struct kernel_ctx *ctx, const float *R, const float c[3], int64_t m,
                  float *Z);
-    /* C = P Q for commuting symmetric P, Q (polynomials in one G): C is symmetric */
+    /* C = P Q for commuting symmetric P, Q whose product is formed as symmetric (its upper half
+     * where the variant halves products) */
     void (*symmul)(const struct kernel_ctx *ctx, const float *P, const float *Q, int64_t m,
                    float *C);
+    /* C = P Q, whole */
+    void (*mul)(const struct kernel_ctx *ctx, const float *P, const float *Q, int64_t m, float *C);
     /* Y = Q X */
     void (*apply)(const struct kernel_ctx *ctx, const float *Q, const float *x, int64_t m,
                   int64_t n, float *y);

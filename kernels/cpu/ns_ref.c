@@ -58,6 +58,7 @@ static const struct ns_products ref_products = {
     .update = ref_shard_update,
     .poly = ref_poly,
     .symmul = ref_symmul,
+    .mul = ref_symmul,
     .apply = ref_qx,
 };
 

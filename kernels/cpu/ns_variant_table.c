@@ -56,11 +56,11 @@ int ns_variant_for_shape(int64_t rows, int64_t cols)
 #define NS_BF16_SYMMETRIC_MIN_M 384
 #define NS_BF16_LARGE_M         1024
 
-/* ns_algorithm = auto: Gram Newton-Schulz from n >= NS_GRAM_MIN_ASPECT m (the working shape),
- * whatever m, for both computes. The counts of ns_flops_total (symmetric products) give the
- * Gram algorithm an ideal speedup of (15r + 5) / (6r + 14) for 5 steps at r = n/m: 1.0 at r = 1,
- * 1.3 at r = 1.5, 1.55 at r = 2.9, 1.71 at r = 4. Measured ratios are in docs/performance.md. */
-#define NS_GRAM_MIN_ASPECT_X2 3 /* n/m >= 1.5, in halves */
+/* ns_algorithm = auto: Gram Newton-Schulz from n >= 2m (the working shape), whatever m, for both
+ * computes. The counts of ns_flops_total (symmetric products) give the Gram algorithm an ideal
+ * speedup of (15r + 5) / (6r + 20) for 5 steps at r = n/m: 0.80 at r = 1, break-even at 1.67,
+ * 1.09 at 2, 1.30 at 2.9, 1.48 at 4; measured ratios are in docs/performance.md. */
+#define NS_GRAM_MIN_ASPECT_X2 4 /* n/m >= 2, in halves */
 
 int ns_algorithm_for_shape(int64_t rows, int64_t cols, int compute)
 {

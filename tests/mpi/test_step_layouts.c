@@ -91,6 +91,20 @@ TEST(layout_equals_one_rank_gram_aol_fp32)
     compare_with_single_rank(cfg);
 }
 
+/* the same in bf16, with the choice left to auto's table */
+TEST(layout_equals_one_rank_bf16_gram_auto_aol)
+{
+    setup();
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_BF16;
+    cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_AUTO;
+    cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
+    cfg.ns_coeffs = SHARDOPT_NS_AOL;
+    cfg.ns_steps = 4;
+    cfg.num_threads = 1;
+    compare_with_single_rank(cfg);
+}
+
 /* bf16 Newton-Schulz named explicitly, so the layouts are checked with it on any CPU (auto picks
  * it only where bf16 is native); bf16 comm shows its rounding of O */
 TEST(layout_equals_one_rank_bf16_newton_schulz)

@@ -3,7 +3,7 @@
  *
  *   compare_driver manifest --preset NAME [--layers L] [--width-div D] [--experts-div D] OUT.json
  *       the preset's tensors as registered (name, shape, the algorithm the runtime gave it)
- *   compare_driver run DIR [--threads T]
+ *   compare_driver run DIR [--threads T] [--ns-algorithm standard|gram|auto]
  *       DIR/manifest.json as written above, plus "steps", "lr", "weight_decay" added by the
  *       script; DIR/params.bin (every tensor's fp32 values in manifest order) and
  *       DIR/grads_<k>.bin for k = 0 .. steps-1. Runs the steps with dion-comparable settings
@@ -26,7 +26,7 @@ static void die(const char *what, const char *detail)
     MPI_Abort(MPI_COMM_WORLD, 2);
 }
 
-static shardopt_runtime_t runtime_new(int threads)
+static shardopt_runtime_t runtime_new(int threads, const char *ns_algorithm)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     shardopt_runtime_t rt;
@@ -35,6 +35,9 @@ static shardopt_runtime_t runtime_new(int threads)
     cfg.momentum = 0.95;
     cfg.lr_scale = SHARDOPT_LR_SCALE_RMS_NORM;
     cfg.num_threads = threads;
+    if (ns_algorithm != NULL &&
+        shardopt_config_set(&cfg, "ns_algorithm", ns_algorithm) != SHARDOPT_OK)
+        die("--ns-algorithm", shardopt_last_error());
     if (shardopt_init(MPI_COMM_SELF, &cfg, &rt) != SHARDOPT_OK)
         die("init", shardopt_last_error());
     return rt;
@@ -87,7 +90,7 @@ static int cmd_manifest(int argc, char **argv)
         die("usage", "manifest --preset NAME [--layers L] [--width-div D] [--experts-div D] OUT");
     if (preset_load(name, SHARDOPT_PRESET_DIR, &sc, &p, err, sizeof err) != 0)
         die("preset", err);
-    shardopt_runtime_t rt = runtime_new(1);
+    shardopt_runtime_t rt = runtime_new(1, NULL);
     cJSON *root = cJSON_CreateObject(), *ts = cJSON_AddArrayToObject(root, "tensors");
     cJSON_AddStringToObject(root, "preset", p.name);
     for (int i = 0; i < p.n; i++) {
@@ -128,15 +131,18 @@ static int cmd_run(int argc, char **argv)
 {
     const char *dir = NULL;
     int threads = 0;
+    const char *ns_algorithm = NULL;
     char path[4096], *text = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ns-algorithm") && i + 1 < argc)
+            ns_algorithm = argv[++i];
         else
             dir = argv[i];
     }
     if (dir == NULL)
-        die("usage", "run DIR [--threads T]");
+        die("usage", "run DIR [--threads T] [--ns-algorithm standard|gram|auto]");
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     if (preset_file_read(path, &text) != 0)
         die("reading", path);
@@ -148,7 +154,7 @@ static int cmd_run(int argc, char **argv)
     const double wd = cJSON_GetObjectItemCaseSensitive(root, "weight_decay")->valuedouble;
     const int n = cJSON_GetArraySize(ts);
     int64_t total = 0, *off = calloc((size_t)n + 1, sizeof(int64_t));
-    shardopt_runtime_t rt = runtime_new(threads);
+    shardopt_runtime_t rt = runtime_new(threads, ns_algorithm);
     shardopt_param_t *h = calloc((size_t)n + 1, sizeof *h);
     int i = 0;
     cJSON_ArrayForEach(e, ts)

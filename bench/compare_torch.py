@@ -14,7 +14,11 @@ betas (0.9, 0.95), eps 1e-8. Both orthogonalize in bf16 (torch always; shardopt 
 ns_compute = auto on a CPU with native bf16, else fp32: the driver's output says which).
 
   python3 bench/compare_torch.py --driver build/bench/compare_driver [--preset glm45-air]
-      [--layers 1] [--width-div 8] [--experts-div 4] [--steps 5] [--threads N] [--json]
+      [--layers 1] [--width-div 8] [--experts-div 4] [--steps 5] [--threads N]
+      [--ns-algorithm standard|gram|auto] [--json]
+
+--ns-algorithm is shardopt's (docs/config.md): gram is the same polynomial as torch's standard
+Newton-Schulz in exact arithmetic, so the settings stay matched.
 
 Uses torch.optim.Muon (torch >= 2.9); with an older torch, the same algorithm written in torch
 ops (FallbackMuon, the torch 2.9 formulation), and says which. Needs numpy and torch; says so
@@ -72,6 +76,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--ns-algorithm", choices=["standard", "gram", "auto"], default="standard")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     try:
@@ -135,7 +140,8 @@ def main():
             times.append(time.perf_counter() - t0)
         torch_step = sorted(times)[len(times) // 2]
 
-        out = subprocess.run([a.driver, "run", d] + (["--threads", str(a.threads)] if a.threads else []),
+        out = subprocess.run([a.driver, "run", d, "--ns-algorithm", a.ns_algorithm] +
+                             (["--threads", str(a.threads)] if a.threads else []),
                              check=True, capture_output=True, text=True).stdout
         drv = json.loads(out.strip().splitlines()[-1])
         ours = np.fromfile(os.path.join(d, "shardopt_params.bin"), dtype=np.float32)
@@ -158,6 +164,7 @@ def main():
                "torch_threads": torch.get_num_threads(),
                "torch_step_s": torch_step, "shardopt_step_s": drv["median_step_s"],
                "speedup": torch_step / drv["median_step_s"], "shardopt_ns_compute": drv["ns_compute"],
+               "shardopt_ns_algorithm": a.ns_algorithm,
                "shardopt_kernels": drv["kernels"], "rel_frobenius_update_muon": rel["muon"],
                "rel_frobenius_update_adamw": rel["adamw"]}
     if a.json:
@@ -168,7 +175,8 @@ def main():
               "| | step time | ratio | update rel. Frobenius vs torch (Muon / AdamW) |\n|---|---|---|---|\n"
               f"| torch {res['torch_version']} ({muon_name} + AdamW, {res['torch_threads']} threads) | "
               f"{torch_step:.3f} s | 1 | |\n"
-              f"| shardopt ({res['shardopt_kernels']}, NS {res['shardopt_ns_compute']}) | "
+              f"| shardopt ({res['shardopt_kernels']}, NS {res['shardopt_ns_compute']}, "
+              f"ns_algorithm {a.ns_algorithm}) | "
               f"{res['shardopt_step_s']:.3f} s | {res['speedup']:.2f}x faster | "
               f"{rel['muon']:.2e} / {rel['adamw']:.2e} |")
     return 0

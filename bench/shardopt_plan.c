@@ -4,7 +4,8 @@
  *       (--world W | --nodes N) [--gpus-per-node G] [--dp-replicate R] [--dp-shard S] [--cp C]
  *       [--ep E] [--expert-shard-dim 0|1|2] [--momentum-dtype fp32|bf16]
  *       [--adam-dtype fp32|bf16] [--offload none|optimizer|cpu] [--machine FILE]
- *       [--sweep N1,N2,...] [--json]
+ *       [--sweep N1,N2,...] [--ns-algorithm standard|gram|auto]
+ *       [--ns-precondition frobenius|aol] [--json]
  *   shardopt-plan --calibrate OUT.json [--threads T]
  *
  * The tensors of a preset are sharded as bench/preset_shards.c registers them (dense tensors in
@@ -27,6 +28,12 @@
  * A group lies inside a node when the dense shard group does (ranks are row-major over
  * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).
  * --sweep repeats the prediction for each node count, keeping cp and ep (dp_shard = the rest).
+ * --ns-algorithm counts each matrix's Newton-Schulz as that algorithm does (sharding/plan.c's
+ * plan_ns_flops, every product whole; auto: the bf16 table of kernels/ns_variant.h) and plans
+ * owners on that cost, as commit does; --ns-precondition aol counts the aol table's 4 steps.
+ * The default (standard, 5 steps) is what the CUDA backend runs today: Gram and AOL run on the
+ * CPU backend only, so their predictions for a GPU machine are what the count allows once the
+ * device runs them, not what it does now.
  *
  * --calibrate writes a machine file for this machine, measured now: the Newton-Schulz rate of
  * ns_bench (bf16 where the CPU multiplies bf16 natively, as ns_compute = auto does; 512 x 1536,
@@ -43,6 +50,7 @@
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
 #include "kernels/cpu/ns_bf16.h"
+#include "kernels/ns_variant.h"
 #include "runtime/classify.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
@@ -65,6 +73,8 @@ struct opts {
     int world, nodes, gpn, rep, shard, cp, ep, xdim, json;
     int mom_es, adam_es;
     const char *offload;
+    int ns_algo;  /* 0 standard, 1 gram, 2 auto (kernels/ns_variant.h's table, bf16) */
+    int ns_steps; /* 5, or 4 with --ns-precondition aol (the aol table) */
 };
 
 /* What one layout does, per rank. */
@@ -155,7 +165,8 @@ static double box_numel(const struct plan_box *b)
  * iteration to flops[], its bytes sent per step to bytes[], and the bytes of the matrices it
  * orthogonalizes to owned[]. */
 static void group_cost(const struct preset *p, const char *const *skip, int expert, int members,
-                       int ep, int xdim, double *flops, double *bytes, double *owned)
+                       int ep, int xdim, const struct opts *o, double *flops, double *bytes,
+                       double *owned)
 {
     struct plan_param *pp = calloc((size_t)p->n + 1, sizeof *pp);
     struct plan_box *boxes = calloc((size_t)p->n * (size_t)members + 1, sizeof *boxes);
@@ -177,10 +188,17 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
         memcpy(pp[np].shape, t->shape, sizeof pp[np].shape);
         if (t->ndim == 3)
             pp[np].shape[0] = t->shape[0] / ep; /* EP rank 0's stack */
+        const int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+        pp[np].ns_gram =
+            o->ns_algo == 1 ||
+            (o->ns_algo == 2 && ns_algorithm_for_shape(rows, cols, KDT_BF16) == NS_ALGO_GRAM);
         np++;
     }
-    struct plan_cfg cfg = {
-        .members = members, .me = 0, .bucket_bytes = 128u << 20, .esize = COMM_ES};
+    struct plan_cfg cfg = {.members = members,
+                           .me = 0,
+                           .bucket_bytes = 128u << 20,
+                           .esize = COMM_ES,
+                           .ns_steps = o->ns_steps};
     struct group_plan P;
     char err[256];
     if (np > 0 && plan_build(&cfg, pp, np, &P, err, sizeof err) != 0)
@@ -275,8 +293,8 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
                 n * (muon ? 4 + 8 + 2.0 * o->mom_es + 2 * COMM_ES : 4 + 8 + 4.0 * o->adam_es);
         }
     }
-    group_cost(p, skip, 0, r->dense, o->ep, o->xdim, dflops, dbytes, downed);
-    group_cost(p, skip, 1, r->xs, o->ep, o->xdim, xflops, xbytes, xowned);
+    group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, dflops, dbytes, downed);
+    group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, xflops, xbytes, xowned);
     double sum = 0, maxelem = 0, maxowned = 0;
     /* each group's own balance: max over its members / their mean (1 when it owns nothing) */
     double dmax = 0, dsum = 0, xmax = 0, xsum = 0;
@@ -291,7 +309,7 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
     r->dense_imbalance = dsum > 0 ? dmax / (dsum / r->dense) : 1.0;
     r->expert_imbalance = xsum > 0 ? xmax / (xsum / r->xs) : 1.0;
     for (int d = 0; d < r->dense; d++) {
-        const double f = (dflops[d] + xflops[d / o->ep]) * NS_STEPS;
+        const double f = (dflops[d] + xflops[d / o->ep]) * o->ns_steps; /* load: per step */
         r->flops_max = f > r->flops_max ? f : r->flops_max;
         sum += f;
         r->dense_bytes = dbytes[d] > r->dense_bytes ? dbytes[d] : r->dense_bytes;
@@ -349,7 +367,8 @@ static void usage(void)
             "       [--dp-replicate R] [--dp-shard S] [--cp C] [--ep E] [--expert-shard-dim D]\n"
             "       [--momentum-dtype fp32|bf16] [--adam-dtype fp32|bf16]\n"
             "       [--offload none|optimizer|cpu] [--machine FILE] [--sweep N1,N2,...] [--json]\n"
-            "       [--layers L] [--width-div D] [--experts-div D]\n");
+            "       [--layers L] [--width-div D] [--experts-div D]\n"
+            "       [--ns-algorithm standard|gram|auto] [--ns-precondition frobenius|aol]\n");
     exit(2);
 }
 
@@ -361,6 +380,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
     o->shard = -1;
     o->mom_es = o->adam_es = 4;
     o->offload = "none";
+    o->ns_steps = NS_STEPS;
     o->scale = (struct preset_scale){0, 1, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -405,7 +425,15 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             o->ep = parse_int(v, 1, 1 << 20, "--ep");
         else if (!strcmp(a, "--expert-shard-dim"))
             o->xdim = parse_int(v, 0, 2, "--expert-shard-dim");
-        else if (!strcmp(a, "--layers"))
+        else if (!strcmp(a, "--ns-algorithm")) {
+            if (v == NULL || (strcmp(v, "standard") && strcmp(v, "gram") && strcmp(v, "auto")))
+                die("--ns-algorithm takes standard, gram or auto");
+            o->ns_algo = !strcmp(v, "gram") ? 1 : !strcmp(v, "auto") ? 2 : 0;
+        } else if (!strcmp(a, "--ns-precondition")) {
+            if (v == NULL || (strcmp(v, "frobenius") && strcmp(v, "aol")))
+                die("--ns-precondition takes frobenius or aol");
+            o->ns_steps = !strcmp(v, "aol") ? 4 : NS_STEPS;
+        } else if (!strcmp(a, "--layers"))
             o->scale.layers = parse_int(v, 1, 1 << 16, "--layers");
         else if (!strcmp(a, "--width-div"))
             o->scale.width_div = parse_int(v, 1, 1 << 16, "--width-div");

@@ -64,7 +64,8 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                            .me = 0,
                            .bucket_bytes = rt->cfg.bucket_bytes,
                            .esize = kdtype_size(rt->cfg.comm_dtype),
-                           .replicas = rt->cfg.replica_split ? rt->groups.mesh.dp_replicate : 1};
+                           .replicas = rt->cfg.replica_split ? rt->groups.mesh.dp_replicate : 1,
+                           .ns_steps = rt->cfg.ns_steps};
     char err[256];
     int np = 0, rc = 0;
     shardopt_status_t status = SHARDOPT_OK;
@@ -89,7 +90,10 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                 b[m] = t->boxes[(size_t)m * (size_t)rt->nparams + (size_t)i];
             }
         }
-        pp[np] = (struct plan_param){.param = i, .ndim = p->layout.ndim, .boxes = b};
+        pp[np] = (struct plan_param){.param = i,
+                                     .ndim = p->layout.ndim,
+                                     .boxes = b,
+                                     .ns_gram = p->ns_algorithm == NS_ALGO_GRAM};
         memcpy(pp[np].shape, p->layout.shape, sizeof pp[np].shape);
         /* an expert group orthogonalizes its EP rank's experts; a dense stack all of them */
         pp[np].k_lo = p->layout.ndim == 3 ? p->layout.win_lo : 0;
@@ -134,8 +138,11 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->algo == SHARDOPT_ALGO_MUON && p->placement == want)
-            total += plan_ns_cost(p->mv.rows, p->mv.cols) *
-                     (double)(p->layout.ndim == 3 ? p->layout.win_len : 1);
+            total +=
+                (p->ns_algorithm == NS_ALGO_GRAM
+                     ? plan_ns_flops(p->mv.rows, p->mv.cols, rt->cfg.ns_steps, 1) / rt->cfg.ns_steps
+                     : plan_ns_cost(p->mv.rows, p->mv.cols)) *
+                (double)(p->layout.ndim == 3 ? p->layout.win_len : 1);
     }
     for (int i = 0; i < rt->nparams; i++) {
         struct shardopt_param *p = rt->params[i];
@@ -158,7 +165,8 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
                                     .esize = kdtype_size(rt->cfg.comm_dtype),
                                     .group_mean_cost = total / t->members,
                                     .gflops = rt->cfg.cost_gemm_gflops,
-                                    .gbps = rt->cfg.cost_net_gbps};
+                                    .gbps = rt->cfg.cost_net_gbps,
+                                    .gram = p->ns_algorithm == NS_ALGO_GRAM};
         memcpy(in.shape, p->layout.shape, sizeof in.shape);
         p->ns_sharded = ns_strategy_choose(&in, (int)rt->cfg.ns_strategy);
         free(boxes);

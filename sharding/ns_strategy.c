@@ -23,7 +23,10 @@ int ns_strategy_choose(const struct ns_strategy_in *in, int mode)
     const int row_dim = in->ndim - 2, col_dim = in->ndim - 1;
     const double rows = (double)in->shape[row_dim], cols = (double)in->shape[col_dim];
     const double m = in->ns_transpose ? cols : rows, n = in->ns_transpose ? rows : cols;
-    const double cost = plan_ns_cost((int64_t)rows, (int64_t)cols);
+    /* per step, as group_mean_cost: gathered, the algorithm its shape runs (sharded: standard) */
+    const double cost = in->gram
+                            ? plan_ns_flops((int64_t)rows, (int64_t)cols, in->steps, 1) / in->steps
+                            : plan_ns_cost((int64_t)rows, (int64_t)cols);
     if (cost <= in->group_mean_cost)
         return 0; /* light enough for the owners' balancing to absorb */
 

@@ -21,6 +21,7 @@ struct ns_strategy_in {
     size_t esize;           /* comm dtype */
     double group_mean_cost; /* the group's NS cost per member (all its Muon matrices) */
     double gflops, gbps;    /* rates for the cost model */
+    int gram;               /* gathered, it would run Gram Newton-Schulz (plan_ns_flops) */
 };
 
 /* 1 when the parameter's matrices may be orthogonalized sharded: split along the working

@@ -13,6 +13,22 @@ double plan_ns_cost(int64_t rows, int64_t cols)
     return 4.0 * m * m * n + 2.0 * m * m * m;
 }
 
+double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram)
+{
+    const double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
+    if (!gram)
+        return steps * plan_ns_cost(rows, cols);
+    const int r = steps > 2 ? 2 : steps; /* the restart, as ns_gram_restart_step */
+    double f = 0.0;
+    for (int lo = 0; lo<steps; lo = r> lo ? r : steps) {
+        const int hi = r > lo ? r : steps;
+        f += 4.0 * m * m * n; /* G = X X^T and X <- Q X */
+        for (int s = lo; s < hi; s++)
+            f += 2.0 * m * m * m * (1 + (s > lo) + 2 * (s + 1 < hi)); /* R R, Z Q, Z R Z */
+    }
+    return f;
+}
+
 /* One matrix of the group, in matrix order. */
 struct mat {
     const struct plan_param *p;
@@ -129,6 +145,7 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
                                                         .k = mats[m].k,
                                                         .rows = mats[m].rows,
                                                         .cols = mats[m].cols,
+                                                        .cost = mats[m].cost,
                                                         .slot = slot};
             slot += (size_t)(mats[m].rows * mats[m].cols);
         }
@@ -238,11 +255,11 @@ void plan_replica_range(const struct group_plan *p, const struct plan_bucket *b,
     int l = b->owned_hi, h = b->owned_hi;
 
     for (int w = b->owned_lo; w < b->owned_hi; w++)
-        total += plan_ns_cost(p->owned[w].rows, p->owned[w].cols);
+        total += p->owned[w].cost;
     /* a matrix goes to the replica whose share of the cumulative cost holds its midpoint: the
      * replica index never decreases along the list, so each replica gets a contiguous run */
     for (int w = b->owned_lo; w < b->owned_hi; w++) {
-        const double c = plan_ns_cost(p->owned[w].rows, p->owned[w].cols);
+        const double c = p->owned[w].cost;
         int idx = (int)((acc + 0.5 * c) * replicas / total);
         idx = idx < replicas ? idx : replicas - 1;
         if (idx >= r && l == b->owned_hi)
@@ -301,7 +318,11 @@ int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int 
             m->k = k;
             m->rows = pp->shape[pp->ndim - 2];
             m->cols = pp->shape[pp->ndim - 1];
-            m->cost = plan_ns_cost(m->rows, m->cols);
+            {
+                const int steps = cfg->ns_steps > 0 ? cfg->ns_steps : 5;
+                m->cost = pp->ns_gram ? plan_ns_flops(m->rows, m->cols, steps, 1) / steps
+                                      : plan_ns_cost(m->rows, m->cols);
+            }
         }
     }
     P.nmatrices = n;

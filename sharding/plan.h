@@ -26,6 +26,7 @@ struct plan_param {
     int64_t shape[3];      /* global, as stored */
     int64_t k_lo, k_count; /* the matrices this group orthogonalizes (experts of its EP rank) */
     const struct plan_box *boxes; /* [members] */
+    int ns_gram;                  /* 1: its matrices run Gram Newton-Schulz (plan_ns_flops) */
 };
 
 struct plan_cfg {
@@ -34,6 +35,7 @@ struct plan_cfg {
     size_t esize;        /* bytes per element in the comm dtype */
     int replicas;        /* replica_split: replicas that share each bucket's NS slots in one
                             all-gather (its counts and displacements are ints); 0 or 1: none */
+    int ns_steps;        /* Newton-Schulz steps, for the cost of Gram matrices; 0: 5 */
 };
 
 /* A piece I hold. Momentum writes U for it at `buf` (elements): into buffer A, or, when direct,
@@ -50,6 +52,7 @@ struct plan_piece {
 struct plan_owned {
     int param;
     int64_t k, rows, cols;
+    double cost; /* its Newton-Schulz cost, in plan_ns_cost units (per step) */
     size_t slot;
     int in_lo, in_hi; /* its pieces that arrive through B (plan.incoming) */
 };
@@ -102,5 +105,12 @@ void plan_replica_range(const struct group_plan *p, const struct plan_bucket *b,
 
 /* The NS cost of a rows x cols matrix per iteration: 4m^2n + 2m^3, m <= n. */
 double plan_ns_cost(int64_t rows, int64_t cols);
+
+/* FLOPs of the whole Newton-Schulz of one matrix, `steps` steps, every product counted whole
+ * (2 per multiply-add): standard steps * (4m^2n + 2m^3); Gram (gram = 1) as kernels/ops.h's
+ * ns_flops_total counts it without halving (restart after step 2; 5 steps: 8m^2n + 28m^3).
+ * A copy of that count, as sharding/ does not see kernels/; test_plan checks they agree. The
+ * planner balances owners on cost = this / steps for Gram matrices, plan_ns_cost otherwise. */
+double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram);
 
 #endif

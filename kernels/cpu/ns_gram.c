@@ -23,7 +23,6 @@
  * ns_method = gram restart after the second step: X <- Q X, G = X X^T, Q = I, which costs one
  * more pass over X (3 m^2 n) and bounds what the early errors can grow into
  * (ns_gram_restart_step). The code here is our own, written from the iteration above. */
-#include <string.h>
 
 #include "ns_common.h"
 

@@ -11,6 +11,7 @@
 #include "ns_fp64.h"
 #include "ns_singular.h"
 #include "ns_test_util.h"
+#include "sharding/plan.h"
 #include "test.h"
 
 typedef int (*ns_fn_t)(const struct kernel_ctx *, const struct ns_args *,
@@ -285,6 +286,21 @@ TEST(ns_flops_total_counts_each_algorithm)
                 0.001);
     EXPECT_NEAR(ns_flops_total(1408, 4096, 5, 0, 1) / ns_flops_total(1408, 4096, 4, 1, 1), 1.546,
                 0.001);
+}
+
+/* The planner's copy of the count (sharding/ does not see kernels/) agrees with the kernels'
+ * whole-product count for every step count and shape, either way round. */
+TEST(plan_ns_flops_agrees_with_ns_flops_total)
+{
+    const int64_t shapes[][2] = {{1, 300}, {10, 30}, {64, 64}, {1408, 4096}, {4096, 1408}};
+    for (int steps = 1; steps <= NS_TABLE_MAX_STEPS; steps++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int gram = 0; gram <= 1; gram++)
+                EXPECT_NEAR(plan_ns_flops(shapes[i][0], shapes[i][1], steps, gram),
+                            ns_flops_total(shapes[i][0], shapes[i][1], steps, gram, 0),
+                            1e-9 * ns_flops_total(shapes[i][0], shapes[i][1], steps, gram, 0));
+    /* standard: steps times the per-step cost owners were balanced on before */
+    EXPECT_NEAR(plan_ns_flops(1408, 4096, 5, 0), 5 * plan_ns_cost(1408, 4096), 0.0);
 }
 
 /* auto's committed table: Gram from n/m = 2 on, the same either way round, for both computes */

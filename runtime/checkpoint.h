@@ -45,6 +45,10 @@ void ckpt_tensor_name(const struct shardopt_param *p, const char *suffix, char *
 const char *ckpt_dtype_name(int dtype);
 int ckpt_dtype_parse(const char *s);
 
+/* Write len bytes to fd, in CKPT_CHUNK calls: 0, or -1 with errno set (SHARDOPT_FAULT=<site>:<n>
+ * injects a failure at a chunk). */
+int ckpt_write_all(int fd, const void *buf, size_t len, const char *site);
+
 /* A checkpoint file name the index (or latest) may name: a plain name, no '/', not "." or "..",
  * no control character, valid UTF-8. */
 int ckpt_name_is_plain(const char *s);

@@ -1,5 +1,8 @@
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/fault.h"
 #include "base/status.h"
 #include "checkpoint.h"
 #include "safetensors.h"
@@ -68,4 +71,21 @@ int ckpt_name_is_plain(const char *s)
 shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what)
 {
     return groups_agree(&rt->groups, mine, what);
+}
+
+int ckpt_write_all(int fd, const void *buf, size_t len, const char *site)
+{
+    const char *p = buf;
+    while (len > 0) {
+        if (fault_hit(site))
+            return -1; /* errno as the fault asks (EIO unless given) */
+        ssize_t w = write(fd, p, len < CKPT_CHUNK ? len : CKPT_CHUNK);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
 }

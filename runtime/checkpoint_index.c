@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/status.h"
+#include "checkpoint_dir.h"
 #include "json_strict.h"
 
 /* Every integer in the index is at most this: doubles (cJSON's numbers) are exact below 2^53. */
@@ -484,57 +485,6 @@ shardopt_status_t ckpt_index_parse(struct ck_index *L, const char *text, size_t 
     return SHARDOPT_OK;
 }
 
-/* DIR/latest: exactly what a save writes, a plain name and one '\n' (the '\n' may be missing).
- * Anything else is refused, its bytes shown escaped: a CR (a file edited on Windows) or a NUL
- * printed raw would hide itself in the message, and a name cut at the first line end or NUL would
- * follow a file that does not say what it seems to. */
-static shardopt_status_t latest_read(const char *dir, const char *path, char *name, size_t name_len)
-{
-    char buf[512], shown[2100];
-    size_t n = 0;
-    struct stat st;
-    /* O_NONBLOCK: a FIFO named latest must not stop the load until someone writes to it */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return log_fail(SHARDOPT_ERR_IO, "load: %s: neither index.json nor latest (%s)", dir,
-                        strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return log_fail(SHARDOPT_ERR_CORRUPT,
-                        "load: %s: not a regular file (a save writes latest as one)", path);
-    }
-    while (n < sizeof buf) {
-        ssize_t r = read(fd, buf + n, sizeof buf - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            const int err = errno;
-            close(fd);
-            return log_fail(SHARDOPT_ERR_IO, "load: %s: read failed: %s", path, strerror(err));
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
-    if (n == sizeof buf)
-        return log_fail(SHARDOPT_ERR_CORRUPT,
-                        "load: %s: %zu bytes or more, not a step directory name ('%s')", path,
-                        sizeof buf, log_escape(shown, 80, buf, 64));
-    const size_t len = n > 0 && buf[n - 1] == '\n' ? n - 1 : n;
-    buf[len] = '\0';
-    if (len >= name_len || memchr(buf, '\0', len) != NULL || !ckpt_name_is_plain(buf))
-        return log_fail(SHARDOPT_ERR_CORRUPT,
-                        "load: %s: '%s' is not a step directory name (accepted: a name without '/' "
-                        "or control characters, then at most one '\\n'%s)",
-                        path, log_escape(shown, sizeof shown, buf, len),
-                        len > 0 && buf[len - 1] == '\r' ? "; this line ends in \\r, as Windows "
-                                                          "writes it: remove the \\r"
-                                                        : "");
-    memcpy(name, buf, len + 1);
-    return SHARDOPT_OK;
-}
-
 /* Rank 0: the index's integrity record, index.json.crc32c (8 lowercase hex digits and a newline:
  * the CRC-32C of index.json's exact bytes), checked before a byte of the index is parsed. Absent:
  * *verified stays 0 (an index of format_version 1, written before the record existed, still
@@ -588,7 +538,7 @@ shardopt_status_t ckpt_index_read(const char *dir, char *stepdir, size_t len, ch
         snprintf(stepdir, len, "%s", dir);
     } else {
         snprintf(path, sizeof path, "%s/latest", dir);
-        const shardopt_status_t status = latest_read(dir, path, name, sizeof name);
+        const shardopt_status_t status = ckpt_dir_latest_read(dir, path, name, sizeof name);
         if (status != SHARDOPT_OK)
             return status;
         snprintf(stepdir, len, "%s/%s", dir, name);

@@ -16,6 +16,10 @@ enum st_dtype { ST_DTYPE_F32 = 0, ST_DTYPE_BF16 = 1 };
  * MAX_HEADER_SIZE (decimal, not MiB). */
 #define ST_HEADER_MAX 100000000ull
 
+/* Doubles are exact integers below 2^53; cJSON reads every number as a double. */
+#define ST_U53_LIMIT 9007199254740992.0
+#define ST_META_KEY  "__metadata__"
+
 /* Longest tensor name, and longest metadata key, in bytes without the NUL. */
 #define ST_NAME_MAX 255
 
@@ -53,9 +57,17 @@ size_t st_dtype_size(int dtype);
 /* "F32" or "BF16"; "?" for anything else. */
 const char *st_dtype_name(int dtype);
 
-/* Build the 8-byte length and the JSON header (metadata first, then the tensors in the given
- * order, space-padded so that 8 + N is a multiple of 8) for tensors laid out back to back from
- * offset 0: begin/end are computed and written into t[]. The data area starts at *out_len.
+/* The checks the writer shares with the reader (safetensors_read.c), so that nothing is written
+ * that a read refuses. st_name_problem: NULL when name may name a tensor, else what is wrong with
+ * it (empty, longer than ST_NAME_MAX, a control character). st_shape_bytes: 1 with the byte size
+ * of a shape in *bytes, 0 when it would not fit in 64 bits. */
+const char *st_name_problem(const char *name);
+int st_shape_bytes(const int64_t *shape, int ndim, int dtype, uint64_t *bytes);
+
+/* Writing (safetensors_write.c). Build the 8-byte length and the JSON header (metadata first, then
+ * the tensors in the given order, space-padded so that 8 + N is a multiple of 8) for tensors laid
+ * out back to back from offset 0: begin/end are computed and written into t[]. The data area starts
+ * at *out_len.
  * @param t       n tensor descriptions; name, dtype, ndim, shape are read, begin/end written
  * @param meta    nmeta metadata entries (may be NULL when nmeta is 0), written as strings
  * @param out     receives a malloc'd buffer of *out_len bytes (set only on success)
@@ -66,8 +78,8 @@ const char *st_dtype_name(int dtype);
 shardopt_status_t st_header_build(struct st_tensor *t, int n, const struct st_meta *meta, int nmeta,
                                   char **out, size_t *out_len);
 
-/* Step 1 of reading: the JSON length from the file's first 8 bytes and the file size. Refuses a
- * file shorter than 8 bytes and a length above file_size - 8 or ST_HEADER_MAX.
+/* Reading (safetensors_read.c). Step 1: the JSON length from the file's first 8 bytes and the file
+ * size. Refuses a file shorter than 8 bytes and a length above file_size - 8 or ST_HEADER_MAX.
  * @param json_len  receives the length (set only on success)
  * @param err       receives the reason for a refusal (may be NULL)
  * @return SHARDOPT_OK or SHARDOPT_ERR_CORRUPT */

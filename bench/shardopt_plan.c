@@ -39,7 +39,10 @@
  * ns_bench (bf16 where the CPU multiplies bf16 natively, as ns_compute = auto does; 512 x 1536,
  * T threads) as the "GEMM" rate with fraction 1, elementwise_bench's STREAM triad for every
  * memory rate, and pingpong's MPI bandwidth between two ranks for both link rates; "cores"
- * slots of T threads, so that more ranks than slots share them (a CPU run oversubscribed). */
+ * slots of T threads, so that more ranks than slots share them (a CPU run oversubscribed).
+ *
+ * One file, over 600 lines: a command-line tool whose options, model of the step and printing
+ * (text and --json) are one program; the planning itself is the runtime's (sharding/plan.c). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>

@@ -4,6 +4,10 @@
  * Muon (momentum + Newton-Schulz orthogonalization) for matrices, AdamW for the rest.
  * One public header, NCCL-style: opaque handles, every call returns a status, the detail of the
  * last failure is kept per thread, config structs are versioned and start with size/version.
+ * It stays one file, over 600 lines, on purpose: a trainer includes one header and has the whole
+ * API, declarations and their documentation, as with nccl.h. Only the status codes are apart
+ * (shardopt_status.h, included here), so that the floors below runtime/ can use them without
+ * mpi.h.
  */
 #ifndef SHARDOPT_H
 #define SHARDOPT_H

@@ -20,7 +20,11 @@ loader path.
 The library dereferences whatever pointers it is given, so the binding vouches for them: every
 buffer is checked (writeable parameter data, C-contiguous, aligned, native float32 / bf16, host
 memory under the CPU kernels, exactly the elements of the declared shard), held by the binding
-while the library may touch it, and checked again at each step() (docs/python.md)."""
+while the library may touch it, and checked again at each step() (docs/python.md).
+
+This module is one file, over 600 lines, on purpose: it is the whole ctypes binding, and the
+structures that mirror include/shardopt.h, the buffer checks that vouch for every pointer and the
+Optimizer that hands them to the library are read together when any of them changes."""
 import ctypes
 import ctypes.util
 import os

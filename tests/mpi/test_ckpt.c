@@ -9,7 +9,11 @@
  * injected save failure, keep_last, and bf16 momentum staying bf16 across save and load.
  * SHARDOPT_TEST_DTYPE: fp32 (default), bf16 (nearest) or bf16sr (stochastic).
  * SHARDOPT_TEST_WEIGHTS=1: ckpt_weights, the parameters saved and loaded by the library too (resume
- * then starts from parameters that are not step 5's: the load alone must restore them). */
+ * then starts from parameters that are not step 5's: the load alone must restore them).
+ *
+ * One file, over 600 lines: every mode is one program that ckpt_driver.sh runs again in fresh
+ * processes, so a save, the crash in it and the load that checks it share the same model, steps
+ * and comparison; in separate files the modes could drift apart and still pass. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,10 +21,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model_run.h"
-#include "runtime/checkpoint.h"
 #include "base/crc32c.h"
 #include "base/fault.h"
+#include "model_run.h"
+#include "runtime/checkpoint.h"
 
 static const char *test_dir(void)
 {

@@ -12,16 +12,20 @@
  * state) and load (host staging, then one upload) give the same bits as the plain CPU run on the
  * same layout. SHARDOPT_TEST_OFFLOAD=optimizer: both runs keep the state in a host store,
  * streamed through device staging slots; =cpu: state, parameters and elementwise work on the
- * host, only Newton-Schulz on the device (its own table beside the CPU one). */
+ * host, only Newton-Schulz on the device (its own table beside the CPU one).
+ *
+ * One file, over 600 lines: the simulated device, its kernel table and the runs it is compared
+ * against are one fixture, and every case (step, save, load, each offload mode) runs on it in the
+ * same process against the same plain CPU run. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/fault.h"
 #include "kernels/clock.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "model_run.h"
-#include "base/fault.h"
 #ifdef SHARDOPT_TEST_NCCL_MOCK
 #include "tests/mock/nccl_mock.h"
 #endif

@@ -3,7 +3,10 @@
     test_torch_optim.py [CASE ...]     every case when none is named
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
-(skip) only where torch is not importable."""
+(skip) only where torch is not importable.
+
+One file, over 600 lines: one suite, every case a function on the same small models, run by
+one process in order (CTest runs it once)."""
 import copy
 import io
 import os

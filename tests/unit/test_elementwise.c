@@ -1,7 +1,11 @@
 /* Elementwise kernels (Muon momentum + pack, AdamW, apply): every variant against an fp64
  * computation written here, and every variant (AVX-512, AVX2) bit for bit against the reference,
  * with 1 and 2 threads, over tails, the threaded path, every dtype combination, stochastic rounding
- * and special values. */
+ * and special values.
+ *
+ * One file, over 600 lines: every kernel is checked by the same fp64 computation and the same
+ * variant-against-reference sweep (threads, tails, dtypes, special values); one suite keeps the
+ * oracle and the sweep in one place for every kernel. */
 #include <float.h>
 
 #include "kernels/cpu/cpu_kernels.h"

@@ -3,8 +3,8 @@
 
 #include <stdlib.h>
 
-#include "clock.h"
 #include "base/mem.h"
+#include "clock.h"
 
 void timeline_init(struct timeline *tl, const struct kernel_ops *ops, const struct kernel_ctx *ctx)
 {

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_store.h"
 #include "base/fault.h"
 #include "base/mem.h"
+#include "host_store.h"
 
 #define STATE_ALIGN 64
 

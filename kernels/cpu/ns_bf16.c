@@ -11,8 +11,8 @@
 
 #include "../dtype.h"
 #include "../ns_coeffs.h"
-#include "ns_common.h"
 #include "base/mem.h"
+#include "ns_common.h"
 
 #define BF16_MAX_ROWS 64 /* block rows of a symmetric plan */
 

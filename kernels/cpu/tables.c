@@ -1,8 +1,8 @@
 /* The CPU kernel tables, and the choice among them. */
 #include <stdlib.h>
 
-#include "cpu_kernels.h"
 #include "base/mem.h"
+#include "cpu_kernels.h"
 
 void *cpu_alloc(size_t bytes)
 {

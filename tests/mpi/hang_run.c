@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model_run.h"
 #include "base/fault.h"
+#include "model_run.h"
 
 int main(int argc, char **argv)
 {

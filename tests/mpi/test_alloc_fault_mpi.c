@@ -5,9 +5,9 @@
  * runtimes finalize. A rank left waiting in a collective would hang the test into its timeout. */
 #include <unistd.h>
 
-#include "fixture.h"
 #include "base/fault.h"
 #include "base/mem.h"
+#include "fixture.h"
 
 static int rank, nranks;
 static float dense_w[12 * 16], dense_g[12 * 16], exp_w[2 * 8 * 12], exp_g[2 * 8 * 12];

@@ -11,10 +11,10 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "base/status.h"
 #include "cuda_runtime.h" /* tests/mock: the mock streams */
 #include "runtime/comm_nccl.h"
 #include "runtime/groups.h"
-#include "base/status.h"
 #include "test.h"
 #include "tests/mock/nccl_mock.h"
 

@@ -7,9 +7,9 @@
  * Under make check-sanitize, LeakSanitizer shows that no failure path leaks. */
 #include <unistd.h>
 
-#include "fixture.h"
 #include "base/fault.h"
 #include "base/mem.h"
+#include "fixture.h"
 
 enum { C_CONFIG, C_INIT, C_REGISTER, C_COMMIT, C_LAYOUT, C_STEP, C_SAVE, C_LOAD, C_NONE };
 static const char *const call_names[C_NONE] = {"config_load_json", "init", "register", "commit",

@@ -12,19 +12,24 @@ static void ref_iter(const struct kernel_ctx *ctx, int64_t m, int64_t n, const f
     ref_shard_update(ctx, A, c, x, m, n, B, y);
 }
 
+/* (P Q)[i][j] of two m x m matrices, summed in double */
+static double ref_dot(const float *P, const float *Q, int64_t m, int64_t i, int64_t j)
+{
+    double s = 0.0;
+    for (int64_t t = 0; t < m; t++)
+        s += (double)P[i * m + t] * Q[t * m + j];
+    return s;
+}
+
 /* Z = c0 I + c1 R + c2 R R, in double */
 static void ref_poly(const struct kernel_ctx *ctx, const float *R, const float c[3], int64_t m,
                      float *Z)
 {
     (void)ctx;
     for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < m; j++) {
-            double s = 0.0;
-            for (int64_t t = 0; t < m; t++)
-                s += (double)R[i * m + t] * R[t * m + j];
+        for (int64_t j = 0; j < m; j++)
             Z[i * m + j] = (float)((i == j ? (double)c[0] : 0.0) + (double)c[1] * R[i * m + j] +
-                                   (double)c[2] * s);
-        }
+                                   (double)c[2] * ref_dot(R, R, m, i, j));
 }
 
 static void ref_symmul(const struct kernel_ctx *ctx, const float *P, const float *Q, int64_t m,
@@ -32,12 +37,8 @@ static void ref_symmul(const struct kernel_ctx *ctx, const float *P, const float
 {
     (void)ctx;
     for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < m; j++) {
-            double s = 0.0;
-            for (int64_t t = 0; t < m; t++)
-                s += (double)P[i * m + t] * Q[t * m + j];
-            C[i * m + j] = (float)s;
-        }
+        for (int64_t j = 0; j < m; j++)
+            C[i * m + j] = (float)ref_dot(P, Q, m, i, j);
 }
 
 static void ref_qx(const struct kernel_ctx *ctx, const float *Q, const float *x, int64_t m,

@@ -68,4 +68,7 @@ shardopt_status_t ckpt_index_check(const char *text, size_t len);
 
 shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what);
 
+/* "[a, b]": the last ndim (1-3) of a shape padded to 3 dims with leading 1s, as it was given. */
+const char *ckpt_shape_text(char *out, size_t len, const int64_t shape3[3], int ndim);
+
 #endif

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -88,4 +89,16 @@ int ckpt_write_all(int fd, const void *buf, size_t len, const char *site)
         len -= (size_t)w;
     }
     return 0;
+}
+
+const char *ckpt_shape_text(char *out, size_t len, const int64_t shape3[3], int ndim)
+{
+    const int64_t *s = shape3 + (ndim >= 1 && ndim <= 3 ? 3 - ndim : 0);
+    if (ndim == 1)
+        snprintf(out, len, "[%lld]", (long long)s[0]);
+    else if (ndim == 2)
+        snprintf(out, len, "[%lld, %lld]", (long long)s[0], (long long)s[1]);
+    else
+        snprintf(out, len, "[%lld, %lld, %lld]", (long long)s[0], (long long)s[1], (long long)s[2]);
+    return out;
 }

@@ -295,13 +295,15 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
                                 L->ix.dir, is_weight ? "weight" : "tensor", name, p->name,
                                 is_weight ? "value" : "state");
             }
-            if (memcmp(t->shape, shape, sizeof shape) != 0)
-                return log_fail(SHARDOPT_ERR_MISMATCH,
-                                "load: %s/index.json: tensor '%s' has shape [%lld, %lld, %lld] in "
-                                "the checkpoint, the registered parameter [%lld, %lld, %lld]",
-                                L->ix.dir, name, (long long)t->shape[0], (long long)t->shape[1],
-                                (long long)t->shape[2], (long long)shape[0], (long long)shape[1],
-                                (long long)shape[2]);
+            if (memcmp(t->shape, shape, sizeof shape) != 0) {
+                char saved[96], registered[96]; /* as each was given: not padded to 3 dims */
+                return log_fail(
+                    SHARDOPT_ERR_MISMATCH,
+                    "load: %s/index.json: tensor '%s' has shape %s in the checkpoint, "
+                    "the registered parameter %s",
+                    L->ix.dir, name, ckpt_shape_text(saved, sizeof saved, t->shape, t->ndim),
+                    ckpt_shape_text(registered, sizeof registered, shape, p->layout.ndim));
+            }
             if (t->dtype != k[j].dtype && L->converted++ < 8) {
                 size_t o = strlen(L->converted_names);
                 snprintf(L->converted_names + o, sizeof L->converted_names - o,

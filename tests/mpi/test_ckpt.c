@@ -730,7 +730,8 @@ TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
         {damage_header_size, SHARDOPT_ERR_CORRUPT, "rank-00000.safetensors", NULL},
         {damage_file_name, SHARDOPT_ERR_CORRUPT, "not a plain file name", NULL},
         {damage_drop_tensor, SHARDOPT_ERR_MISMATCH, "is not in the checkpoint", NULL},
-        {damage_shape, SHARDOPT_ERR_MISMATCH, "has shape", "registered"},
+        {damage_shape, SHARDOPT_ERR_MISMATCH, "has shape [25] in the checkpoint",
+         "the registered parameter [16]"},
         /* a crafted latest is never followed outside the directory */
         {damage_latest_dotdot, SHARDOPT_ERR_CORRUPT, "'../step-00000003' is not a step directory",
          NULL},

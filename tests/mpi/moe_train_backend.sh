@@ -21,7 +21,7 @@ bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 rc=$?
 case $rc in
 1)
-    grep -qE "moe_train: init: .*(no CUDA device is visible|without CUDA)" "$work/cuda.log" ||
+    grep -qE "moe_train: init: .*(no CUDA device is visible|has no CUDA backend)" "$work/cuda.log" ||
         bad "--backend cuda exited 1 without init's message: $(cat "$work/cuda.log")"
     grep -q MPI_ABORT "$work/cuda.log" && bad "--backend cuda without a GPU ended in MPI_Abort"
     echo "moe_train --backend cuda: no GPU here, refused cleanly (exit 1)"

@@ -23,7 +23,10 @@ case "$flags" in
 esac
 cc -std=c11 "$src/examples/consumer/main.c" -o "$work/consumer_pc" $flags >"$work/pc.log" 2>&1 ||
     { cat "$work/pc.log"; echo "install_consumer: the pkg-config build failed: cc ... $flags"; exit 1; }
-ldd "$work/consumer_pc" | grep -q "libshardopt.* => $work/prefix/.*libshardopt" ||
+# ldd's output taken whole first: `ldd | grep -q` under pipefail fails at random (grep -q exits
+# at the first match and ldd, still writing, dies of SIGPIPE)
+libs=$(ldd "$work/consumer_pc")
+grep -q "libshardopt.* => $work/prefix/.*libshardopt" <<<"$libs" ||
     { ldd "$work/consumer_pc"; echo "install_consumer: pkg-config build not linked to the installed library"; exit 1; }
 env -u LD_LIBRARY_PATH "$mpiexec" -n 1 "$work/consumer_pc"
 cmake -S "$src/examples/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \

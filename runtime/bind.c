@@ -1,4 +1,4 @@
-#include "bind.h"
+#include "runtime/bind.h"
 
 #include <stdio.h>
 

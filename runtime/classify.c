@@ -1,4 +1,4 @@
-#include "classify.h"
+#include "runtime/classify.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-#include "commit_check.h"
+#include "runtime/commit_check.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 
 #include "base/mem.h"
 #include "base/status.h"
-#include "comm_wait.h"
+#include "runtime/comm/comm_wait.h"
 
 /* What must agree across ranks, per parameter. */
 struct param_record {

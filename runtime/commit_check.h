@@ -4,7 +4,7 @@
 #ifndef RUNTIME_COMMIT_CHECK_H
 #define RUNTIME_COMMIT_CHECK_H
 
-#include "runtime.h"
+#include "runtime/runtime.h"
 #include "sharding/plan.h"
 
 struct shard_table {

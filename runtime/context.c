@@ -6,12 +6,12 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/status.h"
-#include "comm_wait.h"
-#include "config.h"
-#include "config_agree.h"
 #include "kernels/blas_threads.h"
 #include "kernels/cpu/ns_bf16.h"
-#include "runtime.h"
+#include "runtime/comm/comm_wait.h"
+#include "runtime/config/config.h"
+#include "runtime/config/config_agree.h"
+#include "runtime/runtime.h"
 
 /* kernels/ keeps its own copies of these enums so it need not see MPI; keep them in step. */
 _Static_assert((int)SHARDOPT_DTYPE_BF16 == KDT_BF16 && (int)SHARDOPT_DTYPE_FP32 == KDT_F32,

@@ -4,8 +4,8 @@
 
 #include "base/mem.h"
 #include "base/status.h"
-#include "comm_wait.h"
-#include "runtime.h"
+#include "runtime/comm/comm_wait.h"
+#include "runtime/runtime.h"
 
 #define LINE 160
 

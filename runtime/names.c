@@ -15,7 +15,7 @@ shardopt_status_t shardopt_get_version(int *major, int *minor, int *patch)
     return SHARDOPT_OK;
 }
 
-/* Names as the config keys spell them (runtime/config_keys.c); a value outside the enum is a
+/* Names as the config keys spell them (runtime/config/config_keys.c); a value outside the enum is a
  * caller's cast, not a crash. */
 #define NAME_OF(v, names)                                                                          \
     ((int)(v) >= 0 && (size_t)(v) < sizeof(names) / sizeof(names[0]) ? names[(int)(v)] : "unknown")

@@ -5,7 +5,7 @@
 
 #include "base/fault.h"
 #include "base/status.h"
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 const char *shardopt_state_kind_name(shardopt_state_kind_t v)
 {

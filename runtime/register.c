@@ -4,10 +4,10 @@
 
 #include "base/mem.h"
 #include "base/status.h"
-#include "classify.h"
 #include "kernels/rng.h"
-#include "runtime.h"
-#include "safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/classify.h"
+#include "runtime/runtime.h"
 
 /* Oldest descriptor layout we accept (version 1 is current). */
 #define DESC_V1_SIZE (offsetof(shardopt_param_desc_t, wd_mult) + sizeof(double))

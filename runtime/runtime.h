@@ -2,18 +2,18 @@
 #ifndef RUNTIME_RUNTIME_H
 #define RUNTIME_RUNTIME_H
 
-#include "comm_nccl.h"
-#include "elem_batch.h"
-#include "groups.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
 #include "kernels/timeline.h"
 #include "offload/staging.h"
 #include "offload/state_store.h"
+#include "runtime/comm/comm_nccl.h"
+#include "runtime/comm/groups.h"
+#include "runtime/step/elem_batch.h"
+#include "runtime/topology.h"
 #include "sharding/layout.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
-#include "topology.h"
 
 struct shardopt_param {
     struct shardopt_runtime *rt;

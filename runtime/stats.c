@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 static struct phase_times phases_now(const struct shardopt_runtime *rt)
 {

@@ -1,4 +1,4 @@
-#include "topology.h"
+#include "runtime/topology.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -7,8 +7,8 @@
 
 #include "base/log.h"
 #include "base/status.h"
-#include "bind.h"
-#include "comm_wait.h"
+#include "runtime/bind.h"
+#include "runtime/comm/comm_wait.h"
 
 static void topology_log(const struct topology *t, int rank, const char *what,
                          const char *gpu_busid)

@@ -5,7 +5,7 @@
 
 #include <hwloc.h>
 
-#include "groups.h"
+#include "runtime/comm/groups.h"
 #include "shardopt.h"
 
 struct topology {

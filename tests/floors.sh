@@ -2,7 +2,7 @@
 # The floors only look down (docs/design.md, Layers): every #include of a source under base/,
 # kernels/, sharding/ and offload/ is resolved to the file it names, and that file's folder must
 # be one the including folder may use. No floor below runtime/ includes runtime/, MPI or
-# shardopt.h (which pulls in mpi.h). Usage: floors.sh ROOT, or floors.sh --self-test ROOT, which
+# shardopt.h (which pulls in mpi.h); runtime/'s wings include only the wings below them. Usage: floors.sh ROOT, or floors.sh --self-test ROOT, which
 # first checks that a deliberately added upward include in a copy of the tree is caught.
 set -euo pipefail
 
@@ -12,6 +12,13 @@ declare -A may=(
     [kernels]="base include/shardopt_status.h"
     [sharding]="base"
     [offload]="base kernels"
+    # runtime/'s wings: comm/ at their bottom, config/ agrees keys over it; step/ and checkpoint/
+    # work on the runtime object (runtime/runtime.h) and never on each other; the files at
+    # runtime/'s top (lifecycle) compose them all and are not listed
+    [runtime/comm]="base kernels sharding include/shardopt.h include/shardopt_status.h"
+    [runtime/config]="base kernels runtime/comm include/shardopt.h include/shardopt_status.h"
+    [runtime/step]="base kernels sharding offload runtime/comm runtime/config runtime/runtime.h runtime/topology.h include/shardopt.h include/shardopt_status.h"
+    [runtime/checkpoint]="base kernels sharding offload runtime/comm runtime/config runtime/runtime.h runtime/topology.h include/shardopt.h include/shardopt_status.h"
 )
 
 check() {
@@ -22,7 +29,7 @@ check() {
         while IFS= read -r f; do
             dir=$(dirname "$f")
             while IFS= read -r line; do
-                if [[ $line =~ ^#include[[:space:]]*\<mpi\.h\> ]]; then
+                if [[ $floor != runtime/* && $line =~ ^#include[[:space:]]*\<mpi\.h\> ]]; then
                     echo "floors: $f includes <mpi.h>: no floor below runtime/ sees MPI"
                     bad=1
                     continue
@@ -60,20 +67,27 @@ if [ "${1:-}" = "--self-test" ]; then
     root=$(realpath "$2")
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    cp -r "$root/base" "$root/kernels" "$root/sharding" "$root/offload" "$root/include" "$tmp/"
-    mkdir -p "$tmp/runtime" && cp "$root/runtime/runtime.h" "$tmp/runtime/"
-    sed -i '1i #include "runtime/runtime.h"' "$tmp/kernels/rng.c"
-    if (check "$tmp" >"$tmp/out" 2>&1); then
-        echo "floors: self-test: an upward include (kernels/rng.c -> runtime/runtime.h) was not caught"
-        exit 1
-    fi
-    grep -q 'kernels/rng.c includes runtime/runtime.h' "$tmp/out" || {
-        echo "floors: self-test: the upward include was caught, but not named:"
-        cat "$tmp/out"
-        exit 1
-    }
-    echo "floors: self-test: an upward include is caught ($(head -1 "$tmp/out"))"
+    cp -r "$root/base" "$root/kernels" "$root/sharding" "$root/offload" "$root/include" \
+        "$root/runtime" "$tmp/"
+    # one planted include per kind of rule: a floor reaching up, a wing reaching sideways
+    for plant in "kernels/rng.c runtime/runtime.h" "runtime/comm/groups.c runtime/step/muon_exec.h"; do
+        set -- $plant
+        cp -r "$root/kernels" "$root/runtime" "$tmp/"
+        sed -i "1i #include \"$2\"" "$tmp/$1"
+        if (check "$tmp" >"$tmp/out" 2>&1); then
+            echo "floors: self-test: a wrong include ($1 -> $2) was not caught"
+            exit 1
+        fi
+        grep -q "$1 includes $2" "$tmp/out" || {
+            echo "floors: self-test: the wrong include was caught, but not named:"
+            cat "$tmp/out"
+            exit 1
+        }
+        echo "floors: self-test: a wrong include is caught ($(head -1 "$tmp/out"))"
+    done
+    cp -r "$root/kernels" "$root/runtime" "$tmp/"
+    set -- --self-test "$root"
     shift
 fi
 check "$(realpath "$1")"
-echo "floors: every include of base/, kernels/, sharding/ and offload/ looks down"
+echo "floors: every include of base/, kernels/, sharding/, offload/ and runtime/'s wings looks down"

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 shardopt_status_t fuzz_one(const uint8_t *data, size_t size)
 {

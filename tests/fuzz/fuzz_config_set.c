@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "runtime/config.h"
-#include "runtime/config_keys.h"
+#include "runtime/config/config.h"
+#include "runtime/config/config_keys.h"
 
 #define MAX_LINES 64
 

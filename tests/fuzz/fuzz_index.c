@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 static void check(int ok)
 {

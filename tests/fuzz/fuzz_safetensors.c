@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 shardopt_status_t fuzz_one(const uint8_t *data, size_t size)
 {

@@ -1,6 +1,6 @@
-/* A stand-in for the CUDA runtime's header, for runtime/comm_nccl.c built against the mock NCCL
- * (nccl.h here; test_nccl_mock, test_device_sim_nccl): the few stream and event calls it makes,
- * implemented by nccl_mock.c on the host. A stream holds the MPI requests of the mock NCCL
+/* A stand-in for the CUDA runtime's header, for runtime/comm/comm_nccl.c built against the mock
+ * NCCL (nccl.h here; test_nccl_mock, test_device_sim_nccl): the few stream and event calls it
+ * makes, implemented by nccl_mock.c on the host. A stream holds the MPI requests of the mock NCCL
  * operations queued on it; an event recorded on a stream is complete when the requests queued
  * before it are. Work "on" the caller's compute stream runs on the host at once (the simulated
  * device of test_device_sim), so a stream that waits on an event waits on the host until the

@@ -1,4 +1,4 @@
-/* A stand-in for NCCL's header, for runtime/comm_nccl.c in test_nccl_mock and
+/* A stand-in for NCCL's header, for runtime/comm/comm_nccl.c in test_nccl_mock and
  * test_device_sim_nccl: the calls it makes, with NCCL's non-blocking communicator semantics,
  * implemented by nccl_mock.c over MPI (one MPI communicator per mock communicator, host memory).
  * Faults are injected through nccl_mock.h. */

@@ -24,7 +24,7 @@
 #include "base/crc32c.h"
 #include "base/fault.h"
 #include "model_run.h"
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 static const char *test_dir(void)
 {

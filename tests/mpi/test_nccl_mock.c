@@ -1,5 +1,5 @@
-/* runtime/comm_nccl.c, the CUDA backend's NCCL exchanges, compiled against a mock NCCL and CUDA
- * stream API over MPI (tests/mock): no GPU, no NCCL. NCCL refuses two ranks on one GPU and the
+/* runtime/comm/comm_nccl.c, the CUDA backend's NCCL exchanges, compiled against a mock NCCL and
+ * CUDA stream API over MPI (tests/mock): no GPU, no NCCL. NCCL refuses two ranks on one GPU and the
  * GPU machines lent to this project have one, so this is where the code's own logic runs: the
  * unique id's broadcast, all-to-all-v as grouped sends and receives with counts and
  * displacements, several exchanges in flight on slots, two groups sharing one stream, and the
@@ -13,8 +13,8 @@
 
 #include "base/status.h"
 #include "cuda_runtime.h" /* tests/mock: the mock streams */
-#include "runtime/comm_nccl.h"
-#include "runtime/groups.h"
+#include "runtime/comm/comm_nccl.h"
+#include "runtime/comm/groups.h"
 #include "test.h"
 #include "tests/mock/nccl_mock.h"
 

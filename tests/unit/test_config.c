@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "runtime/config_keys.h"
+#include "runtime/config/config_keys.h"
 #include "shardopt.h"
 #include "test.h"
 

@@ -1,7 +1,7 @@
 /* safetensors headers: build -> parse round trips, and every refusal with its message.
  * One file, over 600 lines: a build and a parse of the same descriptions, each refusal beside the
  * round trip it departs from; the writer and the reader are tested against each other. */
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "test.h"
 
 #define ERRLEN 512

@@ -1,0 +1,104 @@
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/fault.h"
+#include "base/status.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/safetensors.h"
+
+int ckpt_kinds(const shardopt_runtime_t rt, const struct shardopt_param *p, struct ckpt_kind out[2])
+{
+    if (p->algo == SHARDOPT_ALGO_MUON) {
+        out[0] = (struct ckpt_kind){"momentum", rt->cfg.momentum_dtype, p->off_momentum};
+        return 1;
+    }
+    out[0] = (struct ckpt_kind){"exp_avg", rt->cfg.adam_state_dtype, p->off_exp_avg};
+    out[1] = (struct ckpt_kind){"exp_avg_sq", rt->cfg.adam_v_dtype, p->off_exp_avg_sq};
+    return 2;
+}
+
+int ckpt_tensors(const shardopt_runtime_t rt, const struct shardopt_param *p, int weights,
+                 struct ckpt_kind out[3])
+{
+    int n = ckpt_kinds(rt, p, out);
+    if (weights)
+        out[n++] =
+            (struct ckpt_kind){NULL, p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32, 0};
+    return n;
+}
+
+void ckpt_box3(const struct layout *l, int64_t shape[3], struct plan_box *box)
+{
+    const int pad = 3 - l->ndim;
+    for (int d = 0; d < 3; d++) {
+        const int s = d - pad;
+        shape[d] = s >= 0 ? l->shape[s] : 1;
+        box->lo[d] = s >= 0 ? l->lo[s] : 0;
+        box->len[d] = s >= 0 ? l->len[s] : 1;
+    }
+}
+
+void ckpt_tensor_name(const struct shardopt_param *p, const char *suffix, char *out, size_t len)
+{
+    if (suffix == NULL)
+        snprintf(out, len, "%s", p->name);
+    else
+        snprintf(out, len, "%s.%s", p->name, suffix);
+}
+
+const char *ckpt_dtype_name(int dtype) { return dtype == KDT_BF16 ? "BF16" : "F32"; }
+
+int ckpt_dtype_parse(const char *s)
+{
+    if (strcmp(s, "F32") == 0)
+        return KDT_F32;
+    if (strcmp(s, "BF16") == 0)
+        return KDT_BF16;
+    return -1;
+}
+
+int ckpt_name_is_plain(const char *s)
+{
+    if (s == NULL || s[0] == '\0' || strlen(s) > 255 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return 0;
+    for (const char *c = s; *c; c++)
+        if (*c == '/' || (unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f)
+            return 0;
+    return st_utf8_error(s) < 0; /* it is printed in messages as it is */
+}
+
+shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what)
+{
+    return groups_agree(&rt->groups, mine, what);
+}
+
+int ckpt_write_all(int fd, const void *buf, size_t len, const char *site)
+{
+    const char *p = buf;
+    while (len > 0) {
+        if (fault_hit(site))
+            return -1; /* errno as the fault asks (EIO unless given) */
+        ssize_t w = write(fd, p, len < CKPT_CHUNK ? len : CKPT_CHUNK);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+const char *ckpt_shape_text(char *out, size_t len, const int64_t shape3[3], int ndim)
+{
+    const int64_t *s = shape3 + (ndim >= 1 && ndim <= 3 ? 3 - ndim : 0);
+    if (ndim == 1)
+        snprintf(out, len, "[%lld]", (long long)s[0]);
+    else if (ndim == 2)
+        snprintf(out, len, "[%lld, %lld]", (long long)s[0], (long long)s[1]);
+    else
+        snprintf(out, len, "[%lld, %lld, %lld]", (long long)s[0], (long long)s[1], (long long)s[2]);
+    return out;
+}

@@ -1,0 +1,553 @@
+/* shardopt_load: follow DIR/latest (or take a step directory), read the index (checkpoint_index.c),
+ * and fill every rank's state from the shards that overlap it, reading only the blocks it needs and
+ * checking each block's CRC32C. Everything lands in a staging copy first; the state changes only
+ * when every rank succeeded, so a refused checkpoint leaves memory as it was on every rank. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/crc32c.h"
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/status.h"
+#include "runtime/checkpoint/checkpoint_index.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/comm/comm_wait.h"
+#include "sharding/reshard.h"
+
+struct ck_file {
+    const char *name;
+    int fd;
+    uint64_t size;
+    struct st_header hdr;
+    int opened;
+};
+
+struct ck_load {
+    struct ck_index ix; /* what index.json says */
+    struct ck_file *files;
+    int nfiles;
+    unsigned char *staging; /* the new state, in the arena's kind of memory */
+    unsigned char *fill;    /* what rank_fill writes: staging, or its host copy (device state) */
+    const unsigned char *current; /* the state now, as host memory (load_allow_missing) */
+    void *current_copy, *fill_copy;
+    uint64_t *steps;     /* per registered param */
+    unsigned char *read; /* per registered param: state read from the checkpoint */
+    unsigned char *chunk;
+    int converted;
+    unsigned char *wfill; /* ckpt_weights: the parameters read, host memory, at woff[i] */
+    size_t *woff;         /* per registered param */
+    unsigned char *wread; /* per registered param: its weight was read */
+    const struct state_store *store; /* staging is a buffer of its kind */
+    char converted_names[512];
+};
+
+/* ---- files ---- */
+
+/* len bytes at `at`: 0; -1 for an I/O error (errno set; SHARDOPT_FAULT=ckpt.read:<n> injects
+ * EIO, or hang@ckpt.read a rank that stops mid-load); 1 when the file ends first. */
+static int pread_all(int fd, void *buf, size_t len, uint64_t at)
+{
+    unsigned char *p = buf;
+    if (fault_hit("ckpt.read"))
+        return -1;
+    while (len > 0) {
+        ssize_t r = pread(fd, p, len, (off_t)at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            return 1;
+        p += r;
+        len -= (size_t)r;
+        at += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* A read that did not return every byte: the disk or filesystem failed (ERR_IO, as for a save),
+ * or the file is shorter than its header says (ERR_CORRUPT). */
+static shardopt_status_t read_fail(int r, const char *path, const char *file, const char *what)
+{
+    if (r < 0)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s%s%s: %s: read failed: %s", path, file ? "/" : "",
+                        file ? file : "", what, strerror(errno));
+    return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s%s%s: %s: file truncated", path, file ? "/" : "",
+                    file ? file : "", what);
+}
+
+static shardopt_status_t file_open(struct ck_load *L, const char *name, struct ck_file **out)
+{
+    char path[4400], err[256];
+    unsigned char first8[8];
+    uint64_t json_len;
+
+    for (int i = 0; i < L->nfiles; i++)
+        if (strcmp(L->files[i].name, name) == 0) {
+            *out = &L->files[i];
+            return SHARDOPT_OK;
+        }
+    struct ck_file *f = &L->files[L->nfiles];
+    memset(f, 0, sizeof *f);
+    f->name = name;
+    snprintf(path, sizeof path, "%s/%s", L->ix.dir, name);
+    f->fd = open(path, O_RDONLY);
+    if (f->fd < 0)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
+    L->nfiles++;
+    struct stat st;
+    if (fstat(f->fd, &st) != 0)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
+    int r = pread_all(f->fd, first8, 8, 0);
+    if (r != 0)
+        return read_fail(r, path, NULL, "shorter than a safetensors header");
+    f->size = (uint64_t)st.st_size;
+    if (st_header_len(first8, f->size, &json_len, err, sizeof err) != 0)
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: %s", path, err);
+    char *json = mem_malloc(json_len + 1);
+    if (json == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s: out of memory allocating %llu bytes for the header", path,
+                        (unsigned long long)json_len + 1);
+    if ((r = pread_all(f->fd, json, json_len, 8)) != 0) {
+        free(json);
+        return read_fail(r, path, NULL, "header");
+    }
+    const shardopt_status_t rc = st_header_parse(json, json_len, f->size, &f->hdr, err, sizeof err);
+    free(json);
+    if (rc != SHARDOPT_OK) /* refused (corrupt), or out of memory reading it */
+        return log_fail(rc == SHARDOPT_ERR_OUT_OF_MEMORY ? rc : SHARDOPT_ERR_CORRUPT,
+                        "load: %s: %s", path, err);
+    f->opened = 1;
+    *out = f;
+    return SHARDOPT_OK;
+}
+
+/* dst[i] <- src[i] converted between the checkpoint's dtype and the configured one. */
+static void elems_convert(void *dst, int ddt, const void *src, int sdt, size_t n)
+{
+    if (ddt == sdt) {
+        memcpy(dst, src, n * kdtype_size(ddt));
+    } else if (ddt == KDT_F32) {
+        for (size_t i = 0; i < n; i++)
+            ((float *)dst)[i] = f32_from_bf16(((const uint16_t *)src)[i]);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = bf16_from_f32(((const float *)src)[i]);
+    }
+}
+
+/* Copy the overlap of one saved shard into this rank's staging tensor. Reads whole CRC blocks
+ * covering the runs, in chunks, and checks every block. Returns elements copied in *copied. */
+static shardopt_status_t shard_read(struct ck_load *L, const struct ck_tensor *t,
+                                    const struct ck_shard *sh, const struct plan_box *mine,
+                                    unsigned char *dst, int ddt, int64_t *copied)
+{
+    struct reshard_runs runs;
+    struct ck_file *f = NULL;
+    shardopt_status_t status;
+    const size_t es = kdtype_size(t->dtype), des = kdtype_size(ddt);
+    int64_t so, doff, len;
+
+    if (!reshard_runs_init(&runs, &sh->box, mine))
+        return SHARDOPT_OK;
+    status = file_open(L, sh->file, &f);
+    if (status != SHARDOPT_OK)
+        return status;
+    const struct st_tensor *st = st_header_find(&f->hdr, t->name);
+    if (st == NULL)
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/%s: tensor '%s' missing", L->ix.dir,
+                        sh->file, t->name);
+    int64_t numel = 1;
+    for (int d = 0; d < 3; d++)
+        numel *= sh->box.len[d];
+    int64_t st_numel = 1;
+    for (int d = 0; d < st->ndim; d++)
+        st_numel *= st->shape[d];
+    if (st->dtype != t->dtype || st_numel != numel)
+        return log_fail(SHARDOPT_ERR_CORRUPT,
+                        "load: %s/%s: tensor '%s' is %s with %lld elements, the index says %s "
+                        "with %lld",
+                        L->ix.dir, sh->file, t->name, ckpt_dtype_name(st->dtype),
+                        (long long)st_numel, ckpt_dtype_name(t->dtype), (long long)numel);
+    const uint64_t tensor_bytes = (uint64_t)numel * es, base = f->hdr.data_start + st->begin;
+
+    /* the saved shard is exactly this rank's, in the same dtype (a load on the layout that
+     * saved): read it straight into place and check the blocks there */
+    if (ddt == t->dtype && memcmp(&sh->box, mine, sizeof *mine) == 0) {
+        int r = pread_all(f->fd, dst, (size_t)tensor_bytes, base);
+        if (r != 0) {
+            char what[300];
+            snprintf(what, sizeof what, "tensor '%s'", t->name);
+            return read_fail(r, L->ix.dir, sh->file, what);
+        }
+        uint32_t whole = 0;
+        for (uint64_t k = 0; k < tensor_bytes; k += CKPT_BLOCK) {
+            const size_t blen =
+                (size_t)(tensor_bytes - k < CKPT_BLOCK ? tensor_bytes - k : CKPT_BLOCK);
+            const uint32_t c = crc32c_update(0, dst + k, blen);
+            whole = crc32c_combine(whole, c, blen);
+            if (c != sh->blocks[k / CKPT_BLOCK])
+                return log_fail(SHARDOPT_ERR_CORRUPT,
+                                "load: %s/%s: tensor '%s': CRC32C mismatch in bytes [%llu, %llu) "
+                                "(the file is damaged)",
+                                L->ix.dir, sh->file, t->name, (unsigned long long)k,
+                                (unsigned long long)(k + blen));
+        }
+        /* read whole, the tensor's own CRC (what external tools see) is checked too */
+        if (whole != sh->crc)
+            return log_fail(SHARDOPT_ERR_CORRUPT,
+                            "load: %s/%s: tensor '%s': CRC32C %08x, the index says %08x", L->ix.dir,
+                            sh->file, t->name, whole, sh->crc);
+        *copied += numel;
+        return SHARDOPT_OK;
+    }
+
+    /* the source byte range the runs span, widened to whole blocks */
+    struct reshard_runs scan = runs;
+    int64_t first = -1, last = 0;
+    while (reshard_runs_next(&scan, &so, &doff, &len)) {
+        if (first < 0)
+            first = so;
+        last = so + len;
+    }
+    uint64_t a = (uint64_t)first * es / CKPT_BLOCK * CKPT_BLOCK;
+    uint64_t b = ((uint64_t)last * es + CKPT_BLOCK - 1) / CKPT_BLOCK * CKPT_BLOCK;
+    b = b < tensor_bytes ? b : tensor_bytes;
+
+    int have = reshard_runs_next(&runs, &so, &doff, &len);
+    for (uint64_t c0 = a; c0 < b; c0 += CKPT_CHUNK) {
+        const uint64_t c1 = c0 + CKPT_CHUNK < b ? c0 + CKPT_CHUNK : b;
+        int r = pread_all(f->fd, L->chunk, (size_t)(c1 - c0), base + c0);
+        if (r != 0) {
+            char what[300];
+            snprintf(what, sizeof what, "tensor '%s'", t->name);
+            return read_fail(r, L->ix.dir, sh->file, what);
+        }
+        for (uint64_t k = c0; k < c1; k += CKPT_BLOCK) {
+            const size_t blen = (size_t)(c1 - k < CKPT_BLOCK ? c1 - k : CKPT_BLOCK);
+            if (crc32c_update(0, L->chunk + (k - c0), blen) != sh->blocks[k / CKPT_BLOCK])
+                return log_fail(SHARDOPT_ERR_CORRUPT,
+                                "load: %s/%s: tensor '%s': CRC32C mismatch in bytes [%llu, %llu) "
+                                "(the file is damaged)",
+                                L->ix.dir, sh->file, t->name, (unsigned long long)k,
+                                (unsigned long long)(k + blen));
+        }
+        /* the runs' parts inside this chunk */
+        const int64_t e0 = (int64_t)(c0 / es), e1 = (int64_t)(c1 / es);
+        while (have && so < e1) {
+            const int64_t lo = so > e0 ? so : e0, hi = so + len < e1 ? so + len : e1;
+            elems_convert(dst + (size_t)(doff + (lo - so)) * des, ddt,
+                          L->chunk + (size_t)(lo - e0) * es, t->dtype, (size_t)(hi - lo));
+            *copied += hi - lo;
+            if (so + len <= e1)
+                have = reshard_runs_next(&runs, &so, &doff, &len);
+            else
+                break;
+        }
+    }
+    return SHARDOPT_OK;
+}
+
+/* ---- one rank's part ---- */
+
+static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
+{
+    const int allow_missing = rt->cfg.load_allow_missing, weights = rt->cfg.ckpt_weights;
+    if (weights && !L->ix.weights)
+        return log_fail(SHARDOPT_ERR_MISMATCH,
+                        "load: %s/index.json: ckpt_weights = true and the checkpoint holds no "
+                        "weights (saved with ckpt_weights = false): the parameters cannot be "
+                        "restored from it (load with ckpt_weights = false for the optimizer state "
+                        "alone)",
+                        L->ix.dir);
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        struct ckpt_kind k[3];
+        const int nk = ckpt_tensors(rt, p, weights, k);
+        int64_t shape[3];
+        struct plan_box mine;
+        char name[1100];
+        ckpt_box3(&p->layout, shape, &mine);
+        L->steps[i] = p->step;
+        for (int j = 0; j < nk; j++) {
+            const int is_weight = k[j].suffix == NULL;
+            ckpt_tensor_name(p, k[j].suffix, name, sizeof name);
+            const struct ck_tensor *t = ckpt_index_find(&L->ix, name);
+            if (t != NULL && t->is_weight != is_weight)
+                t = NULL; /* "x.momentum" the weight of another parameter: not x's state */
+            if (t == NULL) {
+                if (allow_missing && is_weight) /* keeps its current value: not written */
+                    continue;
+                if (allow_missing) { /* keeps its current state */
+                    memcpy(L->fill + k[j].offset, L->current + k[j].offset,
+                           (size_t)p->layout.local_numel * kdtype_size(k[j].dtype));
+                    continue;
+                }
+                return log_fail(SHARDOPT_ERR_MISMATCH,
+                                "load: %s/index.json: %s '%s' of parameter '%s' is not in the "
+                                "checkpoint (set load_allow_missing to keep its current %s)",
+                                L->ix.dir, is_weight ? "weight" : "tensor", name, p->name,
+                                is_weight ? "value" : "state");
+            }
+            if (memcmp(t->shape, shape, sizeof shape) != 0) {
+                char saved[96], registered[96]; /* as each was given: not padded to 3 dims */
+                return log_fail(
+                    SHARDOPT_ERR_MISMATCH,
+                    "load: %s/index.json: tensor '%s' has shape %s in the checkpoint, "
+                    "the registered parameter %s",
+                    L->ix.dir, name, ckpt_shape_text(saved, sizeof saved, t->shape, t->ndim),
+                    ckpt_shape_text(registered, sizeof registered, shape, p->layout.ndim));
+            }
+            if (t->dtype != k[j].dtype && L->converted++ < 8) {
+                size_t o = strlen(L->converted_names);
+                snprintf(L->converted_names + o, sizeof L->converted_names - o,
+                         "%s%.120s%s (%s -> %s)", o ? ", " : "", name, is_weight ? " (weight)" : "",
+                         ckpt_dtype_name(t->dtype), ckpt_dtype_name(k[j].dtype));
+            }
+            int64_t copied = 0;
+            unsigned char *dst = is_weight ? L->wfill + L->woff[i] : L->fill + k[j].offset;
+            if (is_weight)
+                L->wread[i] = 1;
+            else
+                L->read[i] = 1;
+            for (int s = 0; s < t->nshards; s++) {
+                shardopt_status_t status =
+                    shard_read(L, t, &t->shards[s], &mine, dst, k[j].dtype, &copied);
+                if (status != SHARDOPT_OK)
+                    return status;
+            }
+            if (copied != p->layout.local_numel)
+                return log_fail(SHARDOPT_ERR_CORRUPT,
+                                "load: %s/index.json: tensor '%s': the shards cover %lld of the "
+                                "%lld elements this rank needs",
+                                L->ix.dir, name, (long long)copied,
+                                (long long)p->layout.local_numel);
+        }
+    }
+    /* per-parameter step counts, each checked by index_params: a parameter whose state was read
+     * takes its record's; one kept (load_allow_missing) keeps its own unless it has a record,
+     * capped at the checkpoint's step: no count may exceed the global one (a later save would
+     * write an index that every load refuses) */
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct ck_param *rec = ckpt_index_param(&L->ix, rt->params[i]->name);
+        if (rec != NULL)
+            L->steps[i] = rec->step;
+        else if (!L->read[i] && L->steps[i] > L->ix.step)
+            L->steps[i] = L->ix.step;
+        else if (L->read[i])
+            return log_fail(SHARDOPT_ERR_CORRUPT,
+                            "load: %s/index.json: parameter '%s' has state in the checkpoint but "
+                            "no record in \"params\" (its step count)",
+                            L->ix.dir, rt->params[i]->name);
+    }
+    return SHARDOPT_OK;
+}
+
+static void load_free(struct ck_load *L)
+{
+    for (int i = 0; i < L->nfiles; i++) {
+        if (L->files[i].fd >= 0)
+            close(L->files[i].fd);
+        if (L->files[i].opened)
+            st_header_free(&L->files[i].hdr);
+    }
+    free(L->read);
+    free(L->files);
+    if (L->staging != NULL)
+        state_store_buffer_free(L->store, L->staging);
+    free(L->current_copy);
+    free(L->fill_copy);
+    free(L->steps);
+    free(L->chunk);
+    free(L->wfill);
+    free(L->woff);
+    free(L->wread);
+    ckpt_index_free(&L->ix);
+}
+
+/* ckpt_weights: host memory for every registered parameter's local shard, filled by rank_fill
+ * and written to the parameters only once every rank succeeded. */
+static shardopt_status_t weights_staging_alloc(shardopt_runtime_t rt, struct ck_load *L)
+{
+    size_t total = 0;
+    L->woff = mem_calloc((size_t)rt->nparams + 1, sizeof(*L->woff));
+    L->wread = L->woff != NULL ? mem_calloc((size_t)rt->nparams + 1, 1) : NULL;
+    if (L->wread == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: rank %d: out of memory allocating %zu bytes for the weight table",
+                        rt->groups.me.rank, mem_failed_bytes());
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        L->woff[i] = total;
+        total += (size_t)p->layout.local_numel *
+                 kdtype_size(p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32);
+    }
+    if ((L->wfill = mem_malloc(total + 1)) == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: rank %d: out of memory allocating %zu bytes of staging for the "
+                        "parameters (ckpt_weights)",
+                        rt->groups.me.rank, total + 1);
+    return SHARDOPT_OK;
+}
+
+/* The weights read into the registered parameters: host memory is copied (nothing can fail);
+ * device memory is uploaded and waited for, and a failure there is reported (not agreed: the
+ * caller agrees) with the parameters possibly part written. */
+static shardopt_status_t weights_store(shardopt_runtime_t rt, const struct ck_load *L)
+{
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        const size_t bytes =
+            (size_t)p->layout.local_numel *
+            kdtype_size(p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32);
+        if (!L->wread[i] || bytes == 0)
+            continue;
+        if (rt_on_device(rt))
+            rt->ops->copy(&rt->kctx, p->data, L->wfill + L->woff[i], bytes);
+        else
+            memcpy(p->data, L->wfill + L->woff[i], bytes);
+    }
+    if (rt_on_device(rt) && (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0))
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "load: rank %d: %s: copying the parameters read to the device failed "
+                        "(%s): they may be part written (the optimizer state is unchanged); load "
+                        "again",
+                        rt->groups.me.rank, L->ix.dir, rt->ops->name);
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
+{
+    struct ck_load L;
+    shardopt_status_t status = SHARDOPT_OK;
+    char *text = NULL;
+    size_t len0 = 0;
+    int verified = 0;
+    long long head[2] = {0, 0}; /* the text's length, and whether its integrity record matched */
+
+    if (rt == NULL || dir == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "load: NULL %s",
+                        rt == NULL ? "runtime" : "dir");
+    if (!rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE, "load: runtime not committed");
+    comm_phase("load", -1);
+    status = rt_device_enter_all(rt, "load"); /* its uploads to init's device */
+    if (status != SHARDOPT_OK)
+        return status;
+    memset(&L, 0, sizeof L);
+    L.store = &rt->store;
+    if (rt->groups.me.rank == 0) {
+        status = ckpt_index_read(dir, L.ix.dir, sizeof L.ix.dir, &text, &len0, &verified);
+        head[0] = (long long)len0;
+        head[1] = verified;
+    }
+    status = ckpt_agree(rt, status, "load");
+    if (status != SHARDOPT_OK) {
+        free(text);
+        return status;
+    }
+    groups_bcast(&rt->groups, L.ix.dir, sizeof L.ix.dir, MPI_CHAR);
+    groups_bcast(&rt->groups, head, 2, MPI_LONG_LONG);
+    const long long text_len = head[0];
+    if (rt->groups.me.rank != 0)
+        text = mem_malloc((size_t)text_len + 1);
+    status = text != NULL ? SHARDOPT_OK
+                          : log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                     "load: rank %d: out of memory allocating %lld bytes for the "
+                                     "index text",
+                                     rt->groups.me.rank, text_len + 1);
+    status = ckpt_agree(rt, status, "load");
+    if (status != SHARDOPT_OK) {
+        free(text);
+        return status;
+    }
+    groups_bcast(&rt->groups, text, (int)text_len + 1, MPI_CHAR);
+
+    status = ckpt_index_parse(&L.ix, text, (size_t)text_len, (int)head[1], rt->groups.me.rank != 0);
+    if (status == SHARDOPT_OK) {
+        /* the same allocator as the state: on success it becomes the state */
+        char err[256] = "";
+        int nf = 0;
+        for (int i = 0; i < L.ix.nt; i++)
+            nf += L.ix.t[i].nshards;
+        const size_t steps_bytes = ((size_t)rt->nparams + 1) * sizeof(uint64_t);
+        const size_t files_bytes = ((size_t)nf + 1) * sizeof(*L.files);
+        if ((L.staging = state_store_buffer_alloc(&rt->store, err, sizeof err)) == NULL)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: rank %d: staging copy: %s",
+                              rt->groups.me.rank, err);
+        else if ((L.steps = mem_calloc((size_t)rt->nparams + 1, sizeof(uint64_t))) == NULL ||
+                 (L.read = mem_calloc((size_t)rt->nparams + 1, 1)) == NULL)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "load: rank %d: out of memory allocating %zu bytes for step counts",
+                              rt->groups.me.rank,
+                              L.steps == NULL ? steps_bytes : (size_t)rt->nparams + 1);
+        else if ((L.chunk = mem_malloc(CKPT_CHUNK)) == NULL)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "load: rank %d: out of memory allocating %zu bytes for a read chunk",
+                              rt->groups.me.rank, (size_t)CKPT_CHUNK);
+        else if ((L.files = mem_calloc((size_t)nf + 1, sizeof(*L.files))) == NULL)
+            status =
+                log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                         "load: rank %d: out of memory allocating %zu bytes for the file table",
+                         rt->groups.me.rank, files_bytes);
+        else if (rt->cfg.ckpt_weights)
+            status = weights_staging_alloc(rt, &L);
+    }
+    if (status == SHARDOPT_OK) {
+        /* device state: files are read into host memory, then go up in one copy */
+        char err[256] = "";
+        L.fill = L.staging;
+        mem_failed_clear();
+        L.current = state_store_host_view(&rt->store, &rt->kctx, state_store_ptr(&rt->store, 0),
+                                          &L.current_copy, err, sizeof err);
+        if (L.current != NULL && state_store_on_device(&rt->store)) {
+            L.fill = L.fill_copy = mem_malloc(rt->store.bytes ? rt->store.bytes : 1);
+            if (L.fill == NULL)
+                snprintf(err, sizeof err, "out of memory allocating %zu bytes of host staging",
+                         rt->store.bytes ? rt->store.bytes : 1);
+        }
+        if (L.current == NULL || L.fill == NULL) /* out of memory, or the device failed */
+            status =
+                log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
+                         "load: rank %d: %s", rt->groups.me.rank, err);
+    }
+    if (status == SHARDOPT_OK) {
+        /* every element of every tensor is covered once (ckpt_index_parse proved the tiling), and
+         * what lies between tensors (alignment) is zero, as in a fresh arena: nothing of the
+         * staging memory's previous contents can become state */
+        memset(L.fill, 0, rt->store.bytes);
+        status = rank_fill(rt, &L);
+    }
+    if (status == SHARDOPT_OK && L.fill != L.staging) {
+        char err[256] = "";
+        if (state_store_upload(&rt->store, &rt->kctx, L.staging, L.fill, err, sizeof err) != 0)
+            status = log_fail(SHARDOPT_ERR_DEVICE, "load: rank %d: %s", rt->groups.me.rank, err);
+    }
+    status = ckpt_agree(rt, status, "load");
+    /* every rank has everything: the parameters are written, then the state swapped in */
+    if (status == SHARDOPT_OK && rt->cfg.ckpt_weights && weights_store(rt, &L) != SHARDOPT_OK)
+        status = ckpt_agree(rt, SHARDOPT_ERR_DEVICE, "load");
+    else if (status == SHARDOPT_OK && rt->cfg.ckpt_weights && rt_on_device(rt))
+        status = ckpt_agree(rt, SHARDOPT_OK, "load"); /* another rank's copies may have failed */
+    if (status == SHARDOPT_OK) {
+        state_store_swap(&rt->store, (void **)&L.staging); /* the old state is freed below */
+        for (int i = 0; i < rt->nparams; i++)
+            rt->params[i]->step = L.steps[i];
+        rt->counters.steps = L.ix.step;
+        if (L.converted && rt->groups.me.rank == 0)
+            log_warn("load: %s: %d tensor(s) converted to the configured (state) or registered "
+                     "(weight) dtype: %s%s",
+                     L.ix.dir, L.converted, L.converted_names, L.converted > 8 ? ", ..." : "");
+        if (rt->groups.me.rank == 0)
+            log_info("load: %s (step %llu)", L.ix.dir, (unsigned long long)L.ix.step);
+    }
+    load_free(&L);
+    free(text);
+    return status;
+}

@@ -1,0 +1,658 @@
+/* shardopt_save: one safetensors file per rank of replica 0 and an index, written under a
+ * temporary directory, fsynced, renamed to DIR/step-NNNNNNNN; then DIR/latest is replaced
+ * atomically; then old steps are pruned. A failure or a crash anywhere leaves the previous
+ * checkpoint and DIR/latest as they were. */
+/* sync_file_range(2) is Linux's */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/crc32c.h"
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/status.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/comm/comm_wait.h"
+#include "runtime/config/config_keys.h"
+#include "runtime/config/json_util.h"
+
+/* NULL when out of memory: never an array with elements missing. */
+static cJSON *json_i64_array(const int64_t *v, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    int ok = a != NULL;
+    for (int i = 0; ok && i < n; i++)
+        json_put(&ok, a, NULL, cJSON_CreateNumber((double)v[i]));
+    if (!ok) {
+        cJSON_Delete(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* What a writer tells rank 0 about one tensor it wrote. */
+struct shard_record {
+    int32_t param, kind, dtype, pad;
+    int64_t lo[3], len[3];
+    uint32_t crc, nblocks; /* followed by nblocks block CRCs */
+};
+
+/* Start writing back what this file holds every CKPT_CHUNK bytes, so that the device works
+ * while we go on writing and checksumming, and the final fsync has little left to wait for. */
+static void writeback_kick(int fd, uint64_t *written, size_t len)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    const uint64_t before = *written;
+    *written += len;
+    if (before / CKPT_CHUNK != *written / CKPT_CHUNK)
+        sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* best effort: fsync follows */
+#else
+    (void)fd;
+    *written += len;
+#endif
+}
+
+/* Append a record to a growing blob. */
+static int blob_add(char **blob, size_t *len, size_t *cap, const void *p, size_t n)
+{
+    if (*len + n > *cap) {
+        size_t c = (*cap ? 2 * *cap : 4096) + n;
+        char *b = mem_realloc(*blob, c);
+        if (b == NULL)
+            return -1;
+        *blob = b;
+        *cap = c;
+    }
+    memcpy(*blob + *len, p, n);
+    *len += n;
+    return 0;
+}
+
+/* Does this rank write p's state? Every element once: a replicated tensor only from dense
+ * rank 0 (of replica 0, the only replica that writes). */
+static int ckpt_writes(const shardopt_runtime_t rt, const struct shardopt_param *p)
+{
+    if (p->layout.local_numel == 0)
+        return 0;
+    return p->placement != SHARDOPT_PLACEMENT_REPLICATED || rt->groups.me.d == 0;
+}
+
+/* ckpt_weights: where each parameter this rank writes is, as host memory (w[i]; NULL for one it
+ * does not write): its registered data, or, when the parameters are device memory, a host copy
+ * of them all made here in *copy (checked as the state's copy is). */
+static shardopt_status_t weights_host_view(shardopt_runtime_t rt, const char *path,
+                                           const unsigned char **w, void **copy)
+{
+    size_t total = 0;
+    for (int i = 0; i < rt->nparams; i++)
+        if (ckpt_writes(rt, rt->params[i]))
+            total +=
+                (size_t)rt->params[i]->layout.local_numel *
+                kdtype_size(rt->params[i]->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32);
+    if (rt_on_device(rt) && (*copy = mem_malloc(total + 1)) == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "save: rank %d: %s: out of memory allocating %zu bytes for a host copy of "
+                        "the parameters (ckpt_weights)",
+                        rt->groups.me.rank, path, total + 1);
+    size_t at = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        if (!ckpt_writes(rt, p))
+            continue;
+        const size_t bytes =
+            (size_t)p->layout.local_numel *
+            kdtype_size(p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32);
+        if (*copy == NULL) {
+            w[i] = p->data;
+            continue;
+        }
+        w[i] = (const unsigned char *)*copy + at;
+        rt->ops->copy(&rt->kctx, (unsigned char *)*copy + at, p->data, bytes);
+        at += bytes;
+    }
+    /* host parameters: the step's last writes to them may still be in flight on a device */
+    if (rt->ops->sync != NULL &&
+        ((*copy != NULL && fault_hit("copy")) || rt->ops->sync(&rt->kctx) != 0))
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "save: rank %d: %s: copying %zu bytes of parameters from the device "
+                        "failed (%s)",
+                        rt->groups.me.rank, path, total, rt->ops->name);
+    return SHARDOPT_OK;
+}
+
+/* This rank's file: header, then each tensor's bytes (state, then with ckpt_weights the
+ * parameter), CRCs taken as they are written. */
+static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path, char **blob,
+                                         size_t *blob_len, int64_t *file_bytes)
+{
+    struct st_tensor *t = NULL;
+    int n = 0, fd = -1, json_ok = 1;
+    uint64_t written = 0;
+    char *hdr = NULL, *meta_json = NULL;
+    size_t hdr_len, cap = 0;
+    shardopt_status_t status = SHARDOPT_OK;
+    cJSON *meta = NULL, *mt = NULL;
+    void *copy = NULL;              /* device state: its host copy */
+    void *wcopy = NULL;             /* device parameters: their host copy (ckpt_weights) */
+    const unsigned char **w = NULL; /* each parameter's bytes (ckpt_weights) */
+    char err[256] = "", nb[64];
+    const int rank = rt->groups.me.rank, weights = rt->cfg.ckpt_weights;
+    const size_t t_bytes = (size_t)(3 * rt->nparams + 1) * sizeof(*t);
+
+    mem_failed_clear();
+    const unsigned char *state = state_store_host_view(
+        &rt->store, &rt->kctx, state_store_ptr(&rt->store, 0), &copy, err, sizeof err);
+    if (state == NULL) { /* out of host memory for the copy, or the device failed */
+        status = log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
+                          "save: rank %d: %s: %s", rank, path, err);
+        goto out;
+    }
+    t = mem_calloc((size_t)(3 * rt->nparams + 1), sizeof(*t));
+    w = t != NULL ? mem_calloc((size_t)rt->nparams + 1, sizeof(*w)) : NULL;
+    if (t == NULL || w == NULL) {
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "save: rank %d: %s: out of memory allocating %zu bytes for the tensor "
+                          "table",
+                          rank, path, t == NULL ? t_bytes : ((size_t)rt->nparams + 1) * sizeof(*w));
+        goto out;
+    }
+    if (weights && (status = weights_host_view(rt, path, w, &wcopy)) != SHARDOPT_OK)
+        goto out;
+    mem_failed_clear();
+    meta = cJSON_CreateObject();
+    mt = json_put(&json_ok, meta, "tensors", cJSON_CreateObject());
+    json_put(&json_ok, meta, "format_version",
+             cJSON_CreateNumber(weights ? CKPT_FORMAT_VERSION : CKPT_FORMAT_STATE_ONLY));
+    json_put(&json_ok, meta, "rank", cJSON_CreateNumber(rank));
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        struct ckpt_kind k[3];
+        int nk = ckpt_tensors(rt, p, weights, k);
+        if (!ckpt_writes(rt, p))
+            continue;
+        for (int j = 0; j < nk; j++) {
+            struct st_tensor *s = &t[n++];
+            ckpt_tensor_name(p, k[j].suffix, s->name, sizeof s->name);
+            s->dtype = k[j].dtype;
+            s->ndim = p->layout.ndim;
+            for (int d = 0; d < p->layout.ndim; d++)
+                s->shape[d] = p->layout.len[d];
+            cJSON *e = json_put(&json_ok, mt, s->name, cJSON_CreateObject());
+            json_put(&json_ok, e, "global_shape", json_i64_array(p->layout.shape, p->layout.ndim));
+            json_put(&json_ok, e, "offset", json_i64_array(p->layout.lo, p->layout.ndim));
+        }
+    }
+    meta_json = json_ok ? cJSON_PrintUnformatted(meta) : NULL;
+    struct st_meta sm = {.key = "shardopt", .value = meta_json};
+    if (meta_json == NULL) {
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "save: rank %d: %s: out of memory allocating %s for the header metadata",
+                          rank, path, json_oom_bytes(nb, sizeof nb));
+        goto out;
+    }
+    mem_failed_clear();
+    status = st_header_build(t, n, &sm, 1, &hdr, &hdr_len);
+    if (status == SHARDOPT_ERR_OUT_OF_MEMORY) {
+        status =
+            log_fail(status, "save: rank %d: %s: out of memory allocating %zu bytes for the header",
+                     rank, path, mem_failed_bytes());
+        goto out;
+    }
+    if (status != SHARDOPT_OK) {
+        status = log_fail(status, "save: %s: building the header failed", path);
+        goto out;
+    }
+    fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 || ckpt_write_all(fd, hdr, hdr_len, "ckpt.write") != 0) {
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", path, strerror(errno));
+        goto out;
+    }
+    *file_bytes = (int64_t)hdr_len;
+    n = 0;
+    for (int i = 0; i < rt->nparams && status == SHARDOPT_OK; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        struct ckpt_kind k[3];
+        int nk = ckpt_tensors(rt, p, weights, k);
+        if (!ckpt_writes(rt, p))
+            continue;
+        for (int j = 0; j < nk; j++, n++) {
+            const unsigned char *data = k[j].suffix != NULL ? state + k[j].offset : w[i];
+            const size_t bytes = (size_t)p->layout.local_numel * kdtype_size(k[j].dtype);
+            const uint32_t nblocks = (uint32_t)((bytes + CKPT_BLOCK - 1) / CKPT_BLOCK);
+            struct shard_record r = {
+                .param = i, .kind = j, .dtype = k[j].dtype, .nblocks = nblocks};
+            memcpy(r.lo, p->layout.lo, sizeof r.lo);
+            memcpy(r.len, p->layout.len, sizeof r.len);
+            for (int d = p->layout.ndim; d < 3; d++)
+                r.lo[d] = 0, r.len[d] = 1;
+            size_t rec_at = *blob_len;
+            if (blob_add(blob, blob_len, &cap, &r, sizeof r) != 0) {
+                status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                  "save: rank %d: out of memory allocating %zu bytes for the index "
+                                  "records",
+                                  rank, mem_failed_bytes());
+                break;
+            }
+            /* write a block, then CRC it while it is still in cache; the tensor's CRC follows
+             * from the blocks' */
+            uint32_t whole = 0;
+            for (uint32_t b = 0; b < nblocks && status == SHARDOPT_OK; b++) {
+                const size_t lo = (size_t)b * CKPT_BLOCK;
+                const size_t len = bytes - lo < CKPT_BLOCK ? bytes - lo : CKPT_BLOCK;
+                if (ckpt_write_all(fd, data + lo, len, "ckpt.write") != 0) {
+                    status = log_fail(SHARDOPT_ERR_IO, "save: %s: tensor '%s': %s", path, t[n].name,
+                                      strerror(errno));
+                    break;
+                }
+                writeback_kick(fd, &written, len);
+                *file_bytes += (int64_t)len;
+                uint32_t c = crc32c_update(0, data + lo, len);
+                whole = crc32c_combine(whole, c, len);
+                if (blob_add(blob, blob_len, &cap, &c, sizeof c) != 0)
+                    status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                      "save: rank %d: out of memory allocating %zu bytes for the "
+                                      "index records",
+                                      rank, mem_failed_bytes());
+            }
+            if (status != SHARDOPT_OK)
+                break;
+            memcpy(*blob + rec_at + offsetof(struct shard_record, crc), &whole, sizeof whole);
+        }
+    }
+    if (status == SHARDOPT_OK && (fault_hit("ckpt.fsync") || fsync(fd) != 0))
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s: fsync: %s", path,
+                          errno ? strerror(errno) : "injected fault");
+out:
+    if (fd >= 0 && close(fd) != 0 && status == SHARDOPT_OK)
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s: close: %s", path, strerror(errno));
+    free(hdr);
+    free(meta_json);
+    cJSON_Delete(meta);
+    free(t);
+    free(w);
+    free(copy);
+    free(wcopy);
+    return status;
+}
+
+/* Rank 0: the index from every writer's records. NULL when out of memory: an index with
+ * entries missing is never written. */
+static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *lens, int writers)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON **by = mem_calloc((size_t)(3 * rt->nparams + 1), sizeof(cJSON *));
+    char text[1024];
+    const struct groups *g = &rt->groups;
+    int ok = root != NULL && by != NULL;
+
+    json_put(&ok, root, "format", cJSON_CreateString("shardopt-checkpoint"));
+    const int weights = rt->cfg.ckpt_weights;
+    json_put(&ok, root, "format_version",
+             cJSON_CreateNumber(weights ? CKPT_FORMAT_VERSION : CKPT_FORMAT_STATE_ONLY));
+    if (weights) /* version 3: the parameters are in it too, one tensor named as each */
+        json_put(&ok, root, "weights", cJSON_CreateBool(1));
+    json_put(&ok, root, "step", cJSON_CreateNumber((double)rt->counters.steps));
+    cJSON *lay = json_put(&ok, root, "layout", cJSON_CreateObject());
+    json_put(&ok, lay, "ranks", cJSON_CreateNumber(g->mesh.world));
+    json_put(&ok, lay, "dp_replicate", cJSON_CreateNumber(g->mesh.dp_replicate));
+    json_put(&ok, lay, "dp_shard", cJSON_CreateNumber(g->mesh.dp_shard));
+    json_put(&ok, lay, "cp", cJSON_CreateNumber(g->mesh.cp));
+    json_put(&ok, lay, "ep", cJSON_CreateNumber(g->mesh.ep));
+    json_put(&ok, lay, "block_bytes", cJSON_CreateNumber((double)CKPT_BLOCK));
+    cJSON *cfg = json_put(&ok, root, "config", cJSON_CreateObject());
+    for (size_t i = 0; ok && i < config_key_count; i++) {
+        config_key_format(&config_keys[i], &rt->cfg, text, sizeof text);
+        json_put(&ok, cfg, config_keys[i].name, cJSON_CreateString(text));
+    }
+    cJSON *params = json_put(&ok, root, "params", cJSON_CreateArray());
+    cJSON *tensors = json_put(&ok, root, "tensors", cJSON_CreateArray());
+    for (int i = 0; ok && i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        struct ckpt_kind k[3];
+        int nk = ckpt_tensors(rt, p, weights, k);
+        cJSON *e = json_put(&ok, params, NULL, cJSON_CreateObject());
+        json_put(&ok, e, "name", cJSON_CreateString(p->name));
+        json_put(&ok, e, "algo",
+                 cJSON_CreateString(p->algo == SHARDOPT_ALGO_MUON ? "muon" : "adamw"));
+        json_put(&ok, e, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
+        json_put(&ok, e, "step", cJSON_CreateNumber((double)p->step));
+        for (int j = 0; j < nk; j++) {
+            cJSON *te = json_put(&ok, tensors, NULL, cJSON_CreateObject());
+            ckpt_tensor_name(p, k[j].suffix, text, sizeof text);
+            json_put(&ok, te, "name", cJSON_CreateString(text));
+            json_put(&ok, te, "param", cJSON_CreateString(p->name));
+            json_put(&ok, te, "dtype", cJSON_CreateString(ckpt_dtype_name(k[j].dtype)));
+            json_put(&ok, te, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
+            by[3 * i + j] = json_put(&ok, te, "shards", cJSON_CreateArray());
+        }
+    }
+    /* writers' records, in rank order */
+    size_t at = 0;
+    for (int w = 0; ok && w < writers; w++) {
+        const size_t end = at + (size_t)lens[w];
+        snprintf(text, sizeof text, "rank-%05d.safetensors", w);
+        while (ok && at < end) {
+            struct shard_record r;
+            memcpy(&r, all + at, sizeof r);
+            at += sizeof r;
+            const int ndim = rt->params[r.param]->layout.ndim;
+            cJSON *s = json_put(&ok, by[3 * r.param + r.kind], NULL, cJSON_CreateObject());
+            json_put(&ok, s, "file", cJSON_CreateString(text));
+            json_put(&ok, s, "offset", json_i64_array(r.lo, ndim));
+            json_put(&ok, s, "shape", json_i64_array(r.len, ndim));
+            json_put(&ok, s, "crc32c", cJSON_CreateNumber(r.crc));
+            cJSON *blocks = json_put(&ok, s, "block_crc32c", cJSON_CreateArray());
+            for (uint32_t b = 0; ok && b < r.nblocks; b++) {
+                uint32_t c;
+                memcpy(&c, all + at, sizeof c);
+                at += sizeof c;
+                json_put(&ok, blocks, NULL, cJSON_CreateNumber(c));
+            }
+        }
+    }
+    free(by);
+    if (!ok) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* For tests: called on rank 0 with the temporary directory's path just before publish checks
+ * the rank files in it. */
+void (*ckpt_test_before_publish)(const char *tmp_path);
+
+/* Every dense rank's file is in the temporary directory, a plain file of the size its writer
+ * wrote: a file removed or cut short after its writer closed it is never published. */
+static shardopt_status_t rank_files_check(int tfd, const char *tmp, const int64_t *sizes, int n)
+{
+    for (int r = 0; r < n; r++) {
+        char name[64];
+        struct stat st;
+        snprintf(name, sizeof name, "rank-%05d.safetensors", r);
+        if (fstatat(tfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            return log_fail(SHARDOPT_ERR_IO,
+                            "save: %s/%s: %s before publishing (dense rank %d wrote %lld bytes "
+                            "there); nothing was published",
+                            tmp, name, strerror(errno), r, (long long)sizes[r]);
+        if (!S_ISREG(st.st_mode) || st.st_size != sizes[r])
+            return log_fail(SHARDOPT_ERR_IO,
+                            "save: %s/%s: %s%lld bytes before publishing, dense rank %d wrote "
+                            "%lld; nothing was published",
+                            tmp, name, S_ISREG(st.st_mode) ? "" : "not a plain file, ",
+                            (long long)st.st_size, r, (long long)sizes[r]);
+    }
+    return SHARDOPT_OK;
+}
+
+/* Rank 0: check the rank files, index, rename, latest. */
+static shardopt_status_t publish(shardopt_runtime_t rt, int dfd, const char *dir,
+                                 const char *tmpname, const char *step_name, cJSON *index,
+                                 const int64_t *sizes)
+{
+    char tmp[4200], final[4200];
+    char nb[64];
+    shardopt_status_t status;
+
+    snprintf(tmp, sizeof tmp, "%s/%s", dir, tmpname);
+    snprintf(final, sizeof final, "%s/%s", dir, step_name);
+    if (ckpt_test_before_publish != NULL)
+        ckpt_test_before_publish(tmp);
+    int tfd = openat(dfd, tmpname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (tfd < 0)
+        return log_fail(SHARDOPT_ERR_IO, "save: %s: %s before publishing; nothing was published",
+                        tmp, strerror(errno));
+    status = rank_files_check(tfd, tmp, sizes, rt->groups.mesh.dense);
+    if (status != SHARDOPT_OK) {
+        close(tfd);
+        return status;
+    }
+    mem_failed_clear();
+    char *text = cJSON_PrintUnformatted(index);
+    if (text == NULL) {
+        close(tfd);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "save: rank 0: out of memory allocating %s for the index text",
+                        json_oom_bytes(nb, sizeof nb));
+    }
+    /* one shard record per state tensor and dense rank: a checkpoint no load would read is not
+     * published (ERR_CORRUPT at load, after the previous checkpoint was pruned) */
+    const size_t text_len = strlen(text);
+    if (text_len > CKPT_INDEX_MAX) {
+        free(text);
+        close(tfd);
+        return log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                        "save: rank 0: index.json would be %zu bytes, more than a load reads "
+                        "(%zu): one record per state tensor and dense rank (%d ranks); nothing "
+                        "was published",
+                        text_len, CKPT_INDEX_MAX, rt->groups.mesh.dense);
+    }
+    int fd = openat(tfd, "index.json", O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int ok = fd >= 0 && !fault_hit("ckpt.index") &&
+             ckpt_write_all(fd, text, text_len, "ckpt.index") == 0 && fsync(fd) == 0;
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    /* its integrity record: a load checks every byte of the index against it (docs/checkpoint.md)
+     */
+    char crc_line[16];
+    snprintf(crc_line, sizeof crc_line, "%08x\n", crc32c_update(0, text, text_len));
+    free(text);
+    const char *failed_file = "index.json";
+    if (ok) {
+        failed_file = CKPT_INDEX_CRC_NAME;
+        fd = openat(tfd, CKPT_INDEX_CRC_NAME, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                    0644);
+        ok = fd >= 0 && ckpt_write_all(fd, crc_line, strlen(crc_line), "ckpt.index") == 0 &&
+             fsync(fd) == 0;
+        if (fd >= 0)
+            ok = close(fd) == 0 && ok;
+    }
+    if (!ok) {
+        close(tfd);
+        return log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s", tmp, failed_file,
+                        errno ? strerror(errno) : "failed");
+    }
+    ok = fsync(tfd) == 0;
+    close(tfd);
+    if (!ok || fault_hit("ckpt.rename") || renameat(dfd, tmpname, dfd, step_name) != 0 ||
+        fsync(dfd) != 0)
+        return log_fail(SHARDOPT_ERR_IO, "save: publishing %s as %s: %s", tmp, final,
+                        errno ? strerror(errno) : "injected fault");
+    status = ckpt_dir_latest_replace(dfd, dir, step_name, final);
+    if (status == SHARDOPT_OK)
+        ckpt_dir_steps_prune(dfd, dir, rt->cfg.keep_last, step_name);
+    return status;
+}
+
+/* ckpt_weights: a parameter named as another's state tensor ("x.momentum" beside a Muon "x")
+ * would give two tensors one name, which every load refuses: refused before anything is written
+ * (the same on every rank: the registrations agreed at commit). Only names ending in a state
+ * kind are looked up. */
+static shardopt_status_t weight_names_check(const shardopt_runtime_t rt, const char *dir)
+{
+    static const char *const kinds[3] = {"momentum", "exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < rt->nparams; i++) {
+        const char *name = rt->params[i]->name;
+        const size_t n = strlen(name);
+        for (int s = 0; s < 3; s++) {
+            const size_t ks = strlen(kinds[s]);
+            if (n <= ks + 1 || name[n - ks - 1] != '.' || strcmp(name + n - ks, kinds[s]) != 0)
+                continue;
+            for (int o = 0; o < rt->nparams; o++) {
+                const struct shardopt_param *q = rt->params[o];
+                struct ckpt_kind k[2];
+                const int nk = ckpt_kinds(rt, q, k);
+                for (int j = 0; j < nk; j++)
+                    if (strlen(q->name) == n - ks - 1 && strncmp(q->name, name, n - ks - 1) == 0 &&
+                        strcmp(k[j].suffix, kinds[s]) == 0)
+                        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                                        "save: %s: ckpt_weights: parameter '%s' has the name of "
+                                        "parameter '%s''s %s state tensor: the checkpoint would "
+                                        "hold two tensors of one name (rename one, or save with "
+                                        "ckpt_weights = false)",
+                                        dir, name, q->name, kinds[s]);
+            }
+        }
+    }
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
+{
+    shardopt_status_t status = SHARDOPT_OK;
+    char step_name[32], tmp[3200], tmpname[64], path[4096];
+    char *blob = NULL, *all = NULL;
+    size_t blob_len = 0;
+    int *lens = NULL, *displs = NULL;
+    int64_t *sizes = NULL, file_bytes = 0;
+    int dfd = -1, lock_fd = -1, tmp_made = 0;
+    const struct groups *g;
+
+    if (rt == NULL || dir == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: NULL %s",
+                        rt == NULL ? "runtime" : "dir");
+    if (!rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE, "save: runtime not committed");
+    if (strlen(dir) > 3000)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: directory path longer than 3000");
+    if (rt->cfg.ckpt_weights && (status = weight_names_check(rt, dir)) != SHARDOPT_OK)
+        return status;
+    comm_phase("save", -1);
+    status = rt_device_enter_all(rt, "save"); /* its copies from init's device */
+    if (status != SHARDOPT_OK)
+        return status;
+    g = &rt->groups;
+    snprintf(step_name, sizeof step_name, "step-%08llu", (unsigned long long)rt->counters.steps);
+
+    /* Rank 0 makes the directories, takes the directory's lock (one writer per directory) and
+     * names the temporary one. DIR is followed if it is a link (the caller named it); everything
+     * inside is reached relative to it, never through a link. */
+    int nonce = (int)getpid();
+    if (g->me.rank == 0) {
+        snprintf(tmpname, sizeof tmpname, ".tmp-%s-%d", step_name, nonce);
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", dir, strerror(errno));
+        else if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+            status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", dir, strerror(errno));
+        else
+            status = ckpt_dir_lock_take(dfd, dir, &lock_fd);
+        if (status == SHARDOPT_OK) {
+            if (lock_fd >= 0)
+                ckpt_dir_leftovers_clear(dfd, dir);
+            status = ckpt_dir_stale_step_clear(dfd, dir, step_name,
+                                               (unsigned long long)rt->counters.steps);
+        }
+        if (status == SHARDOPT_OK) {
+            if (mkdirat(dfd, tmpname, 0755) != 0)
+                status =
+                    log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s", dir, tmpname, strerror(errno));
+            else
+                tmp_made = 1;
+        }
+    }
+    groups_bcast(g, &nonce, 1, MPI_INT);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, step_name, nonce);
+    status = ckpt_agree(rt, status, "save");
+    if (status != SHARDOPT_OK)
+        goto out;
+
+    /* replica 0 writes; the other replicas hold the same state */
+    if (g->me.rep == 0) {
+        snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, g->me.d);
+        status = rank_file_write(rt, path, &blob, &blob_len, &file_bytes);
+    }
+    status = ckpt_agree(rt, status, "save");
+    const int written = status == SHARDOPT_OK; /* the same on every rank */
+    if (status == SHARDOPT_OK && g->me.rep == 0) {
+        int len = (int)blob_len, ok = 1;
+        const size_t count_bytes = sizeof(int) * (size_t)g->mesh.dense;
+        const size_t size_bytes = sizeof(int64_t) * (size_t)g->mesh.dense;
+        char nb[64];
+        /* dense rank 0 gathers; the others learn whether it could make room before sending */
+        if (g->me.d == 0) {
+            lens = mem_malloc(count_bytes);
+            displs = lens != NULL ? mem_malloc(count_bytes) : NULL;
+            sizes = displs != NULL ? mem_malloc(size_bytes) : NULL;
+            ok = lens != NULL && displs != NULL && sizes != NULL;
+            if (!ok)
+                status =
+                    log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                             "save: rank %d: out of memory allocating %zu bytes for the "
+                             "index record counts",
+                             g->me.rank, lens == NULL || displs == NULL ? count_bytes : size_bytes);
+        }
+        comm_bcast(g, g->dense, &ok, 1, MPI_INT, 0, "broadcast");
+        if (ok) {
+            comm_gather(g, g->dense, &len, 1, MPI_INT, lens, 0, "gather of index record sizes");
+            comm_gather(g, g->dense, &file_bytes, 1, MPI_INT64_T, sizes, 0,
+                        "gather of rank file sizes");
+            size_t total = 0;
+            if (g->me.d == 0) {
+                for (int i = 0; i < g->mesh.dense; i++) {
+                    displs[i] = total <= (size_t)INT_MAX ? (int)total : -1;
+                    total += (size_t)lens[i];
+                }
+                /* the gather's displacements are ints: past 2^31 bytes of records they would
+                 * wrap and the gather would write outside the buffer */
+                if (total > (size_t)INT_MAX) {
+                    ok = 0;
+                    status = log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                                      "save: rank %d: the index records of %d ranks total %zu "
+                                      "bytes, more than one MPI gather takes (2^31 - 1); nothing "
+                                      "was published",
+                                      g->me.rank, g->mesh.dense, total);
+                } else {
+                    all = mem_malloc(total + 1);
+                    ok = all != NULL;
+                    if (!ok)
+                        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                          "save: rank %d: out of memory allocating %zu bytes for "
+                                          "the index records",
+                                          g->me.rank, total + 1);
+                }
+            }
+            comm_bcast(g, g->dense, &ok, 1, MPI_INT, 0, "broadcast");
+        }
+        if (ok)
+            comm_gatherv(g, g->dense, blob, len, MPI_BYTE, all, lens, displs, 0,
+                         "gather of index records");
+        if (ok && g->me.rank == 0) {
+            mem_failed_clear();
+            cJSON *index = index_build(rt, all, lens, g->mesh.dense);
+            status = index == NULL ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                              "save: rank 0: out of memory allocating %s for the "
+                                              "index",
+                                              json_oom_bytes(nb, sizeof nb))
+                                   : publish(rt, dfd, dir, tmpname, step_name, index, sizes);
+            cJSON_Delete(index);
+        }
+    }
+    if (written) /* else agreed already: a second round would nest the message in itself */
+        status = ckpt_agree(rt, status, "save");
+out:
+    if (g->me.rank == 0) {
+        if (status != SHARDOPT_OK && tmp_made)
+            ckpt_dir_tree_remove(dfd,
+                                 tmpname); /* the previous checkpoint and latest are untouched */
+        else if (status == SHARDOPT_OK)
+            log_info("save: %s/%s", dir, step_name);
+        ckpt_dir_lock_release(lock_fd);
+        if (dfd >= 0)
+            close(dfd);
+    }
+    free(blob);
+    free(all);
+    free(lens);
+    free(sizes);
+    free(displs);
+    return status;
+}

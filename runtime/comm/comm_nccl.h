@@ -1,0 +1,56 @@
+/* The CUDA backend's NCCL exchanges (comm_backend = nccl): one communicator per runtime group,
+ * bootstrapped over its MPI communicator, with its own stream. Exchanges are posted after the
+ * compute stream's work so far and finish on the group's stream; the compute stream waits on
+ * them by event, so the host never blocks inside a step until nccl_group_drain at its end. The
+ * communicators are non-blocking: every wait polls with comm_timeout_s, and a failure or a
+ * timeout aborts the communicator and returns SHARDOPT_ERR_NCCL (a hang becomes an error).
+ * Without CUDA (comm_nccl_none.c) every entry returns SHARDOPT_ERR_UNSUPPORTED. */
+#ifndef RUNTIME_COMM_NCCL_H
+#define RUNTIME_COMM_NCCL_H
+
+#include <stddef.h>
+
+#include "runtime/comm/groups.h"
+#include "shardopt.h"
+
+/* Exchange slots per group: one per (pipeline buffer set, direction). */
+#define NCCL_SLOTS 8
+
+struct nccl_group;
+
+/* Collective over comm, one of gr's groups: the MPI collectives that bootstrap the communicator
+ * (who has room, the unique id's broadcast) wait under gr's deadline (comm_wait.h: a member that
+ * never arrives ends the job with the phase and the peers named). compute_stream: the runtime's
+ * CUDA stream. timeout_s: NCCL's own waits, for the group's life (0 = none; the runtime gives
+ * comm_timeout_s to both). share: a group whose communication stream this one uses too (NULL:
+ * its own; destroy the sharers first). One stream for all groups keeps every rank's NCCL kernels
+ * in one order, whatever the GPU's scheduler would do with independent streams. When another
+ * member ran out of memory for its state this returns OK with *out NULL: call groups_agree
+ * afterwards. */
+shardopt_status_t nccl_group_create(const struct groups *gr, MPI_Comm comm, void *compute_stream,
+                                    double timeout_s, const char *name,
+                                    const struct nccl_group *share, struct nccl_group **out);
+void nccl_group_destroy(struct nccl_group *g);
+
+/* Abort the communicator (once; later calls on g return SHARDOPT_ERR_NCCL): after a failed
+ * step, so that no operation a peer will never match is left for finalize to wait on. */
+void nccl_group_abort(struct nccl_group *g);
+
+/* All-to-all-v of `es`-byte elements: to member i sc[i] elements from sbuf + sd[i], from member
+ * i rc[i] into rbuf + rd[i] (member me is skipped: the caller copies its own block). Starts
+ * after the compute stream's queued work; completion is marked by slot's event. */
+shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf,
+                                      const int *sc, const int *sd, void *rbuf, const int *rc,
+                                      const int *rd, size_t es);
+
+/* The compute stream waits for the exchange of `slot` (no host wait). */
+shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot);
+
+/* The host waits until everything posted on the group has completed, at most the timeout. */
+shardopt_status_t nccl_group_drain(struct nccl_group *g);
+
+/* Whether g was aborted (a failed or timed-out operation, or a failed step): it cannot be used
+ * again. */
+int nccl_group_aborted(const struct nccl_group *g);
+
+#endif

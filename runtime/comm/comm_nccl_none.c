@@ -1,0 +1,43 @@
+/* Built without CUDA: no NCCL exchanges (init refuses comm_backend = nccl before any call). */
+#include "base/log.h"
+#include "base/status.h"
+#include "runtime/comm/comm_nccl.h"
+
+shardopt_status_t nccl_group_create(const struct groups *gr, MPI_Comm comm, void *compute_stream,
+                                    double timeout_s, const char *name,
+                                    const struct nccl_group *share, struct nccl_group **out)
+{
+    (void)gr, (void)comm, (void)compute_stream, (void)timeout_s, (void)name, (void)share;
+    *out = NULL;
+    return log_fail(SHARDOPT_ERR_UNSUPPORTED, "NCCL: this build has no CUDA backend");
+}
+
+void nccl_group_destroy(struct nccl_group *g) { (void)g; }
+
+void nccl_group_abort(struct nccl_group *g) { (void)g; }
+
+shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf,
+                                      const int *sc, const int *sd, void *rbuf, const int *rc,
+                                      const int *rd, size_t es)
+{
+    (void)g, (void)slot, (void)sbuf, (void)sc, (void)sd, (void)rbuf, (void)rc, (void)rd, (void)es;
+    return SHARDOPT_ERR_UNSUPPORTED;
+}
+
+shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)
+{
+    (void)g, (void)slot;
+    return SHARDOPT_ERR_UNSUPPORTED;
+}
+
+shardopt_status_t nccl_group_drain(struct nccl_group *g)
+{
+    (void)g;
+    return SHARDOPT_ERR_UNSUPPORTED;
+}
+
+int nccl_group_aborted(const struct nccl_group *g)
+{
+    (void)g;
+    return 0;
+}

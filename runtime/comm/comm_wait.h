@@ -1,0 +1,58 @@
+/* Waiting on MPI with a deadline. Open MPI 4 cannot recover a communicator once a peer stops
+ * taking part, so a wait that passes comm_timeout_s does the one clean thing left: it logs what
+ * this rank was doing (phase, bucket, the group and the peers it still waits on) and calls
+ * MPI_Abort, which ends the whole job with that message instead of a silent hang. Every blocking
+ * MPI collective and exchange of init, commit, step, save and load goes through here. */
+#ifndef RUNTIME_COMM_WAIT_H
+#define RUNTIME_COMM_WAIT_H
+
+#include <mpi.h>
+
+#include "runtime/comm/groups.h"
+
+/* The exit code MPI_Abort is given, as timeout(1)'s. */
+#define COMM_WAIT_ABORT_CODE 124
+
+/* What this thread is doing, for the timeout's message: a phase ("step 12: exchange #1") and a
+ * bucket (-1: none). The strings must outlive the waits (literals, or the caller's buffer). */
+void comm_phase(const char *phase, int bucket);
+
+/* The phase comm_phase last set on this thread (NULL: none), to put it back after a sub-phase. */
+const char *comm_phase_now(void);
+
+/* Wait for n requests on comm, or abort after g->timeout_s (0: wait forever). peers[i] is the
+ * rank in comm that request i waits on; NULL for a collective (every other member is named).
+ * what names the operation ("pre-pass all-reduce"). Returns the MPI code of the wait. */
+int comm_wait(const struct groups *g, MPI_Comm comm, int n, MPI_Request *reqs, const int *peers,
+              const char *what);
+
+/* Blocking collectives on comm with the same deadline (MPI_IN_PLACE where the blocking call
+ * allows it is passed through). MPI codes, like the calls they stand for. */
+int comm_allreduce(const struct groups *g, MPI_Comm comm, const void *in, void *buf, int count,
+                   MPI_Datatype type, MPI_Op op, const char *what);
+int comm_bcast(const struct groups *g, MPI_Comm comm, void *buf, int count, MPI_Datatype type,
+               int root, const char *what);
+int comm_allgather(const struct groups *g, MPI_Comm comm, const void *in, int count,
+                   MPI_Datatype type, void *out, const char *what);
+int comm_gather(const struct groups *g, MPI_Comm comm, const void *in, int count, MPI_Datatype type,
+                void *out, int root, const char *what);
+int comm_allgatherv(const struct groups *g, MPI_Comm comm, void *buf, const int *counts,
+                    const int *displs, MPI_Datatype type, const char *what); /* in place */
+int comm_gatherv(const struct groups *g, MPI_Comm comm, const void *in, int count,
+                 MPI_Datatype type, void *out, const int *counts, const int *displs, int root,
+                 const char *what);
+
+/* Making communicators, for init. MPI has no non-blocking split: every member of comm first meets
+ * the others in a barrier under the deadline, so a member that stops before the split is named and
+ * the job aborted there; the split then runs among members that have all arrived (a member that
+ * stops inside MPI's own exchange of the split is the one case left uncovered). A dup is
+ * MPI_Comm_idup, waited for under the deadline itself. made names what is made ("EP group"), for
+ * the timeout's message. Each split is the fault site init.split, each dup init.dup
+ * (base/fault.h): a plain fault there returns MPI_ERR_OTHER without taking part. MPI codes. */
+int comm_split(const struct groups *g, MPI_Comm comm, int color, int key, MPI_Comm *out,
+               const char *made);
+int comm_split_node(const struct groups *g, MPI_Comm comm, int key, MPI_Comm *out,
+                    const char *made); /* MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) */
+int comm_dup(const struct groups *g, MPI_Comm comm, MPI_Comm *out, const char *made);
+
+#endif

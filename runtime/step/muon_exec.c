@@ -1,0 +1,500 @@
+#include "runtime/step/muon_exec.h"
+
+#include <string.h>
+
+#include "base/fault.h"
+#include "base/status.h"
+#include "kernels/clock.h"
+#include "runtime/comm/comm_wait.h"
+#include "runtime/step/offload_exec.h"
+
+/* One bucket of one group, and the buffer set it uses while in flight. */
+struct stage {
+    enum group_kind kind;
+    const struct plan_bucket *b;
+    struct bucket_buffers *buf;
+    int seq;  /* position in the pipeline: keeps the tags of concurrent exchanges apart */
+    int nreq; /* requests of its exchange in flight (MPI), or 1 for an NCCL exchange */
+};
+
+/* The NCCL slot of a bucket's exchange: its buffer set and direction. */
+static int nccl_slot(const struct stage *st, int second)
+{
+    return (st->seq % PIPELINE_DEPTH) * 2 + second;
+}
+
+/* A bucket's index in its group's plan, for messages. */
+static int stage_bucket(shardopt_runtime_t rt, const struct stage *st)
+{
+    return (int)(st->b - rt->gx[st->kind].plan.buckets);
+}
+
+static void *at(void *base, size_t elems, size_t es) { return (char *)base + elems * es; }
+
+static const void *cat(const void *base, size_t elems, size_t es)
+{
+    return (const char *)base + elems * es;
+}
+
+/* The momentum kernel of one range, its momentum at mom (the store, or a staging slot). */
+static void momentum_kernel(shardopt_runtime_t rt, const struct state_range *r, void *mom,
+                            void *unused, const void *arg)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    const struct shardopt_param *p = r->p;
+    (void)unused;
+    struct momentum_args m = {
+        .n = r->n,
+        .grad = cat(p->grad, r->off, kdtype_size(p->grad_dtype)),
+        .grad_dtype = p->grad_dtype,
+        .grad_scale = *(const float *)arg,
+        .mom = mom,
+        .mom_dtype = c->momentum_dtype,
+        .mom_rounding = c->momentum_rounding,
+        .out = r->out,
+        .out_dtype = c->comm_dtype,
+        .mu = (float)c->momentum,
+        .nesterov = c->nesterov,
+        .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_MOMENTUM, p->step + 1),
+        .idx = elem_index_map_at(&p->index_map, r->off),
+    };
+    ew_momentum(rt, &m);
+}
+
+static int one_range(void *arg, int i, struct state_range *r)
+{
+    if (i > 0)
+        return 0;
+    *r = *(const struct state_range *)arg;
+    return 1;
+}
+
+void muon_momentum_range(shardopt_runtime_t rt, struct shardopt_param *p, size_t off, size_t n,
+                         void *out, float grad_scale)
+{
+    struct state_range r = {.p = p, .off = off, .n = n, .out = out};
+    offload_state_run(rt, SHARDOPT_ALGO_MUON, one_range, &r, momentum_kernel, &grad_scale);
+    ew_flush(rt);
+}
+
+void muon_apply_range(shardopt_runtime_t rt, const struct shardopt_param *p, size_t off, size_t n,
+                      const void *update, const struct muon_scalars *s)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    const double lr = s->lr * p->lr_mult, wd = s->wd * p->wd_mult;
+    struct apply_args a = {
+        .n = n,
+        .param = at(p->data, off, kdtype_size(p->param_dtype)),
+        .param_dtype = p->param_dtype,
+        .param_rounding = c->param_rounding,
+        .update = update,
+        .update_dtype = c->comm_dtype,
+        .alpha = (float)(lr * p->lr_scale),
+        .decay = (float)(1.0 - lr * wd),
+        .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
+        .idx = elem_index_map_at(&p->index_map, off),
+    };
+    ew_apply(rt, &a); /* the caller flushes */
+}
+
+struct bucket_pieces {
+    shardopt_runtime_t rt;
+    const struct stage *st;
+};
+
+/* Piece i of a bucket as a state range: its U goes to A, or straight to the NS slot (direct). */
+static int bucket_piece(void *arg, int i, struct state_range *r)
+{
+    const struct bucket_pieces *bp = arg;
+    const struct stage *st = bp->st;
+    const int q = st->b->piece_lo + i;
+    if (q >= st->b->piece_hi)
+        return 0;
+    const struct plan_piece *pc = &bp->rt->gx[st->kind].plan.pieces[q];
+    r->p = bp->rt->params[pc->param];
+    r->off = (size_t)pc->local_off;
+    /* a matrix skip_missing_grads skips keeps its momentum: its U slot travels the plan's
+     * exchanges as it is (stale), is not orthogonalized and is applied nowhere */
+    r->n = r->p->skip ? 0 : (size_t)pc->count;
+    r->out =
+        at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, kdtype_size(bp->rt->cfg.comm_dtype));
+    return 1;
+}
+
+static void stage_momentum(shardopt_runtime_t rt, const struct stage *st, float grad_scale)
+{
+    struct bucket_pieces bp = {.rt = rt, .st = st};
+    offload_state_run(rt, SHARDOPT_ALGO_MUON, bucket_piece, &bp, momentum_kernel, &grad_scale);
+    ew_flush(rt); /* one launch for the bucket, before its exchange is queued */
+}
+
+/* Device buffers (rt_on_device): MPI reads and writes the pinned host mirrors. Before any
+ * message is posted the device stream is drained, so that the sends' blocks have arrived in the
+ * mirror and earlier copies out of the receive mirror are done before MPI overwrites it. */
+static shardopt_status_t xfer_stage_out(shardopt_runtime_t rt, const int *sc, const int *sd, int me,
+                                        int members, char *host, const char *dev, size_t es)
+{
+    for (int i = 0; i < members; i++)
+        if (i != me && sc[i] > 0)
+            rt->ops->copy(&rt->kctx, host + (size_t)sd[i] * es, dev + (size_t)sd[i] * es,
+                          (size_t)sc[i] * es);
+    if (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0)
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "step: rank %d: copying exchange blocks to the host failed (%s)",
+                        rt->groups.me.rank, rt->ops->name);
+    return SHARDOPT_OK;
+}
+
+/* Start exchange #1 (A -> B) or #2 (B -> A): a receive and a send per member with a non-empty
+ * block, a copy for this rank's own block. Bytes are counted here, where they go to MPI. */
+static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int second)
+{
+    const struct group_exec *gx = &rt->gx[st->kind];
+    const struct plan_bucket *b = st->b;
+    const int me = gx->plan.me, tag = 2 * (st->seq % 8192) + second;
+    const size_t es = kdtype_size(rt->cfg.comm_dtype);
+    MPI_Datatype t = rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+    const int *sc = second ? b->b_counts : b->a_counts, *sd = second ? b->b_displs : b->a_displs;
+    const int *rc = second ? b->a_counts : b->b_counts, *rd = second ? b->a_displs : b->b_displs;
+    char *sbuf = second ? st->buf->b : st->buf->a, *rbuf = second ? st->buf->a : st->buf->b;
+    int rcode = MPI_SUCCESS;
+
+    st->nreq = 0;
+    if (gx->comm == MPI_COMM_NULL)
+        return SHARDOPT_OK;         /* replicated tensors: every matrix is direct */
+    if (fault_hit("step.exchange")) /* a stand-in for an MPI failure; or a hang (tests) */
+        return log_fail(SHARDOPT_ERR_COMM, "step: rank %d: starting exchange #%d failed (injected)",
+                        rt->groups.me.rank, second ? 2 : 1);
+    /* my own block: device to device on a device backend */
+    if (sc[me] > 0)
+        rt->ops->copy(&rt->kctx, rbuf + (size_t)rd[me] * es, sbuf + (size_t)sd[me] * es,
+                      (size_t)sc[me] * es);
+    if (rt->nccl[st->kind] != NULL) {
+        for (int i = 0; i < gx->plan.members; i++)
+            if (i != me) {
+                rt->counters.bytes_recv[st->kind] += (uint64_t)rc[i] * es;
+                rt->counters.bytes_sent[st->kind] += (uint64_t)sc[i] * es;
+            }
+        st->nreq = 1;
+        return nccl_group_exchange(rt->nccl[st->kind], nccl_slot(st, second), sbuf, sc, sd, rbuf,
+                                   rc, rd, es);
+    }
+    if (rt_on_device(rt)) {
+        char *host = second ? st->buf->hb : st->buf->ha;
+        shardopt_status_t status = xfer_stage_out(rt, sc, sd, me, gx->plan.members, host, sbuf, es);
+        if (status != SHARDOPT_OK)
+            return status;
+        sbuf = host;
+        rbuf = second ? st->buf->ha : st->buf->hb;
+    }
+    for (int i = 0; i < gx->plan.members; i++) {
+        if (i != me && rc[i] > 0) {
+            st->buf->peer[st->nreq] = i;
+            rcode |= MPI_Irecv(rbuf + (size_t)rd[i] * es, rc[i], t, i, tag, gx->comm,
+                               &st->buf->req[st->nreq++]);
+            rt->counters.bytes_recv[st->kind] += (uint64_t)rc[i] * es;
+        }
+    }
+    for (int i = 0; i < gx->plan.members; i++)
+        if (i != me && sc[i] > 0) {
+            st->buf->peer[st->nreq] = i;
+            rcode |= MPI_Isend(sbuf + (size_t)sd[i] * es, sc[i], t, i, tag, gx->comm,
+                               &st->buf->req[st->nreq++]);
+            rt->counters.bytes_sent[st->kind] += (uint64_t)sc[i] * es;
+        }
+    if (rcode != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step: starting exchange #%d of the %s group failed",
+                        second ? 2 : 1, st->kind == GROUP_DENSE ? "dense" : "expert shard");
+    return SHARDOPT_OK;
+}
+
+static shardopt_status_t xfer_wait(shardopt_runtime_t rt, struct stage *st, int second)
+{
+    const int had = st->nreq;
+    if (rt->nccl[st->kind] != NULL) { /* the compute stream waits; the host goes on */
+        st->nreq = 0;
+        return had ? nccl_group_wait(rt->nccl[st->kind], nccl_slot(st, second)) : SHARDOPT_OK;
+    }
+    comm_phase(second ? "step: exchange #2 (Newton-Schulz results back)"
+                      : "step: exchange #1 (momentum to the owners)",
+               stage_bucket(rt, st));
+    if (st->nreq > 0 && comm_wait(&rt->groups, rt->gx[st->kind].comm, st->nreq, st->buf->req,
+                                  st->buf->peer, "sends and receives") != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step: exchange #%d of the %s group failed",
+                        second ? 2 : 1, st->kind == GROUP_DENSE ? "dense" : "expert shard");
+    st->nreq = 0;
+    if (had > 0 && rt_on_device(rt)) {
+        /* the received blocks go up; stream order puts them before the kernels that read them */
+        const struct group_exec *gx = &rt->gx[st->kind];
+        const struct plan_bucket *b = st->b;
+        const size_t es = kdtype_size(rt->cfg.comm_dtype);
+        const int *rc = second ? b->a_counts : b->b_counts,
+                  *rd = second ? b->a_displs : b->b_displs;
+        char *dev = second ? st->buf->a : st->buf->b, *host = second ? st->buf->ha : st->buf->hb;
+        for (int i = 0; i < gx->plan.members; i++)
+            if (i != gx->plan.me && rc[i] > 0)
+                rt->ops->copy(&rt->kctx, dev + (size_t)rd[i] * es, host + (size_t)rd[i] * es,
+                              (size_t)rc[i] * es);
+    }
+    return SHARDOPT_OK;
+}
+
+/* Open MPI moves non-blocking messages only inside MPI calls: test the exchanges in flight
+ * between Newton-Schulz calls so that they advance while this rank computes (NCCL exchanges
+ * advance on their own stream). */
+static void xfer_progress(shardopt_runtime_t rt, struct stage *a, struct stage *b)
+{
+    int done;
+    if (a != NULL && a->nreq > 0 && rt->nccl[a->kind] == NULL)
+        MPI_Testall(a->nreq, a->buf->req, &done, MPI_STATUSES_IGNORE);
+    if (b != NULL && b->nreq > 0 && rt->nccl[b->kind] == NULL)
+        MPI_Testall(b->nreq, b->buf->req, &done, MPI_STATUSES_IGNORE);
+}
+
+/* Between B's pieces and the whole matrices in the NS slots. */
+static void stage_move(shardopt_runtime_t rt, const struct stage *st, int to_slots)
+{
+    const struct group_plan *P = &rt->gx[st->kind].plan;
+    const size_t es = kdtype_size(rt->cfg.comm_dtype);
+
+    for (int w = st->b->owned_lo; w < st->b->owned_hi; w++) {
+        const struct plan_owned *ow = &P->owned[w];
+        for (int in = ow->in_lo; in < ow->in_hi; in++) {
+            const struct plan_incoming *pi = &P->incoming[in];
+            void *slot = at(st->buf->ns, ow->slot + (size_t)(pi->r0 * ow->cols + pi->c0), es);
+            void *piece = at(st->buf->b, pi->buf, es);
+            const size_t width = (size_t)(pi->c1 - pi->c0) * es, pitch = (size_t)ow->cols * es;
+            if (to_slots)
+                rt->ops->copy2d(&rt->kctx, slot, pitch, piece, width, width,
+                                (size_t)(pi->r1 - pi->r0));
+            else
+                rt->ops->copy2d(&rt->kctx, piece, width, slot, pitch, width,
+                                (size_t)(pi->r1 - pi->r0));
+        }
+    }
+}
+
+/* Newton-Schulz on my matrices [lo, hi), batching runs of consecutive experts of one stack.
+ * The slots from element base_slot on are at base (the bucket's NS buffer, or its device copy). */
+static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct stage *st, int lo,
+                                             int hi, void *base, size_t base_slot,
+                                             struct stage *in_flight1, struct stage *in_flight2)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    const struct group_plan *P = &rt->gx[st->kind].plan;
+    const size_t es = kdtype_size(c->comm_dtype);
+
+    for (int w = lo; w < hi;) {
+        const struct plan_owned *ow = &P->owned[w];
+        const struct shardopt_param *p = rt->params[ow->param];
+        int n = 1;
+        while (w + n < hi && P->owned[w + n].param == ow->param && P->owned[w + n].k == ow->k + n)
+            n++;
+        if (p->skip) { /* skip_missing_grads: its result would be discarded */
+            w += n;
+            continue;
+        }
+        struct ns_args ns = {
+            .batch = n,
+            .rows = ow->rows,
+            .cols = ow->cols,
+            .transpose = p->mv.ns_transpose,
+            .in = at(base, ow->slot - base_slot, es),
+            .in_dtype = c->comm_dtype,
+            .out = at(base, ow->slot - base_slot, es),
+            .out_dtype = c->comm_dtype,
+            .coeffs = (const float(*)[3])rt->ns_coeffs,
+            .steps = c->ns_steps,
+            .norm_scale = rt->ns_norm_scale,
+            .eps = (float)c->ns_eps,
+            .variant = p->ns_variant,
+            .compute = rt->ns_compute,
+            .block = p->ns_block,
+            .algorithm = p->ns_algorithm,
+            .precondition = (int)c->ns_precondition,
+        };
+        if (rt->ns_ops->newton_schulz(&rt->kctx, &ns, &rt->ns_ws) != 0)
+            return log_fail(SHARDOPT_ERR_INTERNAL,
+                            "step '%s': Newton-Schulz refused [%lld x %lld] variant %d in kernels "
+                            "%s",
+                            p->name, (long long)ow->rows, (long long)ow->cols, p->ns_variant,
+                            rt->ns_ops->name);
+        rt->counters.ns_flops_last +=
+            ns_flops_total(ow->rows, ow->cols, c->ns_steps, p->ns_algorithm,
+                           p->ns_variant == NS_VARIANT_SYMMETRIC) *
+            n;
+        xfer_progress(rt, in_flight1, in_flight2);
+        w += n;
+    }
+    return SHARDOPT_OK;
+}
+
+static void stage_apply(shardopt_runtime_t rt, const struct stage *st, const struct muon_scalars *s)
+{
+    const struct group_plan *P = &rt->gx[st->kind].plan;
+    const size_t es = kdtype_size(rt->cfg.comm_dtype);
+
+    for (int q = st->b->piece_lo; q < st->b->piece_hi; q++) {
+        const struct plan_piece *pc = &P->pieces[q];
+        if (rt->params[pc->param]->skip)
+            continue;
+        muon_apply_range(rt, rt->params[pc->param], (size_t)pc->local_off, (size_t)pc->count,
+                         at(pc->direct ? st->buf->ns : st->buf->a, pc->buf, es), s);
+    }
+    ew_flush(rt);
+}
+
+/* Newton-Schulz of a bucket: all of its matrices, or with replica_split this replica's share,
+ * then every replica's share gathered into every replica's slots. */
+static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
+                                  struct stage *in_flight1, struct stage *in_flight2)
+{
+    const struct groups *g = &rt->groups;
+    const struct group_plan *P = &rt->gx[st->kind].plan;
+    const int R = g->mesh.dp_replicate;
+    const size_t es = kdtype_size(rt->cfg.comm_dtype);
+    const int split = rt->cfg.replica_split && R > 1;
+    int lo = st->b->owned_lo, hi = st->b->owned_hi;
+    size_t slot_lo = 0, slot_hi = st->b->ns_elems;
+
+    if (split)
+        plan_replica_range(P, st->b, R, g->me.rep, &lo, &hi, &slot_lo, &slot_hi);
+    /* offload = cpu: my slots cross to the device and back; otherwise base is the buffer */
+    char *host = at(st->buf->ns, slot_lo, es);
+    void *base = offload_ns_in(rt, rt->dev_ns, host, (slot_hi - slot_lo) * es);
+    shardopt_status_t status =
+        stage_orthogonalize(rt, st, lo, hi, base, slot_lo, in_flight1, in_flight2);
+    if (status != SHARDOPT_OK)
+        return status;
+    offload_ns_out(rt, host, base, (slot_hi - slot_lo) * es);
+    if (!split)
+        return SHARDOPT_OK;
+    for (int r = 0; r < R; r++) {
+        size_t a, b;
+        int l, h;
+        plan_replica_range(P, st->b, R, r, &l, &h, &a, &b);
+        rt->rep_displs[r] = (int)a;
+        rt->rep_counts[r] = (int)(b - a);
+    }
+    if (rt->nccl_rep != NULL) {       /* my share to every other replica, theirs to me */
+        for (int r = 0; r < R; r++) { /* the exchange skips my own rank */
+            rt->rep_sc[r] = rt->rep_counts[g->me.rep];
+            rt->rep_sd[r] = rt->rep_displs[g->me.rep];
+        }
+        shardopt_status_t status =
+            nccl_group_exchange(rt->nccl_rep, st->seq, st->buf->ns, rt->rep_sc, rt->rep_sd,
+                                st->buf->ns, rt->rep_counts, rt->rep_displs, es);
+        return status == SHARDOPT_OK ? nccl_group_wait(rt->nccl_rep, st->seq) : status;
+    }
+    MPI_Datatype t = rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+    void *slots = st->buf->ns;
+    if (rt_on_device(rt)) { /* through the host mirror: mine out, everyone's back in */
+        rt->ops->copy(&rt->kctx, (char *)st->buf->hns + slot_lo * es, host,
+                      (slot_hi - slot_lo) * es);
+        if (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0)
+            return log_fail(SHARDOPT_ERR_DEVICE,
+                            "step: rank %d: copying Newton-Schulz results "
+                            "to the host failed",
+                            g->me.rank);
+        slots = st->buf->hns;
+    }
+    comm_phase("step: sharing Newton-Schulz results (replica_split)", stage_bucket(rt, st));
+    if (comm_allgatherv(g, g->rep, slots, rt->rep_counts, rt->rep_displs, t, "all-gather") !=
+        MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step: sharing Newton-Schulz results over the "
+                                           "replicate group failed");
+    if (rt_on_device(rt))
+        rt->ops->copy(&rt->kctx, st->buf->ns, st->buf->hns, st->b->ns_elems * es);
+    return SHARDOPT_OK;
+}
+
+/* The pipeline's sequence: every bucket of every group, in group order. */
+static int stage_get(shardopt_runtime_t rt, int seq, struct stage *st)
+{
+    int i = seq;
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        const struct group_plan *P = &rt->gx[k].plan;
+        if (i < P->nbuckets) {
+            st->kind = (enum group_kind)k;
+            st->b = &P->buckets[i];
+            st->buf = &rt->bufs[seq % PIPELINE_DEPTH];
+            st->seq = seq;
+            st->nreq = 0;
+            return 1;
+        }
+        i -= P->nbuckets;
+    }
+    return 0;
+}
+
+shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
+{
+    struct step_counters *k = &rt->counters;
+    struct stage ring[PIPELINE_DEPTH];
+    shardopt_status_t status = SHARDOPT_OK;
+    struct timeline *tl = &rt->timeline;
+    struct tl_clock clk; /* one chain of laps: every moment of the pipeline lands in a phase */
+    int n = 0;
+
+    for (int g = 0; g < GROUP_KINDS; g++)
+        n += rt->gx[g].plan.nbuckets;
+    if (n == 0)
+        return SHARDOPT_OK;
+
+    /* prologue: bucket 0 into exchange #1 (its start counted with the momentum, as in the loop) */
+    tl_start(tl, &clk, 0);
+    stage_get(rt, 0, &ring[0]);
+    stage_momentum(rt, &ring[0], s->grad_scale);
+    status = xfer_start(rt, &ring[0], 0);
+
+    for (int i = 0; i < n && status == SHARDOPT_OK; i++) {
+        struct stage *cur = &ring[i % PIPELINE_DEPTH];
+        struct stage *next = i + 1 < n ? &ring[(i + 1) % PIPELINE_DEPTH] : NULL;
+        struct stage *prev = i > 0 ? &ring[(i - 1) % PIPELINE_DEPTH] : NULL;
+
+        /* bucket i+1 computes its momentum and starts travelling */
+        if (next != NULL) {
+            stage_get(rt, i + 1, next);
+            stage_momentum(rt, next, s->grad_scale);
+            status = xfer_start(rt, next, 0);
+            if (status != SHARDOPT_OK)
+                break;
+        }
+        tl_lap(tl, &clk, &k->seconds_momentum_last);
+
+        /* bucket i: arrives, is orthogonalized, starts back */
+        status = xfer_wait(rt, cur, 0);
+        if (status != SHARDOPT_OK)
+            break;
+        stage_move(rt, cur, 1);
+        tl_lap(tl, &clk, &k->seconds_exchange1_last);
+        status = stage_ns(rt, cur, next, prev);
+        if (status != SHARDOPT_OK)
+            break;
+        tl_lap(tl, &clk, &k->seconds_ns_last);
+        stage_move(rt, cur, 0);
+        status = xfer_start(rt, cur, 1);
+        if (status != SHARDOPT_OK)
+            break;
+
+        /* bucket i-1: its results are back */
+        if (prev != NULL) {
+            status = xfer_wait(rt, prev, 1);
+            if (status != SHARDOPT_OK)
+                break;
+        }
+        tl_lap(tl, &clk, &k->seconds_exchange2_last);
+        if (prev != NULL)
+            stage_apply(rt, prev, s);
+        tl_lap(tl, &clk, &k->seconds_apply_last);
+    }
+    if (status == SHARDOPT_OK) {
+        struct stage *last = &ring[(n - 1) % PIPELINE_DEPTH];
+        status = xfer_wait(rt, last, 1);
+        tl_lap(tl, &clk, &k->seconds_exchange2_last);
+        if (status == SHARDOPT_OK)
+            stage_apply(rt, last, s);
+        tl_lap(tl, &clk, &k->seconds_apply_last);
+    }
+    return status;
+}

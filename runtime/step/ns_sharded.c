@@ -1,0 +1,91 @@
+#include "runtime/step/ns_sharded.h"
+
+#include <math.h>
+
+#include "base/status.h"
+#include "kernels/clock.h"
+#include "runtime/comm/comm_wait.h"
+#include "runtime/step/offload_exec.h"
+
+/* One matrix k of a sharded parameter, this rank's piece at element `off` of its shard. */
+static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param *p, MPI_Comm comm,
+                                    size_t off, const struct muon_scalars *s)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    const size_t count = (size_t)(p->sh_rows * p->sh_cols);
+    const int64_t m = p->sh_m, n = p->sh_n;
+    float *x = rt->sh_x, *y = x + count, *gram = y + count, *B = gram + m * m;
+    struct ns_args piece = {.batch = 1,
+                            .rows = p->sh_rows,
+                            .cols = p->sh_cols,
+                            .transpose = p->mv.ns_transpose,
+                            .in = rt->sh_u,
+                            .in_dtype = c->comm_dtype,
+                            .out = rt->sh_u,
+                            .out_dtype = c->comm_dtype,
+                            .steps = c->ns_steps,
+                            .norm_scale = rt->ns_norm_scale,
+                            .eps = (float)c->ns_eps};
+
+    if (count > 0)
+        muon_momentum_range(rt, p, off, count, rt->sh_u, s->grad_scale);
+    double ss = count > 0 ? rt->ops->sumsq(&rt->kctx, rt->sh_u, c->comm_dtype, count) : 0.0;
+    /* offload = cpu: the iterations run on the device copy of U */
+    const size_t ubytes = count * kdtype_size(c->comm_dtype);
+    piece.in = piece.out = offload_ns_in(rt, rt->dev_sh_u, rt->sh_u, ubytes);
+    comm_phase("step: sharded Newton-Schulz", -1);
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM,
+                       "norm all-reduce") != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", p->name);
+    const double inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)c->ns_eps);
+    if (count > 0)
+        rt->ops->ns_shard_load(&rt->kctx, &piece, inv, x);
+    for (int it = 0; it < c->ns_steps; it++) {
+        rt->ops->ns_shard_gram(&rt->kctx, x, m, count > 0 ? n : 0, gram);
+        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, gram, (int)(m * m), MPI_FLOAT, MPI_SUM,
+                           "Gram all-reduce") != MPI_SUCCESS)
+            return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed",
+                            p->name);
+        if (count > 0) {
+            rt->ops->ns_shard_update(&rt->kctx, gram, rt->ns_coeffs[it], x, m, n, B, y);
+            float *t = x;
+            x = y;
+            y = t;
+        }
+    }
+    rt->counters.ns_flops_last +=
+        (4.0 * (double)m * (double)m * (double)(count > 0 ? n : 0) + 2.0 * (double)m * m * m) *
+        c->ns_steps;
+    if (count == 0)
+        return SHARDOPT_OK;
+    rt->ops->ns_shard_store(&rt->kctx, &piece, x);
+    offload_ns_out(rt, rt->sh_u, piece.out, ubytes);
+
+    muon_apply_range(rt, p, off, count, rt->sh_u, s);
+    ew_flush(rt);
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalars *s)
+{
+    double t0 = monotonic_seconds();
+
+    for (int i = 0; i < rt->nparams; i++) {
+        struct shardopt_param *p = rt->params[i];
+        if (!p->ns_sharded || p->skip) /* skip_missing_grads: skipped on every member */
+            continue;
+        MPI_Comm comm =
+            p->placement == SHARDOPT_PLACEMENT_EXPERT ? rt->groups.xs : rt->groups.dense;
+        const int64_t k_n = p->layout.ndim == 3 ? p->layout.len[0] : 1;
+        for (int64_t k = 0; k < k_n; k++) {
+            /* every member holds a piece of each of the window's experts (sharding is along a
+             * matrix dim), so piece k sits at k * piece size in the local shard */
+            const size_t off = (size_t)(k * p->sh_rows * p->sh_cols);
+            shardopt_status_t status = matrix_run(rt, p, comm, off, s);
+            if (status != SHARDOPT_OK)
+                return status;
+        }
+    }
+    rt->counters.seconds_ns_sharded_last = monotonic_seconds() - t0;
+    return SHARDOPT_OK;
+}

@@ -1,0 +1,481 @@
+/* The optimizer step (docs/design.md, The step): validate everywhere, the gradient pre-pass, AdamW
+ * tensors, then the Muon tensors group by group. Everything is validated, on every rank, before
+ * anything is written, and nothing is allocated. */
+#include <math.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/status.h"
+#include "kernels/clock.h"
+#include "runtime/comm/comm_wait.h"
+#include "runtime/runtime.h"
+#include "runtime/step/muon_exec.h"
+#include "runtime/step/ns_sharded.h"
+#include "runtime/step/offload_exec.h"
+#include "runtime/step/prepass.h"
+#include "runtime/step/replica_check.h"
+#include "runtime/step/state_check.h"
+
+/* Per-call scalars, resolved once from the args and the config. */
+struct step_scalars {
+    double lr, adamw_lr;
+    double muon_wd, adamw_wd;
+    double max_grad_norm;
+    int skip_missing; /* skip_missing_grads */
+};
+
+/* Device backends: each parameter's data and grad where the step uses them (the device with
+ * offload none or optimizer, the host with offload = cpu), checked when a pointer changes. A
+ * host pointer in a device kernel, or a device pointer in a host one, would crash or corrupt
+ * memory; another GPU's memory means this rank's runtime was started on the wrong device. */
+static shardopt_status_t step_pointers(shardopt_runtime_t rt)
+{
+    const int on_device = rt_on_device(rt), rank = rt->groups.me.rank;
+    if (rt->ns_ops->pointer_kind == NULL)
+        return SHARDOPT_OK;
+    for (int i = 0; i < rt->nparams; i++) {
+        struct shardopt_param *p = rt->params[i];
+        if (p->layout.local_numel == 0 ||
+            (p->data == p->checked_data && p->grad == p->checked_grad))
+            continue;
+        const void *const ptr[2] = {p->data, p->grad};
+        for (int k = 0; k < 2; k++) {
+            int dev[2];
+            if (ptr[k] == NULL) /* a gradient skip_missing_grads let through */
+                continue;
+            const int kind = rt->ns_ops->pointer_kind(&rt->kctx, ptr[k], dev);
+            const char *what = k ? "grad" : "data";
+            if (on_device && kind == KERNEL_PTR_HOST)
+                return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                                "step: rank %d: parameter '%s': %s is host memory, but backend = "
+                                "cuda with offload = %s updates parameters on the device: register "
+                                "device memory (or use offload = cpu); nothing was updated",
+                                rank, p->name, what,
+                                rt->cfg.offload == SHARDOPT_OFFLOAD_NONE ? "none" : "optimizer");
+            if (!on_device && (kind == KERNEL_PTR_DEVICE || kind == KERNEL_PTR_OTHER))
+                return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                                "step: rank %d: parameter '%s': %s is memory of CUDA device %d, "
+                                "but offload = cpu updates parameters on the host: register host "
+                                "memory; nothing was updated",
+                                rank, p->name, what, dev[0]);
+            if (kind == KERNEL_PTR_OTHER)
+                return log_fail(
+                    SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "step: rank %d: parameter '%s': %s is memory of CUDA device %d, but "
+                    "this rank's runtime runs on device %d (make the tensor's device "
+                    "current before shardopt_init, or set device = local_rank); "
+                    "nothing was updated",
+                    rank, p->name, what, dev[0], dev[1]);
+        }
+        p->checked_data = p->data;
+        p->checked_grad = p->grad;
+    }
+    return SHARDOPT_OK;
+}
+
+/* Local checks; the caller makes every rank agree on the outcome. */
+static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_step_args_t *args,
+                                       struct step_scalars *sc)
+{
+    if (!rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE, "step: runtime not committed (call shardopt_commit)");
+    if (args->version < 1 || args->version > SHARDOPT_STEP_ARGS_VERSION ||
+        args->size < offsetof(shardopt_step_args_t, stream) + sizeof(void *))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: args version %u / size %zu: initialise with SHARDOPT_STEP_ARGS_INIT",
+                        args->version, args->size);
+    const double max_norm =
+        args->size >= offsetof(shardopt_step_args_t, max_grad_norm) + sizeof(double)
+            ? args->max_grad_norm
+            : 0.0;
+    const int skip_missing =
+        args->size >= offsetof(shardopt_step_args_t, skip_missing_grads) + sizeof(int)
+            ? args->skip_missing_grads
+            : 0;
+    if (skip_missing != 0 && skip_missing != 1)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: skip_missing_grads = %d: accepted 0 (a NULL grad fails the step) "
+                        "or 1 (a parameter without a gradient on every rank is skipped)",
+                        skip_missing);
+    if (args->lr == SHARDOPT_LR_UNSET)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: lr is not set: SHARDOPT_STEP_ARGS_INIT leaves it unset so that a "
+                        "forgotten learning rate does not make steps that change nothing; set "
+                        "args.lr each step (0 is accepted when set)");
+    if (!(args->lr >= 0 && isfinite(args->lr)))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: lr = %g: accepted a finite value >= 0", args->lr);
+    if (!(args->adamw_lr < 0 || isfinite(args->adamw_lr)))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: adamw_lr = %g: accepted < 0 (use lr) or a finite value",
+                        args->adamw_lr);
+    if (!(args->weight_decay < 0 || isfinite(args->weight_decay)))
+        return log_fail(
+            SHARDOPT_ERR_INVALID_ARGUMENT,
+            "step: weight_decay = %g: accepted < 0 (use the config's) or a finite value",
+            args->weight_decay);
+    if (!(isfinite(max_norm)))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: max_grad_norm = %g: accepted <= 0 (no clipping) or a finite value",
+                        max_norm);
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        if (p->layout.local_numel > 0 && (p->data == NULL || (p->grad == NULL && !skip_missing)))
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "step: parameter '%s' has a NULL %s pointer (set it with "
+                            "shardopt_param_set_pointers, or skip parameters without a gradient "
+                            "with args.skip_missing_grads = 1); nothing was updated",
+                            p->name, p->data == NULL ? "data" : "grad");
+    }
+    shardopt_status_t st = step_pointers(rt);
+    if (st != SHARDOPT_OK)
+        return st;
+    sc->lr = args->lr;
+    sc->adamw_lr = args->adamw_lr < 0 ? args->lr : args->adamw_lr;
+    sc->muon_wd = args->weight_decay < 0 ? rt->cfg.weight_decay : args->weight_decay;
+    sc->adamw_wd = args->weight_decay < 0 ? rt->cfg.adamw_weight_decay : args->weight_decay;
+    sc->max_grad_norm = max_norm;
+    sc->skip_missing = skip_missing;
+    return SHARDOPT_OK;
+}
+
+struct adamw_call {
+    const struct step_scalars *sc;
+    float grad_scale;
+};
+
+/* The AdamW kernel of one range, its state at m and v (the store, or a staging slot). */
+static void adamw_kernel(shardopt_runtime_t rt, const struct state_range *r, void *m, void *v,
+                         const void *arg)
+{
+    const struct adamw_call *call = arg;
+    const struct step_scalars *sc = call->sc;
+    const struct shardopt_param *p = r->p;
+    const shardopt_config_t *c = &rt->cfg;
+    const double t = (double)(p->step + 1);
+    /* 1-D tensors (norms, biases) take no decay unless weight_decay_1d: a norm weight at 1.0
+     * would shrink toward 0 with no gradient at all */
+    const double wd1 = p->layout.ndim == 1 && !c->weight_decay_1d ? 0.0 : 1.0;
+    const double lr = sc->adamw_lr * p->lr_mult, wd = sc->adamw_wd * p->wd_mult * wd1;
+    struct adamw_args a = {
+        .n = r->n,
+        .param = (char *)p->data + r->off * kdtype_size(p->param_dtype),
+        .param_dtype = p->param_dtype,
+        .param_rounding = c->param_rounding,
+        .grad = (const char *)p->grad + r->off * kdtype_size(p->grad_dtype),
+        .grad_dtype = p->grad_dtype,
+        .grad_scale = call->grad_scale,
+        .exp_avg = m,
+        .exp_avg_sq = v,
+        .m_dtype = c->adam_state_dtype,
+        .v_dtype = c->adam_v_dtype,
+        .state_rounding = c->momentum_rounding,
+        .rng_m = rng_stream_make(c->seed, p->name_hash, RNG_KIND_EXP_AVG, p->step + 1),
+        .rng_v = rng_stream_make(c->seed, p->name_hash, RNG_KIND_EXP_AVG_SQ, p->step + 1),
+        .beta1 = (float)c->adamw_beta1,
+        .beta2 = (float)c->adamw_beta2,
+        .one_minus_beta1 = (float)(1.0 - c->adamw_beta1),
+        .one_minus_beta2 = (float)(1.0 - c->adamw_beta2),
+        .eps = (float)c->adamw_eps,
+        .step_size = (float)(lr / (1.0 - pow(c->adamw_beta1, t))),
+        .bc2_rsqrt = (float)(1.0 / sqrt(1.0 - pow(c->adamw_beta2, t))),
+        .decay = (float)(1.0 - lr * wd),
+        .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
+        .idx = elem_index_map_at(&p->index_map, r->off),
+    };
+    ew_adamw(rt, &a);
+}
+
+/* Range i: the i-th AdamW tensor, whole (empty for the others). */
+static int adamw_tensor(void *arg, int i, struct state_range *r)
+{
+    shardopt_runtime_t rt = arg;
+    if (i >= rt->nparams)
+        return 0;
+    struct shardopt_param *p = rt->params[i];
+    *r = (struct state_range){.p = p, .off = 0, .n = 0, .out = NULL};
+    if (p->algo == SHARDOPT_ALGO_ADAMW && !p->skip)
+        r->n = (size_t)p->layout.local_numel;
+    return 1;
+}
+
+static void counters_reset(struct step_counters *k)
+{
+    k->ns_flops_last = 0;
+    memset(k->bytes_sent, 0, sizeof k->bytes_sent);
+    memset(k->bytes_recv, 0, sizeof k->bytes_recv);
+    k->seconds_prepass_last = k->seconds_adamw_last = k->seconds_momentum_last = 0;
+    k->seconds_exchange1_last = k->seconds_ns_last = k->seconds_exchange2_last = 0;
+    k->seconds_apply_last = k->seconds_ns_sharded_last = 0;
+    k->last_skipped = 0;
+    k->nonfinite_elements_last = 0;
+}
+
+/* A non-finite gradient somewhere: skip (nothing changes anywhere) or fail, on every rank. */
+static shardopt_status_t step_nonfinite(shardopt_runtime_t rt, int tensors)
+{
+    struct step_counters *k = &rt->counters;
+    if (rt->cfg.nonfinite == SHARDOPT_NONFINITE_ERROR)
+        return log_fail(SHARDOPT_ERR_NONFINITE,
+                        "step: NaN/Inf gradients in %d tensor(s): %s; nothing was updated", tensors,
+                        k->nonfinite_last);
+    k->skipped++;
+    k->last_skipped = 1;
+    if (rt->groups.me.rank == 0)
+        log_warn("step: skipped (step %llu): NaN/Inf gradients in %d tensor(s): %s",
+                 (unsigned long long)k->steps + 1, tensors, k->nonfinite_last);
+    return SHARDOPT_OK;
+}
+
+/* Device backends: the step reads gradients after the trainer's stream has written them, and
+ * the trainer's stream reads parameters after the step wrote them (or, without a stream, the
+ * step returns when its work is done). This rank's status; the caller agrees. */
+static shardopt_status_t step_stream(shardopt_runtime_t rt, const shardopt_step_args_t *args,
+                                     int end)
+{
+    char err[256] = "";
+    if ((end ? rt->ops->stream_end : rt->ops->stream_begin)(&rt->kctx, args->stream, err,
+                                                            sizeof err) != 0)
+        return log_fail(SHARDOPT_ERR_DEVICE, "step: rank %d: %s", rt->groups.me.rank, err);
+    return SHARDOPT_OK;
+}
+
+static int step_uses_nccl(const struct shardopt_runtime *rt)
+{
+    struct nccl_group *g[GROUP_KINDS + 1];
+    return rt_nccl_groups(rt, g) > 0;
+}
+
+/* The step's last agreement. With NCCL, a rank may get here at once (its drain found nothing
+ * to wait for, or its exchange failed) while a peer is still in a drain that can take
+ * comm_timeout_s: the agreement waits that long again before it ends the job. */
+static shardopt_status_t step_end_agree(const struct shardopt_runtime *rt, shardopt_status_t mine)
+{
+    struct groups patient = rt->groups; /* the same communicators, a longer deadline */
+    if (step_uses_nccl(rt))
+        patient.timeout_s *= 2; /* 0 (never) stays 0 */
+    return groups_agree(&patient, mine, "step");
+}
+
+/* NCCL: the step's exchanges have completed, or (comm_timeout_s) SHARDOPT_ERR_NCCL with the
+ * group named; the host waits here, never inside the step. This rank's status. */
+static shardopt_status_t step_drain(shardopt_runtime_t rt)
+{
+    struct nccl_group *g[GROUP_KINDS + 1];
+    shardopt_status_t status = SHARDOPT_OK;
+    for (int i = 0, n = rt_nccl_groups(rt, g); i < n && status == SHARDOPT_OK; i++)
+        status = nccl_group_drain(g[i]);
+    return status;
+}
+
+/* After a failed step: exchanges that no peer will match may be left on a communicator, so
+ * every one is aborted (docs/api.md: finalize), and finalize never waits on one. */
+static void step_nccl_abort(shardopt_runtime_t rt)
+{
+    struct nccl_group *g[GROUP_KINDS + 1];
+    for (int i = 0, n = rt_nccl_groups(rt, g); i < n; i++)
+        nccl_group_abort(g[i]);
+}
+
+/* Whether a failed step aborted the communicators: the next step must refuse before it writes
+ * anything (its first exchange would refuse only after the AdamW tensors and the first bucket's
+ * momentum were updated). */
+static int step_nccl_aborted(shardopt_runtime_t rt)
+{
+    struct nccl_group *g[GROUP_KINDS + 1];
+    int any = 0;
+    for (int i = 0, n = rt_nccl_groups(rt, g); i < n; i++)
+        any |= nccl_group_aborted(g[i]);
+    return any;
+}
+
+/* shardopt_param_get_stats: each gradient's norm is the pre-pass's (free); with param_stats the
+ * shards are copied before the update, to measure the change after it. */
+static void param_stats_before(shardopt_runtime_t rt)
+{
+    for (int i = 0; i < rt->nparams; i++) {
+        struct shardopt_param *p = rt->params[i];
+        p->grad_norm_last = p->skip ? NAN : sqrt(rt->sumsq[i]);
+        p->update_rms_last = NAN;
+        if (rt->pstat_snap != NULL && p->layout.local_numel > 0)
+            memcpy((char *)rt->pstat_snap + p->off_snapshot, p->data,
+                   (size_t)p->layout.local_numel * kdtype_size(p->param_dtype));
+    }
+}
+
+static void param_stats_after(shardopt_runtime_t rt)
+{
+    const struct groups *g = &rt->groups;
+    if (rt->pstat_snap == NULL)
+        return;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        const void *old = (const char *)rt->pstat_snap + p->off_snapshot;
+        double sum = 0.0;
+        /* a replicated tensor once per replica: dense rank 0's copy */
+        if (p->placement != SHARDOPT_PLACEMENT_REPLICATED || g->me.d == 0)
+            for (int64_t j = 0; j < p->layout.local_numel; j++) {
+                const double d = (double)kload(p->data, p->param_dtype, j) -
+                                 (double)kload(old, p->param_dtype, j);
+                sum += d * d;
+            }
+        rt->pstat_sum[i] = sum;
+    }
+    /* replicas hold the same shards: the dense group's sum is the tensor's */
+    comm_allreduce(g, g->dense, MPI_IN_PLACE, rt->pstat_sum, rt->nparams, MPI_DOUBLE, MPI_SUM,
+                   "param_stats update sums");
+    for (int i = 0; i < rt->nparams; i++)
+        rt->params[i]->update_rms_last =
+            sqrt(rt->pstat_sum[i] / (double)rt->params[i]->layout.global_numel);
+}
+
+/* skip_missing_grads, once every rank has validated its arguments (collective): which
+ * parameters have a NULL gradient on every rank that holds elements of them (p->skip), from one
+ * all-reduce (max) of a rank without and a rank with a gradient each. Every rank sees the same
+ * flags, so each reaches the same verdict: a parameter without a gradient on some ranks only
+ * fails the step everywhere, before anything is written. */
+static shardopt_status_t step_missing_grads(shardopt_runtime_t rt, int on)
+{
+    const int n = rt->nparams, rank = rt->groups.me.rank;
+    int *lack = rt->gradflags, *have = rt->gradflags + n;
+    for (int i = 0; i < n; i++)
+        rt->params[i]->skip = 0;
+    if (!on || n == 0)
+        return SHARDOPT_OK;
+    for (int i = 0; i < n; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        const int held = p->layout.local_numel > 0;
+        lack[i] = held && p->grad == NULL ? rank + 1 : 0;
+        have[i] = held && p->grad != NULL ? rank + 1 : 0;
+    }
+    comm_phase("step: agreeing on missing gradients (skip_missing_grads)", -1);
+    if (groups_allreduce(&rt->groups, rt->gradflags, 2 * n, MPI_INT, MPI_MAX) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM,
+                        "step: the all-reduce of missing gradients (skip_missing_grads) failed");
+    for (int i = 0; i < n; i++)
+        if (lack[i] && have[i])
+            return log_fail(SHARDOPT_ERR_MISMATCH,
+                            "step: parameter '%s' has no gradient (NULL grad) on rank %d but has "
+                            "one on rank %d: skip_missing_grads skips a parameter only when "
+                            "every rank holding elements of it passes NULL; nothing was updated",
+                            rt->params[i]->name, lack[i] - 1, have[i] - 1);
+    for (int i = 0; i < n; i++)
+        rt->params[i]->skip = lack[i] != 0;
+    return SHARDOPT_OK;
+}
+
+static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_args_t *args)
+{
+    shardopt_status_t status;
+    struct step_scalars sc = {0};
+    struct prepass_result pre;
+    struct step_counters *k;
+    struct tl_clock clk;
+    double t0 = monotonic_seconds();
+
+    if (rt == NULL || args == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL %s",
+                        rt == NULL ? "runtime" : "args");
+    comm_phase("step: checking the arguments (every rank must call the step)", -1);
+    status = step_validate(rt, args, &sc);
+    if (status == SHARDOPT_OK) /* the step's work goes to init's device from any thread */
+        status = rt_device_enter(rt, "step");
+    if (status == SHARDOPT_OK && rt->committed && step_nccl_aborted(rt))
+        status = log_fail(SHARDOPT_ERR_NCCL,
+                          "step: rank %d: the NCCL communicators were aborted after an earlier "
+                          "step failed; nothing was updated: finalize, init again and load the "
+                          "last checkpoint",
+                          rt->groups.me.rank);
+    /* the step is collective: a check failing on one rank fails it on all */
+    if (rt->committed)
+        status = groups_agree(&rt->groups, status, "step");
+    if (status != SHARDOPT_OK)
+        return status;
+    /* every rank validated the same arguments: skip_missing_grads is on everywhere or nowhere */
+    status = step_missing_grads(rt, sc.skip_missing);
+    if (status != SHARDOPT_OK)
+        return status;
+    k = &rt->counters;
+    stats_phases_settle(rt);
+    counters_reset(k);
+    staging_counts_reset(&rt->stage);
+    timeline_begin(&rt->timeline);
+    if (rt->ops->stream_begin != NULL) { /* device backends; every rank agrees on a failure */
+        status = groups_agree(&rt->groups, step_stream(rt, args, 0), "step");
+        if (status != SHARDOPT_OK)
+            return status;
+    }
+    /* after the trainer's stream: its work is not the step's */
+    tl_start(&rt->timeline, &clk, 0);
+
+    if (rt->cfg.check_state_every > 0 && k->steps % (uint64_t)rt->cfg.check_state_every == 0) {
+        /* after the trainer's stream, before anything is written; the same outcome on every rank */
+        comm_phase("step: state check", -1);
+        status = state_check(rt);
+        if (status != SHARDOPT_OK)
+            return status;
+    }
+    status = prepass_run(rt, sc.max_grad_norm, &pre);
+    if (status != SHARDOPT_OK)
+        return status;
+    k->grad_norm_last = pre.norm;
+    tl_lap(&rt->timeline, &clk, &k->seconds_prepass_last);
+    if (pre.nonfinite) {
+        for (int i = 0; i < rt->nparams; i++)
+            rt->params[i]->grad_norm_last = rt->params[i]->update_rms_last = NAN;
+        return step_nonfinite(rt, pre.nonfinite);
+    }
+    param_stats_before(rt);
+
+    const struct adamw_call call = {.sc = &sc, .grad_scale = pre.grad_scale};
+    offload_state_run(rt, SHARDOPT_ALGO_ADAMW, adamw_tensor, rt, adamw_kernel, &call);
+    ew_flush(rt); /* every AdamW tensor in one launch on a device backend */
+    tl_lap(&rt->timeline, &clk, &k->seconds_adamw_last);
+
+    const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};
+    status = muon_run(rt, &ms);
+    if (status == SHARDOPT_OK)
+        status = ns_sharded_run(rt, &ms);
+    /* offload = optimizer: the buckets' last copy-outs ran on beside the work after them; the
+     * compute stream (and so the step's end, or a failed step's next call) waits for them here,
+     * once */
+    staging_join(&rt->stage);
+    /* Over MPI the other ranks are inside an MPI wait that ends the job (comm_wait). Over NCCL
+     * they never wait inside the step: they learn of a failed exchange only when their drain
+     * times out, so a rank whose exchange failed meets them at the agreement below instead of
+     * returning alone (which left them to MPI_Abort there) */
+    if (status != SHARDOPT_OK && !(step_uses_nccl(rt) && rt->ops->stream_begin != NULL))
+        return status;
+
+    if (rt->ops->stream_begin != NULL) { /* exchanges, then the stream: one agreement for both */
+        if (status == SHARDOPT_OK)
+            status = step_drain(rt);
+        if (status == SHARDOPT_OK)
+            status = step_stream(rt, args, 1);
+        status = step_end_agree(rt, status);
+        if (status != SHARDOPT_OK) {
+            step_nccl_abort(rt);
+            return status;
+        }
+    }
+    param_stats_after(rt);
+    for (int i = 0; i < rt->nparams; i++)
+        rt->params[i]->step += !rt->params[i]->skip;
+    k->steps++;
+    /* after the update, which stands either way: a failure here says the replicas differ */
+    if (rt->cfg.replica_check_every > 0 && k->steps % (uint64_t)rt->cfg.replica_check_every == 0) {
+        comm_phase("step: replica check", -1);
+        status = replica_check(rt);
+    }
+    k->seconds_last = monotonic_seconds() - t0;
+    k->seconds_total += k->seconds_last;
+    return status;
+}
+
+shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_t *args)
+{
+    const shardopt_status_t status = step_run(rt, args);
+    if (rt != NULL) /* copies after the step (a save) are not the step's */
+        timeline_end(&rt->timeline);
+    return status;
+}

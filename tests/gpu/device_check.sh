@@ -108,7 +108,7 @@ unpack_prebuilt() {
     [ -e /usr/bin/mpiexec ] || [ -L /usr/bin/mpiexec ] && mv /usr/bin/mpiexec /usr/bin/mpiexec.image
     ln -s "$pb/bin/orterun" /usr/bin/mpiexec || return 1
     for f in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
-        f=$(find /usr/local/cuda/ /usr/local/lib /usr/lib /opt -name "$f" 2>/dev/null | head -1)
+        f=$(find /usr/local/cuda/ /usr/local/lib /usr/lib /opt -name "$f" -print -quit 2>/dev/null)
         [ -n "$f" ] && dirs="$dirs:$(dirname "$f")"
     done
     export LD_LIBRARY_PATH="$pb/lib$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -213,7 +213,7 @@ if [ "$build_rc" -eq 0 ]; then
     bench="$bd/bench/ns_bench"
     ns_args=(--backend cuda)
     if [ "$mode" = kernels-only ]; then
-        bench=$(find "$bd" -name ns_bench_cuda -type f -perm -u+x | head -1)
+        bench=$(find "$bd" -name ns_bench_cuda -type f -perm -u+x -print -quit)
         ns_args=()
     fi
     step ns 60 "$out/ns_bench.json" "$bench" "${ns_args[@]}" --reps 10 --json

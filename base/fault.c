@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "mem.h"
 
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
@@ -92,9 +93,9 @@ static void fault_parse(const char *v)
 
 static void fault_setup(void)
 {
-    const char *r = getenv("SHARDOPT_FAULT_RANK");
+    const char *r = env_get("SHARDOPT_FAULT_RANK");
     fault_only_rank = r != NULL && *r != '\0' ? atoi(r) : -1;
-    fault_parse(getenv("SHARDOPT_FAULT"));
+    fault_parse(env_get("SHARDOPT_FAULT"));
 }
 
 void fault_set_rank(int rank)

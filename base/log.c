@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "env.h"
+
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static int log_level = LOG_WARN;
@@ -59,8 +61,8 @@ static void log_open(const char *pattern)
 
 static void log_setup(void)
 {
-    const char *lvl = getenv("SHARDOPT_LOG_LEVEL");
-    const char *file = getenv("SHARDOPT_LOG_FILE");
+    const char *lvl = env_get("SHARDOPT_LOG_LEVEL");
+    const char *file = env_get("SHARDOPT_LOG_FILE");
     int bad_level = 0;
 
     gethostname(log_host, sizeof log_host - 1);

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/fault.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -167,7 +168,7 @@ static int ns_compute_resolve(const shardopt_config_t *c, int rank)
                      "fp32 accumulation (cuBLAS); running bf16");
         return KDT_BF16;
     }
-    const char *no = getenv("SHARDOPT_CPU_NO_BF16");
+    const char *no = env_get("SHARDOPT_CPU_NO_BF16");
     const int masked = no != NULL && no[0] != '\0' && strcmp(no, "0") != 0;
     const int native = ns_bf16_native() && !masked;
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "kernels/ns_coeffs.h"
@@ -186,7 +187,7 @@ shardopt_status_t config_env_overlay(shardopt_config_t *cfg, config_env_lookup_f
 static const char *env_lookup(const char *name, void *ctx)
 {
     (void)ctx;
-    return getenv(name);
+    return env_get(name);
 }
 
 /* Edit distance of a and b (at most 63 bytes each; longer counts as far apart). */
@@ -211,11 +212,6 @@ static int edit_distance(const char *a, const char *b)
     return row[m];
 }
 
-/* The library's own variables that are not config keys. */
-static const char *const env_not_keys[] = {"SHARDOPT_LOG_LEVEL", "SHARDOPT_LOG_FILE",
-                                           "SHARDOPT_FAULT", "SHARDOPT_FAULT_RANK",
-                                           "SHARDOPT_CPU_NO_BF16"};
-
 /* Step arguments a launcher might try to set as variables: they are not config keys. */
 static const char *const env_step_args[] = {"SHARDOPT_LR", "SHARDOPT_ADAMW_LR",
                                             "SHARDOPT_MAX_GRAD_NORM", "SHARDOPT_LEARNING_RATE"};
@@ -237,46 +233,38 @@ const char *config_key_nearest(const char *name)
 /* A SHARDOPT_ variable one or two letters away from a key's is most likely that key mistyped,
  * and would silently do nothing: say so. Names further from every key (other tools' variables)
  * are left alone. */
-static void env_typos_warn(void)
+static void env_typo_warn(const char *name, void *ctx)
 {
-    extern char **environ;
-    char env[96], name[96], nearest[96];
-    for (char **e = environ; e != NULL && *e != NULL; e++) {
-        const char *eq = strchr(*e, '=');
-        if (strncmp(*e, "SHARDOPT_", 9) != 0 || eq == NULL || (size_t)(eq - *e) >= sizeof name)
-            continue;
-        snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
-        int known = 0, best = 64, step_arg = 0;
-        for (size_t i = 0; i < sizeof env_step_args / sizeof env_step_args[0]; i++)
-            step_arg |= strcmp(name, env_step_args[i]) == 0;
-        if (step_arg) { /* before the nearest key: SHARDOPT_LR is two edits from SHARDOPT_CP */
-            log_warn("config: %s is not a config key and is ignored: the learning rate, the "
-                     "AdamW learning rate and gradient clipping are step arguments "
-                     "(shardopt_step_args_t lr, adamw_lr, max_grad_norm), set by the trainer "
-                     "each step",
-                     name);
-            continue;
-        }
-        for (size_t i = 0; i < sizeof env_not_keys / sizeof env_not_keys[0]; i++)
-            known |= strcmp(name, env_not_keys[i]) == 0;
-        for (size_t i = 0; i < config_key_count && !known; i++) {
-            config_key_env_name(&config_keys[i], env, sizeof env);
-            const int d = edit_distance(name, env);
-            known = d == 0;
-            if (d < best) {
-                best = d;
-                memcpy(nearest, env, sizeof nearest);
-            }
-        }
-        if (!known && best <= 2)
-            log_warn("config: %s is not a config key and is ignored; did you mean %s?", name,
-                     nearest);
+    char env[96], nearest[96];
+    int known = 0, best = 64, step_arg = 0;
+    (void)ctx;
+    for (size_t i = 0; i < sizeof env_step_args / sizeof env_step_args[0]; i++)
+        step_arg |= strcmp(name, env_step_args[i]) == 0;
+    if (step_arg) { /* before the nearest key: SHARDOPT_LR is two edits from SHARDOPT_CP */
+        log_warn("config: %s is not a config key and is ignored: the learning rate, the "
+                 "AdamW learning rate and gradient clipping are step arguments "
+                 "(shardopt_step_args_t lr, adamw_lr, max_grad_norm), set by the trainer "
+                 "each step",
+                 name);
+        return;
     }
+    known = env_var_find(name) != NULL; /* the library's variables that are no keys */
+    for (size_t i = 0; i < config_key_count && !known; i++) {
+        config_key_env_name(&config_keys[i], env, sizeof env);
+        const int d = edit_distance(name, env);
+        known = d == 0;
+        if (d < best) {
+            best = d;
+            memcpy(nearest, env, sizeof nearest);
+        }
+    }
+    if (!known && best <= 2)
+        log_warn("config: %s is not a config key and is ignored; did you mean %s?", name, nearest);
 }
 
 shardopt_status_t shardopt_config_from_env(shardopt_config_t *cfg)
 {
-    env_typos_warn();
+    env_each_set(env_typo_warn, NULL);
     return config_env_overlay(cfg, env_lookup, NULL);
 }
 
@@ -299,10 +287,10 @@ shardopt_status_t config_env_for_init(shardopt_config_t *cfg, const char *who)
         return SHARDOPT_OK;
     }
     /* a launcher's SHARDOPT_OFFLOAD that does nothing must not pass unseen */
-    env_typos_warn();
+    env_each_set(env_typo_warn, NULL);
     for (size_t i = 0; i < config_key_count; i++) {
         config_key_env_name(&config_keys[i], env, sizeof env);
-        if (getenv(env) != NULL)
+        if (env_get(env) != NULL)
             log_warn("%s: %s is set but not applied: this config has apply_env = 0 (made by "
                      "shardopt_config_init, as language bindings do, or an older header): set "
                      "the key in the config, or apply_env = 1",

@@ -496,7 +496,7 @@ static int bench_shape(int64_t rows, int64_t cols, const struct bench_opts *o,
     r->max_abs_diff = bench_max_abs_diff(c.out_plain, c.out_sym, (size_t)(c.m * c.n));
     r->block = c.block;
     bench_case_free(&c);
-    r->torch_s = o->torch ? bench_torch(r->m, r->n, kernel_blas_get_threads(), reps) : 0;
+    r->torch_s = o->torch ? bench_torch(r->m, r->n, blas_threads_get(), reps) : 0;
     return 0;
 }
 
@@ -566,8 +566,8 @@ static void bench_print_table(const struct bench_opts *o, const struct bench_res
 {
     printf("Newton-Schulz in %s, %d quintic steps, %d thread(s), median of %d reps; limit: %s "
            "(%s)\n",
-           o->bf16 ? "bf16" : "fp32", BENCH_STEPS, kernel_blas_get_threads(), o->reps,
-           bench_limit_name(o), o->bf16 ? "C[m x n] = A[m x m] B[m x n]" : openblas_get_corename());
+           o->bf16 ? "bf16" : "fp32", BENCH_STEPS, blas_threads_get(), o->reps, bench_limit_name(o),
+           o->bf16 ? "C[m x n] = A[m x m] B[m x n]" : openblas_get_corename());
     printf(
         "GFLOP/s count 4m^2n + 2m^3 per step for both variants (symmetric: effective rate)%s\n\n",
         o->torch ? "; torch: PyTorch bf16 Newton-Schulz, same count" : "");
@@ -612,8 +612,8 @@ static void bench_print_json(const struct bench_opts *o, const struct bench_resu
     printf("{\"bench\": \"ns_bench\", \"compute\": \"%s\", \"coeffs\": \"quintic\", "
            "\"steps\": %d, \"threads\": %d, \"reps\": %d, \"limit\": \"%s\", "
            "\"openblas_core\": \"%s\",\n \"flops_per_step\": \"4m^2n+2m^3\", \"results\": [\n",
-           o->bf16 ? "bf16" : "fp32", BENCH_STEPS, kernel_blas_get_threads(), o->reps,
-           bench_limit_name(o), openblas_get_corename());
+           o->bf16 ? "bf16" : "fp32", BENCH_STEPS, blas_threads_get(), o->reps, bench_limit_name(o),
+           openblas_get_corename());
     for (int i = 0; i < o->nshapes; i++) {
         const struct bench_result *r = &res[i];
         const struct bench_rates g = bench_rates_of(r);
@@ -655,7 +655,7 @@ int main(int argc, char **argv)
         }
         return ns_bench_cuda((const int64_t(*)[3])shapes, o.nshapes, o.reps, o.json);
     }
-    kernel_blas_set_threads(o.threads);
+    blas_threads_set(o.threads);
     char why[256] = "";
     if (o.bf16 && !ns_bf16_available(why, sizeof why)) { /* the CPU, not the benchmark */
         fprintf(stderr, "ns_bench: --compute bf16: no oneDNN bf16 matmul on this CPU (%s)\n", why);

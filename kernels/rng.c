@@ -1,6 +1,6 @@
 #include "rng.h"
 
-void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
+void rng_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
 {
     rng_philox(ctr, key, out);
 }

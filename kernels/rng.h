@@ -25,7 +25,7 @@ struct rng_stream {
     uint32_t kind_hi; /* counter word 3: kind in the low byte, step bits 32..55 above it */
 };
 
-void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+void rng_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /* The generator itself, inline so that the CUDA kernels draw the very same bits. */
 KHD static inline void rng_philox(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])

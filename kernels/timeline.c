@@ -41,7 +41,7 @@ static int mark_now(struct timeline *tl, int lane)
     return tl->marks++;
 }
 
-void tl_start(struct timeline *tl, struct tl_clock *c, int lane)
+void timeline_start(struct timeline *tl, struct tl_clock *c, int lane)
 {
     c->lane = lane;
     c->mark = -1;
@@ -52,7 +52,7 @@ void tl_start(struct timeline *tl, struct tl_clock *c, int lane)
         c->mark = mark_now(tl, lane);
 }
 
-void tl_lap(struct timeline *tl, struct tl_clock *c, double *counter)
+void timeline_lap(struct timeline *tl, struct tl_clock *c, double *counter)
 {
     if (!timeline_on_device(tl)) {
         const double now = monotonic_seconds();

@@ -44,10 +44,10 @@ void timeline_begin(struct timeline *tl);
 void timeline_end(struct timeline *tl);
 
 /* A clock on lane (KERNEL_LANES: 0 the compute stream), starting now. */
-void tl_start(struct timeline *tl, struct tl_clock *c, int lane);
+void timeline_start(struct timeline *tl, struct tl_clock *c, int lane);
 
 /* *counter += the time since the clock's start or last lap; the clock goes on from here. */
-void tl_lap(struct timeline *tl, struct tl_clock *c, double *counter);
+void timeline_lap(struct timeline *tl, struct tl_clock *c, double *counter);
 
 /* Wait for the marks and add their intervals to the counters (nothing to do on the CPU).
  * 0, or -1 when a mark could not be read (those intervals are left out). */

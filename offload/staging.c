@@ -60,9 +60,9 @@ static void copy_timed(struct staging *s, int lane, void *dst, const void *src, 
 {
     if (lane != LANE_COMPUTE && dev_timed(s)) {
         struct tl_clock c;
-        tl_start(s->tl, &c, lane);
+        timeline_start(s->tl, &c, lane);
         s->ops->copy_on(s->ctx, lane, dst, src, bytes);
-        tl_lap(s->tl, &c, &s->seconds_copy_busy);
+        timeline_lap(s->tl, &c, &s->seconds_copy_busy);
         return;
     }
     double t = monotonic_seconds();
@@ -99,9 +99,9 @@ static void compute_waits(struct staging *s, int signaler, int tag)
         return;
     }
     struct tl_clock c;
-    tl_start(s->tl, &c, LANE_COMPUTE);
+    timeline_start(s->tl, &c, LANE_COMPUTE);
     lane_wait(s, LANE_COMPUTE, signaler, tag);
-    tl_lap(s->tl, &c, &s->seconds_copy);
+    timeline_lap(s->tl, &c, &s->seconds_copy);
 }
 
 static void slot_addrs(const struct staging *s, int i, const struct stream_chunk *c, void *dev[2])

@@ -507,8 +507,8 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
     rt->group_ranks[GROUP_DENSE] = dense.ranks;
     rt->group_ranks[GROUP_EXPERT] = xs.ranks;
     dense.ranks = xs.ranks = NULL;
-    shard_table_free(&dense);
-    shard_table_free(&xs);
+    commit_shard_table_free(&dense);
+    commit_shard_table_free(&xs);
     offload_prepare(rt);
     if (status == SHARDOPT_OK)
         status = buffers_alloc(rt);

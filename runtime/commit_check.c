@@ -197,7 +197,7 @@ static shardopt_status_t check_records(shardopt_runtime_t rt)
     return groups_agree(g, verdict, "commit");
 }
 
-void shard_table_free(struct shard_table *t)
+void commit_shard_table_free(struct shard_table *t)
 {
     free(t->boxes);
     free(t->ranks);
@@ -227,7 +227,7 @@ static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm, stru
     status = groups_agree(&rt->groups, status, "commit");
     if (status != SHARDOPT_OK) {
         free(mine);
-        shard_table_free(t);
+        commit_shard_table_free(t);
         return status;
     }
     for (int i = 0; i < n; i++) {
@@ -408,8 +408,8 @@ shardopt_status_t commit_check(shardopt_runtime_t rt, struct shard_table *dense,
     if (status == SHARDOPT_OK)
         status = check_tiling(rt, dense, xs);
     if (status != SHARDOPT_OK) {
-        shard_table_free(dense);
-        shard_table_free(xs);
+        commit_shard_table_free(dense);
+        commit_shard_table_free(xs);
     }
     return status;
 }

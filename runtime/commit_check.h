@@ -20,6 +20,6 @@ struct shard_table {
 shardopt_status_t commit_check(shardopt_runtime_t rt, struct shard_table *dense,
                                struct shard_table *xs);
 
-void shard_table_free(struct shard_table *t);
+void commit_shard_table_free(struct shard_table *t);
 
 #endif

@@ -316,7 +316,7 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     /* threads: as configured, else (bind = auto) the bound cores, else as the process had */
     const int threads = rt->cfg.num_threads > 0 ? rt->cfg.num_threads : rt->topo.threads;
     rt->kctx.threads = threads;
-    kernel_blas_set_threads(threads);
+    blas_threads_set(threads);
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
     rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank);
     state_store_init(&rt->store, rt->ops);
@@ -324,14 +324,13 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     if (rt->ops->momentum_many != NULL && rt->ew == NULL)
         rt->ew = mem_calloc(1, sizeof *rt->ew); /* NULL: calls run one at a time, still correct */
 
-    if (!kernel_blas_uses_openmp())
+    if (!blas_threads_uses_openmp())
         log_warn("init: the linked OpenBLAS is not its OpenMP build: BLAS and kernel threads "
                  "compete for cores (install libopenblas-openmp-dev and rebuild)");
     log_info("init: rank %d of %d (replica %d, dense %d/%d, ep %d/%d, expert shard %d/%d), "
              "kernels %s, BLAS threads %d, momentum %s, comm %s",
              g->me.rank, g->mesh.world, g->me.rep, g->me.d, g->mesh.dense, g->me.ep_rank,
-             g->mesh.ep, g->me.xs_rank, mesh_xs_size(&g->mesh), rt->ops->name,
-             kernel_blas_get_threads(),
+             g->mesh.ep, g->me.xs_rank, mesh_xs_size(&g->mesh), rt->ops->name, blas_threads_get(),
              rt->cfg.momentum_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32",
              rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? "bf16" : "fp32");
     return device_start(rt, device);

@@ -6,7 +6,7 @@
 #include <cblas.h>
 #include <omp.h>
 
-void kernel_blas_set_threads(int threads)
+void blas_threads_set(int threads)
 {
     if (threads > 0) {
         openblas_set_num_threads(threads);
@@ -14,7 +14,7 @@ void kernel_blas_set_threads(int threads)
     }
 }
 
-int kernel_blas_get_threads(void) { return openblas_get_num_threads(); }
+int blas_threads_get(void) { return openblas_get_num_threads(); }
 
 /* openblas_get_parallel(): 0 sequential, 1 pthreads, 2 OpenMP */
-int kernel_blas_uses_openmp(void) { return openblas_get_parallel() == 2; }
+int blas_threads_uses_openmp(void) { return openblas_get_parallel() == 2; }

@@ -1,7 +1,7 @@
 #include "cpu_kernels.h"
 
 /* The AVX-512 kernels use F, BW (16-bit lanes), VL and DQ. */
-int avx512_supported(void)
+int cpu_avx512_supported(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
@@ -14,7 +14,7 @@ int avx512_supported(void)
 
 /* The AVX2 kernels use AVX2 and FMA. Checked here, in a file built without -mavx2, so that the
  * check itself runs on any x86-64. */
-int avx2_supported(void)
+int cpu_avx2_supported(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();

@@ -30,8 +30,8 @@
 static void ns_iter_plain(const struct kernel_ctx *ctx, int64_t m, int64_t n, const float c[3],
                           const float *x, float *y, float *A, float *B)
 {
-    blas_shard_gram(ctx, x, m, n, A);
-    blas_shard_update(ctx, A, c, x, m, n, B, y);
+    ns_shard_gram_blas(ctx, x, m, n, A);
+    ns_shard_update_blas(ctx, A, c, x, m, n, B, y);
 }
 
 static void sym_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n, float *A)
@@ -115,8 +115,8 @@ static void sym_symmul(const struct kernel_ctx *ctx, const float *P, const float
 }
 
 static const struct ns_products blas_plain_products = {
-    .gram = blas_shard_gram,
-    .update = blas_shard_update,
+    .gram = ns_shard_gram_blas,
+    .update = ns_shard_update_blas,
     .poly = plain_poly,
     .symmul = plain_symmul,
     .mul = plain_symmul,
@@ -132,8 +132,8 @@ static const struct ns_products blas_symmetric_products = {
     .apply = plain_apply,
 };
 
-int blas_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
-                       const struct ns_workspace *ws)
+int ns_blas_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
+                          const struct ns_workspace *ws)
 {
     if (a->compute == KDT_BF16)
         return ns_bf16_run(ctx, a, ws);

@@ -8,8 +8,8 @@
 static void ref_iter(const struct kernel_ctx *ctx, int64_t m, int64_t n, const float c[3],
                      const float *x, float *y, float *A, float *B)
 {
-    ref_shard_gram(ctx, x, m, n, A);
-    ref_shard_update(ctx, A, c, x, m, n, B, y);
+    ns_shard_gram_ref(ctx, x, m, n, A);
+    ns_shard_update_ref(ctx, A, c, x, m, n, B, y);
 }
 
 /* (P Q)[i][j] of two m x m matrices, summed in double */
@@ -55,16 +55,16 @@ static void ref_qx(const struct kernel_ctx *ctx, const float *Q, const float *x,
 }
 
 static const struct ns_products ref_products = {
-    .gram = ref_shard_gram,
-    .update = ref_shard_update,
+    .gram = ns_shard_gram_ref,
+    .update = ns_shard_update_ref,
     .poly = ref_poly,
     .symmul = ref_symmul,
     .mul = ref_symmul,
     .apply = ref_qx,
 };
 
-int ref_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
-                      const struct ns_workspace *ws)
+int ns_ref_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
+                         const struct ns_workspace *ws)
 {
     if (a->compute == KDT_BF16)
         return ns_bf16_run(ctx, a, ws); /* bf16 products exist only as oneDNN's */

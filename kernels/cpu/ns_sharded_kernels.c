@@ -8,19 +8,19 @@
 #include "cpu_kernels.h"
 #include "ns_common.h"
 
-void shard_load(const struct kernel_ctx *ctx, const struct ns_args *a, double inv, float *x)
+void ns_shard_load(const struct kernel_ctx *ctx, const struct ns_args *a, double inv, float *x)
 {
     (void)ctx;
     ns_load_with_inv(a, 0, inv, x);
 }
 
-void shard_store(const struct kernel_ctx *ctx, const struct ns_args *a, const float *x)
+void ns_shard_store(const struct kernel_ctx *ctx, const struct ns_args *a, const float *x)
 {
     (void)ctx;
     ns_store_output(a, 0, x);
 }
 
-void ref_shard_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n, float *g)
+void ns_shard_gram_ref(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n, float *g)
 {
     (void)ctx;
     for (int64_t i = 0; i < m; i++)
@@ -32,8 +32,8 @@ void ref_shard_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, int
         }
 }
 
-void ref_shard_update(const struct kernel_ctx *ctx, const float *g, const float c[3],
-                      const float *x, int64_t m, int64_t n, float *B, float *y)
+void ns_shard_update_ref(const struct kernel_ctx *ctx, const float *g, const float c[3],
+                         const float *x, int64_t m, int64_t n, float *B, float *y)
 {
     (void)ctx;
     for (int64_t i = 0; i < m; i++)
@@ -52,7 +52,8 @@ void ref_shard_update(const struct kernel_ctx *ctx, const float *g, const float 
         }
 }
 
-void blas_shard_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n, float *g)
+void ns_shard_gram_blas(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n,
+                        float *g)
 {
     (void)ctx;
     if (n == 0) {
@@ -63,8 +64,8 @@ void blas_shard_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, in
                 (int)n, 0.0f, g, (int)m);
 }
 
-void blas_shard_update(const struct kernel_ctx *ctx, const float *g, const float c[3],
-                       const float *x, int64_t m, int64_t n, float *B, float *y)
+void ns_shard_update_blas(const struct kernel_ctx *ctx, const float *g, const float c[3],
+                          const float *x, int64_t m, int64_t n, float *B, float *y)
 {
     (void)ctx;
     if (n == 0)

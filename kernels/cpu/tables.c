@@ -27,7 +27,7 @@ size_t cpu_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch)
 /* What every CPU table shares: host memory, memcpy copies, the deterministic sum of squares,
  * the sharded Newton-Schulz load/store; the tables differ in elementwise and NS kernels. */
 #define CPU_TABLE_COMMON                                                                           \
-    .ns_shard_load = shard_load, .ns_shard_store = shard_store, .copy2d = cpu_copy2d,              \
+    .ns_shard_load = ns_shard_load, .ns_shard_store = ns_shard_store, .copy2d = cpu_copy2d,        \
     .sumsq = cpu_sumsq, .copy = cpu_copy, .fill = cpu_fill, .alloc = cpu_alloc, .free = cpu_free,  \
     .sync = cpu_sync, .ns_workspace_bytes = cpu_ns_workspace_bytes
 
@@ -36,9 +36,9 @@ static const struct kernel_ops cpu_ref = {
     .momentum = ref_momentum,
     .adamw = ref_adamw,
     .apply = ref_apply,
-    .newton_schulz = ref_newton_schulz,
-    .ns_shard_gram = ref_shard_gram,
-    .ns_shard_update = ref_shard_update,
+    .newton_schulz = ns_ref_newton_schulz,
+    .ns_shard_gram = ns_shard_gram_ref,
+    .ns_shard_update = ns_shard_update_ref,
     CPU_TABLE_COMMON,
 };
 
@@ -47,9 +47,9 @@ static const struct kernel_ops cpu_portable = {
     .momentum = ref_momentum,
     .adamw = ref_adamw,
     .apply = ref_apply,
-    .newton_schulz = blas_newton_schulz,
-    .ns_shard_gram = blas_shard_gram,
-    .ns_shard_update = blas_shard_update,
+    .newton_schulz = ns_blas_newton_schulz,
+    .ns_shard_gram = ns_shard_gram_blas,
+    .ns_shard_update = ns_shard_update_blas,
     CPU_TABLE_COMMON,
 };
 
@@ -59,9 +59,9 @@ static const struct kernel_ops cpu_avx512 = {
     .momentum = avx512_momentum,
     .adamw = avx512_adamw,
     .apply = avx512_apply,
-    .newton_schulz = blas_newton_schulz,
-    .ns_shard_gram = blas_shard_gram,
-    .ns_shard_update = blas_shard_update,
+    .newton_schulz = ns_blas_newton_schulz,
+    .ns_shard_gram = ns_shard_gram_blas,
+    .ns_shard_update = ns_shard_update_blas,
     CPU_TABLE_COMMON,
 };
 #endif
@@ -72,9 +72,9 @@ static const struct kernel_ops cpu_avx2 = {
     .momentum = avx2_momentum,
     .adamw = avx2_adamw,
     .apply = avx2_apply,
-    .newton_schulz = blas_newton_schulz,
-    .ns_shard_gram = blas_shard_gram,
-    .ns_shard_update = blas_shard_update,
+    .newton_schulz = ns_blas_newton_schulz,
+    .ns_shard_gram = ns_shard_gram_blas,
+    .ns_shard_update = ns_shard_update_blas,
     CPU_TABLE_COMMON,
 };
 #endif
@@ -86,7 +86,7 @@ const struct kernel_ops *kernel_ops_cpu_portable(void) { return &cpu_portable; }
 const struct kernel_ops *kernel_ops_cpu_avx512(void)
 {
 #ifdef SHARDOPT_HAVE_AVX512_KERNELS
-    return avx512_supported() ? &cpu_avx512 : NULL;
+    return cpu_avx512_supported() ? &cpu_avx512 : NULL;
 #else
     return NULL;
 #endif
@@ -95,7 +95,7 @@ const struct kernel_ops *kernel_ops_cpu_avx512(void)
 const struct kernel_ops *kernel_ops_cpu_avx2(void)
 {
 #ifdef SHARDOPT_HAVE_AVX2_KERNELS
-    return avx2_supported() ? &cpu_avx2 : NULL;
+    return cpu_avx2_supported() ? &cpu_avx2 : NULL;
 #else
     return NULL;
 #endif

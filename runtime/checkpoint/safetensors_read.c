@@ -30,7 +30,7 @@ long st_utf8_error(const char *s)
 {
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
-        size_t k = json_utf8_seq_len((const unsigned char *)s + i, n - i);
+        size_t k = json_strict_utf8_seq_len((const unsigned char *)s + i, n - i);
         if (k == 0)
             return (long)i;
         i += k;

@@ -23,7 +23,7 @@ static shardopt_status_t fail(char *err, size_t errlen, shardopt_status_t status
     return status;
 }
 
-size_t json_utf8_seq_len(const unsigned char *s, size_t n)
+size_t json_strict_utf8_seq_len(const unsigned char *s, size_t n)
 {
     unsigned c = s[0];
     size_t len;
@@ -97,7 +97,7 @@ static shardopt_status_t scan(const unsigned char *s, size_t n, unsigned flags, 
         if (c == 0)
             return fail(err, errlen, SHARDOPT_ERR_CORRUPT, "byte %zu is a NUL byte", i);
         if (c >= 0x80) {
-            const size_t k = json_utf8_seq_len(s + i, n - i);
+            const size_t k = json_strict_utf8_seq_len(s + i, n - i);
             if (k == 0)
                 return fail(err, errlen, SHARDOPT_ERR_CORRUPT, "byte %zu: invalid UTF-8", i);
             i += k;

@@ -20,7 +20,7 @@
 
 /* Length of the valid UTF-8 sequence at s (1-4), or 0. Strict like Rust's str::from_utf8: no
  * overlongs, surrogates or code points past U+10FFFF. */
-size_t json_utf8_seq_len(const unsigned char *s, size_t n);
+size_t json_strict_utf8_seq_len(const unsigned char *s, size_t n);
 
 /* Parse text[0, len) as one JSON value followed only by JSON whitespace (space, tab, LF, CR).
  * text[len] must be readable and NUL (no cJSON version then reads past the text). Refused: a NUL

@@ -442,7 +442,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
         return SHARDOPT_OK;
 
     /* prologue: bucket 0 into exchange #1 (its start counted with the momentum, as in the loop) */
-    tl_start(tl, &clk, 0);
+    timeline_start(tl, &clk, 0);
     stage_get(rt, 0, &ring[0]);
     stage_momentum(rt, &ring[0], s->grad_scale);
     status = xfer_start(rt, &ring[0], 0);
@@ -460,18 +460,18 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
             if (status != SHARDOPT_OK)
                 break;
         }
-        tl_lap(tl, &clk, &k->seconds_momentum_last);
+        timeline_lap(tl, &clk, &k->seconds_momentum_last);
 
         /* bucket i: arrives, is orthogonalized, starts back */
         status = xfer_wait(rt, cur, 0);
         if (status != SHARDOPT_OK)
             break;
         stage_move(rt, cur, 1);
-        tl_lap(tl, &clk, &k->seconds_exchange1_last);
+        timeline_lap(tl, &clk, &k->seconds_exchange1_last);
         status = stage_ns(rt, cur, next, prev);
         if (status != SHARDOPT_OK)
             break;
-        tl_lap(tl, &clk, &k->seconds_ns_last);
+        timeline_lap(tl, &clk, &k->seconds_ns_last);
         stage_move(rt, cur, 0);
         status = xfer_start(rt, cur, 1);
         if (status != SHARDOPT_OK)
@@ -483,18 +483,18 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
             if (status != SHARDOPT_OK)
                 break;
         }
-        tl_lap(tl, &clk, &k->seconds_exchange2_last);
+        timeline_lap(tl, &clk, &k->seconds_exchange2_last);
         if (prev != NULL)
             stage_apply(rt, prev, s);
-        tl_lap(tl, &clk, &k->seconds_apply_last);
+        timeline_lap(tl, &clk, &k->seconds_apply_last);
     }
     if (status == SHARDOPT_OK) {
         struct stage *last = &ring[(n - 1) % PIPELINE_DEPTH];
         status = xfer_wait(rt, last, 1);
-        tl_lap(tl, &clk, &k->seconds_exchange2_last);
+        timeline_lap(tl, &clk, &k->seconds_exchange2_last);
         if (status == SHARDOPT_OK)
             stage_apply(rt, last, s);
-        tl_lap(tl, &clk, &k->seconds_apply_last);
+        timeline_lap(tl, &clk, &k->seconds_apply_last);
     }
     return status;
 }

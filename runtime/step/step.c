@@ -406,7 +406,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
             return status;
     }
     /* after the trainer's stream: its work is not the step's */
-    tl_start(&rt->timeline, &clk, 0);
+    timeline_start(&rt->timeline, &clk, 0);
 
     if (rt->cfg.check_state_every > 0 && k->steps % (uint64_t)rt->cfg.check_state_every == 0) {
         /* after the trainer's stream, before anything is written; the same outcome on every rank */
@@ -419,7 +419,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     if (status != SHARDOPT_OK)
         return status;
     k->grad_norm_last = pre.norm;
-    tl_lap(&rt->timeline, &clk, &k->seconds_prepass_last);
+    timeline_lap(&rt->timeline, &clk, &k->seconds_prepass_last);
     if (pre.nonfinite) {
         for (int i = 0; i < rt->nparams; i++)
             rt->params[i]->grad_norm_last = rt->params[i]->update_rms_last = NAN;
@@ -430,7 +430,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     const struct adamw_call call = {.sc = &sc, .grad_scale = pre.grad_scale};
     offload_state_run(rt, SHARDOPT_ALGO_ADAMW, adamw_tensor, rt, adamw_kernel, &call);
     ew_flush(rt); /* every AdamW tensor in one launch on a device backend */
-    tl_lap(&rt->timeline, &clk, &k->seconds_adamw_last);
+    timeline_lap(&rt->timeline, &clk, &k->seconds_adamw_last);
 
     const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};
     status = muon_run(rt, &ms);

@@ -126,7 +126,7 @@ static void sim_apply(const struct kernel_ctx *c, const struct apply_args *a)
 static int sim_ns(const struct kernel_ctx *c, const struct ns_args *a, const struct ns_workspace *w)
 {
     SIM_OPEN();
-    int rc = ref_newton_schulz(c, a, w);
+    int rc = ns_ref_newton_schulz(c, a, w);
     SIM_CLOSE();
     return rc;
 }

@@ -6,20 +6,20 @@
 #include "kernels/blas_threads.h"
 #include "test.h"
 
-TEST(openblas_is_the_openmp_build) { EXPECT_TRUE(kernel_blas_uses_openmp()); }
+TEST(openblas_is_the_openmp_build) { EXPECT_TRUE(blas_threads_uses_openmp()); }
 
 TEST(blas_thread_count_is_settable)
 {
-    int before = kernel_blas_get_threads();
-    kernel_blas_set_threads(1);
-    EXPECT_EQ_INT(kernel_blas_get_threads(), 1);
+    int before = blas_threads_get();
+    blas_threads_set(1);
+    EXPECT_EQ_INT(blas_threads_get(), 1);
     EXPECT_EQ_INT(omp_get_max_threads(), 1); /* oneDNN's threads follow */
-    kernel_blas_set_threads(2);
+    blas_threads_set(2);
     EXPECT_EQ_INT(omp_get_max_threads(), 2);
-    kernel_blas_set_threads(1);
-    kernel_blas_set_threads(0); /* 0 leaves it as it is */
-    EXPECT_EQ_INT(kernel_blas_get_threads(), 1);
+    blas_threads_set(1);
+    blas_threads_set(0); /* 0 leaves it as it is */
+    EXPECT_EQ_INT(blas_threads_get(), 1);
     EXPECT_EQ_INT(omp_get_max_threads(), 1);
-    kernel_blas_set_threads(before);
-    EXPECT_EQ_INT(kernel_blas_get_threads(), before);
+    blas_threads_set(before);
+    EXPECT_EQ_INT(blas_threads_get(), before);
 }

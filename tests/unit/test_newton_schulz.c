@@ -110,7 +110,7 @@ static void check_ref_vs_fp64(int in_dt, int out_dt, const struct coeffs *t,
         void *out = malloc(count * kdtype_size(out_dt));
         double ref_max = 0.0;
 
-        EXPECT_EQ_INT(ns_call(ref_newton_schulz, s, NS_VARIANT_PLAIN, in, in_dt, out, out_dt, t),
+        EXPECT_EQ_INT(ns_call(ns_ref_newton_schulz, s, NS_VARIANT_PLAIN, in, in_dt, out, out_dt, t),
                       0);
         ns64(u, s, t, ref);
         const double err = max_abs_diff(out, out_dt, ref, count, &ref_max);
@@ -175,8 +175,9 @@ static void check_blas_vs_ref(int variant, const struct coeffs *t)
         double ref_max = 0.0;
 
         EXPECT_EQ_INT(
-            ns_call(ref_newton_schulz, s, NS_VARIANT_PLAIN, in, KDT_F32, o_ref, KDT_F32, t), 0);
-        EXPECT_EQ_INT(ns_call(blas_newton_schulz, s, variant, in, KDT_F32, o_blas, KDT_F32, t), 0);
+            ns_call(ns_ref_newton_schulz, s, NS_VARIANT_PLAIN, in, KDT_F32, o_ref, KDT_F32, t), 0);
+        EXPECT_EQ_INT(ns_call(ns_blas_newton_schulz, s, variant, in, KDT_F32, o_blas, KDT_F32, t),
+                      0);
         for (size_t j = 0; j < count; j++)
             ref[j] = o_ref[j];
         const double err = max_abs_diff(o_blas, KDT_F32, ref, count, &ref_max);
@@ -219,9 +220,10 @@ TEST(ns_blas_variants_agree_on_large_shape)
     double ref_max = 0.0;
 
     EXPECT_EQ_INT(
-        ns_call(blas_newton_schulz, &s, NS_VARIANT_PLAIN, in, KDT_F32, o_plain, KDT_F32, &t), 0);
+        ns_call(ns_blas_newton_schulz, &s, NS_VARIANT_PLAIN, in, KDT_F32, o_plain, KDT_F32, &t), 0);
     EXPECT_EQ_INT(
-        ns_call(blas_newton_schulz, &s, NS_VARIANT_SYMMETRIC, in, KDT_F32, o_sym, KDT_F32, &t), 0);
+        ns_call(ns_blas_newton_schulz, &s, NS_VARIANT_SYMMETRIC, in, KDT_F32, o_sym, KDT_F32, &t),
+        0);
     for (size_t j = 0; j < count; j++)
         plain64[j] = o_plain[j];
     const double err = max_abs_diff(o_sym, KDT_F32, plain64, count, &ref_max);
@@ -241,23 +243,23 @@ TEST(ns_blas_deterministic)
     const struct ns_shape s = {2, 300, 170};
     const struct coeffs t = table_use(NS_TABLE_QUINTIC, 5);
     const size_t count = shape_count(&s);
-    const int saved = kernel_blas_get_threads();
+    const int saved = blas_threads_get();
     double *u = malloc(count * sizeof(double));
     float *in = ns_input(count, KDT_F32, 9, u);
     float *o1 = malloc(count * sizeof(float)), *o2 = malloc(count * sizeof(float));
 
     for (int threads = 1; threads <= 2; threads++) {
-        kernel_blas_set_threads(threads);
+        blas_threads_set(threads);
         for (int variant = NS_VARIANT_PLAIN; variant <= NS_VARIANT_SYMMETRIC; variant++) {
             memset(o2, 0xff, count * sizeof(float));
-            EXPECT_EQ_INT(ns_call(blas_newton_schulz, &s, variant, in, KDT_F32, o1, KDT_F32, &t),
+            EXPECT_EQ_INT(ns_call(ns_blas_newton_schulz, &s, variant, in, KDT_F32, o1, KDT_F32, &t),
                           0);
-            EXPECT_EQ_INT(ns_call(blas_newton_schulz, &s, variant, in, KDT_F32, o2, KDT_F32, &t),
+            EXPECT_EQ_INT(ns_call(ns_blas_newton_schulz, &s, variant, in, KDT_F32, o2, KDT_F32, &t),
                           0);
             EXPECT_TRUE(memcmp(o1, o2, count * sizeof(float)) == 0);
         }
     }
-    kernel_blas_set_threads(saved);
+    blas_threads_set(saved);
     free(u);
     free(in);
     free(o1);
@@ -287,21 +289,21 @@ TEST(ns_kernels_reject_what_they_cannot_run)
                         .variant = NS_VARIANT_PLAIN};
     struct ns_workspace ws = {.buf = ws_buf, .floats = 512};
 
-    EXPECT_EQ_INT(blas_newton_schulz(&ctx, &a, &ws), -1);
-    EXPECT_EQ_INT(ref_newton_schulz(&ctx, &a, &ws), -1);
+    EXPECT_EQ_INT(ns_blas_newton_schulz(&ctx, &a, &ws), -1);
+    EXPECT_EQ_INT(ns_ref_newton_schulz(&ctx, &a, &ws), -1);
     a.transpose = 1;
     ws.floats = ns_workspace_floats(10, 6) - 1;
-    EXPECT_EQ_INT(blas_newton_schulz(&ctx, &a, &ws), -1);
-    EXPECT_EQ_INT(ref_newton_schulz(&ctx, &a, &ws), -1);
+    EXPECT_EQ_INT(ns_blas_newton_schulz(&ctx, &a, &ws), -1);
+    EXPECT_EQ_INT(ns_ref_newton_schulz(&ctx, &a, &ws), -1);
     ws.floats = 512;
     a.variant = 2;
-    EXPECT_EQ_INT(blas_newton_schulz(&ctx, &a, &ws), -1);
+    EXPECT_EQ_INT(ns_blas_newton_schulz(&ctx, &a, &ws), -1);
     a.variant = -1;
-    EXPECT_EQ_INT(blas_newton_schulz(&ctx, &a, &ws), -1);
+    EXPECT_EQ_INT(ns_blas_newton_schulz(&ctx, &a, &ws), -1);
     a.variant = NS_VARIANT_SYMMETRIC;
-    EXPECT_EQ_INT(blas_newton_schulz(&ctx, &a, &ws), 0);
+    EXPECT_EQ_INT(ns_blas_newton_schulz(&ctx, &a, &ws), 0);
     EXPECT_EQ_INT(
-        ns_call(blas_newton_schulz, &s, NS_VARIANT_SYMMETRIC, in, KDT_F32, out, KDT_F32, &t), 0);
+        ns_call(ns_blas_newton_schulz, &s, NS_VARIANT_SYMMETRIC, in, KDT_F32, out, KDT_F32, &t), 0);
     free(in);
 }
 
@@ -309,7 +311,7 @@ TEST(ns_zero_matrix_gives_zeros)
 {
     const struct ns_shape shapes[] = {{1, 6, 10}, {1, 10, 6}, {2, 5, 5}};
     const struct coeffs t = table_use(NS_TABLE_QUINTIC, 5);
-    const ns_fn_t fns[] = {ref_newton_schulz, blas_newton_schulz, blas_newton_schulz};
+    const ns_fn_t fns[] = {ns_ref_newton_schulz, ns_blas_newton_schulz, ns_blas_newton_schulz};
     const int variants[] = {NS_VARIANT_PLAIN, NS_VARIANT_PLAIN, NS_VARIANT_SYMMETRIC};
 
     for (size_t i = 0; i < 3; i++)
@@ -363,7 +365,8 @@ static void check_singular_band(int table, int steps, double lo, double hi, int 
 
     for (int variant = NS_VARIANT_PLAIN; variant <= NS_VARIANT_SYMMETRIC; variant++) {
         double smin, smax;
-        EXPECT_EQ_INT(ns_call(blas_newton_schulz, &s, variant, in, KDT_F32, out, KDT_F32, &t), 0);
+        EXPECT_EQ_INT(ns_call(ns_blas_newton_schulz, &s, variant, in, KDT_F32, out, KDT_F32, &t),
+                      0);
         singular_range(out, 256, 512, 1.0, &smin, &smax);
         if (strict) {
             EXPECT_TRUE(smin > lo);
@@ -526,9 +529,9 @@ TEST(ns_variant_table_picks_what_blas_runs)
         const int variant = ns_variant_for_shape(s->rows, s->cols);
         /* one shape of each variant, and what runs agrees with the portable reference */
         EXPECT_EQ_INT(variant, i == 0 ? NS_VARIANT_PLAIN : NS_VARIANT_SYMMETRIC);
-        EXPECT_EQ_INT(ns_call(blas_newton_schulz, s, variant, in, KDT_F32, out, KDT_F32, &t), 0);
+        EXPECT_EQ_INT(ns_call(ns_blas_newton_schulz, s, variant, in, KDT_F32, out, KDT_F32, &t), 0);
         EXPECT_EQ_INT(
-            ns_call(ref_newton_schulz, s, NS_VARIANT_PLAIN, in, KDT_F32, o_ref, KDT_F32, &t), 0);
+            ns_call(ns_ref_newton_schulz, s, NS_VARIANT_PLAIN, in, KDT_F32, o_ref, KDT_F32, &t), 0);
         double ref_max = 0.0;
         for (size_t j = 0; j < count; j++)
             ref[j] = o_ref[j];

@@ -57,7 +57,7 @@ static int run_algo(struct ns_bf16 *b, int64_t batch, int64_t rows, int64_t cols
     a.precondition = precondition;
     struct ns_workspace ws = {.floats = ns_workspace_floats(rows, cols), .bf16 = b};
     ws.buf = cpu_alloc(ws.floats * sizeof(float));
-    const int rc = blas_newton_schulz(&(struct kernel_ctx){.threads = 0}, &a, &ws);
+    const int rc = ns_blas_newton_schulz(&(struct kernel_ctx){.threads = 0}, &a, &ws);
     cpu_free(ws.buf);
     return rc;
 }

@@ -113,7 +113,7 @@ TEST(ns_gram_matches_standard_fp32)
 
         fp64_standard(u, c, &t, r64);
         for (int variant = -1; variant <= NS_VARIANT_SYMMETRIC; variant++) {
-            const ns_fn_t fn = variant < 0 ? ref_newton_schulz : blas_newton_schulz;
+            const ns_fn_t fn = variant < 0 ? ns_ref_newton_schulz : ns_blas_newton_schulz;
             const int v = variant < 0 ? NS_VARIANT_PLAIN : variant;
             ASSERT_EQ_INT(run(fn, c, v, NS_ALGO_STANDARD, NS_PRECOND_FROBENIUS, &t, in, o_std), 0);
             ASSERT_EQ_INT(run(fn, c, v, NS_ALGO_GRAM, NS_PRECOND_FROBENIUS, &t, in, o_gram), 0);
@@ -163,13 +163,13 @@ TEST(ns_aol_4_steps_band_at_least_as_tight_as_quintic_5)
     for (uint64_t seed = 1; seed <= 2; seed++) {
         float *in = make_input(&c, 900 + seed, NULL);
         double q_lo, q_hi;
-        ASSERT_EQ_INT(run(blas_newton_schulz, &c, NS_VARIANT_SYMMETRIC, NS_ALGO_STANDARD,
+        ASSERT_EQ_INT(run(ns_blas_newton_schulz, &c, NS_VARIANT_SYMMETRIC, NS_ALGO_STANDARD,
                           NS_PRECOND_FROBENIUS, &q5, in, out),
                       0);
         singular_range(out, 256, 512, 1.0, &q_lo, &q_hi);
         for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
             double lo, hi;
-            ASSERT_EQ_INT(run(blas_newton_schulz, &c, NS_VARIANT_SYMMETRIC, algo, NS_PRECOND_AOL,
+            ASSERT_EQ_INT(run(ns_blas_newton_schulz, &c, NS_VARIANT_SYMMETRIC, algo, NS_PRECOND_AOL,
                               &a4, in, out),
                           0);
             singular_range(out, 256, 512, 1.0, &lo, &hi);
@@ -204,12 +204,12 @@ TEST(ns_aol_scaling_bounds_the_spectral_norm_by_1)
         double lo, hi, flo, fhi;
         for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
             ASSERT_EQ_INT(
-                run(blas_newton_schulz, c, NS_VARIANT_PLAIN, algo, NS_PRECOND_AOL, &id, in, out),
+                run(ns_blas_newton_schulz, c, NS_VARIANT_PLAIN, algo, NS_PRECOND_AOL, &id, in, out),
                 0);
             singular_range(out, (int)c->rows, (int)c->cols, 1.0, &lo, &hi);
             EXPECT_TRUE(hi <= 1.0 + 1e-6);
         }
-        ASSERT_EQ_INT(run(blas_newton_schulz, c, NS_VARIANT_PLAIN, NS_ALGO_STANDARD,
+        ASSERT_EQ_INT(run(ns_blas_newton_schulz, c, NS_VARIANT_PLAIN, NS_ALGO_STANDARD,
                           NS_PRECOND_FROBENIUS, &id, in, out),
                       0);
         singular_range(out, (int)c->rows, (int)c->cols, 1.0, &flo, &fhi);
@@ -237,13 +237,14 @@ TEST(ns_aol_and_gram_blas_match_ref)
         float *o_ref = malloc(sizeof(float) * count), *o = malloc(sizeof(float) * count);
         double *r = malloc(sizeof(double) * count);
         for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
-            ASSERT_EQ_INT(
-                run(ref_newton_schulz, c, NS_VARIANT_PLAIN, algo, NS_PRECOND_AOL, &a4, in, o_ref),
-                0);
+            ASSERT_EQ_INT(run(ns_ref_newton_schulz, c, NS_VARIANT_PLAIN, algo, NS_PRECOND_AOL, &a4,
+                              in, o_ref),
+                          0);
             for (size_t j = 0; j < count; j++)
                 r[j] = o_ref[j];
             for (int v = NS_VARIANT_PLAIN; v <= NS_VARIANT_SYMMETRIC; v++) {
-                ASSERT_EQ_INT(run(blas_newton_schulz, c, v, algo, NS_PRECOND_AOL, &a4, in, o), 0);
+                ASSERT_EQ_INT(run(ns_blas_newton_schulz, c, v, algo, NS_PRECOND_AOL, &a4, in, o),
+                              0);
                 const double e = ns_rel_frobenius(o, KDT_F32, r, count);
                 if (e > 3e-5)
                     fprintf(stderr, "  %lldx%lld algorithm %d variant %d: %.3g\n",
@@ -326,8 +327,8 @@ TEST(ns_gram_refuses_unknown_values)
     const struct gcase c = {1, 8, 16, UNIFORM};
     const struct coeffs t = coeffs_of(NS_TABLE_QUINTIC, 5);
     float *in = make_input(&c, 1, NULL), out[128];
-    EXPECT_EQ_INT(run(blas_newton_schulz, &c, 0, 2, NS_PRECOND_FROBENIUS, &t, in, out), -1);
-    EXPECT_EQ_INT(run(blas_newton_schulz, &c, 0, NS_ALGO_GRAM, 2, &t, in, out), -1);
-    EXPECT_EQ_INT(run(ref_newton_schulz, &c, 0, NS_ALGO_GRAM, -1, &t, in, out), -1);
+    EXPECT_EQ_INT(run(ns_blas_newton_schulz, &c, 0, 2, NS_PRECOND_FROBENIUS, &t, in, out), -1);
+    EXPECT_EQ_INT(run(ns_blas_newton_schulz, &c, 0, NS_ALGO_GRAM, 2, &t, in, out), -1);
+    EXPECT_EQ_INT(run(ns_ref_newton_schulz, &c, 0, NS_ALGO_GRAM, -1, &t, in, out), -1);
     free(in);
 }

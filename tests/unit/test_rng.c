@@ -7,7 +7,7 @@
 static void expect_philox(const uint32_t ctr[4], const uint32_t key[2], const uint32_t want[4])
 {
     uint32_t out[4];
-    philox4x32_10(ctr, key, out);
+    rng_philox4x32_10(ctr, key, out);
     for (int i = 0; i < 4; i++)
         EXPECT_EQ_U32(out[i], want[i]);
 }
@@ -101,7 +101,7 @@ TEST(bits_of_an_index_do_not_depend_on_the_path)
     EXPECT_EQ_INT(bad, 0);
     /* the two halves of each 32-bit word are both used, in order */
     uint32_t ctr[4] = {7, 0, s.step_lo, s.kind_hi}, w[4];
-    philox4x32_10(ctr, s.key, w);
+    rng_philox4x32_10(ctr, s.key, w);
     EXPECT_EQ_U16(rng_bits16(&s, 7 * 8 + 0), (uint16_t)w[0]);
     EXPECT_EQ_U16(rng_bits16(&s, 7 * 8 + 1), (uint16_t)(w[0] >> 16));
     EXPECT_EQ_U16(rng_bits16(&s, 7 * 8 + 6), (uint16_t)w[3]);

@@ -47,11 +47,11 @@ TEST(timeline_host_clock_adds_at_once)
     double a = 0, b = 0;
     timeline_init(&tl, cpu, &ctx);
     EXPECT_EQ_INT(timeline_on_device(&tl), 0);
-    tl_start(&tl, &c, 0); /* no begin needed: host laps always count */
+    timeline_start(&tl, &c, 0); /* no begin needed: host laps always count */
     for (volatile int i = 0; i < 1000000; i++)
         ;
-    tl_lap(&tl, &c, &a);
-    tl_lap(&tl, &c, &b);
+    timeline_lap(&tl, &c, &a);
+    timeline_lap(&tl, &c, &b);
     EXPECT_TRUE(a > 0 && b >= 0);
     EXPECT_EQ_INT(timeline_resolve(&tl), 0);
     timeline_free(&tl);
@@ -67,17 +67,17 @@ TEST(timeline_device_marks_become_intervals_at_resolve)
 
     timeline_init(&tl, &ops, &ctx);
     EXPECT_EQ_INT(timeline_on_device(&tl), 1);
-    tl_start(&tl, &c, 0); /* before begin: nothing is marked */
-    tl_lap(&tl, &c, &x);
+    timeline_start(&tl, &c, 0); /* before begin: nothing is marked */
+    timeline_lap(&tl, &c, &x);
     EXPECT_EQ_INT((int)fake_marks, 0);
 
     timeline_begin(&tl);
-    tl_start(&tl, &c, 0);                    /* mark 0 */
-    tl_lap(&tl, &c, &x);                     /* mark 1: x += 1 */
-    tl_start(&tl, &copy, 1);                 /* mark 2, lane 1 */
-    tl_lap(&tl, &copy, &z);                  /* mark 3: z += 10 */
-    tl_lap(&tl, &c, &y);                     /* mark 4: y += 3 (from mark 1) */
-    tl_lap(&tl, &c, &x);                     /* mark 5: x += 1 */
+    timeline_start(&tl, &c, 0);              /* mark 0 */
+    timeline_lap(&tl, &c, &x);               /* mark 1: x += 1 */
+    timeline_start(&tl, &copy, 1);           /* mark 2, lane 1 */
+    timeline_lap(&tl, &copy, &z);            /* mark 3: z += 10 */
+    timeline_lap(&tl, &c, &y);               /* mark 4: y += 3 (from mark 1) */
+    timeline_lap(&tl, &c, &x);               /* mark 5: x += 1 */
     EXPECT_TRUE(x == 0 && y == 0 && z == 0); /* nothing read until resolve */
     EXPECT_EQ_INT(timeline_resolve(&tl), 0);
     EXPECT_TRUE(x == 2 && y == 3 && z == 10);
@@ -85,14 +85,14 @@ TEST(timeline_device_marks_become_intervals_at_resolve)
     EXPECT_TRUE(x == 2 && y == 3 && z == 10);
 
     timeline_begin(&tl); /* a new step: unresolved intervals of the last one are dropped */
-    tl_start(&tl, &c, 0);
-    tl_lap(&tl, &c, &x);
+    timeline_start(&tl, &c, 0);
+    timeline_lap(&tl, &c, &x);
     timeline_begin(&tl);
     EXPECT_EQ_INT(timeline_resolve(&tl), 0);
     EXPECT_TRUE(x == 2);
-    tl_start(&tl, &c, 0);
+    timeline_start(&tl, &c, 0);
     timeline_end(&tl); /* after the step: laps do nothing */
-    tl_lap(&tl, &c, &x);
+    timeline_lap(&tl, &c, &x);
     EXPECT_EQ_INT(timeline_resolve(&tl), 0);
     EXPECT_TRUE(x == 2);
     timeline_free(&tl);
@@ -109,20 +109,20 @@ TEST(timeline_failed_or_exhausted_marks_lose_their_intervals_only)
     timeline_init(&tl, &ops, &ctx);
     timeline_begin(&tl);
     fake_fail_at = 1;
-    tl_start(&tl, &c, 0); /* mark 0 */
-    tl_lap(&tl, &c, &x);  /* mark 1 fails: dropped */
+    timeline_start(&tl, &c, 0); /* mark 0 */
+    timeline_lap(&tl, &c, &x);  /* mark 1 fails: dropped */
     fake_fail_at = -1;
-    tl_lap(&tl, &c,
-           &x); /* mark 1 (ids are used only when queued), nothing to start from: dropped */
-    tl_lap(&tl, &c, &x); /* mark 2: x += 1, from mark 1 */
+    timeline_lap(&tl, &c,
+                 &x); /* mark 1 (ids are used only when queued), nothing to start from: dropped */
+    timeline_lap(&tl, &c, &x); /* mark 2: x += 1, from mark 1 */
     EXPECT_EQ_INT((int)tl.dropped, 2);
     EXPECT_EQ_INT(timeline_resolve(&tl), 0);
     EXPECT_TRUE(x == 1);
 
     timeline_begin(&tl);
-    tl_start(&tl, &c, 0);
+    timeline_start(&tl, &c, 0);
     for (int i = 1; i < KERNEL_MAX_MARKS + 10; i++)
-        tl_lap(&tl, &c, &x);
+        timeline_lap(&tl, &c, &x);
     EXPECT_EQ_INT(tl.marks, KERNEL_MAX_MARKS);
     EXPECT_EQ_INT((int)tl.dropped, 10);
     x = 0;
@@ -154,9 +154,9 @@ TEST(timeline_ready_only_when_every_pending_mark_has_happened)
     EXPECT_EQ_INT(timeline_pending(&tl), 0);
     EXPECT_EQ_INT(timeline_ready(&tl), 1);
     timeline_begin(&tl);
-    tl_start(&tl, &c, 0); /* mark 0 */
-    tl_lap(&tl, &c, &x);  /* mark 1 */
-    tl_lap(&tl, &c, &x);  /* mark 2 */
+    timeline_start(&tl, &c, 0); /* mark 0 */
+    timeline_lap(&tl, &c, &x);  /* mark 1 */
+    timeline_lap(&tl, &c, &x);  /* mark 2 */
     timeline_end(&tl);
     EXPECT_EQ_INT(timeline_pending(&tl), 1);
     fake_done_below = 2; /* mark 2 not yet */
@@ -170,8 +170,8 @@ TEST(timeline_ready_only_when_every_pending_mark_has_happened)
 
     ops.mark_done = NULL; /* cannot tell: ready (the resolve will wait) */
     timeline_begin(&tl);
-    tl_start(&tl, &c, 0);
-    tl_lap(&tl, &c, &x);
+    timeline_start(&tl, &c, 0);
+    timeline_lap(&tl, &c, &x);
     timeline_end(&tl);
     fake_done_below = 0;
     EXPECT_EQ_INT(timeline_ready(&tl), 1);

@@ -23,6 +23,7 @@ declare -A short=(
     [kernels/cuda/elementwise.cu]="cuda_ k_" # k_: device kernels (__global__)
     [kernels/cuda/ns_cuda.cu]="cuda_ k_"
     [kernels/cuda/ops_cuda.cu]="cuda_ kernel_ops_cuda"
+    [kernels/cuda_none.c]="kernel_ops_cuda" # the CUDA table where the build has none
     [runtime/context.c]="rt_"                # the runtime object's own functions (runtime.h)
     [runtime/commit_check.c]="commit_"
     [runtime/comm/comm_wait.c]="comm_"

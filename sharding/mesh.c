@@ -64,22 +64,14 @@ void mesh_coords(const struct mesh *m, int rank, struct mesh_coords *c)
     c->xs_rank = c->d / m->ep;
 }
 
-int mesh_dense_member(const struct mesh *m, const struct mesh_coords *c, int i)
+struct mesh_split mesh_split(const struct mesh *m, const struct mesh_coords *c, enum mesh_group g)
 {
-    return c->rep * m->dense + i;
-}
-
-int mesh_ep_member(const struct mesh *m, const struct mesh_coords *c, int i)
-{
-    return c->rep * m->dense + c->ep_block * m->ep + i;
-}
-
-int mesh_xs_member(const struct mesh *m, const struct mesh_coords *c, int i)
-{
-    return c->rep * m->dense + i * m->ep + c->ep_rank;
-}
-
-int mesh_rep_member(const struct mesh *m, const struct mesh_coords *c, int i)
-{
-    return i * m->dense + c->d;
+    switch (g) {
+    case MESH_DENSE: return (struct mesh_split){c->rep, c->d};
+    /* EP: the replica's consecutive blocks of ep dense ranks */
+    case MESH_EP: return (struct mesh_split){c->rep * (m->dense / m->ep) + c->ep_block, c->ep_rank};
+    /* expert shard: the replica's dense ranks of one EP rank */
+    case MESH_XS: return (struct mesh_split){c->rep * m->ep + c->ep_rank, c->xs_rank};
+    default: return (struct mesh_split){c->d, c->rep}; /* replicate: one dense rank's replicas */
+    }
 }

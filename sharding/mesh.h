@@ -31,11 +31,15 @@ int mesh_init(struct mesh *m, int world, int dp_replicate, int dp_shard, int cp,
 
 void mesh_coords(const struct mesh *m, int rank, struct mesh_coords *c);
 
-/* World rank of member `i` of this rank's groups. */
-int mesh_dense_member(const struct mesh *m, const struct mesh_coords *c, int i);
-int mesh_ep_member(const struct mesh *m, const struct mesh_coords *c, int i);
-int mesh_xs_member(const struct mesh *m, const struct mesh_coords *c, int i);
-int mesh_rep_member(const struct mesh *m, const struct mesh_coords *c, int i);
+enum mesh_group { MESH_DENSE, MESH_EP, MESH_XS, MESH_REP, MESH_GROUPS };
+
+/* A rank's group as an MPI_Comm_split over all ranks takes it: the members are the ranks of the
+ * same colour, and the key is the rank's place among them (0 .. size - 1). The one encoding of
+ * membership: runtime/comm/groups.c splits with it, and the tests read memberships from it. */
+struct mesh_split {
+    int color, key;
+};
+struct mesh_split mesh_split(const struct mesh *m, const struct mesh_coords *c, enum mesh_group g);
 
 /* Sizes of the expert shard group and the EP group. */
 static inline int mesh_xs_size(const struct mesh *m) { return m->dense / m->ep; }

@@ -65,18 +65,16 @@ shardopt_status_t groups_create(MPI_Comm comm, const shardopt_config_t *cfg, str
     /* one split after the other, each only once every member reached it (comm_split): a rank that
      * stops before one is named by the others, who abort instead of waiting in MPI for ever */
     const char *was = comm_phase_now();
-    const int blocks = g->mesh.dense / g->mesh.ep;
+    static const char *const names[MESH_GROUPS] = {"dense group", "expert-parallel group",
+                                                   "expert shard group", "replicate group"};
+    MPI_Comm *out[MESH_GROUPS] = {&g->dense, &g->ep, &g->xs, &g->rep};
     g->world = comm;
     comm_phase("init: splitting the communicator into the groups", -1);
-    rc = comm_split(g, comm, c->rep, c->d, &g->dense, "dense group");
-    if (rc == MPI_SUCCESS)
-        rc = comm_split(g, comm, c->rep * blocks + c->ep_block, c->ep_rank, &g->ep,
-                        "expert-parallel group");
-    if (rc == MPI_SUCCESS)
-        rc = comm_split(g, comm, c->rep * g->mesh.ep + c->ep_rank, c->xs_rank, &g->xs,
-                        "expert shard group");
-    if (rc == MPI_SUCCESS)
-        rc = comm_split(g, comm, c->d, c->rep, &g->rep, "replicate group");
+    /* the colours and keys of sharding/mesh.c: the memberships its tests check */
+    for (int k = 0; k < MESH_GROUPS && rc == MPI_SUCCESS; k++) {
+        const struct mesh_split s = mesh_split(&g->mesh, c, (enum mesh_group)k);
+        rc = comm_split(g, comm, s.color, s.key, out[k], names[k]);
+    }
     comm_phase(was, -1);
     if (rc != MPI_SUCCESS) {
         groups_free(g);

@@ -5,6 +5,40 @@
 
 static char err[256];
 
+/* World rank of member i of rank's group g, read from mesh_split (the colours and keys
+ * runtime/comm/groups.c splits with): the rank of the same colour whose key is i; -1 when none
+ * or more than one has it. */
+static int member(const struct mesh *m, int rank, enum mesh_group g, int i)
+{
+    struct mesh_coords a, b;
+    int found = -1, n = 0;
+    mesh_coords(m, rank, &a);
+    const struct mesh_split mine = mesh_split(m, &a, g);
+    for (int r = 0; r < m->world; r++) {
+        mesh_coords(m, r, &b);
+        const struct mesh_split s = mesh_split(m, &b, g);
+        if (s.color == mine.color && s.key == i) {
+            found = r;
+            n++;
+        }
+    }
+    return n == 1 ? found : -1;
+}
+
+/* Members of rank's group g (the ranks of its colour). */
+static int group_size(const struct mesh *m, int rank, enum mesh_group g)
+{
+    struct mesh_coords a, b;
+    int n = 0;
+    mesh_coords(m, rank, &a);
+    const int color = mesh_split(m, &a, g).color;
+    for (int r = 0; r < m->world; r++) {
+        mesh_coords(m, r, &b);
+        n += mesh_split(m, &b, g).color == color;
+    }
+    return n;
+}
+
 TEST(design_example_16_ranks_dp_shard4_cp4_ep8)
 {
     struct mesh m;
@@ -18,15 +52,15 @@ TEST(design_example_16_ranks_dp_shard4_cp4_ep8)
     EXPECT_EQ_INT(c.ep_rank, 1);
     EXPECT_EQ_INT(c.xs_rank, 1);
     for (int i = 0; i < 8; i++)
-        EXPECT_EQ_INT(mesh_ep_member(&m, &c, i), 8 + i);
+        EXPECT_EQ_INT(member(&m, c.rank, MESH_EP, i), 8 + i);
     EXPECT_EQ_INT(mesh_xs_size(&m), 2);
-    EXPECT_EQ_INT(mesh_xs_member(&m, &c, 0), 1);
-    EXPECT_EQ_INT(mesh_xs_member(&m, &c, 1), 9);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_XS, 0), 1);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_XS, 1), 9);
     mesh_coords(&m, 7, &c);
-    EXPECT_EQ_INT(mesh_xs_member(&m, &c, 0), 7);
-    EXPECT_EQ_INT(mesh_xs_member(&m, &c, 1), 15);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_XS, 0), 7);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_XS, 1), 15);
     for (int i = 0; i < 16; i++)
-        EXPECT_EQ_INT(mesh_dense_member(&m, &c, i), i);
+        EXPECT_EQ_INT(member(&m, c.rank, MESH_DENSE, i), i);
 }
 
 TEST(replicas_are_row_major_outermost)
@@ -40,38 +74,48 @@ TEST(replicas_are_row_major_outermost)
     EXPECT_EQ_INT(c.shard, 1);
     EXPECT_EQ_INT(c.cp_index, 0);
     EXPECT_EQ_INT(c.d, 2);
-    EXPECT_EQ_INT(mesh_rep_member(&m, &c, 0), 2);
-    EXPECT_EQ_INT(mesh_rep_member(&m, &c, 1), 6);
-    EXPECT_EQ_INT(mesh_dense_member(&m, &c, 0), 4);
-    EXPECT_EQ_INT(mesh_ep_member(&m, &c, 0), 6);
-    EXPECT_EQ_INT(mesh_ep_member(&m, &c, 1), 7);
-    EXPECT_EQ_INT(mesh_xs_member(&m, &c, 0), 4);
-    EXPECT_EQ_INT(mesh_xs_member(&m, &c, 1), 6);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_REP, 0), 2);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_REP, 1), 6);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_DENSE, 0), 4);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_EP, 0), 6);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_EP, 1), 7);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_XS, 0), 4);
+    EXPECT_EQ_INT(member(&m, c.rank, MESH_XS, 1), 6);
 }
 
 TEST(every_rank_is_in_exactly_the_groups_that_list_it)
 {
-    /* membership is symmetric: if b is in a's group, a is in b's, at the rank b's group says */
+    /* membership is symmetric: if b is in a's group, a is in b's, at the rank b's group says;
+     * each group's keys are its ranks 0 .. size - 1, its size what the mesh says, and the
+     * coordinates name the same rank in it */
     const int layouts[][5] = {
         {8, 2, 2, 2, 2}, {16, 1, 4, 4, 8}, {12, 1, -1, 2, 2}, {6, 3, 2, 1, 1}};
     for (size_t L = 0; L < sizeof layouts / sizeof layouts[0]; L++) {
         const int *l = layouts[L];
         struct mesh m;
         ASSERT_EQ_INT(mesh_init(&m, l[0], l[1], l[2], l[3], l[4], err, sizeof err), 0);
+        const int size[MESH_GROUPS] = {m.dense, m.ep, mesh_xs_size(&m), m.dp_replicate};
         int bad = 0;
         for (int r = 0; r < m.world; r++) {
             struct mesh_coords a, b;
             mesh_coords(&m, r, &a);
-            for (int i = 0; i < m.ep; i++) {
-                mesh_coords(&m, mesh_ep_member(&m, &a, i), &b);
-                bad += b.ep_rank != i || mesh_ep_member(&m, &b, a.ep_rank) != r;
-            }
-            for (int i = 0; i < mesh_xs_size(&m); i++) {
-                mesh_coords(&m, mesh_xs_member(&m, &a, i), &b);
-                bad += b.xs_rank != i || mesh_xs_member(&m, &b, a.xs_rank) != r;
+            const int place[MESH_GROUPS] = {a.d, a.ep_rank, a.xs_rank, a.rep};
+            for (int g = 0; g < MESH_GROUPS; g++) {
+                bad += group_size(&m, r, (enum mesh_group)g) != size[g];
+                bad += mesh_split(&m, &a, (enum mesh_group)g).key != place[g];
+                for (int i = 0; i < size[g]; i++) {
+                    const int o = member(&m, r, (enum mesh_group)g, i);
+                    if (o < 0) {
+                        bad++;
+                        continue;
+                    }
+                    mesh_coords(&m, o, &b);
+                    bad += member(&m, o, (enum mesh_group)g, place[g]) != r;
+                    bad += b.rep != a.rep && g != MESH_REP;
+                }
             }
             for (int i = 0; i < m.dp_replicate; i++) {
-                mesh_coords(&m, mesh_rep_member(&m, &a, i), &b);
+                mesh_coords(&m, member(&m, r, MESH_REP, i), &b);
                 bad += b.rep != i || b.d != a.d;
             }
         }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../ns_shape.h"
 #include "cpu_kernels.h"
 
 /* Edge of the tiles the transposing load and store go through: 64x64 fp32 (16 KiB) fits L1. */
@@ -12,15 +13,13 @@ size_t ns_workspace_floats(int64_t rows, int64_t cols)
 {
     size_t m = (size_t)(rows < cols ? rows : cols);
     size_t n = (size_t)(rows < cols ? cols : rows);
-    /* X, Y; then A, B (standard) or R, Z, Q, T (Gram) */
-    return 2 * m * n + 4 * m * m;
+    /* X, Y, A, B (standard); Gram's R, Z, Q, T take two m x m more than A, B */
+    return ns_xyab_elems((int64_t)m, (int64_t)n) + 2 * m * m;
 }
 
 double ns_flops_per_iter(int64_t rows, int64_t cols)
 {
-    double m = (double)(rows < cols ? rows : cols);
-    double n = (double)(rows < cols ? cols : rows);
-    return 4.0 * m * m * n + 2.0 * m * m * m;
+    return ns_iter_flops((double)(rows < cols ? rows : cols), (double)(rows < cols ? cols : rows));
 }
 
 int ns_gram_restarts_before(int steps, int step)

@@ -40,14 +40,15 @@
 #include <stdint.h>
 
 extern "C" {
+#include "../ns_shape.h"
 #include "../ops.h"
 }
 
 /* Bytes of device workspace for one matrix of the batch (before the regions' padding). */
 static inline size_t ns_dev_bytes_per_matrix(int64_t rows, int64_t cols)
 {
-    const size_t m = (size_t)(rows < cols ? rows : cols), n = (size_t)(rows < cols ? cols : rows);
-    return 2 * (2 * m * n + 2 * m * m);
+    /* bf16: 2 bytes an element */
+    return 2 * ns_xyab_elems(rows < cols ? rows : cols, rows < cols ? cols : rows);
 }
 
 static inline size_t ns_dev_pad(size_t bytes) { return (bytes + 255) & ~(size_t)255; }

@@ -4,6 +4,7 @@
 
 #include "base/status.h"
 #include "kernels/clock.h"
+#include "kernels/ns_shape.h"
 #include "runtime/comm/comm_wait.h"
 #include "runtime/step/offload_exec.h"
 
@@ -54,8 +55,7 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
         }
     }
     rt->counters.ns_flops_last +=
-        (4.0 * (double)m * (double)m * (double)(count > 0 ? n : 0) + 2.0 * (double)m * m * m) *
-        c->ns_steps;
+        ns_iter_flops((double)m, (double)(count > 0 ? n : 0)) * c->ns_steps;
     if (count == 0)
         return SHARDOPT_OK;
     rt->ops->ns_shard_store(&rt->kctx, &piece, x);

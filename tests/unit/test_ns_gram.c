@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ns_coeffs.h"
+#include "kernels/ns_shape.h"
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
 #include "ns_fp64.h"
@@ -300,8 +301,15 @@ TEST(plan_ns_flops_agrees_with_ns_flops_total)
                 EXPECT_NEAR(plan_ns_flops(shapes[i][0], shapes[i][1], steps, gram),
                             ns_flops_total(shapes[i][0], shapes[i][1], steps, gram, 0),
                             1e-9 * ns_flops_total(shapes[i][0], shapes[i][1], steps, gram, 0));
-    /* standard: steps times the per-step cost owners were balanced on before */
+    /* standard: steps times the per-step cost owners were balanced on before, which is the
+     * kernels' one count of an iteration (kernels/ns_shape.h) */
     EXPECT_NEAR(plan_ns_flops(1408, 4096, 5, 0), 5 * plan_ns_cost(1408, 4096), 0.0);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t r = shapes[i][0], c = shapes[i][1];
+        EXPECT_NEAR(plan_ns_cost(r, c),
+                    ns_iter_flops((double)(r < c ? r : c), (double)(r < c ? c : r)), 0.0);
+        EXPECT_NEAR(plan_ns_cost(r, c), ns_flops_per_iter(r, c), 0.0);
+    }
 }
 
 /* auto's committed table: Gram from n/m = 2 on, the same either way round, for both computes */

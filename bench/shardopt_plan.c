@@ -203,9 +203,8 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                            .esize = COMM_ES,
                            .ns_steps = o->ns_steps};
     struct group_plan P;
-    char err[256];
-    if (np > 0 && plan_build(&cfg, pp, np, &P, err, sizeof err) != 0)
-        die(err);
+    if (np > 0 && plan_build(&cfg, pp, np, &P) != SHARDOPT_OK)
+        die(shardopt_last_error());
     if (np > 0) {
         for (int m = 0; m < members; m++)
             flops[m] += P.load[m];

@@ -67,17 +67,17 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                            .replicas = rt->cfg.replica_split ? rt->groups.mesh.dp_replicate : 1,
                            .ns_steps = rt->cfg.ns_steps};
     char err[256];
-    int np = 0, rc = 0;
-    shardopt_status_t status = SHARDOPT_OK;
+    int np = 0;
+    shardopt_status_t status = SHARDOPT_OK, built = SHARDOPT_OK;
 
     if (kind != GROUP_LOCAL)
         MPI_Comm_rank(kind == GROUP_DENSE ? rt->groups.dense : rt->groups.xs, &cfg.me);
     if (pp == NULL || boxes == NULL) {
-        rc = -1;
+        built = SHARDOPT_ERR_OUT_OF_MEMORY;
         snprintf(err, sizeof err, "out of memory allocating %zu bytes for the planner's input",
                  (sizeof(*pp) + sizeof(*boxes) * (size_t)members) * np_cap);
     }
-    for (int i = 0; rc == 0 && i < rt->nparams; i++) {
+    for (int i = 0; built == SHARDOPT_OK && i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want || p->ns_sharded)
             continue;
@@ -100,19 +100,21 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
         pp[np].k_count = p->layout.ndim == 3 ? p->layout.win_len : 1;
         np++;
     }
-    if (rc == 0)
-        rc = plan_build(&cfg, pp, np, &gx->plan, err, sizeof err);
+    if (built == SHARDOPT_OK) {
+        built = plan_build(&cfg, pp, np, &gx->plan);
+        if (built != SHARDOPT_OK) /* plan.c's message, logged below with the rank and group */
+            snprintf(err, sizeof err, "%s", shardopt_last_error());
+    }
     free(pp);
     free(boxes);
     /* out of memory, or a bucket over an MPI count on this member only: agree before anyone
      * goes on to the next group's collectives */
-    if (rc != 0)
-        status =
-            log_fail(rc == -1 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_UNSUPPORTED,
-                     "commit: rank %d: planning the %s group: %s", rt->groups.me.rank, name, err);
+    if (built != SHARDOPT_OK)
+        status = log_fail(built, "commit: rank %d: planning the %s group: %s", rt->groups.me.rank,
+                          name, err);
     status = groups_agree(&rt->groups, status, "commit");
     if (status != SHARDOPT_OK) {
-        if (rc == 0)
+        if (built == SHARDOPT_OK)
             plan_free(&gx->plan);
         return status;
     }

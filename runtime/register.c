@@ -135,17 +135,19 @@ static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardo
     status = shard_window(rt, d, "register", &win_lo, &win_len, &group);
     if (status != SHARDOPT_OK)
         return status;
-    if (layout_init(layout, d->ndim, d->shape, d->shard_dim, d->shard_offset, d->shard_length,
-                    win_lo, win_len, err, sizeof err) != 0) {
+    status = layout_init(layout, d->ndim, d->shape, d->shard_dim, d->shard_offset, d->shard_length,
+                         win_lo, win_len);
+    if (status != SHARDOPT_OK) { /* layout.c's message, logged once with the parameter's name */
+        snprintf(err, sizeof err, "%s", shardopt_last_error());
         if (d->placement == SHARDOPT_PLACEMENT_EXPERT && d->shard_dim == 0 && d->ndim == 3)
-            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+            return log_fail(status,
                             "register '%s': %s: offsets along dim 0 count from this EP rank's "
                             "first expert (EP rank %d holds experts [%lld, %lld) of %lld: "
                             "register a slice of [0, %lld); shardopt_shard_range computes it)",
                             n, err, rt->groups.me.ep_rank, (long long)win_lo,
                             (long long)(win_lo + win_len), (long long)d->shape[0],
                             (long long)win_len);
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register '%s': %s", n, err);
+        return log_fail(status, "register '%s': %s", n, err);
     }
     /* a shard group of one rank (or a replicated tensor) holds the whole extent */
     int64_t t_lo, t_n;

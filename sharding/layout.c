@@ -1,53 +1,44 @@
 #include "layout.h"
 
-#include <stdio.h>
-
-int layout_init(struct layout *l, int ndim, const int64_t shape[], int shard_dim,
-                int64_t shard_offset, int64_t shard_length, int64_t win_lo, int64_t win_len,
-                char *err, size_t errlen)
+shardopt_status_t layout_init(struct layout *l, int ndim, const int64_t shape[], int shard_dim,
+                              int64_t shard_offset, int64_t shard_length, int64_t win_lo,
+                              int64_t win_len)
 {
-    if (ndim < 1 || ndim > LAYOUT_MAX_DIMS) {
-        snprintf(err, errlen, "ndim = %d: accepted 1, 2 or 3", ndim);
-        return -1;
-    }
+    if (ndim < 1 || ndim > LAYOUT_MAX_DIMS)
+        return status_set(SHARDOPT_ERR_INVALID_ARGUMENT, "ndim = %d: accepted 1, 2 or 3", ndim);
     l->ndim = ndim;
     l->global_numel = 1;
     for (int d = 0; d < ndim; d++) {
-        if (shape[d] <= 0) {
-            snprintf(err, errlen, "shape[%d] = %lld: every global dim must be >= 1", d,
-                     (long long)shape[d]);
-            return -1;
-        }
+        if (shape[d] <= 0)
+            return status_set(SHARDOPT_ERR_INVALID_ARGUMENT,
+                              "shape[%d] = %lld: every global dim must be >= 1", d,
+                              (long long)shape[d]);
         /* the byte size of the largest tensor must fit in int64 with room for 4-byte dtypes */
-        if (l->global_numel > (INT64_MAX / 8) / shape[d]) {
-            snprintf(err, errlen, "shape[%d] = %lld: tensor has more than 2^60 elements", d,
-                     (long long)shape[d]);
-            return -1;
-        }
+        if (l->global_numel > (INT64_MAX / 8) / shape[d])
+            return status_set(SHARDOPT_ERR_INVALID_ARGUMENT,
+                              "shape[%d] = %lld: tensor has more than 2^60 elements", d,
+                              (long long)shape[d]);
         l->shape[d] = shape[d];
         l->global_numel *= shape[d];
     }
     for (int d = ndim; d < LAYOUT_MAX_DIMS; d++)
         l->shape[d] = 1;
-    if (shard_dim < 0 || shard_dim >= ndim) {
-        snprintf(err, errlen, "shard_dim = %d: accepted 0..%d", shard_dim, ndim - 1);
-        return -1;
-    }
-    if (win_lo < 0 || win_len < 0 || win_lo + win_len > shape[0]) {
-        snprintf(err, errlen, "dim-0 window [%lld, %lld) is outside the global dim of %lld",
-                 (long long)win_lo, (long long)(win_lo + win_len), (long long)shape[0]);
-        return -1;
-    }
+    if (shard_dim < 0 || shard_dim >= ndim)
+        return status_set(SHARDOPT_ERR_INVALID_ARGUMENT, "shard_dim = %d: accepted 0..%d",
+                          shard_dim, ndim - 1);
+    if (win_lo < 0 || win_len < 0 || win_lo + win_len > shape[0])
+        return status_set(SHARDOPT_ERR_INVALID_ARGUMENT,
+                          "dim-0 window [%lld, %lld) is outside the global dim of %lld",
+                          (long long)win_lo, (long long)(win_lo + win_len), (long long)shape[0]);
     const int64_t extent = shard_dim == 0 ? win_len : shape[shard_dim];
     if (shard_length < 0)
         shard_length = extent - shard_offset;
     if (shard_offset < 0 || shard_offset > extent || shard_length < 0 ||
-        shard_length > extent - shard_offset) {
-        snprintf(err, errlen, "shard [%lld, %lld) along dim %d is outside [0, %lld)",
-                 (long long)shard_offset, (long long)(shard_offset + shard_length), shard_dim,
-                 (long long)extent);
-        return -1;
-    }
+        shard_length > extent - shard_offset)
+        return status_set(SHARDOPT_ERR_INVALID_ARGUMENT,
+                          "shard [%lld, %lld) along dim %d is outside [0, %lld)",
+                          (long long)shard_offset, (long long)(shard_offset + shard_length),
+                          shard_dim, (long long)extent);
     l->shard_dim = shard_dim;
     l->win_lo = win_lo;
     l->win_len = win_len;
@@ -64,7 +55,7 @@ int layout_init(struct layout *l, int ndim, const int64_t shape[], int shard_dim
     l->len[shard_dim] = shard_length;
     for (int d = 0; d < ndim; d++)
         l->local_numel *= l->len[d];
-    return 0;
+    return SHARDOPT_OK;
 }
 
 void layout_index_runs(const struct layout *l, uint64_t *base, uint64_t *run, uint64_t *stride)

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/status.h"
+
 #define LAYOUT_MAX_DIMS 3
 
 /* The local shard is a box of the global tensor: [lo[d], lo[d] + len[d]) per dim. At most two
@@ -36,11 +38,12 @@ struct matrix_view {
 
 /* Fill l from a shard description. The shard [shard_offset, + shard_length) along shard_dim is
  * taken inside the dim-0 window [win_lo, win_lo + win_len) (pass 0 and shape[0] for none);
- * shard_length < 0 means the rest of the dim. Returns 0, or -1 with a message (naming the field
- * and value) in err. */
-int layout_init(struct layout *l, int ndim, const int64_t shape[], int shard_dim,
-                int64_t shard_offset, int64_t shard_length, int64_t win_lo, int64_t win_len,
-                char *err, size_t errlen);
+ * shard_length < 0 means the rest of the dim. Returns SHARDOPT_OK, or
+ * SHARDOPT_ERR_INVALID_ARGUMENT with a message (naming the field and value) recorded as the last
+ * error (status_set: the caller adds the parameter's name and logs it). */
+shardopt_status_t layout_init(struct layout *l, int ndim, const int64_t shape[], int shard_dim,
+                              int64_t shard_offset, int64_t shard_length, int64_t win_lo,
+                              int64_t win_len);
 
 /* Global flat index of local element i = base + (i / run) * stride + i % run. */
 void layout_index_runs(const struct layout *l, uint64_t *base, uint64_t *run, uint64_t *stride);

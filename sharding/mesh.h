@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "base/status.h"
+
 struct mesh {
     int world;
     int dp_replicate, dp_shard, cp, ep;
@@ -24,10 +26,11 @@ struct mesh_coords {
     int xs_rank;  /* d / ep: rank in the expert shard group */
 };
 
-/* Resolve and check a layout for `world` ranks; dp_shard = -1 takes the rest. Returns 0, or -1
- * with a message giving the numbers in err. */
-int mesh_init(struct mesh *m, int world, int dp_replicate, int dp_shard, int cp, int ep, char *err,
-              size_t errlen);
+/* Resolve and check a layout for `world` ranks; dp_shard = -1 takes the rest. Returns
+ * SHARDOPT_OK, or SHARDOPT_ERR_INVALID_ARGUMENT with a message giving the numbers recorded as the
+ * last error (status_set: the caller adds its context and logs it). */
+shardopt_status_t mesh_init(struct mesh *m, int world, int dp_replicate, int dp_shard, int cp,
+                            int ep);
 
 void mesh_coords(const struct mesh *m, int rank, struct mesh_coords *c);
 

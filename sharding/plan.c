@@ -289,15 +289,15 @@ void plan_free(struct group_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int nparams,
-               struct group_plan *out, char *err, size_t errlen)
+shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param *params,
+                             int nparams, struct group_plan *out)
 {
     struct group_plan P = {.members = cfg->members, .me = cfg->me};
     struct mat *mats = NULL;
     size_t *cursor = NULL, bytes_asked = 0;
     int n = 0, nb = 0, max_pieces = 0, max_in = 0, rc;
-
-    err[0] = '\0';
+    char err[256] = "";
+    const size_t errlen = sizeof err;
 
     for (int p = 0; p < nparams; p++)
         n += (int)params[p].k_count;
@@ -376,7 +376,7 @@ int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int 
     free(mats);
     free(cursor);
     *out = P;
-    return 0;
+    return SHARDOPT_OK;
 
 err_oom:
     rc = -1;
@@ -388,5 +388,5 @@ err_free:
     free(mats);
     free(cursor);
     plan_free(&P);
-    return rc;
+    return status_set(rc == -1 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_UNSUPPORTED, "%s", err);
 }

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/status.h"
+
 /* A member's part of a parameter: [lo, lo + len) per dim of the global shape. */
 struct plan_box {
     int64_t lo[3], len[3];
@@ -90,10 +92,12 @@ struct group_plan {
     uint64_t bytes_sent, bytes_recv; /* per step, other members only (both exchanges) */
 };
 
-/* Build the plan. Returns 0, or with a message in err -1 (out of memory: what and the bytes)
- * or -2 (a bucket too large for an MPI count). On failure *out holds nothing to free. */
-int plan_build(const struct plan_cfg *cfg, const struct plan_param *params, int nparams,
-               struct group_plan *out, char *err, size_t errlen);
+/* Build the plan. Returns SHARDOPT_OK, or with a message recorded as the last error (status_set:
+ * the caller adds the rank and group and logs it) SHARDOPT_ERR_OUT_OF_MEMORY (what and the bytes)
+ * or SHARDOPT_ERR_UNSUPPORTED (a bucket too large for an MPI count). On failure *out holds
+ * nothing to free. */
+shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param *params,
+                             int nparams, struct group_plan *out);
 
 void plan_free(struct group_plan *p);
 

@@ -47,7 +47,7 @@ int groups_bcast(const struct groups *g, void *buf, int count, MPI_Datatype type
 shardopt_status_t groups_create(MPI_Comm comm, const shardopt_config_t *cfg, struct groups *g)
 {
     const struct mesh_coords *c = &g->me;
-    char err[256];
+    char why[1024];
     int world, rank, rc = MPI_SUCCESS;
 
     groups_null(g);
@@ -55,9 +55,12 @@ shardopt_status_t groups_create(MPI_Comm comm, const shardopt_config_t *cfg, str
     MPI_Comm_size(comm, &world);
     MPI_Comm_rank(comm, &rank);
     /* every rank sees the same numbers, so every rank fails alike without communicating */
-    if (mesh_init(&g->mesh, world, cfg->dp_replicate, cfg->dp_shard, cfg->cp, cfg->ep, err,
-                  sizeof err) != 0)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: %s", err);
+    shardopt_status_t status =
+        mesh_init(&g->mesh, world, cfg->dp_replicate, cfg->dp_shard, cfg->cp, cfg->ep);
+    if (status != SHARDOPT_OK) { /* mesh.c's message, logged once with init's name */
+        snprintf(why, sizeof why, "%s", shardopt_last_error());
+        return log_fail(status, "init: %s", why);
+    }
     mesh_coords(&g->mesh, rank, &g->me);
 
     /* SHARDOPT_FAULT_RANK: a fault site in the splits below must know this rank already */

@@ -3,8 +3,6 @@
 #include "sharding/mesh.h"
 #include "test.h"
 
-static char err[256];
-
 /* World rank of member i of rank's group g, read from mesh_split (the colours and keys
  * runtime/comm/groups.c splits with): the rank of the same colour whose key is i; -1 when none
  * or more than one has it. */
@@ -43,7 +41,7 @@ TEST(design_example_16_ranks_dp_shard4_cp4_ep8)
 {
     struct mesh m;
     struct mesh_coords c;
-    ASSERT_EQ_INT(mesh_init(&m, 16, 1, 4, 4, 8, err, sizeof err), 0);
+    ASSERT_EQ_INT(mesh_init(&m, 16, 1, 4, 4, 8), SHARDOPT_OK);
     /* dense group = all 16; EP groups {0-7}, {8-15}; expert shard groups {0,8}, {1,9}, ... */
     mesh_coords(&m, 9, &c);
     EXPECT_EQ_INT(c.d, 9);
@@ -68,7 +66,7 @@ TEST(replicas_are_row_major_outermost)
     struct mesh m;
     struct mesh_coords c;
     /* 8 ranks: dp_replicate 2 x dp_shard 2 x cp 2, ep 2 */
-    ASSERT_EQ_INT(mesh_init(&m, 8, 2, 2, 2, 2, err, sizeof err), 0);
+    ASSERT_EQ_INT(mesh_init(&m, 8, 2, 2, 2, 2), SHARDOPT_OK);
     mesh_coords(&m, 6, &c);
     EXPECT_EQ_INT(c.rep, 1);
     EXPECT_EQ_INT(c.shard, 1);
@@ -93,7 +91,7 @@ TEST(every_rank_is_in_exactly_the_groups_that_list_it)
     for (size_t L = 0; L < sizeof layouts / sizeof layouts[0]; L++) {
         const int *l = layouts[L];
         struct mesh m;
-        ASSERT_EQ_INT(mesh_init(&m, l[0], l[1], l[2], l[3], l[4], err, sizeof err), 0);
+        ASSERT_EQ_INT(mesh_init(&m, l[0], l[1], l[2], l[3], l[4]), SHARDOPT_OK);
         const int size[MESH_GROUPS] = {m.dense, m.ep, mesh_xs_size(&m), m.dp_replicate};
         int bad = 0;
         for (int r = 0; r < m.world; r++) {
@@ -126,23 +124,25 @@ TEST(every_rank_is_in_exactly_the_groups_that_list_it)
 TEST(invalid_layouts_give_the_numbers)
 {
     struct mesh m;
-    EXPECT_EQ_INT(mesh_init(&m, 8, 2, 2, 3, 1, err, sizeof err), -1);
-    EXPECT_STR_CONTAINS(err, "2 x dp_shard 2 x cp 3 = 12 ranks, but the communicator has 8");
-    EXPECT_EQ_INT(mesh_init(&m, 8, 3, -1, 1, 1, err, sizeof err), -1);
-    EXPECT_STR_CONTAINS(err, "8 is not a multiple of 3");
-    EXPECT_EQ_INT(mesh_init(&m, 8, 1, 8, 1, 3, err, sizeof err), -1);
-    EXPECT_STR_CONTAINS(err, "ep 3 must divide dp_shard x cp = 8 x 1 = 8");
-    EXPECT_EQ_INT(mesh_init(&m, 8, 1, 2, 4, 2, err, sizeof err), -1);
-    EXPECT_STR_CONTAINS(err, "ep 2 with cp 4");
-    EXPECT_EQ_INT(mesh_init(&m, 8, 1, 0, 1, 1, err, sizeof err), -1);
-    EXPECT_STR_CONTAINS(err, "dp_shard 0");
+    EXPECT_EQ_INT(mesh_init(&m, 8, 2, 2, 3, 1), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "2 x dp_shard 2 x cp 3 = 12 ranks, but the communicator has 8");
+    EXPECT_EQ_INT(mesh_init(&m, 8, 3, -1, 1, 1), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "8 is not a multiple of 3");
+    EXPECT_EQ_INT(mesh_init(&m, 8, 1, 8, 1, 3), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ep 3 must divide dp_shard x cp = 8 x 1 = 8");
+    EXPECT_EQ_INT(mesh_init(&m, 8, 1, 2, 4, 2), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ep 2 with cp 4");
+    EXPECT_EQ_INT(mesh_init(&m, 8, 1, 0, 1, 1), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "dp_shard 0");
     /* sizes whose product wraps an int (each allowed up to 2^20): refused with the product,
      * where 65536 x 65536 = 0 in an int ended the process with a division by zero */
-    EXPECT_EQ_INT(mesh_init(&m, 8, 65536, -1, 65536, 1, err, sizeof err), -1);
-    EXPECT_STR_CONTAINS(err, "8 is not a multiple of 4294967296");
-    EXPECT_EQ_INT(mesh_init(&m, 8, 1 << 20, 1 << 20, 1 << 20, 1, err, sizeof err), -1);
-    EXPECT_STR_CONTAINS(err, "= 1152921504606846976 ranks, but the communicator has 8");
+    EXPECT_EQ_INT(mesh_init(&m, 8, 65536, -1, 65536, 1), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "8 is not a multiple of 4294967296");
+    EXPECT_EQ_INT(mesh_init(&m, 8, 1 << 20, 1 << 20, 1 << 20, 1), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "= 1152921504606846976 ranks, but the communicator has 8");
     /* ep = 1 with cp > 1: a dense model with context parallelism */
-    EXPECT_EQ_INT(mesh_init(&m, 8, 1, -1, 4, 1, err, sizeof err), 0);
+    EXPECT_EQ_INT(mesh_init(&m, 8, 1, -1, 4, 1), SHARDOPT_OK);
     EXPECT_EQ_INT(m.dp_shard, 2);
 }

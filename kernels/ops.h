@@ -183,9 +183,17 @@ size_t ns_workspace_floats(int64_t rows, int64_t cols);
 double ns_flops_per_iter(int64_t rows, int64_t cols);
 
 /* The step before which Gram Newton-Schulz recomputes G from the current X (X <- Q X, G = X X^T,
- * Q = I), or `steps` for none; ns_gram_restarts_before says whether it does before `step`. */
-int ns_gram_restart_step(int steps);
-int ns_gram_restarts_before(int steps, int step);
+ * Q = I), or `steps` for none; ns_gram_restarts_before says whether it does before `step`.
+ * Inline here because the CPU paths and the CUDA driver (kernels/cuda/ns_driver.h, also built
+ * without the CPU kernels) must follow one schedule. After two steps, as Dao AI Lab's Gram
+ * Newton-Schulz and DeepSpeed's ns_method = gram do: the first steps move the small eigenvalues
+ * of G the most, and G's rounding errors, relative to |G|, are what turns them negative; a fresh
+ * G from the current X starts from eigenvalues near 1 (docs/design.md). */
+static inline int ns_gram_restart_step(int steps) { return steps > 2 ? 2 : steps; }
+static inline int ns_gram_restarts_before(int steps, int step)
+{
+    return step > 0 && step == ns_gram_restart_step(steps);
+}
 
 /* FLOPs one matrix's Newton-Schulz really performs (2 per multiply-add), m <= n the working
  * shape: `symmetric` counts a product whose result is symmetric (X X^T, A A, and on the Gram

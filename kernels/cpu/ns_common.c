@@ -22,20 +22,6 @@ double ns_flops_per_iter(int64_t rows, int64_t cols)
     return ns_iter_flops((double)(rows < cols ? rows : cols), (double)(rows < cols ? cols : rows));
 }
 
-int ns_gram_restarts_before(int steps, int step)
-{
-    return step > 0 && step == ns_gram_restart_step(steps);
-}
-
-int ns_gram_restart_step(int steps)
-{
-    /* after two steps, as Dao AI Lab's Gram Newton-Schulz and DeepSpeed's ns_method = gram do:
-     * the first steps move the small eigenvalues of G the most, and G's rounding errors, relative
-     * to |G|, are what turns them negative; a fresh G from the current X starts from eigenvalues
-     * near 1 (docs/design.md) */
-    return steps > 2 ? 2 : steps;
-}
-
 double ns_flops_total(int64_t rows, int64_t cols, int steps, int algorithm, int symmetric)
 {
     const double m = (double)(rows < cols ? rows : cols);

@@ -2,8 +2,8 @@
  * accumulation, strided-batched over the experts of a stack; plans cached per shape in the
  * backend, lt_plan_cache.h) and kernels around it: the Frobenius norms of the batch, then the
  * normalised, transposed-where-needed bf16 copy of U (the norm is folded into that copy); the
- * symmetric variant's mirror; and at the end the copy of X back into the stored orientation
- * and dtype. */
+ * symmetric variant's mirror; Gram's diagonal add; AOL's row scales; and at the end the copy of
+ * X back into the stored orientation and dtype. */
 #include "cuda_internal.h"
 #include "ns_driver.h"
 
@@ -29,10 +29,13 @@ __global__ void k_ns_sumsq(const void *in, int dt, size_t count, double *part)
 
 /* out[z] <- in[z] * scale, in[z] rows x cols row-major, out[z] the same or its transpose, with a
  * shared-memory tile so that both sides are read and written along rows. scale is
- * 1 / (|in[z]|_F * norm_scale + eps) when part is given (the load), else 1 (the store). */
+ * 1 / (|in[z]|_F * norm_scale + eps) when part is given (the load), else 1 (the store). rowscale
+ * (AOL's reload; NULL otherwise): the fp32 value so scaled is then multiplied by rowscale[z][w],
+ * w its row in the working orientation (a stored column where transposed), and rounded again,
+ * as the CPU scales its fp32 staging (kernels/cpu/ns_common.c, ns_aol_scale). */
 __global__ void k_ns_tile(const void *in, int in_dt, void *out, int out_dt, int64_t rows,
                           int64_t cols, int transpose, const double *part, float norm_scale,
-                          float eps)
+                          float eps, const double *rowscale)
 {
     __shared__ float tile[NS_TILE][NS_TILE + 1];
     __shared__ double scale;
@@ -52,9 +55,14 @@ __global__ void k_ns_tile(const void *in, int in_dt, void *out, int out_dt, int6
     __syncthreads();
     for (int ty = threadIdx.y; ty < NS_TILE; ty += blockDim.y) {
         const int64_t r = r0 + ty, c = c0 + threadIdx.x;
-        if (r < rows && c < cols)
-            tile[ty][threadIdx.x] =
-                (float)((double)kload(in, in_dt, base + (size_t)(r * cols + c)) * scale);
+        if (r < rows && c < cols) {
+            float v = (float)((double)kload(in, in_dt, base + (size_t)(r * cols + c)) * scale);
+            if (rowscale != NULL)
+                v = (float)((double)v *
+                            rowscale[(size_t)blockIdx.z * (size_t)(transpose ? cols : rows) +
+                                     (size_t)(transpose ? c : r)]);
+            tile[ty][threadIdx.x] = v;
+        }
     }
     __syncthreads();
     for (int ty = threadIdx.y; ty < NS_TILE; ty += blockDim.y) {
@@ -69,6 +77,42 @@ __global__ void k_ns_tile(const void *in, int in_dt, void *out, int out_dt, int6
                 kstore_value(out, out_dt, base + (size_t)(r * cols + c), tile[ty][threadIdx.x]);
         }
     }
+}
+
+/* AOL's d[z][i] = (sum_j |A[z][i][j]| + eps)^(-1/2), one block per row i of matrix z, the sum
+ * in double in a fixed tree order (the CPU sums in index order: the same to rounding). */
+__global__ void k_ns_aol_rows(const uint16_t *A, int64_t m, double eps, double *d)
+{
+    __shared__ double sh[256];
+    const uint16_t *row = A + ((size_t)blockIdx.y * (size_t)m + blockIdx.x) * (size_t)m;
+    double acc = 0;
+    for (int64_t j = threadIdx.x; j < m; j += blockDim.x)
+        acc += fabs((double)f32_from_bf16(row[j]));
+    double *out = &d[(size_t)blockIdx.y * (size_t)m + blockIdx.x];
+    block_reduce(sh, acc, out);
+    if (threadIdx.x == 0)
+        *out = 1.0 / sqrt(*out + eps);
+}
+
+/* A[z][i][j] <- bf16(A[z][i][j] d[z][i] d[z][j]) over count m x m matrices */
+__global__ void k_ns_aol_scale(uint16_t *A, int64_t m, size_t total, const double *d)
+{
+    const size_t mm = (size_t)(m * m);
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const size_t z = e / mm, i = e % mm / (size_t)m, j = e % (size_t)m;
+        A[e] = bf16_from_f32(
+            (float)((double)f32_from_bf16(A[e]) * (d[z * (size_t)m + i] * d[z * (size_t)m + j])));
+    }
+}
+
+/* Z[z][i][i] <- bf16(Z[z][i][i] + c), one matrix per blockIdx.y */
+__global__ void k_ns_diag_add(uint16_t *Z, int64_t m, float c, long long stride)
+{
+    uint16_t *z = Z + (size_t)blockIdx.y * (size_t)stride;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m;
+         i += (int64_t)gridDim.x * blockDim.x)
+        z[i * m + i] = bf16_from_f32(f32_from_bf16(z[i * m + i]) + c);
 }
 
 namespace
@@ -202,9 +246,10 @@ struct CudaDev {
     struct cuda_backend *be;
     cudaStream_t s;
 
-    size_t scratch_bytes(int64_t count) const
+    /* the norms' partial sums, then AOL's row scales */
+    size_t scratch_bytes(int64_t count, int64_t m) const
     {
-        return (size_t)count * NS_NORM_BLOCKS * sizeof(double);
+        return (size_t)count * (NS_NORM_BLOCKS + (size_t)m) * sizeof(double);
     }
 
     int gemm(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
@@ -252,7 +297,34 @@ struct CudaDev {
         const dim3 grid((unsigned)((a->cols + NS_TILE - 1) / NS_TILE),
                         (unsigned)((a->rows + NS_TILE - 1) / NS_TILE), (unsigned)count);
         k_ns_tile<<<grid, dim3(NS_TILE, 8), 0, s>>>(in, a->in_dtype, x, KDT_BF16, a->rows, a->cols,
-                                                    a->transpose, part, a->norm_scale, a->eps);
+                                                    a->transpose, part, a->norm_scale, a->eps,
+                                                    NULL);
+        return cudaGetLastError() == cudaSuccess ? 0 : -1;
+    }
+
+    int diag_add(uint16_t *Z, int64_t m, float c, long long stride, int batch)
+    {
+        k_ns_diag_add<<<dim3(cuda_blocks((size_t)m, 256), (unsigned)batch), 256, 0, s>>>(Z, m, c,
+                                                                                         stride);
+        return cudaGetLastError() == cudaSuccess ? 0 : -1;
+    }
+
+    /* d from A's rows, A scaled, X loaded again from U with the load's norms (still in the
+     * scratch) and d */
+    int aol(const struct ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t, uint16_t *x,
+            uint16_t *A, void *scratch)
+    {
+        const size_t per = (size_t)(a->rows * a->cols);
+        const void *in = (const char *)a->in + (size_t)k0 * per * kdtype_size(a->in_dtype);
+        const double *part = (const double *)scratch;
+        double *d = (double *)scratch + (size_t)count * NS_NORM_BLOCKS;
+        const size_t total = (size_t)(count * m * m);
+        k_ns_aol_rows<<<dim3((unsigned)m, (unsigned)count), 256, 0, s>>>(A, m, (double)a->eps, d);
+        k_ns_aol_scale<<<cuda_blocks(total, 256), 256, 0, s>>>(A, m, total, d);
+        const dim3 grid((unsigned)((a->cols + NS_TILE - 1) / NS_TILE),
+                        (unsigned)((a->rows + NS_TILE - 1) / NS_TILE), (unsigned)count);
+        k_ns_tile<<<grid, dim3(NS_TILE, 8), 0, s>>>(in, a->in_dtype, x, KDT_BF16, a->rows, a->cols,
+                                                    a->transpose, part, a->norm_scale, a->eps, d);
         return cudaGetLastError() == cudaSuccess ? 0 : -1;
     }
 
@@ -265,7 +337,7 @@ struct CudaDev {
         const dim3 grid((unsigned)((n + NS_TILE - 1) / NS_TILE),
                         (unsigned)((m + NS_TILE - 1) / NS_TILE), (unsigned)count);
         k_ns_tile<<<grid, dim3(NS_TILE, 8), 0, s>>>(x, KDT_BF16, out, a->out_dtype, m, n,
-                                                    a->transpose, NULL, 1.0f, 0.0f);
+                                                    a->transpose, NULL, 1.0f, 0.0f, NULL);
         return cudaGetLastError() == cudaSuccess ? 0 : -1;
     }
 };
@@ -283,8 +355,9 @@ size_t cuda_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch)
 {
     if (batch < 1)
         batch = 1;
+    const int64_t m = rows < cols ? rows : cols;
     return ns_dev_matrices_bytes(rows, cols, batch) +
-           (size_t)batch * NS_NORM_BLOCKS * sizeof(double);
+           (size_t)batch * (NS_NORM_BLOCKS + (size_t)m) * sizeof(double);
 }
 
 int cuda_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,

@@ -9,6 +9,7 @@
  *   A = X X^T   <=>  Ac = Xc^T Xc          gemm(T, N, m, m, n)
  *   B = bA + cAA <=> Bc = b Ac + c Ac Ac    gemm(N, N, m, m, m), beta = b, C = A, D = B
  *   Y = aX + BX  <=> Yc = a Xc + Xc Bc      gemm(N, N, n, m, m), beta = a, C = X, D = Y
+ * and for any m x m product D = P Q, Dc = Qc Pc: Q's buffer is the BLAS's first operand.
  * No product relies on A or B being exactly symmetric, which rounded bf16 results are not.
  *
  * The symmetric variant (a->variant = NS_VARIANT_SYMMETRIC, a->block rows per block) computes
@@ -17,7 +18,13 @@
  *   Bc[r0:m, r0:r1] = b Ac[r0:m, r0:r1] + c Ac[r0:m, :] Ac[:, r0:r1] gemm(N, N, m - r0, r1 - r0, m)
  * and mirrors each into the strict upper part above the diagonal blocks before it is read whole
  * (A by the next product, B by Y = aX + BX). With k block columns the two products cost
- * (1 + 1/k) / 2 of the full ones; the mirrored halves make A and B exactly symmetric.
+ * (1 + 1/k) / 2 of the full ones; the mirrored halves make A and B exactly symmetric. That block
+ * lower triangle of Dc is the block upper triangle of the row-major D, the half the CPU's
+ * symmetric products compute (kernels/cpu/ns_bf16.c).
+ *
+ * a->algorithm = NS_ALGO_GRAM runs Gram Newton-Schulz (ns_dev_gram below) and a->precondition =
+ * NS_PRECOND_AOL scales X's rows after the load (Dev::aol), both as the CPU's bf16 path does:
+ * every m x m matrix in bf16 with fp32 accumulation, the same restart, the same products halved.
  *
  * Dev provides, on bf16 buffers (uint16_t) and stream-ordered:
  *   int gemm(int ta, int tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, D, ldc, sC,
@@ -28,10 +35,17 @@
  *            void *scratch)   X[k] <- U[k0+k] / (|U|_F * norm_scale + eps), working orientation
  *   int store(const ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n,
  *             const uint16_t *x)   O[k0+k] <- X[k] in the stored orientation, out_dtype
- *   size_t scratch_bytes(int64_t count)   for load
+ *   size_t scratch_bytes(int64_t count, int64_t m)   for load and aol
  *   int mirror(uint16_t *A, int64_t m, int64_t block, long long stride, int batch)
  *            Ac[r + c m] <- Ac[c + r m] for every r < (c / block) * block, in each of the batch
  *            (symmetric variant only)
+ *   int diag_add(uint16_t *Z, int64_t m, float c, long long stride, int batch)
+ *            Z[i][i] <- bf16(Z[i][i] + c) in each of the batch (Gram only)
+ *   int aol(const ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n, uint16_t *x,
+ *           uint16_t *A, void *scratch)   with A[k] = X[k] X[k]^T whole (stride m * m) and the
+ *            load's scratch: d_i = (sum_j |A_ij| + eps)^(-1/2) summed in double, X_i <- bf16 of
+ *            d_i times the fp32 value the load rounded (from U again, not from bf16 X: the CPU
+ *            scales its fp32 staging), A_ij <- bf16(A_ij d_i d_j) (ns_precondition = aol only)
  * Every call returns 0 or -1. */
 #ifndef KERNELS_CUDA_NS_DRIVER_H
 #define KERNELS_CUDA_NS_DRIVER_H
@@ -44,11 +58,13 @@ extern "C" {
 #include "../ops.h"
 }
 
-/* Bytes of device workspace for one matrix of the batch (before the regions' padding). */
+/* Bytes of device workspace for one matrix of the batch (before the regions' padding): X, Y,
+ * A, B, and Gram's Z where it does not fit behind R in Y (ns_dev_z_in_y). */
 static inline size_t ns_dev_bytes_per_matrix(int64_t rows, int64_t cols)
 {
-    /* bf16: 2 bytes an element */
-    return 2 * ns_xyab_elems(rows < cols ? rows : cols, rows < cols ? cols : rows);
+    /* bf16: 2 bytes an element; Gram's Z needs its own m x m region where n < 2m */
+    const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+    return 2 * (ns_xyab_elems(m, n) + (n < 2 * m ? (size_t)m * (size_t)m : 0));
 }
 
 static inline size_t ns_dev_pad(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
@@ -66,11 +82,147 @@ static inline size_t ns_dev_region_ab(int64_t rows, int64_t cols, int64_t count)
     return ns_dev_pad((size_t)count * m * m * 2);
 }
 
-/* Bytes of the four regions for count matrices; the load's scratch (per-matrix norms) follows
- * them. */
+/* Gram Newton-Schulz keeps four m x m matrices (R, Z, Q, T) beside X. R lives at the start of
+ * the Y region, which the Gram steps do not use (Y is written only by Q X, at the restart and at
+ * the end, when R is no longer needed); Q and T in A and B. Z goes behind R in Y when both fit
+ * there (n >= 2m, about: every GLM-4.5-Air matrix), else in a fifth region after B, so that the
+ * standard algorithm's workspace grows only for shapes with n < 2m (by m^2 bf16 per matrix). */
+static inline int ns_dev_z_in_y(int64_t rows, int64_t cols, int64_t count)
+{
+    return 2 * ns_dev_region_ab(rows, cols, count) <= ns_dev_region_xy(rows, cols, count);
+}
+
+/* Bytes of the regions for count matrices; the scratch (Dev::scratch_bytes) follows them. */
 static inline size_t ns_dev_matrices_bytes(int64_t rows, int64_t cols, int64_t count)
 {
-    return 2 * ns_dev_region_xy(rows, cols, count) + 2 * ns_dev_region_ab(rows, cols, count);
+    return 2 * ns_dev_region_xy(rows, cols, count) +
+           (ns_dev_z_in_y(rows, cols, count) ? 2 : 3) * ns_dev_region_ab(rows, cols, count);
+}
+
+/* One pass: batch working matrices m x n, their m x m products whole (block = m) or in block
+ * columns of `block` (the symmetric variant). */
+struct ns_dev_geom {
+    int64_t m, n, block;
+    long long mn, mm;
+    int batch;
+};
+
+/* A = X X^T: whole, or its block lower triangle mirrored. */
+template <class Dev>
+int ns_dev_xxt(Dev &d, const struct ns_dev_geom &g, const uint16_t *x, uint16_t *A)
+{
+    const int m = (int)g.m, n = (int)g.n;
+    if (g.block == g.m)
+        return d.gemm(1, 0, m, m, n, 1.0f, x, n, g.mn, x, n, g.mn, 0.0f, A, A, m, g.mm, g.batch);
+    for (int64_t r0 = 0; r0 < g.m; r0 += g.block) {
+        const int M = (int)(g.m - r0), N = (int)(r0 + g.block < g.m ? g.block : g.m - r0);
+        if (d.gemm(1, 0, M, N, n, 1.0f, x + r0 * g.n, n, g.mn, x + r0 * g.n, n, g.mn, 0.0f,
+                   A + r0 * g.m + r0, A + r0 * g.m + r0, m, g.mm, g.batch) != 0)
+            return -1;
+    }
+    return d.mirror(A, g.m, g.block, g.mm, g.batch);
+}
+
+/* D = alpha P Q + beta C of m x m matrices whose product is symmetric in exact arithmetic (A A,
+ * R R, (Z R) Z): whole, or its block lower triangle mirrored. C is read whole where beta != 0. */
+template <class Dev>
+int ns_dev_symm(Dev &d, const struct ns_dev_geom &g, float alpha, const uint16_t *P,
+                const uint16_t *Q, float beta, const uint16_t *C, uint16_t *D)
+{
+    const int m = (int)g.m;
+    if (g.block == g.m)
+        return d.gemm(0, 0, m, m, m, alpha, Q, m, g.mm, P, m, g.mm, beta, C, D, m, g.mm, g.batch);
+    for (int64_t r0 = 0; r0 < g.m; r0 += g.block) {
+        const int M = (int)(g.m - r0), N = (int)(r0 + g.block < g.m ? g.block : g.m - r0);
+        if (d.gemm(0, 0, M, N, m, alpha, Q + r0, m, g.mm, P + r0 * g.m, m, g.mm, beta,
+                   C + r0 * g.m + r0, D + r0 * g.m + r0, m, g.mm, g.batch) != 0)
+            return -1;
+    }
+    return d.mirror(D, g.m, g.block, g.mm, g.batch);
+}
+
+/* D = P Q of m x m matrices, whole (Z Q and Z R: kernels/cpu/ns_gram.c says why not halved). */
+template <class Dev>
+int ns_dev_mul(Dev &d, const struct ns_dev_geom &g, const uint16_t *P, const uint16_t *Q,
+               uint16_t *D)
+{
+    const int m = (int)g.m;
+    return d.gemm(0, 0, m, m, m, 1.0f, Q, m, g.mm, P, m, g.mm, 0.0f, D, D, m, g.mm, g.batch);
+}
+
+/* Y = beta X + B X (B m x m, X and Y m x n). */
+template <class Dev>
+int ns_dev_apply(Dev &d, const struct ns_dev_geom &g, const uint16_t *B, float beta,
+                 const uint16_t *x, uint16_t *y)
+{
+    const int m = (int)g.m, n = (int)g.n;
+    return d.gemm(0, 0, n, m, m, 1.0f, x, n, g.mn, B, m, g.mm, beta, x, y, n, g.mn, g.batch);
+}
+
+/* Z = c0 I + c1 R + c2 R R: c2 R R + c1 R as one product (the standard step's B), then c0 on the
+ * diagonal, rounded once more (kernels/cpu/ns_bf16.c's poly_bf16). */
+template <class Dev>
+int ns_dev_poly(Dev &d, const struct ns_dev_geom &g, const float c[3], const uint16_t *R,
+                uint16_t *Z)
+{
+    if (ns_dev_symm(d, g, c[2], R, R, c[1], R, Z) != 0)
+        return -1;
+    return d.diag_add(Z, g.m, c[0], g.mm, g.batch);
+}
+
+/* Gram Newton-Schulz over one pass, product for product as kernels/cpu/ns_gram.c (run_gram) and
+ * its bf16 twin: R = X X^T (unless AOL formed it: have_R), per step Z = p(R), Q = Z Q (Q = Z
+ * for a segment's first step), R = (Z R) Z where another step of the segment follows; at the
+ * restart (ns_gram_restart_step) and at the end X <- Q X. R is at *y, Z at z (NULL: behind R
+ * in *y, z_off bytes in), Q and T in A and B (ns_dev_z_in_y says why). *x ends as the result. */
+template <class Dev>
+int ns_dev_gram(Dev &d, const struct ns_dev_geom &g, const struct ns_args *a, int have_R,
+                uint16_t **x, uint16_t **y, uint16_t *A, uint16_t *B, uint16_t *z, size_t z_off)
+{
+    const int steps = a->steps;
+    uint16_t *Q = A, *T = B, *t;
+    int have_Q = 0;
+
+    if (steps <= 0)
+        return 0;
+    if (!have_R && ns_dev_xxt(d, g, *x, *y) != 0)
+        return -1;
+    for (int it = 0; it < steps; it++) {
+        if (it > 0 && ns_gram_restarts_before(steps, it)) { /* X <- Q X, G from it, Q = I */
+            if (ns_dev_apply(d, g, Q, 0.0f, *x, *y) != 0)
+                return -1;
+            t = *x;
+            *x = *y;
+            *y = t;
+            if (ns_dev_xxt(d, g, *x, *y) != 0)
+                return -1;
+            have_Q = 0;
+        }
+        uint16_t *R = *y, *Z = z != NULL ? z : (uint16_t *)((char *)*y + z_off);
+        const uint16_t *zk; /* Z of this step */
+        if (!have_Q) {      /* Q = Z: formed where Q goes */
+            if (ns_dev_poly(d, g, a->coeffs[it], R, Q) != 0)
+                return -1;
+            zk = Q;
+            have_Q = 1;
+        } else { /* Q = Z Q */
+            if (ns_dev_poly(d, g, a->coeffs[it], R, Z) != 0 || ns_dev_mul(d, g, Z, Q, T) != 0)
+                return -1;
+            t = Q;
+            Q = T;
+            T = t;
+            zk = Z;
+        }
+        if (it + 1 < steps && !ns_gram_restarts_before(steps, it + 1)) /* R = (Z R) Z */
+            if (ns_dev_mul(d, g, zk, R, T) != 0 || ns_dev_symm(d, g, 1.0f, T, zk, 0.0f, R, R) != 0)
+                return -1;
+    }
+    if (ns_dev_apply(d, g, Q, 0.0f, *x, *y) != 0)
+        return -1;
+    t = *x;
+    *x = *y;
+    *y = t;
+    return 0;
 }
 
 template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, size_t ws_bytes)
@@ -78,7 +230,6 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
     const int64_t m = a->rows < a->cols ? a->rows : a->cols;
     const int64_t n = a->rows < a->cols ? a->cols : a->rows;
     const size_t per = ns_dev_bytes_per_matrix(a->rows, a->cols);
-    const long long mn = (long long)(m * n), mm = (long long)(m * m);
 
     if (a->batch == 0 || m == 0)
         return 0;
@@ -86,10 +237,13 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
      * its true orientation, sharding/layout.c) */
     if (a->rows != a->cols && (a->transpose != 0) != (a->rows > a->cols))
         return -1;
+    if ((a->algorithm != NS_ALGO_STANDARD && a->algorithm != NS_ALGO_GRAM) ||
+        (a->precondition != NS_PRECOND_FROBENIUS && a->precondition != NS_PRECOND_AOL))
+        return -1;
     /* as many matrices per pass as the workspace holds */
     int64_t chunk = (int64_t)(ws_bytes / per);
     while (chunk > 0 &&
-           ns_dev_matrices_bytes(a->rows, a->cols, chunk) + d.scratch_bytes(chunk) > ws_bytes)
+           ns_dev_matrices_bytes(a->rows, a->cols, chunk) + d.scratch_bytes(chunk, m) > ws_bytes)
         chunk--;
     if (chunk == 0)
         return -1;
@@ -102,49 +256,43 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
         return -1;
     for (int64_t k0 = 0; k0 < a->batch; k0 += chunk) {
         const int64_t bc = a->batch - k0 < chunk ? a->batch - k0 : chunk;
-        const int batch = (int)bc;
+        const struct ns_dev_geom g = {m, n, block, (long long)(m * n), (long long)(m * m), (int)bc};
         const size_t rxy = ns_dev_region_xy(a->rows, a->cols, bc),
                      rab = ns_dev_region_ab(a->rows, a->cols, bc);
         uint16_t *x = (uint16_t *)ws;
         uint16_t *y = (uint16_t *)((char *)ws + rxy);
         uint16_t *A = (uint16_t *)((char *)ws + 2 * rxy);
         uint16_t *B = (uint16_t *)((char *)ws + 2 * rxy + rab);
+        uint16_t *z = ns_dev_z_in_y(a->rows, a->cols, bc)
+                          ? NULL
+                          : (uint16_t *)((char *)ws + 2 * rxy + 2 * rab);
         void *scratch = (char *)ws + ns_dev_matrices_bytes(a->rows, a->cols, bc);
+        const int gram = a->algorithm == NS_ALGO_GRAM;
+        int have_A = 0;
 
         if (d.load(a, k0, bc, m, n, x, scratch) != 0)
             return -1;
-        for (int it = 0; it < a->steps; it++) {
-            const float ca = a->coeffs[it][0], cb = a->coeffs[it][1], cc = a->coeffs[it][2];
-            if (block == m) {
-                if (d.gemm(1, 0, (int)m, (int)m, (int)n, 1.0f, x, (int)n, mn, x, (int)n, mn, 0.0f,
-                           A, A, (int)m, mm, batch) != 0 ||
-                    d.gemm(0, 0, (int)m, (int)m, (int)m, cc, A, (int)m, mm, A, (int)m, mm, cb, A, B,
-                           (int)m, mm, batch) != 0)
-                    return -1;
-            } else {
-                for (int64_t r0 = 0; r0 < m; r0 += block) {
-                    const int M = (int)(m - r0), N = (int)(r0 + block < m ? block : m - r0);
-                    if (d.gemm(1, 0, M, N, (int)n, 1.0f, x + r0 * n, (int)n, mn, x + r0 * n, (int)n,
-                               mn, 0.0f, A + r0 * m + r0, A + r0 * m + r0, (int)m, mm, batch) != 0)
-                        return -1;
-                }
-                if (d.mirror(A, m, block, mm, batch) != 0)
-                    return -1;
-                for (int64_t r0 = 0; r0 < m; r0 += block) {
-                    const int M = (int)(m - r0), N = (int)(r0 + block < m ? block : m - r0);
-                    if (d.gemm(0, 0, M, N, (int)m, cc, A + r0, (int)m, mm, A + r0 * m, (int)m, mm,
-                               cb, A + r0 * m + r0, B + r0 * m + r0, (int)m, mm, batch) != 0)
-                        return -1;
-                }
-                if (d.mirror(B, m, block, mm, batch) != 0)
-                    return -1;
-            }
-            if (d.gemm(0, 0, (int)n, (int)m, (int)m, 1.0f, x, (int)n, mn, B, (int)m, mm, ca, x, y,
-                       (int)n, mn, batch) != 0)
+        if (a->precondition == NS_PRECOND_AOL) { /* its X X^T is the first step's (Gram: R) */
+            uint16_t *G = gram ? y : A;
+            if (ns_dev_xxt(d, g, x, G) != 0 || d.aol(a, k0, bc, m, n, x, G, scratch) != 0)
                 return -1;
-            uint16_t *t = x;
-            x = y;
-            y = t;
+            have_A = 1;
+        }
+        if (gram) {
+            if (ns_dev_gram(d, g, a, have_A, &x, &y, A, B, z, rab) != 0)
+                return -1;
+        } else {
+            for (int it = 0; it < a->steps; it++) {
+                const float *c = a->coeffs[it];
+                if (!(it == 0 && have_A) && ns_dev_xxt(d, g, x, A) != 0)
+                    return -1;
+                if (ns_dev_symm(d, g, c[2], A, A, c[1], A, B) != 0 ||
+                    ns_dev_apply(d, g, B, c[0], x, y) != 0)
+                    return -1;
+                uint16_t *t = x;
+                x = y;
+                y = t;
+            }
         }
         if (d.store(a, k0, bc, m, n, x) != 0)
             return -1;

@@ -18,15 +18,20 @@ int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *
 size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch);
 int ns_driver_host_plans(const struct ns_args *a, void *ws, size_t ws_bytes, struct lt_slots *t,
                          int shapes_only);
+int ns_driver_host_run_counts(const struct ns_args *a, void *ws, size_t ws_bytes, int counts[4]);
 }
 
 namespace
 {
 
 struct HostDev {
-    int gemms, mirrors;
+    int gemms, mirrors, diag_adds, aols;
 
-    size_t scratch_bytes(int64_t count) const { return (size_t)count * sizeof(double); }
+    /* the norms, then AOL's row scales */
+    size_t scratch_bytes(int64_t count, int64_t m) const
+    {
+        return (size_t)count * (1 + (size_t)m) * sizeof(double);
+    }
 
     int gemm(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
              long long sA, const uint16_t *B, int ldb, long long sB, float beta,
@@ -68,6 +73,53 @@ struct HostDev {
             for (int64_t c = 0; c < m; c++)
                 for (int64_t r = 0; r < c / block * block; r++)
                     a[r + c * m] = a[c + r * m];
+        }
+        return 0;
+    }
+
+    int diag_add(uint16_t *Z, int64_t m, float c, long long stride, int batch)
+    {
+        diag_adds++;
+        for (int z = 0; z < batch; z++)
+            for (int64_t i = 0; i < m; i++) {
+                uint16_t *p = Z + z * stride + i * m + i;
+                *p = bf16_from_f32(f32_from_bf16(*p) + c);
+            }
+        return 0;
+    }
+
+    /* the load's fp32 value of X[k] at working (i, j), as the load rounds it before bf16 */
+    static float loaded(const struct ns_args *a, int64_t k, int64_t i, int64_t j, double norm)
+    {
+        const size_t per = (size_t)(a->rows * a->cols);
+        const int64_t r = a->transpose ? j : i, c = a->transpose ? i : j;
+        return (
+            float)((double)kload(a->in, a->in_dtype, (size_t)k * per + (size_t)(r * a->cols + c)) *
+                   norm);
+    }
+
+    int aol(const struct ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n, uint16_t *x,
+            uint16_t *A, void *scratch)
+    {
+        const double *norm = (const double *)scratch;
+        double *d = (double *)scratch + count;
+        aols++;
+        for (int64_t k = 0; k < count; k++) {
+            uint16_t *Ak = A + k * m * m;
+            for (int64_t i = 0; i < m; i++) {
+                double s = 0.0;
+                for (int64_t j = 0; j < m; j++)
+                    s += fabs((double)f32_from_bf16(Ak[i * m + j]));
+                d[k * m + i] = 1.0 / sqrt(s + (double)a->eps);
+            }
+            for (int64_t i = 0; i < m; i++) {
+                for (int64_t j = 0; j < n; j++)
+                    x[(k * m + i) * n + j] = bf16_from_f32(
+                        (float)((double)loaded(a, k0 + k, i, j, norm[k]) * d[k * m + i]));
+                for (int64_t j = 0; j < m; j++)
+                    Ak[i * m + j] = bf16_from_f32((float)((double)f32_from_bf16(Ak[i * m + j]) *
+                                                          (d[k * m + i] * d[k * m + j])));
+            }
         }
         return 0;
     }
@@ -123,7 +175,10 @@ struct PlanDev {
     struct lt_slots *t;
     int shapes_only;
 
-    size_t scratch_bytes(int64_t count) const { return (size_t)count * sizeof(double); }
+    size_t scratch_bytes(int64_t count, int64_t m) const
+    {
+        return (size_t)count * (1 + (size_t)m) * sizeof(double);
+    }
 
     int gemm(int ta, int tb, int M, int N, int K, float, const uint16_t *A, int lda, long long sA,
              const uint16_t *B, int ldb, long long sB, float beta, const uint16_t *Cin, uint16_t *C,
@@ -138,6 +193,12 @@ struct PlanDev {
         return 0;
     }
     int mirror(uint16_t *, int64_t, int64_t, long long, int) { return 0; }
+    int diag_add(uint16_t *, int64_t, float, long long, int) { return 0; }
+    int aol(const struct ns_args *, int64_t, int64_t, int64_t, int64_t, uint16_t *, uint16_t *,
+            void *)
+    {
+        return 0;
+    }
     int load(const struct ns_args *, int64_t, int64_t, int64_t, int64_t, uint16_t *, void *)
     {
         return 0;
@@ -159,16 +220,29 @@ int ns_driver_host_plans(const struct ns_args *a, void *ws, size_t ws_bytes, str
 
 size_t ns_driver_host_ws_bytes(int64_t rows, int64_t cols, int64_t batch)
 {
-    return ns_dev_matrices_bytes(rows, cols, batch) + (size_t)batch * sizeof(double);
+    const int64_t m = rows < cols ? rows : cols;
+    return ns_dev_matrices_bytes(rows, cols, batch) +
+           (size_t)batch * (1 + (size_t)m) * sizeof(double);
 }
 
 int ns_driver_host_run(const struct ns_args *a, void *ws, size_t ws_bytes, int *gemms, int *mirrors)
 {
-    HostDev d = {0, 0};
+    HostDev d = {0, 0, 0, 0};
     const int rc = ns_dev_run(d, a, ws, ws_bytes);
     if (gemms != NULL)
         *gemms = d.gemms;
     if (mirrors != NULL)
         *mirrors = d.mirrors;
+    return rc;
+}
+
+int ns_driver_host_run_counts(const struct ns_args *a, void *ws, size_t ws_bytes, int counts[4])
+{
+    HostDev d = {0, 0, 0, 0};
+    const int rc = ns_dev_run(d, a, ws, ws_bytes);
+    counts[0] = d.gemms;
+    counts[1] = d.mirrors;
+    counts[2] = d.diag_adds;
+    counts[3] = d.aols;
     return rc;
 }

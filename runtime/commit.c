@@ -39,12 +39,13 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
         p->ns_variant = ns_bf16_variant_for_shape(p->mv.rows, p->mv.cols, &p->ns_block);
     else
         p->ns_variant = ns_variant_for_shape(p->mv.rows, p->mv.cols);
-    /* the device runs the standard algorithm only (init refuses gram there); auto keeps it */
-    p->ns_algorithm = rt_ns_on_device(rt) || rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_STANDARD
-                          ? NS_ALGO_STANDARD
-                      : rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM
-                          ? NS_ALGO_GRAM
-                          : ns_algorithm_for_shape(p->mv.rows, p->mv.cols, rt->ns_compute);
+    /* the device runs gram when asked (kernels/cuda/ns_driver.h); auto keeps standard there
+     * until a GPU has measured where Gram pays, as for the symmetric variant above */
+    p->ns_algorithm =
+        rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM ? NS_ALGO_GRAM
+        : rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_STANDARD || rt_ns_on_device(rt)
+            ? NS_ALGO_STANDARD
+            : ns_algorithm_for_shape(p->mv.rows, p->mv.cols, rt->ns_compute);
     p->lr_scale = lr_scale_factor(rt->cfg.lr_scale, p->mv.true_rows, p->mv.true_cols);
 }
 

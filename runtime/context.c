@@ -73,16 +73,6 @@ static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
             return log_fail(SHARDOPT_ERR_UNSUPPORTED,
                             "config backend = cuda with ns_strategy = sharded: sharded "
                             "Newton-Schulz runs on the CPU backend only; use gather or auto");
-        if (cfg->ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM ||
-            cfg->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL)
-            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                            "config backend = cuda with ns_algorithm = %s, ns_precondition = %s: "
-                            "Gram Newton-Schulz and AOL run on the CPU backend only; use "
-                            "ns_algorithm = standard or auto (standard on the device) and "
-                            "ns_precondition = frobenius",
-                            cfg->ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM ? "gram" : "standard",
-                            cfg->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL ? "aol"
-                                                                                 : "frobenius");
         *ns_ops_p = kernel_ops_cuda();
         if (cfg->offload == SHARDOPT_OFFLOAD_CPU)
             return cpu_kernels_select(cfg, ops_p);

@@ -11,10 +11,12 @@
  *
  * --algorithm and --precondition choose which of those columns run (default all of them); the
  * plain and symmetric standard ones always do, as the baseline.
- *   ns_bench --backend cuda [--json] [--reps R] [--shape [Bx]MxN]...
+ *   ns_bench --backend cuda [--json] [--reps R] [--algorithm ...] [--precondition ...]
+ *            [--shape [Bx]MxN]...
  *
  * --backend cuda times the CUDA backend against a cuBLAS bf16 GEMM (ns_bench_cuda.cu); its
- * default shapes are issue 7's: 4096^2, 1408x4096, 32 x 1408x4096 (batched), 12288x4096.
+ * default shapes are issue 7's: 4096^2, 1408x4096, 32 x 1408x4096 (batched), 12288x4096. There
+ * Gram and AOL columns run only when --algorithm or --precondition is given.
  *
  * --shape replaces the default shapes (issue 2's list); a tall MxN is run as its m <= n working
  * shape. --threads sets the OpenBLAS/OpenMP threads (default: the library's own choice).
@@ -63,9 +65,10 @@ struct bench_opts {
     int torch;
     int threads;
     int reps;
-    int cuda;     /* --backend cuda */
-    int algos;    /* bit 0 standard, bit 1 gram (--algorithm) */
-    int preconds; /* bit 0 frobenius, bit 1 aol (--precondition) */
+    int cuda;         /* --backend cuda */
+    int algos;        /* bit 0 standard, bit 1 gram (--algorithm) */
+    int preconds;     /* bit 0 frobenius, bit 1 aol (--precondition) */
+    int extras_asked; /* --algorithm or --precondition given (--backend cuda adds none unasked) */
     int nshapes;
     int64_t shape[BENCH_MAX_SHAPES][2];
     int64_t batch[BENCH_MAX_SHAPES]; /* --backend cuda only */
@@ -187,12 +190,14 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o)
                                 strcmp(val, "all") != 0))
                 return bench_usage("--algorithm takes standard, gram or all");
             o->algos = strcmp(val, "standard") == 0 ? 1 : strcmp(val, "gram") == 0 ? 2 : 3;
+            o->extras_asked = 1;
             i++;
         } else if (strcmp(arg, "--precondition") == 0) {
             if (val == NULL || (strcmp(val, "frobenius") != 0 && strcmp(val, "aol") != 0 &&
                                 strcmp(val, "all") != 0))
                 return bench_usage("--precondition takes frobenius, aol or all");
             o->preconds = strcmp(val, "frobenius") == 0 ? 1 : strcmp(val, "aol") == 0 ? 2 : 3;
+            o->extras_asked = 1;
             i++;
         } else if (strcmp(arg, "--backend") == 0) {
             if (val == NULL || (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0))
@@ -653,7 +658,8 @@ int main(int argc, char **argv)
             shapes[i][1] = o.shape[i][0];
             shapes[i][2] = o.shape[i][1];
         }
-        return ns_bench_cuda((const int64_t(*)[3])shapes, o.nshapes, o.reps, o.json);
+        return ns_bench_cuda((const int64_t(*)[3])shapes, o.nshapes, o.reps, o.json,
+                             o.extras_asked ? o.algos : 1, o.extras_asked ? o.preconds : 1);
     }
     blas_threads_set(o.threads);
     char why[256] = "";

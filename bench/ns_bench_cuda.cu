@@ -5,7 +5,12 @@
  * for the GEMM; ratio = NS rate / GEMM rate. The symmetric variant runs beside the plain one, in
  * 2 and in 4 block columns (rows per block rounded up to a multiple of 64), its rate counted with
  * the plain FLOPs, so that its ratio says how much sooner the same result comes. Times are
- * medians over reps of CUDA-event intervals, the variants and the GEMM interleaved rep by rep. */
+ * medians over reps of CUDA-event intervals, the variants and the GEMM interleaved rep by rep.
+ * With --algorithm gram|all and/or --precondition aol|all (issue 23), Gram Newton-Schulz
+ * (quintic's 5 steps), AOL (the aol table's 4 steps) and both run beside them on the plain
+ * products (what the runtime runs on the device), in the same interleaving, each reported with
+ * its time and its speedup over the standard plain run of the same shape (a second table; in
+ * JSON an "algorithms" list per shape). */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -43,11 +48,24 @@ __global__ void k_fill_bf16(uint16_t *p, size_t n, uint64_t seed)
 }
 
 #define NS_BENCH_VARIANTS 3 /* plain, symmetric in 2 block columns, in 4 */
+#define NS_BENCH_EXTRAS   3 /* gram; standard + aol; gram + aol */
+
+/* The extra columns: algorithm, precondition, table, steps, name. */
+static const struct {
+    int algorithm, precondition, table, steps;
+    const char *name;
+} extras[NS_BENCH_EXTRAS] = {
+    {NS_ALGO_GRAM, NS_PRECOND_FROBENIUS, NS_TABLE_QUINTIC, 5, "gram"},
+    {NS_ALGO_STANDARD, NS_PRECOND_AOL, NS_TABLE_AOL, 4, "aol"},
+    {NS_ALGO_GRAM, NS_PRECOND_AOL, NS_TABLE_AOL, 4, "gram+aol"},
+};
 
 struct cuda_case {
     int64_t batch, m, n;
     double ns_s[NS_BENCH_VARIANTS], gemm_s;
     int block[NS_BENCH_VARIANTS]; /* rows per block; 0: plain */
+    int ex_on[NS_BENCH_EXTRAS];   /* which extras run */
+    double ex_s[NS_BENCH_EXTRAS];
 };
 
 /* Rows per block for k block columns of an m-row working matrix: ceil(m / k) rounded up to 64. */
@@ -71,11 +89,15 @@ static int run_case(const struct kernel_ops *ops, const struct kernel_ctx *ctx, 
     struct ns_workspace ws = {(float *)ops->alloc(wsb), wsb / sizeof(float), NULL};
     float coeffs[NS_TABLE_MAX_STEPS][3];
     cudaEvent_t e0, e1;
-    double *ns_t = (double *)malloc(sizeof(double) * (size_t)reps * NS_BENCH_VARIANTS);
+    double *ns_t =
+        (double *)malloc(sizeof(double) * (size_t)reps * (NS_BENCH_VARIANTS + NS_BENCH_EXTRAS));
+    float ex_coeffs[NS_BENCH_EXTRAS][NS_TABLE_MAX_STEPS][3];
     double *gm_t = (double *)malloc(sizeof(double) * (size_t)reps);
     int rc = -1;
 
     ns_coeffs_fill(NS_TABLE_QUINTIC, 5, NULL, coeffs);
+    for (int e = 0; e < NS_BENCH_EXTRAS; e++)
+        ns_coeffs_fill(extras[e].table, extras[e].steps, NULL, ex_coeffs[e]);
     if (u == NULL || gb == NULL || gx == NULL || gc == NULL || ws.buf == NULL || ns_t == NULL ||
         gm_t == NULL) {
         fprintf(stderr, "ns_bench: %lldx%lldx%lld: out of device memory\n", (long long)c->batch,
@@ -124,6 +146,28 @@ static int run_case(const struct kernel_ops *ops, const struct kernel_ctx *ctx, 
                 if (r >= 0)
                     ns_t[(size_t)v * (size_t)reps + (size_t)r] = ms * 1e-3;
             }
+            for (int e = 0; e < NS_BENCH_EXTRAS; e++) {
+                if (!c->ex_on[e])
+                    continue;
+                struct ns_args x = a;
+                x.variant = NS_VARIANT_PLAIN;
+                x.block = 0;
+                x.coeffs = (const float(*)[3])ex_coeffs[e];
+                x.steps = extras[e].steps;
+                x.algorithm = extras[e].algorithm;
+                x.precondition = extras[e].precondition;
+                cudaEventRecord(e0, 0);
+                if (ops->newton_schulz(ctx, &x, &ws) != 0) {
+                    fprintf(stderr, "ns_bench: Newton-Schulz refused (%s)\n", extras[e].name);
+                    goto out_ev;
+                }
+                cudaEventRecord(e1, 0);
+                if (ck(cudaEventSynchronize(e1), extras[e].name) != 0)
+                    goto out_ev;
+                cudaEventElapsedTime(&ms, e0, e1);
+                if (r >= 0)
+                    ns_t[(size_t)(NS_BENCH_VARIANTS + e) * (size_t)reps + (size_t)r] = ms * 1e-3;
+            }
             /* the limit: Yc (n x m) = Xc (n x m) Bc (m x m), as the driver's largest product */
             cudaEventRecord(e0, 0);
             if (cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)m,
@@ -144,6 +188,10 @@ static int run_case(const struct kernel_ops *ops, const struct kernel_ctx *ctx, 
     }
     for (int v = 0; v < NS_BENCH_VARIANTS; v++)
         c->ns_s[v] = bench_median(ns_t + (size_t)v * (size_t)reps, reps);
+    for (int e = 0; e < NS_BENCH_EXTRAS; e++)
+        c->ex_s[e] = c->ex_on[e]
+                         ? bench_median(ns_t + (size_t)(NS_BENCH_VARIANTS + e) * (size_t)reps, reps)
+                         : 0.0;
     c->gemm_s = bench_median(gm_t, reps);
     rc = 0;
 out_ev:
@@ -165,8 +213,16 @@ out:
 static const int64_t default_shapes[][3] = {
     {1, 4096, 4096}, {1, 1408, 4096}, {32, 1408, 4096}, {1, 12288, 4096}};
 
-int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json)
+int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json, int algos,
+                  int preconds)
 {
+    /* the extras whose algorithm and preconditioning were both asked for */
+    int ex_on[NS_BENCH_EXTRAS], any = 0;
+    for (int e = 0; e < NS_BENCH_EXTRAS; e++) {
+        ex_on[e] = (algos & (extras[e].algorithm == NS_ALGO_GRAM ? 2 : 1)) &&
+                   (preconds & (extras[e].precondition == NS_PRECOND_AOL ? 2 : 1));
+        any |= ex_on[e];
+    }
     const struct kernel_ops *ops = kernel_ops_cuda();
     struct kernel_ctx ctx = {0, NULL, NULL};
     struct cuda_case cases[64];
@@ -198,6 +254,7 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json)
         cases[i].batch = shapes[i][0];
         cases[i].m = shapes[i][1];
         cases[i].n = shapes[i][2];
+        memcpy(cases[i].ex_on, ex_on, sizeof ex_on);
         if (run_case(ops, &ctx, h, &cases[i], reps) != 0)
             return 1;
         fprintf(stderr, "  measured %lldx%lldx%lld\n", (long long)cases[i].batch,
@@ -230,15 +287,48 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json)
             printf("%s{\"batch\": %lld, \"rows\": %lld, \"cols\": %lld, \"ns_seconds\": %.6e, "
                    "\"ns_tflops\": %.2f, \"gemm_seconds\": %.6e, \"gemm_tflops\": %.2f, "
                    "\"ratio\": %.3f, \"symmetric\": [{\"block\": %d, \"ns_seconds\": %.6e, "
-                   "\"ratio\": %.3f}, {\"block\": %d, \"ns_seconds\": %.6e, \"ratio\": %.3f}]}",
+                   "\"ratio\": %.3f}, {\"block\": %d, \"ns_seconds\": %.6e, \"ratio\": %.3f}]",
                    i ? ", " : "", (long long)c->batch, (long long)c->m, (long long)c->n, c->ns_s[0],
                    ns_tf[0], c->gemm_s, gm_tf, ns_tf[0] / gm_tf, c->block[1], c->ns_s[1],
                    ns_tf[1] / gm_tf, c->block[2], c->ns_s[2], ns_tf[2] / gm_tf);
+        if (json && any) {
+            printf(", \"algorithms\": [");
+            for (int e = 0, k = 0; e < NS_BENCH_EXTRAS; e++)
+                if (c->ex_on[e])
+                    printf("%s{\"name\": \"%s\", \"steps\": %d, \"ns_seconds\": %.6e, "
+                           "\"speedup\": %.3f}",
+                           k++ ? ", " : "", extras[e].name, extras[e].steps, c->ex_s[e],
+                           c->ns_s[0] / c->ex_s[e]);
+            printf("]");
+        }
+        if (json)
+            printf("}");
         else
             printf("| %lldx%lldx%lld | %.3f | %.1f | %.1f | %.2f | %.2f (%d) | %.2f (%d) |\n",
                    (long long)c->batch, (long long)c->m, (long long)c->n, c->ns_s[0] * 1e3,
                    ns_tf[0], gm_tf, ns_tf[0] / gm_tf, ns_tf[1] / gm_tf, c->block[1],
                    ns_tf[2] / gm_tf, c->block[2]);
+    }
+    if (!json && any) {
+        printf("\nGram Newton-Schulz (quintic, 5 steps) and AOL (aol table, 4 steps), plain "
+               "products, same run: ms (speedup over the standard plain NS ms above)\n\n"
+               "| batch x rows x cols |");
+        for (int e = 0; e < NS_BENCH_EXTRAS; e++)
+            if (ex_on[e])
+                printf(" %s |", extras[e].name);
+        printf("\n|---|");
+        for (int e = 0; e < NS_BENCH_EXTRAS; e++)
+            if (ex_on[e])
+                printf("---|");
+        printf("\n");
+        for (int i = 0; i < nshapes; i++) {
+            const struct cuda_case *c = &cases[i];
+            printf("| %lldx%lldx%lld |", (long long)c->batch, (long long)c->m, (long long)c->n);
+            for (int e = 0; e < NS_BENCH_EXTRAS; e++)
+                if (c->ex_on[e])
+                    printf(" %.3f (%.2fx) |", c->ex_s[e] * 1e3, c->ns_s[0] / c->ex_s[e]);
+            printf("\n");
+        }
     }
     if (json)
         printf("]}\n");

@@ -18,6 +18,8 @@
 #            refuses two ranks on one device), not hang                     -> nccl_probe.log
 #   ns       ns_bench --backend cuda on issue 7's shapes, then plain against symmetric over more
 #            shapes                                                 -> ns_bench.json, ns_variants.json
+#   ns_gram  Gram Newton-Schulz and AOL beside the standard algorithm (issue 23: --algorithm all
+#            --precondition all) on GLM-4.5-Air's Newton-Schulz shapes  -> ns_gram.json
 #   memcheck compute-sanitizer on test_cuda_kernels (informational)         -> ctest.log
 # Everything after the build shares a budget of SHARDOPT_GPU_BUDGET_S seconds (330) from the
 # script's start: a step gets its own limit or what is left, whichever is less, and is skipped
@@ -169,6 +171,7 @@ np2_rc=-1
 np4_rc=-1
 nccl1_rc=-1
 nccl_rc=-1
+ns_gram_rc=-1
 if [ "$build_rc" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -218,6 +221,13 @@ if [ "$build_rc" -eq 0 ]; then
     fi
     step ns 60 "$out/ns_bench.json" "$bench" "${ns_args[@]}" --reps 10 --json
     bench_rc=$step_rc
+    # issue 23 on the device: Gram and AOL against standard, on GLM-4.5-Air's shapes (an expert
+    # alone and as one rank's batch of 16, k/v, q/o, the router) and a square one, where Gram
+    # does more work than standard; their correctness is in the gpu step's test_cuda_kernels
+    step ns_gram 45 "$out/ns_gram.json" "$bench" "${ns_args[@]}" --reps 5 --json \
+        --algorithm all --precondition all --shape 1x1408x4096 --shape 16x1408x4096 \
+        --shape 1x1024x4096 --shape 1x4096x12288 --shape 1x128x4096 --shape 1x2048x2048
+    ns_gram_rc=$step_rc
     # where the symmetric variant pays on this device (the CUDA variant table is made from
     # these): square and 1:4 shapes from m = 512 to 4096, alone and batched
     step ns_variants 60 "$out/ns_variants.json" "$bench" "${ns_args[@]}" --reps 7 --json \
@@ -239,7 +249,8 @@ fi
 skipped=$(grep -c '\*\*\*Skipped' "$out/ctest.log" 2>/dev/null || true)
 cat >"$out/summary.json" <<JSON
 {"mode": "$mode", "configure_rc": $configure_rc, "build_rc": $build_rc, "test_rc": $test_rc,
- "tests_skipped": ${skipped:-0}, "ns_bench_rc": $bench_rc, "demo_rc": $demo_rc,
+ "tests_skipped": ${skipped:-0}, "ns_bench_rc": $bench_rc, "ns_gram_rc": $ns_gram_rc,
+ "demo_rc": $demo_rc,
  "step_bench_rc": $step_rc_main, "step_np2_rc": $np2_rc, "step_np4_rc": $np4_rc,
  "nccl_np1_rc": $nccl1_rc, "nccl_probe_rc": $nccl_rc, "budget_s": $budget,
  "seconds": $(elapsed)}

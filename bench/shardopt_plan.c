@@ -31,9 +31,10 @@
  * --ns-algorithm counts each matrix's Newton-Schulz as that algorithm does (sharding/plan.c's
  * plan_ns_flops, every product whole; auto: the bf16 table of kernels/ns_variant.h) and plans
  * owners on that cost, as commit does; --ns-precondition aol counts the aol table's 4 steps.
- * The default (standard, 5 steps) is what the CUDA backend runs today: Gram and AOL run on the
- * CPU backend only, so their predictions for a GPU machine are what the count allows once the
- * device runs them, not what it does now.
+ * The default (standard, 5 steps) is what the runtime runs by default. The CUDA backend runs Gram
+ * (ns_algorithm = gram) and AOL with whole products, as counted here, but its auto stays
+ * standard until measured on a GPU: for a GPU machine, --ns-algorithm auto predicts what gram
+ * would do there. Neither has run on a GPU yet.
  *
  * --calibrate writes a machine file for this machine, measured now: the Newton-Schulz rate of
  * ns_bench (bf16 where the CPU multiplies bf16 natively, as ns_compute = auto does; 512 x 1536,

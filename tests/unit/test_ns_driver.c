@@ -312,7 +312,7 @@ static struct gerr run_gram_aol(const struct gcase *c, int algorithm, int precon
         struct ns_workspace w = {.floats = ns_workspace_floats(rows, cols)};
         w.buf = malloc(w.floats * sizeof(float));
         const struct kernel_ctx ctx = {.threads = 1};
-        EXPECT_EQ_INT(ref_newton_schulz(&ctx, &q, &w), 0);
+        EXPECT_EQ_INT(ns_ref_newton_schulz(&ctx, &q, &w), 0);
         for (size_t i = 0; i < count; i++)
             r64[i] = fout[i];
         r.e_ref = worst_of(out, c->out_dt, r64, batch, one);
@@ -326,7 +326,7 @@ static struct gerr run_gram_aol(const struct gcase *c, int algorithm, int precon
         if (b16 != NULL &&
             ns_bf16_prepare(b16, rows, cols, q.variant, q.block, algorithm, (const float(*)[3])t->c,
                             t->steps, why, sizeof why) == 0) {
-            EXPECT_EQ_INT(blas_newton_schulz(&ctx, &q, &w), 0);
+            EXPECT_EQ_INT(ns_blas_newton_schulz(&ctx, &q, &w), 0);
             r.e_cpu16 = worst_of(fout, KDT_F32, ref, batch, one);
         }
         ns_bf16_destroy(b16);

@@ -169,9 +169,11 @@ void nccl_group_destroy(struct nccl_group *g)
     free(g);
 }
 
-shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf,
-                                      const int *sc, const int *sd, void *rbuf, const int *rc,
-                                      const int *rd, size_t es)
+/* Post one exchange: member i's block goes from sbuf + sd[i * sstride] (sc[i * sstride]
+ * elements), so that sstride 0 sends one block to every member (an all-gather). */
+static shardopt_status_t group_post(struct nccl_group *g, int slot, const void *sbuf, const int *sc,
+                                    const int *sd, int sstride, void *rbuf, const int *rc,
+                                    const int *rd, size_t es)
 {
     cudaError_t e;
     ncclResult_t r = ncclSuccess;
@@ -187,11 +189,12 @@ shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void
     for (int i = 0; r == ncclSuccess && i < g->size; i++) {
         if (i == g->rank)
             continue;
+        const int s = i * sstride;
         if (rc[i] > 0)
             r = ncclRecv((char *)rbuf + (size_t)rd[i] * es, (size_t)rc[i] * es, ncclUint8, i,
                          g->comm, g->stream);
-        if (r == ncclSuccess && sc[i] > 0)
-            r = ncclSend((const char *)sbuf + (size_t)sd[i] * es, (size_t)sc[i] * es, ncclUint8, i,
+        if (r == ncclSuccess && sc[s] > 0)
+            r = ncclSend((const char *)sbuf + (size_t)sd[s] * es, (size_t)sc[s] * es, ncclUint8, i,
                          g->comm, g->stream);
     }
     ncclResult_t r2 = ncclGroupEnd();
@@ -206,6 +209,19 @@ shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void
         return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: cudaEventRecord: %s", g->name,
                         cudaGetErrorString(e));
     return SHARDOPT_OK;
+}
+
+shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf,
+                                      const int *sc, const int *sd, void *rbuf, const int *rc,
+                                      const int *rd, size_t es)
+{
+    return group_post(g, slot, sbuf, sc, sd, 1, rbuf, rc, rd, es);
+}
+
+shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *buf,
+                                        const int *counts, const int *displs, size_t es)
+{
+    return group_post(g, slot, buf, &counts[g->rank], &displs[g->rank], 0, buf, counts, displs, es);
 }
 
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)

@@ -43,6 +43,12 @@ shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void
                                       const int *sc, const int *sd, void *rbuf, const int *rc,
                                       const int *rd, size_t es);
 
+/* All-gather-v in place: this member's block (counts[rank] elements at buf + displs[rank], its
+ * rank in the group) to every other member, member i's into buf + displs[i]; the same posting,
+ * ordering and slot event as nccl_group_exchange. */
+shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *buf,
+                                        const int *counts, const int *displs, size_t es);
+
 /* The compute stream waits for the exchange of `slot` (no host wait). */
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot);
 

@@ -24,6 +24,13 @@ shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void
     return SHARDOPT_ERR_UNSUPPORTED;
 }
 
+shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *buf,
+                                        const int *counts, const int *displs, size_t es)
+{
+    (void)g, (void)slot, (void)buf, (void)counts, (void)displs, (void)es;
+    return SHARDOPT_ERR_UNSUPPORTED;
+}
+
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)
 {
     (void)g, (void)slot;

@@ -2,12 +2,12 @@
  * CUDA stream API over MPI (tests/mock): no GPU, no NCCL. NCCL refuses two ranks on one GPU and the
  * GPU machines lent to this project have one, so this is where the code's own logic runs: the
  * unique id's broadcast, all-to-all-v as grouped sends and receives with counts and
- * displacements, several exchanges in flight on slots, two groups sharing one stream, and the
- * failure paths: a failed post aborts the communicator with SHARDOPT_ERR_NCCL, a peer that never
- * turns up or a rank stuck in NCCL becomes a timeout (comm_timeout_s) with SHARDOPT_ERR_NCCL
- * instead of a hang, an aborted communicator refuses later exchanges, and an initialisation
- * that fails on one rank is reported there. What it cannot check is NCCL itself and the ordering
- * on real streams (the mock streams execute nothing). 4 ranks. */
+ * displacements, the in-place all-gather-v, several exchanges in flight on slots, two groups
+ * sharing one stream, and the failure paths: a failed post aborts the communicator with
+ * SHARDOPT_ERR_NCCL, a peer that never turns up or a rank stuck in NCCL becomes a timeout
+ * (comm_timeout_s) with SHARDOPT_ERR_NCCL instead of a hang, an aborted communicator refuses later
+ * exchanges, and an initialisation that fails on one rank is reported there. What it cannot check
+ * is NCCL itself and the ordering on real streams (the mock streams execute nothing). 4 ranks. */
 #include <mpi.h>
 #include <stdint.h>
 
@@ -154,6 +154,46 @@ TEST(exchanges_move_every_block_to_its_displacement)
         const int peer = g.pair_ranks[1 - me % 2];
         want += (count_of(me, peer, r + 10) > 0) + (count_of(peer, me, r + 10) > 0);
     }
+    EXPECT_EQ_INT((int)(nccl_mock_posted() - before), (int)want);
+    groups2_free(&g);
+}
+
+/* replica_split's all-gather in place: each member's share (counts[i] at displs[i], gaps between,
+ * member 0's empty) lands in every other member's buffer, mine is sent once to each other
+ * member and nothing else is written. */
+TEST(an_allgatherv_puts_every_share_at_its_displacement)
+{
+    setup();
+    struct groups2 g;
+    int counts[4], displs[4], o = 0;
+    uint16_t buf[64];
+    groups2_make(&g, 30.0, 30.0);
+    for (int i = 0; i < 4; i++) {
+        counts[i] = 2 * i;
+        displs[i] = o;
+        o += counts[i] + 3;
+    }
+    memset(buf, 0xee, sizeof buf);
+    for (int k = 0; k < counts[me]; k++)
+        buf[displs[me] + k] = value_of(me, me, 50, k);
+    const long before = nccl_mock_posted();
+    EXPECT_EQ_INT(nccl_group_allgatherv(g.all, 4, buf, counts, displs, ES), SHARDOPT_OK);
+    EXPECT_EQ_INT(nccl_group_wait(g.all, 4), SHARDOPT_OK);
+    EXPECT_EQ_INT(nccl_group_drain(g.all), SHARDOPT_OK);
+    int bad = 0, at = 0;
+    for (int i = 0; i < 4; i++) {
+        for (; at < displs[i]; at++)
+            bad += buf[at] != 0xeeee;
+        for (int k = 0; k < counts[i]; k++, at++)
+            bad += buf[at] != value_of(i, i, 50, k);
+    }
+    for (; at < (int)(sizeof buf / sizeof buf[0]); at++)
+        bad += buf[at] != 0xeeee;
+    EXPECT_EQ_INT(bad, 0);
+    long want = 0; /* a receive per other member with a share, my share to each other member */
+    for (int i = 0; i < 4; i++)
+        if (i != me)
+            want += (counts[i] > 0) + (counts[me] > 0);
     EXPECT_EQ_INT((int)(nccl_mock_posted() - before), (int)want);
     groups2_free(&g);
 }

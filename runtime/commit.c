@@ -125,6 +125,25 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
     return SHARDOPT_OK;
 }
 
+/* Each group's transport (runtime/comm/transport.h), once: NCCL where init made the group a
+ * communicator, else MPI through the pinned mirrors when the buffers are device memory, else
+ * MPI on the buffers. */
+static void transports_pick(shardopt_runtime_t rt)
+{
+    const struct groups *g = &rt->groups;
+    const struct {
+        MPI_Comm comm;
+        struct nccl_group *nccl;
+        const char *name;
+    } group[XPORTS] = {[GROUP_LOCAL] = {MPI_COMM_NULL, NULL, "local"},
+                       [GROUP_DENSE] = {g->dense, rt->nccl[GROUP_DENSE], "dense"},
+                       [GROUP_EXPERT] = {g->xs, rt->nccl[GROUP_EXPERT], "expert shard"},
+                       [XPORT_REPLICATE] = {g->rep, rt->nccl_rep, "replicate"}};
+    for (int i = 0; i < XPORTS; i++)
+        comm_transport_pick(&rt->xport[i], g, group[i].comm, group[i].name, group[i].nccl,
+                            rt_on_device(rt), rt->ops, &rt->kctx, rt->cfg.comm_dtype);
+}
+
 /* Which Muon tensors of a group stay sharded for Newton-Schulz (ns_strategy), and this rank's
  * piece geometry for them. Every member must decide alike (the plan and the step assume it), so
  * running out of memory here fails commit rather than falling back to gathering on this rank
@@ -249,7 +268,7 @@ void commit_release(shardopt_runtime_t rt)
     rt->pre_dt = NULL;
     rt->pre_n = NULL;
     free(rt->rep_counts);
-    rt->rep_counts = rt->rep_displs = rt->rep_sc = rt->rep_sd = NULL;
+    rt->rep_counts = rt->rep_displs = NULL;
     free(rt->nonfinite);
     rt->nonfinite = NULL;
     rt->gradflags = NULL;
@@ -353,10 +372,8 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     }
     const size_t R = (size_t)rt->groups.mesh.dp_replicate;
     rt->rep_counts =
-        noted(&oom, mem_malloc(sizeof(int) * 4 * R), sizeof(int) * 4 * R, "the replica counts");
+        noted(&oom, mem_malloc(sizeof(int) * 2 * R), sizeof(int) * 2 * R, "the replica counts");
     rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + R : NULL;
-    rt->rep_sc = rt->rep_counts != NULL ? rt->rep_counts + 2 * R : NULL;
-    rt->rep_sd = rt->rep_counts != NULL ? rt->rep_counts + 3 * R : NULL;
     /* sharded Newton-Schulz: U/O of one piece, X and Y, the Gram matrix and B */
     rt->sh_u = noted(&oom, buffer_alloc(rt, sh_u * es + 1), sh_u * es + 1,
                      "the sharded Newton-Schulz piece");
@@ -506,6 +523,7 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         status = group_plan_build(rt, GROUP_DENSE, &dense, &rt->gx[GROUP_DENSE]);
     if (status == SHARDOPT_OK)
         status = group_plan_build(rt, GROUP_EXPERT, &xs, &rt->gx[GROUP_EXPERT]);
+    transports_pick(rt);
     /* the member -> runtime rank tables outlive the shard tables: param stats name owners */
     rt->group_ranks[GROUP_DENSE] = dense.ranks;
     rt->group_ranks[GROUP_EXPERT] = xs.ranks;

@@ -287,6 +287,7 @@ static void device_stop(shardopt_runtime_t rt)
         nccl_group_destroy(made[i]);
     memset(rt->nccl, 0, sizeof rt->nccl);
     rt->nccl_rep = NULL;
+    memset(rt->xport, 0, sizeof rt->xport); /* they borrowed the groups */
     if (rt->kctx.backend != NULL)
         rt->ns_ops->backend_destroy(rt->kctx.backend);
     rt->kctx.backend = NULL;

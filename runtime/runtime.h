@@ -9,6 +9,7 @@
 #include "offload/state_store.h"
 #include "runtime/comm/comm_nccl.h"
 #include "runtime/comm/groups.h"
+#include "runtime/comm/transport.h"
 #include "runtime/step/elem_batch.h"
 #include "runtime/topology.h"
 #include "sharding/layout.h"
@@ -64,6 +65,9 @@ struct group_exec {
     struct group_plan plan;
     MPI_Comm comm; /* MPI_COMM_NULL for GROUP_LOCAL */
 };
+
+/* The transports (rt->xport): one per group kind, then the replicate group's. */
+enum { XPORT_REPLICATE = GROUP_KINDS, XPORTS = GROUP_KINDS + 1 };
 
 #define PIPELINE_DEPTH 3
 
@@ -127,7 +131,9 @@ struct shardopt_runtime {
     struct staging stage;         /* offload: staging slots (optimizer) and the copy counters */
     /* comm_backend = nccl: a communicator per group of more than one rank (NULL otherwise) */
     struct nccl_group *nccl[GROUP_KINDS], *nccl_rep;
-    int *rep_sc, *rep_sd;          /* [dp_replicate]: replica_split's exchange over NCCL */
+    /* How each group's exchanges travel, chosen at commit (commit.c): [GROUP_LOCAL]
+     * exchanges nothing, [XPORT_REPLICATE] is replica_split's all-gather */
+    struct comm_transport xport[XPORTS];
     struct ew_pending *ew;         /* device backends: elementwise calls waiting for one launch */
     void *dev_ns, *dev_sh_u;       /* offload = cpu: device copies of NS slots and sharded U */
     double *sumsq;                 /* [nparams]: the step's gradient pre-pass */

@@ -5,7 +5,6 @@
 #include "base/fault.h"
 #include "base/status.h"
 #include "kernels/clock.h"
-#include "runtime/comm/comm_wait.h"
 #include "runtime/step/offload_exec.h"
 
 /* One bucket of one group, and the buffer set it uses while in flight. */
@@ -13,15 +12,9 @@ struct stage {
     enum group_kind kind;
     const struct plan_bucket *b;
     struct bucket_buffers *buf;
-    int seq;  /* position in the pipeline: keeps the tags of concurrent exchanges apart */
-    int nreq; /* requests of its exchange in flight (MPI), or 1 for an NCCL exchange */
+    int seq;            /* position in the pipeline */
+    struct comm_xfer x; /* its exchange (one at a time: #2 starts after #1 is waited for) */
 };
-
-/* The NCCL slot of a bucket's exchange: its buffer set and direction. */
-static int nccl_slot(const struct stage *st, int second)
-{
-    return (st->seq % PIPELINE_DEPTH) * 2 + second;
-}
 
 /* A bucket's index in its group's plan, for messages. */
 static int stage_bucket(shardopt_runtime_t rt, const struct stage *st)
@@ -128,127 +121,64 @@ static void stage_momentum(shardopt_runtime_t rt, const struct stage *st, float 
     ew_flush(rt); /* one launch for the bucket, before its exchange is queued */
 }
 
-/* Device buffers (rt_on_device): MPI reads and writes the pinned host mirrors. Before any
- * message is posted the device stream is drained, so that the sends' blocks have arrived in the
- * mirror and earlier copies out of the receive mirror are done before MPI overwrites it. */
-static shardopt_status_t xfer_stage_out(shardopt_runtime_t rt, const int *sc, const int *sd, int me,
-                                        int members, char *host, const char *dev, size_t es)
-{
-    for (int i = 0; i < members; i++)
-        if (i != me && sc[i] > 0)
-            rt->ops->copy(&rt->kctx, host + (size_t)sd[i] * es, dev + (size_t)sd[i] * es,
-                          (size_t)sc[i] * es);
-    if (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0)
-        return log_fail(SHARDOPT_ERR_DEVICE,
-                        "step: rank %d: copying exchange blocks to the host failed (%s)",
-                        rt->groups.me.rank, rt->ops->name);
-    return SHARDOPT_OK;
-}
-
-/* Start exchange #1 (A -> B) or #2 (B -> A): a receive and a send per member with a non-empty
- * block, a copy for this rank's own block. Bytes are counted here, where they go to MPI. */
+/* Start exchange #1 (A -> B) or #2 (B -> A) over the group's transport: a block to and from
+ * every member with a non-empty one; this rank's own block is a copy on the stream (device to
+ * device on a device backend). */
 static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int second)
 {
     const struct group_exec *gx = &rt->gx[st->kind];
     const struct plan_bucket *b = st->b;
-    const int me = gx->plan.me, tag = 2 * (st->seq % 8192) + second;
+    const int me = gx->plan.me;
     const size_t es = kdtype_size(rt->cfg.comm_dtype);
-    MPI_Datatype t = rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
     const int *sc = second ? b->b_counts : b->a_counts, *sd = second ? b->b_displs : b->a_displs;
     const int *rc = second ? b->a_counts : b->b_counts, *rd = second ? b->a_displs : b->b_displs;
     char *sbuf = second ? st->buf->b : st->buf->a, *rbuf = second ? st->buf->a : st->buf->b;
-    int rcode = MPI_SUCCESS;
 
-    st->nreq = 0;
+    st->x = (struct comm_xfer){
+        .seq = st->seq,
+        .set = st->seq % PIPELINE_DEPTH,
+        .second = second,
+        .bucket = stage_bucket(rt, st),
+        .me = me,
+        .members = gx->plan.members,
+        .sc = sc,
+        .sd = sd,
+        .rc = rc,
+        .rd = rd,
+        .sbuf = sbuf,
+        .rbuf = rbuf,
+        .hsbuf = second ? st->buf->hb : st->buf->ha,
+        .hrbuf = second ? st->buf->ha : st->buf->hb,
+        .req = st->buf->req,
+        .peer = st->buf->peer,
+        .sent = &rt->counters.bytes_sent[st->kind],
+        .recv = &rt->counters.bytes_recv[st->kind],
+        .nreq = 0,
+    };
     if (gx->comm == MPI_COMM_NULL)
         return SHARDOPT_OK;         /* replicated tensors: every matrix is direct */
     if (fault_hit("step.exchange")) /* a stand-in for an MPI failure; or a hang (tests) */
         return log_fail(SHARDOPT_ERR_COMM, "step: rank %d: starting exchange #%d failed (injected)",
                         rt->groups.me.rank, second ? 2 : 1);
-    /* my own block: device to device on a device backend */
     if (sc[me] > 0)
         rt->ops->copy(&rt->kctx, rbuf + (size_t)rd[me] * es, sbuf + (size_t)sd[me] * es,
                       (size_t)sc[me] * es);
-    if (rt->nccl[st->kind] != NULL) {
-        for (int i = 0; i < gx->plan.members; i++)
-            if (i != me) {
-                rt->counters.bytes_recv[st->kind] += (uint64_t)rc[i] * es;
-                rt->counters.bytes_sent[st->kind] += (uint64_t)sc[i] * es;
-            }
-        st->nreq = 1;
-        return nccl_group_exchange(rt->nccl[st->kind], nccl_slot(st, second), sbuf, sc, sd, rbuf,
-                                   rc, rd, es);
-    }
-    if (rt_on_device(rt)) {
-        char *host = second ? st->buf->hb : st->buf->ha;
-        shardopt_status_t status = xfer_stage_out(rt, sc, sd, me, gx->plan.members, host, sbuf, es);
-        if (status != SHARDOPT_OK)
-            return status;
-        sbuf = host;
-        rbuf = second ? st->buf->ha : st->buf->hb;
-    }
-    for (int i = 0; i < gx->plan.members; i++) {
-        if (i != me && rc[i] > 0) {
-            st->buf->peer[st->nreq] = i;
-            rcode |= MPI_Irecv(rbuf + (size_t)rd[i] * es, rc[i], t, i, tag, gx->comm,
-                               &st->buf->req[st->nreq++]);
-            rt->counters.bytes_recv[st->kind] += (uint64_t)rc[i] * es;
-        }
-    }
-    for (int i = 0; i < gx->plan.members; i++)
-        if (i != me && sc[i] > 0) {
-            st->buf->peer[st->nreq] = i;
-            rcode |= MPI_Isend(sbuf + (size_t)sd[i] * es, sc[i], t, i, tag, gx->comm,
-                               &st->buf->req[st->nreq++]);
-            rt->counters.bytes_sent[st->kind] += (uint64_t)sc[i] * es;
-        }
-    if (rcode != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM, "step: starting exchange #%d of the %s group failed",
-                        second ? 2 : 1, st->kind == GROUP_DENSE ? "dense" : "expert shard");
-    return SHARDOPT_OK;
+    return rt->xport[st->kind].ops->start(&rt->xport[st->kind], &st->x);
 }
 
-static shardopt_status_t xfer_wait(shardopt_runtime_t rt, struct stage *st, int second)
+static shardopt_status_t xfer_wait(shardopt_runtime_t rt, struct stage *st)
 {
-    const int had = st->nreq;
-    if (rt->nccl[st->kind] != NULL) { /* the compute stream waits; the host goes on */
-        st->nreq = 0;
-        return had ? nccl_group_wait(rt->nccl[st->kind], nccl_slot(st, second)) : SHARDOPT_OK;
-    }
-    comm_phase(second ? "step: exchange #2 (Newton-Schulz results back)"
-                      : "step: exchange #1 (momentum to the owners)",
-               stage_bucket(rt, st));
-    if (st->nreq > 0 && comm_wait(&rt->groups, rt->gx[st->kind].comm, st->nreq, st->buf->req,
-                                  st->buf->peer, "sends and receives") != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM, "step: exchange #%d of the %s group failed",
-                        second ? 2 : 1, st->kind == GROUP_DENSE ? "dense" : "expert shard");
-    st->nreq = 0;
-    if (had > 0 && rt_on_device(rt)) {
-        /* the received blocks go up; stream order puts them before the kernels that read them */
-        const struct group_exec *gx = &rt->gx[st->kind];
-        const struct plan_bucket *b = st->b;
-        const size_t es = kdtype_size(rt->cfg.comm_dtype);
-        const int *rc = second ? b->a_counts : b->b_counts,
-                  *rd = second ? b->a_displs : b->b_displs;
-        char *dev = second ? st->buf->a : st->buf->b, *host = second ? st->buf->ha : st->buf->hb;
-        for (int i = 0; i < gx->plan.members; i++)
-            if (i != gx->plan.me && rc[i] > 0)
-                rt->ops->copy(&rt->kctx, dev + (size_t)rd[i] * es, host + (size_t)rd[i] * es,
-                              (size_t)rc[i] * es);
-    }
-    return SHARDOPT_OK;
+    return rt->xport[st->kind].ops->wait(&rt->xport[st->kind], &st->x);
 }
 
-/* Open MPI moves non-blocking messages only inside MPI calls: test the exchanges in flight
- * between Newton-Schulz calls so that they advance while this rank computes (NCCL exchanges
- * advance on their own stream). */
+/* The exchanges in flight advance while this rank computes (Open MPI moves non-blocking
+ * messages only inside MPI calls; NCCL's on their own stream). */
 static void xfer_progress(shardopt_runtime_t rt, struct stage *a, struct stage *b)
 {
-    int done;
-    if (a != NULL && a->nreq > 0 && rt->nccl[a->kind] == NULL)
-        MPI_Testall(a->nreq, a->buf->req, &done, MPI_STATUSES_IGNORE);
-    if (b != NULL && b->nreq > 0 && rt->nccl[b->kind] == NULL)
-        MPI_Testall(b->nreq, b->buf->req, &done, MPI_STATUSES_IGNORE);
+    if (a != NULL)
+        rt->xport[a->kind].ops->progress(&rt->xport[a->kind], &a->x);
+    if (b != NULL)
+        rt->xport[b->kind].ops->progress(&rt->xport[b->kind], &b->x);
 }
 
 /* Between B's pieces and the whole matrices in the NS slots. */
@@ -376,36 +306,18 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
         rt->rep_displs[r] = (int)a;
         rt->rep_counts[r] = (int)(b - a);
     }
-    if (rt->nccl_rep != NULL) {       /* my share to every other replica, theirs to me */
-        for (int r = 0; r < R; r++) { /* the exchange skips my own rank */
-            rt->rep_sc[r] = rt->rep_counts[g->me.rep];
-            rt->rep_sd[r] = rt->rep_displs[g->me.rep];
-        }
-        shardopt_status_t status =
-            nccl_group_exchange(rt->nccl_rep, st->seq, st->buf->ns, rt->rep_sc, rt->rep_sd,
-                                st->buf->ns, rt->rep_counts, rt->rep_displs, es);
-        return status == SHARDOPT_OK ? nccl_group_wait(rt->nccl_rep, st->seq) : status;
-    }
-    MPI_Datatype t = rt->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
-    void *slots = st->buf->ns;
-    if (rt_on_device(rt)) { /* through the host mirror: mine out, everyone's back in */
-        rt->ops->copy(&rt->kctx, (char *)st->buf->hns + slot_lo * es, host,
-                      (slot_hi - slot_lo) * es);
-        if (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0)
-            return log_fail(SHARDOPT_ERR_DEVICE,
-                            "step: rank %d: copying Newton-Schulz results "
-                            "to the host failed",
-                            g->me.rank);
-        slots = st->buf->hns;
-    }
-    comm_phase("step: sharing Newton-Schulz results (replica_split)", stage_bucket(rt, st));
-    if (comm_allgatherv(g, g->rep, slots, rt->rep_counts, rt->rep_displs, t, "all-gather") !=
-        MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM, "step: sharing Newton-Schulz results over the "
-                                           "replicate group failed");
-    if (rt_on_device(rt))
-        rt->ops->copy(&rt->kctx, st->buf->ns, st->buf->hns, st->b->ns_elems * es);
-    return SHARDOPT_OK;
+    const struct comm_share share = {
+        .seq = st->seq,
+        .bucket = stage_bucket(rt, st),
+        .me = g->me.rep,
+        .members = R,
+        .buf = st->buf->ns,
+        .hbuf = st->buf->hns,
+        .total = st->b->ns_elems,
+        .counts = rt->rep_counts,
+        .displs = rt->rep_displs,
+    };
+    return rt->xport[XPORT_REPLICATE].ops->allgatherv(&rt->xport[XPORT_REPLICATE], &share);
 }
 
 /* The pipeline's sequence: every bucket of every group, in group order. */
@@ -419,7 +331,7 @@ static int stage_get(shardopt_runtime_t rt, int seq, struct stage *st)
             st->b = &P->buckets[i];
             st->buf = &rt->bufs[seq % PIPELINE_DEPTH];
             st->seq = seq;
-            st->nreq = 0;
+            st->x.nreq = 0;
             return 1;
         }
         i -= P->nbuckets;
@@ -463,7 +375,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
         timeline_lap(tl, &clk, &k->seconds_momentum_last);
 
         /* bucket i: arrives, is orthogonalized, starts back */
-        status = xfer_wait(rt, cur, 0);
+        status = xfer_wait(rt, cur);
         if (status != SHARDOPT_OK)
             break;
         stage_move(rt, cur, 1);
@@ -479,7 +391,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
 
         /* bucket i-1: its results are back */
         if (prev != NULL) {
-            status = xfer_wait(rt, prev, 1);
+            status = xfer_wait(rt, prev);
             if (status != SHARDOPT_OK)
                 break;
         }
@@ -490,7 +402,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
     }
     if (status == SHARDOPT_OK) {
         struct stage *last = &ring[(n - 1) % PIPELINE_DEPTH];
-        status = xfer_wait(rt, last, 1);
+        status = xfer_wait(rt, last);
         timeline_lap(tl, &clk, &k->seconds_exchange2_last);
         if (status == SHARDOPT_OK)
             stage_apply(rt, last, s);

@@ -240,52 +240,53 @@ static shardopt_status_t step_stream(shardopt_runtime_t rt, const shardopt_step_
     return SHARDOPT_OK;
 }
 
-static int step_uses_nccl(const struct shardopt_runtime *rt)
+/* Some group's exchanges complete on a device stream after the step's calls return (NCCL): the
+ * step's end drains them, and a peer learns of a failed one only there. */
+static int step_deferred(const struct shardopt_runtime *rt)
 {
-    struct nccl_group *g[GROUP_KINDS + 1];
-    return rt_nccl_groups(rt, g) > 0;
+    int any = 0;
+    for (int i = 0; i < XPORTS; i++)
+        any |= rt->xport[i].ops->deferred;
+    return any;
 }
 
-/* The step's last agreement. With NCCL, a rank may get here at once (its drain found nothing
- * to wait for, or its exchange failed) while a peer is still in a drain that can take
- * comm_timeout_s: the agreement waits that long again before it ends the job. */
+/* The step's last agreement. With a deferred transport, a rank may get here at once (its drain
+ * found nothing to wait for, or its exchange failed) while a peer is still in a drain that can
+ * take comm_timeout_s: the agreement waits that long again before it ends the job. */
 static shardopt_status_t step_end_agree(const struct shardopt_runtime *rt, shardopt_status_t mine)
 {
     struct groups patient = rt->groups; /* the same communicators, a longer deadline */
-    if (step_uses_nccl(rt))
+    if (step_deferred(rt))
         patient.timeout_s *= 2; /* 0 (never) stays 0 */
     return groups_agree(&patient, mine, "step");
 }
 
-/* NCCL: the step's exchanges have completed, or (comm_timeout_s) SHARDOPT_ERR_NCCL with the
- * group named; the host waits here, never inside the step. This rank's status. */
+/* The step's exchanges have completed, or (comm_timeout_s) the error with the group named; with
+ * NCCL the host waits here, never inside the step. This rank's status. */
 static shardopt_status_t step_drain(shardopt_runtime_t rt)
 {
-    struct nccl_group *g[GROUP_KINDS + 1];
     shardopt_status_t status = SHARDOPT_OK;
-    for (int i = 0, n = rt_nccl_groups(rt, g); i < n && status == SHARDOPT_OK; i++)
-        status = nccl_group_drain(g[i]);
+    for (int i = 0; i < XPORTS && status == SHARDOPT_OK; i++)
+        status = rt->xport[i].ops->drain(&rt->xport[i]);
     return status;
 }
 
 /* After a failed step: exchanges that no peer will match may be left on a communicator, so
  * every one is aborted (docs/api.md: finalize), and finalize never waits on one. */
-static void step_nccl_abort(shardopt_runtime_t rt)
+static void step_abort(shardopt_runtime_t rt)
 {
-    struct nccl_group *g[GROUP_KINDS + 1];
-    for (int i = 0, n = rt_nccl_groups(rt, g); i < n; i++)
-        nccl_group_abort(g[i]);
+    for (int i = 0; i < XPORTS; i++)
+        rt->xport[i].ops->abort(&rt->xport[i]);
 }
 
 /* Whether a failed step aborted the communicators: the next step must refuse before it writes
  * anything (its first exchange would refuse only after the AdamW tensors and the first bucket's
  * momentum were updated). */
-static int step_nccl_aborted(shardopt_runtime_t rt)
+static int step_aborted(shardopt_runtime_t rt)
 {
-    struct nccl_group *g[GROUP_KINDS + 1];
     int any = 0;
-    for (int i = 0, n = rt_nccl_groups(rt, g); i < n; i++)
-        any |= nccl_group_aborted(g[i]);
+    for (int i = 0; i < XPORTS; i++)
+        any |= rt->xport[i].ops->aborted(&rt->xport[i]);
     return any;
 }
 
@@ -380,7 +381,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     status = step_validate(rt, args, &sc);
     if (status == SHARDOPT_OK) /* the step's work goes to init's device from any thread */
         status = rt_device_enter(rt, "step");
-    if (status == SHARDOPT_OK && rt->committed && step_nccl_aborted(rt))
+    if (status == SHARDOPT_OK && rt->committed && step_aborted(rt))
         status = log_fail(SHARDOPT_ERR_NCCL,
                           "step: rank %d: the NCCL communicators were aborted after an earlier "
                           "step failed; nothing was updated: finalize, init again and load the "
@@ -441,10 +442,10 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
      * once */
     staging_join(&rt->stage);
     /* Over MPI the other ranks are inside an MPI wait that ends the job (comm_wait). Over NCCL
-     * they never wait inside the step: they learn of a failed exchange only when their drain
-     * times out, so a rank whose exchange failed meets them at the agreement below instead of
-     * returning alone (which left them to MPI_Abort there) */
-    if (status != SHARDOPT_OK && !(step_uses_nccl(rt) && rt->ops->stream_begin != NULL))
+     * (a deferred transport) they never wait inside the step: they learn of a failed exchange
+     * only when their drain times out, so a rank whose exchange failed meets them at the
+     * agreement below instead of returning alone (which left them to MPI_Abort there) */
+    if (status != SHARDOPT_OK && !(step_deferred(rt) && rt->ops->stream_begin != NULL))
         return status;
 
     if (rt->ops->stream_begin != NULL) { /* exchanges, then the stream: one agreement for both */
@@ -454,7 +455,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
             status = step_stream(rt, args, 1);
         status = step_end_agree(rt, status);
         if (status != SHARDOPT_OK) {
-            step_nccl_abort(rt);
+            step_abort(rt);
             return status;
         }
     }

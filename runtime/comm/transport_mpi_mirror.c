@@ -1,0 +1,71 @@
+/* MPI through pinned host mirrors (transport.h): the buffers are device memory the host never
+ * touches, so MPI reads and writes their mirrors. Before any message is posted the device
+ * stream is drained, so that the sends' blocks have arrived in the mirror and earlier copies out
+ * of the receive mirror are done before MPI overwrites it; received blocks go up on the stream,
+ * which orders them before the kernels that read them. */
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "runtime/comm/transport_mpi.h"
+
+static shardopt_status_t mirror_start(const struct comm_transport *t, struct comm_xfer *x)
+{
+    const size_t es = t->es;
+    char *host = x->hsbuf;
+    const char *dev = x->sbuf;
+    for (int i = 0; i < x->members; i++)
+        if (i != x->me && x->sc[i] > 0)
+            t->kops->copy(t->kctx, host + (size_t)x->sd[i] * es, dev + (size_t)x->sd[i] * es,
+                          (size_t)x->sc[i] * es);
+    if (fault_hit("copy") || t->kops->sync(t->kctx) != 0)
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "step: rank %d: copying exchange blocks to the host failed (%s)",
+                        t->groups->me.rank, t->kops->name);
+    return transport_mpi_post(t, x, x->hsbuf, x->hrbuf);
+}
+
+static shardopt_status_t mirror_wait(const struct comm_transport *t, struct comm_xfer *x)
+{
+    const int had = x->nreq;
+    const size_t es = t->es;
+    shardopt_status_t status = transport_mpi_complete(t, x);
+    if (status != SHARDOPT_OK || had == 0)
+        return status;
+    char *dev = x->rbuf;
+    const char *host = x->hrbuf;
+    for (int i = 0; i < x->members; i++)
+        if (i != x->me && x->rc[i] > 0)
+            t->kops->copy(t->kctx, dev + (size_t)x->rd[i] * es, host + (size_t)x->rd[i] * es,
+                          (size_t)x->rc[i] * es);
+    return SHARDOPT_OK;
+}
+
+/* Mine out to the mirror, everyone's gathered there, the whole of it back in. */
+static shardopt_status_t mirror_allgatherv(const struct comm_transport *t,
+                                           const struct comm_share *s)
+{
+    const size_t es = t->es, mine = (size_t)s->displs[s->me] * es;
+    t->kops->copy(t->kctx, (char *)s->hbuf + mine, (const char *)s->buf + mine,
+                  (size_t)s->counts[s->me] * es);
+    if (fault_hit("copy") || t->kops->sync(t->kctx) != 0)
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "step: rank %d: copying Newton-Schulz results "
+                        "to the host failed",
+                        t->groups->me.rank);
+    shardopt_status_t status = transport_mpi_gather(t, s, s->hbuf);
+    if (status == SHARDOPT_OK)
+        t->kops->copy(t->kctx, s->buf, s->hbuf, s->total * es);
+    return status;
+}
+
+const struct comm_transport_ops comm_transport_mpi_mirror = {
+    .name = "mpi via pinned host mirrors",
+    .deferred = 0,
+    .start = mirror_start,
+    .wait = mirror_wait,
+    .progress = transport_mpi_progress,
+    .allgatherv = mirror_allgatherv,
+    .drain = transport_mpi_drain,
+    .abort = transport_mpi_abort,
+    .aborted = transport_mpi_aborted,
+};

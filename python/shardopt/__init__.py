@@ -20,13 +20,15 @@ loader path.
 The library dereferences whatever pointers it is given, so the binding vouches for them: every
 buffer is checked (writeable parameter data, C-contiguous, aligned, native float32 / bf16, host
 memory under the CPU kernels, exactly the elements of the declared shard), held by the binding
-while the library may touch it, and checked again at each step() (docs/python.md).
+while the library may touch it, and checked again at each step() (docs/python.md; for plain
+torch tensors, compared with the last check: the same objects at the same addresses).
 
 This module is one file, over 600 lines, on purpose: it is the whole ctypes binding, and the
 structures that mirror include/shardopt.h, the buffer checks that vouch for every pointer and the
 Optimizer that hands them to the library are read together when any of them changes."""
 import ctypes
 import ctypes.util
+import operator
 import os
 import sys
 from dataclasses import dataclass, field
@@ -382,9 +384,11 @@ def _buffer(x, what, writable=False, host=True):
     return x.ctypes.data, dt, x.size
 
 
+_GRAD = operator.attrgetter("grad")
+
+
 def _shape(p):
     """p.shape as a list of 1 to 3 ints (the library's ndim), refused before any call."""
-    import operator
     try:
         shape = [operator.index(s) for s in p.shape]
     except TypeError:
@@ -449,6 +453,21 @@ class _Slot:
         self.param = param  # held: its id() keys the slot and must not be reused by another
         self.handle, self.count, self.dtype, self.grad_dtype = handle, count, dtype, grad_dtype
         self.data, self.grad, self.data_addr, self.grad_addr = data, grad, data_addr, grad_addr
+
+
+class _Fast:
+    """An Optimizer's torch parameters as the library points at them, for step() to compare
+    (Optimizer._follow): per parameter its Param, _Slot, tensor, .grad object (None included),
+    data address, grad torch dtype and element count; held / gaddrs: the gradients that are not
+    None and their addresses."""
+    __slots__ = ("params", "slots", "srcs", "grads", "daddrs", "dtypes", "counts", "held",
+                 "gaddrs", "all_gaddrs", "none", "tensor", "strided", "data_ptr")
+
+    def regather(self):
+        self.all_gaddrs = [s.grad_addr for s in self.slots]
+        self.held = [g for g in self.grads if g is not None]
+        self.gaddrs = [a for a in self.all_gaddrs if a is not None]
+        self.none = len(self.held) < len(self.grads)
 
 
 @dataclass
@@ -589,8 +608,9 @@ class Optimizer:
 
     The binding owns a reference to every buffer the library points at (_Slot), so reassigning
     Param.data / .grad never frees memory the library may still touch; each step() checks every
-    parameter's current buffers again, follows new ones of the registered size and dtype and
-    refuses the rest (ValueError on that rank, a failed step on every rank)."""
+    parameter's current buffers again (or, for plain torch tensors, compares them with the last
+    check: _follow), follows new ones of the registered size and dtype and refuses the rest
+    (ValueError on that rank, a failed step on every rank)."""
 
     def __init__(self, params, comm=None, config: Optional[dict] = None):
         lib = library()
@@ -613,6 +633,9 @@ class Optimizer:
         self._names = []
         self._cuda = False  # a CUDA torch tensor registered: step() defaults to its stream
         self.seconds_call_last = 0.0  # wall time of the last shardopt_step call
+        self._fast = None  # what step() compares instead of checking again (_fast_rows)
+        self._args = _StepArgs(size=ctypes.sizeof(_StepArgs), version=2)
+        self._args_ref, self._step_fn = ctypes.byref(self._args), lib.shardopt_step
         failed = None
         try:
             st = self.stats()
@@ -737,6 +760,7 @@ class Optimizer:
         slot = self._slot(p)
         a, g = addrs
         if (a, g) != (slot.data_addr, slot.grad_addr):
+            self._fast = None
             _check("param_set_pointers", self._lib.shardopt_param_set_pointers(slot.handle, a, g))
         slot.data, slot.grad, slot.data_addr, slot.grad_addr = data, grad, a, g
 
@@ -792,28 +816,110 @@ class Optimizer:
             addrs = self._check_buffers(p, data, grad)
         self._point(p, data, grad, addrs)
 
+    def _fast_rows(self):
+        """What _follow compares at the next step (_Fast), taken when every parameter's buffers
+        were just checked and the library points at them. None (every step checks everything,
+        _sync) unless every parameter is a plain torch tensor (nn.Parameter or Tensor, not a
+        DTensor or another subclass) whose .grad is a plain tensor or None."""
+        torch = sys.modules.get("torch")
+        if torch is None or not self.params or not self._rt:
+            return None
+        kinds, data_ptr = (torch.Tensor, torch.nn.Parameter), torch.Tensor.data_ptr
+        dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+        f = _Fast()
+        f.params, f.slots, f.srcs, f.grads, f.daddrs = [], [], [], [], []
+        for p in self.params:
+            src, slot = p.source, self._slots.get(id(p))
+            if slot is None or type(src) not in kinds:
+                return None
+            g = src.grad
+            if (g is not None and type(g) is not torch.Tensor) or \
+                    data_ptr(src) != slot.data_addr or \
+                    (slot.grad_addr if g is None else data_ptr(g)) != slot.grad_addr:
+                return None
+            f.params.append(p)
+            f.slots.append(slot)
+            f.srcs.append(src)
+            f.grads.append(g)
+            f.daddrs.append(slot.data_addr)
+        f.tensor, f.strided, f.data_ptr = torch.Tensor, torch.strided, data_ptr
+        f.dtypes = [dtypes[s.grad_dtype] for s in f.slots]
+        f.counts = [s.count for s in f.slots]
+        f.regather()
+        return f
+
+    def _follow(self, skip_missing):
+        """True when every parameter is up to date without the full check (_sync): its tensor
+        is the one the last check passed, at the same address, and its .grad either the very
+        tensor object then (held in _fast, so no other object can take its id) at the same
+        address, or a new plain tensor that passes the checks a torch gradient needs here
+        (strided, contiguous, the registered dtype and element count, on a device the runtime
+        takes), which the library is then pointed at (backward after zero_grad() gives new
+        ones every step). Anything else (a parameter given new memory, a gradient of another
+        kind, None without skip_missing, set_grad in between) is False: the step checks every
+        buffer again as before. This keeps step()'s Python time per parameter to a few C-level
+        attribute reads (docs/python.md, overhead)."""
+        f = self._fast
+        if f is None or list(map(f.data_ptr, f.srcs)) != f.daddrs:
+            return False
+        grads = list(map(_GRAD, f.srcs))
+        if all(map(operator.is_, grads, f.grads)):
+            return (skip_missing or not f.none) and \
+                list(map(f.data_ptr, f.held)) == f.gaddrs
+        if not skip_missing and any(g is None for g in grads):
+            return False
+        held = [g for g, was in zip(grads, f.grads) if g is was and g is not None]
+        if list(map(f.data_ptr, held)) != [a for g, was, a in zip(grads, f.grads, f.all_gaddrs)
+                                           if g is was and g is not None]:
+            return False
+        for i, g in enumerate(grads):
+            if g is f.grads[i]:
+                continue
+            slot = f.slots[i]
+            if g is None:
+                if not skip_missing:
+                    return False
+                a = None
+            elif type(g) is f.tensor and g.layout is f.strided and g.is_contiguous() and \
+                    g.dtype is f.dtypes[i] and g.numel() == f.counts[i] and \
+                    (g.is_cpu or (g.is_cuda and not self._host)):
+                a = f.data_ptr(g)
+            else:
+                return False
+            if a != slot.grad_addr:
+                _check("param_set_pointers", self._lib.shardopt_param_set_pointers(
+                    slot.handle, slot.data_addr, a))
+            slot.grad, slot.grad_addr = g, a
+            f.params[i].grad = g
+            f.grads[i] = g
+        f.regather()
+        return True
+
     def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None,
              skip_missing_grads=False):
         """One optimizer step (collective). stream: a CUDA stream (torch.cuda.Stream or a
         raw handle) for the CUDA backend. Every parameter's buffers are checked again first
-        (_sync); parameters from torch_params take their gradients from .grad now.
+        (_sync) unless nothing moved since the last check (_follow); parameters from
+        torch_params take their gradients from .grad now.
         skip_missing_grads: a parameter whose gradient is None on every rank is left exactly as
         it is (values, state, step count), as torch.optim does; None on some ranks only fails
         the step on every rank (Error, status -4). Pass the same value on every rank."""
         refused = []
-        for p in self.params if self._rt else []:  # closed: the library says so below
-            try:
-                self._sync(p, skip_missing_grads)
-            except Exception as e:  # noqa: BLE001 - raised below, after the collective step
-                refused.append((p, str(e)))
+        if not self._follow(skip_missing_grads):
+            for p in self.params if self._rt else []:  # closed: the library says so below
+                try:
+                    self._sync(p, skip_missing_grads)
+                except Exception as e:  # noqa: BLE001 - raised below, after the collective step
+                    refused.append((p, str(e)))
+            self._fast = None if refused else self._fast_rows()
         if stream is None and self._cuda:  # torch's convention: the current stream
             import torch
             stream = torch.cuda.current_stream()
         if stream is not None and hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
-        a = _StepArgs(size=ctypes.sizeof(_StepArgs), version=2, lr=lr, adamw_lr=adamw_lr,
-                      weight_decay=weight_decay, stream=stream, max_grad_norm=max_grad_norm,
-                      skip_missing_grads=int(bool(skip_missing_grads)))
+        a = self._args  # one struct per runtime, refilled: the library reads it during the call
+        a.lr, a.adamw_lr, a.weight_decay, a.stream = lr, adamw_lr, weight_decay, stream
+        a.max_grad_norm, a.skip_missing_grads = max_grad_norm, int(bool(skip_missing_grads))
         if refused:
             # the step is collective: this rank still goes on to it, with arguments the library
             # refuses before touching any buffer, so that it fails on every rank instead of the
@@ -834,7 +940,7 @@ class Optimizer:
             if not named or skip_missing_grads:
                 a.lr = float("nan")
         t0 = _perf_counter()
-        status = self._lib.shardopt_step(self._rt, ctypes.byref(a))
+        status = self._step_fn(self._rt, self._args_ref)
         self.seconds_call_last = _perf_counter() - t0  # the C call, as Python waited for it
         if refused:
             raise ValueError("; ".join(m for _, m in refused))
@@ -845,6 +951,7 @@ class Optimizer:
         None instead (as torch.optim does) unless set_to_none is False, when the gradient the
         parameter holds now is zeroed in place (the one backward accumulates into next, whether
         or not a step has picked it up yet)."""
+        fast = self._fast  # the comparison goes on from every gradient None (_follow)
         for p in self.params:
             if p.source is not None and set_to_none:
                 p.source.grad = None
@@ -862,6 +969,15 @@ class Optimizer:
                     g.zero_()
             elif p.grad is not None:
                 p.grad[...] = 0
+        if fast is not None and set_to_none:
+            for i, (src, slot) in enumerate(zip(fast.srcs, fast.slots)):
+                if src.grad is not None or slot.grad_addr is not None:
+                    fast = None  # a gradient the loop above did not let go: check it all
+                    break
+                fast.grads[i] = None
+            else:
+                fast.regather()
+        self._fast = fast
 
     def save(self, directory):
         """Save the optimizer state (collective). Saving again at the step `latest` already
@@ -946,6 +1062,7 @@ class Optimizer:
             for p in getattr(self, "params", []):  # freed with the runtime
                 p.handle = None
             self._slots = {}  # the library no longer touches any buffer
+            self._fast = None
 
     def __enter__(self):
         return self

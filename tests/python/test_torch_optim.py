@@ -527,6 +527,100 @@ def case_gpt_against_torch_optim():
         o.close()
 
 
+def case_step_follows_what_changed():
+    """step() compares tensor identities and addresses instead of checking every buffer again
+    when nothing moved (docs/python.md, overhead). Every change between steps is still
+    followed, bit for bit as an optimizer that checks everything at each step: gradients
+    changed in place, a gradient replaced by a new tensor, a gradient given new memory under
+    the same tensor object (p.grad.data = ...), a parameter given new memory (p.data = ...),
+    gradients gone (skipped) and back, zero_grad both ways, lr changed at each step; and a
+    non-contiguous gradient is refused as at the first step."""
+    ma, mb = model(), model()
+    fast = Muon(ma.named_parameters(), lr=0.02, adamw_lr=3e-3, model=ma)
+    full = Muon(mb.named_parameters(), lr=0.02, adamw_lr=3e-3, model=mb)
+    pa = dict(ma.named_parameters())
+    pb = dict(mb.named_parameters())
+    names = [n for n, p in pa.items() if p.requires_grad]
+    gen = torch.Generator().manual_seed(7)
+
+    def values():
+        return {n: torch.randn(pa[n].shape, generator=gen) for n in names}
+
+    def set_grads(v):
+        for n in names:
+            pa[n].grad, pb[n].grad = v[n].clone(), v[n].clone()
+
+    def step(k, expect_fast=None):
+        for o in (fast, full):
+            for g in o.param_groups:
+                g["lr"] = 0.02 / (k + 1)
+        if expect_fast is not None:
+            got = [rt._follow(True) for rt, _, _ in fast._runtimes]
+            assert all(got) == expect_fast, (k, got)  # False: the group of what changed
+        for rt, _, _ in full._runtimes:
+            rt._fast = None  # every buffer checked again, as before the comparison existed
+        fast.step()
+        full.step()
+        diff = [n for n in pa if not torch.equal(pa[n], pb[n])]
+        assert not diff, f"step {k}: differs in {diff}"
+
+    w, c = "transformer.h.0.c_fc.weight", "transformer.h.1.ln_2.bias"
+    set_grads(values())
+    step(0)
+    v = values()
+    for n in names:  # in place: the same tensors, new values
+        pa[n].grad.copy_(v[n])
+        pb[n].grad.copy_(v[n])
+    step(1, expect_fast=True)
+    v = values()
+    pa[w].grad, pb[w].grad = v[w].clone(), v[w].clone()  # a new tensor for one parameter
+    step(2, expect_fast=True)
+    v = values()
+    pa[c].grad.data, pb[c].grad.data = v[c].clone(), v[c].clone()  # same object, new memory
+    step(3, expect_fast=False)
+    with torch.no_grad():
+        pa[w].data, pb[w].data = pa[w].data.clone(), pb[w].data.clone()  # the parameter moves
+    step(4, expect_fast=False)
+    for n in (w, c):
+        pa[n].grad = pb[n].grad = None
+    step(5, expect_fast=True)  # skipped
+    step(6, expect_fast=True)  # still none: the comparison knows they were None
+    set_grads(values())
+    step(7, expect_fast=True)  # new tensors everywhere
+    fast.zero_grad(set_to_none=False)
+    full.zero_grad(set_to_none=False)
+    v = values()
+    for n in names:
+        pa[n].grad.add_(v[n])
+        pb[n].grad.add_(v[n])
+    step(8, expect_fast=True)
+    fast.zero_grad()
+    full.zero_grad()
+    set_grads(values())
+    step(9, expect_fast=True)
+    pa[w].grad = torch.randn(pa[w].shape[::-1]).t()  # right shape, not contiguous
+    try:
+        fast.step()
+        raise AssertionError("a non-contiguous gradient was taken")
+    except ValueError as e:
+        assert w in str(e) and "contiguous" in str(e), e
+    fast.close()
+    full.close()
+    # the binding alone: a gradient that skip_missing_grads let be None is refused by a later
+    # step without it, however many steps compared equal before
+    lin = nn.Linear(4, 3)
+    rt = shardopt.Optimizer(shardopt.torch_params(lin.named_parameters()))
+    lin.weight.grad, lin.bias.grad = torch.ones(3, 4), None
+    rt.step(lr=0.01, skip_missing_grads=True)
+    rt.step(lr=0.01, skip_missing_grads=True)
+    try:
+        rt.step(lr=0.01)
+        raise AssertionError("a None gradient was taken without skip_missing_grads")
+    except ValueError as e:
+        assert "bias" in str(e) and "no gradient" in str(e), e
+    rt.close()
+
+
 def case_step_overhead():
     """The Python side of step() (its wall time less the time spent inside the library's
     shardopt_step calls) against the library's step, on the test's GPT and on the issue's size

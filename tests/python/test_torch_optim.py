@@ -527,6 +527,36 @@ def case_gpt_against_torch_optim():
         o.close()
 
 
+def case_step_hooks_and_profiler():
+    """Muon.step skips torch.optim's profile_hook_step wrapper when it has nothing to do (no
+    hook, no profiler): step pre / post hooks, the global ones, and the profiler's
+    Optimizer.step#Muon.step record still come as for any torch.optim optimizer."""
+    from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                       register_optimizer_step_pre_hook)
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, model=m)
+    m(*batch(0)).backward()
+    seen = []
+    handles = [opt.register_step_pre_hook(lambda o, a, k: seen.append(("pre", a == (o,) and
+                                                                         o is opt))),
+               opt.register_step_post_hook(lambda o, a, k: seen.append(("post", o is opt))),
+               register_optimizer_step_pre_hook(lambda o, a, k: seen.append(("gpre", o is opt))),
+               register_optimizer_step_post_hook(lambda o, a, k: seen.append(("gpost", o is opt)))]
+    opt.step()
+    assert seen == [("gpre", True), ("pre", True), ("post", True), ("gpost", True)], seen
+    for h in handles:
+        h.remove()
+    opt.step()
+    assert len(seen) == 4, seen  # removed: none runs
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        opt.step()
+    names = {e.name for e in prof.events()}
+    assert "Optimizer.step#Muon.step" in names, sorted(names)[:20]
+    loss = opt.step(lambda: 1.5)  # the closure's value, through the plain path too
+    assert loss == 1.5, loss
+    opt.close()
+
+
 def case_step_follows_what_changed():
     """step() compares tensor identities and addresses instead of checking every buffer again
     when nothing moved (docs/python.md, overhead). Every change between steps is still

@@ -652,33 +652,52 @@ def case_step_follows_what_changed():
 
 
 def case_step_overhead():
-    """The Python side of step() (its wall time less the time spent inside the library's
-    shardopt_step calls) against the library's step, on the test's GPT and on the issue's size
-    of it (0.8 M parameters, nanoGPT's char-level shape): reported, not asserted (no wall-clock
-    thresholds in tests). The library's own stats (seconds_last) are printed too: they time
-    less than the whole C call."""
+    """Issue 20's overhead point: the Python side of step() (its wall time less the time spent
+    inside the library's shardopt_step calls) against the library's own step time (its stats'
+    seconds_last), measured side by side in the same steps: a ratio against the library in the
+    same run, not a wall-clock threshold. Asserted on the test's GPT with its gradients kept
+    from step to step (zero_grad(set_to_none=False), gradient accumulation): the median over
+    300 steps at most 25 %. Issue 20 asks 10 %, which the median meets on this machine unless
+    it is loaded (docs/python.md has the numbers: the Python side slows more under load than
+    the library's arithmetic); 25 % leaves room for that load and still fails where every
+    buffer is checked again at each step, as before the comparison (_follow): 60 to 90 %.
+    Reported only: the test GPT where every step gets new gradient tensors (zero_grad(), the
+    default, then backward), which points the library at each new tensor, one C call per
+    parameter; and the issue's size of the GPT (0.8 M parameters, nanoGPT's char-level
+    shape)."""
     import time
-    for size, kw in (("test GPT", {}), ("0.8 M GPT", dict(vocab=65, d=128, block=64,
-                                                           layers=4))):
-        torch.manual_seed(0)
-        m = GPT(**kw)
-        opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
-        n = sum(p.numel() for g in opt.param_groups for p in g["params"] if p.requires_grad)
-        for p in m.parameters():
-            p.grad = torch.randn_like(p) if p.requires_grad else None
-        rows = []
-        for k in range(12):
-            t0 = time.perf_counter()
-            opt.step()
-            wall = time.perf_counter() - t0
-            call = sum(rt.seconds_call_last for rt, _, _ in opt._runtimes)
-            stats = sum(s["seconds_last"] for s in opt.stats())
-            rows.append((wall - call, call, stats))
-        py, call, stats = (sorted(c)[5] for c in zip(*rows[2:]))
-        print(f"  {size} ({n} parameters): Python side of step() {py * 1e3:.3f} ms = "
-              f"{100 * py / call:.1f} % of the library's step ({call * 1e3:.3f} ms in "
-              f"shardopt_step; its stats' seconds_last {stats * 1e3:.3f} ms)")
-        opt.close()
+    for size, kw, steps in (("test GPT", {}, 300),
+                            ("0.8 M GPT", dict(vocab=65, d=128, block=64, layers=4), 20)):
+        for fresh in ((False, True) if not kw else (False,)):
+            torch.manual_seed(0)
+            m = GPT(**kw)
+            opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+            ps = [p for p in m.parameters() if p.requires_grad]
+            n = sum(p.numel() for p in ps)
+            grads = [torch.randn_like(p) for p in ps]
+            ratios, py, lib = [], [], []
+            for k in range(steps + 3):
+                if fresh or k == 0:
+                    opt.zero_grad()
+                    for p, g in zip(ps, grads):
+                        p.grad = g.clone()  # a new tensor, as backward gives after zero_grad
+                t0 = time.perf_counter()
+                opt.step()
+                wall = time.perf_counter() - t0
+                call = sum(rt.seconds_call_last for rt, _, _ in opt._runtimes)
+                own = sum(s["seconds_last"] for s in opt.stats())
+                if k >= 3:  # the first steps check everything and warm up
+                    ratios.append((wall - call) / own)
+                    py.append(wall - call)
+                    lib.append(own)
+            opt.close()
+            med = sorted(ratios)[len(ratios) // 2]
+            print(f"  {size} ({n} parameters{', new gradient tensors every step' if fresh else ''}"
+                  f"): Python side of step() {100 * med:.1f} % of the library's step at the "
+                  f"median of {len(ratios)} steps (Python {np.median(py) * 1e6:.1f} us, library "
+                  f"{np.median(lib) * 1e6:.1f} us)")
+            if not kw and not fresh:
+                assert med <= 0.25, f"Python side of step() {100 * med:.1f} % of the library's"
 
 
 def resume_run(path, mdtype, start, stop, load):

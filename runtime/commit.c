@@ -140,8 +140,8 @@ static void transports_pick(shardopt_runtime_t rt)
                        [GROUP_EXPERT] = {g->xs, rt->nccl[GROUP_EXPERT], "expert shard"},
                        [XPORT_REPLICATE] = {g->rep, rt->nccl_rep, "replicate"}};
     for (int i = 0; i < XPORTS; i++)
-        comm_transport_pick(&rt->xport[i], g, group[i].comm, group[i].name, group[i].nccl,
-                            rt_on_device(rt), rt->ops, &rt->kctx, rt->cfg.comm_dtype);
+        transport_pick(&rt->xport[i], g, group[i].comm, group[i].name, group[i].nccl,
+                       rt_on_device(rt), rt->ops, &rt->kctx, rt->cfg.comm_dtype);
 }
 
 /* Which Muon tensors of a group stay sharded for Newton-Schulz (ns_strategy), and this rank's

@@ -3,15 +3,15 @@
 
 #include "kernels/dtype.h"
 
-void comm_transport_pick(struct comm_transport *t, const struct groups *g, MPI_Comm comm,
-                         const char *name, struct nccl_group *nccl, int on_device,
-                         const struct kernel_ops *kops, struct kernel_ctx *kctx,
-                         shardopt_dtype_t comm_dtype)
+void transport_pick(struct comm_transport *t, const struct groups *g, MPI_Comm comm,
+                    const char *name, struct nccl_group *nccl, int on_device,
+                    const struct kernel_ops *kops, struct kernel_ctx *kctx,
+                    shardopt_dtype_t comm_dtype)
 {
     *t = (struct comm_transport){
-        .ops = nccl != NULL ? &comm_transport_nccl
-               : on_device  ? &comm_transport_mpi_mirror
-                            : &comm_transport_mpi,
+        .ops = nccl != NULL ? &transport_nccl_ops
+               : on_device  ? &transport_mpi_mirror_ops
+                            : &transport_mpi_ops,
         .groups = g,
         .comm = comm,
         .name = name,

@@ -91,15 +91,15 @@ struct comm_transport {
     MPI_Datatype type; /* MPI's view of one */
 };
 
-extern const struct comm_transport_ops comm_transport_nccl, comm_transport_mpi_mirror,
-    comm_transport_mpi;
+extern const struct comm_transport_ops transport_nccl_ops, transport_mpi_mirror_ops,
+    transport_mpi_ops;
 
 /* Choose t's transport (commit, once per group): NCCL when nccl is the group's communicator, else
  * MPI through the pinned mirrors when on_device (kops keeps buffers in device memory), else MPI on
  * the buffers. */
-void comm_transport_pick(struct comm_transport *t, const struct groups *g, MPI_Comm comm,
-                         const char *name, struct nccl_group *nccl, int on_device,
-                         const struct kernel_ops *kops, struct kernel_ctx *kctx,
-                         shardopt_dtype_t comm_dtype);
+void transport_pick(struct comm_transport *t, const struct groups *g, MPI_Comm comm,
+                    const char *name, struct nccl_group *nccl, int on_device,
+                    const struct kernel_ops *kops, struct kernel_ctx *kctx,
+                    shardopt_dtype_t comm_dtype);
 
 #endif

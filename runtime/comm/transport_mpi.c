@@ -90,7 +90,7 @@ static shardopt_status_t mpi_allgatherv(const struct comm_transport *t, const st
     return transport_mpi_gather(t, s, s->buf);
 }
 
-const struct comm_transport_ops comm_transport_mpi = {
+const struct comm_transport_ops transport_mpi_ops = {
     .name = "mpi",
     .deferred = 0,
     .start = mpi_start,

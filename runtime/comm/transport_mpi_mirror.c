@@ -58,7 +58,7 @@ static shardopt_status_t mirror_allgatherv(const struct comm_transport *t,
     return status;
 }
 
-const struct comm_transport_ops comm_transport_mpi_mirror = {
+const struct comm_transport_ops transport_mpi_mirror_ops = {
     .name = "mpi via pinned host mirrors",
     .deferred = 0,
     .start = mirror_start,

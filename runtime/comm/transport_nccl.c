@@ -49,7 +49,7 @@ static void nccl_abort(const struct comm_transport *t) { nccl_group_abort(t->ncc
 
 static int nccl_aborted(const struct comm_transport *t) { return nccl_group_aborted(t->nccl); }
 
-const struct comm_transport_ops comm_transport_nccl = {
+const struct comm_transport_ops transport_nccl_ops = {
     .name = "nccl",
     .deferred = 1,
     .start = nccl_start,

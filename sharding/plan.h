@@ -16,6 +16,9 @@
 
 #include "base/status.h"
 
+/* The largest team_cap: a team lies inside one node. */
+#define PLAN_TEAM_MAX 64
+
 /* A member's part of a parameter: [lo, lo + len) per dim of the global shape. */
 struct plan_box {
     int64_t lo[3], len[3];
@@ -38,6 +41,21 @@ struct plan_cfg {
     int replicas;        /* replica_split: replicas that share each bucket's NS slots in one
                             all-gather (its counts and displacements are ints); 0 or 1: none */
     int ns_steps;        /* Newton-Schulz steps, for the cost of Gram matrices; 0: 5 */
+    /* Joint planning (docs/scaling.md). All zero / NULL: each group balanced on its own, every
+     * matrix held whole kept by its holder, one owner per matrix (the plan of before). */
+    const double *base_load; /* [members] or NULL: NS cost per iteration each member already
+                                carries from its other group; owners balance on top of it */
+    double move_cost;        /* > 0: a matrix held whole may go to another member when that lowers
+                                the later of the two members' NS and transfer times; the cost units
+                                one element moved one way takes (NS rate / link rate in plan_ns_cost
+                                units per iteration). 0: its holder keeps it */
+    int team_cap;            /* largest Newton-Schulz team, a power of two; 0 or 1: none. Teams are
+                                planned only: the runtime executes none yet (commit passes 1) */
+    int node_members;        /* members per node (consecutive); a team forms inside one node */
+    double team_frac;        /* a matrix heavier than team_frac x the mean load per member is
+                                split over the smallest team that brings it under; 0: 0.5 */
+    double allreduce_cost;   /* cost units per fp32 element a team member sends in its per-
+                                iteration Gram all-reduce (NS rate / the node's link rate) */
 };
 
 /* A piece I hold. Momentum writes U for it at `buf` (elements): into buffer A, or, when direct,
@@ -78,8 +96,14 @@ struct plan_bucket {
 struct group_plan {
     int members, me;
     int nmatrices; /* in the group, all members */
-    int *owner;    /* [nmatrices], in matrix order (params in order, then k) */
-    double *load;  /* [members]: NS FLOPs per iteration owned */
+    int *owner;    /* [nmatrices], in matrix order (params in order, then k); a team's lead */
+    double *load;  /* [members]: NS FLOPs per iteration owned (a team member: its share) */
+    int *team;     /* [nmatrices]: team size, 1 = owner alone */
+    int *team_of;  /* [nmatrices * team_cap] (team_cap >= 2 only): team members, lead first */
+    int team_cap;
+    int nteams;   /* matrices with a team of 2 or more */
+    int nmoved;   /* matrices held whole by a member and owned by another */
+    double *work; /* [members]: base_load + owned load + team all-reduce cost, per iteration */
     struct plan_piece *pieces;
     int npieces;
     struct plan_owned *owned;
@@ -109,6 +133,15 @@ void plan_replica_range(const struct group_plan *p, const struct plan_bucket *b,
 
 /* The NS cost of a rows x cols matrix per iteration: 4m^2n + 2m^3, m <= n. */
 double plan_ns_cost(int64_t rows, int64_t cols);
+
+/* One member's NS cost per iteration in a team of k that splits the long side n into k blocks
+ * and all-reduces the m x m Gram matrix (standard algorithm, as runtime/ns_sharded.c runs it):
+ * 4m^2n/k + 2m^3. k = 1: plan_ns_cost. */
+double plan_ns_team_cost(int64_t rows, int64_t cols, int k);
+
+/* fp32 elements one member sends per iteration in a ring all-reduce of the team's m x m Gram
+ * matrix: 2(k-1)/k m^2 (0 for k = 1). */
+double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k);
 
 /* FLOPs of the whole Newton-Schulz of one matrix, `steps` steps, every product counted whole
  * (2 per multiply-add): standard steps * (4m^2n + 2m^3); Gram (gram = 1) as kernels/ops.h's

@@ -3,6 +3,7 @@
  * shows up as a wrong matrix. Then GLM-4.5-Air planned for 16 and 64 ranks: one owner per
  * matrix, owned NS FLOPs balanced within 1.05, and bytes per rank as the formula says. */
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "sharding/plan.h"
@@ -213,6 +214,136 @@ TEST(a_matrix_whole_on_a_member_stays_there)
         EXPECT_EQ_INT(P.nowned, 2);
         for (int q = 0; q < P.npieces; q++)
             EXPECT_TRUE(P.pieces[q].direct);
+        plan_free(&P);
+    }
+}
+
+/* Joint planning: owners fill in around what each member already carries from its other group
+ * (issue 22), and the exchange still delivers every element; all-zero base loads plan exactly
+ * what no base load does. */
+TEST(joint_owners_fill_in_around_the_other_groups_load)
+{
+    static struct plan_box bx[2][MAXM];
+    struct plan_param ps[2] = {
+        {.param = 0, .ndim = 2, .shape = {40, 24, 1}, .k_lo = 0, .k_count = 1},
+        {.param = 1, .ndim = 3, .shape = {6, 16, 20}, .k_lo = 0, .k_count = 6},
+    };
+    boxes_make(bx[0], 4, 2, ps[0].shape, 0, 0, 1, 0);
+    boxes_make(bx[1], 4, 3, ps[1].shape, 1, 0, 6, 0); /* rows: every matrix on every member */
+    ps[0].boxes = bx[0];
+    ps[1].boxes = bx[1];
+    const double heavy = 1e12, zero[4] = {0, 0, 0, 0}, base[4] = {heavy, 0, heavy, 0};
+    struct plan_cfg cfg = {.members = 4, .me = 0, .bucket_bytes = 1 << 20, .esize = 2};
+    struct group_plan P0, Pz, Pb;
+    char err[128];
+    ASSERT_EQ_INT(plan_build(&cfg, ps, 2, &P0, err, sizeof err), 0);
+    cfg.base_load = zero;
+    ASSERT_EQ_INT(plan_build(&cfg, ps, 2, &Pz, err, sizeof err), 0);
+    cfg.base_load = base;
+    ASSERT_EQ_INT(plan_build(&cfg, ps, 2, &Pb, err, sizeof err), 0);
+    int spread = 0;
+    for (int m = 0; m < P0.nmatrices; m++) {
+        EXPECT_EQ_INT(Pz.owner[m], P0.owner[m]);
+        EXPECT_TRUE(Pb.owner[m] == 1 || Pb.owner[m] == 3); /* never the loaded members */
+        spread |= 1 << P0.owner[m];
+    }
+    EXPECT_EQ_INT(spread, 15); /* without a base load every member owns some */
+    /* load: what each member owns, not the base */
+    EXPECT_TRUE(Pb.load[0] == 0 && Pb.load[2] == 0 && Pb.load[1] > 0 && Pb.load[3] > 0);
+    EXPECT_TRUE(Pb.work[0] == heavy && Pb.work[1] == Pb.load[1]);
+    EXPECT_EQ_INT(simulate(&cfg, ps, 2), 0);
+    plan_free(&P0);
+    plan_free(&Pz);
+    plan_free(&Pb);
+}
+
+/* Experts held whole by members 0 and 1 of 4 (2 and 3 hold none, as in an expert shard group
+ * with more members than experts): with moves allowed and cheap, half go to the idle members and
+ * the exchange carries them there and back; moves that cost more than they save, or a balanced
+ * group, move nothing; move_cost 0 keeps every matrix on its holder. */
+TEST(whole_matrices_move_to_idle_members_only_when_it_pays)
+{
+    static struct plan_box bx[MAXM], even[MAXM];
+    struct plan_param p = {.param = 0, .ndim = 3, .shape = {8, 16, 32}, .k_lo = 0, .k_count = 8};
+    boxes_make(bx, 2, 3, p.shape, 0, 0, 8, 0); /* 4 experts each on members 0 and 1 */
+    for (int i = 2; i < 4; i++) {
+        bx[i] = bx[1];
+        bx[i].lo[0] = 8;
+        bx[i].len[0] = 0;
+    }
+    p.boxes = bx;
+    char err[128];
+    const double c = plan_ns_cost(16, 32);
+    const double costs[4] = {0, c * 1e-6 / (16 * 32), c * 10.0 / (16 * 32), c * 1e-6 / (16 * 32)};
+    for (int t = 0; t < 4; t++) {
+        if (t == 3) { /* balanced: two experts each on four members */
+            boxes_make(even, 4, 3, p.shape, 0, 0, 8, 0);
+            p.boxes = even;
+        }
+        struct plan_cfg cfg = {
+            .members = 4, .me = 0, .bucket_bytes = 1 << 20, .esize = 2, .move_cost = costs[t]};
+        struct group_plan P;
+        ASSERT_EQ_INT(plan_build(&cfg, &p, 1, &P, err, sizeof err), 0);
+        int on_idle = 0;
+        for (int m = 0; m < 8; m++)
+            on_idle += P.owner[m] >= 2;
+        EXPECT_EQ_INT(P.nmoved, t == 1 ? 4 : 0);
+        EXPECT_EQ_INT(on_idle, t == 1 ? 4 : t == 3 ? 4 : 0); /* balanced: 2 and 3 hold theirs */
+        if (t == 1)
+            for (int i = 0; i < 4; i++)
+                EXPECT_TRUE(P.load[i] == 2 * c);
+        EXPECT_EQ_INT(simulate(&cfg, &p, 1), 0);
+        plan_free(&P);
+    }
+}
+
+/* Teams (planned only): a matrix heavier than the mean share goes to a team of distinct members
+ * inside one node, each charged its share (plan_ns_team_cost); light matrices and team_cap 1
+ * keep one owner. */
+TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)
+{
+    static struct plan_box bx[3][MAXM];
+    struct plan_param ps[3] = {
+        {.param = 0, .ndim = 2, .shape = {64, 512, 1}, .k_lo = 0, .k_count = 1},
+        {.param = 1, .ndim = 2, .shape = {16, 64, 1}, .k_lo = 0, .k_count = 1},
+        {.param = 2, .ndim = 3, .shape = {12, 16, 64}, .k_lo = 0, .k_count = 12},
+    };
+    for (int p = 0; p < 3; p++) {
+        boxes_make(bx[p], 8, ps[p].ndim, ps[p].shape, ps[p].ndim - 2, 0, ps[p].shape[0], 0);
+        ps[p].boxes = bx[p];
+    }
+    EXPECT_TRUE(plan_ns_team_cost(64, 512, 1) == plan_ns_cost(64, 512));
+    EXPECT_TRUE(plan_team_allreduce_elems(64, 512, 1) == 0);
+    char err[128];
+    for (int cap = 1; cap <= 4; cap *= 4) {
+        struct plan_cfg cfg = {.members = 8,
+                               .me = 0,
+                               .bucket_bytes = 1 << 20,
+                               .esize = 2,
+                               .team_cap = cap,
+                               .node_members = 4};
+        struct group_plan P;
+        ASSERT_EQ_INT(plan_build(&cfg, ps, 3, &P, err, sizeof err), 0);
+        EXPECT_EQ_INT(P.team[0], cap); /* 64 x 512: over the mean alone */
+        for (int m = 1; m < P.nmatrices; m++)
+            EXPECT_EQ_INT(P.team[m], 1);
+        EXPECT_EQ_INT(P.nteams, cap > 1);
+        if (cap > 1) {
+            const int *t = P.team_of;
+            EXPECT_EQ_INT(P.owner[0], t[0]);
+            for (int u = 0; u < cap; u++) {
+                EXPECT_EQ_INT(t[u] / 4, t[0] / 4); /* one node */
+                if (u > 0)
+                    EXPECT_TRUE(t[u] > t[u - 1]); /* distinct, lead first */
+            }
+            double sum = 0;
+            for (int i = 0; i < 8; i++)
+                sum += P.load[i];
+            double whole = 0;
+            for (int m = 1; m < P.nmatrices; m++) /* 16 x 64 and the stack's 16 x 64 */
+                whole += plan_ns_cost(16, 64);
+            EXPECT_TRUE(fabs(sum - whole - cap * plan_ns_team_cost(64, 512, cap)) < 1e-6 * sum);
+        }
         plan_free(&P);
     }
 }

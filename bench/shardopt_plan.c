@@ -5,7 +5,8 @@
  *       [--ep E] [--expert-shard-dim 0|1|2] [--momentum-dtype fp32|bf16]
  *       [--adam-dtype fp32|bf16] [--offload none|optimizer|cpu] [--machine FILE]
  *       [--sweep N1,N2,...] [--ns-algorithm standard|gram|auto]
- *       [--ns-precondition frobenius|aol] [--json]
+ *       [--ns-precondition frobenius|aol] [--no-joint] [--moves] [--teams K] [--team-frac F]
+ *       [--json]
  *   shardopt-plan --calibrate OUT.json [--threads T]
  *
  * The tensors of a preset are sharded as bench/preset_shards.c registers them (dense tensors in
@@ -24,6 +25,17 @@
  *             offload = cpu: the same bytes / host_mem_gbps, plus NS input and output over
  *             host_link_gbps)
  *   step   = t_elem + max(t_ns, t_comm)   (exchanges overlap Newton-Schulz in the pipeline)
+ *   t_ns includes, per rank, its teams' Gram all-reduces over intra_node_gbps (they stall the
+ *   iteration); "over perfect" divides by every matrix's Newton-Schulz once, spread evenly over
+ *   the ranks at the same rate.
+ *
+ * Owners are planned jointly, as commit does: the expert shard groups first, then the dense group
+ * on top of each member's expert load (--no-joint: each group alone, the plan of before issue
+ * 22). Planned only, not yet what the runtime runs: --moves lets whole experts leave their
+ * holder for members the dense plan left light when the model says it pays (each element moved
+ * costs its bytes at the expert group's link rate against the NS rate), and --teams K lets a
+ * dense matrix heavier than --team-frac (default 0.5) of the mean load be orthogonalized by a
+ * team of up to K ranks of one node (sharding/plan.h); the table's last columns count them.
  *
  * A group lies inside a node when the dense shard group does (ranks are row-major over
  * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).
@@ -79,6 +91,10 @@ struct opts {
     const char *offload;
     int ns_algo;  /* 0 standard, 1 gram, 2 auto (kernels/ns_variant.h's table, bf16) */
     int ns_steps; /* 5, or 4 with --ns-precondition aol (the aol table) */
+    int joint;    /* the dense owners balanced on top of the expert loads (commit does) */
+    int moves;    /* planner only: whole experts may move to light members */
+    int teams;    /* planner only: largest Newton-Schulz team (1: none, as commit plans) */
+    double team_frac;
 };
 
 /* What one layout does, per rank. */
@@ -91,7 +107,9 @@ struct prediction {
     double mom_bytes, adam_bytes;             /* that rank's state by kind */
     double h2d_bytes;                         /* per step, = d2h */
     double t_ns, t_comm, t_elem, step;        /* seconds */
-    int dense_internode;
+    double t_perfect;  /* every matrix's NS once, spread evenly over the ranks */
+    double team_bytes; /* sent per step in team all-reduces by the busiest rank */
+    int dense_internode, nteams, team_max, nmoved;
 };
 
 static void die(const char *msg)
@@ -165,12 +183,36 @@ static double box_numel(const struct plan_box *b)
     return (double)(b->len[0] * b->len[1] * b->len[2]);
 }
 
-/* Plan one group (dense tensors or EP rank 0's experts); add each member's owned FLOPs per
- * iteration to flops[], its bytes sent per step to bytes[], and the bytes of the matrices it
- * orthogonalizes to owned[]. */
+/* What one group's plan gives each member (arrays indexed by member, added to). */
+struct group_out {
+    double *flops;  /* owned NS FLOPs per iteration (a team member: its share) */
+    double *bytes;  /* sent per step in the group's exchanges */
+    double *owned;  /* bytes of the matrices it orthogonalizes (a team member: its block) */
+    double *tbytes; /* sent per step in its teams' Gram all-reduces (fp32) */
+    double whole;   /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
+    int nteams, nmoved, kmax;
+};
+
+/* Elements of member m's box of a matrix inside block j of k along the long side. */
+static double block_overlap(const struct plan_param *q, int64_t k, int m, int j, int team)
+{
+    const struct plan_box *b = &q->boxes[m];
+    const int rd = q->ndim - 2;
+    if (q->ndim == 3 && (k < b->lo[0] || k >= b->lo[0] + b->len[0]))
+        return 0;
+    const int ld = q->shape[rd] > q->shape[rd + 1] ? rd : rd + 1; /* the long side */
+    const int64_t L = q->shape[ld], c = (L + team - 1) / team;
+    const int64_t lo = c * j < L ? c * j : L, hi = lo + c < L ? lo + c : L;
+    const int64_t a = b->lo[ld] > lo ? b->lo[ld] : lo;
+    const int64_t e = b->lo[ld] + b->len[ld] < hi ? b->lo[ld] + b->len[ld] : hi;
+    return e > a ? (double)(e - a) * (double)b->len[ld == rd ? rd + 1 : rd] : 0.0;
+}
+
+/* Plan one group (dense tensors or EP rank 0's experts) with the joint settings in `extra`
+ * (base loads, moves, teams; sharding/plan.h) and add what each member does to `out`. */
 static void group_cost(const struct preset *p, const char *const *skip, int expert, int members,
-                       int ep, int xdim, const struct opts *o, double *flops, double *bytes,
-                       double *owned)
+                       int ep, int xdim, const struct opts *o, const struct plan_cfg *extra,
+                       struct group_out *out)
 {
     struct plan_param *pp = calloc((size_t)p->n + 1, sizeof *pp);
     struct plan_box *boxes = calloc((size_t)p->n * (size_t)members + 1, sizeof *boxes);
@@ -198,32 +240,61 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
             (o->ns_algo == 2 && ns_algorithm_for_shape(rows, cols, KDT_BF16) == NS_ALGO_GRAM);
         np++;
     }
-    struct plan_cfg cfg = {.members = members,
-                           .me = 0,
-                           .bucket_bytes = 128u << 20,
-                           .esize = COMM_ES,
-                           .ns_steps = o->ns_steps};
+    struct plan_cfg cfg = *extra;
+    cfg.members = members;
+    cfg.me = 0;
+    cfg.bucket_bytes = 128u << 20;
+    cfg.esize = COMM_ES;
+    cfg.ns_steps = o->ns_steps;
     struct group_plan P;
     if (np > 0 && plan_build(&cfg, pp, np, &P) != SHARDOPT_OK)
         die(shardopt_last_error());
     if (np > 0) {
         for (int m = 0; m < members; m++)
-            flops[m] += P.load[m];
+            out->flops[m] += P.load[m];
+        out->nteams += P.nteams;
+        out->nmoved += P.nmoved;
         /* bytes by the plan's owners: a holder sends its fraction f of a matrix in exchange #1,
          * its owner sends the rest (1 - f) back in #2 (tests/unit/test_plan.c checks this
-         * formula against the plan's own counts) */
+         * formula against the plan's own counts). A team's member j gathers block j of the long
+         * side: each holder sends it what it holds of that block, and it sends that back. */
         int mi = 0;
         for (int q = 0; q < np; q++) {
             const int rd = pp[q].ndim - 2;
             const double whole = (double)(pp[q].shape[rd] * pp[q].shape[rd + 1]);
-            for (int64_t k = 0; k < pp[q].k_count; k++, mi++)
+            for (int64_t k = 0; k < pp[q].k_count; k++, mi++) {
+                const int team = P.team[mi];
+                out->whole += pp[q].ns_gram ? plan_ns_flops(pp[q].shape[rd], pp[q].shape[rd + 1],
+                                                            o->ns_steps, 1) /
+                                                  o->ns_steps
+                                            : plan_ns_cost(pp[q].shape[rd], pp[q].shape[rd + 1]);
+                if (team > 1) {
+                    const int *tm = &P.team_of[(size_t)mi * (size_t)P.team_cap];
+                    const double ar =
+                        o->ns_steps * 4.0 *
+                        plan_team_allreduce_elems(pp[q].shape[rd], pp[q].shape[rd + 1], team);
+                    out->kmax = team > out->kmax ? team : out->kmax;
+                    for (int j = 0; j < team; j++) {
+                        out->tbytes[tm[j]] += ar;
+                        out->owned[tm[j]] += whole / team * COMM_ES;
+                        for (int m = 0; m < members; m++) {
+                            const double e = block_overlap(&pp[q], k, m, j, team);
+                            if (m != tm[j]) {
+                                out->bytes[m] += e * COMM_ES;     /* #1 */
+                                out->bytes[tm[j]] += e * COMM_ES; /* #2 */
+                            }
+                        }
+                    }
+                    continue;
+                }
                 for (int m = 0; m < members; m++) {
                     const struct plan_box *b = &pp[q].boxes[m];
                     const int held = pp[q].ndim == 2 || (k >= b->lo[0] && k < b->lo[0] + b->len[0]);
                     const double f = held ? (double)(b->len[rd] * b->len[rd + 1]) / whole : 0.0;
-                    bytes[m] += (P.owner[mi] == m ? 1.0 - f : f) * whole * COMM_ES;
-                    owned[m] += P.owner[mi] == m ? whole * COMM_ES : 0.0;
+                    out->bytes[m] += (P.owner[mi] == m ? 1.0 - f : f) * whole * COMM_ES;
+                    out->owned[m] += P.owner[mi] == m ? whole * COMM_ES : 0.0;
                 }
+            }
         }
         plan_free(&P);
     }
@@ -258,17 +329,21 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
     }
     r->xs = r->dense / o->ep;
     const char **skip = calloc((size_t)p->n + 1, sizeof *skip); /* non-NULL: AdamW */
-    double *dflops = calloc((size_t)r->dense, sizeof(double));
-    double *dbytes = calloc((size_t)r->dense, sizeof(double));
-    double *xflops = calloc((size_t)r->xs, sizeof(double));
-    double *xbytes = calloc((size_t)r->xs, sizeof(double));
-    double *state = calloc((size_t)r->dense, sizeof(double));
-    double *mom = calloc((size_t)r->dense, sizeof(double));
-    double *elem = calloc((size_t)r->dense, sizeof(double));
-    double *downed = calloc((size_t)r->dense, sizeof(double));
-    double *xowned = calloc((size_t)r->xs, sizeof(double));
-    if (skip == NULL || dflops == NULL || dbytes == NULL || xflops == NULL || xbytes == NULL ||
-        state == NULL || elem == NULL || downed == NULL || xowned == NULL || mom == NULL)
+    const size_t D = (size_t)r->dense, X = (size_t)r->xs;
+    /* per dense member d: its dense work, its expert work (group d % ep, member d / ep) */
+    double *dflops = calloc(D, sizeof(double)), *dbytes = calloc(D, sizeof(double));
+    double *downed = calloc(D, sizeof(double)), *dtb = calloc(D, sizeof(double));
+    double *xflops = calloc(D, sizeof(double)), *xbytes = calloc(D, sizeof(double));
+    double *xowned = calloc(D, sizeof(double)), *xtb = calloc(D, sizeof(double));
+    double *g_f = calloc(X, sizeof(double)), *g_b = calloc(X, sizeof(double));
+    double *g_o = calloc(X, sizeof(double)), *g_t = calloc(X, sizeof(double));
+    double *base = calloc(D > X ? D : X, sizeof(double));
+    double *state = calloc(D, sizeof(double)), *mom = calloc(D, sizeof(double));
+    double *elem = calloc(D, sizeof(double));
+    if (skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL || dtb == NULL ||
+        xflops == NULL || xbytes == NULL || xowned == NULL || xtb == NULL || g_f == NULL ||
+        g_b == NULL || g_o == NULL || g_t == NULL || base == NULL || state == NULL || mom == NULL ||
+        elem == NULL)
         die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -296,42 +371,101 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
                 n * (muon ? 4 + 8 + 2.0 * o->mom_es + 2 * COMM_ES : 4 + 8 + 4.0 * o->adam_es);
         }
     }
-    group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, dflops, dbytes, downed);
-    group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, xflops, xbytes, xowned);
-    double sum = 0, maxelem = 0, maxowned = 0;
+    /* Joint planning, as commit does it (runtime/commit.c): the expert groups first, on their
+     * own; then the dense group on top of each member's expert load. Planner-only (--moves,
+     * --teams): whole experts may then move to members the dense plan left light, and heavy
+     * dense matrices go to teams inside a node. Every expert group has EP rank 0's shapes. */
+    r->dense_internode = r->dense > mc->gpus_per_node;
+    const double rate = mc->gemm_tflops * 1e12 * mc->ns_fraction;
+    const double bw = (r->dense_internode ? mc->inter_gbps : mc->intra_gbps) * 1e9;
+    const double bw_node = mc->intra_gbps * 1e9;
+    struct group_out xo1 = {g_f, g_b, g_o, g_t, 0, 0, 0, 1};
+    struct plan_cfg none = {0};
+    group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &none, &xo1);
+    struct plan_cfg dcfg = {0};
+    for (int d = 0; d < r->dense; d++)
+        base[d] = g_f[d / o->ep];
+    dcfg.base_load = o->joint ? base : NULL;
+    dcfg.team_cap = o->teams;
+    dcfg.node_members = r->dense < mc->gpus_per_node ? r->dense : mc->gpus_per_node;
+    dcfg.team_frac = o->team_frac;
+    dcfg.allreduce_cost = 4.0 * rate / bw_node;
+    struct group_out dout = {dflops, dbytes, downed, dtb, 0, 0, 0, 1};
+    group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
+    struct group_out xout = {0};
+    xout.kmax = 1;
+    if (o->moves) {
+        for (int e = 0; e < o->ep; e++) {
+            struct plan_cfg xcfg = {0};
+            for (int j = 0; j < r->xs; j++) { /* the dense plan's load, all-reduces included */
+                const int d = j * o->ep + e;
+                base[j] = dflops[d] + dtb[d] / o->ns_steps / bw_node * rate;
+            }
+            memset(g_f, 0, X * sizeof(double));
+            memset(g_b, 0, X * sizeof(double));
+            memset(g_o, 0, X * sizeof(double));
+            memset(g_t, 0, X * sizeof(double));
+            xcfg.base_load = base;
+            xcfg.move_cost = COMM_ES * rate / (bw * o->ns_steps);
+            struct group_out xo = {g_f, g_b, g_o, g_t, 0, 0, 0, 1};
+            group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
+            xout.nmoved += xo.nmoved;
+            xout.whole = xo.whole;
+            for (int j = 0; j < r->xs; j++) {
+                const int d = j * o->ep + e;
+                xflops[d] = g_f[j];
+                xbytes[d] = g_b[j];
+                xowned[d] = g_o[j];
+                xtb[d] = g_t[j];
+            }
+        }
+    } else {
+        xout = xo1;
+        for (int d = 0; d < r->dense; d++) {
+            xflops[d] = g_f[d / o->ep];
+            xbytes[d] = g_b[d / o->ep];
+            xowned[d] = g_o[d / o->ep];
+            xtb[d] = g_t[d / o->ep];
+        }
+    }
+    r->nteams = dout.nteams;
+    r->team_max = dout.kmax;
+    r->nmoved = xout.nmoved;
+    double sum = 0, maxelem = 0, maxowned = 0, tns = 0;
     /* each group's own balance: max over its members / their mean (1 when it owns nothing) */
     double dmax = 0, dsum = 0, xmax = 0, xsum = 0;
     for (int d = 0; d < r->dense; d++) {
         dmax = dflops[d] > dmax ? dflops[d] : dmax;
         dsum += dflops[d];
-    }
-    for (int x = 0; x < r->xs; x++) {
-        xmax = xflops[x] > xmax ? xflops[x] : xmax;
-        xsum += xflops[x];
+        xmax = xflops[d] > xmax ? xflops[d] : xmax;
+        xsum += xflops[d];
     }
     r->dense_imbalance = dsum > 0 ? dmax / (dsum / r->dense) : 1.0;
-    r->expert_imbalance = xsum > 0 ? xmax / (xsum / r->xs) : 1.0;
+    r->expert_imbalance = xsum > 0 ? xmax / (xsum / r->dense) : 1.0;
     for (int d = 0; d < r->dense; d++) {
-        const double f = (dflops[d] + xflops[d / o->ep]) * o->ns_steps; /* load: per step */
+        const double f = (dflops[d] + xflops[d]) * o->ns_steps; /* load: per step */
         r->flops_max = f > r->flops_max ? f : r->flops_max;
         sum += f;
+        /* a team's all-reduces stall its Newton-Schulz: they count in t_ns */
+        const double t = f / rate + (dtb[d] + xtb[d]) / bw_node;
+        tns = t > tns ? t : tns;
+        r->team_bytes = dtb[d] > r->team_bytes ? dtb[d] : r->team_bytes;
         r->dense_bytes = dbytes[d] > r->dense_bytes ? dbytes[d] : r->dense_bytes;
-        r->expert_bytes = xbytes[d / o->ep] > r->expert_bytes ? xbytes[d / o->ep] : r->expert_bytes;
+        r->expert_bytes = xbytes[d] > r->expert_bytes ? xbytes[d] : r->expert_bytes;
         if (state[d] > r->state_bytes) {
             r->state_bytes = state[d];
             r->mom_bytes = mom[d];
             r->adam_bytes = state[d] - mom[d];
         }
         maxelem = elem[d] > maxelem ? elem[d] : maxelem;
-        const double ow = downed[d] + xowned[d / o->ep];
+        const double ow = downed[d] + xowned[d];
         maxowned = ow > maxowned ? ow : maxowned;
     }
     r->flops_mean = sum / r->dense;
+    r->t_perfect = (dout.whole + o->ep * xout.whole) * o->ns_steps / r->dense / rate;
 
     /* the cost model (header comment) */
-    r->dense_internode = r->dense > mc->gpus_per_node;
-    const double bw = (r->dense_internode ? mc->inter_gbps : mc->intra_gbps) * 1e9;
-    r->t_ns = r->flops_max / (mc->gemm_tflops * 1e12 * mc->ns_fraction);
+    r->t_ns = tns;
     r->t_comm = (r->dense_bytes + r->expert_bytes) / bw;
     if (!strcmp(o->offload, "optimizer")) {
         r->h2d_bytes = r->state_bytes;
@@ -353,12 +487,19 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
     free(skip);
     free(dflops);
     free(dbytes);
+    free(downed);
+    free(dtb);
     free(xflops);
     free(xbytes);
+    free(xowned);
+    free(xtb);
+    free(g_f);
+    free(g_b);
+    free(g_o);
+    free(g_t);
+    free(base);
     free(state);
     free(elem);
-    free(downed);
-    free(xowned);
     free(mom);
     return 0;
 }
@@ -371,7 +512,8 @@ static void usage(void)
             "       [--momentum-dtype fp32|bf16] [--adam-dtype fp32|bf16]\n"
             "       [--offload none|optimizer|cpu] [--machine FILE] [--sweep N1,N2,...] [--json]\n"
             "       [--layers L] [--width-div D] [--experts-div D]\n"
-            "       [--ns-algorithm standard|gram|auto] [--ns-precondition frobenius|aol]\n");
+            "       [--ns-algorithm standard|gram|auto] [--ns-precondition frobenius|aol]\n"
+            "       [--no-joint] [--moves] [--teams K] [--team-frac F]\n");
     exit(2);
 }
 
@@ -384,11 +526,13 @@ static void opts_parse(int argc, char **argv, struct opts *o)
     o->mom_es = o->adam_es = 4;
     o->offload = "none";
     o->ns_steps = NS_STEPS;
+    o->joint = 1;
+    o->teams = 1;
     o->scale = (struct preset_scale){0, 1, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
+        if (!strcmp(a, "--json") || !strcmp(a, "--no-joint") || !strcmp(a, "--moves")) {
+            *(a[2] == 'j' ? &o->json : a[2] == 'n' ? &o->joint : &o->moves) = a[2] != 'n';
             continue;
         }
         if (v == NULL)
@@ -436,6 +580,15 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             if (v == NULL || (strcmp(v, "frobenius") && strcmp(v, "aol")))
                 die("--ns-precondition takes frobenius or aol");
             o->ns_steps = !strcmp(v, "aol") ? 4 : NS_STEPS;
+        } else if (!strcmp(a, "--teams")) {
+            o->teams = parse_int(v, 1, PLAN_TEAM_MAX, "--teams");
+            if (o->teams & (o->teams - 1))
+                die("--teams takes a power of two");
+        } else if (!strcmp(a, "--team-frac")) {
+            char *end;
+            o->team_frac = strtod(v, &end);
+            if (*end != '\0' || !(o->team_frac > 0 && o->team_frac <= 1))
+                die("--team-frac takes a number in (0, 1]");
         } else if (!strcmp(a, "--layers"))
             o->scale.layers = parse_int(v, 1, 1 << 16, "--layers");
         else if (!strcmp(a, "--width-div"))
@@ -453,12 +606,12 @@ static void opts_parse(int argc, char **argv, struct opts *o)
 static void print_row(const struct prediction *r)
 {
     printf("| %d | %d x %d x %d, ep %d | %.3f | %.4f (%.3f / %.3f) | %.1f | %.1f | %.2f | %.1f | "
-           "%.2f | %.2f | %.2f | **%.2f** |\n",
+           "%.2f | %.2f | %.2f | **%.2f** | %d (%d) / %d | %.2f / %.2f |\n",
            r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max / 1e12,
            r->flops_max / r->flops_mean, r->dense_imbalance, r->expert_imbalance,
            r->dense_bytes / 1048576.0, r->expert_bytes / 1048576.0, r->state_bytes / 1073741824.0,
-           r->h2d_bytes / 1048576.0, r->t_ns * 1e3, r->t_comm * 1e3, r->t_elem * 1e3,
-           r->step * 1e3);
+           r->h2d_bytes / 1048576.0, r->t_ns * 1e3, r->t_comm * 1e3, r->t_elem * 1e3, r->step * 1e3,
+           r->nteams, r->team_max, r->nmoved, r->t_ns / r->t_perfect, r->step / r->t_perfect);
 }
 
 static void print_json(const struct prediction *r, int first)
@@ -470,11 +623,13 @@ static void print_json(const struct prediction *r, int first)
            "\"expert_bytes\": %.0f, \"state_bytes\": %.0f, \"momentum_bytes\": %.0f, "
            "\"adam_bytes\": %.0f, \"h2d_bytes\": %.0f, "
            "\"dense_group_internode\": %s, \"t_ns\": %.6e, \"t_comm\": %.6e, \"t_elem\": %.6e, "
-           "\"step\": %.6e}",
+           "\"step\": %.6e, \"ns_teams\": %d, \"team_size_max\": %d, \"team_bytes\": %.0f, "
+           "\"experts_moved\": %d, \"t_perfect\": %.6e}",
            first ? "" : ", ", r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max,
            r->flops_max / r->flops_mean, r->dense_imbalance, r->expert_imbalance, r->dense_bytes,
            r->expert_bytes, r->state_bytes, r->mom_bytes, r->adam_bytes, r->h2d_bytes,
-           r->dense_internode ? "true" : "false", r->t_ns, r->t_comm, r->t_elem, r->step);
+           r->dense_internode ? "true" : "false", r->t_ns, r->t_comm, r->t_elem, r->step, r->nteams,
+           r->team_max, r->team_bytes, r->nmoved, r->t_perfect);
 }
 
 /* Run a command, parse the last line of its output that starts with '{' (or the whole output
@@ -625,7 +780,8 @@ int main(int argc, char **argv)
                "| ranks | replicate x shard x cp | NS TFLOP/step | NS max/mean (dense / expert "
                "group) | dense MiB sent "
                "| expert MiB sent | state GiB | host->device MiB | t_ns ms | t_comm ms | t_elem "
-               "ms | step ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+               "ms | step ms | NS teams (largest) / experts moved | t_ns / step over perfect |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
                p.name, (double)p.total / 1e9, mc.name, o.gpn, mc.gemm_tflops, mc.ns_fraction,
                mc.hbm_gbps, mc.intra_gbps, mc.inter_gbps, o.offload,
                o.mom_es == 2 ? "bf16" : "fp32", o.adam_es == 2 ? "bf16" : "fp32");

@@ -49,9 +49,11 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
     p->lr_scale = lr_scale_factor(rt->cfg.lr_scale, p->mv.true_rows, p->mv.true_cols);
 }
 
-/* The planner's view of the Muon tensors of one group kind. */
+/* The planner's view of the Muon tensors of one group kind. base: [members] or NULL, the NS cost
+ * each member already carries from its other group (plan_cfg.base_load). */
 static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind kind,
-                                          const struct shard_table *t, struct group_exec *gx)
+                                          const struct shard_table *t, const double *base,
+                                          struct group_exec *gx)
 {
     const shardopt_placement_t want = kind == GROUP_LOCAL   ? SHARDOPT_PLACEMENT_REPLICATED
                                       : kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE
@@ -66,7 +68,9 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                            .bucket_bytes = rt->cfg.bucket_bytes,
                            .esize = kdtype_size(rt->cfg.comm_dtype),
                            .replicas = rt->cfg.replica_split ? rt->groups.mesh.dp_replicate : 1,
-                           .ns_steps = rt->cfg.ns_steps};
+                           .ns_steps = rt->cfg.ns_steps,
+                           .base_load = base,
+                           .team_cap = 1 /* no team: the step runs one owner per matrix */};
     char err[256];
     int np = 0;
     shardopt_status_t status = SHARDOPT_OK, built = SHARDOPT_OK;
@@ -142,6 +146,30 @@ static void transports_pick(shardopt_runtime_t rt)
     for (int i = 0; i < XPORTS; i++)
         transport_pick(&rt->xport[i], g, group[i].comm, group[i].name, group[i].nccl,
                        rt_on_device(rt), rt->ops, &rt->kctx, rt->cfg.comm_dtype);
+}
+
+/* Joint planning (docs/scaling.md): each dense member's expert load, all-gathered over the dense
+ * group, so that the dense owners fill in around the expert work (a member of an expert shard
+ * group with more members than its EP rank has experts may own none). The same doubles reach
+ * every member, so every member plans the same dense owners. Collective. */
+static shardopt_status_t expert_loads(shardopt_runtime_t rt, struct shard_table *dense)
+{
+    const struct group_plan *x = &rt->gx[GROUP_EXPERT].plan;
+    const double mine = x->load != NULL ? x->load[x->me] : 0.0;
+    shardopt_status_t status = SHARDOPT_OK;
+
+    dense->xload = mem_malloc(sizeof(double) * (size_t)dense->members);
+    if (dense->xload == NULL)
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "commit: rank %d: out of memory allocating %zu bytes for the expert "
+                          "loads of the dense group",
+                          rt->groups.me.rank, sizeof(double) * (size_t)dense->members);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status != SHARDOPT_OK)
+        return status;
+    comm_allgather(&rt->groups, rt->groups.dense, &mine, 1, MPI_DOUBLE, dense->xload,
+                   "all-gather of expert loads");
+    return SHARDOPT_OK;
 }
 
 /* Which Muon tensors of a group stay sharded for Newton-Schulz (ns_strategy), and this rank's
@@ -518,11 +546,13 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         status = sharded_choose(rt, GROUP_EXPERT, &xs);
     status = groups_agree(&rt->groups, status, "commit");
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_LOCAL, NULL, &rt->gx[GROUP_LOCAL]);
+        status = group_plan_build(rt, GROUP_LOCAL, NULL, NULL, &rt->gx[GROUP_LOCAL]);
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_DENSE, &dense, &rt->gx[GROUP_DENSE]);
+        status = group_plan_build(rt, GROUP_EXPERT, &xs, NULL, &rt->gx[GROUP_EXPERT]);
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_EXPERT, &xs, &rt->gx[GROUP_EXPERT]);
+        status = expert_loads(rt, &dense);
+    if (status == SHARDOPT_OK)
+        status = group_plan_build(rt, GROUP_DENSE, &dense, dense.xload, &rt->gx[GROUP_DENSE]);
     transports_pick(rt);
     /* the member -> runtime rank tables outlive the shard tables: param stats name owners */
     rt->group_ranks[GROUP_DENSE] = dense.ranks;

@@ -201,8 +201,10 @@ void commit_shard_table_free(struct shard_table *t)
 {
     free(t->boxes);
     free(t->ranks);
+    free(t->xload);
     t->boxes = NULL;
     t->ranks = NULL;
+    t->xload = NULL;
 }
 
 static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm, struct shard_table *t)

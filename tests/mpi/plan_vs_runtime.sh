@@ -7,7 +7,8 @@ set -euo pipefail
 mpiexec=$1 step_bench=$2 plan=$3
 scale=(--preset tiny --width-div 1 --experts-div 1)
 layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
-         "--ep 4 --expert-shard-dim 0" "--ep 2 --momentum-dtype bf16")
+         "--ep 4 --expert-shard-dim 0" "--ep 2 --momentum-dtype bf16"
+         "--ep 1 --experts-div 4")
 fail=0
 for l in "${layouts[@]}"; do
     # shellcheck disable=SC2086

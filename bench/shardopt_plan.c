@@ -5,7 +5,8 @@
  *       [--ep E] [--expert-shard-dim 0|1|2] [--momentum-dtype fp32|bf16]
  *       [--adam-dtype fp32|bf16] [--offload none|optimizer|cpu] [--machine FILE]
  *       [--sweep N1,N2,...] [--ns-algorithm standard|gram|auto]
- *       [--ns-precondition frobenius|aol] [--no-joint] [--moves] [--teams K] [--team-frac F]
+ *       [--ns-precondition frobenius|aol] [--no-joint] [--moves] [--teams K|node]
+ *       [--team-frac F]
  *       [--json]
  *   shardopt-plan --calibrate OUT.json [--threads T]
  *
@@ -35,7 +36,8 @@
  * holder for members the dense plan left light when the model says it pays (each element moved
  * costs its bytes at the expert group's link rate against the NS rate), and --teams K lets a
  * dense matrix heavier than --team-frac (default 0.5) of the mean load be orthogonalized by a
- * team of up to K ranks of one node (sharding/plan.h); the table's last columns count them.
+ * team of up to K ranks of one node (node: the machine's gpus_per_node; sharding/plan.h); the
+ * table's last columns count them, --json gives "team_sizes" {k: matrices}.
  *
  * A group lies inside a node when the dense shard group does (ranks are row-major over
  * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).
@@ -110,6 +112,7 @@ struct prediction {
     double t_perfect;  /* every matrix's NS once, spread evenly over the ranks */
     double team_bytes; /* sent per step in team all-reduces by the busiest rank */
     int dense_internode, nteams, team_max, nmoved;
+    int team_sizes[6]; /* dense matrices with a team of 2, 4, ..., 64 */
 };
 
 static void die(const char *msg)
@@ -191,6 +194,7 @@ struct group_out {
     double *tbytes; /* sent per step in its teams' Gram all-reduces (fp32) */
     double whole;   /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
     int nteams, nmoved, kmax;
+    int by_size[7]; /* teams of 2^(i+1) members, i < 6 (PLAN_TEAM_MAX = 64) */
 };
 
 /* Elements of member m's box of a matrix inside block j of k along the long side. */
@@ -274,6 +278,8 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                         o->ns_steps * 4.0 *
                         plan_team_allreduce_elems(pp[q].shape[rd], pp[q].shape[rd + 1], team);
                     out->kmax = team > out->kmax ? team : out->kmax;
+                    for (int i = 0; i < 6; i++)
+                        out->by_size[i] += team == 2 << i;
                     for (int j = 0; j < team; j++) {
                         out->tbytes[tm[j]] += ar;
                         out->owned[tm[j]] += whole / team * COMM_ES;
@@ -379,18 +385,19 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
     const double rate = mc->gemm_tflops * 1e12 * mc->ns_fraction;
     const double bw = (r->dense_internode ? mc->inter_gbps : mc->intra_gbps) * 1e9;
     const double bw_node = mc->intra_gbps * 1e9;
-    struct group_out xo1 = {g_f, g_b, g_o, g_t, 0, 0, 0, 1};
+    struct group_out xo1 = {.flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .kmax = 1};
     struct plan_cfg none = {0};
     group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &none, &xo1);
     struct plan_cfg dcfg = {0};
     for (int d = 0; d < r->dense; d++)
         base[d] = g_f[d / o->ep];
     dcfg.base_load = o->joint ? base : NULL;
-    dcfg.team_cap = o->teams;
+    dcfg.team_cap = o->teams > 0 ? o->teams : mc->gpus_per_node; /* node: one node's ranks */
     dcfg.node_members = r->dense < mc->gpus_per_node ? r->dense : mc->gpus_per_node;
     dcfg.team_frac = o->team_frac;
     dcfg.allreduce_cost = 4.0 * rate / bw_node;
-    struct group_out dout = {dflops, dbytes, downed, dtb, 0, 0, 0, 1};
+    struct group_out dout = {
+        .flops = dflops, .bytes = dbytes, .owned = downed, .tbytes = dtb, .kmax = 1};
     group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     struct group_out xout = {0};
     xout.kmax = 1;
@@ -407,7 +414,8 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
             memset(g_t, 0, X * sizeof(double));
             xcfg.base_load = base;
             xcfg.move_cost = COMM_ES * rate / (bw * o->ns_steps);
-            struct group_out xo = {g_f, g_b, g_o, g_t, 0, 0, 0, 1};
+            struct group_out xo = {
+                .flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .kmax = 1};
             group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
             xout.nmoved += xo.nmoved;
             xout.whole = xo.whole;
@@ -429,6 +437,7 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
         }
     }
     r->nteams = dout.nteams;
+    memcpy(r->team_sizes, dout.by_size, sizeof r->team_sizes);
     r->team_max = dout.kmax;
     r->nmoved = xout.nmoved;
     double sum = 0, maxelem = 0, maxowned = 0, tns = 0;
@@ -513,7 +522,7 @@ static void usage(void)
             "       [--offload none|optimizer|cpu] [--machine FILE] [--sweep N1,N2,...] [--json]\n"
             "       [--layers L] [--width-div D] [--experts-div D]\n"
             "       [--ns-algorithm standard|gram|auto] [--ns-precondition frobenius|aol]\n"
-            "       [--no-joint] [--moves] [--teams K] [--team-frac F]\n");
+            "       [--no-joint] [--moves] [--teams K|node] [--team-frac F]\n");
     exit(2);
 }
 
@@ -581,7 +590,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
                 die("--ns-precondition takes frobenius or aol");
             o->ns_steps = !strcmp(v, "aol") ? 4 : NS_STEPS;
         } else if (!strcmp(a, "--teams")) {
-            o->teams = parse_int(v, 1, PLAN_TEAM_MAX, "--teams");
+            o->teams = !strcmp(v, "node") ? 0 : parse_int(v, 1, PLAN_TEAM_MAX, "--teams");
             if (o->teams & (o->teams - 1))
                 die("--teams takes a power of two");
         } else if (!strcmp(a, "--team-frac")) {
@@ -624,12 +633,18 @@ static void print_json(const struct prediction *r, int first)
            "\"adam_bytes\": %.0f, \"h2d_bytes\": %.0f, "
            "\"dense_group_internode\": %s, \"t_ns\": %.6e, \"t_comm\": %.6e, \"t_elem\": %.6e, "
            "\"step\": %.6e, \"ns_teams\": %d, \"team_size_max\": %d, \"team_bytes\": %.0f, "
-           "\"experts_moved\": %d, \"t_perfect\": %.6e}",
+           "\"experts_moved\": %d, \"t_perfect\": %.6e, \"team_sizes\": {",
            first ? "" : ", ", r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max,
            r->flops_max / r->flops_mean, r->dense_imbalance, r->expert_imbalance, r->dense_bytes,
            r->expert_bytes, r->state_bytes, r->mom_bytes, r->adam_bytes, r->h2d_bytes,
            r->dense_internode ? "true" : "false", r->t_ns, r->t_comm, r->t_elem, r->step, r->nteams,
            r->team_max, r->team_bytes, r->nmoved, r->t_perfect);
+    for (int i = 0, first_k = 1; i < 6; i++)
+        if (r->team_sizes[i] > 0) {
+            printf("%s\"%d\": %d", first_k ? "" : ", ", 2 << i, r->team_sizes[i]);
+            first_k = 0;
+        }
+    printf("}}");
 }
 
 /* Run a command, parse the last line of its output that starts with '{' (or the whole output

@@ -5,8 +5,8 @@
  *       [--ep E] [--expert-shard-dim 0|1|2] [--momentum-dtype fp32|bf16]
  *       [--adam-dtype fp32|bf16] [--offload none|optimizer|cpu] [--machine FILE]
  *       [--sweep N1,N2,...] [--ns-algorithm standard|gram|auto]
- *       [--ns-precondition frobenius|aol] [--no-joint] [--moves] [--teams K|node]
- *       [--team-frac F]
+ *       [--ns-precondition frobenius|aol] [--no-joint] [--moves] [--cost-rates G,B]
+ *       [--teams K|node] [--team-frac F]
  *       [--json]
  *   shardopt-plan --calibrate OUT.json [--threads T]
  *
@@ -32,9 +32,11 @@
  *
  * Owners are planned jointly, as commit does: the expert shard groups first, then the dense group
  * on top of each member's expert load (--no-joint: each group alone, the plan of before issue
- * 22). Planned only, not yet what the runtime runs: --moves lets whole experts leave their
- * holder for members the dense plan left light when the model says it pays (each element moved
- * costs its bytes at the expert group's link rate against the NS rate), and --teams K lets a
+ * 22). --moves lets whole experts leave their holder for members the dense plan left light when
+ * the model says it pays (each element moved costs its bytes at the expert group's link rate
+ * against the NS rate; --cost-rates G,B: at commit's cost_gemm_gflops G and cost_net_gbps B
+ * instead, as config expert_moves = 1 plans them). Planned only, not yet what the runtime
+ * runs: --teams K lets a
  * dense matrix heavier than --team-frac (default 0.5) of the mean load be orthogonalized by a
  * team of up to K ranks of one node (node: the machine's gpus_per_node; sharding/plan.h); the
  * table's last columns count them, --json gives "team_sizes" {k: matrices}.
@@ -97,6 +99,8 @@ struct opts {
     int moves;    /* planner only: whole experts may move to light members */
     int teams;    /* planner only: largest Newton-Schulz team (1: none, as commit plans) */
     double team_frac;
+    double cost_gflops, cost_gbps; /* --cost-rates: the runtime's cost_gemm_gflops and
+                                      cost_net_gbps for --moves instead of the machine's */
 };
 
 /* What one layout does, per rank. */
@@ -413,7 +417,10 @@ static int predict(const struct opts *o, const struct preset *p, const struct ma
             memset(g_o, 0, X * sizeof(double));
             memset(g_t, 0, X * sizeof(double));
             xcfg.base_load = base;
-            xcfg.move_cost = COMM_ES * rate / (bw * o->ns_steps);
+            /* as commit computes it (runtime/commit.c, expert_replan) from --cost-rates */
+            xcfg.move_cost = o->cost_gflops > 0
+                                 ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
+                                 : COMM_ES * rate / (bw * o->ns_steps);
             struct group_out xo = {
                 .flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .kmax = 1};
             group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
@@ -522,7 +529,8 @@ static void usage(void)
             "       [--offload none|optimizer|cpu] [--machine FILE] [--sweep N1,N2,...] [--json]\n"
             "       [--layers L] [--width-div D] [--experts-div D]\n"
             "       [--ns-algorithm standard|gram|auto] [--ns-precondition frobenius|aol]\n"
-            "       [--no-joint] [--moves] [--teams K|node] [--team-frac F]\n");
+            "       [--no-joint] [--moves] [--cost-rates GFLOPS,GBPS] [--teams K|node]\n"
+            "       [--team-frac F]\n");
     exit(2);
 }
 
@@ -593,6 +601,13 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             o->teams = !strcmp(v, "node") ? 0 : parse_int(v, 1, PLAN_TEAM_MAX, "--teams");
             if (o->teams & (o->teams - 1))
                 die("--teams takes a power of two");
+        } else if (!strcmp(a, "--cost-rates")) {
+            char *end;
+            o->cost_gflops = strtod(v, &end);
+            o->cost_gbps = *end == ',' ? strtod(end + 1, &end) : 0;
+            if (*end != '\0' || !(o->cost_gflops > 0 && o->cost_gbps > 0))
+                die("--cost-rates takes GFLOPS,GBPS (both > 0): commit's cost_gemm_gflops and "
+                    "cost_net_gbps");
         } else if (!strcmp(a, "--team-frac")) {
             char *end;
             o->team_frac = strtod(v, &end);

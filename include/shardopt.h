@@ -253,6 +253,13 @@ typedef struct shardopt_config {
     /* Newton-Schulz arithmetic (issue 23): appended, 0 = the behaviour before them */
     shardopt_ns_algorithm_t ns_algorithm;       /**< standard (default), gram or auto */
     shardopt_ns_precondition_t ns_precondition; /**< frobenius (default) or aol */
+    /* Joint Newton-Schulz planning (issue 22): appended, 0 = the behaviour before it */
+    /** 1: a Muon expert matrix held whole by one member of an expert shard group may be
+     *  orthogonalized by another member when the cost model (cost_gemm_gflops, cost_net_gbps)
+     *  says moving it there and back finishes sooner than keeping it (a group with more members
+     *  than its EP rank has experts leaves members idle otherwise). 0 (default): its holder
+     *  keeps it. Owners only: the update is the same bits either way. docs/scaling.md. */
+    int expert_moves;
 } shardopt_config_t;
 
 /* Embeddings (torchtitan's tok_embeddings, HF's embed_tokens; nanoGPT's wte and wpe) and output

@@ -50,10 +50,11 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
 }
 
 /* The planner's view of the Muon tensors of one group kind. base: [members] or NULL, the NS cost
- * each member already carries from its other group (plan_cfg.base_load). */
+ * each member already carries from its other group (plan_cfg.base_load); move_cost: 0, or
+ * plan_cfg.move_cost (expert_moves). */
 static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind kind,
                                           const struct shard_table *t, const double *base,
-                                          struct group_exec *gx)
+                                          double move_cost, struct group_exec *gx)
 {
     const shardopt_placement_t want = kind == GROUP_LOCAL   ? SHARDOPT_PLACEMENT_REPLICATED
                                       : kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE
@@ -70,6 +71,7 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                            .replicas = rt->cfg.replica_split ? rt->groups.mesh.dp_replicate : 1,
                            .ns_steps = rt->cfg.ns_steps,
                            .base_load = base,
+                           .move_cost = move_cost,
                            .team_cap = 1 /* no team: the step runs one owner per matrix */};
     char err[256];
     int np = 0;
@@ -170,6 +172,34 @@ static shardopt_status_t expert_loads(shardopt_runtime_t rt, struct shard_table 
     comm_allgather(&rt->groups, rt->groups.dense, &mine, 1, MPI_DOUBLE, dense->xload,
                    "all-gather of expert loads");
     return SHARDOPT_OK;
+}
+
+/* expert_moves: the expert group planned again, on top of each member's dense load (all-gathered
+ * over the expert shard group), with whole matrices free to leave a holder when the cost model
+ * says so. An element moved one way costs comm-dtype bytes at cost_net_gbps, counted in the
+ * planner's units (NS FLOPs per iteration at cost_gemm_gflops). Collective. */
+static shardopt_status_t expert_replan(shardopt_runtime_t rt, struct shard_table *xs)
+{
+    const struct group_plan *d = &rt->gx[GROUP_DENSE].plan;
+    const double mine = d->load != NULL ? d->load[d->me] : 0.0;
+    const double steps = rt->cfg.ns_steps > 0 ? rt->cfg.ns_steps : 5;
+    const double move_cost = (double)kdtype_size(rt->cfg.comm_dtype) * rt->cfg.cost_gemm_gflops /
+                             (rt->cfg.cost_net_gbps * steps);
+    shardopt_status_t status = SHARDOPT_OK;
+
+    xs->xload = mem_malloc(sizeof(double) * (size_t)xs->members);
+    if (xs->xload == NULL)
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "commit: rank %d: out of memory allocating %zu bytes for the dense "
+                          "loads of the expert shard group",
+                          rt->groups.me.rank, sizeof(double) * (size_t)xs->members);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status != SHARDOPT_OK)
+        return status;
+    comm_allgather(&rt->groups, rt->groups.xs, &mine, 1, MPI_DOUBLE, xs->xload,
+                   "all-gather of dense loads");
+    plan_free(&rt->gx[GROUP_EXPERT].plan);
+    return group_plan_build(rt, GROUP_EXPERT, xs, xs->xload, move_cost, &rt->gx[GROUP_EXPERT]);
 }
 
 /* Which Muon tensors of a group stay sharded for Newton-Schulz (ns_strategy), and this rank's
@@ -546,13 +576,15 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         status = sharded_choose(rt, GROUP_EXPERT, &xs);
     status = groups_agree(&rt->groups, status, "commit");
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_LOCAL, NULL, NULL, &rt->gx[GROUP_LOCAL]);
+        status = group_plan_build(rt, GROUP_LOCAL, NULL, NULL, 0, &rt->gx[GROUP_LOCAL]);
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_EXPERT, &xs, NULL, &rt->gx[GROUP_EXPERT]);
+        status = group_plan_build(rt, GROUP_EXPERT, &xs, NULL, 0, &rt->gx[GROUP_EXPERT]);
     if (status == SHARDOPT_OK)
         status = expert_loads(rt, &dense);
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_DENSE, &dense, dense.xload, &rt->gx[GROUP_DENSE]);
+        status = group_plan_build(rt, GROUP_DENSE, &dense, dense.xload, 0, &rt->gx[GROUP_DENSE]);
+    if (status == SHARDOPT_OK && rt->cfg.expert_moves)
+        status = expert_replan(rt, &xs);
     transports_pick(rt);
     /* the member -> runtime rank tables outlive the shard tables: param stats name owners */
     rt->group_ranks[GROUP_DENSE] = dense.ranks;

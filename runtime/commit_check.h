@@ -11,7 +11,7 @@ struct shard_table {
     int members;
     struct plan_box *boxes; /* [members][nparams] */
     int *ranks;             /* [members]: global rank of each member, for messages */
-    double *xload;          /* [members] or NULL: each member's expert NS load (commit.c) */
+    double *xload;          /* [members] or NULL: each member's NS load in the other group */
 };
 
 /* Returns SHARDOPT_OK on every rank, or the same error on every rank: SHARDOPT_ERR_MISMATCH

@@ -108,6 +108,9 @@ const struct config_key config_keys[] = {
          "Newton-Schulz on X (standard), on its Gram matrix (gram), or per shape (auto)"),
     ENUM(ns_precondition, ns_precondition_names,
          "scaling before Newton-Schulz: frobenius, or aol (rows; pairs with ns_coeffs = aol)"),
+    /* joint Newton-Schulz planning (issue 22) */
+    {"expert_moves", CFG_BOOL, OFF(expert_moves), NULL, 0, 1, 0, 0, 0, 0,
+     "whole expert matrices may leave their holder for idle members when the cost model says so"},
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

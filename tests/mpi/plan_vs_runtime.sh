@@ -6,16 +6,22 @@
 set -euo pipefail
 mpiexec=$1 step_bench=$2 plan=$3
 scale=(--preset tiny --width-div 1 --experts-div 1)
+# a layout, then after '|' what only step_bench takes, after a second '|' what only the plan takes.
+# Idle expert members: --ep 1 --experts-div 4 (dense owners planned around the expert work), and
+# tiny-experts (2 experts outweigh the dense layers) with expert_moves at the runtime's default
+# cost rates, which moves some of them.
 layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
          "--ep 4 --expert-shard-dim 0" "--ep 2 --momentum-dtype bf16"
-         "--ep 1 --experts-div 4")
+         "--ep 1 --experts-div 4"
+         "--preset tiny-experts --ep 1|--set expert_moves=1|--moves --cost-rates 100,25")
 fail=0
-for l in "${layouts[@]}"; do
+for entry in "${layouts[@]}"; do
+    IFS='|' read -r l bench_only plan_only <<<"$entry"
     # shellcheck disable=SC2086
     run=$("$mpiexec" -n 4 --oversubscribe "$step_bench" "${scale[@]}" --layers 0 --steps 1 \
-        --warmup 0 --threads 1 $l --json 2>/dev/null | grep '^{"preset"')
+        --warmup 0 --threads 1 $l $bench_only --json 2>/dev/null | grep '^{"preset"')
     # shellcheck disable=SC2086
-    pred=$("$plan" "${scale[@]}" --world 4 $l --json)
+    pred=$("$plan" "${scale[@]}" --world 4 $l $plan_only --json)
     python3 - "$l" "$run" "$pred" <<'PY' || fail=1
 import json, sys
 layout, run, pred = sys.argv[1], json.loads(sys.argv[2])["results"][0], json.loads(sys.argv[3])["layouts"][0]

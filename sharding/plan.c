@@ -97,9 +97,9 @@ static double max2(double a, double b) { return a > b ? a : b; }
 /* The team size for a free matrix of cost c: 1, or the smallest power of two up to the cap (and
  * the node) whose per-member cost, all-reduce included, is under team_frac x the mean load, when
  * that is cheaper than one owner; none under it: the cheapest. */
-static int team_size(const struct plan_cfg *cfg, const struct mat *m, double mean)
+static int team_size(const struct plan_cfg *cfg, int team_cap, const struct mat *m, double mean)
 {
-    const int cap0 = cfg->team_cap < cfg->node_members ? cfg->team_cap : cfg->node_members;
+    const int cap0 = team_cap < cfg->node_members ? team_cap : cfg->node_members;
     const int cap = cap0 < cfg->members ? cap0 : cfg->members;
     const double frac = cfg->team_frac > 0 ? cfg->team_frac : 0.5;
     if (cap < 2 || m->cost <= frac * mean)
@@ -244,8 +244,8 @@ static int owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int
     sort_mats = mats; /* qsort has no context argument in C11 */
     qsort(order, (size_t)nfree, sizeof(int), by_cost_desc);
     for (int f = 0; f < nfree; f++) {
-        const int m = order[f], h = holder[m];
-        const int k = h >= 0 ? 1 : team_size(cfg, &mats[m], mean);
+        const int m = order[f]; /* held by none: matrices held whole are placed already */
+        const int k = team_size(cfg, P->team_cap, &mats[m], mean);
         if (k > 1) {
             int *t = &P->team_of[(size_t)m * (size_t)P->team_cap];
             const double c = plan_ns_team_cost(mats[m].rows, mats[m].cols, k);

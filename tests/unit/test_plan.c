@@ -346,6 +346,22 @@ TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)
         }
         plan_free(&P);
     }
+    /* a cap above PLAN_TEAM_MAX is held to it (the team lists are that wide) */
+    static struct plan_box big[256];
+    struct plan_param one = {
+        .param = 0, .ndim = 2, .shape = {256, 4096, 1}, .k_lo = 0, .k_count = 1, .boxes = big};
+    boxes_make(big, 256, 2, one.shape, 0, 0, 1, 0);
+    struct plan_cfg wide = {.members = 256,
+                            .me = 0,
+                            .bucket_bytes = 1 << 20,
+                            .esize = 2,
+                            .team_cap = 256,
+                            .node_members = 256};
+    struct group_plan W;
+    ASSERT_EQ_INT(plan_build(&wide, &one, 1, &W, err, sizeof err), 0);
+    EXPECT_EQ_INT(W.team_cap, PLAN_TEAM_MAX);
+    EXPECT_EQ_INT(W.team[0], PLAN_TEAM_MAX);
+    plan_free(&W);
 }
 
 /* ---- GLM-4.5-Air ---- */

@@ -235,12 +235,11 @@ TEST(joint_owners_fill_in_around_the_other_groups_load)
     const double heavy = 1e12, zero[4] = {0, 0, 0, 0}, base[4] = {heavy, 0, heavy, 0};
     struct plan_cfg cfg = {.members = 4, .me = 0, .bucket_bytes = 1 << 20, .esize = 2};
     struct group_plan P0, Pz, Pb;
-    char err[128];
-    ASSERT_EQ_INT(plan_build(&cfg, ps, 2, &P0, err, sizeof err), 0);
+    ASSERT_EQ_INT(plan_build(&cfg, ps, 2, &P0), SHARDOPT_OK);
     cfg.base_load = zero;
-    ASSERT_EQ_INT(plan_build(&cfg, ps, 2, &Pz, err, sizeof err), 0);
+    ASSERT_EQ_INT(plan_build(&cfg, ps, 2, &Pz), SHARDOPT_OK);
     cfg.base_load = base;
-    ASSERT_EQ_INT(plan_build(&cfg, ps, 2, &Pb, err, sizeof err), 0);
+    ASSERT_EQ_INT(plan_build(&cfg, ps, 2, &Pb), SHARDOPT_OK);
     int spread = 0;
     for (int m = 0; m < P0.nmatrices; m++) {
         EXPECT_EQ_INT(Pz.owner[m], P0.owner[m]);
@@ -272,7 +271,6 @@ TEST(whole_matrices_move_to_idle_members_only_when_it_pays)
         bx[i].len[0] = 0;
     }
     p.boxes = bx;
-    char err[128];
     const double c = plan_ns_cost(16, 32);
     const double costs[4] = {0, c * 1e-6 / (16 * 32), c * 10.0 / (16 * 32), c * 1e-6 / (16 * 32)};
     for (int t = 0; t < 4; t++) {
@@ -283,7 +281,7 @@ TEST(whole_matrices_move_to_idle_members_only_when_it_pays)
         struct plan_cfg cfg = {
             .members = 4, .me = 0, .bucket_bytes = 1 << 20, .esize = 2, .move_cost = costs[t]};
         struct group_plan P;
-        ASSERT_EQ_INT(plan_build(&cfg, &p, 1, &P, err, sizeof err), 0);
+        ASSERT_EQ_INT(plan_build(&cfg, &p, 1, &P), SHARDOPT_OK);
         int on_idle = 0;
         for (int m = 0; m < 8; m++)
             on_idle += P.owner[m] >= 2;
@@ -314,7 +312,6 @@ TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)
     }
     EXPECT_TRUE(plan_ns_team_cost(64, 512, 1) == plan_ns_cost(64, 512));
     EXPECT_TRUE(plan_team_allreduce_elems(64, 512, 1) == 0);
-    char err[128];
     for (int cap = 1; cap <= 4; cap *= 4) {
         struct plan_cfg cfg = {.members = 8,
                                .me = 0,
@@ -323,7 +320,7 @@ TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)
                                .team_cap = cap,
                                .node_members = 4};
         struct group_plan P;
-        ASSERT_EQ_INT(plan_build(&cfg, ps, 3, &P, err, sizeof err), 0);
+        ASSERT_EQ_INT(plan_build(&cfg, ps, 3, &P), SHARDOPT_OK);
         EXPECT_EQ_INT(P.team[0], cap); /* 64 x 512: over the mean alone */
         for (int m = 1; m < P.nmatrices; m++)
             EXPECT_EQ_INT(P.team[m], 1);
@@ -358,7 +355,7 @@ TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)
                             .team_cap = 256,
                             .node_members = 256};
     struct group_plan W;
-    ASSERT_EQ_INT(plan_build(&wide, &one, 1, &W, err, sizeof err), 0);
+    ASSERT_EQ_INT(plan_build(&wide, &one, 1, &W), SHARDOPT_OK);
     EXPECT_EQ_INT(W.team_cap, PLAN_TEAM_MAX);
     EXPECT_EQ_INT(W.team[0], PLAN_TEAM_MAX);
     plan_free(&W);

@@ -53,3 +53,14 @@ shardopt_status_t log_fail(shardopt_status_t status, const char *fmt, ...)
     log_msg(LOG_ERROR, "%s (%s)", last_error, shardopt_status_string(status));
     return status;
 }
+
+shardopt_status_t log_fail_context(shardopt_status_t status, const char *fmt, ...)
+{
+    char detail[sizeof last_error], where[256];
+    va_list ap;
+    snprintf(detail, sizeof detail, "%s", last_error); /* not formatted in place */
+    va_start(ap, fmt);
+    vsnprintf(where, sizeof where, fmt, ap);
+    va_end(ap);
+    return log_fail(status, "%s: %s", where, detail);
+}

@@ -12,4 +12,10 @@ shardopt_status_t log_fail(shardopt_status_t status, const char *fmt, ...)
 shardopt_status_t status_set(shardopt_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* The thread's last error, recorded by a lower floor (status_set: kernels/ and offload/ know
+ * neither the call nor the rank), prefixed with fmt and ": ", then recorded and logged as
+ * log_fail does. Returns status. */
+shardopt_status_t log_fail_context(shardopt_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -341,26 +341,31 @@ static int bench_case_init(struct bench_case *c, int64_t rows, int64_t cols, int
     if (!bf16)
         return 0;
     /* bf16: the library's table gives the symmetric block; both variants prepared up front */
-    char err[256];
     c->variant = ns_bf16_variant_for_shape(c->m, c->n, &c->block);
     for (size_t i = 0; i < mm; i++) /* the limit's operands: bf16 views of ga, gb */
         ((uint16_t *)c->ga)[i] = bf16_from_f32(c->ga[i]);
     for (size_t i = 0; i < mn; i++)
         ((uint16_t *)c->gb)[i] = bf16_from_f32(c->gb[i]);
-    c->ws.bf16 = ns_bf16_create(err, sizeof err);
-    if (c->ws.bf16 == NULL ||
+    if (ns_bf16_create(&c->ws.bf16) != SHARDOPT_OK ||
         ns_bf16_prepare(c->ws.bf16, c->m, c->n, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD,
-                        (const float(*)[3])c->coeffs, BENCH_STEPS, err, sizeof err) != 0 ||
+                        (const float(*)[3])c->coeffs, BENCH_STEPS) != SHARDOPT_OK ||
         ns_bf16_prepare(c->ws.bf16, c->m, c->n, NS_VARIANT_SYMMETRIC, c->block, NS_ALGO_STANDARD,
-                        (const float(*)[3])c->coeffs, BENCH_STEPS, err, sizeof err) != 0 ||
+                        (const float(*)[3])c->coeffs, BENCH_STEPS) != SHARDOPT_OK ||
         ns_bf16_prepare(c->ws.bf16, c->m, c->n, c->variant, c->block, NS_ALGO_GRAM,
-                        (const float(*)[3])c->coeffs, BENCH_STEPS, err, sizeof err) != 0 ||
+                        (const float(*)[3])c->coeffs, BENCH_STEPS) != SHARDOPT_OK ||
         ns_bf16_prepare(c->ws.bf16, c->m, c->n, c->variant, c->block, NS_ALGO_STANDARD,
-                        (const float(*)[3])c->coeffs_aol, BENCH_AOL_STEPS, err, sizeof err) != 0 ||
+                        (const float(*)[3])c->coeffs_aol, BENCH_AOL_STEPS) != SHARDOPT_OK ||
         ns_bf16_prepare(c->ws.bf16, c->m, c->n, c->variant, c->block, NS_ALGO_GRAM,
-                        (const float(*)[3])c->coeffs_aol, BENCH_AOL_STEPS, err, sizeof err) != 0 ||
-        bench_dnnl_init(&c->mm, c->m, c->n, c->ga, c->gb, c->gc) != 0) {
-        fprintf(stderr, "ns_bench: bf16 %" PRId64 "x%" PRId64 ": %s\n", c->m, c->n, err);
+                        (const float(*)[3])c->coeffs_aol, BENCH_AOL_STEPS) != SHARDOPT_OK) {
+        fprintf(stderr, "ns_bench: bf16 %" PRId64 "x%" PRId64 ": %s\n", c->m, c->n,
+                shardopt_last_error());
+        return -1;
+    }
+    if (bench_dnnl_init(&c->mm, c->m, c->n, c->ga, c->gb, c->gc) != 0) {
+        fprintf(stderr,
+                "ns_bench: bf16 %" PRId64 "x%" PRId64
+                ": the reference oneDNN matmul could not be made\n",
+                c->m, c->n);
         return -1;
     }
     return 0;

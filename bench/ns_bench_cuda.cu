@@ -21,6 +21,7 @@ extern "C" {
 #include "bench/bench_util.h"
 #include "bench/ns_bench_cuda.h"
 #include "kernels/cuda/cuda_probe.h"
+#include "kernels/device.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
 }
@@ -75,18 +76,18 @@ static int block_for(int64_t m, int k)
     return (int)(b < m ? b : m);
 }
 
-static int run_case(const struct kernel_ops *ops, const struct kernel_ctx *ctx, cublasHandle_t h,
-                    struct cuda_case *c, int reps)
+static int run_case(const struct kernel_ops *ops, const struct device_ops *dev,
+                    const struct kernel_ctx *ctx, cublasHandle_t h, struct cuda_case *c, int reps)
 {
     const int64_t rows = c->m, cols = c->n; /* as given: a tall shape runs on its transpose */
     const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
     const size_t count = (size_t)(c->batch * rows * cols);
     const size_t wsb = ops->ns_workspace_bytes(rows, cols, c->batch);
-    uint16_t *u = (uint16_t *)ops->alloc(count * 2);
-    uint16_t *gb = (uint16_t *)ops->alloc((size_t)(c->batch * m * m) * 2);
-    uint16_t *gx = (uint16_t *)ops->alloc((size_t)(c->batch * m * n) * 2);
-    uint16_t *gc = (uint16_t *)ops->alloc((size_t)(c->batch * m * n) * 2);
-    struct ns_workspace ws = {(float *)ops->alloc(wsb), wsb / sizeof(float), NULL};
+    uint16_t *u = (uint16_t *)dev->alloc(count * 2);
+    uint16_t *gb = (uint16_t *)dev->alloc((size_t)(c->batch * m * m) * 2);
+    uint16_t *gx = (uint16_t *)dev->alloc((size_t)(c->batch * m * n) * 2);
+    uint16_t *gc = (uint16_t *)dev->alloc((size_t)(c->batch * m * n) * 2);
+    struct ns_workspace ws = {(float *)dev->alloc(wsb), wsb / sizeof(float), NULL};
     float coeffs[NS_TABLE_MAX_STEPS][3];
     cudaEvent_t e0, e1;
     double *ns_t =
@@ -198,11 +199,11 @@ out_ev:
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
 out:
-    ops->free(u);
-    ops->free(gb);
-    ops->free(gx);
-    ops->free(gc);
-    ops->free(ws.buf);
+    dev->free(u);
+    dev->free(gb);
+    dev->free(gx);
+    dev->free(gc);
+    dev->free(ws.buf);
     free(ns_t);
     free(gm_t);
     return rc;
@@ -224,11 +225,11 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json, i
         any |= ex_on[e];
     }
     const struct kernel_ops *ops = kernel_ops_cuda();
+    const struct device_ops *dops = device_ops_cuda();
     struct kernel_ctx ctx = {0, NULL, NULL};
     struct cuda_case cases[64];
     cudaDeviceProp prop;
     cublasHandle_t h;
-    char err[256];
     int dev = 0;
 
     if (cuda_probe_device_count() == 0) {
@@ -241,9 +242,8 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json, i
     }
     if (nshapes > 64)
         nshapes = 64;
-    ctx.backend = ops->backend_create(-1, NULL, err, sizeof err);
-    if (ctx.backend == NULL) {
-        fprintf(stderr, "ns_bench: %s\n", err);
+    if (dops->backend_create(-1, NULL, &ctx.backend) != SHARDOPT_OK) {
+        fprintf(stderr, "ns_bench: %s\n", shardopt_last_error());
         return 1;
     }
     cudaGetDevice(&dev);
@@ -255,7 +255,7 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json, i
         cases[i].m = shapes[i][1];
         cases[i].n = shapes[i][2];
         memcpy(cases[i].ex_on, ex_on, sizeof ex_on);
-        if (run_case(ops, &ctx, h, &cases[i], reps) != 0)
+        if (run_case(ops, dops, &ctx, h, &cases[i], reps) != 0)
             return 1;
         fprintf(stderr, "  measured %lldx%lldx%lld\n", (long long)cases[i].batch,
                 (long long)cases[i].m, (long long)cases[i].n);
@@ -333,6 +333,6 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json, i
     if (json)
         printf("]}\n");
     cublasDestroy(h);
-    ops->backend_destroy(ctx.backend);
+    dops->backend_destroy(ctx.backend);
     return 0;
 }

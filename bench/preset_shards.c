@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
+#include "kernels/device.h"
 
 /* torch.chunk: ceil-sized chunks, the last ones short or empty */
 static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
@@ -30,7 +30,7 @@ void preset_shard_of(const struct preset_tensor *t, int ep, int members, int mem
 }
 
 /* The host values to a device buffer (dev), which replaces them. */
-static float *to_device(const struct kernel_ops *dev, float *host, int64_t numel)
+static float *to_device(const struct device_ops *dev, float *host, int64_t numel)
 {
     const struct kernel_ctx ctx = {.threads = 0};
     float *d = dev->alloc(sizeof(float) * (size_t)(numel + 1));
@@ -47,7 +47,7 @@ static float *to_device(const struct kernel_ops *dev, float *host, int64_t numel
 
 shardopt_status_t preset_shards_register(shardopt_runtime_t rt, const struct preset *p,
                                          int expert_dim, uint64_t seed,
-                                         const struct kernel_ops *dev, struct preset_shards *out)
+                                         const struct device_ops *dev, struct preset_shards *out)
 {
     shardopt_stats_t s = SHARDOPT_STATS_INIT;
     shardopt_status_t st;

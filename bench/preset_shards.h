@@ -7,7 +7,7 @@
 #include "bench/preset.h"
 #include "shardopt.h"
 
-struct kernel_ops;
+struct device_ops;
 
 /* Where member `member` of a group of `members` holds tensor t, as an FSDP-style trainer shards
  * it: a dense tensor in torch.chunk pieces along dim 0 over the dense shard group; an expert
@@ -26,7 +26,7 @@ void preset_shard_of(const struct preset_tensor *t, int ep, int members, int mem
 
 struct preset_shards {
     float **w, **g; /* [n] local buffers: host memory, or device memory of `dev` */
-    const struct kernel_ops *dev;
+    const struct device_ops *dev;
     int n;
     int64_t local; /* elements this rank holds */
 };
@@ -36,7 +36,7 @@ struct preset_shards {
  * failing status. */
 shardopt_status_t preset_shards_register(shardopt_runtime_t rt, const struct preset *p,
                                          int expert_dim, uint64_t seed,
-                                         const struct kernel_ops *dev, struct preset_shards *out);
+                                         const struct device_ops *dev, struct preset_shards *out);
 
 void preset_shards_free(struct preset_shards *s);
 

@@ -22,6 +22,7 @@
 #include "bench/bench_util.h"
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "shardopt.h"
 #include "tools/cli.h"
@@ -200,7 +201,7 @@ static double sgemm_rate(int threads)
 }
 
 /* One chunk of a probe's copies in one direction (lane 0: the plain copy op). */
-static void probe_copy(const struct kernel_ops *ops, const struct kernel_ctx *ctx, int lane,
+static void probe_copy(const struct device_ops *ops, const struct kernel_ctx *ctx, int lane,
                        void *dst, const void *src, uint64_t total, uint64_t done, size_t chunk)
 {
     if (done >= total)
@@ -220,23 +221,23 @@ static void probe_copy(const struct kernel_ops *ops, const struct kernel_ctx *ct
 static double copies_alone_seconds(const struct opts *o, uint64_t h2d, uint64_t d2h)
 {
     const int cuda = strcmp(o->backend, "cuda") == 0;
-    const struct kernel_ops *ops = cuda ? kernel_ops_cuda() : kernel_ops_cpu_best();
+    const struct device_ops *ops = cuda ? device_ops_cuda() : device_ops_cpu();
     struct kernel_ctx ctx = {0, NULL, NULL};
-    char err[256];
     double t[3], worst;
     uint64_t most = h2d > d2h ? h2d : d2h;
     const size_t chunk = most < (64u << 20) ? (size_t)most : (size_t)64 << 20;
 
     if (ops == NULL || chunk == 0)
         return 0;
-    if (ops->backend_create != NULL &&
-        (ctx.backend = ops->backend_create(-1, &ctx.stream, err, sizeof err)) == NULL) {
-        fprintf(stderr, "step_bench: copy probe: %s\n", err);
+    if (device_has(ops, DEVICE_CAP_BACKEND) &&
+        ops->backend_create(-1, &ctx.stream, &ctx.backend) != SHARDOPT_OK) {
+        fprintf(stderr, "step_bench: copy probe: %s\n", shardopt_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    const int lanes = ops->copy_on != NULL && ops->lane_record != NULL && ops->lane_wait != NULL;
-    void *(*halloc)(size_t) = ops->host_alloc != NULL ? ops->host_alloc : ops->alloc;
-    void (*hfree)(void *) = ops->host_alloc != NULL ? ops->host_free : ops->free;
+    const int lanes = device_has(ops, DEVICE_CAP_COPY_LANES);
+    const int pinned = device_has(ops, DEVICE_CAP_HOST_PINNED);
+    void *(*halloc)(size_t) = pinned ? ops->host_alloc : ops->alloc;
+    void (*hfree)(void *) = pinned ? ops->host_free : ops->free;
     void *hin = halloc(chunk), *hout = halloc(chunk), *din = ops->alloc(chunk),
          *dout = ops->alloc(chunk);
     if (hin == NULL || hout == NULL || din == NULL || dout == NULL) {
@@ -338,9 +339,9 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     layout_used[2] = cfg.cp;
     layout_used[3] = s.ep_size;
     /* device memory for the shards, but offload = cpu works on host parameters */
-    const struct kernel_ops *dev =
+    const struct device_ops *dev =
         cfg.backend == SHARDOPT_BACKEND_CUDA && cfg.offload != SHARDOPT_OFFLOAD_CPU
-            ? kernel_ops_cuda()
+            ? device_ops_cuda()
             : NULL;
     if ((st = preset_shards_register(rt, p, o->xdim, 12345 + (uint64_t)me, dev, &ps)) !=
         SHARDOPT_OK)

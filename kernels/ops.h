@@ -1,4 +1,5 @@
-/* One table of compute entry points per backend (BLIS-style context), filled at init.
+/* One table of compute entry points per backend (BLIS-style context), filled at init; the
+ * backend's memory, copies, streams and events are its device table (kernels/device.h).
  *
  * Every table computes the update rules of docs/design.md (Update rules). The reference table is
  * plain C written for clarity and is the oracle the tests compare the others with. Kernels know
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctx.h"
 #include "dtype.h"
 #include "hd.h"
 #include "rng.h"
@@ -27,28 +29,6 @@ KHD static inline uint64_t elem_index_global(const struct elem_index_map *m, uin
 {
     return m->base + (i / m->run) * m->stride + i % m->run;
 }
-
-/* Lanes of copy_on/lane_wait: the compute stream and two copy streams; events per tag. */
-#define KERNEL_LANES     3
-#define KERNEL_LANE_TAGS 4
-/* Timing marks a step may queue (mark/mark_seconds, kernels/timeline.h). */
-#define KERNEL_MAX_MARKS 65536
-
-/* Where a pointer points (kernel_ops.pointer_kind). */
-enum kernel_ptr_kind {
-    KERNEL_PTR_UNKNOWN = -1, /* the backend cannot tell: not checked */
-    KERNEL_PTR_HOST = 0,     /* host memory, pageable or pinned */
-    KERNEL_PTR_DEVICE = 1,   /* memory of ctx's device */
-    KERNEL_PTR_MANAGED = 2,  /* managed: host and device both reach it */
-    KERNEL_PTR_OTHER = 3,    /* memory of another device */
-};
-
-/* Per-call execution context. */
-struct kernel_ctx {
-    int threads;   /* 0: as the OpenMP runtime decides */
-    void *stream;  /* CUDA stream; NULL on the CPU */
-    void *backend; /* CUDA: the backend state of kernel_ops.backend_create; NULL on the CPU */
-};
 
 /* Muon momentum and pack, in exactly this fp32 sequence (every variant matches it bit for bit):
  *   g = grad*grad_scale, 0 if that is not finite;  M <- round_mom(fma(mu, M, g));
@@ -230,10 +210,6 @@ struct kernel_ops {
     void (*ns_shard_update)(const struct kernel_ctx *ctx, const float *gram, const float c[3],
                             const float *x, int64_t m, int64_t n, float *scratch, float *y);
     void (*ns_shard_store)(const struct kernel_ctx *ctx, const struct ns_args *a, const float *x);
-    /* dst rows of `width` bytes at `dpitch` <- src rows at `spitch`: packing and unpacking
-     * matrix pieces around the exchanges. */
-    void (*copy2d)(const struct kernel_ctx *ctx, void *dst, size_t dpitch, const void *src,
-                   size_t spitch, size_t width, size_t rows);
     /* Sum of squares of n elements of dtype dt, in double. NaN or Inf in x gives a non-finite
      * result. Deterministic: the same bits for the same input, whatever the thread count. */
     double (*sumsq)(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);
@@ -241,67 +217,9 @@ struct kernel_ops {
      * (instead of one per tensor); NULL: call sumsq per tensor. */
     void (*sumsq_many)(const struct kernel_ctx *ctx, const void *const *x, const int *dt,
                        const size_t *n, int count, double *out);
-    /* Host <-> device (or device <-> device) copies and fills: offload/ streams state with them.
-     * On the CPU backend the "device" is a separate host arena and these are memcpy/memset. */
-    void (*copy)(const struct kernel_ctx *ctx, void *dst, const void *src, size_t bytes);
-    /* Device backends with copy engines (NULL elsewhere): a copy queued on lane 1 (in) or 2
-     * (out) beside lane 0, the compute stream. lane_record marks event (lane, tag) after the
-     * work queued on lane so far; lane_wait makes lane `waiter` wait for event (signaler, tag)
-     * as last recorded (nothing when it never was). Recording and waiting are apart so that a
-     * wait covers exactly the work queued up to the record, not what the signaler was given
-     * since (staging's run(k) waits for in(k), not for in(k+1) queued after it). tag <
-     * KERNEL_LANE_TAGS: one event per staging slot and one for the step's join. */
-    void (*copy_on)(const struct kernel_ctx *ctx, int lane, void *dst, const void *src,
-                    size_t bytes);
-    void (*lane_record)(const struct kernel_ctx *ctx, int lane, int tag);
-    void (*lane_wait)(const struct kernel_ctx *ctx, int waiter, int signaler, int tag);
-    void (*fill)(const struct kernel_ctx *ctx, void *dst, int byte, size_t bytes);
-    /* Memory for state and buffers (offload/ allocates through these). */
-    void *(*alloc)(size_t bytes);
-    void (*free)(void *p);
-    /* Wait for the work queued on ctx's stream (device backends queue; the CPU runs at once).
-     * 0, or -1 when queued work failed. */
-    int (*sync)(const struct kernel_ctx *ctx);
     /* Bytes of Newton-Schulz workspace that hold `batch` rows x cols matrices at once (the CPU
      * works one matrix at a time and ignores batch). */
     size_t (*ns_workspace_bytes)(int64_t rows, int64_t cols, int64_t batch);
-    /* Device backends only (NULL on the CPU, whose memory is host memory): */
-    /* Per-runtime backend state for kernel_ctx.backend, and its own stream for
-     * kernel_ctx.stream. device < 0: the current one. NULL on failure, with err set. */
-    void *(*backend_create)(int device, void **stream, char *err, size_t errlen);
-    void (*backend_destroy)(void *backend);
-    int (*device_count)(void);
-    /* The PCI bus id of a device (< 0: the current one), for its NUMA-local cores. 0, or -1. */
-    int (*device_pci_bus_id)(int device, char *buf, size_t len);
-    /* Page-locked host memory: the host side of staged exchanges and copies. */
-    void *(*host_alloc)(size_t bytes);
-    void (*host_free)(void *p);
-    /* Pin (and unpin) host memory allocated elsewhere (the NUMA-bound host store), so that
-     * copies to and from it run asynchronously on the copy engines. 0, or -1. */
-    int (*host_register)(void *p, size_t bytes);
-    void (*host_unregister)(void *p);
-    /* Ordering with a caller's stream (NULL: none): begin makes ctx's stream wait for the work
-     * queued on it so far; end makes it wait for ctx's, or, without one, waits on the host.
-     * 0, or -1 with err set. */
-    int (*stream_begin)(const struct kernel_ctx *ctx, void *caller_stream, char *err,
-                        size_t errlen);
-    int (*stream_end)(const struct kernel_ctx *ctx, void *caller_stream, char *err, size_t errlen);
-    /* Timing marks (kernels/timeline.h): mark queues mark id (0 <= id < KERNEL_MAX_MARKS) on
-     * lane, 0 or -1; mark_seconds waits for marks a and b and returns the seconds from a to b,
-     * or NaN when they cannot be read; mark_done never waits: 1 when mark id has happened, 0
-     * while the lane has not reached it, -1 when it cannot tell (NULL: the same as -1). */
-    int (*mark)(const struct kernel_ctx *ctx, int lane, int id);
-    double (*mark_seconds)(const struct kernel_ctx *ctx, int a, int b);
-    int (*mark_done)(const struct kernel_ctx *ctx, int id);
-    /* A kernel_ptr_kind for p; dev[0]: the device of KERNEL_PTR_DEVICE/OTHER memory, dev[1]:
-     * ctx's device. */
-    int (*pointer_kind)(const struct kernel_ctx *ctx, const void *p, int dev[2]);
-    /* Make ctx's device (the one backend_create chose) the calling thread's current device,
-     * asking first and setting only when it differs. Device state is per thread: a trainer that
-     * steps or saves from another thread than init's (a data loader, a checkpoint thread) would
-     * otherwise allocate on and launch against that thread's device. 0, or -1. NULL: nothing
-     * to do (the CPU). */
-    int (*device_enter)(const struct kernel_ctx *ctx);
 };
 
 const struct kernel_ops *kernel_ops_cpu_ref(void);      /* the oracle: plain C */

@@ -6,9 +6,9 @@
 #include "base/mem.h"
 #include "clock.h"
 
-void timeline_init(struct timeline *tl, const struct kernel_ops *ops, const struct kernel_ctx *ctx)
+void timeline_init(struct timeline *tl, const struct device_ops *dev, const struct kernel_ctx *ctx)
 {
-    *tl = (struct timeline){.ops = ops, .ctx = ctx};
+    *tl = (struct timeline){.dev = dev, .ctx = ctx};
 }
 
 void timeline_free(struct timeline *tl)
@@ -18,10 +18,7 @@ void timeline_free(struct timeline *tl)
     tl->nspan = tl->cap = 0;
 }
 
-int timeline_on_device(const struct timeline *tl)
-{
-    return tl->ops != NULL && tl->ops->mark != NULL && tl->ops->mark_seconds != NULL;
-}
+int timeline_on_device(const struct timeline *tl) { return device_has(tl->dev, DEVICE_CAP_MARKS); }
 
 void timeline_begin(struct timeline *tl)
 {
@@ -36,7 +33,7 @@ void timeline_end(struct timeline *tl) { tl->active = 0; }
 /* The next mark, queued on lane now; -1 when none is left or queuing failed. */
 static int mark_now(struct timeline *tl, int lane)
 {
-    if (tl->marks >= KERNEL_MAX_MARKS || tl->ops->mark(tl->ctx, lane, tl->marks) != 0)
+    if (tl->marks >= KERNEL_MAX_MARKS || tl->dev->mark(tl->ctx, lane, tl->marks) != 0)
         return -1;
     return tl->marks++;
 }
@@ -87,11 +84,11 @@ int timeline_pending(const struct timeline *tl) { return tl->nspan > 0; }
 
 int timeline_ready(const struct timeline *tl)
 {
-    if (tl->nspan == 0 || tl->ops == NULL || tl->ops->mark_done == NULL)
+    if (tl->nspan == 0 || !timeline_on_device(tl))
         return 1;
     /* a span's end comes after its start on the same lane: the ends are enough */
     for (int i = 0; i < tl->nspan; i++)
-        if (tl->ops->mark_done(tl->ctx, tl->span[i].to) == 0)
+        if (tl->dev->mark_done(tl->ctx, tl->span[i].to) == 0)
             return 0;
     return 1;
 }
@@ -100,7 +97,7 @@ int timeline_resolve(struct timeline *tl)
 {
     int rc = 0;
     for (int i = 0; i < tl->nspan; i++) {
-        const double s = tl->ops->mark_seconds(tl->ctx, tl->span[i].from, tl->span[i].to);
+        const double s = tl->dev->mark_seconds(tl->ctx, tl->span[i].from, tl->span[i].to);
         if (s == s)
             *tl->span[i].counter += s;
         else

@@ -1,17 +1,17 @@
 /* Phase times measured where the work runs. A clock is a chain of laps on one lane (the compute
  * stream, or a copy lane): each lap adds the time since the previous one to a counter.
  *
- * On the CPU backend (no marks in the kernel table) that is the host's clock, added at once. On
- * a device backend the host only queues work, so its clock says how long queuing took; there a
- * lap queues a timing mark on the lane instead, and the interval between two marks is the time
- * the lane spent on the work queued between them, its waits on other lanes included. The
+ * On the CPU backend (a device table without DEVICE_CAP_MARKS) that is the host's clock, added at
+ * once. On a device backend the host only queues work, so its clock says how long queuing took;
+ * there a lap queues a timing mark on the lane instead, and the interval between two marks is the
+ * time the lane spent on the work queued between them, its waits on other lanes included. The
  * intervals are added when timeline_resolve runs, after the marks have completed: the stats call,
  * so the step itself never waits for them. Only laps between timeline_begin and timeline_end
  * (one step) are timed on a device; a new step drops what was never resolved. */
 #ifndef KERNELS_TIMELINE_H
 #define KERNELS_TIMELINE_H
 
-#include "ops.h"
+#include "device.h"
 
 struct tl_span {
     int from, to; /* marks */
@@ -19,7 +19,7 @@ struct tl_span {
 };
 
 struct timeline {
-    const struct kernel_ops *ops;
+    const struct device_ops *dev;
     const struct kernel_ctx *ctx;
     struct tl_span *span;
     int nspan, cap;
@@ -34,7 +34,7 @@ struct tl_clock {
     int lane; /* device: where the marks go */
 };
 
-void timeline_init(struct timeline *tl, const struct kernel_ops *ops, const struct kernel_ctx *ctx);
+void timeline_init(struct timeline *tl, const struct device_ops *dev, const struct kernel_ctx *ctx);
 void timeline_free(struct timeline *tl);
 
 /* Whether laps queue marks (a device backend) rather than read the host clock. */
@@ -58,8 +58,8 @@ int timeline_pending(const struct timeline *tl);
 
 /* Without waiting: 1 when every pending interval's marks have happened, so that
  * timeline_resolve will not wait (also when nothing is pending); 0 when the device has not
- * reached them yet. A backend that cannot tell (no mark_done, or an error) counts as ready: the
- * resolve then waits, as before there was a way to ask. */
+ * reached them yet. A backend that cannot tell (mark_done -1) counts as ready: the resolve then
+ * waits, as before there was a way to ask. */
 int timeline_ready(const struct timeline *tl);
 
 #endif

@@ -1,21 +1,21 @@
 #include "host_store.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/mem.h"
+#include "base/status.h"
 
-void *host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_t bytes,
-                       uint64_t limit, char *err, size_t errlen)
+shardopt_status_t host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_t bytes,
+                                   uint64_t limit, void **out)
 {
     void *p = NULL;
 
-    if (limit > 0 && bytes > limit) {
-        snprintf(err, errlen,
-                 "host store: %zu bytes of optimizer state asked for, host_store_limit is %llu",
-                 bytes, (unsigned long long)limit);
-        return NULL;
-    }
+    *out = NULL;
+    if (limit > 0 && bytes > limit)
+        return status_set(
+            SHARDOPT_ERR_OUT_OF_MEMORY,
+            "host store: %zu bytes of optimizer state asked for, host_store_limit is %llu", bytes,
+            (unsigned long long)limit);
     const size_t n = bytes ? bytes : 1;
     if (topo == NULL) {
         p = mem_aligned_alloc(4096, n);
@@ -26,8 +26,10 @@ void *host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_
             p = hwloc_alloc(topo, n); /* binding refused: still page-aligned */
     }
     if (p == NULL)
-        snprintf(err, errlen, "host store: out of memory allocating %zu bytes", n);
-    return p;
+        return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "host store: out of memory allocating %zu bytes", n);
+    *out = p;
+    return SHARDOPT_OK;
 }
 
 void host_store_free(hwloc_topology_t topo, void *p, size_t bytes)

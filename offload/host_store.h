@@ -7,11 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shardopt_status.h"
+
 /* bytes of memory bound to `nodes` (plain memory when topo is NULL or binding is refused: a
- * performance matter, not a correctness one). limit > 0 refuses larger requests. Returns NULL
- * with a message in err (the bytes asked for, and the limit). */
-void *host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_t bytes,
-                       uint64_t limit, char *err, size_t errlen);
+ * performance matter, not a correctness one) in *out. limit > 0 refuses larger requests.
+ * SHARDOPT_ERR_OUT_OF_MEMORY, for the limit as for the memory, with the message (the bytes asked
+ * for, and the limit) recorded by status_set and *out NULL. */
+shardopt_status_t host_store_alloc(hwloc_topology_t topo, hwloc_const_nodeset_t nodes, size_t bytes,
+                                   uint64_t limit, void **out);
 
 void host_store_free(hwloc_topology_t topo, void *p, size_t bytes);
 

@@ -2,33 +2,36 @@
 
 #include <string.h>
 
+#include "base/status.h"
 #include "kernels/clock.h"
 
 static size_t align_up(size_t x) { return (x + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN; }
 
-int staging_init(struct staging *s, const struct kernel_ops *ops, const struct kernel_ctx *ctx,
-                 size_t slot_bytes, int poison)
+shardopt_status_t staging_init(struct staging *s, const struct device_ops *dev,
+                               const struct kernel_ctx *ctx, size_t slot_bytes, int poison)
 {
     memset(s, 0, sizeof *s);
-    s->ops = ops;
+    s->dev = dev;
     s->ctx = ctx;
     s->slot_bytes = slot_bytes;
     s->poison = poison;
     for (int i = 0; i < STAGING_SLOTS && slot_bytes > 0; i++) {
-        s->slot[i] = ops->alloc(slot_bytes);
+        s->slot[i] = dev->alloc(slot_bytes);
         if (s->slot[i] == NULL)
-            return -1;
+            return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "staging: out of memory allocating %zu bytes for slot %d (device %s)",
+                              slot_bytes, i, dev->name);
         if (poison)
-            ops->fill(ctx, s->slot[i], 0xff, slot_bytes);
+            dev->fill(ctx, s->slot[i], 0xff, slot_bytes);
     }
-    return 0;
+    return SHARDOPT_OK;
 }
 
 void staging_free(struct staging *s)
 {
     for (int i = 0; i < STAGING_SLOTS; i++)
-        if (s->ops != NULL && s->slot[i] != NULL)
-            s->ops->free(s->slot[i]);
+        if (s->dev != NULL && s->slot[i] != NULL)
+            s->dev->free(s->slot[i]);
     memset(s->slot, 0, sizeof s->slot);
 }
 
@@ -39,14 +42,13 @@ size_t staging_chunk_elems(const struct staging *s, size_t es0, size_t es1)
     return room / (es0 + es1);
 }
 
-/* Copy lanes: a device backend's copy streams, when it has them. Poisoning (a debug mode) fills
+/* Copy lanes: a device table's copy streams, when it has them. Poisoning (a debug mode) fills
  * slots on the compute stream, so it keeps every copy there too. */
 enum { LANE_COMPUTE = 0, LANE_IN = 1, LANE_OUT = 2, TAG_JOIN = STAGING_SLOTS };
 
 static int lanes(const struct staging *s)
 {
-    return s->ops->copy_on != NULL && s->ops->lane_record != NULL && s->ops->lane_wait != NULL &&
-           !s->poison;
+    return device_has(s->dev, DEVICE_CAP_COPY_LANES) && !s->poison;
 }
 
 /* Device timing: the copy lanes' work and the compute stream's waits on them, timed on the
@@ -61,15 +63,15 @@ static void copy_timed(struct staging *s, int lane, void *dst, const void *src, 
     if (lane != LANE_COMPUTE && dev_timed(s)) {
         struct tl_clock c;
         timeline_start(s->tl, &c, lane);
-        s->ops->copy_on(s->ctx, lane, dst, src, bytes);
+        s->dev->copy_on(s->ctx, lane, dst, src, bytes);
         timeline_lap(s->tl, &c, &s->seconds_copy_busy);
         return;
     }
     double t = monotonic_seconds();
     if (lanes(s))
-        s->ops->copy_on(s->ctx, lane, dst, src, bytes);
+        s->dev->copy_on(s->ctx, lane, dst, src, bytes);
     else
-        s->ops->copy(s->ctx, dst, src, bytes);
+        s->dev->copy(s->ctx, dst, src, bytes);
     s->seconds_copy += monotonic_seconds() - t;
 }
 
@@ -80,14 +82,14 @@ static void copy_timed(struct staging *s, int lane, void *dst, const void *src, 
 static void lane_record(struct staging *s, int lane, int tag)
 {
     if (lanes(s))
-        s->ops->lane_record(s->ctx, lane, tag);
+        s->dev->lane_record(s->ctx, lane, tag);
 }
 
 /* waiter waits for event (signaler, tag) as last recorded */
 static void lane_wait(struct staging *s, int waiter, int signaler, int tag)
 {
     if (lanes(s))
-        s->ops->lane_wait(s->ctx, waiter, signaler, tag);
+        s->dev->lane_wait(s->ctx, waiter, signaler, tag);
 }
 
 /* The compute stream waits for a copy lane: with a device timeline, how long it stood still
@@ -141,7 +143,7 @@ static void chunk_out(struct staging *s, int i, const struct stream_chunk *c)
     lane_record(s, LANE_OUT, i);
     s->pending_out |= lanes(s);
     if (s->poison)
-        s->ops->fill(s->ctx, s->slot[i], 0xff, s->used[i]);
+        s->dev->fill(s->ctx, s->slot[i], 0xff, s->used[i]);
     s->used[i] = 0;
 }
 

@@ -5,7 +5,7 @@
  * (in(k+1) after out(k-2), run(k) after in(k) and nothing later, out(k) after run(k)); the
  * compute stream waits for the copy-out lane once per step (staging_join), so that streaming
  * runs on across buckets; on the CPU backend the same calls in the same order, synchronously. Every
- * copy goes through the kernel table's copy op and is counted here, by kind. With poisoning on, a
+ * copy goes through the device table's copy op and is counted here, by kind. With poisoning on, a
  * slot is filled with 0xFF bytes (NaN in fp32 and bf16) when released, so a kernel that reads state
  * that was not copied in fails loudly. */
 #ifndef OFFLOAD_STAGING_H
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/ops.h"
+#include "kernels/device.h"
 #include "kernels/timeline.h"
 
 #define STAGING_SLOTS 3
@@ -30,7 +30,7 @@ enum staging_kind {
 };
 
 struct staging {
-    const struct kernel_ops *ops;
+    const struct device_ops *dev;
     const struct kernel_ctx *ctx;
     unsigned char *slot[STAGING_SLOTS];
     size_t slot_bytes;
@@ -48,9 +48,10 @@ struct staging {
 };
 
 /* Allocate the slots (slot_bytes each, from the device allocator; none when 0, for the counted
- * copies of staging_copy alone). Returns 0 or -1. */
-int staging_init(struct staging *s, const struct kernel_ops *ops, const struct kernel_ctx *ctx,
-                 size_t slot_bytes, int poison);
+ * copies of staging_copy alone). SHARDOPT_OK, or SHARDOPT_ERR_OUT_OF_MEMORY recorded by
+ * status_set. */
+shardopt_status_t staging_init(struct staging *s, const struct device_ops *dev,
+                               const struct kernel_ctx *ctx, size_t slot_bytes, int poison);
 void staging_free(struct staging *s);
 
 /* One chunk of state: up to two host segments (momentum; or exp_avg and exp_avg_sq) that one

@@ -147,7 +147,7 @@ static void transports_pick(shardopt_runtime_t rt)
                        [XPORT_REPLICATE] = {g->rep, rt->nccl_rep, "replicate"}};
     for (int i = 0; i < XPORTS; i++)
         transport_pick(&rt->xport[i], g, group[i].comm, group[i].name, group[i].nccl,
-                       rt_on_device(rt), rt->ops, &rt->kctx, rt->cfg.comm_dtype);
+                       rt_on_device(rt), rt->dev, &rt->kctx, rt->cfg.comm_dtype);
 }
 
 /* Joint planning (docs/scaling.md): each dense member's expert load, all-gathered over the dense
@@ -282,7 +282,7 @@ static void *noted(struct oom_note *n, void *p, size_t bytes, const char *what)
 
 static void *buffer_alloc(shardopt_runtime_t rt, size_t bytes)
 {
-    void *p = rt->ops->alloc(bytes);
+    void *p = rt->dev->alloc(bytes);
     if (p != NULL)
         rt->bytes_workspace += bytes;
     return p;
@@ -300,22 +300,22 @@ void commit_release(shardopt_runtime_t rt)
     rt->pstat_sum = NULL;
     for (int k = 0; k < GROUP_KINDS; k++)
         plan_free(&rt->gx[k].plan);
-    rt->ns_ops->free(rt->ns_ws.buf);
+    rt->ns_dev->free(rt->ns_ws.buf);
     for (int i = 0; i < PIPELINE_DEPTH; i++) {
-        rt->ops->free(rt->bufs[i].ns);
-        rt->ops->free(rt->bufs[i].b);
-        rt->ops->free(rt->bufs[i].a);
-        if (rt->ops->host_free != NULL) {
-            rt->ops->host_free(rt->bufs[i].ha);
-            rt->ops->host_free(rt->bufs[i].hb);
-            rt->ops->host_free(rt->bufs[i].hns);
+        rt->dev->free(rt->bufs[i].ns);
+        rt->dev->free(rt->bufs[i].b);
+        rt->dev->free(rt->bufs[i].a);
+        if (device_has(rt->dev, DEVICE_CAP_HOST_PINNED)) {
+            rt->dev->host_free(rt->bufs[i].ha);
+            rt->dev->host_free(rt->bufs[i].hb);
+            rt->dev->host_free(rt->bufs[i].hns);
         }
         free(rt->bufs[i].req);
         free(rt->bufs[i].peer);
     }
     memset(rt->bufs, 0, sizeof rt->bufs);
-    rt->ops->free(rt->sh_u);
-    rt->ops->free(rt->sh_x);
+    rt->dev->free(rt->sh_u);
+    rt->dev->free(rt->sh_x);
     rt->sh_u = NULL;
     rt->sh_x = NULL;
     free(rt->sumsq);
@@ -343,7 +343,7 @@ void commit_release(shardopt_runtime_t rt)
     ns_bf16_destroy(rt->ns_ws.bf16);
     rt->ns_ws.bf16 = NULL;
     state_store_free(&rt->store);
-    state_store_init(&rt->store, rt->ops);
+    state_store_init(&rt->store, rt->dev);
 }
 
 static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
@@ -396,15 +396,15 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
         const size_t peers = sizeof(int) * 2 * (size_t)members;
         bb->peer = noted(&oom, mem_malloc(peers), peers, "the exchange peers");
         if (rt_on_device(rt)) {
-            bb->ha = noted(&oom, rt->ops->host_alloc(a * es), a * es, "a pinned exchange mirror");
-            bb->hb = noted(&oom, rt->ops->host_alloc(b * es), b * es, "a pinned exchange mirror");
-            bb->hns = noted(&oom, rt->ops->host_alloc(ns * es), ns * es, "a pinned NS mirror");
+            bb->ha = noted(&oom, rt->dev->host_alloc(a * es), a * es, "a pinned exchange mirror");
+            bb->hb = noted(&oom, rt->dev->host_alloc(b * es), b * es, "a pinned exchange mirror");
+            bb->hns = noted(&oom, rt->dev->host_alloc(ns * es), ns * es, "a pinned NS mirror");
             if (bb->ha && bb->hb && bb->hns)
                 rt->bytes_workspace += (a + b + ns) * es; /* pinned host memory */
         }
     }
     /* where Newton-Schulz runs */
-    rt->ns_ws.buf = noted(&oom, rt->ns_ops->alloc(ws * sizeof(float)), ws * sizeof(float),
+    rt->ns_ws.buf = noted(&oom, rt->ns_dev->alloc(ws * sizeof(float)), ws * sizeof(float),
                           "the Newton-Schulz workspace");
     rt->bytes_workspace += rt->ns_ws.buf != NULL ? ws * sizeof(float) : 0;
     rt->ns_ws.floats = ws;
@@ -438,9 +438,8 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
     rt->sh_x = noted(&oom, buffer_alloc(rt, (2 * sh_x + 2 * sh_g) * sizeof(float) + 1),
                      (2 * sh_x + 2 * sh_g) * sizeof(float) + 1, "the sharded Newton-Schulz work");
     /* the state: a host store with offload, which may refuse (host_store_limit) */
-    char err[256] = "";
-    const int state_ok = state_store_alloc(&rt->store, err, sizeof err) == 0;
-    if (state_ok) {
+    const shardopt_status_t state_status = state_store_alloc(&rt->store);
+    if (state_status == SHARDOPT_OK) {
         size_t failed = 0;
         const size_t staging = offload_alloc(rt, ns, sh_u, &failed);
         if (staging == (size_t)-1)
@@ -449,9 +448,9 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
             rt->bytes_workspace += staging;
     }
     shardopt_status_t status = SHARDOPT_OK;
-    if (!state_ok)
-        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "commit: rank %d: optimizer state: %s",
-                          rt->groups.me.rank, err);
+    if (state_status != SHARDOPT_OK) /* its message is the thread's last error still */
+        status =
+            log_fail_context(state_status, "commit: rank %d: optimizer state", rt->groups.me.rank);
     else if (oom.what != NULL)
         status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                           "commit: rank %d: out of memory allocating %zu bytes for %s (in all: "
@@ -467,36 +466,33 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
  * a matrix this rank orthogonalizes), so that the step makes none. Collective. */
 static shardopt_status_t ns_bf16_plans(shardopt_runtime_t rt)
 {
-    char err[256] = "";
-    int rc = 0;
+    const char *param = NULL; /* the parameter whose plan failed */
 
     if (rt->ns_compute != KDT_BF16 || rt_ns_on_device(rt))
         return SHARDOPT_OK;
-    mem_failed_clear();
-    rt->ns_ws.bf16 = ns_bf16_create(err, sizeof err);
-    if (rt->ns_ws.bf16 == NULL)
-        rc = mem_failed_bytes() > 0 ? -3 : -1;
-    for (int g = 0; rc == 0 && g < GROUP_KINDS; g++) {
+    shardopt_status_t status = ns_bf16_create(&rt->ns_ws.bf16);
+    for (int g = 0; status == SHARDOPT_OK && g < GROUP_KINDS; g++) {
         const struct group_plan *P = &rt->gx[g].plan;
-        for (int w = 0; rc == 0 && w < P->nowned; w++) {
+        for (int w = 0; status == SHARDOPT_OK && w < P->nowned; w++) {
             const struct shardopt_param *p = rt->params[P->owned[w].param];
-            rc = ns_bf16_prepare(rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols, p->ns_variant,
-                                 p->ns_block, p->ns_algorithm, (const float(*)[3])rt->ns_coeffs,
-                                 rt->cfg.ns_steps, err, sizeof err);
-            if (rc != 0)
-                snprintf(err + strlen(err), sizeof err - strlen(err), " (parameter '%s')", p->name);
+            status = ns_bf16_prepare(rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols,
+                                     p->ns_variant, p->ns_block, p->ns_algorithm,
+                                     (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps);
+            param = status != SHARDOPT_OK ? p->name : NULL;
         }
     }
-    /* -2: this CPU has no bf16 matmul (unsupported, not a bug); -3 out of memory; else a bug */
-    shardopt_status_t status = SHARDOPT_OK;
-    if (rc != 0)
-        status = log_fail(rc == -2   ? SHARDOPT_ERR_UNSUPPORTED
-                          : rc == -3 ? SHARDOPT_ERR_OUT_OF_MEMORY
-                                     : SHARDOPT_ERR_INTERNAL,
-                          "commit: rank %d: %s%s", rt->groups.me.rank, err,
-                          rc == -2 ? ": this CPU has no oneDNN bf16 matmul; use ns_compute = fp32 "
-                                     "or auto"
-                                   : "");
+    /* unsupported: this CPU has no bf16 matmul (not a bug); out of memory; internal: a bug */
+    if (status != SHARDOPT_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", shardopt_last_error()); /* not formatted in place */
+        status = log_fail(status, "commit: rank %d: %s%s%s%s%s", rt->groups.me.rank, detail,
+                          param != NULL ? " (parameter '" : "", param != NULL ? param : "",
+                          param != NULL ? "')" : "",
+                          status == SHARDOPT_ERR_UNSUPPORTED
+                              ? ": this CPU has no oneDNN bf16 matmul; use ns_compute = fp32 "
+                                "or auto"
+                              : "");
+    }
     status = groups_agree(&rt->groups, status, "commit");
     if (status == SHARDOPT_OK && rt->groups.me.rank == 0)
         log_info("commit: bf16 Newton-Schulz: %d oneDNN primitives (%s)",

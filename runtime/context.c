@@ -56,13 +56,14 @@ static shardopt_status_t cpu_kernels_select(const shardopt_config_t *cfg,
     return SHARDOPT_OK;
 }
 
-/* The table that runs the step (ops) and the one that runs Newton-Schulz (ns_ops): the same,
- * but for offload = cpu on CUDA, where the elementwise work stays on the host (CPU table) and
- * only Newton-Schulz goes to the device. */
-static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
-                                        const struct kernel_ops **ops_p,
-                                        const struct kernel_ops **ns_ops_p)
+/* The tables that run the step (ops, dev) and the ones that run Newton-Schulz (ns_ops, ns_dev):
+ * the same, but for offload = cpu on CUDA, where the elementwise work stays on the host (CPU
+ * tables) and only Newton-Schulz goes to the device. */
+static shardopt_status_t kernels_select(struct shardopt_runtime *rt)
 {
+    const shardopt_config_t *cfg = &rt->cfg;
+    const struct kernel_ops **ops_p = &rt->ops, **ns_ops_p = &rt->ns_ops;
+
     if (cfg->backend == SHARDOPT_BACKEND_CUDA) {
         if (kernel_ops_cuda() == NULL)
             return log_fail(SHARDOPT_ERR_UNSUPPORTED,
@@ -74,17 +75,22 @@ static shardopt_status_t kernels_select(const shardopt_config_t *cfg,
                             "config backend = cuda with ns_strategy = sharded: sharded "
                             "Newton-Schulz runs on the CPU backend only; use gather or auto");
         *ns_ops_p = kernel_ops_cuda();
-        if (cfg->offload == SHARDOPT_OFFLOAD_CPU)
+        rt->ns_dev = device_ops_cuda();
+        if (cfg->offload == SHARDOPT_OFFLOAD_CPU) {
+            rt->dev = device_ops_cpu();
             return cpu_kernels_select(cfg, ops_p);
+        }
         if (cfg->nonfinite == SHARDOPT_NONFINITE_ZERO) /* the pre-pass recount reads host memory */
             return log_fail(SHARDOPT_ERR_UNSUPPORTED,
                             "config backend = cuda with nonfinite = zero: the CPU backend (or "
                             "offload = cpu) only for now; use skip or error");
         *ops_p = kernel_ops_cuda();
+        rt->dev = device_ops_cuda();
         return SHARDOPT_OK;
     }
     shardopt_status_t status = cpu_kernels_select(cfg, ops_p);
     *ns_ops_p = *ops_p;
+    rt->dev = rt->ns_dev = device_ops_cpu();
     return status;
 }
 
@@ -115,7 +121,7 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
     if (status == SHARDOPT_OK)
         status = config_check_all(&rt->cfg, "");
     if (status == SHARDOPT_OK)
-        status = kernels_select(&rt->cfg, &rt->ops, &rt->ns_ops);
+        status = kernels_select(rt);
     if (status != SHARDOPT_OK) {
         free(rt);
         return status;
@@ -189,9 +195,9 @@ static int device_choose(shardopt_runtime_t rt, MPI_Comm local, char *busid, siz
     int device = -1, local_rank = 0;
 
     busid[0] = '\0';
-    if (rt->ns_ops->backend_create == NULL)
+    if (!device_has(rt->ns_dev, DEVICE_CAP_BACKEND))
         return -1;
-    const int count = rt->ns_ops->device_count();
+    const int count = rt->ns_dev->device_count();
     if (rt->cfg.device == SHARDOPT_DEVICE_LOCAL_RANK) {
         MPI_Comm node;
         const char *was = comm_phase_now();
@@ -205,7 +211,7 @@ static int device_choose(shardopt_runtime_t rt, MPI_Comm local, char *busid, siz
         comm_phase(was, -1);
         device = count > 0 ? local_rank % count : 0;
     }
-    if (count > 0 && rt->ns_ops->device_pci_bus_id(device, busid, len) != 0)
+    if (count > 0 && rt->ns_dev->device_pci_bus_id(device, busid, len) != 0)
         busid[0] = '\0';
     return device;
 }
@@ -244,25 +250,22 @@ shardopt_status_t rt_nccl_create(shardopt_runtime_t rt)
 static shardopt_status_t device_start(shardopt_runtime_t rt, int device)
 {
     const struct groups *g = &rt->groups;
-    char err[384] = "";
     int count = 0;
     shardopt_status_t status = SHARDOPT_OK;
 
-    if (rt->ns_ops->backend_create == NULL)
+    if (!device_has(rt->ns_dev, DEVICE_CAP_BACKEND))
         return SHARDOPT_OK;
-    count = rt->ns_ops->device_count();
+    count = rt->ns_dev->device_count();
     if (count == 0)
         status = log_fail(SHARDOPT_ERR_DEVICE,
                           "init: rank %d: backend = cuda but no CUDA device "
                           "is visible (CUDA_VISIBLE_DEVICES, driver)",
                           g->me.rank);
     if (status == SHARDOPT_OK) {
-        mem_failed_clear();
-        rt->kctx.backend = rt->ns_ops->backend_create(device, &rt->kctx.stream, err, sizeof err);
-        if (rt->kctx.backend == NULL) /* its host state (base/mem.h), or the device */
-            status =
-                log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
-                         "init: rank %d: %s", g->me.rank, err);
+        /* out of memory for its host state, or the device's failure, as the backend says */
+        status = rt->ns_dev->backend_create(device, &rt->kctx.stream, &rt->kctx.backend);
+        if (status != SHARDOPT_OK)
+            status = log_fail_context(status, "init: rank %d", g->me.rank);
     }
     status = groups_agree(g, status, "init");
     if (status != SHARDOPT_OK)
@@ -289,7 +292,7 @@ static void device_stop(shardopt_runtime_t rt)
     rt->nccl_rep = NULL;
     memset(rt->xport, 0, sizeof rt->xport); /* they borrowed the groups */
     if (rt->kctx.backend != NULL)
-        rt->ns_ops->backend_destroy(rt->kctx.backend);
+        rt->ns_dev->backend_destroy(rt->kctx.backend);
     rt->kctx.backend = NULL;
     rt->kctx.stream = NULL;
 }
@@ -310,8 +313,8 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     blas_threads_set(threads);
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
     rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank);
-    state_store_init(&rt->store, rt->ops);
-    timeline_init(&rt->timeline, rt->ops, &rt->kctx);
+    state_store_init(&rt->store, rt->dev);
+    timeline_init(&rt->timeline, rt->dev, &rt->kctx);
     if (rt->ops->momentum_many != NULL && rt->ew == NULL)
         rt->ew = mem_calloc(1, sizeof *rt->ew); /* NULL: calls run one at a time, still correct */
 
@@ -413,8 +416,8 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
 
 shardopt_status_t rt_device_enter(struct shardopt_runtime *rt, const char *what)
 {
-    if (rt->ns_ops == NULL || rt->ns_ops->device_enter == NULL ||
-        rt->ns_ops->device_enter(&rt->kctx) == 0)
+    if (!device_has(rt->ns_dev, DEVICE_CAP_THREAD_DEVICE) ||
+        rt->ns_dev->device_enter(&rt->kctx) == 0)
         return SHARDOPT_OK;
     return log_fail(SHARDOPT_ERR_DEVICE,
                     "%s: rank %d: could not make init's device current on the calling thread "
@@ -424,7 +427,7 @@ shardopt_status_t rt_device_enter(struct shardopt_runtime *rt, const char *what)
 
 shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what)
 {
-    if (rt->ns_ops == NULL || rt->ns_ops->device_enter == NULL)
+    if (!device_has(rt->ns_dev, DEVICE_CAP_THREAD_DEVICE))
         return SHARDOPT_OK;
     return groups_agree(&rt->groups, rt_device_enter(rt, what), what);
 }

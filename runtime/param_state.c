@@ -100,8 +100,8 @@ static shardopt_status_t state_move(struct shardopt_runtime *rt, const struct sh
     if (st != SHARDOPT_OK)
         return st;
     if (state_store_on_device(&rt->store)) {
-        rt->ops->copy(&rt->kctx, dst, src, bytes);
-        if (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0)
+        rt->dev->copy(&rt->kctx, dst, src, bytes);
+        if (fault_hit("copy") || rt->dev->sync(&rt->kctx) != 0)
             return log_fail(SHARDOPT_ERR_DEVICE,
                             "%s '%s': rank %d: copying %zu bytes %s the "
                             "device failed (%s)",
@@ -109,7 +109,7 @@ static shardopt_status_t state_move(struct shardopt_runtime *rt, const struct sh
                             strcmp(call, "param_set_state") == 0 ? "to" : "from", rt->ops->name);
         return SHARDOPT_OK;
     }
-    if (rt->ops->sync != NULL && rt->ops->sync(&rt->kctx) != 0)
+    if (rt->dev->sync(&rt->kctx) != 0)
         return log_fail(SHARDOPT_ERR_DEVICE,
                         "%s '%s': rank %d: waiting for the device's copies of the state failed "
                         "(%s)",

@@ -2,6 +2,7 @@
 #ifndef RUNTIME_RUNTIME_H
 #define RUNTIME_RUNTIME_H
 
+#include "kernels/device.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
 #include "kernels/timeline.h"
@@ -99,9 +100,11 @@ struct shardopt_runtime {
     struct groups groups; /* our own communicators: our traffic never matches the trainer's */
     struct topology topo;
     const struct kernel_ops *ops;
-    /* Runs Newton-Schulz and holds its device copies: ops, but for offload = cpu on CUDA the
-     * CUDA table beside the CPU one */
+    const struct device_ops *dev; /* ops' memory, copies and streams */
+    /* Runs Newton-Schulz and holds its device copies: ops and dev, but for offload = cpu on CUDA
+     * the CUDA tables beside the CPU ones */
     const struct kernel_ops *ns_ops;
+    const struct device_ops *ns_dev;
     struct kernel_ctx kctx;
     float ns_coeffs[NS_TABLE_MAX_STEPS][3];
     int ns_compute; /* resolved: KDT_F32 or KDT_BF16 */
@@ -161,7 +164,7 @@ struct shardopt_runtime {
  * and its phase times kept in phases_prev, before the counters are reset. */
 void stats_phases_settle(struct shardopt_runtime *rt);
 
-/* Device backends: make init's device current on the calling thread (kernel_ops.device_enter),
+/* Device backends: make init's device current on the calling thread (device_ops.device_enter),
  * at the start of every entry point that queues device work or allocates device memory
  * (commit, step, save, load, get_stats, finalize): CUDA's current device is per thread. what
  * names the call for the message. SHARDOPT_OK, or SHARDOPT_ERR_DEVICE; not agreed (the
@@ -176,7 +179,7 @@ shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *w
  * directly, MPI moves them through the pinned host mirrors. */
 static inline int rt_on_device(const struct shardopt_runtime *rt)
 {
-    return rt->ops->host_alloc != NULL;
+    return device_has(rt->dev, DEVICE_CAP_DEVICE_MEMORY);
 }
 
 /* The runtime's NCCL groups (comm_backend = nccl) in the order they were made, into out;
@@ -201,7 +204,7 @@ shardopt_status_t rt_nccl_create(shardopt_runtime_t rt);
 /* Newton-Schulz runs on a device (the CUDA table), whatever runs the rest. */
 static inline int rt_ns_on_device(const struct shardopt_runtime *rt)
 {
-    return rt->ns_ops->host_alloc != NULL;
+    return device_has(rt->ns_dev, DEVICE_CAP_DEVICE_MEMORY);
 }
 
 /* Free what commit made, leaving the runtime as before commit (also used by finalize). */

@@ -11,7 +11,9 @@ declare -A may=(
     [base]="include/shardopt_status.h"
     [kernels]="base include/shardopt_status.h"
     [sharding]="base"
-    [offload]="base kernels"
+    # offload/ moves state through the device table (kernels/device.h) alone: never the compute
+    # table (kernels/ops.h), which these headers do not include either
+    [offload]="base include/shardopt_status.h kernels/device.h kernels/ctx.h kernels/timeline.h kernels/clock.h"
     # runtime/'s wings: comm/ at their bottom, config/ agrees keys over it; step/ and checkpoint/
     # work on the runtime object (runtime/runtime.h) and never on each other; the files at
     # runtime/'s top (lifecycle) compose them all and are not listed
@@ -69,10 +71,12 @@ if [ "${1:-}" = "--self-test" ]; then
     trap 'rm -rf "$tmp"' EXIT
     cp -r "$root/base" "$root/kernels" "$root/sharding" "$root/offload" "$root/include" \
         "$root/runtime" "$tmp/"
-    # one planted include per kind of rule: a floor reaching up, a wing reaching sideways
-    for plant in "kernels/rng.c runtime/runtime.h" "runtime/comm/groups.c runtime/step/muon_exec.h"; do
+    # one planted include per kind of rule: a floor reaching up, a wing reaching sideways,
+    # offload/ reaching past the device table into the compute one
+    for plant in "kernels/rng.c runtime/runtime.h" "runtime/comm/groups.c runtime/step/muon_exec.h" \
+        "offload/staging.c kernels/ops.h"; do
         set -- $plant
-        cp -r "$root/kernels" "$root/runtime" "$tmp/"
+        cp -r "$root/kernels" "$root/runtime" "$root/offload" "$tmp/"
         sed -i "1i #include \"$2\"" "$tmp/$1"
         if (check "$tmp" >"$tmp/out" 2>&1); then
             echo "floors: self-test: a wrong include ($1 -> $2) was not caught"
@@ -85,7 +89,7 @@ if [ "${1:-}" = "--self-test" ]; then
         }
         echo "floors: self-test: a wrong include is caught ($(head -1 "$tmp/out"))"
     done
-    cp -r "$root/kernels" "$root/runtime" "$tmp/"
+    cp -r "$root/kernels" "$root/runtime" "$root/offload" "$tmp/"
     set -- --self-test "$root"
     shift
 fi

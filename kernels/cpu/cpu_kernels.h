@@ -2,6 +2,7 @@
 #ifndef KERNELS_CPU_KERNELS_H
 #define KERNELS_CPU_KERNELS_H
 
+#include "../device.h"
 #include "../ops.h"
 
 /* Portable C: the reference, and the elementwise path of the portable table. */

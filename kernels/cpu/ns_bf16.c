@@ -12,6 +12,7 @@
 #include "../dtype.h"
 #include "../ns_coeffs.h"
 #include "base/mem.h"
+#include "base/status.h"
 #include "ns_common.h"
 
 #define BF16_MAX_ROWS 64 /* block rows of a symmetric plan */
@@ -60,25 +61,26 @@ static const char *dnnl_what(dnnl_status_t s)
     }
 }
 
-struct ns_bf16 *ns_bf16_create(char *err, size_t errlen)
+shardopt_status_t ns_bf16_create(struct ns_bf16 **out)
 {
     struct ns_bf16 *b = mem_calloc(1, sizeof *b);
     dnnl_status_t s = dnnl_success;
 
-    if (b == NULL) {
-        snprintf(err, errlen,
-                 "bf16 Newton-Schulz: out of memory allocating %zu bytes for its state", sizeof *b);
-        return NULL;
-    }
+    *out = NULL;
+    if (b == NULL)
+        return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "bf16 Newton-Schulz: out of memory allocating %zu bytes for its state",
+                          sizeof *b);
     s = dnnl_engine_create(&b->engine, dnnl_cpu, 0);
     if (s == dnnl_success)
         s = dnnl_stream_create(&b->stream, b->engine, dnnl_stream_default_flags);
     if (s != dnnl_success) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: oneDNN CPU engine: %s", dnnl_what(s));
         ns_bf16_destroy(b);
-        return NULL;
+        return status_set(SHARDOPT_ERR_INTERNAL, "bf16 Newton-Schulz: oneDNN CPU engine: %s",
+                          dnnl_what(s));
     }
-    return b;
+    *out = b;
+    return SHARDOPT_OK;
 }
 
 static void mm_free(struct mm *x)
@@ -139,9 +141,9 @@ static dnnl_status_t view_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols,
 
 /* dst[M x N] (ld ldc) = oscale * src[M x K] (ld lda) * wei[K x N] (+ sum * dst), wei read from
  * rows of ld ldb, or from its transpose's rows when wei_t (X X^T takes X's rows as columns). */
-static int mm_make(struct ns_bf16 *b, struct mm *x, int64_t M, int64_t K, int64_t N, int64_t lda,
-                   int64_t ldb, int wei_t, int64_t ldc, float oscale, float sum, char *err,
-                   size_t errlen)
+static shardopt_status_t mm_make(struct ns_bf16 *b, struct mm *x, int64_t M, int64_t K, int64_t N,
+                                 int64_t lda, int64_t ldb, int wei_t, int64_t ldc, float oscale,
+                                 float sum)
 {
     dnnl_memory_desc_t a, w, c;
     dnnl_matmul_desc_t md;
@@ -198,13 +200,13 @@ static int mm_make(struct ns_bf16 *b, struct mm *x, int64_t M, int64_t K, int64_
         dnnl_post_ops_destroy(po);
     if (attr != NULL)
         dnnl_primitive_attr_destroy(attr);
-    if (s != dnnl_success) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: oneDNN matmul [%lld x %lld] x [%lld x %lld]: %s",
-                 (long long)M, (long long)K, (long long)K, (long long)N, dnnl_what(s));
-        /* this CPU, not this matrix; or out of memory inside oneDNN */
-        return s == dnnl_unimplemented ? -2 : s == dnnl_out_of_memory ? -3 : -1;
-    }
-    return 0;
+    if (s != dnnl_success) /* this CPU, not this matrix; or out of memory inside oneDNN */
+        return status_set(s == dnnl_unimplemented   ? SHARDOPT_ERR_UNSUPPORTED
+                          : s == dnnl_out_of_memory ? SHARDOPT_ERR_OUT_OF_MEMORY
+                                                    : SHARDOPT_ERR_INTERNAL,
+                          "bf16 Newton-Schulz: oneDNN matmul [%lld x %lld] x [%lld x %lld]: %s",
+                          (long long)M, (long long)K, (long long)K, (long long)N, dnnl_what(s));
+    return SHARDOPT_OK;
 }
 
 static struct plan *plan_find(const struct ns_bf16 *b, int64_t m, int64_t n, int variant, int block,
@@ -220,7 +222,7 @@ static struct plan *plan_find(const struct ns_bf16 *b, int64_t m, int64_t n, int
     return NULL;
 }
 
-static int scratch_fit(struct ns_bf16 *b, char *err, size_t errlen)
+static shardopt_status_t scratch_fit(struct ns_bf16 *b)
 {
     const dnnl_dims_t dims = {(int64_t)(b->scratch_bytes ? b->scratch_bytes : 1)};
     dnnl_memory_desc_t md;
@@ -229,71 +231,61 @@ static int scratch_fit(struct ns_bf16 *b, char *err, size_t errlen)
         const dnnl_memory_desc_t *have;
         dnnl_memory_get_memory_desc(b->scratch_mem, &have);
         if (dnnl_memory_desc_get_size(have) >= b->scratch_bytes)
-            return 0;
+            return SHARDOPT_OK;
         dnnl_memory_destroy(b->scratch_mem);
         b->scratch_mem = NULL;
     }
     free(b->scratch);
     const size_t bytes = (b->scratch_bytes + 63) / 64 * 64 + 64;
     b->scratch = mem_aligned_alloc(64, bytes);
-    if (b->scratch == NULL) {
-        snprintf(err, errlen,
-                 "bf16 Newton-Schulz: out of memory allocating %zu bytes for the scratchpad",
-                 bytes);
-        return -3;
-    }
+    if (b->scratch == NULL)
+        return status_set(
+            SHARDOPT_ERR_OUT_OF_MEMORY,
+            "bf16 Newton-Schulz: out of memory allocating %zu bytes for the scratchpad", bytes);
     if (dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a) != dnnl_success ||
-        dnnl_memory_create(&b->scratch_mem, &md, b->engine, b->scratch) != dnnl_success) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: scratchpad of %zu bytes", b->scratch_bytes);
-        return -1;
-    }
-    return 0;
+        dnnl_memory_create(&b->scratch_mem, &md, b->engine, b->scratch) != dnnl_success)
+        return status_set(SHARDOPT_ERR_INTERNAL, "bf16 Newton-Schulz: scratchpad of %zu bytes",
+                          b->scratch_bytes);
+    return SHARDOPT_OK;
 }
 
-int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, int block,
-                    int algorithm, const float (*coeffs)[3], int steps, char *err, size_t errlen)
+shardopt_status_t ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant,
+                                  int block, int algorithm, const float (*coeffs)[3], int steps)
 {
     const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
     struct plan *p;
-    int rc = 0;
+    shardopt_status_t rc = SHARDOPT_OK;
 
-    if (variant != NS_VARIANT_PLAIN && variant != NS_VARIANT_SYMMETRIC) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: unknown variant %d", variant);
-        return -1;
-    }
-    if (algorithm != NS_ALGO_STANDARD && algorithm != NS_ALGO_GRAM) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: unknown algorithm %d", algorithm);
-        return -1;
-    }
-    if (steps < 1 || steps > NS_TABLE_MAX_STEPS) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: %d steps", steps);
-        return -1;
-    }
-    if (variant == NS_VARIANT_SYMMETRIC && (block < 1 || (m + block - 1) / block > BF16_MAX_ROWS)) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: block %d for %lld rows (at most %d block rows)",
-                 block, (long long)m, BF16_MAX_ROWS);
-        return -1;
-    }
+    /* the runtime resolved these: another value is a bug, not a user's choice */
+    if (variant != NS_VARIANT_PLAIN && variant != NS_VARIANT_SYMMETRIC)
+        return status_set(SHARDOPT_ERR_INTERNAL, "bf16 Newton-Schulz: unknown variant %d", variant);
+    if (algorithm != NS_ALGO_STANDARD && algorithm != NS_ALGO_GRAM)
+        return status_set(SHARDOPT_ERR_INTERNAL, "bf16 Newton-Schulz: unknown algorithm %d",
+                          algorithm);
+    if (steps < 1 || steps > NS_TABLE_MAX_STEPS)
+        return status_set(SHARDOPT_ERR_INTERNAL, "bf16 Newton-Schulz: %d steps", steps);
+    if (variant == NS_VARIANT_SYMMETRIC && (block < 1 || (m + block - 1) / block > BF16_MAX_ROWS))
+        return status_set(SHARDOPT_ERR_INTERNAL,
+                          "bf16 Newton-Schulz: block %d for %lld rows (at most %d block rows)",
+                          block, (long long)m, BF16_MAX_ROWS);
     if (plan_find(b, m, n, variant, block, algorithm, coeffs, steps) != NULL)
-        return 0;
+        return SHARDOPT_OK;
     if (b->nplans == b->cap) {
         int cap = b->cap ? 2 * b->cap : 8;
         struct plan **np = mem_realloc(b->plans, sizeof(*np) * (size_t)cap);
-        if (np == NULL) {
-            snprintf(err, errlen,
-                     "bf16 Newton-Schulz: out of memory allocating %zu bytes for the plan list",
-                     sizeof(*np) * (size_t)cap);
-            return -3;
-        }
+        if (np == NULL)
+            return status_set(
+                SHARDOPT_ERR_OUT_OF_MEMORY,
+                "bf16 Newton-Schulz: out of memory allocating %zu bytes for the plan list",
+                sizeof(*np) * (size_t)cap);
         b->plans = np;
         b->cap = cap;
     }
     p = mem_calloc(1, sizeof *p);
-    if (p == NULL) {
-        snprintf(err, errlen, "bf16 Newton-Schulz: out of memory allocating %zu bytes for a plan",
-                 sizeof *p);
-        return -3;
-    }
+    if (p == NULL)
+        return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "bf16 Newton-Schulz: out of memory allocating %zu bytes for a plan",
+                          sizeof *p);
     p->m = m;
     p->n = n;
     p->variant = variant;
@@ -310,32 +302,32 @@ int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, 
                 break;
             }
     }
-    for (int i = 0; i < p->nrow && rc == 0; i++) {
+    for (int i = 0; i < p->nrow && rc == SHARDOPT_OK; i++) {
         const int64_t r0 = (int64_t)i * p->block;
         const int64_t M = (r0 + p->block < m ? r0 + p->block : m) - r0, N = m - r0;
         /* A[r0:r1, r0:m] = X[r0:r1, :] X[r0:m, :]^T;  B[r0:r1, r0:m] = c A[r0:r1, :] A[:, r0:m]
          * + b B[r0:r1, r0:m] (B holding a copy of A) */
-        rc = mm_make(b, &p->gram[i], M, n, N, n, n, 1, m, 1.0f, 0.0f, err, errlen);
-        for (int s = 0; s < steps && rc == 0; s++)
+        rc = mm_make(b, &p->gram[i], M, n, N, n, n, 1, m, 1.0f, 0.0f);
+        for (int s = 0; s < steps && rc == SHARDOPT_OK; s++)
             if (p->uniq[s] == s)
-                rc = mm_make(b, &p->aa[i][s], M, m, N, m, m, 0, m, p->coeffs[s][2], p->coeffs[s][1],
-                             err, errlen);
+                rc =
+                    mm_make(b, &p->aa[i][s], M, m, N, m, m, 0, m, p->coeffs[s][2], p->coeffs[s][1]);
         /* C[r0:r1, r0:m] = P[r0:r1, :] Q[:, r0:m] */
-        if (algorithm == NS_ALGO_GRAM && rc == 0)
-            rc = mm_make(b, &p->pq[i], M, m, N, m, m, 0, m, 1.0f, 0.0f, err, errlen);
+        if (algorithm == NS_ALGO_GRAM && rc == SHARDOPT_OK)
+            rc = mm_make(b, &p->pq[i], M, m, N, m, m, 0, m, 1.0f, 0.0f);
     }
-    if (algorithm == NS_ALGO_GRAM && rc == 0) /* Y = Q X */
-        rc = mm_make(b, &p->qx, m, m, n, m, n, 0, n, 1.0f, 0.0f, err, errlen);
-    if (algorithm == NS_ALGO_GRAM && rc == 0) /* C = P Q */
-        rc = mm_make(b, &p->full, m, m, m, m, m, 0, m, 1.0f, 0.0f, err, errlen);
+    if (algorithm == NS_ALGO_GRAM && rc == SHARDOPT_OK) /* Y = Q X */
+        rc = mm_make(b, &p->qx, m, m, n, m, n, 0, n, 1.0f, 0.0f);
+    if (algorithm == NS_ALGO_GRAM && rc == SHARDOPT_OK) /* C = P Q */
+        rc = mm_make(b, &p->full, m, m, m, m, m, 0, m, 1.0f, 0.0f);
     /* Y = B X + a Y (Y holding a copy of X) */
-    for (int s = 0; s < steps && rc == 0; s++)
+    for (int s = 0; s < steps && rc == SHARDOPT_OK; s++)
         if (p->uniq[s] == s)
-            rc = mm_make(b, &p->bx[s], m, m, n, m, n, 0, n, 1.0f, p->coeffs[s][0], err, errlen);
+            rc = mm_make(b, &p->bx[s], m, m, n, m, n, 0, n, 1.0f, p->coeffs[s][0]);
     b->plans[b->nplans++] = p; /* freed with b even when incomplete */
-    if (rc == 0)
-        rc = scratch_fit(b, err, errlen);
-    if (rc != 0) {
+    if (rc == SHARDOPT_OK)
+        rc = scratch_fit(b);
+    if (rc != SHARDOPT_OK) {
         b->nplans--;
         plan_free(p);
     }
@@ -584,9 +576,16 @@ int ns_bf16_primitive_count(const struct ns_bf16 *b) { return b != NULL ? b->pri
 int ns_bf16_available(char *why, size_t len)
 {
     static const float c[NS_TABLE_MAX_STEPS][3] = {{3.4445f, -4.7750f, 2.0315f}};
-    struct ns_bf16 *b = ns_bf16_create(why, len);
-    const int ok = b != NULL && ns_bf16_prepare(b, 16, 16, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD, c,
-                                                1, why, len) == 0;
+    char was[1024];
+    struct ns_bf16 *b = NULL;
+    /* a question, not a failure: the thread's last error is left as it was */
+    snprintf(was, sizeof was, "%s", shardopt_last_error());
+    const int ok =
+        ns_bf16_create(&b) == SHARDOPT_OK &&
+        ns_bf16_prepare(b, 16, 16, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD, c, 1) == SHARDOPT_OK;
+    if (!ok)
+        snprintf(why, len, "%s", shardopt_last_error());
+    status_set(SHARDOPT_OK, "%s", was);
     ns_bf16_destroy(b);
     return ok;
 }

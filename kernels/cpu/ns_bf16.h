@@ -16,23 +16,26 @@
 #include <stdint.h>
 
 #include "../ops.h"
+#include "shardopt_status.h"
 
 struct ns_bf16;
 
-/* The oneDNN engine and stream, no shapes yet. NULL with a message in err (out of memory when
- * base/mem.h saw a failed request: mem_failed_bytes). */
-struct ns_bf16 *ns_bf16_create(char *err, size_t errlen);
+/* The oneDNN engine and stream, no shapes yet, in *out. SHARDOPT_ERR_OUT_OF_MEMORY (its state)
+ * or SHARDOPT_ERR_INTERNAL (oneDNN's engine), the message recorded by status_set (the caller
+ * adds the call and the rank), *out NULL. */
+shardopt_status_t ns_bf16_create(struct ns_bf16 **out);
 void ns_bf16_destroy(struct ns_bf16 *b);
 
 /* Primitives for a stored rows x cols matrix (worked on as m x n, m <= n), variant
  * NS_VARIANT_PLAIN or NS_VARIANT_SYMMETRIC with `block` rows per block row (ignored for plain),
  * algorithm NS_ALGO_STANDARD or NS_ALGO_GRAM (its m x m products are bf16 too, in the same
  * block rows), and these coefficients (a plan per combination; AOL needs none of its own).
- * Preparing one twice is a no-op. Returns 0, -2 with err when oneDNN has no bf16 matmul for this
- * CPU (without AVX-512, say), -3 with err (naming the bytes where they are ours) when out of
- * memory, or -1 with err. */
-int ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant, int block,
-                    int algorithm, const float (*coeffs)[3], int steps, char *err, size_t errlen);
+ * Preparing one twice is a no-op. SHARDOPT_OK; SHARDOPT_ERR_UNSUPPORTED when oneDNN has no bf16
+ * matmul for this CPU (without AVX-512, say); SHARDOPT_ERR_OUT_OF_MEMORY (naming the bytes where
+ * they are ours); SHARDOPT_ERR_INTERNAL (an argument the runtime should never pass, or oneDNN's
+ * other failures). The message is recorded by status_set. */
+shardopt_status_t ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant,
+                                  int block, int algorithm, const float (*coeffs)[3], int steps);
 
 /* Newton-Schulz of a (compute bf16) with ws->bf16 prepared for its shape; workspace as for fp32
  * (ns_workspace_floats). Returns 0, or -1 when the shape, variant or coefficients were not

@@ -1,4 +1,4 @@
-/* The CPU kernel tables, and the choice among them. */
+/* The CPU kernel tables, the choice among them, and the CPU's device table (host memory). */
 #include <stdlib.h>
 
 #include "base/mem.h"
@@ -24,12 +24,26 @@ size_t cpu_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch)
     return ns_workspace_floats(rows, cols) * sizeof(float);
 }
 
-/* What every CPU table shares: host memory, memcpy copies, the deterministic sum of squares,
- * the sharded Newton-Schulz load/store; the tables differ in elementwise and NS kernels. */
+/* What every CPU table shares: the deterministic sum of squares, the sharded Newton-Schulz
+ * load/store; the tables differ in elementwise and NS kernels. */
 #define CPU_TABLE_COMMON                                                                           \
-    .ns_shard_load = ns_shard_load, .ns_shard_store = ns_shard_store, .copy2d = cpu_copy2d,        \
-    .sumsq = cpu_sumsq, .copy = cpu_copy, .fill = cpu_fill, .alloc = cpu_alloc, .free = cpu_free,  \
-    .sync = cpu_sync, .ns_workspace_bytes = cpu_ns_workspace_bytes
+    .ns_shard_load = ns_shard_load, .ns_shard_store = ns_shard_store, .sumsq = cpu_sumsq,          \
+    .ns_workspace_bytes = cpu_ns_workspace_bytes
+
+/* The host is the device: memory the host touches, copies that are done when they return. It
+ * claims no capability: no pinning, lanes, streams, marks or device to choose. */
+static const struct device_ops cpu_device = {
+    .name = "cpu",
+    .caps = 0,
+    .copy = cpu_copy,
+    .copy2d = cpu_copy2d,
+    .fill = cpu_fill,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .sync = cpu_sync,
+};
+
+const struct device_ops *device_ops_cpu(void) { return &cpu_device; }
 
 static const struct kernel_ops cpu_ref = {
     .name = "cpu-ref",

@@ -5,15 +5,19 @@
 
 #include <stddef.h>
 
+#include "shardopt_status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 struct cuda_backend;
 
-/* device < 0: the current device (a trainer has chosen it). NULL on failure, with err set.
- * *stream (when stream is not NULL): the backend's own stream. */
-struct cuda_backend *cuda_backend_create(int device, void **stream, char *err, size_t errlen);
+/* device < 0: the current device (a trainer has chosen it). SHARDOPT_OK with the state in *out;
+ * else SHARDOPT_ERR_OUT_OF_MEMORY (its host state) or SHARDOPT_ERR_DEVICE (a CUDA call), with
+ * the message recorded (status_set) and *out NULL. *stream (when stream is not NULL): the
+ * backend's own stream. */
+shardopt_status_t cuda_backend_create(int device, void **stream, struct cuda_backend **out);
 void cuda_backend_destroy(struct cuda_backend *b);
 
 #ifdef __cplusplus

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
+#include "../device.h"
 #include "../ops.h"
 #include "cuda_backend.h"
 #include "lt_plan_cache.h"
@@ -43,7 +44,7 @@ struct cuda_backend {
     cudaEvent_t lane_event[KERNEL_LANES][KERNEL_LANE_TAGS];
     double *d_partial;  /* [CUDA_SUMSQ_BLOCKS + CUDA_SUMSQ_RESULTS]: block sums, then totals */
     double *h_result;   /* pinned [CUDA_SUMSQ_RESULTS]: the totals on their way to the host */
-    cudaEvent_t *marks; /* [nmarks] timing events for kernel_ops.mark, made as first used */
+    cudaEvent_t *marks; /* [nmarks] timing events for device_ops.mark, made as first used */
     int nmarks;
 };
 

@@ -1,6 +1,7 @@
-/* The CUDA kernel table: elementwise kernels (elementwise.cu), cuBLAS Newton-Schulz
- * (ns_cuda.cu), stream-ordered copies and fills, plain cudaMalloc memory (never managed), and
- * the per-runtime backend state. Every entry queues on kernel_ctx.stream; sync waits for it and
+/* The CUDA tables: the kernel table (elementwise kernels of elementwise.cu, cuBLAS
+ * Newton-Schulz of ns_cuda.cu) and the device table (stream-ordered copies and fills, plain
+ * cudaMalloc memory (never managed), pinned host memory, copy lanes, timing marks, the
+ * per-runtime backend state). Every entry queues on kernel_ctx.stream; sync waits for it and
  * reports a failed launch or copy. */
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include "cuda_internal.h"
 
 extern "C" {
+#include "base/status.h"
 #include "cuda_probe.h"
 }
 #include "base/mem.h"
@@ -102,18 +104,18 @@ static int cuda_sync(const struct kernel_ctx *ctx)
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 
-extern "C" struct cuda_backend *cuda_backend_create(int device, void **stream, char *err,
-                                                    size_t errlen)
+extern "C" shardopt_status_t cuda_backend_create(int device, void **stream,
+                                                 struct cuda_backend **out)
 {
     struct cuda_backend *b = (struct cuda_backend *)mem_calloc(1, sizeof(*b));
     cudaError_t e = cudaSuccess;
     const char *what = "";
 
-    if (b == NULL) {
-        snprintf(err, errlen, "CUDA backend: out of memory allocating %zu bytes for its state",
-                 sizeof(*b));
-        return NULL;
-    }
+    *out = NULL;
+    if (b == NULL)
+        return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "CUDA backend: out of memory allocating %zu bytes for its state",
+                          sizeof(*b));
     if (device < 0) {
         what = "cudaGetDevice";
         e = cudaGetDevice(&b->device);
@@ -152,35 +154,35 @@ extern "C" struct cuda_backend *cuda_backend_create(int device, void **stream, c
             e = cudaEventCreateWithFlags(&b->lane_event[l][t], cudaEventDisableTiming);
         }
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "CUDA backend: %s failed on device %d: %s", what, b->device,
-                 cudaGetErrorString(e));
+        status_set(SHARDOPT_ERR_DEVICE, "CUDA backend: %s failed on device %d: %s", what, b->device,
+                   cudaGetErrorString(e));
         cudaGetLastError();
         cuda_backend_destroy(b);
-        return NULL;
+        return SHARDOPT_ERR_DEVICE;
     }
     cublasStatus_t bs = cublasCreate(&b->blas);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "CUDA backend: cublasCreate failed on device %d: %s", b->device,
-                 cublasGetStatusString(bs));
+        status_set(SHARDOPT_ERR_DEVICE, "CUDA backend: cublasCreate failed on device %d: %s",
+                   b->device, cublasGetStatusString(bs));
         b->blas = NULL;
         cuda_backend_destroy(b);
-        return NULL;
+        return SHARDOPT_ERR_DEVICE;
     }
     bs = cublasLtCreate(&b->lt);
     if (bs != CUBLAS_STATUS_SUCCESS || cudaMalloc(&b->lt_ws, CUDA_LT_WORKSPACE) != cudaSuccess) {
-        snprintf(err, errlen,
-                 "CUDA backend: cublasLtCreate or its %u MiB workspace failed on "
-                 "device %d",
-                 CUDA_LT_WORKSPACE >> 20, b->device);
+        status_set(SHARDOPT_ERR_DEVICE,
+                   "CUDA backend: cublasLtCreate or its %u MiB workspace failed on device %d",
+                   CUDA_LT_WORKSPACE >> 20, b->device);
         if (bs != CUBLAS_STATUS_SUCCESS)
             b->lt = NULL;
         cudaGetLastError();
         cuda_backend_destroy(b);
-        return NULL;
+        return SHARDOPT_ERR_DEVICE;
     }
     if (stream != NULL)
         *stream = b->stream;
-    return b;
+    *out = b;
+    return SHARDOPT_OK;
 }
 
 extern "C" void cuda_backend_destroy(struct cuda_backend *b)
@@ -292,9 +294,12 @@ static int cuda_mark_done(const struct kernel_ctx *ctx, int id)
     return e == cudaErrorNotReady ? 0 : -1;
 }
 
-static void *backend_create(int device, void **stream, char *err, size_t errlen)
+static shardopt_status_t backend_create(int device, void **stream, void **backend)
 {
-    return cuda_backend_create(device, stream, err, errlen);
+    struct cuda_backend *b = NULL;
+    const shardopt_status_t status = cuda_backend_create(device, stream, &b);
+    *backend = b;
+    return status;
 }
 
 static void *host_alloc(size_t bytes)
@@ -341,14 +346,13 @@ static int device_pci_bus_id(int device, char *buf, size_t len)
     return 0;
 }
 
-static int fail(cudaError_t e, const char *what, char *err, size_t errlen)
+static shardopt_status_t fail(cudaError_t e, const char *what)
 {
-    snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
-    return -1;
+    return status_set(SHARDOPT_ERR_DEVICE, "%s: %s", what, cudaGetErrorString(e));
 }
 
 /* The trainer's work so far (its backward wrote the gradients) comes before the step's. */
-static int stream_begin(const struct kernel_ctx *ctx, void *caller, char *err, size_t errlen)
+static shardopt_status_t stream_begin(const struct kernel_ctx *ctx, void *caller)
 {
     struct cuda_backend *b = cuda_be(ctx);
     cudaError_t e;
@@ -356,31 +360,31 @@ static int stream_begin(const struct kernel_ctx *ctx, void *caller, char *err, s
      * launches of the step are checked against a clean slate (sumsq_many, stream_end) */
     (void)cudaGetLastError();
     if (caller == NULL)
-        return 0; /* the step's caller has finished its work on the host's word */
+        return SHARDOPT_OK; /* the step's caller has finished its work on the host's word */
     if ((e = cudaEventRecord(b->caller_ready, (cudaStream_t)caller)) != cudaSuccess)
-        return fail(e, "cudaEventRecord on the caller's stream", err, errlen);
+        return fail(e, "cudaEventRecord on the caller's stream");
     if ((e = cudaStreamWaitEvent(b->stream, b->caller_ready, 0)) != cudaSuccess)
-        return fail(e, "cudaStreamWaitEvent", err, errlen);
-    return 0;
+        return fail(e, "cudaStreamWaitEvent");
+    return SHARDOPT_OK;
 }
 
 /* The trainer's next forward reads the parameters after the step wrote them. */
-static int stream_end(const struct kernel_ctx *ctx, void *caller, char *err, size_t errlen)
+static shardopt_status_t stream_end(const struct kernel_ctx *ctx, void *caller)
 {
     struct cuda_backend *b = cuda_be(ctx);
     cudaError_t e;
     if (caller == NULL) {
         if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess)
-            return fail(e, "the step's kernels", err, errlen);
+            return fail(e, "the step's kernels");
     } else {
         if ((e = cudaEventRecord(b->done, b->stream)) != cudaSuccess)
-            return fail(e, "cudaEventRecord", err, errlen);
+            return fail(e, "cudaEventRecord");
         if ((e = cudaStreamWaitEvent((cudaStream_t)caller, b->done, 0)) != cudaSuccess)
-            return fail(e, "cudaStreamWaitEvent on the caller's stream", err, errlen);
+            return fail(e, "cudaStreamWaitEvent on the caller's stream");
     }
     if ((e = cudaGetLastError()) != cudaSuccess)
-        return fail(e, "a kernel launch of the step", err, errlen);
-    return 0;
+        return fail(e, "a kernel launch of the step");
+    return SHARDOPT_OK;
 }
 
 static void backend_destroy(void *b) { cuda_backend_destroy((struct cuda_backend *)b); }
@@ -398,39 +402,52 @@ static struct kernel_ops cuda_ops_make(void)
     o.newton_schulz = cuda_newton_schulz;
     /* sharded Newton-Schulz stays on the CPU backend for now: NULL makes the runtime keep every
      * matrix gathered (ns_strategy = gather) with this table */
-    o.copy2d = cuda_copy2d;
     o.sumsq = cuda_sumsq;
     o.sumsq_many = cuda_sumsq_many;
-    o.copy = cuda_copy;
-    o.copy_on = cuda_copy_on;
-    o.lane_record = cuda_lane_record;
-    o.lane_wait = cuda_lane_wait;
-    o.fill = cuda_fill;
-    o.alloc = cuda_alloc;
-    o.free = cuda_free;
-    o.sync = cuda_sync;
     o.ns_workspace_bytes = cuda_ns_workspace_bytes;
-    o.backend_create = backend_create;
-    o.backend_destroy = backend_destroy;
-    o.device_count = cuda_probe_device_count;
-    o.device_pci_bus_id = device_pci_bus_id;
-    o.host_alloc = host_alloc;
-    o.host_free = host_free;
-    o.host_register = host_register;
-    o.host_unregister = host_unregister;
-    o.stream_begin = stream_begin;
-    o.stream_end = stream_end;
-    o.mark = cuda_mark;
-    o.mark_seconds = cuda_mark_seconds;
-    o.mark_done = cuda_mark_done;
-    o.pointer_kind = cuda_pointer_kind;
-    o.device_enter = cuda_device_enter;
     return o;
 }
 
+static struct device_ops cuda_device_make(void)
+{
+    struct device_ops d = {};
+    d.name = "cuda";
+    d.caps = DEVICE_CAP_DEVICE_MEMORY | DEVICE_CAP_HOST_PINNED | DEVICE_CAP_HOST_REGISTER |
+             DEVICE_CAP_COPY_LANES | DEVICE_CAP_STREAMS | DEVICE_CAP_MARKS | DEVICE_CAP_BACKEND |
+             DEVICE_CAP_POINTER_KIND | DEVICE_CAP_THREAD_DEVICE;
+    d.copy = cuda_copy;
+    d.copy2d = cuda_copy2d;
+    d.fill = cuda_fill;
+    d.alloc = cuda_alloc;
+    d.free = cuda_free;
+    d.sync = cuda_sync;
+    d.copy_on = cuda_copy_on;
+    d.lane_record = cuda_lane_record;
+    d.lane_wait = cuda_lane_wait;
+    d.backend_create = backend_create;
+    d.backend_destroy = backend_destroy;
+    d.device_count = cuda_probe_device_count;
+    d.device_pci_bus_id = device_pci_bus_id;
+    d.host_alloc = host_alloc;
+    d.host_free = host_free;
+    d.host_register = host_register;
+    d.host_unregister = host_unregister;
+    d.stream_begin = stream_begin;
+    d.stream_end = stream_end;
+    d.mark = cuda_mark;
+    d.mark_seconds = cuda_mark_seconds;
+    d.mark_done = cuda_mark_done;
+    d.pointer_kind = cuda_pointer_kind;
+    d.device_enter = cuda_device_enter;
+    return d;
+}
+
 static const struct kernel_ops cuda_ops = cuda_ops_make();
+static const struct device_ops cuda_device = cuda_device_make();
 
 extern "C" const struct kernel_ops *kernel_ops_cuda(void) { return &cuda_ops; }
+
+extern "C" const struct device_ops *device_ops_cuda(void) { return &cuda_device; }
 
 extern "C" int cuda_probe_device_count(void)
 {

@@ -409,11 +409,11 @@ static shardopt_status_t weights_store(shardopt_runtime_t rt, const struct ck_lo
         if (!L->wread[i] || bytes == 0)
             continue;
         if (rt_on_device(rt))
-            rt->ops->copy(&rt->kctx, p->data, L->wfill + L->woff[i], bytes);
+            rt->dev->copy(&rt->kctx, p->data, L->wfill + L->woff[i], bytes);
         else
             memcpy(p->data, L->wfill + L->woff[i], bytes);
     }
-    if (rt_on_device(rt) && (fault_hit("copy") || rt->ops->sync(&rt->kctx) != 0))
+    if (rt_on_device(rt) && (fault_hit("copy") || rt->dev->sync(&rt->kctx) != 0))
         return log_fail(SHARDOPT_ERR_DEVICE,
                         "load: rank %d: %s: copying the parameters read to the device failed "
                         "(%s): they may be part written (the optimizer state is unchanged); load "
@@ -472,15 +472,16 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     status = ckpt_index_parse(&L.ix, text, (size_t)text_len, (int)head[1], rt->groups.me.rank != 0);
     if (status == SHARDOPT_OK) {
         /* the same allocator as the state: on success it becomes the state */
-        char err[256] = "";
+        void *staging = NULL;
+        const shardopt_status_t st = state_store_buffer_alloc(&rt->store, &staging);
         int nf = 0;
         for (int i = 0; i < L.ix.nt; i++)
             nf += L.ix.t[i].nshards;
         const size_t steps_bytes = ((size_t)rt->nparams + 1) * sizeof(uint64_t);
         const size_t files_bytes = ((size_t)nf + 1) * sizeof(*L.files);
-        if ((L.staging = state_store_buffer_alloc(&rt->store, err, sizeof err)) == NULL)
-            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "load: rank %d: staging copy: %s",
-                              rt->groups.me.rank, err);
+        L.staging = staging;
+        if (st != SHARDOPT_OK)
+            status = log_fail_context(st, "load: rank %d: staging copy", rt->groups.me.rank);
         else if ((L.steps = mem_calloc((size_t)rt->nparams + 1, sizeof(uint64_t))) == NULL ||
                  (L.read = mem_calloc((size_t)rt->nparams + 1, 1)) == NULL)
             status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
@@ -501,21 +502,17 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     }
     if (status == SHARDOPT_OK) {
         /* device state: files are read into host memory, then go up in one copy */
-        char err[256] = "";
         L.fill = L.staging;
-        mem_failed_clear();
-        L.current = state_store_host_view(&rt->store, &rt->kctx, state_store_ptr(&rt->store, 0),
-                                          &L.current_copy, err, sizeof err);
-        if (L.current != NULL && state_store_on_device(&rt->store)) {
-            L.fill = L.fill_copy = mem_malloc(rt->store.bytes ? rt->store.bytes : 1);
-            if (L.fill == NULL)
-                snprintf(err, sizeof err, "out of memory allocating %zu bytes of host staging",
-                         rt->store.bytes ? rt->store.bytes : 1);
-        }
-        if (L.current == NULL || L.fill == NULL) /* out of memory, or the device failed */
-            status =
-                log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
-                         "load: rank %d: %s", rt->groups.me.rank, err);
+        /* out of memory for the host copy, or the device failed: the store says which */
+        status = state_store_host_view(&rt->store, &rt->kctx, state_store_ptr(&rt->store, 0),
+                                       &L.current, &L.current_copy);
+        if (status != SHARDOPT_OK)
+            status = log_fail_context(status, "load: rank %d", rt->groups.me.rank);
+        else if (state_store_on_device(&rt->store) &&
+                 (L.fill = L.fill_copy = mem_malloc(rt->store.bytes ? rt->store.bytes : 1)) == NULL)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "load: rank %d: out of memory allocating %zu bytes of host staging",
+                              rt->groups.me.rank, rt->store.bytes ? rt->store.bytes : 1);
     }
     if (status == SHARDOPT_OK) {
         /* every element of every tensor is covered once (ckpt_index_parse proved the tiling), and
@@ -525,9 +522,9 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
         status = rank_fill(rt, &L);
     }
     if (status == SHARDOPT_OK && L.fill != L.staging) {
-        char err[256] = "";
-        if (state_store_upload(&rt->store, &rt->kctx, L.staging, L.fill, err, sizeof err) != 0)
-            status = log_fail(SHARDOPT_ERR_DEVICE, "load: rank %d: %s", rt->groups.me.rank, err);
+        status = state_store_upload(&rt->store, &rt->kctx, L.staging, L.fill);
+        if (status != SHARDOPT_OK)
+            status = log_fail_context(status, "load: rank %d", rt->groups.me.rank);
     }
     status = ckpt_agree(rt, status, "load");
     /* every rank has everything: the parameters are written, then the state swapped in */

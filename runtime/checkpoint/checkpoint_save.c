@@ -116,12 +116,11 @@ static shardopt_status_t weights_host_view(shardopt_runtime_t rt, const char *pa
             continue;
         }
         w[i] = (const unsigned char *)*copy + at;
-        rt->ops->copy(&rt->kctx, (unsigned char *)*copy + at, p->data, bytes);
+        rt->dev->copy(&rt->kctx, (unsigned char *)*copy + at, p->data, bytes);
         at += bytes;
     }
     /* host parameters: the step's last writes to them may still be in flight on a device */
-    if (rt->ops->sync != NULL &&
-        ((*copy != NULL && fault_hit("copy")) || rt->ops->sync(&rt->kctx) != 0))
+    if ((*copy != NULL && fault_hit("copy")) || rt->dev->sync(&rt->kctx) != 0)
         return log_fail(SHARDOPT_ERR_DEVICE,
                         "save: rank %d: %s: copying %zu bytes of parameters from the device "
                         "failed (%s)",
@@ -144,16 +143,16 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
     void *copy = NULL;              /* device state: its host copy */
     void *wcopy = NULL;             /* device parameters: their host copy (ckpt_weights) */
     const unsigned char **w = NULL; /* each parameter's bytes (ckpt_weights) */
-    char err[256] = "", nb[64];
+    char nb[64];
     const int rank = rt->groups.me.rank, weights = rt->cfg.ckpt_weights;
     const size_t t_bytes = (size_t)(3 * rt->nparams + 1) * sizeof(*t);
 
-    mem_failed_clear();
-    const unsigned char *state = state_store_host_view(
-        &rt->store, &rt->kctx, state_store_ptr(&rt->store, 0), &copy, err, sizeof err);
-    if (state == NULL) { /* out of host memory for the copy, or the device failed */
-        status = log_fail(mem_failed_bytes() > 0 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_DEVICE,
-                          "save: rank %d: %s: %s", rank, path, err);
+    const unsigned char *state = NULL;
+    /* out of host memory for the copy, or the device failed: the store says which */
+    status =
+        state_store_host_view(&rt->store, &rt->kctx, state_store_ptr(&rt->store, 0), &state, &copy);
+    if (status != SHARDOPT_OK) {
+        status = log_fail_context(status, "save: rank %d: %s", rank, path);
         goto out;
     }
     t = mem_calloc((size_t)(3 * rt->nparams + 1), sizeof(*t));

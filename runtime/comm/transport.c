@@ -5,7 +5,7 @@
 
 void transport_pick(struct comm_transport *t, const struct groups *g, MPI_Comm comm,
                     const char *name, struct nccl_group *nccl, int on_device,
-                    const struct kernel_ops *kops, struct kernel_ctx *kctx,
+                    const struct device_ops *dev, struct kernel_ctx *kctx,
                     shardopt_dtype_t comm_dtype)
 {
     *t = (struct comm_transport){
@@ -16,7 +16,7 @@ void transport_pick(struct comm_transport *t, const struct groups *g, MPI_Comm c
         .comm = comm,
         .name = name,
         .nccl = nccl,
-        .kops = kops,
+        .dev = dev,
         .kctx = kctx,
         .es = kdtype_size(comm_dtype),
         .type = comm_dtype == SHARDOPT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT,

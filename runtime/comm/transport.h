@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/ops.h"
+#include "kernels/device.h"
 #include "runtime/comm/comm_nccl.h"
 #include "runtime/comm/groups.h"
 #include "shardopt.h"
@@ -81,11 +81,11 @@ struct comm_transport_ops {
 /* One group's transport: the table and what its operations work on. */
 struct comm_transport {
     const struct comm_transport_ops *ops;
-    const struct groups *groups;   /* the deadline, and this rank's number in messages */
-    MPI_Comm comm;                 /* the group's (MPI_COMM_NULL: nothing travels) */
-    const char *name;              /* the group's, in messages ("dense") */
-    struct nccl_group *nccl;       /* transport_nccl's communicator (borrowed) */
-    const struct kernel_ops *kops; /* the copies between buffers and mirrors, on kctx's stream */
+    const struct groups *groups;  /* the deadline, and this rank's number in messages */
+    MPI_Comm comm;                /* the group's (MPI_COMM_NULL: nothing travels) */
+    const char *name;             /* the group's, in messages ("dense") */
+    struct nccl_group *nccl;      /* transport_nccl's communicator (borrowed) */
+    const struct device_ops *dev; /* the copies between buffers and mirrors, on kctx's stream */
     struct kernel_ctx *kctx;
     size_t es;         /* bytes of a comm dtype element */
     MPI_Datatype type; /* MPI's view of one */
@@ -95,11 +95,11 @@ extern const struct comm_transport_ops transport_nccl_ops, transport_mpi_mirror_
     transport_mpi_ops;
 
 /* Choose t's transport (commit, once per group): NCCL when nccl is the group's communicator, else
- * MPI through the pinned mirrors when on_device (kops keeps buffers in device memory), else MPI on
+ * MPI through the pinned mirrors when on_device (dev keeps buffers in device memory), else MPI on
  * the buffers. */
 void transport_pick(struct comm_transport *t, const struct groups *g, MPI_Comm comm,
                     const char *name, struct nccl_group *nccl, int on_device,
-                    const struct kernel_ops *kops, struct kernel_ctx *kctx,
+                    const struct device_ops *dev, struct kernel_ctx *kctx,
                     shardopt_dtype_t comm_dtype);
 
 #endif

@@ -15,12 +15,12 @@ static shardopt_status_t mirror_start(const struct comm_transport *t, struct com
     const char *dev = x->sbuf;
     for (int i = 0; i < x->members; i++)
         if (i != x->me && x->sc[i] > 0)
-            t->kops->copy(t->kctx, host + (size_t)x->sd[i] * es, dev + (size_t)x->sd[i] * es,
-                          (size_t)x->sc[i] * es);
-    if (fault_hit("copy") || t->kops->sync(t->kctx) != 0)
+            t->dev->copy(t->kctx, host + (size_t)x->sd[i] * es, dev + (size_t)x->sd[i] * es,
+                         (size_t)x->sc[i] * es);
+    if (fault_hit("copy") || t->dev->sync(t->kctx) != 0)
         return log_fail(SHARDOPT_ERR_DEVICE,
                         "step: rank %d: copying exchange blocks to the host failed (%s)",
-                        t->groups->me.rank, t->kops->name);
+                        t->groups->me.rank, t->dev->name);
     return transport_mpi_post(t, x, x->hsbuf, x->hrbuf);
 }
 
@@ -35,8 +35,8 @@ static shardopt_status_t mirror_wait(const struct comm_transport *t, struct comm
     const char *host = x->hrbuf;
     for (int i = 0; i < x->members; i++)
         if (i != x->me && x->rc[i] > 0)
-            t->kops->copy(t->kctx, dev + (size_t)x->rd[i] * es, host + (size_t)x->rd[i] * es,
-                          (size_t)x->rc[i] * es);
+            t->dev->copy(t->kctx, dev + (size_t)x->rd[i] * es, host + (size_t)x->rd[i] * es,
+                         (size_t)x->rc[i] * es);
     return SHARDOPT_OK;
 }
 
@@ -45,16 +45,16 @@ static shardopt_status_t mirror_allgatherv(const struct comm_transport *t,
                                            const struct comm_share *s)
 {
     const size_t es = t->es, mine = (size_t)s->displs[s->me] * es;
-    t->kops->copy(t->kctx, (char *)s->hbuf + mine, (const char *)s->buf + mine,
-                  (size_t)s->counts[s->me] * es);
-    if (fault_hit("copy") || t->kops->sync(t->kctx) != 0)
+    t->dev->copy(t->kctx, (char *)s->hbuf + mine, (const char *)s->buf + mine,
+                 (size_t)s->counts[s->me] * es);
+    if (fault_hit("copy") || t->dev->sync(t->kctx) != 0)
         return log_fail(SHARDOPT_ERR_DEVICE,
                         "step: rank %d: copying Newton-Schulz results "
                         "to the host failed",
                         t->groups->me.rank);
     shardopt_status_t status = transport_mpi_gather(t, s, s->hbuf);
     if (status == SHARDOPT_OK)
-        t->kops->copy(t->kctx, s->buf, s->hbuf, s->total * es);
+        t->dev->copy(t->kctx, s->buf, s->hbuf, s->total * es);
     return status;
 }
 

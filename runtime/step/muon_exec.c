@@ -161,7 +161,7 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
         return log_fail(SHARDOPT_ERR_COMM, "step: rank %d: starting exchange #%d failed (injected)",
                         rt->groups.me.rank, second ? 2 : 1);
     if (sc[me] > 0)
-        rt->ops->copy(&rt->kctx, rbuf + (size_t)rd[me] * es, sbuf + (size_t)sd[me] * es,
+        rt->dev->copy(&rt->kctx, rbuf + (size_t)rd[me] * es, sbuf + (size_t)sd[me] * es,
                       (size_t)sc[me] * es);
     return rt->xport[st->kind].ops->start(&rt->xport[st->kind], &st->x);
 }
@@ -195,10 +195,10 @@ static void stage_move(shardopt_runtime_t rt, const struct stage *st, int to_slo
             void *piece = at(st->buf->b, pi->buf, es);
             const size_t width = (size_t)(pi->c1 - pi->c0) * es, pitch = (size_t)ow->cols * es;
             if (to_slots)
-                rt->ops->copy2d(&rt->kctx, slot, pitch, piece, width, width,
+                rt->dev->copy2d(&rt->kctx, slot, pitch, piece, width, width,
                                 (size_t)(pi->r1 - pi->r0));
             else
-                rt->ops->copy2d(&rt->kctx, piece, width, slot, pitch, width,
+                rt->dev->copy2d(&rt->kctx, piece, width, slot, pitch, width,
                                 (size_t)(pi->r1 - pi->r0));
         }
     }

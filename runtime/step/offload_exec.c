@@ -129,8 +129,8 @@ void offload_ns_out(shardopt_runtime_t rt, void *host, const void *dev, size_t b
     if (host == dev)
         return;
     staging_copy(&rt->stage, host, dev, bytes, STAGE_NS_O, 0);
-    if (rt->ns_ops != rt->ops) /* the host reads it next (a device stream finishes first) */
-        rt->ns_ops->sync(&rt->kctx);
+    if (rt->ns_dev != rt->dev) /* the host reads it next (a device stream finishes first) */
+        rt->ns_dev->sync(&rt->kctx);
 }
 
 void offload_prepare(shardopt_runtime_t rt)
@@ -160,15 +160,16 @@ size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems, si
         slot = (slot + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
     }
     /* the slots and the Newton-Schulz copies belong to where Newton-Schulz runs */
-    if (staging_init(&rt->stage, rt->ns_ops, &rt->kctx, slot, rt->cfg.debug_poison_staging) != 0) {
+    if (staging_init(&rt->stage, rt->ns_dev, &rt->kctx, slot, rt->cfg.debug_poison_staging) !=
+        SHARDOPT_OK) {
         *failed = slot;
         return (size_t)-1;
     }
     rt->stage.tl = &rt->timeline;
     bytes += STAGING_SLOTS * slot;
     if (rt->cfg.offload == SHARDOPT_OFFLOAD_CPU) {
-        rt->dev_ns = rt->ns_ops->alloc(ns_elems * es + 1);
-        rt->dev_sh_u = rt->dev_ns != NULL ? rt->ns_ops->alloc(sh_elems * es + 1) : NULL;
+        rt->dev_ns = rt->ns_dev->alloc(ns_elems * es + 1);
+        rt->dev_sh_u = rt->dev_ns != NULL ? rt->ns_dev->alloc(sh_elems * es + 1) : NULL;
         if (rt->dev_ns == NULL || rt->dev_sh_u == NULL) {
             *failed = rt->dev_ns == NULL ? ns_elems * es + 1 : sh_elems * es + 1;
             return (size_t)-1;
@@ -182,8 +183,8 @@ void offload_release(shardopt_runtime_t rt)
 {
     staging_free(&rt->stage);
     if (rt->dev_ns != NULL)
-        rt->ns_ops->free(rt->dev_ns);
+        rt->ns_dev->free(rt->dev_ns);
     if (rt->dev_sh_u != NULL)
-        rt->ns_ops->free(rt->dev_sh_u);
+        rt->ns_dev->free(rt->dev_sh_u);
     rt->dev_ns = rt->dev_sh_u = NULL;
 }

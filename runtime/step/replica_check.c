@@ -17,8 +17,8 @@ static uint32_t shard_crc(struct shardopt_runtime *rt, const struct shardopt_par
     uint32_t crc = 0; /* device memory: through the host buffer, a chunk at a time */
     for (size_t off = 0; off < bytes; off += REPLICA_CHECK_CHUNK) {
         const size_t n = bytes - off < REPLICA_CHECK_CHUNK ? bytes - off : REPLICA_CHECK_CHUNK;
-        rt->ops->copy(&rt->kctx, rt->drift_host, (const char *)p->data + off, n);
-        if (rt->ops->sync(&rt->kctx) != 0)
+        rt->dev->copy(&rt->kctx, rt->drift_host, (const char *)p->data + off, n);
+        if (rt->dev->sync(&rt->kctx) != 0)
             return ~crc; /* a failed copy reads as a difference, and is reported as one */
         crc = crc32c_update(crc, rt->drift_host, n);
     }

@@ -31,7 +31,7 @@ struct step_scalars {
 static shardopt_status_t step_pointers(shardopt_runtime_t rt)
 {
     const int on_device = rt_on_device(rt), rank = rt->groups.me.rank;
-    if (rt->ns_ops->pointer_kind == NULL)
+    if (!device_has(rt->ns_dev, DEVICE_CAP_POINTER_KIND))
         return SHARDOPT_OK;
     for (int i = 0; i < rt->nparams; i++) {
         struct shardopt_param *p = rt->params[i];
@@ -43,7 +43,7 @@ static shardopt_status_t step_pointers(shardopt_runtime_t rt)
             int dev[2];
             if (ptr[k] == NULL) /* a gradient skip_missing_grads let through */
                 continue;
-            const int kind = rt->ns_ops->pointer_kind(&rt->kctx, ptr[k], dev);
+            const int kind = rt->ns_dev->pointer_kind(&rt->kctx, ptr[k], dev);
             const char *what = k ? "grad" : "data";
             if (on_device && kind == KERNEL_PTR_HOST)
                 return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
@@ -233,10 +233,10 @@ static shardopt_status_t step_nonfinite(shardopt_runtime_t rt, int tensors)
 static shardopt_status_t step_stream(shardopt_runtime_t rt, const shardopt_step_args_t *args,
                                      int end)
 {
-    char err[256] = "";
-    if ((end ? rt->ops->stream_end : rt->ops->stream_begin)(&rt->kctx, args->stream, err,
-                                                            sizeof err) != 0)
-        return log_fail(SHARDOPT_ERR_DEVICE, "step: rank %d: %s", rt->groups.me.rank, err);
+    const shardopt_status_t status =
+        (end ? rt->dev->stream_end : rt->dev->stream_begin)(&rt->kctx, args->stream);
+    if (status != SHARDOPT_OK)
+        return log_fail_context(status, "step: rank %d", rt->groups.me.rank);
     return SHARDOPT_OK;
 }
 
@@ -401,7 +401,8 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     counters_reset(k);
     staging_counts_reset(&rt->stage);
     timeline_begin(&rt->timeline);
-    if (rt->ops->stream_begin != NULL) { /* device backends; every rank agrees on a failure */
+    /* device backends; every rank agrees on a failure */
+    if (device_has(rt->dev, DEVICE_CAP_STREAMS)) {
         status = groups_agree(&rt->groups, step_stream(rt, args, 0), "step");
         if (status != SHARDOPT_OK)
             return status;
@@ -445,10 +446,11 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
      * (a deferred transport) they never wait inside the step: they learn of a failed exchange
      * only when their drain times out, so a rank whose exchange failed meets them at the
      * agreement below instead of returning alone (which left them to MPI_Abort there) */
-    if (status != SHARDOPT_OK && !(step_deferred(rt) && rt->ops->stream_begin != NULL))
+    if (status != SHARDOPT_OK && !(step_deferred(rt) && device_has(rt->dev, DEVICE_CAP_STREAMS)))
         return status;
 
-    if (rt->ops->stream_begin != NULL) { /* exchanges, then the stream: one agreement for both */
+    /* exchanges, then the stream: one agreement for both */
+    if (device_has(rt->dev, DEVICE_CAP_STREAMS)) {
         if (status == SHARDOPT_OK)
             status = step_drain(rt);
         if (status == SHARDOPT_OK)

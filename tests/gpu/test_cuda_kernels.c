@@ -8,6 +8,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"
+#include "kernels/device.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
 #include "ns_fp64.h"
@@ -16,24 +17,24 @@
 #include "test.h"
 
 static const struct kernel_ops *gpu;
+static const struct device_ops *gdev;
 static struct kernel_ctx gctx; /* default stream, the backend made in setup() */
 static const struct kernel_ctx cctx = {.threads = 1};
 
 static void setup(void)
 {
     static int done;
-    char err[256];
     if (done)
         return;
     done = 1;
     gpu = kernel_ops_cuda();
+    gdev = device_ops_cuda();
     if (gpu == NULL)
         test_skip("built without CUDA");
     if (cuda_probe_device_count() == 0)
         test_skip("no CUDA device visible");
-    gctx.backend = gpu->backend_create(-1, NULL, err, sizeof err);
-    if (gctx.backend == NULL) {
-        fprintf(stderr, "%s\n", err);
+    if (gdev->backend_create(-1, NULL, &gctx.backend) != SHARDOPT_OK) {
+        fprintf(stderr, "%s\n", shardopt_last_error());
         exit(1);
     }
 }
@@ -53,7 +54,7 @@ static struct pair pair_new(int dt, size_t n, int misalign)
     struct pair p = {dt, n, NULL, NULL, NULL};
     const size_t es = kdtype_size(dt);
     p.h = malloc((n + 1) * es);
-    p.dmem = gpu->alloc((n + 1) * es);
+    p.dmem = gdev->alloc((n + 1) * es);
     p.d = p.dmem + (misalign ? es : 0);
     return p;
 }
@@ -61,17 +62,17 @@ static struct pair pair_new(int dt, size_t n, int misalign)
 static void pair_free(struct pair *p)
 {
     free(p->h);
-    gpu->free(p->dmem);
+    gdev->free(p->dmem);
 }
 
-static void to_dev(struct pair *p) { gpu->copy(&gctx, p->d, p->h, p->n * kdtype_size(p->dt)); }
+static void to_dev(struct pair *p) { gdev->copy(&gctx, p->d, p->h, p->n * kdtype_size(p->dt)); }
 
 /* The device result into a fresh host buffer (caller frees). */
 static void *from_dev(const struct pair *p)
 {
     void *h = malloc(p->n * kdtype_size(p->dt) + 1);
-    gpu->copy(&gctx, h, p->d, p->n * kdtype_size(p->dt));
-    EXPECT_EQ_INT(gpu->sync(&gctx), 0);
+    gdev->copy(&gctx, h, p->d, p->n * kdtype_size(p->dt));
+    EXPECT_EQ_INT(gdev->sync(&gctx), 0);
     return h;
 }
 
@@ -331,15 +332,15 @@ TEST(cuda_copy2d_exact)
     memset(want, 0xab, sizeof want);
     for (int r = 0; r < ROWS; r++)
         memcpy(want + r * DP, src + r * SP, W);
-    void *ds = gpu->alloc(sizeof src), *dd = gpu->alloc(sizeof back);
-    gpu->copy(&gctx, ds, src, sizeof src);
-    gpu->fill(&gctx, dd, 0xab, sizeof back);
-    gpu->copy2d(&gctx, dd, DP, ds, SP, W, ROWS);
-    gpu->copy(&gctx, back, dd, sizeof back);
-    EXPECT_EQ_INT(gpu->sync(&gctx), 0);
+    void *ds = gdev->alloc(sizeof src), *dd = gdev->alloc(sizeof back);
+    gdev->copy(&gctx, ds, src, sizeof src);
+    gdev->fill(&gctx, dd, 0xab, sizeof back);
+    gdev->copy2d(&gctx, dd, DP, ds, SP, W, ROWS);
+    gdev->copy(&gctx, back, dd, sizeof back);
+    EXPECT_EQ_INT(gdev->sync(&gctx), 0);
     EXPECT_EQ_INT(memcmp(back, want, sizeof want), 0);
-    gpu->free(ds);
-    gpu->free(dd);
+    gdev->free(ds);
+    gdev->free(dd);
 }
 
 /* Newton-Schulz of `batch` rows x cols fp32 matrices on the device; out on the host. block > 0:
@@ -350,8 +351,8 @@ static int gpu_ns_ap(int64_t batch, int64_t rows, int64_t cols, const struct coe
 {
     const size_t bytes = (size_t)(batch * rows * cols) * sizeof(float);
     const size_t wsb = gpu->ns_workspace_bytes(rows, cols, batch);
-    void *d = gpu->alloc(bytes);
-    struct ns_workspace ws = {.buf = gpu->alloc(wsb), .floats = wsb / sizeof(float)};
+    void *d = gdev->alloc(bytes);
+    struct ns_workspace ws = {.buf = gdev->alloc(wsb), .floats = wsb / sizeof(float)};
     struct ns_args a = ns_args_of(batch, rows, cols, t, d, KDT_F32, d, KDT_F32);
     if (block > 0) {
         a.variant = NS_VARIANT_SYMMETRIC;
@@ -359,13 +360,13 @@ static int gpu_ns_ap(int64_t batch, int64_t rows, int64_t cols, const struct coe
     }
     a.algorithm = algorithm;
     a.precondition = precondition;
-    gpu->copy(&gctx, d, in, bytes);
+    gdev->copy(&gctx, d, in, bytes);
     int rc = gpu->newton_schulz(&gctx, &a, &ws);
-    gpu->copy(&gctx, out, d, bytes);
-    if (gpu->sync(&gctx) != 0)
+    gdev->copy(&gctx, out, d, bytes);
+    if (gdev->sync(&gctx) != 0)
         rc = -2;
-    gpu->free(d);
-    gpu->free(ws.buf);
+    gdev->free(d);
+    gdev->free(ws.buf);
     return rc;
 }
 
@@ -601,7 +602,7 @@ TEST(cuda_newton_schulz_aol_band_like_quintic_5)
 TEST(cuda_teardown)
 {
     setup();
-    EXPECT_EQ_INT(gpu->sync(&gctx), 0); /* no error left pending from the tests above */
-    gpu->backend_destroy(gctx.backend);
+    EXPECT_EQ_INT(gdev->sync(&gctx), 0); /* no error left pending from the tests above */
+    gdev->backend_destroy(gctx.backend);
     gctx.backend = NULL;
 }

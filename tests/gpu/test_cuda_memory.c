@@ -1,12 +1,12 @@
-/* The CUDA backend's memory layer on a real device: allocate through the kernel table, copy a
+/* The CUDA backend's memory layer on a real device: allocate through the device table, copy a
  * pattern in and back. Skips (77) where no device is visible, as on the CI machines. */
 #include "kernels/cuda/cuda_probe.h"
-#include "kernels/ops.h"
+#include "kernels/device.h"
 #include "test.h"
 
 TEST(cuda_alloc_copy_roundtrip)
 {
-    const struct kernel_ops *ops = kernel_ops_cuda();
+    const struct device_ops *ops = device_ops_cuda();
     enum { N = 1 << 20 };
     static float host[N], back[N];
 
@@ -22,22 +22,21 @@ TEST(cuda_alloc_copy_roundtrip)
     ops->free(dev);
 }
 
-/* kernel_ops.pointer_kind: host (pageable and pinned) and this device's memory told apart, as
+/* device_ops.pointer_kind: host (pageable and pinned) and this device's memory told apart, as
  * the step's pointer check needs; timing marks on the compute and a copy lane give positive
  * intervals around real work, NaN for a mark never recorded or out of range; mark_done says
  * passed marks are done without waiting. */
 TEST(cuda_pointer_kinds_and_timing_marks)
 {
-    const struct kernel_ops *ops = kernel_ops_cuda();
+    const struct device_ops *ops = device_ops_cuda();
     struct kernel_ctx ctx = {0, NULL, NULL};
-    char err[256];
     int dev[2];
     enum { BYTES = 64 << 20 };
 
     ASSERT_TRUE(ops != NULL);
     if (cuda_probe_device_count() == 0)
         test_skip("no CUDA device visible");
-    ctx.backend = ops->backend_create(-1, &ctx.stream, err, sizeof err);
+    ASSERT_EQ_INT(ops->backend_create(-1, &ctx.stream, &ctx.backend), SHARDOPT_OK);
     ASSERT_TRUE(ctx.backend != NULL);
     void *pageable = malloc(BYTES), *pinned = ops->host_alloc(BYTES), *d = ops->alloc(BYTES);
     ASSERT_TRUE(pageable != NULL && pinned != NULL && d != NULL);

@@ -3,18 +3,18 @@
  * tensors bit for bit equal to the CPU run (the same elementwise rules), Muon tensors' updates
  * within bf16 tolerance (cuBLAS bf16 Newton-Schulz against the CPU's fp32).
  *
- * Otherwise, on the CPU: a simulated device whose memory the host cannot touch. Its kernel table
- * wraps the CPU reference; every allocation it makes is mapped PROT_NONE and opened only while one
- * of its own entries runs. So a memcpy, an MPI call or a checkpoint read that goes straight at
- * state, exchange buffers, parameters or gradients, where the CUDA backend needs a copy through the
- * host mirrors, crashes this test. It checks that the step (exchanges staged through pinned-host
- * mirrors, own blocks copied on the device, replica all-gather staged), save (a host copy of the
- * state) and load (host staging, then one upload) give the same bits as the plain CPU run on the
- * same layout. SHARDOPT_TEST_OFFLOAD=optimizer: both runs keep the state in a host store,
- * streamed through device staging slots; =cpu: state, parameters and elementwise work on the
- * host, only Newton-Schulz on the device (its own table beside the CPU one).
+ * Otherwise, on the CPU: a simulated device whose memory the host cannot touch. Its kernel and
+ * device tables wrap the CPU reference; every allocation it makes is mapped PROT_NONE and opened
+ * only while one of its own entries runs. So a memcpy, an MPI call or a checkpoint read that goes
+ * straight at state, exchange buffers, parameters or gradients, where the CUDA backend needs a copy
+ * through the host mirrors, crashes this test. It checks that the step (exchanges staged through
+ * pinned-host mirrors, own blocks copied on the device, replica all-gather staged), save (a host
+ * copy of the state) and load (host staging, then one upload) give the same bits as the plain CPU
+ * run on the same layout. SHARDOPT_TEST_OFFLOAD=optimizer: both runs keep the state in a host
+ * store, streamed through device staging slots; =cpu: state, parameters and elementwise work on the
+ * host, only Newton-Schulz on the device (its own tables beside the CPU ones).
  *
- * One file, over 600 lines: the simulated device, its kernel table and the runs it is compared
+ * One file, over 600 lines: the simulated device, its tables and the runs it is compared
  * against are one fixture, and every case (step, save, load, each offload mode) runs on it in the
  * same process against the same plain CPU run. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
@@ -343,10 +343,10 @@ static void *sim_host_alloc(size_t bytes) { return cpu_alloc(bytes); }
 #ifdef SHARDOPT_TEST_NCCL_MOCK
 /* Ordering with a trainer's stream: nothing to order on the host; present so that the step
  * drains its NCCL groups at its end as on CUDA. */
-static int sim_stream_edge(const struct kernel_ctx *c, void *caller, char *err, size_t len)
+static shardopt_status_t sim_stream_edge(const struct kernel_ctx *c, void *caller)
 {
-    (void)c, (void)caller, (void)err, (void)len;
-    return 0;
+    (void)c, (void)caller;
+    return SHARDOPT_OK;
 }
 #endif
 
@@ -359,18 +359,30 @@ static const struct kernel_ops sim_ops = {
     .adamw_many = sim_adamw_many,
     .apply_many = sim_apply_many,
     .newton_schulz = sim_ns,
-    .copy2d = sim_copy2d,
     .sumsq = sim_sumsq,
     .sumsq_many = sim_sumsq_many,
+    .ns_workspace_bytes = cpu_ns_workspace_bytes,
+};
+
+/* What CUDA's device table can do, but for choosing and creating a backend (there is one
+ * simulated device, already current) and pinning host memory allocated elsewhere. */
+static const struct device_ops sim_dev = {
+    .name = "devsim",
+    .caps = DEVICE_CAP_DEVICE_MEMORY | DEVICE_CAP_HOST_PINNED | DEVICE_CAP_COPY_LANES |
+            DEVICE_CAP_MARKS | DEVICE_CAP_POINTER_KIND | DEVICE_CAP_THREAD_DEVICE
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+            | DEVICE_CAP_STREAMS
+#endif
+    ,
     .copy = sim_copy,
-    .copy_on = sim_copy_on,
-    .lane_record = sim_lane_record,
-    .lane_wait = sim_lane_wait,
+    .copy2d = sim_copy2d,
     .fill = sim_fill,
     .alloc = sim_alloc,
     .free = sim_free,
     .sync = sim_sync,
-    .ns_workspace_bytes = cpu_ns_workspace_bytes,
+    .copy_on = sim_copy_on,
+    .lane_record = sim_lane_record,
+    .lane_wait = sim_lane_wait,
     .host_alloc = sim_host_alloc,
     .host_free = cpu_free,
     .mark = sim_mark,
@@ -390,9 +402,9 @@ static int on_cuda; /* SHARDOPT_TEST_DEVICE=cuda */
 static int on_host; /* SHARDOPT_TEST_OFFLOAD=cpu: parameters and gradients in host memory */
 
 /* Where the trainer's parameters and gradients live: the device, or (offload = cpu) the host. */
-static const struct kernel_ops *dev_ops(void)
+static const struct device_ops *dev_ops(void)
 {
-    return on_host ? kernel_ops_cpu_ref() : on_cuda ? kernel_ops_cuda() : &sim_ops;
+    return on_host ? device_ops_cpu() : on_cuda ? device_ops_cuda() : &sim_dev;
 }
 
 static void *dev_alloc(size_t bytes) { return dev_ops()->alloc(bytes); }
@@ -470,10 +482,12 @@ static shardopt_status_t dev_setup(struct dev_run *r)
     r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
     if (!on_cuda && on_host) { /* offload = cpu: only Newton-Schulz on the simulated device */
         r->rt->ns_ops = &sim_ops;
-    } else if (!on_cuda) { /* the simulated table for everything, before any allocation */
+        r->rt->ns_dev = &sim_dev;
+    } else if (!on_cuda) { /* the simulated tables for everything, before any allocation */
         r->rt->ops = r->rt->ns_ops = &sim_ops;
-        state_store_init(&r->rt->store, &sim_ops);
-        timeline_init(&r->rt->timeline, &sim_ops, &r->rt->kctx);
+        r->rt->dev = r->rt->ns_dev = &sim_dev;
+        state_store_init(&r->rt->store, &sim_dev);
+        timeline_init(&r->rt->timeline, &sim_dev, &r->rt->kctx);
         r->rt->ew = calloc(1, sizeof *r->rt->ew); /* what init makes for a batching table */
 #ifdef SHARDOPT_TEST_NCCL_MOCK
         /* the exchanges over NCCL (the mock over MPI), the groups made as init makes them */
@@ -625,7 +639,8 @@ static void device_begin(void)
     on_cuda = dv != NULL && strcmp(dv, "cuda") == 0;
     on_host = test_cfg().offload == SHARDOPT_OFFLOAD_CPU;
     sim_current = SIM_DEVICE; /* the trainer's thread is on the device init will use */
-    if (on_cuda && (kernel_ops_cuda() == NULL || kernel_ops_cuda()->device_count() == 0)) {
+    EXPECT_TRUE(device_ops_check(&sim_dev) == NULL); /* its caps say what the runtime may call */
+    if (on_cuda && (device_ops_cuda() == NULL || device_ops_cuda()->device_count() == 0)) {
         MPI_Finalize(); /* every rank: the node's devices are the same for all */
         test_skip(kernel_ops_cuda() == NULL ? "built without CUDA" : "no CUDA device visible");
     }
@@ -868,7 +883,7 @@ TEST(memory_of_the_wrong_kind_fails_the_step_on_every_rank)
         p++;
     const size_t bytes = (size_t)dev.box[p].numel * model_esize(model_params[p].dtype) + 1;
     /* the wrong kind: host memory for a device run, the device's for offload = cpu */
-    const struct kernel_ops *other = on_cuda ? kernel_ops_cuda() : &sim_ops;
+    const struct device_ops *other = on_cuda ? device_ops_cuda() : &sim_dev;
     void *wrong = on_host ? other->alloc(bytes) : malloc(bytes);
     ASSERT_TRUE(wrong != NULL);
     if (me == bad)

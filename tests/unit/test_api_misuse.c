@@ -1,6 +1,6 @@
 /* Misuse gets a clear status and message, never a crash, and the runtime still finalizes. */
 #include "fixture.h"
-#include "kernels/ops.h"
+#include "kernels/device.h"
 
 static float w[64], g[64];
 
@@ -150,7 +150,7 @@ TEST(invalid_config_refused_at_init)
     EXPECT_TRUE(rt == NULL);
     cfg = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
     cfg.backend = SHARDOPT_BACKEND_CUDA;
-    const struct kernel_ops *cuda = kernel_ops_cuda();
+    const struct device_ops *cuda = device_ops_cuda();
     if (cuda == NULL) { /* a build without CUDA says so */
         EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_UNSUPPORTED);
         EXPECT_STR_CONTAINS(shardopt_last_error(), "backend = cuda");

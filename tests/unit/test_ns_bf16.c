@@ -30,11 +30,10 @@ static void require_bf16_matmul(void)
 
 static struct ns_bf16 *engine(void)
 {
-    char err[256];
+    struct ns_bf16 *b = NULL;
     require_bf16_matmul();
-    struct ns_bf16 *b = ns_bf16_create(err, sizeof err);
-    if (b == NULL)
-        fprintf(stderr, "  %s\n", err);
+    if (ns_bf16_create(&b) != SHARDOPT_OK)
+        fprintf(stderr, "  %s\n", shardopt_last_error());
     return b;
 }
 
@@ -43,10 +42,9 @@ static int run_algo(struct ns_bf16 *b, int64_t batch, int64_t rows, int64_t cols
                     int block, int algorithm, int precondition, const struct coeffs *t,
                     const void *in, int in_dt, void *out, int out_dt, int prep)
 {
-    char err[256];
     if (prep && ns_bf16_prepare(b, rows, cols, variant, block, algorithm, (const float(*)[3])t->c,
-                                t->steps, err, sizeof err) != 0) {
-        fprintf(stderr, "  prepare: %s\n", err);
+                                t->steps) != SHARDOPT_OK) {
+        fprintf(stderr, "  prepare: %s\n", shardopt_last_error());
         return -9;
     }
     struct ns_args a = ns_args_of(batch, rows, cols, t, in, in_dt, out, out_dt);
@@ -356,10 +354,9 @@ TEST(bf16_gram_runs_only_when_prepared)
     EXPECT_EQ_INT(run_algo(b, 1, 32, 96, 0, 0, NS_ALGO_GRAM, NS_PRECOND_FROBENIUS, &t, in, KDT_F32,
                            out, KDT_F32, 1),
                   0);
-    char err[256];
-    EXPECT_EQ_INT(ns_bf16_prepare(b, 32, 96, 0, 0, 7, (const float(*)[3])t.c, 5, err, sizeof err),
-                  -1);
-    EXPECT_STR_CONTAINS(err, "unknown algorithm 7");
+    EXPECT_EQ_INT(ns_bf16_prepare(b, 32, 96, 0, 0, 7, (const float(*)[3])t.c, 5),
+                  SHARDOPT_ERR_INTERNAL);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "unknown algorithm 7");
     free(in);
     free(out);
     ns_bf16_destroy(b);

@@ -86,7 +86,7 @@ static void run_chunk(void *arg, const struct stream_chunk *c, void *const dev[2
 
 TEST(stream_order_bytes_peak_and_poison)
 {
-    struct kernel_ops ops = *kernel_ops_cpu_ref();
+    struct device_ops ops = *device_ops_cpu();
     ops.copy = log_copy;
     ops.alloc = slot_alloc;
     struct staging s;
@@ -94,7 +94,7 @@ TEST(stream_order_bytes_peak_and_poison)
         host_m[i] = (float)i;
         host_v[i] = (float)(3 * i);
     }
-    ASSERT_EQ_INT(staging_init(&s, &ops, NULL, 512, 1), 0);
+    ASSERT_EQ_INT(staging_init(&s, &ops, NULL, 512, 1), SHARDOPT_OK);
     /* two 96-byte segments, the second at byte 128: 512 - 64 bytes of room take 56 elements */
     EXPECT_EQ_INT(staging_chunk_elems(&s, 4, 4), 56);
     int k = 0;
@@ -127,9 +127,9 @@ TEST(stream_order_bytes_peak_and_poison)
 
 TEST(stream_of_nothing_and_of_one_chunk)
 {
-    struct kernel_ops ops = *kernel_ops_cpu_ref();
+    struct device_ops ops = *device_ops_cpu();
     struct staging s;
-    ASSERT_EQ_INT(staging_init(&s, &ops, NULL, 512, 0), 0);
+    ASSERT_EQ_INT(staging_init(&s, &ops, NULL, 512, 0), SHARDOPT_OK);
     int k = NCHUNK;
     nev = 0;
     staging_stream(&s, next_chunk, run_chunk, &k);
@@ -235,12 +235,13 @@ static void vc_run(void *arg, const struct stream_chunk *c, void *const dev[2])
  * for the copy-out lane only at staging_join. */
 TEST(stream_waits_cover_their_own_chunk_only_and_join_once)
 {
-    struct kernel_ops ops = *kernel_ops_cpu_ref();
+    struct device_ops ops = *device_ops_cpu();
+    ops.caps |= DEVICE_CAP_COPY_LANES;
     ops.copy_on = vc_copy_on;
     ops.lane_record = vc_lane_record;
     ops.lane_wait = vc_lane_wait;
     struct staging s;
-    ASSERT_EQ_INT(staging_init(&s, &ops, NULL, 512, 0), 0);
+    ASSERT_EQ_INT(staging_init(&s, &ops, NULL, 512, 0), SHARDOPT_OK);
     for (int i = 0; i < VC_CHUNKS * CHUNK_ELEMS; i++)
         vc_host[i] = (float)i;
     const int calls[2] = {5, 4};

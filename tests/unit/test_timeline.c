@@ -1,5 +1,5 @@
-/* kernels/timeline.h: on a table without marks a lap adds host time at once; on one with marks
- * (a fake device whose mark i happens at time i seconds) laps become intervals added once, at
+/* kernels/timeline.h: on a device table without marks a lap adds host time at once; on one with
+ * marks (a fake device whose mark i happens at time i seconds) laps become intervals added once, at
  * resolve, only between begin and end, and a new step drops what was never resolved; a mark
  * that fails or runs past KERNEL_MAX_MARKS loses its intervals (counted) and nothing else. */
 #include <math.h>
@@ -30,17 +30,27 @@ static double fake_seconds(const struct kernel_ctx *c, int a, int b)
     return (double)(b - a) * (fake_lane[a] == 1 ? 10.0 : 1.0);
 }
 
-static struct kernel_ops fake_ops(void)
+/* a device that cannot tell whether a mark has happened: timeline_ready counts it as ready */
+static int fake_cannot_tell(const struct kernel_ctx *c, int id)
 {
-    struct kernel_ops o = {.name = "fake"};
+    (void)c, (void)id;
+    return -1;
+}
+
+static struct device_ops fake_ops(void)
+{
+    struct device_ops o = *device_ops_cpu();
+    o.name = "fake";
+    o.caps = DEVICE_CAP_MARKS;
     o.mark = fake_mark;
     o.mark_seconds = fake_seconds;
+    o.mark_done = fake_cannot_tell;
     return o;
 }
 
 TEST(timeline_host_clock_adds_at_once)
 {
-    const struct kernel_ops *cpu = kernel_ops_cpu_ref();
+    const struct device_ops *cpu = device_ops_cpu();
     struct kernel_ctx ctx = {0};
     struct timeline tl;
     struct tl_clock c;
@@ -59,7 +69,7 @@ TEST(timeline_host_clock_adds_at_once)
 
 TEST(timeline_device_marks_become_intervals_at_resolve)
 {
-    const struct kernel_ops ops = fake_ops();
+    const struct device_ops ops = fake_ops();
     struct kernel_ctx ctx = {0};
     struct timeline tl;
     struct tl_clock c, copy;
@@ -100,7 +110,7 @@ TEST(timeline_device_marks_become_intervals_at_resolve)
 
 TEST(timeline_failed_or_exhausted_marks_lose_their_intervals_only)
 {
-    const struct kernel_ops ops = fake_ops();
+    const struct device_ops ops = fake_ops();
     struct kernel_ctx ctx = {0};
     struct timeline tl;
     struct tl_clock c;
@@ -140,11 +150,11 @@ static int fake_done(const struct kernel_ctx *c, int id)
 }
 
 /* timeline_ready asks the backend without waiting: ready only once every pending interval's end
- * mark has happened; nothing pending is ready; a backend that cannot tell (no mark_done, or -1)
+ * mark has happened; nothing pending is ready; a backend that cannot tell (mark_done -1)
  * counts as ready, so that a resolve waits as it always did. */
 TEST(timeline_ready_only_when_every_pending_mark_has_happened)
 {
-    struct kernel_ops ops = fake_ops();
+    struct device_ops ops = fake_ops();
     struct kernel_ctx ctx = {0};
     struct timeline tl;
     struct tl_clock c;
@@ -168,7 +178,7 @@ TEST(timeline_ready_only_when_every_pending_mark_has_happened)
     EXPECT_NEAR(x, 2.0, 0);
     EXPECT_EQ_INT(timeline_pending(&tl), 0);
 
-    ops.mark_done = NULL; /* cannot tell: ready (the resolve will wait) */
+    ops.mark_done = fake_cannot_tell; /* -1: ready (the resolve will wait) */
     timeline_begin(&tl);
     timeline_start(&tl, &c, 0);
     timeline_lap(&tl, &c, &x);

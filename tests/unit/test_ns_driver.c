@@ -317,15 +317,15 @@ static struct gerr run_gram_aol(const struct gcase *c, int algorithm, int precon
             r64[i] = fout[i];
         r.e_ref = worst_of(out, c->out_dt, r64, batch, one);
         char why[256];
-        struct ns_bf16 *b16 =
-            ns_bf16_available(why, sizeof why) ? ns_bf16_create(why, sizeof why) : NULL;
+        struct ns_bf16 *b16 = NULL;
+        if (ns_bf16_available(why, sizeof why) && ns_bf16_create(&b16) != SHARDOPT_OK)
+            b16 = NULL;
         q.compute = KDT_BF16;
         q.variant = a.variant;
         q.block = a.block;
         w.bf16 = b16;
-        if (b16 != NULL &&
-            ns_bf16_prepare(b16, rows, cols, q.variant, q.block, algorithm, (const float(*)[3])t->c,
-                            t->steps, why, sizeof why) == 0) {
+        if (b16 != NULL && ns_bf16_prepare(b16, rows, cols, q.variant, q.block, algorithm,
+                                           (const float(*)[3])t->c, t->steps) == SHARDOPT_OK) {
             EXPECT_EQ_INT(ns_blas_newton_schulz(&ctx, &q, &w), 0);
             r.e_cpu16 = worst_of(fout, KDT_F32, ref, batch, one);
         }

@@ -7,12 +7,16 @@
 
 /* 2: index.json has its integrity record, index.json.crc32c, beside it. 3: the checkpoint also
  * holds the parameters (ckpt_weights: "weights": true, a tensor named as each parameter), which a
- * version-2 reader would refuse as damaged rather than as newer. A save writes 3 with weights and
- * 2 without; a load reads 1 (without the record), 2 and 3 (only with it). */
-#define CKPT_FORMAT_VERSION       3
-#define CKPT_FORMAT_STATE_ONLY    2
+ * version-2 reader would refuse as damaged rather than as newer. 4: index.json holds the global
+ * facts alone (O(parameters)); each writer's shard records are in its own rank-NNNNN.index.json
+ * (with its integrity record), so that no rank builds or parses the whole world's records. A save
+ * writes 4; a load reads 1 (without the record), 2, 3 and 4 (only with it). */
+#define CKPT_FORMAT_VERSION       4
 #define CKPT_FORMAT_OLDEST        1
 #define CKPT_FORMAT_WEIGHTS_FIRST 3
+#define CKPT_FORMAT_WRITERS_FIRST 4
+#define CKPT_WRITER_INDEX_FMT     "rank-%05d.index.json"
+#define CKPT_RANK_FILE_FMT        "rank-%05d.safetensors"
 #define CKPT_INDEX_CRC_NAME       "index.json.crc32c"
 #define CKPT_BLOCK                ((size_t)1 << 20) /* bytes per CRC32C block: partial readers verify blocks */
 #define CKPT_CHUNK                ((size_t)16 << 20) /* bytes per read or write call */

@@ -51,13 +51,19 @@ static int json_i64s(const cJSON *a, int64_t *out, int max, int *n)
     return 0;
 }
 
-static shardopt_status_t index_bad(const char *dir, const char *what, const char *tensor)
+/* file: "index.json", or a writer's index (version 4) */
+static shardopt_status_t index_bad_in(const char *dir, const char *file, const char *what,
+                                      const char *tensor)
 {
     char shown[600]; /* the name as the file has it: escaped */
-    return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/index.json: %s%s%s%s", dir, what,
-                    tensor ? " (tensor '" : "",
-                    tensor ? log_escape(shown, sizeof shown, tensor, strlen(tensor)) : "",
-                    tensor ? "')" : "");
+    return log_fail(
+        SHARDOPT_ERR_CORRUPT, "load: %s/%s: %s%s%s%s", dir, file, what, tensor ? " (tensor '" : "",
+        tensor ? log_escape(shown, sizeof shown, tensor, strlen(tensor)) : "", tensor ? "')" : "");
+}
+
+static shardopt_status_t index_bad(const char *dir, const char *what, const char *tensor)
+{
+    return index_bad_in(dir, "index.json", what, tensor);
 }
 
 static int tensor_ptr_by_name(const void *a, const void *b)
@@ -112,19 +118,24 @@ static shardopt_status_t index_top(struct ck_index *L, int verified, int quiet)
     const cJSON *weights = cJSON_GetObjectItemCaseSensitive(L->root, "weights");
     if (weights != NULL && !cJSON_IsBool(weights))
         return index_bad(L->dir, "\"weights\" is not true or false", NULL);
-    if ((weights != NULL) != (version >= CKPT_FORMAT_WEIGHTS_FIRST))
+    if ((weights != NULL) != (version >= CKPT_FORMAT_WEIGHTS_FIRST)) {
+        char what[128];
+        snprintf(what, sizeof what, "format_version %llu and no \"weights\"",
+                 (unsigned long long)version);
         return index_bad(L->dir,
                          weights != NULL ? "\"weights\" in an index of format_version 1 or 2 "
                                            "(it came with version 3)"
-                                         : "format_version 3 and no \"weights\"",
+                                         : what,
                          NULL);
+    }
     L->weights = cJSON_IsTrue(weights);
+    L->version = (int)version;
     if (version == 1 && !verified && !quiet && !v1_noticed) {
         v1_noticed = 1;
         log_warn("load: %s/index.json: format_version 1, written before indexes carried "
                  "an integrity record (" CKPT_INDEX_CRC_NAME "): damage to the index itself is "
                  "not detected; the next save writes version %d",
-                 L->dir, CKPT_FORMAT_STATE_ONLY);
+                 L->dir, CKPT_FORMAT_VERSION);
     }
     if (!json_uint(step, CK_INT_MAX, &L->step))
         return index_bad(L->dir, "\"step\" is not an integer in [0, 9e15]", NULL);
@@ -146,6 +157,19 @@ static shardopt_status_t index_top(struct ck_index *L, int verified, int quiet)
                          NULL);
     if (v[5] != CKPT_BLOCK) /* the block CRCs are of 1 MiB blocks: the only size read */
         return index_bad(L->dir, "\"layout\": block_bytes is not 1048576", NULL);
+    /* version 4: one writer index per dense rank of the saving world (replica 0 writes) */
+    const cJSON *writers = cJSON_GetObjectItemCaseSensitive(L->root, "writers");
+    uint64_t nw = 0;
+    if ((writers != NULL) != (version >= CKPT_FORMAT_WRITERS_FIRST))
+        return index_bad(L->dir,
+                         writers != NULL ? "\"writers\" in an index of format_version 1 to 3 (it "
+                                           "came with version 4)"
+                                         : "format_version 4 and no \"writers\"",
+                         NULL);
+    if (writers != NULL && (!json_uint(writers, 2147483647.0, &nw) || nw != v[0] / v[1]))
+        return index_bad(
+            L->dir, "\"writers\" is not the layout's dense ranks (ranks / dp_replicate)", NULL);
+    L->writers = (int)nw;
     if (!cJSON_IsObject(cfg))
         return index_bad(L->dir, "\"config\" is not an object", NULL);
     cJSON_ArrayForEach(e, cfg) if (!cJSON_IsString(e)) return index_bad(
@@ -294,6 +318,67 @@ static const char *tiling_problem(const struct ck_tensor *t)
                          "tile it exactly)";
 }
 
+/* One shard record of tensor t (whose shape, ndim long, is `shape`): its file (with_file; else
+ * the caller sets it), offset and shape inside the tensor, CRC lists that fit; the box made 3-D.
+ * ixfile: the index file that holds it, for messages. */
+static shardopt_status_t shard_parse(const char *dir, const char *ixfile, const struct ck_tensor *t,
+                                     const int64_t *shape, const cJSON *s, int with_file,
+                                     struct ck_shard *sh)
+{
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(s, "file");
+    const cJSON *crc = cJSON_GetObjectItemCaseSensitive(s, "crc32c");
+    uint64_t v;
+    int n1, n2;
+    if (with_file) {
+        if (!cJSON_IsString(file) || !ckpt_name_is_plain(file->valuestring))
+            return index_bad_in(dir, ixfile,
+                                "a shard's \"file\" is not a plain file name inside the "
+                                "checkpoint directory",
+                                t->name);
+        sh->file = file->valuestring;
+    }
+    int64_t *lo = sh->box.lo, *ln = sh->box.len;
+    if (json_i64s(cJSON_GetObjectItemCaseSensitive(s, "offset"), lo, 3, &n1) != 0 ||
+        json_i64s(cJSON_GetObjectItemCaseSensitive(s, "shape"), ln, 3, &n2) != 0 || n1 != t->ndim ||
+        n2 != t->ndim)
+        return index_bad_in(dir, ixfile, "a shard's offset/shape do not match the tensor's dims",
+                            t->name);
+    uint64_t bytes = kdtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) {
+        if (lo[d] + ln[d] > shape[d]) /* each at most 9e15: no overflow */
+            return index_bad_in(dir, ixfile, "a shard lies outside the tensor", t->name);
+        if (__builtin_mul_overflow(bytes, (uint64_t)ln[d], &bytes))
+            return index_bad_in(dir, ixfile, "a shard's byte size overflows 64 bits", t->name);
+    }
+    const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(s, "block_crc32c"), *bc;
+    if (!json_uint(crc, 4294967295.0, &v) || !cJSON_IsArray(blocks) ||
+        (uint64_t)cJSON_GetArraySize(blocks) != (bytes + CKPT_BLOCK - 1) / CKPT_BLOCK)
+        return index_bad_in(dir, ixfile, "a shard's CRC32C list does not match its size", t->name);
+    sh->crc = (uint32_t)v;
+    sh->blocks = mem_malloc(sizeof(uint32_t) * ((size_t)cJSON_GetArraySize(blocks) + 1));
+    if (sh->blocks == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s/%s: out of memory allocating %zu bytes for the block CRCs of "
+                        "'%s'",
+                        dir, ixfile, sizeof(uint32_t) * ((size_t)cJSON_GetArraySize(blocks) + 1),
+                        t->name);
+    int b = 0;
+    cJSON_ArrayForEach(bc, blocks)
+    {
+        if (!json_uint(bc, 4294967295.0, &v))
+            return index_bad_in(dir, ixfile, "a block CRC32C is not an integer in [0, 2^32)",
+                                t->name);
+        sh->blocks[b++] = (uint32_t)v;
+    }
+    /* 3-D, leading dims of 1 */
+    for (int d = 2; d >= 0; d--) {
+        int s3 = d - (3 - t->ndim);
+        lo[d] = s3 >= 0 ? lo[s3] : 0;
+        ln[d] = s3 >= 0 ? ln[s3] : 1;
+    }
+    return SHARDOPT_OK;
+}
+
 /* One tensor record: everything but the tiling. */
 static shardopt_status_t index_tensor(struct ck_index *L, const cJSON *e, struct ck_tensor *t)
 {
@@ -329,6 +414,14 @@ static shardopt_status_t index_tensor(struct ck_index *L, const cJSON *e, struct
                          t->name);
     if (p->ndim != t->ndim || memcmp(p->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
         return index_bad(L->dir, "shape differs from its parameter's", t->name);
+    if (L->version >= CKPT_FORMAT_WRITERS_FIRST) { /* in the writers' indexes */
+        if (shards != NULL)
+            return index_bad(L->dir,
+                             "\"shards\" in index.json of format_version 4 (they are in the "
+                             "writers' rank-NNNNN.index.json)",
+                             t->name);
+        goto dims;
+    }
     if (!cJSON_IsArray(shards))
         return index_bad(L->dir, "\"shards\" missing", t->name);
     t->shards = mem_calloc((size_t)cJSON_GetArraySize(shards) + 1, sizeof(*t->shards));
@@ -341,55 +434,12 @@ static shardopt_status_t index_tensor(struct ck_index *L, const cJSON *e, struct
     int j = 0;
     cJSON_ArrayForEach(s, shards)
     {
-        struct ck_shard *sh = &t->shards[j++];
-        const cJSON *file = cJSON_GetObjectItemCaseSensitive(s, "file");
-        const cJSON *crc = cJSON_GetObjectItemCaseSensitive(s, "crc32c");
-        uint64_t v;
-        int n1, n2;
-        if (!cJSON_IsString(file) || !ckpt_name_is_plain(file->valuestring))
-            return index_bad(L->dir,
-                             "a shard's \"file\" is not a plain file name inside the "
-                             "checkpoint directory",
-                             t->name);
-        sh->file = file->valuestring;
-        int64_t *lo = sh->box.lo, *ln = sh->box.len;
-        if (json_i64s(cJSON_GetObjectItemCaseSensitive(s, "offset"), lo, 3, &n1) != 0 ||
-            json_i64s(cJSON_GetObjectItemCaseSensitive(s, "shape"), ln, 3, &n2) != 0 ||
-            n1 != t->ndim || n2 != t->ndim)
-            return index_bad(L->dir, "a shard's offset/shape do not match the tensor's dims",
-                             t->name);
-        uint64_t bytes = kdtype_size(t->dtype);
-        for (int d = 0; d < t->ndim; d++) {
-            if (lo[d] + ln[d] > t->shape[d]) /* each at most 9e15: no overflow */
-                return index_bad(L->dir, "a shard lies outside the tensor", t->name);
-            if (__builtin_mul_overflow(bytes, (uint64_t)ln[d], &bytes))
-                return index_bad(L->dir, "a shard's byte size overflows 64 bits", t->name);
-        }
-        const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(s, "block_crc32c"), *bc;
-        if (!json_uint(crc, 4294967295.0, &v) || !cJSON_IsArray(blocks) ||
-            (uint64_t)cJSON_GetArraySize(blocks) != (bytes + CKPT_BLOCK - 1) / CKPT_BLOCK)
-            return index_bad(L->dir, "a shard's CRC32C list does not match its size", t->name);
-        sh->crc = (uint32_t)v;
-        sh->blocks = mem_malloc(sizeof(uint32_t) * ((size_t)cJSON_GetArraySize(blocks) + 1));
-        if (sh->blocks == NULL)
-            return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                            "load: %s/index.json: out of memory allocating %zu bytes for the "
-                            "block CRCs of '%s'",
-                            L->dir, mem_failed_bytes(), t->name);
-        int b = 0;
-        cJSON_ArrayForEach(bc, blocks)
-        {
-            if (!json_uint(bc, 4294967295.0, &v))
-                return index_bad(L->dir, "a block CRC32C is not an integer in [0, 2^32)", t->name);
-            sh->blocks[b++] = (uint32_t)v;
-        }
-        /* 3-D, leading dims of 1 */
-        for (int d = 2; d >= 0; d--) {
-            int s3 = d - (3 - t->ndim);
-            lo[d] = s3 >= 0 ? lo[s3] : 0;
-            ln[d] = s3 >= 0 ? ln[s3] : 1;
-        }
+        shardopt_status_t status =
+            shard_parse(L->dir, "index.json", t, t->shape, s, 1, &t->shards[j++]);
+        if (status != SHARDOPT_OK)
+            return status;
     }
+dims:
     for (int d = 2; d >= 0; d--) {
         int s3 = d - (3 - t->ndim);
         t->shape[d] = s3 >= 0 ? t->shape[s3] : 1;
@@ -451,7 +501,7 @@ shardopt_status_t ckpt_index_parse(struct ck_index *L, const char *text, size_t 
                         "load: %s/index.json: out of memory allocating %zu bytes to check that "
                         "the shards tile their tensors",
                         L->dir, cbytes);
-    for (int k = 0; k < L->nt; k++)
+    for (int k = 0; k < L->nt && L->version < CKPT_FORMAT_WRITERS_FIRST; k++)
         if (!shards_tile(&L->t[k], corners)) {
             free(corners);
             return index_bad(L->dir, tiling_problem(&L->t[k]), L->t[k].name);
@@ -586,7 +636,324 @@ void ckpt_index_free(struct ck_index *L)
     free(L->t);
     free(L->by);
     free(L->p);
+    for (int i = 0; i < L->nfiles; i++)
+        free(L->files[i]);
+    free(L->files);
     cJSON_Delete(L->root);
+}
+
+/* ---- version 4: the writers' indexes ---- */
+
+void (*ckpt_index_test_probe)(void);
+
+shardopt_status_t ckpt_index_writer_read(void *ctx, const char *stepdir, int w, char **text,
+                                         size_t *len)
+{
+    char name[64], path[4400], rec[16];
+    struct stat st;
+    (void)ctx;
+    *text = NULL;
+    snprintf(name, sizeof name, CKPT_WRITER_INDEX_FMT, w);
+    snprintf(path, sizeof path, "%s/%s", stepdir, name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > CKPT_INDEX_MAX) {
+        fclose(f);
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: not a regular file of at most %zu bytes",
+                        path, CKPT_INDEX_MAX);
+    }
+    *text = mem_malloc((size_t)st.st_size + 1);
+    if (*text == NULL) {
+        fclose(f);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s: out of memory allocating %zu bytes for its text", path,
+                        (size_t)st.st_size + 1);
+    }
+    const int ok = fread(*text, 1, (size_t)st.st_size, f) == (size_t)st.st_size;
+    fclose(f);
+    if (!ok) {
+        free(*text);
+        *text = NULL;
+        return log_fail(SHARDOPT_ERR_IO, "load: %s: read failed", path);
+    }
+    (*text)[st.st_size] = '\0';
+    *len = (size_t)st.st_size;
+    /* its integrity record, checked before a byte is parsed: version 4 always has one */
+    snprintf(path, sizeof path, "%s/%s.crc32c", stepdir, name);
+    f = fopen(path, "rb");
+    size_t n = 0;
+    int failed = 1;
+    if (f != NULL) {
+        n = fread(rec, 1, sizeof rec, f);
+        failed = ferror(f);
+        fclose(f);
+    }
+    int good = !failed && n == 9 && rec[8] == '\n';
+    for (int i = 0; good && i < 8; i++)
+        good = (rec[i] >= '0' && rec[i] <= '9') || (rec[i] >= 'a' && rec[i] <= 'f');
+    shardopt_status_t status = SHARDOPT_OK;
+    if (f == NULL)
+        status = log_fail(errno == ENOENT ? SHARDOPT_ERR_CORRUPT : SHARDOPT_ERR_IO,
+                          "load: %s: %s: the integrity record of %s is missing", path,
+                          strerror(errno), name);
+    else if (!good)
+        status =
+            log_fail(failed ? SHARDOPT_ERR_IO : SHARDOPT_ERR_CORRUPT,
+                     "load: %s: %s (the CRC-32C of %s): the record is damaged", path,
+                     failed ? "read failed" : "not 8 lowercase hex digits and a newline", name);
+    else {
+        rec[8] = '\0';
+        const uint32_t want = (uint32_t)strtoul(rec, NULL, 16);
+        const uint32_t have = crc32c_update(0, *text, *len);
+        if (want != have)
+            status = log_fail(SHARDOPT_ERR_CORRUPT,
+                              "load: %s/%s: CRC32C %08x, %s.crc32c says %08x: the writer's index "
+                              "is damaged",
+                              stepdir, name, have, name, want);
+    }
+    if (status != SHARDOPT_OK) {
+        free(*text);
+        *text = NULL;
+    }
+    return status;
+}
+
+/* Elements of a and b's overlap (3-D boxes), and that box. */
+static int64_t box_overlap(const struct plan_box *a, const struct plan_box *b, struct plan_box *o)
+{
+    int64_t v = 1;
+    for (int d = 0; d < 3; d++) {
+        const int64_t lo = a->lo[d] > b->lo[d] ? a->lo[d] : b->lo[d];
+        const int64_t ahi = a->lo[d] + a->len[d], bhi = b->lo[d] + b->len[d];
+        const int64_t hi = ahi < bhi ? ahi : bhi;
+        if (hi <= lo)
+            return 0;
+        o->lo[d] = lo;
+        o->len[d] = hi - lo;
+        v *= hi - lo;
+    }
+    return v;
+}
+
+/* Keep shard sh of t (its blocks move to t). */
+static shardopt_status_t shard_keep(struct ck_index *L, const char *ixfile, struct ck_tensor *t,
+                                    struct ck_shard *sh)
+{
+    if (t->nshards == t->cap) {
+        const int cap = t->cap ? 2 * t->cap : 4;
+        struct ck_shard *n = mem_realloc(t->shards, sizeof(*n) * (size_t)cap);
+        if (n == NULL)
+            return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                            "load: %s/%s: out of memory allocating %zu bytes for the shards of "
+                            "'%s'",
+                            L->dir, ixfile, sizeof(*n) * (size_t)cap, t->name);
+        t->shards = n;
+        t->cap = cap;
+    }
+    t->shards[t->nshards++] = *sh;
+    sh->blocks = NULL;
+    return SHARDOPT_OK;
+}
+
+/* One writer's index: every record checked, the shards overlapping a need kept (covered[k]
+ * counts the elements of need k they cover). */
+static shardopt_status_t writer_parse(struct ck_index *L, int w, const char *text, size_t len,
+                                      const struct ck_need *need, int64_t *covered, int *left)
+{
+    char ixfile[64], why[256], rankfile[64];
+    cJSON *root = NULL;
+    const cJSON *e;
+    uint64_t v;
+    snprintf(ixfile, sizeof ixfile, CKPT_WRITER_INDEX_FMT, w);
+    snprintf(rankfile, sizeof rankfile, CKPT_RANK_FILE_FMT, w);
+    shardopt_status_t status =
+        json_strict_parse(text, len, JSON_STRICT_INTEGERS, &root, why, sizeof why);
+    if (status == SHARDOPT_ERR_OUT_OF_MEMORY)
+        return log_fail(status, "load: %s/%s: %s while parsing it", L->dir, ixfile, why);
+    if (status != SHARDOPT_OK)
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/%s: %s", L->dir, ixfile, why);
+    if (ckpt_index_test_probe != NULL)
+        ckpt_index_test_probe();
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(root, "file");
+    if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) ||
+        strcmp(fmt->valuestring, "shardopt-checkpoint-shards") != 0)
+        status =
+            index_bad_in(L->dir, ixfile, "\"format\" is not \"shardopt-checkpoint-shards\"", NULL);
+    else if (!json_uint(cJSON_GetObjectItemCaseSensitive(root, "format_version"), CK_INT_MAX, &v) ||
+             v != (uint64_t)L->version)
+        status = index_bad_in(L->dir, ixfile, "\"format_version\" is not index.json's", NULL);
+    else if (!json_uint(cJSON_GetObjectItemCaseSensitive(root, "step"), CK_INT_MAX, &v) ||
+             v != L->step)
+        status =
+            index_bad_in(L->dir, ixfile,
+                         "\"step\" is not index.json's (a writer's index of another save)", NULL);
+    else if (!json_uint(cJSON_GetObjectItemCaseSensitive(root, "writer"), 2147483647.0, &v) ||
+             v != (uint64_t)w)
+        status = index_bad_in(L->dir, ixfile, "\"writer\" is not the number in its name", NULL);
+    /* the rank file of the same number: nothing else a writer writes */
+    else if (!cJSON_IsString(file) || strcmp(file->valuestring, rankfile) != 0)
+        status = index_bad_in(L->dir, ixfile, "\"file\" is not the rank file of its number", NULL);
+    else if (!cJSON_IsArray(shards))
+        status = index_bad_in(L->dir, ixfile, "\"shards\" missing", NULL);
+    const char *kept_name = NULL;
+    const cJSON *list = status == SHARDOPT_OK ? shards : (const cJSON *)NULL;
+    cJSON_ArrayForEach(e, list)
+    {
+        const cJSON *tn = cJSON_GetObjectItemCaseSensitive(e, "tensor");
+        struct ck_tensor *t =
+            cJSON_IsString(tn) ? (struct ck_tensor *)ckpt_index_find(L, tn->valuestring) : NULL;
+        if (t == NULL) {
+            status =
+                index_bad_in(L->dir, ixfile, "a shard's \"tensor\" names no tensor of index.json",
+                             cJSON_IsString(tn) ? tn->valuestring : NULL);
+            break;
+        }
+        if (t->seen_writer == w + 1) { /* a writer holds one shard of a tensor */
+            status = index_bad_in(L->dir, ixfile, "a tensor has two shards in one writer's index",
+                                  t->name);
+            break;
+        }
+        t->seen_writer = w + 1;
+        struct ck_shard sh;
+        memset(&sh, 0, sizeof sh);
+        status = shard_parse(L->dir, ixfile, t, t->shape + (3 - t->ndim), e, 0, &sh);
+        struct plan_box o;
+        const int k = t->need - 1;
+        const int64_t vol =
+            status == SHARDOPT_OK && k >= 0 ? box_overlap(&sh.box, &need[k].box, &o) : 0;
+        if (vol > 0) {
+            if (kept_name == NULL) { /* the rank file's name, once per writer */
+                if (L->nfiles == L->files_cap) {
+                    const int cap = L->files_cap ? 2 * L->files_cap : 16;
+                    char **n = mem_realloc(L->files, sizeof(*n) * (size_t)cap);
+                    if (n == NULL)
+                        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                          "load: %s/%s: out of memory allocating %zu bytes for "
+                                          "the file names",
+                                          L->dir, ixfile, sizeof(*n) * (size_t)cap);
+                    else
+                        L->files = n, L->files_cap = cap;
+                }
+                char *copy = status == SHARDOPT_OK ? mem_strdup(rankfile) : NULL;
+                if (status == SHARDOPT_OK && copy == NULL)
+                    status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                      "load: %s/%s: out of memory allocating %zu bytes for a file "
+                                      "name",
+                                      L->dir, ixfile, strlen(rankfile) + 1);
+                if (copy != NULL)
+                    kept_name = L->files[L->nfiles++] = copy;
+            }
+            sh.file = kept_name;
+            covered[k] += vol;
+            int64_t want = 1;
+            for (int d = 0; d < 3; d++)
+                want *= need[k].box.len[d];
+            if (covered[k] > want) /* a valid checkpoint's shards never overlap */
+                status = index_bad_in(
+                    L->dir, ixfile,
+                    "the shards overlap (they must tile the tensor exactly): more than this "
+                    "rank's part is covered",
+                    t->name);
+            else if (covered[k] == want)
+                (*left)--;
+            if (status == SHARDOPT_OK)
+                status = shard_keep(L, ixfile, t, &sh);
+        }
+        free(sh.blocks);
+        if (status != SHARDOPT_OK)
+            break;
+    }
+    cJSON_Delete(root);
+    return status;
+}
+
+shardopt_status_t ckpt_index_select(struct ck_index *L, const struct ck_need *need, int nneed,
+                                    int me, int nme, ck_writer_read_fn rd, void *ctx)
+{
+    if (L->version < CKPT_FORMAT_WRITERS_FIRST)
+        return SHARDOPT_OK;
+    shardopt_status_t status = SHARDOPT_OK;
+    int left = 0, most = 0;
+    int64_t *covered = mem_calloc((size_t)nneed + 1, sizeof(*covered));
+    if (covered == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s: out of memory allocating %zu bytes for what each writer covers",
+                        L->dir, ((size_t)nneed + 1) * sizeof(*covered));
+    for (int k = 0; k < nneed; k++) {
+        struct ck_tensor *t = (struct ck_tensor *)ckpt_index_find(L, need[k].tensor);
+        if (t == NULL || need[k].box.len[0] * need[k].box.len[1] * need[k].box.len[2] == 0)
+            continue; /* not in the checkpoint (the loader decides), or nothing of it here */
+        t->need = k + 1;
+        left++;
+    }
+    /* writer 0 (replicated tensors are only there), then outward from this rank's position */
+    const int W = L->writers;
+    const int w0 = nme > 0 ? (int)((int64_t)me * W / nme) : 0;
+    for (int i = 0; left > 0 && status == SHARDOPT_OK && i <= 2 * W; i++) {
+        const int w = i == 0 ? 0 : (i & 1 ? w0 + (i + 1) / 2 - 1 : w0 - i / 2);
+        if (w < 0 || w >= W || (w == 0 && i > 0))
+            continue;
+        char *text = NULL;
+        size_t len = 0;
+        status = rd(ctx, L->dir, w, &text, &len);
+        if (status == SHARDOPT_OK)
+            status = writer_parse(L, w, text, len, need, covered, &left);
+        free(text);
+        L->writers_read++;
+    }
+    /* the shards kept for each need tile its box: checked before any byte of a rank file is
+     * read (a gap is a writer's index missing a record; an overlap was refused as it came) */
+    for (int k = 0; status == SHARDOPT_OK && k < nneed; k++) {
+        const struct ck_tensor *t = ckpt_index_find(L, need[k].tensor);
+        if (t != NULL && t->need == k + 1)
+            most = t->nshards > most ? t->nshards : most;
+    }
+    const size_t cbytes = sizeof(struct corner) * 8 * ((size_t)most + 1);
+    struct corner *corners = status == SHARDOPT_OK ? mem_malloc(cbytes) : NULL;
+    if (status == SHARDOPT_OK && corners == NULL)
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "load: %s: out of memory allocating %zu bytes to check that the shards "
+                          "tile this rank's part",
+                          L->dir, cbytes);
+    for (int k = 0; status == SHARDOPT_OK && k < nneed; k++) {
+        const struct ck_tensor *t = ckpt_index_find(L, need[k].tensor);
+        if (t == NULL || t->need != k + 1)
+            continue;
+        /* the kept shards clipped to the need, in its coordinates, against the need's box */
+        struct ck_tensor part = {.name = t->name, .nshards = t->nshards};
+        struct ck_shard *clip = mem_calloc((size_t)t->nshards + 1, sizeof(*clip));
+        if (clip == NULL) {
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "load: %s: out of memory allocating %zu bytes to check the shards of "
+                              "'%s'",
+                              L->dir, ((size_t)t->nshards + 1) * sizeof(*clip), t->name);
+            break;
+        }
+        for (int d = 0; d < 3; d++)
+            part.shape[d] = need[k].box.len[d];
+        for (int s = 0; s < t->nshards; s++) {
+            box_overlap(&t->shards[s].box, &need[k].box, &clip[s].box);
+            for (int d = 0; d < 3; d++)
+                clip[s].box.lo[d] -= need[k].box.lo[d];
+        }
+        part.shards = clip;
+        if (covered[k] != part.shape[0] * part.shape[1] * part.shape[2] ||
+            !shards_tile(&part, corners))
+            status = index_bad_in(L->dir, "rank-*.index.json",
+                                  covered[k] < part.shape[0] * part.shape[1] * part.shape[2]
+                                      ? "the shards leave part of the tensor uncovered (they "
+                                        "must tile it exactly): this rank's part is not covered "
+                                        "whole"
+                                      : tiling_problem(&part),
+                                  t->name);
+        free(clip);
+    }
+    free(corners);
+    free(covered);
+    return status;
 }
 
 shardopt_status_t ckpt_index_check(const char *text, size_t len)

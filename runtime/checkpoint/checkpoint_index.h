@@ -8,7 +8,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 
 struct ck_shard {
-    const char *file;    /* points into the parsed JSON */
+    const char *file;    /* points into the parsed JSON (version 4: into ck_index.files) */
     struct plan_box box; /* 3-D, leading dims of 1 */
     uint32_t crc;
     uint32_t *blocks; /* CRC32C of each CKPT_BLOCK bytes */
@@ -21,6 +21,9 @@ struct ck_tensor {
     int64_t shape[3];
     struct ck_shard *shards;
     int nshards;
+    int cap;         /* version 4: shards allocated */
+    int need;        /* version 4: 1 + its entry in the needs (0: not needed) */
+    int seen_writer; /* version 4: 1 + the last writer whose record of it was read */
 };
 
 /* A "params" record. */
@@ -42,7 +45,43 @@ struct ck_index {
     struct ck_param *p;          /* sorted by name */
     int np;
     int weights; /* the index says "weights": true */
+    int version;
+    int writers;  /* version 4: how many rank-NNNNN.index.json (the saving world's dense ranks) */
+    char **files; /* version 4: the rank file names the records read name, owned */
+    int nfiles, files_cap;
+    int writers_read; /* version 4: how many writer indexes ckpt_index_select read */
 };
+
+/* A part of a tensor this rank needs (version 4): its name and box (3-D, leading dims of 1). */
+struct ck_need {
+    const char *tensor;
+    struct plan_box box;
+};
+
+/* Reads writer w's index text (*len bytes, a NUL after them; the caller frees it) after checking
+ * its integrity record: the loader reads step/rank-NNNNN.index.json; the simulated-world harness
+ * (tests/unit/test_ckpt_index_scale.c) synthesizes it. */
+typedef shardopt_status_t (*ck_writer_read_fn)(void *ctx, const char *stepdir, int w, char **text,
+                                               size_t *len);
+
+/* The loader's reader: stepdir/rank-NNNNN.index.json and its record rank-NNNNN.index.json.crc32c
+ * (ctx unused). */
+shardopt_status_t ckpt_index_writer_read(void *ctx, const char *stepdir, int w, char **text,
+                                         size_t *len);
+
+/* Version 4: read writer indexes, one at a time, until every need is covered: writer 0 first (a
+ * replicated tensor is only there), then outward from the writer at this rank's relative position
+ * (me of nme), so that a load on the layout that saved reads about one (nme == writers) and a
+ * load on any layout only the writers near its part. Every record of every writer index read is
+ * checked whole; the shards overlapping a need are kept (t->shards), the others dropped. Then
+ * the kept shards of each need must tile its box exactly (no overlap, no gap) before a byte of a
+ * rank file is read. Versions 1-3: nothing to do (the index held every shard, tiling checked). */
+shardopt_status_t ckpt_index_select(struct ck_index *L, const struct ck_need *need, int nneed,
+                                    int me, int nme, ck_writer_read_fn rd, void *ctx);
+
+/* For the simulated-world harness: called after each writer index is parsed, while its tree is
+ * alive (the peak of a load's index memory). NULL otherwise. */
+extern void (*ckpt_index_test_probe)(void);
 
 /* Rank 0: which step directory `dir` means (dir itself when it holds index.json, else the one
  * dir/latest names) into stepdir (len bytes), its index text (*text_len bytes, a NUL after them;

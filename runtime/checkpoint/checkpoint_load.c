@@ -422,6 +422,49 @@ static shardopt_status_t weights_store(shardopt_runtime_t rt, const struct ck_lo
     return SHARDOPT_OK;
 }
 
+/* Version 4: the shard records of the parts this rank holds, from the writers' indexes that
+ * have them (checkpoint_index.c). A tensor the checkpoint lacks, or holds in another shape, or
+ * as the other kind (a weight for a state tensor), is rank_fill's to refuse or keep: no need. */
+static shardopt_status_t shards_select(shardopt_runtime_t rt, struct ck_index *ix)
+{
+    if (ix->version < CKPT_FORMAT_WRITERS_FIRST)
+        return SHARDOPT_OK;
+    const int weights = rt->cfg.ckpt_weights;
+    struct ck_need *need = mem_calloc((size_t)(3 * rt->nparams + 1), sizeof(*need));
+    char(*names)[1100] =
+        need != NULL ? mem_calloc((size_t)(3 * rt->nparams + 1), sizeof(*names)) : NULL;
+    if (names == NULL) {
+        free(need);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: rank %d: out of memory allocating %zu bytes for the tensor names",
+                        rt->groups.me.rank, (size_t)(3 * rt->nparams + 1) * sizeof(*names));
+    }
+    int n = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        struct ckpt_kind k[3];
+        const int nk = ckpt_tensors(rt, p, weights, k);
+        int64_t shape[3];
+        struct plan_box mine;
+        ckpt_box3(&p->layout, shape, &mine);
+        for (int j = 0; j < nk; j++) {
+            ckpt_tensor_name(p, k[j].suffix, names[n], sizeof names[n]);
+            const struct ck_tensor *t = ckpt_index_find(ix, names[n]);
+            if (t == NULL || t->is_weight != (k[j].suffix == NULL) ||
+                memcmp(t->shape, shape, sizeof shape) != 0 || p->layout.local_numel == 0)
+                continue;
+            need[n].tensor = names[n];
+            need[n].box = mine;
+            n++;
+        }
+    }
+    const shardopt_status_t status = ckpt_index_select(
+        ix, need, n, rt->groups.me.d, rt->groups.mesh.dense, ckpt_index_writer_read, NULL);
+    free(names);
+    free(need);
+    return status;
+}
+
 shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
 {
     struct ck_load L;
@@ -470,6 +513,8 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
     groups_bcast(&rt->groups, text, (int)text_len + 1, MPI_CHAR);
 
     status = ckpt_index_parse(&L.ix, text, (size_t)text_len, (int)head[1], rt->groups.me.rank != 0);
+    if (status == SHARDOPT_OK)
+        status = shards_select(rt, &L.ix);
     if (status == SHARDOPT_OK) {
         /* the same allocator as the state: on success it becomes the state */
         void *staging = NULL;

@@ -169,8 +169,7 @@ static shardopt_status_t rank_file_write(shardopt_runtime_t rt, const char *path
     mem_failed_clear();
     meta = cJSON_CreateObject();
     mt = json_put(&json_ok, meta, "tensors", cJSON_CreateObject());
-    json_put(&json_ok, meta, "format_version",
-             cJSON_CreateNumber(weights ? CKPT_FORMAT_VERSION : CKPT_FORMAT_STATE_ONLY));
+    json_put(&json_ok, meta, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
     json_put(&json_ok, meta, "rank", cJSON_CreateNumber(rank));
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
@@ -283,22 +282,114 @@ out:
     return status;
 }
 
-/* Rank 0: the index from every writer's records. NULL when out of memory: an index with
- * entries missing is never written. */
-static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *lens, int writers)
+/* Write `text` as dir/name (tfd open on dir) and its integrity record name.crc32c ("%08x\n", the
+ * CRC-32C of its bytes), each fsynced: 0, or -1 with errno set and *failed naming the file. */
+static int text_file_put(int tfd, const char *name, const char *text, size_t len,
+                         const char **failed, char *crc_name, size_t crc_len)
+{
+    char crc_line[16];
+    snprintf(crc_name, crc_len, "%s.crc32c", name);
+    *failed = name;
+    int fd = openat(tfd, name, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int ok = fd >= 0 && !fault_hit("ckpt.index") &&
+             ckpt_write_all(fd, text, len, "ckpt.index") == 0 && fsync(fd) == 0;
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    if (!ok)
+        return -1;
+    /* its integrity record: a load checks every byte of the index against it */
+    snprintf(crc_line, sizeof crc_line, "%08x\n", crc32c_update(0, text, len));
+    *failed = crc_name;
+    fd = openat(tfd, crc_name, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    ok = fd >= 0 && ckpt_write_all(fd, crc_line, strlen(crc_line), "ckpt.index") == 0 &&
+         fsync(fd) == 0;
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    return ok ? 0 : -1;
+}
+
+/* Each writer: its shard records (blob, from rank_file_write) as tmp/rank-NNNNN.index.json with
+ * its integrity record (format_version 4): what a load reads of this writer, and only the loads
+ * whose parts overlap it. Nothing of them travels to rank 0. *bytes: the file's size. */
+static shardopt_status_t writer_index_write(shardopt_runtime_t rt, const char *tmp,
+                                            const char *blob, size_t blob_len, int64_t *bytes)
+{
+    const struct groups *g = &rt->groups;
+    char name[64], crc_name[96], file[64], tname[1100], nb[64];
+    int ok = 1;
+    snprintf(name, sizeof name, CKPT_WRITER_INDEX_FMT, g->me.d);
+    snprintf(file, sizeof file, CKPT_RANK_FILE_FMT, g->me.d);
+    mem_failed_clear();
+    cJSON *root = cJSON_CreateObject();
+    ok = root != NULL;
+    json_put(&ok, root, "format", cJSON_CreateString("shardopt-checkpoint-shards"));
+    json_put(&ok, root, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
+    json_put(&ok, root, "step", cJSON_CreateNumber((double)rt->counters.steps));
+    json_put(&ok, root, "writer", cJSON_CreateNumber(g->me.d));
+    json_put(&ok, root, "file", cJSON_CreateString(file));
+    cJSON *shards = json_put(&ok, root, "shards", cJSON_CreateArray());
+    for (size_t at = 0; ok && at < blob_len;) {
+        struct shard_record r;
+        memcpy(&r, blob + at, sizeof r);
+        at += sizeof r;
+        const struct shardopt_param *p = rt->params[r.param];
+        struct ckpt_kind k[3];
+        ckpt_tensors(rt, p, rt->cfg.ckpt_weights, k);
+        ckpt_tensor_name(p, k[r.kind].suffix, tname, sizeof tname);
+        cJSON *e = json_put(&ok, shards, NULL, cJSON_CreateObject());
+        json_put(&ok, e, "tensor", cJSON_CreateString(tname));
+        json_put(&ok, e, "offset", json_i64_array(r.lo, p->layout.ndim));
+        json_put(&ok, e, "shape", json_i64_array(r.len, p->layout.ndim));
+        json_put(&ok, e, "crc32c", cJSON_CreateNumber(r.crc));
+        cJSON *blocks = json_put(&ok, e, "block_crc32c", cJSON_CreateArray());
+        for (uint32_t b = 0; ok && b < r.nblocks; b++) {
+            uint32_t c;
+            memcpy(&c, blob + at, sizeof c);
+            at += sizeof c;
+            json_put(&ok, blocks, NULL, cJSON_CreateNumber(c));
+        }
+    }
+    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (text == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "save: rank %d: out of memory allocating %s for %s", g->me.rank,
+                        json_oom_bytes(nb, sizeof nb), name);
+    const size_t len = strlen(text);
+    shardopt_status_t status = SHARDOPT_OK;
+    const char *failed = name;
+    int tfd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (len > CKPT_INDEX_MAX)
+        status = log_fail(SHARDOPT_ERR_UNSUPPORTED,
+                          "save: rank %d: %s would be %zu bytes, more than a load reads (%zu); "
+                          "nothing was published",
+                          g->me.rank, name, len, CKPT_INDEX_MAX);
+    else if (tfd < 0 ||
+             text_file_put(tfd, name, text, len, &failed, crc_name, sizeof crc_name) != 0)
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s", tmp, failed,
+                          errno ? strerror(errno) : "failed");
+    if (tfd >= 0)
+        close(tfd);
+    free(text);
+    *bytes = (int64_t)len;
+    return status;
+}
+
+/* Rank 0: index.json, the global facts alone: O(parameters), whatever the world (the shard
+ * records are in the writers' indexes). NULL when out of memory: an index with entries missing
+ * is never written. */
+static cJSON *index_build(shardopt_runtime_t rt)
 {
     cJSON *root = cJSON_CreateObject();
-    cJSON **by = mem_calloc((size_t)(3 * rt->nparams + 1), sizeof(cJSON *));
     char text[1024];
     const struct groups *g = &rt->groups;
-    int ok = root != NULL && by != NULL;
+    int ok = root != NULL;
 
     json_put(&ok, root, "format", cJSON_CreateString("shardopt-checkpoint"));
     const int weights = rt->cfg.ckpt_weights;
-    json_put(&ok, root, "format_version",
-             cJSON_CreateNumber(weights ? CKPT_FORMAT_VERSION : CKPT_FORMAT_STATE_ONLY));
-    if (weights) /* version 3: the parameters are in it too, one tensor named as each */
-        json_put(&ok, root, "weights", cJSON_CreateBool(1));
+    json_put(&ok, root, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
+    /* with weights, one more tensor named as each parameter */
+    json_put(&ok, root, "weights", cJSON_CreateBool(weights));
     json_put(&ok, root, "step", cJSON_CreateNumber((double)rt->counters.steps));
     cJSON *lay = json_put(&ok, root, "layout", cJSON_CreateObject());
     json_put(&ok, lay, "ranks", cJSON_CreateNumber(g->mesh.world));
@@ -307,6 +398,7 @@ static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *len
     json_put(&ok, lay, "cp", cJSON_CreateNumber(g->mesh.cp));
     json_put(&ok, lay, "ep", cJSON_CreateNumber(g->mesh.ep));
     json_put(&ok, lay, "block_bytes", cJSON_CreateNumber((double)CKPT_BLOCK));
+    json_put(&ok, root, "writers", cJSON_CreateNumber(g->mesh.dense));
     cJSON *cfg = json_put(&ok, root, "config", cJSON_CreateObject());
     for (size_t i = 0; ok && i < config_key_count; i++) {
         config_key_format(&config_keys[i], &rt->cfg, text, sizeof text);
@@ -331,34 +423,8 @@ static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *len
             json_put(&ok, te, "param", cJSON_CreateString(p->name));
             json_put(&ok, te, "dtype", cJSON_CreateString(ckpt_dtype_name(k[j].dtype)));
             json_put(&ok, te, "shape", json_i64_array(p->layout.shape, p->layout.ndim));
-            by[3 * i + j] = json_put(&ok, te, "shards", cJSON_CreateArray());
         }
     }
-    /* writers' records, in rank order */
-    size_t at = 0;
-    for (int w = 0; ok && w < writers; w++) {
-        const size_t end = at + (size_t)lens[w];
-        snprintf(text, sizeof text, "rank-%05d.safetensors", w);
-        while (ok && at < end) {
-            struct shard_record r;
-            memcpy(&r, all + at, sizeof r);
-            at += sizeof r;
-            const int ndim = rt->params[r.param]->layout.ndim;
-            cJSON *s = json_put(&ok, by[3 * r.param + r.kind], NULL, cJSON_CreateObject());
-            json_put(&ok, s, "file", cJSON_CreateString(text));
-            json_put(&ok, s, "offset", json_i64_array(r.lo, ndim));
-            json_put(&ok, s, "shape", json_i64_array(r.len, ndim));
-            json_put(&ok, s, "crc32c", cJSON_CreateNumber(r.crc));
-            cJSON *blocks = json_put(&ok, s, "block_crc32c", cJSON_CreateArray());
-            for (uint32_t b = 0; ok && b < r.nblocks; b++) {
-                uint32_t c;
-                memcpy(&c, all + at, sizeof c);
-                at += sizeof c;
-                json_put(&ok, blocks, NULL, cJSON_CreateNumber(c));
-            }
-        }
-    }
-    free(by);
     if (!ok) {
         cJSON_Delete(root);
         return NULL;
@@ -370,26 +436,29 @@ static cJSON *index_build(shardopt_runtime_t rt, const char *all, const int *len
  * the rank files in it. */
 void (*ckpt_test_before_publish)(const char *tmp_path);
 
-/* Every dense rank's file is in the temporary directory, a plain file of the size its writer
- * wrote: a file removed or cut short after its writer closed it is never published. */
+/* Every dense rank's files (its rank file and its index) are in the temporary directory, plain
+ * files of the sizes their writer wrote: a file removed or cut short after its writer closed it
+ * is never published. sizes: two per dense rank. */
 static shardopt_status_t rank_files_check(int tfd, const char *tmp, const int64_t *sizes, int n)
 {
-    for (int r = 0; r < n; r++) {
-        char name[64];
-        struct stat st;
-        snprintf(name, sizeof name, "rank-%05d.safetensors", r);
-        if (fstatat(tfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            return log_fail(SHARDOPT_ERR_IO,
-                            "save: %s/%s: %s before publishing (dense rank %d wrote %lld bytes "
-                            "there); nothing was published",
-                            tmp, name, strerror(errno), r, (long long)sizes[r]);
-        if (!S_ISREG(st.st_mode) || st.st_size != sizes[r])
-            return log_fail(SHARDOPT_ERR_IO,
-                            "save: %s/%s: %s%lld bytes before publishing, dense rank %d wrote "
-                            "%lld; nothing was published",
-                            tmp, name, S_ISREG(st.st_mode) ? "" : "not a plain file, ",
-                            (long long)st.st_size, r, (long long)sizes[r]);
-    }
+    for (int r = 0; r < n; r++)
+        for (int f = 0; f < 2; f++) {
+            char name[64];
+            struct stat st;
+            const int64_t want = sizes[2 * r + f];
+            snprintf(name, sizeof name, f == 0 ? CKPT_RANK_FILE_FMT : CKPT_WRITER_INDEX_FMT, r);
+            if (fstatat(tfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+                return log_fail(SHARDOPT_ERR_IO,
+                                "save: %s/%s: %s before publishing (dense rank %d wrote %lld "
+                                "bytes there); nothing was published",
+                                tmp, name, strerror(errno), r, (long long)want);
+            if (!S_ISREG(st.st_mode) || st.st_size != want)
+                return log_fail(SHARDOPT_ERR_IO,
+                                "save: %s/%s: %s%lld bytes before publishing, dense rank %d wrote "
+                                "%lld; nothing was published",
+                                tmp, name, S_ISREG(st.st_mode) ? "" : "not a plain file, ",
+                                (long long)st.st_size, r, (long long)want);
+        }
     return SHARDOPT_OK;
 }
 
@@ -423,38 +492,22 @@ static shardopt_status_t publish(shardopt_runtime_t rt, int dfd, const char *dir
                         "save: rank 0: out of memory allocating %s for the index text",
                         json_oom_bytes(nb, sizeof nb));
     }
-    /* one shard record per state tensor and dense rank: a checkpoint no load would read is not
-     * published (ERR_CORRUPT at load, after the previous checkpoint was pruned) */
+    /* a checkpoint no load would read is not published (ERR_CORRUPT at load, after the previous
+     * checkpoint was pruned) */
     const size_t text_len = strlen(text);
     if (text_len > CKPT_INDEX_MAX) {
         free(text);
         close(tfd);
         return log_fail(SHARDOPT_ERR_UNSUPPORTED,
                         "save: rank 0: index.json would be %zu bytes, more than a load reads "
-                        "(%zu): one record per state tensor and dense rank (%d ranks); nothing "
-                        "was published",
-                        text_len, CKPT_INDEX_MAX, rt->groups.mesh.dense);
+                        "(%zu); nothing was published",
+                        text_len, CKPT_INDEX_MAX);
     }
-    int fd = openat(tfd, "index.json", O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    int ok = fd >= 0 && !fault_hit("ckpt.index") &&
-             ckpt_write_all(fd, text, text_len, "ckpt.index") == 0 && fsync(fd) == 0;
-    if (fd >= 0)
-        ok = close(fd) == 0 && ok;
-    /* its integrity record: a load checks every byte of the index against it (docs/checkpoint.md)
-     */
-    char crc_line[16];
-    snprintf(crc_line, sizeof crc_line, "%08x\n", crc32c_update(0, text, text_len));
-    free(text);
     const char *failed_file = "index.json";
-    if (ok) {
-        failed_file = CKPT_INDEX_CRC_NAME;
-        fd = openat(tfd, CKPT_INDEX_CRC_NAME, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                    0644);
-        ok = fd >= 0 && ckpt_write_all(fd, crc_line, strlen(crc_line), "ckpt.index") == 0 &&
-             fsync(fd) == 0;
-        if (fd >= 0)
-            ok = close(fd) == 0 && ok;
-    }
+    char crc_name[96];
+    int ok = text_file_put(tfd, "index.json", text, text_len, &failed_file, crc_name,
+                           sizeof crc_name) == 0;
+    free(text);
     if (!ok) {
         close(tfd);
         return log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s", tmp, failed_file,
@@ -509,9 +562,8 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
 {
     shardopt_status_t status = SHARDOPT_OK;
     char step_name[32], tmp[3200], tmpname[64], path[4096];
-    char *blob = NULL, *all = NULL;
+    char *blob = NULL;
     size_t blob_len = 0;
-    int *lens = NULL, *displs = NULL;
     int64_t *sizes = NULL, file_bytes = 0;
     int dfd = -1, lock_fd = -1, tmp_made = 0;
     const struct groups *g;
@@ -564,69 +616,39 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
     if (status != SHARDOPT_OK)
         goto out;
 
-    /* replica 0 writes; the other replicas hold the same state */
+    /* replica 0 writes: its rank file, then its own shard records beside it; the other replicas
+     * hold the same state */
+    int64_t mine[2] = {0, 0}; /* the sizes of this writer's two files */
     if (g->me.rep == 0) {
-        snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, g->me.d);
+        snprintf(path, sizeof path, "%s/" CKPT_RANK_FILE_FMT, tmp, g->me.d);
         status = rank_file_write(rt, path, &blob, &blob_len, &file_bytes);
+        mine[0] = file_bytes;
+        if (status == SHARDOPT_OK)
+            status = writer_index_write(rt, tmp, blob, blob_len, &mine[1]);
     }
     status = ckpt_agree(rt, status, "save");
     const int written = status == SHARDOPT_OK; /* the same on every rank */
     if (status == SHARDOPT_OK && g->me.rep == 0) {
-        int len = (int)blob_len, ok = 1;
-        const size_t count_bytes = sizeof(int) * (size_t)g->mesh.dense;
-        const size_t size_bytes = sizeof(int64_t) * (size_t)g->mesh.dense;
-        char nb[64];
-        /* dense rank 0 gathers; the others learn whether it could make room before sending */
+        int ok = 1;
+        const size_t size_bytes = 2 * sizeof(int64_t) * (size_t)g->mesh.dense;
+        /* dense rank 0 gathers the files' sizes (16 bytes a writer, no records); the others
+         * learn whether it could make room before sending */
         if (g->me.d == 0) {
-            lens = mem_malloc(count_bytes);
-            displs = lens != NULL ? mem_malloc(count_bytes) : NULL;
-            sizes = displs != NULL ? mem_malloc(size_bytes) : NULL;
-            ok = lens != NULL && displs != NULL && sizes != NULL;
+            sizes = mem_malloc(size_bytes);
+            ok = sizes != NULL;
             if (!ok)
-                status =
-                    log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                             "save: rank %d: out of memory allocating %zu bytes for the "
-                             "index record counts",
-                             g->me.rank, lens == NULL || displs == NULL ? count_bytes : size_bytes);
+                status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                  "save: rank %d: out of memory allocating %zu bytes for the rank "
+                                  "file sizes",
+                                  g->me.rank, size_bytes);
         }
         comm_bcast(g, g->dense, &ok, 1, MPI_INT, 0, "broadcast");
-        if (ok) {
-            comm_gather(g, g->dense, &len, 1, MPI_INT, lens, 0, "gather of index record sizes");
-            comm_gather(g, g->dense, &file_bytes, 1, MPI_INT64_T, sizes, 0,
-                        "gather of rank file sizes");
-            size_t total = 0;
-            if (g->me.d == 0) {
-                for (int i = 0; i < g->mesh.dense; i++) {
-                    displs[i] = total <= (size_t)INT_MAX ? (int)total : -1;
-                    total += (size_t)lens[i];
-                }
-                /* the gather's displacements are ints: past 2^31 bytes of records they would
-                 * wrap and the gather would write outside the buffer */
-                if (total > (size_t)INT_MAX) {
-                    ok = 0;
-                    status = log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                                      "save: rank %d: the index records of %d ranks total %zu "
-                                      "bytes, more than one MPI gather takes (2^31 - 1); nothing "
-                                      "was published",
-                                      g->me.rank, g->mesh.dense, total);
-                } else {
-                    all = mem_malloc(total + 1);
-                    ok = all != NULL;
-                    if (!ok)
-                        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                                          "save: rank %d: out of memory allocating %zu bytes for "
-                                          "the index records",
-                                          g->me.rank, total + 1);
-                }
-            }
-            comm_bcast(g, g->dense, &ok, 1, MPI_INT, 0, "broadcast");
-        }
         if (ok)
-            comm_gatherv(g, g->dense, blob, len, MPI_BYTE, all, lens, displs, 0,
-                         "gather of index records");
+            comm_gather(g, g->dense, mine, 2, MPI_INT64_T, sizes, 0, "gather of rank file sizes");
         if (ok && g->me.rank == 0) {
+            char nb[64];
             mem_failed_clear();
-            cJSON *index = index_build(rt, all, lens, g->mesh.dense);
+            cJSON *index = index_build(rt);
             status = index == NULL ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                                               "save: rank 0: out of memory allocating %s for the "
                                               "index",
@@ -649,9 +671,6 @@ out:
             close(dfd);
     }
     free(blob);
-    free(all);
-    free(lens);
     free(sizes);
-    free(displs);
     return status;
 }

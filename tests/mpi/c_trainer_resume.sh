@@ -25,7 +25,7 @@ SHARDOPT_CP=2 SHARDOPT_EP=2 "$mpiexec" -n 4 --oversubscribe "$bin" --steps 5 --s
     --dir "$work/ck" >"$work/first.log"
 [ "$(ls -A "$work/ck" | grep -v '^\.lock$' | tr '\n' ' ')" = "latest step-00000005 " ] ||
     { echo "FAIL: the checkpoint directory holds more than the library's step 5"; exit 1; }
-grep -q '"format_version":3,"weights":true' "$work/ck/step-00000005/index.json" ||
+grep -q '"format_version":4,"weights":true' "$work/ck/step-00000005/index.json" ||
     { echo "FAIL: the step 5 checkpoint holds no weights"; exit 1; }
 w=$(sum "$work/whole.log")
 for n in 2 1 3; do

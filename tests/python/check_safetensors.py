@@ -5,8 +5,9 @@ from the runtime's memory. numpy has no bfloat16, so BF16 tensors are read throu
 safetensors.deserialize and widened here; F32 ones also through safe_open(framework="numpy").
 
 With ckpt_weights (REPORT_DIR/report-weights.json, every parameter whole as the saving ranks held
-it in memory): index.json says format_version 3 and "weights": true, and each parameter is
-reassembled from its index record alone (name, global shape, each shard's file, offset and shape),
+it in memory): index.json says format_version 4 and "weights": true, and each parameter is
+reassembled from its index record (name, global shape) and the writers' shard records
+(rank-NNNNN.index.json: each shard's file, offset and shape, CRC-checked against its record),
 reading the tensor of the parameter's own name from each rank file, and must equal the report.
 
 usage: check_safetensors.py STEP_DIR REPORT_DIR
@@ -29,14 +30,36 @@ def widen(t):
     return np.frombuffer(data, np.float32)
 
 
+def crc32c(data):
+    """CRC-32C (Castagnoli), bit by bit: the index files are small."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
 def check_weights(step_dir, report_dir):
     """Every parameter reassembled from the index and the rank files; returns how many."""
     with open(os.path.join(report_dir, "report-weights.json")) as f:
         want = json.load(f)
     with open(os.path.join(step_dir, "index.json")) as f:
         index = json.load(f)
-    assert index["format_version"] == 3 and index["weights"] is True, "no weights in the index"
-    tensors = {t["name"]: t for t in index["tensors"]}
+    assert index["format_version"] == 4 and index["weights"] is True, "no weights in the index"
+    tensors = {t["name"]: dict(t, shards=[]) for t in index["tensors"]}
+    # format_version 4: each writer's shard records are in its own rank-NNNNN.index.json, whose
+    # integrity record (the CRC-32C of its bytes) is checked here too
+    for w in range(index["writers"]):
+        path = os.path.join(step_dir, f"rank-{w:05d}.index.json")
+        with open(path, "rb") as f:
+            text = f.read()
+        with open(path + ".crc32c") as f:
+            assert int(f.read(), 16) == crc32c(text), f"{path}: CRC-32C differs from its record"
+        records = json.loads(text)
+        assert records["writer"] == w and records["step"] == index["step"], path
+        for sh in records["shards"]:
+            tensors[sh["tensor"]]["shards"].append(dict(sh, file=records["file"]))
     files = {}
     for p in index["params"]:
         name = p["name"]

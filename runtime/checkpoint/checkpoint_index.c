@@ -170,6 +170,7 @@ static shardopt_status_t index_top(struct ck_index *L, int verified, int quiet)
         return index_bad(
             L->dir, "\"writers\" is not the layout's dense ranks (ranks / dp_replicate)", NULL);
     L->writers = (int)nw;
+    L->ep = (int)v[4];
     if (!cJSON_IsObject(cfg))
         return index_bad(L->dir, "\"config\" is not an object", NULL);
     cJSON_ArrayForEach(e, cfg) if (!cJSON_IsString(e)) return index_bad(
@@ -870,6 +871,67 @@ static shardopt_status_t writer_parse(struct ck_index *L, int w, const char *tex
     return status;
 }
 
+static int need_covered(const struct ck_need *n, int64_t covered)
+{
+    return covered == n->box.len[0] * n->box.len[1] * n->box.len[2];
+}
+
+/* Writer w's index, once: read, checked, its overlapping shards kept. */
+static shardopt_status_t writer_visit(struct ck_index *L, int w, unsigned char *done,
+                                      const struct ck_need *need, int64_t *covered, int *left,
+                                      ck_writer_read_fn rd, void *ctx)
+{
+    if (done[w])
+        return SHARDOPT_OK;
+    done[w] = 1;
+    char *text = NULL;
+    size_t len = 0;
+    shardopt_status_t status = rd(ctx, L->dir, w, &text, &len);
+    if (status == SHARDOPT_OK)
+        status = writer_parse(L, w, text, len, need, covered, left);
+    free(text);
+    L->writers_read++;
+    return status;
+}
+
+/* torch.chunk's piece of n over `parts` that holds index i: ceil-sized pieces */
+static int64_t chunk_of(int64_t n, int64_t parts, int64_t i)
+{
+    const int64_t c = (n + parts - 1) / parts;
+    return c > 0 ? i / c : 0;
+}
+
+#define CK_GUESS_MAX 64
+
+/* The writers that held need n's part of t had the saving world sharded it as n says (dense:
+ * torch.chunk along n->dim over the dense group, writer = dense rank; expert stack: E / ep experts
+ * per EP rank, then chunks along n->dim over the expert group; dense rank = expert-group rank x
+ * ep + EP rank, as sharding/mesh.h numbers them). Only a first guess: the caller reads them
+ * and checks what they hold. At most CK_GUESS_MAX. */
+static int writers_guess(const struct ck_index *L, const struct ck_tensor *t,
+                         const struct ck_need *n, int *ws)
+{
+    const int W = L->writers, dim = n->dim >= 0 && n->dim < 3 ? n->dim : 0;
+    const int64_t lo = n->box.lo[dim], hi = lo + n->box.len[dim] - 1;
+    int k = 0;
+    if (!n->expert) {
+        for (int64_t w = chunk_of(t->shape[dim], W, lo);
+             w <= chunk_of(t->shape[dim], W, hi) && w < W && k < CK_GUESS_MAX; w++)
+            ws[k++] = (int)w;
+        return k;
+    }
+    const int ep = L->ep, xs = W / L->ep;
+    const int64_t per = t->shape[0] / ep; /* experts per EP rank */
+    if (per <= 0 || xs <= 0 || dim == 0)  /* chunks of the EP rank's own experts: not guessed */
+        return 0;
+    for (int64_t e = n->box.lo[0] / per;
+         e <= (n->box.lo[0] + n->box.len[0] - 1) / per && e < ep && k < CK_GUESS_MAX; e++)
+        for (int64_t x = chunk_of(t->shape[dim], xs, lo);
+             x <= chunk_of(t->shape[dim], xs, hi) && x < xs && k < CK_GUESS_MAX; x++)
+            ws[k++] = (int)(x * ep + e);
+    return k;
+}
+
 shardopt_status_t ckpt_index_select(struct ck_index *L, const struct ck_need *need, int nneed,
                                     int me, int nme, ck_writer_read_fn rd, void *ctx)
 {
@@ -889,21 +951,32 @@ shardopt_status_t ckpt_index_select(struct ck_index *L, const struct ck_need *ne
         t->need = k + 1;
         left++;
     }
-    /* writer 0 (replicated tensors are only there), then outward from this rank's position */
     const int W = L->writers;
-    const int w0 = nme > 0 ? (int)((int64_t)me * W / nme) : 0;
-    for (int i = 0; left > 0 && status == SHARDOPT_OK && i <= 2 * W; i++) {
-        const int w = i == 0 ? 0 : (i & 1 ? w0 + (i + 1) / 2 - 1 : w0 - i / 2);
-        if (w < 0 || w >= W || (w == 0 && i > 0))
-            continue;
-        char *text = NULL;
-        size_t len = 0;
-        status = rd(ctx, L->dir, w, &text, &len);
-        if (status == SHARDOPT_OK)
-            status = writer_parse(L, w, text, len, need, covered, &left);
-        free(text);
-        L->writers_read++;
+    unsigned char *done = status == SHARDOPT_OK ? mem_calloc((size_t)W + 1, 1) : NULL;
+    if (done == NULL) {
+        free(covered);
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: %s: out of memory allocating %zu bytes for the writers read", L->dir,
+                        (size_t)W + 1);
     }
+    /* writer 0: replicated tensors are only there */
+    status = writer_visit(L, 0, done, need, covered, &left, rd, ctx);
+    /* the writers a need's part lies in, if the saver sharded it as this rank's trainer does */
+    for (int k = 0; left > 0 && status == SHARDOPT_OK && k < nneed; k++) {
+        const struct ck_tensor *t = ckpt_index_find(L, need[k].tensor);
+        int ws[CK_GUESS_MAX];
+        const int n = t != NULL && t->need == k + 1 ? writers_guess(L, t, &need[k], ws) : 0;
+        for (int i = 0; i < n && status == SHARDOPT_OK && !need_covered(&need[k], covered[k]); i++)
+            status = writer_visit(L, ws[i], done, need, covered, &left, rd, ctx);
+    }
+    /* then every other writer, outward from this rank's relative position */
+    const int w0 = nme > 0 ? (int)((int64_t)me * W / nme) : 0;
+    for (int i = 1; left > 0 && status == SHARDOPT_OK && i <= 2 * W; i++) {
+        const int w = i & 1 ? w0 + (i + 1) / 2 - 1 : w0 - i / 2;
+        if (w >= 0 && w < W)
+            status = writer_visit(L, w, done, need, covered, &left, rd, ctx);
+    }
+    free(done);
     /* the shards kept for each need tile its box: checked before any byte of a rank file is
      * read (a gap is a writer's index missing a record; an overlap was refused as it came) */
     for (int k = 0; status == SHARDOPT_OK && k < nneed; k++) {

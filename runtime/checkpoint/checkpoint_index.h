@@ -47,15 +47,20 @@ struct ck_index {
     int weights; /* the index says "weights": true */
     int version;
     int writers;  /* version 4: how many rank-NNNNN.index.json (the saving world's dense ranks) */
+    int ep;       /* version 4: the saving world's EP size (layout.ep) */
     char **files; /* version 4: the rank file names the records read name, owned */
     int nfiles, files_cap;
     int writers_read; /* version 4: how many writer indexes ckpt_index_select read */
 };
 
-/* A part of a tensor this rank needs (version 4): its name and box (3-D, leading dims of 1). */
+/* A part of a tensor this rank needs (version 4): its name and box (3-D, leading dims of 1), and
+ * how this rank's trainer shards it (a hint to where the saving world's writers held it: the
+ * layout the loader guesses the saver had, checked by what the writers' indexes say). */
 struct ck_need {
     const char *tensor;
     struct plan_box box;
+    int dim;    /* the shard dim, 3-D */
+    int expert; /* an expert stack: split over EP (dim 0), then chunked over the expert group */
 };
 
 /* Reads writer w's index text (*len bytes, a NUL after them; the caller frees it) after checking
@@ -70,9 +75,13 @@ shardopt_status_t ckpt_index_writer_read(void *ctx, const char *stepdir, int w, 
                                          size_t *len);
 
 /* Version 4: read writer indexes, one at a time, until every need is covered: writer 0 first (a
- * replicated tensor is only there), then outward from the writer at this rank's relative position
- * (me of nme), so that a load on the layout that saved reads about one (nme == writers) and a
- * load on any layout only the writers near its part. Every record of every writer index read is
+ * replicated tensor is only there); then, for each need still uncovered, the writers that held
+ * its part if the saving world sharded it as this rank's trainer does (torch.chunk pieces over the
+ * saved layout's dense group, or EP then the expert group: index.json's layout); then, for what
+ * is still uncovered, every other writer outward from this rank's relative position (me of nme).
+ * A load on the layout that saved reads two, a load on another layout the writers its parts span;
+ * a trainer that shards otherwise is loaded as correctly, reading more. Every record of every
+ * writer index read is
  * checked whole; the shards overlapping a need are kept (t->shards), the others dropped. Then
  * the kept shards of each need must tile its box exactly (no overlap, no gap) before a byte of a
  * rank file is read. Versions 1-3: nothing to do (the index held every shard, tiling checked). */

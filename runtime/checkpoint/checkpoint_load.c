@@ -455,6 +455,8 @@ static shardopt_status_t shards_select(shardopt_runtime_t rt, struct ck_index *i
                 continue;
             need[n].tensor = names[n];
             need[n].box = mine;
+            need[n].dim = p->layout.shard_dim + (3 - p->layout.ndim);
+            need[n].expert = p->placement == SHARDOPT_PLACEMENT_EXPERT;
             n++;
         }
     }

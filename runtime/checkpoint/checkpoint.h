@@ -67,6 +67,13 @@ extern void (*ckpt_test_before_publish)(const char *tmp_path);
  * SHARDOPT_ERR_OUT_OF_MEMORY. For the fuzz target tests/fuzz/fuzz_index.c and the corpus test. */
 shardopt_status_t ckpt_index_check(const char *text, size_t len);
 
+/* The checks a load applies to writer 0's rank-00000.index.json (text, len bytes, a NUL after
+ * them; its integrity record taken as matching) of the checkpoint whose index.json (of
+ * format_version 4) is index_text: every record, none kept. For the fuzz target
+ * tests/fuzz/fuzz_writer_index.c. SHARDOPT_ERR_INVALID_ARGUMENT when index_text is refused. */
+shardopt_status_t ckpt_writer_index_check(const char *index_text, size_t index_len,
+                                          const char *text, size_t len);
+
 /* Every rank returns the same status: the worst one, with the message of the rank that had it
  * (or a pointer to that rank's log). */
 

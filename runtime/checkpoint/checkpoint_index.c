@@ -1038,3 +1038,19 @@ shardopt_status_t ckpt_index_check(const char *text, size_t len)
     ckpt_index_free(&L);
     return status;
 }
+
+shardopt_status_t ckpt_writer_index_check(const char *index_text, size_t index_len,
+                                          const char *text, size_t len)
+{
+    struct ck_index L;
+    int left = 0;
+    memset(&L, 0, sizeof L);
+    snprintf(L.dir, sizeof L.dir, "(index text)");
+    shardopt_status_t status = ckpt_index_parse(&L, index_text, index_len, 1, 1);
+    if (status != SHARDOPT_OK || L.version < CKPT_FORMAT_WRITERS_FIRST)
+        status = SHARDOPT_ERR_INVALID_ARGUMENT;
+    else /* no needs: every record is checked, none kept */
+        status = writer_parse(&L, 0, text, len, NULL, NULL, &left);
+    ckpt_index_free(&L);
+    return status;
+}

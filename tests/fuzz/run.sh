@@ -11,7 +11,7 @@ out=${3:-$(mktemp -d /tmp/shardopt_fuzz_XXXXXX)}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
 status=0
-for t in config config_set safetensors index; do
+for t in config config_set safetensors index writer_index; do
     work="$out/corpus-$t"
     mkdir -p "$work"
     log="$out/fuzz_$t.log"

@@ -38,7 +38,7 @@ FUZZ_SECONDS ?= 60
 check-fuzz:
 	@./tools/install_deps.sh --fuzz
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDOPT_FUZZ=ON -DSHARDOPT_WITH_CUDA=OFF $(CMAKE_ARGS)
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_config fuzz_config_set fuzz_safetensors fuzz_index
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_config fuzz_config_set fuzz_safetensors fuzz_index fuzz_writer_index
 	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 # valgrind memcheck over the unit suite of the main build: zero errors and zero definite leaks

@@ -5,9 +5,9 @@
  * One public header, NCCL-style: opaque handles, every call returns a status, the detail of the
  * last failure is kept per thread, config structs are versioned and start with size/version.
  * It stays one file, over 600 lines, on purpose: a trainer includes one header and has the whole
- * API, declarations and their documentation, as with nccl.h. Only the status codes are apart
- * (shardopt_status.h, included here), so that the floors below runtime/ can use them without
- * mpi.h.
+ * API, declarations and their documentation, as with nccl.h. Only the status codes and the enums
+ * the kernels compute with are apart (shardopt_status.h, shardopt_types.h, included here), so that
+ * the floors below runtime/ can use them without mpi.h.
  */
 #ifndef SHARDOPT_H
 #define SHARDOPT_H
@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "shardopt_status.h" /* the status codes, SHARDOPT_API; no MPI */
+#include "shardopt_types.h"  /* dtypes, rounding, Newton-Schulz choices; no MPI */
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,17 +31,6 @@ extern "C" {
 #define SHARDOPT_VERSION                                                                           \
     (SHARDOPT_VERSION_MAJOR * 10000 + SHARDOPT_VERSION_MINOR * 100 + SHARDOPT_VERSION_PATCH)
 
-typedef enum shardopt_dtype {
-    SHARDOPT_DTYPE_FP32 = 0,
-    SHARDOPT_DTYPE_BF16 = 1,
-} shardopt_dtype_t;
-
-/** How a value is rounded when it is stored in a narrower dtype. */
-typedef enum shardopt_rounding {
-    SHARDOPT_ROUNDING_NEAREST = 0,    /**< round to nearest, ties to even */
-    SHARDOPT_ROUNDING_STOCHASTIC = 1, /**< counter-based random bits, layout-independent */
-} shardopt_rounding_t;
-
 typedef enum shardopt_algo {
     SHARDOPT_ALGO_AUTO = 0, /**< Muon for matrices, AdamW for the rest (see adamw_patterns) */
     SHARDOPT_ALGO_MUON = 1,
@@ -52,15 +42,6 @@ typedef enum shardopt_placement {
     SHARDOPT_PLACEMENT_EXPERT = 1,     /**< [E, out, in] stack split over EP, then expert shards */
     SHARDOPT_PLACEMENT_REPLICATED = 2, /**< every rank holds all of it */
 } shardopt_placement_t;
-
-/** Newton-Schulz coefficient tables (their values: the configuration reference, ns_coeffs). */
-typedef enum shardopt_ns_coeffs {
-    SHARDOPT_NS_QUINTIC = 0, /**< dion / Megatron per-step triples (default) */
-    SHARDOPT_NS_JORDAN = 1,  /**< (3.4445, -4.7750, 2.0315) every step */
-    SHARDOPT_NS_POLAR_EXPRESS = 2,
-    SHARDOPT_NS_CUSTOM = 3, /**< ns_custom_coeffs */
-    SHARDOPT_NS_AOL = 4,    /**< 4-step schedule for ns_precondition = aol (docs/config.md) */
-} shardopt_ns_coeffs_t;
 
 /** Learning-rate scale for an [A, B] = [out, in] matrix. */
 typedef enum shardopt_lr_scale {
@@ -134,19 +115,6 @@ typedef enum shardopt_ns_strategy {
     SHARDOPT_NS_STRATEGY_SHARDED = 1, /**< columns stay; the Gram matrix is all-reduced per step */
     SHARDOPT_NS_STRATEGY_AUTO = 2,    /**< per parameter, by a cost model */
 } shardopt_ns_strategy_t;
-
-/** How the Newton-Schulz iterations are arranged (docs/design.md, "Gram Newton-Schulz"). */
-typedef enum shardopt_ns_algorithm {
-    SHARDOPT_NS_ALGORITHM_STANDARD = 0, /**< per step X X^T, A A and B X (default) */
-    SHARDOPT_NS_ALGORITHM_GRAM = 1,     /**< steps on the m x m Gram matrix, X touched 3 times */
-    SHARDOPT_NS_ALGORITHM_AUTO = 2,     /**< per shape, from a committed table */
-} shardopt_ns_algorithm_t;
-
-/** How X is scaled before the first Newton-Schulz step. */
-typedef enum shardopt_ns_precondition {
-    SHARDOPT_NS_PRECONDITION_FROBENIUS = 0, /**< U / (|U|_F s + eps) (default) */
-    SHARDOPT_NS_PRECONDITION_AOL = 1,       /**< then rows by (sum_j |(X X^T)_ij|)^(-1/2) */
-} shardopt_ns_precondition_t;
 
 #define SHARDOPT_NS_MAX_STEPS 16
 #define SHARDOPT_PATTERNS_MAX 256

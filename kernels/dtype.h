@@ -7,11 +7,15 @@
 #include <string.h>
 
 #include "hd.h"
+#include "shardopt_types.h"
 
-/* Same values as shardopt_dtype_t / shardopt_rounding_t; kernels do not include the public
- * header because it pulls in MPI. runtime/ checks the correspondence at compile time. */
-enum kdtype { KDT_F32 = 0, KDT_BF16 = 1 };
-enum kround { KROUND_NEAREST = 0, KROUND_STOCHASTIC = 1 };
+/* The kernels' short names for shardopt_dtype_t / shardopt_rounding_t: the same values by
+ * construction (shardopt_types.h needs no MPI). */
+enum kdtype { KDT_F32 = SHARDOPT_DTYPE_FP32, KDT_BF16 = SHARDOPT_DTYPE_BF16 };
+enum kround {
+    KROUND_NEAREST = SHARDOPT_ROUNDING_NEAREST,
+    KROUND_STOCHASTIC = SHARDOPT_ROUNDING_STOCHASTIC
+};
 
 KHD static inline size_t kdtype_size(int dt) { return dt == KDT_BF16 ? 2 : 4; }
 

@@ -2,15 +2,17 @@
 #ifndef KERNELS_NS_COEFFS_H
 #define KERNELS_NS_COEFFS_H
 
+#include "shardopt_types.h"
+
 #define NS_TABLE_MAX_STEPS 16
 
-/* Same values as shardopt_ns_coeffs_t. */
+/* The kernels' names for shardopt_ns_coeffs_t: the same values by construction. */
 enum ns_table {
-    NS_TABLE_QUINTIC = 0,
-    NS_TABLE_JORDAN = 1,
-    NS_TABLE_POLAR_EXPRESS = 2,
-    NS_TABLE_CUSTOM = 3,
-    NS_TABLE_AOL = 4
+    NS_TABLE_QUINTIC = SHARDOPT_NS_QUINTIC,
+    NS_TABLE_JORDAN = SHARDOPT_NS_JORDAN,
+    NS_TABLE_POLAR_EXPRESS = SHARDOPT_NS_POLAR_EXPRESS,
+    NS_TABLE_CUSTOM = SHARDOPT_NS_CUSTOM,
+    NS_TABLE_AOL = SHARDOPT_NS_AOL
 };
 
 /* The triples for `steps` iterations of `table` (custom: taken from `custom`). Tables shorter

@@ -97,17 +97,22 @@ enum ns_variant {
     NS_VARIANT_SYMMETRIC = 1, /* X*X^T and A*A as symmetric products, upper half mirrored */
 };
 
-/* How the iterations are arranged (docs/design.md, "Gram Newton-Schulz"). */
+/* How the iterations are arranged (docs/design.md, "Gram Newton-Schulz"): shardopt_ns_algorithm_t's
+ * values (auto is resolved above the kernels).
+ *   standard: per step A = X X^T, B = b A + c A A, X = a X + B X
+ *   gram:     X_k = Q_k X: the steps run on m x m matrices, X is touched at the restart and at the
+ *             end (ns_gram_restart_step) */
 enum ns_algorithm {
-    NS_ALGO_STANDARD = 0, /* per step A = X X^T, B = b A + c A A, X = a X + B X */
-    NS_ALGO_GRAM = 1,     /* X_k = Q_k X: the steps run on m x m matrices, X is touched at the
-                             restart and at the end (ns_gram_restart_step) */
+    NS_ALGO_STANDARD = SHARDOPT_NS_ALGORITHM_STANDARD,
+    NS_ALGO_GRAM = SHARDOPT_NS_ALGORITHM_GRAM,
 };
 
-/* How X is scaled before the first step. */
+/* How X is scaled before the first step: shardopt_ns_precondition_t's values.
+ *   frobenius: X = U / (|U|_F s + eps)
+ *   aol:       then rows by d_i = (sum_j |(X X^T)_ij| + eps)^(-1/2): |X|_2 <= 1 */
 enum ns_precondition {
-    NS_PRECOND_FROBENIUS = 0, /* X = U / (|U|_F s + eps) */
-    NS_PRECOND_AOL = 1,       /* then rows by d_i = (sum_j |(X X^T)_ij| + eps)^(-1/2): |X|_2 <= 1 */
+    NS_PRECOND_FROBENIUS = SHARDOPT_NS_PRECONDITION_FROBENIUS,
+    NS_PRECOND_AOL = SHARDOPT_NS_PRECONDITION_AOL,
 };
 
 /* Newton-Schulz over a batch of equal matrices, each stored row-major rows x cols (in and out

@@ -14,18 +14,6 @@
 #include "runtime/config/config_agree.h"
 #include "runtime/runtime.h"
 
-/* kernels/ keeps its own copies of these enums so it need not see MPI; keep them in step. */
-_Static_assert((int)SHARDOPT_DTYPE_BF16 == KDT_BF16 && (int)SHARDOPT_DTYPE_FP32 == KDT_F32,
-               "dtype values");
-_Static_assert((int)SHARDOPT_ROUNDING_STOCHASTIC == KROUND_STOCHASTIC, "rounding values");
-_Static_assert((int)SHARDOPT_NS_AOL == NS_TABLE_AOL &&
-                   (int)SHARDOPT_NS_ALGORITHM_GRAM == NS_ALGO_GRAM &&
-                   (int)SHARDOPT_NS_PRECONDITION_AOL == NS_PRECOND_AOL,
-               "Newton-Schulz values");
-_Static_assert((int)SHARDOPT_NS_CUSTOM == NS_TABLE_CUSTOM &&
-                   (int)SHARDOPT_NS_POLAR_EXPRESS == NS_TABLE_POLAR_EXPRESS,
-               "coefficient table values");
-
 /* The CPU table the config's `kernels` names. */
 static shardopt_status_t cpu_kernels_select(const shardopt_config_t *cfg,
                                             const struct kernel_ops **ops_p)

@@ -9,7 +9,7 @@ set -euo pipefail
 # folder -> the folders (and single headers) its files may include, besides their own
 declare -A may=(
     [base]="include/shardopt_status.h"
-    [kernels]="base include/shardopt_status.h"
+    [kernels]="base include/shardopt_status.h include/shardopt_types.h"
     [sharding]="base"
     # offload/ moves state through the device table (kernels/device.h) alone: never the compute
     # table (kernels/ops.h), which these headers do not include either

@@ -1,4 +1,5 @@
-/* A checkpoint's index.json as a load holds it once read and checked (checkpoint_index.c), for
+/* A checkpoint's index.json as a load holds it once read and checked (checkpoint_index.c, the
+ * writers' indexes: checkpoint_writer_index.c, what they share: checkpoint_records.c), for
  * checkpoint_load.c. Private to the checkpoint files. */
 #ifndef RUNTIME_CHECKPOINT_INDEX_H
 #define RUNTIME_CHECKPOINT_INDEX_H
@@ -111,5 +112,39 @@ const struct ck_param *ckpt_index_param(const struct ck_index *L, const char *na
 
 /* Release what ckpt_index_parse allocated (a zeroed index is fine). */
 void ckpt_index_free(struct ck_index *L);
+
+/* ---- what index.json and the writers' indexes share (checkpoint_records.c) ---- */
+
+/* Every integer in the index is at most this: doubles (cJSON's numbers) are exact below 2^53. */
+#define CK_INT_MAX 9.0e15
+
+/* A JSON number holding an integer in [0, max]; the only conversion of an index number to an
+ * integer goes through here or ckpt_json_i64s (an array of at most max such, at most CK_INT_MAX
+ * each: 0, or -1 when it is not one). */
+int ckpt_json_uint(const cJSON *v, double max, uint64_t *out);
+int ckpt_json_i64s(const cJSON *a, int64_t *out, int max, int *n);
+
+/* SHARDOPT_ERR_CORRUPT, logged as "load: dir/file: what" and the tensor's name escaped when
+ * tensor is not NULL. file: "index.json", or a writer's index (version 4). */
+shardopt_status_t ckpt_index_bad_in(const char *dir, const char *file, const char *what,
+                                    const char *tensor);
+
+/* One shard record of tensor t (whose shape, ndim long, is `shape`): its file (with_file; else
+ * the caller sets it), offset and shape inside the tensor, CRC lists that fit; the box made 3-D.
+ * ixfile: the index file that holds it, for messages. */
+shardopt_status_t ckpt_shard_parse(const char *dir, const char *ixfile, const struct ck_tensor *t,
+                                   const int64_t *shape, const cJSON *s, int with_file,
+                                   struct ck_shard *sh);
+
+/* A corner of a shard's box, with its sign, for ckpt_shards_tile. */
+struct ck_corner {
+    int64_t x[3];
+    int sign;
+};
+
+/* Do t's shards tile it exactly (every element in exactly one shard)? `c` holds 8 (nshards + 1)
+ * corners. If not, ckpt_tiling_problem says why, from the volumes. */
+int ckpt_shards_tile(const struct ck_tensor *t, struct ck_corner *c);
+const char *ckpt_tiling_problem(const struct ck_tensor *t);
 
 #endif

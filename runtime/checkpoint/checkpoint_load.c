@@ -423,8 +423,8 @@ static shardopt_status_t weights_store(shardopt_runtime_t rt, const struct ck_lo
 }
 
 /* Version 4: the shard records of the parts this rank holds, from the writers' indexes that
- * have them (checkpoint_index.c). A tensor the checkpoint lacks, or holds in another shape, or
- * as the other kind (a weight for a state tensor), is rank_fill's to refuse or keep: no need. */
+ * have them (checkpoint_writer_index.c). A tensor the checkpoint lacks, or holds in another shape,
+ * or as the other kind (a weight for a state tensor), is rank_fill's to refuse or keep: no need. */
 static shardopt_status_t shards_select(shardopt_runtime_t rt, struct ck_index *ix)
 {
     if (ix->version < CKPT_FORMAT_WRITERS_FIRST)

@@ -3,11 +3,11 @@
  * SHARDOPT_FAULT=hang@<site>:<n> stops it there for good (a rank that makes no more progress;
  * the others' waits then time out). SHARDOPT_FAULT_RANK=<r> limits the fault to the runtime's
  * rank r, as one sick node in a job. Read once, when the library is loaded. Sites are named where
- * they are checked (checkpoint_save.c: ckpt.write, ckpt.fsync, ckpt.index, ckpt.rename;
- * checkpoint_dir.c: ckpt.lock, ckpt.latest, ckpt.prune; checkpoint_load.c: ckpt.read, each read of
- * a rank file; prepass.c: step.prepass; muon_exec.c: step.exchange, each exchange a bucket starts;
- * copy: each device copy whose completion is checked, in offload/state_store.c and muon_exec.c;
- * comm_wait.c: init.split, each communicator split of init (the four groups, or those
+ * they are checked (checkpoint_write.c: ckpt.write, ckpt.fsync, ckpt.index; checkpoint_save.c:
+ * ckpt.rename; checkpoint_dir.c: ckpt.lock, ckpt.latest, ckpt.prune; checkpoint_load.c: ckpt.read,
+ * each read of a rank file; prepass.c: step.prepass; muon_exec.c: step.exchange, each exchange a
+ * bucket starts; copy: each device copy whose completion is checked, in offload/state_store.c and
+ * muon_exec.c; comm_wait.c: init.split, each communicator split of init (the four groups, or those
  * init_from_groups derives, then the node splits for bind = auto and device = local_rank),
  * init.dup, each trainer's group init_from_groups duplicates; comm_nccl.c: nccl.id, each NCCL
  * group's unique-id broadcast), but for `alloc`: alloc:<n> makes the n-th allocation of the library

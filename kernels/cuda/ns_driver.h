@@ -20,7 +20,7 @@
  * (A by the next product, B by Y = aX + BX). With k block columns the two products cost
  * (1 + 1/k) / 2 of the full ones; the mirrored halves make A and B exactly symmetric. That block
  * lower triangle of Dc is the block upper triangle of the row-major D, the half the CPU's
- * symmetric products compute (kernels/cpu/ns_bf16.c).
+ * symmetric products compute (kernels/cpu/ns_bf16_run.c).
  *
  * a->algorithm = NS_ALGO_GRAM runs Gram Newton-Schulz (ns_dev_gram below) and a->precondition =
  * NS_PRECOND_AOL scales X's rows after the load (Dev::aol), both as the CPU's bf16 path does:
@@ -160,7 +160,7 @@ int ns_dev_apply(Dev &d, const struct ns_dev_geom &g, const uint16_t *B, float b
 }
 
 /* Z = c0 I + c1 R + c2 R R: c2 R R + c1 R as one product (the standard step's B), then c0 on the
- * diagonal, rounded once more (kernels/cpu/ns_bf16.c's poly_bf16). */
+ * diagonal, rounded once more (kernels/cpu/ns_bf16_run.c's poly_bf16). */
 template <class Dev>
 int ns_dev_poly(Dev &d, const struct ns_dev_geom &g, const float c[3], const uint16_t *R,
                 uint16_t *Z)

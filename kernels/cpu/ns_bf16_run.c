@@ -1,0 +1,250 @@
+/* bf16 Newton-Schulz's run in the step (ns_bf16.h): the iterations, the Gram algorithm and AOL
+ * over the oneDNN primitives ns_bf16_prepare made at commit (ns_bf16.c), executed only. */
+#include <math.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../dtype.h"
+#include "../ns_coeffs.h"
+#include "base/status.h"
+#include "ns_bf16.h"
+#include "ns_bf16_plan.h"
+#include "ns_common.h"
+
+static int mm_run(struct ns_bf16 *b, const struct mm *x, const void *src, const void *wei,
+                  void *dst)
+{
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, x->src},
+                               {DNNL_ARG_WEIGHTS, x->wei},
+                               {DNNL_ARG_DST, x->dst},
+                               {DNNL_ARG_SCRATCHPAD, b->scratch_mem}};
+    if (dnnl_memory_set_data_handle(x->src, (void *)src) != dnnl_success ||
+        dnnl_memory_set_data_handle(x->wei, (void *)wei) != dnnl_success ||
+        dnnl_memory_set_data_handle(x->dst, dst) != dnnl_success ||
+        dnnl_primitive_execute(x->p, b->stream, 4, args) != dnnl_success)
+        return -1;
+    return dnnl_stream_wait(b->stream) == dnnl_success ? 0 : -1;
+}
+
+/* memcpy split over the OpenMP threads (the copies that feed the sum post-ops) */
+static void copy_par(void *dst, const void *src, size_t bytes)
+{
+    const size_t chunk = 1 << 16;
+    const int64_t nchunks = (int64_t)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) {
+        const size_t off = (size_t)c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+        memcpy((char *)dst + off, (const char *)src + off, len);
+    }
+}
+
+/* A = X X^T (both halves) */
+static int gram_bf16(struct ns_bf16 *b, const struct plan *p, const uint16_t *X, uint16_t *A)
+{
+    const int64_t m = p->m, n = p->n;
+    int rc = 0;
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->gram[i], X + r0 * n, X + r0 * n, A + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC)
+        ns_mirror_upper(A, m, sizeof(uint16_t));
+    return rc;
+}
+
+static int iterate(struct ns_bf16 *b, const struct plan *p, int s, const uint16_t *X, uint16_t *Y,
+                   uint16_t *A, uint16_t *B, int have_A)
+{
+    const int64_t m = p->m, n = p->n;
+    const int u = p->uniq[s];
+    int rc = 0;
+    for (int i = 0; i < p->nrow && rc == 0 && !have_A; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->gram[i], X + r0 * n, X + r0 * n, A + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC) {
+        ns_mirror_upper(A, m, sizeof(uint16_t));
+        /* the sum post-op reads only what the block rows write: B[r0:r1, r0:m] */
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < m; r++) {
+            const int64_t c0 = r / p->block * p->block;
+            memcpy(B + r * m + c0, A + r * m + c0, sizeof(uint16_t) * (size_t)(m - c0));
+        }
+    } else {
+        copy_par(B, A, sizeof(uint16_t) * (size_t)(m * m));
+    }
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->aa[i][u], A + r0 * m, A + r0, B + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC)
+        ns_mirror_upper(B, m, sizeof(uint16_t));
+    copy_par(Y, X, sizeof(uint16_t) * (size_t)(m * n));
+    return rc == 0 ? mm_run(b, &p->bx[u], B, X, Y) : rc;
+}
+
+/* C = P Q of commuting symmetric m x m matrices: the upper block rows, mirrored */
+static int symmul_bf16(struct ns_bf16 *b, const struct plan *p, const uint16_t *P,
+                       const uint16_t *Q, uint16_t *C)
+{
+    const int64_t m = p->m;
+    int rc = 0;
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->pq[i], P + r0 * m, Q + r0, C + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC)
+        ns_mirror_upper(C, m, sizeof(uint16_t));
+    return rc;
+}
+
+/* Z = a I + b R + c R R: the A A product of the standard step (c R R + b Z over a copy of R), then
+ * a on the diagonal, rounded once more */
+static int poly_bf16(struct ns_bf16 *b, const struct plan *p, int s, const uint16_t *R, uint16_t *Z)
+{
+    const int64_t m = p->m;
+    const int u = p->uniq[s];
+    int rc = 0;
+    copy_par(Z, R, sizeof(uint16_t) * (size_t)(m * m));
+    for (int i = 0; i < p->nrow && rc == 0; i++) {
+        const int64_t r0 = (int64_t)i * p->block;
+        rc = mm_run(b, &p->aa[i][u], R + r0 * m, R + r0, Z + r0 * m + r0);
+    }
+    if (p->variant == NS_VARIANT_SYMMETRIC)
+        ns_mirror_upper(Z, m, sizeof(uint16_t));
+    for (int64_t i = 0; i < m; i++)
+        Z[i * m + i] = bf16_from_f32(f32_from_bf16(Z[i * m + i]) + p->coeffs[s][0]);
+    return rc;
+}
+
+/* Gram Newton-Schulz in bf16 (kernels/cpu/ns_gram.c has the algorithm and which products are
+ * halved): R, Z, Q and every m x m product in bf16 with fp32 accumulation, like X in the
+ * standard bf16 path; the restart after step 2 bounds what their rounding grows into (measured
+ * in a bf16 simulation: all of it in bf16 is within 1.4x of standard bf16's error against fp64,
+ * and keeping R, Z, Q in fp32 would put 14m^3 of the work on the fp32 rate, 1.6x slower here).
+ * *X ends as the result. */
+static int run_gram_bf16(struct ns_bf16 *b, const struct plan *p, int steps, int have_R,
+                         uint16_t **X, uint16_t **Y, uint16_t *R, uint16_t *Z, uint16_t *Q,
+                         uint16_t *T)
+{
+    int have_Q = 0, rc = have_R ? 0 : gram_bf16(b, p, *X, R);
+    uint16_t *t;
+
+    for (int it = 0; it < steps && rc == 0; it++) {
+        if (it > 0 && ns_gram_restarts_before(steps, it)) {
+            rc = mm_run(b, &p->qx, Q, *X, *Y);
+            t = *X;
+            *X = *Y;
+            *Y = t;
+            if (rc == 0)
+                rc = gram_bf16(b, p, *X, R);
+            have_Q = 0;
+        }
+        if (rc == 0)
+            rc = poly_bf16(b, p, it, R, Z);
+        const uint16_t *zk;
+        if (!have_Q) {
+            t = Q;
+            Q = Z;
+            Z = t;
+            zk = Q;
+            have_Q = 1;
+        } else {
+            if (rc == 0)
+                rc = mm_run(b, &p->full, Z, Q, T);
+            t = Q;
+            Q = T;
+            T = t;
+            zk = Z;
+        }
+        if (rc == 0 && it + 1 < steps && !ns_gram_restarts_before(steps, it + 1)) {
+            rc = mm_run(b, &p->full, zk, R, T);
+            if (rc == 0)
+                rc = symmul_bf16(b, p, T, zk, R);
+        }
+    }
+    if (rc == 0)
+        rc = mm_run(b, &p->qx, Q, *X, *Y);
+    t = *X;
+    *X = *Y;
+    *Y = t;
+    return rc;
+}
+
+/* AOL on bf16 X and its Gram matrix A: d from A's rows (double sums), X = bf16(d_i xf) from the
+ * fp32 staging, A_ij = bf16(d_i A_ij d_j) */
+static void aol_bf16(int64_t m, int64_t n, double eps, const float *xf, uint16_t *X, uint16_t *A,
+                     double *d)
+{
+    for (int64_t i = 0; i < m; i++) {
+        double s = 0.0;
+        for (int64_t j = 0; j < m; j++)
+            s += fabs((double)f32_from_bf16(A[i * m + j]));
+        d[i] = 1.0 / sqrt(s + eps);
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++)
+            X[i * n + j] = bf16_from_f32((float)(xf[i * n + j] * d[i]));
+        for (int64_t j = 0; j < m; j++)
+            A[i * m + j] = bf16_from_f32((float)(f32_from_bf16(A[i * m + j]) * (d[i] * d[j])));
+    }
+}
+
+int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
+                const struct ns_workspace *ws)
+{
+    struct ns_bf16 *b = ws->bf16;
+    int64_t m, n;
+
+    (void)ctx; /* oneDNN's OpenMP threads are the process's */
+    ns_work_shape(a, &m, &n);
+    if (b == NULL || m > n || ws->floats < ns_workspace_floats(a->rows, a->cols) ||
+        (a->precondition != NS_PRECOND_FROBENIUS && a->precondition != NS_PRECOND_AOL))
+        return -1;
+    const struct plan *p =
+        ns_bf16_plan_find(b, m, n, a->variant, a->block, a->algorithm, a->coeffs, a->steps);
+    if (p == NULL)
+        return -1;
+    /* fp32 staging for the shared load and store, then X, Y (m x n) and A, B (m x m) in bf16
+     * (Gram: R, Z, Q, T), then AOL's m doubles: 8mn + 8m^2 + 8m bytes of the 8mn + 16m^2 an
+     * fp32 workspace holds */
+    float *xf = ws->buf;
+    const size_t mn = (size_t)(m * n);
+
+    for (int64_t k = 0; k < a->batch; k++) {
+        uint16_t *X = (uint16_t *)(xf + m * n), *Y = X + m * n, *A = Y + m * n, *B = A + m * m;
+        uint16_t *Q = B + m * m, *T = Q + m * m;
+        double *d = (double *)(void *)(T + m * m); /* 8-byte aligned: an even count of floats */
+        int have_A = 0;
+
+        ns_load_normalized(a, k, xf);
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < mn; i++)
+            X[i] = bf16_from_f32(xf[i]);
+        if (a->precondition == NS_PRECOND_AOL) {
+            if (gram_bf16(b, p, X, A) != 0)
+                return -1;
+            aol_bf16(m, n, (double)a->eps, xf, X, A, d);
+            have_A = 1;
+        }
+        if (a->algorithm == NS_ALGO_GRAM) {
+            if (run_gram_bf16(b, p, a->steps, have_A, &X, &Y, A, B, Q, T) != 0)
+                return -1;
+        } else {
+            for (int s = 0; s < a->steps; s++) {
+                if (iterate(b, p, s, X, Y, A, B, have_A && s == 0) != 0)
+                    return -1;
+                uint16_t *t = X;
+                X = Y;
+                Y = t;
+            }
+        }
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < mn; i++)
+            xf[i] = f32_from_bf16(X[i]);
+        ns_store_output(a, k, xf);
+    }
+    return 0;
+}

@@ -1,0 +1,409 @@
+/* shardopt-plan's model of a step (bench/shardopt_plan.c says what it predicts and the formulas):
+ * the machine file, each group's owners from the runtime's own planner (sharding/plan.c) and what
+ * each member then computes and sends, and the prediction for one layout. */
+#include "bench/plan_model.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/preset.h"
+#include "bench/preset_shards.h"
+#include "kernels/dtype.h"
+#include "kernels/ns_variant.h"
+#include "kernels/ops.h"
+#include "runtime/classify.h"
+#include "sharding/plan.h"
+#include "shardopt.h"
+
+void plan_model_die(const char *msg)
+{
+    fprintf(stderr, "shardopt-plan: %s\n", msg);
+    exit(2);
+}
+
+static double json_rate(const cJSON *root, const char *key, const char *path)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) {
+        fprintf(stderr, "shardopt-plan: machine file %s: \"%s\" must be a number > 0\n", path, key);
+        exit(2);
+    }
+    return v->valuedouble;
+}
+
+void plan_model_machine_load(const char *path, struct machine *m)
+{
+    char *text = NULL;
+    if (preset_file_read(path, &text) != 0) {
+        fprintf(stderr, "shardopt-plan: machine file %s: cannot read\n", path);
+        exit(2);
+    }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        fprintf(stderr, "shardopt-plan: machine file %s: not a JSON object\n", path);
+        exit(2);
+    }
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "name");
+    snprintf(m->name, sizeof m->name, "%s", cJSON_IsString(nm) ? nm->valuestring : path);
+    m->gemm_tflops = json_rate(root, "gemm_bf16_tflops", path);
+    m->ns_fraction = json_rate(root, "ns_gemm_fraction", path);
+    m->hbm_gbps = json_rate(root, "hbm_gbps", path);
+    m->intra_gbps = json_rate(root, "intra_node_gbps", path);
+    m->inter_gbps = json_rate(root, "inter_node_gbps", path);
+    m->host_link_gbps = json_rate(root, "host_link_gbps", path);
+    m->host_mem_gbps = json_rate(root, "host_mem_gbps", path);
+    m->gpus_per_node = (int)json_rate(root, "gpus_per_node", path);
+    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(root, "slots");
+    m->slots = cJSON_IsNumber(sl) ? (int)sl->valuedouble : 0;
+    cJSON_Delete(root);
+}
+
+/* Member i's box of tensor t in its group: exactly what preset_shards_register registers
+ * (an expert stack in EP rank 0's coordinates). */
+static void box_of(const struct preset_tensor *t, int members, int i, int ep, int xdim,
+                   struct plan_box *b)
+{
+    struct preset_shard s;
+    preset_shard_of(t, ep, members, i, xdim, &s);
+    memcpy(b->lo, s.lo, sizeof b->lo);
+    memcpy(b->len, s.len, sizeof b->len);
+}
+
+static double box_numel(const struct plan_box *b)
+{
+    return (double)(b->len[0] * b->len[1] * b->len[2]);
+}
+
+/* What one group's plan gives each member (arrays indexed by member, added to). */
+struct group_out {
+    double *flops;  /* owned NS FLOPs per iteration (a team member: its share) */
+    double *bytes;  /* sent per step in the group's exchanges */
+    double *owned;  /* bytes of the matrices it orthogonalizes (a team member: its block) */
+    double *tbytes; /* sent per step in its teams' Gram all-reduces (fp32) */
+    double whole;   /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
+    int nteams, nmoved, kmax;
+    int by_size[7]; /* teams of 2^(i+1) members, i < 6 (PLAN_TEAM_MAX = 64) */
+};
+
+/* Elements of member m's box of a matrix inside block j of k along the long side. */
+static double block_overlap(const struct plan_param *q, int64_t k, int m, int j, int team)
+{
+    const struct plan_box *b = &q->boxes[m];
+    const int rd = q->ndim - 2;
+    if (q->ndim == 3 && (k < b->lo[0] || k >= b->lo[0] + b->len[0]))
+        return 0;
+    const int ld = q->shape[rd] > q->shape[rd + 1] ? rd : rd + 1; /* the long side */
+    const int64_t L = q->shape[ld], c = (L + team - 1) / team;
+    const int64_t lo = c * j < L ? c * j : L, hi = lo + c < L ? lo + c : L;
+    const int64_t a = b->lo[ld] > lo ? b->lo[ld] : lo;
+    const int64_t e = b->lo[ld] + b->len[ld] < hi ? b->lo[ld] + b->len[ld] : hi;
+    return e > a ? (double)(e - a) * (double)b->len[ld == rd ? rd + 1 : rd] : 0.0;
+}
+
+/* Plan one group (dense tensors or EP rank 0's experts) with the joint settings in `extra`
+ * (base loads, moves, teams; sharding/plan.h) and add what each member does to `out`. */
+static void group_cost(const struct preset *p, const char *const *skip, int expert, int members,
+                       int ep, int xdim, const struct opts *o, const struct plan_cfg *extra,
+                       struct group_out *out)
+{
+    struct plan_param *pp = calloc((size_t)p->n + 1, sizeof *pp);
+    struct plan_box *boxes = calloc((size_t)p->n * (size_t)members + 1, sizeof *boxes);
+    int np = 0;
+    if (pp == NULL || boxes == NULL)
+        plan_model_die("out of memory");
+    for (int i = 0; i < p->n; i++) {
+        const struct preset_tensor *t = &p->t[i];
+        if (t->expert != expert || skip[i] != NULL)
+            continue;
+        struct plan_box *b = &boxes[(size_t)np * (size_t)members];
+        for (int m = 0; m < members; m++)
+            box_of(t, members, m, ep, xdim, &b[m]);
+        pp[np] = (struct plan_param){.param = i,
+                                     .ndim = t->ndim,
+                                     .k_lo = 0,
+                                     .k_count = t->ndim == 3 ? t->shape[0] / ep : 1,
+                                     .boxes = b};
+        memcpy(pp[np].shape, t->shape, sizeof pp[np].shape);
+        if (t->ndim == 3)
+            pp[np].shape[0] = t->shape[0] / ep; /* EP rank 0's stack */
+        const int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+        pp[np].ns_gram =
+            o->ns_algo == 1 ||
+            (o->ns_algo == 2 && ns_algorithm_for_shape(rows, cols, KDT_BF16) == NS_ALGO_GRAM);
+        np++;
+    }
+    struct plan_cfg cfg = *extra;
+    cfg.members = members;
+    cfg.me = 0;
+    cfg.bucket_bytes = 128u << 20;
+    cfg.esize = COMM_ES;
+    cfg.ns_steps = o->ns_steps;
+    struct group_plan P;
+    if (np > 0 && plan_build(&cfg, pp, np, &P) != SHARDOPT_OK)
+        plan_model_die(shardopt_last_error());
+    if (np > 0) {
+        for (int m = 0; m < members; m++)
+            out->flops[m] += P.load[m];
+        out->nteams += P.nteams;
+        out->nmoved += P.nmoved;
+        /* bytes by the plan's owners: a holder sends its fraction f of a matrix in exchange #1,
+         * its owner sends the rest (1 - f) back in #2 (tests/unit/test_plan.c checks this
+         * formula against the plan's own counts). A team's member j gathers block j of the long
+         * side: each holder sends it what it holds of that block, and it sends that back. */
+        int mi = 0;
+        for (int q = 0; q < np; q++) {
+            const int rd = pp[q].ndim - 2;
+            const double whole = (double)(pp[q].shape[rd] * pp[q].shape[rd + 1]);
+            for (int64_t k = 0; k < pp[q].k_count; k++, mi++) {
+                const int team = P.team[mi];
+                out->whole += pp[q].ns_gram ? plan_ns_flops(pp[q].shape[rd], pp[q].shape[rd + 1],
+                                                            o->ns_steps, 1) /
+                                                  o->ns_steps
+                                            : plan_ns_cost(pp[q].shape[rd], pp[q].shape[rd + 1]);
+                if (team > 1) {
+                    const int *tm = &P.team_of[(size_t)mi * (size_t)P.team_cap];
+                    const double ar =
+                        o->ns_steps * 4.0 *
+                        plan_team_allreduce_elems(pp[q].shape[rd], pp[q].shape[rd + 1], team);
+                    out->kmax = team > out->kmax ? team : out->kmax;
+                    for (int i = 0; i < 6; i++)
+                        out->by_size[i] += team == 2 << i;
+                    for (int j = 0; j < team; j++) {
+                        out->tbytes[tm[j]] += ar;
+                        out->owned[tm[j]] += whole / team * COMM_ES;
+                        for (int m = 0; m < members; m++) {
+                            const double e = block_overlap(&pp[q], k, m, j, team);
+                            if (m != tm[j]) {
+                                out->bytes[m] += e * COMM_ES;     /* #1 */
+                                out->bytes[tm[j]] += e * COMM_ES; /* #2 */
+                            }
+                        }
+                    }
+                    continue;
+                }
+                for (int m = 0; m < members; m++) {
+                    const struct plan_box *b = &pp[q].boxes[m];
+                    const int held = pp[q].ndim == 2 || (k >= b->lo[0] && k < b->lo[0] + b->len[0]);
+                    const double f = held ? (double)(b->len[rd] * b->len[rd + 1]) / whole : 0.0;
+                    out->bytes[m] += (P.owner[mi] == m ? 1.0 - f : f) * whole * COMM_ES;
+                    out->owned[m] += P.owner[mi] == m ? whole * COMM_ES : 0.0;
+                }
+            }
+        }
+        plan_free(&P);
+    }
+    free(pp);
+    free(boxes);
+}
+
+int plan_model_predict(const struct opts *o, const struct preset *p, const struct machine *mc,
+                       int world, struct prediction *r, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    r->world = world;
+    r->rep = o->rep;
+    r->cp = o->cp;
+    r->ep = o->ep;
+    if (world % (o->rep * o->cp) != 0) {
+        snprintf(err, errlen, "world %d is not a multiple of dp_replicate %d x cp %d", world,
+                 o->rep, o->cp);
+        return -1;
+    }
+    r->shard = o->shard > 0 ? o->shard : world / (o->rep * o->cp);
+    r->dense = r->shard * o->cp;
+    if (o->rep * r->dense != world) {
+        snprintf(err, errlen, "dp_replicate %d x dp_shard %d x cp %d != world %d", o->rep, r->shard,
+                 o->cp, world);
+        return -1;
+    }
+    if (r->dense % o->ep != 0 || (o->ep > 1 && o->ep % o->cp != 0)) {
+        snprintf(err, errlen, "ep %d must divide dp_shard x cp = %d (and be a multiple of cp %d)",
+                 o->ep, r->dense, o->cp);
+        return -1;
+    }
+    r->xs = r->dense / o->ep;
+    const char **skip = calloc((size_t)p->n + 1, sizeof *skip); /* non-NULL: AdamW */
+    const size_t D = (size_t)r->dense, X = (size_t)r->xs;
+    /* per dense member d: its dense work, its expert work (group d % ep, member d / ep) */
+    double *dflops = calloc(D, sizeof(double)), *dbytes = calloc(D, sizeof(double));
+    double *downed = calloc(D, sizeof(double)), *dtb = calloc(D, sizeof(double));
+    double *xflops = calloc(D, sizeof(double)), *xbytes = calloc(D, sizeof(double));
+    double *xowned = calloc(D, sizeof(double)), *xtb = calloc(D, sizeof(double));
+    double *g_f = calloc(X, sizeof(double)), *g_b = calloc(X, sizeof(double));
+    double *g_o = calloc(X, sizeof(double)), *g_t = calloc(X, sizeof(double));
+    double *base = calloc(D > X ? D : X, sizeof(double));
+    double *state = calloc(D, sizeof(double)), *mom = calloc(D, sizeof(double));
+    double *elem = calloc(D, sizeof(double));
+    if (skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL || dtb == NULL ||
+        xflops == NULL || xbytes == NULL || xowned == NULL || xtb == NULL || g_f == NULL ||
+        g_b == NULL || g_o == NULL || g_t == NULL || base == NULL || state == NULL || mom == NULL ||
+        elem == NULL)
+        plan_model_die("out of memory");
+    for (int i = 0; i < p->n; i++) {
+        const struct preset_tensor *t = &p->t[i];
+        if (t->expert && t->shape[0] % o->ep != 0) {
+            snprintf(err, errlen, "%s: %lld experts do not split over ep %d", t->name,
+                     (long long)t->shape[0], o->ep);
+            return -1;
+        }
+        const int muon =
+            classify_auto_is_muon(t->name, t->ndim, t->shape, SHARDOPT_DEFAULT_ADAMW_PATTERNS);
+        skip[i] = muon ? NULL : "adamw";
+        /* state and elementwise bytes of every rank of the dense group */
+        for (int d = 0; d < r->dense; d++) {
+            struct plan_box b;
+            if (t->expert)
+                box_of(t, r->xs, d / o->ep, o->ep, o->xdim, &b);
+            else
+                box_of(t, r->dense, d, o->ep, o->xdim, &b);
+            const double n = box_numel(&b);
+            state[d] += n * (muon ? o->mom_es : 2.0 * o->adam_es);
+            mom[d] += muon ? n * o->mom_es : 0.0;
+            /* fp32 grad read, param read + write; Muon: momentum read + write, U out, O in;
+             * AdamW: both moments read + write */
+            elem[d] +=
+                n * (muon ? 4 + 8 + 2.0 * o->mom_es + 2 * COMM_ES : 4 + 8 + 4.0 * o->adam_es);
+        }
+    }
+    /* Joint planning, as commit does it (runtime/commit.c): the expert groups first, on their
+     * own; then the dense group on top of each member's expert load. Planner-only (--moves,
+     * --teams): whole experts may then move to members the dense plan left light, and heavy
+     * dense matrices go to teams inside a node. Every expert group has EP rank 0's shapes. */
+    r->dense_internode = r->dense > mc->gpus_per_node;
+    const double rate = mc->gemm_tflops * 1e12 * mc->ns_fraction;
+    const double bw = (r->dense_internode ? mc->inter_gbps : mc->intra_gbps) * 1e9;
+    const double bw_node = mc->intra_gbps * 1e9;
+    struct group_out xo1 = {.flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .kmax = 1};
+    struct plan_cfg none = {0};
+    group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &none, &xo1);
+    struct plan_cfg dcfg = {0};
+    for (int d = 0; d < r->dense; d++)
+        base[d] = g_f[d / o->ep];
+    dcfg.base_load = o->joint ? base : NULL;
+    dcfg.team_cap = o->teams > 0 ? o->teams : mc->gpus_per_node; /* node: one node's ranks */
+    dcfg.node_members = r->dense < mc->gpus_per_node ? r->dense : mc->gpus_per_node;
+    dcfg.team_frac = o->team_frac;
+    dcfg.allreduce_cost = 4.0 * rate / bw_node;
+    struct group_out dout = {
+        .flops = dflops, .bytes = dbytes, .owned = downed, .tbytes = dtb, .kmax = 1};
+    group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
+    struct group_out xout = {0};
+    xout.kmax = 1;
+    if (o->moves) {
+        for (int e = 0; e < o->ep; e++) {
+            struct plan_cfg xcfg = {0};
+            for (int j = 0; j < r->xs; j++) { /* the dense plan's load, all-reduces included */
+                const int d = j * o->ep + e;
+                base[j] = dflops[d] + dtb[d] / o->ns_steps / bw_node * rate;
+            }
+            memset(g_f, 0, X * sizeof(double));
+            memset(g_b, 0, X * sizeof(double));
+            memset(g_o, 0, X * sizeof(double));
+            memset(g_t, 0, X * sizeof(double));
+            xcfg.base_load = base;
+            /* as commit computes it (runtime/commit.c, expert_replan) from --cost-rates */
+            xcfg.move_cost = o->cost_gflops > 0
+                                 ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
+                                 : COMM_ES * rate / (bw * o->ns_steps);
+            struct group_out xo = {
+                .flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .kmax = 1};
+            group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
+            xout.nmoved += xo.nmoved;
+            xout.whole = xo.whole;
+            for (int j = 0; j < r->xs; j++) {
+                const int d = j * o->ep + e;
+                xflops[d] = g_f[j];
+                xbytes[d] = g_b[j];
+                xowned[d] = g_o[j];
+                xtb[d] = g_t[j];
+            }
+        }
+    } else {
+        xout = xo1;
+        for (int d = 0; d < r->dense; d++) {
+            xflops[d] = g_f[d / o->ep];
+            xbytes[d] = g_b[d / o->ep];
+            xowned[d] = g_o[d / o->ep];
+            xtb[d] = g_t[d / o->ep];
+        }
+    }
+    r->nteams = dout.nteams;
+    memcpy(r->team_sizes, dout.by_size, sizeof r->team_sizes);
+    r->team_max = dout.kmax;
+    r->nmoved = xout.nmoved;
+    double sum = 0, maxelem = 0, maxowned = 0, tns = 0;
+    /* each group's own balance: max over its members / their mean (1 when it owns nothing) */
+    double dmax = 0, dsum = 0, xmax = 0, xsum = 0;
+    for (int d = 0; d < r->dense; d++) {
+        dmax = dflops[d] > dmax ? dflops[d] : dmax;
+        dsum += dflops[d];
+        xmax = xflops[d] > xmax ? xflops[d] : xmax;
+        xsum += xflops[d];
+    }
+    r->dense_imbalance = dsum > 0 ? dmax / (dsum / r->dense) : 1.0;
+    r->expert_imbalance = xsum > 0 ? xmax / (xsum / r->dense) : 1.0;
+    for (int d = 0; d < r->dense; d++) {
+        const double f = (dflops[d] + xflops[d]) * o->ns_steps; /* load: per step */
+        r->flops_max = f > r->flops_max ? f : r->flops_max;
+        sum += f;
+        /* a team's all-reduces stall its Newton-Schulz: they count in t_ns */
+        const double t = f / rate + (dtb[d] + xtb[d]) / bw_node;
+        tns = t > tns ? t : tns;
+        r->team_bytes = dtb[d] > r->team_bytes ? dtb[d] : r->team_bytes;
+        r->dense_bytes = dbytes[d] > r->dense_bytes ? dbytes[d] : r->dense_bytes;
+        r->expert_bytes = xbytes[d] > r->expert_bytes ? xbytes[d] : r->expert_bytes;
+        if (state[d] > r->state_bytes) {
+            r->state_bytes = state[d];
+            r->mom_bytes = mom[d];
+            r->adam_bytes = state[d] - mom[d];
+        }
+        maxelem = elem[d] > maxelem ? elem[d] : maxelem;
+        const double ow = downed[d] + xowned[d];
+        maxowned = ow > maxowned ? ow : maxowned;
+    }
+    r->flops_mean = sum / r->dense;
+    r->t_perfect = (dout.whole + o->ep * xout.whole) * o->ns_steps / r->dense / rate;
+
+    /* the cost model (header comment) */
+    r->t_ns = tns;
+    r->t_comm = (r->dense_bytes + r->expert_bytes) / bw;
+    if (!strcmp(o->offload, "optimizer")) {
+        r->h2d_bytes = r->state_bytes;
+        const double copy = r->state_bytes / (mc->host_link_gbps * 1e9);
+        const double hbm = maxelem / (mc->hbm_gbps * 1e9);
+        r->t_elem = copy > hbm ? copy : hbm;
+    } else if (!strcmp(o->offload, "cpu")) {
+        /* Newton-Schulz input and output of the owned matrices cross the host link */
+        r->h2d_bytes = maxowned;
+        r->t_elem = maxelem / (mc->host_mem_gbps * 1e9) + maxowned / (mc->host_link_gbps * 1e9);
+    } else {
+        r->t_elem = maxelem / (mc->hbm_gbps * 1e9);
+    }
+    if (mc->slots > 0 && world > mc->slots) { /* ranks take turns on the cores */
+        r->t_ns *= (double)world / mc->slots;
+        r->t_elem *= (double)world / mc->slots;
+    }
+    r->step = r->t_elem + (r->t_ns > r->t_comm ? r->t_ns : r->t_comm);
+    free(skip);
+    free(dflops);
+    free(dbytes);
+    free(downed);
+    free(dtb);
+    free(xflops);
+    free(xbytes);
+    free(xowned);
+    free(xtb);
+    free(g_f);
+    free(g_b);
+    free(g_o);
+    free(g_t);
+    free(base);
+    free(state);
+    free(elem);
+    free(mom);
+    return 0;
+}

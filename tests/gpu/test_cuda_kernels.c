@@ -4,7 +4,12 @@
  * buffers (the scalar path), every dtype combination, stochastic rounding, NaN/Inf. Sum of
  * squares: deterministic, within 1e-12 of the CPU's. Newton-Schulz: within bf16 tolerance of the
  * fp64 oracle (relative Frobenius <= 1.5e-2), singular values in the CPU tests' bands, batched
- * equal to one by one; the same for Gram Newton-Schulz and AOL. copy2d: exact. */
+ * equal to one by one; the same for Gram Newton-Schulz and AOL. copy2d: exact.
+ *
+ * One file, over 600 lines: every case runs on the one device fixture (setup()'s backend and
+ * stream, released by cuda_teardown after the rest, which checks that no error was left pending)
+ * and is checked against the same CPU reference and fp64 oracle; split, each part would carry its
+ * own copy of that fixture. */
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"

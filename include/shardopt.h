@@ -535,6 +535,17 @@ SHARDOPT_API shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt,
 SHARDOPT_API shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data,
                                                            const void *grad);
 
+/** shardopt_param_set_pointers for n parameters of rt in one call (a binding hands over every
+ *  parameter's new gradient each step): entry i re-points params[i] at data[i] and grad[i].
+ *  Every entry is checked first (as shardopt_param_set_pointers checks one, and each parameter
+ *  of rt, given once); on a refusal the message names the entry and its parameter, and no
+ *  pointer has changed.
+ *  @param grad may be NULL: every listed parameter's gradient becomes NULL (zero_grad) */
+SHARDOPT_API shardopt_status_t shardopt_params_set_pointers(shardopt_runtime_t rt, int n,
+                                                            const shardopt_param_t *params,
+                                                            void *const *data,
+                                                            const void *const *grad);
+
 /** The algorithm a parameter was given (AUTO resolved). */
 SHARDOPT_API shardopt_status_t shardopt_param_get_algo(shardopt_param_t param,
                                                        shardopt_algo_t *algo);

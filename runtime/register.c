@@ -280,6 +280,54 @@ shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data
     return SHARDOPT_OK;
 }
 
+shardopt_status_t shardopt_params_set_pointers(shardopt_runtime_t rt, int n,
+                                               const shardopt_param_t *params, void *const *data,
+                                               const void *const *grad)
+{
+    if (rt == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "params_set_pointers: NULL runtime");
+    if (n < 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "params_set_pointers: n = %d: accepted 0 or more entries", n);
+    if (n > 0 && (params == NULL || data == NULL))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "params_set_pointers: %s is NULL for n = %d entries",
+                        params == NULL ? "params" : "data", n);
+    /* every entry is checked before any is applied: a trainer that gets a refusal still steps
+     * the pointers it had, never a mix of old and new ones */
+    const uint64_t epoch = ++rt->set_epoch;
+    for (int i = 0; i < n; i++) {
+        const struct shardopt_param *p = params[i];
+        if (p == NULL)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "params_set_pointers: entry %d of %d: NULL param; no pointer was "
+                            "changed",
+                            i, n);
+        if (p->rt != rt)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "params_set_pointers: entry %d of %d ('%s'): the parameter was "
+                            "registered with another runtime; no pointer was changed",
+                            i, n, p->name);
+        if (data[i] == NULL && p->layout.local_numel > 0)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "params_set_pointers: entry %d of %d ('%s'): data is NULL for a "
+                            "local shard of %lld elements; no pointer was changed",
+                            i, n, p->name, (long long)p->layout.local_numel);
+        if (p->set_epoch == epoch)
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "params_set_pointers: entry %d of %d ('%s'): the same parameter as "
+                            "entry %d (give each parameter once); no pointer was changed",
+                            i, n, p->name, p->set_entry);
+        params[i]->set_epoch = epoch;
+        params[i]->set_entry = i;
+    }
+    for (int i = 0; i < n; i++) {
+        params[i]->data = data[i];
+        params[i]->grad = grad != NULL ? grad[i] : NULL;
+    }
+    return SHARDOPT_OK;
+}
+
 shardopt_status_t shardopt_param_get_algo(shardopt_param_t param, shardopt_algo_t *algo)
 {
     if (param == NULL || algo == NULL)

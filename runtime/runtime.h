@@ -30,7 +30,11 @@ struct shardopt_param {
     void *data;
     const void *grad;
     const void *checked_data, *checked_grad; /* the last pointers step_pointers accepted */
-    shardopt_algo_t algo;                    /* resolved: MUON or ADAMW */
+    /* shardopt_params_set_pointers: the call (rt->set_epoch) and entry that last named this
+     * parameter, so that a parameter given twice in one call is found without a search */
+    uint64_t set_epoch;
+    int set_entry;
+    shardopt_algo_t algo; /* resolved: MUON or ADAMW */
     double lr_mult, wd_mult;
 
     /* Muon */
@@ -112,6 +116,7 @@ struct shardopt_runtime {
 
     struct shardopt_param **params;
     int nparams, params_cap;
+    uint64_t set_epoch;       /* shardopt_params_set_pointers calls so far */
     int register_failures;    /* failed shardopt_register calls: commit then fails everywhere */
     char register_error[512]; /* the first one's message */
     int committed;

@@ -273,3 +273,94 @@ TEST(saving_the_latest_step_again_is_a_state_refusal)
     shardopt_finalize(rt);
     fixture_rmtree(dir);
 }
+
+/* shardopt_params_set_pointers re-points every listed parameter at once, or, when one entry is
+ * refused, none: the step after a refusal still reads and writes the buffers it had. */
+TEST(params_set_pointers_applies_every_entry_or_none)
+{
+    enum { N = 16 };
+    static float w_old[3][N], g_old[3][N], w_new[3][N], g_new[3][N], w_other[N];
+    const char *names[3] = {"a.bias", "b.bias", "c.bias"};
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg), other = fixture_runtime(&cfg);
+    shardopt_param_t p[3], q;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.1;
+
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < N; i++) {
+            w_old[k][i] = w_new[k][i] = 1.0f;
+            g_old[k][i] = g_new[k][i] = 0.5f;
+        }
+        shardopt_param_desc_t d = fixture_desc(names[k], 1, N, 0, 0, w_old[k], g_old[k]);
+        ASSERT_EQ_INT(shardopt_register(rt, &d, &p[k]), SHARDOPT_OK);
+    }
+    shardopt_param_desc_t d = fixture_desc("other.bias", 1, N, 0, 0, w_other, g_old[0]);
+    ASSERT_EQ_INT(shardopt_register(other, &d, &q), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+
+    void *data[3] = {w_new[0], w_new[1], w_new[2]};
+    const void *grad[3] = {g_new[0], g_new[1], g_new[2]};
+    shardopt_param_t list[3] = {p[0], p[1], p[2]};
+
+    /* a refusal in the middle (entry 1) leaves entry 0 as it was, as well as 1 and 2 */
+    data[1] = NULL;
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 3, list, data, grad),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "entry 1 of 3 ('b.bias'): data is NULL");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "no pointer was changed");
+    data[1] = w_new[1];
+    list[2] = p[0];
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 3, list, data, grad),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "entry 2 of 3 ('a.bias'): the same parameter as "
+                                               "entry 0");
+    list[2] = q;
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 3, list, data, grad),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "entry 2 of 3 ('other.bias'): the parameter was "
+                                               "registered with another runtime");
+    list[2] = NULL;
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 3, list, data, grad),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "entry 2 of 3: NULL param");
+    list[2] = p[2];
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, -1, list, data, grad),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "n = -1");
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 3, NULL, data, grad),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 3, list, NULL, grad),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_params_set_pointers(NULL, 3, list, data, grad),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 0, NULL, NULL, NULL), SHARDOPT_OK);
+
+    /* every refusal above changed nothing: the step writes the registered buffers only */
+    ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    for (int k = 0; k < 3; k++) {
+        EXPECT_TRUE(w_old[k][0] < 1.0f);
+        EXPECT_TRUE(w_new[k][0] == 1.0f);
+    }
+
+    /* accepted: every parameter steps its new buffers from the next step on */
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 3, list, data, grad), SHARDOPT_OK);
+    const float stepped = w_old[0][0];
+    ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    for (int k = 0; k < 3; k++) {
+        EXPECT_TRUE(w_old[k][0] == stepped);
+        EXPECT_TRUE(w_new[k][0] < 1.0f);
+    }
+
+    /* grad NULL: every listed gradient cleared (zero_grad), which the step then refuses */
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 2, list + 1, data + 1, NULL), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'b.bias' has a NULL grad");
+    args.skip_missing_grads = 1;
+    const float kept = w_new[1][0];
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    EXPECT_TRUE(w_new[1][0] == kept && w_new[2][0] == kept);
+    EXPECT_TRUE(w_new[0][0] < kept);
+    shardopt_finalize(other);
+    shardopt_finalize(rt);
+}

@@ -32,6 +32,7 @@ import operator
 import os
 import sys
 from dataclasses import dataclass, field
+from itertools import repeat
 from time import perf_counter as _perf_counter
 from typing import Any, Optional, Sequence
 
@@ -148,6 +149,7 @@ def library():
             "shardopt_config_validate": [P], "shardopt_init": [P, P, ctypes.POINTER(P)],
             "shardopt_register": [P, ctypes.POINTER(_Desc), ctypes.POINTER(P)],
             "shardopt_param_set_pointers": [P, P, P],
+            "shardopt_params_set_pointers": [P, I, P, P, P],
             "shardopt_param_get_algo": [P, ctypes.POINTER(I)], "shardopt_commit": [P],
             "shardopt_step": [P, ctypes.POINTER(_StepArgs)],
             "shardopt_get_stats": [P, ctypes.POINTER(_Stats)], "shardopt_save": [P, ctypes.c_char_p],
@@ -385,6 +387,9 @@ def _buffer(x, what, writable=False, host=True):
 
 
 _GRAD = operator.attrgetter("grad")
+_DTYPE = operator.attrgetter("dtype")
+_IS_CPU = operator.attrgetter("is_cpu")
+_IS_CUDA = operator.attrgetter("is_cuda")
 
 
 def _shape(p):
@@ -458,16 +463,39 @@ class _Slot:
 class _Fast:
     """An Optimizer's torch parameters as the library points at them, for step() to compare
     (Optimizer._follow): per parameter its Param, _Slot, tensor, .grad object (None included),
-    data address, grad torch dtype and element count; held / gaddrs: the gradients that are not
-    None and their addresses."""
-    __slots__ = ("params", "slots", "srcs", "grads", "daddrs", "dtypes", "counts", "held",
-                 "gaddrs", "all_gaddrs", "none", "tensor", "strided", "data_ptr")
+    data address, torch dtypes of data and grad, element count; the handles and data addresses
+    as the C arrays shardopt_params_set_pointers takes (garr: the gradients', refilled per
+    call); held / gaddrs: the gradients that are not None and their addresses; kept, with
+    kaddrs / kcounts: every tensor the library points at (data, then the held gradients), its
+    address and element count when checked."""
+    __slots__ = ("params", "slots", "srcs", "grads", "daddrs", "dtypes", "counts",
+                 "held", "gaddrs", "all_gaddrs", "none", "kept", "kaddrs", "kcounts", "counts2",
+                 "handles", "darr", "garr", "tensor",
+                 "data_ptr", "numel", "contiguous")
 
     def regather(self):
         self.all_gaddrs = [s.grad_addr for s in self.slots]
-        self.held = [g for g in self.grads if g is not None]
-        self.gaddrs = [a for a in self.all_gaddrs if a is not None]
-        self.none = len(self.held) < len(self.grads)
+        self.none = None in self.all_gaddrs  # addresses are ints or None: no tensor compared
+        if not self.none:
+            self.held, self.gaddrs, self.kcounts = self.grads, self.all_gaddrs, self.counts2
+        else:
+            rows = [i for i, a in enumerate(self.all_gaddrs) if a is not None]
+            self.held = [self.grads[i] for i in rows]
+            self.gaddrs = [self.all_gaddrs[i] for i in rows]
+            self.kcounts = self.counts + [self.counts[i] for i in rows]
+        self.kept = self.srcs + self.held
+        self.kaddrs = self.daddrs + self.gaddrs
+
+    def unchanged(self, tensors, addrs, counts):
+        """True when tensors are still at addrs, with counts elements each, and contiguous, as
+        the full check (_buffer) passed them: False for a tensor changed in place without a
+        new object or address (t_(), resize_(), param.data = param.data.t()), which the full
+        check then refuses. Memory the library would overrun or read in another order is
+        caught; a dtype of the same size swapped in under the same address is not (a view
+        with another element size changes the count)."""
+        return (list(map(self.data_ptr, tensors)) == addrs
+                and list(map(self.numel, tensors)) == counts
+                and all(map(self.contiguous, tensors)))
 
 
 @dataclass
@@ -842,56 +870,84 @@ class Optimizer:
             f.srcs.append(src)
             f.grads.append(g)
             f.daddrs.append(slot.data_addr)
-        f.tensor, f.strided, f.data_ptr = torch.Tensor, torch.strided, data_ptr
+        f.tensor, f.data_ptr = torch.Tensor, data_ptr
+        f.numel, f.contiguous = torch.Tensor.numel, torch.Tensor.is_contiguous
         f.dtypes = [dtypes[s.grad_dtype] for s in f.slots]
         f.counts = [s.count for s in f.slots]
+        f.counts2 = f.counts + f.counts
+        n = len(f.slots)
+        f.handles = (ctypes.c_void_p * n)(*[s.handle for s in f.slots])
+        f.darr = (ctypes.c_void_p * n)(*f.daddrs)
+        f.garr = (ctypes.c_void_p * n)()
         f.regather()
         return f
 
     def _follow(self, skip_missing):
         """True when every parameter is up to date without the full check (_sync): its tensor
-        is the one the last check passed, at the same address, and its .grad either the very
-        tensor object then (held in _fast, so no other object can take its id) at the same
-        address, or a new plain tensor that passes the checks a torch gradient needs here
-        (strided, contiguous, the registered dtype and element count, on a device the runtime
-        takes), which the library is then pointed at (backward after zero_grad() gives new
-        ones every step). Anything else (a parameter given new memory, a gradient of another
-        kind, None without skip_missing, set_grad in between) is False: the step checks every
-        buffer again as before. This keeps step()'s Python time per parameter to a few C-level
-        attribute reads (docs/python.md, overhead)."""
+        is the one the last check passed, at the same address, with the same element count,
+        dtype and contiguity (a tensor changed in place, t_() or param.data = param.data.t(),
+        is checked again and refused), and its .grad either the very tensor object then (held
+        in _fast, so no other object can take its id) unchanged so, or a new plain tensor that
+        passes the checks a torch gradient needs here (strided, contiguous, the registered
+        dtype and element count, on a device the runtime takes). The library is then pointed
+        at every new gradient in one call (shardopt_params_set_pointers: backward after
+        zero_grad() gives new ones every step). Anything else (a parameter given new memory, a
+        gradient of another kind, None without skip_missing, set_grad in between) is False:
+        the step checks every buffer again as before. This keeps step()'s Python time to a few
+        C-level maps over the parameters (docs/python.md, overhead)."""
         f = self._fast
-        if f is None or list(map(f.data_ptr, f.srcs)) != f.daddrs:
+        if f is None:
             return False
         grads = list(map(_GRAD, f.srcs))
         if all(map(operator.is_, grads, f.grads)):
-            return (skip_missing or not f.none) and \
-                list(map(f.data_ptr, f.held)) == f.gaddrs
-        if not skip_missing and any(g is None for g in grads):
+            return (skip_missing or not f.none) and f.unchanged(f.kept, f.kaddrs, f.kcounts)
+        if not skip_missing and any(map(operator.is_, grads, repeat(None))):
             return False
-        held = [g for g, was in zip(grads, f.grads) if g is was and g is not None]
-        if list(map(f.data_ptr, held)) != [a for g, was, a in zip(grads, f.grads, f.all_gaddrs)
-                                           if g is was and g is not None]:
-            return False
-        for i, g in enumerate(grads):
-            if g is f.grads[i]:
-                continue
-            slot = f.slots[i]
-            if g is None:
-                if not skip_missing:
-                    return False
-                a = None
-            elif type(g) is f.tensor and g.layout is f.strided and g.is_contiguous() and \
-                    g.dtype is f.dtypes[i] and g.numel() == f.counts[i] and \
-                    (g.is_cpu or (g.is_cuda and not self._host)):
-                a = f.data_ptr(g)
-            else:
+        new = [i for i, (g, was) in enumerate(zip(grads, f.grads)) if g is not was]
+        if len(new) == len(grads):  # backward after zero_grad(): every gradient is new
+            if not f.unchanged(f.srcs, f.daddrs, f.counts):
                 return False
-            if a != slot.grad_addr:
-                _check("param_set_pointers", self._lib.shardopt_param_set_pointers(
-                    slot.handle, slot.data_addr, a))
+            fresh, rows = grads, new
+        else:
+            kept = [i for i, (g, was) in enumerate(zip(grads, f.grads))
+                    if g is was and g is not None]
+            if not f.unchanged(f.srcs + [grads[i] for i in kept],
+                               f.daddrs + [f.all_gaddrs[i] for i in kept],
+                               f.counts + [f.counts[i] for i in kept]):
+                return False
+            fresh, rows = [grads[i] for i in new], new
+        if any(map(operator.is_, fresh, repeat(None))):
+            rows = [i for i, g in zip(rows, fresh) if g is not None]
+            fresh = [g for g in fresh if g is not None]
+        if len(rows) == len(grads):
+            counts, dtypes = f.counts, f.dtypes
+        else:
+            counts, dtypes = [f.counts[i] for i in rows], [f.dtypes[i] for i in rows]
+        # a tensor of another layout is not contiguous (sparse COO) or refuses to say (CSR):
+        # the full check then names it
+        try:
+            if not (all(map(operator.is_, map(type, fresh), repeat(f.tensor)))
+                    and all(map(f.contiguous, fresh))
+                    and list(map(_DTYPE, fresh)) == dtypes
+                    and list(map(f.numel, fresh)) == counts
+                    and (all(map(_IS_CPU, fresh)) or not self._host and all(
+                        c or d for c, d in zip(map(_IS_CPU, fresh), map(_IS_CUDA, fresh))))):
+                return False
+        except RuntimeError:
+            return False
+        addrs = list(f.all_gaddrs)
+        for i in new:
+            addrs[i] = None
+        for i, a in zip(rows, map(f.data_ptr, fresh)):
+            addrs[i] = a
+        if addrs != f.all_gaddrs:
+            f.garr[:] = addrs
+            _check("params_set_pointers", self._lib.shardopt_params_set_pointers(
+                self._rt, len(addrs), f.handles, f.darr, f.garr))
+        for slot, p, g, a in zip(f.slots, f.params, grads, addrs):
             slot.grad, slot.grad_addr = g, a
-            f.params[i].grad = g
-            f.grads[i] = g
+            p.grad = g
+        f.grads = grads
         f.regather()
         return True
 
@@ -952,13 +1008,16 @@ class Optimizer:
         parameter holds now is zeroed in place (the one backward accumulates into next, whether
         or not a step has picked it up yet)."""
         fast = self._fast  # the comparison goes on from every gradient None (_follow)
+        cleared = []  # the library lets go of these gradients in one call, below
         for p in self.params:
             if p.source is not None and set_to_none:
                 p.source.grad = None
                 if p.grad is not None and id(p) in self._slots:  # let the old tensor go
                     p.grad = None
-                    slot = self._slot(p)
-                    self._point(p, slot.data, None, (slot.data_addr, None))
+                    slot = self._slots[id(p)]
+                    if slot.grad_addr is not None:
+                        cleared.append(slot)
+                    slot.grad = None
             elif p.source is not None:
                 g = p.source.grad
                 if g is not None:  # as torch.optim.Optimizer.zero_grad(set_to_none=False)
@@ -969,6 +1028,17 @@ class Optimizer:
                     g.zero_()
             elif p.grad is not None:
                 p.grad[...] = 0
+        if cleared and self._rt:
+            n = len(cleared)
+            if fast is not None and n == len(fast.slots):  # every one: the arrays it holds
+                handles, darr = fast.handles, fast.darr
+            else:
+                handles = (ctypes.c_void_p * n)(*[s.handle for s in cleared])
+                darr = (ctypes.c_void_p * n)(*[s.data_addr for s in cleared])
+            _check("params_set_pointers", self._lib.shardopt_params_set_pointers(
+                self._rt, n, handles, darr, None))
+            for slot in cleared:
+                slot.grad_addr = None
         if fast is not None and set_to_none:
             for i, (src, slot) in enumerate(zip(fast.srcs, fast.slots)):
                 if src.grad is not None or slot.grad_addr is not None:

@@ -651,6 +651,69 @@ def case_step_follows_what_changed():
     rt.close()
 
 
+def case_step_refuses_tensors_changed_in_place():
+    """A tensor changed in place without a new object or address (a square parameter
+    transposed, param.data = param.data.t() or t_(); a gradient transposed or shrunk,
+    g.t_(), g.resize_()) is no longer what the library was pointed at: step() checks it again
+    and refuses it as at the first step (ValueError naming it), with no parameter of its group
+    written, whether the gradients are kept or new. Undone, the next step goes on."""
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+    named = {n: p for n, p in m.named_parameters() if p.requires_grad}
+    sq, bias = "transformer.h.0.c_proj.weight", "transformer.h.1.c_fc.bias"
+    assert named[sq].shape[0] == named[sq].shape[1]
+    gen = torch.Generator().manual_seed(11)
+
+    def new_grads():
+        for p in named.values():
+            p.grad = torch.randn(p.shape, generator=gen)
+
+    def refused(what, name, word, tensor=""):
+        before = {n: p.detach().clone() for n, p in named.items()}
+        try:
+            opt.step()
+            raise AssertionError(f"{what}: stepped")
+        except ValueError as e:
+            assert name + tensor in str(e) and word in str(e), (what, e)
+        # each param group is its own runtime and step: the refused one writes nothing
+        group = [n for n, p in named.items() if opt.algo(p) == opt.algo(named[name])]
+        diff = [n for n in group if not torch.equal(named[n].detach(), before[n])]
+        assert not diff, f"{what}: written: {diff}"
+
+    new_grads()
+    opt.step()
+    opt.step()  # the comparison (_follow) holds from here
+    assert all(rt._follow(True) for rt, _, _ in opt._runtimes)
+    with torch.no_grad():
+        named[sq].data = named[sq].data.t()  # same memory, same object: kept gradients
+    refused("param.data = param.data.t()", sq, "contiguous")
+    with torch.no_grad():
+        named[sq].data = named[sq].data.t()
+    new_grads()
+    opt.step()
+    opt.step()
+    new_grads()
+    with torch.no_grad():
+        named[sq].t_()  # in place, with new gradient tensors this step
+    refused("param.t_()", sq, "contiguous")
+    with torch.no_grad():
+        named[sq].t_()
+    new_grads()
+    opt.step()
+    opt.step()
+    named[sq].grad.t_()  # a kept gradient transposed in place
+    refused("grad.t_()", sq, "contiguous", ".grad")
+    named[sq].grad.t_()
+    opt.step()
+    opt.step()
+    n = named[bias].grad.numel()
+    named[bias].grad.resize_(n - 1)  # a kept gradient shrunk in place: the same address
+    refused("grad.resize_()", bias, f"{n - 1} fp32", ".grad")
+    named[bias].grad = torch.randn(n, generator=gen)
+    opt.step()
+    opt.close()
+
+
 def case_step_overhead():
     """Issue 20's overhead point: the Python side of step() (its wall time less the time spent
     inside the library's shardopt_step calls) against the library's own step time (its stats'

@@ -473,8 +473,8 @@ class _Fast:
                  "handles", "darr", "garr", "tensor",
                  "data_ptr", "numel", "contiguous")
 
-    def regather(self):
-        self.all_gaddrs = [s.grad_addr for s in self.slots]
+    def regather(self, addrs=None):
+        self.all_gaddrs = [s.grad_addr for s in self.slots] if addrs is None else addrs
         self.none = None in self.all_gaddrs  # addresses are ints or None: no tensor compared
         if not self.none:
             self.held, self.gaddrs, self.kcounts = self.grads, self.all_gaddrs, self.counts2
@@ -903,12 +903,13 @@ class Optimizer:
             return (skip_missing or not f.none) and f.unchanged(f.kept, f.kaddrs, f.kcounts)
         if not skip_missing and any(map(operator.is_, grads, repeat(None))):
             return False
-        new = [i for i, (g, was) in enumerate(zip(grads, f.grads)) if g is not was]
-        if len(new) == len(grads):  # backward after zero_grad(): every gradient is new
+        if all(map(operator.is_not, grads, f.grads)):  # all new: backward after zero_grad()
             if not f.unchanged(f.srcs, f.daddrs, f.counts):
                 return False
-            fresh, rows = grads, new
+            new = rows = range(len(grads))
+            fresh = grads
         else:
+            new = [i for i, (g, was) in enumerate(zip(grads, f.grads)) if g is not was]
             kept = [i for i, (g, was) in enumerate(zip(grads, f.grads))
                     if g is was and g is not None]
             if not f.unchanged(f.srcs + [grads[i] for i in kept],
@@ -935,11 +936,14 @@ class Optimizer:
                 return False
         except RuntimeError:
             return False
-        addrs = list(f.all_gaddrs)
-        for i in new:
-            addrs[i] = None
-        for i, a in zip(rows, map(f.data_ptr, fresh)):
-            addrs[i] = a
+        if fresh is grads:
+            addrs = list(map(f.data_ptr, grads))
+        else:
+            addrs = list(f.all_gaddrs)
+            for i in new:
+                addrs[i] = None
+            for i, a in zip(rows, map(f.data_ptr, fresh)):
+                addrs[i] = a
         if addrs != f.all_gaddrs:
             f.garr[:] = addrs
             _check("params_set_pointers", self._lib.shardopt_params_set_pointers(
@@ -948,7 +952,7 @@ class Optimizer:
             slot.grad, slot.grad_addr = g, a
             p.grad = g
         f.grads = grads
-        f.regather()
+        f.regather(addrs)
         return True
 
     def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None,

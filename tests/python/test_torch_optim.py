@@ -725,9 +725,9 @@ def case_step_overhead():
     the library's arithmetic); 25 % leaves room for that load and still fails where every
     buffer is checked again at each step, as before the comparison (_follow): 60 to 90 %.
     Reported only: the test GPT where every step gets new gradient tensors (zero_grad(), the
-    default, then backward), which points the library at each new tensor, one C call per
-    parameter; and the issue's size of the GPT (0.8 M parameters, nanoGPT's char-level
-    shape)."""
+    default, then backward), which checks each new tensor and points the library at them in
+    one C call per group (15 to 17 %: docs/python.md); and the issue's size of the GPT (0.8 M
+    parameters, nanoGPT's char-level shape)."""
     import time
     for size, kw, steps in (("test GPT", {}, 300),
                             ("0.8 M GPT", dict(vocab=65, d=128, block=64, layers=4), 20)):

@@ -381,9 +381,14 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
             ws = f > ws ? f : ws;
         }
     }
-    int members = 1;
+    /* requests: one per block of the busiest bucket's lists (a receive and a send per peer at
+     * most), not per member of the group */
+    size_t blocks = 1;
     for (int k = 0; k < GROUP_KINDS; k++)
-        members = rt->gx[k].plan.members > members ? rt->gx[k].plan.members : members;
+        for (int j = 0; j < rt->gx[k].plan.nbuckets; j++) {
+            const struct plan_bucket *pb = &rt->gx[k].plan.buckets[j];
+            blocks = (size_t)(pb->a.n + pb->b.n) > blocks ? (size_t)(pb->a.n + pb->b.n) : blocks;
+        }
     const size_t np = (size_t)(rt->nparams ? rt->nparams : 1);
     struct oom_note oom = {NULL, 0};
     for (int i = 0; i < PIPELINE_DEPTH; i++) {
@@ -391,9 +396,9 @@ static shardopt_status_t buffers_alloc(shardopt_runtime_t rt)
         bb->a = noted(&oom, buffer_alloc(rt, a * es), a * es, "an exchange #1 buffer");
         bb->b = noted(&oom, buffer_alloc(rt, b * es), b * es, "an exchange #2 buffer");
         bb->ns = noted(&oom, buffer_alloc(rt, ns * es), ns * es, "a Newton-Schulz slot buffer");
-        const size_t req = sizeof(MPI_Request) * 2 * (size_t)members;
+        const size_t req = sizeof(MPI_Request) * blocks;
         bb->req = noted(&oom, mem_malloc(req), req, "the exchange requests");
-        const size_t peers = sizeof(int) * 2 * (size_t)members;
+        const size_t peers = sizeof(int) * blocks;
         bb->peer = noted(&oom, mem_malloc(peers), peers, "the exchange peers");
         if (rt_on_device(rt)) {
             bb->ha = noted(&oom, rt->dev->host_alloc(a * es), a * es, "a pinned exchange mirror");

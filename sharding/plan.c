@@ -282,32 +282,73 @@ static int owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int
     return 0;
 }
 
-static int counts_alloc(struct plan_bucket *b, int members)
+/* plan_build's scratch over the group's members, one set for the whole plan (buckets keep only
+ * their lists): per-member counts of the bucket being laid out, the members touched (to list and
+ * clear them), and the cursors. */
+struct scratch {
+    int *acnt, *bcnt; /* [members], zero between buckets */
+    int *atch, *btch; /* [members]: the members with a non-zero count, na / nb of them */
+    size_t *cursor;   /* [members] */
+};
+
+static int by_int(const void *a, const void *b)
 {
-    int *c = mem_calloc((size_t)members * 4, sizeof(int));
-    if (c == NULL)
-        return -1;
-    b->a_counts = c;
-    b->a_displs = c + members;
-    b->b_counts = c + 2 * members;
-    b->b_displs = c + 3 * members;
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Add cnt elements for member s to one side; s joins that side's list on its first block. */
+static int side_add(int *counts, int *touched, int *n, int s, int64_t cnt)
+{
+    if (cnt > (int64_t)INT_MAX - counts[s])
+        return -1; /* before the int wraps (past 2^32 it would look small again) */
+    if (counts[s] == 0)
+        touched[(*n)++] = s;
+    counts[s] += (int)cnt;
+    return 0;
+}
+
+/* The touched members of one side, in member order, into *out (displacements packed in that
+ * order), counts cleared for the next bucket; *elems: their total. */
+static int side_list(int *counts, int *touched, int n, struct plan_blocks *out, size_t *elems)
+{
+    qsort(touched, (size_t)n, sizeof(int), by_int);
+    int *mem = mem_malloc(sizeof(int) * 3 * (size_t)(n ? n : 1));
+    size_t total = 0;
+    int rc = 0;
+    if (mem == NULL)
+        rc = -1;
+    for (int j = 0; j < n; j++) {
+        const int s = touched[j];
+        if (rc == 0 && (size_t)counts[s] > (size_t)INT_MAX - total)
+            rc = -2;
+        if (rc == 0) {
+            mem[j] = s;
+            mem[n + j] = counts[s];
+            mem[2 * n + j] = (int)total;
+            total += (size_t)counts[s];
+        }
+        counts[s] = 0;
+    }
+    if (rc != 0) {
+        free(mem);
+        return rc;
+    }
+    *out = (struct plan_blocks){.n = n, .peer = mem, .count = mem + n, .displ = mem + 2 * n};
+    *elems = total;
     return 0;
 }
 
 /* Lay out bucket [m_lo, m_hi): my pieces in A by owner, my matrices' pieces in B by holder. */
 static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const struct mat *mats,
-                        int m_lo, int m_hi, struct plan_bucket *b, size_t *cursor, char *err,
+                        int m_lo, int m_hi, struct plan_bucket *b, struct scratch *w, char *err,
                         size_t errlen)
 {
     const int me = cfg->me, members = cfg->members;
     int64_t r0, r1, c0, c1, off, cnt;
-    size_t slot = 0;
+    size_t slot = 0, *cursor = w->cursor;
+    int na = 0, nb = 0, rc = 0;
 
-    if (counts_alloc(b, members) != 0) {
-        snprintf(err, errlen, "out of memory allocating %zu bytes for a bucket's counts",
-                 sizeof(int) * 4 * (size_t)members);
-        return -1;
-    }
     b->piece_lo = P->npieces;
     b->owned_lo = P->nowned;
     /* NS slots, and which of my pieces skip the exchange */
@@ -332,44 +373,38 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
         return -2;
     }
 
-    /* A: counts per owner, then offsets in matrix order within each owner's block */
-    for (int m = m_lo; m < m_hi; m++) {
+    /* A: counts per owner; B: counts per holder of my matrices */
+    for (int m = m_lo; rc == 0 && m < m_hi; m++) {
         cnt = piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
         int direct = P->owner[m] == me && cnt == mats[m].rows * mats[m].cols;
-        if (cnt > 0 && !direct && cnt > (int64_t)INT_MAX - b->a_counts[P->owner[m]])
-            goto too_large; /* before the int wraps (past 2^32 it would look small again) */
         if (cnt > 0 && !direct)
-            b->a_counts[P->owner[m]] += (int)cnt;
+            rc = side_add(w->acnt, w->atch, &na, P->owner[m], cnt);
     }
-    /* B: counts per holder of my matrices */
-    for (int m = m_lo; m < m_hi; m++) {
+    for (int m = m_lo; rc == 0 && m < m_hi; m++) {
         if (P->owner[m] != me)
             continue;
-        for (int s = 0; s < members; s++) {
+        for (int s = 0; rc == 0 && s < members; s++) {
             cnt = piece_count(&mats[m], s);
             int direct = s == me && cnt == mats[m].rows * mats[m].cols;
-            if (cnt > 0 && !direct && cnt > (int64_t)INT_MAX - b->b_counts[s])
-                goto too_large;
             if (cnt > 0 && !direct)
-                b->b_counts[s] += (int)cnt;
+                rc = side_add(w->bcnt, w->btch, &nb, s, cnt);
         }
     }
-    size_t a = 0, bb = 0;
-    for (int i = 0; i < members; i++) {
-        if ((size_t)b->a_counts[i] > (size_t)INT_MAX - a ||
-            (size_t)b->b_counts[i] > (size_t)INT_MAX - bb)
-            goto too_large;
-        b->a_displs[i] = (int)a;
-        b->b_displs[i] = (int)bb;
-        a += (size_t)b->a_counts[i];
-        bb += (size_t)b->b_counts[i];
+    if (rc != 0) /* the plan fails: its scratch is not used again */
+        goto too_large;
+    rc = side_list(w->acnt, w->atch, na, &b->a, &b->a_elems);
+    int rc2 = side_list(w->bcnt, w->btch, nb, &b->b, &b->b_elems);
+    if (rc == -1 || rc2 == -1) {
+        snprintf(err, errlen, "out of memory allocating %zu bytes for a bucket's blocks",
+                 sizeof(int) * 3 * (size_t)(na + nb));
+        return -1;
     }
-    b->a_elems = a;
-    b->b_elems = bb;
+    if (rc != 0 || rc2 != 0)
+        goto too_large;
 
     /* my pieces, in matrix order */
-    for (int i = 0; i < members; i++)
-        cursor[i] = (size_t)b->a_displs[i];
+    for (int j = 0; j < b->a.n; j++)
+        cursor[b->a.peer[j]] = (size_t)b->a.displ[j];
     size_t own_slot = 0;
     for (int m = m_lo; m < m_hi; m++) {
         const int owner = P->owner[m];
@@ -392,8 +427,8 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
     b->piece_hi = P->npieces;
 
     /* pieces arriving for my matrices, grouped per matrix for the unpack */
-    for (int i = 0; i < members; i++)
-        cursor[i] = (size_t)b->b_displs[i];
+    for (int j = 0; j < b->b.n; j++)
+        cursor[b->b.peer[j]] = (size_t)b->b.displ[j];
     int o = b->owned_lo;
     for (int m = m_lo; m < m_hi; m++) {
         if (P->owner[m] != me)
@@ -450,8 +485,10 @@ void plan_replica_range(const struct group_plan *p, const struct plan_bucket *b,
 
 void plan_free(struct group_plan *p)
 {
-    for (int b = 0; b < p->nbuckets; b++)
-        free(p->buckets[b].a_counts);
+    for (int b = 0; b < p->nbuckets; b++) {
+        free(p->buckets[b].a.peer);
+        free(p->buckets[b].b.peer);
+    }
     free(p->buckets);
     free(p->owner);
     free(p->load);
@@ -469,7 +506,8 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
 {
     struct group_plan P = {.members = cfg->members, .me = cfg->me};
     struct mat *mats = NULL;
-    size_t *cursor = NULL, bytes_asked = 0;
+    struct scratch w = {0};
+    size_t bytes_asked = 0;
     int n = 0, nb = 0, max_pieces = 0, max_in = 0, rc;
     char err[256] = "";
     const size_t errlen = sizeof err;
@@ -477,7 +515,13 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     for (int p = 0; p < nparams; p++)
         n += (int)params[p].k_count;
     mats = mem_malloc(sizeof(*mats) * (size_t)(n ? n : 1));
-    cursor = mem_malloc(sizeof(size_t) * (size_t)cfg->members);
+    w.cursor = mem_malloc(sizeof(size_t) * (size_t)cfg->members);
+    w.acnt = mem_calloc((size_t)cfg->members * 4, sizeof(int));
+    if (w.acnt != NULL) {
+        w.bcnt = w.acnt + cfg->members;
+        w.atch = w.acnt + 2 * (size_t)cfg->members;
+        w.btch = w.acnt + 3 * (size_t)cfg->members;
+    }
     P.owner = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
     P.load = mem_calloc((size_t)cfg->members, sizeof(double));
     P.work = mem_calloc((size_t)cfg->members, sizeof(double));
@@ -487,9 +531,9 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     P.team_of =
         P.team_cap > 1 ? mem_malloc(sizeof(int) * (size_t)(n ? n : 1) * (size_t)P.team_cap) : NULL;
     bytes_asked = (sizeof(*mats) + sizeof(int) * (size_t)(1 + P.team_cap)) * (size_t)(n ? n : 1) +
-                  (sizeof(size_t) + 2 * sizeof(double)) * (size_t)cfg->members;
-    if (mats == NULL || cursor == NULL || P.owner == NULL || P.load == NULL || P.work == NULL ||
-        P.team == NULL || (P.team_cap > 1 && P.team_of == NULL))
+                  (sizeof(size_t) + 4 * sizeof(int) + 2 * sizeof(double)) * (size_t)cfg->members;
+    if (mats == NULL || w.cursor == NULL || w.acnt == NULL || P.owner == NULL || P.load == NULL ||
+        P.work == NULL || P.team == NULL || (P.team_cap > 1 && P.team_of == NULL))
         goto err_oom;
     n = 0;
     for (int p = 0; p < nparams; p++) {
@@ -539,7 +583,7 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
         }
         struct plan_bucket *b = &P.buckets[nb++];
         P.nbuckets = nb;
-        rc = bucket_build(&P, cfg, mats, lo, hi, b, cursor, err, errlen);
+        rc = bucket_build(&P, cfg, mats, lo, hi, b, &w, err, errlen);
         if (rc != 0)
             goto err_free;
         if (b->a_elems > P.max_a)
@@ -548,15 +592,23 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
             P.max_b = b->b_elems;
         if (b->ns_elems > P.max_ns)
             P.max_ns = b->ns_elems;
-        for (int i = 0; i < cfg->members; i++)
-            if (i != cfg->me) {
-                P.bytes_sent += ((uint64_t)b->a_counts[i] + (uint64_t)b->b_counts[i]) * cfg->esize;
-                P.bytes_recv += ((uint64_t)b->b_counts[i] + (uint64_t)b->a_counts[i]) * cfg->esize;
+        /* A's blocks go out in #1 and come back in #2, B's come in and go back: each side
+         * counts once each way */
+        for (int j = 0; j < b->a.n; j++)
+            if (b->a.peer[j] != cfg->me) {
+                P.bytes_sent += (uint64_t)b->a.count[j] * cfg->esize;
+                P.bytes_recv += (uint64_t)b->a.count[j] * cfg->esize;
+            }
+        for (int j = 0; j < b->b.n; j++)
+            if (b->b.peer[j] != cfg->me) {
+                P.bytes_sent += (uint64_t)b->b.count[j] * cfg->esize;
+                P.bytes_recv += (uint64_t)b->b.count[j] * cfg->esize;
             }
         lo = hi;
     }
     free(mats);
-    free(cursor);
+    free(w.cursor);
+    free(w.acnt);
     *out = P;
     return SHARDOPT_OK;
 
@@ -568,7 +620,8 @@ err_oom:
              bytes_asked, n, cfg->members);
 err_free:
     free(mats);
-    free(cursor);
+    free(w.cursor);
+    free(w.acnt);
     plan_free(&P);
     return status_set(rc == -1 ? SHARDOPT_ERR_OUT_OF_MEMORY : SHARDOPT_ERR_UNSUPPORTED, "%s", err);
 }

@@ -85,12 +85,21 @@ struct plan_incoming {
     size_t buf;
 };
 
+/* One side of a bucket's exchange: a block for each member with a non-empty one (this member
+ * too, when it owns a matrix it holds part of), in member order; block j is count[j] elements at
+ * displ[j] of the buffer, to or from member peer[j]. Only the members that send or receive are
+ * listed, so a plan's size and the step's loops do not grow with the group (issue 22). */
+struct plan_blocks {
+    int n;
+    int *peer, *count, *displ; /* [n] */
+};
+
 struct plan_bucket {
     int piece_lo, piece_hi; /* my pieces */
     int owned_lo, owned_hi; /* my matrices */
     size_t a_elems, b_elems, ns_elems;
-    int *a_counts, *a_displs; /* [members], elements: exchange #1 send / #2 receive */
-    int *b_counts, *b_displs; /* [members], elements: exchange #1 receive / #2 send */
+    struct plan_blocks a; /* buffer A, by owner: exchange #1 send / #2 receive */
+    struct plan_blocks b; /* buffer B, by holder: exchange #1 receive / #2 send */
 };
 
 struct group_plan {

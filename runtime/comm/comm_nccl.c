@@ -2,6 +2,7 @@
 #include "runtime/comm/comm_nccl.h"
 
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,11 +170,16 @@ void nccl_group_destroy(struct nccl_group *g)
     free(g);
 }
 
-/* Post one exchange: member i's block goes from sbuf + sd[i * sstride] (sc[i * sstride]
- * elements), so that sstride 0 sends one block to every member (an all-gather). */
-static shardopt_status_t group_post(struct nccl_group *g, int slot, const void *sbuf, const int *sc,
-                                    const int *sd, int sstride, void *rbuf, const int *rc,
-                                    const int *rd, size_t es)
+static int peer_at(const int *peers, int j) { return peers != NULL ? peers[j] : j; }
+
+/* Post one exchange over lists of peers in member order (NULL: every member, j = member j):
+ * receive rc[j] at rbuf + rd[j] from peer j, send sc[j] from sbuf + sd[j] to peer j, or, with
+ * one_block, the same block sc[0] at sd[0] to every listed peer (an all-gather). Per member the
+ * receive is posted before the send, members in order, whatever the lists hold. */
+static shardopt_status_t group_post(struct nccl_group *g, int slot, const void *sbuf, int ns,
+                                    const int *sp, const int *sc, const int *sd, int one_block,
+                                    void *rbuf, int nr, const int *rp, const int *rc, const int *rd,
+                                    size_t es)
 {
     cudaError_t e;
     ncclResult_t r = ncclSuccess;
@@ -186,16 +192,23 @@ static shardopt_status_t group_post(struct nccl_group *g, int slot, const void *
                         cudaGetErrorString(e));
     /* bytes, not elements: one datatype for bf16 and fp32 blocks */
     r = ncclGroupStart();
-    for (int i = 0; r == ncclSuccess && i < g->size; i++) {
-        if (i == g->rank)
-            continue;
-        const int s = i * sstride;
-        if (rc[i] > 0)
-            r = ncclRecv((char *)rbuf + (size_t)rd[i] * es, (size_t)rc[i] * es, ncclUint8, i,
-                         g->comm, g->stream);
-        if (r == ncclSuccess && sc[s] > 0)
-            r = ncclSend((const char *)sbuf + (size_t)sd[s] * es, (size_t)sc[s] * es, ncclUint8, i,
-                         g->comm, g->stream);
+    for (int js = 0, jr = 0; r == ncclSuccess && (js < ns || jr < nr);) {
+        const int pr = jr < nr ? peer_at(rp, jr) : INT_MAX;
+        const int ps = js < ns ? peer_at(sp, js) : INT_MAX;
+        const int i = pr < ps ? pr : ps;
+        if (pr == i) {
+            if (i != g->rank && rc[jr] > 0)
+                r = ncclRecv((char *)rbuf + (size_t)rd[jr] * es, (size_t)rc[jr] * es, ncclUint8, i,
+                             g->comm, g->stream);
+            jr++;
+        }
+        if (ps == i) {
+            const int k = one_block ? 0 : js;
+            if (r == ncclSuccess && i != g->rank && sc[k] > 0)
+                r = ncclSend((const char *)sbuf + (size_t)sd[k] * es, (size_t)sc[k] * es, ncclUint8,
+                             i, g->comm, g->stream);
+            js++;
+        }
     }
     ncclResult_t r2 = ncclGroupEnd();
     if (r == ncclSuccess)
@@ -211,17 +224,19 @@ static shardopt_status_t group_post(struct nccl_group *g, int slot, const void *
     return SHARDOPT_OK;
 }
 
-shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf,
-                                      const int *sc, const int *sd, void *rbuf, const int *rc,
-                                      const int *rd, size_t es)
+shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf, int ns,
+                                      const int *sp, const int *sc, const int *sd, void *rbuf,
+                                      int nr, const int *rp, const int *rc, const int *rd,
+                                      size_t es)
 {
-    return group_post(g, slot, sbuf, sc, sd, 1, rbuf, rc, rd, es);
+    return group_post(g, slot, sbuf, ns, sp, sc, sd, 0, rbuf, nr, rp, rc, rd, es);
 }
 
 shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *buf,
                                         const int *counts, const int *displs, size_t es)
 {
-    return group_post(g, slot, buf, &counts[g->rank], &displs[g->rank], 0, buf, counts, displs, es);
+    return group_post(g, slot, buf, g->size, NULL, &counts[g->rank], &displs[g->rank], 1, buf,
+                      g->size, NULL, counts, displs, es);
 }
 
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)

@@ -36,12 +36,14 @@ void nccl_group_destroy(struct nccl_group *g);
  * step, so that no operation a peer will never match is left for finalize to wait on. */
 void nccl_group_abort(struct nccl_group *g);
 
-/* All-to-all-v of `es`-byte elements: to member i sc[i] elements from sbuf + sd[i], from member
- * i rc[i] into rbuf + rd[i] (member me is skipped: the caller copies its own block). Starts
- * after the compute stream's queued work; completion is marked by slot's event. */
-shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf,
-                                      const int *sc, const int *sd, void *rbuf, const int *rc,
-                                      const int *rd, size_t es);
+/* All-to-all-v of `es`-byte elements over lists of peers (each in increasing member order):
+ * to member sp[j] sc[j] elements from sbuf + sd[j] (j < ns), from member rp[j] rc[j] into
+ * rbuf + rd[j] (j < nr); this member's own block, if listed, is skipped (the caller copies it).
+ * Starts after the compute stream's queued work; completion is marked by slot's event. */
+shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf, int ns,
+                                      const int *sp, const int *sc, const int *sd, void *rbuf,
+                                      int nr, const int *rp, const int *rc, const int *rd,
+                                      size_t es);
 
 /* All-gather-v in place: this member's block (counts[rank] elements at buf + displs[rank], its
  * rank in the group) to every other member, member i's into buf + displs[i]; the same posting,

@@ -16,11 +16,13 @@ void nccl_group_destroy(struct nccl_group *g) { (void)g; }
 
 void nccl_group_abort(struct nccl_group *g) { (void)g; }
 
-shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf,
-                                      const int *sc, const int *sd, void *rbuf, const int *rc,
-                                      const int *rd, size_t es)
+shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void *sbuf, int ns,
+                                      const int *sp, const int *sc, const int *sd, void *rbuf,
+                                      int nr, const int *rp, const int *rc, const int *rd,
+                                      size_t es)
 {
-    (void)g, (void)slot, (void)sbuf, (void)sc, (void)sd, (void)rbuf, (void)rc, (void)rd, (void)es;
+    (void)g, (void)slot, (void)sbuf, (void)ns, (void)sp, (void)sc, (void)sd, (void)rbuf, (void)nr,
+        (void)rp, (void)rc, (void)rd, (void)es;
     return SHARDOPT_ERR_UNSUPPORTED;
 }
 

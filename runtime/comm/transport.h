@@ -24,19 +24,23 @@
 #include "runtime/comm/groups.h"
 #include "shardopt.h"
 
-/* One exchange of one bucket over a group of `members` (this rank is member `me`): to member i
- * sc[i] elements from sbuf + sd[i], from member i rc[i] elements into rbuf + rd[i]. This
- * member's own block is the caller's (a copy on its stream, whatever the transport). */
+/* One exchange of one bucket over a group of `members` (this rank is member `me`), as lists of
+ * the members it sends to and receives from (the plan's, sharding/plan.h: only members with a
+ * block, in member order): to member sp[j] sc[j] elements from sbuf + sd[j] (j < ns), from
+ * member rp[j] rc[j] elements into rbuf + rd[j] (j < nr). This member's own block, when listed,
+ * is the caller's (a copy on its stream, whatever the transport). */
 struct comm_xfer {
     int seq;    /* the bucket's position in the pipeline: keeps concurrent exchanges' tags apart */
     int set;    /* its buffer set: with the direction, the NCCL slot whose event marks the end */
     int second; /* 0: exchange #1 (A -> B), 1: exchange #2 (B -> A) */
     int bucket; /* its index in the group's plan, for messages */
     int me, members;
-    const int *sc, *sd, *rc, *rd;
-    void *sbuf, *rbuf;   /* the step's buffers: device memory on a device backend */
-    void *hsbuf, *hrbuf; /* their pinned host mirrors (device backends; NULL otherwise) */
-    MPI_Request *req;    /* room for 2 * members requests, and the member each one waits on */
+    int ns, nr;
+    const int *sp, *sc, *sd; /* [ns] */
+    const int *rp, *rc, *rd; /* [nr] */
+    void *sbuf, *rbuf;       /* the step's buffers: device memory on a device backend */
+    void *hsbuf, *hrbuf;     /* their pinned host mirrors (device backends; NULL otherwise) */
+    MPI_Request *req;        /* room for ns + nr requests, and the member each one waits on */
     int *peer;
     uint64_t *sent, *recv; /* the group's byte counters: blocks to and from other members */
     int nreq; /* in flight: set by start (requests, or 1 for an NCCL exchange), 0 after wait */

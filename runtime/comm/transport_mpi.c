@@ -13,21 +13,24 @@ shardopt_status_t transport_mpi_post(const struct comm_transport *t, struct comm
     const size_t es = t->es;
     int rcode = MPI_SUCCESS;
 
-    for (int i = 0; i < x->members; i++) {
-        if (i != x->me && x->rc[i] > 0) {
+    for (int j = 0; j < x->nr; j++) {
+        const int i = x->rp[j];
+        if (i != x->me && x->rc[j] > 0) {
             x->peer[x->nreq] = i;
-            rcode |= MPI_Irecv(rbuf + (size_t)x->rd[i] * es, x->rc[i], t->type, i, tag, t->comm,
+            rcode |= MPI_Irecv(rbuf + (size_t)x->rd[j] * es, x->rc[j], t->type, i, tag, t->comm,
                                &x->req[x->nreq++]);
-            *x->recv += (uint64_t)x->rc[i] * es;
+            *x->recv += (uint64_t)x->rc[j] * es;
         }
     }
-    for (int i = 0; i < x->members; i++)
-        if (i != x->me && x->sc[i] > 0) {
+    for (int j = 0; j < x->ns; j++) {
+        const int i = x->sp[j];
+        if (i != x->me && x->sc[j] > 0) {
             x->peer[x->nreq] = i;
-            rcode |= MPI_Isend(sbuf + (size_t)x->sd[i] * es, x->sc[i], t->type, i, tag, t->comm,
+            rcode |= MPI_Isend(sbuf + (size_t)x->sd[j] * es, x->sc[j], t->type, i, tag, t->comm,
                                &x->req[x->nreq++]);
-            *x->sent += (uint64_t)x->sc[i] * es;
+            *x->sent += (uint64_t)x->sc[j] * es;
         }
+    }
     if (rcode != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step: starting exchange #%d of the %s group failed",
                         x->second ? 2 : 1, t->name);

@@ -13,10 +13,10 @@ static shardopt_status_t mirror_start(const struct comm_transport *t, struct com
     const size_t es = t->es;
     char *host = x->hsbuf;
     const char *dev = x->sbuf;
-    for (int i = 0; i < x->members; i++)
-        if (i != x->me && x->sc[i] > 0)
-            t->dev->copy(t->kctx, host + (size_t)x->sd[i] * es, dev + (size_t)x->sd[i] * es,
-                         (size_t)x->sc[i] * es);
+    for (int j = 0; j < x->ns; j++)
+        if (x->sp[j] != x->me && x->sc[j] > 0)
+            t->dev->copy(t->kctx, host + (size_t)x->sd[j] * es, dev + (size_t)x->sd[j] * es,
+                         (size_t)x->sc[j] * es);
     if (fault_hit("copy") || t->dev->sync(t->kctx) != 0)
         return log_fail(SHARDOPT_ERR_DEVICE,
                         "step: rank %d: copying exchange blocks to the host failed (%s)",
@@ -33,10 +33,10 @@ static shardopt_status_t mirror_wait(const struct comm_transport *t, struct comm
         return status;
     char *dev = x->rbuf;
     const char *host = x->hrbuf;
-    for (int i = 0; i < x->members; i++)
-        if (i != x->me && x->rc[i] > 0)
-            t->dev->copy(t->kctx, dev + (size_t)x->rd[i] * es, host + (size_t)x->rd[i] * es,
-                         (size_t)x->rc[i] * es);
+    for (int j = 0; j < x->nr; j++)
+        if (x->rp[j] != x->me && x->rc[j] > 0)
+            t->dev->copy(t->kctx, dev + (size_t)x->rd[j] * es, host + (size_t)x->rd[j] * es,
+                         (size_t)x->rc[j] * es);
     return SHARDOPT_OK;
 }
 

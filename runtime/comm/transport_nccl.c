@@ -12,14 +12,15 @@ static int xfer_slot(const struct comm_xfer *x) { return x->set * 2 + x->second;
 
 static shardopt_status_t nccl_start(const struct comm_transport *t, struct comm_xfer *x)
 {
-    for (int i = 0; i < x->members; i++)
-        if (i != x->me) {
-            *x->recv += (uint64_t)x->rc[i] * t->es;
-            *x->sent += (uint64_t)x->sc[i] * t->es;
-        }
+    for (int j = 0; j < x->nr; j++)
+        if (x->rp[j] != x->me)
+            *x->recv += (uint64_t)x->rc[j] * t->es;
+    for (int j = 0; j < x->ns; j++)
+        if (x->sp[j] != x->me)
+            *x->sent += (uint64_t)x->sc[j] * t->es;
     x->nreq = 1;
-    return nccl_group_exchange(t->nccl, xfer_slot(x), x->sbuf, x->sc, x->sd, x->rbuf, x->rc, x->rd,
-                               t->es);
+    return nccl_group_exchange(t->nccl, xfer_slot(x), x->sbuf, x->ns, x->sp, x->sc, x->sd, x->rbuf,
+                               x->nr, x->rp, x->rc, x->rd, t->es);
 }
 
 /* The compute stream waits; the host goes on. */

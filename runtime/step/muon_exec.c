@@ -121,6 +121,21 @@ static void stage_momentum(shardopt_runtime_t rt, const struct stage *st, float 
     ew_flush(rt); /* one launch for the bucket, before its exchange is queued */
 }
 
+/* The index of member i's block in list l, or -1 (a binary search: the list is in member
+ * order). */
+static int block_of(const struct plan_blocks *l, int i)
+{
+    int lo = 0, hi = l->n;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (l->peer[mid] < i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < l->n && l->peer[lo] == i ? lo : -1;
+}
+
 /* Start exchange #1 (A -> B) or #2 (B -> A) over the group's transport: a block to and from
  * every member with a non-empty one; this rank's own block is a copy on the stream (device to
  * device on a device backend). */
@@ -130,8 +145,7 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
     const struct plan_bucket *b = st->b;
     const int me = gx->plan.me;
     const size_t es = kdtype_size(rt->cfg.comm_dtype);
-    const int *sc = second ? b->b_counts : b->a_counts, *sd = second ? b->b_displs : b->a_displs;
-    const int *rc = second ? b->a_counts : b->b_counts, *rd = second ? b->a_displs : b->b_displs;
+    const struct plan_blocks *snd = second ? &b->b : &b->a, *rcv = second ? &b->a : &b->b;
     char *sbuf = second ? st->buf->b : st->buf->a, *rbuf = second ? st->buf->a : st->buf->b;
 
     st->x = (struct comm_xfer){
@@ -141,10 +155,14 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
         .bucket = stage_bucket(rt, st),
         .me = me,
         .members = gx->plan.members,
-        .sc = sc,
-        .sd = sd,
-        .rc = rc,
-        .rd = rd,
+        .ns = snd->n,
+        .sp = snd->peer,
+        .sc = snd->count,
+        .sd = snd->displ,
+        .nr = rcv->n,
+        .rp = rcv->peer,
+        .rc = rcv->count,
+        .rd = rcv->displ,
         .sbuf = sbuf,
         .rbuf = rbuf,
         .hsbuf = second ? st->buf->hb : st->buf->ha,
@@ -160,9 +178,11 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
     if (fault_hit("step.exchange")) /* a stand-in for an MPI failure; or a hang (tests) */
         return log_fail(SHARDOPT_ERR_COMM, "step: rank %d: starting exchange #%d failed (injected)",
                         rt->groups.me.rank, second ? 2 : 1);
-    if (sc[me] > 0)
-        rt->dev->copy(&rt->kctx, rbuf + (size_t)rd[me] * es, sbuf + (size_t)sd[me] * es,
-                      (size_t)sc[me] * es);
+    /* my own block, if any: on both lists alike (what I send myself in A I receive in B) */
+    const int js = block_of(snd, me), jr = block_of(rcv, me);
+    if (js >= 0 && jr >= 0 && snd->count[js] > 0)
+        rt->dev->copy(&rt->kctx, rbuf + (size_t)rcv->displ[jr] * es,
+                      sbuf + (size_t)snd->displ[js] * es, (size_t)snd->count[js] * es);
     return rt->xport[st->kind].ops->start(&rt->xport[st->kind], &st->x);
 }
 

@@ -43,7 +43,9 @@ static uint16_t value_of(int from, int to, int r, int k)
 
 /* One exchange's buffers for this rank over a group whose member i is world rank ranks[i]. */
 struct xfer {
-    int sc[16], sd[16], rc[16], rd[16];
+    int sc[16], sd[16], rc[16], rd[16]; /* by member */
+    int ns, nr;                         /* as the plan lists them: non-empty blocks only */
+    int sp[16], lsc[16], lsd[16], rp[16], lrc[16], lrd[16];
     uint16_t sbuf[16 * (MAXN + 3)], rbuf[16 * (MAXN + 3)];
 };
 
@@ -61,6 +63,25 @@ static void xfer_fill(struct xfer *x, const int *ranks, int n, int mine, int r)
         so += x->sc[i] + 3; /* gaps: displacements, not packed counts */
         ro += x->rc[i] + 2;
     }
+    x->ns = x->nr = 0;
+    for (int i = 0; i < n; i++) { /* my own block stays listed: the exchange must skip it */
+        if (x->sc[i] > 0) {
+            x->sp[x->ns] = i;
+            x->lsc[x->ns] = x->sc[i];
+            x->lsd[x->ns++] = x->sd[i];
+        }
+        if (x->rc[i] > 0) {
+            x->rp[x->nr] = i;
+            x->lrc[x->nr] = x->rc[i];
+            x->lrd[x->nr++] = x->rd[i];
+        }
+    }
+}
+
+static shardopt_status_t xfer_post(struct nccl_group *g, int slot, struct xfer *x)
+{
+    return nccl_group_exchange(g, slot, x->sbuf, x->ns, x->sp, x->lsc, x->lsd, x->rbuf, x->nr,
+                               x->rp, x->lrc, x->lrd, ES);
 }
 
 /* Every block from another member arrived where rd says; my own block was not written. */
@@ -129,12 +150,8 @@ TEST(exchanges_move_every_block_to_its_displacement)
     for (int r = 0; r < 3; r++) { /* three exchanges in flight on each group before the wait */
         xfer_fill(&xa[r], all_ranks, 4, me, r);
         xfer_fill(&xp[r], g.pair_ranks, 2, me % 2, r + 10);
-        EXPECT_EQ_INT(nccl_group_exchange(g.all, r, xa[r].sbuf, xa[r].sc, xa[r].sd, xa[r].rbuf,
-                                          xa[r].rc, xa[r].rd, ES),
-                      SHARDOPT_OK);
-        EXPECT_EQ_INT(nccl_group_exchange(g.pair, r + 3, xp[r].sbuf, xp[r].sc, xp[r].sd, xp[r].rbuf,
-                                          xp[r].rc, xp[r].rd, ES),
-                      SHARDOPT_OK);
+        EXPECT_EQ_INT(xfer_post(g.all, r, &xa[r]), SHARDOPT_OK);
+        EXPECT_EQ_INT(xfer_post(g.pair, r + 3, &xp[r]), SHARDOPT_OK);
         EXPECT_EQ_INT(nccl_group_wait(g.all, r), SHARDOPT_OK);
         EXPECT_EQ_INT(nccl_group_wait(g.pair, r + 3), SHARDOPT_OK);
     }
@@ -216,8 +233,7 @@ TEST(a_polling_drain_leaves_no_error_and_an_aborted_group_is_not_touched)
         ;
     xfer_fill(&x, all_ranks, 4, me, 7);
     const long polls = nccl_mock_not_ready();
-    EXPECT_EQ_INT(nccl_group_exchange(g.all, 0, x.sbuf, x.sc, x.sd, x.rbuf, x.rc, x.rd, ES),
-                  SHARDOPT_OK);
+    EXPECT_EQ_INT(xfer_post(g.all, 0, &x), SHARDOPT_OK);
     EXPECT_EQ_INT(nccl_group_drain(g.all), SHARDOPT_OK);
     if (me == 0)
         EXPECT_TRUE(nccl_mock_not_ready() > polls); /* it did poll an unfinished exchange */
@@ -254,8 +270,7 @@ TEST(a_failed_post_aborts_and_the_peers_time_out)
     xfer_fill(&x, all_ranks, 4, me, 100);
     if (me == 3)
         nccl_mock_inject(NCCL_MOCK_FAIL_GROUP);
-    shardopt_status_t st =
-        nccl_group_exchange(g.all, 0, x.sbuf, x.sc, x.sd, x.rbuf, x.rc, x.rd, ES);
+    shardopt_status_t st = xfer_post(g.all, 0, &x);
     if (me == 3) {
         EXPECT_EQ_INT(st, SHARDOPT_ERR_NCCL);
         EXPECT_STR_CONTAINS(shardopt_last_error(), "NCCL dense group (rank 3 of 4): posting an "
@@ -268,14 +283,12 @@ TEST(a_failed_post_aborts_and_the_peers_time_out)
                             "waiting for the step's exchanges: timed out (comm_timeout_s)");
     }
     EXPECT_EQ_INT(nccl_mock_aborted() - aborted0, 1);
-    EXPECT_EQ_INT(nccl_group_exchange(g.all, 1, x.sbuf, x.sc, x.sd, x.rbuf, x.rc, x.rd, ES),
-                  SHARDOPT_ERR_NCCL);
+    EXPECT_EQ_INT(xfer_post(g.all, 1, &x), SHARDOPT_ERR_NCCL);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "communicator was aborted earlier");
     /* the pair group is untouched: {0,1} and {2,3} still exchange */
     static struct xfer xp;
     xfer_fill(&xp, g.pair_ranks, 2, me % 2, 5);
-    EXPECT_EQ_INT(nccl_group_exchange(g.pair, 0, xp.sbuf, xp.sc, xp.sd, xp.rbuf, xp.rc, xp.rd, ES),
-                  SHARDOPT_OK);
+    EXPECT_EQ_INT(xfer_post(g.pair, 0, &xp), SHARDOPT_OK);
     EXPECT_EQ_INT(nccl_group_drain(g.pair), SHARDOPT_OK);
     EXPECT_EQ_INT(xfer_bad(&xp, g.pair_ranks, 2, me % 2, 5), 0);
     groups2_free(&g);
@@ -293,8 +306,7 @@ TEST(a_stuck_rank_becomes_a_timeout_on_every_rank_not_a_hang)
     xfer_fill(&x, all_ranks, 4, me, 101);
     if (me == 1)
         nccl_mock_inject(NCCL_MOCK_STUCK);
-    shardopt_status_t st =
-        nccl_group_exchange(g.all, 2, x.sbuf, x.sc, x.sd, x.rbuf, x.rc, x.rd, ES);
+    shardopt_status_t st = xfer_post(g.all, 2, &x);
     if (st == SHARDOPT_OK)
         st = nccl_group_drain(g.all);
     EXPECT_EQ_INT(st, SHARDOPT_ERR_NCCL);

@@ -51,6 +51,32 @@ static float gval(int p, int64_t k, int64_t r, int64_t c)
     return (float)(p * 1000000 + k * 10000 + r * 100 + c);
 }
 
+/* Member i's block on list l: its displacement, *count its elements (0 when i is not listed). */
+static int blk(const struct plan_blocks *l, int i, int *count)
+{
+    for (int j = 0; j < l->n; j++)
+        if (l->peer[j] == i) {
+            *count = l->count[j];
+            return l->displ[j];
+        }
+    *count = 0;
+    return 0;
+}
+
+/* A list as the step posts it: members in increasing order, each block non-empty, packed in
+ * that order from 0. Returns the number of faults. */
+static long list_bad(const struct plan_blocks *l, int members, size_t elems)
+{
+    long bad = 0;
+    size_t at = 0;
+    for (int j = 0; j < l->n; j++) {
+        bad += l->peer[j] < 0 || l->peer[j] >= members || (j > 0 && l->peer[j] <= l->peer[j - 1]);
+        bad += l->count[j] <= 0 || (size_t)l->displ[j] != at;
+        at += (size_t)l->count[j];
+    }
+    return bad + (at != elems);
+}
+
 /* Run the plans of all members against each other and check every NS slot receives exactly its
  * matrix, and every holder gets its own rectangle back. Returns the number of wrong elements. */
 static long simulate(const struct plan_cfg *base, const struct plan_param *params, int np)
@@ -72,6 +98,11 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
         for (int m = 0; m < plans[0].nmatrices; m++)
             bad += plans[i].owner[m] != plans[0].owner[m];
 
+    for (int i = 0; i < M; i++)
+        for (int bk = 0; bk < plans[i].nbuckets; bk++) {
+            const struct plan_bucket *b = &plans[i].buckets[bk];
+            bad += list_bad(&b->a, M, b->a_elems) + list_bad(&b->b, M, b->b_elems);
+        }
     for (int bk = 0; bk < plans[0].nbuckets; bk++) {
         float *A[MAXM], *B[MAXM], *NS[MAXM];
         for (int i = 0; i < M; i++) {
@@ -104,10 +135,11 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
         for (int i = 0; i < M; i++)
             for (int o = 0; o < M; o++) {
                 const struct plan_bucket *bi = &plans[i].buckets[bk], *bo = &plans[o].buckets[bk];
-                bad += bi->a_counts[o] != bo->b_counts[i];
-                if (bi->a_counts[o] == bo->b_counts[i])
-                    memcpy(B[o] + bo->b_displs[i], A[i] + bi->a_displs[o],
-                           sizeof(float) * (size_t)bi->a_counts[o]);
+                int ac, bc;
+                const int ad = blk(&bi->a, o, &ac), bd = blk(&bo->b, i, &bc);
+                bad += ac != bc;
+                if (ac == bc)
+                    memcpy(B[o] + bd, A[i] + ad, sizeof(float) * (size_t)ac);
             }
         /* unpack and check every owned matrix, then pack O = -U back */
         for (int o = 0; o < M; o++) {
@@ -140,8 +172,9 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
         for (int i = 0; i < M; i++)
             for (int o = 0; o < M; o++) {
                 const struct plan_bucket *bi = &plans[i].buckets[bk], *bo = &plans[o].buckets[bk];
-                memcpy(A[i] + bi->a_displs[o], B[o] + bo->b_displs[i],
-                       sizeof(float) * (size_t)bo->b_counts[i]);
+                int ac, bc;
+                const int ad = blk(&bi->a, o, &ac), bd = blk(&bo->b, i, &bc);
+                memcpy(A[i] + ad, B[o] + bd, sizeof(float) * (size_t)bc);
             }
         for (int i = 0; i < M; i++) {
             const struct plan_bucket *b = &plans[i].buckets[bk];
@@ -588,8 +621,12 @@ TEST(buckets_beyond_an_mpi_count_are_refused_not_wrapped)
     two.bucket_bytes = 1ull << 30;
     ASSERT_EQ_INT(plan_build(&two, ps, 12, &P), SHARDOPT_OK);
     uint64_t sent = 0;
-    for (int b = 0; b < P.nbuckets; b++)
-        sent += (uint64_t)P.buckets[b].a_counts[1] + (uint64_t)P.buckets[b].b_counts[1];
+    for (int b = 0; b < P.nbuckets; b++) {
+        int ac, bc;
+        blk(&P.buckets[b].a, 1, &ac);
+        blk(&P.buckets[b].b, 1, &bc);
+        sent += (uint64_t)ac + (uint64_t)bc;
+    }
     EXPECT_TRUE(sent * 2 == P.bytes_sent);
     plan_free(&P);
 }

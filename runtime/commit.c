@@ -63,7 +63,9 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
     const char *name = kind == GROUP_DENSE ? "dense" : kind == GROUP_EXPERT ? "expert" : "local";
     const size_t np_cap = (size_t)(rt->nparams ? rt->nparams : 1);
     struct plan_param *pp = mem_malloc(sizeof(*pp) * np_cap);
-    struct plan_box *boxes = mem_malloc(sizeof(*boxes) * (size_t)members * np_cap);
+    /* the local group's boxes are this rank's own; the others' the planner reads from the shard
+     * table in place (plan_param.box_stride), not a copy of members x parameters boxes */
+    struct plan_box *boxes = kind == GROUP_LOCAL ? mem_malloc(sizeof(*boxes) * np_cap) : NULL;
     struct plan_cfg cfg = {.members = members,
                            .me = 0,
                            .bucket_bytes = rt->cfg.bucket_bytes,
@@ -79,27 +81,26 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
 
     if (kind != GROUP_LOCAL)
         MPI_Comm_rank(kind == GROUP_DENSE ? rt->groups.dense : rt->groups.xs, &cfg.me);
-    if (pp == NULL || boxes == NULL) {
+    if (pp == NULL || (kind == GROUP_LOCAL && boxes == NULL)) {
         built = SHARDOPT_ERR_OUT_OF_MEMORY;
         snprintf(err, sizeof err, "out of memory allocating %zu bytes for the planner's input",
-                 (sizeof(*pp) + sizeof(*boxes) * (size_t)members) * np_cap);
+                 (sizeof(*pp) + (kind == GROUP_LOCAL ? sizeof(*boxes) : 0)) * np_cap);
     }
     for (int i = 0; built == SHARDOPT_OK && i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want || p->ns_sharded)
             continue;
-        struct plan_box *b = &boxes[(size_t)np * (size_t)members];
-        for (int m = 0; m < members; m++) {
-            if (kind == GROUP_LOCAL) {
-                memcpy(b[m].lo, p->layout.lo, sizeof b[m].lo);
-                memcpy(b[m].len, p->layout.len, sizeof b[m].len);
-            } else {
-                b[m] = t->boxes[(size_t)m * (size_t)rt->nparams + (size_t)i];
-            }
+        const struct plan_box *b = &boxes[np];
+        if (kind == GROUP_LOCAL) {
+            memcpy(boxes[np].lo, p->layout.lo, sizeof boxes[np].lo);
+            memcpy(boxes[np].len, p->layout.len, sizeof boxes[np].len);
+        } else {
+            b = &t->boxes[i]; /* member m's at [m * nparams + i] */
         }
         pp[np] = (struct plan_param){.param = i,
                                      .ndim = p->layout.ndim,
                                      .boxes = b,
+                                     .box_stride = kind == GROUP_LOCAL ? 1 : (size_t)rt->nparams,
                                      .ns_gram = p->ns_algorithm == NS_ALGO_GRAM};
         memcpy(pp[np].shape, p->layout.shape, sizeof pp[np].shape);
         /* an expert group orthogonalizes its EP rank's experts; a dense stack all of them */

@@ -40,7 +40,8 @@ struct mat {
 static int64_t piece_of(const struct mat *m, int i, int64_t *r0, int64_t *r1, int64_t *c0,
                         int64_t *c1, int64_t *local_off)
 {
-    const struct plan_box *b = &m->p->boxes[i];
+    const size_t stride = m->p->box_stride > 1 ? m->p->box_stride : 1;
+    const struct plan_box *b = &m->p->boxes[(size_t)i * stride];
     int rd = m->p->ndim - 2; /* the row dim */
 
     if (m->p->ndim == 3 && (m->k < b->lo[0] || m->k >= b->lo[0] + b->len[0]))

@@ -30,7 +30,9 @@ struct plan_param {
     int ndim;              /* 2, or 3 for an [E, rows, cols] stack */
     int64_t shape[3];      /* global, as stored */
     int64_t k_lo, k_count; /* the matrices this group orthogonalizes (experts of its EP rank) */
-    const struct plan_box *boxes; /* [members] */
+    const struct plan_box *boxes; /* member i's at boxes[i * box_stride] */
+    size_t box_stride;            /* 0 or 1: [members]; commit passes its shard table as it is
+                                     gathered ([members][nparams], stride nparams), no copy */
     int ns_gram;                  /* 1: its matrices run Gram Newton-Schulz (plan_ns_flops) */
 };
 

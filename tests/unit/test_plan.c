@@ -117,7 +117,8 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
                 for (int p = 0; p < np; p++)
                     if (params[p].param == pc->param)
                         pp = &params[p];
-                const struct plan_box *bx = &pp->boxes[i];
+                const struct plan_box *bx =
+                    &pp->boxes[(size_t)i * (pp->box_stride > 1 ? pp->box_stride : 1)];
                 const int rd = pp->ndim - 2;
                 float *dst = pc->direct ? NS[i] : A[i];
                 for (int64_t e = 0; e < pc->count; e++) {
@@ -184,7 +185,8 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
                 for (int p = 0; p < np; p++)
                     if (params[p].param == pc->param)
                         pp = &params[p];
-                const struct plan_box *bx = &pp->boxes[i];
+                const struct plan_box *bx =
+                    &pp->boxes[(size_t)i * (pp->box_stride > 1 ? pp->box_stride : 1)];
                 const int rd = pp->ndim - 2;
                 for (int64_t e = 0; e < pc->count; e++) {
                     int64_t r = bx->lo[rd] + e / bx->len[rd + 1];
@@ -228,6 +230,57 @@ TEST(every_layout_moves_every_element_to_its_owner_and_back)
         long bad = simulate(&cfg, ps, 3);
         EXPECT_EQ_INT(bad, 0);
     }
+}
+
+/* Commit hands the planner its shard table as gathered, [members][nparams], with box_stride
+ * nparams instead of a copy per parameter: the plan is the one of contiguous boxes, and it still
+ * delivers every element. */
+TEST(boxes_read_in_place_from_a_strided_table_plan_alike)
+{
+    static struct plan_box bx[3][MAXM], table[MAXM * 3];
+    const int M = 5;
+    struct plan_param ps[3] = {
+        {.param = 0, .ndim = 2, .shape = {37, 29, 1}, .k_lo = 0, .k_count = 1},
+        {.param = 1, .ndim = 3, .shape = {6, 12, 10}, .k_lo = 2, .k_count = 3},
+        {.param = 2, .ndim = 2, .shape = {30, 50, 1}, .k_lo = 0, .k_count = 1},
+    };
+    boxes_make(bx[0], M, 2, ps[0].shape, 0, 0, 1, 1);
+    boxes_make(bx[1], M, 3, ps[1].shape, 1, 2, 3, 0);
+    boxes_make(bx[2], M, 2, ps[2].shape, 1, 0, 1, 1);
+    struct plan_param qs[3];
+    memcpy(qs, ps, sizeof qs);
+    for (int p = 0; p < 3; p++) {
+        ps[p].boxes = bx[p];
+        for (int m = 0; m < M; m++)
+            table[m * 3 + p] = bx[p][m];
+        qs[p].boxes = &table[p];
+        qs[p].box_stride = 3;
+    }
+    for (int me = 0; me < M; me++) {
+        struct plan_cfg cfg = {.members = M, .me = me, .bucket_bytes = 2000, .esize = 2};
+        struct group_plan P, Q;
+        ASSERT_EQ_INT(plan_build(&cfg, ps, 3, &P), SHARDOPT_OK);
+        ASSERT_EQ_INT(plan_build(&cfg, qs, 3, &Q), SHARDOPT_OK);
+        EXPECT_EQ_INT(Q.nbuckets, P.nbuckets);
+        EXPECT_EQ_INT(Q.npieces, P.npieces);
+        EXPECT_EQ_INT(Q.nincoming, P.nincoming);
+        EXPECT_TRUE(Q.bytes_sent == P.bytes_sent && Q.bytes_recv == P.bytes_recv);
+        EXPECT_TRUE(memcmp(Q.owner, P.owner, sizeof(int) * (size_t)P.nmatrices) == 0);
+        for (int q = 0; q < P.npieces && q < Q.npieces; q++) {
+            const struct plan_piece *a = &P.pieces[q], *b = &Q.pieces[q];
+            EXPECT_TRUE(a->param == b->param && a->k == b->k && a->local_off == b->local_off &&
+                        a->count == b->count && a->direct == b->direct && a->buf == b->buf);
+        }
+        for (int q = 0; q < P.nincoming && q < Q.nincoming; q++) {
+            const struct plan_incoming *a = &P.incoming[q], *b = &Q.incoming[q];
+            EXPECT_TRUE(a->src == b->src && a->r0 == b->r0 && a->r1 == b->r1 && a->c0 == b->c0 &&
+                        a->c1 == b->c1 && a->buf == b->buf);
+        }
+        plan_free(&P);
+        plan_free(&Q);
+    }
+    struct plan_cfg all = {.members = M, .me = 0, .bucket_bytes = 2000, .esize = 2};
+    EXPECT_EQ_INT(simulate(&all, qs, 3), 0);
 }
 
 TEST(a_matrix_whole_on_a_member_stays_there)

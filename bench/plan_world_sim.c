@@ -6,13 +6,13 @@
  * For each world W (dp_replicate 1, cp 1: the dense shard group is all W ranks, the expert shard
  * groups W / E) and each sampled dense rank d (default: 0, W/2, W-1), the planner runs as commit
  * runs it (runtime/commit.c, group_plan_build): the expert group of d (member d / E) first, then
- * the dense group (member d) on top of the expert loads, every other member's box synthesized
- * from the layout the way preset_shards registers it (bench/preset_shards.h). Printed per rank:
- * the bytes the two plans keep (heap in use after plan_build less before, mallinfo2), the
- * planner's input boxes (what commit hands plan_build: 48 B x Muon parameters x members), the
- * bytes of commit's shard tables for that layout (48 B x parameters x members, docs/design.md,
- * Commit), the wall time of the two plan_build calls on this core, and the process's peak RSS so
- * far.
+ * the dense group (member d) on top of the expert loads, every member's slice along the shard
+ * dim synthesized from the layout the way preset_shards registers it (bench/preset_shards.h)
+ * into a table the planner reads in place, as commit's shard tables (runtime/commit_check.h).
+ * Printed per rank: the bytes the two plans keep (heap in use after plan_build less before,
+ * mallinfo2), the planner's input (16 B x Muon parameters x members), the bytes of commit's shard
+ * tables for that layout (16 B x all parameters x members of both groups), the wall time of the
+ * two plan_build calls on this core, and the process's peak RSS so far.
  *
  * --max-growth F: exit 1 when the largest plan of the last world keeps more than F times the
  * bytes of the largest plan of the first (tests/CMakeLists.txt, plan_world_sim_growth: a plan
@@ -66,30 +66,40 @@ static int parse_list(const char *s, long *out, int cap)
     return n;
 }
 
-/* The planner's input for one group kind (expert 0/1) of `members`, member boxes synthesized;
- * returns the number of parameters, *boxes to free. */
+/* The planner's input for one group kind (expert 0/1) of `members` as commit gives it: a table
+ * of each member's slice along the shard dim, [members][parameters] (runtime/commit_check.h),
+ * read in place with a template box (this rank's); returns the number of parameters, *slices
+ * and *tmpl to free. */
 static int group_input(const struct preset *p, const int *muon, int expert, int members, int ep,
-                       struct plan_param *pp, struct plan_box **boxes)
+                       int me, struct plan_param *pp, struct plan_slice **slices,
+                       struct plan_box **tmpl)
 {
-    int np = 0;
+    int np = 0, n = 0;
     for (int i = 0; i < p->n; i++)
-        np += muon[i] && p->t[i].expert == expert;
-    *boxes = malloc(sizeof(**boxes) * (size_t)members * (size_t)(np ? np : 1));
-    if (*boxes == NULL)
+        n += muon[i] && p->t[i].expert == expert;
+    *slices = malloc(sizeof(**slices) * (size_t)members * (size_t)(n ? n : 1));
+    *tmpl = malloc(sizeof(**tmpl) * (size_t)(n ? n : 1));
+    if (*slices == NULL || *tmpl == NULL)
         die("out of memory for the planner's input");
-    np = 0;
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
         if (!muon[i] || t->expert != expert)
             continue;
-        struct plan_box *b = &(*boxes)[(size_t)np * (size_t)members];
+        struct preset_shard s;
         for (int m = 0; m < members; m++) {
-            struct preset_shard s;
             preset_shard_of(t, ep, members, m, 0, &s);
-            memcpy(b[m].lo, s.lo, sizeof b[m].lo);
-            memcpy(b[m].len, s.len, sizeof b[m].len);
+            (*slices)[(size_t)m * (size_t)n + (size_t)np] =
+                (struct plan_slice){s.lo[s.dim], s.len[s.dim]};
         }
-        pp[np] = (struct plan_param){.param = i, .ndim = t->ndim, .boxes = b};
+        preset_shard_of(t, ep, members, me, 0, &s);
+        memcpy((*tmpl)[np].lo, s.lo, sizeof s.lo);
+        memcpy((*tmpl)[np].len, s.len, sizeof s.len);
+        pp[np] = (struct plan_param){.param = i,
+                                     .ndim = t->ndim,
+                                     .tmpl = &(*tmpl)[np],
+                                     .slice_dim = s.dim,
+                                     .slices = &(*slices)[np],
+                                     .box_stride = (size_t)n};
         memcpy(pp[np].shape, t->shape, sizeof pp[np].shape);
         if (t->ndim == 3)
             pp[np].shape[0] = t->shape[0] / ep; /* the EP rank's stack */
@@ -112,14 +122,15 @@ static void plan_rank(const struct preset *p, const int *muon, int world, int ep
 {
     const int xs = world / ep;
     struct plan_param *pp = calloc((size_t)p->n + 1, sizeof *pp);
-    struct plan_box *xb, *db;
+    struct plan_slice *xb, *db;
+    struct plan_box *xt, *dt;
     struct group_plan X = {0}, D = {0};
     double *base = calloc((size_t)world, sizeof(double));
     if (pp == NULL || base == NULL)
         die("out of memory");
     memset(out, 0, sizeof *out);
 
-    int np = group_input(p, muon, 1, xs, ep, pp, &xb);
+    int np = group_input(p, muon, 1, xs, ep, d / ep, pp, &xb, &xt);
     out->input_bytes = sizeof(*xb) * (size_t)xs * (size_t)np;
     struct plan_cfg xc = {.members = xs,
                           .me = d / ep,
@@ -139,8 +150,9 @@ static void plan_rank(const struct preset *p, const int *muon, int world, int ep
     for (int j = 0; j < world && np > 0; j++)
         base[j] = X.load[j / ep];
     free(xb);
+    free(xt);
 
-    np = group_input(p, muon, 0, world, ep, pp, &db);
+    np = group_input(p, muon, 0, world, ep, d, pp, &db, &dt);
     out->input_bytes += sizeof(*db) * (size_t)world * (size_t)np;
     struct plan_cfg dc = {.members = world,
                           .me = d,
@@ -157,6 +169,7 @@ static void plan_rank(const struct preset *p, const int *muon, int world, int ep
     out->plan_bytes += heap_in_use() - h0;
     out->dense_buckets = D.nbuckets;
     free(db);
+    free(dt);
     plan_free(&X);
     plan_free(&D);
     free(base);
@@ -237,7 +250,8 @@ int main(int argc, char **argv)
             struct rusage ru;
             getrusage(RUSAGE_SELF, &ru);
             /* commit's shard tables: every parameter's box of every member of each group */
-            const double tables = 48.0 * (double)p.n * (double)(world + world / ep);
+            const double tables =
+                (double)sizeof(struct plan_slice) * (double)p.n * (double)(world + world / ep);
             printf("| %d | %ld | %d/%d | %.3f | %.1f | %.1f | %.3f | %.1f |\n", world, sample[s],
                    r.dense_buckets, r.expert_buckets, r.plan_bytes / 1048576.0,
                    r.input_bytes / 1048576.0, tables / 1048576.0, r.seconds, ru.ru_maxrss / 1024.0);

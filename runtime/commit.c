@@ -63,9 +63,10 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
     const char *name = kind == GROUP_DENSE ? "dense" : kind == GROUP_EXPERT ? "expert" : "local";
     const size_t np_cap = (size_t)(rt->nparams ? rt->nparams : 1);
     struct plan_param *pp = mem_malloc(sizeof(*pp) * np_cap);
-    /* the local group's boxes are this rank's own; the others' the planner reads from the shard
-     * table in place (plan_param.box_stride), not a copy of members x parameters boxes */
-    struct plan_box *boxes = kind == GROUP_LOCAL ? mem_malloc(sizeof(*boxes) * np_cap) : NULL;
+    /* this rank's box of each parameter: the local group's only member, and the others' template
+     * (their boxes differ from it along the shard dim only, where the planner reads each
+     * member's slice from the shard table in place: plan_param.box_stride) */
+    struct plan_box *boxes = mem_malloc(sizeof(*boxes) * np_cap);
     struct plan_cfg cfg = {.members = members,
                            .me = 0,
                            .bucket_bytes = rt->cfg.bucket_bytes,
@@ -81,27 +82,27 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
 
     if (kind != GROUP_LOCAL)
         MPI_Comm_rank(kind == GROUP_DENSE ? rt->groups.dense : rt->groups.xs, &cfg.me);
-    if (pp == NULL || (kind == GROUP_LOCAL && boxes == NULL)) {
+    if (pp == NULL || boxes == NULL) {
         built = SHARDOPT_ERR_OUT_OF_MEMORY;
         snprintf(err, sizeof err, "out of memory allocating %zu bytes for the planner's input",
-                 (sizeof(*pp) + (kind == GROUP_LOCAL ? sizeof(*boxes) : 0)) * np_cap);
+                 (sizeof(*pp) + sizeof(*boxes)) * np_cap);
     }
     for (int i = 0; built == SHARDOPT_OK && i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want || p->ns_sharded)
             continue;
-        const struct plan_box *b = &boxes[np];
+        memcpy(boxes[np].lo, p->layout.lo, sizeof boxes[np].lo);
+        memcpy(boxes[np].len, p->layout.len, sizeof boxes[np].len);
+        pp[np] = (struct plan_param){
+            .param = i, .ndim = p->layout.ndim, .ns_gram = p->ns_algorithm == NS_ALGO_GRAM};
         if (kind == GROUP_LOCAL) {
-            memcpy(boxes[np].lo, p->layout.lo, sizeof boxes[np].lo);
-            memcpy(boxes[np].len, p->layout.len, sizeof boxes[np].len);
+            pp[np].boxes = &boxes[np];
         } else {
-            b = &t->boxes[i]; /* member m's at [m * nparams + i] */
+            pp[np].tmpl = &boxes[np];
+            pp[np].slice_dim = p->layout.shard_dim;
+            pp[np].slices = &t->slices[i]; /* member m's at [m * nparams + i] */
+            pp[np].box_stride = (size_t)rt->nparams;
         }
-        pp[np] = (struct plan_param){.param = i,
-                                     .ndim = p->layout.ndim,
-                                     .boxes = b,
-                                     .box_stride = kind == GROUP_LOCAL ? 1 : (size_t)rt->nparams,
-                                     .ns_gram = p->ns_algorithm == NS_ALGO_GRAM};
         memcpy(pp[np].shape, p->layout.shape, sizeof pp[np].shape);
         /* an expert group orthogonalizes its EP rank's experts; a dense stack all of them */
         pp[np].k_lo = p->layout.ndim == 3 ? p->layout.win_lo : 0;
@@ -235,8 +236,14 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
                             "commit: rank %d: out of memory allocating %zu bytes for the shards of "
                             "'%s' (choosing its Newton-Schulz strategy)",
                             rt->groups.me.rank, sizeof(*boxes) * (size_t)t->members, p->name);
-        for (int m = 0; m < t->members; m++)
-            boxes[m] = t->boxes[(size_t)m * (size_t)rt->nparams + (size_t)i];
+        for (int m = 0; m < t->members;
+             m++) { /* mine, but along the shard dim (sharding/layout.c) */
+            const struct plan_slice *s = &t->slices[(size_t)m * (size_t)rt->nparams + (size_t)i];
+            memcpy(boxes[m].lo, p->layout.lo, sizeof boxes[m].lo);
+            memcpy(boxes[m].len, p->layout.len, sizeof boxes[m].len);
+            boxes[m].lo[p->layout.shard_dim] = s->lo;
+            boxes[m].len[p->layout.shard_dim] = s->len;
+        }
         struct ns_strategy_in in = {.ndim = p->layout.ndim,
                                     .ns_transpose = p->mv.ns_transpose,
                                     .shard_dim = p->layout.shard_dim,

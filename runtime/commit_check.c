@@ -199,10 +199,10 @@ static shardopt_status_t check_records(shardopt_runtime_t rt)
 
 void commit_shard_table_free(struct shard_table *t)
 {
-    free(t->boxes);
+    free(t->slices);
     free(t->ranks);
     free(t->xload);
-    t->boxes = NULL;
+    t->slices = NULL;
     t->ranks = NULL;
     t->xload = NULL;
 }
@@ -210,22 +210,22 @@ void commit_shard_table_free(struct shard_table *t)
 static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm, struct shard_table *t)
 {
     const int n = rt->nparams;
-    const size_t mine_bytes = sizeof(struct plan_box) * (size_t)(n ? n : 1);
-    struct plan_box *mine = mem_malloc(mine_bytes);
+    const size_t mine_bytes = sizeof(struct plan_slice) * (size_t)(n ? n : 1);
+    struct plan_slice *mine = mem_malloc(mine_bytes);
     shardopt_status_t status = SHARDOPT_OK;
 
     MPI_Comm_size(comm, &t->members);
     const size_t boxes_bytes = mine_bytes * (size_t)t->members;
-    t->boxes = mine != NULL ? mem_malloc(boxes_bytes) : NULL;
-    t->ranks = t->boxes != NULL ? mem_malloc(sizeof(int) * (size_t)t->members) : NULL;
+    t->slices = mine != NULL ? mem_malloc(boxes_bytes) : NULL;
+    t->ranks = t->slices != NULL ? mem_malloc(sizeof(int) * (size_t)t->members) : NULL;
     if (t->ranks == NULL)
         status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                           "commit: rank %d: out of memory allocating %zu bytes for the shard "
                           "table",
                           rt->groups.me.rank,
-                          mine == NULL       ? mine_bytes
-                          : t->boxes == NULL ? boxes_bytes
-                                             : sizeof(int) * (size_t)t->members);
+                          mine == NULL        ? mine_bytes
+                          : t->slices == NULL ? boxes_bytes
+                                              : sizeof(int) * (size_t)t->members);
     status = groups_agree(&rt->groups, status, "commit");
     if (status != SHARDOPT_OK) {
         free(mine);
@@ -234,11 +234,10 @@ static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm, stru
     }
     for (int i = 0; i < n; i++) {
         const struct layout *l = &rt->params[i]->layout;
-        memcpy(mine[i].lo, l->lo, sizeof mine[i].lo);
-        memcpy(mine[i].len, l->len, sizeof mine[i].len);
+        mine[i] = (struct plan_slice){l->lo[l->shard_dim], l->len[l->shard_dim]};
     }
-    comm_allgather(&rt->groups, comm, mine, (int)(sizeof(*mine) * (size_t)n), MPI_BYTE, t->boxes,
-                   "all-gather of shard boxes");
+    comm_allgather(&rt->groups, comm, mine, (int)(sizeof(*mine) * (size_t)n), MPI_BYTE, t->slices,
+                   "all-gather of shard slices");
     comm_allgather(&rt->groups, comm, &rt->groups.me.rank, 1, MPI_INT, t->ranks,
                    "all-gather of ranks");
     free(mine);
@@ -258,7 +257,7 @@ static int slice_by_lo(const void *a, const void *b)
 
 /* Do the members' slices along shard_dim tile [lo, lo + n) exactly (empty slices anywhere)?
  * Describes the first fault in why. Returns 1 when they do, 0 when not, -1 out of memory. */
-static int tiles(const struct shard_table *t, int nparams, int p, int sd, int64_t lo, int64_t n,
+static int tiles(const struct shard_table *t, int nparams, int p, int64_t lo, int64_t n,
                  int64_t origin, char *why, size_t len)
 {
     struct slice *s = mem_malloc(sizeof(*s) * (size_t)t->members);
@@ -271,9 +270,9 @@ static int tiles(const struct shard_table *t, int nparams, int p, int sd, int64_
         return -1;
     }
     for (int i = 0; i < t->members; i++) {
-        const struct plan_box *b = &t->boxes[(size_t)i * (size_t)nparams + (size_t)p];
-        if (b->len[sd] > 0)
-            s[k++] = (struct slice){b->lo[sd], b->len[sd], t->ranks[i]};
+        const struct plan_slice *b = &t->slices[(size_t)i * (size_t)nparams + (size_t)p];
+        if (b->len > 0)
+            s[k++] = (struct slice){b->lo, b->len, t->ranks[i]};
     }
     qsort(s, (size_t)k, sizeof *s, slice_by_lo);
     for (int i = 0; i < k && ok; i++) {
@@ -336,7 +335,7 @@ static shardopt_status_t check_tiling(shardopt_runtime_t rt, const struct shard_
         if (p->placement == SHARDOPT_PLACEMENT_REPLICATED)
             continue; /* whole on every rank: checked at register */
         layout_tile_range(&p->layout, &lo, &n);
-        rc = tiles(t, rt->nparams, i, p->layout.shard_dim, lo, n, lo, why, sizeof why);
+        rc = tiles(t, rt->nparams, i, lo, n, lo, why, sizeof why);
         if (rc != 1)
             bad = i;
     }

@@ -40,8 +40,16 @@ struct mat {
 static int64_t piece_of(const struct mat *m, int i, int64_t *r0, int64_t *r1, int64_t *c0,
                         int64_t *c1, int64_t *local_off)
 {
-    const size_t stride = m->p->box_stride > 1 ? m->p->box_stride : 1;
-    const struct plan_box *b = &m->p->boxes[(size_t)i * stride];
+    const size_t at = (size_t)i * (m->p->box_stride > 1 ? m->p->box_stride : 1);
+    struct plan_box sliced;
+    const struct plan_box *b = &sliced;
+    if (m->p->boxes != NULL) {
+        b = &m->p->boxes[at];
+    } else {
+        sliced = *m->p->tmpl;
+        sliced.lo[m->p->slice_dim] = m->p->slices[at].lo;
+        sliced.len[m->p->slice_dim] = m->p->slices[at].len;
+    }
     int rd = m->p->ndim - 2; /* the row dim */
 
     if (m->p->ndim == 3 && (m->k < b->lo[0] || m->k >= b->lo[0] + b->len[0]))

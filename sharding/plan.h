@@ -24,16 +24,27 @@ struct plan_box {
     int64_t lo[3], len[3];
 };
 
+/* A member's part along the one dim a parameter is sharded on: [lo, lo + len). */
+struct plan_slice {
+    int64_t lo, len;
+};
+
 /* One Muon parameter as a group sees it. */
 struct plan_param {
     int param;             /* registration index, handed back in the plan */
     int ndim;              /* 2, or 3 for an [E, rows, cols] stack */
     int64_t shape[3];      /* global, as stored */
     int64_t k_lo, k_count; /* the matrices this group orthogonalizes (experts of its EP rank) */
-    const struct plan_box *boxes; /* member i's at boxes[i * box_stride] */
-    size_t box_stride;            /* 0 or 1: [members]; commit passes its shard table as it is
-                                     gathered ([members][nparams], stride nparams), no copy */
-    int ns_gram;                  /* 1: its matrices run Gram Newton-Schulz (plan_ns_flops) */
+    const struct plan_box *boxes; /* member i's at boxes[i * box_stride]; or NULL: */
+    /* every member's box is `tmpl` but along slice_dim, where member i holds slices[i *
+     * box_stride] (commit's shard tables gather only that: a layout shards one dim, docs/
+     * design.md, Commit) */
+    const struct plan_box *tmpl;
+    int slice_dim;
+    const struct plan_slice *slices;
+    size_t box_stride; /* 0 or 1: [members]; commit passes its shard table as it is gathered
+                          ([members][nparams], stride nparams), no copy */
+    int ns_gram;       /* 1: its matrices run Gram Newton-Schulz (plan_ns_flops) */
 };
 
 struct plan_cfg {

@@ -51,6 +51,18 @@ static float gval(int p, int64_t k, int64_t r, int64_t c)
     return (float)(p * 1000000 + k * 10000 + r * 100 + c);
 }
 
+/* Member i's box of pp, in whichever form pp gives it (sharding/plan.h). */
+static struct plan_box box_at(const struct plan_param *pp, int i)
+{
+    const size_t at = (size_t)i * (pp->box_stride > 1 ? pp->box_stride : 1);
+    if (pp->boxes != NULL)
+        return pp->boxes[at];
+    struct plan_box b = *pp->tmpl;
+    b.lo[pp->slice_dim] = pp->slices[at].lo;
+    b.len[pp->slice_dim] = pp->slices[at].len;
+    return b;
+}
+
 /* Member i's block on list l: its displacement, *count its elements (0 when i is not listed). */
 static int blk(const struct plan_blocks *l, int i, int *count)
 {
@@ -117,8 +129,7 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
                 for (int p = 0; p < np; p++)
                     if (params[p].param == pc->param)
                         pp = &params[p];
-                const struct plan_box *bx =
-                    &pp->boxes[(size_t)i * (pp->box_stride > 1 ? pp->box_stride : 1)];
+                const struct plan_box bxv = box_at(pp, i), *bx = &bxv;
                 const int rd = pp->ndim - 2;
                 float *dst = pc->direct ? NS[i] : A[i];
                 for (int64_t e = 0; e < pc->count; e++) {
@@ -185,8 +196,7 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
                 for (int p = 0; p < np; p++)
                     if (params[p].param == pc->param)
                         pp = &params[p];
-                const struct plan_box *bx =
-                    &pp->boxes[(size_t)i * (pp->box_stride > 1 ? pp->box_stride : 1)];
+                const struct plan_box bxv = box_at(pp, i), *bx = &bxv;
                 const int rd = pp->ndim - 2;
                 for (int64_t e = 0; e < pc->count; e++) {
                     int64_t r = bx->lo[rd] + e / bx->len[rd + 1];
@@ -233,11 +243,14 @@ TEST(every_layout_moves_every_element_to_its_owner_and_back)
 }
 
 /* Commit hands the planner its shard table as gathered, [members][nparams], with box_stride
- * nparams instead of a copy per parameter: the plan is the one of contiguous boxes, and it still
- * delivers every element. */
+ * nparams instead of a copy per parameter, and the table holds each member's slice along the
+ * shard dim only (the rest of the box is the same on every member): either way the plan is the
+ * one of contiguous boxes, and it still delivers every element. */
 TEST(boxes_read_in_place_from_a_strided_table_plan_alike)
 {
-    static struct plan_box bx[3][MAXM], table[MAXM * 3];
+    static struct plan_box bx[3][MAXM], table[MAXM * 3], tmpl[3];
+    static struct plan_slice slices[MAXM * 3];
+    const int sdim[3] = {0, 1, 1};
     const int M = 5;
     struct plan_param ps[3] = {
         {.param = 0, .ndim = 2, .shape = {37, 29, 1}, .k_lo = 0, .k_count = 1},
@@ -247,20 +260,33 @@ TEST(boxes_read_in_place_from_a_strided_table_plan_alike)
     boxes_make(bx[0], M, 2, ps[0].shape, 0, 0, 1, 1);
     boxes_make(bx[1], M, 3, ps[1].shape, 1, 2, 3, 0);
     boxes_make(bx[2], M, 2, ps[2].shape, 1, 0, 1, 1);
-    struct plan_param qs[3];
+    struct plan_param qs[3], rs[3];
     memcpy(qs, ps, sizeof qs);
+    memcpy(rs, ps, sizeof rs);
     for (int p = 0; p < 3; p++) {
         ps[p].boxes = bx[p];
-        for (int m = 0; m < M; m++)
+        tmpl[p] = bx[p][M - 1];
+        for (int m = 0; m < M; m++) {
             table[m * 3 + p] = bx[p][m];
+            slices[m * 3 + p] = (struct plan_slice){bx[p][m].lo[sdim[p]], bx[p][m].len[sdim[p]]};
+        }
         qs[p].boxes = &table[p];
         qs[p].box_stride = 3;
+        rs[p] = (struct plan_param){.param = ps[p].param,
+                                    .ndim = ps[p].ndim,
+                                    .k_lo = ps[p].k_lo,
+                                    .k_count = ps[p].k_count,
+                                    .tmpl = &tmpl[p],
+                                    .slice_dim = sdim[p],
+                                    .slices = &slices[p],
+                                    .box_stride = 3};
+        memcpy(rs[p].shape, ps[p].shape, sizeof rs[p].shape);
     }
-    for (int me = 0; me < M; me++) {
-        struct plan_cfg cfg = {.members = M, .me = me, .bucket_bytes = 2000, .esize = 2};
+    for (int me = 0; me < 2 * M; me++) {
+        struct plan_cfg cfg = {.members = M, .me = me % M, .bucket_bytes = 2000, .esize = 2};
         struct group_plan P, Q;
         ASSERT_EQ_INT(plan_build(&cfg, ps, 3, &P), SHARDOPT_OK);
-        ASSERT_EQ_INT(plan_build(&cfg, qs, 3, &Q), SHARDOPT_OK);
+        ASSERT_EQ_INT(plan_build(&cfg, me < M ? qs : rs, 3, &Q), SHARDOPT_OK);
         EXPECT_EQ_INT(Q.nbuckets, P.nbuckets);
         EXPECT_EQ_INT(Q.npieces, P.npieces);
         EXPECT_EQ_INT(Q.nincoming, P.nincoming);
@@ -281,6 +307,7 @@ TEST(boxes_read_in_place_from_a_strided_table_plan_alike)
     }
     struct plan_cfg all = {.members = M, .me = 0, .bucket_bytes = 2000, .esize = 2};
     EXPECT_EQ_INT(simulate(&all, qs, 3), 0);
+    EXPECT_EQ_INT(simulate(&all, rs, 3), 0);
 }
 
 TEST(a_matrix_whole_on_a_member_stays_there)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "plan_mat.h"
 
 double plan_ns_cost(int64_t rows, int64_t cols)
 {
@@ -27,268 +28,6 @@ double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram)
             f += 2.0 * m * m * m * (1 + (s > lo) + 2 * (s + 1 < hi)); /* R R, Z Q, Z R Z */
     }
     return f;
-}
-
-/* One matrix of the group, in matrix order. */
-struct mat {
-    const struct plan_param *p;
-    int64_t k, rows, cols;
-    double cost;
-};
-
-/* Member `i`'s rectangle of matrix `m`; returns its element count (0: holds none of it). */
-static int64_t piece_of(const struct mat *m, int i, int64_t *r0, int64_t *r1, int64_t *c0,
-                        int64_t *c1, int64_t *local_off)
-{
-    const size_t at = (size_t)i * (m->p->box_stride > 1 ? m->p->box_stride : 1);
-    struct plan_box sliced;
-    const struct plan_box *b = &sliced;
-    if (m->p->boxes != NULL) {
-        b = &m->p->boxes[at];
-    } else {
-        sliced = *m->p->tmpl;
-        sliced.lo[m->p->slice_dim] = m->p->slices[at].lo;
-        sliced.len[m->p->slice_dim] = m->p->slices[at].len;
-    }
-    int rd = m->p->ndim - 2; /* the row dim */
-
-    if (m->p->ndim == 3 && (m->k < b->lo[0] || m->k >= b->lo[0] + b->len[0]))
-        return 0;
-    *r0 = b->lo[rd];
-    *r1 = b->lo[rd] + b->len[rd];
-    *c0 = b->lo[rd + 1];
-    *c1 = b->lo[rd + 1] + b->len[rd + 1];
-    *local_off = m->p->ndim == 3 ? (m->k - b->lo[0]) * b->len[1] * b->len[2] : 0;
-    return (*r1 - *r0) * (*c1 - *c0);
-}
-
-static int64_t piece_count(const struct mat *m, int i)
-{
-    int64_t r0, r1, c0, c1, off;
-    return piece_of(m, i, &r0, &r1, &c0, &c1, &off);
-}
-
-static const struct mat *sort_mats;
-
-/* Longest processing time first; equal costs in matrix order, so every member sorts alike. */
-static int by_cost_desc(const void *a, const void *b)
-{
-    int i = *(const int *)a, j = *(const int *)b;
-    double ci = sort_mats[i].cost, cj = sort_mats[j].cost;
-    if (ci != cj)
-        return ci > cj ? -1 : 1;
-    return i - j;
-}
-
-double plan_ns_team_cost(int64_t rows, int64_t cols, int k)
-{
-    double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
-    return 4.0 * m * m * n / (k > 1 ? k : 1) + 2.0 * m * m * m;
-}
-
-double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k)
-{
-    double m = (double)(rows < cols ? rows : cols);
-    return k > 1 ? 2.0 * (k - 1) / k * m * m : 0.0;
-}
-
-/* The member holding all of matrix m, or -1. */
-static int whole_holder(const struct mat *m, int members)
-{
-    for (int i = 0; i < members; i++)
-        if (piece_count(m, i) == m->rows * m->cols)
-            return i;
-    return -1;
-}
-
-static double max2(double a, double b) { return a > b ? a : b; }
-
-/* The team size for a free matrix of cost c: 1, or the smallest power of two up to the cap (and
- * the node) whose per-member cost, all-reduce included, is under team_frac x the mean load, when
- * that is cheaper than one owner; none under it: the cheapest. */
-static int team_size(const struct plan_cfg *cfg, int team_cap, const struct mat *m, double mean)
-{
-    const int cap0 = team_cap < cfg->node_members ? team_cap : cfg->node_members;
-    const int cap = cap0 < cfg->members ? cap0 : cfg->members;
-    const double frac = cfg->team_frac > 0 ? cfg->team_frac : 0.5;
-    if (cap < 2 || m->cost <= frac * mean)
-        return 1;
-    int best = 1;
-    double best_c = m->cost;
-    for (int k = 2; k <= cap; k *= 2) {
-        const double c = plan_ns_team_cost(m->rows, m->cols, k) +
-                         cfg->allreduce_cost * plan_team_allreduce_elems(m->rows, m->cols, k);
-        if (c < best_c) {
-            best = k;
-            best_c = c;
-        }
-        if (c <= frac * mean && best == k)
-            break;
-    }
-    return best;
-}
-
-/* Team of k for matrix m: in each node the k members with the least work (ties the lower index);
- * the node whose team would finish first (ties the lower node). Writes the members, lead first
- * (the lowest index of the team). */
-static void team_place(const struct plan_cfg *cfg, const double *work, double per, int k, int *out)
-{
-    const int G = cfg->node_members, nodes = (cfg->members + G - 1) / G;
-    double best_f = 0;
-    int tmp[PLAN_TEAM_MAX], found = 0;
-    for (int j = 0; j < nodes; j++) {
-        const int lo = j * G, hi = lo + G < cfg->members ? lo + G : cfg->members;
-        if (hi - lo < k)
-            continue;
-        int cnt = 0;
-        double f = 0;
-        for (int t = 0; t < k; t++) { /* selection: the next least-loaded not yet taken */
-            int pick = -1;
-            for (int i = lo; i < hi; i++) {
-                int taken = 0;
-                for (int u = 0; u < cnt; u++)
-                    taken |= tmp[u] == i;
-                if (!taken && (pick < 0 || work[i] < work[pick]))
-                    pick = i;
-            }
-            tmp[cnt++] = pick;
-            f = max2(f, work[pick] + per);
-        }
-        if (!found || f < best_f) {
-            found = 1;
-            best_f = f;
-            for (int t = 0; t < k; t++)
-                out[t] = tmp[t];
-        }
-    }
-    for (int a = 1; a < k; a++) /* ascending: the lead is the lowest index */
-        for (int b = a; b > 0 && out[b] < out[b - 1]; b--) {
-            int x = out[b];
-            out[b] = out[b - 1];
-            out[b - 1] = x;
-        }
-}
-
-/* After the LPT: a matrix held whole leaves its holder for the member that would finish first
- * with it (NS work, or the moves' transfers at move_cost per element; ties the lowest), when
- * that makes the later of the two finish sooner; heaviest matrices first, ties in matrix order.
- * A holder sheds matrices only while it is the later of the two, so a balanced group moves
- * nothing. */
-static void moves_assign(const struct plan_cfg *cfg, const struct mat *mats, int n,
-                         struct group_plan *P, const int *holder, int *order, double *comm)
-{
-    const int members = cfg->members;
-    double *work = P->work;
-    int nheld = 0;
-    for (int m = 0; m < n; m++)
-        if (holder[m] >= 0)
-            order[nheld++] = m;
-    sort_mats = mats;
-    qsort(order, (size_t)nheld, sizeof(int), by_cost_desc);
-    for (int f = 0; f < nheld; f++) {
-        const int m = order[f], h = holder[m];
-        const double c = mats[m].cost, s = cfg->move_cost * (double)(mats[m].rows * mats[m].cols);
-        const double fh = max2(work[h], comm[h]), fh_after = max2(work[h] - c, comm[h] + s);
-        int best = -1; /* the member that would finish first with it */
-        double best_f = 0;
-        for (int i = 0; i < members; i++) {
-            const double fi = max2(work[i] + c, comm[i] + s);
-            if (i != h && (best < 0 || fi < best_f)) {
-                best = i;
-                best_f = fi;
-            }
-        }
-        if (best >= 0 && !(max2(fh_after, best_f) < max2(fh, max2(work[best], comm[best]))))
-            best = -1;
-        if (best < 0)
-            continue;
-        comm[h] += s;
-        comm[best] += s;
-        work[h] -= c;
-        work[best] += c;
-        P->load[h] -= c;
-        P->load[best] += c;
-        P->owner[m] = best;
-        P->nmoved++;
-    }
-}
-
-/* Owners: a member holding the whole matrix keeps it (no traffic) unless move_cost lets it go;
- * the rest by LPT onto the least-loaded member (base_load counted), ties toward the member
- * holding most of the matrix, then the lowest; teams for matrices too heavy for one member. */
-static int owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n,
-                         struct group_plan *P)
-{
-    const int members = cfg->members;
-    int *order = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
-    int *holder = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
-    double *comm = mem_calloc((size_t)members, sizeof(double));
-    double *work = P->work;
-    int nfree = 0;
-
-    if (order == NULL || holder == NULL || comm == NULL) {
-        free(order);
-        free(holder);
-        free(comm);
-        return -1;
-    }
-    double total = 0;
-    for (int i = 0; i < members; i++) {
-        work[i] = cfg->base_load != NULL ? cfg->base_load[i] : 0.0;
-        total += work[i];
-    }
-    for (int m = 0; m < n; m++) {
-        total += mats[m].cost;
-        P->team[m] = 1;
-        holder[m] = whole_holder(&mats[m], members);
-        P->owner[m] = holder[m];
-        if (P->owner[m] >= 0) {
-            P->load[P->owner[m]] += mats[m].cost;
-            work[P->owner[m]] += mats[m].cost;
-        } else {
-            order[nfree++] = m;
-        }
-    }
-    const double mean = total / members;
-    sort_mats = mats; /* qsort has no context argument in C11 */
-    qsort(order, (size_t)nfree, sizeof(int), by_cost_desc);
-    for (int f = 0; f < nfree; f++) {
-        const int m = order[f]; /* held by none: matrices held whole are placed already */
-        const int k = team_size(cfg, P->team_cap, &mats[m], mean);
-        if (k > 1) {
-            int *t = &P->team_of[(size_t)m * (size_t)P->team_cap];
-            const double c = plan_ns_team_cost(mats[m].rows, mats[m].cols, k);
-            const double per =
-                c + cfg->allreduce_cost * plan_team_allreduce_elems(mats[m].rows, mats[m].cols, k);
-            team_place(cfg, work, per, k, t);
-            for (int u = 0; u < k; u++) {
-                P->load[t[u]] += c;
-                work[t[u]] += per;
-            }
-            P->owner[m] = t[0];
-            P->team[m] = k;
-            P->nteams++;
-            continue;
-        }
-        int best = 0;
-        int64_t best_held = piece_count(&mats[m], 0);
-        for (int i = 1; i < members; i++) {
-            int64_t held = piece_count(&mats[m], i);
-            if (work[i] < work[best] || (work[i] == work[best] && held > best_held)) {
-                best = i;
-                best_held = held;
-            }
-        }
-        P->owner[m] = best;
-        P->load[best] += mats[m].cost;
-        work[best] += mats[m].cost;
-    }
-    if (cfg->move_cost > 0)
-        moves_assign(cfg, mats, n, P, holder, order, comm);
-    free(order);
-    free(holder);
-    free(comm);
-    return 0;
 }
 
 /* plan_build's scratch over the group's members, one set for the whole plan (buckets keep only
@@ -384,7 +123,7 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
 
     /* A: counts per owner; B: counts per holder of my matrices */
     for (int m = m_lo; rc == 0 && m < m_hi; m++) {
-        cnt = piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
+        cnt = plan_piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
         int direct = P->owner[m] == me && cnt == mats[m].rows * mats[m].cols;
         if (cnt > 0 && !direct)
             rc = side_add(w->acnt, w->atch, &na, P->owner[m], cnt);
@@ -393,7 +132,7 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
         if (P->owner[m] != me)
             continue;
         for (int s = 0; rc == 0 && s < members; s++) {
-            cnt = piece_count(&mats[m], s);
+            cnt = plan_piece_count(&mats[m], s);
             int direct = s == me && cnt == mats[m].rows * mats[m].cols;
             if (cnt > 0 && !direct)
                 rc = side_add(w->bcnt, w->btch, &nb, s, cnt);
@@ -420,7 +159,7 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
         size_t this_slot = own_slot;
         if (owner == me)
             own_slot += (size_t)(mats[m].rows * mats[m].cols);
-        cnt = piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
+        cnt = plan_piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
         if (cnt == 0)
             continue;
         int direct = owner == me && cnt == mats[m].rows * mats[m].cols;
@@ -444,7 +183,7 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
             continue;
         P->owned[o].in_lo = P->nincoming;
         for (int s = 0; s < members; s++) {
-            cnt = piece_of(&mats[m], s, &r0, &r1, &c0, &c1, &off);
+            cnt = plan_piece_of(&mats[m], s, &r0, &r1, &c0, &c1, &off);
             int direct = s == me && cnt == mats[m].rows * mats[m].cols;
             if (cnt == 0 || direct)
                 continue;
@@ -562,16 +301,16 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     }
     P.nmatrices = n;
     bytes_asked = sizeof(int) * (size_t)(n ? n : 1);
-    if (owners_assign(cfg, mats, n, &P) != 0)
+    if (plan_owners_assign(cfg, mats, n, &P) != 0)
         goto err_oom;
 
     /* upper bounds for the lists: one piece of mine per matrix, one incoming per holder */
     for (int m = 0; m < n; m++) {
-        if (piece_count(&mats[m], cfg->me) > 0)
+        if (plan_piece_count(&mats[m], cfg->me) > 0)
             max_pieces++;
         if (P.owner[m] == cfg->me)
             for (int s = 0; s < cfg->members; s++)
-                max_in += piece_count(&mats[m], s) > 0;
+                max_in += plan_piece_count(&mats[m], s) > 0;
     }
     P.pieces = mem_malloc(sizeof(*P.pieces) * (size_t)(max_pieces ? max_pieces : 1));
     P.incoming = mem_malloc(sizeof(*P.incoming) * (size_t)(max_in ? max_in : 1));

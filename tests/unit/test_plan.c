@@ -1,7 +1,10 @@
 /* The exchange plan, without MPI: plans for every member of a group are executed against each
  * other in memory (pack, all-to-all by copying, unpack, and back), so a wrong offset anywhere
  * shows up as a wrong matrix. Then GLM-4.5-Air planned for 16 and 64 ranks: one owner per
- * matrix, owned NS FLOPs balanced within 1.05, and bytes per rank as the formula says. */
+ * matrix, owned NS FLOPs balanced within 1.05, and bytes per rank as the formula says.
+ * One file, over 600 lines: every case, the owners' (joint load, moves, teams) as well as the
+ * exchange's, is checked by the same in-memory execution (simulate) over boxes made by the same
+ * builders; split, the halves would share all of that through a header. */
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>

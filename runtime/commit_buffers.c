@@ -1,0 +1,285 @@
+/* commit's second half: once the plans are made, everything the step will use is allocated here
+ * (exchange buffers and their pinned mirrors, the Newton-Schulz workspace, the sharded-NS
+ * buffers, oneDNN's bf16 primitives, param_stats' snapshots), so that the step allocates
+ * nothing; and commit_release, which frees all of it. */
+#include "runtime/commit_buffers.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/status.h"
+#include "kernels/cpu/ns_bf16.h"
+#include "runtime/runtime.h"
+#include "runtime/step/offload_exec.h"
+#include "runtime/step/replica_check.h"
+
+/* Most Newton-Schulz workspace a device backend gets for batching a run of experts. */
+#define NS_WS_DEVICE_CAP ((size_t)1 << 30)
+
+/* The first allocation of commit that failed: what it was for, and its size. */
+struct oom_note {
+    const char *what;
+    size_t bytes;
+};
+
+static void *noted(struct oom_note *n, void *p, size_t bytes, const char *what)
+{
+    if (p == NULL && n->what == NULL) {
+        n->what = what;
+        n->bytes = bytes;
+    }
+    return p;
+}
+
+static void *buffer_alloc(shardopt_runtime_t rt, size_t bytes)
+{
+    void *p = rt->dev->alloc(bytes);
+    if (p != NULL)
+        rt->bytes_workspace += bytes;
+    return p;
+}
+
+void commit_release(shardopt_runtime_t rt)
+{
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        free(rt->group_ranks[k]);
+        rt->group_ranks[k] = NULL;
+    }
+    free(rt->pstat_snap);
+    free(rt->pstat_sum);
+    rt->pstat_snap = NULL;
+    rt->pstat_sum = NULL;
+    for (int k = 0; k < GROUP_KINDS; k++)
+        plan_free(&rt->gx[k].plan);
+    rt->ns_dev->free(rt->ns_ws.buf);
+    for (int i = 0; i < PIPELINE_DEPTH; i++) {
+        rt->dev->free(rt->bufs[i].ns);
+        rt->dev->free(rt->bufs[i].b);
+        rt->dev->free(rt->bufs[i].a);
+        if (device_has(rt->dev, DEVICE_CAP_HOST_PINNED)) {
+            rt->dev->host_free(rt->bufs[i].ha);
+            rt->dev->host_free(rt->bufs[i].hb);
+            rt->dev->host_free(rt->bufs[i].hns);
+        }
+        free(rt->bufs[i].req);
+        free(rt->bufs[i].peer);
+    }
+    memset(rt->bufs, 0, sizeof rt->bufs);
+    rt->dev->free(rt->sh_u);
+    rt->dev->free(rt->sh_x);
+    rt->sh_u = NULL;
+    rt->sh_x = NULL;
+    free(rt->sumsq);
+    free((void *)rt->pre_x);
+    free(rt->pre_dt);
+    free(rt->pre_n);
+    rt->pre_x = NULL;
+    rt->pre_dt = NULL;
+    rt->pre_n = NULL;
+    free(rt->rep_counts);
+    rt->rep_counts = rt->rep_displs = NULL;
+    free(rt->nonfinite);
+    rt->nonfinite = NULL;
+    rt->gradflags = NULL;
+    free(rt->pre_fin);
+    rt->pre_fin = NULL;
+    free(rt->drift);
+    free(rt->drift_host);
+    rt->drift = NULL;
+    rt->drift_host = NULL;
+    rt->ns_ws.buf = NULL;
+    rt->sumsq = NULL;
+    rt->bytes_workspace = 0;
+    offload_release(rt);
+    ns_bf16_destroy(rt->ns_ws.bf16);
+    rt->ns_ws.bf16 = NULL;
+    state_store_free(&rt->store);
+    state_store_init(&rt->store, rt->dev);
+}
+
+shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
+{
+    const size_t es = kdtype_size(rt->cfg.comm_dtype);
+    size_t a = 0, b = 0, ns = 0, ws = 0;
+
+    size_t sh_u = 0, sh_x = 0, sh_g = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *q = rt->params[i];
+        if (!q->ns_sharded)
+            continue;
+        size_t u = (size_t)(q->sh_rows * q->sh_cols), g = (size_t)(q->sh_m * q->sh_m);
+        sh_u = u > sh_u ? u : sh_u;
+        sh_x = u > sh_x ? u : sh_x;
+        sh_g = g > sh_g ? g : sh_g;
+    }
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        const struct group_plan *p = &rt->gx[k].plan;
+        a = p->max_a > a ? p->max_a : a;
+        b = p->max_b > b ? p->max_b : b;
+        ns = p->max_ns > ns ? p->max_ns : ns;
+        int64_t run = 0;
+        for (int w = 0; w < p->nowned; w++) {
+            /* a run of consecutive experts of one stack is one batched call (a device backend
+             * holds it whole, up to NS_WS_DEVICE_CAP; past that the call goes in chunks) */
+            const struct plan_owned *o = &p->owned[w];
+            run = w > 0 && o->param == p->owned[w - 1].param && o->k == p->owned[w - 1].k + 1
+                      ? run + 1
+                      : 1;
+            size_t f = rt->ns_ops->ns_workspace_bytes(o->rows, o->cols, run);
+            const size_t one = rt->ns_ops->ns_workspace_bytes(o->rows, o->cols, 1);
+            f = f > NS_WS_DEVICE_CAP && one < NS_WS_DEVICE_CAP ? NS_WS_DEVICE_CAP : f;
+            f = f / sizeof(float) + 1;
+            ws = f > ws ? f : ws;
+        }
+    }
+    /* requests: one per block of the busiest bucket's lists (a receive and a send per peer at
+     * most), not per member of the group */
+    size_t blocks = 1;
+    for (int k = 0; k < GROUP_KINDS; k++)
+        for (int j = 0; j < rt->gx[k].plan.nbuckets; j++) {
+            const struct plan_bucket *pb = &rt->gx[k].plan.buckets[j];
+            blocks = (size_t)(pb->a.n + pb->b.n) > blocks ? (size_t)(pb->a.n + pb->b.n) : blocks;
+        }
+    const size_t np = (size_t)(rt->nparams ? rt->nparams : 1);
+    struct oom_note oom = {NULL, 0};
+    for (int i = 0; i < PIPELINE_DEPTH; i++) {
+        struct bucket_buffers *bb = &rt->bufs[i];
+        bb->a = noted(&oom, buffer_alloc(rt, a * es), a * es, "an exchange #1 buffer");
+        bb->b = noted(&oom, buffer_alloc(rt, b * es), b * es, "an exchange #2 buffer");
+        bb->ns = noted(&oom, buffer_alloc(rt, ns * es), ns * es, "a Newton-Schulz slot buffer");
+        const size_t req = sizeof(MPI_Request) * blocks;
+        bb->req = noted(&oom, mem_malloc(req), req, "the exchange requests");
+        const size_t peers = sizeof(int) * blocks;
+        bb->peer = noted(&oom, mem_malloc(peers), peers, "the exchange peers");
+        if (rt_on_device(rt)) {
+            bb->ha = noted(&oom, rt->dev->host_alloc(a * es), a * es, "a pinned exchange mirror");
+            bb->hb = noted(&oom, rt->dev->host_alloc(b * es), b * es, "a pinned exchange mirror");
+            bb->hns = noted(&oom, rt->dev->host_alloc(ns * es), ns * es, "a pinned NS mirror");
+            if (bb->ha && bb->hb && bb->hns)
+                rt->bytes_workspace += (a + b + ns) * es; /* pinned host memory */
+        }
+    }
+    /* where Newton-Schulz runs */
+    rt->ns_ws.buf = noted(&oom, rt->ns_dev->alloc(ws * sizeof(float)), ws * sizeof(float),
+                          "the Newton-Schulz workspace");
+    rt->bytes_workspace += rt->ns_ws.buf != NULL ? ws * sizeof(float) : 0;
+    rt->ns_ws.floats = ws;
+    rt->sumsq =
+        noted(&oom, mem_malloc(sizeof(double) * np), sizeof(double) * np, "the pre-pass sums");
+    rt->pre_x =
+        noted(&oom, mem_malloc(sizeof(void *) * np), sizeof(void *) * np, "the pre-pass pointers");
+    rt->pre_dt = noted(&oom, mem_malloc(sizeof(int) * np), sizeof(int) * np, "the pre-pass dtypes");
+    rt->pre_n =
+        noted(&oom, mem_malloc(sizeof(size_t) * np), sizeof(size_t) * np, "the pre-pass counts");
+    /* and behind them skip_missing_grads' two flags per parameter */
+    rt->nonfinite =
+        noted(&oom, mem_malloc(sizeof(int) * 3 * np), sizeof(int) * 3 * np, "the non-finite flags");
+    rt->gradflags = rt->nonfinite != NULL ? rt->nonfinite + np : NULL;
+    rt->pre_fin = noted(&oom, mem_malloc(sizeof(double) * 2 * np), sizeof(double) * 2 * np,
+                        "the finite sums");
+    if (rt->cfg.replica_check_every > 0) { /* the step allocates nothing: its buffers now */
+        rt->drift = noted(&oom, mem_malloc(sizeof(uint32_t) * 4 * np), sizeof(uint32_t) * 4 * np,
+                          "the replica checksums");
+        if (rt_on_device(rt))
+            rt->drift_host = noted(&oom, mem_malloc(REPLICA_CHECK_CHUNK), REPLICA_CHECK_CHUNK,
+                                   "the replica check's host buffer");
+    }
+    const size_t R = (size_t)rt->groups.mesh.dp_replicate;
+    rt->rep_counts =
+        noted(&oom, mem_malloc(sizeof(int) * 2 * R), sizeof(int) * 2 * R, "the replica counts");
+    rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + R : NULL;
+    /* sharded Newton-Schulz: U/O of one piece, X and Y, the Gram matrix and B */
+    rt->sh_u = noted(&oom, buffer_alloc(rt, sh_u * es + 1), sh_u * es + 1,
+                     "the sharded Newton-Schulz piece");
+    rt->sh_x = noted(&oom, buffer_alloc(rt, (2 * sh_x + 2 * sh_g) * sizeof(float) + 1),
+                     (2 * sh_x + 2 * sh_g) * sizeof(float) + 1, "the sharded Newton-Schulz work");
+    /* the state: a host store with offload, which may refuse (host_store_limit) */
+    const shardopt_status_t state_status = state_store_alloc(&rt->store);
+    if (state_status == SHARDOPT_OK) {
+        size_t failed = 0;
+        const size_t staging = offload_alloc(rt, ns, sh_u, &failed);
+        if (staging == (size_t)-1)
+            noted(&oom, NULL, failed, "the offload staging buffers");
+        else if (oom.what == NULL)
+            rt->bytes_workspace += staging;
+    }
+    shardopt_status_t status = SHARDOPT_OK;
+    if (state_status != SHARDOPT_OK) /* its message is the thread's last error still */
+        status =
+            log_fail_context(state_status, "commit: rank %d: optimizer state", rt->groups.me.rank);
+    else if (oom.what != NULL)
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "commit: rank %d: out of memory allocating %zu bytes for %s (in all: "
+                          "state %zu bytes, exchange buffers %zu + %zu bytes, NS slots %zu, "
+                          "workspace %zu bytes)",
+                          rt->groups.me.rank, oom.bytes, oom.what, rt->store.bytes,
+                          PIPELINE_DEPTH * a * es, PIPELINE_DEPTH * b * es,
+                          PIPELINE_DEPTH * ns * es, ws * sizeof(float));
+    return groups_agree(&rt->groups, status, "commit");
+}
+
+/* ns_compute = bf16: every oneDNN primitive the step will run, made now (one plan per shape of
+ * a matrix this rank orthogonalizes), so that the step makes none. Collective. */
+shardopt_status_t commit_ns_bf16_plans(shardopt_runtime_t rt)
+{
+    const char *param = NULL; /* the parameter whose plan failed */
+
+    if (rt->ns_compute != KDT_BF16 || rt_ns_on_device(rt))
+        return SHARDOPT_OK;
+    shardopt_status_t status = ns_bf16_create(&rt->ns_ws.bf16);
+    for (int g = 0; status == SHARDOPT_OK && g < GROUP_KINDS; g++) {
+        const struct group_plan *P = &rt->gx[g].plan;
+        for (int w = 0; status == SHARDOPT_OK && w < P->nowned; w++) {
+            const struct shardopt_param *p = rt->params[P->owned[w].param];
+            status = ns_bf16_prepare(rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols,
+                                     p->ns_variant, p->ns_block, p->ns_algorithm,
+                                     (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps);
+            param = status != SHARDOPT_OK ? p->name : NULL;
+        }
+    }
+    /* unsupported: this CPU has no bf16 matmul (not a bug); out of memory; internal: a bug */
+    if (status != SHARDOPT_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", shardopt_last_error()); /* not formatted in place */
+        status = log_fail(status, "commit: rank %d: %s%s%s%s%s", rt->groups.me.rank, detail,
+                          param != NULL ? " (parameter '" : "", param != NULL ? param : "",
+                          param != NULL ? "')" : "",
+                          status == SHARDOPT_ERR_UNSUPPORTED
+                              ? ": this CPU has no oneDNN bf16 matmul; use ns_compute = fp32 "
+                                "or auto"
+                              : "");
+    }
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status == SHARDOPT_OK && rt->groups.me.rank == 0)
+        log_info("commit: bf16 Newton-Schulz: %d oneDNN primitives (%s)",
+                 ns_bf16_primitive_count(rt->ns_ws.bf16), ns_bf16_impl(rt->ns_ws.bf16));
+    return status;
+}
+
+/* param_stats = 1: room for every local shard as it was before the update, and the per-parameter
+ * sums, so that the step allocates nothing. Parameters in device memory keep no copy (their
+ * update RMS reads NaN). Agreed: one rank short of memory fails commit on every rank. */
+shardopt_status_t commit_param_stats_alloc(shardopt_runtime_t rt)
+{
+    shardopt_status_t status = SHARDOPT_OK;
+    size_t bytes = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        struct shardopt_param *p = rt->params[i];
+        p->grad_norm_last = p->update_rms_last = NAN;
+        p->off_snapshot = bytes;
+        bytes += (size_t)p->layout.local_numel * kdtype_size(p->param_dtype);
+    }
+    if (rt->cfg.param_stats && !rt_on_device(rt)) {
+        rt->pstat_snap = mem_malloc(bytes ? bytes : 1);
+        rt->pstat_sum = mem_malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
+        if (rt->pstat_snap == NULL || rt->pstat_sum == NULL)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "commit: rank %d: out of memory allocating %zu bytes for "
+                              "param_stats' copy of the parameters",
+                              rt->groups.me.rank, bytes);
+    }
+    return groups_agree(&rt->groups, status, "commit");
+}

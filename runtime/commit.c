@@ -1,6 +1,7 @@
 /* commit: check the registration on every rank, plan the exchanges, lay out state and buffers.
  * Everything the step needs is allocated here, so the step itself allocates nothing. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,54 +154,55 @@ static void transports_pick(shardopt_runtime_t rt)
                        rt_on_device(rt), rt->dev, &rt->kctx, rt->cfg.comm_dtype);
 }
 
-/* Joint planning (docs/scaling.md): each dense member's expert load, all-gathered over the dense
- * group, so that the dense owners fill in around the expert work (a member of an expert shard
- * group with more members than its EP rank has experts may own none). The same doubles reach
- * every member, so every member plans the same dense owners. Collective. */
-static shardopt_status_t expert_loads(shardopt_runtime_t rt, struct shard_table *dense)
+/* Each member's Newton-Schulz load in the other group (`from`, this rank's plan there),
+ * all-gathered over `comm` into into->xload, so that every member of this group plans on top of
+ * the same doubles. `what` names them in the messages ("expert loads of the dense group").
+ * Collective. */
+static shardopt_status_t other_loads_gather(shardopt_runtime_t rt, const struct group_plan *from,
+                                            MPI_Comm comm, struct shard_table *into,
+                                            const char *loads, const char *group)
 {
-    const struct group_plan *x = &rt->gx[GROUP_EXPERT].plan;
-    const double mine = x->load != NULL ? x->load[x->me] : 0.0;
+    const double mine = from->load != NULL ? from->load[from->me] : 0.0;
+    const size_t bytes = sizeof(double) * (size_t)into->members;
     shardopt_status_t status = SHARDOPT_OK;
+    char what[64];
 
-    dense->xload = mem_malloc(sizeof(double) * (size_t)dense->members);
-    if (dense->xload == NULL)
+    into->xload = mem_malloc(bytes);
+    if (into->xload == NULL)
         status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                          "commit: rank %d: out of memory allocating %zu bytes for the expert "
-                          "loads of the dense group",
-                          rt->groups.me.rank, sizeof(double) * (size_t)dense->members);
+                          "commit: rank %d: out of memory allocating %zu bytes for the %s loads of "
+                          "the %s group",
+                          rt->groups.me.rank, bytes, loads, group);
     status = groups_agree(&rt->groups, status, "commit");
     if (status != SHARDOPT_OK)
         return status;
-    comm_allgather(&rt->groups, rt->groups.dense, &mine, 1, MPI_DOUBLE, dense->xload,
-                   "all-gather of expert loads");
+    snprintf(what, sizeof what, "all-gather of %s loads", loads);
+    comm_allgather(&rt->groups, comm, &mine, 1, MPI_DOUBLE, into->xload, what);
     return SHARDOPT_OK;
 }
 
-/* expert_moves: the expert group planned again, on top of each member's dense load (all-gathered
- * over the expert shard group), with whole matrices free to leave a holder when the cost model
- * says so. An element moved one way costs comm-dtype bytes at cost_net_gbps, counted in the
- * planner's units (NS FLOPs per iteration at cost_gemm_gflops). Collective. */
+/* Joint planning (docs/scaling.md): each dense member's expert load, so that the dense owners
+ * fill in around the expert work (a member of an expert shard group with more members than its
+ * EP rank has experts may own none). Collective. */
+static shardopt_status_t expert_loads(shardopt_runtime_t rt, struct shard_table *dense)
+{
+    return other_loads_gather(rt, &rt->gx[GROUP_EXPERT].plan, rt->groups.dense, dense, "expert",
+                              "dense");
+}
+
+/* expert_moves: the expert group planned again, on top of each member's dense load, with whole
+ * matrices free to leave a holder when the cost model says so. An element moved one way costs
+ * comm-dtype bytes at cost_net_gbps, counted in the planner's units (NS FLOPs per iteration at
+ * cost_gemm_gflops). Collective. */
 static shardopt_status_t expert_replan(shardopt_runtime_t rt, struct shard_table *xs)
 {
-    const struct group_plan *d = &rt->gx[GROUP_DENSE].plan;
-    const double mine = d->load != NULL ? d->load[d->me] : 0.0;
     const double steps = rt->cfg.ns_steps > 0 ? rt->cfg.ns_steps : 5;
     const double move_cost = (double)kdtype_size(rt->cfg.comm_dtype) * rt->cfg.cost_gemm_gflops /
                              (rt->cfg.cost_net_gbps * steps);
-    shardopt_status_t status = SHARDOPT_OK;
-
-    xs->xload = mem_malloc(sizeof(double) * (size_t)xs->members);
-    if (xs->xload == NULL)
-        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                          "commit: rank %d: out of memory allocating %zu bytes for the dense "
-                          "loads of the expert shard group",
-                          rt->groups.me.rank, sizeof(double) * (size_t)xs->members);
-    status = groups_agree(&rt->groups, status, "commit");
+    shardopt_status_t status = other_loads_gather(rt, &rt->gx[GROUP_DENSE].plan, rt->groups.xs, xs,
+                                                  "dense", "expert shard");
     if (status != SHARDOPT_OK)
         return status;
-    comm_allgather(&rt->groups, rt->groups.xs, &mine, 1, MPI_DOUBLE, xs->xload,
-                   "all-gather of dense loads");
     plan_free(&rt->gx[GROUP_EXPERT].plan);
     return group_plan_build(rt, GROUP_EXPERT, xs, xs->xload, move_cost, &rt->gx[GROUP_EXPERT]);
 }

@@ -53,6 +53,13 @@ int ckpt_dtype_parse(const char *s);
  * injects a failure at a chunk). */
 int ckpt_write_all(int fd, const void *buf, size_t len, const char *site);
 
+/* A file a load could not open or read (base/file_read.h), refused as "<who>: <path>: <why>":
+ * ERR_IO when it could not be opened or read, ERR_CORRUPT when it is not a regular file ("is a
+ * FIFO, expected a regular file") or larger than the load reads, ERR_OUT_OF_MEMORY. */
+struct file_read_error;
+shardopt_status_t ckpt_file_refused(const char *who, const char *path,
+                                    const struct file_read_error *e);
+
 /* A checkpoint file name the index (or latest) may name: a plain name, no '/', not "." or "..",
  * no control character, valid UTF-8. */
 int ckpt_name_is_plain(const char *s);

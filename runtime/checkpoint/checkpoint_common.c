@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include "base/fault.h"
+#include "base/file_read.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -67,6 +69,20 @@ int ckpt_name_is_plain(const char *s)
         if (*c == '/' || (unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f)
             return 0;
     return st_utf8_error(s) < 0; /* it is printed in messages as it is */
+}
+
+shardopt_status_t ckpt_file_refused(const char *who, const char *path,
+                                    const struct file_read_error *e)
+{
+    switch (e->fault) {
+    case FILE_READ_KIND: /* a save writes every file a load opens as a regular file */
+    case FILE_READ_SIZE: return log_fail(SHARDOPT_ERR_CORRUPT, "%s: %s: %s", who, path, e->why);
+    case FILE_READ_MEMORY:
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "%s: %s: %s", who, path, e->why);
+    case FILE_READ_IO:
+        return log_fail(SHARDOPT_ERR_IO, "%s: %s: read failed: %s", who, path, e->why);
+    default: return log_fail(SHARDOPT_ERR_IO, "%s: %s: %s", who, path, e->why);
+    }
 }
 
 shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/fault.h"
+#include "base/file_read.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/status.h"
@@ -384,17 +385,18 @@ shardopt_status_t ckpt_dir_latest_read(const char *dir, const char *path, char *
 {
     char buf[512], shown[2100];
     size_t n = 0;
-    struct stat st;
-    /* O_NONBLOCK: a FIFO named latest must not stop the load until someone writes to it */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
+    uint64_t size;
+    struct file_read_error e;
+    /* a FIFO named latest must not stop the load until someone writes to it */
+    int fd = file_read_open(path, 0, &size, &e);
+    if (fd < 0 && e.fault == FILE_READ_OPEN)
         return log_fail(SHARDOPT_ERR_IO, "load: %s: neither index.json nor latest (%s)", dir,
-                        strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return log_fail(SHARDOPT_ERR_CORRUPT,
-                        "load: %s: not a regular file (a save writes latest as one)", path);
-    }
+                        e.why);
+    if (fd < 0 && e.fault == FILE_READ_KIND)
+        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: %s (a save writes latest as one)", path,
+                        e.why);
+    if (fd < 0)
+        return ckpt_file_refused("load", path, &e);
     while (n < sizeof buf) {
         ssize_t r = read(fd, buf + n, sizeof buf - n);
         if (r < 0 && errno == EINTR)

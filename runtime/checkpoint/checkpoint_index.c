@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "base/crc32c.h"
+#include "base/file_read.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/status.h"
@@ -374,29 +375,31 @@ shardopt_status_t ckpt_index_parse(struct ck_index *L, const char *text, size_t 
 static shardopt_status_t index_crc_check(const char *stepdir, const char *text, size_t len,
                                          int *verified)
 {
-    char path[4400], rec[16];
+    char path[4400], *rec = NULL;
+    size_t n = 0;
+    struct file_read_error e;
     snprintf(path, sizeof path, "%s/" CKPT_INDEX_CRC_NAME, stepdir);
     *verified = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL && errno == ENOENT)
-        return SHARDOPT_OK;
-    if (f == NULL)
-        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
-    const size_t n = fread(rec, 1, sizeof rec, f);
-    const int failed = ferror(f);
-    fclose(f);
-    if (failed)
-        return log_fail(SHARDOPT_ERR_IO, "load: %s: read failed", path);
-    int ok = n == 9 && rec[8] == '\n';
+    /* 16 bytes: more is refused as not the record's form, below */
+    if (file_read_text(path, 16, &rec, &n, &e) != 0) {
+        if (e.fault == FILE_READ_OPEN && e.err == ENOENT)
+            return SHARDOPT_OK;
+        if (e.fault != FILE_READ_SIZE)
+            return ckpt_file_refused("load", path, &e);
+    }
+    int ok = rec != NULL && n == 9 && rec[8] == '\n';
     for (int i = 0; ok && i < 8; i++)
         ok = (rec[i] >= '0' && rec[i] <= '9') || (rec[i] >= 'a' && rec[i] <= 'f');
-    if (!ok)
+    if (!ok) {
+        free(rec);
         return log_fail(SHARDOPT_ERR_CORRUPT,
                         "load: %s: not 8 lowercase hex digits and a newline (the CRC-32C of "
                         "index.json): the record is damaged",
                         path);
+    }
     rec[8] = '\0';
     const uint32_t want = (uint32_t)strtoul(rec, NULL, 16), have = crc32c_update(0, text, len);
+    free(rec);
     if (want != have)
         return log_fail(SHARDOPT_ERR_CORRUPT,
                         "load: %s/index.json: CRC32C %08x, " CKPT_INDEX_CRC_NAME
@@ -413,7 +416,6 @@ shardopt_status_t ckpt_index_read(const char *dir, char *stepdir, size_t len, ch
 {
     char path[4400], name[300];
     struct stat st;
-    FILE *f;
 
     snprintf(path, sizeof path, "%s/index.json", dir);
     if (stat(path, &st) == 0) {
@@ -426,30 +428,10 @@ shardopt_status_t ckpt_index_read(const char *dir, char *stepdir, size_t len, ch
         snprintf(stepdir, len, "%s/%s", dir, name);
     }
     snprintf(path, sizeof path, "%s/index.json", stepdir);
-    f = fopen(path, "rb");
-    if (f == NULL)
-        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
-    if (fstat(fileno(f), &st) != 0 || (size_t)st.st_size > CKPT_INDEX_MAX) {
-        fclose(f);
-        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: larger than %zu bytes", path,
-                        CKPT_INDEX_MAX);
-    }
-    *text = mem_malloc((size_t)st.st_size + 1);
-    if (*text == NULL) {
-        fclose(f);
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                        "load: rank 0: %s: out of memory allocating %zu bytes for its text", path,
-                        (size_t)st.st_size + 1);
-    }
-    if (fread(*text, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-        fclose(f);
-        free(*text);
-        *text = NULL;
-        return log_fail(SHARDOPT_ERR_IO, "load: %s: read failed", path);
-    }
-    (*text)[st.st_size] = '\0';
-    fclose(f);
-    *text_len = (size_t)st.st_size; /* a NUL inside is the parser's to refuse, not an end */
+    struct file_read_error e;
+    if (file_read_text(path, CKPT_INDEX_MAX, text, text_len, &e) != 0)
+        return ckpt_file_refused("load", path, &e);
+    /* a NUL inside is the parser's to refuse, not an end */
     const shardopt_status_t status = index_crc_check(stepdir, *text, *text_len, verified);
     if (status != SHARDOPT_OK) {
         free(*text);

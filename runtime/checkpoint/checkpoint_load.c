@@ -3,14 +3,13 @@
  * checking each block's CRC32C. Everything lands in a staging copy first; the state changes only
  * when every rank succeeded, so a refused checkpoint leaves memory as it was on every rank. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/crc32c.h"
 #include "base/fault.h"
+#include "base/file_read.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/status.h"
@@ -96,17 +95,14 @@ static shardopt_status_t file_open(struct ck_load *L, const char *name, struct c
     memset(f, 0, sizeof *f);
     f->name = name;
     snprintf(path, sizeof path, "%s/%s", L->ix.dir, name);
-    f->fd = open(path, O_RDONLY);
+    struct file_read_error e;
+    f->fd = file_read_open(path, 0, &f->size, &e); /* no FIFO or device: a load never hangs */
     if (f->fd < 0)
-        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
+        return ckpt_file_refused("load", path, &e);
     L->nfiles++;
-    struct stat st;
-    if (fstat(f->fd, &st) != 0)
-        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
     int r = pread_all(f->fd, first8, 8, 0);
     if (r != 0)
         return read_fail(r, path, NULL, "shorter than a safetensors header");
-    f->size = (uint64_t)st.st_size;
     if (st_header_len(first8, f->size, &json_len, err, sizeof err) != 0)
         return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: %s", path, err);
     char *json = mem_malloc(json_len + 1);

@@ -6,9 +6,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/crc32c.h"
+#include "base/file_read.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/status.h"
@@ -20,60 +20,34 @@ void (*ckpt_index_test_probe)(void);
 shardopt_status_t ckpt_index_writer_read(void *ctx, const char *stepdir, int w, char **text,
                                          size_t *len)
 {
-    char name[64], path[4400], rec[16];
-    struct stat st;
+    char name[64], path[4400], *rec = NULL;
+    size_t n = 0;
+    struct file_read_error e;
     (void)ctx;
     *text = NULL;
     snprintf(name, sizeof name, CKPT_WRITER_INDEX_FMT, w);
     snprintf(path, sizeof path, "%s/%s", stepdir, name);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return log_fail(SHARDOPT_ERR_IO, "load: %s: %s", path, strerror(errno));
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > CKPT_INDEX_MAX) {
-        fclose(f);
-        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: not a regular file of at most %zu bytes",
-                        path, CKPT_INDEX_MAX);
-    }
-    *text = mem_malloc((size_t)st.st_size + 1);
-    if (*text == NULL) {
-        fclose(f);
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                        "load: %s: out of memory allocating %zu bytes for its text", path,
-                        (size_t)st.st_size + 1);
-    }
-    const int ok = fread(*text, 1, (size_t)st.st_size, f) == (size_t)st.st_size;
-    fclose(f);
-    if (!ok) {
-        free(*text);
-        *text = NULL;
-        return log_fail(SHARDOPT_ERR_IO, "load: %s: read failed", path);
-    }
-    (*text)[st.st_size] = '\0';
-    *len = (size_t)st.st_size;
-    /* its integrity record, checked before a byte is parsed: version 4 always has one */
+    if (file_read_text(path, CKPT_INDEX_MAX, text, len, &e) != 0)
+        return ckpt_file_refused("load", path, &e);
+    /* its integrity record, checked before a byte is parsed: version 4 always has one (16 bytes:
+     * more is refused as not the record's form) */
     snprintf(path, sizeof path, "%s/%s.crc32c", stepdir, name);
-    f = fopen(path, "rb");
-    size_t n = 0;
-    int failed = 1;
-    if (f != NULL) {
-        n = fread(rec, 1, sizeof rec, f);
-        failed = ferror(f);
-        fclose(f);
-    }
-    int good = !failed && n == 9 && rec[8] == '\n';
+    shardopt_status_t status = SHARDOPT_OK;
+    if (file_read_text(path, 16, &rec, &n, &e) != 0 && e.fault != FILE_READ_SIZE)
+        status =
+            e.fault == FILE_READ_OPEN && e.err == ENOENT
+                ? log_fail(SHARDOPT_ERR_CORRUPT,
+                           "load: %s: %s: the integrity record of %s is missing", path, e.why, name)
+                : ckpt_file_refused("load", path, &e);
+    int good = rec != NULL && n == 9 && rec[8] == '\n';
     for (int i = 0; good && i < 8; i++)
         good = (rec[i] >= '0' && rec[i] <= '9') || (rec[i] >= 'a' && rec[i] <= 'f');
-    shardopt_status_t status = SHARDOPT_OK;
-    if (f == NULL)
-        status = log_fail(errno == ENOENT ? SHARDOPT_ERR_CORRUPT : SHARDOPT_ERR_IO,
-                          "load: %s: %s: the integrity record of %s is missing", path,
-                          strerror(errno), name);
-    else if (!good)
-        status =
-            log_fail(failed ? SHARDOPT_ERR_IO : SHARDOPT_ERR_CORRUPT,
-                     "load: %s: %s (the CRC-32C of %s): the record is damaged", path,
-                     failed ? "read failed" : "not 8 lowercase hex digits and a newline", name);
-    else {
+    if (status == SHARDOPT_OK && !good)
+        status = log_fail(SHARDOPT_ERR_CORRUPT,
+                          "load: %s: not 8 lowercase hex digits and a newline (the CRC-32C of %s): "
+                          "the record is damaged",
+                          path, name);
+    else if (status == SHARDOPT_OK) {
         rec[8] = '\0';
         const uint32_t want = (uint32_t)strtoul(rec, NULL, 16);
         const uint32_t have = crc32c_update(0, *text, *len);
@@ -83,6 +57,7 @@ shardopt_status_t ckpt_index_writer_read(void *ctx, const char *stepdir, int w, 
                               "is damaged",
                               stepdir, name, have, name, want);
     }
+    free(rec);
     if (status != SHARDOPT_OK) {
         free(*text);
         *text = NULL;

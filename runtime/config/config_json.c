@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file_read.h"
 #include "base/mem.h"
 #include "base/status.h"
 #include "runtime/config/config.h"
@@ -117,30 +118,20 @@ static shardopt_status_t key_from_json(const char *path, const struct config_key
 
 static shardopt_status_t file_read(const char *path, char **text_p, size_t *len_p)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    size_t n;
-
-    if (f == NULL)
-        return log_fail(SHARDOPT_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
-    buf = mem_malloc(CONFIG_FILE_MAX + 1);
-    if (buf == NULL) {
-        fclose(f);
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                        "config %s: out of memory allocating %d bytes to read it", path,
-                        CONFIG_FILE_MAX + 1);
-    }
-    n = fread(buf, 1, CONFIG_FILE_MAX + 1, f);
-    fclose(f);
-    if (n > CONFIG_FILE_MAX) {
-        free(buf);
+    struct file_read_error e;
+    if (file_read_text(path, CONFIG_FILE_MAX, text_p, len_p, &e) == 0)
+        return SHARDOPT_OK;
+    switch (e.fault) {
+    case FILE_READ_SIZE:
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config %s: larger than %d bytes", path,
                         CONFIG_FILE_MAX);
+    case FILE_READ_KIND: /* a FIFO or a device would never end, or never start, the read */
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config %s: %s", path, e.why);
+    case FILE_READ_MEMORY:
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "config %s: %s", path, e.why);
+    case FILE_READ_IO: return log_fail(SHARDOPT_ERR_IO, "config %s: read failed: %s", path, e.why);
+    default: return log_fail(SHARDOPT_ERR_IO, "config %s: cannot open: %s", path, e.why);
     }
-    buf[n] = '\0';
-    *text_p = buf;
-    *len_p = n;
-    return SHARDOPT_OK;
 }
 
 shardopt_status_t shardopt_config_load_json(const char *path, shardopt_config_t *cfg)

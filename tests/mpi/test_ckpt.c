@@ -909,7 +909,8 @@ TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
          NULL},
         {damage_latest_not_utf8, SHARDOPT_ERR_CORRUPT, "'step-\\xff3' is not a step directory",
          NULL},
-        {damage_latest_fifo, SHARDOPT_ERR_CORRUPT, "latest: not a regular file", NULL},
+        {damage_latest_fifo, SHARDOPT_ERR_CORRUPT, "latest: is a FIFO, expected a regular file",
+         NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct run d;
@@ -1038,6 +1039,128 @@ TEST(missing_tensors_are_allowed_when_asked)
     EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
     run_free(&d);
     dir_clear(dir);
+}
+
+/* ---- files that are not files: what a load opens (latest, index.json and its record, each
+ * writer's index and its record, the rank files), each planted as something a save never writes.
+ * Before base/file_read.c a FIFO there stopped the load for good (open for reading waits for a
+ * writer), so each load runs under alarm(): a hang kills the test instead of the CI job. ---- */
+
+static void plant_path(const char *step, const char *file, char *p, size_t n)
+{
+    snprintf(p, n, "%s/%s", step, file);
+    unlink(p);
+}
+static void plant_fifo(const char *step, const char *file)
+{
+    char p[4300];
+    plant_path(step, file, p, sizeof p);
+    if (mkfifo(p, 0644) != 0)
+        fprintf(stderr, "mkfifo %s failed\n", p);
+}
+static void plant_dir(const char *step, const char *file)
+{
+    char p[4300];
+    plant_path(step, file, p, sizeof p);
+    if (mkdir(p, 0755) != 0)
+        fprintf(stderr, "mkdir %s failed\n", p);
+}
+static void plant_link(const char *step, const char *file, const char *target)
+{
+    char p[4300];
+    plant_path(step, file, p, sizeof p);
+    if (symlink(target, p) != 0)
+        fprintf(stderr, "symlink %s failed\n", p);
+}
+static void fifo_writer_index(const char *step) { plant_fifo(step, "rank-00001.index.json"); }
+static void fifo_writer_crc(const char *step) { plant_fifo(step, "rank-00001.index.json.crc32c"); }
+static void fifo_rank_file(const char *step) { plant_fifo(step, "rank-00001.safetensors"); }
+static void fifo_index(const char *step) { plant_fifo(step, "index.json"); }
+static void fifo_index_crc(const char *step) { plant_fifo(step, "index.json.crc32c"); }
+static void dir_rank_file(const char *step) { plant_dir(step, "rank-00001.safetensors"); }
+static void dir_index(const char *step) { plant_dir(step, "index.json"); }
+static void dir_writer_index(const char *step) { plant_dir(step, "rank-00000.index.json"); }
+/* a device: reads of /dev/zero never end, of a terminal wait for input */
+static void device_rank_file(const char *step)
+{
+    plant_link(step, "rank-00001.safetensors", "/dev/zero");
+}
+static void loop_writer_index(const char *step)
+{
+    plant_link(step, "rank-00001.index.json", "rank-00001.index.json");
+}
+
+/* A fresh 2-rank save, `plant` run on rank 0, then a load on every rank: refused with `status`
+ * and w1, naming the rank that found it (w2), the state unchanged on every rank. */
+static void planted_refused(void (*plant)(const char *), shardopt_status_t status, const char *w1,
+                            const char *w2)
+{
+    const char *dir = "/tmp/shardopt_ckpt_notfiles";
+    struct run d;
+    setup();
+    if (world != 2) /* the files planted, and the rank each names, are a 2-rank save's */
+        return;
+    saved_run(&d, dir, test_config());
+    alarm(60); /* the load used to wait here for good: SIGALRM ends the test instead */
+    expect_refused(&d, dir, plant, status, w1, w2);
+    alarm(0);
+    run_free(&d);
+    dir_clear(dir);
+}
+
+TEST(a_fifo_as_a_writer_s_index_is_refused)
+{
+    planted_refused(fifo_writer_index, SHARDOPT_ERR_CORRUPT,
+                    "rank-00001.index.json: is a FIFO, expected a regular file", "load: rank 1: ");
+}
+TEST(a_fifo_as_a_writer_s_integrity_record_is_refused)
+{
+    planted_refused(fifo_writer_crc, SHARDOPT_ERR_CORRUPT,
+                    "rank-00001.index.json.crc32c: is a FIFO, expected a regular file",
+                    "load: rank 1: ");
+}
+TEST(a_fifo_as_a_rank_file_is_refused)
+{
+    planted_refused(fifo_rank_file, SHARDOPT_ERR_CORRUPT,
+                    "rank-00001.safetensors: is a FIFO, expected a regular file", "load: rank 1: ");
+}
+TEST(a_fifo_as_the_top_level_index_is_refused)
+{
+    planted_refused(fifo_index, SHARDOPT_ERR_CORRUPT,
+                    "index.json: is a FIFO, expected a regular file", "load: rank 0: ");
+}
+TEST(a_fifo_as_the_index_s_integrity_record_is_refused)
+{
+    planted_refused(fifo_index_crc, SHARDOPT_ERR_CORRUPT,
+                    "index.json.crc32c: is a FIFO, expected a regular file", "load: rank 0: ");
+}
+TEST(a_directory_as_a_rank_file_is_refused)
+{
+    planted_refused(dir_rank_file, SHARDOPT_ERR_CORRUPT,
+                    "rank-00001.safetensors: is a directory, expected a regular file",
+                    "load: rank 1: ");
+}
+TEST(a_directory_as_the_top_level_index_is_refused)
+{
+    planted_refused(dir_index, SHARDOPT_ERR_CORRUPT,
+                    "index.json: is a directory, expected a regular file", "load: rank 0: ");
+}
+TEST(a_directory_as_a_writer_s_index_is_refused)
+{
+    planted_refused(dir_writer_index, SHARDOPT_ERR_CORRUPT,
+                    "rank-00000.index.json: is a directory, expected a regular file",
+                    "load: rank 0: ");
+}
+TEST(a_device_as_a_rank_file_is_refused)
+{
+    planted_refused(device_rank_file, SHARDOPT_ERR_CORRUPT,
+                    "rank-00001.safetensors: is a character device, expected a regular file",
+                    "load: rank 1: ");
+}
+TEST(a_symbolic_link_loop_as_a_writer_s_index_is_refused)
+{
+    planted_refused(loop_writer_index, SHARDOPT_ERR_IO,
+                    "rank-00001.index.json: Too many levels of symbolic links", "load: rank 1: ");
 }
 
 /* A read that fails with an I/O error on the last rank only (SHARDOPT_FAULT=ckpt.read, EIO) at

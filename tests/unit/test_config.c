@@ -1,5 +1,6 @@
 /* Config: defaults, validation messages, env and JSON loaders (strict, atomic on error). */
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/config/config_keys.h"
@@ -308,6 +309,35 @@ TEST(json_file_of_the_limit_loads_and_one_byte_more_is_refused)
         }
         unlink(path);
     }
+}
+
+/* A config path naming a FIFO (a shell's `<(...)`, or one planted in a shared directory), a
+ * directory or a device: refused at once, naming the path and what it is, the config unchanged.
+ * fopen of a FIFO used to wait for a writer for good (alarm: a hang fails the test); a directory
+ * read as an empty file ("not valid JSON"). */
+TEST(a_config_path_that_is_not_a_regular_file_is_refused_without_waiting)
+{
+    char fifo[64], dir[64];
+    snprintf(fifo, sizeof fifo, "/tmp/shardopt_cfg_fifo_%d", (int)getpid());
+    snprintf(dir, sizeof dir, "/tmp/shardopt_cfg_dir_%d", (int)getpid());
+    ASSERT_EQ_INT(mkfifo(fifo, 0600), 0);
+    ASSERT_EQ_INT(mkdir(dir, 0700), 0);
+    const struct {
+        const char *path, *what;
+    } cases[] = {{fifo, "is a FIFO, expected a regular file"},
+                 {dir, "is a directory, expected a regular file"},
+                 {"/dev/zero", "is a character device, expected a regular file"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        shardopt_config_t c = SHARDOPT_CONFIG_INIT, before = c;
+        alarm(30);
+        EXPECT_EQ_INT(shardopt_config_load_json(cases[i].path, &c), SHARDOPT_ERR_INVALID_ARGUMENT);
+        alarm(0);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), cases[i].path);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), cases[i].what);
+        EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    }
+    unlink(fifo);
+    rmdir(dir);
 }
 
 TEST(print_lists_every_key)

@@ -28,6 +28,8 @@ static const char usage[] =
     "  --v2 A,B,...      also parse the index of format_version 2 (every writer's records in\n"
     "                    index.json, as every rank did before version 4) at these world sizes\n"
     "                    (none: about 1.2 KiB of heap per record)\n"
+    "  --save A,B,...    the save side at these world sizes: rank 0's and three writers' heap and\n"
+    "                    time for the index (real files under /tmp; none by default)\n"
     "  --help, -h        this text\n";
 
 /* Resident bytes now (/proc/self/statm), MiB: what the child starts with. */
@@ -94,10 +96,31 @@ static void world_run(const struct preset *p, int world, int ep)
     }
 }
 
+/* The save side (ckpt_sim_save): three sampled writers' indexes and rank 0's part, real files
+ * under /tmp. */
+static void save_run(const struct preset *p, int world, int ep)
+{
+    const struct ckpt_sim s = {p, world, ep, 1};
+    struct ckpt_sim_save_result r;
+    char scratch[128];
+    snprintf(scratch, sizeof scratch, "/tmp/ckpt_index_bench_save_%d", (int)getpid());
+    if (ckpt_sim_save(&s, scratch, &r) != SHARDOPT_OK) {
+        fprintf(stderr, "ckpt_index_bench: save, world %d: %s\n", world, shardopt_last_error());
+        exit(1);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("%6d  %9.2f  %9.3f  %9lld  %9.2f  %9.3f  %9.1f  %9.1f  %9.1f\n", world,
+           (double)r.rank0_heap / 1048576.0, r.rank0_seconds, (long long)r.writer_records,
+           (double)r.writer_heap / 1048576.0, r.writer_seconds, (double)r.index_bytes / 1024.0,
+           (double)r.writer_bytes / 1024.0, (double)ru.ru_maxrss / 1024.0);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     const char *name = "glm45-air";
-    char worlds[256] = "1024,4096,16384", v2[256] = "", err[256];
+    char worlds[256] = "1024,4096,16384", v2[256] = "", save[256] = "", err[256];
     int ep = 8;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -115,6 +138,8 @@ int main(int argc, char **argv)
             snprintf(worlds, sizeof worlds, "%s", argv[++i]);
         else if (strcmp(argv[i], "--v2") == 0)
             snprintf(v2, sizeof v2, "%s", argv[++i]);
+        else if (strcmp(argv[i], "--save") == 0)
+            snprintf(save, sizeof save, "%s", argv[++i]);
         else if (strcmp(argv[i], "--ep") == 0)
             ep = atoi(argv[++i]);
         else {
@@ -134,8 +159,16 @@ int main(int argc, char **argv)
         " saved  loaded    records  writers  records  heap peak  RSS start   peak RSS      time\n"
         "  on W    on N   in world     read     kept        MiB        MiB        MiB         s\n");
     fflush(stdout);
-    for (int pass = 0; pass < 2; pass++) {
-        char *list = pass == 0 ? worlds : v2;
+    for (int pass = 0; pass < 3; pass++) {
+        char *list = pass == 0 ? worlds : pass == 1 ? v2 : save;
+        if (pass == 2 && save[0] != '\0')
+            printf("\nsave: rank 0 (sizes gather, files checked, index.json built, written, "
+                   "published) and the most of 3 sampled writers (records, their index)\n"
+                   " ranks  rank0 heap  rank0 time    writer  writer heap  writer time  "
+                   "index.json  writer index   peak RSS\n"
+                   "              MiB          s   records        MiB           s        KiB "
+                   "        KiB        MiB\n");
+        fflush(stdout); /* before the children fork: printed once */
         for (char *tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ",")) {
             const int world = atoi(tok);
             if (world < 4 * ep || world % (4 * ep) != 0) {
@@ -147,8 +180,10 @@ int main(int argc, char **argv)
             if (pid == 0) {
                 if (pass == 0)
                     world_run(&p, world, ep);
-                else
+                else if (pass == 1)
                     v2_run(&p, world, ep);
+                else
+                    save_run(&p, world, ep);
                 _exit(0);
             }
             int st = 0;

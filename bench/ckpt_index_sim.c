@@ -1,14 +1,22 @@
 #include "bench/ckpt_index_sim.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "base/mem.h"
+#include "base/status.h"
 #include "bench/preset_shards.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/checkpoint_index.h"
+#include "runtime/checkpoint/checkpoint_write.h"
 
 /* ---- the heap, as glibc counts it (every allocation: ours, cJSON's, the texts) ---- */
 
@@ -339,5 +347,210 @@ shardopt_status_t ckpt_sim_load_v2(const struct ckpt_sim *saved, struct ckpt_sim
         out->shards += L.t[i].nshards;
     out->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     ckpt_index_free(&L);
+    return status;
+}
+
+/* ---- the save side: what a writer and rank 0 build and write of the index ---- */
+
+/* A runtime as the save's index code reads it: the mesh of `s`, the preset's parameters with
+ * writer w's parts (no state, no MPI). ckpt_sim_writer_set moves it to another writer. */
+struct sim_rt {
+    struct shardopt_runtime *rt;
+    struct shardopt_param *p, **pp;
+};
+
+static void sim_rt_free(struct sim_rt *r)
+{
+    free(r->pp);
+    free(r->p);
+    free(r->rt);
+}
+
+static int sim_rt_make(const struct ckpt_sim *s, struct sim_rt *r)
+{
+    const shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    r->rt = calloc(1, sizeof *r->rt);
+    r->p = calloc((size_t)s->p->n + 1, sizeof *r->p);
+    r->pp = calloc((size_t)s->p->n + 1, sizeof *r->pp);
+    if (r->rt == NULL || r->p == NULL || r->pp == NULL) {
+        sim_rt_free(r);
+        return -1;
+    }
+    struct shardopt_runtime *rt = r->rt;
+    rt->cfg = cfg;
+    rt->groups.mesh.world = rt->groups.mesh.dp_shard = rt->groups.mesh.dense = s->world;
+    rt->groups.mesh.dp_replicate = rt->groups.mesh.cp = 1;
+    rt->groups.mesh.ep = s->ep;
+    rt->counters.steps = 10;
+    rt->params = r->pp;
+    rt->nparams = s->p->n;
+    for (int i = 0; i < s->p->n; i++) {
+        const struct preset_tensor *pt = &s->p->t[i];
+        struct shardopt_param *p = &r->p[i];
+        const char *const *k;
+        kinds_of(pt, &k);
+        p->rt = rt;
+        p->name = (char *)pt->name;
+        p->index = i;
+        p->algo = strcmp(k[0], "momentum") == 0 ? SHARDOPT_ALGO_MUON : SHARDOPT_ALGO_ADAMW;
+        p->placement = pt->expert ? SHARDOPT_PLACEMENT_EXPERT : SHARDOPT_PLACEMENT_DENSE;
+        p->param_dtype = SHARDOPT_DTYPE_FP32;
+        p->step = 10;
+        p->layout.ndim = pt->ndim;
+        memcpy(p->layout.shape, pt->shape, sizeof pt->shape);
+        r->pp[i] = p;
+    }
+    return 0;
+}
+
+/* Writer w's records as its rank file's writing collects them (ckpt_rank_file_write: one per
+ * tensor it holds a part of, then its block CRCs; zero CRCs here), into *blob. */
+static int writer_blob(const struct ckpt_sim *s, struct sim_rt *r, int w, char **blob, size_t *len)
+{
+    size_t cap = 0;
+    struct shardopt_runtime *rt = r->rt;
+    rt->groups.me.d = rt->groups.me.rank = rt->groups.me.shard = w;
+    *blob = NULL;
+    *len = 0;
+    for (int i = 0; i < s->p->n; i++) {
+        struct shardopt_param *p = &r->p[i];
+        box_of(s, &s->p->t[i], w, p->layout.lo, p->layout.len);
+        p->layout.local_numel = p->layout.len[0] * p->layout.len[1] * p->layout.len[2];
+        if (p->layout.local_numel == 0) /* a rank that holds nothing of it writes nothing */
+            continue;
+        struct ckpt_kind k[3];
+        const int nk = ckpt_tensors(rt, p, 0, k);
+        for (int j = 0; j < nk; j++) {
+            const size_t bytes = (size_t)p->layout.local_numel * kdtype_size(k[j].dtype);
+            struct ckpt_shard_record rec = {.param = i, .kind = j, .dtype = k[j].dtype};
+            rec.nblocks = (uint32_t)((bytes + CKPT_BLOCK - 1) / CKPT_BLOCK);
+            memcpy(rec.lo, p->layout.lo, sizeof rec.lo);
+            memcpy(rec.len, p->layout.len, sizeof rec.len);
+            const uint32_t zero = 0;
+            if (ckpt_blob_add(blob, len, &cap, &rec, sizeof rec) != 0)
+                return -1;
+            for (uint32_t b = 0; b < rec.nblocks; b++)
+                if (ckpt_blob_add(blob, len, &cap, &zero, sizeof zero) != 0)
+                    return -1;
+        }
+    }
+    return 0;
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+/* An empty file dir/name (the rank files and unsampled writers' indexes: rank 0 checks their
+ * sizes, which are what they are). */
+static int file_touch(int dfd, const char *name)
+{
+    const int fd = openat(dfd, name, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+    return fd >= 0 && close(fd) == 0 ? 0 : -1;
+}
+
+shardopt_status_t ckpt_sim_save(const struct ckpt_sim *s, const char *scratch,
+                                struct ckpt_sim_save_result *out)
+{
+    struct sim_rt r;
+    char tmp[4200], name[64];
+    const char *tmpname = ".tmp-step-00000010-1";
+    const int writers[3] = {0, s->world / 2 + 1, s->world - 1};
+    int64_t wbytes[3] = {0, 0, 0};
+    shardopt_status_t status = SHARDOPT_OK;
+    int dfd = -1, tfd = -1;
+    int64_t *sizes = NULL;
+
+    memset(out, 0, sizeof *out);
+    if (sim_rt_make(s, &r) != 0)
+        return SHARDOPT_ERR_OUT_OF_MEMORY;
+    snprintf(tmp, sizeof tmp, "%s/%s", scratch, tmpname);
+    if (mkdir(scratch, 0755) != 0 || (dfd = open(scratch, O_RDONLY | O_DIRECTORY)) < 0 ||
+        mkdir(tmp, 0755) != 0 || (tfd = open(tmp, O_RDONLY | O_DIRECTORY)) < 0) {
+        status = log_fail(SHARDOPT_ERR_IO, "ckpt_sim_save: %s: %s", tmp, strerror(errno));
+        goto done;
+    }
+    /* sampled writers: the records their rank files' writing collected, then their index */
+    ckpt_index_test_probe = heap_probe;
+    for (int i = 0; i < 3 && status == SHARDOPT_OK; i++) {
+        char *blob = NULL;
+        size_t len = 0;
+        struct timespec t0;
+        const size_t base = heap_now();
+        heap_max = base;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (writer_blob(s, &r, writers[i], &blob, &len) != 0)
+            status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY, "ckpt_sim_save: writer %d's records",
+                              writers[i]);
+        heap_probe();
+        if (status == SHARDOPT_OK)
+            status = ckpt_writer_index_write(r.rt, tmp, blob, len, &wbytes[i]);
+        const double secs = seconds_since(&t0);
+        free(blob);
+        out->writer_heap = heap_max - base > out->writer_heap ? heap_max - base : out->writer_heap;
+        out->writer_bytes = wbytes[i] > out->writer_bytes ? wbytes[i] : out->writer_bytes;
+        out->writer_seconds = secs > out->writer_seconds ? secs : out->writer_seconds;
+        out->writer_records =
+            (int64_t)(len / sizeof(struct ckpt_shard_record)) > out->writer_records
+                ? (int64_t)(len / sizeof(struct ckpt_shard_record))
+                : out->writer_records;
+    }
+    /* every other writer's two files, empty: rank 0 finds each and checks its size */
+    for (int d = 0; d < s->world && status == SHARDOPT_OK; d++) {
+        snprintf(name, sizeof name, CKPT_RANK_FILE_FMT, d);
+        int fail = file_touch(tfd, name) != 0;
+        snprintf(name, sizeof name, CKPT_WRITER_INDEX_FMT, d);
+        if (d != writers[0] && d != writers[1] && d != writers[2])
+            fail = fail || file_touch(tfd, name) != 0;
+        if (fail)
+            status =
+                log_fail(SHARDOPT_ERR_IO, "ckpt_sim_save: %s/%s: %s", tmp, name, strerror(errno));
+    }
+    if (status == SHARDOPT_OK) {
+        /* rank 0, from the gather of the files' sizes to latest: what the save does there */
+        struct timespec t0;
+        const size_t base = heap_now();
+        heap_max = base;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        sizes = mem_calloc((size_t)s->world * 2, sizeof(int64_t));
+        heap_probe();
+        if (sizes == NULL)
+            status = SHARDOPT_ERR_OUT_OF_MEMORY;
+        for (int i = 0; i < 3 && sizes != NULL; i++)
+            sizes[2 * writers[i] + 1] = wbytes[i];
+        r.rt->groups.me.d = r.rt->groups.me.rank = 0;
+        if (status == SHARDOPT_OK)
+            status = ckpt_save_publish(r.rt, dfd, scratch, tmpname, "step-00000010", sizes);
+        free(sizes);
+        out->rank0_seconds = seconds_since(&t0);
+        out->rank0_heap = heap_max - base;
+        struct stat st;
+        snprintf(tmp, sizeof tmp, "%s/step-00000010/index.json", scratch);
+        out->index_bytes = stat(tmp, &st) == 0 ? (int64_t)st.st_size : 0;
+    }
+done:
+    ckpt_index_test_probe = NULL;
+    if (tfd >= 0)
+        close(tfd);
+    if (dfd >= 0) {
+        close(dfd);
+        /* the scratch directory and everything in it, never through a link */
+        char parent[4200];
+        snprintf(parent, sizeof parent, "%s", scratch);
+        char *slash = strrchr(parent, '/');
+        const char *base = slash != NULL ? slash + 1 : parent;
+        if (slash != NULL)
+            *slash = '\0';
+        const int pfd =
+            open(slash != NULL ? (parent[0] ? parent : "/") : ".", O_RDONLY | O_DIRECTORY);
+        if (pfd >= 0) {
+            ckpt_dir_tree_remove(pfd, base);
+            close(pfd);
+        }
+    }
+    sim_rt_free(&r);
     return status;
 }

@@ -5,7 +5,8 @@
  * load's own index code (runtime/checkpoint/checkpoint_index.c: ckpt_index_parse,
  * ckpt_index_select) run for one rank of a loading world against them, without MPI or files: the
  * writers' indexes are synthesized when the load asks for one. What it measures is the memory and
- * time of one rank's index work at any world size (tests/unit/test_ckpt_index_scale.c,
+ * time of one rank's index work at any world size, and (ckpt_sim_save) what a save's writers and
+ * rank 0 spend on the index (tests/unit/test_ckpt_index_scale.c,
  * bench/ckpt_index_bench.c). */
 #ifndef BENCH_CKPT_INDEX_SIM_H
 #define BENCH_CKPT_INDEX_SIM_H
@@ -43,5 +44,23 @@ shardopt_status_t ckpt_sim_load_rank(const struct ckpt_sim *saved, const struct 
  * every writer's records, parsed whole (the parse every rank made, and rank 0's text at save).
  * A contrast for the harness: its memory grows with the world. */
 shardopt_status_t ckpt_sim_load_v2(const struct ckpt_sim *saved, struct ckpt_sim_result *out);
+
+/* What a save of the preset on s->world ranks spends on the index: three sampled writers (0,
+ * W/2 + 1, W - 1) each collect their records as their rank file's writing does and write their
+ * rank-NNNNN.index.json with the runtime's own code (ckpt_writer_index_write); then rank 0 does
+ * what the save does there (ckpt_save_publish: the 16 bytes a writer of the sizes gather, each
+ * writer's two files checked in the temporary directory, index.json built, printed and written,
+ * the directory renamed, latest written). Real files, under `scratch` (created, then removed:
+ * it must not exist), the other writers' files empty; no rank file data, no MPI. */
+struct ckpt_sim_save_result {
+    size_t rank0_heap;      /* rank 0's heap peak above what was before: sizes, tree, text */
+    size_t writer_heap;     /* the most of the sampled writers': records, tree, text */
+    int64_t writer_records; /* the most records a sampled writer wrote */
+    int64_t writer_bytes;   /* ... and the largest rank-NNNNN.index.json */
+    int64_t index_bytes;    /* index.json */
+    double rank0_seconds, writer_seconds; /* wall time (the harness does not judge it) */
+};
+shardopt_status_t ckpt_sim_save(const struct ckpt_sim *s, const char *scratch,
+                                struct ckpt_sim_save_result *out);
 
 #endif

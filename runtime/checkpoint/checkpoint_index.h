@@ -90,7 +90,8 @@ shardopt_status_t ckpt_index_select(struct ck_index *L, const struct ck_need *ne
                                     int me, int nme, ck_writer_read_fn rd, void *ctx);
 
 /* For the simulated-world harness: called after each writer index is parsed, while its tree is
- * alive (the peak of a load's index memory). NULL otherwise. */
+ * alive (the peak of a load's index memory), and in a save where a writer's index and rank 0's
+ * index.json are held as a tree and its text at once (the peaks of a save's). NULL otherwise. */
 extern void (*ckpt_index_test_probe)(void);
 
 /* Rank 0: which step directory `dir` means (dir itself when it holds index.json, else the one

@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/checkpoint_write.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/comm/comm_wait.h"
@@ -141,6 +142,8 @@ static shardopt_status_t publish(shardopt_runtime_t rt, int dfd, const char *dir
                         "save: rank 0: out of memory allocating %s for the index text",
                         json_oom_bytes(nb, sizeof nb));
     }
+    if (ckpt_index_test_probe != NULL)
+        ckpt_index_test_probe(); /* the tree and its text: rank 0's most */
     /* a checkpoint no load would read is not published (ERR_CORRUPT at load, after the previous
      * checkpoint was pruned) */
     const size_t text_len = strlen(text);
@@ -205,6 +208,22 @@ static shardopt_status_t weight_names_check(const shardopt_runtime_t rt, const c
         }
     }
     return SHARDOPT_OK;
+}
+
+shardopt_status_t ckpt_save_publish(shardopt_runtime_t rt, int dfd, const char *dir,
+                                    const char *tmpname, const char *step_name,
+                                    const int64_t *sizes)
+{
+    char nb[64];
+    mem_failed_clear();
+    cJSON *index = index_build(rt);
+    const shardopt_status_t status =
+        index == NULL ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                                 "save: rank 0: out of memory allocating %s for the index",
+                                 json_oom_bytes(nb, sizeof nb))
+                      : publish(rt, dfd, dir, tmpname, step_name, index, sizes);
+    cJSON_Delete(index);
+    return status;
 }
 
 shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
@@ -294,17 +313,8 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
         comm_bcast(g, g->dense, &ok, 1, MPI_INT, 0, "broadcast");
         if (ok)
             comm_gather(g, g->dense, mine, 2, MPI_INT64_T, sizes, 0, "gather of rank file sizes");
-        if (ok && g->me.rank == 0) {
-            char nb[64];
-            mem_failed_clear();
-            cJSON *index = index_build(rt);
-            status = index == NULL ? log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                                              "save: rank 0: out of memory allocating %s for the "
-                                              "index",
-                                              json_oom_bytes(nb, sizeof nb))
-                                   : publish(rt, dfd, dir, tmpname, step_name, index, sizes);
-            cJSON_Delete(index);
-        }
+        if (ok && g->me.rank == 0)
+            status = ckpt_save_publish(rt, dfd, dir, tmpname, step_name, sizes);
     }
     if (written) /* else agreed already: a second round would nest the message in itself */
         status = ckpt_agree(rt, status, "save");

@@ -20,6 +20,7 @@
 #include "base/mem.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/json_util.h"
 
@@ -37,13 +38,6 @@ cJSON *ckpt_json_i64_array(const int64_t *v, int n)
     return a;
 }
 
-/* What a writer tells rank 0 about one tensor it wrote. */
-struct shard_record {
-    int32_t param, kind, dtype, pad;
-    int64_t lo[3], len[3];
-    uint32_t crc, nblocks; /* followed by nblocks block CRCs */
-};
-
 /* Start writing back what this file holds every CKPT_CHUNK bytes, so that the device works
  * while we go on writing and checksumming, and the final fsync has little left to wait for. */
 static void writeback_kick(int fd, uint64_t *written, size_t len)
@@ -59,8 +53,7 @@ static void writeback_kick(int fd, uint64_t *written, size_t len)
 #endif
 }
 
-/* Append a record to a growing blob. */
-static int blob_add(char **blob, size_t *len, size_t *cap, const void *p, size_t n)
+int ckpt_blob_add(char **blob, size_t *len, size_t *cap, const void *p, size_t n)
 {
     if (*len + n > *cap) {
         size_t c = (*cap ? 2 * *cap : 4096) + n;
@@ -225,14 +218,14 @@ shardopt_status_t ckpt_rank_file_write(shardopt_runtime_t rt, const char *path, 
             const unsigned char *data = k[j].suffix != NULL ? state + k[j].offset : w[i];
             const size_t bytes = (size_t)p->layout.local_numel * kdtype_size(k[j].dtype);
             const uint32_t nblocks = (uint32_t)((bytes + CKPT_BLOCK - 1) / CKPT_BLOCK);
-            struct shard_record r = {
+            struct ckpt_shard_record r = {
                 .param = i, .kind = j, .dtype = k[j].dtype, .nblocks = nblocks};
             memcpy(r.lo, p->layout.lo, sizeof r.lo);
             memcpy(r.len, p->layout.len, sizeof r.len);
             for (int d = p->layout.ndim; d < 3; d++)
                 r.lo[d] = 0, r.len[d] = 1;
             size_t rec_at = *blob_len;
-            if (blob_add(blob, blob_len, &cap, &r, sizeof r) != 0) {
+            if (ckpt_blob_add(blob, blob_len, &cap, &r, sizeof r) != 0) {
                 status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                                   "save: rank %d: out of memory allocating %zu bytes for the index "
                                   "records",
@@ -254,7 +247,7 @@ shardopt_status_t ckpt_rank_file_write(shardopt_runtime_t rt, const char *path, 
                 *file_bytes += (int64_t)len;
                 uint32_t c = crc32c_update(0, data + lo, len);
                 whole = crc32c_combine(whole, c, len);
-                if (blob_add(blob, blob_len, &cap, &c, sizeof c) != 0)
+                if (ckpt_blob_add(blob, blob_len, &cap, &c, sizeof c) != 0)
                     status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                                       "save: rank %d: out of memory allocating %zu bytes for the "
                                       "index records",
@@ -262,7 +255,7 @@ shardopt_status_t ckpt_rank_file_write(shardopt_runtime_t rt, const char *path, 
             }
             if (status != SHARDOPT_OK)
                 break;
-            memcpy(*blob + rec_at + offsetof(struct shard_record, crc), &whole, sizeof whole);
+            memcpy(*blob + rec_at + offsetof(struct ckpt_shard_record, crc), &whole, sizeof whole);
         }
     }
     if (status == SHARDOPT_OK && (fault_hit("ckpt.fsync") || fsync(fd) != 0))
@@ -328,7 +321,7 @@ shardopt_status_t ckpt_writer_index_write(shardopt_runtime_t rt, const char *tmp
     json_put(&ok, root, "file", cJSON_CreateString(file));
     cJSON *shards = json_put(&ok, root, "shards", cJSON_CreateArray());
     for (size_t at = 0; ok && at < blob_len;) {
-        struct shard_record r;
+        struct ckpt_shard_record r;
         memcpy(&r, blob + at, sizeof r);
         at += sizeof r;
         const struct shardopt_param *p = rt->params[r.param];
@@ -349,6 +342,8 @@ shardopt_status_t ckpt_writer_index_write(shardopt_runtime_t rt, const char *tmp
         }
     }
     char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+    if (ckpt_index_test_probe != NULL)
+        ckpt_index_test_probe(); /* the tree and its text: this writer's most */
     cJSON_Delete(root);
     if (text == NULL)
         return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,

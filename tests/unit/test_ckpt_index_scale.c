@@ -5,8 +5,10 @@
  * must not grow with the world while the records of the whole world grow with it (a version-3
  * index held them all, parsed whole on every rank), and a rank reads a bounded number of writers'
  * indexes: on the layout that saved, writer 0 and its own; loading on fewer ranks, the writers its
- * larger part spans. No wall-clock or RSS threshold: bytes and counts. */
+ * larger part spans. A save's rank 0 and writers do not grow with the world either. No
+ * wall-clock or RSS threshold: bytes and counts. */
 #include <stdio.h>
+#include <unistd.h>
 
 #include "bench/ckpt_index_sim.h"
 #include "test.h"
@@ -88,6 +90,34 @@ TEST(a_load_on_another_world_reads_only_the_writers_its_parts_span)
      * the saving world */
     EXPECT_TRUE(fewer.heap_peak <= 6 * same.heap_peak);
     EXPECT_TRUE(uneven.heap_peak <= 3 * same.heap_peak);
+}
+
+/* The save side (ckpt_sim_save: the runtime's own writer-index and publish code, real files): a
+ * writer builds and writes its own records only, and rank 0 builds index.json (O(parameters))
+ * and holds 16 bytes per writer (the sizes it checks each writer's files against). Neither may
+ * grow with the world: before format_version 4 rank 0 gathered every writer's records into one
+ * tree, about 4x the heap at 4x the ranks. */
+TEST(a_save_s_rank_0_and_writers_index_memory_does_not_grow_with_the_world)
+{
+    glm_load();
+    ASSERT_TRUE(glm.n > 0);
+    const struct ckpt_sim w1024 = {&glm, 1024, 8, 1}, w4096 = {&glm, 4096, 8, 1};
+    struct ckpt_sim_save_result a, b;
+    char scratch[96];
+    snprintf(scratch, sizeof scratch, "/tmp/test_ckpt_index_scale_save_%d", (int)getpid());
+    ASSERT_EQ_INT(ckpt_sim_save(&w1024, scratch, &a), SHARDOPT_OK);
+    ASSERT_EQ_INT(ckpt_sim_save(&w4096, scratch, &b), SHARDOPT_OK);
+    printf("  save: rank 0's heap %.2f MiB at 1,024 ranks, %.2f MiB at 4,096; a writer's %.2f / "
+           "%.2f MiB (%lld / %lld records); index.json %lld / %lld bytes\n",
+           (double)a.rank0_heap / 1048576.0, (double)b.rank0_heap / 1048576.0,
+           (double)a.writer_heap / 1048576.0, (double)b.writer_heap / 1048576.0,
+           (long long)a.writer_records, (long long)b.writer_records, (long long)a.index_bytes,
+           (long long)b.index_bytes);
+    EXPECT_TRUE(a.rank0_heap > 0 && a.writer_heap > 0 && a.writer_records > 0);
+    EXPECT_TRUE(b.rank0_heap <= a.rank0_heap + a.rank0_heap / 4);
+    EXPECT_TRUE(b.writer_heap <= a.writer_heap + a.writer_heap / 4);
+    /* index.json holds the parameters alone: the same bytes at any world */
+    EXPECT_EQ_INT(b.index_bytes, a.index_bytes);
 }
 
 /* The measure itself sees growth: the same model's index of format_version 2 (every writer's

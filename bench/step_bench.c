@@ -297,6 +297,10 @@ struct result {
     uint64_t h2d, d2h, peak, slot; /* host <-> device bytes per step, staging: max over ranks */
     double copy_s;                 /* median over steps of the max over ranks */
     double copies_alone_s;         /* offload = optimizer: copies_alone_seconds, else 0 */
+    /* Newton-Schulz balance over the ranks (examples/launch/scaling_test.sh sets it beside
+     * shardopt-plan's prediction): the FLOPs each rank counted in the last timed step, max and
+     * mean; its seconds, max over mean, median over the timed steps */
+    double ns_flops_max, ns_flops_mean, ns_time_max_over_mean;
 };
 
 static void run_one(const struct opts *o, const struct preset *p, const char *mom,
@@ -349,7 +353,9 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
 
     const int total = o->warmup + o->steps;
     double *step = malloc(sizeof(double) * 9 * (size_t)o->steps), t_start = MPI_Wtime();
-    double nsrate = 1e30;
+    double nsrate = 1e30, *ns_ratio = malloc(sizeof(double) * (size_t)(o->steps + 1));
+    int nranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     for (int i = 0; i < total; i++) {
         shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
         a.lr = 1e-4; /* small: the weights stay well scaled over many steps */
@@ -366,6 +372,12 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
             memcpy(&step[9 * (i - o->warmup)], ph, sizeof ph);
             double rate = s.seconds_ns_last > 0 ? s.ns_flops_last / s.seconds_ns_last / 1e9 : 0;
             nsrate = rate > 0 && rate < nsrate ? rate : nsrate;
+            double ns[2] = {s.ns_flops_last, s.seconds_ns_last}, mx[2], sum[2];
+            MPI_Allreduce(ns, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            MPI_Allreduce(ns, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            r->ns_flops_max = mx[0];
+            r->ns_flops_mean = sum[0] / nranks;
+            ns_ratio[i - o->warmup] = sum[1] > 0 ? mx[1] / (sum[1] / nranks) : 0;
         }
         if (me == 0 && MPI_Wtime() - t_start > 5)
             fprintf(stderr,
@@ -380,6 +392,8 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
             col[i] = step[9 * i + c];
         *out[c] = bench_median(col, o->steps < 64 ? o->steps : 64);
     }
+    r->ns_time_max_over_mean = bench_median(ns_ratio, o->steps < 64 ? o->steps : 64);
+    free(ns_ratio);
     MPI_Allreduce(MPI_IN_PLACE, &nsrate, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     r->ns_gflops = nsrate < 1e29 ? nsrate : 0;
     uint64_t v[10] = {
@@ -529,7 +543,8 @@ int main(int argc, char **argv)
                        "%llu, \"expert_bytes_per_step\": %llu, \"h2d_bytes_per_step\": %llu, "
                        "\"d2h_bytes_per_step\": %llu, \"copy_exposed_s\": %.6f, "
                        "\"staging_peak_bytes\": %llu, \"copies_alone_s\": %.6f, "
-                       "\"copies_hidden\": %.4f}",
+                       "\"copies_hidden\": %.4f, \"ns_flops_max\": %.6g, \"ns_flops_mean\": "
+                       "%.6g, \"ns_time_max_over_mean\": %.4f}",
                        i ? ", " : "", res[i].offload, res[i].mom, res[i].step, res[i].prepass,
                        res[i].adamw, res[i].momentum, res[i].ex1, res[i].ns, res[i].ex2,
                        res[i].apply, res[i].ns_gflops, gemm > 0 ? res[i].ns_gflops / gemm : 0,
@@ -540,7 +555,8 @@ int main(int argc, char **argv)
                        (unsigned long long)res[i].bytes_expert, (unsigned long long)res[i].h2d,
                        (unsigned long long)res[i].d2h, res[i].copy_s,
                        (unsigned long long)res[i].peak, res[i].copies_alone_s,
-                       overlap[i] == overlap[i] ? overlap[i] : -1.0);
+                       overlap[i] == overlap[i] ? overlap[i] : -1.0, res[i].ns_flops_max,
+                       res[i].ns_flops_mean, res[i].ns_time_max_over_mean);
             printf("]}\n");
         }
     }

@@ -1,4 +1,5 @@
-"""shardopt for Python trainers: a ctypes binding of libshardopt (no compiled extension).
+"""shardopt for Python trainers: a ctypes binding of libshardopt (no compiled extension
+needed: step()'s per-tensor comparison has an optional C twin, _fast.c, used where built).
 
     import shardopt
     opt = shardopt.Optimizer(params, comm=MPI.COMM_WORLD, config={"momentum": 0.95, "dp_shard": 2})
@@ -28,11 +29,11 @@ structures that mirror include/shardopt.h, the buffer checks that vouch for ever
 Optimizer that hands them to the library are read together when any of them changes."""
 import ctypes
 import ctypes.util
+import functools
 import operator
 import os
 import sys
 from dataclasses import dataclass, field
-from itertools import repeat
 from time import perf_counter as _perf_counter
 from typing import Any, Optional, Sequence
 
@@ -170,7 +171,49 @@ def library():
         fn.argtypes, fn.restype = args, I
     lib.shardopt_last_error.argtypes, lib.shardopt_last_error.restype = [], ctypes.c_char_p
     _lib = lib
+    global _lib_file
+    _lib_file = path
     return lib
+
+
+_lib_file = None  # the path library() loaded
+_ext = False  # _fast_ext(): not looked for yet
+
+
+def _fast_ext():
+    """The module _shardopt_fast (python/shardopt/_fast.c: follow, the C twin of
+    _follow_rows, and step, which also makes the shardopt_step call), built by CMake where it
+    finds Python's headers and found like the library: next to the libshardopt loaded (build/,
+    or an install's lib/), else in this package. None where it is absent, built for another
+    Python or of another version: step() then runs _follow_rows and the ctypes call, with the
+    same results (a module that is there but cannot be used is a warning)."""
+    global _ext
+    if _ext is not False:
+        return _ext
+    _ext = None
+    library()
+    import importlib.machinery
+    import importlib.util
+    dirs = [os.path.dirname(os.path.abspath(_lib_file))] if os.sep in _lib_file else []
+    dirs.append(os.path.dirname(os.path.abspath(__file__)))
+    for d in dirs:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(d, "_shardopt_fast" + suffix)
+            if not os.path.isfile(path):
+                continue
+            try:
+                spec = importlib.util.spec_from_file_location("_shardopt_fast", path)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                if getattr(mod, "API", None) != 1:
+                    raise ImportError(f"API {getattr(mod, 'API', None)}, this binding's is 1")
+            except Exception as e:  # noqa: BLE001 - optional: the Python path does the same
+                import warnings
+                warnings.warn(f"shardopt: {path} not used ({e}): step() runs its Python path")
+                continue
+            _ext = mod
+            return _ext
+    return _ext
 
 
 def _check(call, status):
@@ -386,12 +429,6 @@ def _buffer(x, what, writable=False, host=True):
     return x.ctypes.data, dt, x.size
 
 
-_GRAD = operator.attrgetter("grad")
-_DTYPE = operator.attrgetter("dtype")
-_IS_CPU = operator.attrgetter("is_cpu")
-_IS_CUDA = operator.attrgetter("is_cuda")
-
-
 def _shape(p):
     """p.shape as a list of 1 to 3 ints (the library's ndim), refused before any call."""
     try:
@@ -462,40 +499,68 @@ class _Slot:
 
 class _Fast:
     """An Optimizer's torch parameters as the library points at them, for step() to compare
-    (Optimizer._follow): per parameter its Param, _Slot, tensor, .grad object (None included),
-    data address, torch dtypes of data and grad, element count; the handles and data addresses
-    as the C arrays shardopt_params_set_pointers takes (garr: the gradients', refilled per
-    call); held / gaddrs: the gradients that are not None and their addresses; kept, with
-    kaddrs / kcounts: every tensor the library points at (data, then the held gradients), its
-    address and element count when checked."""
-    __slots__ = ("params", "slots", "srcs", "grads", "daddrs", "dtypes", "counts",
-                 "held", "gaddrs", "all_gaddrs", "none", "kept", "kaddrs", "kcounts", "counts2",
-                 "handles", "darr", "garr", "tensor",
-                 "data_ptr", "numel", "contiguous")
+    (Optimizer._follow). `rows` is the tuple _follow_rows (or its C twin) reads: torch.Tensor
+    and its methods data_ptr, numel and is_contiguous, host (CPU kernels: host memory only),
+    shardopt_params_set_pointers, then per parameter (lists) its Param, _Slot, tensor, .grad
+    object (None included), the gradient's address as the library has it (None: NULL), the
+    data address, element count and torch grad dtype, and last the C arrays that call takes
+    (handles, data addresses, gradient addresses refilled per call). With the C module the
+    function and the arrays are passed by address. The lists are shared with this object's
+    fields and changed in place (_follow_rows, zero_grad). step: the C module's step over
+    these rows and this runtime (None without the module)."""
+    __slots__ = ("params", "slots", "srcs", "grads", "gaddrs", "handles", "darr", "garr",
+                 "rows", "step")
 
-    def regather(self, addrs=None):
-        self.all_gaddrs = [s.grad_addr for s in self.slots] if addrs is None else addrs
-        self.none = None in self.all_gaddrs  # addresses are ints or None: no tensor compared
-        if not self.none:
-            self.held, self.gaddrs, self.kcounts = self.grads, self.all_gaddrs, self.counts2
-        else:
-            rows = [i for i, a in enumerate(self.all_gaddrs) if a is not None]
-            self.held = [self.grads[i] for i in rows]
-            self.gaddrs = [self.all_gaddrs[i] for i in rows]
-            self.kcounts = self.counts + [self.counts[i] for i in rows]
-        self.kept = self.srcs + self.held
-        self.kaddrs = self.daddrs + self.gaddrs
 
-    def unchanged(self, tensors, addrs, counts):
-        """True when tensors are still at addrs, with counts elements each, and contiguous, as
-        the full check (_buffer) passed them: False for a tensor changed in place without a
-        new object or address (t_(), resize_(), param.data = param.data.t()), which the full
-        check then refuses. Memory the library would overrun or read in another order is
-        caught; a dtype of the same size swapped in under the same address is not (a view
-        with another element size changes the count)."""
-        return (list(map(self.data_ptr, tensors)) == addrs
-                and list(map(self.numel, tensors)) == counts
-                and all(map(self.contiguous, tensors)))
+def _follow_rows(rows, rt, skip_missing):
+    """None, or the status of pointing the library at the parameters' gradients as they are
+    now: None (the caller checks every buffer again, _sync) unless each parameter's tensor is
+    still at the address the library has, with the registered element count and contiguous (a
+    tensor changed in place, t_() or param.data = param.data.t(), is not), and its .grad is
+    either None (with skip_missing), or the very tensor object the library was pointed at
+    (held in the rows, so no other object can take its id) unchanged so, or a new plain tensor
+    that passes the checks a torch gradient needs here (strided and contiguous, the registered
+    dtype and element count, a device the runtime takes). A tensor that refuses to say (a
+    sparse layout raises RuntimeError) is None too: the full check names it. The library is
+    pointed at the runtime's gradients in one shardopt_params_set_pointers call where any
+    changed. _shardopt_fast.follow (python/shardopt/_fast.c) is this function in C: the same
+    checks in the same order, on the same lists."""
+    tensor, data_ptr, numel, contiguous, host, set_pointers, params, slots, srcs, grads, \
+        gaddrs, daddrs, counts, dtypes, handles, darr, garr = rows
+    got, addrs = [], []
+    try:
+        for src, was, ga, da, n, dt in zip(srcs, grads, gaddrs, daddrs, counts, dtypes):
+            if data_ptr(src) != da or numel(src) != n or not contiguous(src):
+                return None
+            g = src.grad
+            if g is None:
+                if not skip_missing:
+                    return None
+                a = None
+            elif g is was:
+                if data_ptr(g) != ga or numel(g) != n or not contiguous(g):
+                    return None
+                a = ga
+            elif (type(g) is not tensor or not contiguous(g) or g.dtype != dt
+                  or numel(g) != n or not (g.is_cpu or not host and g.is_cuda)):
+                return None
+            else:
+                a = data_ptr(g)
+            got.append(g)
+            addrs.append(a)
+    except RuntimeError:
+        return None
+    if addrs != gaddrs:
+        garr[:] = addrs
+        status = set_pointers(rt, len(addrs), handles, darr, garr)
+        if status:
+            return status
+    for i, g in enumerate(got):
+        if g is not grads[i]:
+            slots[i].grad, slots[i].grad_addr = g, addrs[i]
+            params[i].grad = grads[i] = g
+            gaddrs[i] = addrs[i]
+    return 0
 
 
 @dataclass
@@ -662,8 +727,11 @@ class Optimizer:
         self._cuda = False  # a CUDA torch tensor registered: step() defaults to its stream
         self.seconds_call_last = 0.0  # wall time of the last shardopt_step call
         self._fast = None  # what step() compares instead of checking again (_fast_rows)
+        self._ext = _fast_ext()  # _follow_rows and the step call in C, or None
         self._args = _StepArgs(size=ctypes.sizeof(_StepArgs), version=2)
         self._args_ref, self._step_fn = ctypes.byref(self._args), lib.shardopt_step
+        self._c_args = ctypes.addressof(self._args)  # the same struct and call, for _fast.c
+        self._c_step = ctypes.cast(lib.shardopt_step, ctypes.c_void_p).value
         failed = None
         try:
             st = self.stats()
@@ -848,14 +916,15 @@ class Optimizer:
         """What _follow compares at the next step (_Fast), taken when every parameter's buffers
         were just checked and the library points at them. None (every step checks everything,
         _sync) unless every parameter is a plain torch tensor (nn.Parameter or Tensor, not a
-        DTensor or another subclass) whose .grad is a plain tensor or None."""
+        DTensor or another subclass) whose .grad is a plain tensor or None, at the address the
+        library has."""
         torch = sys.modules.get("torch")
         if torch is None or not self.params or not self._rt:
             return None
         kinds, data_ptr = (torch.Tensor, torch.nn.Parameter), torch.Tensor.data_ptr
         dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
         f = _Fast()
-        f.params, f.slots, f.srcs, f.grads, f.daddrs = [], [], [], [], []
+        f.params, f.slots, f.srcs, f.grads = [], [], [], []
         for p in self.params:
             src, slot = p.source, self._slots.get(id(p))
             if slot is None or type(src) not in kinds:
@@ -869,90 +938,42 @@ class Optimizer:
             f.slots.append(slot)
             f.srcs.append(src)
             f.grads.append(g)
-            f.daddrs.append(slot.data_addr)
-        f.tensor, f.data_ptr = torch.Tensor, data_ptr
-        f.numel, f.contiguous = torch.Tensor.numel, torch.Tensor.is_contiguous
-        f.dtypes = [dtypes[s.grad_dtype] for s in f.slots]
-        f.counts = [s.count for s in f.slots]
-        f.counts2 = f.counts + f.counts
-        n = len(f.slots)
-        f.handles = (ctypes.c_void_p * n)(*[s.handle for s in f.slots])
-        f.darr = (ctypes.c_void_p * n)(*f.daddrs)
+        slots, n = f.slots, len(f.slots)
+        f.gaddrs = [s.grad_addr for s in slots]
+        daddrs = [s.data_addr for s in slots]
+        f.handles = (ctypes.c_void_p * n)(*[s.handle for s in slots])
+        f.darr = (ctypes.c_void_p * n)(*daddrs)
         f.garr = (ctypes.c_void_p * n)()
-        f.regather()
+        set_pointers = self._lib.shardopt_params_set_pointers
+        if self._ext is not None:  # the C twin takes the function and the arrays by address
+            set_pointers = ctypes.cast(set_pointers, ctypes.c_void_p).value
+            arrays = tuple(ctypes.addressof(x) for x in (f.handles, f.darr, f.garr))
+        else:
+            arrays = (f.handles, f.darr, f.garr)
+        t = torch.Tensor
+        f.rows = (t, t.data_ptr, t.numel, t.is_contiguous, self._host, set_pointers,
+                  f.params, f.slots, f.srcs, f.grads, f.gaddrs, daddrs,
+                  [s.count for s in slots], [dtypes[s.grad_dtype] for s in slots]) + arrays
+        f.step = None if self._ext is None else functools.partial(
+            self._ext.step, f.rows, self._rt.value, self._c_step, self._c_args)
         return f
 
     def _follow(self, skip_missing):
-        """True when every parameter is up to date without the full check (_sync): its tensor
-        is the one the last check passed, at the same address, with the same element count,
-        dtype and contiguity (a tensor changed in place, t_() or param.data = param.data.t(),
-        is checked again and refused), and its .grad either the very tensor object then (held
-        in _fast, so no other object can take its id) unchanged so, or a new plain tensor that
-        passes the checks a torch gradient needs here (strided, contiguous, the registered
-        dtype and element count, on a device the runtime takes). The library is then pointed
-        at every new gradient in one call (shardopt_params_set_pointers: backward after
-        zero_grad() gives new ones every step). Anything else (a parameter given new memory, a
-        gradient of another kind, None without skip_missing, set_grad in between) is False:
-        the step checks every buffer again as before. This keeps step()'s Python time to a few
-        C-level maps over the parameters (docs/python.md, overhead)."""
+        """True when every parameter is up to date without the full check (_sync): nothing
+        moved since the last step, or only gradients a torch step may take as they are
+        (_follow_rows, or _shardopt_fast.follow, its C twin, where that module was built).
+        False where the full check must run (a parameter given new memory, a tensor changed in
+        place, a gradient of another kind, None without skip_missing, set_grad in between).
+        This keeps step()'s Python time to one pass over the parameters (docs/python.md,
+        overhead)."""
         f = self._fast
         if f is None:
             return False
-        grads = list(map(_GRAD, f.srcs))
-        if all(map(operator.is_, grads, f.grads)):
-            return (skip_missing or not f.none) and f.unchanged(f.kept, f.kaddrs, f.kcounts)
-        if not skip_missing and any(map(operator.is_, grads, repeat(None))):
+        follow = _follow_rows if self._ext is None else self._ext.follow
+        status = follow(f.rows, self._rt.value, skip_missing)
+        if status is None:
             return False
-        if all(map(operator.is_not, grads, f.grads)):  # all new: backward after zero_grad()
-            if not f.unchanged(f.srcs, f.daddrs, f.counts):
-                return False
-            new = rows = range(len(grads))
-            fresh = grads
-        else:
-            new = [i for i, (g, was) in enumerate(zip(grads, f.grads)) if g is not was]
-            kept = [i for i, (g, was) in enumerate(zip(grads, f.grads))
-                    if g is was and g is not None]
-            if not f.unchanged(f.srcs + [grads[i] for i in kept],
-                               f.daddrs + [f.all_gaddrs[i] for i in kept],
-                               f.counts + [f.counts[i] for i in kept]):
-                return False
-            fresh, rows = [grads[i] for i in new], new
-        if any(map(operator.is_, fresh, repeat(None))):
-            rows = [i for i, g in zip(rows, fresh) if g is not None]
-            fresh = [g for g in fresh if g is not None]
-        if len(rows) == len(grads):
-            counts, dtypes = f.counts, f.dtypes
-        else:
-            counts, dtypes = [f.counts[i] for i in rows], [f.dtypes[i] for i in rows]
-        # a tensor of another layout is not contiguous (sparse COO) or refuses to say (CSR):
-        # the full check then names it
-        try:
-            if not (all(map(operator.is_, map(type, fresh), repeat(f.tensor)))
-                    and all(map(f.contiguous, fresh))
-                    and list(map(_DTYPE, fresh)) == dtypes
-                    and list(map(f.numel, fresh)) == counts
-                    and (all(map(_IS_CPU, fresh)) or not self._host and all(
-                        c or d for c, d in zip(map(_IS_CPU, fresh), map(_IS_CUDA, fresh))))):
-                return False
-        except RuntimeError:
-            return False
-        if fresh is grads:
-            addrs = list(map(f.data_ptr, grads))
-        else:
-            addrs = list(f.all_gaddrs)
-            for i in new:
-                addrs[i] = None
-            for i, a in zip(rows, map(f.data_ptr, fresh)):
-                addrs[i] = a
-        if addrs != f.all_gaddrs:
-            f.garr[:] = addrs
-            _check("params_set_pointers", self._lib.shardopt_params_set_pointers(
-                self._rt, len(addrs), f.handles, f.darr, f.garr))
-        for slot, p, g, a in zip(f.slots, f.params, grads, addrs):
-            slot.grad, slot.grad_addr = g, a
-            p.grad = g
-        f.grads = grads
-        f.regather(addrs)
+        _check("params_set_pointers", status)
         return True
 
     def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None,
@@ -964,19 +985,33 @@ class Optimizer:
         skip_missing_grads: a parameter whose gradient is None on every rank is left exactly as
         it is (values, state, step count), as torch.optim does; None on some ranks only fails
         the step on every rank (Error, status -4). Pass the same value on every rank."""
+        if stream is None and self._cuda:  # torch's convention: the current stream
+            import torch
+            stream = torch.cuda.current_stream()
+        if stream is not None and hasattr(stream, "cuda_stream"):
+            stream = stream.cuda_stream
+        f = self._fast
+        if f is not None and f.step is not None:
+            # _follow and the step below in one C call (_fast.c), where nothing else is needed
+            done = f.step(skip_missing_grads, lr, adamw_lr, weight_decay, max_grad_norm, stream)
+            if done is not None:
+                status, seconds = done
+                if seconds is None:
+                    _check("params_set_pointers", status)
+                self.seconds_call_last = seconds
+                _check("step", status)
+                return
+            followed = False  # the same comparison in Python would say the same
+        else:
+            followed = self._follow(skip_missing_grads)
         refused = []
-        if not self._follow(skip_missing_grads):
+        if not followed:
             for p in self.params if self._rt else []:  # closed: the library says so below
                 try:
                     self._sync(p, skip_missing_grads)
                 except Exception as e:  # noqa: BLE001 - raised below, after the collective step
                     refused.append((p, str(e)))
             self._fast = None if refused else self._fast_rows()
-        if stream is None and self._cuda:  # torch's convention: the current stream
-            import torch
-            stream = torch.cuda.current_stream()
-        if stream is not None and hasattr(stream, "cuda_stream"):
-            stream = stream.cuda_stream
         a = self._args  # one struct per runtime, refilled: the library reads it during the call
         a.lr, a.adamw_lr, a.weight_decay, a.stream = lr, adamw_lr, weight_decay, stream
         a.max_grad_norm, a.skip_missing_grads = max_grad_norm, int(bool(skip_missing_grads))
@@ -1048,9 +1083,7 @@ class Optimizer:
                 if src.grad is not None or slot.grad_addr is not None:
                     fast = None  # a gradient the loop above did not let go: check it all
                     break
-                fast.grads[i] = None
-            else:
-                fast.regather()
+                fast.grads[i] = fast.gaddrs[i] = None
         self._fast = fast
 
     def save(self, directory):

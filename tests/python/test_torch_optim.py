@@ -7,6 +7,7 @@ Each case is a function below; a failure names the case and goes on with the nex
 
 One file, over 600 lines: one suite, every case a function on the same small models, run by
 one process in order (CTest runs it once)."""
+import contextlib
 import copy
 import io
 import os
@@ -88,6 +89,25 @@ def model(seed=0):
 
 def relative(a, b):
     return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+@contextlib.contextmanager
+def python_path():
+    """Optimizers made inside step without the C helper (_shardopt_fast): _follow_rows and
+    the ctypes call, as where the helper is not built."""
+    saved = shardopt._fast_ext()
+    shardopt._ext = None
+    try:
+        yield
+    finally:
+        shardopt._ext = saved
+
+
+def step_paths():
+    """(name, context) of each way step() can run here: the C helper where it was found, and
+    the Python path always."""
+    paths = [("C helper", contextlib.nullcontext)] if shardopt._fast_ext() is not None else []
+    return paths + [("Python path", python_path)]
 
 
 # ---- item 1: the constructors a torch user calls ------------------------------------------
@@ -564,7 +584,16 @@ def case_step_follows_what_changed():
     changed in place, a gradient replaced by a new tensor, a gradient given new memory under
     the same tensor object (p.grad.data = ...), a parameter given new memory (p.data = ...),
     gradients gone (skipped) and back, zero_grad both ways, lr changed at each step; and a
-    non-contiguous gradient is refused as at the first step."""
+    non-contiguous gradient is refused as at the first step. With the C helper and without."""
+    for name, path in step_paths():
+        with path():
+            try:
+                follows_what_changed()
+            except Exception as e:
+                raise AssertionError(f"{name}: {e}") from e
+
+
+def follows_what_changed():
     ma, mb = model(), model()
     fast = Muon(ma.named_parameters(), lr=0.02, adamw_lr=3e-3, model=ma)
     full = Muon(mb.named_parameters(), lr=0.02, adamw_lr=3e-3, model=mb)
@@ -656,7 +685,17 @@ def case_step_refuses_tensors_changed_in_place():
     transposed, param.data = param.data.t() or t_(); a gradient transposed or shrunk,
     g.t_(), g.resize_()) is no longer what the library was pointed at: step() checks it again
     and refuses it as at the first step (ValueError naming it), with no parameter of its group
-    written, whether the gradients are kept or new. Undone, the next step goes on."""
+    written, whether the gradients are kept or new. Undone, the next step goes on. With the C
+    helper and without."""
+    for name, path in step_paths():
+        with path():
+            try:
+                refuses_tensors_changed_in_place()
+            except Exception as e:
+                raise AssertionError(f"{name}: {e}") from e
+
+
+def refuses_tensors_changed_in_place():
     m = model()
     opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
     named = {n: p for n, p in m.named_parameters() if p.requires_grad}
@@ -714,27 +753,136 @@ def case_step_refuses_tensors_changed_in_place():
     opt.close()
 
 
+def case_step_c_helper_as_python_path():
+    """The C helper (_shardopt_fast, python/shardopt/_fast.c) is found where CMake built it
+    (SHARDOPT_TEST_FAST names the module, when this interpreter can load it), and step()
+    through it gives the same bits, the same refusals (type and message) and the same choice
+    between the comparison and the full check (_fast kept or dropped) as the Python path, step
+    by step through each kind of change between steps: gradients kept, changed in place, new,
+    None and back, zero_grad both ways, of another dtype, element count or type, not
+    contiguous, shrunk in place; a parameter moved or transposed in place. (Another device
+    needs a GPU: the CUDA cases of test_safety.py check the refusal, not this path.)"""
+    import importlib.machinery
+    want = os.environ.get("SHARDOPT_TEST_FAST")
+    if want and any(want.endswith(x) for x in importlib.machinery.EXTENSION_SUFFIXES):
+        ext = shardopt._fast_ext()
+        assert ext is not None and os.path.samefile(ext.__file__, want), (ext, want)
+    if shardopt._fast_ext() is None:
+        print("  the C helper is not built for this Python: only the Python path runs here")
+        return
+    ma, mb = model(), model()
+    c = Muon(ma.named_parameters(), lr=0.02, adamw_lr=3e-3, model=ma)
+    with python_path():
+        py = Muon(mb.named_parameters(), lr=0.02, adamw_lr=3e-3, model=mb)
+    assert all(rt._ext is not None for rt, _, _ in c._runtimes)
+    assert all(rt._ext is None for rt, _, _ in py._runtimes)
+    pa = {n: p for n, p in ma.named_parameters() if p.requires_grad}
+    pb = {n: p for n, p in mb.named_parameters() if p.requires_grad}
+    gen = torch.Generator().manual_seed(5)
+    w, b = "transformer.h.0.c_proj.weight", "transformer.h.1.c_fc.bias"
+
+    def grads(names=None, make=None):
+        for n in names or pa:
+            v = torch.randn(pa[n].shape, generator=gen) if make is None else make(pa[n])
+            for q in (pa[n], pb[n]):
+                try:
+                    q.grad = v.clone()
+                except RuntimeError:  # torch refuses it as .grad: a new one, then its .data
+                    q.grad = torch.zeros_like(q)
+                    q.grad.data = v.clone()
+
+    def both(f):
+        for params in (pa, pb):
+            with torch.no_grad():
+                f(params)
+
+    def in_place(p, f):
+        if p.grad is not None:
+            f(p.grad)
+
+    steps = [
+        ("new gradients", lambda: grads()),
+        ("kept", lambda: None),
+        ("kept, changed in place", lambda: both(lambda q: [
+            in_place(q[n], lambda g: g.mul_(0.5)) for n in q])),
+        ("one new gradient", lambda: grads([w])),
+        ("two None", lambda: both(lambda q: [setattr(q[n], "grad", None) for n in (w, b)])),
+        ("still None", lambda: None),
+        ("back", lambda: grads([w, b])),
+        ("zero_grad(set_to_none=False), accumulated", lambda: (
+            c.zero_grad(set_to_none=False), py.zero_grad(set_to_none=False),
+            both(lambda q: [in_place(q[n], lambda g: g.add_(1.0)) for n in q]))),
+        ("zero_grad(), new", lambda: (c.zero_grad(), py.zero_grad(), grads())),
+        ("bf16 gradient", lambda: grads([w], lambda p: torch.randn(p.shape).bfloat16())),
+        ("new", lambda: grads()),
+        ("not contiguous", lambda: grads([w], lambda p: torch.randn(p.shape[::-1]).t())),
+        ("new", lambda: grads()),
+        ("one element more", lambda: grads([b], lambda p: torch.randn(p.numel() + 1))),
+        ("new", lambda: grads()),
+        ("a Parameter as gradient", lambda: grads([b], lambda p: nn.Parameter(
+            torch.randn(p.shape), requires_grad=False))),
+        ("new", lambda: grads()),
+        ("kept", lambda: None),
+        ("kept gradient shrunk in place", lambda: both(lambda q: q[b].grad.resize_(
+            q[b].numel() - 1))),
+        ("new", lambda: grads()),
+        ("parameter moved", lambda: both(lambda q: setattr(q[w], "data", q[w].data.clone()))),
+        ("kept", lambda: None),
+        ("parameter transposed in place", lambda: both(lambda q: q[w].t_())),
+        ("undone", lambda: both(lambda q: q[w].t_())),
+        ("new", lambda: grads()),
+    ]
+    refusals = 0
+    for k, (what, change) in enumerate(steps):
+        for o in (c, py):
+            for g in o.param_groups:
+                g["lr"] = 0.02 / (k + 1)
+        change()
+        outs = []
+        for o in (c, py):
+            try:
+                o.step()
+                outs.append(None)
+            except Exception as e:  # noqa: BLE001 - compared below
+                outs.append((type(e).__name__, str(e)))
+        assert outs[0] == outs[1], (k, what, outs)
+        refusals += outs[0] is not None
+        diff = [n for n in pa if not torch.equal(pa[n], pb[n])]
+        assert not diff, (k, what, diff)
+        fast = [[rt._fast is None for rt, _, _ in o._runtimes] for o in (c, py)]
+        assert fast[0] == fast[1], (k, what, fast)
+    assert refusals == 5, refusals  # each unfit buffer above, on both paths
+    c.close()
+    py.close()
+
+
 def case_step_overhead():
     """Issue 20's overhead point: the Python side of step() (its wall time less the time spent
     inside the library's shardopt_step calls) against the library's own step time (its stats'
     seconds_last), measured side by side in the same steps: a ratio against the library in the
-    same run, not a wall-clock threshold. Asserted on the test's GPT with its gradients kept
-    from step to step (zero_grad(set_to_none=False), gradient accumulation): the median over
-    300 steps at most 25 %. Issue 20 asks 10 %, which the median meets on this machine unless
-    it is loaded (docs/python.md has the numbers: the Python side slows more under load than
-    the library's arithmetic); 25 % leaves room for that load and still fails where every
-    buffer is checked again at each step, as before the comparison (_follow): 60 to 90 %.
-    Reported only: the test GPT where every step gets new gradient tensors (zero_grad(), the
-    default, then backward), which checks each new tensor and points the library at them in
-    one C call per group (15 to 17 %: docs/python.md); and the issue's size of the GPT (0.8 M
-    parameters, nanoGPT's char-level shape)."""
+    same run, not a wall-clock threshold. On the test's GPT, each way step() can run here (the
+    C helper where built, the Python path), with its gradients kept from step to step
+    (zero_grad(set_to_none=False), gradient accumulation) and with new gradient tensors every
+    step (zero_grad(), the default, then backward); the issue's size of the GPT (0.8 M
+    parameters, nanoGPT's char-level shape) is reported only. Asserted at the median over 300
+    steps: through the C helper at most 20 % with kept gradients and 25 % with new ones; on
+    the Python path at most 25 % with kept gradients, new ones reported only. Issue 20 asks
+    10 %, which the C helper meets on an unloaded machine (docs/python.md has the numbers);
+    the Python side slows more under load than the library's arithmetic (up to 15 % kept and
+    19 % new through the helper, and 25 % new on the Python path, at load average 12 to 15 on
+    2 cores), hence the room; the 20 % still fails where every buffer is checked again at
+    each step (the full check: 39 % with kept gradients, measured with _fast_rows off)."""
     import time
-    for size, kw, steps in (("test GPT", {}, 300),
-                            ("0.8 M GPT", dict(vocab=65, d=128, block=64, layers=4), 20)):
+    runs = [(f"test GPT, {name}", {}, 300, path) for name, path in step_paths()]
+    runs.append(("0.8 M GPT", dict(vocab=65, d=128, block=64, layers=4), 20,
+                 contextlib.nullcontext))
+    for size, kw, steps, path in runs:
         for fresh in ((False, True) if not kw else (False,)):
             torch.manual_seed(0)
             m = GPT(**kw)
-            opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+            with path():
+                opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+            helper = all(rt._ext is not None for rt, _, _ in opt._runtimes)
             ps = [p for p in m.parameters() if p.requires_grad]
             n = sum(p.numel() for p in ps)
             grads = [torch.randn_like(p) for p in ps]
@@ -759,8 +907,11 @@ def case_step_overhead():
                   f"): Python side of step() {100 * med:.1f} % of the library's step at the "
                   f"median of {len(ratios)} steps (Python {np.median(py) * 1e6:.1f} us, library "
                   f"{np.median(lib) * 1e6:.1f} us)")
-            if not kw and not fresh:
-                assert med <= 0.25, f"Python side of step() {100 * med:.1f} % of the library's"
+            bound = None if kw else (0.20 if helper and not fresh else
+                                     0.25 if helper or not fresh else None)
+            if bound is not None:
+                assert med <= bound, f"{size}: Python side of step() {100 * med:.1f} % of " \
+                    f"the library's (at most {100 * bound:.0f} %)"
 
 
 def resume_run(path, mdtype, start, stop, load):

@@ -65,10 +65,12 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
     const char *name = kind == GROUP_DENSE ? "dense" : kind == GROUP_EXPERT ? "expert" : "local";
     const size_t np_cap = (size_t)(rt->nparams ? rt->nparams : 1);
     struct plan_param *pp = mem_malloc(sizeof(*pp) * np_cap);
-    /* this rank's box of each parameter: the local group's only member, and the others' template
-     * (their boxes differ from it along the shard dim only, where the planner reads each
-     * member's slice from the shard table in place: plan_param.box_stride) */
+    /* this rank's box of each parameter: the template of every member's (their boxes differ
+     * from it along the shard dim only, where the planner reads each member's slice from the
+     * shard table in place or computes it: sharding/shard_table.h) */
     struct plan_box *boxes = mem_malloc(sizeof(*boxes) * np_cap);
+    /* the local group's one member holds the whole extent: the torch.chunk piece 0 of 1 */
+    const struct shard_table local = {.members = 1, .nparams = rt->nparams};
     struct plan_cfg cfg = {.members = members,
                            .me = 0,
                            .bucket_bytes = rt->cfg.bucket_bytes,
@@ -93,22 +95,9 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
         const struct shardopt_param *p = rt->params[i];
         if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want || p->ns_sharded)
             continue;
-        memcpy(boxes[np].lo, p->layout.lo, sizeof boxes[np].lo);
-        memcpy(boxes[np].len, p->layout.len, sizeof boxes[np].len);
-        pp[np] = (struct plan_param){
-            .param = i, .ndim = p->layout.ndim, .ns_gram = p->ns_algorithm == NS_ALGO_GRAM};
-        if (kind == GROUP_LOCAL) {
-            pp[np].boxes = &boxes[np];
-        } else {
-            pp[np].tmpl = &boxes[np];
-            pp[np].slice_dim = p->layout.shard_dim;
-            pp[np].slices = &t->slices[i]; /* member m's at [m * nparams + i] */
-            pp[np].box_stride = (size_t)rt->nparams;
-        }
-        memcpy(pp[np].shape, p->layout.shape, sizeof pp[np].shape);
-        /* an expert group orthogonalizes its EP rank's experts; a dense stack all of them */
-        pp[np].k_lo = p->layout.ndim == 3 ? p->layout.win_lo : 0;
-        pp[np].k_count = p->layout.ndim == 3 ? p->layout.win_len : 1;
+        pp[np] = (struct plan_param){.param = i, .ns_gram = p->ns_algorithm == NS_ALGO_GRAM};
+        shard_table_plan_param(kind == GROUP_LOCAL ? &local : t, i, &p->layout, &boxes[np],
+                               &pp[np]);
         np++;
     }
     if (built == SHARDOPT_OK) {
@@ -241,11 +230,11 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
                             rt->groups.me.rank, sizeof(*boxes) * (size_t)t->members, p->name);
         for (int m = 0; m < t->members;
              m++) { /* mine, but along the shard dim (sharding/layout.c) */
-            const struct plan_slice *s = &t->slices[(size_t)m * (size_t)rt->nparams + (size_t)i];
+            const struct plan_slice s = shard_table_slice(t, i, &p->layout, m);
             memcpy(boxes[m].lo, p->layout.lo, sizeof boxes[m].lo);
             memcpy(boxes[m].len, p->layout.len, sizeof boxes[m].len);
-            boxes[m].lo[p->layout.shard_dim] = s->lo;
-            boxes[m].len[p->layout.shard_dim] = s->len;
+            boxes[m].lo[p->layout.shard_dim] = s.lo;
+            boxes[m].len[p->layout.shard_dim] = s.len;
         }
         struct ns_strategy_in in = {.ndim = p->layout.ndim,
                                     .ns_transpose = p->mv.ns_transpose,
@@ -334,8 +323,8 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
     rt->group_ranks[GROUP_DENSE] = dense.ranks;
     rt->group_ranks[GROUP_EXPERT] = xs.ranks;
     dense.ranks = xs.ranks = NULL;
-    commit_shard_table_free(&dense);
-    commit_shard_table_free(&xs);
+    shard_table_free(&dense);
+    shard_table_free(&xs);
     offload_prepare(rt);
     if (status == SHARDOPT_OK)
         status = commit_buffers_alloc(rt);

@@ -197,47 +197,64 @@ static shardopt_status_t check_records(shardopt_runtime_t rt)
     return groups_agree(g, verdict, "commit");
 }
 
-void commit_shard_table_free(struct shard_table *t)
-{
-    free(t->slices);
-    free(t->ranks);
-    free(t->xload);
-    t->slices = NULL;
-    t->ranks = NULL;
-    t->xload = NULL;
-}
-
-static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm, struct shard_table *t)
+/* The shard table of the group `comm` for the parameters of placement `want` (the others it
+ * never describes). Each member says, per parameter, whether it holds the torch.chunk piece of
+ * its index, in one all-reduce (AND) of a byte per parameter: where all do, the layout determines
+ * every slice and nothing is gathered; the others' slices are all-gathered into the table's
+ * columns. Collective; on failure t holds nothing. */
+static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm,
+                                      shardopt_placement_t want, struct shard_table *t)
 {
     const int n = rt->nparams;
-    const size_t mine_bytes = sizeof(struct plan_slice) * (size_t)(n ? n : 1);
-    struct plan_slice *mine = mem_malloc(mine_bytes);
+    int members, me;
+    size_t bytes = (size_t)(n ? n : 1);
+    unsigned char *chunk = mem_malloc(bytes);
+    struct plan_slice *mine = NULL;
     shardopt_status_t status = SHARDOPT_OK;
 
-    MPI_Comm_size(comm, &t->members);
-    const size_t boxes_bytes = mine_bytes * (size_t)t->members;
-    t->slices = mine != NULL ? mem_malloc(boxes_bytes) : NULL;
-    t->ranks = t->slices != NULL ? mem_malloc(sizeof(int) * (size_t)t->members) : NULL;
-    if (t->ranks == NULL)
+    MPI_Comm_size(comm, &members);
+    MPI_Comm_rank(comm, &me);
+    memset(t, 0, sizeof *t);
+    if (chunk == NULL)
         status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                           "commit: rank %d: out of memory allocating %zu bytes for the shard "
                           "table",
-                          rt->groups.me.rank,
-                          mine == NULL        ? mine_bytes
-                          : t->slices == NULL ? boxes_bytes
-                                              : sizeof(int) * (size_t)t->members);
+                          rt->groups.me.rank, bytes);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status != SHARDOPT_OK)
+        return status;
+    for (int i = 0; i < n; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        chunk[i] = p->placement != want || shard_table_is_chunk(&p->layout, members, me);
+    }
+    comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, chunk, n, MPI_UNSIGNED_CHAR, MPI_BAND,
+                   "all-reduce of regular shards");
+    const int ok = shard_table_init(t, members, me, n, chunk, &bytes) == 0;
+    if (ok && t->ncols > 0) {
+        bytes = sizeof(*mine) * (size_t)t->ncols;
+        mine = mem_malloc(bytes);
+    }
+    free(chunk);
+    if (!ok || (t->ncols > 0 && mine == NULL))
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "commit: rank %d: out of memory allocating %zu bytes for the shard "
+                          "table",
+                          rt->groups.me.rank, bytes);
     status = groups_agree(&rt->groups, status, "commit");
     if (status != SHARDOPT_OK) {
         free(mine);
-        commit_shard_table_free(t);
+        shard_table_free(t);
         return status;
     }
-    for (int i = 0; i < n; i++) {
-        const struct layout *l = &rt->params[i]->layout;
-        mine[i] = (struct plan_slice){l->lo[l->shard_dim], l->len[l->shard_dim]};
-    }
-    comm_allgather(&rt->groups, comm, mine, (int)(sizeof(*mine) * (size_t)n), MPI_BYTE, t->slices,
-                   "all-gather of shard slices");
+    /* every member agreed the same columns: the all-gather's counts match */
+    for (int i = 0; i < n; i++)
+        if (t->col[i] >= 0) {
+            const struct layout *l = &rt->params[i]->layout;
+            mine[t->col[i]] = (struct plan_slice){l->lo[l->shard_dim], l->len[l->shard_dim]};
+        }
+    if (t->ncols > 0)
+        comm_allgather(&rt->groups, comm, mine, (int)(sizeof(*mine) * (size_t)t->ncols), MPI_BYTE,
+                       t->slices, "all-gather of shard slices");
     comm_allgather(&rt->groups, comm, &rt->groups.me.rank, 1, MPI_INT, t->ranks,
                    "all-gather of ranks");
     free(mine);
@@ -257,8 +274,8 @@ static int slice_by_lo(const void *a, const void *b)
 
 /* Do the members' slices along shard_dim tile [lo, lo + n) exactly (empty slices anywhere)?
  * Describes the first fault in why. Returns 1 when they do, 0 when not, -1 out of memory. */
-static int tiles(const struct shard_table *t, int nparams, int p, int64_t lo, int64_t n,
-                 int64_t origin, char *why, size_t len)
+static int tiles(const struct shard_table *t, int p, int64_t lo, int64_t n, int64_t origin,
+                 char *why, size_t len)
 {
     struct slice *s = mem_malloc(sizeof(*s) * (size_t)t->members);
     int k = 0, ok = 1;
@@ -270,7 +287,7 @@ static int tiles(const struct shard_table *t, int nparams, int p, int64_t lo, in
         return -1;
     }
     for (int i = 0; i < t->members; i++) {
-        const struct plan_slice *b = &t->slices[(size_t)i * (size_t)nparams + (size_t)p];
+        const struct plan_slice *b = &t->slices[(size_t)i * (size_t)t->ncols + (size_t)t->col[p]];
         if (b->len > 0)
             s[k++] = (struct slice){b->lo, b->len, t->ranks[i]};
     }
@@ -332,10 +349,11 @@ static shardopt_status_t check_tiling(shardopt_runtime_t rt, const struct shard_
         const struct shardopt_param *p = rt->params[i];
         const struct shard_table *t = p->placement == SHARDOPT_PLACEMENT_EXPERT ? xs : dense;
         int64_t lo, n;
-        if (p->placement == SHARDOPT_PLACEMENT_REPLICATED)
-            continue; /* whole on every rank: checked at register */
+        if (p->placement == SHARDOPT_PLACEMENT_REPLICATED || t->col[i] < 0)
+            continue; /* whole on every rank: checked at register; or torch.chunk pieces on every
+                         member (agreed at table_gather), which tile by construction */
         layout_tile_range(&p->layout, &lo, &n);
-        rc = tiles(t, rt->nparams, i, lo, n, lo, why, sizeof why);
+        rc = tiles(t, i, lo, n, lo, why, sizeof why);
         if (rc != 1)
             bad = i;
     }
@@ -402,15 +420,15 @@ shardopt_status_t commit_check(shardopt_runtime_t rt, struct shard_table *dense,
         status = check_records(rt);
     if (status != SHARDOPT_OK)
         return status;
-    status = table_gather(rt, rt->groups.dense, dense);
+    status = table_gather(rt, rt->groups.dense, SHARDOPT_PLACEMENT_DENSE, dense);
     if (status != SHARDOPT_OK)
         return status;
-    status = table_gather(rt, rt->groups.xs, xs);
+    status = table_gather(rt, rt->groups.xs, SHARDOPT_PLACEMENT_EXPERT, xs);
     if (status == SHARDOPT_OK)
         status = check_tiling(rt, dense, xs);
     if (status != SHARDOPT_OK) {
-        commit_shard_table_free(dense);
-        commit_shard_table_free(xs);
+        shard_table_free(dense);
+        shard_table_free(xs);
     }
     return status;
 }

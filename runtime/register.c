@@ -337,15 +337,6 @@ shardopt_status_t shardopt_param_get_algo(shardopt_param_t param, shardopt_algo_
     return SHARDOPT_OK;
 }
 
-/* torch.chunk over `parts`: ceil-sized chunks in order, the last ones short or empty. FSDP2's
- * Shard(dim) slices so, and it is what a trainer's own all-gather most often assumes. */
-static void chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
-{
-    const int64_t c = (n + parts - 1) / parts;
-    *lo = c * i < n ? c * i : n;
-    *len = *lo + c < n ? c : n - *lo;
-}
-
 shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt, const shardopt_param_desc_t *d,
                                        int64_t *offset, int64_t *length, int64_t *global_offset)
 {
@@ -391,10 +382,12 @@ shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt, const shardopt_par
     const struct groups *g = &rt->groups;
     const int64_t extent = d->shard_dim == 0 ? win_len : d->shape[d->shard_dim];
     int64_t lo = 0, len = extent;
+    /* torch.chunk (layout_chunk): FSDP2's Shard(dim) slices so, it is what a trainer's own
+     * all-gather most often assumes, and commit computes these slices instead of gathering them */
     if (d->placement == SHARDOPT_PLACEMENT_DENSE)
-        chunk(extent, g->mesh.dense, g->me.d, &lo, &len);
+        layout_chunk(extent, g->mesh.dense, g->me.d, &lo, &len);
     else if (d->placement == SHARDOPT_PLACEMENT_EXPERT)
-        chunk(extent, group, g->me.xs_rank, &lo, &len);
+        layout_chunk(extent, group, g->me.xs_rank, &lo, &len);
     *offset = lo;
     *length = len;
     if (global_offset != NULL)

@@ -51,6 +51,17 @@ void layout_index_runs(const struct layout *l, uint64_t *base, uint64_t *run, ui
 /* The extent the shards of a group tile along shard_dim: [lo, lo + n). */
 void layout_tile_range(const struct layout *l, int64_t *lo, int64_t *n);
 
+/* Piece i of n split over `parts` as torch.chunk splits it (FSDP2's Shard(dim)): ceil-sized
+ * pieces in order, the last ones short or empty; [*lo, *lo + *len) relative to the extent's
+ * start. What shardopt_shard_range hands a trainer, and so what commit computes instead of
+ * gathering when every member of a group registered it (sharding/shard_table.h). */
+static inline void layout_chunk(int64_t n, int parts, int i, int64_t *lo, int64_t *len)
+{
+    const int64_t c = (n + parts - 1) / parts;
+    *lo = c * i < n ? c * i : n;
+    *len = *lo + c < n ? c : n - *lo;
+}
+
 /* The matrix view of a 2-D or 3-D global shape. */
 void layout_matrix_view(const struct layout *l, int transposed, struct matrix_view *mv);
 

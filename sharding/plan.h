@@ -38,13 +38,17 @@ struct plan_param {
     const struct plan_box *boxes; /* member i's at boxes[i * box_stride]; or NULL: */
     /* every member's box is `tmpl` but along slice_dim, where member i holds slices[i *
      * box_stride] (commit's shard tables gather only that: a layout shards one dim, docs/
-     * design.md, Commit) */
+     * design.md, Commit); or, slices NULL, the torch.chunk piece i of `parts` of [tile_lo,
+     * tile_lo + tile_len) (layout_chunk): commit computes it when every member registered that,
+     * and gathers nothing (sharding/shard_table.h) */
     const struct plan_box *tmpl;
     int slice_dim;
     const struct plan_slice *slices;
     size_t box_stride; /* 0 or 1: [members]; commit passes its shard table as it is gathered
-                          ([members][nparams], stride nparams), no copy */
-    int ns_gram;       /* 1: its matrices run Gram Newton-Schulz (plan_ns_flops) */
+                          ([members][columns], stride columns), no copy */
+    int64_t tile_lo, tile_len;
+    int parts;
+    int ns_gram; /* 1: its matrices run Gram Newton-Schulz (plan_ns_flops) */
 };
 
 struct plan_cfg {

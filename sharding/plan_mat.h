@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layout.h"
 #include "plan.h"
 
 /* One matrix of the group, in matrix order. */
@@ -26,8 +27,14 @@ static inline int64_t plan_piece_of(const struct mat *m, int i, int64_t *r0, int
         b = &m->p->boxes[at];
     } else {
         sliced = *m->p->tmpl;
-        sliced.lo[m->p->slice_dim] = m->p->slices[at].lo;
-        sliced.len[m->p->slice_dim] = m->p->slices[at].len;
+        if (m->p->slices != NULL) {
+            sliced.lo[m->p->slice_dim] = m->p->slices[at].lo;
+            sliced.len[m->p->slice_dim] = m->p->slices[at].len;
+        } else { /* the layout determines it: computed, not gathered */
+            layout_chunk(m->p->tile_len, m->p->parts, i, &sliced.lo[m->p->slice_dim],
+                         &sliced.len[m->p->slice_dim]);
+            sliced.lo[m->p->slice_dim] += m->p->tile_lo;
+        }
     }
     int rd = m->p->ndim - 2; /* the row dim */
 

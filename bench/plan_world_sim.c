@@ -1,22 +1,29 @@
-/* plan-world-sim: the exchange plan of a few sampled ranks of a large world, without MPI.
+/* plan-world-sim: commit's shard tables and exchange plans of a few sampled ranks of a large
+ * world, without MPI.
  *
  *   plan-world-sim [--preset NAME] [--ep E] --worlds W1,W2,... [--ranks R1,R2,...]
  *                  [--bucket-bytes B] [--max-growth F]
  *
  * For each world W (dp_replicate 1, cp 1: the dense shard group is all W ranks, the expert shard
- * groups W / E) and each sampled dense rank d (default: 0, W/2, W-1), the planner runs as commit
- * runs it (runtime/commit.c, group_plan_build): the expert group of d (member d / E) first, then
- * the dense group (member d) on top of the expert loads, every member's slice along the shard
- * dim synthesized from the layout the way preset_shards registers it (bench/preset_shards.h)
- * into a table the planner reads in place, as commit's shard tables (runtime/commit_check.h).
- * Printed per rank: the bytes the two plans keep (heap in use after plan_build less before,
- * mallinfo2), the planner's input (16 B x Muon parameters x members), the bytes of commit's shard
- * tables for that layout (16 B x all parameters x members of both groups), the wall time of the
- * two plan_build calls on this core, and the process's peak RSS so far.
+ * groups W / E) and each sampled dense rank d (default: 0, W/2, W-1), every tensor is laid out as
+ * preset_shards registers it (bench/preset_shards.h: shardopt_shard_range's torch.chunk pieces),
+ * and the library's own code runs as commit runs it: the shard tables of the dense and the
+ * expert shard group (sharding/shard_table.c, as runtime/commit_check.c builds them; the
+ * all-reduce that agrees which parameters are torch.chunk on every member is simulated by
+ * asking every member's layout), then the planner (runtime/commit.c, group_plan_build): the
+ * expert group of d (member d / E) first, then the dense group (member d) on top of the expert
+ * loads, each reading members' slices through the tables (shard_table_plan_param).
+ * Printed per rank, measured (heap in use after less before, mallinfo2): the bytes the two
+ * shard tables keep (and how many parameters needed a gathered column) and the bytes the two
+ * plans keep; the planner's input (its parameter list, this rank's boxes and the dense group's
+ * per-member expert loads, commit's xload), by size; the wall time of the tables and of the two
+ * plan_build calls on this core; and the process's peak RSS so far (it includes the program and
+ * the preset, printed first).
  *
- * --max-growth F: exit 1 when the largest plan of the last world keeps more than F times the
- * bytes of the largest plan of the first (tests/CMakeLists.txt, plan_world_sim_growth: a plan
- * must not keep arrays over all members per bucket). No time or absolute size is checked. */
+ * --max-growth F: exit 1 when the plans and shard tables of the last world keep more than F
+ * times the bytes of those of the first (largest over the sampled ranks; tests/CMakeLists.txt,
+ * plan_world_sim_growth and commit_world_sim_growth: no array over all members per bucket, no
+ * table over all parameters x members). No time or absolute size is checked. */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <stdio.h>
@@ -28,7 +35,9 @@
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
 #include "runtime/classify.h"
+#include "sharding/layout.h"
 #include "sharding/plan.h"
+#include "sharding/shard_table.h"
 #include "shardopt.h"
 
 #define COMM_ES 2 /* bf16 (comm_dtype default) */
@@ -66,94 +75,117 @@ static int parse_list(const char *s, long *out, int cap)
     return n;
 }
 
-/* The planner's input for one group kind (expert 0/1) of `members` as commit gives it: a table
- * of each member's slice along the shard dim, [members][parameters] (runtime/commit_check.h),
- * read in place with a template box (this rank's); returns the number of parameters, *slices
- * and *tmpl to free. */
-static int group_input(const struct preset *p, const int *muon, int expert, int members, int ep,
-                       int me, struct plan_param *pp, struct plan_slice **slices,
-                       struct plan_box **tmpl)
+/* Dense rank d's layout of tensor t as preset_shards registers it (shardopt_shard_range's
+ * torch.chunk pieces), in the runtime's coordinates (sharding/layout.h): member `member` of a
+ * group of `members`, an expert stack in the window of EP rank ep_rank. */
+static void layout_of(const struct preset_tensor *t, int ep, int members, int member, int ep_rank,
+                      struct layout *l)
 {
-    int np = 0, n = 0;
-    for (int i = 0; i < p->n; i++)
-        n += muon[i] && p->t[i].expert == expert;
-    *slices = malloc(sizeof(**slices) * (size_t)members * (size_t)(n ? n : 1));
-    *tmpl = malloc(sizeof(**tmpl) * (size_t)(n ? n : 1));
-    if (*slices == NULL || *tmpl == NULL)
-        die("out of memory for the planner's input");
+    struct preset_shard s;
+    const int64_t win = t->expert ? t->shape[0] / ep : t->shape[0];
+    preset_shard_of(t, ep, members, member, 0, &s);
+    if (layout_init(l, t->ndim, t->shape, s.dim, s.offset, s.length, t->expert ? ep_rank * win : 0,
+                    win) != SHARDOPT_OK)
+        die(shardopt_last_error());
+}
+
+/* Commit's shard table of one group (expert 0/1) of `members`, this rank member `me`, as
+ * runtime/commit_check.c builds it: the all-reduce that agrees which parameters every member
+ * registered as torch.chunk pieces is simulated by asking each member's layout in turn (time
+ * not counted); then the same shard_table_init. Nothing is gathered for an agreed parameter. */
+static void table_of(const struct preset *p, int expert, int members, int me, int ep, int ep_rank,
+                     struct shard_table *t, double *seconds)
+{
+    unsigned char *chunk = malloc((size_t)p->n + 1);
+    size_t bytes;
+    if (chunk == NULL)
+        die("out of memory");
     for (int i = 0; i < p->n; i++) {
-        const struct preset_tensor *t = &p->t[i];
-        if (!muon[i] || t->expert != expert)
-            continue;
-        struct preset_shard s;
-        for (int m = 0; m < members; m++) {
-            preset_shard_of(t, ep, members, m, 0, &s);
-            (*slices)[(size_t)m * (size_t)n + (size_t)np] =
-                (struct plan_slice){s.lo[s.dim], s.len[s.dim]};
+        const struct preset_tensor *x = &p->t[i];
+        chunk[i] = 1;
+        for (int m = 0; m < members && chunk[i] && x->expert == expert; m++) {
+            struct layout l;
+            layout_of(x, ep, members, m, ep_rank, &l);
+            chunk[i] = (unsigned char)shard_table_is_chunk(&l, members, m);
         }
-        preset_shard_of(t, ep, members, me, 0, &s);
-        memcpy((*tmpl)[np].lo, s.lo, sizeof s.lo);
-        memcpy((*tmpl)[np].len, s.len, sizeof s.len);
-        pp[np] = (struct plan_param){.param = i,
-                                     .ndim = t->ndim,
-                                     .tmpl = &(*tmpl)[np],
-                                     .slice_dim = s.dim,
-                                     .slices = &(*slices)[np],
-                                     .box_stride = (size_t)n};
-        memcpy(pp[np].shape, t->shape, sizeof pp[np].shape);
-        if (t->ndim == 3)
-            pp[np].shape[0] = t->shape[0] / ep; /* the EP rank's stack */
-        pp[np].k_lo = 0;
-        pp[np].k_count = t->ndim == 3 ? pp[np].shape[0] : 1;
+    }
+    const double t0 = now();
+    if (shard_table_init(t, members, me, p->n, chunk, &bytes) != 0)
+        die("out of memory for a shard table");
+    *seconds += now() - t0;
+    free(chunk);
+}
+
+/* The planner's input for one group kind, as commit's group_plan_build gives it
+ * (shard_table_plan_param over this rank's layouts and the group's table); returns the number
+ * of parameters. */
+static int group_input(const struct preset *p, const int *muon, int expert,
+                       const struct shard_table *t, const struct layout *mine,
+                       struct plan_param *pp, struct plan_box *tmpl)
+{
+    int np = 0;
+    for (int i = 0; i < p->n; i++) {
+        if (!muon[i] || p->t[i].expert != expert)
+            continue;
+        pp[np] = (struct plan_param){.param = i};
+        shard_table_plan_param(t, i, &mine[i], &tmpl[np], &pp[np]);
         np++;
     }
     return np;
 }
 
 struct sample {
-    size_t plan_bytes, input_bytes;
-    double seconds;
-    int dense_buckets, expert_buckets;
+    size_t plan_bytes, table_bytes, input_bytes;
+    double seconds, table_seconds;
+    int dense_buckets, expert_buckets, columns;
 };
 
-/* Plan dense rank d of world W as commit does: its expert group, then the dense group. */
+/* Dense rank d of world W as commit handles it: its shard tables, then its expert group's plan,
+ * then the dense group's. */
 static void plan_rank(const struct preset *p, const int *muon, int world, int ep, int d,
                       size_t bucket_bytes, struct sample *out)
 {
     const int xs = world / ep;
     struct plan_param *pp = calloc((size_t)p->n + 1, sizeof *pp);
-    struct plan_slice *xb, *db;
-    struct plan_box *xt, *dt;
-    struct group_plan X = {0}, D = {0};
-    double *base = calloc((size_t)world, sizeof(double));
-    if (pp == NULL || base == NULL)
+    struct plan_box *tmpl = calloc((size_t)p->n + 1, sizeof *tmpl);
+    struct layout *mine = calloc((size_t)p->n + 1, sizeof *mine);
+    struct shard_table D, X;
+    struct group_plan XP = {0}, DP = {0};
+    double *base = calloc((size_t)world, sizeof(double)); /* commit's dense xload */
+    if (pp == NULL || tmpl == NULL || mine == NULL || base == NULL)
         die("out of memory");
     memset(out, 0, sizeof *out);
+    out->input_bytes = (sizeof *pp + sizeof *tmpl) * (size_t)p->n + sizeof(double) * (size_t)world;
+    for (int i = 0; i < p->n; i++)
+        layout_of(&p->t[i], ep, p->t[i].expert ? xs : world, p->t[i].expert ? d / ep : d, d % ep,
+                  &mine[i]);
 
-    int np = group_input(p, muon, 1, xs, ep, d / ep, pp, &xb, &xt);
-    out->input_bytes = sizeof(*xb) * (size_t)xs * (size_t)np;
+    size_t h0 = heap_in_use();
+    table_of(p, 0, world, d, ep, d % ep, &D, &out->table_seconds);
+    table_of(p, 1, xs, d / ep, ep, d % ep, &X, &out->table_seconds);
+    out->table_bytes = heap_in_use() - h0;
+    out->columns = D.ncols + X.ncols;
+
+    int np = group_input(p, muon, 1, &X, mine, pp, tmpl);
     struct plan_cfg xc = {.members = xs,
                           .me = d / ep,
                           .bucket_bytes = bucket_bytes,
                           .esize = COMM_ES,
                           .replicas = 1,
                           .team_cap = 1};
-    size_t h0 = heap_in_use();
+    h0 = heap_in_use();
     double t0 = now();
-    if (np > 0 && plan_build(&xc, pp, np, &X) != SHARDOPT_OK)
+    if (np > 0 && plan_build(&xc, pp, np, &XP) != SHARDOPT_OK)
         die(shardopt_last_error());
     out->seconds = now() - t0;
     out->plan_bytes = heap_in_use() - h0;
-    out->expert_buckets = X.nbuckets;
+    out->expert_buckets = XP.nbuckets;
     /* every expert group has the same shapes: dense member j carries expert member j / ep's
      * load (commit gathers it, runtime/commit.c expert_loads) */
     for (int j = 0; j < world && np > 0; j++)
-        base[j] = X.load[j / ep];
-    free(xb);
-    free(xt);
+        base[j] = XP.load[j / ep];
 
-    np = group_input(p, muon, 0, world, ep, d, pp, &db, &dt);
-    out->input_bytes += sizeof(*db) * (size_t)world * (size_t)np;
+    np = group_input(p, muon, 0, &D, mine, pp, tmpl);
     struct plan_cfg dc = {.members = world,
                           .me = d,
                           .bucket_bytes = bucket_bytes,
@@ -163,17 +195,19 @@ static void plan_rank(const struct preset *p, const int *muon, int world, int ep
                           .team_cap = 1};
     h0 = heap_in_use();
     t0 = now();
-    if (np > 0 && plan_build(&dc, pp, np, &D) != SHARDOPT_OK)
+    if (np > 0 && plan_build(&dc, pp, np, &DP) != SHARDOPT_OK)
         die(shardopt_last_error());
     out->seconds += now() - t0;
     out->plan_bytes += heap_in_use() - h0;
-    out->dense_buckets = D.nbuckets;
-    free(db);
-    free(dt);
-    plan_free(&X);
-    plan_free(&D);
+    out->dense_buckets = DP.nbuckets;
+    plan_free(&XP);
+    plan_free(&DP);
+    shard_table_free(&D);
+    shard_table_free(&X);
     free(base);
     free(pp);
+    free(tmpl);
+    free(mine);
 }
 
 int main(int argc, char **argv)
@@ -223,8 +257,8 @@ int main(int argc, char **argv)
     getrusage(RUSAGE_SELF, &ru0); /* the program and the preset, before any planning */
     printf("plan-world-sim: preset %s (%d tensors, %d Muon), ep %d, bucket_bytes %zu; peak RSS "
            "before planning %.1f MiB; per sampled rank\n\n| ranks | rank | buckets dense/expert | "
-           "plan MiB kept | planner input MiB | "
-           "shard tables MiB | plan s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n",
+           "plan MiB kept | shard tables MiB kept (gathered columns) | planner input MiB | "
+           "tables ms | plan s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n",
            p.name, p.n, nmuon, ep, bucket_bytes, ru0.ru_maxrss / 1024.0);
     size_t first = 0, last = 0;
     for (int w = 0; w < nw; w++) {
@@ -249,13 +283,12 @@ int main(int argc, char **argv)
             plan_rank(&p, muon, world, ep, (int)sample[s], bucket_bytes, &r);
             struct rusage ru;
             getrusage(RUSAGE_SELF, &ru);
-            /* commit's shard tables: every parameter's box of every member of each group */
-            const double tables =
-                (double)sizeof(struct plan_slice) * (double)p.n * (double)(world + world / ep);
-            printf("| %d | %ld | %d/%d | %.3f | %.1f | %.1f | %.3f | %.1f |\n", world, sample[s],
-                   r.dense_buckets, r.expert_buckets, r.plan_bytes / 1048576.0,
-                   r.input_bytes / 1048576.0, tables / 1048576.0, r.seconds, ru.ru_maxrss / 1024.0);
-            worst = r.plan_bytes > worst ? r.plan_bytes : worst;
+            printf("| %d | %ld | %d/%d | %.3f | %.3f (%d) | %.3f | %.3f | %.3f | %.1f |\n", world,
+                   sample[s], r.dense_buckets, r.expert_buckets, r.plan_bytes / 1048576.0,
+                   r.table_bytes / 1048576.0, r.columns, r.input_bytes / 1048576.0, r.table_seconds,
+                   r.seconds, ru.ru_maxrss / 1024.0);
+            const size_t kept = r.plan_bytes + r.table_bytes;
+            worst = kept > worst ? kept : worst;
         }
         if (w == 0)
             first = worst;
@@ -265,12 +298,12 @@ int main(int argc, char **argv)
     free(muon);
     if (max_growth > 0 && nw > 1) {
         const double g = (double)last / (double)(first ? first : 1);
-        printf("\nplan bytes, %ld ranks over %ld ranks: %.2fx (at most %.2fx)\n", worlds[nw - 1],
-               worlds[0], g, max_growth);
+        printf("\nplans + shard tables kept, %ld ranks over %ld ranks: %.2fx (at most %.2fx)\n",
+               worlds[nw - 1], worlds[0], g, max_growth);
         if (g > max_growth) {
             fprintf(stderr,
-                    "plan-world-sim: the plan of %ld ranks keeps %zu bytes, %.2fx the %zu of %ld "
-                    "ranks (at most %.2fx): it grows with the world\n",
+                    "plan-world-sim: the plans and shard tables of %ld ranks keep %zu bytes, %.2fx "
+                    "the %zu of %ld ranks (at most %.2fx): they grow with the world\n",
                     worlds[nw - 1], last, g, first, worlds[0], max_growth);
             return 1;
         }

@@ -87,7 +87,77 @@ static int side_list(int *counts, int *touched, int n, struct plan_blocks *out, 
     return 0;
 }
 
-/* Lay out bucket [m_lo, m_hi): my pieces in A by owner, my matrices' pieces in B by holder. */
+int plan_team_block(int64_t rows, int64_t cols, int k, int j, int64_t *lo, int64_t *hi)
+{
+    const int on_rows = rows > cols;
+    const int64_t L = on_rows ? rows : cols, c = (L + k - 1) / k;
+    *lo = c * j < L ? c * j : L;
+    *hi = *lo + c < L ? *lo + c : L;
+    return on_rows;
+}
+
+/* A rectangle of a matrix, rows [r0, r1) x cols [c0, c1). */
+struct rect {
+    int64_t r0, r1, c0, c1;
+};
+
+/* Member i's piece of matrix m inside block j of its team of k: *in (matrix coordinates), its
+ * whole piece *pc and that piece's offset in i's shard; returns the block's element count. */
+static int64_t team_piece(const struct mat *m, int k, int j, int i, struct rect *in,
+                          struct rect *pc, int64_t *off)
+{
+    int64_t lo, hi;
+    if (plan_piece_of(m, i, &pc->r0, &pc->r1, &pc->c0, &pc->c1, off) == 0)
+        return 0;
+    *in = *pc;
+    if (plan_team_block(m->rows, m->cols, k, j, &lo, &hi)) {
+        in->r0 = in->r0 > lo ? in->r0 : lo;
+        in->r1 = in->r1 < hi ? in->r1 : hi;
+    } else {
+        in->c0 = in->c0 > lo ? in->c0 : lo;
+        in->c1 = in->c1 < hi ? in->c1 : hi;
+    }
+    return in->r1 > in->r0 && in->c1 > in->c0 ? (in->r1 - in->r0) * (in->c1 - in->c0) : 0;
+}
+
+/* My index in matrix m's team, or -1; 0 when I own it alone. */
+static int my_share(const struct group_plan *P, int m, int me)
+{
+    if (P->team[m] < 2)
+        return P->owner[m] == me ? 0 : -1;
+    for (int j = 0; j < P->team[m]; j++)
+        if (P->team_of[(size_t)m * (size_t)P->team_cap + (size_t)j] == me)
+            return j;
+    return -1;
+}
+
+/* The contiguous runs of my shard that carry my part of block j of team matrix m: one when
+ * the block takes whole rows of my piece, else one per row. Written to out (n of them at most,
+ * buf advanced from *cursor) when out is not NULL; returns how many. */
+static int team_runs(const struct mat *m, int k, int j, int me, struct plan_piece *out,
+                     size_t *cursor)
+{
+    struct rect in, pc;
+    int64_t off;
+    if (team_piece(m, k, j, me, &in, &pc, &off) == 0)
+        return 0;
+    const int64_t w = pc.c1 - pc.c0, iw = in.c1 - in.c0;
+    const int whole_rows = in.c0 == pc.c0 && in.c1 == pc.c1;
+    const int n = whole_rows ? 1 : (int)(in.r1 - in.r0);
+    for (int r = 0; out != NULL && r < n; r++) {
+        const int64_t row = in.r0 - pc.r0 + r;
+        out[r] = (struct plan_piece){.param = m->p->param,
+                                     .k = m->k,
+                                     .local_off = off + row * w + (in.c0 - pc.c0),
+                                     .count = whole_rows ? (in.r1 - in.r0) * w : iw,
+                                     .buf = *cursor};
+        *cursor += (size_t)out[r].count;
+    }
+    return n;
+}
+
+/* Lay out bucket [m_lo, m_hi): my pieces in A by owner (a team matrix's: by the member whose
+ * block they fall in), my matrices' (or blocks') pieces in B by holder. */
 static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const struct mat *mats,
                         int m_lo, int m_hi, struct plan_bucket *b, struct scratch *w, char *err,
                         size_t errlen)
@@ -96,20 +166,34 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
     int64_t r0, r1, c0, c1, off, cnt;
     size_t slot = 0, *cursor = w->cursor;
     int na = 0, nb = 0, rc = 0;
+    struct rect in, pc;
 
     b->piece_lo = P->npieces;
     b->owned_lo = P->nowned;
-    /* NS slots, and which of my pieces skip the exchange */
+    /* NS slots (a team member: its block's), and which of my pieces skip the exchange */
     for (int m = m_lo; m < m_hi; m++) {
-        if (P->owner[m] == me) {
-            P->owned[P->nowned++] = (struct plan_owned){.param = mats[m].p->param,
-                                                        .k = mats[m].k,
-                                                        .rows = mats[m].rows,
-                                                        .cols = mats[m].cols,
-                                                        .cost = mats[m].cost,
-                                                        .slot = slot};
-            slot += (size_t)(mats[m].rows * mats[m].cols);
+        const int j = my_share(P, m, me), k = P->team[m];
+        if (j < 0)
+            continue;
+        int64_t lo = 0, hi = 0, rows = mats[m].rows, cols = mats[m].cols;
+        int on_rows = 0;
+        if (k > 1) {
+            on_rows = plan_team_block(rows, cols, k, j, &lo, &hi);
+            rows = on_rows ? hi - lo : rows;
+            cols = on_rows ? cols : hi - lo;
         }
+        P->owned[P->nowned++] = (struct plan_owned){
+            .param = mats[m].p->param,
+            .k = mats[m].k,
+            .rows = rows,
+            .cols = cols,
+            .cost = k > 1 ? plan_ns_team_cost(mats[m].rows, mats[m].cols, k) : mats[m].cost,
+            .slot = slot,
+            .team = k,
+            .team_j = j,
+            .team_rows = on_rows,
+            .mat = m};
+        slot += (size_t)(rows * cols);
     }
     b->owned_hi = P->nowned;
     b->ns_elems = slot;
@@ -121,19 +205,31 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
         return -2;
     }
 
-    /* A: counts per owner; B: counts per holder of my matrices */
+    /* A: counts per owner (team member); B: counts per holder of my matrices (blocks) */
     for (int m = m_lo; rc == 0 && m < m_hi; m++) {
+        const int k = P->team[m];
+        if (k > 1) {
+            for (int j = 0; rc == 0 && j < k; j++) {
+                cnt = team_piece(&mats[m], k, j, me, &in, &pc, &off);
+                if (cnt > 0)
+                    rc = side_add(w->acnt, w->atch, &na,
+                                  P->team_of[(size_t)m * (size_t)P->team_cap + (size_t)j], cnt);
+            }
+            continue;
+        }
         cnt = plan_piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
         int direct = P->owner[m] == me && cnt == mats[m].rows * mats[m].cols;
         if (cnt > 0 && !direct)
             rc = side_add(w->acnt, w->atch, &na, P->owner[m], cnt);
     }
     for (int m = m_lo; rc == 0 && m < m_hi; m++) {
-        if (P->owner[m] != me)
+        const int j = my_share(P, m, me), k = P->team[m];
+        if (j < 0)
             continue;
         for (int s = 0; rc == 0 && s < members; s++) {
-            cnt = plan_piece_count(&mats[m], s);
-            int direct = s == me && cnt == mats[m].rows * mats[m].cols;
+            cnt = k > 1 ? team_piece(&mats[m], k, j, s, &in, &pc, &off)
+                        : plan_piece_count(&mats[m], s);
+            int direct = k == 1 && s == me && cnt == mats[m].rows * mats[m].cols;
             if (cnt > 0 && !direct)
                 rc = side_add(w->bcnt, w->btch, &nb, s, cnt);
         }
@@ -150,15 +246,22 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
     if (rc != 0 || rc2 != 0)
         goto too_large;
 
-    /* my pieces, in matrix order */
+    /* my pieces, in matrix order (a team matrix's: block by block, row runs in row order, as
+     * the block's member unpacks them) */
     for (int j = 0; j < b->a.n; j++)
         cursor[b->a.peer[j]] = (size_t)b->a.displ[j];
-    size_t own_slot = 0;
+    int o = b->owned_lo; /* my next NS slot's entry */
     for (int m = m_lo; m < m_hi; m++) {
-        const int owner = P->owner[m];
-        size_t this_slot = own_slot;
-        if (owner == me)
-            own_slot += (size_t)(mats[m].rows * mats[m].cols);
+        const int owner = P->owner[m], k = P->team[m];
+        const size_t this_slot = o < b->owned_hi ? P->owned[o].slot : 0;
+        o += my_share(P, m, me) >= 0;
+        if (k > 1) {
+            for (int j = 0; j < k; j++) {
+                const int t = P->team_of[(size_t)m * (size_t)P->team_cap + (size_t)j];
+                P->npieces += team_runs(&mats[m], k, j, me, &P->pieces[P->npieces], &cursor[t]);
+            }
+            continue;
+        }
         cnt = plan_piece_of(&mats[m], me, &r0, &r1, &c0, &c1, &off);
         if (cnt == 0)
             continue;
@@ -174,25 +277,36 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
     }
     b->piece_hi = P->npieces;
 
-    /* pieces arriving for my matrices, grouped per matrix for the unpack */
+    /* pieces arriving for my matrices (blocks), grouped per matrix for the unpack; a block's
+     * rectangles relative to the block */
     for (int j = 0; j < b->b.n; j++)
         cursor[b->b.peer[j]] = (size_t)b->b.displ[j];
-    int o = b->owned_lo;
-    for (int m = m_lo; m < m_hi; m++) {
-        if (P->owner[m] != me)
-            continue;
-        P->owned[o].in_lo = P->nincoming;
+    for (int o = b->owned_lo; o < b->owned_hi; o++) {
+        struct plan_owned *ow = &P->owned[o];
+        const struct mat *m = &mats[ow->mat];
+        int64_t lo = 0, hi = 0;
+        if (ow->team > 1)
+            plan_team_block(m->rows, m->cols, ow->team, ow->team_j, &lo, &hi);
+        ow->in_lo = P->nincoming;
         for (int s = 0; s < members; s++) {
-            cnt = plan_piece_of(&mats[m], s, &r0, &r1, &c0, &c1, &off);
-            int direct = s == me && cnt == mats[m].rows * mats[m].cols;
-            if (cnt == 0 || direct)
+            if (ow->team > 1) {
+                cnt = team_piece(m, ow->team, ow->team_j, s, &in, &pc, &off);
+                in.r0 -= ow->team_rows ? lo : 0;
+                in.r1 -= ow->team_rows ? lo : 0;
+                in.c0 -= ow->team_rows ? 0 : lo;
+                in.c1 -= ow->team_rows ? 0 : lo;
+            } else {
+                cnt = plan_piece_of(m, s, &in.r0, &in.r1, &in.c0, &in.c1, &off);
+                if (s == me && cnt == m->rows * m->cols)
+                    continue; /* direct */
+            }
+            if (cnt == 0)
                 continue;
             P->incoming[P->nincoming++] = (struct plan_incoming){
-                .src = s, .r0 = r0, .r1 = r1, .c0 = c0, .c1 = c1, .buf = cursor[s]};
+                .src = s, .r0 = in.r0, .r1 = in.r1, .c0 = in.c0, .c1 = in.c1, .buf = cursor[s]};
             cursor[s] += (size_t)cnt;
         }
-        P->owned[o].in_hi = P->nincoming;
-        o++;
+        ow->in_hi = P->nincoming;
     }
     return 0;
 
@@ -306,6 +420,13 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
 
     /* upper bounds for the lists: one piece of mine per matrix, one incoming per holder */
     for (int m = 0; m < n; m++) {
+        if (P.team[m] > 1) { /* a team matrix: my row runs per block; a block's holders */
+            for (int j = 0; j < P.team[m]; j++)
+                max_pieces += team_runs(&mats[m], P.team[m], j, cfg->me, NULL, NULL);
+            if (my_share(&P, m, cfg->me) >= 0)
+                max_in += cfg->members;
+            continue;
+        }
         if (plan_piece_count(&mats[m], cfg->me) > 0)
             max_pieces++;
         if (P.owner[m] == cfg->me)

@@ -66,8 +66,9 @@ struct plan_cfg {
                                 the later of the two members' NS and transfer times; the cost units
                                 one element moved one way takes (NS rate / link rate in plan_ns_cost
                                 units per iteration). 0: its holder keeps it */
-    int team_cap;            /* largest Newton-Schulz team, a power of two; 0 or 1: none. Teams are
-                                planned only: the runtime executes none yet (commit passes 1) */
+    int team_cap;            /* largest Newton-Schulz team, a power of two; 0 or 1: none. A team of
+                                k gathers a matrix as k blocks of its long side, block j to its
+                                member j (plan_owned.team), and runs sharded Newton-Schulz */
     int node_members;        /* members per node (consecutive); a team forms inside one node */
     double team_frac;        /* a matrix heavier than team_frac x the mean load per member is
                                 split over the smallest team that brings it under; 0: 0.5 */
@@ -75,8 +76,9 @@ struct plan_cfg {
                                 iteration Gram all-reduce (NS rate / the node's link rate) */
 };
 
-/* A piece I hold. Momentum writes U for it at `buf` (elements): into buffer A, or, when direct,
- * into the NS buffer; apply reads O from the same place after exchange #2. */
+/* A piece I hold (a contiguous run of my local shard). Momentum writes U for it at `buf`
+ * (elements): into buffer A, or, when direct, into the NS buffer; apply reads O from the same place
+ * after exchange #2. */
 struct plan_piece {
     int param;
     int64_t k;
@@ -85,13 +87,20 @@ struct plan_piece {
     size_t buf;
 };
 
-/* A matrix I orthogonalize, in the NS buffer at `slot` (elements), rows x cols as stored. */
+/* A matrix I orthogonalize, in the NS buffer at `slot` (elements), rows x cols as stored; or,
+ * in a team (team >= 2), my block of it: block team_j of the matrix's long side (plan_team_block),
+ * rows x cols being the block's, which the team orthogonalizes together (sharded Newton-Schulz
+ * over the team's members, group_plan.team_of[mat]). */
 struct plan_owned {
     int param;
     int64_t k, rows, cols;
-    double cost; /* its Newton-Schulz cost, in plan_ns_cost units (per step) */
+    double cost; /* its Newton-Schulz cost, in plan_ns_cost units (per step; a block: my share) */
     size_t slot;
     int in_lo, in_hi; /* its pieces that arrive through B (plan.incoming) */
+    int team, team_j; /* team size (1: an owner alone) and my index in the team */
+    int team_rows;    /* team >= 2: the blocks are ranges of stored rows (rows > cols), else of
+                         columns; the working matrix's long side either way */
+    int mat;          /* its index in matrix order */
 };
 
 /* A piece of one of my matrices arriving from `src`: B[buf ...] <-> rows [r0, r1) x cols [c0, c1).
@@ -168,6 +177,11 @@ double plan_ns_team_cost(int64_t rows, int64_t cols, int k);
 /* fp32 elements one member sends per iteration in a ring all-reduce of the team's m x m Gram
  * matrix: 2(k-1)/k m^2 (0 for k = 1). */
 double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k);
+
+/* Block j of a team of k over a rows x cols matrix: [*lo, *hi) of its long side (rows when
+ * rows > cols, else cols; returns 1 when that is rows), ceil(L / k) long, the last ones shorter
+ * or empty. */
+int plan_team_block(int64_t rows, int64_t cols, int k, int j, int64_t *lo, int64_t *hi);
 
 /* FLOPs of the whole Newton-Schulz of one matrix, `steps` steps, every product counted whole
  * (2 per multiply-add): standard steps * (4m^2n + 2m^3); Gram (gram = 1) as kernels/ops.h's

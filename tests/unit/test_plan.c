@@ -134,10 +134,13 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
                         pp = &params[p];
                 const struct plan_box bxv = box_at(pp, i), *bx = &bxv;
                 const int rd = pp->ndim - 2;
+                const int64_t mat = bx->len[rd] * bx->len[rd + 1];
                 float *dst = pc->direct ? NS[i] : A[i];
                 for (int64_t e = 0; e < pc->count; e++) {
-                    int64_t r = bx->lo[rd] + e / bx->len[rd + 1];
-                    int64_t c = bx->lo[rd + 1] + e % bx->len[rd + 1];
+                    /* a run of my shard: a team's row runs start inside the matrix */
+                    const int64_t at = (pc->local_off + e) % mat;
+                    int64_t r = bx->lo[rd] + at / bx->len[rd + 1];
+                    int64_t c = bx->lo[rd + 1] + at % bx->len[rd + 1];
                     if (pc->direct)
                         dst[pc->buf + (size_t)(r * pp->shape[rd + 1] + c)] =
                             gval(pc->param, pc->k, r, c);
@@ -168,10 +171,25 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
                         for (int64_t c = pi->c0; c < pi->c1; c++)
                             NS[o][ow->slot + (size_t)(r * ow->cols + c)] = B[o][e++];
                 }
+                /* a team member's slot holds its block of the long side */
+                int64_t lo = 0, hi = 0;
+                if (ow->team > 1) {
+                    const struct group_plan *P = &plans[o];
+                    const int64_t *sh = NULL;
+                    for (int p = 0; p < np; p++)
+                        if (params[p].param == ow->param)
+                            sh = &params[p].shape[params[p].ndim - 2];
+                    bad += plan_team_block(sh[0], sh[1], ow->team, ow->team_j, &lo, &hi) !=
+                           ow->team_rows;
+                    bad +=
+                        P->team_of[(size_t)ow->mat * (size_t)P->team_cap + (size_t)ow->team_j] != o;
+                }
+                const int64_t dr = ow->team_rows ? lo : 0,
+                              dc = ow->team > 1 && !ow->team_rows ? lo : 0;
                 for (int64_t r = 0; r < ow->rows; r++)
                     for (int64_t c = 0; c < ow->cols; c++) {
                         float *v = &NS[o][ow->slot + (size_t)(r * ow->cols + c)];
-                        bad += *v != gval(ow->param, ow->k, r, c);
+                        bad += *v != gval(ow->param, ow->k, r + dr, c + dc);
                         *v = -*v;
                     }
                 for (int in = ow->in_lo; in < ow->in_hi; in++) {
@@ -201,9 +219,11 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
                         pp = &params[p];
                 const struct plan_box bxv = box_at(pp, i), *bx = &bxv;
                 const int rd = pp->ndim - 2;
+                const int64_t mat = bx->len[rd] * bx->len[rd + 1];
                 for (int64_t e = 0; e < pc->count; e++) {
-                    int64_t r = bx->lo[rd] + e / bx->len[rd + 1];
-                    int64_t c = bx->lo[rd + 1] + e % bx->len[rd + 1];
+                    const int64_t at = (pc->local_off + e) % mat;
+                    int64_t r = bx->lo[rd] + at / bx->len[rd + 1];
+                    int64_t c = bx->lo[rd + 1] + at % bx->len[rd + 1];
                     float got = pc->direct ? NS[i][pc->buf + (size_t)(r * pp->shape[rd + 1] + c)]
                                            : A[i][pc->buf + (size_t)e];
                     bad += got != -gval(pc->param, pc->k, r, c);
@@ -475,6 +495,53 @@ TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)
     EXPECT_EQ_INT(W.team_cap, PLAN_TEAM_MAX);
     EXPECT_EQ_INT(W.team[0], PLAN_TEAM_MAX);
     plan_free(&W);
+}
+
+/* Teams run (issue 22): each member of a matrix's team receives exactly its block of the long
+ * side (stored rows of a tall matrix, columns of a wide or square one) from every holder, and
+ * every holder gets its piece back, whichever dim the layout shards: a block cutting across a
+ * holder's rows travels as one run per row. Executed by simulate, with teams of 2 and 4 over 4
+ * and 8 members, uneven shards, tiny buckets. */
+TEST(team_members_receive_their_blocks_of_the_long_side_and_send_them_back)
+{
+    static struct plan_box bx[4][MAXM];
+    /* (members, node members, cap, shard dim of the 2-D params, uneven, bucket bytes) */
+    const int cases[][6] = {{4, 4, 2, 0, 0, 1 << 20},
+                            {4, 4, 4, 1, 1, 64},
+                            {8, 4, 4, 0, 1, 1 << 20},
+                            {8, 8, 2, 1, 0, 2000},
+                            {3, 3, 2, 0, 1, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int *c = cases[ci];
+        const int M = c[0];
+        struct plan_param ps[4] = {
+            {.param = 0, .ndim = 2, .shape = {37, 29, 1}, .k_lo = 0, .k_count = 1},  /* tall */
+            {.param = 1, .ndim = 2, .shape = {13, 41, 1}, .k_lo = 0, .k_count = 1},  /* wide */
+            {.param = 2, .ndim = 3, .shape = {3, 12, 10}, .k_lo = 0, .k_count = 3},  /* stack */
+            {.param = 5, .ndim = 2, .shape = {24, 24, 1}, .k_lo = 0, .k_count = 1}}; /* square */
+        boxes_make(bx[0], M, 2, ps[0].shape, c[3], 0, 1, c[4]);
+        boxes_make(bx[1], M, 2, ps[1].shape, 1 - c[3], 0, 1, c[4]);
+        boxes_make(bx[2], M, 3, ps[2].shape, 1 + c[3], 0, 3, c[4]);
+        boxes_make(bx[3], M, 2, ps[3].shape, c[3], 0, 1, c[4]);
+        for (int p = 0; p < 4; p++)
+            ps[p].boxes = bx[p];
+        struct plan_cfg cfg = {.members = M,
+                               .me = 0,
+                               .bucket_bytes = (size_t)c[5],
+                               .esize = 2,
+                               .team_cap = c[2],
+                               .node_members = c[1],
+                               .team_frac = 0.01};
+        struct group_plan P;
+        ASSERT_EQ_INT(plan_build(&cfg, ps, 4, &P), SHARDOPT_OK);
+        EXPECT_TRUE(P.nteams >= 4); /* every matrix is split: each is heavy against 0.01 */
+        int largest = 0;
+        for (int m = 0; m < P.nmatrices; m++)
+            largest = P.team[m] > largest ? P.team[m] : largest;
+        EXPECT_EQ_INT(largest, c[2] < c[1] ? c[2] : c[1]);
+        plan_free(&P);
+        EXPECT_EQ_INT(simulate(&cfg, ps, 4), 0);
+    }
 }
 
 /* ---- GLM-4.5-Air ---- */

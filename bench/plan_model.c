@@ -287,7 +287,9 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     dcfg.team_cap = o->teams > 0 ? o->teams : mc->gpus_per_node; /* node: one node's ranks */
     dcfg.node_members = r->dense < mc->gpus_per_node ? r->dense : mc->gpus_per_node;
     dcfg.team_frac = o->team_frac;
-    dcfg.allreduce_cost = 4.0 * rate / bw_node;
+    /* fp32 Gram elements at the node's link rate, or at commit's rates (runtime/commit.c) */
+    dcfg.allreduce_cost =
+        o->cost_gflops > 0 ? 4.0 * o->cost_gflops / o->cost_gbps : 4.0 * rate / bw_node;
     struct group_out dout = {
         .flops = dflops, .bytes = dbytes, .owned = downed, .tbytes = dtb, .kmax = 1};
     group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);

@@ -35,11 +35,12 @@
  * 22). --moves lets whole experts leave their holder for members the dense plan left light when
  * the model says it pays (each element moved costs its bytes at the expert group's link rate
  * against the NS rate; --cost-rates G,B: at commit's cost_gemm_gflops G and cost_net_gbps B
- * instead, as config expert_moves = 1 plans them). Planned only, not yet what the runtime
- * runs: --teams K lets a
- * dense matrix heavier than --team-frac (default 0.5) of the mean load be orthogonalized by a
- * team of up to K ranks of one node (node: the machine's gpus_per_node; sharding/plan.h); the
- * table's last columns count them, --json gives "team_sizes" {k: matrices}.
+ * instead, as config expert_moves = 1 plans them). --teams K lets a dense matrix heavier than
+ * --team-frac (default 0.5) of the mean load be orthogonalized by a team of up to K ranks of one
+ * node (node: the machine's gpus_per_node; sharding/plan.h), as config ns_team_cap = K and
+ * ns_team_frac run it; a team's all-reduce is costed at intra_node_gbps, or with --cost-rates
+ * at B, as commit costs it. The table's last columns count them, --json gives "team_sizes"
+ * {k: matrices}.
  *
  * A group lies inside a node when the dense shard group does (ranks are row-major over
  * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).

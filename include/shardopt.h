@@ -228,6 +228,14 @@ typedef struct shardopt_config {
      *  than its EP rank has experts leaves members idle otherwise). 0 (default): its holder
      *  keeps it. Owners only: the update is the same bits either way. docs/scaling.md. */
     int expert_moves;
+    /** Newton-Schulz teams (issue 22): a Muon matrix of the dense group that no rank holds whole
+     *  and whose cost is over ns_team_frac x a rank's mean share may be orthogonalized by a team
+     *  of up to ns_team_cap ranks (a power of two, at most 64, inside one node): each gathers a
+     *  block of the matrix's long side and the team runs sharded Newton-Schulz (fp32) over its
+     *  members. 1 (default): one owner per matrix, as before. CPU Newton-Schulz only; not with
+     *  replica_split. docs/config.md, docs/scaling.md. */
+    int ns_team_cap;
+    double ns_team_frac; /**< in (0, 1]; default 0.5 */
 } shardopt_config_t;
 
 /* Embeddings (torchtitan's tok_embeddings, HF's embed_tokens; nanoGPT's wte and wpe) and output
@@ -254,7 +262,7 @@ typedef struct shardopt_config {
         .host_store_limit = 0, .ns_compute = SHARDOPT_NS_COMPUTE_AUTO,                             \
         .comm_backend = SHARDOPT_COMM_NCCL, .device = SHARDOPT_DEVICE_CURRENT,                     \
         .comm_timeout_s = 600.0, .apply_env = 1, .weight_decay_1d = 0, .param_stats = 0,           \
-        .ckpt_weights = 0,                                                                         \
+        .ckpt_weights = 0, .ns_team_cap = 1, .ns_team_frac = 0.5,                                  \
     }
 
 #define SHARDOPT_PARAM_DESC_VERSION 1

@@ -15,6 +15,7 @@
 #include "runtime/comm/comm_wait.h"
 #include "runtime/commit_buffers.h"
 #include "runtime/commit_check.h"
+#include "runtime/commit_teams.h"
 #include "runtime/runtime.h"
 #include "runtime/step/offload_exec.h"
 #include "runtime/step/replica_check.h"
@@ -79,13 +80,20 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                            .ns_steps = rt->cfg.ns_steps,
                            .base_load = base,
                            .move_cost = move_cost,
-                           .team_cap = 1 /* no team: the step runs one owner per matrix */};
+                           .team_cap = 1 /* one owner per matrix, but below */};
     char err[256];
     int np = 0;
     shardopt_status_t status = SHARDOPT_OK, built = SHARDOPT_OK;
 
     if (kind != GROUP_LOCAL)
         MPI_Comm_rank(kind == GROUP_DENSE ? rt->groups.dense : rt->groups.xs, &cfg.me);
+    if (kind == GROUP_DENSE && rt->team_cap > 1) { /* Newton-Schulz teams (commit_teams.c) */
+        cfg.team_cap = rt->team_cap;
+        cfg.node_members = rt->team_node_members;
+        cfg.team_frac = rt->cfg.ns_team_frac;
+        /* a Gram element all-reduced (fp32) at cost_net_gbps, in NS FLOPs at cost_gemm_gflops */
+        cfg.allreduce_cost = 4.0 * rt->cfg.cost_gemm_gflops / rt->cfg.cost_net_gbps;
+    }
     if (pp == NULL || boxes == NULL) {
         built = SHARDOPT_ERR_OUT_OF_MEMORY;
         snprintf(err, sizeof err, "out of memory allocating %zu bytes for the planner's input",
@@ -262,6 +270,37 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
     return SHARDOPT_OK;
 }
 
+/* The team cap the dense plan gets (rt->team_cap), and the node size it places teams in.
+ * Teams run the sharded kernels on the CPU over MPI, with Frobenius scaling, on every replica:
+ * NS on a device (offload = cpu included), ns_precondition = aol and replica_split keep one owner
+ * per matrix (a warning says which). Collective over the dense group. */
+static shardopt_status_t teams_setup(shardopt_runtime_t rt)
+{
+    const char *why = rt_ns_on_device(rt) || rt->cfg.offload == SHARDOPT_OFFLOAD_CPU
+                          ? "Newton-Schulz on the device"
+                      : rt->cfg.ns_precondition == SHARDOPT_NS_PRECONDITION_AOL
+                          ? "ns_precondition = aol"
+                      : rt->cfg.replica_split && rt->groups.mesh.dp_replicate > 1 ? "replica_split"
+                                                                                  : NULL;
+    rt->team_cap = 1;
+    rt->team_node_members = 1;
+    if (rt->cfg.ns_team_cap < 2)
+        return SHARDOPT_OK;
+    if (why != NULL) {
+        if (rt->groups.me.rank == 0)
+            log_warn("commit: ns_team_cap = %d ignored with %s: one owner per matrix",
+                     rt->cfg.ns_team_cap, why);
+        return SHARDOPT_OK;
+    }
+    rt->team_cap = rt->cfg.ns_team_cap;
+    if (commit_teams_node_members(rt, rt->groups.dense, &rt->team_node_members) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM,
+                        "commit: rank %d: finding the dense group's node size for ns_team_cap "
+                        "failed",
+                        rt->groups.me.rank);
+    return SHARDOPT_OK;
+}
+
 /* A trainer's adamw_patterns entry that matches no parameter is most likely a misspelt name,
  * and sends what it meant to Muon without a word: say so once (rank 0; every rank registered
  * the same names). The default list is left alone: it names what many models lack. */
@@ -307,6 +346,8 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
     status = sharded_choose(rt, GROUP_DENSE, &dense);
     if (status == SHARDOPT_OK)
         status = sharded_choose(rt, GROUP_EXPERT, &xs);
+    if (status == SHARDOPT_OK)
+        status = teams_setup(rt);
     status = groups_agree(&rt->groups, status, "commit");
     if (status == SHARDOPT_OK)
         status = group_plan_build(rt, GROUP_LOCAL, NULL, NULL, 0, &rt->gx[GROUP_LOCAL]);
@@ -318,6 +359,8 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         status = group_plan_build(rt, GROUP_DENSE, &dense, dense.xload, 0, &rt->gx[GROUP_DENSE]);
     if (status == SHARDOPT_OK && rt->cfg.expert_moves)
         status = expert_replan(rt, &xs);
+    if (status == SHARDOPT_OK)
+        status = commit_teams_create(rt, &rt->gx[GROUP_DENSE], "dense");
     transports_pick(rt);
     /* the member -> runtime rank tables outlive the shard tables: param stats name owners */
     rt->group_ranks[GROUP_DENSE] = dense.ranks;

@@ -12,6 +12,7 @@
 #include "base/mem.h"
 #include "base/status.h"
 #include "kernels/cpu/ns_bf16.h"
+#include "runtime/commit_teams.h"
 #include "runtime/runtime.h"
 #include "runtime/step/offload_exec.h"
 #include "runtime/step/replica_check.h"
@@ -52,8 +53,10 @@ void commit_release(shardopt_runtime_t rt)
     free(rt->pstat_sum);
     rt->pstat_snap = NULL;
     rt->pstat_sum = NULL;
-    for (int k = 0; k < GROUP_KINDS; k++)
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        commit_teams_free(&rt->gx[k]);
         plan_free(&rt->gx[k].plan);
+    }
     rt->ns_dev->free(rt->ns_ws.buf);
     for (int i = 0; i < PIPELINE_DEPTH; i++) {
         rt->dev->free(rt->bufs[i].ns);
@@ -115,6 +118,18 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
         sh_x = u > sh_x ? u : sh_x;
         sh_g = g > sh_g ? g : sh_g;
     }
+    for (int k = 0; k < GROUP_KINDS; k++) { /* a team's block: X and Y, its Gram matrix and B */
+        const struct group_plan *p = &rt->gx[k].plan;
+        for (int w = 0; w < p->nowned; w++) {
+            const struct plan_owned *o = &p->owned[w];
+            if (o->team < 2)
+                continue;
+            const int64_t m = o->team_rows ? o->cols : o->rows;
+            const size_t u = (size_t)(o->rows * o->cols), g = (size_t)(m * m);
+            sh_x = u > sh_x ? u : sh_x;
+            sh_g = g > sh_g ? g : sh_g;
+        }
+    }
     for (int k = 0; k < GROUP_KINDS; k++) {
         const struct group_plan *p = &rt->gx[k].plan;
         a = p->max_a > a ? p->max_a : a;
@@ -125,6 +140,8 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
             /* a run of consecutive experts of one stack is one batched call (a device backend
              * holds it whole, up to NS_WS_DEVICE_CAP; past that the call goes in chunks) */
             const struct plan_owned *o = &p->owned[w];
+            if (o->team > 1)
+                continue; /* sharded Newton-Schulz: in sh_x */
             run = w > 0 && o->param == p->owned[w - 1].param && o->k == p->owned[w - 1].k + 1
                       ? run + 1
                       : 1;
@@ -234,6 +251,8 @@ shardopt_status_t commit_ns_bf16_plans(shardopt_runtime_t rt)
         const struct group_plan *P = &rt->gx[g].plan;
         for (int w = 0; status == SHARDOPT_OK && w < P->nowned; w++) {
             const struct shardopt_param *p = rt->params[P->owned[w].param];
+            if (P->owned[w].team > 1)
+                continue; /* a team's block runs the sharded fp32 kernels */
             status = ns_bf16_prepare(rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols,
                                      p->ns_variant, p->ns_block, p->ns_algorithm,
                                      (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps);

@@ -69,6 +69,12 @@ enum group_kind { GROUP_LOCAL = 0, GROUP_DENSE = 1, GROUP_EXPERT = 2, GROUP_KIND
 struct group_exec {
     struct group_plan plan;
     MPI_Comm comm; /* MPI_COMM_NULL for GROUP_LOCAL */
+    /* Newton-Schulz teams (runtime/commit_teams.c): the distinct member sets of the plan's team
+     * matrices, in matrix order; set_comm[s] is set s's communicator where this rank is one of
+     * its members, else MPI_COMM_NULL */
+    int nsets;
+    int *set_of;        /* [plan.nmatrices]: a team matrix's set, else -1 */
+    MPI_Comm *set_comm; /* [nsets] */
 };
 
 /* The transports (rt->xport): one per group kind, then the replicate group's. */
@@ -123,6 +129,7 @@ struct shardopt_runtime {
 
     struct state_store store;
     struct group_exec gx[GROUP_KINDS];
+    int team_cap, team_node_members; /* the dense plan's (commit.c, teams_setup); 1: no teams */
     /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
      * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest
      * bucket */

@@ -28,6 +28,7 @@ declare -A short=(
     [runtime/context.c]="rt_"                # the runtime object's own functions (runtime.h)
     [runtime/commit_check.c]="commit_"
     [runtime/commit_buffers.c]="commit_" # commit's second half: commit_release, commit_*_alloc
+    [runtime/commit_teams.c]="commit_teams_"
     [runtime/comm/comm_wait.c]="comm_"
     [runtime/comm/comm_nccl.c]="nccl_"
     [runtime/comm/comm_nccl_none.c]="nccl_"

@@ -79,6 +79,10 @@ shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *sou
                         "frobenius",
                         source,
                         cfg->ns_strategy == SHARDOPT_NS_STRATEGY_SHARDED ? "sharded" : "auto");
+    if (cfg->ns_team_cap & (cfg->ns_team_cap - 1))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "config %sns_team_cap = %d: accepted a power of two, 1..64 (1: no teams)",
+                        source, cfg->ns_team_cap);
     if (cfg->ns_coeffs == SHARDOPT_NS_CUSTOM)
         for (int i = 0; i < cfg->ns_steps; i++) {
             const double *c = cfg->ns_custom_coeffs[i];

@@ -111,6 +111,10 @@ const struct config_key config_keys[] = {
     /* joint Newton-Schulz planning (issue 22) */
     {"expert_moves", CFG_BOOL, OFF(expert_moves), NULL, 0, 1, 0, 0, 0, 0,
      "whole expert matrices may leave their holder for idle members when the cost model says so"},
+    INT(ns_team_cap, 1, 64, /* PLAN_TEAM_MAX */
+        "largest Newton-Schulz team of a dense matrix, a power of two; 1 = one owner per matrix"),
+    DBL(ns_team_frac, 0, 1, 1, 0,
+        "a dense matrix costlier than this x a rank's mean Newton-Schulz share may get a team"),
 };
 
 const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];

@@ -5,6 +5,7 @@
 #include "base/fault.h"
 #include "base/status.h"
 #include "kernels/clock.h"
+#include "runtime/step/ns_sharded.h"
 #include "runtime/step/offload_exec.h"
 
 /* One bucket of one group, and the buffer set it uses while in flight. */
@@ -238,10 +239,22 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
         const struct plan_owned *ow = &P->owned[w];
         const struct shardopt_param *p = rt->params[ow->param];
         int n = 1;
-        while (w + n < hi && P->owned[w + n].param == ow->param && P->owned[w + n].k == ow->k + n)
+        while (w + n < hi && P->owned[w + n].param == ow->param && P->owned[w + n].k == ow->k + n &&
+               ow->team == 1 && P->owned[w + n].team == 1)
             n++;
-        if (p->skip) { /* skip_missing_grads: its result would be discarded */
+        if (p->skip) { /* skip_missing_grads: its result would be discarded (on every member) */
             w += n;
+            continue;
+        }
+        if (ow->team > 1) { /* my block of a team's matrix, with the team (commit_teams.c) */
+            const struct group_exec *gx = &rt->gx[st->kind];
+            shardopt_status_t status = ns_sharded_block(rt, p, gx->set_comm[gx->set_of[ow->mat]],
+                                                        at(base, ow->slot - base_slot, es),
+                                                        ow->rows, ow->cols, ow->team_rows);
+            if (status != SHARDOPT_OK)
+                return status;
+            xfer_progress(rt, in_flight1, in_flight2);
+            w++;
             continue;
         }
         struct ns_args ns = {

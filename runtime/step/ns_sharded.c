@@ -8,14 +8,50 @@
 #include "runtime/comm/comm_wait.h"
 #include "runtime/step/offload_exec.h"
 
+/* The iterations of one piece over comm: its U at piece->in (ss: its squared norm, summed here
+ * over comm), X = U / (|U|_F s + eps) in fp32, per step the m x m Gram matrix of X all-reduced,
+ * and O written to piece->out; count = 0: a member with none of the matrix, in every
+ * all-reduce with zeros. */
+static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                 const struct ns_args *piece, size_t count, int64_t m, int64_t n,
+                                 double ss)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    float *x = rt->sh_x, *y = x + count, *gram = y + count, *B = gram + m * m;
+
+    comm_phase("step: sharded Newton-Schulz", -1);
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM,
+                       "norm all-reduce") != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", name);
+    const double inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)c->ns_eps);
+    if (count > 0)
+        rt->ops->ns_shard_load(&rt->kctx, piece, inv, x);
+    for (int it = 0; it < c->ns_steps; it++) {
+        rt->ops->ns_shard_gram(&rt->kctx, x, m, count > 0 ? n : 0, gram);
+        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, gram, (int)(m * m), MPI_FLOAT, MPI_SUM,
+                           "Gram all-reduce") != MPI_SUCCESS)
+            return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed",
+                            name);
+        if (count > 0) {
+            rt->ops->ns_shard_update(&rt->kctx, gram, rt->ns_coeffs[it], x, m, n, B, y);
+            float *t = x;
+            x = y;
+            y = t;
+        }
+    }
+    rt->counters.ns_flops_last +=
+        ns_iter_flops((double)m, (double)(count > 0 ? n : 0)) * c->ns_steps;
+    if (count > 0)
+        rt->ops->ns_shard_store(&rt->kctx, piece, x);
+    return SHARDOPT_OK;
+}
+
 /* One matrix k of a sharded parameter, this rank's piece at element `off` of its shard. */
 static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param *p, MPI_Comm comm,
                                     size_t off, const struct muon_scalars *s)
 {
     const shardopt_config_t *c = &rt->cfg;
     const size_t count = (size_t)(p->sh_rows * p->sh_cols);
-    const int64_t m = p->sh_m, n = p->sh_n;
-    float *x = rt->sh_x, *y = x + count, *gram = y + count, *B = gram + m * m;
     struct ns_args piece = {.batch = 1,
                             .rows = p->sh_rows,
                             .cols = p->sh_cols,
@@ -34,36 +70,36 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
     /* offload = cpu: the iterations run on the device copy of U */
     const size_t ubytes = count * kdtype_size(c->comm_dtype);
     piece.in = piece.out = offload_ns_in(rt, rt->dev_sh_u, rt->sh_u, ubytes);
-    comm_phase("step: sharded Newton-Schulz", -1);
-    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM,
-                       "norm all-reduce") != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", p->name);
-    const double inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)c->ns_eps);
-    if (count > 0)
-        rt->ops->ns_shard_load(&rt->kctx, &piece, inv, x);
-    for (int it = 0; it < c->ns_steps; it++) {
-        rt->ops->ns_shard_gram(&rt->kctx, x, m, count > 0 ? n : 0, gram);
-        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, gram, (int)(m * m), MPI_FLOAT, MPI_SUM,
-                           "Gram all-reduce") != MPI_SUCCESS)
-            return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed",
-                            p->name);
-        if (count > 0) {
-            rt->ops->ns_shard_update(&rt->kctx, gram, rt->ns_coeffs[it], x, m, n, B, y);
-            float *t = x;
-            x = y;
-            y = t;
-        }
-    }
-    rt->counters.ns_flops_last +=
-        ns_iter_flops((double)m, (double)(count > 0 ? n : 0)) * c->ns_steps;
-    if (count == 0)
-        return SHARDOPT_OK;
-    rt->ops->ns_shard_store(&rt->kctx, &piece, x);
+    shardopt_status_t status = iterate(rt, p->name, comm, &piece, count, p->sh_m, p->sh_n, ss);
+    if (status != SHARDOPT_OK || count == 0)
+        return status;
     offload_ns_out(rt, rt->sh_u, piece.out, ubytes);
 
     muon_apply_range(rt, p, off, count, rt->sh_u, s);
     ew_flush(rt);
     return SHARDOPT_OK;
+}
+
+shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_param *p,
+                                   MPI_Comm comm, void *u, int64_t rows, int64_t cols, int on_rows)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    const size_t count = (size_t)(rows * cols);
+    /* the working matrix is m x n with the blocks along n: a tall matrix's blocks are rows */
+    const struct ns_args piece = {.batch = 1,
+                                  .rows = rows,
+                                  .cols = cols,
+                                  .transpose = on_rows,
+                                  .in = u,
+                                  .in_dtype = c->comm_dtype,
+                                  .out = u,
+                                  .out_dtype = c->comm_dtype,
+                                  .steps = c->ns_steps,
+                                  .norm_scale = rt->ns_norm_scale,
+                                  .eps = (float)c->ns_eps};
+    const double ss = count > 0 ? rt->ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
+    return iterate(rt, p->name, comm, &piece, count, on_rows ? cols : rows, on_rows ? rows : cols,
+                   ss);
 }
 
 shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalars *s)

@@ -10,4 +10,11 @@
  * with or without columns of it. */
 shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalars *s);
 
+/* A Newton-Schulz team's block (issue 22): the team's members hold blocks of one matrix's long
+ * side, this rank's U at u (comm dtype, rows x cols as stored; on_rows: the blocks are ranges of
+ * stored rows, so the working matrix is the transpose), and run the same iterations over the
+ * team's communicator; O replaces U at u. Collective over comm. */
+shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_param *p,
+                                   MPI_Comm comm, void *u, int64_t rows, int64_t cols, int on_rows);
+
 #endif

@@ -9,11 +9,15 @@ scale=(--preset tiny --width-div 1 --experts-div 1)
 # a layout, then after '|' what only step_bench takes, after a second '|' what only the plan takes.
 # Idle expert members: --ep 1 --experts-div 4 (dense owners planned around the expert work), and
 # tiny-experts (2 experts outweigh the dense layers) with expert_moves at the runtime's default
-# cost rates, which moves some of them.
+# cost rates, which moves some of them. Newton-Schulz teams (ns_team_cap, forced small by
+# ns_team_frac 0.01): each dense matrix gathered as row blocks of its long side to a team of 2
+# or 4, the plan costing their all-reduces at the runtime's default cost rates, as commit does.
 layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
          "--ep 4 --expert-shard-dim 0" "--ep 2 --momentum-dtype bf16"
          "--ep 1 --experts-div 4"
-         "--preset tiny-experts --ep 1|--set expert_moves=1|--moves --cost-rates 100,25")
+         "--preset tiny-experts --ep 1|--set expert_moves=1|--moves --cost-rates 100,25"
+         "--ep 2|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
+         "--ep 1 --cp 2|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25")
 fail=0
 for entry in "${layouts[@]}"; do
     IFS='|' read -r l bench_only plan_only <<<"$entry"
@@ -22,9 +26,12 @@ for entry in "${layouts[@]}"; do
         --warmup 0 --threads 1 $l $bench_only --json 2>/dev/null | grep '^{"preset"')
     # shellcheck disable=SC2086
     pred=$("$plan" "${scale[@]}" --world 4 $l $plan_only --json)
-    python3 - "$l" "$run" "$pred" <<'PY' || fail=1
+    python3 - "$l" "$run" "$pred" "$plan_only" <<'PY' || fail=1
 import json, sys
 layout, run, pred = sys.argv[1], json.loads(sys.argv[2])["results"][0], json.loads(sys.argv[3])["layouts"][0]
+if "--teams" in sys.argv[4] and pred["ns_teams"] == 0:  # the team layouts must run teams
+    print(f"{layout}: no Newton-Schulz team planned   MISMATCH")
+    sys.exit(1)
 pairs = [("state bytes/rank", run["state_bytes_per_rank"], pred["state_bytes"]),
          ("momentum bytes", run["momentum_bytes"], pred["momentum_bytes"]),
          ("adam bytes", run["adam_bytes"], pred["adam_bytes"]),

@@ -109,6 +109,22 @@ TEST(validate_names_key_value_and_range)
     EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "one of frobenius, aol");
 
+    /* Newton-Schulz teams: a power of two up to 64, a fraction in (0, 1] */
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    EXPECT_EQ_INT(c.ns_team_cap, 1);
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_team_cap", "8"), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_team_frac", "0.01"), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_OK);
+    c.ns_team_cap = 6;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_team_cap = 6: accepted a power of two, 1..64");
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_team_cap", "128"), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_team_cap");
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_team_cap", "0"), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_team_frac", "0"), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_team_frac");
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_team_frac", "1.5"), SHARDOPT_ERR_INVALID_ARGUMENT);
+
     c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
     c.version = 99;
     EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);

@@ -1,0 +1,126 @@
+/* Newton-Schulz teams (issue 22, docs/design.md "Newton-Schulz teams"): what commit adds for
+ * them once the dense plan has placed them. The planner names each team matrix's members
+ * (group_plan.team_of); the step all-reduces its norm and its Gram matrices over exactly those
+ * members, so each distinct member set gets a communicator here, made once and freed at
+ * release. */
+#include "runtime/commit_teams.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+#include "runtime/comm/comm_wait.h"
+
+int commit_teams_node_members(shardopt_runtime_t rt, MPI_Comm comm, int *out)
+{
+    MPI_Comm node = MPI_COMM_NULL;
+    int n = 1, rc = comm_split_node(&rt->groups, comm, 0, &node, "node group of the teams");
+    if (rc == MPI_SUCCESS) {
+        MPI_Comm_size(node, &n);
+        MPI_Comm_free(&node);
+    }
+    /* the same number on every member: the smallest node's share of the group */
+    if (rc == MPI_SUCCESS)
+        rc = comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &n, 1, MPI_INT, MPI_MIN,
+                            "all-reduce of the node sizes");
+    *out = n;
+    return rc;
+}
+
+/* The members of team matrix m, as the plan lists them (ascending, lead first). */
+static const int *members_of(const struct group_plan *P, int m)
+{
+    return &P->team_of[(size_t)m * (size_t)P->team_cap];
+}
+
+shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *gx,
+                                      const char *group)
+{
+    const struct group_plan *P = &gx->plan;
+    const int n = P->nmatrices;
+    shardopt_status_t status = SHARDOPT_OK;
+    int *first = NULL; /* [nsets]: the first matrix of each distinct member set */
+
+    gx->nsets = 0;
+    gx->set_of = NULL;
+    gx->set_comm = NULL;
+    if (P->nteams == 0)
+        return SHARDOPT_OK;
+    gx->set_of = mem_malloc(sizeof(int) * (size_t)n);
+    first = mem_malloc(sizeof(int) * (size_t)n);
+    gx->set_comm = mem_malloc(sizeof(MPI_Comm) * (size_t)n);
+    if (gx->set_of == NULL || first == NULL || gx->set_comm == NULL)
+        status =
+            log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                     "commit: rank %d: out of memory allocating %zu bytes for the %s group's "
+                     "Newton-Schulz teams",
+                     rt->groups.me.rank, (2 * sizeof(int) + sizeof(MPI_Comm)) * (size_t)n, group);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status != SHARDOPT_OK) {
+        free(first);
+        commit_teams_free(gx);
+        return status;
+    }
+    /* distinct sets in matrix order, the same list on every member */
+    for (int m = 0; m < n; m++) {
+        gx->set_of[m] = -1;
+        if (P->team[m] < 2)
+            continue;
+        for (int s = 0; s < gx->nsets && gx->set_of[m] < 0; s++)
+            if (P->team[first[s]] == P->team[m] && memcmp(members_of(P, first[s]), members_of(P, m),
+                                                          sizeof(int) * (size_t)P->team[m]) == 0)
+                gx->set_of[m] = s;
+        if (gx->set_of[m] < 0) {
+            first[gx->nsets] = m;
+            gx->set_comm[gx->nsets] = MPI_COMM_NULL;
+            gx->set_of[m] = gx->nsets++;
+        }
+    }
+    /* each member makes its sets' communicators in that one order, so that the first set not
+     * yet made has every member ready for it (no two sets wait on each other); each set its
+     * own tag, as members of two overlapping sets may be one set apart */
+    MPI_Group whole = MPI_GROUP_NULL;
+    int rc = MPI_Comm_group(gx->comm, &whole), tag_ub = 32767, *attr, flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &flag);
+    if (flag && *attr > 0)
+        tag_ub = *attr;
+    for (int s = 0; rc == MPI_SUCCESS && s < gx->nsets; s++) {
+        const int *t = members_of(P, first[s]), k = P->team[first[s]];
+        int in = 0;
+        for (int j = 0; j < k; j++)
+            in |= t[j] == P->me;
+        if (!in)
+            continue;
+        MPI_Group g;
+        rc = MPI_Group_incl(whole, k, t, &g);
+        if (rc == MPI_SUCCESS) {
+            rc = MPI_Comm_create_group(gx->comm, g, s % (tag_ub + 1), &gx->set_comm[s]);
+            MPI_Group_free(&g);
+        }
+    }
+    if (whole != MPI_GROUP_NULL)
+        MPI_Group_free(&whole);
+    free(first);
+    if (rc != MPI_SUCCESS)
+        status = log_fail(SHARDOPT_ERR_COMM,
+                          "commit: rank %d: making the %s group's Newton-Schulz team "
+                          "communicators failed (MPI error %d)",
+                          rt->groups.me.rank, group, rc);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status != SHARDOPT_OK)
+        commit_teams_free(gx);
+    return status;
+}
+
+void commit_teams_free(struct group_exec *gx)
+{
+    for (int s = 0; gx->set_comm != NULL && s < gx->nsets; s++)
+        if (gx->set_comm[s] != MPI_COMM_NULL)
+            MPI_Comm_free(&gx->set_comm[s]);
+    free(gx->set_of);
+    free(gx->set_comm);
+    gx->set_of = NULL;
+    gx->set_comm = NULL;
+    gx->nsets = 0;
+}

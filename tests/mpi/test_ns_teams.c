@@ -1,0 +1,217 @@
+/* Newton-Schulz teams run by the runtime (issue 22): the tiny preset on 4 or 8 ranks (ep 1, one
+ * dense group of every rank), teams forced by ns_team_cap and ns_team_frac = 0.01 (every dense
+ * Muon matrix is then heavy enough), against the same steps from the same shards with teams off
+ * (ns_team_cap = 1, one owner per matrix). Each tensor's update (weights after minus before) is
+ * compared in relative Frobenius norm over all ranks: fp32 within 1e-4, bf16 within 1.5e-2 (the
+ * team iterations run in fp32 from the bf16 blocks, the gathered path in ns_compute's
+ * arithmetic). A checkpoint saved with teams on and resumed gives the bits of the run that
+ * went on without it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/preset.h"
+#include "bench/preset_shards.h"
+#include "runtime/runtime.h"
+#include "test.h"
+
+#define NSTEPS 2
+
+static int me, ranks;
+
+struct run_out {
+    float *w0, *w;  /* this rank's weights before and after, every tensor's shard in order */
+    int64_t *at;    /* [p.n + 1]: where each tensor's shard starts */
+    int nteams;     /* the dense plan's team matrices */
+    uint64_t dense; /* dense exchange bytes sent + received */
+};
+
+static float *weights(const struct preset *p, const struct preset_shards *ps, int64_t *at)
+{
+    float *out = malloc(sizeof(float) * (size_t)(ps->local + 1));
+    int64_t o = 0;
+    for (int i = 0; out != NULL && i < p->n; i++) {
+        struct preset_shard sh;
+        preset_shard_of(&p->t[i], 1, ranks, me, 0, &sh); /* ep 1: both groups are every rank */
+        if (at != NULL)
+            at[i] = o;
+        memcpy(out + o, ps->w[i], sizeof(float) * (size_t)sh.numel);
+        o += sh.numel;
+    }
+    if (at != NULL)
+        at[p->n] = o;
+    return out;
+}
+
+static shardopt_config_t config(int cap, int bf16)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.ep = 1;
+    cfg.num_threads = 1;
+    cfg.ns_team_cap = cap;
+    cfg.ns_team_frac = 0.01;
+    cfg.comm_dtype = bf16 ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
+    cfg.ns_compute = bf16 ? SHARDOPT_NS_COMPUTE_AUTO : SHARDOPT_NS_COMPUTE_FP32;
+    return cfg;
+}
+
+static int steps(shardopt_runtime_t rt, int n)
+{
+    for (int s = 0; s < n; s++) {
+        shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+        a.lr = 0.02;
+        if (shardopt_step(rt, &a) != SHARDOPT_OK)
+            return -1;
+    }
+    return 0;
+}
+
+/* NSTEPS steps under cfg from the shards of seed 4242 + rank. */
+static int run(const struct preset *p, shardopt_config_t cfg, struct run_out *o)
+{
+    shardopt_runtime_t rt = NULL;
+    struct preset_shards ps;
+    memset(o, 0, sizeof *o);
+    if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK)
+        return -1;
+    if (preset_shards_register(rt, p, 0, 4242 + (uint64_t)me, NULL, &ps) != SHARDOPT_OK)
+        return -1;
+    o->at = malloc(sizeof(int64_t) * (size_t)(p->n + 1));
+    o->w0 = weights(p, &ps, o->at);
+    if (steps(rt, NSTEPS) != 0)
+        return -1;
+    o->w = weights(p, &ps, NULL);
+    o->nteams = rt->gx[GROUP_DENSE].plan.nteams;
+    preset_shards_free(&ps);
+    shardopt_finalize(rt);
+    return o->w0 != NULL && o->w != NULL && o->at != NULL ? 0 : -1;
+}
+
+static void run_free(struct run_out *o)
+{
+    free(o->w0);
+    free(o->w);
+    free(o->at);
+}
+
+/* The largest relative Frobenius difference, over the tensors, of the updates of a and b (b the
+ * reference), each tensor's sums taken over every rank. */
+static double worst_update_diff(const struct preset *p, const struct run_out *a,
+                                const struct run_out *b, const char **which)
+{
+    double *s = calloc(2 * (size_t)p->n, sizeof(double)), worst = 0;
+    for (int i = 0; i < p->n; i++)
+        for (int64_t e = a->at[i]; e < a->at[i + 1]; e++) {
+            const double ua = (double)a->w[e] - a->w0[e], ub = (double)b->w[e] - b->w0[e];
+            s[2 * i] += (ua - ub) * (ua - ub);
+            s[2 * i + 1] += ub * ub;
+        }
+    MPI_Allreduce(MPI_IN_PLACE, s, 2 * p->n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    for (int i = 0; i < p->n; i++) {
+        const double r = s[2 * i + 1] > 0 ? sqrt(s[2 * i] / s[2 * i + 1]) : sqrt(s[2 * i]);
+        if (r > worst || isnan(r)) {
+            worst = r;
+            *which = p->t[i].name;
+        }
+    }
+    free(s);
+    return worst;
+}
+
+static void load_tiny(struct preset *p)
+{
+    char err[256];
+    struct preset_scale sc = {0, 1, 1};
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    if (preset_load("tiny", SHARDOPT_PRESET_DIR, &sc, p, err, sizeof err) != 0) {
+        fprintf(stderr, "preset: %s\n", err);
+        abort();
+    }
+}
+
+/* teams of 2 and of every rank (one node here), fp32 and bf16 */
+TEST(team_updates_match_one_owner_per_matrix)
+{
+    struct preset p;
+    load_tiny(&p);
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        struct run_out off;
+        ASSERT_EQ_INT(run(&p, config(1, bf16), &off), 0);
+        EXPECT_EQ_INT(off.nteams, 0);
+        const int caps[2] = {2, ranks};
+        for (int c = 0; c < 2; c++) {
+            const int cap = caps[c];
+            struct run_out on;
+            const char *which = "";
+            ASSERT_EQ_INT(run(&p, config(cap, bf16), &on), 0);
+            EXPECT_TRUE(on.nteams > 0);
+            const double d = worst_update_diff(&p, &on, &off, &which);
+            if (me == 0)
+                printf("  %s, teams of up to %d: worst update difference %.3g (%s)\n",
+                       bf16 ? "bf16" : "fp32", cap, d, which);
+            EXPECT_TRUE(d <= (bf16 ? 1.5e-2 : 1e-4));
+            EXPECT_TRUE(d > 0); /* the teams computed (their sums run in another order) */
+            run_free(&on);
+        }
+        run_free(&off);
+    }
+    preset_free(&p);
+}
+
+/* Teams change who computes, not the state: a save after one step, loaded (with the weights)
+ * into a fresh runtime and stepped once more, gives the bits of two steps in one run. */
+TEST(a_checkpoint_with_teams_resumes_bitwise)
+{
+    struct preset p;
+    char dir[64] = "/tmp/shardopt_teams_XXXXXX";
+    load_tiny(&p);
+    if (me == 0 && mkdtemp(dir) == NULL)
+        dir[0] = '\0';
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    ASSERT_TRUE(dir[0] != '\0');
+    shardopt_config_t cfg = config(2, 1);
+    cfg.ckpt_weights = 1;
+    float *w[2] = {NULL, NULL};
+    for (int resume = 0; resume <= 1; resume++) {
+        shardopt_runtime_t rt = NULL;
+        struct preset_shards ps;
+        ASSERT_EQ_INT(shardopt_init(MPI_COMM_WORLD, &cfg, &rt), SHARDOPT_OK);
+        ASSERT_EQ_INT(preset_shards_register(rt, &p, 0, 4242 + (uint64_t)me, NULL, &ps),
+                      SHARDOPT_OK);
+        EXPECT_TRUE(rt->gx[GROUP_DENSE].plan.nteams > 0);
+        if (resume) {
+            EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+        } else {
+            EXPECT_EQ_INT(steps(rt, 1), 0);
+            EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+        }
+        EXPECT_EQ_INT(steps(rt, 1), 0);
+        w[resume] = weights(&p, &ps, NULL);
+        preset_shards_free(&ps);
+        shardopt_finalize(rt);
+    }
+    ASSERT_TRUE(w[0] != NULL && w[1] != NULL);
+    int64_t n = 0;
+    for (int i = 0; i < p.n; i++) {
+        struct preset_shard sh;
+        preset_shard_of(&p.t[i], 1, ranks, me, 0, &sh);
+        n += sh.numel;
+    }
+    long differ = 0;
+    for (int64_t e = 0; e < n; e++)
+        differ += memcmp(&w[0][e], &w[1][e], sizeof(float)) != 0;
+    MPI_Allreduce(MPI_IN_PLACE, &differ, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ_INT(differ, 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        EXPECT_EQ_INT(system(cmd), 0);
+    }
+    free(w[0]);
+    free(w[1]);
+    preset_free(&p);
+}

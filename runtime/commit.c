@@ -346,7 +346,8 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
     status = sharded_choose(rt, GROUP_DENSE, &dense);
     if (status == SHARDOPT_OK)
         status = sharded_choose(rt, GROUP_EXPERT, &xs);
-    if (status == SHARDOPT_OK)
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status == SHARDOPT_OK) /* collective: only once every rank has come this far */
         status = teams_setup(rt);
     status = groups_agree(&rt->groups, status, "commit");
     if (status == SHARDOPT_OK)

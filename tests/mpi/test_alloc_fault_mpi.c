@@ -8,8 +8,10 @@
 #include "base/fault.h"
 #include "base/mem.h"
 #include "fixture.h"
+#include "runtime/runtime.h"
 
 static int rank, nranks;
+static int teams; /* 1: the dense matrix forced to a Newton-Schulz team of both ranks */
 static float dense_w[12 * 16], dense_g[12 * 16], exp_w[2 * 8 * 12], exp_g[2 * 8 * 12];
 static float rep_w[8 * 8], rep_g[8 * 8], bias_w[8], bias_g[8];
 
@@ -28,6 +30,8 @@ static void data_fill(void)
 static shardopt_runtime_t setup(void)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.ns_team_cap = teams ? 2 : 1;
+    cfg.ns_team_frac = 0.01;
     shardopt_runtime_t rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
     shardopt_param_desc_t d[4] = {
         fixture_desc("layers.0.attn.q_proj.weight", 2, 24, 16, 0, dense_w, dense_g),
@@ -78,6 +82,8 @@ static unsigned long run(int at, unsigned long n, const char *dir, int *injected
     if (rank == 1 && n > 0)
         fault_arm(NULL);
     snprintf(msg, sizeof msg, "%s", shardopt_last_error());
+    if (teams && st == SHARDOPT_OK && rt->gx[GROUP_DENSE].plan.nteams != 1)
+        TEST_FAIL_("teams: the dense matrix has no team (%d)", rt->gx[GROUP_DENSE].plan.nteams);
 
     int mine[2] = {(int)st, (int)st}, lo_hi[2];
     MPI_Allreduce(&mine[0], &lo_hi[0], 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -154,6 +160,19 @@ TEST(out_of_memory_on_rank_1_in_commit_fails_commit_on_both)
     if (nranks != 2)
         test_skip("test_alloc_fault_mpi runs on 2 ranks");
     each_allocation_of_rank_1(AT_COMMIT, "commit");
+}
+
+/* The same with a Newton-Schulz team (the plan's team lists, the team sets, their
+ * communicators made after the agreement) */
+TEST(out_of_memory_on_rank_1_in_commit_with_teams_fails_commit_on_both)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (nranks != 2)
+        test_skip("test_alloc_fault_mpi runs on 2 ranks");
+    teams = 1;
+    each_allocation_of_rank_1(AT_COMMIT, "commit with teams");
+    teams = 0;
 }
 
 TEST(out_of_memory_on_rank_1_in_save_fails_save_on_both)

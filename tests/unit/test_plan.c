@@ -431,7 +431,7 @@ TEST(whole_matrices_move_to_idle_members_only_when_it_pays)
     }
 }
 
-/* Teams (planned only): a matrix heavier than the mean share goes to a team of distinct members
+/* Teams: a matrix heavier than the mean share goes to a team of distinct members
  * inside one node, each charged its share (plan_ns_team_cost); light matrices and team_cap 1
  * keep one owner. */
 TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)

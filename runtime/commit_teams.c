@@ -20,10 +20,14 @@ int commit_teams_node_members(shardopt_runtime_t rt, MPI_Comm comm, int *out)
         MPI_Comm_size(node, &n);
         MPI_Comm_free(&node);
     }
-    /* the same number on every member: the smallest node's share of the group */
+    /* the same number on every rank: the smallest node's share of a group, over the replicas
+     * too, whose dense groups must plan alike (replicas compute the same bits) */
     if (rc == MPI_SUCCESS)
         rc = comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &n, 1, MPI_INT, MPI_MIN,
                             "all-reduce of the node sizes");
+    if (rc == MPI_SUCCESS)
+        rc = comm_allreduce(&rt->groups, rt->groups.rep, MPI_IN_PLACE, &n, 1, MPI_INT, MPI_MIN,
+                            "all-reduce of the node sizes over the replicas");
     *out = n;
     return rc;
 }

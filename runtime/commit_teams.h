@@ -5,8 +5,9 @@
 
 #include "runtime/runtime.h"
 
-/* The fewest members of comm that share a node with one another (MPI_COMM_TYPE_SHARED), the
- * same on every member: plan_cfg.node_members. Collective over comm; an MPI code. */
+/* The fewest members of comm (the dense group) that share a node with one another
+ * (MPI_COMM_TYPE_SHARED), the same on every rank of every replica: plan_cfg.node_members.
+ * Collective over comm and the replicate group; an MPI code. */
 int commit_teams_node_members(shardopt_runtime_t rt, MPI_Comm comm, int *out);
 
 /* gx->plan's team sets and this rank's communicators for them (MPI_Comm_create_group over

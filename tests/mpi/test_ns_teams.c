@@ -20,6 +20,7 @@
 #define NSTEPS 2
 
 static int me, ranks;
+static int dense_n, dense_me; /* this rank's dense group: its size and this rank's place */
 
 struct run_out {
     float *w0, *w;  /* this rank's weights before and after, every tensor's shard in order */
@@ -34,7 +35,7 @@ static float *weights(const struct preset *p, const struct preset_shards *ps, in
     int64_t o = 0;
     for (int i = 0; out != NULL && i < p->n; i++) {
         struct preset_shard sh;
-        preset_shard_of(&p->t[i], 1, ranks, me, 0, &sh); /* ep 1: both groups are every rank */
+        preset_shard_of(&p->t[i], 1, dense_n, dense_me, 0, &sh); /* ep 1: both groups alike */
         if (at != NULL)
             at[i] = o;
         memcpy(out + o, ps->w[i], sizeof(float) * (size_t)sh.numel);
@@ -45,9 +46,28 @@ static float *weights(const struct preset *p, const struct preset_shards *ps, in
     return out;
 }
 
+static int replicas = 1; /* dp_replicate of the runs */
+
+/* Init under cfg, then this rank's shards of the tiny preset: seed 4242 + its dense rank (the
+ * replicas hold the same shards). */
+static shardopt_status_t start(shardopt_config_t *cfg, const struct preset *p,
+                               shardopt_runtime_t *rt, struct preset_shards *ps)
+{
+    shardopt_status_t st = shardopt_init(MPI_COMM_WORLD, cfg, rt);
+    if (st != SHARDOPT_OK)
+        return st;
+    shardopt_stats_t s = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(*rt, &s);
+    dense_n = s.dense_size;
+    dense_me = s.dense_rank;
+    return preset_shards_register(*rt, p, 0, 4242 + (uint64_t)dense_me, NULL, ps);
+}
+
 static shardopt_config_t config(int cap, int bf16)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.dp_replicate = replicas;
+    cfg.replica_check_every = replicas > 1; /* the replicas' bits compared after every step */
     cfg.ep = 1;
     cfg.num_threads = 1;
     cfg.ns_team_cap = cap;
@@ -74,9 +94,7 @@ static int run(const struct preset *p, shardopt_config_t cfg, struct run_out *o)
     shardopt_runtime_t rt = NULL;
     struct preset_shards ps;
     memset(o, 0, sizeof *o);
-    if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK)
-        return -1;
-    if (preset_shards_register(rt, p, 0, 4242 + (uint64_t)me, NULL, &ps) != SHARDOPT_OK)
+    if (start(&cfg, p, &rt, &ps) != SHARDOPT_OK)
         return -1;
     o->at = malloc(sizeof(int64_t) * (size_t)(p->n + 1));
     o->w0 = weights(p, &ps, o->at);
@@ -132,17 +150,17 @@ static void load_tiny(struct preset *p)
     }
 }
 
-/* teams of 2 and of every rank (one node here), fp32 and bf16 */
-TEST(team_updates_match_one_owner_per_matrix)
+/* Teams of 2 and of the whole dense group (one node here), fp32 (and bf16) against teams off */
+static void teams_against_owners(int with_bf16)
 {
     struct preset p;
     load_tiny(&p);
-    for (int bf16 = 0; bf16 <= 1; bf16++) {
+    for (int bf16 = 0; bf16 <= with_bf16; bf16++) {
         struct run_out off;
         ASSERT_EQ_INT(run(&p, config(1, bf16), &off), 0);
         EXPECT_EQ_INT(off.nteams, 0);
-        const int caps[2] = {2, ranks};
-        for (int c = 0; c < 2; c++) {
+        const int caps[2] = {2, ranks / replicas};
+        for (int c = 0; c < (caps[1] > caps[0] ? 2 : 1); c++) {
             const int cap = caps[c];
             struct run_out on;
             const char *which = "";
@@ -159,6 +177,18 @@ TEST(team_updates_match_one_owner_per_matrix)
         run_free(&off);
     }
     preset_free(&p);
+}
+
+TEST(team_updates_match_one_owner_per_matrix) { teams_against_owners(1); }
+
+/* dp_replicate 2: each replica's dense group plans the same teams (the node size is agreed over
+ * the replicas), so replica_check_every = 1 finds the replicas' bits equal after every step (a
+ * step fails otherwise), and the updates match teams off */
+TEST(replicas_run_the_same_teams)
+{
+    replicas = 2;
+    teams_against_owners(0);
+    replicas = 1;
 }
 
 /* Teams change who computes, not the state: a save after one step, loaded (with the weights)
@@ -178,9 +208,7 @@ TEST(a_checkpoint_with_teams_resumes_bitwise)
     for (int resume = 0; resume <= 1; resume++) {
         shardopt_runtime_t rt = NULL;
         struct preset_shards ps;
-        ASSERT_EQ_INT(shardopt_init(MPI_COMM_WORLD, &cfg, &rt), SHARDOPT_OK);
-        ASSERT_EQ_INT(preset_shards_register(rt, &p, 0, 4242 + (uint64_t)me, NULL, &ps),
-                      SHARDOPT_OK);
+        ASSERT_EQ_INT(start(&cfg, &p, &rt, &ps), SHARDOPT_OK);
         EXPECT_TRUE(rt->gx[GROUP_DENSE].plan.nteams > 0);
         if (resume) {
             EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
@@ -197,7 +225,7 @@ TEST(a_checkpoint_with_teams_resumes_bitwise)
     int64_t n = 0;
     for (int i = 0; i < p.n; i++) {
         struct preset_shard sh;
-        preset_shard_of(&p.t[i], 1, ranks, me, 0, &sh);
+        preset_shard_of(&p.t[i], 1, dense_n, dense_me, 0, &sh);
         n += sh.numel;
     }
     long differ = 0;

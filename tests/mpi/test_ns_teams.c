@@ -4,8 +4,9 @@
  * (ns_team_cap = 1, one owner per matrix). Each tensor's update (weights after minus before) is
  * compared in relative Frobenius norm over all ranks: fp32 within 1e-4, bf16 within 1.5e-2 (the
  * team iterations run in fp32 from the bf16 blocks, the gathered path in ns_compute's
- * arithmetic). A checkpoint saved with teams on and resumed gives the bits of the run that
- * went on without it. */
+ * arithmetic). The same with dp_replicate 2 (the replicas' bits compared every step) and with
+ * offload = optimizer. A checkpoint saved with teams on and resumed gives the bits of the run
+ * that went on without it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +47,8 @@ static float *weights(const struct preset *p, const struct preset_shards *ps, in
     return out;
 }
 
-static int replicas = 1; /* dp_replicate of the runs */
+static int replicas = 1;                                   /* dp_replicate of the runs */
+static shardopt_offload_t offload = SHARDOPT_OFFLOAD_NONE; /* of the runs with teams */
 
 /* Init under cfg, then this rank's shards of the tiny preset: seed 4242 + its dense rank (the
  * replicas hold the same shards). */
@@ -71,6 +73,7 @@ static shardopt_config_t config(int cap, int bf16)
     cfg.ep = 1;
     cfg.num_threads = 1;
     cfg.ns_team_cap = cap;
+    cfg.offload = cap > 1 ? offload : SHARDOPT_OFFLOAD_NONE;
     cfg.ns_team_frac = 0.01;
     cfg.comm_dtype = bf16 ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
     cfg.ns_compute = bf16 ? SHARDOPT_NS_COMPUTE_AUTO : SHARDOPT_NS_COMPUTE_FP32;
@@ -193,6 +196,15 @@ TEST(replicas_run_the_same_teams)
 
 /* Teams change who computes, not the state: a save after one step, loaded (with the weights)
  * into a fresh runtime and stepped once more, gives the bits of two steps in one run. */
+/* offload = optimizer (state streamed through staging slots; a team block's row runs are
+ * ranges of it like any piece) against teams off without offload */
+TEST(teams_with_offload_optimizer)
+{
+    offload = SHARDOPT_OFFLOAD_OPTIMIZER;
+    teams_against_owners(0);
+    offload = SHARDOPT_OFFLOAD_NONE;
+}
+
 TEST(a_checkpoint_with_teams_resumes_bitwise)
 {
     struct preset p;

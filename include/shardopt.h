@@ -346,8 +346,9 @@ typedef struct shardopt_stats {
     int num_muon;             /**< of which Muon */
     int num_adamw;            /**< of which AdamW */
     int64_t muon_matrices;    /**< matrices this rank orthogonalizes per step (experts count
-                                   one each); the job's total is the sum over the ranks of one
-                                   replica (with replica_split, the replicas share them) */
+                                   one each; a Newton-Schulz team's matrix on its lead only);
+                                   the job's total is the sum over the ranks of one replica
+                                   (with replica_split, the replicas share them) */
     int64_t ns_symmetric;     /**< of which use the symmetric Newton-Schulz variant */
     uint64_t bytes_momentum;  /**< Muon momentum state */
     uint64_t bytes_adam_m;    /**< AdamW first moment */
@@ -422,9 +423,11 @@ typedef struct shardopt_param_stats {
                                parameter (lr and weight decay included); NaN unless param_stats =
                                1 and the parameters are host memory (CPU backend, offload = cpu) */
     int ns_owner_rank;    /**< Muon gathered whole: the runtime rank that orthogonalizes the matrix
-                               (an expert stack: its EP rank's first expert); -1 for AdamW and for
+                               (an expert stack: its EP rank's first expert; a Newton-Schulz
+                               team: its lead, the team's lowest rank); -1 for AdamW and for
                                matrices orthogonalized sharded (every member takes part) */
-    int ns_matrices_here; /**< matrices of this parameter this rank orthogonalizes per step */
+    int ns_matrices_here; /**< matrices of this parameter this rank orthogonalizes per step (a
+                               team's: on its lead) */
 } shardopt_param_stats_t;
 
 #define SHARDOPT_PARAM_STATS_INIT                                                                  \

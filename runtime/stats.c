@@ -74,6 +74,10 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     for (int g = 0; rt->committed && g < GROUP_KINDS; g++) {
         const struct group_plan *P = &rt->gx[g].plan;
         for (int w = 0; w < P->nowned; w++) {
+            if (P->owned[w].team > 1) { /* a team's matrix counts once, on its lead */
+                s.muon_matrices += P->owned[w].team_j == 0;
+                continue;
+            }
             s.muon_matrices++;
             s.ns_symmetric += rt->params[P->owned[w].param]->ns_variant == NS_VARIANT_SYMMETRIC;
         }
@@ -154,7 +158,7 @@ static int ns_owner(const struct shardopt_runtime *rt, const struct shardopt_par
     int base = 0;
     *here = 0;
     for (int w = 0; w < P->nowned; w++)
-        *here += P->owned[w].param == p->index;
+        *here += P->owned[w].param == p->index && P->owned[w].team_j == 0;
     if (p->algo != SHARDOPT_ALGO_MUON || p->ns_sharded)
         return -1;
     /* the plan's matrices run over its parameters in registration order (commit.c's filter),

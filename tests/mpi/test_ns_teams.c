@@ -24,10 +24,11 @@ static int me, ranks;
 static int dense_n, dense_me; /* this rank's dense group: its size and this rank's place */
 
 struct run_out {
-    float *w0, *w;  /* this rank's weights before and after, every tensor's shard in order */
-    int64_t *at;    /* [p.n + 1]: where each tensor's shard starts */
-    int nteams;     /* the dense plan's team matrices */
-    uint64_t dense; /* dense exchange bytes sent + received */
+    float *w0, *w;    /* this rank's weights before and after, every tensor's shard in order */
+    int64_t *at;      /* [p.n + 1]: where each tensor's shard starts */
+    int nteams;       /* the dense plan's team matrices */
+    int64_t matrices; /* stats.muon_matrices */
+    uint64_t dense;   /* dense exchange bytes sent + received */
 };
 
 static float *weights(const struct preset *p, const struct preset_shards *ps, int64_t *at)
@@ -105,6 +106,9 @@ static int run(const struct preset *p, shardopt_config_t cfg, struct run_out *o)
         return -1;
     o->w = weights(p, &ps, NULL);
     o->nteams = rt->gx[GROUP_DENSE].plan.nteams;
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(rt, &st);
+    o->matrices = st.muon_matrices;
     preset_shards_free(&ps);
     shardopt_finalize(rt);
     return o->w0 != NULL && o->w != NULL && o->at != NULL ? 0 : -1;
@@ -169,6 +173,10 @@ static void teams_against_owners(int with_bf16)
             const char *which = "";
             ASSERT_EQ_INT(run(&p, config(cap, bf16), &on), 0);
             EXPECT_TRUE(on.nteams > 0);
+            /* a team's matrix counts once (on its lead): the job's total is unchanged */
+            int64_t total[2] = {on.matrices, off.matrices};
+            MPI_Allreduce(MPI_IN_PLACE, total, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+            EXPECT_EQ_INT(total[0], total[1]);
             const double d = worst_update_diff(&p, &on, &off, &which);
             if (me == 0)
                 printf("  %s, teams of up to %d: worst update difference %.3g (%s)\n",

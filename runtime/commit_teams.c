@@ -5,6 +5,7 @@
  * release. */
 #include "runtime/commit_teams.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,7 +100,8 @@ shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *
         MPI_Group g;
         rc = MPI_Group_incl(whole, k, t, &g);
         if (rc == MPI_SUCCESS) {
-            rc = MPI_Comm_create_group(gx->comm, g, s % (tag_ub + 1), &gx->set_comm[s]);
+            rc = MPI_Comm_create_group(gx->comm, g, (int)(s % ((int64_t)tag_ub + 1)),
+                                       &gx->set_comm[s]);
             MPI_Group_free(&g);
         }
     }

@@ -84,6 +84,7 @@ struct group_out {
     double *bytes;  /* sent per step in the group's exchanges */
     double *owned;  /* bytes of the matrices it orthogonalizes (a team member: its block) */
     double *tbytes; /* sent per step in its teams' Gram all-reduces (fp32) */
+    double *tcomm;  /* or NULL: the plan's team_comm (the all-reduces in its cost units) */
     double whole;   /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
     int nteams, nmoved, kmax;
     int by_size[7]; /* teams of 2^(i+1) members, i < 6 (PLAN_TEAM_MAX = 64) */
@@ -146,8 +147,11 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
     if (np > 0 && plan_build(&cfg, pp, np, &P) != SHARDOPT_OK)
         plan_model_die(shardopt_last_error());
     if (np > 0) {
-        for (int m = 0; m < members; m++)
+        for (int m = 0; m < members; m++) {
             out->flops[m] += P.load[m];
+            if (out->tcomm != NULL)
+                out->tcomm[m] += P.team_comm[m];
+        }
         out->nteams += P.nteams;
         out->nmoved += P.nmoved;
         /* bytes by the plan's owners: a holder sends its fraction f of a matrix in exchange #1,
@@ -231,6 +235,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     /* per dense member d: its dense work, its expert work (group d % ep, member d / ep) */
     double *dflops = calloc(D, sizeof(double)), *dbytes = calloc(D, sizeof(double));
     double *downed = calloc(D, sizeof(double)), *dtb = calloc(D, sizeof(double));
+    double *dtc = calloc(D, sizeof(double));
     double *xflops = calloc(D, sizeof(double)), *xbytes = calloc(D, sizeof(double));
     double *xowned = calloc(D, sizeof(double)), *xtb = calloc(D, sizeof(double));
     double *g_f = calloc(X, sizeof(double)), *g_b = calloc(X, sizeof(double));
@@ -239,9 +244,9 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     double *state = calloc(D, sizeof(double)), *mom = calloc(D, sizeof(double));
     double *elem = calloc(D, sizeof(double));
     if (skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL || dtb == NULL ||
-        xflops == NULL || xbytes == NULL || xowned == NULL || xtb == NULL || g_f == NULL ||
-        g_b == NULL || g_o == NULL || g_t == NULL || base == NULL || state == NULL || mom == NULL ||
-        elem == NULL)
+        dtc == NULL || xflops == NULL || xbytes == NULL || xowned == NULL || xtb == NULL ||
+        g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL || base == NULL || state == NULL ||
+        mom == NULL || elem == NULL)
         plan_model_die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -291,16 +296,17 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     dcfg.allreduce_cost =
         o->cost_gflops > 0 ? 4.0 * o->cost_gflops / o->cost_gbps : 4.0 * rate / bw_node;
     struct group_out dout = {
-        .flops = dflops, .bytes = dbytes, .owned = downed, .tbytes = dtb, .kmax = 1};
+        .flops = dflops, .bytes = dbytes, .owned = downed, .tbytes = dtb, .tcomm = dtc, .kmax = 1};
     group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     struct group_out xout = {0};
     xout.kmax = 1;
     if (o->moves) {
         for (int e = 0; e < o->ep; e++) {
             struct plan_cfg xcfg = {0};
-            for (int j = 0; j < r->xs; j++) { /* the dense plan's load, all-reduces included */
+            for (int j = 0; j < r->xs; j++) { /* the dense plan's load, all-reduces included,
+                                                  as commit all-gathers it (expert_replan) */
                 const int d = j * o->ep + e;
-                base[j] = dflops[d] + dtb[d] / o->ns_steps / bw_node * rate;
+                base[j] = dflops[d] + dtc[d];
             }
             memset(g_f, 0, X * sizeof(double));
             memset(g_b, 0, X * sizeof(double));
@@ -395,6 +401,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     free(dbytes);
     free(downed);
     free(dtb);
+    free(dtc);
     free(xflops);
     free(xbytes);
     free(xowned);

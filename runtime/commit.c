@@ -159,7 +159,8 @@ static shardopt_status_t other_loads_gather(shardopt_runtime_t rt, const struct 
                                             MPI_Comm comm, struct shard_table *into,
                                             const char *loads, const char *group)
 {
-    const double mine = from->load != NULL ? from->load[from->me] : 0.0;
+    /* a team member's all-reduces count too: they hold up its Newton-Schulz */
+    const double mine = from->load != NULL ? from->load[from->me] + from->team_comm[from->me] : 0.0;
     const size_t bytes = sizeof(double) * (size_t)into->members;
     shardopt_status_t status = SHARDOPT_OK;
     char what[64];

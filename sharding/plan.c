@@ -357,6 +357,7 @@ void plan_free(struct group_plan *p)
     free(p->team);
     free(p->team_of);
     free(p->work);
+    free(p->team_comm);
     free(p->pieces);
     free(p->owned);
     free(p->incoming);
@@ -387,15 +388,17 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     P.owner = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
     P.load = mem_calloc((size_t)cfg->members, sizeof(double));
     P.work = mem_calloc((size_t)cfg->members, sizeof(double));
+    P.team_comm = mem_calloc((size_t)cfg->members, sizeof(double));
     P.team = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
     P.team_cap = cfg->team_cap > 1 ? cfg->team_cap : 1;
     P.team_cap = P.team_cap < PLAN_TEAM_MAX ? P.team_cap : PLAN_TEAM_MAX;
     P.team_of =
         P.team_cap > 1 ? mem_malloc(sizeof(int) * (size_t)(n ? n : 1) * (size_t)P.team_cap) : NULL;
     bytes_asked = (sizeof(*mats) + sizeof(int) * (size_t)(1 + P.team_cap)) * (size_t)(n ? n : 1) +
-                  (sizeof(size_t) + 4 * sizeof(int) + 2 * sizeof(double)) * (size_t)cfg->members;
+                  (sizeof(size_t) + 4 * sizeof(int) + 3 * sizeof(double)) * (size_t)cfg->members;
     if (mats == NULL || w.cursor == NULL || w.acnt == NULL || P.owner == NULL || P.load == NULL ||
-        P.work == NULL || P.team == NULL || (P.team_cap > 1 && P.team_of == NULL))
+        P.work == NULL || P.team_comm == NULL || P.team == NULL ||
+        (P.team_cap > 1 && P.team_of == NULL))
         goto err_oom;
     n = 0;
     for (int p = 0; p < nparams; p++) {

@@ -136,9 +136,12 @@ struct group_plan {
     int *team;     /* [nmatrices]: team size, 1 = owner alone */
     int *team_of;  /* [nmatrices * team_cap] (team_cap >= 2 only): team members, lead first */
     int team_cap;
-    int nteams;   /* matrices with a team of 2 or more */
-    int nmoved;   /* matrices held whole by a member and owned by another */
-    double *work; /* [members]: base_load + owned load + team all-reduce cost, per iteration */
+    int nteams;        /* matrices with a team of 2 or more */
+    int nmoved;        /* matrices held whole by a member and owned by another */
+    double *work;      /* [members]: base_load + owned load + team all-reduce cost, per iteration */
+    double *team_comm; /* [members]: the team all-reduce cost in work (allreduce_cost x the fp32
+                          elements each sends per iteration); what the other group plans around
+                          with load */
     struct plan_piece *pieces;
     int npieces;
     struct plan_owned *owned;

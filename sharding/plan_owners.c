@@ -198,11 +198,13 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
         if (k > 1) {
             int *t = &P->team_of[(size_t)m * (size_t)P->team_cap];
             const double c = plan_ns_team_cost(mats[m].rows, mats[m].cols, k);
-            const double per =
-                c + cfg->allreduce_cost * plan_team_allreduce_elems(mats[m].rows, mats[m].cols, k);
+            const double ar =
+                cfg->allreduce_cost * plan_team_allreduce_elems(mats[m].rows, mats[m].cols, k);
+            const double per = c + ar;
             team_place(cfg, work, per, k, t);
             for (int u = 0; u < k; u++) {
                 P->load[t[u]] += c;
+                P->team_comm[t[u]] += ar;
                 work[t[u]] += per;
             }
             P->owner[m] = t[0];

@@ -11,13 +11,15 @@ scale=(--preset tiny --width-div 1 --experts-div 1)
 # tiny-experts (2 experts outweigh the dense layers) with expert_moves at the runtime's default
 # cost rates, which moves some of them. Newton-Schulz teams (ns_team_cap, forced small by
 # ns_team_frac 0.01): each dense matrix gathered as row blocks of its long side to a team of 2
-# or 4, the plan costing their all-reduces at the runtime's default cost rates, as commit does.
+# or 4, the plan costing their all-reduces at the runtime's default cost rates, as commit does;
+# with expert_moves too, the experts planned around the dense load with its all-reduces.
 layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
          "--ep 4 --expert-shard-dim 0" "--ep 2 --momentum-dtype bf16"
          "--ep 1 --experts-div 4"
          "--preset tiny-experts --ep 1|--set expert_moves=1|--moves --cost-rates 100,25"
          "--ep 2|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
-         "--ep 1 --cp 2|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25")
+         "--ep 1 --cp 2|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
+         "--ep 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25")
 fail=0
 for entry in "${layouts[@]}"; do
     IFS='|' read -r l bench_only plan_only <<<"$entry"

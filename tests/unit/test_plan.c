@@ -531,10 +531,21 @@ TEST(team_members_receive_their_blocks_of_the_long_side_and_send_them_back)
                                .esize = 2,
                                .team_cap = c[2],
                                .node_members = c[1],
-                               .team_frac = 0.01};
+                               .team_frac = 0.01,
+                               .allreduce_cost = 0.5};
         struct group_plan P;
         ASSERT_EQ_INT(plan_build(&cfg, ps, 4, &P), SHARDOPT_OK);
         EXPECT_TRUE(P.nteams >= 4); /* every matrix is split: each is heavy against 0.01 */
+        /* each member is charged its teams' all-reduces, apart from its load (team_comm) */
+        double comm = 0, want = 0;
+        for (int i = 0; i < M; i++)
+            comm += P.team_comm[i];
+        for (int q = 0, m = 0; q < 4; q++)
+            for (int64_t k = 0; k < ps[q].k_count; k++, m++)
+                want += P.team[m] * 0.5 *
+                        plan_team_allreduce_elems(ps[q].shape[ps[q].ndim - 2],
+                                                  ps[q].shape[ps[q].ndim - 1], P.team[m]);
+        EXPECT_TRUE(want > 0 && fabs(comm - want) <= 1e-9 * want);
         int largest = 0;
         for (int m = 0; m < P.nmatrices; m++)
             largest = P.team[m] > largest ? P.team[m] : largest;

@@ -6,6 +6,7 @@
 
 #include "bench/ns_bench.h"
 #include "kernels/blas_threads.h"
+#include "kernels/ns_coeffs.h"
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
 
@@ -39,7 +40,9 @@ static double bench_flops(const struct bench_result *r, int w)
     const int sym = w == W_SYM || (w > W_LIMIT && r->var_variant == NS_VARIANT_SYMMETRIC);
     const int steps = w == W_SYM_AOL || w == W_GRAM_AOL ? BENCH_AOL_STEPS : BENCH_STEPS;
     const int algo = w == W_GRAM || w == W_GRAM_AOL ? NS_ALGO_GRAM : NS_ALGO_STANDARD;
-    return ns_flops_total(r->m, r->n, steps, algo, sym);
+    float c[NS_TABLE_MAX_STEPS][3];
+    ns_coeffs_fill(steps == BENCH_AOL_STEPS ? NS_TABLE_AOL : NS_TABLE_QUINTIC, steps, NULL, c);
+    return ns_flops_total(r->m, r->n, (const float(*)[3])c, steps, algo, sym);
 }
 
 /* issue 23's variants: time, measured speedup over the standard variant the committed table

@@ -1,5 +1,6 @@
 #include "ns_coeffs.h"
 
+#include <math.h>
 #include <stddef.h>
 
 static const double quintic[5][3] = {
@@ -85,4 +86,65 @@ int ns_coeffs_fill(int table, int steps, const double (*custom)[3], float out[][
 double ns_coeffs_default_norm_scale(int table)
 {
     return table == NS_TABLE_POLAR_EXPRESS ? 1.01 : 1.0;
+}
+
+/* max |a + b t + c t^2| over t in [0, T] */
+static double quad_absmax(double a, double b, double c, double T)
+{
+    double best = fabs(a), e = fabs(a + b * T + c * T * T);
+    if (e > best)
+        best = e;
+    if (c != 0.0) {
+        const double v = -b / (2.0 * c);
+        if (v > 0.0 && v < T && fabs(a + b * v + c * v * v) > best)
+            best = fabs(a + b * v + c * v * v);
+    }
+    return best;
+}
+
+/* max |s (a + b s^2 + c s^4)| over s in [0, S]: the ends and where its derivative, a + 3b t +
+ * 5c t^2 with t = s^2, is 0 */
+static double odd_absmax(double a, double b, double c, double S)
+{
+    double best = fabs(S * (a + b * S * S + c * S * S * S * S)), t[2];
+    int nt = 0;
+    if (c != 0.0) {
+        const double disc = 9.0 * b * b - 20.0 * a * c;
+        if (disc >= 0.0) {
+            t[nt++] = (-3.0 * b + sqrt(disc)) / (10.0 * c);
+            t[nt++] = (-3.0 * b - sqrt(disc)) / (10.0 * c);
+        }
+    } else if (b != 0.0) {
+        t[nt++] = -a / (3.0 * b);
+    }
+    for (int i = 0; i < nt; i++)
+        if (t[i] > 0.0 && t[i] < S * S) {
+            const double s = sqrt(t[i]), v = fabs(s * (a + b * t[i] + c * t[i] * t[i]));
+            if (v > best)
+                best = v;
+        }
+    return best;
+}
+
+uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols)
+{
+    const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+    uint32_t mask = 0;
+    /* s bounds the singular values step k sees: the tables are designed for [0, 1] (|X|_2 <= 1
+     * after either scaling, up to norm_scale), then each step's image of the last bound; capped,
+     * as a table that sends them that far diverges whatever the algorithm */
+    double s = 1.0, exposure = 1.0;
+
+    for (int k = 0; k < steps && k < 32; k++) {
+        const double a = coeffs[k][0], b = coeffs[k][1], c = coeffs[k][2];
+        if (k > 0 && (2 * n <= 3 * m || !(exposure <= NS_COEFFS_GRAM_EXPOSURE))) {
+            mask |= 1u << k;
+            exposure = 1.0;
+        }
+        exposure *= quad_absmax(a, b, c, s * s);
+        s = odd_absmax(a, b, c, s);
+        if (!(s <= 1e4))
+            s = 1e4;
+    }
+    return mask;
 }

@@ -2,6 +2,8 @@
 #ifndef KERNELS_NS_COEFFS_H
 #define KERNELS_NS_COEFFS_H
 
+#include <stdint.h>
+
 #include "shardopt_types.h"
 
 #define NS_TABLE_MAX_STEPS 16
@@ -26,5 +28,27 @@ double ns_coeffs_default_norm_scale(int table);
 
 /* Steps the table accepts: [*min, *max]. */
 void ns_coeffs_step_range(int table, int *min, int *max);
+
+/* Where Gram Newton-Schulz (kernels/cpu/ns_gram.c) restarts for these steps on a rows x cols
+ * matrix: bit k (1 <= k < steps) set when X <- Q X, G = X X^T, Q = I comes before step k. A
+ * function of the coefficients and the shape only, the same on every rank, for the CPU paths,
+ * the CUDA driver and the FLOP count (ns_flops_total); docs/design.md has the derivation:
+ * - a segment's R = Q G Q^T is stepped on without looking at X again, and its rounding errors on
+ *   the small eigenvalues grow by p_k(0)^2 = a_k^2 per step, as the eigenvalues themselves do: a
+ *   negative one (R's rounding makes them) grows without bound. The segment's exposure, the
+ *   product over its steps but the last of g_k = max |p_k| over the spectrum step k can see (a_k
+ *   for every published table), is kept at most NS_COEFFS_GRAM_EXPOSURE: quintic's second segment
+ *   (steps 2-4) has 10.8, polar_express's 8 steps without the bound 101 (it diverges in bf16);
+ * - where a restart costs no more FLOPs than the products it saves (n <= 1.5 m: G and Q X against
+ *   Z R, (Z R) Z and Z Q, plain or symmetric), every step restarts. */
+uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols);
+
+/* The bound on a segment's exposure above: 14. Measured in a bf16 simulation of the driver's
+ * products: exposures of 26 and 29 doubled the error on condition-1e4 inputs or diverged
+ * (polar_express with a single restart after step 2, 3 or 6), 16 and below stayed within 1.7x the
+ * standard bf16 error on wide inputs. 14 keeps quintic's published schedule (one restart, after
+ * step 2: exposures 4.1 and 10.8) and gives polar_express's 8 steps restarts after steps 2 and 5
+ * (8.2, 12.9, 3.5), jordan's 5 after step 3 (11.9, 3.4), the aol table's 4 after step 2. */
+#define NS_COEFFS_GRAM_EXPOSURE 14.0
 
 #endif

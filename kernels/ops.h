@@ -100,8 +100,8 @@ enum ns_variant {
 /* How the iterations are arranged (docs/design.md, "Gram Newton-Schulz"): shardopt_ns_algorithm_t's
  * values (auto is resolved above the kernels).
  *   standard: per step A = X X^T, B = b A + c A A, X = a X + B X
- *   gram:     X_k = Q_k X: the steps run on m x m matrices, X is touched at the restart and at the
- *             end (ns_gram_restart_step) */
+ *   gram:     X_k = Q_k X: the steps run on m x m matrices, X is touched at the restarts and at the
+ *             end (ns_coeffs_gram_restarts) */
 enum ns_algorithm {
     NS_ALGO_STANDARD = SHARDOPT_NS_ALGORITHM_STANDARD,
     NS_ALGO_GRAM = SHARDOPT_NS_ALGORITHM_GRAM,
@@ -167,27 +167,16 @@ size_t ns_workspace_floats(int64_t rows, int64_t cols);
 /* FLOPs of one Newton-Schulz iteration, 4m^2n + 2m^3 with m <= n (what benchmarks count). */
 double ns_flops_per_iter(int64_t rows, int64_t cols);
 
-/* The step before which Gram Newton-Schulz recomputes G from the current X (X <- Q X, G = X X^T,
- * Q = I), or `steps` for none; ns_gram_restarts_before says whether it does before `step`.
- * Inline here because the CPU paths and the CUDA driver (kernels/cuda/ns_driver.h, also built
- * without the CPU kernels) must follow one schedule. After two steps, as Dao AI Lab's Gram
- * Newton-Schulz and DeepSpeed's ns_method = gram do: the first steps move the small eigenvalues
- * of G the most, and G's rounding errors, relative to |G|, are what turns them negative; a fresh
- * G from the current X starts from eigenvalues near 1 (docs/design.md). */
-static inline int ns_gram_restart_step(int steps) { return steps > 2 ? 2 : steps; }
-static inline int ns_gram_restarts_before(int steps, int step)
-{
-    return step > 0 && step == ns_gram_restart_step(steps);
-}
-
 /* FLOPs one matrix's Newton-Schulz really performs (2 per multiply-add), m <= n the working
- * shape: `symmetric` counts a product whose result is symmetric (X X^T, A A, and on the Gram
- * path every m x m product) at its upper half. Standard: steps (4m^2n + 2m^3), or symmetric
- * steps (3m^2n + m^3). Gram with restart r: G (2m^2n, sym m^2n) per segment, per step R R
- * (2m^3 | m^3), Q = Z Q except a segment's first (2m^3, always whole), R <- (Z R) Z except
- * before a restart and after the last step (Z R whole 2m^3, then 2m^3 | m^3), X <- Q X per
- * segment (2m^2n); kernels/cpu/ns_gram.c says which products are halved and why. */
-double ns_flops_total(int64_t rows, int64_t cols, int steps, int algorithm, int symmetric);
+ * shape, with these coefficients (Gram's restarts depend on them: ns_coeffs_gram_restarts):
+ * `symmetric` counts a product whose result is symmetric (X X^T, A A, and on the Gram path every
+ * m x m product) at its upper half. Standard: steps (4m^2n + 2m^3), or symmetric steps
+ * (3m^2n + m^3). Gram: G (2m^2n, sym m^2n) per segment between restarts, per step R R
+ * (2m^3 | m^3), Q = Z Q except a segment's first (2m^3, always whole), R <- (Z R) Z except before
+ * a restart and after the last step (Z R whole 2m^3, then 2m^3 | m^3), X <- Q X per segment
+ * (2m^2n); kernels/cpu/ns_gram.c says which products are halved and why. */
+double ns_flops_total(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps,
+                      int algorithm, int symmetric);
 
 struct kernel_ops {
     const char *name;

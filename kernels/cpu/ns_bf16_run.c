@@ -120,19 +120,21 @@ static int poly_bf16(struct ns_bf16 *b, const struct plan *p, int s, const uint1
 
 /* Gram Newton-Schulz in bf16 (kernels/cpu/ns_gram.c has the algorithm and which products are
  * halved): R, Z, Q and every m x m product in bf16 with fp32 accumulation, like X in the
- * standard bf16 path; the restart after step 2 bounds what their rounding grows into (measured
- * in a bf16 simulation: all of it in bf16 is within 1.4x of standard bf16's error against fp64,
- * and keeping R, Z, Q in fp32 would put 14m^3 of the work on the fp32 rate, 1.6x slower here).
- * *X ends as the result. */
+ * standard bf16 path; the restarts (ns_coeffs_gram_restarts) bound what their rounding grows into
+ * (measured in a bf16 simulation: all of it in bf16 is within 1.4x of standard bf16's error against
+ * fp64, and keeping R, Z, Q in fp32 would put 14m^3 of the work on the fp32 rate, 1.6x slower
+ * here). *X ends as the result. */
 static int run_gram_bf16(struct ns_bf16 *b, const struct plan *p, int steps, int have_R,
                          uint16_t **X, uint16_t **Y, uint16_t *R, uint16_t *Z, uint16_t *Q,
                          uint16_t *T)
 {
+    const uint32_t restarts =
+        ns_coeffs_gram_restarts((const float(*)[3])p->coeffs, steps, p->m, p->n);
     int have_Q = 0, rc = have_R ? 0 : gram_bf16(b, p, *X, R);
     uint16_t *t;
 
     for (int it = 0; it < steps && rc == 0; it++) {
-        if (it > 0 && ns_gram_restarts_before(steps, it)) {
+        if (restarts >> it & 1u) {
             rc = mm_run(b, &p->qx, Q, *X, *Y);
             t = *X;
             *X = *Y;
@@ -158,7 +160,7 @@ static int run_gram_bf16(struct ns_bf16 *b, const struct plan *p, int steps, int
             T = t;
             zk = Z;
         }
-        if (rc == 0 && it + 1 < steps && !ns_gram_restarts_before(steps, it + 1)) {
+        if (rc == 0 && it + 1 < steps && !(restarts >> (it + 1) & 1u)) {
             rc = mm_run(b, &p->full, zk, R, T);
             if (rc == 0)
                 rc = symmul_bf16(b, p, T, zk, R);

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../ns_coeffs.h"
 #include "../ns_shape.h"
 #include "cpu_kernels.h"
 
@@ -22,7 +23,8 @@ double ns_flops_per_iter(int64_t rows, int64_t cols)
     return ns_iter_flops((double)(rows < cols ? rows : cols), (double)(rows < cols ? cols : rows));
 }
 
-double ns_flops_total(int64_t rows, int64_t cols, int steps, int algorithm, int symmetric)
+double ns_flops_total(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps,
+                      int algorithm, int symmetric)
 {
     const double m = (double)(rows < cols ? rows : cols);
     const double n = (double)(rows < cols ? cols : rows);
@@ -30,11 +32,12 @@ double ns_flops_total(int64_t rows, int64_t cols, int steps, int algorithm, int 
 
     if (algorithm != NS_ALGO_GRAM)
         return steps * (h * m * m * n + h * m * m * m + 2.0 * m * m * n);
-    const int r = ns_gram_restart_step(steps);
+    const uint32_t restarts = ns_coeffs_gram_restarts(coeffs, steps, rows, cols);
     double f = 0.0;
-    for (int lo = 0; lo<steps; lo = r> lo ? r : steps) {
-        const int hi = r > lo ? r : steps;    /* the segment [lo, hi) */
-        f += h * m * m * n + 2.0 * m * m * n; /* G = X X^T, and X <- Q X at its end */
+    for (int lo = 0, hi; lo < steps; lo = hi) {
+        for (hi = lo + 1; hi < steps && !(restarts >> hi & 1u); hi++) {
+        }
+        f += h * m * m * n + 2.0 * m * m * n; /* G = X X^T, and X <- Q X at the segment's end */
         for (int s = lo; s < hi; s++) {
             f += h * m * m * m;                            /* R R */
             f += s > lo ? 2.0 * m * m * m : 0.0;           /* Q = Z Q, whole */

@@ -18,12 +18,19 @@
  * 0.081); halving X X^T, R R and (Z R) Z changes nothing measurable.
  *
  * In exact arithmetic the result is the standard one. In floating point G's small eigenvalues
- * carry absolute errors of eps |G|, which the steps amplify as they lift them (the first steps
- * multiply the smallest ones by a^2 ~ 16 each); Dao AI Lab's Gram Newton-Schulz and DeepSpeed's
- * ns_method = gram restart after the second step: X <- Q X, G = X X^T, Q = I, which costs one
- * more pass over X (3 m^2 n) and bounds what the early errors can grow into
- * (ns_gram_restart_step). The code here is our own, written from the iteration above. */
+ * carry absolute errors of eps |G|, which the steps amplify as they lift them (each step by
+ * p_k(0)^2 = a_k^2: 16 for quintic's first, 67 for polar_express's), and a negative one, which
+ * rounding makes of a zero or tiny one, grows without bound. Dao AI Lab's Gram Newton-Schulz and
+ * DeepSpeed's ns_method = gram restart after the second step: X <- Q X, G = X X^T, Q = I, which
+ * costs one more pass over X (3 m^2 n) and bounds what the early errors can grow into. One
+ * restart after step 2 is not enough for every table: polar_express's 8 steps then run 6 more
+ * steps on one R (growth 101 in the small singular values) and in bf16 diverge on inputs with
+ * near-zero singular values (a random square matrix: relative error 79). So the restarts come
+ * from the table (ns_coeffs_gram_restarts): whenever a segment's growth would pass a bound, and
+ * at every step where a restart costs no more than the products it saves (n <= 1.5 m). The code
+ * here is our own, written from the iteration above. */
 
+#include "../ns_coeffs.h"
 #include "ns_common.h"
 
 /* one matrix, the standard algorithm from an A already formed (AOL) or not */
@@ -46,12 +53,13 @@ static void run_gram(const struct kernel_ctx *ctx, const struct ns_args *a, int6
                      const struct ns_products *p, int have_R, float **x, float **y, float *R,
                      float *Z, float *Q, float *T)
 {
+    const uint32_t restarts = ns_coeffs_gram_restarts(a->coeffs, a->steps, m, n);
     int have_Q = 0;
 
     if (!have_R)
         p->gram(ctx, *x, m, n, R);
     for (int it = 0; it < a->steps; it++) {
-        if (it > 0 && ns_gram_restarts_before(a->steps, it)) { /* X <- Q X, G from it, Q = I */
+        if (restarts >> it & 1u) { /* X <- Q X, G from it, Q = I */
             p->apply(ctx, Q, *x, m, n, *y);
             float *t = *x;
             *x = *y;
@@ -75,7 +83,7 @@ static void run_gram(const struct kernel_ctx *ctx, const struct ns_args *a, int6
             T = t;
             zk = Z;
         }
-        if (it + 1 < a->steps && !ns_gram_restarts_before(a->steps, it + 1)) { /* R = (Z R) Z */
+        if (it + 1 < a->steps && !(restarts >> (it + 1) & 1u)) { /* R = (Z R) Z */
             p->mul(ctx, zk, R, m, T);
             p->symmul(ctx, T, zk, m, R);
         }

@@ -24,7 +24,7 @@
  *
  * a->algorithm = NS_ALGO_GRAM runs Gram Newton-Schulz (ns_dev_gram below) and a->precondition =
  * NS_PRECOND_AOL scales X's rows after the load (Dev::aol), both as the CPU's bf16 path does:
- * every m x m matrix in bf16 with fp32 accumulation, the same restart, the same products halved.
+ * every m x m matrix in bf16 with fp32 accumulation, the same restarts, the same products halved.
  *
  * Dev provides, on bf16 buffers (uint16_t) and stream-ordered:
  *   int gemm(int ta, int tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, D, ldc, sC,
@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 extern "C" {
+#include "../ns_coeffs.h"
 #include "../ns_shape.h"
 #include "../ops.h"
 }
@@ -83,7 +84,7 @@ static inline size_t ns_dev_region_ab(int64_t rows, int64_t cols, int64_t count)
 }
 
 /* Gram Newton-Schulz keeps four m x m matrices (R, Z, Q, T) beside X. R lives at the start of
- * the Y region, which the Gram steps do not use (Y is written only by Q X, at the restart and at
+ * the Y region, which the Gram steps do not use (Y is written only by Q X, at a restart and at
  * the end, when R is no longer needed); Q and T in A and B. Z goes behind R in Y when both fit
  * there (n >= 2m, about: every GLM-4.5-Air matrix), else in a fifth region after B, so that the
  * standard algorithm's workspace grows only for shapes with n < 2m (by m^2 bf16 per matrix). */
@@ -173,13 +174,14 @@ int ns_dev_poly(Dev &d, const struct ns_dev_geom &g, const float c[3], const uin
 /* Gram Newton-Schulz over one pass, product for product as kernels/cpu/ns_gram.c (run_gram) and
  * its bf16 twin: R = X X^T (unless AOL formed it: have_R), per step Z = p(R), Q = Z Q (Q = Z
  * for a segment's first step), R = (Z R) Z where another step of the segment follows; at the
- * restart (ns_gram_restart_step) and at the end X <- Q X. R is at *y, Z at z (NULL: behind R
+ * restarts (ns_coeffs_gram_restarts) and at the end X <- Q X. R is at *y, Z at z (NULL: behind R
  * in *y, z_off bytes in), Q and T in A and B (ns_dev_z_in_y says why). *x ends as the result. */
 template <class Dev>
 int ns_dev_gram(Dev &d, const struct ns_dev_geom &g, const struct ns_args *a, int have_R,
                 uint16_t **x, uint16_t **y, uint16_t *A, uint16_t *B, uint16_t *z, size_t z_off)
 {
     const int steps = a->steps;
+    const uint32_t restarts = ns_coeffs_gram_restarts(a->coeffs, steps, g.m, g.n);
     uint16_t *Q = A, *T = B, *t;
     int have_Q = 0;
 
@@ -188,7 +190,7 @@ int ns_dev_gram(Dev &d, const struct ns_dev_geom &g, const struct ns_args *a, in
     if (!have_R && ns_dev_xxt(d, g, *x, *y) != 0)
         return -1;
     for (int it = 0; it < steps; it++) {
-        if (it > 0 && ns_gram_restarts_before(steps, it)) { /* X <- Q X, G from it, Q = I */
+        if (restarts >> it & 1u) { /* X <- Q X, G from it, Q = I */
             if (ns_dev_apply(d, g, Q, 0.0f, *x, *y) != 0)
                 return -1;
             t = *x;
@@ -213,7 +215,7 @@ int ns_dev_gram(Dev &d, const struct ns_dev_geom &g, const struct ns_args *a, in
             T = t;
             zk = Z;
         }
-        if (it + 1 < steps && !ns_gram_restarts_before(steps, it + 1)) /* R = (Z R) Z */
+        if (it + 1 < steps && !(restarts >> (it + 1) & 1u)) /* R = (Z R) Z */
             if (ns_dev_mul(d, g, zk, R, T) != 0 || ns_dev_symm(d, g, 1.0f, T, zk, 0.0f, R, R) != 0)
                 return -1;
     }

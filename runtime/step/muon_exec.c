@@ -283,8 +283,8 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
                             p->name, (long long)ow->rows, (long long)ow->cols, p->ns_variant,
                             rt->ns_ops->name);
         rt->counters.ns_flops_last +=
-            ns_flops_total(ow->rows, ow->cols, c->ns_steps, p->ns_algorithm,
-                           p->ns_variant == NS_VARIANT_SYMMETRIC) *
+            ns_flops_total(ow->rows, ow->cols, (const float(*)[3])rt->ns_coeffs, c->ns_steps,
+                           p->ns_algorithm, p->ns_variant == NS_VARIANT_SYMMETRIC) *
             n;
         xfer_progress(rt, in_flight1, in_flight2);
         w += n;

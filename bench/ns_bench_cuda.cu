@@ -10,7 +10,12 @@
  * (quintic's 5 steps), AOL (the aol table's 4 steps) and both run beside them on the plain
  * products (what the runtime runs on the device), in the same interleaving, each reported with
  * its time and its speedup over the standard plain run of the same shape (a second table; in
- * JSON an "algorithms" list per shape). */
+ * JSON an "algorithms" list per shape). Beside every measured speedup over the standard plain run
+ * (the symmetric variants' and these) stands the speedup their FLOP counts allow
+ * (ns_flops_count, kernels/ns_shape.h: block lower triangles of k block columns at their exact
+ * share, about (1 + 1/k) / 2; Gram with its table's restarts), as the CPU ns_bench prints it: a
+ * measured ratio above the count means the plain run's products ran slower than the variant's,
+ * not that the count was beaten. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -23,6 +28,7 @@ extern "C" {
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/device.h"
 #include "kernels/ns_coeffs.h"
+#include "kernels/ns_shape.h"
 #include "kernels/ops.h"
 }
 
@@ -68,6 +74,36 @@ struct cuda_case {
     int ex_on[NS_BENCH_EXTRAS];   /* which extras run */
     double ex_s[NS_BENCH_EXTRAS];
 };
+
+/* The share of a symmetric m x m product the driver computes with `block` rows per block column
+ * (0: the plain variant, the whole product): sum over block columns [r0, r1) of (m - r0)(r1 - r0),
+ * over m^2. */
+static double sym_share(int64_t m, int block)
+{
+    if (block <= 0 || block >= m)
+        return 1.0;
+    double s = 0.0;
+    for (int64_t r0 = 0; r0 < m; r0 += block)
+        s += (double)(m - r0) * (double)(r0 + block < m ? block : m - r0);
+    return s / ((double)m * (double)m);
+}
+
+/* FLOPs of symmetric variant v (0: plain) and of extra e on c's shape, one matrix */
+static double variant_flops(const struct cuda_case *c, int v)
+{
+    const int64_t m = c->m < c->n ? c->m : c->n, n = c->m < c->n ? c->n : c->m;
+    return ns_flops_count((double)m, (double)n, 5, 0, 0u, sym_share(m, c->block[v]));
+}
+static double extra_flops(const struct cuda_case *c, int e)
+{
+    const int64_t m = c->m < c->n ? c->m : c->n, n = c->m < c->n ? c->n : c->m;
+    float co[NS_TABLE_MAX_STEPS][3];
+    ns_coeffs_fill(extras[e].table, extras[e].steps, NULL, co);
+    const int gram = extras[e].algorithm == NS_ALGO_GRAM;
+    return ns_flops_count(
+        (double)m, (double)n, extras[e].steps, gram,
+        gram ? ns_coeffs_gram_restarts((const float(*)[3])co, extras[e].steps, m, n) : 0u, 1.0);
+}
 
 /* Rows per block for k block columns of an m-row working matrix: ceil(m / k) rounded up to 64. */
 static int block_for(int64_t m, int k)
@@ -268,10 +304,11 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json, i
         printf("Newton-Schulz on %s (bf16, fp32 accumulation, 5 quintic steps), limit: cuBLAS "
                "bf16 GEMM of the largest product, same run, medians of %d reps\n\n"
                "symmetric: the symmetric variant in 2 and in 4 block columns (rows per block in "
-               "brackets), its rate counted with the plain variant's FLOPs\n\n"
+               "brackets), its rate counted with the plain variant's FLOPs; speedup: over the "
+               "plain NS ms, measured (and the speedup the FLOP counts allow)\n\n"
                "| batch x rows x cols | NS ms | NS TFLOP/s | GEMM TFLOP/s | NS / GEMM | "
-               "symmetric/2 / GEMM | symmetric/4 / GEMM |\n"
-               "|---|---|---|---|---|---|---|\n",
+               "symmetric/2 / GEMM | speedup (count) | symmetric/4 / GEMM | speedup (count) |\n"
+               "|---|---|---|---|---|---|---|---|---|\n",
                prop.name, reps);
     for (int i = 0; i < nshapes; i++) {
         const struct cuda_case *c = &cases[i];
@@ -279,6 +316,7 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json, i
                      n = (double)(c->m < c->n ? c->n : c->m);
         /* 4m^2n + 2m^3 per iteration, as ns_flops_per_iter (not in kernels-only builds) */
         const double flops = (4 * m * m * n + 2 * m * m * m) * 5 * (double)c->batch;
+        const double f_plain = variant_flops(c, 0); /* the same count, one matrix */
         double ns_tf[NS_BENCH_VARIANTS];
         for (int v = 0; v < NS_BENCH_VARIANTS; v++)
             ns_tf[v] = flops / c->ns_s[v] * 1e-12;
@@ -287,31 +325,38 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json, i
             printf("%s{\"batch\": %lld, \"rows\": %lld, \"cols\": %lld, \"ns_seconds\": %.6e, "
                    "\"ns_tflops\": %.2f, \"gemm_seconds\": %.6e, \"gemm_tflops\": %.2f, "
                    "\"ratio\": %.3f, \"symmetric\": [{\"block\": %d, \"ns_seconds\": %.6e, "
-                   "\"ratio\": %.3f}, {\"block\": %d, \"ns_seconds\": %.6e, \"ratio\": %.3f}]",
+                   "\"ratio\": %.3f, \"speedup\": %.3f, \"count_speedup\": %.3f}, {\"block\": "
+                   "%d, \"ns_seconds\": %.6e, \"ratio\": %.3f, \"speedup\": %.3f, "
+                   "\"count_speedup\": %.3f}]",
                    i ? ", " : "", (long long)c->batch, (long long)c->m, (long long)c->n, c->ns_s[0],
                    ns_tf[0], c->gemm_s, gm_tf, ns_tf[0] / gm_tf, c->block[1], c->ns_s[1],
-                   ns_tf[1] / gm_tf, c->block[2], c->ns_s[2], ns_tf[2] / gm_tf);
+                   ns_tf[1] / gm_tf, c->ns_s[0] / c->ns_s[1], f_plain / variant_flops(c, 1),
+                   c->block[2], c->ns_s[2], ns_tf[2] / gm_tf, c->ns_s[0] / c->ns_s[2],
+                   f_plain / variant_flops(c, 2));
         if (json && any) {
             printf(", \"algorithms\": [");
             for (int e = 0, k = 0; e < NS_BENCH_EXTRAS; e++)
                 if (c->ex_on[e])
                     printf("%s{\"name\": \"%s\", \"steps\": %d, \"ns_seconds\": %.6e, "
-                           "\"speedup\": %.3f}",
+                           "\"speedup\": %.3f, \"count_speedup\": %.3f}",
                            k++ ? ", " : "", extras[e].name, extras[e].steps, c->ex_s[e],
-                           c->ns_s[0] / c->ex_s[e]);
+                           c->ns_s[0] / c->ex_s[e], f_plain / extra_flops(c, e));
             printf("]");
         }
         if (json)
             printf("}");
         else
-            printf("| %lldx%lldx%lld | %.3f | %.1f | %.1f | %.2f | %.2f (%d) | %.2f (%d) |\n",
+            printf("| %lldx%lldx%lld | %.3f | %.1f | %.1f | %.2f | %.2f (%d) | %.2f (%.2f) | %.2f "
+                   "(%d) | %.2f (%.2f) |\n",
                    (long long)c->batch, (long long)c->m, (long long)c->n, c->ns_s[0] * 1e3,
                    ns_tf[0], gm_tf, ns_tf[0] / gm_tf, ns_tf[1] / gm_tf, c->block[1],
-                   ns_tf[2] / gm_tf, c->block[2]);
+                   c->ns_s[0] / c->ns_s[1], f_plain / variant_flops(c, 1), ns_tf[2] / gm_tf,
+                   c->block[2], c->ns_s[0] / c->ns_s[2], f_plain / variant_flops(c, 2));
     }
     if (!json && any) {
         printf("\nGram Newton-Schulz (quintic, 5 steps) and AOL (aol table, 4 steps), plain "
-               "products, same run: ms (speedup over the standard plain NS ms above)\n\n"
+               "products, same run: ms (speedup over the standard plain NS ms above, and the "
+               "speedup the FLOP counts allow)\n\n"
                "| batch x rows x cols |");
         for (int e = 0; e < NS_BENCH_EXTRAS; e++)
             if (ex_on[e])
@@ -326,7 +371,8 @@ int ns_bench_cuda(const int64_t (*shapes)[3], int nshapes, int reps, int json, i
             printf("| %lldx%lldx%lld |", (long long)c->batch, (long long)c->m, (long long)c->n);
             for (int e = 0; e < NS_BENCH_EXTRAS; e++)
                 if (c->ex_on[e])
-                    printf(" %.3f (%.2fx) |", c->ex_s[e] * 1e3, c->ns_s[0] / c->ex_s[e]);
+                    printf(" %.3f (%.2fx, count %.2fx) |", c->ex_s[e] * 1e3,
+                           c->ns_s[0] / c->ex_s[e], variant_flops(c, 0) / extra_flops(c, e));
             printf("\n");
         }
     }

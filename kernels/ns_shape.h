@@ -13,6 +13,34 @@
  * Y = aX + BX 2m^2n. A sharded piece of n = 0 columns still forms B from the all-reduced A. */
 static inline double ns_iter_flops(double m, double n) { return 4.0 * m * m * n + 2.0 * m * m * m; }
 
+/* FLOPs (2 per multiply-add) of one matrix's whole Newton-Schulz on the working shape m x n,
+ * `steps` steps: standard (gram = 0), or Gram with these restarts (ns_coeffs_gram_restarts: bit
+ * k, a restart before step k). A product whose result is symmetric (X X^T, A A, R R, (Z R) Z) is
+ * counted at `share` of the whole one: 1 whole, 0.5 its upper half (the CPU's symmetric
+ * variant), (1 + 1/k) / 2 for k equal block columns (the device's). Standard: per step X X^T, A A
+ * (share) and B X. Gram: per segment G (share) and X <- Q X; per step R R (share), Z Q but in a
+ * segment's first step (whole), Z R (whole) and (Z R) Z (share) but before a restart or after the
+ * last step. ns_flops_total (kernels/ops.h) is this for the CPU's variants. */
+static inline double ns_flops_count(double m, double n, int steps, int gram, uint32_t restarts,
+                                    double share)
+{
+    const double h = 2.0 * share;
+    if (!gram)
+        return steps * (h * m * m * n + h * m * m * m + 2.0 * m * m * n);
+    double f = 0.0;
+    for (int lo = 0, hi; lo < steps; lo = hi) {
+        for (hi = lo + 1; hi < steps && !(restarts >> hi & 1u); hi++) {
+        }
+        f += h * m * m * n + 2.0 * m * m * n; /* G = X X^T, and X <- Q X at the segment's end */
+        for (int s = lo; s < hi; s++) {
+            f += h * m * m * m;                            /* R R */
+            f += s > lo ? 2.0 * m * m * m : 0.0;           /* Q = Z Q, whole */
+            f += s + 1 < hi ? (2.0 + h) * m * m * m : 0.0; /* T = Z R whole, R = T Z */
+        }
+    }
+    return f;
+}
+
 /* Elements of the standard iteration's operands: X and Y (m x n, trading places each
  * iteration), A and B (m x m). */
 static inline size_t ns_xyab_elems(int64_t m, int64_t n)

@@ -28,23 +28,10 @@ double ns_flops_total(int64_t rows, int64_t cols, const float (*coeffs)[3], int 
 {
     const double m = (double)(rows < cols ? rows : cols);
     const double n = (double)(rows < cols ? cols : rows);
-    const double h = symmetric ? 1.0 : 2.0; /* a symmetric result's share of the full product */
-
-    if (algorithm != NS_ALGO_GRAM)
-        return steps * (h * m * m * n + h * m * m * m + 2.0 * m * m * n);
-    const uint32_t restarts = ns_coeffs_gram_restarts(coeffs, steps, rows, cols);
-    double f = 0.0;
-    for (int lo = 0, hi; lo < steps; lo = hi) {
-        for (hi = lo + 1; hi < steps && !(restarts >> hi & 1u); hi++) {
-        }
-        f += h * m * m * n + 2.0 * m * m * n; /* G = X X^T, and X <- Q X at the segment's end */
-        for (int s = lo; s < hi; s++) {
-            f += h * m * m * m;                            /* R R */
-            f += s > lo ? 2.0 * m * m * m : 0.0;           /* Q = Z Q, whole */
-            f += s + 1 < hi ? (2.0 + h) * m * m * m : 0.0; /* T = Z R whole, R = T Z */
-        }
-    }
-    return f;
+    const int gram = algorithm == NS_ALGO_GRAM;
+    return ns_flops_count(m, n, steps, gram,
+                          gram ? ns_coeffs_gram_restarts(coeffs, steps, rows, cols) : 0u,
+                          symmetric ? 0.5 : 1.0);
 }
 
 void ns_aol_scale(int64_t m, int64_t n, double eps, float *x, float *A, double *d)

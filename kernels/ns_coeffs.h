@@ -44,11 +44,13 @@ void ns_coeffs_step_range(int table, int *min, int *max);
 uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols);
 
 /* The bound on a segment's exposure above: 14. Measured in a bf16 simulation of the driver's
- * products: exposures of 26 and 29 doubled the error on condition-1e4 inputs or diverged
- * (polar_express with a single restart after step 2, 3 or 6), 16 and below stayed within 1.7x the
- * standard bf16 error on wide inputs. 14 keeps quintic's published schedule (one restart, after
- * step 2: exposures 4.1 and 10.8) and gives polar_express's 8 steps restarts after steps 2 and 5
- * (8.2, 12.9, 3.5), jordan's 5 after step 3 (11.9, 3.4), the aol table's 4 after step 2. */
+ * products: a segment of exposure 26 (polar_express restarting after steps 2 and 3) made the
+ * error 1.6x standard bf16's on condition-1e4 inputs and 4x on square ones, one of 29 (after 2
+ * and 6) diverged; exposures of 16 and below kept quintic, jordan and polar_express's 8 steps
+ * within 1.8x the standard bf16 error on wide inputs. 14 keeps quintic's published schedule (one
+ * restart, after step 2: exposures 4.1 and 10.8) and gives polar_express's 8 steps restarts after
+ * steps 2 and 5 (8.2, 12.9, 3.5), jordan's 5 after step 3 (11.9, 3.4), the aol table's 4 after
+ * step 2. */
 #define NS_COEFFS_GRAM_EXPOSURE 14.0
 
 #endif

@@ -38,10 +38,11 @@ static const char *bench_limit_name(const struct bench_opts *o)
 static double bench_flops(const struct bench_result *r, int w)
 {
     const int sym = w == W_SYM || (w > W_LIMIT && r->var_variant == NS_VARIANT_SYMMETRIC);
-    const int steps = w == W_SYM_AOL || w == W_GRAM_AOL ? BENCH_AOL_STEPS : BENCH_STEPS;
+    const int aol = w == W_SYM_AOL || w == W_GRAM_AOL;
+    const int steps = aol ? BENCH_AOL_STEPS : BENCH_STEPS;
     const int algo = w == W_GRAM || w == W_GRAM_AOL ? NS_ALGO_GRAM : NS_ALGO_STANDARD;
-    float c[NS_TABLE_MAX_STEPS][3];
-    ns_coeffs_fill(steps == BENCH_AOL_STEPS ? NS_TABLE_AOL : NS_TABLE_QUINTIC, steps, NULL, c);
+    float c[NS_TABLE_MAX_STEPS][3]; /* the run's tables: Gram's restarts depend on them */
+    ns_coeffs_fill(aol ? NS_TABLE_AOL : NS_TABLE_QUINTIC, steps, NULL, c);
     return ns_flops_total(r->m, r->n, (const float(*)[3])c, steps, algo, sym);
 }
 

@@ -13,6 +13,7 @@ param_groups, sets each group's lr and weight_decay, which step() reads every ti
 import math
 import sys
 import warnings
+from collections.abc import MutableMapping
 
 import torch
 
@@ -93,7 +94,26 @@ class Muon(torch.optim.Optimizer):
     def __init__(self, params, lr=_UNSET, weight_decay=_UNSET, momentum=_UNSET, nesterov=_UNSET,
                  ns_coefficients=_UNSET, eps=_UNSET, ns_steps=_UNSET, adjust_lr_fn=_UNSET,
                  adamw_lr=_UNSET, adamw_betas=_UNSET, adamw_eps=_UNSET,
-                 adamw_weight_decay=_UNSET, *, comm=None, config=None, model=None, expert=None):
+                 adamw_weight_decay=_UNSET, *, betas=_UNSET, comm=None, config=None, model=None,
+                 expert=None, foreach=None, fused=None, maximize=False, amsgrad=False,
+                 capturable=False, differentiable=False):
+        # torch.optim's implementation switches: foreach / fused pick how torch's own loops
+        # run (the library's kernels are fused whatever they say), so they are taken and
+        # change nothing; the others would change the arithmetic, which the library does not do
+        for k, v in (("foreach", foreach), ("fused", fused)):
+            if v not in (None, True, False):
+                raise ValueError(f"{k} = {v!r}: accepted None, True or False (ignored: the "
+                                 "library's step is fused either way)")
+        for k, v in (("maximize", maximize), ("amsgrad", amsgrad), ("capturable", capturable),
+                     ("differentiable", differentiable)):
+            if v:
+                raise ValueError(f"{k} = {v!r}: not supported by shardopt.torch.Muon (only "
+                                 f"False is accepted); use torch.optim for {k}")
+        if betas is not _UNSET:  # torch.optim.AdamW's name, as an AdamW trainer passes it
+            if adamw_betas is not _UNSET:
+                raise ValueError("betas and adamw_betas both given: they are the same setting "
+                                 "(the AdamW tensors' betas); give one")
+            adamw_betas = betas
         config = dict(config or {})
         preset = config.pop("preset", "torch")
         if preset not in ("torch", "dion"):
@@ -105,6 +125,10 @@ class Muon(torch.optim.Optimizer):
                      adamw_eps=adamw_eps, adamw_weight_decay=adamw_weight_decay)
         base = _dion_defaults() if preset == "dion" else _torch_defaults()
         hp = {k: (base[k] if v is _UNSET else v) for k, v in given.items()}
+        if weight_decay is not _UNSET and adamw_weight_decay is _UNSET:
+            # a weight decay given is the decay of every tensor it covers, as for any torch
+            # optimizer; left unset, each side keeps its torch default (Muon 0.1, AdamW 0.01)
+            hp["adamw_weight_decay"] = weight_decay
         mapped = {"momentum", "nesterov", "weight_decay", "ns_coeffs", "ns_custom_coeffs",
                   "ns_steps", "ns_eps", "lr_scale", "adamw_beta1", "adamw_beta2", "adamw_eps",
                   "adamw_weight_decay"}
@@ -126,6 +150,7 @@ class Muon(torch.optim.Optimizer):
         self._model_names = ({id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
                              if model is not None else {})
         self._runtimes = []  # per param group: (its shardopt.Optimizer, [Param] in group order)
+        self._frozen = []    # per param group: (name, tensor) left out for requires_grad False
         self._seen = {}      # storage key -> name: a tensor is registered once in all groups
         self._unnamed = 0
         self._warned_unnamed = False
@@ -144,6 +169,7 @@ class Muon(torch.optim.Optimizer):
         for g in groups:
             split.extend(self._split(g, defaults))
         super().__init__(split, defaults)
+        self.state = _State(self)
 
     # ---- construction -----------------------------------------------------------------
 
@@ -212,9 +238,14 @@ class Muon(torch.optim.Optimizer):
             if lr is None:
                 lr = group.get("lr", defaults["lr"])
             g = {k: v for k, v in group.items() if k in ("initial_lr",)}
+            # a group's own weight_decay / betas cover its AdamW tensors too (nanoGPT's
+            # {"params": ..., "weight_decay": 0.0} group of biases and norms)
+            wd = group.get("adamw_weight_decay",
+                           group.get("weight_decay", self._adamw["weight_decay"]))
             g.update(params=[p for _, p in parts["adamw"]], algo="adamw", lr=lr,
-                     weight_decay=group.get("adamw_weight_decay", self._adamw["weight_decay"]),
-                     betas=tuple(group.get("adamw_betas", self._adamw["betas"])),
+                     weight_decay=wd,
+                     betas=tuple(group.get("adamw_betas",
+                                           group.get("betas", self._adamw["betas"]))),
                      eps=group.get("adamw_eps", self._adamw["eps"]),
                      _names=[n for n, _ in parts["adamw"]])
             out.append(g)
@@ -223,6 +254,19 @@ class Muon(torch.optim.Optimizer):
     def add_param_group(self, param_group):
         """torch.optim's add_param_group, and the group's runtime (collective over comm)."""
         if "algo" not in param_group or "_names" not in param_group:
+            if self._runtimes:  # after construction: a tensor listed again is torch's error
+                items = param_group["params"]
+                items = [items] if isinstance(items, torch.Tensor) else list(items)
+                param_group = dict(param_group, params=items)
+                have = {id(p) for g in self.param_groups for p in g["params"]}
+                for x in items:
+                    p = x[1] if isinstance(x, (tuple, list)) else x
+                    if id(p) in have or (isinstance(p, torch.Tensor)
+                                         and _so._storage_key(p) in self._seen):
+                        raise ValueError("some parameters appear in more than one parameter "
+                                         "group (add_param_group: "
+                                         f"{x[0] if isinstance(x, (tuple, list)) else 'a tensor'}"
+                                         " is already in this optimizer)")
             for g in self._split(param_group, self.defaults):
                 self.add_param_group(g)
             return
@@ -239,6 +283,15 @@ class Muon(torch.optim.Optimizer):
             cfg.update(adamw_beta1=b1, adamw_beta2=b2, adamw_eps=g["eps"],
                        adamw_weight_decay=g["weight_decay"])
         named = [(n, p) for n, p in zip(names, g["params"]) if p.requires_grad]
+        # frozen now, unfrozen later (requires_grad_(True)): never registered, so a gradient
+        # on one is refused at step() rather than left unapplied
+        frozen = [(n, p) for n, p in zip(names, g["params"]) if not p.requires_grad]
+        for n, p in named:
+            if p.is_meta:
+                raise ValueError(f"{n}: is on the meta device (deferred initialisation): the "
+                                 "library updates the parameters' memory in place, so make the "
+                                 "optimizer after model.to_empty(device=...) and the weights' "
+                                 "initialisation")
         if self._comm is None:
             for n, p in named:
                 mesh = getattr(p, "device_mesh", None)
@@ -254,6 +307,7 @@ class Muon(torch.optim.Optimizer):
         rt = _so.Optimizer(sparams, comm=self._comm, config=cfg)
         self._runtimes.append((rt, {id(sp.source): sp for sp in sparams},
                                {k: g[k] for k in _FIXED[g["algo"]]}))
+        self._frozen.append(frozen)
 
     # ---- the step -----------------------------------------------------------------------
 
@@ -287,13 +341,19 @@ class Muon(torch.optim.Optimizer):
         prev = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
+            if any(self._frozen):
+                self._refuse_thawed()
             for gi, (g, (rt, slots, fixed)) in enumerate(zip(self.param_groups, self._runtimes)):
                 for k, v in fixed.items():
                     w = g[k]
                     if w is not v and w != v and not (isinstance(v, tuple) and tuple(w) == v):
-                        raise ValueError(f"param group {gi}: {k} changed from {v!r} to {w!r}: it "
-                                         "is fixed when the group is made (a scheduler cycling "
-                                         "momentum: OneCycleLR(cycle_momentum=False))")
+                        raise ValueError(
+                            f"param group {gi} ({g['algo']}): {k} changed from {v!r} to {w!r}: "
+                            "only lr and weight_decay are read at each step; the others are "
+                            "fixed when the group is made (a momentum warmup that writes "
+                            "g['momentum'] each step, or OneCycleLR's cycle_momentum=True, is "
+                            "not supported: keep it constant, or OneCycleLR(..., "
+                            "cycle_momentum=False)); nothing was stepped")
                 lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
                 # the library skips a parameter without a gradient on every rank exactly (values,
                 # state and step count), and fails the step on every rank where some ranks have
@@ -304,6 +364,25 @@ class Muon(torch.optim.Optimizer):
         return loss
 
     _traced_step = torch.optim.Optimizer.profile_hook_step(_step)
+
+    def _refuse_thawed(self):
+        """A parameter with requires_grad False at construction was never registered: with a
+        gradient now (requires_grad_(True) later, as when unfreezing a backbone) torch.optim
+        would step it, this optimizer cannot. Every group's step goes to the library with a
+        learning rate it refuses, so that every rank fails (the others naming this one) and
+        nothing is written anywhere, then this rank raises naming the parameters."""
+        thawed = [n for fr in self._frozen for n, p in fr if p.grad is not None]
+        if not thawed:
+            return
+        for rt, _, _ in self._runtimes:
+            try:
+                rt.step(float("nan"), -1.0, -1.0, 0.0, None, True)
+            except _so.Error:
+                pass
+        raise ValueError(f"{', '.join(thawed)}: requires_grad was False when the optimizer was "
+                         "made, so it is not registered, but it has a gradient now (unfrozen "
+                         "later?): make the optimizer again after unfreezing and "
+                         "load_state_dict(old.state_dict()) into it; nothing was stepped")
 
     def zero_grad(self, set_to_none=True):
         super().zero_grad(set_to_none=set_to_none)
@@ -336,7 +415,6 @@ class Muon(torch.optim.Optimizer):
         their parameters when those are. Not collective: each rank copies its own shards out of
         its runtimes (shardopt_param_get_state)."""
         state, groups, idx = {}, [], 0
-        self.state.clear()
         for g, (rt, slots, _) in zip(self.param_groups, self._runtimes):
             gs = {k: v for k, v in g.items() if k != "params"}
             gs["params"] = list(range(idx, idx + len(g["params"])))
@@ -351,7 +429,6 @@ class Muon(torch.optim.Optimizer):
                     st[kind] = _like_param(_as_torch(rt.get_state(sp, kind)), p)
                 st["step"] = torch.tensor(float(rt.get_step(sp)), dtype=torch.float32)
                 state[idx + i] = st
-                self.state[p] = st
             idx += len(g["params"])
         return {"state": state, "param_groups": groups}
 
@@ -410,7 +487,6 @@ class Muon(torch.optim.Optimizer):
             for k, v in sg.items():
                 if k not in ("params", "shardopt_steps"):
                     g[k] = tuple(v) if k == "betas" else v
-        self.state.clear()
 
     def __getstate__(self):
         raise TypeError("shardopt.torch.Muon cannot be pickled or deep-copied: its state lives "
@@ -424,11 +500,136 @@ class Muon(torch.optim.Optimizer):
         self.__getstate__()
 
 
+class _State(MutableMapping):
+    """opt.state: each parameter's state as the runtimes hold it now, keyed by parameter as
+    torch.optim's is. A parameter has an entry once it has taken a step (torch.optim makes its
+    state at the first step with a gradient). Muon: "momentum_buffer" (torch.optim.Muon's
+    name and scale: the library's M times (1 - momentum), which is torch's buffer while the
+    momentum is constant), "momentum" (M itself, as state_dict() has it) and "step"; AdamW:
+    "exp_avg", "exp_avg_sq", "step". Reading copies the state out (in the dtype it is held
+    in); assigning a key (opt.state[p]["momentum_buffer"] = t, as Lightning's move to a
+    device does) writes it into the runtime; del opt.state[p] (or clear()) zeroes the state
+    and the step count, as a fresh torch.optim state would start. Changing a returned tensor
+    in place changes nothing: it is a copy. Other keys (of tensors the optimizer does not
+    step) are kept here as torch keeps them."""
+
+    def __init__(self, opt):
+        self._opt = opt
+        self._extra = {}
+
+    def _find(self, p):
+        for g, (rt, slots, _) in zip(self._opt.param_groups, self._opt._runtimes):
+            sp = slots.get(id(p))
+            if sp is not None and sp.source is p:
+                return g, rt, sp
+        return None
+
+    def _stepped(self):
+        for g, (rt, slots, _) in zip(self._opt.param_groups, self._opt._runtimes):
+            for p in g["params"]:
+                sp = slots.get(id(p))
+                if sp is not None and rt.get_step(sp) > 0:
+                    yield p
+
+    def __getitem__(self, p):
+        found = self._find(p) if isinstance(p, torch.Tensor) else None
+        if found is None:  # torch.optim.Optimizer.state is a defaultdict(dict)
+            return self._extra.setdefault(p, {})
+        return _ParamState(*found)
+
+    def __setitem__(self, p, value):
+        found = self._find(p) if isinstance(p, torch.Tensor) else None
+        if found is None:
+            self._extra[p] = value
+            return
+        st = _ParamState(*found)
+        for k, v in dict(value).items():
+            st[k] = v
+
+    def __delitem__(self, p):
+        found = self._find(p) if isinstance(p, torch.Tensor) else None
+        if found is None:
+            del self._extra[p]
+            return
+        g, rt, sp = found
+        for kind in _KINDS[g["algo"]]:
+            dt, n = rt.state_info(sp, kind)
+            rt.set_state(sp, kind, torch.zeros(n, dtype=_TORCH[dt]))
+        rt.set_step(sp, 0)
+
+    def __iter__(self):
+        yield from self._stepped()
+        yield from list(self._extra)
+
+    def __len__(self):
+        return sum(1 for _ in self._stepped()) + len(self._extra)
+
+    def __contains__(self, p):
+        found = self._find(p) if isinstance(p, torch.Tensor) else None
+        if found is None:
+            return p in self._extra
+        return found[1].get_step(found[2]) > 0
+
+    def __repr__(self):
+        return f"{type(self).__name__}({dict(self.items())!r})"
+
+
+class _ParamState(dict):
+    """One parameter's entry of opt.state: a copy of its state; assigning a key writes it
+    into the runtime."""
+
+    def __init__(self, g, rt, sp):
+        super().__init__()
+        self._g, self._rt, self._sp = g, rt, sp
+        self._versions = {}
+        step = rt.get_step(sp)
+        if step == 0:
+            return  # no state yet, as torch.optim before the first step
+        for kind in _KINDS[g["algo"]]:
+            dict.__setitem__(self, kind, _like_param(_as_torch(rt.get_state(sp, kind)),
+                                                     sp.source))
+        if g["algo"] == "muon":
+            m = self["momentum"]
+            dict.__setitem__(self, "momentum_buffer",
+                             (m.float() * (1.0 - g["momentum"])).to(m.dtype))
+        dict.__setitem__(self, "step", torch.tensor(float(step), dtype=torch.float32))
+        self._versions = {k: v._version for k, v in self.items()}
+
+    def __setitem__(self, key, value):
+        g, rt, sp = self._g, self._rt, self._sp
+        kinds = _KINDS[g["algo"]]
+        if value is dict.get(self, key) and getattr(value, "_version", None) == \
+                self._versions.get(key):
+            return  # the tensor handed out, unchanged (v[k] = v[k].to(its device)): no
+            # round trip through momentum_buffer's scale, which is not exact
+        if key == "step":
+            rt.set_step(sp, int(float(value)))
+        elif key in kinds or (key == "momentum_buffer" and g["algo"] == "muon"):
+            kind = "momentum" if key == "momentum_buffer" else key
+            dt, n = rt.state_info(sp, kind)
+            v = value.to_local() if hasattr(value, "to_local") and hasattr(value, "placements") \
+                else value
+            v = v.detach().to("cpu", torch.float32).contiguous().reshape(-1)
+            if key == "momentum_buffer":
+                v = v / (1.0 - g["momentum"])
+            if v.numel() != n:
+                raise ValueError(f"{sp.name}.{key}: {v.numel()} elements, this rank holds {n}")
+            rt.set_state(sp, kind, v.to(_TORCH[dt]))
+        else:
+            accepted = kinds + (("momentum_buffer",) if g["algo"] == "muon" else ()) + ("step",)
+            raise KeyError(f"{sp.name}: state key {key!r}: a {g['algo']} parameter has "
+                           f"{', '.join(accepted)}")
+        dict.__setitem__(self, key, value)
+
+
 def _check_hp(hp):
     for k in ("lr", "weight_decay", "adamw_weight_decay"):
         v = hp.get(k)
-        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            raise ValueError(f"{k} = {v!r}: a finite number >= 0")
+        if isinstance(v, torch.Tensor) and v.numel() == 1:  # a tensor lr, as torch.optim takes
+            v = v.item()
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                  and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{k} = {v!r}: a finite number >= 0 (or a 1-element tensor)")
 
 
 def _muon_config(g):

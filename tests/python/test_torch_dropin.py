@@ -1,0 +1,417 @@
+"""shardopt.torch.Muon dropped into training code as others write it (issue 20): nanoGPT's
+configure_optimizers, modded-nanogpt's Muon + AdamW pair with hand-set lr, HF / Lightning
+habits (schedulers, GradScaler, opt.state, hooks, closures, torch.compile), torch.optim.Muon's
+own arguments. One process.
+
+    test_torch_dropin.py [CASE ...]     every case when none is named
+
+Each case is a function below; a failure names the case and goes on with the next. Exit 77
+(skip) only where torch is not importable."""
+import inspect
+import math
+import sys
+import traceback
+import warnings
+
+try:
+    import torch
+    import torch.nn as nn
+except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
+    print(f"SKIP: torch is not importable ({e})")
+    sys.exit(77)
+
+import shardopt
+from shardopt.torch import Muon
+
+torch.set_num_threads(1)
+
+
+class GPT(nn.Module):
+    """nanoGPT's names in miniature: transformer.wte / wpe / h / ln_f, a tied lm_head."""
+
+    def __init__(self, vocab=24, d=16, block=8, layers=2):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab, d), wpe=nn.Embedding(block, d),
+            h=nn.ModuleList([nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.GELU(),
+                                           nn.Linear(4 * d, d)) for _ in range(layers)]),
+            ln_f=nn.LayerNorm(d)))
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+
+    def forward(self, idx, targets):
+        t = self.transformer
+        x = t.wte(idx) + t.wpe(torch.arange(idx.shape[1]))
+        for b in t.h:
+            x = x + b(x)
+        logits = self.lm_head(t.ln_f(x))
+        return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+    def configure_optimizers(self, opt_class, weight_decay, learning_rate, betas, device_type):
+        """nanoGPT's configure_optimizers, with the optimizer class passed in."""
+        param_dict = {pn: p for pn, p in self.named_parameters()}
+        param_dict = {pn: p for pn, p in param_dict.items() if p.requires_grad}
+        decay_params = [p for n, p in param_dict.items() if p.dim() >= 2]
+        nodecay_params = [p for n, p in param_dict.items() if p.dim() < 2]
+        optim_groups = [{"params": decay_params, "weight_decay": weight_decay},
+                        {"params": nodecay_params, "weight_decay": 0.0}]
+        fused_available = "fused" in inspect.signature(opt_class).parameters
+        use_fused = fused_available and device_type == "cuda"
+        extra_args = dict(fused=True) if use_fused else dict(fused=False)
+        return opt_class(optim_groups, lr=learning_rate, betas=betas, **extra_args)
+
+
+def batch(step, vocab=24, block=8, n=4):
+    g = torch.Generator().manual_seed(500 + step)
+    x = torch.randint(0, vocab, (n, block + 1), generator=g)
+    return x[:, :-1], x[:, 1:]
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return GPT()
+
+
+def relative(a, b):
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+def quiet(fn, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unnamed matrices: the warning is not the point here
+        return fn(*a, **kw)
+
+
+def refused(fn, exc, *words):
+    try:
+        fn()
+    except exc as e:
+        for w in words:
+            assert w in str(e), (w, str(e))
+        return
+    raise AssertionError(f"not refused: expected {exc.__name__} with {words}")
+
+
+# ---- nanoGPT -------------------------------------------------------------------------------
+
+def case_nanogpt_configure_optimizers():
+    """nanoGPT's configure_optimizers unchanged but for the class: betas= and fused= are
+    taken (fused and foreach change nothing here), each group's weight_decay covers its AdamW
+    tensors too (the no-decay group of biases and norms: 0.0, not AdamW's default 0.01), and
+    its betas are the AdamW tensors' betas: one step of the 1-D tensors equals
+    torch.optim.AdamW's with the same group settings."""
+    m, ref = model(), model()
+    opt = quiet(m.configure_optimizers, Muon, 0.1, 6e-3, (0.9, 0.95), "cpu")
+    rows = [(g["algo"], g["weight_decay"], g["betas"] if g["algo"] == "adamw" else None)
+            for g in opt.param_groups]
+    assert rows == [("muon", 0.1, None), ("adamw", 0.0, (0.9, 0.95))], rows
+    nodecay = [p for p in ref.parameters() if p.dim() < 2]
+    radam = torch.optim.AdamW(nodecay, lr=6e-3, betas=(0.9, 0.95), weight_decay=0.0)
+    start = {n: p.detach().clone() for n, p in m.named_parameters()}
+    for mm, o in ((m, opt), (ref, radam)):  # one step: the same gradients on both sides
+        mm(*batch(0)).backward()
+        o.step()
+    # the update of each 1-D tensor (AdamW's decay 0.01 of a LayerNorm weight at 1.0 would
+    # be 1 % of it)
+    one_d = [n for n, p in m.named_parameters() if p.dim() < 2]
+    ours, theirs = dict(m.named_parameters()), dict(ref.named_parameters())
+    worst = max(relative(ours[n].detach() - start[n], theirs[n].detach() - start[n])
+                for n in one_d)
+    assert worst < 1e-5, f"1-D tensors' update against torch.optim.AdamW: {worst:.2e}"
+    opt.close()
+    # torch.optim's other switches: foreach / fused taken, the ones that change the arithmetic
+    # refused by name
+    quiet(Muon, nn.Linear(4, 4).parameters(), foreach=True, fused=None).close()
+    for k in ("maximize", "amsgrad", "capturable", "differentiable"):
+        refused(lambda: Muon(nn.Linear(4, 4).parameters(), **{k: True}), ValueError, k,
+                "not supported")
+    refused(lambda: Muon(nn.Linear(4, 4).parameters(), betas=(0.9, 0.9),
+                         adamw_betas=(0.9, 0.9)), ValueError, "betas and adamw_betas")
+    # a weight_decay given is every tensor's, AdamW's too, unless adamw_weight_decay says
+    # otherwise; left unset each side keeps its torch default
+    for kw, want in (({"weight_decay": 0.05}, 0.05), ({}, 0.01),
+                     ({"weight_decay": 0.05, "adamw_weight_decay": 0.2}, 0.2)):
+        o = Muon(nn.Linear(4, 4).named_parameters(), **kw)
+        got = [g["weight_decay"] for g in o.param_groups if g["algo"] == "adamw"]
+        assert got == [want], (kw, got)
+        o.close()
+
+
+# ---- modded-nanogpt ------------------------------------------------------------------------
+
+def case_modded_nanogpt_muon_with_adamw():
+    """modded-nanogpt: Muon(hidden_matrix_params, lr=0.05, momentum=0.95) alone for the
+    matrices, torch.optim.AdamW for the rest, initial_lr stored by hand and
+    g["lr"] = g["initial_lr"] * frac each step; the lr a group holds at step() is the one
+    applied (frac = 0 leaves the matrices as they are). A tensor lr is taken as torch.optim
+    takes it. Its momentum warmup (g["momentum"] written each step) is refused by name, with
+    nothing stepped."""
+    m = model()
+    hidden = [p for n, p in m.transformer.h.named_parameters() if p.ndim >= 2]
+    rest = [p for p in m.parameters() if all(p is not q for q in hidden)]
+    muon = quiet(Muon, hidden, lr=torch.tensor(0.05), momentum=0.95)
+    adam = torch.optim.AdamW(rest, lr=3e-3, betas=(0.8, 0.95), eps=1e-10)
+    opts = [adam, muon]
+    for o in opts:
+        for g in o.param_groups:
+            g["initial_lr"] = g["lr"]
+    assert [g["algo"] for g in muon.param_groups] == ["muon"]
+    for step, frac in enumerate((1.0, 0.5, 0.0)):
+        for o in opts:
+            for g in o.param_groups:
+                g["lr"] = g["initial_lr"] * frac
+        before = [p.detach().clone() for p in hidden]
+        m(*batch(step)).backward()
+        for o in opts:
+            o.step()
+        m.zero_grad(set_to_none=True)
+        moved = [not torch.equal(p, b) for p, b in zip(hidden, before)]
+        assert all(moved) == (frac > 0) and any(moved) == (frac > 0), (frac, moved)
+    m(*batch(3)).backward()
+    before = [p.detach().clone() for p in hidden]
+    for g in muon.param_groups:
+        g["momentum"] = 0.9  # modded-nanogpt's warmup from 0.85 to 0.95
+    refused(muon.step, ValueError, "momentum changed from 0.95 to 0.9", "momentum warmup",
+            "nothing was stepped")
+    assert all(torch.equal(p, b) for p, b in zip(hidden, before))
+    for g in muon.param_groups:
+        g["momentum"] = 0.95
+    muon.step()
+    muon.close()
+
+
+# ---- HF / Lightning habits -----------------------------------------------------------------
+
+def case_schedulers_as_for_torch_optimizers():
+    """Every scheduler HF and Lightning trainers build sets the same lrs on Muon's groups as on
+    a torch optimizer's with the same groups, step after step (get_last_lr and
+    param_groups[0]["lr"]); OneCycleLR with cycle_momentum=True (its default) is refused at
+    the step by name (momentum is fixed per group), cycle_momentum=False works."""
+    L = torch.optim.lr_scheduler
+    makers = {
+        "CosineAnnealingLR": lambda o: L.CosineAnnealingLR(o, 5),
+        "SequentialLR": lambda o: L.SequentialLR(o, [L.LinearLR(o, 0.1, 1.0, 2),
+                                                     L.CosineAnnealingLR(o, 5)], milestones=[2]),
+        "ChainedScheduler": lambda o: L.ChainedScheduler([L.LinearLR(o, 0.1, 1.0, 2),
+                                                          L.ExponentialLR(o, 0.9)]),
+        "ReduceLROnPlateau": lambda o: L.ReduceLROnPlateau(o, patience=0, factor=0.5),
+        "OneCycleLR": lambda o: L.OneCycleLR(o, [0.05, 0.01], total_steps=6,
+                                             cycle_momentum=False),
+        "LambdaLR": lambda o: L.LambdaLR(o, lambda s: 1 / (s + 1)),
+    }
+    for name, make in makers.items():
+        m = model()
+        opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+        # a torch optimizer with the same groups and lrs: the scheduler's arithmetic is torch's
+        ref = torch.optim.SGD([{"params": [torch.zeros(1)], "lr": g["lr"]}
+                               for g in opt.param_groups], lr=0.1)
+        s, rs = make(opt), make(ref)
+        for k in range(5):
+            m(*batch(k)).backward()
+            opt.step()
+            ref.step()
+            opt.zero_grad()
+            if name == "ReduceLROnPlateau":
+                s.step(1.0)
+                rs.step(1.0)
+            else:
+                s.step()
+                rs.step()
+                assert s.get_last_lr() == rs.get_last_lr(), (name, k, s.get_last_lr())
+            got = [g["lr"] for g in opt.param_groups]
+            want = [g["lr"] for g in ref.param_groups]
+            assert got == want and opt.param_groups[0]["lr"] == want[0], (name, k, got, want)
+        opt.close()
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, model=m)
+    L.OneCycleLR(opt, 0.05, total_steps=6)  # cycle_momentum=True
+    m(*batch(0)).backward()
+    refused(opt.step, ValueError, "OneCycleLR", "cycle_momentum=False", "nothing was stepped")
+    opt.close()
+
+
+def case_gradscaler_enabled_clip_and_closure():
+    """GradScaler(enabled=True) on the CPU (unscale_ reads the gradients through
+    param_groups), clip_grad_norm_ after unscale_, zero_grad(set_to_none=True): the same bits
+    as the run without a scaler (a power-of-2 scale is exact in fp32). step(closure) with a
+    closure that calls backward returns its loss. Step hooks run."""
+    runs = []
+    for enabled in (True, False):
+        m = model()
+        opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+        seen = []
+        opt.register_step_pre_hook(lambda o, a, k: seen.append("pre"))
+        opt.register_step_post_hook(lambda o, a, k: seen.append("post"))
+        scaler = torch.amp.GradScaler("cpu", enabled=enabled)
+        for k in range(3):
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(m(*batch(k))).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+            scaler.step(opt)
+            scaler.update()
+        assert seen == ["pre", "post"] * 3, seen
+        if enabled:
+            assert scaler.get_scale() > 1, scaler.get_scale()
+
+        def closure():
+            opt.zero_grad(set_to_none=True)
+            loss = m(*batch(9))
+            loss.backward()
+            return loss
+
+        loss = opt.step(closure)
+        assert torch.is_tensor(loss) and loss.item() > 0, loss
+        runs.append({n: p.detach().clone() for n, p in m.named_parameters()})
+        opt.close()
+    diff = [n for n in runs[0] if not torch.equal(runs[0][n], runs[1][n])]
+    assert not diff, f"GradScaler(enabled=True) differs from no scaler in {diff}"
+
+
+def case_state_by_parameter_as_torch_muon():
+    """opt.state[p] as torch.optim has it: no entry before a parameter's first step;
+    afterwards Muon's "momentum_buffer" is torch.optim.Muon's (same gradients, same momentum:
+    torch's buffer is the library's M times (1 - momentum)) in the dtype the state is held in
+    (bf16 with momentum_dtype bf16), AdamW's "exp_avg" / "exp_avg_sq" / "step". Lightning's
+    move of the state to a device (v[k] = v[k].to(device)) writes the same values back;
+    assigning a key writes the runtime's state, del opt.state[p] starts it afresh."""
+    if not hasattr(torch.optim, "Muon"):
+        print("  (torch.optim.Muon is not in this torch: the comparison is not run)")
+    torch.manual_seed(2)
+    w0 = torch.randn(12, 8)
+    grads = [torch.randn(12, 8) for _ in range(3)]
+    for mdtype, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        ours = nn.Parameter(w0.clone())
+        bias = nn.Parameter(torch.zeros(12))
+        opt = Muon([("w", ours), ("b", bias)], lr=0.02, config={"momentum_dtype": mdtype})
+        assert ours not in opt.state and len(opt.state) == 0, list(opt.state)
+        assert opt.state[ours] == {}  # as torch's defaultdict before the first step
+        ref = nn.Parameter(w0.clone())
+        topt = torch.optim.Muon([ref], lr=0.02) if hasattr(torch.optim, "Muon") else None
+        for g in grads:
+            ours.grad, bias.grad = g.clone(), g[:, 0].clone()
+            opt.step()
+            if topt is not None:
+                ref.grad = g.clone()
+                topt.step()
+        st = opt.state[ours]
+        assert set(st) == {"momentum", "momentum_buffer", "step"}, set(st)
+        assert st["momentum_buffer"].dtype == dtype and st["momentum_buffer"].shape == ours.shape
+        assert float(st["step"]) == 3.0
+        if topt is not None:
+            tb = topt.state[ref]["momentum_buffer"]
+            r = relative(st["momentum_buffer"].float(), tb)
+            bound = 1e-6 if mdtype == "fp32" else 1e-2
+            assert r < bound, (mdtype, r)
+        assert set(opt.state[bias]) == {"exp_avg", "exp_avg_sq", "step"}, set(opt.state[bias])
+        assert len(opt.state) == 2 and set(map(id, opt.state)) == {id(ours), id(bias)}
+        before = opt.state_dict()
+        for p, v in opt.state.items():  # Lightning's _optimizer_to_device(optimizer, "cpu")
+            for k, val in v.items():
+                if k != "step":
+                    v[k] = val.to("cpu")
+        after = opt.state_dict()
+        for i in before["state"]:
+            for k in before["state"][i]:
+                assert torch.equal(before["state"][i][k], after["state"][i][k]), (mdtype, i, k)
+        opt.state[ours]["momentum_buffer"] = torch.ones(12, 8) * 0.05  # (1 - 0.95) * 1
+        assert torch.equal(opt.state_dict()["state"][0]["momentum"].float(),
+                           torch.ones(12, 8)), mdtype
+        del opt.state[bias]
+        assert bias not in opt.state and len(opt.state) == 1
+        assert float(opt.state_dict()["state"][1]["step"]) == 0.0
+        refused(lambda: opt.state[ours].__setitem__("exp_avg", torch.zeros(12, 8)), KeyError,
+                "momentum_buffer")
+        opt.close()
+
+
+def case_parameters_added_frozen_and_meta():
+    """add_param_group after construction makes the group's runtimes and steps it; a tensor
+    already in the optimizer is torch's error there (not a silent second registration). A
+    parameter frozen at construction and unfrozen later has a gradient the optimizer cannot
+    apply: refused at step() by name, nothing stepped (torch.optim would step it). Parameters
+    on the meta device are refused at construction with the way out."""
+    m = model()
+    opt = quiet(Muon, [m.transformer.h[0][1].weight], lr=0.02)
+    opt.add_param_group({"params": list(m.transformer.h[1].parameters()), "lr": 0.01})
+    assert [(g["algo"], g["lr"]) for g in opt.param_groups] == \
+        [("muon", 0.02), ("muon", 0.01), ("adamw", 0.01)], opt.param_groups
+    m(*batch(0)).backward()
+    before = m.transformer.h[1][3].bias.detach().clone()
+    opt.step()
+    assert not torch.equal(before, m.transformer.h[1][3].bias)
+    refused(lambda: opt.add_param_group({"params": [m.transformer.h[0][1].weight]}), ValueError,
+            "more than one parameter group")
+    assert len(opt.param_groups) == 3
+    opt.close()
+    m = model()
+    m.transformer.h[0][1].weight.requires_grad_(False)  # a frozen layer
+    opt = Muon(m.named_parameters(), lr=0.02, model=m)
+    m(*batch(0)).backward()
+    opt.step()
+    m.transformer.h[0][1].weight.requires_grad_(True)  # unfrozen, as fine-tuning does
+    opt.zero_grad()
+    m(*batch(1)).backward()
+    before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    refused(opt.step, ValueError, "transformer.h.0.1.weight", "requires_grad was False",
+            "nothing was stepped")
+    assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+    again = Muon(m.named_parameters(), lr=0.02, model=m)  # the way out the message gives
+    again.load_state_dict(opt.state_dict())
+    again.step()
+    assert not torch.equal(before["transformer.h.0.1.weight"], m.transformer.h[0][1].weight)
+    opt.close()
+    again.close()
+    with torch.device("meta"):
+        lin = nn.Linear(4, 4)
+    refused(lambda: Muon(lin.named_parameters()), ValueError, "weight", "meta device",
+            "to_empty")
+
+
+def case_compiled_model_torch_muon_arguments_and_repr():
+    """The eager optimizer on a torch.compile'd model (its parameters named _orig_mod.*, its
+    modules found through model=): the same bits as on the plain model. torch.optim.Muon's
+    own positional arguments are taken; its 1-D refusal is not ours: 1-D tensors go to AdamW
+    (docs/python.md). repr names each group's algorithm."""
+    runs = []
+    for compiled in (False, True):
+        m = model()
+        net = torch.compile(m, backend="aot_eager") if compiled else m
+        opt = Muon(net.named_parameters(), lr=0.02, adamw_lr=3e-3, model=net)
+        algos = {id(p): g["algo"] for g in opt.param_groups for p in g["params"]}
+        assert algos[id(m.transformer.wte.weight)] == "adamw"
+        assert algos[id(m.transformer.h[0][1].weight)] == "muon"
+        for k in range(2):
+            net(*batch(k)).backward()
+            opt.step()
+            opt.zero_grad()
+        runs.append({n: p.detach().clone() for n, p in m.named_parameters()})
+        opt.close()
+    diff = [n for n in runs[0] if not torch.allclose(runs[0][n], runs[1][n], rtol=0, atol=1e-6)]
+    assert not diff, f"compiled model differs in {diff}"
+    w, b = nn.Parameter(torch.randn(8, 6)), nn.Parameter(torch.zeros(8))
+    opt = quiet(Muon, [w, b], 0.02, 0.1, 0.95, True, (3.4445, -4.775, 2.0315), 1e-7, 5,
+                "match_rms_adamw")
+    assert opt.algo(w) == "muon" and opt.algo(b) == "adamw"
+    text = repr(opt)
+    assert text.startswith("Muon (") and "algo: muon" in text and "algo: adamw" in text, text
+    opt.close()
+
+
+CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or list(CASES)
+    failed = []
+    for name in names:
+        try:
+            CASES[name]()
+            print(f"ok   {name}")
+        except Exception:  # noqa: BLE001 - report every case
+            traceback.print_exc()
+            print(f"FAIL {name}")
+            failed.append(name)
+    if failed:
+        print(f"test_torch_dropin: {len(failed)} of {len(names)} cases failed: {failed}")
+        sys.exit(1)
+    print(f"test_torch_dropin: {len(names)} cases: ok")

@@ -299,7 +299,7 @@ typedef struct shardopt_param_desc {
         .algo = SHARDOPT_ALGO_AUTO, .lr_mult = 1.0, .wd_mult = 1.0,                                \
     }
 
-#define SHARDOPT_STEP_ARGS_VERSION 2
+#define SHARDOPT_STEP_ARGS_VERSION 3
 
 typedef struct shardopt_step_args {
     size_t size;
@@ -322,6 +322,13 @@ typedef struct shardopt_step_args {
      *  be the same on every rank, as every argument. 0 (default): a NULL grad pointer fails the
      *  step (SHARDOPT_ERR_INVALID_ARGUMENT). */
     int skip_missing_grads;
+
+    /* Version 3 */
+    /** Muon's momentum mu for this step, in [0, 1): a warmup or a scheduler's cycle written
+     *  every step (modded-nanogpt's 0.85 -> 0.95) takes effect at once, M = mu M + g with this
+     *  mu (and Nesterov's g + mu M). < 0 (default): the config's momentum. Must be the same on
+     *  every rank, as every argument. */
+    double momentum;
 } shardopt_step_args_t;
 
 /** args.lr as SHARDOPT_STEP_ARGS_INIT leaves it: not a learning rate, refused by the step (a
@@ -332,7 +339,7 @@ typedef struct shardopt_step_args {
     {                                                                                              \
         .size = sizeof(shardopt_step_args_t), .version = SHARDOPT_STEP_ARGS_VERSION,               \
         .lr = SHARDOPT_LR_UNSET, .adamw_lr = -1.0, .weight_decay = -1.0, .stream = NULL,           \
-        .max_grad_norm = 0.0, .skip_missing_grads = 0,                                             \
+        .max_grad_norm = 0.0, .skip_missing_grads = 0, .momentum = -1.0,                           \
     }
 
 #define SHARDOPT_STATS_VERSION 2

@@ -120,6 +120,10 @@ struct shardopt_runtime {
     int ns_compute; /* resolved: KDT_F32 or KDT_BF16 */
     float ns_norm_scale;
 
+    /* The Muon momentum of the step running: args.momentum, or the config's (set by each
+     * shardopt_step before the Muon tensors; the momentum kernels read it) */
+    double step_momentum;
+
     struct shardopt_param **params;
     int nparams, params_cap;
     uint64_t set_epoch;       /* shardopt_params_set_pointers calls so far */

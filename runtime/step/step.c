@@ -22,6 +22,7 @@ struct step_scalars {
     double muon_wd, adamw_wd;
     double max_grad_norm;
     int skip_missing; /* skip_missing_grads */
+    double momentum;  /* Muon's mu: args.momentum, or the config's */
 };
 
 /* Device backends: each parameter's data and grad where the step uses them (the device with
@@ -114,6 +115,15 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
             SHARDOPT_ERR_INVALID_ARGUMENT,
             "step: weight_decay = %g: accepted < 0 (use the config's) or a finite value",
             args->weight_decay);
+    const double momentum =
+        args->size >= offsetof(shardopt_step_args_t, momentum) + sizeof(double) &&
+                args->version >= 3
+            ? args->momentum
+            : -1.0;
+    if (!(momentum < 0 || (momentum < 1 && isfinite(momentum))))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: momentum = %g: accepted < 0 (the config's) or a value in [0, 1)",
+                        momentum);
     if (!(isfinite(max_norm)))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "step: max_grad_norm = %g: accepted <= 0 (no clipping) or a finite value",
@@ -136,6 +146,7 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
     sc->adamw_wd = args->weight_decay < 0 ? rt->cfg.adamw_weight_decay : args->weight_decay;
     sc->max_grad_norm = max_norm;
     sc->skip_missing = skip_missing;
+    sc->momentum = momentum < 0 ? rt->cfg.momentum : momentum;
     return SHARDOPT_OK;
 }
 
@@ -435,6 +446,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     timeline_lap(&rt->timeline, &clk, &k->seconds_adamw_last);
 
     const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};
+    rt->step_momentum = sc.momentum;
     status = muon_run(rt, &ms);
     if (status == SHARDOPT_OK)
         status = ns_sharded_run(rt, &ms);

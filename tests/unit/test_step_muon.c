@@ -494,3 +494,74 @@ TEST(bf16_momentum_halves_momentum_bytes_only)
     EXPECT_EQ_INT(st[1].bytes_adam_v, st[0].bytes_adam_v);
     EXPECT_EQ_INT(st[1].bytes_workspace, st[0].bytes_workspace);
 }
+
+/* args.momentum (version 3) is this step's mu: a warmup that changes it every step takes effect
+ * at once. The first step with args.momentum = 0.85 writes the bits a runtime configured with
+ * 0.85 writes; the momentum state then follows M = mu M + g with each step's mu (0.9, then the
+ * config's 0.95 for < 0 and for a version 2 args struct, which has no momentum field); 1 and NaN
+ * are refused on the step with nothing written. */
+TEST(step_momentum_overrides_the_config)
+{
+    enum { R = 12, C = 20, N = R * C };
+    static float wa[N], wb[N], g[N], m[N], want[N], before[N];
+    uint64_t seed = 5;
+    for (int i = 0; i < N; i++) {
+        wa[i] = wb[i] = (float)test_rand(&seed);
+        g[i] = (float)test_rand(&seed);
+    }
+    shardopt_config_t ca = SHARDOPT_CONFIG_INIT, cb = SHARDOPT_CONFIG_INIT;
+    ca.momentum = 0.85;
+    ca.nesterov = cb.nesterov = 1;
+    shardopt_runtime_t ra = fixture_runtime(&ca), rb = fixture_runtime(&cb);
+    shardopt_param_desc_t da = fixture_desc("w", 2, R, C, 0, wa, g);
+    shardopt_param_desc_t db = fixture_desc("w", 2, R, C, 0, wb, g);
+    shardopt_param_t ha, hb;
+    ASSERT_EQ_INT(shardopt_register(ra, &da, &ha), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_register(rb, &db, &hb), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(ra), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rb), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT, b = SHARDOPT_STEP_ARGS_INIT;
+    EXPECT_TRUE(b.momentum < 0); /* the config's unless set */
+    a.lr = b.lr = 0.05;
+    b.momentum = 0.85;
+    memcpy(before, wa, sizeof wa);
+    ASSERT_EQ_INT(shardopt_step(ra, &a), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_step(rb, &b), SHARDOPT_OK);
+    EXPECT_TRUE(memcmp(wa, wb, sizeof wa) == 0);
+    EXPECT_TRUE(memcmp(wa, before, sizeof wa) != 0); /* it moved */
+    /* M1 = g; then M = mu M + g with 0.9, the config's 0.95 (< 0), and 0.95 again (version 2) */
+    const double mus[3] = {0.9, -1.0, -1.0};
+    for (int i = 0; i < N; i++)
+        want[i] = g[i];
+    for (int s = 0; s < 3; s++) {
+        b.momentum = mus[s];
+        if (s == 2) {
+            b.version = 2;
+            b.size = offsetof(shardopt_step_args_t, momentum);
+            b.momentum = 0.5; /* past the size it gives: not read */
+        }
+        ASSERT_EQ_INT(shardopt_step(rb, &b), SHARDOPT_OK);
+        const float mu = mus[s] < 0 ? 0.95f : (float)mus[s];
+        for (int i = 0; i < N; i++)
+            want[i] = mu * want[i] + g[i];
+    }
+    ASSERT_EQ_INT(
+        shardopt_param_get_state(hb, SHARDOPT_STATE_MOMENTUM, m, sizeof m, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_OK);
+    double err = 0;
+    for (int i = 0; i < N; i++)
+        err = fmax(err, fabs(m[i] - want[i]) / (fabs(want[i]) + 1e-6));
+    EXPECT_TRUE(err < 1e-5);
+    b = (shardopt_step_args_t)SHARDOPT_STEP_ARGS_INIT;
+    b.lr = 0.05;
+    memcpy(before, wb, sizeof wb);
+    const double bad[2] = {1.0, NAN};
+    for (int k = 0; k < 2; k++) {
+        b.momentum = bad[k];
+        EXPECT_EQ_INT(shardopt_step(rb, &b), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "momentum");
+        EXPECT_TRUE(memcmp(before, wb, sizeof wb) == 0);
+    }
+    shardopt_finalize(ra);
+    shardopt_finalize(rb);
+}

@@ -79,11 +79,12 @@ class _Desc(ctypes.Structure):  # shardopt_param_desc_t, version 1
                 ("lr_mult", ctypes.c_double), ("wd_mult", ctypes.c_double)]
 
 
-class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 2
+class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 3
     _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
                 ("lr", ctypes.c_double), ("adamw_lr", ctypes.c_double),
                 ("weight_decay", ctypes.c_double), ("stream", ctypes.c_void_p),
-                ("max_grad_norm", ctypes.c_double), ("skip_missing_grads", ctypes.c_int)]
+                ("max_grad_norm", ctypes.c_double), ("skip_missing_grads", ctypes.c_int),
+                ("momentum", ctypes.c_double)]
 
 
 class _Stats(ctypes.Structure):  # a prefix of shardopt_stats_t (size says how much to fill)
@@ -728,7 +729,7 @@ class Optimizer:
         self.seconds_call_last = 0.0  # wall time of the last shardopt_step call
         self._fast = None  # what step() compares instead of checking again (_fast_rows)
         self._ext = _fast_ext()  # _follow_rows and the step call in C, or None
-        self._args = _StepArgs(size=ctypes.sizeof(_StepArgs), version=2)
+        self._args = _StepArgs(size=ctypes.sizeof(_StepArgs), version=3)
         self._args_ref, self._step_fn = ctypes.byref(self._args), lib.shardopt_step
         self._c_args = ctypes.addressof(self._args)  # the same struct and call, for _fast.c
         self._c_step = ctypes.cast(lib.shardopt_step, ctypes.c_void_p).value
@@ -977,14 +978,16 @@ class Optimizer:
         return True
 
     def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None,
-             skip_missing_grads=False):
+             skip_missing_grads=False, momentum=-1.0):
         """One optimizer step (collective). stream: a CUDA stream (torch.cuda.Stream or a
         raw handle) for the CUDA backend. Every parameter's buffers are checked again first
         (_sync) unless nothing moved since the last check (_follow); parameters from
         torch_params take their gradients from .grad now.
         skip_missing_grads: a parameter whose gradient is None on every rank is left exactly as
         it is (values, state, step count), as torch.optim does; None on some ranks only fails
-        the step on every rank (Error, status -4). Pass the same value on every rank."""
+        the step on every rank (Error, status -4). Pass the same value on every rank.
+        momentum: Muon's mu for this step, in [0, 1) (a warmup written every step); < 0: the
+        config's."""
         if stream is None and self._cuda:  # torch's convention: the current stream
             import torch
             stream = torch.cuda.current_stream()
@@ -992,7 +995,9 @@ class Optimizer:
             stream = stream.cuda_stream
         f = self._fast
         if f is not None and f.step is not None:
-            # _follow and the step below in one C call (_fast.c), where nothing else is needed
+            # _follow and the step below in one C call (_fast.c), where nothing else is needed;
+            # the C call fills every field but momentum, set here in the struct it shares
+            self._args.momentum = momentum
             done = f.step(skip_missing_grads, lr, adamw_lr, weight_decay, max_grad_norm, stream)
             if done is not None:
                 status, seconds = done
@@ -1015,6 +1020,7 @@ class Optimizer:
         a = self._args  # one struct per runtime, refilled: the library reads it during the call
         a.lr, a.adamw_lr, a.weight_decay, a.stream = lr, adamw_lr, weight_decay, stream
         a.max_grad_norm, a.skip_missing_grads = max_grad_norm, int(bool(skip_missing_grads))
+        a.momentum = momentum  # Muon's mu for this step (a warmup); < 0: the config's
         if refused:
             # the step is collective: this rank still goes on to it, with arguments the library
             # refuses before touching any buffer, so that it fails on every rank instead of the

@@ -144,40 +144,50 @@ def case_modded_nanogpt_muon_with_adamw():
     matrices, torch.optim.AdamW for the rest, initial_lr stored by hand and
     g["lr"] = g["initial_lr"] * frac each step; the lr a group holds at step() is the one
     applied (frac = 0 leaves the matrices as they are). A tensor lr is taken as torch.optim
-    takes it. Its momentum warmup (g["momentum"] written each step) is refused by name, with
-    nothing stepped."""
-    m = model()
-    hidden = [p for n, p in m.transformer.h.named_parameters() if p.ndim >= 2]
-    rest = [p for p in m.parameters() if all(p is not q for q in hidden)]
-    muon = quiet(Muon, hidden, lr=torch.tensor(0.05), momentum=0.95)
-    adam = torch.optim.AdamW(rest, lr=3e-3, betas=(0.8, 0.95), eps=1e-10)
-    opts = [adam, muon]
-    for o in opts:
-        for g in o.param_groups:
-            g["initial_lr"] = g["lr"]
-    assert [g["algo"] for g in muon.param_groups] == ["muon"]
-    for step, frac in enumerate((1.0, 0.5, 0.0)):
+    takes it. Its momentum warmup (g["momentum"] written each step, 0.85 -> 0.95) takes effect
+    at each step: the momentum state is M = mu M + g with each step's mu, and the run differs
+    from one at a constant 0.95. A momentum of 1 is refused by the library, nothing stepped."""
+    runs = []
+    for warm in (True, False):
+        m = model()
+        hidden = [p for n, p in m.transformer.h.named_parameters() if p.ndim >= 2]
+        rest = [p for p in m.parameters() if all(p is not q for q in hidden)]
+        muon = quiet(Muon, hidden, lr=torch.tensor(0.05), momentum=0.95)
+        adam = torch.optim.AdamW(rest, lr=3e-3, betas=(0.8, 0.95), eps=1e-10)
+        opts = [adam, muon]
         for o in opts:
             for g in o.param_groups:
-                g["lr"] = g["initial_lr"] * frac
-        before = [p.detach().clone() for p in hidden]
-        m(*batch(step)).backward()
-        for o in opts:
-            o.step()
-        m.zero_grad(set_to_none=True)
-        moved = [not torch.equal(p, b) for p, b in zip(hidden, before)]
-        assert all(moved) == (frac > 0) and any(moved) == (frac > 0), (frac, moved)
-    m(*batch(3)).backward()
-    before = [p.detach().clone() for p in hidden]
-    for g in muon.param_groups:
-        g["momentum"] = 0.9  # modded-nanogpt's warmup from 0.85 to 0.95
-    refused(muon.step, ValueError, "momentum changed from 0.95 to 0.9", "momentum warmup",
-            "nothing was stepped")
-    assert all(torch.equal(p, b) for p, b in zip(hidden, before))
-    for g in muon.param_groups:
-        g["momentum"] = 0.95
-    muon.step()
-    muon.close()
+                g["initial_lr"] = g["lr"]
+        assert [g["algo"] for g in muon.param_groups] == ["muon"]
+        want = [torch.zeros_like(p) for p in hidden]
+        for step, frac in enumerate((1.0, 0.5, 0.0, 1.0)):
+            for o in opts:
+                for g in o.param_groups:
+                    g["lr"] = g["initial_lr"] * frac
+            mu = 0.85 + 0.1 * min(step / 3, 1) if warm else 0.95
+            for g in muon.param_groups:
+                g["momentum"] = mu
+            before = [p.detach().clone() for p in hidden]
+            m(*batch(step)).backward()
+            want = [mu * w + p.grad for w, p in zip(want, hidden)]
+            for o in opts:
+                o.step()
+            m.zero_grad(set_to_none=True)
+            moved = [not torch.equal(p, b) for p, b in zip(hidden, before)]
+            assert all(moved) == (frac > 0) and any(moved) == (frac > 0), (frac, moved)
+        got = [muon.state[p]["momentum"] for p in hidden]
+        worst = max(relative(a, b) for a, b in zip(got, want))
+        assert worst < 1e-6, f"momentum state against M = mu M + g (warmup {warm}): {worst:.2e}"
+        runs.append([p.detach().clone() for p in hidden])
+        if warm:
+            m(*batch(9)).backward()
+            before = [p.detach().clone() for p in hidden]
+            for g in muon.param_groups:
+                g["momentum"] = 1.0
+            refused(muon.step, shardopt.Error, "momentum = 1")
+            assert all(torch.equal(p, b) for p, b in zip(hidden, before))
+        muon.close()
+    assert any(not torch.equal(a, b) for a, b in zip(*runs)), "the warmup changed nothing"
 
 
 # ---- HF / Lightning habits -----------------------------------------------------------------
@@ -185,8 +195,10 @@ def case_modded_nanogpt_muon_with_adamw():
 def case_schedulers_as_for_torch_optimizers():
     """Every scheduler HF and Lightning trainers build sets the same lrs on Muon's groups as on
     a torch optimizer's with the same groups, step after step (get_last_lr and
-    param_groups[0]["lr"]); OneCycleLR with cycle_momentum=True (its default) is refused at
-    the step by name (momentum is fixed per group), cycle_momentum=False works."""
+    param_groups[0]["lr"]); OneCycleLR with cycle_momentum=True (its default) cycles the Muon
+    groups' momentum as for torch.optim.Muon, each step taking the one its group holds, and
+    is refused at the step by name where there are AdamW groups (AdamW's beta1 is fixed);
+    cycle_momentum=False works."""
     L = torch.optim.lr_scheduler
     makers = {
         "CosineAnnealingLR": lambda o: L.CosineAnnealingLR(o, 5),
@@ -224,9 +236,35 @@ def case_schedulers_as_for_torch_optimizers():
         opt.close()
     m = model()
     opt = Muon(m.named_parameters(), lr=0.02, model=m)
-    L.OneCycleLR(opt, 0.05, total_steps=6)  # cycle_momentum=True
+    s = L.OneCycleLR(opt, 0.05, total_steps=6)  # cycle_momentum=True
     m(*batch(0)).backward()
-    refused(opt.step, ValueError, "OneCycleLR", "cycle_momentum=False", "nothing was stepped")
+    opt.step()  # at max_momentum: 0.95, the group's own
+    s.step()
+    refused(opt.step, ValueError, "(adamw): momentum changed from 0.95 to", "cycle_momentum=False",
+            "nothing was stepped")
+    opt.close()
+    # only Muon groups: OneCycleLR cycles their momentum as torch.optim.Muon's, and each step
+    # takes the momentum the group holds
+    hidden = [p for p in m.parameters() if p.ndim == 2]
+    opt = quiet(Muon, hidden, lr=0.02)
+    ref = torch.optim.SGD([torch.zeros(1)], lr=0.02, momentum=0.95)
+    s, rs = L.OneCycleLR(opt, 0.05, total_steps=6), L.OneCycleLR(ref, 0.05, total_steps=6)
+    seen = []
+    for k in range(4):
+        m(*batch(k)).backward()
+        mu = opt.param_groups[0]["momentum"]
+        want = [mu * opt.state[p]["momentum"] + p.grad if p in opt.state else p.grad.clone()
+                for p in hidden]
+        opt.step()
+        ref.step()
+        worst = max(relative(opt.state[p]["momentum"], w) for p, w in zip(hidden, want))
+        assert worst < 1e-6, (k, mu, worst)
+        m.zero_grad()
+        s.step()
+        rs.step()
+        assert opt.param_groups[0]["momentum"] == ref.param_groups[0]["momentum"]
+        seen.append(mu)
+    assert len(set(seen)) == 4, seen  # cycled
     opt.close()
 
 

@@ -1,0 +1,151 @@
+"""opt.state of shardopt.torch.Muon: each parameter's state read from its runtime when
+accessed, keyed by parameter as torch.optim's; and the conversions between the runtimes' flat
+state and torch tensors shaped like their parameters (DTensors where those are), which
+state_dict() / load_state_dict() use too. Its own module so that shardopt/torch.py keeps to the
+optimizer."""
+from collections.abc import MutableMapping
+
+import torch
+
+_KINDS = {"muon": ("momentum",), "adamw": ("exp_avg", "exp_avg_sq")}
+_TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+class _State(MutableMapping):
+    """opt.state: each parameter's state as the runtimes hold it now, keyed by parameter as
+    torch.optim's is. A parameter has an entry once it has taken a step (torch.optim makes its
+    state at the first step with a gradient). Muon: "momentum_buffer" (torch.optim.Muon's
+    name and scale: the library's M times (1 - momentum), which is torch's buffer while the
+    momentum is constant), "momentum" (M itself, as state_dict() has it) and "step"; AdamW:
+    "exp_avg", "exp_avg_sq", "step". Reading copies the state out (in the dtype it is held
+    in); assigning a key (opt.state[p]["momentum_buffer"] = t, as Lightning's move to a
+    device does) writes it into the runtime; del opt.state[p] (or clear()) zeroes the state
+    and the step count, as a fresh torch.optim state would start. Changing a returned tensor
+    in place changes nothing: it is a copy. Other keys (of tensors the optimizer does not
+    step) are kept here as torch keeps them."""
+
+    def __init__(self, opt):
+        self._opt = opt
+        self._extra = {}
+
+    def _find(self, p):
+        for g, (rt, slots, _) in zip(self._opt.param_groups, self._opt._runtimes):
+            sp = slots.get(id(p))
+            if sp is not None and sp.source is p:
+                return g, rt, sp
+        return None
+
+    def _stepped(self):
+        for g, (rt, slots, _) in zip(self._opt.param_groups, self._opt._runtimes):
+            for p in g["params"]:
+                sp = slots.get(id(p))
+                if sp is not None and rt.get_step(sp) > 0:
+                    yield p
+
+    def __getitem__(self, p):
+        found = self._find(p) if isinstance(p, torch.Tensor) else None
+        if found is None:  # torch.optim.Optimizer.state is a defaultdict(dict)
+            return self._extra.setdefault(p, {})
+        return _ParamState(*found)
+
+    def __setitem__(self, p, value):
+        found = self._find(p) if isinstance(p, torch.Tensor) else None
+        if found is None:
+            self._extra[p] = value
+            return
+        st = _ParamState(*found)
+        for k, v in dict(value).items():
+            st[k] = v
+
+    def __delitem__(self, p):
+        found = self._find(p) if isinstance(p, torch.Tensor) else None
+        if found is None:
+            del self._extra[p]
+            return
+        g, rt, sp = found
+        for kind in _KINDS[g["algo"]]:
+            dt, n = rt.state_info(sp, kind)
+            rt.set_state(sp, kind, torch.zeros(n, dtype=_TORCH[dt]))
+        rt.set_step(sp, 0)
+
+    def __iter__(self):
+        yield from self._stepped()
+        yield from list(self._extra)
+
+    def __len__(self):
+        return sum(1 for _ in self._stepped()) + len(self._extra)
+
+    def __contains__(self, p):
+        found = self._find(p) if isinstance(p, torch.Tensor) else None
+        if found is None:
+            return p in self._extra
+        return found[1].get_step(found[2]) > 0
+
+    def __repr__(self):
+        return f"{type(self).__name__}({dict(self.items())!r})"
+
+
+class _ParamState(dict):
+    """One parameter's entry of opt.state: a copy of its state; assigning a key writes it
+    into the runtime."""
+
+    def __init__(self, g, rt, sp):
+        super().__init__()
+        self._g, self._rt, self._sp = g, rt, sp
+        self._versions = {}
+        step = rt.get_step(sp)
+        if step == 0:
+            return  # no state yet, as torch.optim before the first step
+        for kind in _KINDS[g["algo"]]:
+            dict.__setitem__(self, kind, _like_param(_as_torch(rt.get_state(sp, kind)),
+                                                     sp.source))
+        if g["algo"] == "muon":
+            m = self["momentum"]
+            dict.__setitem__(self, "momentum_buffer",
+                             (m.float() * (1.0 - g["momentum"])).to(m.dtype))
+        dict.__setitem__(self, "step", torch.tensor(float(step), dtype=torch.float32))
+        self._versions = {k: v._version for k, v in self.items()}
+
+    def __setitem__(self, key, value):
+        g, rt, sp = self._g, self._rt, self._sp
+        kinds = _KINDS[g["algo"]]
+        if value is dict.get(self, key) and getattr(value, "_version", None) == \
+                self._versions.get(key):
+            return  # the tensor handed out, unchanged (v[k] = v[k].to(its device)): no
+            # round trip through momentum_buffer's scale, which is not exact
+        if key == "step":
+            rt.set_step(sp, int(float(value)))
+        elif key in kinds or (key == "momentum_buffer" and g["algo"] == "muon"):
+            kind = "momentum" if key == "momentum_buffer" else key
+            dt, n = rt.state_info(sp, kind)
+            v = value.to_local() if hasattr(value, "to_local") and hasattr(value, "placements") \
+                else value
+            v = v.detach().to("cpu", torch.float32).contiguous().reshape(-1)
+            if key == "momentum_buffer":
+                v = v / (1.0 - g["momentum"])
+            if v.numel() != n:
+                raise ValueError(f"{sp.name}.{key}: {v.numel()} elements, this rank holds {n}")
+            rt.set_state(sp, kind, v.to(_TORCH[dt]))
+        else:
+            accepted = kinds + (("momentum_buffer",) if g["algo"] == "muon" else ()) + ("step",)
+            raise KeyError(f"{sp.name}: state key {key!r}: a {g['algo']} parameter has "
+                           f"{', '.join(accepted)}")
+        dict.__setitem__(self, key, value)
+
+
+def _like_param(local, p):
+    """local (this rank's part of p's state, p's local shape) as p is: a DTensor with p's mesh
+    and placements when p is one, so that torch.distributed.checkpoint reshards it."""
+    if hasattr(p, "placements") and hasattr(p, "to_local"):
+        from torch.distributed.tensor import DTensor
+        local = local.reshape(p.to_local().shape)
+        return DTensor.from_local(local, p.device_mesh, p.placements, run_check=False,
+                                  shape=p.shape, stride=p.stride())
+    return local.reshape(p.shape)
+
+
+def _as_torch(arr):
+    """A flat numpy array from Optimizer.get_state as a torch tensor of the state's dtype
+    (uint16 holds bf16 bits)."""
+    t = torch.from_numpy(arr)
+    return t.view(torch.bfloat16) if arr.dtype.itemsize == 2 else t

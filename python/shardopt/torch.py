@@ -456,6 +456,8 @@ class Muon(torch.optim.Optimizer):
                 raise ValueError(f"param group {gi}: saved as {sg.get('algo')}, here {g['algo']}")
             for k, v in fixed.items():
                 w = sg.get(k, v)
+                if (g["algo"], k) == ("adamw", "momentum"):
+                    continue  # the defaults' momentum, which AdamW does not use: not restored
                 if w != v and not (isinstance(v, tuple) and tuple(w) == v):
                     raise ValueError(f"param group {gi}: {k} = {w!r} in the state dict, {v!r} "
                                      "here: it is fixed when the optimizer is made; make it "
@@ -490,7 +492,8 @@ class Muon(torch.optim.Optimizer):
                 rt.set_state(sp, kind, value)
         for g, sg in zip(self.param_groups, saved):
             for k, v in sg.items():
-                if k not in ("params", "shardopt_steps"):
+                if k not in ("params", "shardopt_steps") and \
+                        (g["algo"], k) != ("adamw", "momentum"):
                     g[k] = tuple(v) if k == "betas" else v
 
     def __getstate__(self):

@@ -190,6 +190,46 @@ def case_modded_nanogpt_muon_with_adamw():
     assert any(not torch.equal(a, b) for a, b in zip(*runs)), "the warmup changed nothing"
 
 
+def case_resume_mid_warmup_weights_only():
+    """A modded-nanogpt run resumed mid-warmup: the state_dict saved at step 2 (momentum 0.9 in
+    its Muon group) through torch.save and torch.load(weights_only=True) into an optimizer
+    made anew with the script's starting momentum (0.85): it loads (an AdamW group's momentum
+    key, which AdamW does not use, is neither compared nor restored), the Muon group's
+    momentum is the saved one, and the steps after give the bits of the run that went on."""
+    import io
+
+    def run(stop, load=None):
+        torch.manual_seed(4)
+        net = nn.Sequential(nn.Linear(6, 10), nn.LayerNorm(10), nn.Linear(10, 3))
+        if load is not None:
+            net.load_state_dict(load["model"])
+        opt = Muon(net.named_parameters(), lr=0.02, momentum=0.85 if load else 0.95)
+        if load is not None:
+            opt.load_state_dict(load["opt"])
+            assert opt.param_groups[0]["momentum"] == 0.9, opt.param_groups[0]
+        saved = None
+        for k in range(2 if load else 0, stop):
+            for g in opt.param_groups:
+                if g["algo"] == "muon":
+                    g["momentum"] = 0.85 + 0.05 * min(k, 2)
+            x = torch.randn(5, 6, generator=torch.Generator().manual_seed(k))
+            net(x).square().sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if k == 1 and load is None:
+                buf = io.BytesIO()
+                torch.save({"model": net.state_dict(), "opt": opt.state_dict()}, buf)
+                saved = buf.getvalue()
+        out = {n: p.detach().clone() for n, p in net.named_parameters()}
+        opt.close()
+        return out, saved
+
+    full, saved = run(5)
+    resumed, _ = run(5, load=torch.load(io.BytesIO(saved), weights_only=True))
+    diff = [n for n in full if not torch.equal(full[n], resumed[n])]
+    assert not diff, f"resumed differs in {diff}"
+
+
 # ---- HF / Lightning habits -----------------------------------------------------------------
 
 def case_schedulers_as_for_torch_optimizers():

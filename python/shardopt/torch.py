@@ -418,7 +418,10 @@ class Muon(torch.optim.Optimizer):
         momentum_buffer / (1 - mu)); AdamW: "exp_avg", "exp_avg_sq"; both "step". Tensors keep
         the dtype the state is held in (bf16 momentum stays bf16) and are DTensors sharded like
         their parameters when those are. Not collective: each rank copies its own shards out of
-        its runtimes (shardopt_param_get_state)."""
+        its runtimes (shardopt_param_get_state). torch.optim's state_dict hooks run as for
+        any torch optimizer."""
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
         state, groups, idx = {}, [], 0
         for g, (rt, slots, _) in zip(self.param_groups, self._runtimes):
             gs = {k: v for k, v in g.items() if k != "params"}
@@ -435,7 +438,12 @@ class Muon(torch.optim.Optimizer):
                 st["step"] = torch.tensor(float(rt.get_step(sp)), dtype=torch.float32)
                 state[idx + i] = st
             idx += len(g["params"])
-        return {"state": state, "param_groups": groups}
+        out = {"state": state, "param_groups": groups}
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            result = post_hook(self, out)
+            if result is not None:
+                out = result
+        return out
 
     def load_state_dict(self, state_dict):
         """The state of state_dict() (this class's, from torch.load or
@@ -444,6 +452,11 @@ class Muon(torch.optim.Optimizer):
         hyperparameters are restored; those fixed at construction must be equal. Not collective
         (shardopt_param_set_state): every rank loads its own shards, and every rank must load
         (replicas take the same values)."""
+        state_dict = dict(state_dict)  # shallow, as torch.optim's: hooks may replace it
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            result = pre_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
         saved = state_dict["param_groups"]
         if len(saved) != len(self.param_groups) or any(
                 len(a["params"]) != len(b["params"]) for a, b in zip(saved, self.param_groups)):
@@ -495,6 +508,8 @@ class Muon(torch.optim.Optimizer):
                 if k not in ("params", "shardopt_steps") and \
                         (g["algo"], k) != ("adamw", "momentum"):
                     g[k] = tuple(v) if k == "betas" else v
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
 
     def __getstate__(self):
         raise TypeError("shardopt.torch.Muon cannot be pickled or deep-copied: its state lives "

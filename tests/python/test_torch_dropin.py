@@ -195,7 +195,8 @@ def case_resume_mid_warmup_weights_only():
     its Muon group) through torch.save and torch.load(weights_only=True) into an optimizer
     made anew with the script's starting momentum (0.85): it loads (an AdamW group's momentum
     key, which AdamW does not use, is neither compared nor restored), the Muon group's
-    momentum is the saved one, and the steps after give the bits of the run that went on."""
+    momentum is the saved one, and the steps after give the bits of the run that went on.
+    torch.optim's state_dict / load_state_dict hooks run."""
     import io
 
     def run(stop, load=None):
@@ -225,6 +226,21 @@ def case_resume_mid_warmup_weights_only():
         return out, saved
 
     full, saved = run(5)
+    # torch.optim's state_dict hooks (register_state_dict_pre_hook / post_hook, and the
+    # load_state_dict ones) run as for any torch optimizer; a post hook's result is returned
+    lin = nn.Linear(3, 3)
+    opt = Muon(lin.named_parameters())
+    seen = []
+    opt.register_state_dict_pre_hook(lambda o: seen.append("pre"))
+    opt.register_state_dict_post_hook(lambda o, sd: dict(sd, extra=1))
+    opt.register_load_state_dict_pre_hook(
+        lambda o, sd: seen.append("load_pre") or {k: v for k, v in sd.items() if k != "extra"})
+    opt.register_load_state_dict_post_hook(lambda o: seen.append("load_post"))
+    sd = opt.state_dict()
+    assert sd.get("extra") == 1 and seen == ["pre"], (sorted(sd), seen)
+    opt.load_state_dict(sd)
+    assert seen == ["pre", "load_pre", "load_post"], seen
+    opt.close()
     resumed, _ = run(5, load=torch.load(io.BytesIO(saved), weights_only=True))
     diff = [n for n in full if not torch.equal(full[n], resumed[n])]
     assert not diff, f"resumed differs in {diff}"

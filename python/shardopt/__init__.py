@@ -643,8 +643,9 @@ def torch_params(named_parameters, expert=None, ep=None):
     "ep" coordinate, optionally sharded further along another dim by one other mesh dim; a plain
     tensor that expert() names, with `ep` given (> 1), is this rank's [E / ep, out, in] share of
     a [E, out, in] stack. The Optimizer checks that the experts a rank holds are those of its
-    runtime EP rank. Gradients are read from each parameter's .grad at every step() (FSDP2 makes
-    new ones each backward), so none is needed here."""
+    runtime EP rank. A plain tensor of more than 3 dims (a convolution kernel) is registered
+    as one [out, in * kh * kw ...] matrix. Gradients are read from each parameter's .grad at
+    every step() (FSDP2 makes new ones each backward), so none is needed here."""
     import torch
     out = []
     for name, p in _dedup(_named(named_parameters)):
@@ -686,6 +687,10 @@ def torch_params(named_parameters, expert=None, ep=None):
             if len(p.shape) != 3:
                 raise ValueError(f"{name}: an expert stack is [E / ep, out, in]; shape {shape_g}")
             shape_g = [p.shape[0] * ep] + list(p.shape[1:])  # this rank's share of E experts
+        elif len(p.shape) > 3 and not hasattr(p, "placements"):
+            # a convolution kernel [out, in, kh, kw, ...]: one matrix [out, in kh kw ...], as
+            # Muon treats convolutions (the same memory, row-major: a view, nothing copied)
+            shape_g = [p.shape[0], p.numel() // max(p.shape[0], 1)]
         if expert is not None and expert(name):
             placement = "expert"
         if not local.is_contiguous():

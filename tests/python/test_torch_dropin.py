@@ -492,6 +492,30 @@ def case_compiled_model_torch_muon_arguments_and_repr():
     opt.close()
 
 
+def case_conv_kernels_as_matrices():
+    """A CNN's 4-D convolution kernels (torch.optim.Muon refuses them; CIFAR-10 Muon scripts
+    flatten them by hand): each is one [out, in * kh * kw] matrix for Muon, the same bits as
+    that matrix registered 2-D, updated in place; its state_dict and opt.state have its
+    shape."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 10))
+    opt = Muon(net.named_parameters(), lr=0.02)
+    assert opt.algo(net[0].weight) == "muon" and opt.algo(net[0].bias) == "adamw"
+    flat = nn.Parameter(net[0].weight.detach().reshape(8, 27).clone())
+    ref = Muon([("w", flat)], lr=0.02)
+    for k in range(2):
+        net(torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(k))).sum().backward()
+        flat.grad = net[0].weight.grad.reshape(8, 27).clone()
+        opt.step()
+        ref.step()
+        opt.zero_grad()
+    assert torch.equal(net[0].weight.detach().reshape(8, 27), flat.detach())
+    assert opt.state[net[0].weight]["momentum_buffer"].shape == net[0].weight.shape
+    assert opt.state_dict()["state"][0]["momentum"].shape == (8, 3, 3, 3)
+    opt.close()
+    ref.close()
+
+
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
 
 if __name__ == "__main__":

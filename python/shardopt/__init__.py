@@ -644,7 +644,7 @@ def torch_params(named_parameters, expert=None, ep=None):
     tensor that expert() names, with `ep` given (> 1), is this rank's [E / ep, out, in] share of
     a [E, out, in] stack. The Optimizer checks that the experts a rank holds are those of its
     runtime EP rank. A plain tensor of more than 3 dims (a convolution kernel) is registered
-    as one [out, in * kh * kw ...] matrix. Gradients are read from each parameter's .grad at
+    as one [out, in * kh * kw ...] matrix, a 0-D one (a scalar) as shape [1]. Gradients are read from each parameter's .grad at
     every step() (FSDP2 makes new ones each backward), so none is needed here."""
     import torch
     out = []
@@ -691,6 +691,8 @@ def torch_params(named_parameters, expert=None, ep=None):
             # a convolution kernel [out, in, kh, kw, ...]: one matrix [out, in kh kw ...], as
             # Muon treats convolutions (the same memory, row-major: a view, nothing copied)
             shape_g = [p.shape[0], p.numel() // max(p.shape[0], 1)]
+        elif len(p.shape) == 0 and not hasattr(p, "placements"):
+            shape_g = [1]  # a scalar (CLIP's logit_scale): one element, as AdamW steps it
         if expert is not None and expert(name):
             placement = "expert"
         if not local.is_contiguous():

@@ -492,11 +492,11 @@ def case_compiled_model_torch_muon_arguments_and_repr():
     opt.close()
 
 
-def case_conv_kernels_as_matrices():
+def case_conv_kernels_and_scalars():
     """A CNN's 4-D convolution kernels (torch.optim.Muon refuses them; CIFAR-10 Muon scripts
     flatten them by hand): each is one [out, in * kh * kw] matrix for Muon, the same bits as
     that matrix registered 2-D, updated in place; its state_dict and opt.state have its
-    shape."""
+    shape. A 0-D parameter steps as torch.optim.AdamW steps it."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 10))
     opt = Muon(net.named_parameters(), lr=0.02)
@@ -514,6 +514,19 @@ def case_conv_kernels_as_matrices():
     assert opt.state_dict()["state"][0]["momentum"].shape == (8, 3, 3, 3)
     opt.close()
     ref.close()
+    # a 0-D parameter (CLIP's logit_scale): AdamW's step of one element, as torch.optim.AdamW
+    # steps it (the binding refuses 0-D Params: torch_params registers it as shape [1])
+    scale, theirs = nn.Parameter(torch.tensor(2.0)), nn.Parameter(torch.tensor(2.0))
+    w = nn.Parameter(torch.randn(4, 4))
+    opt = Muon([("w", w), ("logit_scale", scale)], adamw_lr=0.01)
+    ref = torch.optim.AdamW([theirs], lr=0.01)
+    (w.sum() * scale).backward()
+    theirs.grad = scale.grad.clone()
+    opt.step()
+    ref.step()
+    assert abs(scale.item() - theirs.item()) < 1e-6, (scale.item(), theirs.item())
+    assert scale.item() != 2.0 and opt.state[scale]["exp_avg"].shape == ()
+    opt.close()
 
 
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}

@@ -213,6 +213,14 @@ class Muon(torch.optim.Optimizer):
         group = dict(group)
         items = group.pop("params")
         items = [items] if isinstance(items, torch.Tensor) else list(items)
+        # torch >= 2.6's named groups: {"params": [...], "param_names": [...]}; each part keeps
+        # the names of its own tensors
+        given_names = group.pop("param_names", None)
+        if given_names is not None:
+            if len(given_names) != len(items):
+                raise ValueError(f"param_names has {len(given_names)} names for {len(items)} "
+                                 "parameters")
+            items = list(zip(given_names, items))
         fixed = group.pop("algo", None)
         parts = {"muon": [], "adamw": []}
         for name, p in self._named(items):
@@ -234,12 +242,18 @@ class Muon(torch.optim.Optimizer):
             g = {k: v for k, v in group.items() if not k.startswith("adamw_")}
             g.update(params=[p for _, p in parts["muon"]], algo="muon",
                      _names=[n for n, _ in parts["muon"]])
+            if given_names is not None:
+                g["param_names"] = [n for n, _ in parts["muon"]]
             out.append(g)
         if parts["adamw"]:
             lr = group.get("adamw_lr", self._adamw["lr"])
             if lr is None:
                 lr = group.get("lr", defaults["lr"])
-            g = {k: v for k, v in group.items() if k in ("initial_lr",)}
+            # the user's own keys (a group "name" a script looks up, initial_lr) go with it;
+            # Muon's hyperparameters do not
+            g = {k: v for k, v in group.items() if not k.startswith("adamw_") and k not in (
+                "lr", "weight_decay", "betas", "eps", "momentum", "nesterov", "ns_coefficients",
+                "ns_steps", "adjust_lr_fn")}
             # a group's own weight_decay / betas cover its AdamW tensors too (nanoGPT's
             # {"params": ..., "weight_decay": 0.0} group of biases and norms)
             wd = group.get("adamw_weight_decay",
@@ -250,6 +264,8 @@ class Muon(torch.optim.Optimizer):
                                            group.get("betas", self._adamw["betas"]))),
                      eps=group.get("adamw_eps", self._adamw["eps"]),
                      _names=[n for n, _ in parts["adamw"]])
+            if given_names is not None:
+                g["param_names"] = [n for n, _ in parts["adamw"]]
             out.append(g)
         return out
 

@@ -529,6 +529,26 @@ def case_conv_kernels_and_scalars():
     opt.close()
 
 
+def case_group_keys_and_param_names():
+    """A group's own keys (a "name" a script looks groups up by) go with both of its parts,
+    Muon's and AdamW's; torch >= 2.6's named groups ({"params": [...], "param_names": [...]})
+    are taken, each part keeping the names of its own tensors (and the names classify: an
+    embedding named so goes to AdamW)."""
+    m = model()
+    named = [(n, p) for n, p in m.named_parameters()]
+    opt = Muon([{"params": [p for _, p in named], "param_names": [n for n, _ in named],
+                 "name": "all"}], lr=0.02)
+    rows = [(g["algo"], g["name"], len(g["params"]), len(g["param_names"]))
+            for g in opt.param_groups]
+    assert [r[:2] for r in rows] == [("muon", "all"), ("adamw", "all")], rows
+    assert all(r[2] == r[3] for r in rows), rows
+    by_name = {n: g["algo"] for g in opt.param_groups for n in g["param_names"]}
+    assert by_name["transformer.wte.weight"] == "adamw", by_name
+    m(*batch(0)).backward()
+    opt.step()
+    opt.close()
+
+
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
 
 if __name__ == "__main__":

@@ -361,7 +361,8 @@ class Muon(torch.optim.Optimizer):
         try:
             if any(self._frozen):
                 self._refuse_thawed()
-            for gi, (g, (rt, slots, fixed)) in enumerate(zip(self.param_groups, self._runtimes)):
+            # every group checked before any is stepped: a refusal writes nothing
+            for gi, (g, (_, _, fixed)) in enumerate(zip(self.param_groups, self._runtimes)):
                 for k, v in fixed.items():
                     w = g[k]
                     if w is not v and w != v and not (isinstance(v, tuple) and tuple(w) == v):
@@ -369,9 +370,14 @@ class Muon(torch.optim.Optimizer):
                             f"param group {gi} ({g['algo']}): {k} changed from {v!r} to {w!r}: "
                             "only lr, weight_decay and a Muon group's momentum are read at each "
                             "step; the others are fixed when the group is made (an AdamW "
-                            "group's betas and momentum too: OneCycleLR's cycle_momentum=True "
-                            "works where every group is Muon's, else OneCycleLR(..., "
-                            "cycle_momentum=False)); nothing was stepped")
+                            "group's betas and momentum too"
+                            + ("; a momentum warmup: write it on the Muon groups only, "
+                               "if g['algo'] == 'muon'"
+                               if (g["algo"], k) == ("adamw", "momentum") else "")
+                            + ": OneCycleLR's cycle_momentum=True works where every group is "
+                            "Muon's, else OneCycleLR(..., cycle_momentum=False)); nothing was "
+                            "stepped")
+            for g, (rt, _, _) in zip(self.param_groups, self._runtimes):
                 lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
                 # a momentum warmup (modded-nanogpt writes g["momentum"] every step) takes
                 # effect at this step
@@ -389,17 +395,17 @@ class Muon(torch.optim.Optimizer):
     def _refuse_thawed(self):
         """A parameter with requires_grad False at construction was never registered: with a
         gradient now (requires_grad_(True) later, as when unfreezing a backbone) torch.optim
-        would step it, this optimizer cannot. Every group's step goes to the library with a
-        learning rate it refuses, so that every rank fails (the others naming this one) and
-        nothing is written anywhere, then this rank raises naming the parameters."""
+        would step it, this optimizer cannot. The first group's step goes to the library with
+        a learning rate it refuses, so that it fails on every rank (the others naming this one,
+        and raising there before any later group, as a failed step does), nothing written
+        anywhere; then this rank raises naming the parameters."""
         thawed = [n for fr in self._frozen for n, p in fr if p.grad is not None]
         if not thawed:
             return
-        for rt, _, _ in self._runtimes:
-            try:
-                rt.step(float("nan"), -1.0, -1.0, 0.0, None, True)
-            except _so.Error:
-                pass
+        try:
+            self._runtimes[0][0].step(float("nan"), -1.0, -1.0, 0.0, None, True)
+        except _so.Error:
+            pass
         raise ValueError(f"{', '.join(thawed)}: requires_grad was False when the optimizer was "
                          "made, so it is not registered, but it has a gradient now (unfrozen "
                          "later?): make the optimizer again after unfreezing and "

@@ -296,8 +296,18 @@ def case_schedulers_as_for_torch_optimizers():
     m(*batch(0)).backward()
     opt.step()  # at max_momentum: 0.95, the group's own
     s.step()
+    before = {n: p.detach().clone() for n, p in m.named_parameters()}
     refused(opt.step, ValueError, "(adamw): momentum changed from 0.95 to", "cycle_momentum=False",
             "nothing was stepped")
+    # every group is checked before any steps: the Muon group (first) is not written either
+    assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+    # a warmup loop over every group of a Muon + AdamW optimizer: refused with the way out
+    for g in opt.param_groups:
+        g["momentum"] = 0.9
+    refused(opt.step, ValueError, "write it on the Muon groups only", "if g['algo'] == 'muon'")
+    for g in opt.param_groups:
+        g["momentum"] = 0.9 if g["algo"] == "muon" else 0.95
+    opt.step()
     opt.close()
     # only Muon groups: OneCycleLR cycles their momentum as torch.optim.Muon's, and each step
     # takes the momentum the group holds

@@ -1,0 +1,86 @@
+"""shardopt.torch.Muon's refusals and per-step settings on 2 ranks (mpi4py comm, plain tensors
+replicated as under DDP): a parameter frozen at construction that has a gradient on rank 0
+only later fails the step on both ranks (a ValueError naming it on rank 0, shardopt.Error
+naming rank 0 on rank 1), nothing written on either, and the next step goes on; a momentum
+warmup (g["momentum"] each step) gives the same bits on both ranks as on one process. Run under
+mpiexec with 2 ranks; exit 77 on every rank without torch."""
+import sys
+import warnings
+
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+try:
+    import torch
+    import torch.nn as nn
+except Exception as e:  # noqa: BLE001
+    if comm.rank == 0:
+        print(f"SKIP: torch is not importable ({e})")
+    sys.exit(77)
+
+import shardopt  # noqa: E402
+from shardopt.torch import Muon  # noqa: E402
+
+torch.set_num_threads(1)
+warnings.simplefilter("ignore")
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.Linear(8, 3))
+
+
+def check(cond, what):
+    if not cond:
+        print(f"rank {comm.rank}: FAIL {what}", flush=True)
+        comm.Abort(1)
+
+
+def unfrozen_on_one_rank():
+    m = net()
+    m[2].weight.requires_grad_(False)
+    opt = Muon(m.named_parameters(), comm=comm)
+    m[2].weight.requires_grad_(comm.rank == 0)  # unfrozen on rank 0 only
+    m(torch.ones(2, 6)).sum().backward()
+    before = [p.detach().clone() for p in m.parameters()]
+    try:
+        opt.step()
+        check(False, "a parameter unfrozen on rank 0 was stepped")
+    except ValueError as e:
+        check(comm.rank == 0 and "2.weight" in str(e) and "requires_grad was False" in str(e),
+              f"rank 0's message: {e}")
+    except shardopt.Error as e:
+        check(comm.rank == 1 and "rank 0" in str(e), f"rank 1's message: {e}")
+    check(all(torch.equal(p, b) for p, b in zip(m.parameters(), before)), "written")
+    m[2].weight.requires_grad_(False)
+    m[2].weight.grad = None
+    opt.step()  # both ranks go on
+    check(not torch.equal(m[0].weight, before[0]), "the next step moved nothing")
+    opt.close()
+
+
+def warmup_same_bits():
+    runs = []
+    for c in (comm, None):
+        m = net()
+        opt = Muon(m.named_parameters(), lr=0.02, comm=c)
+        for k in range(3):
+            for g in opt.param_groups:
+                if g["algo"] == "muon":
+                    g["momentum"] = 0.85 + 0.05 * k
+            m(torch.randn(4, 6, generator=torch.Generator().manual_seed(k))).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        runs.append([p.detach().clone() for p in m.parameters()])
+        opt.close()
+    check(all(torch.equal(a, b) for a, b in zip(*runs)), "2 ranks differ from one process")
+    mine = torch.cat([p.reshape(-1) for p in runs[0]])
+    other = comm.sendrecv(mine, dest=1 - comm.rank, source=1 - comm.rank)
+    check(torch.equal(mine, other), "the ranks differ")
+
+
+unfrozen_on_one_rank()
+warmup_same_bits()
+comm.Barrier()
+if comm.rank == 0:
+    print("torch_dropin_np2: ok", flush=True)

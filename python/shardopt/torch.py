@@ -85,7 +85,11 @@ class Muon(torch.optim.Optimizer):
     algorithm; adamw_lr / adamw_weight_decay / adamw_betas / adamw_eps set its AdamW part).
     The keywords are torch.optim.Muon's (lr, weight_decay, momentum, nesterov, ns_coefficients,
     eps, ns_steps, adjust_lr_fn) and the AdamW side's (adamw_lr: None = lr, adamw_betas,
-    adamw_eps, adamw_weight_decay). comm: an mpi4py communicator (None: this process alone, no
+    adamw_eps, adamw_weight_decay; a weight_decay given covers the AdamW tensors too unless
+    adamw_weight_decay is given); torch.optim.AdamW's betas= is adamw_betas, foreach= and
+    fused= are taken and ignored, maximize / amsgrad / capturable / differentiable refused
+    unless False. A Muon group's momentum is read at every step (a warmup takes effect), as
+    lr and weight_decay are. comm: an mpi4py communicator (None: this process alone, no
     mpi4py needed). config: any other key of docs/config.md, and "preset": "dion" for the
     library's own defaults. model: classify by module (nn.Embedding and the output head to
     AdamW) instead of by name. expert(name): which tensors are [E, out, in] expert stacks (with

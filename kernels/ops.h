@@ -178,6 +178,30 @@ double ns_flops_per_iter(int64_t rows, int64_t cols);
 double ns_flops_total(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps,
                       int algorithm, int symmetric);
 
+/* Rows per block row in which a kernel forms each kind of product whose result is symmetric, so
+ * that it computes only the entries of the upper block rows (docs/design.md, "Counting
+ * Newton-Schulz FLOPs"): gram X X^T, poly A A (R R on the Gram path), symmul (Z R) Z. A block of
+ * m or more: the whole product; 1: exactly the upper triangle with its diagonal (ssyrk). */
+struct ns_sym_blocks {
+    int64_t gram, poly, symmul;
+};
+
+/* The blocks of the CPU kernels for a rows x cols matrix run with `variant` (and the bf16
+ * variant's `block`) under `compute` (KDT_F32 or KDT_BF16): the plain variant forms every product
+ * whole; the fp32 symmetric one X X^T and A A with ssyrk (1) and (Z R) Z in block rows of
+ * NS_SYMMUL_BLOCK; the bf16 symmetric one all three in block rows of `block`. */
+void ns_sym_blocks_for(int64_t rows, int64_t cols, int variant, int block, int compute,
+                       struct ns_sym_blocks *b);
+
+/* FLOPs one matrix's Newton-Schulz performs (2 per multiply-add of its products, the work the
+ * kernel is asked for: a symmetric product costs 2K per entry of its upper block rows, K its
+ * inner dimension), `steps` steps of `algorithm`, symmetric products formed in the blocks b
+ * (NULL: all whole). AOL adds none: its X X^T is the first step's. What the runtime counts in
+ * ns_flops_last; sharding/plan.c's plan_ns_flops_blocked is the planner's copy (test_ns_gram
+ * checks that they agree). */
+double ns_flops_performed(int64_t rows, int64_t cols, int steps, int algorithm,
+                          const struct ns_sym_blocks *b);
+
 struct kernel_ops {
     const char *name;
     void (*momentum)(const struct kernel_ctx *ctx, const struct momentum_args *a);

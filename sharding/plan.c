@@ -1,6 +1,7 @@
 #include "plan.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,20 +15,39 @@ double plan_ns_cost(int64_t rows, int64_t cols)
     return 4.0 * m * m * n + 2.0 * m * m * m;
 }
 
-double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram)
+/* Entries of the upper block rows of an m x m product in block rows of `block` rows (as
+ * kernels/cpu/ns_common.c's ns_sym_entries). */
+static double plan_sym_entries(double m, int64_t block)
+{
+    if (block <= 0 || (double)block >= m)
+        return m * m;
+    const double bk = (double)block, q = floor(m / bk), r = m - q * bk;
+    return bk * q * m - bk * bk * q * (q - 1.0) / 2.0 + r * r;
+}
+
+double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram,
+                             const struct plan_ns_blocks *b)
 {
     const double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
+    const double xxt = 2.0 * n * plan_sym_entries(m, b != NULL ? b->gram : 0);
+    const double rr = 2.0 * m * plan_sym_entries(m, b != NULL ? b->poly : 0);
+    const double zrz = 2.0 * m * plan_sym_entries(m, b != NULL ? b->symmul : 0);
     if (!gram)
-        return steps * plan_ns_cost(rows, cols);
+        return steps * (xxt + rr + 2.0 * m * m * n);
     const int r = steps > 2 ? 2 : steps; /* the restart, as ns_gram_restart_step */
     double f = 0.0;
     for (int lo = 0; lo<steps; lo = r> lo ? r : steps) {
         const int hi = r > lo ? r : steps;
-        f += 4.0 * m * m * n; /* G = X X^T and X <- Q X */
-        for (int s = lo; s < hi; s++)
-            f += 2.0 * m * m * m * (1 + (s > lo) + 2 * (s + 1 < hi)); /* R R, Z Q, Z R Z */
+        f += xxt + 2.0 * m * m * n;   /* G = X X^T and X <- Q X */
+        for (int s = lo; s < hi; s++) /* R R, Z Q, Z R and (Z R) Z */
+            f += rr + (s > lo ? 2.0 * m * m * m : 0.0) + (s + 1 < hi ? 2.0 * m * m * m + zrz : 0.0);
     }
     return f;
+}
+
+double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram)
+{
+    return plan_ns_flops_blocked(rows, cols, steps, gram, NULL);
 }
 
 /* plan_build's scratch over the group's members, one set for the whole plan (buckets keep only

@@ -193,4 +193,18 @@ int plan_team_block(int64_t rows, int64_t cols, int k, int j, int64_t *lo, int64
  * planner balances owners on cost = this / steps for Gram matrices, plan_ns_cost otherwise. */
 double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram);
 
+/* Rows per block row in which the kernels form the products whose result is symmetric (X X^T,
+ * A A or R R, (Z R) Z): a copy of kernels/ops.h's struct ns_sym_blocks, which the planner fills
+ * from the kernels' committed per-shape variant tables (bench/plan_model.c). */
+struct plan_ns_blocks {
+    int64_t gram, poly, symmul;
+};
+
+/* FLOPs one matrix's Newton-Schulz performs with its symmetric products formed in the blocks b
+ * (NULL: whole, = plan_ns_flops): a symmetric product costs 2K per entry of its upper block
+ * rows. The planner's copy of kernels/ops.h's ns_flops_performed, what the runtime counts
+ * (test_ns_gram checks that they agree). */
+double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram,
+                             const struct plan_ns_blocks *b);
+
 #endif

@@ -96,10 +96,6 @@ static void plain_symmul(const struct kernel_ctx *ctx, const float *P, const flo
                 Q, (int)m, 0.0f, C, (int)m);
 }
 
-/* Rows per block row of sym_symmul: the panels of the upper triangle are sgemm calls of this
- * many rows (256: within a few percent of ssyrk on the X X^T measurements above). */
-#define NS_SYMMUL_BLOCK 256
-
 /* C = P Q, known symmetric: the block rows of its upper triangle, C[i0:i1, i0:m] =
  * P[i0:i1, :] Q[:, i0:m], then mirrored; m^3 (1 + block/m) FLOPs against 2m^3. */
 static void sym_symmul(const struct kernel_ctx *ctx, const float *P, const float *Q, int64_t m,

@@ -34,6 +34,52 @@ double ns_flops_total(int64_t rows, int64_t cols, const float (*coeffs)[3], int 
                           symmetric ? 0.5 : 1.0);
 }
 
+void ns_sym_blocks_for(int64_t rows, int64_t cols, int variant, int block, int compute,
+                       struct ns_sym_blocks *b)
+{
+    const int64_t m = rows < cols ? rows : cols;
+    if (variant != NS_VARIANT_SYMMETRIC)
+        *b = (struct ns_sym_blocks){m, m, m};
+    else if (compute == KDT_BF16)
+        *b = (struct ns_sym_blocks){block, block, block};
+    else
+        *b = (struct ns_sym_blocks){1, 1, NS_SYMMUL_BLOCK};
+}
+
+/* Entries of the upper block rows of an m x m product formed in block rows of `block` rows: q
+ * whole blocks, row block i computing m - i * block columns, then the r = m - q * block rows
+ * left, r columns each (block 1: m (m + 1) / 2; block >= m: m^2). */
+static double ns_sym_entries(double m, int64_t block)
+{
+    if (block <= 0 || (double)block >= m)
+        return m * m;
+    const double bk = (double)block, q = floor(m / bk), r = m - q * bk;
+    return bk * q * m - bk * bk * q * (q - 1.0) / 2.0 + r * r;
+}
+
+double ns_flops_performed(int64_t rows, int64_t cols, int steps, int algorithm,
+                          const struct ns_sym_blocks *b)
+{
+    const double m = (double)(rows < cols ? rows : cols);
+    const double n = (double)(rows < cols ? cols : rows);
+    const double xxt = 2.0 * n * ns_sym_entries(m, b != NULL ? b->gram : 0); /* X X^T */
+    const double rr = 2.0 * m * ns_sym_entries(m, b != NULL ? b->poly : 0);  /* A A, R R */
+    const double zrz = 2.0 * m * ns_sym_entries(m, b != NULL ? b->symmul : 0);
+
+    if (algorithm != NS_ALGO_GRAM)
+        return steps * (xxt + rr + 2.0 * m * m * n); /* and Y = B X */
+    const int r = ns_gram_restart_step(steps);
+    double f = 0.0;
+    for (int lo = 0; lo<steps; lo = r> lo ? r : steps) {
+        const int hi = r > lo ? r : steps;
+        f += xxt + 2.0 * m * m * n; /* G, and X <- Q X at the segment's end */
+        for (int s = lo; s < hi; s++)
+            f += rr + (s > lo ? 2.0 * m * m * m : 0.0)         /* Z Q, whole */
+                 + (s + 1 < hi ? 2.0 * m * m * m + zrz : 0.0); /* Z R whole, then (Z R) Z */
+    }
+    return f;
+}
+
 void ns_aol_scale(int64_t m, int64_t n, double eps, float *x, float *A, double *d)
 {
     for (int64_t i = 0; i < m; i++) {

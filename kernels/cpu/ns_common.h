@@ -4,6 +4,11 @@
 
 #include "../ops.h"
 
+/* Rows per block row of the fp32 symmetric variant's (Z R) Z on the Gram path (ns_blas.c's
+ * sym_symmul: panels of the upper triangle as sgemm calls of this many rows; 256: within a few
+ * percent of ssyrk on the X X^T measurements there). ns_sym_blocks_for counts it. */
+#define NS_SYMMUL_BLOCK 256
+
 /* Working shape: m x n with m <= n (the stored matrix, or its transpose). */
 static inline void ns_work_shape(const struct ns_args *a, int64_t *m, int64_t *n)
 {

@@ -472,6 +472,85 @@ TEST(plan_ns_flops_agrees_with_ns_flops_total)
     }
 }
 
+/* Entries a kernel forms of an m x m symmetric product in block rows of `block` rows, summed
+ * row block by row block as ns_bf16.c's plans and ns_blas.c's sym_symmul lay them out (block
+ * 1: ssyrk's upper triangle) */
+static double entries_by_rows(int64_t m, int64_t block)
+{
+    double e = 0;
+    for (int64_t r0 = 0; r0 < m; r0 += block)
+        e += (double)((r0 + block < m ? r0 + block : m) - r0) * (double)(m - r0);
+    return e;
+}
+
+/* What the runtime counts (ns_flops_performed): each product at the entries the kernel forms,
+ * 2 FLOPs per multiply-add. The plain variant is the whole count; fp32 symmetric forms X X^T and
+ * A A with ssyrk (m (m + 1) / 2 entries) and (Z R) Z in 256-row block rows; bf16 symmetric all
+ * three in its table's block rows (1408: 256 rows, 0.587 of the whole product, not 0.5). */
+TEST(ns_flops_performed_counts_the_entries_formed)
+{
+    const double m = 1408, n = 4096;
+    struct ns_sym_blocks b;
+    ns_sym_blocks_for(1408, 4096, NS_VARIANT_PLAIN, 0, KDT_F32, &b);
+    for (int steps = 1; steps <= NS_TABLE_MAX_STEPS; steps++)
+        for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
+            const double whole = ns_flops_total(1408, 4096, steps, algo, 0);
+            EXPECT_NEAR(ns_flops_performed(4096, 1408, steps, algo, &b), whole, 1e-12 * whole);
+            EXPECT_NEAR(ns_flops_performed(1408, 4096, steps, algo, NULL), whole, 1e-12 * whole);
+        }
+    ns_sym_blocks_for(4096, 1408, NS_VARIANT_SYMMETRIC, 0, KDT_F32, &b);
+    EXPECT_NEAR(ns_flops_performed(1408, 4096, 5, NS_ALGO_STANDARD, &b),
+                5 * (m * (m + 1) * n + m * (m + 1) * m + 2 * m * m * n), 0.0);
+    /* Gram, 5 steps (test above): 2 X X^T, 2 Q X, 5 R R, 3 (Z R) Z and 6 whole m^3 products */
+    const double zrz = 2 * m * entries_by_rows(1408, 256);
+    EXPECT_NEAR(ns_flops_performed(1408, 4096, 5, NS_ALGO_GRAM, &b),
+                2 * m * (m + 1) * n + 4 * m * m * n + 5 * m * (m + 1) * m + 3 * zrz +
+                    12 * m * m * m,
+                1e-9 * zrz);
+    int block = 0;
+    EXPECT_EQ_INT(ns_bf16_variant_for_shape(1408, 4096, &block), NS_VARIANT_SYMMETRIC);
+    ns_sym_blocks_for(1408, 4096, NS_VARIANT_SYMMETRIC, block, KDT_BF16, &b);
+    const double e = entries_by_rows(1408, block);
+    /* 5 block rows of 256 (1408, 1152, ... 384 columns) and one of 128 x 128 */
+    EXPECT_NEAR(e, 256.0 * (1408 + 1152 + 896 + 640 + 384) + 128.0 * 128, 0.0);
+    EXPECT_NEAR(ns_flops_performed(1408, 4096, 5, NS_ALGO_STANDARD, &b),
+                5 * (2 * n * e + 2 * m * e + 2 * m * m * n), 1e-9 * e);
+    /* the closed form against the row-by-row sum, blocks that divide m and blocks that do not */
+    const int64_t ms[] = {1, 7, 128, 383, 384, 1000, 1408}, blocks[] = {1, 3, 128, 256, 5000};
+    for (size_t i = 0; i < 7; i++)
+        for (size_t j = 0; j < 5; j++) {
+            const struct ns_sym_blocks one = {blocks[j], blocks[j], blocks[j]};
+            const double mm = (double)ms[i], eb = entries_by_rows(ms[i], blocks[j]);
+            EXPECT_NEAR(ns_flops_performed(ms[i], 2 * ms[i], 1, NS_ALGO_STANDARD, &one),
+                        2 * 2 * mm * eb + 2 * mm * eb + 2 * mm * mm * 2 * mm, 1e-9 * mm * eb);
+        }
+}
+
+/* The planner's copy (plan_ns_flops_blocked) agrees with what the runtime counts for every
+ * shape, step count, algorithm and variant the kernels' tables give, either way round. */
+TEST(plan_ns_flops_blocked_agrees_with_ns_flops_performed)
+{
+    const int64_t shapes[][2] = {{1, 300},     {10, 30},     {64, 64},    {383, 1532},
+                                 {384, 384},   {512, 176},   {1000, 999}, {1408, 4096},
+                                 {4096, 1408}, {1025, 4100}, {2048, 2048}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int dt = KDT_F32; dt <= KDT_BF16; dt++)
+            for (int var = NS_VARIANT_PLAIN; var <= NS_VARIANT_SYMMETRIC; var++) {
+                const int64_t r = shapes[i][0], c = shapes[i][1];
+                int block = 0;
+                (void)ns_bf16_variant_for_shape(r, c, &block);
+                struct ns_sym_blocks kb;
+                ns_sym_blocks_for(r, c, var, block, dt, &kb);
+                const struct plan_ns_blocks pb = {kb.gram, kb.poly, kb.symmul};
+                for (int steps = 1; steps <= NS_TABLE_MAX_STEPS; steps++)
+                    for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
+                        const double k = ns_flops_performed(r, c, steps, algo, &kb);
+                        EXPECT_NEAR(plan_ns_flops_blocked(r, c, steps, algo == NS_ALGO_GRAM, &pb),
+                                    k, 1e-12 * k);
+                    }
+            }
+}
+
 /* auto's committed table: Gram from n/m = 2 on, the same either way round, for both computes */
 TEST(ns_algorithm_table_follows_the_aspect_ratio)
 {

@@ -9,8 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* FLOPs (2 per multiply-add) of one standard iteration: A = X X^T 2m^2n, B = bA + cAA 2m^3,
- * Y = aX + BX 2m^2n. A sharded piece of n = 0 columns still forms B from the all-reduced A. */
+/* FLOPs (2 per multiply-add) of one standard iteration with every product whole: A = X X^T
+ * 2m^2n, B = bA + cAA 2m^3, Y = aX + BX 2m^2n. A sharded piece of n = 0 columns forms neither B
+ * nor Y (runtime/step/ns_sharded.c counts nothing for it). */
 static inline double ns_iter_flops(double m, double n) { return 4.0 * m * m * n + 2.0 * m * m * m; }
 
 /* FLOPs (2 per multiply-add) of one matrix's whole Newton-Schulz on the working shape m x n,

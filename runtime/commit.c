@@ -40,6 +40,10 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
         p->ns_variant = NS_VARIANT_PLAIN;
     else if (rt->ns_compute == KDT_BF16)
         p->ns_variant = ns_bf16_variant_for_shape(p->mv.rows, p->mv.cols, &p->ns_block);
+    else if (rt->ns_ops == kernel_ops_cpu_ref())
+        /* the reference forms every fp32 product whole (kernels/cpu/ns_ref.c): say so, as the
+         * FLOPs the step counts follow the variant */
+        p->ns_variant = NS_VARIANT_PLAIN;
     else
         p->ns_variant = ns_variant_for_shape(p->mv.rows, p->mv.cols);
     /* the device runs gram when asked (kernels/cuda/ns_driver.h); auto keeps standard there

@@ -282,10 +282,11 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
                             "%s",
                             p->name, (long long)ow->rows, (long long)ow->cols, p->ns_variant,
                             rt->ns_ops->name);
+        /* what the kernel performed: its symmetric products at the entries it formed */
+        struct ns_sym_blocks sb;
+        ns_sym_blocks_for(ow->rows, ow->cols, p->ns_variant, p->ns_block, rt->ns_compute, &sb);
         rt->counters.ns_flops_last +=
-            ns_flops_total(ow->rows, ow->cols, (const float(*)[3])rt->ns_coeffs, c->ns_steps,
-                           p->ns_algorithm, p->ns_variant == NS_VARIANT_SYMMETRIC) *
-            n;
+            ns_flops_performed(ow->rows, ow->cols, c->ns_steps, p->ns_algorithm, &sb) * n;
         xfer_progress(rt, in_flight1, in_flight2);
         w += n;
     }

@@ -39,10 +39,10 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
             y = t;
         }
     }
-    rt->counters.ns_flops_last +=
-        ns_iter_flops((double)m, (double)(count > 0 ? n : 0)) * c->ns_steps;
-    if (count > 0)
-        rt->ops->ns_shard_store(&rt->kctx, piece, x);
+    if (count == 0) /* no columns: it forms neither B nor Y, only joins the all-reduces */
+        return SHARDOPT_OK;
+    rt->counters.ns_flops_last += ns_iter_flops((double)m, (double)n) * c->ns_steps;
+    rt->ops->ns_shard_store(&rt->kctx, piece, x);
     return SHARDOPT_OK;
 }
 

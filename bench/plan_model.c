@@ -85,6 +85,7 @@ struct group_out {
     double *owned;  /* bytes of the matrices it orthogonalizes (a team member: its block) */
     double *tbytes; /* sent per step in its teams' Gram all-reduces (fp32) */
     double *tcomm;  /* or NULL: the plan's team_comm (the all-reduces in its cost units) */
+    double *real;   /* NS FLOPs per step its kernels perform (performed_flops) */
     double whole;   /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
     int nteams, nmoved, kmax;
     int by_size[7]; /* teams of 2^(i+1) members, i < 6 (PLAN_TEAM_MAX = 64) */
@@ -103,6 +104,23 @@ static double block_overlap(const struct plan_param *q, int64_t k, int m, int j,
     const int64_t a = b->lo[ld] > lo ? b->lo[ld] : lo;
     const int64_t e = b->lo[ld] + b->len[ld] < hi ? b->lo[ld] + b->len[ld] : hi;
     return e > a ? (double)(e - a) * (double)b->len[ld == rd ? rd + 1 : rd] : 0.0;
+}
+
+/* FLOPs per step of one rows x cols matrix's Newton-Schulz as the kernels --ns-compute names
+ * perform it: the device's products whole (runtime/commit.c runs its plain variant), the CPU's
+ * symmetric ones in the blocks of the variant the committed per-shape table picks (runtime/commit.c
+ * param_plan, kernels/ns_variant.h), counted by sharding/plan.c's copy of the runtime's count. */
+static double performed_flops(const struct opts *o, int64_t rows, int64_t cols, int gram)
+{
+    struct ns_sym_blocks kb;
+    int block = 0;
+    if (o->ns_compute < 0)
+        return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, NULL);
+    const int variant = o->ns_compute == KDT_BF16 ? ns_bf16_variant_for_shape(rows, cols, &block)
+                                                  : ns_variant_for_shape(rows, cols);
+    ns_sym_blocks_for(rows, cols, variant, block, o->ns_compute, &kb);
+    const struct plan_ns_blocks b = {kb.gram, kb.poly, kb.symmul};
+    return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, &b);
 }
 
 /* Plan one group (dense tensors or EP rank 0's experts) with the joint settings in `extra`
@@ -134,7 +152,9 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
         const int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
         pp[np].ns_gram =
             o->ns_algo == 1 ||
-            (o->ns_algo == 2 && ns_algorithm_for_shape(rows, cols, KDT_BF16) == NS_ALGO_GRAM);
+            (o->ns_algo == 2 &&
+             ns_algorithm_for_shape(rows, cols, o->ns_compute < 0 ? KDT_BF16 : o->ns_compute) ==
+                 NS_ALGO_GRAM);
         np++;
     }
     struct plan_cfg cfg = *extra;
@@ -164,6 +184,8 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
             const double whole = (double)(pp[q].shape[rd] * pp[q].shape[rd + 1]);
             for (int64_t k = 0; k < pp[q].k_count; k++, mi++) {
                 const int team = P.team[mi];
+                const double real =
+                    performed_flops(o, pp[q].shape[rd], pp[q].shape[rd + 1], pp[q].ns_gram);
                 out->whole += pp[q].ns_gram ? plan_ns_flops(pp[q].shape[rd], pp[q].shape[rd + 1],
                                                             o->ns_steps, 1) /
                                                   o->ns_steps
@@ -176,7 +198,11 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                     out->kmax = team > out->kmax ? team : out->kmax;
                     for (int i = 0; i < 6; i++)
                         out->by_size[i] += team == 2 << i;
+                    /* a team runs the sharded standard iteration, every product whole */
+                    const double share =
+                        plan_ns_team_cost(pp[q].shape[rd], pp[q].shape[rd + 1], team) * o->ns_steps;
                     for (int j = 0; j < team; j++) {
+                        out->real[tm[j]] += share;
                         out->tbytes[tm[j]] += ar;
                         out->owned[tm[j]] += whole / team * COMM_ES;
                         for (int m = 0; m < members; m++) {
@@ -196,6 +222,7 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                     out->bytes[m] += (P.owner[mi] == m ? 1.0 - f : f) * whole * COMM_ES;
                     out->owned[m] += P.owner[mi] == m ? whole * COMM_ES : 0.0;
                 }
+                out->real[P.owner[mi]] += real;
             }
         }
         plan_free(&P);
@@ -238,6 +265,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     double *dtc = calloc(D, sizeof(double));
     double *xflops = calloc(D, sizeof(double)), *xbytes = calloc(D, sizeof(double));
     double *xowned = calloc(D, sizeof(double)), *xtb = calloc(D, sizeof(double));
+    double *dreal = calloc(D, sizeof(double)), *xreal = calloc(D, sizeof(double));
+    double *g_r = calloc(X, sizeof(double));
     double *g_f = calloc(X, sizeof(double)), *g_b = calloc(X, sizeof(double));
     double *g_o = calloc(X, sizeof(double)), *g_t = calloc(X, sizeof(double));
     double *base = calloc(D > X ? D : X, sizeof(double));
@@ -246,7 +275,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     if (skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL || dtb == NULL ||
         dtc == NULL || xflops == NULL || xbytes == NULL || xowned == NULL || xtb == NULL ||
         g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL || base == NULL || state == NULL ||
-        mom == NULL || elem == NULL)
+        mom == NULL || elem == NULL || dreal == NULL || xreal == NULL || g_r == NULL)
         plan_model_die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -282,7 +311,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     const double rate = mc->gemm_tflops * 1e12 * mc->ns_fraction;
     const double bw = (r->dense_internode ? mc->inter_gbps : mc->intra_gbps) * 1e9;
     const double bw_node = mc->intra_gbps * 1e9;
-    struct group_out xo1 = {.flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .kmax = 1};
+    struct group_out xo1 = {
+        .flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .real = g_r, .kmax = 1};
     struct plan_cfg none = {0};
     group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &none, &xo1);
     struct plan_cfg dcfg = {0};
@@ -296,7 +326,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     dcfg.allreduce_cost =
         o->cost_gflops > 0 ? 4.0 * o->cost_gflops / o->cost_gbps : 4.0 * rate / bw_node;
     struct group_out dout = {
-        .flops = dflops, .bytes = dbytes, .owned = downed, .tbytes = dtb, .tcomm = dtc, .kmax = 1};
+        .flops = dflops, .bytes = dbytes, .owned = downed, .tbytes = dtb, .tcomm = dtc,
+        .real = dreal, .kmax = 1};
     group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     struct group_out xout = {0};
     xout.kmax = 1;
@@ -312,13 +343,14 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             memset(g_b, 0, X * sizeof(double));
             memset(g_o, 0, X * sizeof(double));
             memset(g_t, 0, X * sizeof(double));
+            memset(g_r, 0, X * sizeof(double));
             xcfg.base_load = base;
             /* as commit computes it (runtime/commit.c, expert_replan) from --cost-rates */
             xcfg.move_cost = o->cost_gflops > 0
                                  ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
                                  : COMM_ES * rate / (bw * o->ns_steps);
             struct group_out xo = {
-                .flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .kmax = 1};
+                .flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .real = g_r, .kmax = 1};
             group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
             xout.nmoved += xo.nmoved;
             xout.whole = xo.whole;
@@ -328,6 +360,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                 xbytes[d] = g_b[j];
                 xowned[d] = g_o[j];
                 xtb[d] = g_t[j];
+                xreal[d] = g_r[j];
             }
         }
     } else {
@@ -337,6 +370,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             xbytes[d] = g_b[d / o->ep];
             xowned[d] = g_o[d / o->ep];
             xtb[d] = g_t[d / o->ep];
+            xreal[d] = g_r[d / o->ep];
         }
     }
     r->nteams = dout.nteams;
@@ -344,22 +378,25 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     r->team_max = dout.kmax;
     r->nmoved = xout.nmoved;
     double sum = 0, maxelem = 0, maxowned = 0, tns = 0;
-    /* each group's own balance: max over its members / their mean (1 when it owns nothing) */
+    /* each group's own balance: max over its members / their mean (1 when it owns nothing), in
+     * the FLOPs the kernels perform */
     double dmax = 0, dsum = 0, xmax = 0, xsum = 0;
     for (int d = 0; d < r->dense; d++) {
-        dmax = dflops[d] > dmax ? dflops[d] : dmax;
-        dsum += dflops[d];
-        xmax = xflops[d] > xmax ? xflops[d] : xmax;
-        xsum += xflops[d];
+        dmax = dreal[d] > dmax ? dreal[d] : dmax;
+        dsum += dreal[d];
+        xmax = xreal[d] > xmax ? xreal[d] : xmax;
+        xsum += xreal[d];
     }
     r->dense_imbalance = dsum > 0 ? dmax / (dsum / r->dense) : 1.0;
     r->expert_imbalance = xsum > 0 ? xmax / (xsum / r->dense) : 1.0;
     for (int d = 0; d < r->dense; d++) {
-        const double f = (dflops[d] + xflops[d]) * o->ns_steps; /* load: per step */
+        const double f = dreal[d] + xreal[d]; /* per step, as the runtime counts them */
         r->flops_max = f > r->flops_max ? f : r->flops_max;
         sum += f;
-        /* a team's all-reduces stall its Newton-Schulz: they count in t_ns */
-        const double t = f / rate + (dtb[d] + xtb[d]) / bw_node;
+        /* time on the whole-product count, the basis of the machine's rate (a GPU forms every
+         * product whole; --calibrate's ns_bench rates each variant on whole products); a team's
+         * all-reduces stall its Newton-Schulz: they count in t_ns */
+        const double t = (dflops[d] + xflops[d]) * o->ns_steps / rate + (dtb[d] + xtb[d]) / bw_node;
         tns = t > tns ? t : tns;
         r->team_bytes = dtb[d] > r->team_bytes ? dtb[d] : r->team_bytes;
         r->dense_bytes = dbytes[d] > r->dense_bytes ? dbytes[d] : r->dense_bytes;
@@ -406,6 +443,9 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     free(xbytes);
     free(xowned);
     free(xtb);
+    free(dreal);
+    free(xreal);
+    free(g_r);
     free(g_f);
     free(g_b);
     free(g_o);

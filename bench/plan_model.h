@@ -25,11 +25,13 @@ struct opts {
     int world, nodes, gpn, rep, shard, cp, ep, xdim, json;
     int mom_es, adam_es;
     const char *offload;
-    int ns_algo;  /* 0 standard, 1 gram, 2 auto (kernels/ns_variant.h's table, bf16) */
-    int ns_steps; /* 5, or 4 with --ns-precondition aol (the aol table) */
-    int joint;    /* the dense owners balanced on top of the expert loads (commit does) */
-    int moves;    /* planner only: whole experts may move to light members */
-    int teams;    /* planner only: largest Newton-Schulz team (1: none, as commit plans) */
+    int ns_algo;    /* 0 standard, 1 gram, 2 auto (kernels/ns_variant.h's table, bf16) */
+    int ns_steps;   /* 5, or 4 with --ns-precondition aol (the aol table) */
+    int ns_compute; /* --ns-compute: -1 device (every product whole), KDT_F32 or KDT_BF16 (the
+                       CPU kernels, their symmetric variants per kernels/ns_variant.h) */
+    int joint;      /* the dense owners balanced on top of the expert loads (commit does) */
+    int moves;      /* planner only: whole experts may move to light members */
+    int teams;      /* planner only: largest Newton-Schulz team (1: none, as commit plans) */
     double team_frac;
     double cost_gflops, cost_gbps; /* --cost-rates: the runtime's cost_gemm_gflops and
                                       cost_net_gbps for --moves instead of the machine's */
@@ -38,7 +40,7 @@ struct opts {
 /* What one layout does, per rank. */
 struct prediction {
     int world, rep, shard, cp, ep, dense, xs;
-    double flops_max, flops_mean;             /* NS FLOPs per step */
+    double flops_max, flops_mean; /* NS FLOPs per step the kernels perform (ns_flops_performed) */
     double dense_imbalance, expert_imbalance; /* owned NS FLOPs max/mean in each group */
     double dense_bytes, expert_bytes;         /* sent per step by the busiest rank, each group */
     double state_bytes;                       /* max over ranks */

@@ -5,7 +5,8 @@
  *       [--ep E] [--expert-shard-dim 0|1|2] [--momentum-dtype fp32|bf16]
  *       [--adam-dtype fp32|bf16] [--offload none|optimizer|cpu] [--machine FILE]
  *       [--sweep N1,N2,...] [--ns-algorithm standard|gram|auto]
- *       [--ns-precondition frobenius|aol] [--no-joint] [--moves] [--cost-rates G,B]
+ *       [--ns-precondition frobenius|aol] [--ns-compute device|fp32|bf16] [--no-joint]
+ *       [--moves] [--cost-rates G,B]
  *       [--teams K|node] [--team-frac F]
  *       [--json]
  *   shardopt-plan --calibrate OUT.json [--threads T]
@@ -53,6 +54,14 @@
  * standard until measured on a GPU: for a GPU machine, --ns-algorithm auto predicts what gram
  * would do there. Neither has run on a GPU yet.
  *
+ * The NS FLOPs are those the kernels perform, counted as the runtime counts them in
+ * ns_flops_last (docs/design.md, "Counting Newton-Schulz FLOPs"; sharding/plan.c's
+ * plan_ns_flops_blocked): --ns-compute device (the default: a GPU, whose plain variant forms
+ * every product whole), or fp32 / bf16 for the CPU kernels of that ns_compute, whose symmetric
+ * products cost what the committed per-shape variant table (kernels/ns_variant.h) makes them
+ * form. tests/mpi/plan_vs_runtime.sh checks the counts against runs. Owners are still balanced
+ * on the whole-product cost (plan_ns_cost), as commit balances them.
+ *
  * --calibrate writes a machine file for this machine, measured now: the Newton-Schulz rate of
  * ns_bench (bf16 where the CPU multiplies bf16 natively, as ns_compute = auto does; 512 x 1536,
  * T threads) as the "GEMM" rate with fraction 1, elementwise_bench's STREAM triad for every
@@ -69,6 +78,7 @@
 #include "bench/plan_model.h"
 #include "bench/preset.h"
 #include "kernels/cpu/ns_bf16.h"
+#include "kernels/dtype.h"
 #include "kernels/ns_variant.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
@@ -93,6 +103,7 @@ static void usage(void)
             "       [--offload none|optimizer|cpu] [--machine FILE] [--sweep N1,N2,...] [--json]\n"
             "       [--layers L] [--width-div D] [--experts-div D]\n"
             "       [--ns-algorithm standard|gram|auto] [--ns-precondition frobenius|aol]\n"
+            "       [--ns-compute device|fp32|bf16]\n"
             "       [--no-joint] [--moves] [--cost-rates GFLOPS,GBPS] [--teams K|node]\n"
             "       [--team-frac F]\n");
     exit(2);
@@ -107,6 +118,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
     o->mom_es = o->adam_es = 4;
     o->offload = "none";
     o->ns_steps = NS_STEPS;
+    o->ns_compute = -1;
     o->joint = 1;
     o->teams = 1;
     o->scale = (struct preset_scale){0, 1, 1};
@@ -157,6 +169,10 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             if (v == NULL || (strcmp(v, "standard") && strcmp(v, "gram") && strcmp(v, "auto")))
                 plan_model_die("--ns-algorithm takes standard, gram or auto");
             o->ns_algo = !strcmp(v, "gram") ? 1 : !strcmp(v, "auto") ? 2 : 0;
+        } else if (!strcmp(a, "--ns-compute")) {
+            if (v == NULL || (strcmp(v, "device") && strcmp(v, "fp32") && strcmp(v, "bf16")))
+                plan_model_die("--ns-compute takes device, fp32 or bf16");
+            o->ns_compute = !strcmp(v, "fp32") ? KDT_F32 : !strcmp(v, "bf16") ? KDT_BF16 : -1;
         } else if (!strcmp(a, "--ns-precondition")) {
             if (v == NULL || (strcmp(v, "frobenius") && strcmp(v, "aol")))
                 plan_model_die("--ns-precondition takes frobenius or aol");
@@ -206,7 +222,7 @@ static void print_row(const struct prediction *r)
 static void print_json(const struct prediction *r, int first)
 {
     printf("%s{\"world\": %d, \"dp_replicate\": %d, \"dp_shard\": %d, \"cp\": %d, \"ep\": %d, "
-           "\"ns_flops_max\": %.6e, \"ns_flops_max_over_mean\": %.6f, "
+           "\"ns_flops_max\": %.17g, \"ns_flops_mean\": %.17g, \"ns_flops_max_over_mean\": %.6f, "
            "\"ns_max_over_mean_dense_group\": %.6f, \"ns_max_over_mean_expert_group\": %.6f, "
            "\"dense_bytes\": %.0f, "
            "\"expert_bytes\": %.0f, \"state_bytes\": %.0f, \"momentum_bytes\": %.0f, "
@@ -214,7 +230,7 @@ static void print_json(const struct prediction *r, int first)
            "\"dense_group_internode\": %s, \"t_ns\": %.6e, \"t_comm\": %.6e, \"t_elem\": %.6e, "
            "\"step\": %.6e, \"ns_teams\": %d, \"team_size_max\": %d, \"team_bytes\": %.0f, "
            "\"experts_moved\": %d, \"t_perfect\": %.6e, \"team_sizes\": {",
-           first ? "" : ", ", r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max,
+           first ? "" : ", ", r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max, r->flops_mean,
            r->flops_max / r->flops_mean, r->dense_imbalance, r->expert_imbalance, r->dense_bytes,
            r->expert_bytes, r->state_bytes, r->mom_bytes, r->adam_bytes, r->h2d_bytes,
            r->dense_internode ? "true" : "false", r->t_ns, r->t_comm, r->t_elem, r->step, r->nteams,

@@ -530,9 +530,10 @@ int main(int argc, char **argv)
         if (o.json) {
             printf("\n{\"preset\": \"%s\", \"params\": %lld, \"ranks\": %d, \"dp_replicate\": %d, "
                    "\"dp_shard\": %d, \"cp\": %d, \"ep\": %d, \"expert_shard_dim\": %d, "
-                   "\"sgemm_gflops\": %.2f, \"results\": [",
+                   "\"ns_compute\": \"%s\", \"sgemm_gflops\": %.2f, \"results\": [",
                    p.name, (long long)p.total, world, layout_used[0], layout_used[1],
-                   layout_used[2], layout_used[3], o.xdim, gemm);
+                   layout_used[2], layout_used[3], o.xdim,
+                   ns_compute_used == SHARDOPT_NS_COMPUTE_BF16 ? "bf16" : "fp32", gemm);
             for (int i = 0; i < nres; i++)
                 printf("%s{\"offload\": \"%s\", \"momentum\": \"%s\", \"step_s\": %.6f, "
                        "\"prepass_s\": %.6f, \"adamw_s\": %.6f, \"momentum_s\": %.6f, "
@@ -543,8 +544,8 @@ int main(int argc, char **argv)
                        "%llu, \"expert_bytes_per_step\": %llu, \"h2d_bytes_per_step\": %llu, "
                        "\"d2h_bytes_per_step\": %llu, \"copy_exposed_s\": %.6f, "
                        "\"staging_peak_bytes\": %llu, \"copies_alone_s\": %.6f, "
-                       "\"copies_hidden\": %.4f, \"ns_flops_max\": %.6g, \"ns_flops_mean\": "
-                       "%.6g, \"ns_time_max_over_mean\": %.4f}",
+                       "\"copies_hidden\": %.4f, \"ns_flops_max\": %.17g, \"ns_flops_mean\": "
+                       "%.17g, \"ns_time_max_over_mean\": %.4f}",
                        i ? ", " : "", res[i].offload, res[i].mom, res[i].step, res[i].prepass,
                        res[i].adamw, res[i].momentum, res[i].ex1, res[i].ns, res[i].ex2,
                        res[i].apply, res[i].ns_gflops, gemm > 0 ? res[i].ns_gflops / gemm : 0,

@@ -2,9 +2,11 @@
 # The largest layout this machine can host, run with shardopt-bench, beside shardopt-plan's
 # prediction for the same preset and layout: one table of predicted and measured Newton-Schulz
 # balance (FLOPs max/mean over the ranks), bytes per rank (the state, and what the dense and the
-# expert group move per step) and step time. The bytes are the planner's exact prediction
-# (tests/mpi/plan_vs_runtime.sh): the script exits 1 when a bytes row differs, 0 otherwise; times
-# and their ratio are reported, never judged.
+# expert group move per step) and step time. The bytes and the Newton-Schulz FLOPs (as the runtime
+# counts them, for the kernels the run used: shardopt-plan --ns-compute) are the planner's exact
+# prediction (tests/mpi/plan_vs_runtime.sh): the script exits 1 when a bytes or FLOPs row differs
+# (FLOPs: by more than 1e-9 relative), 0 otherwise; times and their ratio are reported, never
+# judged.
 #
 #   examples/launch/scaling_test.sh [--build DIR] [--ranks N] [--layout "FLAGS"] [--machine FILE]
 #                                   [--steps N] [--quick] [--json FILE] [--dry-run]
@@ -119,7 +121,7 @@ plan_cmd=("$plan" "${plan_model[@]}" --world "$ranks" "${lay[@]}" --machine "$mf
 if [ "$dry" -eq 1 ]; then
     [ -n "$machine" ] || { printf '%q ' "$plan" --calibrate "$mfile" --threads 1; echo; }
     printf '%q ' "${bench_cmd[@]}"; echo
-    printf '%q ' "${plan_cmd[@]}"; echo
+    printf '%q ' "${plan_cmd[@]}"; echo "--ns-compute <the ns_compute shardopt-bench reports>"
     exit 0
 fi
 if [ "$(id -u)" -eq 0 ]; then # the calibration's own mpiexec (ping-pong)
@@ -136,7 +138,10 @@ echo "scaling_test: measuring: ${bench_model[*]} ${lay[*]} on $ranks ranks ($(np
     tail -5 "$tmp/bench.err" >&2
     exit 1
 }
-"${plan_cmd[@]}" >"$tmp/plan.json"
+# the planner counts the FLOPs of the kernels the run used (ns_compute auto: bf16 where this CPU
+# multiplies bf16 natively)
+compute=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ns_compute"])' "$tmp/bench.json")
+"${plan_cmd[@]}" --ns-compute "$compute" >"$tmp/plan.json"
 python3 - "$tmp/bench.json" "$tmp/plan.json" "$mfile" "$ranks" "${plan_model[*]} ${lay[*]}" "$json" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))
@@ -144,19 +149,21 @@ plan = json.load(open(sys.argv[2]))
 machine, ranks, what, out = sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
 m, p = run["results"][0], plan["layouts"][0]
 ns_meas = m["ns_flops_max"] / m["ns_flops_mean"] if m["ns_flops_mean"] > 0 else 0.0
-# (name, predicted, measured, is bytes); the plan counts one direction of each exchange, the
-# runtime what it sends and receives (tests/mpi/plan_vs_runtime.sh)
-rows = [("NS FLOPs max/mean over ranks", p["ns_flops_max_over_mean"], ns_meas, False),
-        ("NS FLOPs per step, busiest rank", p["ns_flops_max"], m["ns_flops_max"], False),
-        ("NS time max/mean over ranks", None, m["ns_time_max_over_mean"], False),
-        ("state bytes per rank", p["state_bytes"], m["state_bytes_per_rank"], True),
-        ("dense bytes per rank per step", 2 * p["dense_bytes"], m["dense_bytes_per_step"], True),
-        ("expert bytes per rank per step", 2 * p["expert_bytes"], m["expert_bytes_per_step"], True),
-        ("step time (s)", p["step"], m["step_s"], False)]
+# (name, predicted, measured, checked: "bytes" to the byte, "flops" to 1e-9 relative, or None);
+# the plan counts one direction of each exchange, the runtime what it sends and receives
+# (tests/mpi/plan_vs_runtime.sh)
+rows = [("NS FLOPs max/mean over ranks", p["ns_flops_max_over_mean"], ns_meas, None),
+        ("NS FLOPs per step, busiest rank", p["ns_flops_max"], m["ns_flops_max"], "flops"),
+        ("NS FLOPs per step, mean over ranks", p["ns_flops_mean"], m["ns_flops_mean"], "flops"),
+        ("NS time max/mean over ranks", None, m["ns_time_max_over_mean"], None),
+        ("state bytes per rank", p["state_bytes"], m["state_bytes_per_rank"], "bytes"),
+        ("dense bytes per rank per step", 2 * p["dense_bytes"], m["dense_bytes_per_step"], "bytes"),
+        ("expert bytes per rank per step", 2 * p["expert_bytes"], m["expert_bytes_per_step"], "bytes"),
+        ("step time (s)", p["step"], m["step_s"], None)]
 def num(v, b):
     if v is None:
         return "—"
-    return f"{v:,.0f}" if b else (f"{v:.4g}" if abs(v) < 1e4 else f"{v:.4e}")
+    return f"{v:,.0f}" if b == "bytes" else (f"{v:.4g}" if abs(v) < 1e4 else f"{v:.4e}")
 print(f"\nscaling_test: {what}, {ranks} ranks; predicted with {machine}")
 print("| | predicted (shardopt-plan) | measured (shardopt-bench) | measured / predicted |")
 print("|---|---:|---:|---:|")
@@ -164,14 +171,15 @@ bad = []
 for name, pv, mv, b in rows:
     ratio = f"{mv / pv:.3f}" if pv else "—"
     print(f"| {name} | {num(pv, b)} | {num(mv, b)} | {ratio} |")
-    if b and abs(pv - mv) > 0.5:
+    if (b == "bytes" and abs(pv - mv) > 0.5) or \
+            (b == "flops" and abs(pv - mv) > 1e-9 * max(abs(pv), abs(mv))):
         bad.append(name)
 if out:
     json.dump({"ranks": ranks, "layout": what, "machine": machine, "measured": run,
                "predicted": plan, "rows": [{"name": n, "predicted": pv, "measured": mv}
                                            for n, pv, mv, _ in rows]}, open(out, "w"), indent=1)
 if bad:
-    print("scaling_test: bytes MISMATCH: " + ", ".join(bad))
+    print("scaling_test: MISMATCH: " + ", ".join(bad))
     sys.exit(1)
-print("scaling_test: bytes match")
+print("scaling_test: bytes and NS FLOPs match")
 PY

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # shardopt-plan predicts, without MPI, what the runtime does: for each layout, its optimizer
-# state bytes per rank and the bytes each group moves per step (max over ranks) must equal what
-# step_bench measures at the MPI calls of a real 4-rank run of the same preset.
+# state bytes per rank, the bytes each group moves per step (max over ranks) and the
+# Newton-Schulz FLOPs per rank per step (max and mean over ranks, as the runtime counts the
+# arithmetic its kernels perform: docs/design.md, "Counting Newton-Schulz FLOPs") must equal what
+# step_bench measures in a real 4-rank run of the same preset (FLOPs within 1e-9 relative).
 #   plan_vs_runtime.sh MPIEXEC STEP_BENCH SHARDOPT_PLAN
 set -euo pipefail
 mpiexec=$1 step_bench=$2 plan=$3
@@ -13,22 +15,35 @@ scale=(--preset tiny --width-div 1 --experts-div 1)
 # ns_team_frac 0.01): each dense matrix gathered as row blocks of its long side to a team of 2
 # or 4, the plan costing their all-reduces at the runtime's default cost rates, as commit does;
 # with expert_moves too, the experts planned around the dense load with its all-reduces.
+# The tiny shapes run the plain variant; GLM-4.5-Air at
+# width / 8 (512-wide dense matrices, 176 x 512 experts) has symmetric products in both ns_compute
+# tables, and Gram and AOL change the count, so it runs under each option the count depends on.
+glm=(--preset glm45-air --layers 1 --width-div 8 --experts-div 8 --momentum-dtype fp32)
+aol="--set ns_precondition=aol --set ns_coeffs=aol --set ns_steps=4|--ns-precondition aol"
 layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
          "--ep 4 --expert-shard-dim 0" "--ep 2 --momentum-dtype bf16"
          "--ep 1 --experts-div 4"
          "--preset tiny-experts --ep 1|--set expert_moves=1|--moves --cost-rates 100,25"
          "--ep 2|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
          "--ep 1 --cp 2|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
-         "--ep 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25")
+         "--ep 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25"
+         "${glm[*]} --ep 2|--ns-compute fp32|"
+         "${glm[*]} --ep 2|--ns-compute bf16|"
+         "${glm[*]} --ep 2 --expert-shard-dim 1|--ns-compute bf16 --set ns_algorithm=gram|--ns-algorithm gram"
+         "${glm[*]} --ep 4 --expert-shard-dim 2|--ns-compute fp32 --set ns_algorithm=auto|--ns-algorithm auto"
+         "${glm[*]} --ep 1|--ns-compute bf16 --set ns_algorithm=auto $aol --ns-algorithm auto"
+         "${glm[*]} --ep 2|--ns-compute fp32 $aol")
 fail=0
 for entry in "${layouts[@]}"; do
     IFS='|' read -r l bench_only plan_only <<<"$entry"
     # shellcheck disable=SC2086
     run=$("$mpiexec" -n 4 --oversubscribe "$step_bench" "${scale[@]}" --layers 0 --steps 1 \
         --warmup 0 --threads 1 $l $bench_only --json 2>/dev/null | grep '^{"preset"')
+    # the kernels the run used (ns_compute auto: bf16 where this CPU multiplies bf16 natively)
+    compute=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ns_compute"])' "$run")
     # shellcheck disable=SC2086
-    pred=$("$plan" "${scale[@]}" --world 4 $l $plan_only --json)
-    python3 - "$l" "$run" "$pred" "$plan_only" <<'PY' || fail=1
+    pred=$("$plan" "${scale[@]}" --world 4 $l --ns-compute "$compute" $plan_only --json)
+    python3 - "$l $bench_only" "$run" "$pred" "$plan_only" <<'PY' || fail=1
 import json, sys
 layout, run, pred = sys.argv[1], json.loads(sys.argv[2])["results"][0], json.loads(sys.argv[3])["layouts"][0]
 if "--teams" in sys.argv[4] and pred["ns_teams"] == 0:  # the team layouts must run teams
@@ -39,8 +54,12 @@ pairs = [("state bytes/rank", run["state_bytes_per_rank"], pred["state_bytes"]),
          ("adam bytes", run["adam_bytes"], pred["adam_bytes"]),
          ("dense bytes/step", run["dense_bytes_per_step"], 2 * pred["dense_bytes"]),
          ("expert bytes/step", run["expert_bytes_per_step"], 2 * pred["expert_bytes"])]
-ok = all(abs(a - b) < 0.5 for _, a, b in pairs)
-print(f"{layout:45s} " + ", ".join(f"{n}: run {a:.0f} plan {b:.0f}" for n, a, b in pairs)
+flops = [("NS FLOPs max", run["ns_flops_max"], pred["ns_flops_max"]),
+         ("NS FLOPs mean", run["ns_flops_mean"], pred["ns_flops_mean"])]
+ok = all(abs(a - b) < 0.5 for _, a, b in pairs) and \
+    all(abs(a - b) <= 1e-9 * max(abs(a), abs(b)) for _, a, b in flops) and run["ns_flops_max"] > 0
+print(f"{layout}\n    " + ", ".join(f"{n}: run {a:.0f} plan {b:.0f}" for n, a, b in pairs)
+      + "\n    " + ", ".join(f"{n}: run {a:.10e} plan {b:.10e}" for n, a, b in flops)
       + ("" if ok else "   MISMATCH"))
 sys.exit(0 if ok else 1)
 PY

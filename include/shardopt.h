@@ -361,7 +361,9 @@ typedef struct shardopt_stats {
     uint64_t bytes_adam_m;    /**< AdamW first moment */
     uint64_t bytes_adam_v;    /**< AdamW second moment */
     uint64_t bytes_workspace; /**< buffers allocated at commit for the step */
-    double ns_flops_last;     /**< Newton-Schulz FLOPs, counting 4m^2n + 2m^3 per iteration */
+    double ns_flops_last;     /**< Newton-Schulz FLOPs this rank performed: 4m^2n + 2m^3 per
+                                   standard iteration, symmetric products at the entries formed
+                                   (docs/design.md, "Counting Newton-Schulz FLOPs") */
     double seconds_last;      /**< wall time of the last step */
     double seconds_total;
     double seconds_adamw_last;

@@ -12,9 +12,11 @@
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
 #include "kernels/dtype.h"
+#include "kernels/ns_shape.h"
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
 #include "runtime/classify.h"
+#include "sharding/ns_strategy.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
 
@@ -80,13 +82,14 @@ static double box_numel(const struct plan_box *b)
 
 /* What one group's plan gives each member (arrays indexed by member, added to). */
 struct group_out {
-    double *flops;  /* owned NS FLOPs per iteration (a team member: its share) */
-    double *bytes;  /* sent per step in the group's exchanges */
-    double *owned;  /* bytes of the matrices it orthogonalizes (a team member: its block) */
-    double *tbytes; /* sent per step in its teams' Gram all-reduces (fp32) */
-    double *tcomm;  /* or NULL: the plan's team_comm (the all-reduces in its cost units) */
-    double *real;   /* NS FLOPs per step its kernels perform (performed_flops) */
-    double whole;   /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
+    double *flops;   /* owned NS FLOPs per iteration (a team member: its share) */
+    double *bytes;   /* sent per step in the group's exchanges */
+    double *owned;   /* bytes of the matrices it orthogonalizes (a team member: its block) */
+    double *tbytes;  /* sent per step in its teams' Gram all-reduces (fp32) */
+    double *tcomm;   /* or NULL: the plan's team_comm (the all-reduces in its cost units) */
+    double *real;    /* NS FLOPs per step its kernels perform (performed_flops) */
+    double *sharded; /* of those, the sharded strategy's (every product whole), per step */
+    double whole;    /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
     int nteams, nmoved, kmax;
     int by_size[7]; /* teams of 2^(i+1) members, i < 6 (PLAN_TEAM_MAX = 64) */
 };
@@ -156,6 +159,55 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
              ns_algorithm_for_shape(rows, cols, o->ns_compute < 0 ? KDT_BF16 : o->ns_compute) ==
                  NS_ALGO_GRAM);
         np++;
+    }
+    /* --ns-strategy, decided per tensor as commit's sharded_choose does (the CPU kernels only:
+     * the device gathers every matrix). A sharded tensor leaves the plan (no owner, no
+     * exchange); each member holding columns of one of its matrices runs the sharded standard
+     * iteration on them, every product whole, 4m^2 n_j + 2m^3 per step (runtime/step/
+     * ns_sharded.c); a member holding none counts nothing. */
+    if (o->ns_strategy != NS_MODE_GATHER && o->ns_compute >= 0) {
+        const shardopt_config_t dflt = SHARDOPT_CONFIG_INIT;
+        double total = 0;
+        for (int q = 0; q < np; q++) {
+            const int rd = pp[q].ndim - 2;
+            const int64_t rows = pp[q].shape[rd], cols = pp[q].shape[rd + 1];
+            total += (pp[q].ns_gram ? plan_ns_flops(rows, cols, o->ns_steps, 1) / o->ns_steps
+                                    : plan_ns_cost(rows, cols)) *
+                     (double)pp[q].k_count;
+        }
+        int kept = 0;
+        for (int q = 0; q < np; q++) {
+            const int rd = pp[q].ndim - 2;
+            const int64_t rows = pp[q].shape[rd], cols = pp[q].shape[rd + 1];
+            struct ns_strategy_in in = {
+                .ndim = pp[q].ndim,
+                .ns_transpose = rows > cols, /* square: as stored (presets: not transposed) */
+                .shard_dim = expert ? xdim : 0,
+                .boxes = pp[q].boxes,
+                .members = members,
+                .steps = o->ns_steps,
+                .esize = COMM_ES,
+                .group_mean_cost = total / members,
+                .gflops = o->cost_gflops > 0 ? o->cost_gflops : dflt.cost_gemm_gflops,
+                .gbps = o->cost_gflops > 0 ? o->cost_gbps : dflt.cost_net_gbps,
+                .gram = pp[q].ns_gram};
+            memcpy(in.shape, pp[q].shape, sizeof in.shape);
+            if (!ns_strategy_choose(&in, o->ns_strategy)) {
+                pp[kept++] = pp[q];
+                continue;
+            }
+            const int ld = rows > cols ? rd : rd + 1; /* the long side, the one sharded */
+            const double m = (double)(rows < cols ? rows : cols);
+            out->whole += plan_ns_cost(rows, cols) * (double)pp[q].k_count;
+            for (int mb = 0; mb < members; mb++) {
+                const double n = (double)pp[q].boxes[mb].len[ld];
+                const double f =
+                    n > 0 ? ns_iter_flops(m, n) * o->ns_steps * (double)pp[q].k_count : 0.0;
+                out->real[mb] += f;
+                out->sharded[mb] += f;
+            }
+        }
+        np = kept;
     }
     struct plan_cfg cfg = *extra;
     cfg.members = members;
@@ -266,7 +318,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     double *xflops = calloc(D, sizeof(double)), *xbytes = calloc(D, sizeof(double));
     double *xowned = calloc(D, sizeof(double)), *xtb = calloc(D, sizeof(double));
     double *dreal = calloc(D, sizeof(double)), *xreal = calloc(D, sizeof(double));
-    double *g_r = calloc(X, sizeof(double));
+    double *dsh = calloc(D, sizeof(double)), *xsh = calloc(D, sizeof(double));
+    double *g_r = calloc(X, sizeof(double)), *g_s = calloc(X, sizeof(double));
     double *g_f = calloc(X, sizeof(double)), *g_b = calloc(X, sizeof(double));
     double *g_o = calloc(X, sizeof(double)), *g_t = calloc(X, sizeof(double));
     double *base = calloc(D > X ? D : X, sizeof(double));
@@ -275,7 +328,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     if (skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL || dtb == NULL ||
         dtc == NULL || xflops == NULL || xbytes == NULL || xowned == NULL || xtb == NULL ||
         g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL || base == NULL || state == NULL ||
-        mom == NULL || elem == NULL || dreal == NULL || xreal == NULL || g_r == NULL)
+        mom == NULL || elem == NULL || dreal == NULL || xreal == NULL || g_r == NULL || dsh == NULL ||
+        xsh == NULL || g_s == NULL)
         plan_model_die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -311,8 +365,13 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     const double rate = mc->gemm_tflops * 1e12 * mc->ns_fraction;
     const double bw = (r->dense_internode ? mc->inter_gbps : mc->intra_gbps) * 1e9;
     const double bw_node = mc->intra_gbps * 1e9;
-    struct group_out xo1 = {
-        .flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .real = g_r, .kmax = 1};
+    struct group_out xo1 = {.flops = g_f,
+                            .bytes = g_b,
+                            .owned = g_o,
+                            .tbytes = g_t,
+                            .real = g_r,
+                            .sharded = g_s,
+                            .kmax = 1};
     struct plan_cfg none = {0};
     group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &none, &xo1);
     struct plan_cfg dcfg = {0};
@@ -325,9 +384,14 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     /* fp32 Gram elements at the node's link rate, or at commit's rates (runtime/commit.c) */
     dcfg.allreduce_cost =
         o->cost_gflops > 0 ? 4.0 * o->cost_gflops / o->cost_gbps : 4.0 * rate / bw_node;
-    struct group_out dout = {
-        .flops = dflops, .bytes = dbytes, .owned = downed, .tbytes = dtb, .tcomm = dtc,
-        .real = dreal, .kmax = 1};
+    struct group_out dout = {.flops = dflops,
+                             .bytes = dbytes,
+                             .owned = downed,
+                             .tbytes = dtb,
+                             .tcomm = dtc,
+                             .real = dreal,
+                             .sharded = dsh,
+                             .kmax = 1};
     group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     struct group_out xout = {0};
     xout.kmax = 1;
@@ -344,13 +408,19 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             memset(g_o, 0, X * sizeof(double));
             memset(g_t, 0, X * sizeof(double));
             memset(g_r, 0, X * sizeof(double));
+            memset(g_s, 0, X * sizeof(double));
             xcfg.base_load = base;
             /* as commit computes it (runtime/commit.c, expert_replan) from --cost-rates */
             xcfg.move_cost = o->cost_gflops > 0
                                  ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
                                  : COMM_ES * rate / (bw * o->ns_steps);
-            struct group_out xo = {
-                .flops = g_f, .bytes = g_b, .owned = g_o, .tbytes = g_t, .real = g_r, .kmax = 1};
+            struct group_out xo = {.flops = g_f,
+                                   .bytes = g_b,
+                                   .owned = g_o,
+                                   .tbytes = g_t,
+                                   .real = g_r,
+                                   .sharded = g_s,
+                                   .kmax = 1};
             group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
             xout.nmoved += xo.nmoved;
             xout.whole = xo.whole;
@@ -361,6 +431,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                 xowned[d] = g_o[j];
                 xtb[d] = g_t[j];
                 xreal[d] = g_r[j];
+                xsh[d] = g_s[j];
             }
         }
     } else {
@@ -371,6 +442,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             xowned[d] = g_o[d / o->ep];
             xtb[d] = g_t[d / o->ep];
             xreal[d] = g_r[d / o->ep];
+            xsh[d] = g_s[d / o->ep];
         }
     }
     r->nteams = dout.nteams;
@@ -396,7 +468,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         /* time on the whole-product count, the basis of the machine's rate (a GPU forms every
          * product whole; --calibrate's ns_bench rates each variant on whole products); a team's
          * all-reduces stall its Newton-Schulz: they count in t_ns */
-        const double t = (dflops[d] + xflops[d]) * o->ns_steps / rate + (dtb[d] + xtb[d]) / bw_node;
+        const double t = ((dflops[d] + xflops[d]) * o->ns_steps + dsh[d] + xsh[d]) / rate +
+                         (dtb[d] + xtb[d]) / bw_node;
         tns = t > tns ? t : tns;
         r->team_bytes = dtb[d] > r->team_bytes ? dtb[d] : r->team_bytes;
         r->dense_bytes = dbytes[d] > r->dense_bytes ? dbytes[d] : r->dense_bytes;
@@ -446,6 +519,9 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     free(dreal);
     free(xreal);
     free(g_r);
+    free(dsh);
+    free(xsh);
+    free(g_s);
     free(g_f);
     free(g_b);
     free(g_o);

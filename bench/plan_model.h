@@ -25,13 +25,14 @@ struct opts {
     int world, nodes, gpn, rep, shard, cp, ep, xdim, json;
     int mom_es, adam_es;
     const char *offload;
-    int ns_algo;    /* 0 standard, 1 gram, 2 auto (kernels/ns_variant.h's table, bf16) */
-    int ns_steps;   /* 5, or 4 with --ns-precondition aol (the aol table) */
-    int ns_compute; /* --ns-compute: -1 device (every product whole), KDT_F32 or KDT_BF16 (the
-                       CPU kernels, their symmetric variants per kernels/ns_variant.h) */
-    int joint;      /* the dense owners balanced on top of the expert loads (commit does) */
-    int moves;      /* planner only: whole experts may move to light members */
-    int teams;      /* planner only: largest Newton-Schulz team (1: none, as commit plans) */
+    int ns_algo;     /* 0 standard, 1 gram, 2 auto (kernels/ns_variant.h's table, bf16) */
+    int ns_steps;    /* 5, or 4 with --ns-precondition aol (the aol table) */
+    int ns_compute;  /* --ns-compute: -1 device (every product whole), KDT_F32 or KDT_BF16 (the
+                        CPU kernels, their symmetric variants per kernels/ns_variant.h) */
+    int ns_strategy; /* --ns-strategy: sharding/ns_strategy.h's NS_MODE_* (CPU kernels only) */
+    int joint;       /* the dense owners balanced on top of the expert loads (commit does) */
+    int moves;       /* planner only: whole experts may move to light members */
+    int teams;       /* planner only: largest Newton-Schulz team (1: none, as commit plans) */
     double team_frac;
     double cost_gflops, cost_gbps; /* --cost-rates: the runtime's cost_gemm_gflops and
                                       cost_net_gbps for --moves instead of the machine's */

@@ -5,8 +5,8 @@
  *       [--ep E] [--expert-shard-dim 0|1|2] [--momentum-dtype fp32|bf16]
  *       [--adam-dtype fp32|bf16] [--offload none|optimizer|cpu] [--machine FILE]
  *       [--sweep N1,N2,...] [--ns-algorithm standard|gram|auto]
- *       [--ns-precondition frobenius|aol] [--ns-compute device|fp32|bf16] [--no-joint]
- *       [--moves] [--cost-rates G,B]
+ *       [--ns-precondition frobenius|aol] [--ns-compute device|fp32|bf16]
+ *       [--ns-strategy gather|sharded|auto] [--no-joint] [--moves] [--cost-rates G,B]
  *       [--teams K|node] [--team-frac F]
  *       [--json]
  *   shardopt-plan --calibrate OUT.json [--threads T]
@@ -59,7 +59,10 @@
  * plan_ns_flops_blocked): --ns-compute device (the default: a GPU, whose plain variant forms
  * every product whole), or fp32 / bf16 for the CPU kernels of that ns_compute, whose symmetric
  * products cost what the committed per-shape variant table (kernels/ns_variant.h) makes them
- * form. tests/mpi/plan_vs_runtime.sh checks the counts against runs. Owners are still balanced
+ * form. --ns-strategy sharded|auto (with fp32 or bf16: sharded Newton-Schulz is CPU-only, the
+ * device gathers every matrix) keeps the matrices commit would keep sharded out of the owners'
+ * plan and counts each holder's columns (auto's cost model at --cost-rates, or the config's
+ * defaults). tests/mpi/plan_vs_runtime.sh checks the counts against runs. Owners are still balanced
  * on the whole-product cost (plan_ns_cost), as commit balances them.
  *
  * --calibrate writes a machine file for this machine, measured now: the Newton-Schulz rate of
@@ -80,6 +83,7 @@
 #include "kernels/cpu/ns_bf16.h"
 #include "kernels/dtype.h"
 #include "kernels/ns_variant.h"
+#include "sharding/ns_strategy.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
 
@@ -103,7 +107,7 @@ static void usage(void)
             "       [--offload none|optimizer|cpu] [--machine FILE] [--sweep N1,N2,...] [--json]\n"
             "       [--layers L] [--width-div D] [--experts-div D]\n"
             "       [--ns-algorithm standard|gram|auto] [--ns-precondition frobenius|aol]\n"
-            "       [--ns-compute device|fp32|bf16]\n"
+            "       [--ns-compute device|fp32|bf16] [--ns-strategy gather|sharded|auto]\n"
             "       [--no-joint] [--moves] [--cost-rates GFLOPS,GBPS] [--teams K|node]\n"
             "       [--team-frac F]\n");
     exit(2);
@@ -169,6 +173,12 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             if (v == NULL || (strcmp(v, "standard") && strcmp(v, "gram") && strcmp(v, "auto")))
                 plan_model_die("--ns-algorithm takes standard, gram or auto");
             o->ns_algo = !strcmp(v, "gram") ? 1 : !strcmp(v, "auto") ? 2 : 0;
+        } else if (!strcmp(a, "--ns-strategy")) {
+            if (v == NULL || (strcmp(v, "gather") && strcmp(v, "sharded") && strcmp(v, "auto")))
+                plan_model_die("--ns-strategy takes gather, sharded or auto");
+            o->ns_strategy = !strcmp(v, "sharded") ? NS_MODE_SHARDED
+                             : !strcmp(v, "auto")  ? NS_MODE_AUTO
+                                                   : NS_MODE_GATHER;
         } else if (!strcmp(a, "--ns-compute")) {
             if (v == NULL || (strcmp(v, "device") && strcmp(v, "fp32") && strcmp(v, "bf16")))
                 plan_model_die("--ns-compute takes device, fp32 or bf16");

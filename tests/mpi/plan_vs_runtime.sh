@@ -17,7 +17,9 @@ scale=(--preset tiny --width-div 1 --experts-div 1)
 # with expert_moves too, the experts planned around the dense load with its all-reduces.
 # The tiny shapes run the plain variant; GLM-4.5-Air at
 # width / 8 (512-wide dense matrices, 176 x 512 experts) has symmetric products in both ns_compute
-# tables, and Gram and AOL change the count, so it runs under each option the count depends on.
+# tables, and Gram and AOL change the count, so it runs under each option the count depends on;
+# ns_strategy sharded and auto keep matrices out of the owners' plan (each holder counts its
+# columns).
 glm=(--preset glm45-air --layers 1 --width-div 8 --experts-div 8 --momentum-dtype fp32)
 aol="--set ns_precondition=aol --set ns_coeffs=aol --set ns_steps=4|--ns-precondition aol"
 layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
@@ -32,7 +34,11 @@ layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 
          "${glm[*]} --ep 2 --expert-shard-dim 1|--ns-compute bf16 --set ns_algorithm=gram|--ns-algorithm gram"
          "${glm[*]} --ep 4 --expert-shard-dim 2|--ns-compute fp32 --set ns_algorithm=auto|--ns-algorithm auto"
          "${glm[*]} --ep 1|--ns-compute bf16 --set ns_algorithm=auto $aol --ns-algorithm auto"
-         "${glm[*]} --ep 2|--ns-compute fp32 $aol")
+         "${glm[*]} --ep 2|--ns-compute fp32 $aol"
+         "--ep 2|--set ns_strategy=sharded|--ns-strategy sharded"
+         "${glm[*]} --ep 2|--ns-compute fp32 --set ns_strategy=sharded|--ns-strategy sharded"
+         "${glm[*]} --ep 1 --expert-shard-dim 2|--ns-compute bf16 --set ns_strategy=sharded --set ns_algorithm=auto|--ns-strategy sharded --ns-algorithm auto"
+         "${glm[*]} --ep 2 --expert-shard-dim 2|--ns-compute bf16 --set ns_strategy=auto|--ns-strategy auto")
 fail=0
 for entry in "${layouts[@]}"; do
     IFS='|' read -r l bench_only plan_only <<<"$entry"

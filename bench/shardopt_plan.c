@@ -369,6 +369,9 @@ int main(int argc, char **argv)
     int worlds[256], nw = 0;
 
     opts_parse(argc, argv, &o);
+    if (o.ns_strategy != NS_MODE_GATHER && o.ns_steps != NS_STEPS) /* config_check_all's rule */
+        plan_model_die("--ns-strategy sharded or auto with --ns-precondition aol: the runtime "
+                       "refuses it (aol runs on gathered matrices only); use --ns-strategy gather");
     if (o.calibrate != NULL)
         return calibrate(&o);
     plan_model_machine_load(o.machine, &mc);

@@ -12,6 +12,7 @@
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
 #include "kernels/dtype.h"
+#include "kernels/ns_coeffs.h"
 #include "kernels/ns_shape.h"
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
@@ -117,13 +118,17 @@ static double performed_flops(const struct opts *o, int64_t rows, int64_t cols, 
 {
     struct ns_sym_blocks kb;
     int block = 0;
+    float coeffs[NS_TABLE_MAX_STEPS][3];
+    uint32_t restarts = 0u; /* Gram's, from the table and the shape as the kernels take them */
+    if (gram && ns_coeffs_fill(o->ns_table, o->ns_steps, NULL, coeffs) == 0)
+        restarts = ns_coeffs_gram_restarts((const float(*)[3])coeffs, o->ns_steps, rows, cols);
     if (o->ns_compute < 0)
-        return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, NULL);
+        return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, restarts, NULL);
     const int variant = o->ns_compute == KDT_BF16 ? ns_bf16_variant_for_shape(rows, cols, &block)
                                                   : ns_variant_for_shape(rows, cols);
     ns_sym_blocks_for(rows, cols, variant, block, o->ns_compute, &kb);
     const struct plan_ns_blocks b = {kb.gram, kb.poly, kb.symmul};
-    return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, &b);
+    return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, restarts, &b);
 }
 
 /* Plan one group (dense tensors or EP rank 0's experts) with the joint settings in `extra`
@@ -328,8 +333,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     if (skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL || dtb == NULL ||
         dtc == NULL || xflops == NULL || xbytes == NULL || xowned == NULL || xtb == NULL ||
         g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL || base == NULL || state == NULL ||
-        mom == NULL || elem == NULL || dreal == NULL || xreal == NULL || g_r == NULL || dsh == NULL ||
-        xsh == NULL || g_s == NULL)
+        mom == NULL || elem == NULL || dreal == NULL || xreal == NULL || g_r == NULL ||
+        dsh == NULL || xsh == NULL || g_s == NULL)
         plan_model_die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];

@@ -27,6 +27,7 @@ struct opts {
     const char *offload;
     int ns_algo;     /* 0 standard, 1 gram, 2 auto (kernels/ns_variant.h's table, bf16) */
     int ns_steps;    /* 5, or 4 with --ns-precondition aol (the aol table) */
+    int ns_table;    /* the coefficient table: quintic, or aol with --ns-precondition aol */
     int ns_compute;  /* --ns-compute: -1 device (every product whole), KDT_F32 or KDT_BF16 (the
                         CPU kernels, their symmetric variants per kernels/ns_variant.h) */
     int ns_strategy; /* --ns-strategy: sharding/ns_strategy.h's NS_MODE_* (CPU kernels only) */

@@ -82,6 +82,7 @@
 #include "bench/preset.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "kernels/dtype.h"
+#include "kernels/ns_coeffs.h"
 #include "kernels/ns_variant.h"
 #include "sharding/ns_strategy.h"
 #include "sharding/plan.h"
@@ -122,6 +123,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
     o->mom_es = o->adam_es = 4;
     o->offload = "none";
     o->ns_steps = NS_STEPS;
+    o->ns_table = NS_TABLE_QUINTIC;
     o->ns_compute = -1;
     o->joint = 1;
     o->teams = 1;
@@ -187,6 +189,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             if (v == NULL || (strcmp(v, "frobenius") && strcmp(v, "aol")))
                 plan_model_die("--ns-precondition takes frobenius or aol");
             o->ns_steps = !strcmp(v, "aol") ? 4 : NS_STEPS;
+            o->ns_table = !strcmp(v, "aol") ? NS_TABLE_AOL : NS_TABLE_QUINTIC;
         } else if (!strcmp(a, "--teams")) {
             o->teams = !strcmp(v, "node") ? 0 : parse_int(v, 1, PLAN_TEAM_MAX, "--teams");
             if (o->teams & (o->teams - 1))

@@ -195,11 +195,12 @@ void ns_sym_blocks_for(int64_t rows, int64_t cols, int variant, int block, int c
 
 /* FLOPs one matrix's Newton-Schulz performs (2 per multiply-add of its products, the work the
  * kernel is asked for: a symmetric product costs 2K per entry of its upper block rows, K its
- * inner dimension), `steps` steps of `algorithm`, symmetric products formed in the blocks b
- * (NULL: all whole). AOL adds none: its X X^T is the first step's. What the runtime counts in
+ * inner dimension), `steps` steps of `algorithm`, Gram restarting where `restarts` says
+ * (ns_coeffs_gram_restarts' mask; ignored for standard), symmetric products formed in the blocks
+ * b (NULL: all whole). AOL adds none: its X X^T is the first step's. What the runtime counts in
  * ns_flops_last; sharding/plan.c's plan_ns_flops_blocked is the planner's copy (test_ns_gram
  * checks that they agree). */
-double ns_flops_performed(int64_t rows, int64_t cols, int steps, int algorithm,
+double ns_flops_performed(int64_t rows, int64_t cols, int steps, int algorithm, uint32_t restarts,
                           const struct ns_sym_blocks *b);
 
 struct kernel_ops {

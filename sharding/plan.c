@@ -25,7 +25,7 @@ static double plan_sym_entries(double m, int64_t block)
     return bk * q * m - bk * bk * q * (q - 1.0) / 2.0 + r * r;
 }
 
-double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram,
+double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram, uint32_t restarts,
                              const struct plan_ns_blocks *b)
 {
     const double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
@@ -34,10 +34,10 @@ double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram,
     const double zrz = 2.0 * m * plan_sym_entries(m, b != NULL ? b->symmul : 0);
     if (!gram)
         return steps * (xxt + rr + 2.0 * m * m * n);
-    const int r = steps > 2 ? 2 : steps; /* the restart, as ns_gram_restart_step */
     double f = 0.0;
-    for (int lo = 0; lo<steps; lo = r> lo ? r : steps) {
-        const int hi = r > lo ? r : steps;
+    for (int lo = 0, hi; lo < steps; lo = hi) { /* segments between restarts (bit k: before k) */
+        for (hi = lo + 1; hi < steps && !(restarts >> hi & 1u); hi++) {
+        }
         f += xxt + 2.0 * m * m * n;   /* G = X X^T and X <- Q X */
         for (int s = lo; s < hi; s++) /* R R, Z Q, Z R and (Z R) Z */
             f += rr + (s > lo ? 2.0 * m * m * m : 0.0) + (s + 1 < hi ? 2.0 * m * m * m + zrz : 0.0);
@@ -47,7 +47,8 @@ double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram,
 
 double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram)
 {
-    return plan_ns_flops_blocked(rows, cols, steps, gram, NULL);
+    /* quintic's schedule: one restart, before step 2 (kernels/ns_coeffs.h) */
+    return plan_ns_flops_blocked(rows, cols, steps, gram, steps > 2 ? 1u << 2 : 0u, NULL);
 }
 
 /* plan_build's scratch over the group's members, one set for the whole plan (buckets keep only

@@ -201,10 +201,12 @@ struct plan_ns_blocks {
 };
 
 /* FLOPs one matrix's Newton-Schulz performs with its symmetric products formed in the blocks b
- * (NULL: whole, = plan_ns_flops): a symmetric product costs 2K per entry of its upper block
- * rows. The planner's copy of kernels/ops.h's ns_flops_performed, what the runtime counts
- * (test_ns_gram checks that they agree). */
-double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram,
+ * (NULL: whole), Gram restarting where `restarts` says (bit k: before step k; the caller takes
+ * it from kernels/ns_coeffs.h's ns_coeffs_gram_restarts, which sharding/ does not see;
+ * plan_ns_flops passes quintic's, one before step 2): a symmetric product costs 2K per entry of its
+ * upper block rows. The planner's copy of kernels/ops.h's ns_flops_performed, what the runtime
+ * counts (test_ns_gram checks that they agree). */
+double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram, uint32_t restarts,
                              const struct plan_ns_blocks *b);
 
 #endif

@@ -57,7 +57,7 @@ static double ns_sym_entries(double m, int64_t block)
     return bk * q * m - bk * bk * q * (q - 1.0) / 2.0 + r * r;
 }
 
-double ns_flops_performed(int64_t rows, int64_t cols, int steps, int algorithm,
+double ns_flops_performed(int64_t rows, int64_t cols, int steps, int algorithm, uint32_t restarts,
                           const struct ns_sym_blocks *b)
 {
     const double m = (double)(rows < cols ? rows : cols);
@@ -68,10 +68,10 @@ double ns_flops_performed(int64_t rows, int64_t cols, int steps, int algorithm,
 
     if (algorithm != NS_ALGO_GRAM)
         return steps * (xxt + rr + 2.0 * m * m * n); /* and Y = B X */
-    const int r = ns_gram_restart_step(steps);
     double f = 0.0;
-    for (int lo = 0; lo<steps; lo = r> lo ? r : steps) {
-        const int hi = r > lo ? r : steps;
+    for (int lo = 0, hi; lo < steps; lo = hi) { /* segments between restarts (bit k: before k) */
+        for (hi = lo + 1; hi < steps && !(restarts >> hi & 1u); hi++) {
+        }
         f += xxt + 2.0 * m * m * n; /* G, and X <- Q X at the segment's end */
         for (int s = lo; s < hi; s++)
             f += rr + (s > lo ? 2.0 * m * m * m : 0.0)         /* Z Q, whole */

@@ -494,16 +494,20 @@ TEST(ns_flops_performed_counts_the_entries_formed)
     ns_sym_blocks_for(1408, 4096, NS_VARIANT_PLAIN, 0, KDT_F32, &b);
     for (int steps = 1; steps <= NS_TABLE_MAX_STEPS; steps++)
         for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
-            const double whole = ns_flops_total(1408, 4096, steps, algo, 0);
-            EXPECT_NEAR(ns_flops_performed(4096, 1408, steps, algo, &b), whole, 1e-12 * whole);
-            EXPECT_NEAR(ns_flops_performed(1408, 4096, steps, algo, NULL), whole, 1e-12 * whole);
+            const struct coeffs q = coeffs_of(NS_TABLE_QUINTIC, steps);
+            const float(*qc)[3] = (const float(*)[3])q.c;
+            const double whole = ns_flops_total(1408, 4096, qc, steps, algo, 0);
+            const uint32_t r =
+                algo == NS_ALGO_GRAM ? ns_coeffs_gram_restarts(qc, steps, 1408, 4096) : 0u;
+            EXPECT_NEAR(ns_flops_performed(4096, 1408, steps, algo, r, &b), whole, 1e-12 * whole);
+            EXPECT_NEAR(ns_flops_performed(1408, 4096, steps, algo, r, NULL), whole, 1e-12 * whole);
         }
     ns_sym_blocks_for(4096, 1408, NS_VARIANT_SYMMETRIC, 0, KDT_F32, &b);
-    EXPECT_NEAR(ns_flops_performed(1408, 4096, 5, NS_ALGO_STANDARD, &b),
+    EXPECT_NEAR(ns_flops_performed(1408, 4096, 5, NS_ALGO_STANDARD, 0u, &b),
                 5 * (m * (m + 1) * n + m * (m + 1) * m + 2 * m * m * n), 0.0);
     /* Gram, 5 steps (test above): 2 X X^T, 2 Q X, 5 R R, 3 (Z R) Z and 6 whole m^3 products */
     const double zrz = 2 * m * entries_by_rows(1408, 256);
-    EXPECT_NEAR(ns_flops_performed(1408, 4096, 5, NS_ALGO_GRAM, &b),
+    EXPECT_NEAR(ns_flops_performed(1408, 4096, 5, NS_ALGO_GRAM, 1u << 2, &b),
                 2 * m * (m + 1) * n + 4 * m * m * n + 5 * m * (m + 1) * m + 3 * zrz +
                     12 * m * m * m,
                 1e-9 * zrz);
@@ -513,7 +517,7 @@ TEST(ns_flops_performed_counts_the_entries_formed)
     const double e = entries_by_rows(1408, block);
     /* 5 block rows of 256 (1408, 1152, ... 384 columns) and one of 128 x 128 */
     EXPECT_NEAR(e, 256.0 * (1408 + 1152 + 896 + 640 + 384) + 128.0 * 128, 0.0);
-    EXPECT_NEAR(ns_flops_performed(1408, 4096, 5, NS_ALGO_STANDARD, &b),
+    EXPECT_NEAR(ns_flops_performed(1408, 4096, 5, NS_ALGO_STANDARD, 0u, &b),
                 5 * (2 * n * e + 2 * m * e + 2 * m * m * n), 1e-9 * e);
     /* the closed form against the row-by-row sum, blocks that divide m and blocks that do not */
     const int64_t ms[] = {1, 7, 128, 383, 384, 1000, 1408}, blocks[] = {1, 3, 128, 256, 5000};
@@ -521,7 +525,7 @@ TEST(ns_flops_performed_counts_the_entries_formed)
         for (size_t j = 0; j < 5; j++) {
             const struct ns_sym_blocks one = {blocks[j], blocks[j], blocks[j]};
             const double mm = (double)ms[i], eb = entries_by_rows(ms[i], blocks[j]);
-            EXPECT_NEAR(ns_flops_performed(ms[i], 2 * ms[i], 1, NS_ALGO_STANDARD, &one),
+            EXPECT_NEAR(ns_flops_performed(ms[i], 2 * ms[i], 1, NS_ALGO_STANDARD, 0u, &one),
                         2 * 2 * mm * eb + 2 * mm * eb + 2 * mm * mm * 2 * mm, 1e-9 * mm * eb);
         }
 }
@@ -542,12 +546,22 @@ TEST(plan_ns_flops_blocked_agrees_with_ns_flops_performed)
                 struct ns_sym_blocks kb;
                 ns_sym_blocks_for(r, c, var, block, dt, &kb);
                 const struct plan_ns_blocks pb = {kb.gram, kb.poly, kb.symmul};
-                for (int steps = 1; steps <= NS_TABLE_MAX_STEPS; steps++)
-                    for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
-                        const double k = ns_flops_performed(r, c, steps, algo, &kb);
-                        EXPECT_NEAR(plan_ns_flops_blocked(r, c, steps, algo == NS_ALGO_GRAM, &pb),
-                                    k, 1e-12 * k);
-                    }
+                /* Gram's restarts: none, every step, and the kernels' masks for two tables */
+                for (int steps = 1; steps <= NS_TABLE_MAX_STEPS; steps++) {
+                    const struct coeffs q = coeffs_of(NS_TABLE_QUINTIC, steps),
+                                        pe = coeffs_of(NS_TABLE_POLAR_EXPRESS, steps);
+                    const uint32_t masks[] = {
+                        0u, 0xfffffffeu,
+                        ns_coeffs_gram_restarts((const float(*)[3])q.c, steps, r, c),
+                        ns_coeffs_gram_restarts((const float(*)[3])pe.c, steps, r, c)};
+                    for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++)
+                        for (size_t mi = 0; mi < 4; mi++) {
+                            const double k = ns_flops_performed(r, c, steps, algo, masks[mi], &kb);
+                            EXPECT_NEAR(plan_ns_flops_blocked(r, c, steps, algo == NS_ALGO_GRAM,
+                                                              masks[mi], &pb),
+                                        k, 1e-12 * k);
+                        }
+                }
             }
 }
 

@@ -18,6 +18,7 @@
  * against are one fixture, and every case (step, save, load, each offload mode) runs on it in the
  * same process against the same plain CPU run. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -462,6 +463,7 @@ static shardopt_config_t test_cfg(void)
 }
 
 static double dev_timeout_s; /* > 0: the device run's comm_timeout_s */
+static int dev_team_cap;     /* > 1: the device run's ns_team_cap (teams_stay_off_...) */
 
 static shardopt_config_t dev_cfg(void)
 {
@@ -473,6 +475,10 @@ static shardopt_config_t dev_cfg(void)
     }
     if (dev_timeout_s > 0)
         cfg.comm_timeout_s = dev_timeout_s;
+    if (dev_team_cap > 1) { /* every Muon matrix heavy enough for a team */
+        cfg.ns_team_cap = dev_team_cap;
+        cfg.ns_team_frac = 0.01;
+    }
     return cfg;
 }
 
@@ -863,6 +869,54 @@ TEST(gram_and_aol_run_on_the_device)
     dev_free(&dauto);
     cfg_gram = 0;
     EXPECT_EQ_INT(nsim, 0); /* every simulated allocation was freed */
+}
+
+/* Newton-Schulz teams run the sharded CPU kernels over MPI: with Newton-Schulz on the device
+ * (offload none, optimizer or cpu) a team cap is ignored with a warning on rank 0 naming the
+ * device, no team is planned, and the run has the bits of the CPU run without teams (on CUDA:
+ * its tolerance). Without the switch, a team's block would be read by host kernels from device
+ * memory (the simulated device's is PROT_NONE). */
+TEST(teams_stay_off_with_ns_on_the_device)
+{
+    char log[64];
+    device_begin();
+    snprintf(log, sizeof log, "/tmp/shardopt_devsim_teams_%d.log", (int)getpid());
+    struct run cpu = {0};
+    ASSERT_EQ_INT(run_setup(&cpu, MPI_COMM_WORLD, test_cfg(), 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&cpu, 1, 3), SHARDOPT_OK);
+    dev_team_cap = 2;
+    struct dev_run dev = {0};
+    fflush(stderr);
+    int saved = me == 0 ? dup(2) : -1;
+    if (me == 0) {
+        int fd = open(log, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+        dup2(fd, 2);
+        close(fd);
+    }
+    const shardopt_status_t st = dev_setup(&dev);
+    if (me == 0) {
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+    }
+    dev_team_cap = 0;
+    ASSERT_EQ_INT(st, SHARDOPT_OK);
+    EXPECT_EQ_INT(dev.rt->gx[GROUP_DENSE].plan.nteams, 0);
+    ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
+    EXPECT_EQ_INT(params_differ(&dev, &cpu, 3), 0);
+    if (me == 0) {
+        char t[4096] = "";
+        FILE *f = fopen(log, "rb");
+        if (f != NULL) {
+            t[fread(t, 1, sizeof t - 1, f)] = '\0';
+            fclose(f);
+        }
+        EXPECT_STR_CONTAINS(t, "ns_team_cap = 2 ignored with Newton-Schulz on the device");
+        unlink(log);
+    }
+    dev_free(&dev);
+    run_free(&cpu);
+    EXPECT_EQ_INT(nsim, 0);
 }
 
 /* A parameter's data or grad in the wrong memory for where the step runs it (host memory for a

@@ -6,7 +6,9 @@
  * team iterations run in fp32 from the bf16 blocks, the gathered path in ns_compute's
  * arithmetic). The same with dp_replicate 2 (the replicas' bits compared every step) and with
  * offload = optimizer. A checkpoint saved with teams on and resumed gives the bits of the run
- * that went on without it. */
+ * that went on without it. Where teams cannot run (ns_precondition = aol, replica_split), a team
+ * cap is ignored with a warning on rank 0 naming why, and the run has the bits of teams off. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +68,8 @@ static shardopt_status_t start(shardopt_config_t *cfg, const struct preset *p,
     return preset_shards_register(*rt, p, 0, 4242 + (uint64_t)dense_me, NULL, ps);
 }
 
+static int aol, split; /* the runs' ns_precondition = aol, replica_split */
+
 static shardopt_config_t config(int cap, int bf16)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
@@ -78,6 +82,11 @@ static shardopt_config_t config(int cap, int bf16)
     cfg.ns_team_frac = 0.01;
     cfg.comm_dtype = bf16 ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
     cfg.ns_compute = bf16 ? SHARDOPT_NS_COMPUTE_AUTO : SHARDOPT_NS_COMPUTE_FP32;
+    if (aol) { /* aol runs on gathered matrices only (config.c) */
+        cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
+        cfg.ns_strategy = SHARDOPT_NS_STRATEGY_GATHER;
+    }
+    cfg.replica_split = split;
     return cfg;
 }
 
@@ -262,4 +271,84 @@ TEST(a_checkpoint_with_teams_resumes_bitwise)
     free(w[0]);
     free(w[1]);
     preset_free(&p);
+}
+
+/* Rank 0's log (stderr) while commit runs goes to `path`: the warning is read from there. */
+static int stderr_to(const char *path)
+{
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+static void stderr_back(int saved)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+}
+
+/* The file's text (at most 64 KiB); the caller frees. */
+static char *text_of(const char *path)
+{
+    char *t = calloc(65537, 1);
+    FILE *f = fopen(path, "rb");
+    if (f != NULL) {
+        size_t n = fread(t, 1, 65536, f);
+        t[n] = '\0';
+        fclose(f);
+    }
+    return t;
+}
+
+/* A team cap where teams cannot run: rank 0 warns that it is ignored and why, no team is
+ * planned, and every rank's weights after NSTEPS steps have the bits of the same run with
+ * ns_team_cap = 1. */
+static void teams_stay_off(const char *why)
+{
+    struct preset p;
+    char log[64];
+    load_tiny(&p);
+    snprintf(log, sizeof log, "/tmp/shardopt_teams_off_%d.log", (int)getpid());
+    struct run_out off, on;
+    ASSERT_EQ_INT(run(&p, config(1, 0), &off), 0);
+    int saved = me == 0 ? stderr_to(log) : -1;
+    const int rc = run(&p, config(2, 0), &on);
+    if (me == 0)
+        stderr_back(saved);
+    ASSERT_EQ_INT(rc, 0);
+    EXPECT_EQ_INT(on.nteams, 0);
+    long differ = 0;
+    for (int64_t e = 0; e < off.at[p.n]; e++)
+        differ += memcmp(&on.w[e], &off.w[e], sizeof(float)) != 0;
+    MPI_Allreduce(MPI_IN_PLACE, &differ, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ_INT(differ, 0);
+    if (me == 0) {
+        char *t = text_of(log), want[128];
+        snprintf(want, sizeof want, "ns_team_cap = 2 ignored with %s: one owner per matrix", why);
+        EXPECT_STR_CONTAINS(t, want);
+        free(t);
+        unlink(log);
+    }
+    run_free(&on);
+    run_free(&off);
+    preset_free(&p);
+}
+
+TEST(teams_stay_off_with_aol)
+{
+    aol = 1;
+    teams_stay_off("ns_precondition = aol");
+    aol = 0;
+}
+
+TEST(teams_stay_off_with_replica_split)
+{
+    replicas = 2;
+    split = 1;
+    teams_stay_off("replica_split");
+    split = 0;
+    replicas = 1;
 }

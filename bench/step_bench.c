@@ -293,6 +293,7 @@ struct result {
     double step, prepass, adamw, momentum, ex1, ns, ex2, apply; /* median over steps of max */
     double ns_gflops;                                           /* min over ranks */
     uint64_t state_mom, state_m, state_v, bytes_dense, bytes_expert, ws;
+    uint64_t bytes_ns_allreduce; /* the busiest rank's sharded/team Gram all-reduces */
     int64_t params_local_max;
     uint64_t h2d, d2h, peak, slot; /* host <-> device bytes per step, staging: max over ranks */
     double copy_s;                 /* median over steps of the max over ranks */
@@ -396,7 +397,7 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
     free(ns_ratio);
     MPI_Allreduce(MPI_IN_PLACE, &nsrate, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     r->ns_gflops = nsrate < 1e29 ? nsrate : 0;
-    uint64_t v[10] = {
+    uint64_t v[11] = {
         s.bytes_momentum,
         s.bytes_adam_m,
         s.bytes_adam_v,
@@ -406,8 +407,10 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
         s.bytes_h2d_momentum + s.bytes_h2d_adam_m + s.bytes_h2d_adam_v + s.bytes_h2d_ns,
         s.bytes_d2h_momentum + s.bytes_d2h_adam_m + s.bytes_d2h_adam_v + s.bytes_d2h_ns,
         s.staging_peak_bytes_last,
-        s.staging_slot_bytes};
-    MPI_Allreduce(MPI_IN_PLACE, v, 10, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+        s.staging_slot_bytes,
+        s.bytes_ns_allreduce_last};
+    MPI_Allreduce(MPI_IN_PLACE, v, 11, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    r->bytes_ns_allreduce = v[10];
     r->h2d = v[6];
     r->d2h = v[7];
     r->peak = v[8];
@@ -535,29 +538,31 @@ int main(int argc, char **argv)
                    layout_used[2], layout_used[3], o.xdim,
                    ns_compute_used == SHARDOPT_NS_COMPUTE_BF16 ? "bf16" : "fp32", gemm);
             for (int i = 0; i < nres; i++)
-                printf("%s{\"offload\": \"%s\", \"momentum\": \"%s\", \"step_s\": %.6f, "
-                       "\"prepass_s\": %.6f, \"adamw_s\": %.6f, \"momentum_s\": %.6f, "
-                       "\"exchange1_s\": %.6f, \"ns_s\": %.6f, \"exchange2_s\": %.6f, "
-                       "\"apply_s\": %.6f, \"ns_gflops_min_rank\": %.3f, \"ns_ratio_vs_sgemm\": "
-                       "%.4f, \"state_bytes_per_rank\": %llu, \"momentum_bytes\": %llu, "
-                       "\"adam_bytes\": %llu, \"workspace_bytes\": %llu, \"dense_bytes_per_step\": "
-                       "%llu, \"expert_bytes_per_step\": %llu, \"h2d_bytes_per_step\": %llu, "
-                       "\"d2h_bytes_per_step\": %llu, \"copy_exposed_s\": %.6f, "
-                       "\"staging_peak_bytes\": %llu, \"copies_alone_s\": %.6f, "
-                       "\"copies_hidden\": %.4f, \"ns_flops_max\": %.17g, \"ns_flops_mean\": "
-                       "%.17g, \"ns_time_max_over_mean\": %.4f}",
-                       i ? ", " : "", res[i].offload, res[i].mom, res[i].step, res[i].prepass,
-                       res[i].adamw, res[i].momentum, res[i].ex1, res[i].ns, res[i].ex2,
-                       res[i].apply, res[i].ns_gflops, gemm > 0 ? res[i].ns_gflops / gemm : 0,
-                       (unsigned long long)(res[i].state_mom + res[i].state_m + res[i].state_v),
-                       (unsigned long long)res[i].state_mom,
-                       (unsigned long long)(res[i].state_m + res[i].state_v),
-                       (unsigned long long)res[i].ws, (unsigned long long)res[i].bytes_dense,
-                       (unsigned long long)res[i].bytes_expert, (unsigned long long)res[i].h2d,
-                       (unsigned long long)res[i].d2h, res[i].copy_s,
-                       (unsigned long long)res[i].peak, res[i].copies_alone_s,
-                       overlap[i] == overlap[i] ? overlap[i] : -1.0, res[i].ns_flops_max,
-                       res[i].ns_flops_mean, res[i].ns_time_max_over_mean);
+                printf(
+                    "%s{\"offload\": \"%s\", \"momentum\": \"%s\", \"step_s\": %.6f, "
+                    "\"prepass_s\": %.6f, \"adamw_s\": %.6f, \"momentum_s\": %.6f, "
+                    "\"exchange1_s\": %.6f, \"ns_s\": %.6f, \"exchange2_s\": %.6f, "
+                    "\"apply_s\": %.6f, \"ns_gflops_min_rank\": %.3f, \"ns_ratio_vs_sgemm\": "
+                    "%.4f, \"state_bytes_per_rank\": %llu, \"momentum_bytes\": %llu, "
+                    "\"adam_bytes\": %llu, \"workspace_bytes\": %llu, \"dense_bytes_per_step\": "
+                    "%llu, \"expert_bytes_per_step\": %llu, \"ns_allreduce_bytes_per_step\": %llu, "
+                    "\"h2d_bytes_per_step\": %llu, "
+                    "\"d2h_bytes_per_step\": %llu, \"copy_exposed_s\": %.6f, "
+                    "\"staging_peak_bytes\": %llu, \"copies_alone_s\": %.6f, "
+                    "\"copies_hidden\": %.4f, \"ns_flops_max\": %.17g, \"ns_flops_mean\": "
+                    "%.17g, \"ns_time_max_over_mean\": %.4f}",
+                    i ? ", " : "", res[i].offload, res[i].mom, res[i].step, res[i].prepass,
+                    res[i].adamw, res[i].momentum, res[i].ex1, res[i].ns, res[i].ex2, res[i].apply,
+                    res[i].ns_gflops, gemm > 0 ? res[i].ns_gflops / gemm : 0,
+                    (unsigned long long)(res[i].state_mom + res[i].state_m + res[i].state_v),
+                    (unsigned long long)res[i].state_mom,
+                    (unsigned long long)(res[i].state_m + res[i].state_v),
+                    (unsigned long long)res[i].ws, (unsigned long long)res[i].bytes_dense,
+                    (unsigned long long)res[i].bytes_expert,
+                    (unsigned long long)res[i].bytes_ns_allreduce, (unsigned long long)res[i].h2d,
+                    (unsigned long long)res[i].d2h, res[i].copy_s, (unsigned long long)res[i].peak,
+                    res[i].copies_alone_s, overlap[i] == overlap[i] ? overlap[i] : -1.0,
+                    res[i].ns_flops_max, res[i].ns_flops_mean, res[i].ns_time_max_over_mean);
             printf("]}\n");
         }
     }

@@ -342,7 +342,7 @@ typedef struct shardopt_step_args {
         .max_grad_norm = 0.0, .skip_missing_grads = 0, .momentum = -1.0,                           \
     }
 
-#define SHARDOPT_STATS_VERSION 2
+#define SHARDOPT_STATS_VERSION 3
 
 /** Counters. Times are seconds of this rank; *_last fields describe the last step. */
 typedef struct shardopt_stats {
@@ -412,6 +412,13 @@ typedef struct shardopt_stats {
     int phases_current; /**< 1: the seconds_*_last phase and copy times describe the last step;
                              0: the step before it, because a device (a step given a stream)
                              has not finished the last one: get_stats never waits for it */
+
+    /* Version 3 */
+    uint64_t bytes_ns_allreduce_last; /**< the last step's Gram all-reduces of sharded and team
+                                           Newton-Schulz, as bytes a ring all-reduce sends from
+                                           this rank: 2(k-1)/k m^2 fp32 per iteration over k
+                                           members (the MPI library's own traffic is not seen);
+                                           not in bytes_sent_dense */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

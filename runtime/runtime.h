@@ -91,6 +91,7 @@ struct step_counters {
     uint64_t nonfinite_elements_last; /* nonfinite = zero: elements treated as 0, this replica */
     double ns_flops_last;
     uint64_t bytes_sent[GROUP_KINDS], bytes_recv[GROUP_KINDS]; /* last step, other ranks only */
+    double bytes_ns_allreduce; /* last step: sharded and team Gram all-reduces, ring model */
     double seconds_last, seconds_total;
     double seconds_ns_sharded_last;
     double seconds_prepass_last, seconds_adamw_last, seconds_momentum_last, seconds_exchange1_last,

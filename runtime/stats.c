@@ -1,4 +1,5 @@
 /* Stats: counters the step measured, plus what follows from the committed parameter set. */
+#include <math.h>
 #include <string.h>
 
 #include "base/status.h"
@@ -107,6 +108,7 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.bytes_recv_dense = k->bytes_recv[GROUP_DENSE];
     s.bytes_sent_expert = k->bytes_sent[GROUP_EXPERT];
     s.bytes_recv_expert = k->bytes_recv[GROUP_EXPERT];
+    s.bytes_ns_allreduce_last = (uint64_t)llround(k->bytes_ns_allreduce);
 
     s.offload = (int)rt->cfg.offload;
     s.bytes_host_store = rt->store.host ? rt->store.bytes : 0;

@@ -7,6 +7,7 @@
 #include "kernels/ns_shape.h"
 #include "runtime/comm/comm_wait.h"
 #include "runtime/step/offload_exec.h"
+#include "sharding/plan.h"
 
 /* The iterations of one piece over comm: its U at piece->in (ss: its squared norm, summed here
  * over comm), X = U / (|U|_F s + eps) in fp32, per step the m x m Gram matrix of X all-reduced,
@@ -39,6 +40,14 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
             y = t;
         }
     }
+    /* What a ring all-reduce sends from each member, 2(k-1)/k of the m x m fp32 Gram matrix per
+     * iteration: the planner's team cost (plan_team_allreduce_elems), which plan_vs_runtime
+     * compares it with. The MPI library may move the bytes otherwise; its own are not seen. A
+     * member without columns joins the all-reduces too. */
+    int k = 1;
+    MPI_Comm_size(comm, &k);
+    rt->counters.bytes_ns_allreduce +=
+        (double)c->ns_steps * sizeof(float) * plan_team_allreduce_elems(m, m, k);
     if (count == 0) /* no columns: it forms neither B nor Y, only joins the all-reduces */
         return SHARDOPT_OK;
     rt->counters.ns_flops_last += ns_iter_flops((double)m, (double)n) * c->ns_steps;

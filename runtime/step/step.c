@@ -214,6 +214,7 @@ static void counters_reset(struct step_counters *k)
 {
     k->ns_flops_last = 0;
     memset(k->bytes_sent, 0, sizeof k->bytes_sent);
+    k->bytes_ns_allreduce = 0;
     memset(k->bytes_recv, 0, sizeof k->bytes_recv);
     k->seconds_prepass_last = k->seconds_adamw_last = k->seconds_momentum_last = 0;
     k->seconds_exchange1_last = k->seconds_ns_last = k->seconds_exchange2_last = 0;

@@ -4,6 +4,8 @@
 # Newton-Schulz FLOPs per rank per step (max and mean over ranks, as the runtime counts the
 # arithmetic its kernels perform: docs/design.md, "Counting Newton-Schulz FLOPs") must equal what
 # step_bench measures in a real 4-rank run of the same preset (FLOPs within 1e-9 relative).
+# And the bytes the busiest rank's Newton-Schulz team all-reduces send (team_bytes, ring model)
+# must equal what the runtime counts at them (stats.bytes_ns_allreduce_last).
 #   plan_vs_runtime.sh MPIEXEC STEP_BENCH SHARDOPT_PLAN
 set -euo pipefail
 mpiexec=$1 step_bench=$2 plan=$3
@@ -59,7 +61,8 @@ pairs = [("state bytes/rank", run["state_bytes_per_rank"], pred["state_bytes"]),
          ("momentum bytes", run["momentum_bytes"], pred["momentum_bytes"]),
          ("adam bytes", run["adam_bytes"], pred["adam_bytes"]),
          ("dense bytes/step", run["dense_bytes_per_step"], 2 * pred["dense_bytes"]),
-         ("expert bytes/step", run["expert_bytes_per_step"], 2 * pred["expert_bytes"])]
+         ("expert bytes/step", run["expert_bytes_per_step"], 2 * pred["expert_bytes"]),
+         ("team bytes/step", run["ns_allreduce_bytes_per_step"], pred["team_bytes"])]
 flops = [("NS FLOPs max", run["ns_flops_max"], pred["ns_flops_max"]),
          ("NS FLOPs mean", run["ns_flops_mean"], pred["ns_flops_mean"])]
 ok = all(abs(a - b) < 0.5 for _, a, b in pairs) and \

@@ -276,15 +276,13 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
 }
 
 /* The team cap the dense plan gets (rt->team_cap), and the node size it places teams in.
- * Teams run the sharded kernels on the CPU over MPI, with Frobenius scaling, on every replica:
- * NS on a device (offload = cpu included), ns_precondition = aol and replica_split keep one owner
- * per matrix (a warning says which). Collective over the dense group. */
+ * Teams run the sharded kernels on the CPU over MPI, on every replica: NS on a device
+ * (offload = cpu included) and replica_split keep one owner per matrix (a warning says which).
+ * Collective over the dense group. */
 static shardopt_status_t teams_setup(shardopt_runtime_t rt)
 {
     const char *why = rt_ns_on_device(rt) || rt->cfg.offload == SHARDOPT_OFFLOAD_CPU
                           ? "Newton-Schulz on the device"
-                      : rt->cfg.ns_precondition == SHARDOPT_NS_PRECONDITION_AOL
-                          ? "ns_precondition = aol"
                       : rt->cfg.replica_split && rt->groups.mesh.dp_replicate > 1 ? "replica_split"
                                                                                   : NULL;
     rt->team_cap = 1;

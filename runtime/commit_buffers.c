@@ -118,14 +118,18 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
         sh_x = u > sh_x ? u : sh_x;
         sh_g = g > sh_g ? g : sh_g;
     }
-    for (int k = 0; k < GROUP_KINDS; k++) { /* a team's block: X and Y, its Gram matrix and B */
+    /* a team's block: X and Y, its Gram matrix and B; with aol, B holds the m doubles of the
+     * row scales first (ns_sharded.c), 8-byte aligned */
+    const int aol = rt->cfg.ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
+    for (int k = 0; k < GROUP_KINDS; k++) {
         const struct group_plan *p = &rt->gx[k].plan;
         for (int w = 0; w < p->nowned; w++) {
             const struct plan_owned *o = &p->owned[w];
             if (o->team < 2)
                 continue;
             const int64_t m = o->team_rows ? o->cols : o->rows;
-            const size_t u = (size_t)(o->rows * o->cols), g = (size_t)(m * m);
+            const size_t u = (size_t)(o->rows * o->cols),
+                         g = (size_t)(m * m + (aol ? 2 * m + 2 : 0));
             sh_x = u > sh_x ? u : sh_x;
             sh_g = g > sh_g ? g : sh_g;
         }

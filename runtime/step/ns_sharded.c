@@ -1,18 +1,34 @@
 #include "runtime/step/ns_sharded.h"
 
 #include <math.h>
+#include <stdint.h>
 
 #include "base/status.h"
 #include "kernels/clock.h"
+#include "kernels/cpu/ns_common.h"
 #include "kernels/ns_shape.h"
 #include "runtime/comm/comm_wait.h"
 #include "runtime/step/offload_exec.h"
 #include "sharding/plan.h"
 
+/* A = X X^T of this member's columns, summed over comm. */
+static shardopt_status_t gram_allreduce(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                        const float *x, int64_t m, int64_t n, float *gram)
+{
+    rt->ops->ns_shard_gram(&rt->kctx, x, m, n, gram);
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, gram, (int)(m * m), MPI_FLOAT, MPI_SUM,
+                       "Gram all-reduce") != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed", name);
+    return SHARDOPT_OK;
+}
+
 /* The iterations of one piece over comm: its U at piece->in (ss: its squared norm, summed here
  * over comm), X = U / (|U|_F s + eps) in fp32, per step the m x m Gram matrix of X all-reduced,
  * and O written to piece->out; count = 0: a member with none of the matrix, in every
- * all-reduce with zeros. */
+ * all-reduce with zeros. ns_precondition = aol (teams only: config refuses it with the sharded
+ * strategy): the row sums d_i of the first Gram matrix are the whole matrix's, as every member
+ * holds it summed, so each scales its columns' rows by them (X's rows are the m side) and the
+ * Gram matrix to D A D, which the first step uses as the gathered path does (ns_aol_scale). */
 static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
                                  const struct ns_args *piece, size_t count, int64_t m, int64_t n,
                                  double ss)
@@ -27,12 +43,16 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
     const double inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)c->ns_eps);
     if (count > 0)
         rt->ops->ns_shard_load(&rt->kctx, piece, inv, x);
+    const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
     for (int it = 0; it < c->ns_steps; it++) {
-        rt->ops->ns_shard_gram(&rt->kctx, x, m, count > 0 ? n : 0, gram);
-        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, gram, (int)(m * m), MPI_FLOAT, MPI_SUM,
-                           "Gram all-reduce") != MPI_SUCCESS)
-            return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed",
-                            name);
+        shardopt_status_t status = gram_allreduce(rt, name, comm, x, m, count > 0 ? n : 0, gram);
+        if (status != SHARDOPT_OK)
+            return status;
+        if (aol && it == 0) {
+            /* m doubles in B, free until the first update (commit_buffers.c leaves room) */
+            double *d = (double *)(void *)(((uintptr_t)B + 7u) & ~(uintptr_t)7u);
+            ns_aol_scale(m, count > 0 ? n : 0, (double)c->ns_eps, x, gram, d);
+        }
         if (count > 0) {
             rt->ops->ns_shard_update(&rt->kctx, gram, rt->ns_coeffs[it], x, m, n, B, y);
             float *t = x;

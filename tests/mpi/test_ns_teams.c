@@ -6,8 +6,9 @@
  * team iterations run in fp32 from the bf16 blocks, the gathered path in ns_compute's
  * arithmetic). The same with dp_replicate 2 (the replicas' bits compared every step) and with
  * offload = optimizer. A checkpoint saved with teams on and resumed gives the bits of the run
- * that went on without it. Where teams cannot run (ns_precondition = aol, replica_split), a team
- * cap is ignored with a warning on rank 0 naming why, and the run has the bits of teams off. */
+ * that went on without it. The same with ns_precondition = aol (AOL's row scales from the
+ * team's summed Gram matrix). Where teams cannot run (replica_split), a team cap is ignored with
+ * a warning on rank 0 naming why, and the run has the bits of teams off. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -337,10 +338,13 @@ static void teams_stay_off(const char *why)
     preset_free(&p);
 }
 
-TEST(teams_stay_off_with_aol)
+/* ns_precondition = aol: each member scales its block's rows by the row sums of the first Gram
+ * matrix, summed over the team (ns_sharded.c), against the gathered matrices' AOL, fp32 and bf16
+ * within the bounds above. Before, teams were off with aol. */
+TEST(teams_with_aol_match_one_owner_per_matrix)
 {
     aol = 1;
-    teams_stay_off("ns_precondition = aol");
+    teams_against_owners(1);
     aol = 0;
 }
 

@@ -86,7 +86,7 @@ struct group_out {
     double *flops;   /* owned NS FLOPs per iteration (a team member: its share) */
     double *bytes;   /* sent per step in the group's exchanges */
     double *owned;   /* bytes of the matrices it orthogonalizes (a team member: its block) */
-    double *tbytes;  /* sent per step in its teams' Gram all-reduces (fp32) */
+    double *tbytes;  /* sent per step in its teams' and sharded matrices' Gram all-reduces (fp32) */
     double *tcomm;   /* or NULL: the plan's team_comm (the all-reduces in its cost units) */
     double *real;    /* NS FLOPs per step its kernels perform (performed_flops) */
     double *sharded; /* of those, the sharded strategy's (every product whole), per step */
@@ -210,6 +210,10 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                     n > 0 ? ns_iter_flops(m, n) * o->ns_steps * (double)pp[q].k_count : 0.0;
                 out->real[mb] += f;
                 out->sharded[mb] += f;
+                /* every member joins each iteration's Gram all-reduce, columns or not */
+                out->tbytes[mb] += o->ns_steps * 4.0 *
+                                   plan_team_allreduce_elems(rows, cols, members) *
+                                   (double)pp[q].k_count;
             }
         }
         np = kept;
@@ -476,7 +480,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         const double t = ((dflops[d] + xflops[d]) * o->ns_steps + dsh[d] + xsh[d]) / rate +
                          (dtb[d] + xtb[d]) / bw_node;
         tns = t > tns ? t : tns;
-        r->team_bytes = dtb[d] > r->team_bytes ? dtb[d] : r->team_bytes;
+        /* what the runtime counts in bytes_ns_allreduce_last: both groups' Gram all-reduces */
+        r->team_bytes = dtb[d] + xtb[d] > r->team_bytes ? dtb[d] + xtb[d] : r->team_bytes;
         r->dense_bytes = dbytes[d] > r->dense_bytes ? dbytes[d] : r->dense_bytes;
         r->expert_bytes = xbytes[d] > r->expert_bytes ? xbytes[d] : r->expert_bytes;
         if (state[d] > r->state_bytes) {

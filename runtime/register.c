@@ -129,6 +129,10 @@ static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardo
                         "register '%s': placement expert needs a 3-D [E, out, in] stack, got "
                         "ndim = %d",
                         n, d->ndim);
+    /* a flag: 2 on one rank and 1 on another would register as different parameters */
+    if (d->transposed != 0 && d->transposed != 1)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "register '%s': transposed = %d: accepted 0 or 1", n, d->transposed);
     if (d->transposed && d->ndim < 2)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "register '%s': transposed applies to matrices, got ndim = %d", n, d->ndim);

@@ -31,13 +31,26 @@ shardopt_status_t layout_init(struct layout *l, int ndim, const int64_t shape[],
                           "dim-0 window [%lld, %lld) is outside the global dim of %lld",
                           (long long)win_lo, (long long)(win_lo + win_len), (long long)shape[0]);
     const int64_t extent = shard_dim == 0 ? win_len : shape[shard_dim];
+    /* -1 is the one negative length with a meaning: any other is a caller's arithmetic gone
+     * wrong, which "the rest of the dim" would have hidden */
+    if (shard_length < -1)
+        return status_set(SHARDOPT_ERR_INVALID_ARGUMENT,
+                          "shard_length = %lld along dim %d: accepted -1 (the rest of the dim) "
+                          "or a length in [0, %lld]",
+                          (long long)shard_length, shard_dim, (long long)extent);
+    /* the offset is checked before extent - offset is formed (INT64_MIN would overflow it) */
+    if (shard_offset < 0 || shard_offset > extent)
+        return status_set(SHARDOPT_ERR_INVALID_ARGUMENT,
+                          "shard_offset = %lld along dim %d is outside [0, %lld]",
+                          (long long)shard_offset, shard_dim, (long long)extent);
     if (shard_length < 0)
         shard_length = extent - shard_offset;
-    if (shard_offset < 0 || shard_offset > extent || shard_length < 0 ||
-        shard_length > extent - shard_offset)
+    /* the end printed as unsigned: offset + length may pass INT64_MAX */
+    if (shard_length > extent - shard_offset)
         return status_set(SHARDOPT_ERR_INVALID_ARGUMENT,
-                          "shard [%lld, %lld) along dim %d is outside [0, %lld)",
-                          (long long)shard_offset, (long long)(shard_offset + shard_length),
+                          "shard [%lld, %llu) along dim %d is outside [0, %lld)",
+                          (long long)shard_offset,
+                          (unsigned long long)shard_offset + (unsigned long long)shard_length,
                           shard_dim, (long long)extent);
     l->shard_dim = shard_dim;
     l->win_lo = win_lo;

@@ -364,3 +364,32 @@ TEST(params_set_pointers_applies_every_entry_or_none)
     shardopt_finalize(other);
     shardopt_finalize(rt);
 }
+
+/* A negative shard_length other than -1, and an offset or end past int64, are refused with the
+ * numbers; transposed is a flag. Before: -2 read as "the rest of the dim", and the end of an
+ * offset near INT64_MAX was computed by a signed overflow. */
+TEST(shard_ranges_and_flags_out_of_their_domain_are_refused)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_desc_t d = fixture_desc("r", 2, 8, 8, 0, w, g);
+    shardopt_param_t p = NULL;
+
+    d.shard_length = -2;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "register 'r': shard_length = -2 along dim 0");
+    d.shard_length = -1;
+    d.shard_offset = INT64_MIN;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "shard_offset = -9223372036854775808");
+    d.shard_offset = 4;
+    d.shard_length = INT64_MAX;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "shard [4, 9223372036854775811) along dim 0");
+    d = fixture_desc("r", 2, 8, 8, 0, w, g);
+    d.transposed = 2;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "transposed = 2: accepted 0 or 1");
+    EXPECT_TRUE(p == NULL);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}

@@ -304,10 +304,12 @@ typedef struct shardopt_param_desc {
 typedef struct shardopt_step_args {
     size_t size;
     uint32_t version;
-    double lr;            /**< learning rate, >= 0; set it every step (SHARDOPT_STEP_ARGS_INIT
-                               leaves SHARDOPT_LR_UNSET, which the step refuses) */
-    double adamw_lr;      /**< < 0: use lr for AdamW tensors too (default) */
-    double weight_decay;  /**< < 0: the config's (default); >= 0: this value for both algos */
+    double lr;            /**< learning rate, in [0, 1e6]; set it every step
+                               (SHARDOPT_STEP_ARGS_INIT leaves SHARDOPT_LR_UNSET, which the step
+                               refuses) */
+    double adamw_lr;      /**< finite < 0: use lr for AdamW tensors too (default); else [0, 1e6] */
+    double weight_decay;  /**< finite < 0: the config's (default); [0, 1e6]: this value for both
+                               algos */
     void *stream;         /**< CUDA backend: the trainer's stream; ignored on the CPU */
     double max_grad_norm; /**< > 0: clip the global gradient norm to this (scale folded into
                                the kernels); <= 0 (default): no clipping */
@@ -635,8 +637,8 @@ SHARDOPT_API shardopt_status_t shardopt_param_set_state(shardopt_param_t param,
                                                         size_t bytes, shardopt_dtype_t dtype);
 
 /** The steps a parameter has taken (AdamW's bias correction t - 1; for both algorithms the key
- *  of stochastic rounding), and its replacement: set the same value on every rank. Not
- *  collective; valid after commit. */
+ *  of stochastic rounding), and its replacement: set the same value on every rank, below 2^56
+ *  (the steps the rounding key tells apart). Not collective; valid after commit. */
 SHARDOPT_API shardopt_status_t shardopt_param_get_step(shardopt_param_t param, uint64_t *step);
 SHARDOPT_API shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step);
 

@@ -16,6 +16,9 @@
 #include "runtime/step/replica_check.h"
 #include "runtime/step/state_check.h"
 
+/* The largest lr, adamw_lr and weight_decay a step takes: the config's bound on weight decay */
+#define STEP_ARG_MAX 1e6
+
 /* Per-call scalars, resolved once from the args and the config. */
 struct step_scalars {
     double lr, adamw_lr;
@@ -103,26 +106,30 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
                         "step: lr is not set: SHARDOPT_STEP_ARGS_INIT leaves it unset so that a "
                         "forgotten learning rate does not make steps that change nothing; set "
                         "args.lr each step (0 is accepted when set)");
-    if (!(args->lr >= 0 && isfinite(args->lr)))
+    /* the upper bounds are the config's for weight decay and the descriptor's for lr_mult: a
+     * finite lr of 1e308 made a successful step that left every weight -inf */
+    if (!(args->lr >= 0 && args->lr <= STEP_ARG_MAX))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: lr = %g: accepted [0, %g]", args->lr,
+                        STEP_ARG_MAX);
+    /* a negative value means "the default"; -inf is a computation gone wrong, not that */
+    if (!(args->adamw_lr <= STEP_ARG_MAX && isfinite(args->adamw_lr)))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "step: lr = %g: accepted a finite value >= 0", args->lr);
-    if (!(args->adamw_lr < 0 || isfinite(args->adamw_lr)))
+                        "step: adamw_lr = %g: accepted a finite value < 0 (use lr) or [0, %g]",
+                        args->adamw_lr, STEP_ARG_MAX);
+    if (!(args->weight_decay <= STEP_ARG_MAX && isfinite(args->weight_decay)))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "step: adamw_lr = %g: accepted < 0 (use lr) or a finite value",
-                        args->adamw_lr);
-    if (!(args->weight_decay < 0 || isfinite(args->weight_decay)))
-        return log_fail(
-            SHARDOPT_ERR_INVALID_ARGUMENT,
-            "step: weight_decay = %g: accepted < 0 (use the config's) or a finite value",
-            args->weight_decay);
+                        "step: weight_decay = %g: accepted a finite value < 0 (use the config's) "
+                        "or [0, %g]",
+                        args->weight_decay, STEP_ARG_MAX);
     const double momentum =
         args->size >= offsetof(shardopt_step_args_t, momentum) + sizeof(double) &&
                 args->version >= 3
             ? args->momentum
             : -1.0;
-    if (!(momentum < 0 || (momentum < 1 && isfinite(momentum))))
+    if (!(momentum < 1 && isfinite(momentum))) /* -inf: gone wrong, not "the config's" */
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "step: momentum = %g: accepted < 0 (the config's) or a value in [0, 1)",
+                        "step: momentum = %g: accepted a finite value < 0 (the config's) or a "
+                        "value in [0, 1)",
                         momentum);
     if (!(isfinite(max_norm)))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,

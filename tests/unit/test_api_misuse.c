@@ -393,3 +393,81 @@ TEST(shard_ranges_and_flags_out_of_their_domain_are_refused)
     EXPECT_TRUE(p == NULL);
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
+
+/* Step arguments finite but far outside a learning rate's or a decay's range are refused before
+ * anything is written. Before: lr = 1e308 stepped and left every weight -inf, and -inf passed
+ * for "the default" adamw_lr and weight_decay. */
+TEST(step_arguments_beyond_their_range_are_refused_before_anything_is_written)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    static float wm[64], gm[64], wb[8], gb[8];
+    shardopt_param_desc_t dm = fixture_desc("m.weight", 2, 8, 8, 0, wm, gm);
+    shardopt_param_desc_t db = fixture_desc("m.bias", 1, 8, 0, 0, wb, gb);
+    shardopt_param_t pm, pb;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+
+    for (int i = 0; i < 64; i++) {
+        wm[i] = 0.5f;
+        gm[i] = (float)(i % 5) * 0.1f - 0.2f;
+    }
+    for (int i = 0; i < 8; i++) {
+        wb[i] = 1.0f;
+        gb[i] = 0.1f;
+    }
+    ASSERT_EQ_INT(shardopt_register(rt, &dm, &pm), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_register(rt, &db, &pb), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    args.lr = 1e308;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "lr = 1e+308: accepted [0, 1e+06]");
+    args.lr = 0.01;
+    args.adamw_lr = -INFINITY;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "adamw_lr = -inf");
+    args.adamw_lr = -1;
+    args.weight_decay = 1e300;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "weight_decay = 1e+300");
+    args.weight_decay = -INFINITY;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "weight_decay = -inf");
+    for (int i = 0; i < 64; i++)
+        EXPECT_TRUE(wm[i] == 0.5f);
+    EXPECT_TRUE(wb[0] == 1.0f);
+    args.weight_decay = -1;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    EXPECT_TRUE(isfinite(wm[0]) && wm[0] != 0.5f);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+/* A step count the next step would wrap to 0 is refused (AdamW's bias correction 1 - beta^t
+ * is 0 at t = 0: every weight of the tensor became non-finite on a successful step). */
+TEST(a_step_count_the_next_step_would_wrap_is_refused)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    static float wb[8], gb[8];
+    shardopt_param_desc_t db = fixture_desc("norm.weight", 1, 8, 0, 0, wb, gb);
+    shardopt_param_t pb;
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    uint64_t step = 0;
+
+    for (int i = 0; i < 8; i++) {
+        wb[i] = 1.0f;
+        gb[i] = 0.1f;
+    }
+    ASSERT_EQ_INT(shardopt_register(rt, &db, &pb), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_param_set_step(pb, UINT64_MAX), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "param_set_step 'norm.weight': step = "
+                                               "18446744073709551615: accepted [0, 2^56)");
+    EXPECT_EQ_INT(shardopt_param_get_step(pb, &step), SHARDOPT_OK);
+    EXPECT_TRUE(step == 0);
+    args.lr = 0.01;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    for (int i = 0; i < 8; i++)
+        EXPECT_TRUE(isfinite(wb[i]) && wb[i] < 1.0f);
+    EXPECT_EQ_INT(shardopt_param_set_step(pb, (1ull << 56) - 1), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}

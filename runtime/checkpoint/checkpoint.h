@@ -53,6 +53,13 @@ int ckpt_dtype_parse(const char *s);
  * injects a failure at a chunk). */
 int ckpt_write_all(int fd, const void *buf, size_t len, const char *site);
 
+/* The longest checkpoint directory path save and load take. */
+#define CKPT_DIR_MAX 3000
+
+/* dir as save and load take it (not NULL): not empty, at most CKPT_DIR_MAX bytes; else
+ * ERR_INVALID_ARGUMENT, the message starting "<who>: " (nothing when who is ""). */
+shardopt_status_t ckpt_dir_check(const char *who, const char *dir);
+
 /* A file a load could not open or read (base/file_read.h), refused as "<who>: <path>: <why>":
  * ERR_IO when it could not be opened or read, ERR_CORRUPT when it is not a regular file ("is a
  * FIFO, expected a regular file") or larger than the load reads, ERR_OUT_OF_MEMORY. */

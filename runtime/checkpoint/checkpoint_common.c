@@ -85,6 +85,23 @@ shardopt_status_t ckpt_file_refused(const char *who, const char *path,
     }
 }
 
+shardopt_status_t ckpt_dir_check(const char *who, const char *dir)
+{
+    const char *sep = who[0] != '\0' ? ": " : "";
+    /* "" was opened as a path and failed with ERR_IO naming nothing; a longer path than this
+     * filled the 1023 bytes of a message before its reason */
+    if (dir[0] == '\0')
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "%s%sdir is empty: name the checkpoint directory (\".\" for the current "
+                        "one)",
+                        who, sep);
+    if (strlen(dir) > CKPT_DIR_MAX)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "%s%sdirectory path of %zu bytes: at most %d", who, sep, strlen(dir),
+                        CKPT_DIR_MAX);
+    return SHARDOPT_OK;
+}
+
 shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what)
 {
     return groups_agree(&rt->groups, mine, what);

@@ -483,8 +483,10 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
         return status;
     memset(&L, 0, sizeof L);
     L.store = &rt->store;
-    if (rt->groups.me.rank == 0) {
-        status = ckpt_index_read(dir, L.ix.dir, sizeof L.ix.dir, &text, &len0, &verified);
+    if (rt->groups.me.rank == 0) { /* only rank 0's dir is read: only it is checked */
+        status = ckpt_dir_check("", dir);
+        if (status == SHARDOPT_OK)
+            status = ckpt_index_read(dir, L.ix.dir, sizeof L.ix.dir, &text, &len0, &verified);
         head[0] = (long long)len0;
         head[1] = verified;
     }

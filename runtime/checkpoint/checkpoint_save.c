@@ -241,8 +241,8 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
                         rt == NULL ? "runtime" : "dir");
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "save: runtime not committed");
-    if (strlen(dir) > 3000)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: directory path longer than 3000");
+    if ((status = ckpt_dir_check("save", dir)) != SHARDOPT_OK)
+        return status;
     if (rt->cfg.ckpt_weights && (status = weight_names_check(rt, dir)) != SHARDOPT_OK)
         return status;
     comm_phase("save", -1);

@@ -471,3 +471,31 @@ TEST(a_step_count_the_next_step_would_wrap_is_refused)
     EXPECT_EQ_INT(shardopt_param_set_step(pb, (1ull << 56) - 1), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
+
+/* An empty checkpoint path, and a load path longer than save takes, are refused naming what is
+ * wrong. Before: ERR_IO with a message naming '' ("save: rank 0: : No such file or directory"),
+ * and a long load path filled the message before its reason. */
+TEST(empty_or_overlong_checkpoint_paths_are_refused)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    static float wb[8], gb[8];
+    shardopt_param_desc_t db = fixture_desc("b", 1, 8, 0, 0, wb, gb);
+    shardopt_param_t pb;
+    static char longp[3100];
+
+    ASSERT_EQ_INT(shardopt_register(rt, &db, &pb), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, ""), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "save: dir is empty");
+    EXPECT_EQ_INT(shardopt_load(rt, ""), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "load: rank 0: dir is empty");
+    memset(longp, 'd', sizeof longp - 1);
+    longp[0] = '/';
+    EXPECT_EQ_INT(shardopt_load(rt, longp), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "load: rank 0: directory path of 3099 bytes: at most 3000");
+    EXPECT_EQ_INT(shardopt_save(rt, longp), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "save: directory path of 3099 bytes");
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}

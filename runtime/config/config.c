@@ -59,6 +59,12 @@ shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *sou
         if (status != SHARDOPT_OK)
             return status;
     }
+    /* not a key, so the table does not check it: 2 read as 1 where every key's bool refuses it */
+    if (cfg->apply_env != 0 && cfg->apply_env != 1)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "config %sapply_env = %d: accepted 0 (the environment is not read) or 1 "
+                        "(SHARDOPT_<KEY> variables overlay the config at init)",
+                        source, cfg->apply_env);
     ns_coeffs_step_range(cfg->ns_coeffs, &lo, &hi);
     if (cfg->ns_steps < lo || cfg->ns_steps > hi)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,7 +265,12 @@ static int parse_double(const char *s, double *out)
     size_t n = decimal_len(s, 0);
     if (n == 0 || s[n] != '\0')
         return 0;
+    errno = 0;
     *out = strtod(s, &end);
+    /* a number below the smallest normal double comes back 0 (or denormal) with ERANGE: a
+     * comm_timeout_s of 1e-400 read as 0 waited forever instead of failing at once */
+    if (errno == ERANGE && fabs(*out) < DBL_MIN)
+        return 0;
     return end == s + n;
 }
 
@@ -281,8 +287,11 @@ static int parse_coeffs(const char *s, double (*c)[3], int *steps)
             while (*p == ' ')
                 p++;
             size_t len = decimal_len(p, 0);
+            errno = 0;
             double v = strtod(p, &end);
-            if (len == 0 || end != p + len || !isfinite(v))
+            /* below the smallest normal double: refused as parse_double refuses it */
+            if (len == 0 || end != p + len || !isfinite(v) ||
+                (errno == ERANGE && fabs(v) < DBL_MIN))
                 return 0;
             c[n][j] = v;
             p = end;

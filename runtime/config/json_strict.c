@@ -3,6 +3,8 @@
 #include "runtime/config/json_strict.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +94,7 @@ static shardopt_status_t scan(const unsigned char *s, size_t n, unsigned flags, 
                               size_t errlen)
 {
     int in_string = 0;
+    char num[1024];
     for (size_t i = 0; i < n;) {
         const unsigned char c = s[i];
         if (c == 0)
@@ -132,6 +135,21 @@ static shardopt_status_t scan(const unsigned char *s, size_t n, unsigned flags, 
                     return fail(err, errlen, SHARDOPT_ERR_CORRUPT,
                                 "byte %zu: number '%.*s' is not written as JSON writes numbers", i,
                                 len, (const char *)s + i);
+                if (j - i >= sizeof num)
+                    return fail(err, errlen, SHARDOPT_ERR_CORRUPT,
+                                "byte %zu: number '%.*s...' of %zu characters: at most %zu", i, len,
+                                (const char *)s + i, j - i, sizeof num - 1);
+                /* below the smallest normal double it reads as 0 (or a denormal): a key
+                 * written 1e-400 would hold 0, which often means "never" or "off" */
+                memcpy(num, s + i, j - i);
+                num[j - i] = '\0';
+                errno = 0;
+                const double v = strtod(num, NULL);
+                if (errno == ERANGE && fabs(v) < DBL_MIN)
+                    return fail(err, errlen, SHARDOPT_ERR_CORRUPT,
+                                "byte %zu: number '%.*s' is too small for a double (it would "
+                                "read as %g)",
+                                i, len, (const char *)s + i, v);
                 if ((flags & JSON_STRICT_INTEGERS) && !plain)
                     return fail(err, errlen, SHARDOPT_ERR_CORRUPT,
                                 "byte %zu: number '%.*s' is not a non-negative integer written "

@@ -457,3 +457,36 @@ TEST(every_key_is_documented)
     EXPECT_EQ_INT(missing, 0);
     EXPECT_TRUE(config_key_count >= 44);
 }
+
+/* A number below the smallest normal double, written in a JSON file, given to config_set or in
+ * a variable, is refused: it read as 0, and comm_timeout_s = 0 means "never time out". And
+ * apply_env, a flag that is not a key, is held to 0 or 1 as the keys' flags are. */
+TEST(numbers_too_small_for_a_double_and_flags_out_of_range_are_refused)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT, before = c;
+
+    EXPECT_EQ_INT(shardopt_config_set(&c, "comm_timeout_s", "1e-400"),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "comm_timeout_s (config_set) = '1e-400'");
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_custom_coeffs", "1e-400,1,1"),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    setenv("SHARDOPT_COMM_TIMEOUT_S", "2.5e-320", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_COMM_TIMEOUT_S");
+    unsetenv("SHARDOPT_COMM_TIMEOUT_S");
+    EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    expect_json_refused("{\"comm_timeout_s\": 1e-400}", "number '1e-400' is too small for a double",
+                        "byte 19");
+    expect_json_refused("{\"momentum\": -5e-324}", "number '-5e-324' is too small", NULL);
+    /* a plain 0 and the smallest normal double still load */
+    const char *path = write_json("{\"comm_timeout_s\": 0e-400, \"momentum\": 2.3e-308}");
+    EXPECT_EQ_INT(shardopt_config_load_json(path, &c), SHARDOPT_OK);
+    EXPECT_TRUE(c.comm_timeout_s == 0 && c.momentum == 2.3e-308);
+    unlink(path);
+
+    c = before;
+    c.apply_env = 2;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "apply_env = 2: accepted 0");
+}

@@ -637,8 +637,8 @@ SHARDOPT_API shardopt_status_t shardopt_param_set_state(shardopt_param_t param,
                                                         size_t bytes, shardopt_dtype_t dtype);
 
 /** The steps a parameter has taken (AdamW's bias correction t - 1; for both algorithms the key
- *  of stochastic rounding), and its replacement: set the same value on every rank, below 2^56
- *  (the steps the rounding key tells apart). Not collective; valid after commit. */
+ *  of stochastic rounding), and its replacement: set the same value on every rank, below 2^53
+ *  (what a checkpoint holds exactly). Not collective; valid after commit. */
 SHARDOPT_API shardopt_status_t shardopt_param_get_step(shardopt_param_t param, uint64_t *step);
 SHARDOPT_API shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step);
 

@@ -7,8 +7,10 @@
 #include "base/status.h"
 #include "runtime/runtime.h"
 
-/* Step counts shardopt_param_set_step takes: below 2^56 */
-#define PARAM_STEP_LIMIT (1ull << 56)
+/* Step counts shardopt_param_set_step takes: below 2^53, which a checkpoint's index (a JSON
+ * number, read as a double) holds exactly; a load takes the same (CKPT_STEP_LIMIT,
+ * runtime/checkpoint/checkpoint_index.h) */
+#define PARAM_STEP_LIMIT (1ull << 53)
 
 const char *shardopt_state_kind_name(shardopt_state_kind_t v)
 {
@@ -166,12 +168,12 @@ shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step)
         return log_fail(SHARDOPT_ERR_STATE,
                         "param_set_step '%s': runtime not committed (call shardopt_commit)",
                         param->name);
-    /* the stochastic rounding key holds 56 bits of the step (docs/config.md), and UINT64_MAX
-     * wrapped to 0 at the next step: AdamW's bias correction 1 - beta^0 then divides by 0 */
+    /* UINT64_MAX wrapped to 0 at the next step (AdamW's bias correction 1 - beta^0 then
+     * divides by 0), and a count of 2^53 or more did not come back from a checkpoint exactly */
     if (step >= PARAM_STEP_LIMIT)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "param_set_step '%s': step = %llu: accepted [0, 2^56) (the steps "
-                        "stochastic rounding tells apart)",
+                        "param_set_step '%s': step = %llu: accepted [0, 2^53) (what a "
+                        "checkpoint's index holds exactly)",
                         param->name, (unsigned long long)step);
     param->step = step;
     return SHARDOPT_OK;

@@ -177,12 +177,15 @@ static shardopt_status_t index_params(struct ck_index *L)
             snprintf(what, sizeof what, "parameter '%.100s': shape is not 1-3 integers", p->name);
             return index_bad(L->dir, what, NULL);
         }
-        /* the update reads it (AdamW's bias correction): -1, 2.5 or 1e300 became NaN there */
-        if (!ckpt_json_uint(step, (double)L->step, &p->step)) {
+        /* the update reads it (AdamW's bias correction): -1, 2.5 or 1e300 became NaN there. The
+         * bound is shardopt_param_set_step's, not the checkpoint's step: a run resumed through
+         * set_step (a state dict) counts past its runtime's steps, and every load refused the
+         * checkpoints it saved */
+        if (!ckpt_json_uint(step, (double)(CKPT_STEP_LIMIT - 1), &p->step)) {
             snprintf(what, sizeof what,
-                     "parameter '%.100s': \"step\" is not an integer in [0, %llu] (the "
-                     "checkpoint's step)",
-                     p->name, (unsigned long long)L->step);
+                     "parameter '%.100s': \"step\" is not an integer in [0, 2^53) (the step "
+                     "counts shardopt_param_set_step takes)",
+                     p->name);
             return index_bad(L->dir, what, NULL);
         }
         L->np++;

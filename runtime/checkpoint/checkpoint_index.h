@@ -123,6 +123,10 @@ void ckpt_index_free(struct ck_index *L);
  * integer goes through here or ckpt_json_i64s (an array of at most max such, at most CK_INT_MAX
  * each: 0, or -1 when it is not one). */
 int ckpt_json_uint(const cJSON *v, double max, uint64_t *out);
+
+/* A parameter's step count in an index is below this: shardopt_param_set_step's bound
+ * (PARAM_STEP_LIMIT, runtime/param_state.c), what a JSON number read as a double holds exactly. */
+#define CKPT_STEP_LIMIT (1ull << 53)
 int ckpt_json_i64s(const cJSON *a, int64_t *out, int max, int *n);
 
 /* SHARDOPT_ERR_CORRUPT, logged as "load: dir/file: what" and the tensor's name escaped when

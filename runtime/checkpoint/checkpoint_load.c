@@ -328,8 +328,7 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
     }
     /* per-parameter step counts, each checked by index_params: a parameter whose state was read
      * takes its record's; one kept (load_allow_missing) keeps its own unless it has a record,
-     * capped at the checkpoint's step: no count may exceed the global one (a later save would
-     * write an index that every load refuses) */
+     * capped at the checkpoint's step (the step the load resumes at) */
     for (int i = 0; i < rt->nparams; i++) {
         const struct ck_param *rec = ckpt_index_param(&L->ix, rt->params[i]->name);
         if (rec != NULL)

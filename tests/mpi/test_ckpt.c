@@ -727,7 +727,7 @@ STEP_EDIT(damage_param_step_negative, "\"step\":-1}")
 STEP_EDIT(damage_param_step_fraction, "\"step\":2.5}")
 STEP_EDIT(damage_param_step_huge, "\"step\":1e300}")
 STEP_EDIT(damage_param_step_digits, "\"step\":99999999999999999999}")
-STEP_EDIT(damage_param_step_above, "\"step\":4}")
+STEP_EDIT(damage_param_step_above, "\"step\":9007199254740992}")
 
 /* other numbers of the index: the layout (ep 3 does not divide 2 ranks), the block size */
 static void damage_layout_ep(const char *step)
@@ -868,9 +868,9 @@ TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
         {damage_param_step_fraction, SHARDOPT_ERR_CORRUPT, "number '2.5'", "plain digits"},
         {damage_param_step_huge, SHARDOPT_ERR_CORRUPT, "number '1e300'", "plain digits"},
         {damage_param_step_digits, SHARDOPT_ERR_CORRUPT, "'model.embed_tokens.weight'",
-         "\"step\" is not an integer in [0, 3]"},
+         "\"step\" is not an integer in [0, 2^53)"},
         {damage_param_step_above, SHARDOPT_ERR_CORRUPT, "'model.embed_tokens.weight'",
-         "\"step\" is not an integer in [0, 3]"},
+         "\"step\" is not an integer in [0, 2^53)"},
         {damage_layout_ep, SHARDOPT_ERR_CORRUPT, "\"layout\"", "ep does not divide"},
         {damage_block_bytes, SHARDOPT_ERR_CORRUPT, "block_bytes is not 1048576", NULL},
         {damage_index_trailing, SHARDOPT_ERR_CORRUPT, "index.json: byte", "text after the JSON"},

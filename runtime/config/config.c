@@ -92,12 +92,16 @@ shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *sou
     if (cfg->ns_coeffs == SHARDOPT_NS_CUSTOM)
         for (int i = 0; i < cfg->ns_steps; i++) {
             const double *c = cfg->ns_custom_coeffs[i];
-            if (!isfinite(c[0]) || !isfinite(c[1]) || !isfinite(c[2]) ||
+            /* the kernels take them as fp32: 1e300 was inf there, and a step that returned OK
+             * left every weight NaN. The published tables stay under 25 in magnitude */
+            if (!(fabs(c[0]) <= NS_COEFF_MAX && fabs(c[1]) <= NS_COEFF_MAX &&
+                  fabs(c[2]) <= NS_COEFF_MAX) ||
                 (c[0] == 0 && c[1] == 0 && c[2] == 0))
                 return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                                 "config %sns_custom_coeffs step %d = (%g, %g, %g): custom needs "
-                                "ns_steps = %d finite, not all-zero (a, b, c) triples",
-                                source, i, c[0], c[1], c[2], cfg->ns_steps);
+                                "ns_steps = %d not all-zero (a, b, c) triples, each in [-%g, %g]",
+                                source, i, c[0], c[1], c[2], cfg->ns_steps, NS_COEFF_MAX,
+                                NS_COEFF_MAX);
         }
     return SHARDOPT_OK;
 }

@@ -160,8 +160,10 @@ void config_key_accepted(const struct config_key *k, char *out, size_t len)
         snprintf(out, len, "text of at most %d bytes", SHARDOPT_PATTERNS_MAX - 1);
         break;
     case CFG_COEFFS:
-        snprintf(out, len, "1-%d finite (a, b, c) triples, e.g. \"3.4445,-4.775,2.0315;...\"",
-                 SHARDOPT_NS_MAX_STEPS);
+        snprintf(out, len,
+                 "1-%d (a, b, c) triples, each number in [-%g, %g], e.g. "
+                 "\"3.4445,-4.775,2.0315;...\"",
+                 SHARDOPT_NS_MAX_STEPS, NS_COEFF_MAX, NS_COEFF_MAX);
         break;
     }
 }
@@ -290,7 +292,7 @@ static int parse_coeffs(const char *s, double (*c)[3], int *steps)
             errno = 0;
             double v = strtod(p, &end);
             /* below the smallest normal double: refused as parse_double refuses it */
-            if (len == 0 || end != p + len || !isfinite(v) ||
+            if (len == 0 || end != p + len || !(fabs(v) <= NS_COEFF_MAX) ||
                 (errno == ERANGE && fabs(v) < DBL_MIN))
                 return 0;
             c[n][j] = v;

@@ -54,4 +54,7 @@ shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
 void config_key_format(const struct config_key *k, const shardopt_config_t *cfg, char *out,
                        size_t len);
 
+/* The largest |a|, |b|, |c| of a custom Newton-Schulz table (text, JSON and validate) */
+#define NS_COEFF_MAX 1000.0
+
 #endif

@@ -490,3 +490,30 @@ TEST(numbers_too_small_for_a_double_and_flags_out_of_range_are_refused)
     EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "apply_env = 2: accepted 0");
 }
+
+/* Custom Newton-Schulz coefficients beyond what the fp32 kernels can use are refused from every
+ * source. Before: (1e300, 1e300, 1e300) validated, and a step that returned OK left every weight
+ * NaN (the kernels take them as fp32: inf). */
+TEST(custom_coefficients_beyond_the_kernels_range_are_refused)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT, before = c;
+
+    c.ns_coeffs = SHARDOPT_NS_CUSTOM;
+    c.ns_steps = 1;
+    c.ns_custom_coeffs[0][0] = 1e300;
+    c.ns_custom_coeffs[0][1] = 1;
+    c.ns_custom_coeffs[0][2] = 1;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_custom_coeffs step 0 = (1e+300, 1, 1)");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "each in [-1000, 1000]");
+    c.ns_custom_coeffs[0][0] = -1000;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_OK);
+    c = before;
+    ASSERT_EQ_INT(shardopt_config_set(&c, "ns_coeffs", "custom"), SHARDOPT_OK);
+    before = c;
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_custom_coeffs", "3,-4,2;1001,0,0"),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    expect_json_refused("{\"ns_coeffs\": \"custom\", \"ns_custom_coeffs\": [[3, -4, 2e5]]}",
+                        "ns_custom_coeffs", "1000");
+}

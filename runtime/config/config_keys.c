@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "runtime/config/json_strict.h"
 
 static const char *const ns_coeffs_names[] = {"quintic", "jordan", "polar_express",
                                               "custom",  "aol",    NULL};
@@ -157,7 +158,8 @@ void config_key_accepted(const struct config_key *k, char *out, size_t len)
     }
     case CFG_U64: snprintf(out, len, "an integer in [0, 2^64)"); break;
     case CFG_STRING:
-        snprintf(out, len, "text of at most %d bytes", SHARDOPT_PATTERNS_MAX - 1);
+        snprintf(out, len, "UTF-8 text of at most %d bytes without control characters",
+                 SHARDOPT_PATTERNS_MAX - 1);
         break;
     case CFG_COEFFS:
         snprintf(out, len,
@@ -200,6 +202,23 @@ static shardopt_status_t fail_value(const struct config_key *k, const char *sour
                     acc);
 }
 
+/* s is valid UTF-8 without control characters, as every parameter name is (register refuses
+ * the rest): a pattern with them matches nothing, and config_print wrote its bytes raw */
+static int text_is_name_like(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    const size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        if (p[i] < 0x20 || p[i] == 0x7f)
+            return 0;
+        const size_t k = p[i] < 0x80 ? 1 : json_strict_utf8_seq_len(p + i, n - i);
+        if (k == 0)
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
 shardopt_status_t config_key_check(const struct config_key *k, const shardopt_config_t *cfg,
                                    const char *source)
 {
@@ -217,14 +236,19 @@ shardopt_status_t config_key_check(const struct config_key *k, const shardopt_co
         ok = v >= 0 && v < n;
         break;
     }
-    case CFG_STRING: ok = memchr(field(cfg, k), '\0', SHARDOPT_PATTERNS_MAX) != NULL; break;
+    case CFG_STRING:
+        ok = memchr(field(cfg, k), '\0', SHARDOPT_PATTERNS_MAX) != NULL &&
+             text_is_name_like(field(cfg, k));
+        break;
     case CFG_U64:
     case CFG_COEFFS: break; /* any value is representable; coeffs are checked with ns_steps */
     }
     if (ok)
         return SHARDOPT_OK;
-    if (k->type == CFG_STRING)
+    if (k->type == CFG_STRING && memchr(field(cfg, k), '\0', SHARDOPT_PATTERNS_MAX) == NULL)
         snprintf(val, sizeof val, "(not NUL-terminated)");
+    else if (k->type == CFG_STRING)
+        snprintf(val, sizeof val, "'%.200s'", (const char *)field(cfg, k));
     else
         config_key_format(k, cfg, val, sizeof val);
     return fail_value(k, source, val);
@@ -370,7 +394,7 @@ shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
         return SHARDOPT_OK;
     }
     case CFG_STRING:
-        if (strlen(text) >= SHARDOPT_PATTERNS_MAX)
+        if (strlen(text) >= SHARDOPT_PATTERNS_MAX || !text_is_name_like(text))
             return fail_value(k, source, quoted);
         strcpy((char *)field_mut(cfg, k), text);
         return SHARDOPT_OK;

@@ -517,3 +517,26 @@ TEST(custom_coefficients_beyond_the_kernels_range_are_refused)
     expect_json_refused("{\"ns_coeffs\": \"custom\", \"ns_custom_coeffs\": [[3, -4, 2e5]]}",
                         "ns_custom_coeffs", "1000");
 }
+
+/* adamw_patterns holding a control character or bytes that are not UTF-8 (which no parameter
+ * name can hold: register refuses them) is refused from every source. Before: accepted, matched
+ * nothing, and shardopt_config_print wrote the raw bytes (an ESC sequence) to the stream. */
+TEST(patterns_with_control_characters_or_not_utf8_are_refused)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT, before = c;
+
+    EXPECT_EQ_INT(shardopt_config_set(&c, "adamw_patterns", "embed\x1b[2J"),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "embed\\x1b[2J");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "without control characters");
+    EXPECT_EQ_INT(shardopt_config_set(&c, "adamw_patterns", "embed,\xff"),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    expect_json_refused("{\"adamw_patterns\": \"embed\\u0007\"}", "adamw_patterns", NULL);
+    strcpy(c.adamw_patterns, "lm_head,\t=bias");
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "adamw_patterns");
+    c = before;
+    EXPECT_EQ_INT(shardopt_config_set(&c, "adamw_patterns", "couche.\xc3\xa9,lm_head"),
+                  SHARDOPT_OK);
+}

@@ -1,0 +1,224 @@
+/* The fp64 reference of test_xcheck: Muon and AdamW on whole global tensors, written from
+ * docs/design.md (Update rules) and docs/config.md (Update rules, the coefficient tables), with
+ * none of the library's code. Storage roundings the docs promise (momentum, exp_avg and
+ * exp_avg_sq, U and O in comm_dtype, bf16 parameters) are applied to nearest; everything between
+ * them is double. Newton-Schulz is the standard iteration in double: Gram and AOL's reuse of the
+ * first XX^T are the same polynomial in exact arithmetic (docs/design.md, Gram Newton-Schulz). */
+#ifndef SHARDOPT_TEST_XCHECK_REF_H
+#define SHARDOPT_TEST_XCHECK_REF_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shardopt.h"
+
+/* The tables of docs/config.md; aol's values from kernels/ns_coeffs.c (data, not code). */
+static const double xref_quintic[5][3] = {{4.0848, -6.8946, 2.9270},
+                                          {3.9505, -6.3029, 2.6377},
+                                          {3.7418, -5.5913, 2.3037},
+                                          {2.8769, -3.1427, 1.2046},
+                                          {2.8366, -3.0525, 1.2012}};
+static const double xref_jordan[1][3] = {{3.4445, -4.7750, 2.0315}};
+static const double xref_polar[8][3] = {
+    {8.2051604140, -22.9019349871, 16.4607249102}, {4.0663951599, -2.8611540868, 0.5183995227},
+    {3.9095949044, -2.8233517350, 0.5250369769},   {3.2855640172, -2.4153019596, 0.4852940655},
+    {2.2778732871, -1.6198217653, 0.3984807870},   {1.8725756513, -1.2307042575, 0.3585161621},
+    {1.8564371098, -1.2132392819, 0.3567997894},   {1.875, -1.25, 0.375}};
+static const double xref_aol[4][3] = {{4.5999, -8.2316, 3.7445},
+                                      {4.1835, -6.0801, 2.2557},
+                                      {4.1682, -5.7314, 2.0656},
+                                      {2.8417, -2.9995, 0.9546}};
+
+static inline double xref_bf16(double x)
+{
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline double xref_round(double x, shardopt_dtype_t dt)
+{
+    return dt == SHARDOPT_DTYPE_BF16 ? xref_bf16(x) : (double)(float)x;
+}
+
+/* The (a, b, c) of step i: coefficients pass to the kernels as fp32 (docs/config.md). */
+static inline void xref_coeffs(const shardopt_config_t *c, int i, double abc[3])
+{
+    const double *t;
+    switch (c->ns_coeffs) {
+    case SHARDOPT_NS_JORDAN: t = xref_jordan[0]; break;
+    case SHARDOPT_NS_POLAR_EXPRESS: t = xref_polar[i]; break;
+    case SHARDOPT_NS_AOL: t = xref_aol[i < 4 ? i : 3]; break;
+    case SHARDOPT_NS_CUSTOM: t = c->ns_custom_coeffs[i]; break;
+    default: t = xref_quintic[i < 5 ? i : 4]; break;
+    }
+    for (int j = 0; j < 3; j++)
+        abc[j] = (float)t[j];
+}
+
+/* Newton-Schulz of the m x n matrix u (row-major, the true orientation), in place. */
+static inline void xref_ns(const shardopt_config_t *c, int64_t m, int64_t n, double *u)
+{
+    const int tr = m > n;
+    const int64_t r = tr ? n : m, k = tr ? m : n; /* wide: r <= k */
+    double *x = malloc(sizeof(double) * (size_t)(r * k)),
+           *A = malloc(sizeof(double) * (size_t)(r * r)),
+           *B = malloc(sizeof(double) * (size_t)(r * r)),
+           *y = malloc(sizeof(double) * (size_t)(r * k));
+    double norm = 0;
+    for (int64_t i = 0; i < m * n; i++)
+        norm += u[i] * u[i];
+    const double s = c->ns_norm_scale > 0                        ? c->ns_norm_scale
+                     : c->ns_coeffs == SHARDOPT_NS_POLAR_EXPRESS ? 1.01
+                                                                 : 1.0;
+    const double inv = 1.0 / (sqrt(norm) * s + c->ns_eps);
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < k; j++)
+            x[i * k + j] = (tr ? u[j * n + i] : u[i * n + j]) * inv;
+    for (int it = 0; it < c->ns_steps; it++) {
+        double abc[3];
+        xref_coeffs(c, it, abc);
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < r; j++) {
+                double acc = 0;
+                for (int64_t l = 0; l < k; l++)
+                    acc += x[i * k + l] * x[j * k + l];
+                A[i * r + j] = acc;
+            }
+        if (it == 0 && c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL) {
+            double *d = malloc(sizeof(double) * (size_t)r);
+            for (int64_t i = 0; i < r; i++) {
+                double sum = 0;
+                for (int64_t j = 0; j < r; j++)
+                    sum += fabs(A[i * r + j]);
+                d[i] = 1.0 / sqrt(sum + c->ns_eps);
+            }
+            for (int64_t i = 0; i < r; i++) {
+                for (int64_t j = 0; j < k; j++)
+                    x[i * k + j] *= d[i];
+                for (int64_t j = 0; j < r; j++)
+                    A[i * r + j] *= d[i] * d[j];
+            }
+            free(d);
+        }
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < r; j++) {
+                double acc = 0;
+                for (int64_t l = 0; l < r; l++)
+                    acc += A[i * r + l] * A[l * r + j];
+                B[i * r + j] = abc[1] * A[i * r + j] + abc[2] * acc;
+            }
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < k; j++) {
+                double acc = 0;
+                for (int64_t l = 0; l < r; l++)
+                    acc += B[i * r + l] * x[l * k + j];
+                y[i * k + j] = abc[0] * x[i * k + j] + acc;
+            }
+        memcpy(x, y, sizeof(double) * (size_t)(r * k));
+    }
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < k; j++)
+            u[tr ? j * n + i : i * n + j] = x[i * k + j];
+    free(x);
+    free(A);
+    free(B);
+    free(y);
+}
+
+static inline double xref_lr_scale(shardopt_lr_scale_t ls, double a, double b)
+{
+    switch (ls) {
+    case SHARDOPT_LR_SCALE_SPECTRAL_NORM: return sqrt(a / b);
+    case SHARDOPT_LR_SCALE_JORDAN: return sqrt(fmax(1.0, a / b));
+    case SHARDOPT_LR_SCALE_NONE: return 1.0;
+    default: return 0.2 * sqrt(fmax(a, b));
+    }
+}
+
+/* One tensor's reference state. */
+struct xref_tensor {
+    int ndim, muon, transposed;
+    int64_t shape[3], numel;
+    shardopt_dtype_t dtype;
+    double lr_mult, wd_mult;
+    double *w, *m, *v; /* m: Muon momentum or exp_avg */
+    uint64_t step;
+};
+
+/* One step of every tensor; g[p] the global gradients (already in the grad dtype), `lr`,
+ * `adamw_lr`, `wd_arg` as in shardopt_step_args_t, `max_norm` clipping. */
+static inline void xref_step(const shardopt_config_t *c, int np, struct xref_tensor *t,
+                             double *const *g, double lr, double adamw_lr, double wd_arg,
+                             double max_norm)
+{
+    double norm = 0;
+    for (int p = 0; p < np; p++)
+        for (int64_t i = 0; i < t[p].numel; i++)
+            norm += g[p][i] * g[p][i];
+    norm = sqrt(norm);
+    const double gs = max_norm > 0 && norm > max_norm ? (float)(max_norm / (norm + 1e-6)) : 1.0;
+    for (int p = 0; p < np; p++) {
+        struct xref_tensor *x = &t[p];
+        x->step++;
+        if (!x->muon) {
+            const double l = (adamw_lr >= 0 ? adamw_lr : lr) * x->lr_mult;
+            const double wd = (x->ndim == 1 && !c->weight_decay_1d)
+                                  ? 0.0
+                                  : (wd_arg >= 0 ? wd_arg : c->adamw_weight_decay) * x->wd_mult;
+            const double b1 = c->adamw_beta1, b2 = c->adamw_beta2, tt = (double)x->step;
+            for (int64_t i = 0; i < x->numel; i++) {
+                const double gi = g[p][i] * gs;
+                x->m[i] = xref_round(b1 * x->m[i] + (1 - b1) * gi, c->adam_state_dtype);
+                x->v[i] = xref_round(b2 * x->v[i] + (1 - b2) * gi * gi, c->adam_v_dtype);
+                const double upd = l / (1 - pow(b1, tt)) * x->m[i] /
+                                   (sqrt(x->v[i]) / sqrt(1 - pow(b2, tt)) + c->adamw_eps);
+                x->w[i] = xref_round(x->w[i] * (1 - l * wd) - upd, x->dtype);
+            }
+            continue;
+        }
+        const double l = lr * x->lr_mult;
+        const double wd = (wd_arg >= 0 ? wd_arg : c->weight_decay) * x->wd_mult;
+        const int rd = x->ndim - 2;
+        const int64_t rows = x->shape[rd], cols = x->shape[rd + 1], per = rows * cols;
+        const int64_t E = x->ndim == 3 ? x->shape[0] : 1;
+        /* true [A, B] = [out, in] */
+        const int64_t A = x->transposed ? cols : rows, B = x->transposed ? rows : cols;
+        const double scale = xref_lr_scale(c->lr_scale, (double)A, (double)B);
+        double *u = malloc(sizeof(double) * (size_t)per), *o = malloc(sizeof(double) * (size_t)per);
+        for (int64_t e = 0; e < E; e++) {
+            double *M = x->m + e * per, *W = x->w + e * per;
+            const double *G = g[p] + e * per;
+            for (int64_t i = 0; i < per; i++) {
+                M[i] = xref_round(c->momentum * M[i] + G[i] * gs, c->momentum_dtype);
+                u[i] =
+                    xref_round(c->nesterov ? G[i] * gs + c->momentum * M[i] : M[i], c->comm_dtype);
+            }
+            /* the true orientation: the transpose of a stored [in, out] matrix */
+            if (x->transposed) {
+                for (int64_t i = 0; i < rows; i++)
+                    for (int64_t j = 0; j < cols; j++)
+                        o[j * rows + i] = u[i * cols + j];
+                xref_ns(c, A, B, o);
+                for (int64_t i = 0; i < rows; i++)
+                    for (int64_t j = 0; j < cols; j++)
+                        u[i * cols + j] = o[j * rows + i];
+            } else {
+                xref_ns(c, A, B, u);
+            }
+            for (int64_t i = 0; i < per; i++)
+                W[i] = xref_round(W[i] * (1 - l * wd) - l * scale * xref_round(u[i], c->comm_dtype),
+                                  x->dtype);
+        }
+        free(u);
+        free(o);
+    }
+}
+
+#endif

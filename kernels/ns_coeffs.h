@@ -39,8 +39,14 @@ void ns_coeffs_step_range(int table, int *min, int *max);
  *   product over its steps but the last of g_k = max |p_k| over the spectrum step k can see (a_k
  *   for every published table), is kept at most NS_COEFFS_GRAM_EXPOSURE: quintic's second segment
  *   (steps 2-4) has 10.8, polar_express's 8 steps without the bound 101 (it diverges in bf16);
- * - where a restart costs no more FLOPs than the products it saves (n <= 1.5 m: G and Q X against
- *   Z R, (Z R) Z and Z Q, plain or symmetric), every step restarts. */
+ * - where the working shape is not wide (n < 2 m, what `auto` never sends to Gram), every step
+ *   restarts: Gram is then the standard iteration's arithmetic (G = X X^T, X <- p(G) X) and its
+ *   FLOP count, and keeps its accuracy. Restarting only where a restart costs no more than the
+ *   products it saves (n <= 1.5 m) left aol's 4 steps on a 7 x 12 bf16 matrix 2.4 from the fp64
+ *   result (test_xcheck, seed 20306);
+ * - past 5 steps, also before step 5 and every 2 steps after it (quintic's table, its last triple
+ *   repeated, reached 1.4e4 times the fp64 result at 12 steps in bf16 with the exposure bound
+ *   alone). */
 uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols);
 
 /* The bound on a segment's exposure above: 14. Measured in a bf16 simulation of the driver's

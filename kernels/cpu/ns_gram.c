@@ -27,7 +27,7 @@
  * steps on one R (growth 101 in the small singular values) and in bf16 diverge on inputs with
  * near-zero singular values (a random square matrix: relative error 79). So the restarts come
  * from the table (ns_coeffs_gram_restarts): whenever a segment's growth would pass a bound, and
- * at every step where a restart costs no more than the products it saves (n <= 1.5 m). The code
+ * at every step where the shape is not wide (n < 2 m), and every 2 steps past 5. The code
  * here is our own, written from the iteration above. */
 
 #include "../ns_coeffs.h"

@@ -656,7 +656,6 @@ static void check_against_one_rank(const struct combo *c, double **got[3], doubl
 }
 
 static double worst_ref_err;
-static int known_gram_square; /* tensors not checked against fp64: below */
 
 /* (b) the one-rank globals against the fp64 reference. */
 static void check_against_reference(const struct combo *c, double **one[3], double **init)
@@ -709,19 +708,6 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
         if (!muon && (cf->adam_state_dtype == SHARDOPT_DTYPE_BF16 ||
                       cf->adam_v_dtype == SHARDOPT_DTYPE_BF16))
             tol = fmax(tol, 5e-2);
-        /* Known and not fixed: ns_algorithm = gram named explicitly, bf16 Newton-Schulz, on a
-         * matrix whose working shape has n < 2m (what auto never sends to gram): with the
-         * polar_express or aol tables it can diverge (|O| up to 1e31 times fp64, seeds 9152 and
-         * 9248 of SHARDOPT_XCHECK_SEED=9000, 20000-20325 of 20000), and aol's 4 steps reach
-         * errors of 0.4-2.4. docs/config.md (ns_algorithm) says so; counted, not failed. */
-        if (muon && nsbf && cf->ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM) {
-            const int rd = x->ndim - 2;
-            const int64_t a = x->shape[rd], b = x->shape[rd + 1];
-            if ((a < b ? b : a) < 2 * (a < b ? a : b)) {
-                known_gram_square++;
-                continue;
-            }
-        }
         const double ulps_w =
             x->dtype == SHARDOPT_DTYPE_BF16
                 ? (cf->param_rounding == SHARDOPT_ROUNDING_STOCHASTIC ? c->nsteps + 1 : 1)
@@ -934,9 +920,8 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
         run_combo(&c);
     }
     if (me == 0) {
-        printf("  %d combos, %d discrepancies; worst fp32 relative error against fp64 %.3g; %d "
-               "tensors of explicit bf16 gram on n < 2m not checked against fp64\n",
-               combos, failures_total, worst_ref_err, known_gram_square);
+        printf("  %d combos, %d discrepancies; worst fp32 relative error against fp64 %.3g\n",
+               combos, failures_total, worst_ref_err);
         fixture_rmtree(ckpt_root);
     }
     MPI_Bcast(&failures_total, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -946,10 +931,11 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
 /* Found by the cross-check (seed 1035 of SHARDOPT_XCHECK_SEED=1000: an 8 x 8 expert with one small
  * singular value, gram, bf16, 7 steps): bf16 Gram Newton-Schulz with more than 5 steps diverged,
  * |O| up to 1e15 times the fp64 result, because its one restart after step 2 left the rest to one
- * segment in which an eigenvalue of R turned negative by rounding grows each step (kernels/ops.h,
- * ns_gram_restarts_before). `auto` sends every matrix with n >= 2m there. Matrices with one
- * small singular value (the last row the first plus delta noise), 7 to 12 steps: |O| within 1.2x
- * of the fp64 iteration's (the standard bf16 path stays within 1.07x on the same inputs). */
+ * segment in which an eigenvalue of R turned negative by rounding grows each step (kernels/
+ * ns_coeffs.c, ns_coeffs_gram_restarts: past 5 steps every 2 steps). `auto` sends every matrix with
+ * n >= 2m there. Matrices with one small singular value (the last row the first plus delta noise),
+ * 7 to 12 steps: |O| within 1.2x of the fp64 iteration's (the standard bf16 path stays within 1.07x
+ * on the same inputs). */
 static double gram_worst_ratio(void);
 
 TEST(gram_bf16_long_schedules_stay_bounded)

@@ -404,6 +404,11 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     struct group_out xout = {0};
     xout.kmax = 1;
+    double dense_max = 0; /* the busiest dense member's exchange bytes, as commit all-reduces the
+                             plan's integer count (rounded: the sum here is in doubles) */
+    for (int d = 0; d < r->dense; d++)
+        dense_max = dbytes[d] > dense_max ? dbytes[d] : dense_max;
+    dense_max = round(dense_max);
     if (o->moves) {
         for (int e = 0; e < o->ep; e++) {
             struct plan_cfg xcfg = {0};
@@ -423,6 +428,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             xcfg.move_cost = o->cost_gflops > 0
                                  ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
                                  : COMM_ES * rate / (bw * o->ns_steps);
+            xcfg.base_comm = xcfg.move_cost * (dense_max / COMM_ES);
             struct group_out xo = {.flops = g_f,
                                    .bytes = g_b,
                                    .owned = g_o,

@@ -58,10 +58,10 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
 
 /* The planner's view of the Muon tensors of one group kind. base: [members] or NULL, the NS cost
  * each member already carries from its other group (plan_cfg.base_load); move_cost: 0, or
- * plan_cfg.move_cost (expert_moves). */
+ * plan_cfg.move_cost (expert_moves), with base_comm (plan_cfg.base_comm). */
 static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind kind,
                                           const struct shard_table *t, const double *base,
-                                          double move_cost, struct group_exec *gx)
+                                          double move_cost, double base_comm, struct group_exec *gx)
 {
     const shardopt_placement_t want = kind == GROUP_LOCAL   ? SHARDOPT_PLACEMENT_REPLICATED
                                       : kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE
@@ -84,6 +84,7 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                            .ns_steps = rt->cfg.ns_steps,
                            .base_load = base,
                            .move_cost = move_cost,
+                           .base_comm = base_comm,
                            .team_cap = 1 /* one owner per matrix, but below */};
     char err[256];
     int np = 0;
@@ -192,10 +193,12 @@ static shardopt_status_t expert_loads(shardopt_runtime_t rt, struct shard_table 
                               "dense");
 }
 
-/* expert_moves: the expert group planned again, on top of each member's dense load, with whole
- * matrices free to leave a holder when the cost model says so. An element moved one way costs
- * comm-dtype bytes at cost_net_gbps, counted in the planner's units (NS FLOPs per iteration at
- * cost_gemm_gflops). Collective. */
+/* expert_moves: the expert group planned again, on top of each member's dense load, with matrices
+ * free to change owner when the cost model says so. An element moved one way costs comm-dtype
+ * bytes at cost_net_gbps, counted in the planner's units (NS FLOPs per iteration at
+ * cost_gemm_gflops); every member's transfers start from the busiest dense member's exchange
+ * bytes, which the step waits for as well (shardopt-plan's t_comm adds the two maxima).
+ * Collective. */
 static shardopt_status_t expert_replan(shardopt_runtime_t rt, struct shard_table *xs)
 {
     const double steps = rt->cfg.ns_steps > 0 ? rt->cfg.ns_steps : 5;
@@ -205,8 +208,23 @@ static shardopt_status_t expert_replan(shardopt_runtime_t rt, struct shard_table
                                                   "dense", "expert shard");
     if (status != SHARDOPT_OK)
         return status;
+    /* the same on every replica: their dense plans are alike */
+    uint64_t dense_max = rt->gx[GROUP_DENSE].plan.bytes_sent;
+    const int rc = comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, &dense_max, 1,
+                                  MPI_UINT64_T, MPI_MAX, "all-reduce of the dense bytes sent");
+    if (rc != MPI_SUCCESS)
+        status = log_fail(SHARDOPT_ERR_COMM,
+                          "commit: rank %d: all-reduce of the dense group's bytes sent for "
+                          "expert_moves failed (MPI error %d)",
+                          rt->groups.me.rank, rc);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status != SHARDOPT_OK)
+        return status;
+    const double base_comm =
+        move_cost * ((double)dense_max / (double)kdtype_size(rt->cfg.comm_dtype));
     plan_free(&rt->gx[GROUP_EXPERT].plan);
-    return group_plan_build(rt, GROUP_EXPERT, xs, xs->xload, move_cost, &rt->gx[GROUP_EXPERT]);
+    return group_plan_build(rt, GROUP_EXPERT, xs, xs->xload, move_cost, base_comm,
+                            &rt->gx[GROUP_EXPERT]);
 }
 
 /* Which Muon tensors of a group stay sharded for Newton-Schulz (ns_strategy), and this rank's
@@ -354,13 +372,13 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
         status = teams_setup(rt);
     status = groups_agree(&rt->groups, status, "commit");
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_LOCAL, NULL, NULL, 0, &rt->gx[GROUP_LOCAL]);
+        status = group_plan_build(rt, GROUP_LOCAL, NULL, NULL, 0, 0, &rt->gx[GROUP_LOCAL]);
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_EXPERT, &xs, NULL, 0, &rt->gx[GROUP_EXPERT]);
+        status = group_plan_build(rt, GROUP_EXPERT, &xs, NULL, 0, 0, &rt->gx[GROUP_EXPERT]);
     if (status == SHARDOPT_OK)
         status = expert_loads(rt, &dense);
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_DENSE, &dense, dense.xload, 0, &rt->gx[GROUP_DENSE]);
+        status = group_plan_build(rt, GROUP_DENSE, &dense, dense.xload, 0, 0, &rt->gx[GROUP_DENSE]);
     if (status == SHARDOPT_OK && rt->cfg.expert_moves)
         status = expert_replan(rt, &xs);
     if (status == SHARDOPT_OK)

@@ -65,7 +65,12 @@ struct plan_cfg {
     double move_cost;        /* > 0: a matrix held whole may go to another member when that lowers
                                 the later of the two members' NS and transfer times; the cost units
                                 one element moved one way takes (NS rate / link rate in plan_ns_cost
-                                units per iteration). 0: its holder keeps it */
+                                units per iteration). 0: its holder keeps it. With it, any matrix
+                                may change owner on the same terms, its exchange elements counted
+                                for each of its holders (sharding/plan_owners.c) */
+    double base_comm;        /* move_cost only: cost units every member's transfers take already
+                                (the other group's busiest exchange, which the step waits for too)
+                                */
     int team_cap;            /* largest Newton-Schulz team, a power of two; 0 or 1: none. A team of
                                 k gathers a matrix as k blocks of its long side, block j to its
                                 member j (plan_owned.team), and runs sharded Newton-Schulz */
@@ -137,7 +142,7 @@ struct group_plan {
     int *team_of;  /* [nmatrices * team_cap] (team_cap >= 2 only): team members, lead first */
     int team_cap;
     int nteams;        /* matrices with a team of 2 or more */
-    int nmoved;        /* matrices held whole by a member and owned by another */
+    int nmoved;        /* matrices the moves pass (move_cost) gave another owner */
     double *work;      /* [members]: base_load + owned load + team all-reduce cost, per iteration */
     double *team_comm; /* [members]: the team all-reduce cost in work (allreduce_cost x the fp32
                           elements each sends per iteration); what the other group plans around

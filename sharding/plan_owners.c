@@ -109,41 +109,66 @@ static void team_place(const struct plan_cfg *cfg, const double *work, double pe
         }
 }
 
-/* After the LPT: a matrix held whole leaves its holder for the member that would finish first
- * with it (NS work, or the moves' transfers at move_cost per element; ties the lowest), when
- * that makes the later of the two finish sooner; heaviest matrices first, ties in matrix order.
- * A holder sheds matrices only while it is the later of the two, so a balanced group moves
- * nothing. */
+/* Elements member i sends of matrix m in the two exchanges when o owns it: the owner sends back
+ * all it does not hold (#2), any other member its piece (#1); what it receives mirrors that. */
+static double sent_elems(const struct mat *m, int i, int o)
+{
+    const int64_t h = plan_piece_count(m, i);
+    return (double)(i == o ? m->rows * m->cols - h : h);
+}
+
+/* After the LPT: a matrix leaves its owner for the member that would finish first with it (NS
+ * work, or the exchange elements it then sends at move_cost each; ties the lowest), when that
+ * makes the later of the two finish sooner; heaviest matrices first, ties in matrix order. The
+ * transfers are every member's exchange of every matrix: a matrix sharded over several holders
+ * moving from owner o to n changes only o's (its piece out and back instead of the rest) and n's
+ * (the rest instead of its piece); the other holders send the same piece to either. A matrix
+ * held whole moves its holder's bytes out and back. An owner sheds matrices only while it is the
+ * later of the two, so a balanced group moves nothing, and no member's finish, max(work, comm),
+ * ends later than the latest before the pass. Teams stay as placed. */
 static void moves_assign(const struct plan_cfg *cfg, const struct mat *mats, int n,
-                         struct group_plan *P, const int *holder, int *order, double *comm)
+                         struct group_plan *P, int *order, double *comm)
 {
     const int members = cfg->members;
+    const double mc = cfg->move_cost;
     double *work = P->work;
-    int nheld = 0;
-    for (int m = 0; m < n; m++)
-        if (holder[m] >= 0)
-            order[nheld++] = m;
+    int nsingle = 0;
+    for (int i = 0; i < members; i++)
+        comm[i] = cfg->base_comm;
+    for (int m = 0; m < n; m++) {
+        if (P->team[m] != 1)
+            continue;
+        order[nsingle++] = m;
+        for (int i = 0; i < members; i++)
+            comm[i] += mc * sent_elems(&mats[m], i, P->owner[m]);
+    }
     sort_mats = mats;
-    qsort(order, (size_t)nheld, sizeof(int), by_cost_desc);
-    for (int f = 0; f < nheld; f++) {
-        const int m = order[f], h = holder[m];
-        const double c = mats[m].cost, s = cfg->move_cost * (double)(mats[m].rows * mats[m].cols);
-        const double fh = max2(work[h], comm[h]), fh_after = max2(work[h] - c, comm[h] + s);
+    qsort(order, (size_t)nsingle, sizeof(int), by_cost_desc);
+    for (int f = 0; f < nsingle; f++) {
+        const int m = order[f], h = P->owner[m];
+        const int64_t W = mats[m].rows * mats[m].cols, hh = plan_piece_count(&mats[m], h);
+        const double c = mats[m].cost;
+        const double sh = mc * (double)(2 * hh - W); /* the owner's change in sent elements */
+        const double fh = max2(work[h], comm[h]), fh_after = max2(work[h] - c, comm[h] + sh);
         int best = -1; /* the member that would finish first with it */
-        double best_f = 0;
+        double best_f = 0, best_s = 0;
         for (int i = 0; i < members; i++) {
-            const double fi = max2(work[i] + c, comm[i] + s);
-            if (i != h && (best < 0 || fi < best_f)) {
+            if (i == h)
+                continue;
+            const double si = mc * (double)(W - 2 * plan_piece_count(&mats[m], i));
+            const double fi = max2(work[i] + c, comm[i] + si);
+            if (best < 0 || fi < best_f) {
                 best = i;
                 best_f = fi;
+                best_s = si;
             }
         }
         if (best >= 0 && !(max2(fh_after, best_f) < max2(fh, max2(work[best], comm[best]))))
             best = -1;
         if (best < 0)
             continue;
-        comm[h] += s;
-        comm[best] += s;
+        comm[h] += sh;
+        comm[best] += best_s;
         work[h] -= c;
         work[best] += c;
         P->load[h] -= c;
@@ -153,35 +178,38 @@ static void moves_assign(const struct plan_cfg *cfg, const struct mat *mats, int
     }
 }
 
-/* Owners: a member holding the whole matrix keeps it (no traffic) unless move_cost lets it go;
- * the rest by LPT onto the least-loaded member (base_load counted), ties toward the member
- * holding most of the matrix, then the lowest; teams for matrices too heavy for one member. */
+/* Owners: a member holding the whole matrix keeps it (no traffic); the rest by LPT onto the
+ * least-loaded member (base_load counted), ties toward the member holding most of the matrix,
+ * then the lowest; teams for matrices too heavy for one member. With move_cost, the LPT ignores
+ * base_load, so the owners start as the group's plan on its own (what the runtime runs without
+ * expert_moves), and the moves pass then changes one only where the transfers it adds pay: an
+ * LPT around base_load would send sharded matrices to light members whatever they cost to reach
+ * (issue 22, the rows-sharded experts). */
 int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n,
                        struct group_plan *P)
 {
     const int members = cfg->members;
     int *order = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
-    int *holder = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
     double *comm = mem_calloc((size_t)members, sizeof(double));
     double *work = P->work;
     int nfree = 0;
 
-    if (order == NULL || holder == NULL || comm == NULL) {
+    if (order == NULL || comm == NULL) {
         free(order);
-        free(holder);
         free(comm);
         return -1;
     }
+    const double *base = cfg->base_load;
+    const int base_later = base != NULL && cfg->move_cost > 0;
     double total = 0;
     for (int i = 0; i < members; i++) {
-        work[i] = cfg->base_load != NULL ? cfg->base_load[i] : 0.0;
+        work[i] = base != NULL && !base_later ? base[i] : 0.0;
         total += work[i];
     }
     for (int m = 0; m < n; m++) {
         total += mats[m].cost;
         P->team[m] = 1;
-        holder[m] = whole_holder(&mats[m], members);
-        P->owner[m] = holder[m];
+        P->owner[m] = whole_holder(&mats[m], members);
         if (P->owner[m] >= 0) {
             P->load[P->owner[m]] += mats[m].cost;
             work[P->owner[m]] += mats[m].cost;
@@ -225,10 +253,12 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
         P->load[best] += mats[m].cost;
         work[best] += mats[m].cost;
     }
+    if (base_later)
+        for (int i = 0; i < members; i++)
+            work[i] += base[i];
     if (cfg->move_cost > 0)
-        moves_assign(cfg, mats, n, P, holder, order, comm);
+        moves_assign(cfg, mats, n, P, order, comm);
     free(order);
-    free(holder);
     free(comm);
     return 0;
 }

@@ -33,10 +33,11 @@
  *
  * Owners are planned jointly, as commit does: the expert shard groups first, then the dense group
  * on top of each member's expert load (--no-joint: each group alone, the plan of before issue
- * 22). --moves lets whole experts leave their holder for members the dense plan left light when
- * the model says it pays (each element moved costs its bytes at the expert group's link rate
- * against the NS rate; --cost-rates G,B: at commit's cost_gemm_gflops G and cost_net_gbps B
- * instead, as config expert_moves = 1 plans them). --teams K lets a dense matrix heavier than
+ * 22). --moves lets expert matrices leave their owner for members the dense plan left light when
+ * the model says it pays (each element an owner change adds to a member's exchange costs its
+ * bytes at the expert group's link rate against the NS rate, on top of the busiest dense
+ * member's bytes; --cost-rates G,B: at commit's cost_gemm_gflops G and cost_net_gbps B instead,
+ * as config expert_moves = 1 plans them). --teams K lets a dense matrix heavier than
  * --team-frac (default 0.5) of the mean load be orthogonalized by a team of up to K ranks of one
  * node (node: the machine's gpus_per_node; sharding/plan.h), as config ns_team_cap = K and
  * ns_team_frac run it; a team's all-reduce is costed at intra_node_gbps, or with --cost-rates

@@ -11,6 +11,7 @@ differs, and why). Each param group is one runtime holding one algorithm: groups
 a Muon and an AdamW part at construction, so that every lr_scheduler, and every loop over
 param_groups, sets each group's lr and weight_decay, which step() reads every time."""
 import math
+import operator
 import sys
 import warnings
 
@@ -42,6 +43,10 @@ _GLOBAL_POST_HOOKS = getattr(_OPTIM, "_global_optimizer_post_hooks", None)
 _ALWAYS_TRACE = (not isinstance(_GLOBAL_PRE_HOOKS, dict)
                  or not isinstance(_GLOBAL_POST_HOOKS, dict)
                  or not hasattr(torch.optim.Optimizer, "profile_hook_step"))
+# read once: step() calls them every time, and the attribute chains cost more than the calls
+_profiler_enabled = torch.autograd._profiler_enabled
+_grad_enabled = torch.is_grad_enabled
+_set_grad_enabled = torch._C._set_grad_enabled
 
 
 def _dion_defaults():
@@ -156,6 +161,7 @@ class Muon(torch.optim.Optimizer):
                              if model is not None else {})
         self._runtimes = []  # per param group: (its shardopt.Optimizer, [Param] in group order)
         self._frozen = []    # per param group: (name, tensor) left out for requires_grad False
+        self._plan = None    # what step() reads of the above, made again after add_param_group
         self._seen = {}      # storage key -> name: a tensor is registered once in all groups
         self._unnamed = 0
         self._warned_unnamed = False
@@ -330,6 +336,7 @@ class Muon(torch.optim.Optimizer):
         self._runtimes.append((rt, {id(sp.source): sp for sp in sparams},
                                {k: g[k] for k in _FIXED[g["algo"]]}))
         self._frozen.append(frozen)
+        self._plan = None
 
     # ---- the step -----------------------------------------------------------------------
 
@@ -346,42 +353,44 @@ class Muon(torch.optim.Optimizer):
         # whole Python side on a small model. This class marks its step hooked so that torch
         # leaves it alone, and goes through that same wrapper whenever it has work to do.
         if (_ALWAYS_TRACE or self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks
-                or _GLOBAL_PRE_HOOKS or _GLOBAL_POST_HOOKS or torch.autograd._profiler_enabled()):
+                or _GLOBAL_PRE_HOOKS or _GLOBAL_POST_HOOKS or _profiler_enabled()):
             # the hooks see the arguments as given, as torch's own wrapper passes them
             return self._traced_step() if closure is None else self._traced_step(closure)
         return self._step(closure)
 
     step.hooked = True  # torch.optim.Optimizer._patch_step_function: already wrapped
 
+    def _make_plan(self):
+        """What _step reads at every step, made once per set of groups: the frozen tensors in
+        one tuple, and per group a getter of its fixed keys with their values at construction,
+        so that checking a group is one call and one tuple comparison (equal unless a value
+        changed, or was given again as an equal value of another type: then _check_fixed
+        decides, as the check always did)."""
+        frozen = tuple(p for fr in self._frozen for _, p in fr)
+        fixed = [(operator.itemgetter(*f), tuple(f.values()), f) for _, _, f in self._runtimes]
+        self._plan = (frozen, fixed, [rt for rt, _, _ in self._runtimes])
+        return self._plan
+
     def _step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        plan = self._plan or self._make_plan()
         # torch.no_grad() as torch.optim's steps have it, without its decorator's cost (a few
         # microseconds a step, a tenth of the whole Python side on a small model)
-        prev = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
+        prev = _grad_enabled()
+        _set_grad_enabled(False)
         try:
-            if any(self._frozen):
-                self._refuse_thawed()
+            for p in plan[0]:
+                if p.grad is not None:
+                    self._refuse_thawed()
+            groups = self.param_groups
             # every group checked before any is stepped: a refusal writes nothing
-            for gi, (g, (_, _, fixed)) in enumerate(zip(self.param_groups, self._runtimes)):
-                for k, v in fixed.items():
-                    w = g[k]
-                    if w is not v and w != v and not (isinstance(v, tuple) and tuple(w) == v):
-                        raise ValueError(
-                            f"param group {gi} ({g['algo']}): {k} changed from {v!r} to {w!r}: "
-                            "only lr, weight_decay and a Muon group's momentum are read at each "
-                            "step; the others are fixed when the group is made (an AdamW "
-                            "group's betas and momentum too"
-                            + ("; a momentum warmup: write it on the Muon groups only, "
-                               "if g['algo'] == 'muon'"
-                               if (g["algo"], k) == ("adamw", "momentum") else "")
-                            + ": OneCycleLR's cycle_momentum=True works where every group is "
-                            "Muon's, else OneCycleLR(..., cycle_momentum=False)); nothing was "
-                            "stepped")
-            for g, (rt, _, _) in zip(self.param_groups, self._runtimes):
+            for g, (get, values, fixed) in zip(groups, plan[1]):
+                if get(g) != values:
+                    self._check_fixed(next(i for i, h in enumerate(groups) if h is g), g, fixed)
+            for g, rt in zip(groups, plan[2]):
                 lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
                 # a momentum warmup (modded-nanogpt writes g["momentum"] every step) takes
                 # effect at this step
@@ -391,8 +400,27 @@ class Muon(torch.optim.Optimizer):
                 # one
                 rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True, mu)
         finally:
-            torch._C._set_grad_enabled(prev)
+            _set_grad_enabled(prev)
         return loss
+
+    @staticmethod
+    def _check_fixed(gi, g, fixed):
+        """Refuses a change to a key fixed at construction (_FIXED); passes a value equal to
+        the old one (betas given again as a list)."""
+        for k, v in fixed.items():
+            w = g[k]
+            if w is not v and w != v and not (isinstance(v, tuple) and tuple(w) == v):
+                raise ValueError(
+                    f"param group {gi} ({g['algo']}): {k} changed from {v!r} to {w!r}: "
+                    "only lr, weight_decay and a Muon group's momentum are read at each "
+                    "step; the others are fixed when the group is made (an AdamW "
+                    "group's betas and momentum too"
+                    + ("; a momentum warmup: write it on the Muon groups only, "
+                       "if g['algo'] == 'muon'"
+                       if (g["algo"], k) == ("adamw", "momentum") else "")
+                    + ": OneCycleLR's cycle_momentum=True works where every group is "
+                    "Muon's, else OneCycleLR(..., cycle_momentum=False)); nothing was "
+                    "stepped")
 
     _traced_step = torch.optim.Optimizer.profile_hook_step(_step)
 

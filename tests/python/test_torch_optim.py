@@ -234,6 +234,44 @@ def case_state_dict_deepcopy_and_pickle():
     opt.close()
 
 
+
+def case_step_follows_groups_added_and_keys_changed():
+    """step() reads what it checks from a plan made once (Muon._make_plan): a group added after
+    steps is stepped and checked, a fixed key changed after steps is refused with nothing
+    stepped, and an equal value of another type (betas as a list, as load_state_dict or a
+    script may write it) still passes."""
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+    for k in range(2):
+        opt.zero_grad()
+        m(*batch(k)).backward()
+        opt.step()
+    extra = nn.Linear(8, 8)
+    opt.add_param_group({"params": extra.parameters(), "lr": 0.05})
+    opt.zero_grad()
+    m(*batch(2)).backward()
+    extra(torch.randn(3, 8)).square().sum().backward()
+    before = extra.weight.detach().clone()
+    opt.step()
+    assert not torch.equal(before, extra.weight), "a group added after steps was not stepped"
+    adamw = [g for g in opt.param_groups if g["algo"] == "adamw"][-1]
+    adamw["betas"] = list(adamw["betas"])  # equal, another type: passes
+    opt.step()
+    for g, key, value, want in ((opt.param_groups[-2], "eps", 1e-3, "eps changed from"),
+                                (adamw, "betas", [0.8, 0.99], "betas changed from")):
+        old = g[key]
+        g[key] = value
+        before = {n: p.detach().clone() for n, p in m.named_parameters()}
+        try:
+            opt.step()
+        except ValueError as e:
+            assert want in str(e) and "nothing was stepped" in str(e), e
+        else:
+            raise AssertionError(f"{key} changed on a group added after steps: not refused")
+        assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+        g[key] = old
+    opt.close()
+
 # ---- item 4: zero_grad(set_to_none=False) ------------------------------------------------
 
 def case_zero_grad_keeps_no_stale_gradient():

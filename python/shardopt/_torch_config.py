@@ -1,0 +1,60 @@
+"""shardopt.torch.Muon's hyperparameters as the library's config: the two sets of defaults
+(torch.optim.Muon's and the library's own, dion's), their checks, and a Muon group's keys as
+config keys (docs/python.md, switching from torch.optim.Muon). Apart from torch.py, which holds
+the optimizer's behaviour."""
+import math
+
+import torch
+
+_JORDAN = (3.4445, -4.775, 2.0315)  # torch.optim.Muon's default, the library's `jordan` table
+
+
+def _dion_defaults():
+    """The library's own defaults (docs/config.md: dion's Muon), as this class's keywords."""
+    return dict(lr=1e-3, weight_decay=0.01, momentum=0.95, nesterov=False,
+                ns_coefficients="quintic", eps=1e-8, ns_steps=5, adjust_lr_fn="match_rms_adamw",
+                adamw_lr=None, adamw_betas=(0.9, 0.95), adamw_eps=1e-8, adamw_weight_decay=0.01)
+
+
+def _torch_defaults():
+    """torch.optim.Muon's defaults; the AdamW side torch.optim.AdamW's."""
+    return dict(lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
+                ns_coefficients=_JORDAN, eps=1e-7, ns_steps=5, adjust_lr_fn=None,
+                adamw_lr=None, adamw_betas=(0.9, 0.999), adamw_eps=1e-8,
+                adamw_weight_decay=0.01)
+
+
+def _check_hp(hp):
+    for k in ("lr", "weight_decay", "adamw_weight_decay"):
+        v = hp.get(k)
+        if isinstance(v, torch.Tensor) and v.numel() == 1:  # a tensor lr, as torch.optim takes
+            v = v.item()
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                  and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{k} = {v!r}: a finite number >= 0 (or a 1-element tensor)")
+
+
+def _muon_config(g):
+    """The runtime config of a Muon group: torch.optim.Muon's hyperparameters as the library's
+    keys (docs/python.md, switching from torch.optim.Muon)."""
+    cfg = {"momentum": g["momentum"], "nesterov": bool(g["nesterov"]),
+           "weight_decay": g["weight_decay"], "ns_steps": g["ns_steps"], "ns_eps": g["eps"]}
+    c = g["ns_coefficients"]
+    if isinstance(c, str):
+        cfg["ns_coeffs"] = c
+    elif tuple(float(x) for x in c) == _JORDAN:
+        cfg["ns_coeffs"] = "jordan"
+    else:
+        if len(c) != 3:
+            raise ValueError(f"ns_coefficients = {c!r}: one (a, b, c) triple, or a table name "
+                             "(quintic, jordan, polar_express)")
+        cfg["ns_coeffs"] = "custom"
+        cfg["ns_custom_coeffs"] = [list(map(float, c))] * int(g["ns_steps"])
+    fn = g["adjust_lr_fn"]
+    lr_scale = {None: "jordan", "original": "jordan", "match_rms_adamw": "rms_norm",
+                "spectral_unclamped": "spectral_norm"}.get(fn)
+    if lr_scale is None:
+        raise ValueError(f"adjust_lr_fn = {fn!r}: accepted None / 'original' (sqrt(max(1, A/B)))"
+                         " or 'match_rms_adamw' (0.2 sqrt(max(A, B)))")
+    cfg["lr_scale"] = lr_scale
+    return cfg

@@ -221,8 +221,10 @@ static shardopt_status_t table_gather(shardopt_runtime_t rt, MPI_Comm comm,
                           "table",
                           rt->groups.me.rank, bytes);
     status = groups_agree(&rt->groups, status, "commit");
-    if (status != SHARDOPT_OK)
+    if (status != SHARDOPT_OK) {
+        free(chunk); /* another rank failed: this one's byte per parameter goes too */
         return status;
+    }
     for (int i = 0; i < n; i++) {
         const struct shardopt_param *p = rt->params[i];
         chunk[i] = p->placement != want || shard_table_is_chunk(&p->layout, members, me);

@@ -7,7 +7,9 @@
  * indexes: on the layout that saved, writer 0 and its own; loading on fewer ranks, the writers its
  * larger part spans. A save's rank 0 and writers do not grow with the world either. No
  * wall-clock or RSS threshold: bytes and counts. */
+#include <malloc.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "bench/ckpt_index_sim.h"
@@ -97,6 +99,16 @@ TEST(a_load_on_another_world_reads_only_the_writers_its_parts_span)
  * and holds 16 bytes per writer (the sizes it checks each writer's files against). Neither may
  * grow with the world: before format_version 4 rank 0 gathered every writer's records into one
  * tree, about 4x the heap at 4x the ranks. */
+/* 1 when glibc's counts see a 1 MiB allocation (not under ASan, which replaces malloc) */
+static int heap_measured(void)
+{
+    const size_t before = mallinfo2().uordblks;
+    char *volatile p = malloc(1 << 20);
+    const size_t after = mallinfo2().uordblks;
+    free(p);
+    return after >= before + (1u << 20);
+}
+
 TEST(a_save_s_rank_0_and_writers_index_memory_does_not_grow_with_the_world)
 {
     glm_load();
@@ -113,7 +125,11 @@ TEST(a_save_s_rank_0_and_writers_index_memory_does_not_grow_with_the_world)
            (double)a.writer_heap / 1048576.0, (double)b.writer_heap / 1048576.0,
            (long long)a.writer_records, (long long)b.writer_records, (long long)a.index_bytes,
            (long long)b.index_bytes);
-    EXPECT_TRUE(a.rank0_heap > 0 && a.writer_heap > 0 && a.writer_records > 0);
+    EXPECT_TRUE(a.writer_records > 0);
+    /* a sanitizer's allocator leaves glibc's counts at 0: the growth checks below then hold
+     * trivially, so only where the heap is measured must it be seen */
+    if (heap_measured())
+        EXPECT_TRUE(a.rank0_heap > 0 && a.writer_heap > 0);
     EXPECT_TRUE(b.rank0_heap <= a.rank0_heap + a.rank0_heap / 4);
     EXPECT_TRUE(b.writer_heap <= a.writer_heap + a.writer_heap / 4);
     /* index.json holds the parameters alone: the same bytes at any world */

@@ -23,6 +23,20 @@ static inline struct coeffs coeffs_of(int table, int steps)
     return t;
 }
 
+/* A user's table (ns_coeffs = custom): jordan's triple 5 times, then two steps of the classic
+ * quintic (15/8, -10/8, 3/8), which pull jordan's band [0.7, 1.2] in to 1. */
+static inline struct coeffs custom_table(void)
+{
+    static const double c[7][3] = {
+        {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315},
+        {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315}, {1.875, -1.25, 0.375},
+        {1.875, -1.25, 0.375},
+    };
+    struct coeffs t = {.steps = 7, .norm_scale = 1.0f};
+    ns_coeffs_fill(NS_TABLE_CUSTOM, 7, c, t.c);
+    return t;
+}
+
 /* A batch of rows x cols matrices through table t, on the wide side (transpose = rows > cols),
  * plain variant, eps 1e-8, bf16 products; callers change what their case needs. */
 static inline struct ns_args ns_args_of(int64_t batch, int64_t rows, int64_t cols,

@@ -517,20 +517,6 @@ TEST(ns_driver_gram_aol_chunks_and_in_place)
     }
 }
 
-/* A user's table (ns_coeffs = custom): jordan's triple 5 times, then two steps of the classic
- * quintic (15/8, -10/8, 3/8), which pull jordan's band [0.7, 1.2] in to 1. */
-static struct coeffs custom_table(void)
-{
-    static const double c[7][3] = {
-        {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315},
-        {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315}, {1.875, -1.25, 0.375},
-        {1.875, -1.25, 0.375},
-    };
-    struct coeffs t = {.steps = 7, .norm_scale = 1.0f};
-    ns_coeffs_fill(NS_TABLE_CUSTOM, 7, c, t.c);
-    return t;
-}
-
 /* Gram Newton-Schulz for every coefficient table (and a user's), on square, wide, tall, 1 x n
  * and batched shapes, plain and symmetric (issue 23). With one restart after step 2 for every
  * table, polar_express's 8 steps diverged on the 32 x 32 matrix here (relative error 79 on the

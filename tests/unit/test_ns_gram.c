@@ -164,20 +164,6 @@ TEST(ns_gram_matches_standard_fp32)
             worst_std, worst_64, worst_ratio);
 }
 
-/* A user's table (ns_coeffs = custom): jordan's triple 5 times, then two steps of the classic
- * quintic (15/8, -10/8, 3/8), as test_ns_driver's. */
-static struct coeffs custom_table(void)
-{
-    static const double c[7][3] = {
-        {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315},
-        {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315}, {1.875, -1.25, 0.375},
-        {1.875, -1.25, 0.375},
-    };
-    struct coeffs t = {.steps = 7, .norm_scale = 1.0f};
-    ns_coeffs_fill(NS_TABLE_CUSTOM, 7, c, t.c);
-    return t;
-}
-
 /* fp32 Gram for every coefficient table (and a user's) on square, wide, tall, 1 x n, low-rank and
  * batched inputs, for the reference and both BLAS variants (issue 23; test_ns_driver has bf16):
  * its error against the fp64 standard iteration within the bound of the quintic test above,

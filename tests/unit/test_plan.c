@@ -433,6 +433,73 @@ TEST(whole_matrices_move_to_idle_members_only_when_it_pays)
     }
 }
 
+/* The planner's finish (max over members of max(work, comm), as the moves pass weighs them) of
+ * owners own[8] of the [8, 16, 32] stack with boxes bx on 4 members. */
+static double whole_finish(const int *own, const struct plan_box *bx, const double *base, double c,
+                           double mc, double bc)
+{
+    const double W = 16.0 * 32;
+    double f = 0;
+    for (int i = 0; i < 4; i++) {
+        double work = base[i], sent = 0;
+        for (int m = 0; m < 8; m++) {
+            const double h = m >= bx[i].lo[0] && m < bx[i].lo[0] + bx[i].len[0] ? W : 0;
+            work += own[m] == i ? c : 0.0;
+            sent += own[m] == i ? W - h : h;
+        }
+        f = fmax(f, fmax(work, bc + mc * sent));
+    }
+    return f;
+}
+
+/* Identical experts held whole (all eight on member 0, or four each on members 0 and 1), over
+ * other members' base loads, at several transfer costs: the moves pass's owners finish exactly
+ * when the best of all 4^8 owner assignments does (docs/scaling.md's bounds on whole experts
+ * rest on it: the plan keeps the integer best count on each holder). */
+TEST(moves_of_identical_whole_matrices_reach_the_best_assignment)
+{
+    static struct plan_box bx[MAXM];
+    struct plan_param p = {.param = 0, .ndim = 3, .shape = {8, 16, 32}, .k_lo = 0, .k_count = 8};
+    const double c = plan_ns_cost(16, 32), W = 16.0 * 32;
+    const double bases[3][4] = {{0, 0, 0, 0}, {0, 0, c, 2.5 * c}, {0, 0.5 * c, 3 * c, 0}};
+    const double mcs[4] = {0.3 * c / W, 0.6 * c / W, 0.9 * c / W, 1.7 * c / W};
+    const double bcs[2] = {0, 1.3 * c};
+    for (int holders = 1; holders <= 2; holders++) {
+        boxes_make(bx, holders, 3, p.shape, 0, 0, 8, 0);
+        for (int i = holders; i < 4; i++) {
+            bx[i] = bx[0];
+            bx[i].lo[0] = 8;
+            bx[i].len[0] = 0;
+        }
+        p.boxes = bx;
+        for (int b = 0; b < 3; b++)
+            for (int t = 0; t < 4; t++)
+                for (int u = 0; u < 2; u++) {
+                    struct plan_cfg cfg = {.members = 4,
+                                           .bucket_bytes = 1 << 20,
+                                           .esize = 2,
+                                           .base_load = bases[b],
+                                           .move_cost = mcs[t],
+                                           .base_comm = bcs[u]};
+                    struct group_plan P;
+                    ASSERT_EQ_INT(plan_build(&cfg, &p, 1, &P), SHARDOPT_OK);
+                    double best = INFINITY;
+                    int own[8];
+                    for (int code = 0; code < 1 << 16; code++) {
+                        for (int m = 0; m < 8; m++)
+                            own[m] = (code >> (2 * m)) & 3;
+                        best = fmin(best, whole_finish(own, bx, bases[b], c, mcs[t], bcs[u]));
+                    }
+                    const double f = whole_finish(P.owner, bx, bases[b], c, mcs[t], bcs[u]);
+                    if (!(f <= best * (1 + 1e-12)))
+                        fprintf(stderr, "holders %d base %d mc %d bc %d: plan %.6g best %.6g\n",
+                                holders, b, t, u, f / c, best / c);
+                    EXPECT_TRUE(f <= best * (1 + 1e-12));
+                    plan_free(&P);
+                }
+    }
+}
+
 /* The planner's finish of a plan of one [8, 64, 64] stack sharded along rows over 4 members:
  * max over members of max(base + owned NS cost, base_comm + move_cost x the elements each sends
  * in the two exchanges: an owner the three quarters it does not hold, a holder its quarter). */

@@ -114,6 +114,11 @@ static double block_overlap(const struct plan_param *q, int64_t k, int m, int j,
  * perform it: the device's products whole (runtime/commit.c runs its plain variant), the CPU's
  * symmetric ones in the blocks of the variant the committed per-shape table picks (runtime/commit.c
  * param_plan, kernels/ns_variant.h), counted by sharding/plan.c's copy of the runtime's count. */
+/* Bytes of a Gram element a team all-reduces: bf16 with --ns-compute bf16 (the CPU's bf16 teams,
+ * runtime/step/ns_sharded.c), else fp32 (--ns-compute fp32; and device, where no teams run yet:
+ * the planner's teams there are costed as the CPU's fp32 ones) */
+static double team_es(const struct opts *o) { return o->ns_compute == KDT_BF16 ? 2.0 : 4.0; }
+
 static double performed_flops(const struct opts *o, int64_t rows, int64_t cols, int gram)
 {
     struct ns_sym_blocks kb;
@@ -254,7 +259,7 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                 if (team > 1) {
                     const int *tm = &P.team_of[(size_t)mi * (size_t)P.team_cap];
                     const double ar =
-                        o->ns_steps * 4.0 *
+                        o->ns_steps * team_es(o) *
                         plan_team_allreduce_elems(pp[q].shape[rd], pp[q].shape[rd + 1], team);
                     out->kmax = team > out->kmax ? team : out->kmax;
                     for (int i = 0; i < 6; i++)
@@ -390,9 +395,10 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     dcfg.team_cap = o->teams > 0 ? o->teams : mc->gpus_per_node; /* node: one node's ranks */
     dcfg.node_members = r->dense < mc->gpus_per_node ? r->dense : mc->gpus_per_node;
     dcfg.team_frac = o->team_frac;
-    /* fp32 Gram elements at the node's link rate, or at commit's rates (runtime/commit.c) */
-    dcfg.allreduce_cost =
-        o->cost_gflops > 0 ? 4.0 * o->cost_gflops / o->cost_gbps : 4.0 * rate / bw_node;
+    /* Gram elements (team_es bytes) at the node's link rate, or at commit's rates
+     * (runtime/commit.c) */
+    dcfg.allreduce_cost = o->cost_gflops > 0 ? team_es(o) * o->cost_gflops / o->cost_gbps
+                                             : team_es(o) * rate / bw_node;
     struct group_out dout = {.flops = dflops,
                              .bytes = dbytes,
                              .owned = downed,

@@ -418,9 +418,9 @@ typedef struct shardopt_stats {
     /* Version 3 */
     uint64_t bytes_ns_allreduce_last; /**< the last step's Gram all-reduces of sharded and team
                                            Newton-Schulz, as bytes a ring all-reduce sends from
-                                           this rank: 2(k-1)/k m^2 fp32 per iteration over k
-                                           members (the MPI library's own traffic is not seen);
-                                           not in bytes_sent_dense */
+                                           this rank: 2(k-1)/k m^2 elements per iteration over k
+                                           members, fp32 (bf16 in bf16 teams; the MPI library's
+                                           own traffic is not seen); not in bytes_sent_dense */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

@@ -96,8 +96,10 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
         cfg.team_cap = rt->team_cap;
         cfg.node_members = rt->team_node_members;
         cfg.team_frac = rt->cfg.ns_team_frac;
-        /* a Gram element all-reduced (fp32) at cost_net_gbps, in NS FLOPs at cost_gemm_gflops */
-        cfg.allreduce_cost = 4.0 * rt->cfg.cost_gemm_gflops / rt->cfg.cost_net_gbps;
+        /* a Gram element all-reduced (in the teams' dtype: ns_sharded.c) at cost_net_gbps, in
+         * NS FLOPs at cost_gemm_gflops */
+        cfg.allreduce_cost = (double)kdtype_size(rt->team_compute) * rt->cfg.cost_gemm_gflops /
+                             rt->cfg.cost_net_gbps;
     }
     if (pp == NULL || boxes == NULL) {
         built = SHARDOPT_ERR_OUT_OF_MEMORY;
@@ -305,6 +307,7 @@ static shardopt_status_t teams_setup(shardopt_runtime_t rt)
                                                                                   : NULL;
     rt->team_cap = 1;
     rt->team_node_members = 1;
+    rt->team_compute = KDT_F32;
     if (rt->cfg.ns_team_cap < 2)
         return SHARDOPT_OK;
     if (why != NULL) {
@@ -319,6 +322,16 @@ static shardopt_status_t teams_setup(shardopt_runtime_t rt)
                         "commit: rank %d: finding the dense group's node size for ns_team_cap "
                         "failed",
                         rt->groups.me.rank);
+    /* teams iterate in bf16 where every member of the dense group does (ns_compute = auto may
+     * resolve differently on unlike CPUs): the members of a team must all-reduce one dtype, and
+     * the plan, which costs the all-reduce by its bytes, must be the same on every member */
+    int bf16 = rt->ns_compute == KDT_BF16;
+    if (comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, &bf16, 1, MPI_INT, MPI_MIN,
+                       "team dtype all-reduce") != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM,
+                        "commit: rank %d: agreeing the teams' Newton-Schulz dtype failed",
+                        rt->groups.me.rank);
+    rt->team_compute = bf16 ? KDT_BF16 : KDT_F32;
     return SHARDOPT_OK;
 }
 

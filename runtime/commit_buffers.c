@@ -14,6 +14,7 @@
 #include "kernels/cpu/ns_bf16.h"
 #include "runtime/commit_teams.h"
 #include "runtime/runtime.h"
+#include "runtime/step/ns_sharded.h"
 #include "runtime/step/offload_exec.h"
 #include "runtime/step/replica_check.h"
 
@@ -99,6 +100,7 @@ void commit_release(shardopt_runtime_t rt)
     offload_release(rt);
     ns_bf16_destroy(rt->ns_ws.bf16);
     rt->ns_ws.bf16 = NULL;
+    ns_sharded_bf16_op_free(rt);
     state_store_free(&rt->store);
     state_store_init(&rt->store, rt->dev);
 }
@@ -254,9 +256,20 @@ shardopt_status_t commit_ns_bf16_plans(shardopt_runtime_t rt)
     for (int g = 0; status == SHARDOPT_OK && g < GROUP_KINDS; g++) {
         const struct group_plan *P = &rt->gx[g].plan;
         for (int w = 0; status == SHARDOPT_OK && w < P->nowned; w++) {
-            const struct shardopt_param *p = rt->params[P->owned[w].param];
-            if (P->owned[w].team > 1)
-                continue; /* a team's block runs the sharded fp32 kernels */
+            const struct plan_owned *o = &P->owned[w];
+            const struct shardopt_param *p = rt->params[o->param];
+            if (o->team > 1 && rt->team_compute != KDT_BF16)
+                continue;      /* a team's block in fp32 (the dense group's CPUs differ) */
+            if (o->team > 1) { /* my block of a team's matrix: m x n with the blocks along n */
+                const int64_t m = o->team_rows ? o->cols : o->rows,
+                              n = o->team_rows ? o->rows : o->cols;
+                status = ns_sharded_bf16_op(rt);
+                if (status == SHARDOPT_OK && m > 0 && n > 0)
+                    status = ns_bf16_shard_prepare(
+                        rt->ns_ws.bf16, m, n, (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps);
+                param = status != SHARDOPT_OK ? p->name : NULL;
+                continue;
+            }
             status = ns_bf16_prepare(rt->ns_ws.bf16, P->owned[w].rows, P->owned[w].cols,
                                      p->ns_variant, p->ns_block, p->ns_algorithm,
                                      (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps);

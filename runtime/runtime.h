@@ -135,6 +135,7 @@ struct shardopt_runtime {
     struct state_store store;
     struct group_exec gx[GROUP_KINDS];
     int team_cap, team_node_members; /* the dense plan's (commit.c, teams_setup); 1: no teams */
+    int team_compute; /* KDT_BF16 when every dense member's ns_compute is bf16, else KDT_F32 */
     /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
      * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest
      * bucket */
@@ -148,7 +149,11 @@ struct shardopt_runtime {
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
     void *sh_u;                   /* sharded Newton-Schulz: one piece's U and O, comm dtype */
     float *sh_x;                  /* X, Y, Gram, B */
-    struct staging stage;         /* offload: staging slots (optimizer) and the copy counters */
+    /* ns_compute = bf16 teams: MPI_SUM of bf16 Gram entries (MPI has no bf16 type), made at
+     * commit when this rank is in a team (ns_sharded_bf16_op), freed by commit_release */
+    MPI_Op ns_bf16_sum;
+    int have_bf16_sum;
+    struct staging stage; /* offload: staging slots (optimizer) and the copy counters */
     /* comm_backend = nccl: a communicator per group of more than one rank (NULL otherwise) */
     struct nccl_group *nccl[GROUP_KINDS], *nccl_rep;
     /* How each group's exchanges travel, chosen at commit (commit.c): [GROUP_LOCAL]

@@ -77,8 +77,9 @@ struct plan_cfg {
     int node_members;        /* members per node (consecutive); a team forms inside one node */
     double team_frac;        /* a matrix heavier than team_frac x the mean load per member is
                                 split over the smallest team that brings it under; 0: 0.5 */
-    double allreduce_cost;   /* cost units per fp32 element a team member sends in its per-
-                                iteration Gram all-reduce (NS rate / the node's link rate) */
+    double allreduce_cost;   /* cost units per Gram element a team member sends in its per-
+                                iteration all-reduce (the element's bytes, fp32 or bf16 as the
+                                teams iterate, x NS rate / the node's link rate) */
 };
 
 /* A piece I hold (a contiguous run of my local shard). Momentum writes U for it at `buf`
@@ -144,7 +145,7 @@ struct group_plan {
     int nteams;        /* matrices with a team of 2 or more */
     int nmoved;        /* matrices the moves pass (move_cost) gave another owner */
     double *work;      /* [members]: base_load + owned load + team all-reduce cost, per iteration */
-    double *team_comm; /* [members]: the team all-reduce cost in work (allreduce_cost x the fp32
+    double *team_comm; /* [members]: the team all-reduce cost in work (allreduce_cost x the
                           elements each sends per iteration); what the other group plans around
                           with load */
     struct plan_piece *pieces;
@@ -182,8 +183,8 @@ double plan_ns_cost(int64_t rows, int64_t cols);
  * 4m^2n/k + 2m^3. k = 1: plan_ns_cost. */
 double plan_ns_team_cost(int64_t rows, int64_t cols, int k);
 
-/* fp32 elements one member sends per iteration in a ring all-reduce of the team's m x m Gram
- * matrix: 2(k-1)/k m^2 (0 for k = 1). */
+/* Elements (fp32 or bf16, as the team iterates) one member sends per iteration in a ring
+ * all-reduce of the team's m x m Gram matrix: 2(k-1)/k m^2 (0 for k = 1). */
 double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k);
 
 /* Block j of a team of k over a rows x cols matrix: [*lo, *hi) of its long side (rows when

@@ -20,6 +20,7 @@ declare -A short=(
     [kernels/cpu/ns_gram.c]="ns_"
     [kernels/cpu/ns_variant_table.c]="ns_"
     [kernels/cpu/ns_sharded_kernels.c]="ns_shard_"
+    [kernels/cpu/ns_bf16_run.c]="ns_bf16_" # bf16 NS's step half: ns_bf16.h declares both files' functions
     [kernels/cuda/elementwise.cu]="cuda_ k_" # k_: device kernels (__global__)
     [kernels/cuda/ns_cuda.cu]="cuda_ k_"
     [kernels/cuda/ops_cuda.cu]="cuda_ kernel_ops_cuda device_ops_cuda"

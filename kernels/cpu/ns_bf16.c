@@ -80,6 +80,16 @@ static void plan_free(struct plan *p)
     free(p);
 }
 
+static void shard_free(struct ns_bf16_shard *p)
+{
+    mm_free(&p->gram);
+    for (int s = 0; s < p->steps; s++) {
+        mm_free(&p->aa[s]);
+        mm_free(&p->bx[s]);
+    }
+    free(p);
+}
+
 void ns_bf16_destroy(struct ns_bf16 *b)
 {
     if (b == NULL)
@@ -87,6 +97,9 @@ void ns_bf16_destroy(struct ns_bf16 *b)
     for (int i = 0; i < b->nplans; i++)
         plan_free(b->plans[i]);
     free(b->plans);
+    for (int i = 0; i < b->nshards; i++)
+        shard_free(b->shards[i]);
+    free(b->shards);
     if (b->scratch_mem != NULL)
         dnnl_memory_destroy(b->scratch_mem);
     free(b->scratch);
@@ -177,6 +190,19 @@ static shardopt_status_t mm_make(struct ns_bf16 *b, struct mm *x, int64_t M, int
     return SHARDOPT_OK;
 }
 
+/* uniq[s]: the first step with step s's triple (one primitive per distinct triple) */
+static void uniq_of(const float (*coeffs)[3], int steps, int *uniq)
+{
+    for (int s = 0; s < steps; s++) {
+        uniq[s] = s;
+        for (int t = 0; t < s; t++)
+            if (memcmp(coeffs[t], coeffs[s], sizeof(float) * 3) == 0) {
+                uniq[s] = t;
+                break;
+            }
+    }
+}
+
 struct plan *ns_bf16_plan_find(const struct ns_bf16 *b, int64_t m, int64_t n, int variant,
                                int block, int algorithm, const float (*coeffs)[3], int steps)
 {
@@ -262,14 +288,7 @@ shardopt_status_t ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols,
     p->nrow = variant == NS_VARIANT_SYMMETRIC ? (int)((m + block - 1) / block) : 1;
     p->steps = steps;
     memcpy(p->coeffs, coeffs, sizeof(float) * 3 * steps);
-    for (int s = 0; s < steps; s++) {
-        p->uniq[s] = s;
-        for (int t = 0; t < s; t++)
-            if (memcmp(p->coeffs[t], p->coeffs[s], sizeof(float) * 3) == 0) {
-                p->uniq[s] = t;
-                break;
-            }
-    }
+    uniq_of(coeffs, steps, p->uniq);
     for (int i = 0; i < p->nrow && rc == SHARDOPT_OK; i++) {
         const int64_t r0 = (int64_t)i * p->block;
         const int64_t M = (r0 + p->block < m ? r0 + p->block : m) - r0, N = m - r0;
@@ -298,6 +317,70 @@ shardopt_status_t ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols,
     if (rc != SHARDOPT_OK) {
         b->nplans--;
         plan_free(p);
+    }
+    return rc;
+}
+
+const struct ns_bf16_shard *ns_bf16_shard_find(const struct ns_bf16 *b, int64_t m, int64_t n,
+                                               const float (*coeffs)[3], int steps)
+{
+    for (int i = 0; b != NULL && i < b->nshards; i++) {
+        const struct ns_bf16_shard *p = b->shards[i];
+        if (p->m == m && p->n == n && p->steps == steps &&
+            memcmp(p->coeffs, coeffs, sizeof(float) * 3 * (size_t)steps) == 0)
+            return p;
+    }
+    return NULL;
+}
+
+shardopt_status_t ns_bf16_shard_prepare(struct ns_bf16 *b, int64_t m, int64_t n,
+                                        const float (*coeffs)[3], int steps)
+{
+    shardopt_status_t rc = SHARDOPT_OK;
+
+    if (steps < 1 || steps > NS_TABLE_MAX_STEPS || m < 1 || n < 1)
+        return status_set(SHARDOPT_ERR_INTERNAL,
+                          "bf16 Newton-Schulz: a team block of %lld x %lld, %d steps", (long long)m,
+                          (long long)n, steps);
+    if (ns_bf16_shard_find(b, m, n, coeffs, steps) != NULL)
+        return SHARDOPT_OK;
+    if (b->nshards == b->shard_cap) {
+        int cap = b->shard_cap ? 2 * b->shard_cap : 8;
+        struct ns_bf16_shard **np = mem_realloc(b->shards, sizeof(*np) * (size_t)cap);
+        if (np == NULL)
+            return status_set(
+                SHARDOPT_ERR_OUT_OF_MEMORY,
+                "bf16 Newton-Schulz: out of memory allocating %zu bytes for the team plan list",
+                sizeof(*np) * (size_t)cap);
+        b->shards = np;
+        b->shard_cap = cap;
+    }
+    struct ns_bf16_shard *p = mem_calloc(1, sizeof *p);
+    if (p == NULL)
+        return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "bf16 Newton-Schulz: out of memory allocating %zu bytes for a team plan",
+                          sizeof *p);
+    p->m = m;
+    p->n = n;
+    p->steps = steps;
+    memcpy(p->coeffs, coeffs, sizeof(float) * 3 * (size_t)steps);
+    uniq_of(coeffs, steps, p->uniq);
+    /* A = X X^T, the block's part of the team's Gram matrix */
+    rc = mm_make(b, &p->gram, m, n, m, n, n, 1, m, 1.0f, 0.0f);
+    for (int s = 0; s < steps && rc == SHARDOPT_OK; s++) {
+        if (p->uniq[s] != s)
+            continue;
+        /* B = c A A + b B (B a copy of A); Y = B X + a Y (Y a copy of X) */
+        rc = mm_make(b, &p->aa[s], m, m, m, m, m, 0, m, p->coeffs[s][2], p->coeffs[s][1]);
+        if (rc == SHARDOPT_OK)
+            rc = mm_make(b, &p->bx[s], m, m, n, m, n, 0, n, 1.0f, p->coeffs[s][0]);
+    }
+    b->shards[b->nshards++] = p; /* freed with b even when incomplete */
+    if (rc == SHARDOPT_OK)
+        rc = scratch_fit(b);
+    if (rc != SHARDOPT_OK) {
+        b->nshards--;
+        shard_free(p);
     }
     return rc;
 }

@@ -43,6 +43,30 @@ shardopt_status_t ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols,
 int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
                 const struct ns_workspace *ws);
 
+/* Newton-Schulz teams (runtime/step/ns_sharded.c) in bf16: a member's block X_j, m x n in the
+ * working orientation (n >= 1, also under m), in bf16 with every product whole and accumulated
+ * in fp32. Per iteration ns_bf16_shard_gram forms the block's Gram matrix X_j X_j^T (bf16), the
+ * runtime sums it over the team, and ns_bf16_shard_update forms Y = a X + (b A + c A A) X (A A
+ * and B in bf16 as on the gathered path). The primitives are made by ns_bf16_shard_prepare (at
+ * commit) for the shape and coefficients, and found by ns_bf16_shard_find (NULL: none). */
+struct ns_bf16_shard;
+shardopt_status_t ns_bf16_shard_prepare(struct ns_bf16 *b, int64_t m, int64_t n,
+                                        const float (*coeffs)[3], int steps);
+const struct ns_bf16_shard *ns_bf16_shard_find(const struct ns_bf16 *b, int64_t m, int64_t n,
+                                               const float (*coeffs)[3], int steps);
+/* A = X X^T (m x m); 0, or -1 when oneDNN failed. */
+int ns_bf16_shard_gram(struct ns_bf16 *b, const struct ns_bf16_shard *p, const uint16_t *x,
+                       uint16_t *A);
+/* Y = a X + (b A + c A A) X with step s's coefficients, A the team's summed Gram matrix; B
+ * (m x m) scratch. 0, or -1. */
+int ns_bf16_shard_update(struct ns_bf16 *b, const struct ns_bf16_shard *p, int s, const uint16_t *A,
+                         const uint16_t *x, uint16_t *B, uint16_t *y);
+/* AOL on bf16 X (m x n) and its Gram matrix A (the whole matrix's, summed): d_i = (sum_j |A_ij| +
+ * eps)^(-1/2) in double, X = bf16(d_i xf) from the fp32 values X was rounded from, A_ij =
+ * bf16(d_i A_ij d_j) (what the gathered bf16 path does). d: m doubles. */
+void ns_bf16_aol(int64_t m, int64_t n, double eps, const float *xf, uint16_t *X, uint16_t *A,
+                 double *d);
+
 /* 1 when oneDNN has a bf16 matmul on this CPU (a 16 x 16 plan can be prepared); else 0 with
  * oneDNN's reason in why. AVX-512 machines have one; valgrind's virtual CPU, without AVX-512,
  * does not. */

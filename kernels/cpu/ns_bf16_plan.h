@@ -32,11 +32,26 @@ struct plan {
     struct mm qx;
 };
 
+/* A Newton-Schulz team member's block (runtime/step/ns_sharded.c): X_j, m x n with any n (a
+ * block may be narrower than m), every product whole. The Gram matrix is summed over the team
+ * between gram and the update. */
+struct ns_bf16_shard {
+    int64_t m, n;
+    int steps;
+    float coeffs[NS_TABLE_MAX_STEPS][3];
+    int uniq[NS_TABLE_MAX_STEPS];
+    struct mm gram;                   /* A = X X^T */
+    struct mm aa[NS_TABLE_MAX_STEPS]; /* B = c A A + b B (B a copy of A) */
+    struct mm bx[NS_TABLE_MAX_STEPS]; /* Y = B X + a Y (Y a copy of X) */
+};
+
 struct ns_bf16 {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     struct plan **plans;
     int nplans, cap;
+    struct ns_bf16_shard **shards;
+    int nshards, shard_cap;
     int primitives;
     void *scratch; /* user scratchpad: the largest any primitive asks for */
     size_t scratch_bytes;

@@ -174,10 +174,8 @@ static int run_gram_bf16(struct ns_bf16 *b, const struct plan *p, int steps, int
     return rc;
 }
 
-/* AOL on bf16 X and its Gram matrix A: d from A's rows (double sums), X = bf16(d_i xf) from the
- * fp32 staging, A_ij = bf16(d_i A_ij d_j) */
-static void aol_bf16(int64_t m, int64_t n, double eps, const float *xf, uint16_t *X, uint16_t *A,
-                     double *d)
+void ns_bf16_aol(int64_t m, int64_t n, double eps, const float *xf, uint16_t *X, uint16_t *A,
+                 double *d)
 {
     for (int64_t i = 0; i < m; i++) {
         double s = 0.0;
@@ -228,7 +226,7 @@ int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
         if (a->precondition == NS_PRECOND_AOL) {
             if (gram_bf16(b, p, X, A) != 0)
                 return -1;
-            aol_bf16(m, n, (double)a->eps, xf, X, A, d);
+            ns_bf16_aol(m, n, (double)a->eps, xf, X, A, d);
             have_A = 1;
         }
         if (a->algorithm == NS_ALGO_GRAM) {
@@ -249,4 +247,21 @@ int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
         ns_store_output(a, k, xf);
     }
     return 0;
+}
+
+int ns_bf16_shard_gram(struct ns_bf16 *b, const struct ns_bf16_shard *p, const uint16_t *x,
+                       uint16_t *A)
+{
+    return mm_run(b, &p->gram, x, x, A);
+}
+
+int ns_bf16_shard_update(struct ns_bf16 *b, const struct ns_bf16_shard *p, int s, const uint16_t *A,
+                         const uint16_t *x, uint16_t *B, uint16_t *y)
+{
+    const int64_t m = p->m, n = p->n;
+    const int u = p->uniq[s];
+    copy_par(B, A, sizeof(uint16_t) * (size_t)(m * m));
+    int rc = mm_run(b, &p->aa[u], A, A, B);
+    copy_par(y, x, sizeof(uint16_t) * (size_t)(m * n));
+    return rc == 0 ? mm_run(b, &p->bx[u], B, x, y) : rc;
 }

@@ -2,10 +2,13 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/status.h"
 #include "kernels/clock.h"
+#include "kernels/cpu/ns_bf16.h"
 #include "kernels/cpu/ns_common.h"
+#include "kernels/dtype.h"
 #include "kernels/ns_shape.h"
 #include "runtime/comm/comm_wait.h"
 #include "runtime/step/offload_exec.h"
@@ -19,6 +22,103 @@ static shardopt_status_t gram_allreduce(shardopt_runtime_t rt, const char *name,
     if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, gram, (int)(m * m), MPI_FLOAT, MPI_SUM,
                        "Gram all-reduce") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed", name);
+    return SHARDOPT_OK;
+}
+
+/* MPI_SUM of bf16 values carried as MPI_UINT16_T: each pair added in fp32 and rounded once, as
+ * the team's bf16 Gram matrix is summed (MPI has no bf16 type). Commutative: MPI may pair the
+ * members' contributions in any order, as it may the fp32 sums. */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    (void)type;
+    for (int i = 0; i < *len; i++)
+        b[i] = bf16_from_f32(f32_from_bf16(a[i]) + f32_from_bf16(b[i]));
+}
+
+shardopt_status_t ns_sharded_bf16_op(shardopt_runtime_t rt)
+{
+    if (rt->have_bf16_sum)
+        return SHARDOPT_OK;
+    if (MPI_Op_create(bf16_sum, 1, &rt->ns_bf16_sum) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "commit: rank %d: MPI_Op_create (bf16 Gram sum) failed",
+                        rt->groups.me.rank);
+    rt->have_bf16_sum = 1;
+    return SHARDOPT_OK;
+}
+
+void ns_sharded_bf16_op_free(shardopt_runtime_t rt)
+{
+    if (rt->have_bf16_sum)
+        MPI_Op_free(&rt->ns_bf16_sum);
+    rt->have_bf16_sum = 0;
+}
+
+/* iterate (below) in bf16 (ns_compute = bf16, a team's block): X_j in bf16 from the fp32 load,
+ * each iteration's Gram matrix formed and all-reduced in bf16 (half the bytes; summed through
+ * fp32, bf16_sum), the update by oneDNN with fp32 accumulation, as the gathered bf16 path's
+ * (kernels/cpu/ns_bf16.h). sh_x holds the fp32 staging (count floats), X and Y (bf16, in the
+ * next count floats), A and B (bf16, in the next m^2 floats), then AOL's m doubles. */
+static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                      const struct ns_args *piece, size_t count, int64_t m,
+                                      int64_t n, double ss)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    float *xf = rt->sh_x;
+    uint16_t *x = (uint16_t *)(void *)(xf + count), *y = x + count;
+    uint16_t *A = (uint16_t *)(void *)(xf + 2 * count), *B = A + m * m;
+    const struct ns_bf16_shard *sp =
+        count > 0 ? ns_bf16_shard_find(rt->ns_ws.bf16, m, n, (const float(*)[3])rt->ns_coeffs,
+                                       c->ns_steps)
+                  : NULL;
+
+    if (count > 0 && sp == NULL) /* commit prepares every block this rank holds */
+        return log_fail(SHARDOPT_ERR_INTERNAL,
+                        "step '%s': rank %d: no bf16 team plan for a %lld x %lld block", name,
+                        rt->groups.me.rank, (long long)m, (long long)n);
+    comm_phase("step: sharded Newton-Schulz", -1);
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM,
+                       "norm all-reduce") != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", name);
+    const double inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)c->ns_eps);
+    if (count > 0) {
+        rt->ops->ns_shard_load(&rt->kctx, piece, inv, xf);
+        for (size_t i = 0; i < count; i++)
+            x[i] = bf16_from_f32(xf[i]);
+    }
+    const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
+    for (int it = 0; it < c->ns_steps; it++) {
+        if (count == 0) /* no columns: joins the sum with zeros */
+            memset(A, 0, sizeof(uint16_t) * (size_t)(m * m));
+        else if (ns_bf16_shard_gram(rt->ns_ws.bf16, sp, x, A) != 0)
+            return log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team Gram matrix failed", name);
+        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, A, (int)(m * m), MPI_UINT16_T,
+                           rt->ns_bf16_sum, "Gram all-reduce") != MPI_SUCCESS)
+            return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed",
+                            name);
+        if (aol && it == 0) { /* the row scales of the whole matrix's Gram matrix, as in fp32 */
+            double *d = (double *)(void *)(((uintptr_t)(B + m * m) + 7u) & ~(uintptr_t)7u);
+            ns_bf16_aol(m, count > 0 ? n : 0, (double)c->ns_eps, xf, x, A, d);
+        }
+        if (count > 0) {
+            if (ns_bf16_shard_update(rt->ns_ws.bf16, sp, it, A, x, B, y) != 0)
+                return log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team update failed", name);
+            uint16_t *t = x;
+            x = y;
+            y = t;
+        }
+    }
+    int k = 1;
+    MPI_Comm_size(comm, &k);
+    rt->counters.bytes_ns_allreduce +=
+        (double)c->ns_steps * sizeof(uint16_t) * plan_team_allreduce_elems(m, m, k);
+    if (count == 0)
+        return SHARDOPT_OK;
+    rt->counters.ns_flops_last += ns_iter_flops((double)m, (double)n) * c->ns_steps;
+    for (size_t i = 0; i < count; i++)
+        xf[i] = f32_from_bf16(x[i]);
+    rt->ops->ns_shard_store(&rt->kctx, piece, xf);
     return SHARDOPT_OK;
 }
 
@@ -127,6 +227,9 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
                                   .norm_scale = rt->ns_norm_scale,
                                   .eps = (float)c->ns_eps};
     const double ss = count > 0 ? rt->ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
+    if (rt->team_compute == KDT_BF16) /* the dense group's agreed dtype (commit.c) */
+        return iterate_bf16(rt, p->name, comm, &piece, count, on_rows ? cols : rows,
+                            on_rows ? rows : cols, ss);
     return iterate(rt, p->name, comm, &piece, count, on_rows ? cols : rows, on_rows ? rows : cols,
                    ss);
 }

@@ -17,4 +17,9 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
 shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_param *p,
                                    MPI_Comm comm, void *u, int64_t rows, int64_t cols, int on_rows);
 
+/* ns_compute = bf16 teams: rt->ns_bf16_sum, the MPI_Op that sums bf16 Gram matrices (made once;
+ * SHARDOPT_ERR_COMM naming the call when MPI refuses), and its release (commit_release). */
+shardopt_status_t ns_sharded_bf16_op(shardopt_runtime_t rt);
+void ns_sharded_bf16_op_free(shardopt_runtime_t rt);
+
 #endif

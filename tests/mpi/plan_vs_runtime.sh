@@ -16,7 +16,9 @@ scale=(--preset tiny --width-div 1 --experts-div 1)
 # cost rates, which moves some of them. Newton-Schulz teams (ns_team_cap, forced small by
 # ns_team_frac 0.01): each dense matrix gathered as row blocks of its long side to a team of 2
 # or 4, the plan costing their all-reduces at the runtime's default cost rates, as commit does;
-# with expert_moves too, the experts planned around the dense load with its all-reduces.
+# with expert_moves too, the experts planned around the dense load with its all-reduces. The
+# team all-reduces carry ns_compute's dtype (bf16: half the bytes); GLM-4.5-Air at width / 8 in
+# teams of 4, explicitly in bf16 and in fp32.
 # The tiny shapes run the plain variant; GLM-4.5-Air at
 # width / 8 (512-wide dense matrices, 176 x 512 experts) has symmetric products in both ns_compute
 # tables, and Gram and AOL change the count, so it runs under each option the count depends on;
@@ -31,6 +33,8 @@ layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 
          "--ep 2|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
          "--ep 1 --cp 2|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
          "--ep 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25"
+         "${glm[*]} --ep 1|--ns-compute bf16 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
+         "${glm[*]} --ep 1|--ns-compute fp32 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
          "${glm[*]} --ep 2|--ns-compute fp32|"
          "${glm[*]} --ep 2|--ns-compute bf16|"
          "${glm[*]} --ep 2 --expert-shard-dim 1|--ns-compute bf16 --set ns_algorithm=gram|--ns-algorithm gram"

@@ -2,13 +2,13 @@
  * dense group of every rank), teams forced by ns_team_cap and ns_team_frac = 0.01 (every dense
  * Muon matrix is then heavy enough), against the same steps from the same shards with teams off
  * (ns_team_cap = 1, one owner per matrix). Each tensor's update (weights after minus before) is
- * compared in relative Frobenius norm over all ranks: fp32 within 1e-4, bf16 within 1.5e-2 (the
- * team iterations run in fp32 from the bf16 blocks, the gathered path in ns_compute's
- * arithmetic). The same with dp_replicate 2 (the replicas' bits compared every step) and with
- * offload = optimizer. A checkpoint saved with teams on and resumed gives the bits of the run
- * that went on without it. The same with ns_precondition = aol (AOL's row scales from the
- * team's summed Gram matrix). Where teams cannot run (replica_split), a team cap is ignored with
- * a warning on rank 0 naming why, and the run has the bits of teams off. */
+ * compared in relative Frobenius norm over all ranks: fp32 within 1e-4, bf16 within 1.5e-2
+ * (ns_compute bf16: the teams iterate in bf16 too, their Gram all-reduce carried in bf16, and a
+ * bf16 run checks that they did). The same with dp_replicate 2 (the replicas' bits compared every
+ * step) and with offload = optimizer. A checkpoint saved with teams on and resumed gives the bits
+ * of the run that went on without it. The same with ns_precondition = aol (AOL's row scales from
+ * the team's summed Gram matrix). Where teams cannot run (replica_split), a team cap is ignored
+ * with a warning on rank 0 naming why, and the run has the bits of teams off. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +32,8 @@ struct run_out {
     int nteams;       /* the dense plan's team matrices */
     int64_t matrices; /* stats.muon_matrices */
     uint64_t dense;   /* dense exchange bytes sent + received */
+    int ns_bf16;      /* ns_compute resolved to bf16 */
+    int team_bf16;    /* the teams iterated in bf16 (runtime.h's team_compute) */
 };
 
 static float *weights(const struct preset *p, const struct preset_shards *ps, int64_t *at)
@@ -116,6 +118,8 @@ static int run(const struct preset *p, shardopt_config_t cfg, struct run_out *o)
         return -1;
     o->w = weights(p, &ps, NULL);
     o->nteams = rt->gx[GROUP_DENSE].plan.nteams;
+    o->ns_bf16 = rt->ns_compute == KDT_BF16;
+    o->team_bf16 = rt->team_compute == KDT_BF16;
     shardopt_stats_t st = SHARDOPT_STATS_INIT;
     shardopt_get_stats(rt, &st);
     o->matrices = st.muon_matrices;
@@ -183,6 +187,8 @@ static void teams_against_owners(int with_bf16)
             const char *which = "";
             ASSERT_EQ_INT(run(&p, config(cap, bf16), &on), 0);
             EXPECT_TRUE(on.nteams > 0);
+            /* bf16 Newton-Schulz (auto: where the CPU has native bf16) runs its teams in bf16 */
+            EXPECT_EQ_INT(on.team_bf16, bf16 && on.ns_bf16);
             /* a team's matrix counts once (on its lead): the job's total is unchanged */
             int64_t total[2] = {on.matrices, off.matrices};
             MPI_Allreduce(MPI_IN_PLACE, total, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);

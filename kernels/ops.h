@@ -220,8 +220,9 @@ struct kernel_ops {
      * sums the pieces' squared norms and their Gram matrices over the ranks between these calls.
      * shard_load: X <- U * inv, working orientation (a describes one piece: batch 1, rows x
      * cols as stored, transpose as for the whole matrix). shard_gram: G = X X^T (m x m).
-     * shard_update: Y = (c0 I + c1 G + c2 G G) X, with scratch B (m x m). shard_store: O <- X in
-     * the piece's stored orientation, rounded to out_dtype. n may be 0. */
+     * shard_update: Y = (c0 I + c1 G + c2 G G) X, with scratch B (m x m); for n < m as
+     * Y = c0 X + G (c1 X + c2 G X) (kernels/ns_shape.h's ns_shard_narrow: no G G). shard_store: O
+     * <- X in the piece's stored orientation, rounded to out_dtype. n may be 0. */
     void (*ns_shard_load)(const struct kernel_ctx *ctx, const struct ns_args *a, double inv,
                           float *x);
     void (*ns_shard_gram)(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n,

@@ -15,6 +15,13 @@ double plan_ns_cost(int64_t rows, int64_t cols)
     return 4.0 * m * m * n + 2.0 * m * m * m;
 }
 
+double plan_ns_block_cost(double m, double n)
+{
+    if (n <= 0)
+        return 0.0;
+    return n < m ? 6.0 * m * m * n : 4.0 * m * m * n + 2.0 * m * m * m;
+}
+
 /* Entries of the upper block rows of an m x m product in block rows of `block` rows (as
  * kernels/cpu/ns_common.c's ns_sym_entries). */
 static double plan_sym_entries(double m, int64_t block)

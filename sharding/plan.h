@@ -178,9 +178,17 @@ void plan_replica_range(const struct group_plan *p, const struct plan_bucket *b,
 /* The NS cost of a rows x cols matrix per iteration: 4m^2n + 2m^3, m <= n. */
 double plan_ns_cost(int64_t rows, int64_t cols);
 
+/* FLOPs of one sharded Newton-Schulz iteration on a block of n columns of an m-row working
+ * matrix (a team member's, or a holder's under ns_strategy sharded), every product whole, the
+ * update in the cheaper form for its shape: n >= m, 4m^2n + 2m^3 (B = bA + cA^2, Y = aX + BX);
+ * n < m, 6m^2n (A applied twice, Y = aX + A(bX + cAX), without the redundant m^3 of A^2). 0 for
+ * n = 0. The planner's copy of kernels/ns_shape.h's ns_shard_iter_flops (test_ns_gram checks
+ * that they agree). */
+double plan_ns_block_cost(double m, double n);
+
 /* One member's NS cost per iteration in a team of k that splits the long side n into k blocks
  * and all-reduces the m x m Gram matrix (standard algorithm, as runtime/ns_sharded.c runs it):
- * 4m^2n/k + 2m^3. k = 1: plan_ns_cost. */
+ * plan_ns_block_cost(m, n/k), 4m^2n/k + 2m^3, or 6m^2n/k where n/k < m. k = 1: plan_ns_cost. */
 double plan_ns_team_cost(int64_t rows, int64_t cols, int k);
 
 /* Elements (fp32 or bf16, as the team iterates) one member sends per iteration in a ring

@@ -23,7 +23,7 @@ static int by_cost_desc(const void *a, const void *b)
 double plan_ns_team_cost(int64_t rows, int64_t cols, int k)
 {
     double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
-    return 4.0 * m * m * n / (k > 1 ? k : 1) + 2.0 * m * m * m;
+    return plan_ns_block_cost(m, n / (k > 1 ? k : 1));
 }
 
 double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k)

@@ -1,10 +1,12 @@
 /* Sharded Newton-Schulz on the CPU: the local columns X_j (m x n) of a matrix spread over
  * ranks. Per iteration the runtime all-reduces the Gram matrices X_j X_j^T between
  * ns_shard_gram and ns_shard_update. Reference versions accumulate in double; BLAS versions use
- * sgemm. Both take n = 0 (a rank holding no columns still joins the all-reduce with zeros). */
+ * sgemm. Both take n = 0 (a rank holding no columns still joins the all-reduce with zeros), and
+ * both update a block narrower than m without A A (kernels/ns_shape.h, ns_shard_narrow). */
 #include <cblas.h>
 #include <string.h>
 
+#include "../ns_shape.h"
 #include "cpu_kernels.h"
 #include "ns_common.h"
 
@@ -32,10 +34,34 @@ void ns_shard_gram_ref(const struct kernel_ctx *ctx, const float *x, int64_t m, 
         }
 }
 
+/* A block narrower than m (ns_shard_narrow): V = bX + c(AX) in B (m x n), then Y = aX + AV */
+static void update_narrow_ref(const float *g, const float c[3], const float *x, int64_t m,
+                              int64_t n, float *V, float *y)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t t = 0; t < m; t++)
+                s += (double)g[i * m + t] * x[t * n + j];
+            V[i * n + j] = (float)((double)c[1] * x[i * n + j] + (double)c[2] * s);
+        }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = (double)c[0] * x[i * n + j];
+            for (int64_t t = 0; t < m; t++)
+                s += (double)g[i * m + t] * V[t * n + j];
+            y[i * n + j] = (float)s;
+        }
+}
+
 void ns_shard_update_ref(const struct kernel_ctx *ctx, const float *g, const float c[3],
                          const float *x, int64_t m, int64_t n, float *B, float *y)
 {
     (void)ctx;
+    if (ns_shard_narrow((double)m, (double)n)) {
+        update_narrow_ref(g, c, x, m, n, B, y);
+        return;
+    }
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < m; j++) {
             double s = 0;
@@ -70,6 +96,17 @@ void ns_shard_update_blas(const struct kernel_ctx *ctx, const float *g, const fl
     (void)ctx;
     if (n == 0)
         return;
+    if (ns_shard_narrow((double)m, (double)n)) {
+        /* V = c2 A X + c1 X in B (m x n), then Y = A V + c0 X: 4m^2n, no A A */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)m, c[2], g,
+                    (int)m, x, (int)n, 0.0f, B, (int)n);
+        for (int64_t i = 0; i < m * n; i++)
+            B[i] += c[1] * x[i];
+        memcpy(y, x, sizeof(float) * (size_t)(m * n));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)m, 1.0f, g,
+                    (int)m, B, (int)n, c[0], y, (int)n);
+        return;
+    }
     /* B = c1 A + c2 A A + c0 I, then Y = B X: the same fusion as the gathered variant */
     memcpy(B, g, sizeof(float) * (size_t)(m * m));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)m, (int)m, c[2], g, (int)m,

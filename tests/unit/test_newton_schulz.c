@@ -4,6 +4,7 @@
 #include "kernels/blas_threads.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ns_coeffs.h"
+#include "kernels/ns_shape.h"
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
 #include "ns_fp64.h"
@@ -543,5 +544,49 @@ TEST(ns_variant_table_picks_what_blas_runs)
         free(u);
         free(in);
         free(out);
+    }
+}
+
+/* The sharded update (a team member's block) on blocks wider and narrower than m: narrower ones
+ * take the form without A A (kernels/ns_shape.h, ns_shard_narrow), which must be the same
+ * polynomial: the reference and BLAS kernels against a X + b A X + c A (A X) in double, for each
+ * quintic step's coefficients, within fp32 rounding; and the FLOP count of each form. */
+TEST(ns_shard_update_forms_match_the_polynomial)
+{
+    const struct coeffs t = table_use(NS_TABLE_QUINTIC, 5);
+    const int64_t m = 48, widths[] = {1, 12, 47, 48, 96};
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        const int64_t n = widths[w];
+        float *x = malloc(sizeof(float) * (size_t)(2 * m * n + 2 * m * m)), *y = x + m * n;
+        float *g = y + m * n, *B = g + m * m;
+        double *AX = malloc(sizeof(double) * (size_t)(2 * m * n)), *AAX = AX + m * n;
+        uint64_t seed = 99 + (uint64_t)n;
+        for (int64_t i = 0; i < m * n; i++)
+            x[i] = (float)test_rand(&seed) * 0.1f;
+        ns_shard_gram_ref(NULL, x, m, n, g);
+        for (int r = 0; r < 2; r++) /* AX, then A(AX), in double from the same fp32 A and X */
+            for (int64_t i = 0; i < m * n; i++) {
+                double v = 0;
+                for (int64_t q = 0; q < m; q++)
+                    v += (double)g[i / n * m + q] * (r ? AX[q * n + i % n] : x[q * n + i % n]);
+                (r ? AAX : AX)[i] = v;
+            }
+        for (int s = 0; s < t.steps; s++)
+            for (int k = 0; k < 2; k++) {
+                const float *c = t.c[s];
+                double num = 0, den = 0;
+                (k == 0 ? ns_shard_update_ref : ns_shard_update_blas)(NULL, g, c, x, m, n, B, y);
+                for (int64_t i = 0; i < m * n; i++) {
+                    const double want = c[0] * (double)x[i] + c[1] * AX[i] + c[2] * AAX[i];
+                    num += (y[i] - want) * (y[i] - want);
+                    den += want * want;
+                }
+                EXPECT_TRUE(sqrt(num / den) < 1e-5);
+            }
+        EXPECT_EQ_INT(ns_shard_narrow((double)m, (double)n), n < m);
+        EXPECT_NEAR(ns_shard_iter_flops((double)m, (double)n),
+                    n < m ? 6.0 * m * m * n : 4.0 * m * m * n + 2.0 * m * m * m, 0.0);
+        free(x);
+        free(AX);
     }
 }

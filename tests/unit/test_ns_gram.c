@@ -453,6 +453,13 @@ TEST(plan_ns_flops_agrees_with_ns_flops_total)
                     ns_iter_flops((double)(r < c ? r : c), (double)(r < c ? c : r)), 0.0);
         EXPECT_NEAR(plan_ns_cost(r, c), ns_flops_per_iter(r, c), 0.0);
     }
+    /* a sharded block: the same form, wide or narrow, in the kernels' count and the planner's */
+    const double blocks[][2] = {{512, 128}, {512, 511}, {512, 512}, {512, 4096}, {96, 0}};
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        EXPECT_NEAR(plan_ns_block_cost(blocks[i][0], blocks[i][1]),
+                    ns_shard_iter_flops(blocks[i][0], blocks[i][1]), 0.0);
+    EXPECT_NEAR(plan_ns_block_cost(512, 128), 6.0 * 512 * 512 * 128, 0.0);
+    EXPECT_NEAR(plan_ns_block_cost(512, 512), ns_iter_flops(512, 512), 0.0);
 }
 
 /* Entries a kernel forms of an m x m symmetric product in block rows of `block` rows, summed

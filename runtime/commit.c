@@ -322,16 +322,9 @@ static shardopt_status_t teams_setup(shardopt_runtime_t rt)
                         "commit: rank %d: finding the dense group's node size for ns_team_cap "
                         "failed",
                         rt->groups.me.rank);
-    /* teams iterate in bf16 where every member of the dense group does (ns_compute = auto may
-     * resolve differently on unlike CPUs): the members of a team must all-reduce one dtype, and
-     * the plan, which costs the all-reduce by its bytes, must be the same on every member */
-    int bf16 = rt->ns_compute == KDT_BF16;
-    if (comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, &bf16, 1, MPI_INT, MPI_MIN,
-                       "team dtype all-reduce") != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM,
-                        "commit: rank %d: agreeing the teams' Newton-Schulz dtype failed",
-                        rt->groups.me.rank);
-    rt->team_compute = bf16 ? KDT_BF16 : KDT_F32;
+    /* teams iterate in ns_compute's dtype, which every rank resolves alike (the owners' plan,
+     * whose costs follow the variant tables of that dtype, depends on it as well) */
+    rt->team_compute = rt->ns_compute;
     return SHARDOPT_OK;
 }
 

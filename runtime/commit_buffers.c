@@ -258,8 +258,6 @@ shardopt_status_t commit_ns_bf16_plans(shardopt_runtime_t rt)
         for (int w = 0; status == SHARDOPT_OK && w < P->nowned; w++) {
             const struct plan_owned *o = &P->owned[w];
             const struct shardopt_param *p = rt->params[o->param];
-            if (o->team > 1 && rt->team_compute != KDT_BF16)
-                continue;      /* a team's block in fp32 (the dense group's CPUs differ) */
             if (o->team > 1) { /* my block of a team's matrix: m x n with the blocks along n */
                 const int64_t m = o->team_rows ? o->cols : o->rows,
                               n = o->team_rows ? o->rows : o->cols;

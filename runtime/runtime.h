@@ -135,7 +135,7 @@ struct shardopt_runtime {
     struct state_store store;
     struct group_exec gx[GROUP_KINDS];
     int team_cap, team_node_members; /* the dense plan's (commit.c, teams_setup); 1: no teams */
-    int team_compute; /* KDT_BF16 when every dense member's ns_compute is bf16, else KDT_F32 */
+    int team_compute; /* the dtype teams iterate in: ns_compute's (commit.c, teams_setup) */
     /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
      * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest
      * bucket */

@@ -227,7 +227,7 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
                                   .norm_scale = rt->ns_norm_scale,
                                   .eps = (float)c->ns_eps};
     const double ss = count > 0 ? rt->ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
-    if (rt->team_compute == KDT_BF16) /* the dense group's agreed dtype (commit.c) */
+    if (rt->team_compute == KDT_BF16) /* ns_compute = bf16 (commit.c, teams_setup) */
         return iterate_bf16(rt, p->name, comm, &piece, count, on_rows ? cols : rows,
                             on_rows ? rows : cols, ss);
     return iterate(rt, p->name, comm, &piece, count, on_rows ? cols : rows, on_rows ? rows : cols,

@@ -1,4 +1,5 @@
 /* init and finalize: the runtime's life cycle. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,12 +169,42 @@ static int ns_compute_resolve(const shardopt_config_t *c, int rank)
                      masked ? " (SHARDOPT_CPU_NO_BF16)" : "");
         return KDT_BF16;
     }
-    if (rank == 0)
-        log_info("init: Newton-Schulz in %s (ns_compute = auto: %s)", native ? "bf16" : "fp32",
-                 native   ? "the CPU has native bf16 dot products"
-                 : masked ? "SHARDOPT_CPU_NO_BF16 says the CPU has no native bf16"
-                          : "no AVX512_BF16 or AMX-BF16 on this CPU, fp32 instead");
+    /* auto: ns_compute_agree logs the choice once the ranks agree on it */
     return native ? KDT_BF16 : KDT_F32;
+}
+
+/* ns_compute = auto on the CPU: bf16 only where every rank of the runtime has native bf16. The
+ * owners' plan follows the dtype (its variant tables), so ranks resolving it differently (a job
+ * spread over CPUs with and without AVX512_BF16, or SHARDOPT_CPU_NO_BF16 set on some ranks only)
+ * planned differently and failed their first exchange with MPI_ERR_TRUNCATE. Collective. */
+static shardopt_status_t ns_compute_agree(shardopt_runtime_t rt)
+{
+    const struct groups *g = &rt->groups;
+    if (rt->cfg.backend == SHARDOPT_BACKEND_CUDA || rt->cfg.ns_compute != SHARDOPT_NS_COMPUTE_AUTO)
+        return SHARDOPT_OK;
+    /* both MIN: bf16 only where every rank has it; the lowest rank without it, for the message */
+    int v[2] = {rt->ns_compute == KDT_BF16, rt->ns_compute == KDT_BF16 ? INT_MAX : groups_rank(g)};
+    if (groups_allreduce(g, v, 2, MPI_INT, MPI_MIN) != MPI_SUCCESS)
+        return groups_agree(
+            g, log_fail(SHARDOPT_ERR_COMM, "init: ns_compute agreement all-reduce failed"), "init");
+    const int bf16 = v[0], lowest_without = v[1];
+    if (rt->ns_compute == KDT_BF16 && !bf16)
+        rt->ns_compute = KDT_F32;
+    if (groups_rank(g) == 0) {
+        if (bf16)
+            log_info("init: Newton-Schulz in bf16 (ns_compute = auto: every rank's CPU has native "
+                     "bf16 dot products)");
+        else if (lowest_without == 0)
+            log_info("init: Newton-Schulz in fp32 (ns_compute = auto: this CPU has no native bf16 "
+                     "(AVX512_BF16, AMX-BF16) or SHARDOPT_CPU_NO_BF16 is set)");
+        else
+            log_warn("init: Newton-Schulz in fp32 on every rank (ns_compute = auto): rank %d (and "
+                     "maybe others) has no native bf16 dot products or SHARDOPT_CPU_NO_BF16 set, "
+                     "and every rank must iterate in the same dtype; set ns_compute = bf16 to "
+                     "force it (emulated, slower, on the ranks without)",
+                     lowest_without);
+    }
+    return SHARDOPT_OK;
 }
 
 /* Device backends: which device this rank uses (-1: the current one), and its PCI bus id for
@@ -301,6 +332,9 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     blas_threads_set(threads);
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
     rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank);
+    shardopt_status_t agreed = ns_compute_agree(rt);
+    if (agreed != SHARDOPT_OK)
+        return agreed;
     state_store_init(&rt->store, rt->dev);
     timeline_init(&rt->timeline, rt->dev, &rt->kctx);
     if (rt->ops->momentum_many != NULL && rt->ew == NULL)

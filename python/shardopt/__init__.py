@@ -179,6 +179,7 @@ def library():
 
 _lib_file = None  # the path library() loaded
 _ext = False  # _fast_ext(): not looked for yet
+_FAST_API = 2  # _fast.c's FAST_API: the layout of _Fast.rows it reads (2: the shapes list)
 
 
 def _fast_ext():
@@ -206,8 +207,9 @@ def _fast_ext():
                 spec = importlib.util.spec_from_file_location("_shardopt_fast", path)
                 mod = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(mod)
-                if getattr(mod, "API", None) != 1:
-                    raise ImportError(f"API {getattr(mod, 'API', None)}, this binding's is 1")
+                if getattr(mod, "API", None) != _FAST_API:
+                    raise ImportError(f"API {getattr(mod, 'API', None)}, this binding's is "
+                                      f"{_FAST_API}")
             except Exception as e:  # noqa: BLE001 - optional: the Python path does the same
                 import warnings
                 warnings.warn(f"shardopt: {path} not used ({e}): step() runs its Python path")
@@ -489,13 +491,18 @@ class _Slot:
     Param.data / .grad, which the trainer may reassign) until the pointers change or the
     runtime is finalized."""
     __slots__ = ("param", "handle", "count", "dtype", "grad_dtype", "data", "grad", "data_addr",
-                 "grad_addr")
+                 "grad_addr", "shape")
 
     def __init__(self, param, handle, count, dtype, grad_dtype, data, grad, data_addr,
-                 grad_addr):
+                 grad_addr, shape=None):
         self.param = param  # held: its id() keys the slot and must not be reused by another
         self.handle, self.count, self.dtype, self.grad_dtype = handle, count, dtype, grad_dtype
         self.data, self.grad, self.data_addr, self.grad_addr = data, grad, data_addr, grad_addr
+        # a torch parameter's local shape at registration (torch.Size; None for numpy Params,
+        # whose buffers are read flat): the library steps the memory as the registered layout,
+        # so a tensor reshaped since (param.data = param.data.view(...)) would be stepped as
+        # another matrix
+        self.shape = shape
 
 
 class _Fast:
@@ -504,7 +511,8 @@ class _Fast:
     and its methods data_ptr, numel and is_contiguous, host (CPU kernels: host memory only),
     shardopt_params_set_pointers, then per parameter (lists) its Param, _Slot, tensor, .grad
     object (None included), the gradient's address as the library has it (None: NULL), the
-    data address, element count and torch grad dtype, and last the C arrays that call takes
+    data address, element count, torch grad dtype and local shape (torch.Size), and last the
+    C arrays that call takes
     (handles, data addresses, gradient addresses refilled per call). With the C module the
     function and the arrays are passed by address. The lists are shared with this object's
     fields and changed in place (_follow_rows, zero_grad). step: the C module's step over
@@ -516,7 +524,7 @@ class _Fast:
 def _follow_rows(rows, rt, skip_missing):
     """None, or the status of pointing the library at the parameters' gradients as they are
     now: None (the caller checks every buffer again, _sync) unless each parameter's tensor is
-    still at the address the library has, with the registered element count and contiguous (a
+    still at the address the library has, with the registered shape and contiguous (a
     tensor changed in place, t_() or param.data = param.data.t(), is not), and its .grad is
     either None (with skip_missing), or the very tensor object the library was pointed at
     (held in the rows, so no other object can take its id) unchanged so, or a new plain tensor
@@ -527,11 +535,12 @@ def _follow_rows(rows, rt, skip_missing):
     changed. _shardopt_fast.follow (python/shardopt/_fast.c) is this function in C: the same
     checks in the same order, on the same lists."""
     tensor, data_ptr, numel, contiguous, host, set_pointers, params, slots, srcs, grads, \
-        gaddrs, daddrs, counts, dtypes, handles, darr, garr = rows
+        gaddrs, daddrs, counts, dtypes, shapes, handles, darr, garr = rows
     got, addrs = [], []
     try:
-        for src, was, ga, da, n, dt in zip(srcs, grads, gaddrs, daddrs, counts, dtypes):
-            if data_ptr(src) != da or numel(src) != n or not contiguous(src):
+        for src, was, ga, da, n, dt, shp in zip(srcs, grads, gaddrs, daddrs, counts, dtypes,
+                                                shapes):
+            if data_ptr(src) != da or src.shape != shp or not contiguous(src):
                 return None
             g = src.grad
             if g is None:
@@ -833,7 +842,8 @@ class Optimizer:
                              "size this shard")
         p.handle = h
         self._cuda = self._cuda or (_is_torch(p.data) and p.data.is_cuda)
-        self._slots[id(p)] = _Slot(p, h, n, dt, gdt or dt, p.data, p.grad, data, grad)
+        self._slots[id(p)] = _Slot(p, h, n, dt, gdt or dt, p.data, p.grad, data, grad,
+                                   p.data.shape if p.source is not None else None)
 
     def _slot(self, p):
         # not p.handle: a Param registered with two optimizers holds the later one's handle
@@ -909,6 +919,14 @@ class Optimizer:
             grad = grad.to_local() if hasattr(grad, "to_local") else grad
             addrs = self._check_buffers(p, local, grad)  # the checks hold for a detached view
             slot = self._slot(p)
+            if slot.shape is not None and local.shape != slot.shape:
+                # the same element count in another shape (param.data = w.reshape(...)): the
+                # library would step the memory as the registered matrix, a silently wrong
+                # Muon update (torch.optim fails on its state's shape)
+                raise ValueError(f"{p.name}.data has shape {list(local.shape)}; it was registered "
+                                 f"with shape {list(slot.shape)} (the same elements in another "
+                                 "shape would be stepped as the registered matrix): assign a "
+                                 "tensor of that shape, or make a new Optimizer")
             # keep the tensors held while nothing moved (they keep the memory alive); a new
             # address is held through a detached view of it
             data = slot.data if addrs[0] == slot.data_addr else local.detach()
@@ -961,7 +979,8 @@ class Optimizer:
         t = torch.Tensor
         f.rows = (t, t.data_ptr, t.numel, t.is_contiguous, self._host, set_pointers,
                   f.params, f.slots, f.srcs, f.grads, f.gaddrs, daddrs,
-                  [s.count for s in slots], [dtypes[s.grad_dtype] for s in slots]) + arrays
+                  [s.count for s in slots], [dtypes[s.grad_dtype] for s in slots],
+                  [s.shape for s in slots]) + arrays
         f.step = None if self._ext is None else functools.partial(
             self._ext.step, f.rows, self._rt.value, self._c_step, self._c_args)
         return f

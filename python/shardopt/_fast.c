@@ -1,16 +1,16 @@
 /* _shardopt_fast: step()'s comparison (Optimizer._follow) in C, an optional CPython extension.
 
    The binding is ctypes and works without this module; with it, the per-tensor loop that
-   step() runs over a runtime's torch parameters (read .grad, compare data_ptr / numel /
-   contiguity with what the library was pointed at, check a new gradient's type, dtype, element
-   count and device) and the shardopt_step call after it cost one Python call a runtime. follow
-   makes exactly the checks of the Python version (shardopt/__init__.py, _follow_rows), in the
-   same order, through the same torch attributes and methods (never torch's C++ ABI, which
-   changes between releases), on the same lists, and returns what that returns: None (not
-   followed: the caller checks every buffer again) or the status of the
-   shardopt_params_set_pointers call. The binding passes the addresses of that function and of
-   shardopt_step from the library ctypes loaded, so that both paths always call the same copy.
-   tests/python/test_torch_optim.py runs its step cases with and without this module and
+   step() runs over a runtime's torch parameters (read .grad, compare data_ptr, the
+   parameter's shape or the kept gradient's element count, and contiguity with what the library
+   was pointed at, check a new gradient's type, dtype, element count and device) and the
+   shardopt_step call after it cost one Python call a runtime. follow makes exactly the checks of
+   the Python version (shardopt/__init__.py, _follow_rows), in the same order, through the same
+   torch attributes and methods (never torch's C++ ABI, which changes between releases), on the same
+   lists, and returns what that returns: None (not followed: the caller checks every buffer again)
+   or the status of the shardopt_params_set_pointers call. The binding passes the addresses of that
+   function and of shardopt_step from the library ctypes loaded, so that both paths always call the
+   same copy. tests/python/test_torch_optim.py runs its step cases with and without this module and
    compares the two bit for bit (docs/python.md, "What a step costs in Python"). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,9 +35,11 @@ typedef shardopt_status_t (*fast_set_pointers_fn)(shardopt_runtime_t rt, int n,
                                                   const void *const *grad);
 typedef shardopt_status_t (*fast_step_fn)(shardopt_runtime_t rt, const shardopt_step_args_t *a);
 
-enum { FAST_API = 1 }; /* the module's API: the binding ignores a module of another version */
+/* the module's API: the binding ignores a module of another version (2: rows hold the
+   parameters' shapes, compared instead of their element counts) */
+enum { FAST_API = 2 };
 
-static PyObject *s_grad, *s_dtype, *s_is_cpu, *s_is_cuda, *s_grad_addr;
+static PyObject *s_grad, *s_dtype, *s_is_cpu, *s_is_cuda, *s_grad_addr, *s_shape;
 
 /* rows: the tuple _Fast.rows holds (shardopt/__init__.py, _fast_rows) */
 enum {
@@ -55,6 +57,7 @@ enum {
     R_DADDRS,
     R_COUNTS,
     R_DTYPES,
+    R_SHAPES,
     R_HANDLES,
     R_DARR,
     R_GARR,
@@ -116,6 +119,22 @@ static int unchanged(const struct methods *m, PyObject *t, PyObject *addr, PyObj
     return ok;
 }
 
+/* a parameter at addr of the registered shape (so element count), contiguous: 1, 0 or -1 */
+static int in_place(const struct methods *m, PyObject *t, PyObject *addr, PyObject *shape)
+{
+    int ok = call_eq(m->data_ptr, t, addr);
+    if (ok == 1) {
+        PyObject *v = PyObject_GetAttr(t, s_shape);
+        if (v == NULL)
+            return -1;
+        ok = PyObject_RichCompareBool(v, shape, Py_EQ);
+        Py_DECREF(v);
+    }
+    if (ok == 1)
+        ok = call_true(m->contiguous, t);
+    return ok;
+}
+
 /* a new gradient as a torch gradient must be here (the Python version's order): 1, 0, -1 */
 static int fit(const struct methods *m, PyObject *g, PyObject *tensor, PyObject *dtype, PyObject *n,
                int host)
@@ -160,10 +179,10 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
     const struct methods m = {r[R_DATA_PTR], r[R_NUMEL], r[R_CONTIGUOUS]};
     PyObject *tensor = r[R_TENSOR], *params = r[R_PARAMS], *slots = r[R_SLOTS], *srcs = r[R_SRCS],
              *grads = r[R_GRADS], *gaddrs = r[R_GADDRS], *daddrs = r[R_DADDRS],
-             *counts = r[R_COUNTS], *dtypes = r[R_DTYPES];
+             *counts = r[R_COUNTS], *dtypes = r[R_DTYPES], *shapes = r[R_SHAPES];
     if (!PyList_CheckExact(params) || !PyList_CheckExact(slots) || !PyList_CheckExact(srcs) ||
         !PyList_CheckExact(grads) || !PyList_CheckExact(gaddrs) || !PyList_CheckExact(daddrs) ||
-        !PyList_CheckExact(counts) || !PyList_CheckExact(dtypes)) {
+        !PyList_CheckExact(counts) || !PyList_CheckExact(dtypes) || !PyList_CheckExact(shapes)) {
         PyErr_SetString(PyExc_TypeError, "_shardopt_fast: rows holds lists");
         return -1;
     }
@@ -171,7 +190,7 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
     if (PyList_GET_SIZE(params) != n || PyList_GET_SIZE(slots) != n ||
         PyList_GET_SIZE(grads) != n || PyList_GET_SIZE(gaddrs) != n ||
         PyList_GET_SIZE(daddrs) != n || PyList_GET_SIZE(counts) != n ||
-        PyList_GET_SIZE(dtypes) != n || n > INT32_MAX) {
+        PyList_GET_SIZE(dtypes) != n || PyList_GET_SIZE(shapes) != n || n > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "_shardopt_fast: rows' lists differ in length");
         return -1;
     }
@@ -189,7 +208,7 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
     for (Py_ssize_t i = 0; i < n && ok == 1; i++) {
         PyObject *src = PyList_GET_ITEM(srcs, i), *was = PyList_GET_ITEM(grads, i),
                  *cnt = PyList_GET_ITEM(counts, i);
-        ok = unchanged(&m, src, PyList_GET_ITEM(daddrs, i), cnt);
+        ok = in_place(&m, src, PyList_GET_ITEM(daddrs, i), PyList_GET_ITEM(shapes, i));
         if (ok != 1)
             break;
         PyObject *g = PyObject_GetAttr(src, s_grad);
@@ -343,11 +362,8 @@ PyMODINIT_FUNC PyInit__shardopt_fast(void)
     struct {
         PyObject **s;
         const char *text;
-    } names[] = {{&s_grad, "grad"},
-                 {&s_dtype, "dtype"},
-                 {&s_is_cpu, "is_cpu"},
-                 {&s_is_cuda, "is_cuda"},
-                 {&s_grad_addr, "grad_addr"}};
+    } names[] = {{&s_grad, "grad"},       {&s_dtype, "dtype"},         {&s_is_cpu, "is_cpu"},
+                 {&s_is_cuda, "is_cuda"}, {&s_grad_addr, "grad_addr"}, {&s_shape, "shape"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].s == NULL &&
             (*names[i].s = PyUnicode_InternFromString(names[i].text)) == NULL)

@@ -721,7 +721,9 @@ def follows_what_changed():
 def case_step_refuses_tensors_changed_in_place():
     """A tensor changed in place without a new object or address (a square parameter
     transposed, param.data = param.data.t() or t_(); a gradient transposed or shrunk,
-    g.t_(), g.resize_()) is no longer what the library was pointed at: step() checks it again
+    g.t_(), g.resize_(); a matrix given another shape of the same element count,
+    param.data = param.data.view(in, out)) is no longer what the library was pointed at: step()
+    checks it again
     and refuses it as at the first step (ValueError naming it), with no parameter of its group
     written, whether the gradients are kept or new. Undone, the next step goes on. With the C
     helper and without."""
@@ -788,6 +790,25 @@ def refuses_tensors_changed_in_place():
     refused("grad.resize_()", bias, f"{n - 1} fp32", ".grad")
     named[bias].grad = torch.randn(n, generator=gen)
     opt.step()
+    # a matrix given another shape of the same element count: stepped as the registered
+    # [128, 32] it would be another matrix's Muon update (torch.optim fails on its state's
+    # shape); at the same address (a view, the comparison's case) and in new memory
+    fc = "transformer.h.0.c_fc.weight"
+    rows, cols = named[fc].shape
+    opt.step()
+    with torch.no_grad():
+        named[fc].data = named[fc].data.view(cols, rows)
+    refused("param.data = param.data.view(in, out)", fc, f"shape [{cols}, {rows}]", ".data")
+    with torch.no_grad():
+        named[fc].data = named[fc].data.view(rows, cols)
+    opt.step()
+    opt.step()
+    kept = named[fc].data
+    with torch.no_grad():
+        named[fc].data = kept.reshape(cols, rows).clone()
+    refused("param.data = a reshaped copy", fc, f"registered with shape [{rows}, {cols}]")
+    named[fc].data = kept
+    opt.step()
     opt.close()
 
 
@@ -798,7 +819,7 @@ def case_step_c_helper_as_python_path():
     between the comparison and the full check (_fast kept or dropped) as the Python path, step
     by step through each kind of change between steps: gradients kept, changed in place, new,
     None and back, zero_grad both ways, of another dtype, element count or type, not
-    contiguous, shrunk in place; a parameter moved or transposed in place. (Another device
+    contiguous, shrunk in place; a parameter moved, transposed or reshaped in place. (Another device
     needs a GPU: the CUDA cases of test_safety.py check the refusal, not this path.)"""
     import importlib.machinery
     want = os.environ.get("SHARDOPT_TEST_FAST")
@@ -818,6 +839,7 @@ def case_step_c_helper_as_python_path():
     pb = {n: p for n, p in mb.named_parameters() if p.requires_grad}
     gen = torch.Generator().manual_seed(5)
     w, b = "transformer.h.0.c_proj.weight", "transformer.h.1.c_fc.bias"
+    fc = "transformer.h.0.c_fc.weight"
 
     def grads(names=None, make=None):
         for n in names or pa:
@@ -869,6 +891,12 @@ def case_step_c_helper_as_python_path():
         ("parameter transposed in place", lambda: both(lambda q: q[w].t_())),
         ("undone", lambda: both(lambda q: q[w].t_())),
         ("new", lambda: grads()),
+        ("kept", lambda: None),
+        ("parameter reshaped in place", lambda: both(lambda q: setattr(
+            q[fc], "data", q[fc].data.view(q[fc].shape[1], q[fc].shape[0])))),
+        ("reshaped back", lambda: both(lambda q: setattr(
+            q[fc], "data", q[fc].data.view(q[fc].shape[1], q[fc].shape[0])))),
+        ("kept", lambda: None),
     ]
     refusals = 0
     for k, (what, change) in enumerate(steps):
@@ -889,7 +917,7 @@ def case_step_c_helper_as_python_path():
         assert not diff, (k, what, diff)
         fast = [[rt._fast is None for rt, _, _ in o._runtimes] for o in (c, py)]
         assert fast[0] == fast[1], (k, what, fast)
-    assert refusals == 5, refusals  # each unfit buffer above, on both paths
+    assert refusals == 6, refusals  # each unfit buffer above, on both paths
     c.close()
     py.close()
 

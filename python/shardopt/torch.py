@@ -350,9 +350,12 @@ class Muon(torch.optim.Optimizer):
         so that checking a group is one call and one tuple comparison (equal unless a value
         changed, or was given again as an equal value of another type: then _check_fixed
         decides, as the check always did)."""
+        for gi, g in enumerate(self.param_groups):
+            self._check_params(gi, g)  # the lists compared at each step are the registered ones
         frozen = tuple(p for fr in self._frozen for _, p in fr)
         fixed = [(operator.itemgetter(*f), tuple(f.values()), f) for _, _, f in self._runtimes]
-        self._plan = (frozen, fixed, [rt for rt, _, _ in self._runtimes])
+        self._plan = (frozen, fixed, [rt for rt, _, _ in self._runtimes],
+                      [list(g["params"]) for g in self.param_groups])
         return self._plan
 
     def _step(self, closure=None):
@@ -371,9 +374,12 @@ class Muon(torch.optim.Optimizer):
                     self._refuse_thawed()
             groups = self.param_groups
             # every group checked before any is stepped: a refusal writes nothing
-            for g, (get, values, fixed) in zip(groups, plan[1]):
+            for g, (get, values, fixed), had in zip(groups, plan[1], plan[3]):
                 if get(g) != values:
                     self._check_fixed(next(i for i, h in enumerate(groups) if h is g), g, fixed)
+                ps = g["params"]
+                if len(ps) != len(had) or not all(map(operator.is_, ps, had)):
+                    self._check_params(next(i for i, h in enumerate(groups) if h is g), g)
             for g, rt in zip(groups, plan[2]):
                 lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
                 # a momentum warmup (modded-nanogpt writes g["momentum"] every step) takes
@@ -405,6 +411,25 @@ class Muon(torch.optim.Optimizer):
                     + ": OneCycleLR's cycle_momentum=True works where every group is "
                     "Muon's, else OneCycleLR(..., cycle_momentum=False)); nothing was "
                     "stepped")
+
+    def _check_params(self, gi, g):
+        """A group's "params" list edited since it was made (a tensor appended, removed or
+        replaced in place): its runtime holds the tensors it was made with, so the step would
+        leave a new one unstepped and step a removed one, where torch.optim steps the list as it
+        is now. Refused, nothing stepped; the same tensors in another order are taken."""
+        slots = self._runtimes[gi][1]
+        had = set(slots) | {id(p) for _, p in self._frozen[gi]}
+        now = [id(p) for p in g["params"]]
+        if len(now) == len(had) and set(now) == had:
+            self._plan = None  # reordered: the next step compares with this order
+            return
+        added, gone = sum(i not in had for i in now), len(had - set(now))
+        raise ValueError(f"param group {gi} ({g['algo']}): its 'params' list was edited since the "
+                         f"group was made ({added} tensor(s) not registered in it, {gone} "
+                         "registered one(s) no longer listed): each group's tensors are "
+                         "registered with the library when the group is made; add tensors with "
+                         "add_param_group, or make a new optimizer and "
+                         "load_state_dict(old.state_dict()) into it; nothing was stepped")
 
     _traced_step = torch.optim.Optimizer.profile_hook_step(_step)
 

@@ -1,8 +1,8 @@
-"""opt.state of shardopt.torch.Muon: each parameter's state read from its runtime when
-accessed, keyed by parameter as torch.optim's; and the conversions between the runtimes' flat
-state and torch tensors shaped like their parameters (DTensors where those are), which
-state_dict() / load_state_dict() use too. Its own module so that shardopt/torch.py keeps to the
-optimizer."""
+"""The state of shardopt.torch.Muon: opt.state, each parameter's state read from its runtime
+when accessed, keyed by parameter as torch.optim's; state_dict() and load_state_dict(); and the
+conversions between the runtimes' flat state and torch tensors shaped like their parameters
+(DTensors where those are). Its own module so that shardopt/torch.py keeps to the optimizer and
+its step."""
 from collections.abc import MutableMapping
 
 import torch
@@ -149,3 +149,93 @@ def _as_torch(arr):
     (uint16 holds bf16 bits)."""
     t = torch.from_numpy(arr)
     return t.view(torch.bfloat16) if arr.dtype.itemsize == 2 else t
+
+
+def _state_dict(opt):
+    """Muon.state_dict() (its docstring says what it holds)."""
+    for pre_hook in opt._optimizer_state_dict_pre_hooks.values():
+        pre_hook(opt)
+    state, groups, idx = {}, [], 0
+    for g, (rt, slots, _) in zip(opt.param_groups, opt._runtimes):
+        gs = {k: v for k, v in g.items() if k != "params"}
+        gs["params"] = list(range(idx, idx + len(g["params"])))
+        gs["shardopt_steps"] = rt.stats()["steps"]
+        groups.append(gs)
+        for i, p in enumerate(g["params"]):
+            sp = slots.get(id(p))
+            if sp is None:
+                continue  # frozen: no state, as torch.optim
+            st = {}
+            for kind in _KINDS[g["algo"]]:
+                st[kind] = _like_param(_as_torch(rt.get_state(sp, kind)), p)
+            st["step"] = torch.tensor(float(rt.get_step(sp)), dtype=torch.float32)
+            state[idx + i] = st
+        idx += len(g["params"])
+    out = {"state": state, "param_groups": groups}
+    for post_hook in opt._optimizer_state_dict_post_hooks.values():
+        result = post_hook(opt, out)
+        if result is not None:
+            out = result
+    return out
+
+
+def _load_state_dict(opt, state_dict):
+    """Muon.load_state_dict() (its docstring says what it takes)."""
+    state_dict = dict(state_dict)  # shallow, as torch.optim's: hooks may replace it
+    for pre_hook in opt._optimizer_load_state_dict_pre_hooks.values():
+        result = pre_hook(opt, state_dict)
+        if result is not None:
+            state_dict = result
+    saved = state_dict["param_groups"]
+    if len(saved) != len(opt.param_groups) or any(
+            len(a["params"]) != len(b["params"]) for a, b in zip(saved, opt.param_groups)):
+        raise ValueError("loaded state dict has a different number of parameter groups or "
+                         "parameters per group than this optimizer (its groups are split by "
+                         "algorithm: make it from the same parameters and groups)")
+    for gi, (g, sg, (rt, slots, fixed)) in enumerate(zip(opt.param_groups, saved,
+                                                        opt._runtimes)):
+        if sg.get("algo", g["algo"]) != g["algo"]:
+            raise ValueError(f"param group {gi}: saved as {sg.get('algo')}, here {g['algo']}")
+        for k, v in fixed.items():
+            w = sg.get(k, v)
+            if (g["algo"], k) == ("adamw", "momentum"):
+                continue  # the defaults' momentum, which AdamW does not use: not restored
+            if w != v and not (isinstance(v, tuple) and tuple(w) == v):
+                raise ValueError(f"param group {gi}: {k} = {w!r} in the state dict, {v!r} "
+                                 "here: it is fixed when the optimizer is made; make it "
+                                 "with the saved value")
+    # everything converted and checked first: a refusal leaves every runtime as it was
+    todo = []
+    for g, sg, (rt, slots, _) in zip(opt.param_groups, saved, opt._runtimes):
+        for p, i in zip(g["params"], sg["params"]):
+            st = state_dict["state"].get(i)
+            sp = slots.get(id(p))
+            if st is None or sp is None:
+                continue
+            for kind in _KINDS[g["algo"]]:
+                if kind not in st:
+                    raise ValueError(f"{sp.name}: state {i} has no {kind!r}")
+                dt, n = rt.state_info(sp, kind)
+                value = st[kind]
+                if hasattr(value, "to_local") and hasattr(value, "placements"):
+                    value = value.to_local()
+                value = value.detach().to("cpu", _TORCH[dt]).contiguous().reshape(-1)
+                if value.numel() != n:
+                    raise ValueError(f"{sp.name}.{kind}: {value.numel()} elements in the "
+                                     f"state dict, this rank holds {n}; load it through "
+                                     "torch.distributed.checkpoint to reshard")
+                todo.append((rt, sp, kind, value))
+            if "step" in st:
+                todo.append((rt, sp, None, int(float(st["step"]))))
+    for rt, sp, kind, value in todo:
+        if kind is None:
+            rt.set_step(sp, value)
+        else:
+            rt.set_state(sp, kind, value)
+    for g, sg in zip(opt.param_groups, saved):
+        for k, v in sg.items():
+            if k not in ("params", "shardopt_steps") and \
+                    (g["algo"], k) != ("adamw", "momentum"):
+                g[k] = tuple(v) if k == "betas" else v
+    for post_hook in opt._optimizer_load_state_dict_post_hooks.values():
+        post_hook(opt)

@@ -196,6 +196,13 @@ def _load_state_dict(opt, state_dict):
                                                         opt._runtimes)):
         if sg.get("algo", g["algo"]) != g["algo"]:
             raise ValueError(f"param group {gi}: saved as {sg.get('algo')}, here {g['algo']}")
+        for k in ("maximize", "amsgrad"):
+            if sg.get(k):
+                # torch.optim.AdamW(amsgrad=True)'s state dict: restored as it is, the run
+                # would go on without amsgrad (or maximize), silently another optimizer
+                raise ValueError(f"param group {gi}: {k} = {sg[k]!r} in the state dict: "
+                                 f"shardopt.torch.Muon has no {k} (only False); resume it with "
+                                 "torch.optim")
         for k, v in fixed.items():
             w = sg.get(k, v)
             if (g["algo"], k) == ("adamw", "momentum"):
@@ -213,13 +220,23 @@ def _load_state_dict(opt, state_dict):
             if st is None or sp is None:
                 continue
             for kind in _KINDS[g["algo"]]:
-                if kind not in st:
-                    raise ValueError(f"{sp.name}: state {i} has no {kind!r}")
+                value, scale = st.get(kind), None
+                if value is None and kind == "momentum" and "momentum_buffer" in st:
+                    # torch.optim.Muon's state dict: its buffer is the library's M times
+                    # (1 - mu), mu the saved group's momentum (exact while it was constant)
+                    value, scale = st["momentum_buffer"], 1.0 - float(sg.get("momentum",
+                                                                           g["momentum"]))
+                if value is None:
+                    raise ValueError(f"{sp.name}: state {i} has no {kind!r}"
+                                     + (" (nor torch.optim.Muon's 'momentum_buffer')"
+                                        if kind == "momentum" else ""))
                 dt, n = rt.state_info(sp, kind)
-                value = st[kind]
                 if hasattr(value, "to_local") and hasattr(value, "placements"):
                     value = value.to_local()
-                value = value.detach().to("cpu", _TORCH[dt]).contiguous().reshape(-1)
+                value = value.detach().to("cpu")
+                if scale is not None:
+                    value = value.float() / scale
+                value = value.to(_TORCH[dt]).contiguous().reshape(-1)
                 if value.numel() != n:
                     raise ValueError(f"{sp.name}.{kind}: {value.numel()} elements in the "
                                      f"state dict, this rank holds {n}; load it through "
@@ -227,6 +244,8 @@ def _load_state_dict(opt, state_dict):
                 todo.append((rt, sp, kind, value))
             if "step" in st:
                 todo.append((rt, sp, None, int(float(st["step"]))))
+            else:  # torch.optim.Muon counts no steps: a loaded state is one of a stepped tensor
+                todo.append((rt, sp, None, max(rt.get_step(sp), 1)))
     for rt, sp, kind, value in todo:
         if kind is None:
             rt.set_step(sp, value)

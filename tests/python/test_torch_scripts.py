@@ -6,6 +6,7 @@ does with each, compared step by step. One process.
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
 (skip) only where torch is not importable."""
+import io
 import sys
 import traceback
 
@@ -16,7 +17,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
     print(f"SKIP: torch is not importable ({e})")
     sys.exit(77)
 
-from test_torch_dropin import batch, model, refused
+from test_torch_dropin import batch, model, refused, relative
 
 from shardopt.torch import Muon
 
@@ -75,6 +76,92 @@ def case_group_params_list_edited():
     assert not changed(snapshot(m), snapshot(ref)), changed(snapshot(m), snapshot(ref))
     opt.close()
     ropt.close()
+
+
+def case_torch_optim_state_dicts():
+    """A checkpoint of torch.optim.Muon (its state dict through torch.save / torch.load)
+    resumes in shardopt.torch.Muon: its "momentum_buffer" is taken as the library's M times
+    (1 - mu), so opt.state[p]["momentum_buffer"] is torch's after the load, and after each
+    further step from the same gradients (torch's lerp and M = mu M + g agree while mu is
+    constant), and the updates are torch.optim.Muon's (fp32 Newton-Schulz on both sides).
+    Before, the load raised (no "momentum"). A torch.optim.AdamW checkpoint loads into AdamW
+    groups and resumes as torch.optim.AdamW goes on; one saved with amsgrad=True (or
+    maximize=True) is refused by name, nothing loaded, where it was taken and the run went on
+    without amsgrad."""
+    if not hasattr(torch.optim, "Muon"):
+        print("  (torch.optim.Muon is not in this torch: case not run)")
+        return
+    import torch.optim._muon as tm
+    from test_torch_optim import _fp32_newton_schulz
+    torch.manual_seed(6)
+    w0 = [torch.randn(s) * 0.1 for s in ((12, 8), (8, 20))]
+    grads = [[torch.randn(w.shape) for w in w0] for _ in range(5)]
+    theirs = [nn.Parameter(w.clone()) for w in w0]
+    topt = torch.optim.Muon(theirs, lr=0.02, momentum=0.9)
+    orig = tm._zeropower_via_newtonschulz
+    tm._zeropower_via_newtonschulz = _fp32_newton_schulz
+    try:
+        for k in range(3):
+            for p, g in zip(theirs, grads[k]):
+                p.grad = g.clone()
+            topt.step()
+        buf = io.BytesIO()
+        torch.save(topt.state_dict(), buf)
+        ours = [nn.Parameter(p.detach().clone()) for p in theirs]
+        opt = Muon([(f"w{i}", p) for i, p in enumerate(ours)], lr=0.02, momentum=0.9,
+                   config={"ns_compute": "fp32", "comm_dtype": "fp32"})
+        opt.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
+        for k in range(3, 5):
+            for p, q in zip(theirs, ours):
+                b = topt.state[p]["momentum_buffer"]
+                r = relative(opt.state[q]["momentum_buffer"], b)
+                assert r < 1e-6, (k, r)
+            before = [p.detach().clone() for p in theirs]
+            for p, q, g in zip(theirs, ours, grads[k]):
+                p.grad, q.grad = g.clone(), g.clone()
+            topt.step()
+            opt.step()
+            worst = max(relative(q.detach() - w, p.detach() - w)
+                        for p, q, w in zip(theirs, ours, before))
+            print(f"  after the torch.optim.Muon checkpoint, step {k}: update within {worst:.1e}")
+            assert worst < 1e-5, (k, worst)
+            for p, q in zip(theirs, ours):
+                q.data.copy_(p.data)  # the next step from the same point
+        opt.close()
+    finally:
+        tm._zeropower_via_newtonschulz = orig
+    # torch.optim.AdamW's checkpoint into AdamW groups; amsgrad / maximize refused
+    torch.manual_seed(7)
+    a, b = nn.Linear(6, 5), nn.Linear(6, 5)
+    b.load_state_dict(a.state_dict())
+    ta = torch.optim.AdamW(a.parameters(), lr=1e-2, weight_decay=0.1)
+    for amsgrad in (False, True):
+        tb = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1, amsgrad=amsgrad)
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+        b(x).square().sum().backward()
+        tb.step()
+        tb.zero_grad()
+        sd = tb.state_dict()
+        opt = Muon([{"params": list(a.named_parameters()), "algo": "adamw"}], lr=1e-2,
+                   weight_decay=0.1)
+        if amsgrad:
+            refused(lambda: opt.load_state_dict(sd), ValueError, "amsgrad = True",
+                    "resume it with torch.optim")
+            assert len(opt.state) == 0
+            opt.close()
+            continue
+        a.load_state_dict(b.state_dict())
+        opt.load_state_dict(sd)
+        for k in (1, 2):
+            x = torch.randn(4, 6, generator=torch.Generator().manual_seed(k))
+            for net, o in ((a, opt), (b, tb)):
+                net(x).square().sum().backward()
+                o.step()
+                o.zero_grad()
+        worst = max(relative(p.detach(), q.detach()) for p, q in zip(a.parameters(),
+                                                                    b.parameters()))
+        assert worst < 1e-6, worst
+        opt.close()
 
 
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}

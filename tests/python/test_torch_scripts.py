@@ -164,6 +164,156 @@ def case_torch_optim_state_dicts():
         opt.close()
 
 
+def case_gradscaler_skips_inf_steps():
+    """torch.amp.GradScaler: scale(loss).backward(), unscale_, clip_grad_norm_, step, update.
+    A step whose gradients hold an inf is skipped by the scaler (opt.step is not called):
+    nothing changes, parameters or state, and the scale halves; the steps around it go on. The
+    fp16 path: autocast to float16 with float32 parameters (float16 parameters are refused at
+    construction, docs/python.md)."""
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    w = m.transformer.h[0][1].weight
+    for k in range(4):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = m(*batch(k))
+        scaler.scale(loss).backward()
+        if k == 2:
+            w.grad[0, 0] = float("inf")
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        before, state = snapshot(m), opt.state_dict()["state"]
+        scale = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        moved = changed(before, snapshot(m))
+        if k == 2:
+            assert not moved and scaler.get_scale() == scale / 2, (moved, scaler.get_scale())
+            after = opt.state_dict()["state"]
+            assert all(torch.equal(state[i][key], after[i][key])
+                       for i in state for key in state[i]), "state changed on a skipped step"
+        else:
+            assert len(moved) == len(before), (k, sorted(set(before) - set(moved)))
+    opt.close()
+
+
+def case_gradient_accumulation_as_torch_adamw():
+    """Gradient accumulation over micro-batches with zero_grad(set_to_none=False) or True,
+    called on the optimizer or on the model, and experts without tokens on some steps (.grad
+    None: skipped, their step count held): AdamW groups step as torch.optim.AdamW (fp32
+    rounding of the same arithmetic)."""
+    for set_to_none in (False, True):
+        for on in ("optimizer", "model"):
+            torch.manual_seed(1)
+            a = nn.ModuleList([nn.Linear(6, 6) for _ in range(3)])
+            b = nn.ModuleList([nn.Linear(6, 6) for _ in range(3)])
+            b.load_state_dict(a.state_dict())
+            ours = Muon([{"params": list(a.named_parameters()), "algo": "adamw"}], lr=1e-2,
+                        weight_decay=0.1)
+            theirs = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
+            for step, used in enumerate(([0, 1], [0], [2], [0, 1, 2])):
+                for micro in range(3):
+                    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * step
+                                                                                  + micro))
+                    for net in (a, b):
+                        (sum(net[i](x).square().sum() for i in used) / 3).backward()
+                ours.step()
+                theirs.step()
+                for o, net in ((ours, a), (theirs, b)):
+                    (o if on == "optimizer" else net).zero_grad(set_to_none=set_to_none)
+            worst = max(relative(p.detach(), q.detach())
+                        for p, q in zip(a.parameters(), b.parameters()))
+            assert worst < 1e-6, (set_to_none, on, worst)
+            steps = [float(ours.state[p]["step"]) for p in a.parameters()]
+            want = [float(theirs.state[p]["step"]) for p in b.parameters()]
+            assert steps == want, (set_to_none, on, steps, want)
+            ours.close()
+
+
+def case_checkpoint_into_new_objects():
+    """A run checkpointed mid-way (model, optimizer and a SequentialLR of LinearLR and
+    CosineAnnealingWarmRestarts: their state dicts through torch.save / torch.load) resumes
+    into a model, optimizer and scheduler made anew, the optimizer loaded before the model's
+    weights and before model.to(...), and gives the bits of the run that went on. An
+    add_param_group made before the checkpoint is made again before the load. The lr and
+    weight_decay of a state dict edited by hand are those the resumed steps use."""
+    L = torch.optim.lr_scheduler
+
+    def make():
+        m = model()
+        opt = Muon([(n, p) for n, p in m.named_parameters() if not n.startswith(
+            "transformer.h.1")], lr=0.02, adamw_lr=3e-3, model=m)
+        opt.add_param_group({"params": list(m.transformer.h[1].named_parameters()),
+                             "lr": 0.01})
+        s = L.SequentialLR(opt, [L.LinearLR(opt, 0.1, 1.0, 2),
+                                 L.CosineAnnealingWarmRestarts(opt, 3)], milestones=[2])
+        return m, opt, s
+
+    def train(m, opt, s, steps):
+        for k in steps:
+            m(*batch(k)).backward()
+            opt.step()
+            s.step()
+            opt.zero_grad()
+
+    m, opt, s = make()
+    train(m, opt, s, range(7))
+    full = snapshot(m)
+    opt.close()
+    m, opt, s = make()
+    train(m, opt, s, range(3))
+    buf = io.BytesIO()
+    torch.save({"model": m.state_dict(), "opt": opt.state_dict(), "sched": s.state_dict()}, buf)
+    opt.close()
+    ck = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    m, opt, s = make()
+    opt.load_state_dict(ck["opt"])
+    m.load_state_dict(ck["model"])
+    m.to("cpu")
+    s.load_state_dict(ck["sched"])
+    train(m, opt, s, range(3, 7))
+    assert not changed(full, snapshot(m)), changed(full, snapshot(m))
+    opt.close()
+    # hyperparameters edited in the saved groups: taken by the resumed steps
+    ck = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    for g in ck["opt"]["param_groups"]:
+        g["lr"], g["weight_decay"] = 0.0, 0.5
+    m, opt, s = make()
+    opt.load_state_dict(ck["opt"])
+    assert all((g["lr"], g["weight_decay"]) == (0.0, 0.5) for g in opt.param_groups)
+    before = snapshot(m)
+    m(*batch(3)).backward()
+    opt.step()  # lr 0: nothing moves, whatever the decay
+    assert not changed(before, snapshot(m))
+    opt.close()
+
+
+def case_compiled_training_step():
+    """opt.step() inside a torch.compile'd function: dynamo breaks the graph at the step,
+    which runs eagerly and gives the bits of the eager step, lr changed at each step."""
+    m, ref = model(), model()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+    ropt = Muon(ref.named_parameters(), lr=0.02, adamw_lr=3e-3, model=ref)
+
+    @torch.compile(backend="eager")
+    def step_and_zero():
+        opt.step()
+        opt.zero_grad()
+
+    for k in range(3):
+        for g in opt.param_groups + ropt.param_groups:
+            g["lr"] = 0.02 / (k + 1)
+        m(*batch(k)).backward()
+        step_and_zero()
+        ref(*batch(k)).backward()
+        ropt.step()
+        ropt.zero_grad()
+        assert not changed(snapshot(m), snapshot(ref)), (k, changed(snapshot(m), snapshot(ref)))
+    opt.close()
+    ropt.close()
+
+
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
 
 if __name__ == "__main__":

@@ -179,7 +179,9 @@ def library():
 
 _lib_file = None  # the path library() loaded
 _ext = False  # _fast_ext(): not looked for yet
-_FAST_API = 2  # _fast.c's FAST_API: the layout of _Fast.rows it reads (2: the shapes list)
+_FAST_API = 3  # _fast.c's FAST_API: the layout of _Fast.rows it reads (2: the shapes list;
+# 3: the gradients are not stored on the slots and Params, only in the rows' list)
+_GONE = object()  # _Fast.grads after a step: the gradients let go (none is "the same" tensor)
 
 
 def _fast_ext():
@@ -518,7 +520,7 @@ class _Fast:
     fields and changed in place (_follow_rows, zero_grad). step: the C module's step over
     these rows and this runtime (None without the module)."""
     __slots__ = ("params", "slots", "srcs", "grads", "gaddrs", "handles", "darr", "garr",
-                 "rows", "step")
+                 "rows", "step", "gone")
 
 
 def _follow_rows(rows, rt, skip_missing):
@@ -527,7 +529,8 @@ def _follow_rows(rows, rt, skip_missing):
     still at the address the library has, with the registered shape and contiguous (a
     tensor changed in place, t_() or param.data = param.data.t(), is not), and its .grad is
     either None (with skip_missing), or the very tensor object the library was pointed at
-    (held in the rows, so no other object can take its id) unchanged so, or a new plain tensor
+    (held in the rows, so no other object can take its id: only from a comparison to the step
+    that follows it, which lets them go) unchanged so, or a new plain tensor
     that passes the checks a torch gradient needs here (strided and contiguous, the registered
     dtype and element count, a device the runtime takes). A tensor that refuses to say (a
     sparse layout raises RuntimeError) is None too: the full check names it. The library is
@@ -567,9 +570,8 @@ def _follow_rows(rows, rt, skip_missing):
             return status
     for i, g in enumerate(got):
         if g is not grads[i]:
-            slots[i].grad, slots[i].grad_addr = g, addrs[i]
-            params[i].grad = grads[i] = g
-            gaddrs[i] = addrs[i]
+            grads[i] = g  # held through the step only: Optimizer.step lets them go after it
+            slots[i].grad_addr = gaddrs[i] = addrs[i]
     return 0
 
 
@@ -930,7 +932,7 @@ class Optimizer:
             # keep the tensors held while nothing moved (they keep the memory alive); a new
             # address is held through a detached view of it
             data = slot.data if addrs[0] == slot.data_addr else local.detach()
-            grad = (slot.grad if addrs[1] == slot.grad_addr
+            grad = (slot.grad if addrs[1] == slot.grad_addr and slot.grad is not None
                     else grad.detach() if grad is not None else None)
             p.data, p.grad = data, grad
         else:
@@ -983,6 +985,7 @@ class Optimizer:
                   [s.shape for s in slots]) + arrays
         f.step = None if self._ext is None else functools.partial(
             self._ext.step, f.rows, self._rt.value, self._c_step, self._c_args)
+        f.gone = [_GONE] * n
         return f
 
     def _follow(self, skip_missing):
@@ -1026,6 +1029,7 @@ class Optimizer:
             self._args.momentum = momentum
             done = f.step(skip_missing_grads, lr, adamw_lr, weight_decay, max_grad_norm, stream)
             if done is not None:
+                f.grads[:] = f.gone  # held through the step only (_let_grads_go)
                 status, seconds = done
                 if seconds is None:
                     _check("params_set_pointers", status)
@@ -1069,9 +1073,29 @@ class Optimizer:
         t0 = _perf_counter()
         status = self._step_fn(self._rt, self._args_ref)
         self.seconds_call_last = _perf_counter() - t0  # the C call, as Python waited for it
+        self._let_grads_go(followed)
         if refused:
             raise ValueError("; ".join(m for _, m in refused))
         _check("step", status)
+
+    def _let_grads_go(self, followed):
+        """After a step: the torch gradients are held no longer (the library's pointers to
+        them are not read before the next step, which checks every parameter's .grad again and
+        points the library at it). Held to the next step, a gradient the trainer drops
+        (model.zero_grad(), as HF's Trainer and modded-nanogpt call it, instead of the
+        optimizer's) would stay allocated through the next forward and backward: twice the
+        gradients' memory of a torch.optim optimizer. Numpy Params keep theirs (Param.grad is
+        the caller's)."""
+        f = self._fast
+        if f is not None:
+            f.grads[:] = f.gone
+        if not followed:  # the full check (_sync) held them on the slots and Params
+            for p in self.params:
+                if p.source is not None:
+                    p.grad = None
+                    slot = self._slots.get(id(p))
+                    if slot is not None:
+                        slot.grad = None
 
     def zero_grad(self, set_to_none=True):
         """Zero every registered gradient buffer in place; torch parameters' .grad is set to
@@ -1083,9 +1107,9 @@ class Optimizer:
         for p in self.params:
             if p.source is not None and set_to_none:
                 p.source.grad = None
-                if p.grad is not None and id(p) in self._slots:  # let the old tensor go
-                    p.grad = None
-                    slot = self._slots[id(p)]
+                p.grad = None  # let the old tensor go
+                slot = self._slots.get(id(p))
+                if slot is not None:
                     if slot.grad_addr is not None:
                         cleared.append(slot)
                     slot.grad = None

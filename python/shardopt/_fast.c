@@ -36,8 +36,10 @@ typedef shardopt_status_t (*fast_set_pointers_fn)(shardopt_runtime_t rt, int n,
 typedef shardopt_status_t (*fast_step_fn)(shardopt_runtime_t rt, const shardopt_step_args_t *a);
 
 /* the module's API: the binding ignores a module of another version (2: rows hold the
-   parameters' shapes, compared instead of their element counts) */
-enum { FAST_API = 2 };
+   parameters' shapes, compared instead of their element counts; 3: a gradient is stored in the
+   rows' list only, not on the slot and the Param, so that the binding can let it go after the
+   step) */
+enum { FAST_API = 3 };
 
 static PyObject *s_grad, *s_dtype, *s_is_cpu, *s_is_cuda, *s_grad_addr, *s_shape;
 
@@ -262,9 +264,8 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
         PyObject *g = got[i];
         if (g == PyList_GET_ITEM(grads, i))
             continue;
-        if (PyObject_SetAttr(PyList_GET_ITEM(slots, i), s_grad, g) < 0 ||
-            PyObject_SetAttr(PyList_GET_ITEM(slots, i), s_grad_addr, addr[i]) < 0 ||
-            PyObject_SetAttr(PyList_GET_ITEM(params, i), s_grad, g) < 0 ||
+        /* held in grads through the step only: Optimizer.step lets them go after it */
+        if (PyObject_SetAttr(PyList_GET_ITEM(slots, i), s_grad_addr, addr[i]) < 0 ||
             PyList_SetItem(grads, i, Py_NewRef(g)) < 0 ||
             PyList_SetItem(gaddrs, i, Py_NewRef(addr[i])) < 0)
             ok = -1;

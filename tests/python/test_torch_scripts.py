@@ -6,9 +6,12 @@ does with each, compared step by step. One process.
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
 (skip) only where torch is not importable."""
+import contextlib
+import gc
 import io
 import sys
 import traceback
+import weakref
 
 try:
     import torch
@@ -19,6 +22,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
 
 from test_torch_dropin import batch, model, refused, relative
 
+import shardopt
 from shardopt.torch import Muon
 
 torch.set_num_threads(1)
@@ -312,6 +316,45 @@ def case_compiled_training_step():
         assert not changed(snapshot(m), snapshot(ref)), (k, changed(snapshot(m), snapshot(ref)))
     opt.close()
     ropt.close()
+
+
+@contextlib.contextmanager
+def without_c_helper():
+    """Optimizers made inside step on the Python path (no _shardopt_fast)."""
+    saved = shardopt._fast_ext()
+    shardopt._ext = None
+    try:
+        yield
+    finally:
+        shardopt._ext = saved
+
+
+def case_model_zero_grad_lets_gradients_go():
+    """model.zero_grad() instead of the optimizer's (HF's Trainer, modded-nanogpt): the
+    gradients it drops are freed at once, as with a torch.optim optimizer, not held by the
+    binding through the next forward and backward (twice the gradients' memory at the peak).
+    Through the C helper, the Python path and the full check of every buffer, each giving the
+    bits of the run that calls opt.zero_grad()."""
+    runs = {}
+    for path in ("C helper", "Python path", "full check", "opt.zero_grad()"):
+        with without_c_helper() if path == "Python path" else contextlib.nullcontext():
+            m = model()
+            opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+        for k in range(3):
+            m(*batch(k)).backward()
+            if path == "full check":
+                for rt, _, _ in opt._runtimes:
+                    rt._fast = None
+            opt.step()
+            held = [weakref.ref(p.grad) for p in m.parameters()]
+            (opt if path == "opt.zero_grad()" else m).zero_grad()
+            gc.collect()
+            alive = sum(r() is not None for r in held)
+            assert alive == 0, f"{path}, step {k}: {alive} of {len(held)} gradients still held"
+        runs[path] = snapshot(m)
+        opt.close()
+    for path, got in runs.items():
+        assert not changed(got, runs["opt.zero_grad()"]), path
 
 
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}

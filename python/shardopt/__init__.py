@@ -512,13 +512,14 @@ class _Fast:
     (Optimizer._follow). `rows` is the tuple _follow_rows (or its C twin) reads: torch.Tensor
     and its methods data_ptr, numel and is_contiguous, host (CPU kernels: host memory only),
     shardopt_params_set_pointers, then per parameter (lists) its Param, _Slot, tensor, .grad
-    object (None included), the gradient's address as the library has it (None: NULL), the
-    data address, element count, torch grad dtype and local shape (torch.Size), and last the
-    C arrays that call takes
-    (handles, data addresses, gradient addresses refilled per call). With the C module the
-    function and the arrays are passed by address. The lists are shared with this object's
-    fields and changed in place (_follow_rows, zero_grad). step: the C module's step over
-    these rows and this runtime (None without the module)."""
+    object (None included; _GONE once the step has let it go), the gradient's address as the
+    library has it (None: NULL), the data address, element count, torch grad dtype and local
+    shape (torch.Size), and last the C arrays that call takes (handles, data addresses,
+    gradient addresses refilled per call). With the C module the function and the arrays are
+    passed by address. The lists are shared with this object's fields and changed in place
+    (_follow_rows, zero_grad, Optimizer.step). step: the C module's step over these rows and
+    this runtime (None without the module); gone: [_GONE] * n, what grads becomes after a
+    step."""
     __slots__ = ("params", "slots", "srcs", "grads", "gaddrs", "handles", "darr", "garr",
                  "rows", "step", "gone")
 

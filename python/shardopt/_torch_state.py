@@ -231,6 +231,13 @@ def _load_state_dict(opt, state_dict):
                                      + (" (nor torch.optim.Muon's 'momentum_buffer')"
                                         if kind == "momentum" else ""))
                 dt, n = rt.state_info(sp, kind)
+                shape = list(value.shape)
+                if value.dim() > 1 and shape not in (list(p.shape), list(sp.shape)):
+                    # the same element count in another shape (another model's state dict, or
+                    # its parameters in another order): torch.optim fails at the step on it
+                    raise ValueError(f"{sp.name}.{kind}: shape {shape} in the state dict (state "
+                                     f"{i}), the parameter's is {list(p.shape)}: a state dict of "
+                                     "another model, or of its parameters in another order?")
                 if hasattr(value, "to_local") and hasattr(value, "placements"):
                     value = value.to_local()
                 value = value.detach().to("cpu")

@@ -357,6 +357,32 @@ def case_model_zero_grad_lets_gradients_go():
         assert not changed(got, runs["opt.zero_grad()"]), path
 
 
+def case_state_dict_of_another_shape():
+    """A state dict whose tensors have the element counts of this optimizer's parameters but
+    other shapes (two matrices [8, 4] and [4, 8] listed the other way round, or another model's
+    state dict): refused by name before anything is loaded, where the state went in flat and
+    the run went on silently (torch.optim fails at its step on the shape). The same optimizer's
+    own state dict, and flat tensors, load."""
+    a, b = nn.Parameter(torch.randn(8, 4)), nn.Parameter(torch.randn(4, 8))
+    opt = Muon([("a", a), ("b", b)], lr=0.02)
+    a.grad, b.grad = torch.randn(8, 4), torch.randn(4, 8)
+    opt.step()
+    sd = opt.state_dict()
+    c, d = nn.Parameter(torch.randn(4, 8)), nn.Parameter(torch.randn(8, 4))
+    other = Muon([("c", c), ("d", d)], lr=0.02)
+    refused(lambda: other.load_state_dict(sd), ValueError, "c.momentum: shape [8, 4]",
+            "the parameter's is [4, 8]", "another order")
+    assert len(other.state) == 0, "a refused load set some state"
+    same = Muon([("a", nn.Parameter(torch.randn(8, 4))), ("b", nn.Parameter(torch.randn(4, 8)))],
+                lr=0.02)
+    same.load_state_dict(sd)
+    flat = {"state": {i: {k: v.reshape(-1) if v.dim() else v for k, v in st.items()}
+                      for i, st in sd["state"].items()}, "param_groups": sd["param_groups"]}
+    same.load_state_dict(flat)
+    for o in (opt, other, same):
+        o.close()
+
+
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
 
 if __name__ == "__main__":

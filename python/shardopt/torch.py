@@ -48,6 +48,22 @@ _grad_enabled = torch.is_grad_enabled
 _set_grad_enabled = torch._C._set_grad_enabled
 
 
+def _eager(fn):
+    """fn as torch.compile sees it: never traced (a graph break, fn run eagerly), and with
+    fullgraph=True an error that says why. Its work is ctypes calls into libshardopt, which
+    dynamo cannot trace: let in, it broke the graph somewhere inside, and fullgraph=True failed
+    on an unrelated torch call."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    if disable is None:  # torch < 2.1: no torch.compiler
+        return fn
+    reason = ("shardopt.torch.Muon's step and zero_grad call libshardopt through ctypes: they "
+              "run eagerly, outside any compiled graph (docs/python.md)")
+    try:
+        return disable(fn, reason=reason)
+    except TypeError:  # torch < 2.7: no reason
+        return disable(fn)
+
+
 def _matches(name, patterns):
     return any(name == p[1:] if p.startswith("=") else p in name for p in patterns if p)
 
@@ -342,6 +358,7 @@ class Muon(torch.optim.Optimizer):
             return self._traced_step() if closure is None else self._traced_step(closure)
         return self._step(closure)
 
+    step = _eager(step)
     step.hooked = True  # torch.optim.Optimizer._patch_step_function: already wrapped
 
     def _make_plan(self):
@@ -452,6 +469,7 @@ class Muon(torch.optim.Optimizer):
                          "later?): make the optimizer again after unfreezing and "
                          "load_state_dict(old.state_dict()) into it; nothing was stepped")
 
+    @_eager
     def zero_grad(self, set_to_none=True):
         super().zero_grad(set_to_none=set_to_none)
         if set_to_none:  # the binding's references to the old gradients go too

@@ -8,6 +8,7 @@ Each case is a function below; a failure names the case and goes on with the nex
 (skip) only where torch is not importable."""
 import contextlib
 import gc
+import inspect
 import io
 import sys
 import traceback
@@ -295,7 +296,9 @@ def case_checkpoint_into_new_objects():
 
 def case_compiled_training_step():
     """opt.step() inside a torch.compile'd function: dynamo breaks the graph at the step,
-    which runs eagerly and gives the bits of the eager step, lr changed at each step."""
+    which runs eagerly and gives the bits of the eager step, lr changed at each step. With
+    fullgraph=True the error says why (step and zero_grad are torch.compiler.disable'd with the
+    reason), where dynamo failed inside on an unrelated torch call."""
     m, ref = model(), model()
     opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
     ropt = Muon(ref.named_parameters(), lr=0.02, adamw_lr=3e-3, model=ref)
@@ -314,6 +317,15 @@ def case_compiled_training_step():
         ropt.step()
         ropt.zero_grad()
         assert not changed(snapshot(m), snapshot(ref)), (k, changed(snapshot(m), snapshot(ref)))
+    for call in (opt.step, opt.zero_grad):
+        if "reason" not in inspect.signature(torch.compiler.disable).parameters:
+            break  # torch < 2.7: dynamo's message cannot carry the reason
+
+        @torch.compile(backend="eager", fullgraph=True)
+        def whole():
+            call()
+
+        refused(whole, Exception, "libshardopt through ctypes", "run eagerly")
     opt.close()
     ropt.close()
 

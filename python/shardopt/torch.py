@@ -185,9 +185,10 @@ class Muon(torch.optim.Optimizer):
 
     # ---- construction -----------------------------------------------------------------
 
-    def _named(self, items):
+    def _named(self, items, warn=True):
         """(name, tensor) pairs from tensors or pairs; unnamed tensors take the model's name
-        where model= is given, else param.<i>."""
+        where model= is given, else param.<i> (a warning, unless warn is False: the group
+        fixes their algorithm)."""
         out = []
         for x in items:
             if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], str):
@@ -196,7 +197,8 @@ class Muon(torch.optim.Optimizer):
                 name = self._model_names.get(id(x))
                 if name is None:
                     name = f"param.{self._unnamed}"
-                    if not self._warned_unnamed and not self._by_model and x.ndim == 2:
+                    if warn and not self._warned_unnamed and not self._by_model and \
+                            x.ndim == 2:
                         self._warned_unnamed = True
                         warnings.warn("shardopt.torch.Muon: parameters without names and no "
                                       "model=: every 2-D tensor goes to Muon, embeddings and "
@@ -232,8 +234,16 @@ class Muon(torch.optim.Optimizer):
                                  "parameters")
             items = list(zip(given_names, items))
         fixed = group.pop("algo", None)
+        if "use_muon" in group:
+            # Keller Jordan's MuonWithAuxAdam groups (dict(params=..., use_muon=True, ...)):
+            # the group's algorithm, as "algo" says it (the key stays for the script to read)
+            use = "muon" if group["use_muon"] else "adamw"
+            if fixed not in (None, use):
+                raise ValueError(f"a group with algo {fixed!r} and use_muon = "
+                                 f"{group['use_muon']!r}: they disagree; give one")
+            fixed = use
         parts = {"muon": [], "adamw": []}
-        for name, p in self._named(items):
+        for name, p in self._named(items, warn=fixed is None):
             if not isinstance(p, torch.Tensor):
                 raise TypeError(f"{name}: {type(p).__name__} is not a torch tensor")
             key = _so._storage_key(p)
@@ -272,7 +282,10 @@ class Muon(torch.optim.Optimizer):
                      weight_decay=wd,
                      betas=tuple(group.get("adamw_betas",
                                            group.get("betas", self._adamw["betas"]))),
-                     eps=group.get("adamw_eps", self._adamw["eps"]),
+                     # an AdamW-only group's own eps is AdamW's (MuonWithAuxAdam's eps=1e-10
+                     # group); elsewhere a group's eps is Muon's (torch.optim.Muon's key)
+                     eps=group.get("adamw_eps", group["eps"] if fixed == "adamw" and "eps"
+                                   in group else self._adamw["eps"]),
                      _names=[n for n, _ in parts["adamw"]])
             if given_names is not None:
                 g["param_names"] = [n for n, _ in parts["adamw"]]

@@ -395,6 +395,53 @@ def case_state_dict_of_another_shape():
         o.close()
 
 
+def case_muon_with_aux_adam_groups():
+    """Keller Jordan's MuonWithAuxAdam groups, the optimizer swapped: dict(params=hidden
+    weights, use_muon=True, lr=0.02, weight_decay=0.01) and dict(params=gains, biases,
+    embeddings, use_muon=False, lr=3e-4, betas=(0.9, 0.95), eps=1e-10, weight_decay=0.01).
+    use_muon is the group's algorithm (the embeddings, unnamed 2-D tensors, go to AdamW with no
+    warning), and an AdamW-only group's eps is AdamW's: its tensors step as
+    torch.optim.AdamW(lr=3e-4, betas=(0.9, 0.95), eps=1e-10, weight_decay=0.01) (gradients of
+    1e-9, where eps 1e-10 against the default 1e-8 changes the update tenfold). Before, the
+    embeddings went to Muon and eps was 1e-8, silently."""
+    import warnings
+    m, ref = model(), model()
+    hidden = [p for p in m.transformer.h.parameters() if p.ndim >= 2]
+    gains = [p for p in m.transformer.h.parameters() if p.ndim < 2]
+    rest = [*m.transformer.wte.parameters(), *m.transformer.wpe.parameters(),
+            *m.transformer.ln_f.parameters()]  # lm_head is tied to wte
+    groups = [dict(params=hidden, use_muon=True, lr=0.02, weight_decay=0.01),
+              dict(params=gains + rest, use_muon=False, lr=3e-4, betas=(0.9, 0.95), eps=1e-10,
+                   weight_decay=0.01)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt = Muon(groups)
+    rows = [(g["algo"], len(g["params"]), g["lr"], g["eps"], g["use_muon"])
+            for g in opt.param_groups]
+    assert rows == [("muon", len(hidden), 0.02, 1e-7, True),
+                    ("adamw", len(gains + rest), 3e-4, 1e-10, False)], rows
+    ref_rest = [*ref.transformer.h.parameters(), *ref.transformer.wte.parameters(),
+                *ref.transformer.wpe.parameters(), *ref.transformer.ln_f.parameters()]
+    ref_rest = [p for p in ref_rest if p.ndim < 2 or not any(p is q for q in
+                                                               ref.transformer.h.parameters())]
+    radam = torch.optim.AdamW(ref_rest, lr=3e-4, betas=(0.9, 0.95), eps=1e-10,
+                              weight_decay=0.01)
+    gen = torch.Generator().manual_seed(3)
+    for p, q in zip(gains + rest, ref_rest):
+        assert p.shape == q.shape
+        p.grad = torch.randn(p.shape, generator=gen) * 1e-9
+        q.grad = p.grad.clone()
+    before = [p.detach().clone() for p in gains + rest]
+    opt.step()
+    radam.step()
+    worst = max(relative(p.detach() - b, q.detach() - b)
+                for p, q, b in zip(gains + rest, ref_rest, before))
+    assert worst < 1e-5, f"AdamW group against torch.optim.AdamW(eps=1e-10): {worst:.2e}"
+    refused(lambda: Muon([dict(params=hidden, use_muon=True, algo="adamw")]), ValueError,
+            "use_muon", "disagree")
+    opt.close()
+
+
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
 
 if __name__ == "__main__":

@@ -595,17 +595,6 @@ class Param:
     source: Any = field(default=None, repr=False)  # the torch parameter (torch_params)
 
 
-def _storage_key(t):
-    """What identifies a tensor's memory: two tensors with the same key are the same parameter
-    (a tied weight listed twice, model.named_parameters(remove_duplicate=False))."""
-    t = t.to_local() if hasattr(t, "to_local") and hasattr(t, "placements") else t
-    try:
-        base = t.untyped_storage().data_ptr()
-    except Exception:  # noqa: BLE001 - a tensor without storage (meta): its identity
-        base = id(t)
-    return (t.device.type, base, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
-
-
 def _named(params):
     """(name, tensor) pairs from model.named_parameters(), model.parameters() (named param.<i>
     in order) or a mix."""
@@ -622,17 +611,19 @@ def _named(params):
 
 
 def _dedup(named, warn=True):
-    """named without the repeats of a tensor already listed (same memory, shape and strides):
-    registered twice, a tied weight would be updated twice per step. Each repeat is a warning
-    naming both names."""
+    """named without the repeats of a tensor object already listed (a tied weight under
+    named_parameters(remove_duplicate=False)): registered twice, it would be updated twice per
+    step with its one gradient. Each repeat is a warning naming both names. Distinct tensor
+    objects over the same memory (tied through .data) are two parameters, as torch.optim steps
+    them: each with its own gradient, one after the other."""
     seen, out = {}, []
     for name, p in named:
-        key = _storage_key(p)
+        key = id(p)
         if key in seen:
             if warn:
                 import warnings
-                warnings.warn(f"shardopt: {name} is the same tensor as {seen[key]} (shared "
-                              f"storage, e.g. a tied weight): registered once, as {seen[key]}",
+                warnings.warn(f"shardopt: {name} is the same tensor as {seen[key]} (a tied "
+                              f"weight listed twice): registered once, as {seen[key]}",
                               stacklevel=3)
             continue
         seen[key] = name
@@ -642,8 +633,8 @@ def _dedup(named, warn=True):
 
 def torch_params(named_parameters, expert=None, ep=None):
     """shardopt.Params from (name, torch parameter) pairs, as model.named_parameters() gives
-    (model.parameters() works too: its tensors are named param.<i>). A tensor listed twice (a
-    tied weight under remove_duplicate=False) is registered once, with a warning.
+    (model.parameters() works too: its tensors are named param.<i>). A tensor object listed
+    twice (a tied weight under remove_duplicate=False) is registered once, with a warning.
 
     A DTensor (FSDP2's fully_shard, or any DeviceMesh sharding) registers its local shard
     (to_local(), which shares the parameter's storage) with shard_dim and shard_offset read from

@@ -162,7 +162,7 @@ class Muon(torch.optim.Optimizer):
         self._runtimes = []  # per param group: (its shardopt.Optimizer, [Param] in group order)
         self._frozen = []    # per param group: (name, tensor) left out for requires_grad False
         self._plan = None    # what step() reads of the above, made again after add_param_group
-        self._seen = {}      # storage key -> name: a tensor is registered once in all groups
+        self._seen = {}      # id(tensor) -> name: a tensor is registered once in all groups
         self._unnamed = 0
         self._warned_unnamed = False
         defaults = dict(lr=hp["lr"], weight_decay=hp["weight_decay"], momentum=hp["momentum"],
@@ -221,7 +221,9 @@ class Muon(torch.optim.Optimizer):
 
     def _split(self, group, defaults):
         """A user's group as one group per algorithm (empty parts dropped), its tensors
-        deduplicated against every group so far (shared storage: registered once, warned)."""
+        deduplicated against every group so far (a tensor object listed again: registered
+        once, warned; distinct tensors over the same memory are two parameters, as in
+        torch.optim)."""
         group = dict(group)
         items = group.pop("params")
         items = [items] if isinstance(items, torch.Tensor) else list(items)
@@ -246,10 +248,10 @@ class Muon(torch.optim.Optimizer):
         for name, p in self._named(items, warn=fixed is None):
             if not isinstance(p, torch.Tensor):
                 raise TypeError(f"{name}: {type(p).__name__} is not a torch tensor")
-            key = _so._storage_key(p)
+            key = id(p)
             if key in self._seen:
                 warnings.warn(f"shardopt: {name} is the same tensor as {self._seen[key]} "
-                              f"(shared storage, e.g. a tied weight): registered once, as "
+                              f"(a tied weight listed twice): registered once, as "
                               f"{self._seen[key]}", stacklevel=4)
                 continue
             self._seen[key] = name
@@ -302,8 +304,7 @@ class Muon(torch.optim.Optimizer):
                 have = {id(p) for g in self.param_groups for p in g["params"]}
                 for x in items:
                     p = x[1] if isinstance(x, (tuple, list)) else x
-                    if id(p) in have or (isinstance(p, torch.Tensor)
-                                         and _so._storage_key(p) in self._seen):
+                    if id(p) in have or id(p) in self._seen:
                         raise ValueError("some parameters appear in more than one parameter "
                                          "group (add_param_group: "
                                          f"{x[0] if isinstance(x, (tuple, list)) else 'a tensor'}"

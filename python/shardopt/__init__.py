@@ -595,6 +595,16 @@ class Param:
     source: Any = field(default=None, repr=False)  # the torch parameter (torch_params)
 
 
+def _memory_order(t):
+    """The permutation of t's dims that lists them as its memory holds them (outermost first),
+    where that order is dense and keeps dim 0 outermost (a convolution kernel in channels_last:
+    [out, kh, kw, in]); else None. Muon steps such a kernel as the matrix [out, kh kw in], whose
+    columns are those of [out, in kh kw] permuted: Newton-Schulz commutes with a permutation of
+    columns, so the update is the same, in the memory's order."""
+    perm = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+    return tuple(perm) if perm[0] == 0 and t.permute(perm).is_contiguous() else None
+
+
 def _named(params):
     """(name, tensor) pairs from model.named_parameters(), model.parameters() (named param.<i>
     in order) or a mix."""
@@ -698,11 +708,16 @@ def torch_params(named_parameters, expert=None, ep=None):
             shape_g = [1]  # a scalar (CLIP's logit_scale): one element, as AdamW steps it
         if expert is not None and expert(name):
             placement = "expert"
+        perm = None
+        if not local.is_contiguous() and len(p.shape) > 3 and not hasattr(p, "placements"):
+            perm = _memory_order(local)  # channels_last: registered in its memory's order
+            local = local.permute(perm) if perm is not None else local
         if not local.is_contiguous():
             raise ValueError(f"{name}: the local shard is not contiguous")
         q = Param(name=name, shape=shape_g, data=local, placement=placement, shard_dim=sdim,
                   shard_offset=soff, shard_length=slen, source=p)
         q._ep_first = ep_first  # (first expert held, the mesh's ep size) of an 'ep' DTensor
+        q._perm = perm  # the dims in memory order (channels_last), None where contiguous
         out.append(q)
     return out
 
@@ -896,7 +911,8 @@ class Optimizer:
                                  "parameter needs one at each step")
             return None
         g = g.to_local() if hasattr(g, "to_local") else g
-        return g.detach()
+        perm = getattr(p, "_perm", None)
+        return g.detach() if perm is None else g.detach().permute(perm)
 
     def _sync(self, p, skip_missing=False):
         """Check p's current buffers and point the library at them. A torch parameter's are its
@@ -911,6 +927,10 @@ class Optimizer:
             if grad is None and not skip_missing:
                 self._torch_grad(p)  # raises, naming p
             grad = grad.to_local() if hasattr(grad, "to_local") else grad
+            perm = getattr(p, "_perm", None)
+            if perm is not None:  # channels_last: the registered view, in the memory's order
+                local = local.permute(perm)
+                grad = grad.permute(perm) if grad is not None else None
             addrs = self._check_buffers(p, local, grad)  # the checks hold for a detached view
             slot = self._slot(p)
             if slot.shape is not None and local.shape != slot.shape:

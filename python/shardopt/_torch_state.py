@@ -98,7 +98,7 @@ class _ParamState(dict):
             return  # no state yet, as torch.optim before the first step
         for kind in _KINDS[g["algo"]]:
             dict.__setitem__(self, kind, _like_param(_as_torch(rt.get_state(sp, kind)),
-                                                     sp.source))
+                                                     sp.source, getattr(sp, "_perm", None)))
         if g["algo"] == "muon":
             m = self["momentum"]
             dict.__setitem__(self, "momentum_buffer",
@@ -120,7 +120,8 @@ class _ParamState(dict):
             dt, n = rt.state_info(sp, kind)
             v = value.to_local() if hasattr(value, "to_local") and hasattr(value, "placements") \
                 else value
-            v = v.detach().to("cpu", torch.float32).contiguous().reshape(-1)
+            v = _in_memory_order(v.detach(), sp).to("cpu", torch.float32).contiguous()
+            v = v.reshape(-1)
             if key == "momentum_buffer":
                 v = v / (1.0 - g["momentum"])
             if v.numel() != n:
@@ -133,15 +134,27 @@ class _ParamState(dict):
         dict.__setitem__(self, key, value)
 
 
-def _like_param(local, p):
+def _like_param(local, p, perm=None):
     """local (this rank's part of p's state, p's local shape) as p is: a DTensor with p's mesh
-    and placements when p is one, so that torch.distributed.checkpoint reshards it."""
+    and placements when p is one, so that torch.distributed.checkpoint reshards it. perm: the
+    registered order of p's dims (channels_last, shardopt._memory_order), in which the runtime
+    holds the flat state: p's shape and strides back."""
+    if perm is not None:
+        inverse = sorted(range(len(perm)), key=perm.__getitem__)
+        return local.reshape([p.shape[d] for d in perm]).permute(inverse)
     if hasattr(p, "placements") and hasattr(p, "to_local"):
         from torch.distributed.tensor import DTensor
         local = local.reshape(p.to_local().shape)
         return DTensor.from_local(local, p.device_mesh, p.placements, run_check=False,
                                   shape=p.shape, stride=p.stride())
     return local.reshape(p.shape)
+
+
+def _in_memory_order(v, sp):
+    """A state tensor shaped like sp's parameter in the order the runtime holds it (sp._perm,
+    channels_last); a flat one is taken as that order already."""
+    perm = getattr(sp, "_perm", None)
+    return v.permute(perm) if perm is not None and v.dim() == len(perm) else v
 
 
 def _as_torch(arr):
@@ -167,7 +180,8 @@ def _state_dict(opt):
                 continue  # frozen: no state, as torch.optim
             st = {}
             for kind in _KINDS[g["algo"]]:
-                st[kind] = _like_param(_as_torch(rt.get_state(sp, kind)), p)
+                st[kind] = _like_param(_as_torch(rt.get_state(sp, kind)), p,
+                                       getattr(sp, "_perm", None))
             st["step"] = torch.tensor(float(rt.get_step(sp)), dtype=torch.float32)
             state[idx + i] = st
         idx += len(g["params"])
@@ -240,7 +254,7 @@ def _load_state_dict(opt, state_dict):
                                      "another model, or of its parameters in another order?")
                 if hasattr(value, "to_local") and hasattr(value, "placements"):
                     value = value.to_local()
-                value = value.detach().to("cpu")
+                value = _in_memory_order(value.detach(), sp).to("cpu")
                 if scale is not None:
                     value = value.float() / scale
                 value = value.to(_TORCH[dt]).contiguous().reshape(-1)

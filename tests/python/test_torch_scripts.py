@@ -491,6 +491,55 @@ def case_weights_tied_through_data():
         ours.close()
 
 
+def case_channels_last_cnn():
+    """A CNN in channels_last (model.to(memory_format=torch.channels_last), torchvision's and
+    timm's --channels-last): its 4-D kernels are not contiguous, but dense in the order [out,
+    kh, kw, in], and are registered so (Muon's matrix is [out, kh kw in], the columns of [out,
+    in kh kw] permuted, which Newton-Schulz commutes with). The steps give the contiguous
+    model's (fp32 Newton-Schulz, the same gradients: within 1e-5), opt.state and state_dict()
+    hold the kernel's state in its own shape, and a state dict moves between the two layouts.
+    Before, construction raised (the local shard is not contiguous), where torch.optim takes
+    any layout."""
+    torch.manual_seed(0)
+    cfg = {"ns_compute": "fp32", "comm_dtype": "fp32"}
+
+    def cnn():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.Flatten(),
+                             nn.Linear(4 * 4 * 4, 10))
+
+    cl, ref = cnn().to(memory_format=torch.channels_last), cnn()
+    assert not cl[0].weight.is_contiguous()
+    opt, ropt = Muon(cl.named_parameters(), lr=0.02, config=cfg), \
+        Muon(ref.named_parameters(), lr=0.02, config=cfg)
+    start = snapshot(ref)
+    for k in range(3):
+        x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(k))
+        cl(x.to(memory_format=torch.channels_last)).sum().backward()
+        for p, q in zip(cl.parameters(), ref.parameters()):
+            q.grad = p.grad.contiguous()  # the same gradients: the layouts' sums differ
+        opt.step()
+        ropt.step()
+        opt.zero_grad()
+        ropt.zero_grad()
+    assert cl[0].weight.is_contiguous(memory_format=torch.channels_last)
+    mine, theirs = snapshot(cl), snapshot(ref)
+    worst = max(relative(mine[n] - start[n], theirs[n] - start[n]) for n in mine)
+    assert worst < 1e-5, worst
+    for w, rw in ((cl[0].weight, ref[0].weight), (cl[2].weight, ref[2].weight)):
+        r = relative(opt.state[w]["momentum_buffer"], ropt.state[rw]["momentum_buffer"])
+        assert r < 1e-6 and opt.state[w]["momentum_buffer"].shape == w.shape, r
+    sd, rsd = opt.state_dict(), ropt.state_dict()
+    assert all(relative(sd["state"][i]["momentum"], rsd["state"][i]["momentum"]) < 1e-6
+               for i in (0, 2)), "state_dict() of the channels_last kernels"
+    opt.load_state_dict(rsd)  # the contiguous model's state into the channels_last one
+    assert all(torch.equal(opt.state_dict()["state"][i]["momentum"], rsd["state"][i]["momentum"])
+               for i in (0, 2))
+    ropt.load_state_dict(sd)
+    opt.close()
+    ropt.close()
+
+
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
 
 if __name__ == "__main__":

@@ -597,12 +597,26 @@ class Param:
 
 def _memory_order(t):
     """The permutation of t's dims that lists them as its memory holds them (outermost first),
-    where that order is dense and keeps dim 0 outermost (a convolution kernel in channels_last:
-    [out, kh, kw, in]); else None. Muon steps such a kernel as the matrix [out, kh kw in], whose
-    columns are those of [out, in kh kw] permuted: Newton-Schulz commutes with a permutation of
-    columns, so the update is the same, in the memory's order."""
-    perm = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
-    return tuple(perm) if perm[0] == 0 and t.permute(perm).is_contiguous() else None
+    where that order is dense and is one the library steps as t: a convolution kernel with dim
+    0 outermost (channels_last: [out, kh, kw, in]), or a transposed matrix ((1, 0): stored [in,
+    out], registered with `transposed`); else None. Muon steps such a kernel as the matrix [out,
+    kh kw in], whose columns are those of [out, in kh kw] permuted: Newton-Schulz commutes with
+    a permutation of columns, so the update is the same, in the memory's order."""
+    perm = tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), d)))
+    if (perm[0] == 0 and t.dim() > 3) or perm == (1, 0):
+        return perm if t.permute(perm).is_contiguous() else None
+    return None
+
+
+def _in_order(grad, perm):
+    """A gradient of a parameter registered in the memory order perm (_memory_order), in that
+    order: a view where the gradient has the parameter's layout (as autograd makes it), else a
+    copy (a gradient assigned by hand in another layout), which the binding holds through the
+    step."""
+    if perm is None:
+        return grad
+    g = grad.permute(perm)
+    return g if g.is_contiguous() else g.contiguous()
 
 
 def _named(params):
@@ -709,13 +723,17 @@ def torch_params(named_parameters, expert=None, ep=None):
         if expert is not None and expert(name):
             placement = "expert"
         perm = None
-        if not local.is_contiguous() and len(p.shape) > 3 and not hasattr(p, "placements"):
-            perm = _memory_order(local)  # channels_last: registered in its memory's order
+        if not local.is_contiguous() and len(p.shape) != 3 and placement != "expert" \
+                and not hasattr(p, "placements"):
+            # channels_last kernels, transposed matrices: registered in their memory's order
+            perm = _memory_order(local)
             local = local.permute(perm) if perm is not None else local
+            if perm == (1, 0):
+                shape_g = shape_g[::-1]  # stored [in, out]: transposed (docs/api.md)
         if not local.is_contiguous():
             raise ValueError(f"{name}: the local shard is not contiguous")
         q = Param(name=name, shape=shape_g, data=local, placement=placement, shard_dim=sdim,
-                  shard_offset=soff, shard_length=slen, source=p)
+                  shard_offset=soff, shard_length=slen, source=p, transposed=perm == (1, 0))
         q._ep_first = ep_first  # (first expert held, the mesh's ep size) of an 'ep' DTensor
         q._perm = perm  # the dims in memory order (channels_last), None where contiguous
         out.append(q)
@@ -911,8 +929,7 @@ class Optimizer:
                                  "parameter needs one at each step")
             return None
         g = g.to_local() if hasattr(g, "to_local") else g
-        perm = getattr(p, "_perm", None)
-        return g.detach() if perm is None else g.detach().permute(perm)
+        return _in_order(g.detach(), getattr(p, "_perm", None))
 
     def _sync(self, p, skip_missing=False):
         """Check p's current buffers and point the library at them. A torch parameter's are its
@@ -928,9 +945,9 @@ class Optimizer:
                 self._torch_grad(p)  # raises, naming p
             grad = grad.to_local() if hasattr(grad, "to_local") else grad
             perm = getattr(p, "_perm", None)
-            if perm is not None:  # channels_last: the registered view, in the memory's order
+            if perm is not None:  # channels_last, transposed: the registered view
                 local = local.permute(perm)
-                grad = grad.permute(perm) if grad is not None else None
+                grad = _in_order(grad, perm) if grad is not None else None
             addrs = self._check_buffers(p, local, grad)  # the checks hold for a detached view
             slot = self._slot(p)
             if slot.shape is not None and local.shape != slot.shape:

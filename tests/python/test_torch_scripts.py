@@ -5,7 +5,10 @@ does with each, compared step by step. One process.
     test_torch_scripts.py [CASE ...]     every case when none is named
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
-(skip) only where torch is not importable."""
+(skip) only where torch is not importable.
+
+One file, over 600 lines: one suite, every case a function on the same small models, run by
+one process in order (CTest runs it once), as test_torch_optim.py."""
 import contextlib
 import gc
 import inspect
@@ -538,6 +541,57 @@ def case_channels_last_cnn():
     ropt.load_state_dict(sd)
     opt.close()
     ropt.close()
+
+
+def case_transposed_matrices():
+    """A matrix parameter stored transposed (nn.Parameter(w.t()), or p.data = w.t() before the
+    optimizer is made, as checkpoint converters write it): registered as the [in, out] matrix
+    it is in memory with the library's `transposed` flag, so Muon's lr scale and Newton-Schulz
+    use its true [out, in] shape: the bits of the same matrix stored [out, in], within 1e-5 of
+    torch.optim.Muon (fp32 Newton-Schulz), its state in the parameter's shape; a gradient
+    assigned by hand in the other layout is read from a copy (the same bits); AdamW steps it
+    as torch.optim.AdamW. Before, construction raised (not contiguous)."""
+    if not hasattr(torch.optim, "Muon"):
+        print("  (torch.optim.Muon is not in this torch: case not run)")
+        return
+    import torch.optim._muon as tm
+    from test_torch_optim import _fp32_newton_schulz
+    cfg = {"ns_compute": "fp32", "comm_dtype": "fp32"}
+    torch.manual_seed(0)
+    w0 = torch.randn(24, 16) * 0.1
+    t = nn.Parameter(w0.t().contiguous().t())  # [24, 16], stored [16, 24]
+    c, r = nn.Parameter(w0.clone()), nn.Parameter(w0.clone())
+    assert not t.is_contiguous()
+    ot, oc = Muon([("t", t)], lr=0.02, config=cfg), Muon([("c", c)], lr=0.02, config=cfg)
+    ref = torch.optim.Muon([r], lr=0.02)
+    orig, tm._zeropower_via_newtonschulz = tm._zeropower_via_newtonschulz, _fp32_newton_schulz
+    try:
+        for k in range(4):
+            g = torch.randn(24, 16, generator=torch.Generator().manual_seed(k))
+            # autograd's layout (the parameter's) on even steps, by hand contiguous on odd ones
+            t.grad = g.t().contiguous().t() if k % 2 == 0 else g.clone()
+            c.grad, r.grad = g.clone(), g.clone()
+            ot.step()
+            oc.step()
+            ref.step()
+            assert torch.equal(t.detach(), c.detach()), k
+            assert relative(t.detach() - w0, r.detach() - w0) < 1e-5, k
+    finally:
+        tm._zeropower_via_newtonschulz = orig
+    buf = ot.state[t]["momentum_buffer"]
+    assert buf.shape == t.shape and relative(buf, ref.state[r]["momentum_buffer"]) < 1e-6
+    x = nn.Parameter(torch.randn(16, 24).t())
+    y = nn.Parameter(x.detach().clone())
+    ox = Muon([{"params": [("x", x)], "algo": "adamw"}], lr=0.01)
+    oy = torch.optim.AdamW([y], lr=0.01)
+    for k in range(3):
+        g = torch.randn(24, 16, generator=torch.Generator().manual_seed(10 + k))
+        x.grad, y.grad = g.t().contiguous().t(), g.clone()
+        ox.step()
+        oy.step()
+    assert relative(x.detach(), y.detach()) < 1e-6
+    for o in (ot, oc, ox):
+        o.close()
 
 
 CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}

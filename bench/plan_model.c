@@ -173,9 +173,9 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
     /* --ns-strategy, decided per tensor as commit's sharded_choose does (the CPU kernels only:
      * the device gathers every matrix). A sharded tensor leaves the plan (no owner, no
      * exchange); each member holding columns of one of its matrices runs the sharded standard
-     * iteration on them, every product whole, ns_shard_iter_flops(m, n_j) per step (4m^2 n_j +
-     * 2m^3, or 6m^2 n_j for n_j < m: runtime/step/ns_sharded.c); a member holding none counts
-     * nothing. */
+     * iteration on them in fp32 (bf16 or not), every product whole, ns_shard_iter_flops(m, n_j,
+     * 1) per step (4m^2 n_j + 2m^3, or 6m^2 n_j for n_j < m: runtime/step/ns_sharded.c); a member
+     * holding none counts nothing. */
     if (o->ns_strategy != NS_MODE_GATHER && o->ns_compute >= 0) {
         const shardopt_config_t dflt = SHARDOPT_CONFIG_INIT;
         double total = 0;
@@ -212,7 +212,7 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
             out->whole += plan_ns_cost(rows, cols) * (double)pp[q].k_count;
             for (int mb = 0; mb < members; mb++) {
                 const double n = (double)pp[q].boxes[mb].len[ld];
-                const double f = ns_shard_iter_flops(m, n) * o->ns_steps * (double)pp[q].k_count;
+                const double f = ns_shard_iter_flops(m, n, 1) * o->ns_steps * (double)pp[q].k_count;
                 out->real[mb] += f;
                 out->sharded[mb] += f;
                 /* every member joins each iteration's Gram all-reduce, columns or not */
@@ -265,13 +265,16 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                     for (int i = 0; i < 6; i++)
                         out->by_size[i] += team == 2 << i;
                     /* a team runs the sharded standard iteration, every product whole, each
-                     * member's update in its block's form (narrow: no A^2) */
+                     * member's update in its block's form (narrow: no A^2) in fp32, always
+                     * with A^2 in bf16 (plan_cfg.team_bf16) */
                     const int64_t rows = pp[q].shape[rd], cols = pp[q].shape[rd + 1];
                     const double mm = (double)(rows < cols ? rows : cols);
                     for (int j = 0; j < team; j++) {
                         int64_t lo, hi;
                         plan_team_block(rows, cols, team, j, &lo, &hi);
-                        out->real[tm[j]] += plan_ns_block_cost(mm, (double)(hi - lo)) * o->ns_steps;
+                        out->real[tm[j]] +=
+                            plan_ns_block_cost(mm, (double)(hi - lo), !extra->team_bf16) *
+                            o->ns_steps;
                         out->tbytes[tm[j]] += ar;
                         out->owned[tm[j]] += whole / team * COMM_ES;
                         for (int m = 0; m < members; m++) {
@@ -402,6 +405,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
      * (runtime/commit.c) */
     dcfg.allreduce_cost = o->cost_gflops > 0 ? team_es(o) * o->cost_gflops / o->cost_gbps
                                              : team_es(o) * rate / bw_node;
+    dcfg.team_bf16 = o->ns_compute == KDT_BF16; /* as team_es: bf16 teams always form A^2 */
     struct group_out dout = {.flops = dflops,
                              .bytes = dbytes,
                              .owned = downed,

@@ -14,18 +14,23 @@
  * nor Y (runtime/step/ns_sharded.c counts nothing for it). */
 static inline double ns_iter_flops(double m, double n) { return 4.0 * m * m * n + 2.0 * m * m * m; }
 
-/* A sharded block of n columns (a team member's, or a holder's under ns_strategy sharded) runs
- * the update in the cheaper of two forms, chosen from its shape only: n >= m, B = bA + cAA then
- * Y = aX + BX (2m^3 + 2m^2n, ns_iter_flops); n < m, A applied twice, Y = aX + A(bX + c(AX)) (4m^2n,
- * no m^3 term: cheaper exactly when n < m). Every member of a team computes A^2 whole, so a narrow
- * block's A^2 costs more than its own columns' products. */
+/* A sharded block of n columns (a team member's, or a holder's under ns_strategy sharded)
+ * iterated in fp32 runs the update in the cheaper of two forms, chosen from its shape only:
+ * n >= m, B = bA + cAA then Y = aX + BX (2m^3 + 2m^2n, ns_iter_flops); n < m, A applied twice,
+ * Y = aX + A(bX + c(AX)) (4m^2n, no m^3 term: cheaper exactly when n < m). Every member of a team
+ * computes A^2 whole, so a narrow block's A^2 costs more than its own columns' products. A team
+ * iterating in bf16 always takes the A^2 form (kernels/cpu/ns_bf16.c says why). */
 static inline int ns_shard_narrow(double m, double n) { return n < m; }
 
-/* FLOPs of one sharded iteration on such a block: X X^T 2m^2n, then the form's update; n = 0:
- * none (the block forms neither). sharding/plan.c's plan_ns_block_cost is the planner's copy. */
-static inline double ns_shard_iter_flops(double m, double n)
+/* FLOPs of one sharded iteration on such a block: X X^T 2m^2n, then the update; n = 0: none
+ * (the block forms neither). narrow_ok: 1 where the block may take the narrow form (fp32), 0
+ * where it always forms A^2 (bf16 teams). sharding/plan.c's plan_ns_block_cost is the planner's
+ * copy. */
+static inline double ns_shard_iter_flops(double m, double n, int narrow_ok)
 {
-    return n <= 0 ? 0.0 : ns_shard_narrow(m, n) ? 6.0 * m * m * n : ns_iter_flops(m, n);
+    return n <= 0                               ? 0.0
+           : narrow_ok && ns_shard_narrow(m, n) ? 6.0 * m * m * n
+                                                : ns_iter_flops(m, n);
 }
 
 /* FLOPs (2 per multiply-add) of one matrix's whole Newton-Schulz on the working shape m x n,

@@ -100,6 +100,8 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
          * NS FLOPs at cost_gemm_gflops */
         cfg.allreduce_cost = (double)kdtype_size(rt->team_compute) * rt->cfg.cost_gemm_gflops /
                              rt->cfg.cost_net_gbps;
+        /* bf16 teams form A^2 on every block (ns_sharded.c counts them so) */
+        cfg.team_bf16 = rt->team_compute == KDT_BF16;
     }
     if (pp == NULL || boxes == NULL) {
         built = SHARDOPT_ERR_OUT_OF_MEMORY;

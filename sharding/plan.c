@@ -15,11 +15,11 @@ double plan_ns_cost(int64_t rows, int64_t cols)
     return 4.0 * m * m * n + 2.0 * m * m * m;
 }
 
-double plan_ns_block_cost(double m, double n)
+double plan_ns_block_cost(double m, double n, int narrow_ok)
 {
     if (n <= 0)
         return 0.0;
-    return n < m ? 6.0 * m * m * n : 4.0 * m * m * n + 2.0 * m * m * m;
+    return narrow_ok && n < m ? 6.0 * m * m * n : 4.0 * m * m * n + 2.0 * m * m * m;
 }
 
 /* Entries of the upper block rows of an m x m product in block rows of `block` rows (as
@@ -215,7 +215,8 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
             .k = mats[m].k,
             .rows = rows,
             .cols = cols,
-            .cost = k > 1 ? plan_ns_team_cost(mats[m].rows, mats[m].cols, k) : mats[m].cost,
+            .cost = k > 1 ? plan_ns_team_cost(mats[m].rows, mats[m].cols, k, !cfg->team_bf16)
+                          : mats[m].cost,
             .slot = slot,
             .team = k,
             .team_j = j,

@@ -80,6 +80,9 @@ struct plan_cfg {
     double allreduce_cost;   /* cost units per Gram element a team member sends in its per-
                                 iteration all-reduce (the element's bytes, fp32 or bf16 as the
                                 teams iterate, x NS rate / the node's link rate) */
+    int team_bf16;           /* 1: teams iterate in bf16, whose members always form A^2
+                                (plan_ns_team_cost's narrow_ok 0); 0: fp32, a block narrower than
+                                m updated without it */
 };
 
 /* A piece I hold (a contiguous run of my local shard). Momentum writes U for it at `buf`
@@ -180,16 +183,18 @@ double plan_ns_cost(int64_t rows, int64_t cols);
 
 /* FLOPs of one sharded Newton-Schulz iteration on a block of n columns of an m-row working
  * matrix (a team member's, or a holder's under ns_strategy sharded), every product whole, the
- * update in the cheaper form for its shape: n >= m, 4m^2n + 2m^3 (B = bA + cA^2, Y = aX + BX);
- * n < m, 6m^2n (A applied twice, Y = aX + A(bX + cAX), without the redundant m^3 of A^2). 0 for
- * n = 0. The planner's copy of kernels/ns_shape.h's ns_shard_iter_flops (test_ns_gram checks
+ * update in the cheaper form for its shape where narrow_ok (fp32): n >= m, 4m^2n + 2m^3 (B = bA +
+ * cA^2, Y = aX + BX); n < m, 6m^2n (A applied twice, Y = aX + A(bX + cAX), without the redundant
+ * m^3 of A^2). narrow_ok 0 (a bf16 team, which always forms A^2): 4m^2n + 2m^3 for every n. 0
+ * for n = 0. The planner's copy of kernels/ns_shape.h's ns_shard_iter_flops (test_ns_gram checks
  * that they agree). */
-double plan_ns_block_cost(double m, double n);
+double plan_ns_block_cost(double m, double n, int narrow_ok);
 
 /* One member's NS cost per iteration in a team of k that splits the long side n into k blocks
  * and all-reduces the m x m Gram matrix (standard algorithm, as runtime/ns_sharded.c runs it):
- * plan_ns_block_cost(m, n/k), 4m^2n/k + 2m^3, or 6m^2n/k where n/k < m. k = 1: plan_ns_cost. */
-double plan_ns_team_cost(int64_t rows, int64_t cols, int k);
+ * plan_ns_block_cost(m, n/k, narrow_ok), 4m^2n/k + 2m^3, or 6m^2n/k where narrow_ok and n/k < m.
+ * k = 1: plan_ns_cost. */
+double plan_ns_team_cost(int64_t rows, int64_t cols, int k, int narrow_ok);
 
 /* Elements (fp32 or bf16, as the team iterates) one member sends per iteration in a ring
  * all-reduce of the team's m x m Gram matrix: 2(k-1)/k m^2 (0 for k = 1). */

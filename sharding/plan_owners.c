@@ -20,10 +20,10 @@ static int by_cost_desc(const void *a, const void *b)
     return i - j;
 }
 
-double plan_ns_team_cost(int64_t rows, int64_t cols, int k)
+double plan_ns_team_cost(int64_t rows, int64_t cols, int k, int narrow_ok)
 {
     double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
-    return plan_ns_block_cost(m, n / (k > 1 ? k : 1));
+    return plan_ns_block_cost(m, n / (k > 1 ? k : 1), narrow_ok);
 }
 
 double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k)
@@ -56,7 +56,7 @@ static int team_size(const struct plan_cfg *cfg, int team_cap, const struct mat 
     int best = 1;
     double best_c = m->cost;
     for (int k = 2; k <= cap; k *= 2) {
-        const double c = plan_ns_team_cost(m->rows, m->cols, k) +
+        const double c = plan_ns_team_cost(m->rows, m->cols, k, !cfg->team_bf16) +
                          cfg->allreduce_cost * plan_team_allreduce_elems(m->rows, m->cols, k);
         if (c < best_c) {
             best = k;
@@ -225,7 +225,7 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
         const int k = team_size(cfg, P->team_cap, &mats[m], mean);
         if (k > 1) {
             int *t = &P->team_of[(size_t)m * (size_t)P->team_cap];
-            const double c = plan_ns_team_cost(mats[m].rows, mats[m].cols, k);
+            const double c = plan_ns_team_cost(mats[m].rows, mats[m].cols, k, !cfg->team_bf16);
             const double ar =
                 cfg->allreduce_cost * plan_team_allreduce_elems(mats[m].rows, mats[m].cols, k);
             const double per = c + ar;

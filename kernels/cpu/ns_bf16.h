@@ -47,11 +47,9 @@ int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
  * working orientation (n >= 1, also under m), in bf16 with every product whole and accumulated
  * in fp32. Per iteration ns_bf16_shard_gram forms the block's Gram matrix X_j X_j^T (bf16), the
  * runtime sums it over the team, and ns_bf16_shard_update forms Y = a X + (b A + c A A) X (A A
- * and B in bf16 as on the gathered path), or for a block narrower than m (ns_shard_narrow,
- * kernels/ns_shape.h) Y = a X + A V with V = c A X + b X (one matmul, rounded once to bf16) in
- * place of B. The primitives are
- * made by ns_bf16_shard_prepare (at commit) for the shape and coefficients, and found by
- * ns_bf16_shard_find (NULL: none). */
+ * and B in bf16 as on the gathered path), for blocks narrower than m too (unlike the fp32
+ * kernels: ns_bf16.c says why). The primitives are made by ns_bf16_shard_prepare (at commit) for
+ * the shape and coefficients, and found by ns_bf16_shard_find (NULL: none). */
 struct ns_bf16_shard;
 shardopt_status_t ns_bf16_shard_prepare(struct ns_bf16 *b, int64_t m, int64_t n,
                                         const float (*coeffs)[3], int steps);
@@ -61,7 +59,7 @@ const struct ns_bf16_shard *ns_bf16_shard_find(const struct ns_bf16 *b, int64_t 
 int ns_bf16_shard_gram(struct ns_bf16 *b, const struct ns_bf16_shard *p, const uint16_t *x,
                        uint16_t *A);
 /* Y = a X + (b A + c A A) X with step s's coefficients, A the team's summed Gram matrix; B
- * (m x m; narrow: m x n) scratch. 0, or -1. */
+ * (m x m) scratch. 0, or -1. */
 int ns_bf16_shard_update(struct ns_bf16 *b, const struct ns_bf16_shard *p, int s, const uint16_t *A,
                          const uint16_t *x, uint16_t *B, uint16_t *y);
 /* AOL on bf16 X (m x n) and its Gram matrix A (the whole matrix's, summed): d_i = (sum_j |A_ij| +

@@ -40,11 +40,10 @@ struct ns_bf16_shard {
     int steps;
     float coeffs[NS_TABLE_MAX_STEPS][3];
     int uniq[NS_TABLE_MAX_STEPS];
-    int narrow;                       /* n < m: no A A (kernels/ns_shape.h, ns_shard_narrow) */
     struct mm gram;                   /* A = X X^T */
-    struct mm aa[NS_TABLE_MAX_STEPS]; /* B = c A A + b B (B a copy of A); narrow: V = c A X + b V
-                                         (V a copy of X, m x n) */
-    struct mm bx[NS_TABLE_MAX_STEPS]; /* Y = B X + a Y (Y a copy of X); narrow: Y = A V + a Y */
+    struct mm aa[NS_TABLE_MAX_STEPS]; /* B = c A A + b B (B a copy of A), every block's width
+                                         (ns_bf16.c, ns_bf16_shard_prepare, says why) */
+    struct mm bx[NS_TABLE_MAX_STEPS]; /* Y = B X + a Y (Y a copy of X) */
 };
 
 struct ns_bf16 {

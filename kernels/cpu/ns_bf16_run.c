@@ -260,12 +260,6 @@ int ns_bf16_shard_update(struct ns_bf16 *b, const struct ns_bf16_shard *p, int s
 {
     const int64_t m = p->m, n = p->n;
     const int u = p->uniq[s];
-    if (p->narrow) { /* V = c A X + b X in B (m x n), then Y = A V + a X */
-        copy_par(B, x, sizeof(uint16_t) * (size_t)(m * n));
-        int rc = mm_run(b, &p->aa[u], A, x, B);
-        copy_par(y, x, sizeof(uint16_t) * (size_t)(m * n));
-        return rc == 0 ? mm_run(b, &p->bx[u], A, B, y) : rc;
-    }
     copy_par(B, A, sizeof(uint16_t) * (size_t)(m * m));
     int rc = mm_run(b, &p->aa[u], A, A, B);
     copy_par(y, x, sizeof(uint16_t) * (size_t)(m * n));

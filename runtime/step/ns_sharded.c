@@ -115,7 +115,8 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
         (double)c->ns_steps * sizeof(uint16_t) * plan_team_allreduce_elems(m, m, k);
     if (count == 0)
         return SHARDOPT_OK;
-    rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n) * c->ns_steps;
+    /* the bf16 update always forms A A (kernels/cpu/ns_bf16.c): no narrow form to count */
+    rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n, 0) * c->ns_steps;
     for (size_t i = 0; i < count; i++)
         xf[i] = f32_from_bf16(x[i]);
     rt->ops->ns_shard_store(&rt->kctx, piece, xf);
@@ -170,7 +171,7 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
         (double)c->ns_steps * sizeof(float) * plan_team_allreduce_elems(m, m, k);
     if (count == 0) /* no columns: it forms neither B nor Y, only joins the all-reduces */
         return SHARDOPT_OK;
-    rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n) * c->ns_steps;
+    rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n, 1) * c->ns_steps;
     rt->ops->ns_shard_store(&rt->kctx, piece, x);
     return SHARDOPT_OK;
 }

@@ -43,7 +43,7 @@ TEST(a_rank_without_columns_counts_no_sharded_flops)
     ASSERT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
     const double want =
         d.shard_length > 0
-            ? ns_shard_iter_flops((double)rows, (double)d.shard_length) * cfg.ns_steps
+            ? ns_shard_iter_flops((double)rows, (double)d.shard_length, 1) * cfg.ns_steps
             : 0;
     EXPECT_NEAR(st.ns_flops_last, want, 0.0);
     EXPECT_EQ_INT(st.muon_matrices, 0); /* sharded: no rank owns it whole */

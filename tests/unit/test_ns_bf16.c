@@ -368,8 +368,10 @@ TEST(bf16_gram_runs_only_when_prepared)
 /* The team's iteration in bf16 (ns_bf16_shard_*, as runtime/step/ns_sharded.c runs it): a 128 x
  * 384 matrix in k column blocks (even, uneven, and blocks narrower than its 128 rows), each
  * block's Gram matrix summed in bf16 pair by pair through fp32 as the team's MPI_Op does, against
- * the fp64 standard iteration: within the 1.5e-2 of the gathered bf16 path. Blocks of one width
- * share a plan; a width never prepared finds none. */
+ * the fp64 standard iteration: within the 1.5e-2 of the gathered bf16 path, and blocks narrower
+ * than m within 8e-3 (5.6e-3 measured with A^2 on every block; the fp32 kernels' narrow form
+ * without A^2 measured 1.12e-2 here, which is why the bf16 kernel does not take it). Blocks of
+ * one width share a plan; a width never prepared finds none. */
 TEST(bf16_team_blocks_match_fp64_within_1_5e_2)
 {
     struct ns_bf16 *b = engine();
@@ -433,7 +435,7 @@ TEST(bf16_team_blocks_match_fp64_within_1_5e_2)
         const double e = rel_frobenius(out, ref, (size_t)(m * n));
         printf("  %d blocks of %lld columns: relative Frobenius error vs fp64 %.2e\n", k,
                (long long)w, e);
-        EXPECT_TRUE(e <= 1.5e-2);
+        EXPECT_TRUE(e <= (w < m ? 8e-3 : 1.5e-2));
         EXPECT_TRUE(e > 1e-4); /* bf16 arithmetic, not fp32 */
         worst = e > worst ? e : worst;
     }

@@ -453,13 +453,21 @@ TEST(plan_ns_flops_agrees_with_ns_flops_total)
                     ns_iter_flops((double)(r < c ? r : c), (double)(r < c ? c : r)), 0.0);
         EXPECT_NEAR(plan_ns_cost(r, c), ns_flops_per_iter(r, c), 0.0);
     }
-    /* a sharded block: the same form, wide or narrow, in the kernels' count and the planner's */
+    /* a sharded block: the same form, wide or narrow, in the kernels' count and the planner's,
+     * where the narrow form is allowed (fp32) and where it is not (bf16 teams: A^2 always) */
     const double blocks[][2] = {{512, 128}, {512, 511}, {512, 512}, {512, 4096}, {96, 0}};
-    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
-        EXPECT_NEAR(plan_ns_block_cost(blocks[i][0], blocks[i][1]),
-                    ns_shard_iter_flops(blocks[i][0], blocks[i][1]), 0.0);
-    EXPECT_NEAR(plan_ns_block_cost(512, 128), 6.0 * 512 * 512 * 128, 0.0);
-    EXPECT_NEAR(plan_ns_block_cost(512, 512), ns_iter_flops(512, 512), 0.0);
+    for (int ok = 0; ok < 2; ok++)
+        for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+            EXPECT_NEAR(plan_ns_block_cost(blocks[i][0], blocks[i][1], ok),
+                        ns_shard_iter_flops(blocks[i][0], blocks[i][1], ok), 0.0);
+    EXPECT_NEAR(plan_ns_block_cost(512, 128, 1), 6.0 * 512 * 512 * 128, 0.0);
+    EXPECT_NEAR(plan_ns_block_cost(512, 128, 0), ns_iter_flops(512, 128), 0.0);
+    EXPECT_NEAR(plan_ns_block_cost(512, 512, 1), ns_iter_flops(512, 512), 0.0);
+    EXPECT_NEAR(plan_ns_block_cost(512, 512, 0), ns_iter_flops(512, 512), 0.0);
+    EXPECT_NEAR(plan_ns_block_cost(96, 0, 0), 0.0, 0.0);
+    /* a team of 4 on 512 x 1536: blocks of 384 columns, narrower than 512 */
+    EXPECT_NEAR(plan_ns_team_cost(512, 1536, 4, 1), ns_shard_iter_flops(512, 384, 1), 0.0);
+    EXPECT_NEAR(plan_ns_team_cost(512, 1536, 4, 0), ns_iter_flops(512, 384), 0.0);
 }
 
 /* Entries a kernel forms of an m x m symmetric product in block rows of `block` rows, summed

@@ -571,7 +571,8 @@ TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)
         boxes_make(bx[p], 8, ps[p].ndim, ps[p].shape, ps[p].ndim - 2, 0, ps[p].shape[0], 0);
         ps[p].boxes = bx[p];
     }
-    EXPECT_TRUE(plan_ns_team_cost(64, 512, 1) == plan_ns_cost(64, 512));
+    EXPECT_TRUE(plan_ns_team_cost(64, 512, 1, 1) == plan_ns_cost(64, 512));
+    EXPECT_TRUE(plan_ns_team_cost(64, 512, 1, 0) == plan_ns_cost(64, 512));
     EXPECT_TRUE(plan_team_allreduce_elems(64, 512, 1) == 0);
     for (int cap = 1; cap <= 4; cap *= 4) {
         struct plan_cfg cfg = {.members = 8,
@@ -600,7 +601,7 @@ TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)
             double whole = 0;
             for (int m = 1; m < P.nmatrices; m++) /* 16 x 64 and the stack's 16 x 64 */
                 whole += plan_ns_cost(16, 64);
-            EXPECT_TRUE(fabs(sum - whole - cap * plan_ns_team_cost(64, 512, cap)) < 1e-6 * sum);
+            EXPECT_TRUE(fabs(sum - whole - cap * plan_ns_team_cost(64, 512, cap, 1)) < 1e-6 * sum);
         }
         plan_free(&P);
     }

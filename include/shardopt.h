@@ -583,7 +583,9 @@ SHARDOPT_API shardopt_status_t shardopt_param_get_algo(shardopt_param_t param,
 SHARDOPT_API shardopt_status_t shardopt_commit(shardopt_runtime_t rt);
 
 /** One optimizer step over every registered parameter. Collective. Allocates nothing. When it
- *  fails on validation (e.g. a NULL gradient) no parameter or state has been written. */
+ *  fails on validation (e.g. a NULL gradient) no parameter or state has been written. Every rank
+ *  must pass the same arguments (stream aside) and hold the same step counts: one that differs
+ *  fails the step on every rank with SHARDOPT_ERR_MISMATCH naming it, nothing written. */
 SHARDOPT_API shardopt_status_t shardopt_step(shardopt_runtime_t rt,
                                              const shardopt_step_args_t *args);
 

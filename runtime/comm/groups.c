@@ -314,21 +314,13 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
     return SHARDOPT_OK;
 }
 
-static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, int rank,
-                               shardopt_status_t mine, const char *what)
+/* The agreed outcome pair = (worst status, lowest rank that had it) reaches every rank: the
+ * chosen rank's message is shared and each rank returns it. */
+static shardopt_status_t agree_message(const struct groups *tg, MPI_Comm a, MPI_Comm b, int rank,
+                                       shardopt_status_t mine, const char *what, const int pair[2])
 {
-    int pair[2] = {(int)mine, rank}, ready = 0;
     char msg[512];
 
-    MPI_Initialized(&ready);
-    if (!ready)
-        return mine;
-    /* every rank's outcome of the call: the wait where a rank that never arrives is found */
-    comm_allreduce(tg, a, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
-    if (b != MPI_COMM_NULL)
-        comm_allreduce(tg, b, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
-    if (pair[0] == SHARDOPT_OK)
-        return SHARDOPT_OK;
     /* the chosen rank's message reaches every rank: only it contributes non-zero bytes */
     memset(msg, 0, sizeof msg);
     if (pair[1] == rank)
@@ -355,6 +347,45 @@ static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, 
     if (mine != SHARDOPT_OK)
         return status_set((shardopt_status_t)pair[0], "%s", agreed);
     return log_fail((shardopt_status_t)pair[0], "%s", agreed);
+}
+
+static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, int rank,
+                               shardopt_status_t mine, const char *what)
+{
+    int pair[2] = {(int)mine, rank}, ready = 0;
+
+    MPI_Initialized(&ready);
+    if (!ready)
+        return mine;
+    /* every rank's outcome of the call: the wait where a rank that never arrives is found */
+    comm_allreduce(tg, a, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
+    if (b != MPI_COMM_NULL)
+        comm_allreduce(tg, b, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
+    if (pair[0] == SHARDOPT_OK)
+        return SHARDOPT_OK;
+    return agree_message(tg, a, b, rank, mine, what, pair);
+}
+
+shardopt_status_t groups_agree_digest(const struct groups *g, shardopt_status_t mine,
+                                      const char *what, uint64_t digest, int *differs)
+{
+    /* One all-reduce (MAX) of three words instead of the status agreement's MINLOC pair, so the
+     * check rides on a collective the call makes anyway: the worst status with the lowest rank
+     * that had it (statuses are <= 0: -status in the high half, ~rank in the low half, so MAX
+     * picks the most negative status, then the lowest rank), the largest digest and the largest
+     * complement (the smallest digest). The digests differ somewhere iff largest != smallest,
+     * which every rank sees alike. */
+    uint64_t v[3] = {((uint64_t)(uint32_t)(-(int)mine) << 32) | (uint32_t) ~(uint32_t)g->me.rank,
+                     digest, ~digest};
+    *differs = 0;
+    comm_allreduce(g, g->dense, MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, "status agreement");
+    if (g->rep != MPI_COMM_NULL)
+        comm_allreduce(g, g->rep, MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, "status agreement");
+    const int pair[2] = {-(int)(uint32_t)(v[0] >> 32), (int)~(uint32_t)v[0]};
+    if (pair[0] != SHARDOPT_OK)
+        return agree_message(g, g->dense, g->rep, g->me.rank, mine, what, pair);
+    *differs = v[1] != ~v[2];
+    return SHARDOPT_OK;
 }
 
 void groups_view(struct groups *t, MPI_Comm a, MPI_Comm b, int rank, double timeout_s)

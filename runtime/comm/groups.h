@@ -37,6 +37,12 @@ int groups_bcast(const struct groups *g, void *buf, int count, MPI_Datatype type
  * lowest rank that had it, prefixed with that rank (collective). */
 shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what);
 
+/* groups_agree, and in the same all-reduce whether every rank passed the same digest (a hash of
+ * the call's arguments): *differs is 1 on every rank when some two digests differ and the agreed
+ * status is OK (0 otherwise). The caller then finds out which argument differs. */
+shardopt_status_t groups_agree_digest(const struct groups *g, shardopt_status_t mine,
+                                      const char *what, uint64_t digest, int *differs);
+
 /* The same over the ranks of a and b together (b may be MPI_COMM_NULL), `rank` naming this one:
  * for init, before the groups exist, with this rank's own comm_timeout_s as the deadline (the
  * config is not yet agreed; 0: none). Returns mine when MPI is not initialised. */

@@ -9,6 +9,7 @@
 #include "kernels/clock.h"
 #include "runtime/comm/comm_wait.h"
 #include "runtime/runtime.h"
+#include "runtime/step/args_agree.h"
 #include "runtime/step/muon_exec.h"
 #include "runtime/step/ns_sharded.h"
 #include "runtime/step/offload_exec.h"
@@ -349,6 +350,24 @@ static void param_stats_after(shardopt_runtime_t rt)
             sqrt(rt->pstat_sum[i] / (double)rt->params[i]->layout.global_numel);
 }
 
+/* The scalars every rank must agree on (args_agree.h), as they take effect. Not compared:
+ * args.stream, the trainer's own CUDA stream on each rank (a pointer of that process), and
+ * args.size / version, which only say how much of the struct a rank's header has (what it
+ * holds is compared). There is no per-rank gradient scale among the arguments: the clipping
+ * scale comes from the global norm, the same on every rank. */
+static void step_agreed_values(shardopt_runtime_t rt, const struct step_scalars *sc,
+                               double vals[ARGS_AGREE_N])
+{
+    vals[ARGS_AGREE_LR] = sc->lr;
+    vals[ARGS_AGREE_ADAMW_LR] = sc->adamw_lr;
+    vals[ARGS_AGREE_MUON_WD] = sc->muon_wd;
+    vals[ARGS_AGREE_ADAMW_WD] = sc->adamw_wd;
+    vals[ARGS_AGREE_MOMENTUM] = sc->momentum;
+    vals[ARGS_AGREE_MAX_GRAD_NORM] = sc->max_grad_norm > 0 ? sc->max_grad_norm : 0.0;
+    vals[ARGS_AGREE_SKIP_MISSING] = sc->skip_missing;
+    vals[ARGS_AGREE_STEPS] = (double)rt->counters.steps;
+}
+
 /* skip_missing_grads, once every rank has validated its arguments (collective): which
  * parameters have a NULL gradient on every rank that holds elements of them (p->skip), from one
  * all-reduce (max) of a rank without and a rank with a gradient each. Every rank sees the same
@@ -406,9 +425,17 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
                           "step failed; nothing was updated: finalize, init again and load the "
                           "last checkpoint",
                           rt->groups.me.rank);
-    /* the step is collective: a check failing on one rank fails it on all */
-    if (rt->committed)
-        status = groups_agree(&rt->groups, status, "step");
+    /* the step is collective: a check failing on one rank fails it on all; the same all-reduce
+     * compares a digest of the arguments, and only when they differ is the slow path taken */
+    if (rt->committed) {
+        double vals[ARGS_AGREE_N];
+        int differ = 0;
+        step_agreed_values(rt, &sc, vals);
+        status =
+            groups_agree_digest(&rt->groups, status, "step", args_agree_digest(rt, vals), &differ);
+        if (status == SHARDOPT_OK && differ)
+            status = args_agree_find(rt, vals);
+    }
     if (status != SHARDOPT_OK)
         return status;
     /* every rank validated the same arguments: skip_missing_grads is on everywhere or nowhere */

@@ -1,0 +1,165 @@
+/* Step arguments that differ between ranks (a scheduler stepped twice on one rank, a trainer bug):
+ * each scalar argument, and a parameter's step count, differing on the last rank only fails the
+ * step on every rank with SHARDOPT_ERR_MISMATCH naming the argument, both ranks and both values,
+ * with nothing written anywhere; the next consistent step goes ahead. Layout from
+ * SHARDOPT_TEST_LAYOUT (a replicate group too on 4 ranks: the check spans both groups). */
+#include <string.h>
+
+#include "model_run.h"
+#include "test.h"
+
+static shardopt_config_t quiet_cfg(void)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.num_threads = 1;
+    cfg.comm_timeout_s = 60; /* a build without the check hangs in mismatched collectives */
+    return cfg;
+}
+
+static shardopt_step_args_t args_at(void)
+{
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.02;
+    a.adamw_lr = 0.01;
+    a.weight_decay = 0.1;
+    a.momentum = 0.9;
+    a.max_grad_norm = 5.0;
+    return a;
+}
+
+/* One case: the last rank changes one argument; what every rank's message must contain. */
+struct arg_case {
+    const char *name;
+    void (*change)(shardopt_step_args_t *a);
+    const char *expect; /* the argument and the two values, as the message prints them */
+};
+
+static void ch_lr(shardopt_step_args_t *a) { a->lr = 0.04; }
+static void ch_adamw_lr(shardopt_step_args_t *a) { a->adamw_lr = 0.03; }
+static void ch_wd(shardopt_step_args_t *a) { a->weight_decay = 0.2; }
+static void ch_momentum(shardopt_step_args_t *a) { a->momentum = 0.95; }
+static void ch_clip(shardopt_step_args_t *a) { a->max_grad_norm = 0; }
+static void ch_skip(shardopt_step_args_t *a) { a->skip_missing_grads = 1; }
+/* the last bit of lr: what a float32 round-trip in one rank's scheduler does */
+static void ch_lr_ulp(shardopt_step_args_t *a) { a->lr = nextafter(a->lr, 1.0); }
+
+static const struct arg_case cases[] = {
+    {"lr", ch_lr, "args.lr differs between ranks: rank 0 has 0.02, rank %d has 0.04"},
+    {"adamw_lr", ch_adamw_lr,
+     "args.adamw_lr (in effect: a negative value is lr) differs between "
+     "ranks: rank 0 has 0.01, rank %d has 0.03"},
+    {"weight_decay", ch_wd,
+     "args.weight_decay (Muon's, in effect: a negative value is the "
+     "config's weight_decay) differs between ranks: rank 0 has 0.1, rank %d "
+     "has 0.2"},
+    {"momentum", ch_momentum,
+     "args.momentum (in effect: a negative value is the config's "
+     "momentum) differs between ranks: rank 0 has 0.9, rank %d has 0.95"},
+    {"max_grad_norm", ch_clip,
+     "args.max_grad_norm (in effect: <= 0 is no clipping) differs between "
+     "ranks: rank %d has 0, rank 0 has 5"},
+    {"skip_missing_grads", ch_skip,
+     "args.skip_missing_grads differs between ranks: rank 0 has 0, "
+     "rank %d has 1"},
+    {"lr (last bit)", ch_lr_ulp,
+     "args.lr differs between ranks: rank 0 has 0.02, rank %d has "
+     "0.020000000000000004"},
+};
+
+static int same_everywhere(const unsigned char *a, size_t na, const unsigned char *b, size_t nb)
+{
+    int same = na == nb && memcmp(a, b, na) == 0;
+    MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return same;
+}
+
+TEST(each_argument_differing_on_one_rank_fails_every_rank_with_nothing_written)
+{
+    setup();
+    const int last = world - 1;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct run r = {0};
+        ASSERT_EQ_INT(run_setup(&r, MPI_COMM_WORLD, quiet_cfg(), 0), SHARDOPT_OK);
+        shardopt_step_args_t a = args_at();
+        run_grads(&r, 1, 0);
+        ASSERT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_OK);
+        unsigned char *before, *after;
+        size_t nb, na;
+        snapshot(&r, &before, &nb);
+        run_grads(&r, 2, 0);
+        if (me == last)
+            cases[c].change(&a);
+        const shardopt_status_t st = shardopt_step(r.rt, &a);
+        if (st != SHARDOPT_ERR_MISMATCH)
+            printf("  case %s: status %d on rank %d\n", cases[c].name, (int)st, me);
+        EXPECT_EQ_INT(st, SHARDOPT_ERR_MISMATCH);
+        char want[512];
+        snprintf(want, sizeof want, cases[c].expect, last);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), want);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was updated");
+        snapshot(&r, &after, &na);
+        EXPECT_TRUE(same_everywhere(before, nb, after, na));
+        shardopt_stats_t s = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(r.rt, &s);
+        EXPECT_EQ_INT(s.steps, 1);
+        /* the next step with the same arguments everywhere goes ahead and changes the weights */
+        a = args_at();
+        EXPECT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_OK);
+        snapshot(&r, &after, &na);
+        EXPECT_TRUE(!same_everywhere(before, nb, after, na) || nb == 0);
+        free(before);
+        free(after);
+        run_free(&r);
+    }
+}
+
+TEST(a_step_count_set_on_one_rank_only_is_named)
+{
+    setup();
+    struct run r = {0};
+    ASSERT_EQ_INT(run_setup(&r, MPI_COMM_WORLD, quiet_cfg(), 0), SHARDOPT_OK);
+    shardopt_step_args_t a = args_at();
+    run_grads(&r, 1, 0);
+    ASSERT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_OK);
+    unsigned char *before, *after;
+    size_t nb, na;
+    snapshot(&r, &before, &nb);
+    /* parameter 3: a trainer restoring its own state set the count on one rank only */
+    if (me == world - 1)
+        EXPECT_EQ_INT(shardopt_param_set_step(r.h[3], 7), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_ERR_MISMATCH);
+    char want[512];
+    snprintf(want, sizeof want,
+             "the step count of parameter '%s' differs between ranks: rank 0 has 1, "
+             "rank %d has 7",
+             model_params[3].name, world - 1);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), want);
+    snapshot(&r, &after, &na);
+    EXPECT_TRUE(same_everywhere(before, nb, after, na));
+    /* set alike again: the step goes ahead */
+    EXPECT_EQ_INT(shardopt_param_set_step(r.h[3], 7), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_OK);
+    free(before);
+    free(after);
+    run_free(&r);
+}
+
+TEST(two_spellings_of_the_same_step_agree)
+{
+    setup();
+    struct run r = {0};
+    ASSERT_EQ_INT(run_setup(&r, MPI_COMM_WORLD, quiet_cfg(), 0), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.02;
+    run_grads(&r, 1, 0);
+    if (me == world - 1) { /* the defaults written out: the same step */
+        a.adamw_lr = 0.02;
+        a.weight_decay = -5; /* any negative: the config's */
+        a.momentum = 0.95;   /* the config's */
+        a.max_grad_norm = -1;
+        a.stream = &a; /* a per-rank pointer; ignored on the CPU and not compared */
+    }
+    EXPECT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_OK);
+    EXPECT_EQ_INT(run_steps(&r, 2, 2), SHARDOPT_OK);
+    run_free(&r);
+}

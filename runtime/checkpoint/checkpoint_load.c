@@ -14,6 +14,7 @@
 #include "base/mem.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint_index.h"
+#include "runtime/checkpoint/checkpoint_load_report.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/comm/comm_wait.h"
 #include "sharding/reshard.h"
@@ -43,6 +44,8 @@ struct ck_load {
     unsigned char *wread; /* per registered param: its weight was read */
     const struct state_store *store; /* staging is a buffer of its kind */
     char converted_names[512];
+    int kept; /* load_allow_missing: registered tensors the checkpoint lacks (kept as they are) */
+    char kept_names[512];
 };
 
 /* ---- files ---- */
@@ -278,11 +281,11 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
             if (t != NULL && t->is_weight != is_weight)
                 t = NULL; /* "x.momentum" the weight of another parameter: not x's state */
             if (t == NULL) {
-                if (allow_missing && is_weight) /* keeps its current value: not written */
-                    continue;
-                if (allow_missing) { /* keeps its current state */
-                    memcpy(L->fill + k[j].offset, L->current + k[j].offset,
-                           (size_t)p->layout.local_numel * kdtype_size(k[j].dtype));
+                if (allow_missing) { /* kept as it is, named in rank 0's warning (renamed?) */
+                    ckpt_names_add(L->kept_names, sizeof L->kept_names, &L->kept, name);
+                    if (!is_weight) /* its current state; a weight is left unwritten */
+                        memcpy(L->fill + k[j].offset, L->current + k[j].offset,
+                               (size_t)p->layout.local_numel * kdtype_size(k[j].dtype));
                     continue;
                 }
                 return log_fail(SHARDOPT_ERR_MISMATCH,
@@ -585,8 +588,10 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
             log_warn("load: %s: %d tensor(s) converted to the configured (state) or registered "
                      "(weight) dtype: %s%s",
                      L.ix.dir, L.converted, L.converted_names, L.converted > 8 ? ", ..." : "");
-        if (rt->groups.me.rank == 0)
+        if (rt->groups.me.rank == 0) {
+            ckpt_load_report_unmatched(rt, &L.ix, L.kept, L.kept_names);
             log_info("load: %s (step %llu)", L.ix.dir, (unsigned long long)L.ix.step);
+        }
     }
     load_free(&L);
     free(text);

@@ -1,0 +1,58 @@
+/* A load's report of what did not match (checkpoint_load_report.h). */
+#include "runtime/checkpoint/checkpoint_load_report.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "kernels/rng.h"
+
+void ckpt_names_add(char *list, size_t cap, int *count, const char *name)
+{
+    if ((*count)++ >= CKPT_LOAD_NAMES_SHOWN)
+        return;
+    const size_t o = strlen(list);
+    snprintf(list + o, cap - o, "%s%.120s", o ? ", " : "", name);
+}
+
+/* A parameter renamed since the save shows up twice: its new name's tensors kept as they were
+ * (load_allow_missing) and its old name's record unused. Neither may pass without a word, or its
+ * state is lost silently. Unused records alone (a checkpoint of a larger model, another pipeline
+ * stage's) are normal without load_allow_missing: info, not a warning. */
+/* Whether a parameter of this name is registered: by the hash register computed, then the text.
+ * No allocation (a load's every allocation failure must fail the load, tests/unit/
+ * test_alloc_fault.c, and a report is no reason to fail one); O(parameters) per name, and called
+ * only when some record is unused, until the names shown are found. */
+static int registered(shardopt_runtime_t rt, const char *name)
+{
+    const uint64_t h = rng_name_hash(name);
+    for (int i = 0; i < rt->nparams; i++)
+        if (rt->params[i]->name_hash == h && strcmp(rt->params[i]->name, name) == 0)
+            return 1;
+    return 0;
+}
+
+void ckpt_load_report_unmatched(shardopt_runtime_t rt, const struct ck_index *ix, int kept,
+                                const char *kept_names)
+{
+    char unused_names[512] = "";
+    int unused = ix->np;
+    for (int i = 0; i < rt->nparams; i++) /* names are unique on both sides */
+        unused -= ckpt_index_param(ix, rt->params[i]->name) != NULL;
+    for (int i = 0, n = 0; i < ix->np && n < unused && n < CKPT_LOAD_NAMES_SHOWN; i++)
+        if (!registered(rt, ix->p[i].name))
+            ckpt_names_add(unused_names, sizeof unused_names, &n, ix->p[i].name);
+    if (kept == 0 && unused == 0)
+        return;
+    const int warn = kept > 0 || rt->cfg.load_allow_missing;
+    log_msg(warn ? LOG_WARN : LOG_INFO,
+            "load: %s: %d tensor(s) of registered parameters are not in the checkpoint and keep "
+            "their current values (load_allow_missing)%s%s%s; %d parameter(s) of the checkpoint "
+            "match no registered parameter and were not loaded%s%s%s%s",
+            ix->dir, kept, kept ? ": " : "", kept_names,
+            kept > CKPT_LOAD_NAMES_SHOWN ? ", ..." : "", unused, unused ? ": " : "", unused_names,
+            unused > CKPT_LOAD_NAMES_SHOWN ? ", ..." : "",
+            kept && unused ? " (a parameter renamed since the save loses its state this way: "
+                             "register it under its saved name)"
+                           : "");
+}

@@ -87,7 +87,7 @@ class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 3
                 ("momentum", ctypes.c_double)]
 
 
-class _Stats(ctypes.Structure):  # a prefix of shardopt_stats_t (size says how much to fill)
+class _Stats(ctypes.Structure):  # shardopt_stats_t, version 3 (size says how much to fill)
     _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
                 ("steps", ctypes.c_uint64), ("num_params", ctypes.c_int),
                 ("num_muon", ctypes.c_int), ("num_adamw", ctypes.c_int),
@@ -105,7 +105,42 @@ class _Stats(ctypes.Structure):  # a prefix of shardopt_stats_t (size says how m
                 ("grad_norm_last", ctypes.c_double), ("steps_skipped", ctypes.c_uint64),
                 ("last_step_skipped", ctypes.c_int), ("nonfinite_params", ctypes.c_char * 256),
                 ("bytes_sent_dense", ctypes.c_uint64), ("bytes_recv_dense", ctypes.c_uint64),
-                ("bytes_sent_expert", ctypes.c_uint64), ("bytes_recv_expert", ctypes.c_uint64)]
+                ("bytes_sent_expert", ctypes.c_uint64), ("bytes_recv_expert", ctypes.c_uint64),
+                ("seconds_prepass_last", ctypes.c_double),
+                ("seconds_exchange1_last", ctypes.c_double),
+                ("seconds_exchange2_last", ctypes.c_double),
+                ("ns_sharded_matrices", ctypes.c_int64),
+                ("seconds_ns_sharded_last", ctypes.c_double),
+                ("offload", ctypes.c_int), ("bytes_host_store", ctypes.c_uint64),
+                ("bytes_h2d_momentum", ctypes.c_uint64), ("bytes_d2h_momentum", ctypes.c_uint64),
+                ("bytes_h2d_adam_m", ctypes.c_uint64), ("bytes_d2h_adam_m", ctypes.c_uint64),
+                ("bytes_h2d_adam_v", ctypes.c_uint64), ("bytes_d2h_adam_v", ctypes.c_uint64),
+                ("bytes_h2d_ns", ctypes.c_uint64), ("bytes_d2h_ns", ctypes.c_uint64),
+                ("staging_slot_bytes", ctypes.c_uint64),
+                ("staging_peak_bytes_last", ctypes.c_uint64),
+                ("seconds_copy_exposed_last", ctypes.c_double),
+                ("seconds_copy_hidden_last", ctypes.c_double),
+                ("ns_compute", ctypes.c_int), ("nonfinite_elements_last", ctypes.c_uint64),
+                # version 2
+                ("phases_current", ctypes.c_int),
+                # version 3
+                ("bytes_ns_allreduce_last", ctypes.c_uint64)]
+
+
+def _stats_dict(s):
+    """The fields of a filled _Stats as a dict: those the library wrote. get_stats writes
+    min(our size, its own) bytes and says how many in s.size, so a library built before a field
+    was appended leaves it out of the dict (absent, not a stale zero); version 1 libraries
+    wrote the struct up to nonfinite_elements_last."""
+    out = {}
+    for f, _ in _Stats._fields_:
+        d = getattr(_Stats, f)
+        if f not in ("size", "version") and d.offset + d.size <= s.size:
+            out[f] = getattr(s, f)
+    for f in ("kernels", "nonfinite_params"):
+        if f in out:
+            out[f] = out[f].decode()
+    return out
 
 
 _lib = None
@@ -1238,12 +1273,9 @@ class Optimizer:
         _check("load", self._lib.shardopt_load(self._rt, os.fsencode(directory)))
 
     def stats(self):
-        s = _Stats(size=ctypes.sizeof(_Stats), version=1)
+        s = _Stats(size=ctypes.sizeof(_Stats), version=3)
         _check("get_stats", self._lib.shardopt_get_stats(self._rt, ctypes.byref(s)))
-        out = {f: getattr(s, f) for f, _ in _Stats._fields_ if f not in ("size", "version")}
-        out["kernels"] = s.kernels.decode()
-        out["nonfinite_params"] = s.nonfinite_params.decode()
-        return out
+        return _stats_dict(s)
 
     def close(self):
         if self._rt:

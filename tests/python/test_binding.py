@@ -151,6 +151,31 @@ except ValueError as e:
 except shardopt.Error as e:
     check(rank != bad and e.status == -4, f"rank {rank}: {e}")
 
+# stats(): every field of shardopt_stats_t version 3, the last of them bytes_ns_allreduce_last: a
+# [16, 32] matrix split along its 32 columns, orthogonalized sharded, all-reduces its 16 x 16 fp32
+# Gram matrix in each of 5 iterations, 2(k-1)/k of it per member over k ranks (0 on one rank)
+cols = -(-32 // size)
+lo = min(rank * cols, 32)
+ln = min(cols, 32 - lo)
+g = np.full((16, ln), 0.01, np.float32)
+wide = [shardopt.Param(name="wide.weight", shape=[16, 32], data=as_param_buffer(g.copy() * 3),
+                       grad=as_param_buffer(g), shard_dim=1, shard_offset=lo, shard_length=ln)]
+with shardopt.Optimizer(wide, comm=comm, config={"ns_strategy": "sharded"}) as o4:
+    o4.step(lr=0.01)
+    st = o4.stats()
+    want = 5 * 4 * (2 * (size - 1) * 16 * 16 // size)
+    check(st.get("bytes_ns_allreduce_last") == want,
+          f"stats bytes_ns_allreduce_last = {st.get('bytes_ns_allreduce_last')}, want {want}")
+    check(st["ns_sharded_matrices"] == (1 if size > 1 else 0) and st["phases_current"] == 1 and
+          st["offload"] == 0, f"stats of versions 1-2 after the prefix: {st}")
+# a library built before a field was appended says so in size: the field is absent, not a zero
+old = shardopt._Stats(size=shardopt._Stats.phases_current.offset, version=1)
+old.bytes_ns_allreduce_last = 7
+old.nonfinite_elements_last = 3
+d = shardopt._stats_dict(old)
+check("bytes_ns_allreduce_last" not in d and "phases_current" not in d and
+      d["nonfinite_elements_last"] == 3, f"a version-1 library's stats: {sorted(d)[-3:]}")
+
 if use_torch:  # torch_params over plain tensors (replicated on every rank)
     torch.manual_seed(3)
     lin = torch.nn.Linear(8, 4, bias=False)

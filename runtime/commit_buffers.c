@@ -14,6 +14,7 @@
 #include "kernels/cpu/ns_bf16.h"
 #include "runtime/commit_teams.h"
 #include "runtime/runtime.h"
+#include "runtime/step/alias_check.h"
 #include "runtime/step/ns_sharded.h"
 #include "runtime/step/offload_exec.h"
 #include "runtime/step/replica_check.h"
@@ -85,6 +86,8 @@ void commit_release(shardopt_runtime_t rt)
     rt->pre_n = NULL;
     free(rt->rep_counts);
     rt->rep_counts = rt->rep_displs = NULL;
+    free(rt->alias);
+    rt->alias = NULL;
     free(rt->nonfinite);
     rt->nonfinite = NULL;
     rt->gradflags = NULL;
@@ -214,6 +217,8 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
     rt->rep_counts =
         noted(&oom, mem_malloc(sizeof(int) * 2 * R), sizeof(int) * 2 * R, "the replica counts");
     rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + R : NULL;
+    rt->alias = noted(&oom, mem_malloc(sizeof(*rt->alias) * 2 * np), sizeof(*rt->alias) * 2 * np,
+                      "the buffer spans' check");
     /* sharded Newton-Schulz: U/O of one piece, X and Y, the Gram matrix and B */
     rt->sh_u = noted(&oom, buffer_alloc(rt, sh_u * es + 1), sh_u * es + 1,
                      "the sharded Newton-Schulz piece");

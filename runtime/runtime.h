@@ -30,6 +30,7 @@ struct shardopt_param {
     void *data;
     const void *grad;
     const void *checked_data, *checked_grad; /* the last pointers step_pointers accepted */
+    const void *alias_data, *alias_grad;     /* the last pointers alias_check accepted */
     /* shardopt_params_set_pointers: the call (rt->set_epoch) and entry that last named this
      * parameter, so that a parameter given twice in one call is found without a search */
     uint64_t set_epoch;
@@ -147,6 +148,8 @@ struct shardopt_runtime {
     } bufs[PIPELINE_DEPTH];
     struct ns_workspace ns_ws;
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
+    struct alias_span *alias;     /* [2 * nparams]: alias_check's scratch (the step allocates
+                                     nothing) */
     void *sh_u;                   /* sharded Newton-Schulz: one piece's U and O, comm dtype */
     float *sh_x;                  /* X, Y, Gram, B */
     /* ns_compute = bf16 teams: MPI_SUM of bf16 Gram entries (MPI has no bf16 type), made at

@@ -9,6 +9,7 @@
 #include "kernels/clock.h"
 #include "runtime/comm/comm_wait.h"
 #include "runtime/runtime.h"
+#include "runtime/step/alias_check.h"
 #include "runtime/step/args_agree.h"
 #include "runtime/step/muon_exec.h"
 #include "runtime/step/ns_sharded.h"
@@ -146,6 +147,8 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
                             p->name, p->data == NULL ? "data" : "grad");
     }
     shardopt_status_t st = step_pointers(rt);
+    if (st == SHARDOPT_OK)
+        st = alias_check(rt);
     if (st != SHARDOPT_OK)
         return st;
     sc->lr = args->lr;

@@ -441,6 +441,63 @@ TEST(step_arguments_beyond_their_range_are_refused_before_anything_is_written)
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
 
+/* Parameters whose buffers share memory: the same data pointer registered twice (before: both
+ * updates applied to one buffer, OK returned), data overlapping another's data by a few elements,
+ * data that is another parameter's gradient or its own (read while written), each at register and
+ * through set_pointers; gradients shared by two parameters are only read and are accepted. */
+TEST(parameters_whose_buffers_share_memory_are_refused_before_anything_is_written)
+{
+    static float buf[4][64], keep[4][64];
+    struct {
+        int a_data, a_off, b_data, b_off, b_grad; /* rows of buf; b_grad -1: buf[3] */
+        const char *want;
+    } cases[] = {
+        {0, 0, 0, 0, 3, "the data of parameter 'a' [%p, +256 bytes) and the data of parameter 'b'"},
+        {0, 0, 0, 8, 3, "the data of parameter 'a' [%p, +256 bytes) and the data of parameter 'b'"},
+        {0, 0, 1, 0, 0, "the data of parameter 'a' [%p, +256 bytes) and the grad of parameter 'b'"},
+        {0, 0, 1, 0, 1, "the data of parameter 'b'"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        shardopt_runtime_t rt = fixture_runtime(&cfg);
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 64; i++)
+                buf[r][i] = keep[r][i] = 0.01f * (float)((r * 64 + i) % 13) - 0.05f;
+        /* b is 56 elements when it starts 8 into a's buffer: inside buf */
+        const int nb = cases[c].b_off ? 56 : 64;
+        shardopt_param_desc_t da =
+            fixture_desc("a", 2, 8, 8, 0, buf[cases[c].a_data] + cases[c].a_off, buf[2]);
+        shardopt_param_desc_t db = fixture_desc(
+            "b", 2, nb / 8, 8, 0, buf[cases[c].b_data] + cases[c].b_off, buf[cases[c].b_grad]);
+        shardopt_param_t pa, pb;
+        ASSERT_EQ_INT(shardopt_register(rt, &da, &pa), SHARDOPT_OK);
+        ASSERT_EQ_INT(shardopt_register(rt, &db, &pb), SHARDOPT_OK);
+        ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.01;
+        EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+        char want[256];
+        snprintf(want, sizeof want, cases[c].want, (void *)(buf[cases[c].a_data] + cases[c].a_off));
+        EXPECT_STR_CONTAINS(shardopt_last_error(), c == 3 ? cases[c].want : want);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "share memory");
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was updated");
+        EXPECT_TRUE(memcmp(buf, keep, sizeof buf) == 0);
+        shardopt_stats_t st = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(rt, &st);
+        EXPECT_EQ_INT(st.steps, 0);
+        /* b on buffers of its own, sharing a's gradient: read twice, accepted */
+        EXPECT_EQ_INT(shardopt_param_set_pointers(pb, buf[3], buf[2]), SHARDOPT_OK);
+        EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+        EXPECT_TRUE(memcmp(buf[3], keep[3], sizeof buf[3]) != 0);
+        /* and back onto a's data through set_pointers: refused at the next step */
+        memcpy(keep, buf, sizeof buf);
+        EXPECT_EQ_INT(shardopt_param_set_pointers(pb, buf[0], buf[2]), SHARDOPT_OK);
+        EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_TRUE(memcmp(buf, keep, sizeof buf) == 0);
+        EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    }
+}
+
 /* A step count the next step would wrap to 0 is refused (AdamW's bias correction 1 - beta^t
  * is 0 at t = 0: every weight of the tensor became non-finite on a successful step). */
 TEST(a_step_count_the_next_step_would_wrap_is_refused)

@@ -95,12 +95,14 @@ static shardopt_status_t key_from_json(const char *path, const struct config_key
         snprintf(text, sizeof text, "%d", cJSON_IsTrue(v) ? 1 : 0);
         break;
     case CFG_U64:
-        /* above 2^53 a JSON number is not exact: such seeds are given as strings */
+        /* from 2^53 on a JSON number is not exact: such seeds are given as strings. 2^53 itself
+         * is refused too: 9007199254740993 reads as 2^53, and a seed changed by one without a
+         * word draws other random bits than the run it was copied from */
         if (cJSON_IsString(v))
             return config_key_parse(k, v->valuestring, c, NULL, source);
-        if (!cJSON_IsNumber(v) || !json_integral(v, 0, 9007199254740992.0))
+        if (!cJSON_IsNumber(v) || !json_integral(v, 0, 9007199254740991.0))
             return wrong_type(path, k, v,
-                              "an integer in [0, 2^53] (or a decimal string for larger values)");
+                              "an integer in [0, 2^53) (or a decimal string for larger values)");
         snprintf(text, sizeof text, "%.0f", v->valuedouble);
         break;
     case CFG_ENUM:

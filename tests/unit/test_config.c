@@ -491,6 +491,22 @@ TEST(numbers_too_small_for_a_double_and_flags_out_of_range_are_refused)
     EXPECT_STR_CONTAINS(shardopt_last_error(), "apply_env = 2: accepted 0");
 }
 
+/* A JSON number for a 64-bit key (seed, bucket_bytes, host_store_limit) from 2^53 on is not the
+ * integer written: 9007199254740993 read as 9007199254740992, a seed silently off by one (before:
+ * accepted). Refused, naming the string form; 2^53 - 1 and the string form load exactly. */
+TEST(json_integers_a_double_cannot_hold_exactly_are_refused)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    expect_json_refused("{\"seed\": 9007199254740993}",
+                        "key 'seed' must be an integer in [0, 2^53)", "decimal string");
+    expect_json_refused("{\"bucket_bytes\": 9007199254740992}", "key 'bucket_bytes'", NULL);
+    const char *path = write_json("{\"seed\": 9007199254740991, \"host_store_limit\": "
+                                  "\"9007199254740993\"}");
+    EXPECT_EQ_INT(shardopt_config_load_json(path, &c), SHARDOPT_OK);
+    EXPECT_TRUE(c.seed == 9007199254740991ull && c.host_store_limit == 9007199254740993ull);
+    unlink(path);
+}
+
 /* Custom Newton-Schulz coefficients beyond what the fp32 kernels can use are refused from every
  * source. Before: (1e300, 1e300, 1e300) validated, and a step that returned OK left every weight
  * NaN (the kernels take them as fp32: inf). */

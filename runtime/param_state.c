@@ -1,6 +1,7 @@
 /* One parameter's optimizer state and step count read and replaced in place, without a
  * checkpoint (shardopt_param_get_state and friends): what a language binding's state_dict
  * needs, on any file system layout. The state keeps its dtype: nothing is converted here. */
+#include <math.h>
 #include <string.h>
 
 #include "base/fault.h"
@@ -135,6 +136,28 @@ shardopt_status_t shardopt_param_get_state(shardopt_param_t param, shardopt_stat
                              : state_move(param->rt, param, buf, state, bytes, "param_get_state");
 }
 
+/* Values no step can start from: NaN or Inf in any state (the next update spreads it over the
+ * parameter, a Muon momentum over the whole matrix through Newton-Schulz), and a negative second
+ * moment (AdamW divides by its square root). Before, each was taken and the next step returned OK
+ * with every weight of the tensor NaN. */
+static shardopt_status_t state_values_check(const struct shardopt_param *p,
+                                            shardopt_state_kind_t kind, const void *buf,
+                                            shardopt_dtype_t dtype)
+{
+    const int sq = kind == SHARDOPT_STATE_EXP_AVG_SQ;
+    for (size_t i = 0; i < (size_t)p->layout.local_numel; i++) {
+        const float v = kload(buf, (int)dtype, i);
+        if (isfinite(v) && !(sq && v < 0))
+            continue;
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "param_set_state '%s' %s: element %zu is %g: accepted finite values%s; "
+                        "the state is unchanged",
+                        p->name, shardopt_state_kind_name(kind), i, (double)v,
+                        sq ? " >= 0 (AdamW divides by the square root of exp_avg_sq)" : "");
+    }
+    return SHARDOPT_OK;
+}
+
 shardopt_status_t shardopt_param_set_state(shardopt_param_t param, shardopt_state_kind_t kind,
                                            const void *buf, size_t bytes, shardopt_dtype_t dtype)
 {
@@ -143,6 +166,8 @@ shardopt_status_t shardopt_param_set_state(shardopt_param_t param, shardopt_stat
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_set_state: NULL param");
     shardopt_status_t st =
         state_check_buf(param, kind, buf, bytes, dtype, "param_set_state", &state);
+    if (st == SHARDOPT_OK)
+        st = state_values_check(param, kind, buf, dtype);
     return st != SHARDOPT_OK ? st
                              : state_move(param->rt, param, state, buf, bytes, "param_set_state");
 }

@@ -498,6 +498,77 @@ TEST(parameters_whose_buffers_share_memory_are_refused_before_anything_is_writte
     }
 }
 
+/* State no step can start from, through shardopt_param_set_state: NaN in a momentum, +Inf in an
+ * exp_avg, a negative exp_avg_sq (before: each was taken, and the next step returned OK with every
+ * weight of the tensor NaN). The state stays as it was; finite values (and -0 in exp_avg_sq) are
+ * taken and the step stays finite. */
+TEST(state_a_step_cannot_start_from_is_refused_by_set_state)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    static float wm[64], gm[64], wb[8], gb[8];
+    for (int i = 0; i < 64; i++) {
+        wm[i] = 0.5f;
+        gm[i] = (float)(i % 5) * 0.1f - 0.2f;
+    }
+    for (int i = 0; i < 8; i++) {
+        wb[i] = 1.0f;
+        gb[i] = 0.1f * (float)(i + 1);
+    }
+    shardopt_param_desc_t dm = fixture_desc("m.weight", 2, 8, 8, 0, wm, gm);
+    shardopt_param_desc_t db = fixture_desc("m.bias", 1, 8, 0, 0, wb, gb);
+    shardopt_param_t pm, pb;
+    ASSERT_EQ_INT(shardopt_register(rt, &dm, &pm), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_register(rt, &db, &pb), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    float m[64], v[8], before_m[64], before_v[8], bad[64];
+    ASSERT_EQ_INT(shardopt_param_get_state(pm, SHARDOPT_STATE_MOMENTUM, before_m, sizeof before_m,
+                                           SHARDOPT_DTYPE_FP32),
+                  SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_param_get_state(pb, SHARDOPT_STATE_EXP_AVG_SQ, before_v, sizeof before_v,
+                                           SHARDOPT_DTYPE_FP32),
+                  SHARDOPT_OK);
+    memcpy(bad, before_m, sizeof bad);
+    bad[5] = NAN;
+    EXPECT_EQ_INT(
+        shardopt_param_set_state(pm, SHARDOPT_STATE_MOMENTUM, bad, sizeof bad, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "param_set_state 'm.weight' momentum: element 5 is nan: accepted finite "
+                        "values; the state is unchanged");
+    bad[5] = 0;
+    bad[0] = INFINITY;
+    EXPECT_EQ_INT(
+        shardopt_param_set_state(pb, SHARDOPT_STATE_EXP_AVG, bad, 32, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'m.bias' exp_avg: element 0 is inf");
+    for (int i = 0; i < 8; i++)
+        bad[i] = i == 3 ? -1.0f : 0.5f;
+    EXPECT_EQ_INT(
+        shardopt_param_set_state(pb, SHARDOPT_STATE_EXP_AVG_SQ, bad, 32, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "'m.bias' exp_avg_sq: element 3 is -1: accepted finite values >= 0");
+    shardopt_param_get_state(pm, SHARDOPT_STATE_MOMENTUM, m, sizeof m, SHARDOPT_DTYPE_FP32);
+    shardopt_param_get_state(pb, SHARDOPT_STATE_EXP_AVG_SQ, v, sizeof v, SHARDOPT_DTYPE_FP32);
+    EXPECT_TRUE(memcmp(m, before_m, sizeof m) == 0 && memcmp(v, before_v, sizeof v) == 0);
+    /* -0 and 0 are a second moment a step can start from */
+    for (int i = 0; i < 8; i++)
+        bad[i] = i % 2 ? -0.0f : 0.0f;
+    EXPECT_EQ_INT(
+        shardopt_param_set_state(pb, SHARDOPT_STATE_EXP_AVG_SQ, bad, 32, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    for (int i = 0; i < 8; i++)
+        EXPECT_TRUE(isfinite(wb[i]));
+    for (int i = 0; i < 64; i++)
+        EXPECT_TRUE(isfinite(wm[i]));
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
 /* A step count the next step would wrap to 0 is refused (AdamW's bias correction 1 - beta^t
  * is 0 at t = 0: every weight of the tensor became non-finite on a successful step). */
 TEST(a_step_count_the_next_step_would_wrap_is_refused)

@@ -1,0 +1,132 @@
+/* What a step reads and starts from, given badly through the API: parameter buffers that share
+ * memory, and optimizer state no step can start from. Each is refused before anything is written,
+ * and the runtime goes on once the input is right. */
+#include "fixture.h"
+
+/* Parameters whose buffers share memory: the same data pointer registered twice (before: both
+ * updates applied to one buffer, OK returned), data overlapping another's data by a few elements,
+ * data that is another parameter's gradient or its own (read while written), each at register and
+ * through set_pointers; gradients shared by two parameters are only read and are accepted. */
+TEST(parameters_whose_buffers_share_memory_are_refused_before_anything_is_written)
+{
+    static float buf[4][64], keep[4][64];
+    struct {
+        int a_data, a_off, b_data, b_off, b_grad; /* rows of buf; b_grad -1: buf[3] */
+        const char *want;
+    } cases[] = {
+        {0, 0, 0, 0, 3, "the data of parameter 'a' [%p, +256 bytes) and the data of parameter 'b'"},
+        {0, 0, 0, 8, 3, "the data of parameter 'a' [%p, +256 bytes) and the data of parameter 'b'"},
+        {0, 0, 1, 0, 0, "the data of parameter 'a' [%p, +256 bytes) and the grad of parameter 'b'"},
+        {0, 0, 1, 0, 1, "the data of parameter 'b'"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        shardopt_runtime_t rt = fixture_runtime(&cfg);
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 64; i++)
+                buf[r][i] = keep[r][i] = 0.01f * (float)((r * 64 + i) % 13) - 0.05f;
+        /* b is 56 elements when it starts 8 into a's buffer: inside buf */
+        const int nb = cases[c].b_off ? 56 : 64;
+        shardopt_param_desc_t da =
+            fixture_desc("a", 2, 8, 8, 0, buf[cases[c].a_data] + cases[c].a_off, buf[2]);
+        shardopt_param_desc_t db = fixture_desc(
+            "b", 2, nb / 8, 8, 0, buf[cases[c].b_data] + cases[c].b_off, buf[cases[c].b_grad]);
+        shardopt_param_t pa, pb;
+        ASSERT_EQ_INT(shardopt_register(rt, &da, &pa), SHARDOPT_OK);
+        ASSERT_EQ_INT(shardopt_register(rt, &db, &pb), SHARDOPT_OK);
+        ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.01;
+        EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+        char want[256];
+        snprintf(want, sizeof want, cases[c].want, (void *)(buf[cases[c].a_data] + cases[c].a_off));
+        EXPECT_STR_CONTAINS(shardopt_last_error(), c == 3 ? cases[c].want : want);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "share memory");
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was updated");
+        EXPECT_TRUE(memcmp(buf, keep, sizeof buf) == 0);
+        shardopt_stats_t st = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(rt, &st);
+        EXPECT_EQ_INT(st.steps, 0);
+        /* b on buffers of its own, sharing a's gradient: read twice, accepted */
+        EXPECT_EQ_INT(shardopt_param_set_pointers(pb, buf[3], buf[2]), SHARDOPT_OK);
+        EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+        EXPECT_TRUE(memcmp(buf[3], keep[3], sizeof buf[3]) != 0);
+        /* and back onto a's data through set_pointers: refused at the next step */
+        memcpy(keep, buf, sizeof buf);
+        EXPECT_EQ_INT(shardopt_param_set_pointers(pb, buf[0], buf[2]), SHARDOPT_OK);
+        EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_TRUE(memcmp(buf, keep, sizeof buf) == 0);
+        EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    }
+}
+
+/* State no step can start from, through shardopt_param_set_state: NaN in a momentum, +Inf in an
+ * exp_avg, a negative exp_avg_sq (before: each was taken, and the next step returned OK with every
+ * weight of the tensor NaN). The state stays as it was; finite values (and -0 in exp_avg_sq) are
+ * taken and the step stays finite. */
+TEST(state_a_step_cannot_start_from_is_refused_by_set_state)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    static float wm[64], gm[64], wb[8], gb[8];
+    for (int i = 0; i < 64; i++) {
+        wm[i] = 0.5f;
+        gm[i] = (float)(i % 5) * 0.1f - 0.2f;
+    }
+    for (int i = 0; i < 8; i++) {
+        wb[i] = 1.0f;
+        gb[i] = 0.1f * (float)(i + 1);
+    }
+    shardopt_param_desc_t dm = fixture_desc("m.weight", 2, 8, 8, 0, wm, gm);
+    shardopt_param_desc_t db = fixture_desc("m.bias", 1, 8, 0, 0, wb, gb);
+    shardopt_param_t pm, pb;
+    ASSERT_EQ_INT(shardopt_register(rt, &dm, &pm), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_register(rt, &db, &pb), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    float m[64], v[8], before_m[64], before_v[8], bad[64];
+    ASSERT_EQ_INT(shardopt_param_get_state(pm, SHARDOPT_STATE_MOMENTUM, before_m, sizeof before_m,
+                                           SHARDOPT_DTYPE_FP32),
+                  SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_param_get_state(pb, SHARDOPT_STATE_EXP_AVG_SQ, before_v, sizeof before_v,
+                                           SHARDOPT_DTYPE_FP32),
+                  SHARDOPT_OK);
+    memcpy(bad, before_m, sizeof bad);
+    bad[5] = NAN;
+    EXPECT_EQ_INT(
+        shardopt_param_set_state(pm, SHARDOPT_STATE_MOMENTUM, bad, sizeof bad, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "param_set_state 'm.weight' momentum: element 5 is nan: accepted finite "
+                        "values; the state is unchanged");
+    bad[5] = 0;
+    bad[0] = INFINITY;
+    EXPECT_EQ_INT(
+        shardopt_param_set_state(pb, SHARDOPT_STATE_EXP_AVG, bad, 32, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'m.bias' exp_avg: element 0 is inf");
+    for (int i = 0; i < 8; i++)
+        bad[i] = i == 3 ? -1.0f : 0.5f;
+    EXPECT_EQ_INT(
+        shardopt_param_set_state(pb, SHARDOPT_STATE_EXP_AVG_SQ, bad, 32, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "'m.bias' exp_avg_sq: element 3 is -1: accepted finite values >= 0");
+    shardopt_param_get_state(pm, SHARDOPT_STATE_MOMENTUM, m, sizeof m, SHARDOPT_DTYPE_FP32);
+    shardopt_param_get_state(pb, SHARDOPT_STATE_EXP_AVG_SQ, v, sizeof v, SHARDOPT_DTYPE_FP32);
+    EXPECT_TRUE(memcmp(m, before_m, sizeof m) == 0 && memcmp(v, before_v, sizeof v) == 0);
+    /* -0 and 0 are a second moment a step can start from */
+    for (int i = 0; i < 8; i++)
+        bad[i] = i % 2 ? -0.0f : 0.0f;
+    EXPECT_EQ_INT(
+        shardopt_param_set_state(pb, SHARDOPT_STATE_EXP_AVG_SQ, bad, 32, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    for (int i = 0; i < 8; i++)
+        EXPECT_TRUE(isfinite(wb[i]));
+    for (int i = 0; i < 64; i++)
+        EXPECT_TRUE(isfinite(wm[i]));
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}

@@ -311,10 +311,7 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
             }
             int64_t copied = 0;
             unsigned char *dst = is_weight ? L->wfill + L->woff[i] : L->fill + k[j].offset;
-            if (is_weight)
-                L->wread[i] = 1;
-            else
-                L->read[i] = 1;
+            *(is_weight ? &L->wread[i] : &L->read[i]) = 1;
             for (int s = 0; s < t->nshards; s++) {
                 shardopt_status_t status =
                     shard_read(L, t, &t->shards[s], &mine, dst, k[j].dtype, &copied);
@@ -327,6 +324,10 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
                                 "%lld elements this rank needs",
                                 L->ix.dir, name, (long long)copied,
                                 (long long)p->layout.local_numel);
+            const shardopt_status_t vs = ckpt_load_values_check(L->ix.dir, name, k[j].suffix, dst,
+                                                                k[j].dtype, (size_t)copied);
+            if (vs != SHARDOPT_OK)
+                return vs;
         }
     }
     /* per-parameter step counts, each checked by index_params: a parameter whose state was read

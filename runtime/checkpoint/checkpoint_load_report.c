@@ -1,10 +1,13 @@
 /* A load's report of what did not match (checkpoint_load_report.h). */
 #include "runtime/checkpoint/checkpoint_load_report.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/log.h"
+#include "base/status.h"
+#include "kernels/dtype.h"
 #include "kernels/rng.h"
 
 void ckpt_names_add(char *list, size_t cap, int *count, const char *name)
@@ -55,4 +58,22 @@ void ckpt_load_report_unmatched(shardopt_runtime_t rt, const struct ck_index *ix
             kept && unused ? " (a parameter renamed since the save loses its state this way: "
                              "register it under its saved name)"
                            : "");
+}
+
+shardopt_status_t ckpt_load_values_check(const char *dir, const char *tensor, const char *suffix,
+                                         const void *buf, int dtype, size_t n)
+{
+    if (suffix == NULL || strcmp(suffix, "exp_avg_sq") != 0)
+        return SHARDOPT_OK;
+    for (size_t i = 0; i < n; i++) {
+        const float v = kload(buf, dtype, i);
+        if (v < 0)
+            return log_fail(
+                SHARDOPT_ERR_CORRUPT,
+                "load: %s: tensor '%s': element %zu of this rank's part is %g: a second "
+                "moment is never negative (AdamW divides by its square root; no save "
+                "writes one): a damaged or foreign checkpoint",
+                dir, tensor, i, (double)v);
+    }
+    return SHARDOPT_OK;
 }

@@ -1,5 +1,6 @@
-/* What a load reports beyond its status: the parts of the model and of the checkpoint that did
- * not meet (load_allow_missing), named in rank 0's log. */
+/* What a load reports beyond the files' integrity: the parts of the model and of the checkpoint
+ * that did not meet (load_allow_missing), named in rank 0's log, and state values no save writes.
+ */
 #ifndef RUNTIME_CHECKPOINT_LOAD_REPORT_H
 #define RUNTIME_CHECKPOINT_LOAD_REPORT_H
 
@@ -18,5 +19,12 @@ void ckpt_names_add(char *list, size_t cap, int *count, const char *name);
  * anything was kept or load_allow_missing is on, else info. Nothing when everything matched. */
 void ckpt_load_report_unmatched(shardopt_runtime_t rt, const struct ck_index *ix, int kept,
                                 const char *kept_names);
+
+/* A state tensor just read (n elements of dtype at buf) that no step can start from: a negative
+ * exp_avg_sq (AdamW divides by its square root), which no save writes; ERR_CORRUPT naming the
+ * tensor, element and value. NaN and Inf are left to check_state_every: a checkpoint of a run
+ * that diverged may be loaded to look at. suffix NULL (a weight): nothing to check. */
+shardopt_status_t ckpt_load_values_check(const char *dir, const char *tensor, const char *suffix,
+                                         const void *buf, int dtype, size_t n);
 
 #endif

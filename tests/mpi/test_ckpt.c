@@ -2036,6 +2036,48 @@ TEST(a_parameter_renamed_since_the_save_is_named_when_allow_missing_keeps_it)
     dir_clear(dir);
 }
 
+/* A checkpoint whose exp_avg_sq holds a negative value with every CRC matching (written by a save
+ * here: the test puts -1 into the store behind the library's back, as a foreign or damaged writer
+ * would). Before: loaded, and the next step returned OK with the tensor's weights NaN. */
+TEST(a_negative_second_moment_in_a_checkpoint_is_refused)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_negative_v";
+    struct run d;
+    dir_clear(dir);
+    memset(&d, 0, sizeof d);
+    ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, test_config(), 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&d, 1, 2), SHARDOPT_OK);
+    int p = -1; /* the first AdamW tensor this rank holds elements of, in fp32 state */
+    for (int i = 0; i < MODEL_NPARAMS && p < 0; i++)
+        if (d.h[i]->algo == SHARDOPT_ALGO_ADAMW && d.box[i].numel > 1 &&
+            d.rt->cfg.adam_v_dtype == SHARDOPT_DTYPE_FP32)
+            p = i;
+    size_t es;
+    float *v = p >= 0 ? (float *)kind_data(&d, p, 2, &es) : NULL;
+    float saved = 0;
+    if (v != NULL && me == world - 1) {
+        saved = v[1];
+        v[1] = -1.0f;
+    }
+    ASSERT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    if (v != NULL && me == world - 1)
+        v[1] = saved;
+    unsigned char *before, *after;
+    size_t nb, na;
+    snapshot(&d, &before, &nb);
+    const shardopt_status_t st = shardopt_load(d.rt, dir);
+    EXPECT_EQ_INT(st, SHARDOPT_ERR_CORRUPT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), ".exp_avg_sq': element ");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "is -1: a second moment is never negative");
+    snapshot(&d, &after, &na);
+    EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+    free(before);
+    free(after);
+    run_free(&d);
+    dir_clear(dir);
+}
+
 int test_main(int argc, char **argv);
 extern int test_quiet;
 

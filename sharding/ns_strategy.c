@@ -1,5 +1,7 @@
 #include "ns_strategy.h"
 
+#include <limits.h>
+
 int ns_strategy_eligible(const struct ns_strategy_in *in)
 {
     const int row_dim = in->ndim - 2, col_dim = in->ndim - 1;
@@ -7,6 +9,11 @@ int ns_strategy_eligible(const struct ns_strategy_in *in)
     int holders = 0;
 
     if (in->shard_dim != working_col_dim)
+        return 0;
+    /* the m x m Gram matrix is all-reduced in one MPI call, whose count is an int: from m =
+     * 46341 on it would wrap (the gather path refuses such a matrix at commit, by its counts) */
+    const int64_t m = in->shape[in->ns_transpose ? col_dim : row_dim];
+    if (m > 0 && m > (int64_t)INT_MAX / m)
         return 0;
     for (int i = 0; i < in->members; i++)
         holders += in->boxes[i].len[in->shard_dim] > 0;

@@ -25,7 +25,8 @@ struct ns_strategy_in {
 };
 
 /* 1 when the parameter's matrices may be orthogonalized sharded: split along the working
- * matrix's columns (its long side) over at least two members. */
+ * matrix's columns (its long side) over at least two members, and its m x m Gram matrix within
+ * the int count of one MPI all-reduce (m at most 46340). */
 int ns_strategy_eligible(const struct ns_strategy_in *in);
 
 /* Gather (0) or sharded (1) under `mode`. auto chooses sharded for an eligible matrix heavier

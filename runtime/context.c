@@ -97,6 +97,9 @@ static shardopt_status_t runtime_create(const shardopt_config_t *cfg, shardopt_r
     if (!mpi_ready)
         return log_fail(SHARDOPT_ERR_STATE, "%s: MPI is not initialised (call MPI_Init first)",
                         who);
+    status = rt_mpi_live(who);
+    if (status != SHARDOPT_OK)
+        return status;
     if (log_env_check() != NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "%s: %s", who, log_env_check());
 
@@ -128,10 +131,11 @@ static shardopt_status_t create_agree(MPI_Comm a, MPI_Comm b, shardopt_status_t 
                                       const struct shardopt_runtime *rt, const char *who)
 {
     const shardopt_config_t defaults = SHARDOPT_CONFIG_INIT;
-    int ready = 0, rank = 0, size = 1, rep = 0;
+    int ready = 0, finalized = 0, rank = 0, size = 1, rep = 0;
 
     MPI_Initialized(&ready);
-    if (!ready || a == MPI_COMM_NULL)
+    MPI_Finalized(&finalized);
+    if (!ready || finalized || a == MPI_COMM_NULL)
         return mine; /* refused alike everywhere, with nothing to agree over */
     MPI_Comm_rank(a, &rank);
     if (b != MPI_COMM_NULL) {
@@ -447,8 +451,23 @@ shardopt_status_t rt_device_enter(struct shardopt_runtime *rt, const char *what)
                     what, rt->groups.me.rank);
 }
 
+shardopt_status_t rt_mpi_live(const char *what)
+{
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) /* any MPI call now ends the process (Open MPI aborts it) */
+        return log_fail(SHARDOPT_ERR_STATE,
+                        "%s: MPI is finalized (MPI_Finalize was called): a collective call cannot "
+                        "run; call shardopt_finalize before MPI_Finalize",
+                        what);
+    return SHARDOPT_OK;
+}
+
 shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what)
 {
+    const shardopt_status_t live = rt_mpi_live(what);
+    if (live != SHARDOPT_OK)
+        return live;
     if (!device_has(rt->ns_dev, DEVICE_CAP_THREAD_DEVICE))
         return SHARDOPT_OK;
     return groups_agree(&rt->groups, rt_device_enter(rt, what), what);

@@ -18,6 +18,8 @@ shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)
 
     if (rt == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "layout_print: NULL runtime");
+    if (rt_mpi_live("layout_print") != SHARDOPT_OK)
+        return SHARDOPT_ERR_STATE;
     g = &rt->groups;
     memset(line, 0, sizeof line);
     snprintf(line, sizeof line,

@@ -196,6 +196,10 @@ void stats_phases_settle(struct shardopt_runtime *rt);
  * collective callers agree on it). */
 shardopt_status_t rt_device_enter(struct shardopt_runtime *rt, const char *what);
 
+/* SHARDOPT_ERR_STATE, naming `what`, once MPI_Finalize was called (an MPI call would end the
+ * process); else OK. Collective calls check it before their first MPI call. */
+shardopt_status_t rt_mpi_live(const char *what);
+
 /* rt_device_enter agreed over the runtime's groups (collective: commit, step, save, load), when
  * the backend has a device; SHARDOPT_OK at once otherwise, without a collective. */
 shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what);

@@ -85,6 +85,9 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
 {
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "step: runtime not committed (call shardopt_commit)");
+    const shardopt_status_t live = rt_mpi_live("step");
+    if (live != SHARDOPT_OK)
+        return live;
     if (args->version < 1 || args->version > SHARDOPT_STEP_ARGS_VERSION ||
         args->size < offsetof(shardopt_step_args_t, stream) + sizeof(void *))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,

@@ -70,6 +70,35 @@ static shardopt_status_t shard_window(const shardopt_runtime_t rt, const shardop
     return SHARDOPT_OK;
 }
 
+/* A data or grad pointer not aligned to its element size: the kernels read and write whole
+ * elements through it (undefined in C; on a GPU a misaligned access is a sticky error that ends
+ * the process's CUDA context), so it is refused where it is given. Returns "data", "grad" or
+ * NULL (both fine, or NULL). */
+static const char *misaligned(const void *data, shardopt_dtype_t ddt, const void *grad,
+                              shardopt_dtype_t gdt)
+{
+    if (data != NULL && (uintptr_t)data % kdtype_size(ddt) != 0)
+        return "data";
+    if (grad != NULL && (uintptr_t)grad % kdtype_size(gdt) != 0)
+        return "grad";
+    return NULL;
+}
+
+static shardopt_status_t misaligned_fail(const char *call, int entry, int n, const char *name,
+                                         const char *which, const void *ptr, shardopt_dtype_t dt)
+{
+    char who[400];
+    if (entry >= 0)
+        snprintf(who, sizeof who, "%s: entry %d of %d ('%s')", call, entry, n, name);
+    else
+        snprintf(who, sizeof who, "%s '%s'", call, name);
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "%s: %s %p is not aligned to its %zu-byte %s elements: pass memory aligned to "
+                    "the element size%s",
+                    who, which, ptr, kdtype_size(dt), shardopt_dtype_name(dt),
+                    entry >= 0 ? "; no pointer was changed" : "");
+}
+
 static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardopt_param_desc_t *d,
                                        struct layout *layout)
 {
@@ -174,6 +203,11 @@ static shardopt_status_t desc_validate(const shardopt_runtime_t rt, const shardo
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "register '%s': data is NULL for a local shard of %lld elements", n,
                         (long long)layout->local_numel);
+    const char *unaligned = misaligned(d->data, d->param_dtype, d->grad, d->grad_dtype);
+    if (unaligned != NULL)
+        return misaligned_fail("register", -1, 0, n, unaligned,
+                               unaligned[0] == 'd' ? d->data : d->grad,
+                               unaligned[0] == 'd' ? d->param_dtype : d->grad_dtype);
     for (int i = 0; i < rt->nparams; i++)
         if (strcmp(rt->params[i]->name, n) == 0)
             return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
@@ -279,6 +313,11 @@ shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "param_set_pointers '%s': data is NULL for a local shard of %lld elements",
                         param->name, (long long)param->layout.local_numel);
+    const char *bad = misaligned(data, param->param_dtype, grad, param->grad_dtype);
+    if (bad != NULL)
+        return misaligned_fail("param_set_pointers", -1, 0, param->name, bad,
+                               bad[0] == 'd' ? data : grad,
+                               bad[0] == 'd' ? param->param_dtype : param->grad_dtype);
     param->data = data;
     param->grad = grad;
     return SHARDOPT_OK;
@@ -317,6 +356,12 @@ shardopt_status_t shardopt_params_set_pointers(shardopt_runtime_t rt, int n,
                             "params_set_pointers: entry %d of %d ('%s'): data is NULL for a "
                             "local shard of %lld elements; no pointer was changed",
                             i, n, p->name, (long long)p->layout.local_numel);
+        const void *gi = grad != NULL ? grad[i] : NULL;
+        const char *bad = misaligned(data[i], p->param_dtype, gi, p->grad_dtype);
+        if (bad != NULL)
+            return misaligned_fail("params_set_pointers", i, n, p->name, bad,
+                                   bad[0] == 'd' ? data[i] : gi,
+                                   bad[0] == 'd' ? p->param_dtype : p->grad_dtype);
         if (p->set_epoch == epoch)
             return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                             "params_set_pointers: entry %d of %d ('%s'): the same parameter as "

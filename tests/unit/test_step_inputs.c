@@ -130,3 +130,53 @@ TEST(state_a_step_cannot_start_from_is_refused_by_set_state)
         EXPECT_TRUE(isfinite(wm[i]));
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
+
+/* Pointers not aligned to their element size (one byte into an fp32 buffer, an odd address for
+ * bf16), through register, set_pointers and params_set_pointers: refused where given, naming the
+ * parameter and the element size (before: accepted; misaligned accesses are undefined in C and
+ * end the CUDA context on a GPU). Aligned pointers into the same buffers are accepted. */
+TEST(pointers_not_aligned_to_their_dtype_are_refused_where_given)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    static float w[80], g[80];
+    static uint16_t hb[80], hg[80];
+    shardopt_param_desc_t d = fixture_desc("m.weight", 2, 8, 8, 0, (char *)w + 1, g);
+    shardopt_param_t pm, pb;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &pm), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "register 'm.weight': data ");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "is not aligned to its 4-byte fp32 elements");
+    d.data = w;
+    d.grad = (const char *)g + 2;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &pm), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "register 'm.weight': grad ");
+    /* a refused register poisons commit: a fresh runtime for the rest */
+    shardopt_finalize(rt);
+    rt = fixture_runtime(&cfg);
+    d.grad = g;
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &pm), SHARDOPT_OK);
+    shardopt_param_desc_t b = fixture_desc("m.bias", 1, 8, 0, 0, hb + 1, hg);
+    b.param_dtype = b.grad_dtype = SHARDOPT_DTYPE_BF16;
+    ASSERT_EQ_INT(shardopt_register(rt, &b, &pb), SHARDOPT_OK); /* 2-byte aligned: fine */
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_param_set_pointers(pb, (char *)hb + 1, hg),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "param_set_pointers 'm.bias': data ");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "2-byte bf16 elements");
+    const shardopt_param_t both[2] = {pm, pb};
+    void *const data[2] = {w + 8, (char *)hb + 3};
+    const void *const grad[2] = {g, hg};
+    EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 2, both, data, grad),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "params_set_pointers: entry 1 of 2 ('m.bias'): data ");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "no pointer was changed");
+    /* nothing changed: the step reads and writes the buffers registered */
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.01;
+    for (int i = 0; i < 64; i++)
+        g[i] = 0.1f;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    EXPECT_TRUE(w[0] != 0 && w[8 + 63] == 0);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}

@@ -105,6 +105,7 @@ TEST(each_argument_differing_on_one_rank_fails_every_rank_with_nothing_written)
         /* the next step with the same arguments everywhere goes ahead and changes the weights */
         a = args_at();
         EXPECT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_OK);
+        free(after);
         snapshot(&r, &after, &na);
         EXPECT_TRUE(!same_everywhere(before, nb, after, na) || nb == 0);
         free(before);

@@ -1,0 +1,95 @@
+/* Every numeric config key at each end of its documented range and one step past it (the next
+ * int, the next double; the bound itself where it is open), through each way a value arrives:
+ * the struct (shardopt_config_validate), shardopt_config_set, a SHARDOPT_<KEY> variable and a
+ * JSON file. Each source must accept the values inside and refuse, naming the key, those outside,
+ * leaving the config unchanged: one source that took a value another refuses would let a job
+ * start from a file with what its command line rejects. */
+#include <float.h>
+#include <unistd.h>
+
+#include "runtime/config/config_keys.h"
+#include "shardopt.h"
+#include "test.h"
+
+static void put(const struct config_key *k, shardopt_config_t *c, double v)
+{
+    if (k->type == CFG_INT)
+        *(int *)((char *)c + k->offset) = (int)v;
+    else
+        *(double *)((char *)c + k->offset) = v;
+}
+
+/* The value as text a reader takes back exactly (a denormal is not one: text refuses it). */
+static void text_of(const struct config_key *k, double v, char *out, size_t len)
+{
+    if (k->type == CFG_INT)
+        snprintf(out, len, "%d", (int)v);
+    else
+        snprintf(out, len, "%.17g", v);
+}
+
+/* Each source must take `v` for key k (want 1) or refuse it leaving the config unchanged. */
+static void check_value(const struct config_key *k, double v, int want)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT, before;
+    char text[64], env[96], json[160], path[] = "/tmp/shardopt_edges_XXXXXX";
+    c.apply_env = 0;
+    before = c;
+    text_of(k, v, text, sizeof text);
+
+    put(k, &c, v);
+    const int by_struct = shardopt_config_validate(&c) == SHARDOPT_OK;
+    c = before;
+    const int by_set = shardopt_config_set(&c, k->name, text) == SHARDOPT_OK;
+    if (!by_set)
+        EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    c = before;
+    config_key_env_name(k, env, sizeof env);
+    setenv(env, text, 1);
+    const int by_env = shardopt_config_from_env(&c) == SHARDOPT_OK;
+    unsetenv(env);
+    c = before;
+    const int fd = mkstemp(path);
+    const int n = snprintf(json, sizeof json, "{\"%s\": %s}\n", k->name, text);
+    EXPECT_TRUE(fd >= 0 && write(fd, json, (size_t)n) == n);
+    close(fd);
+    const int by_json = shardopt_config_load_json(path, &c) == SHARDOPT_OK;
+    unlink(path);
+    if (by_struct != want || by_set != want || by_env != want || by_json != want)
+        TEST_FAIL_("key %s = %s: want %s; struct %d, config_set %d, env %d, json %d", k->name, text,
+                   want ? "accepted" : "refused", by_struct, by_set, by_env, by_json);
+    test_checks++;
+}
+
+TEST(every_numeric_key_at_and_just_past_each_end_of_its_range)
+{
+    int keys = 0;
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        if (k->type != CFG_INT && k->type != CFG_DOUBLE)
+            continue;
+        keys++;
+        const int is_int = k->type == CFG_INT;
+        /* inside: the bound, or the next value toward the range where it is open (the smallest
+         * normal double above an open 0: text cannot say a denormal) */
+        double lo_in = k->min, hi_in = k->max;
+        if (k->min_open)
+            lo_in = is_int ? k->min + 1 : (k->min == 0 ? DBL_MIN : nextafter(k->min, INFINITY));
+        if (k->max_open)
+            hi_in = is_int ? k->max - 1 : nextafter(k->max, -INFINITY);
+        const double lo_out = k->min_open ? k->min
+                              : is_int    ? k->min - 1
+                                          : nextafter(k->min, -INFINITY);
+        const double hi_out = k->max_open ? k->max
+                              : is_int    ? k->max + 1
+                                          : nextafter(k->max, INFINITY);
+        check_value(k, lo_in, 1);
+        check_value(k, hi_in, 1);
+        /* an int key's special value (dp_shard -1: the rest) sits just below its range */
+        if (!(k->has_special && lo_out == k->special) && !(is_int && lo_out < INT32_MIN))
+            check_value(k, lo_out, 0);
+        if (!(is_int && hi_out > INT32_MAX))
+            check_value(k, hi_out, 0);
+    }
+    EXPECT_TRUE(keys > 20);
+}

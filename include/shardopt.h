@@ -344,7 +344,7 @@ typedef struct shardopt_step_args {
         .max_grad_norm = 0.0, .skip_missing_grads = 0, .momentum = -1.0,                           \
     }
 
-#define SHARDOPT_STATS_VERSION 3
+#define SHARDOPT_STATS_VERSION 4
 
 /** Counters. Times are seconds of this rank; *_last fields describe the last step. */
 typedef struct shardopt_stats {
@@ -421,6 +421,12 @@ typedef struct shardopt_stats {
                                            this rank: 2(k-1)/k m^2 elements per iteration over k
                                            members, fp32 (bf16 in bf16 teams; the MPI library's
                                            own traffic is not seen); not in bytes_sent_dense */
+
+    /* Version 4: the last shardopt_load that succeeded on this runtime (0 before one) */
+    int64_t load_kept_tensors;  /**< registered tensors (state, or weights with ckpt_weights) the
+                                     checkpoint lacked, kept as they were (load_allow_missing) */
+    int64_t load_unused_params; /**< parameters of the checkpoint no registered one matched (not
+                                     loaded: a renamed parameter shows in both counts) */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

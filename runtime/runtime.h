@@ -179,6 +179,7 @@ struct shardopt_runtime {
     size_t bytes_workspace;
 
     struct step_counters counters;
+    int64_t load_kept, load_unused; /* the last successful load's unmatched counts (stats v4) */
     /* where the phase times above are measured: host clocks on the CPU, marks on a device */
     struct timeline timeline;
     struct phase_times phases_prev; /* the step before the last one's, resolved */

@@ -87,7 +87,7 @@ class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 3
                 ("momentum", ctypes.c_double)]
 
 
-class _Stats(ctypes.Structure):  # shardopt_stats_t, version 3 (size says how much to fill)
+class _Stats(ctypes.Structure):  # shardopt_stats_t, version 4 (size says how much to fill)
     _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
                 ("steps", ctypes.c_uint64), ("num_params", ctypes.c_int),
                 ("num_muon", ctypes.c_int), ("num_adamw", ctypes.c_int),
@@ -124,7 +124,9 @@ class _Stats(ctypes.Structure):  # shardopt_stats_t, version 3 (size says how mu
                 # version 2
                 ("phases_current", ctypes.c_int),
                 # version 3
-                ("bytes_ns_allreduce_last", ctypes.c_uint64)]
+                ("bytes_ns_allreduce_last", ctypes.c_uint64),
+                # version 4: the last load's unmatched tensors and parameters
+                ("load_kept_tensors", ctypes.c_int64), ("load_unused_params", ctypes.c_int64)]
 
 
 def _stats_dict(s):
@@ -1273,7 +1275,7 @@ class Optimizer:
         _check("load", self._lib.shardopt_load(self._rt, os.fsencode(directory)))
 
     def stats(self):
-        s = _Stats(size=ctypes.sizeof(_Stats), version=3)
+        s = _Stats(size=ctypes.sizeof(_Stats), version=4)
         _check("get_stats", self._lib.shardopt_get_stats(self._rt, ctypes.byref(s)))
         return _stats_dict(s)
 

@@ -589,8 +589,8 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
             log_warn("load: %s: %d tensor(s) converted to the configured (state) or registered "
                      "(weight) dtype: %s%s",
                      L.ix.dir, L.converted, L.converted_names, L.converted > 8 ? ", ..." : "");
+        ckpt_load_report_unmatched(rt, &L.ix, L.kept, L.kept_names); /* logs on rank 0 */
         if (rt->groups.me.rank == 0) {
-            ckpt_load_report_unmatched(rt, &L.ix, L.kept, L.kept_names);
             log_info("load: %s (step %llu)", L.ix.dir, (unsigned long long)L.ix.step);
         }
     }

@@ -42,10 +42,15 @@ void ckpt_load_report_unmatched(shardopt_runtime_t rt, const struct ck_index *ix
     int unused = ix->np;
     for (int i = 0; i < rt->nparams; i++) /* names are unique on both sides */
         unused -= ckpt_index_param(ix, rt->params[i]->name) != NULL;
-    for (int i = 0, n = 0; i < ix->np && n < unused && n < CKPT_LOAD_NAMES_SHOWN; i++)
+    for (int i = 0, n = 0;
+         rt->groups.me.rank == 0 && i < ix->np && n < unused && n < CKPT_LOAD_NAMES_SHOWN; i++)
         if (!registered(rt, ix->p[i].name))
             ckpt_names_add(unused_names, sizeof unused_names, &n, ix->p[i].name);
+    rt->load_kept = kept;
+    rt->load_unused = unused;
     if (kept == 0 && unused == 0)
+        return;
+    if (rt->groups.me.rank != 0) /* every rank found the same: one line for the job */
         return;
     const int warn = kept > 0 || rt->cfg.load_allow_missing;
     log_msg(warn ? LOG_WARN : LOG_INFO,

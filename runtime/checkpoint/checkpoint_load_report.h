@@ -13,7 +13,8 @@
  * than CKPT_LOAD_NAMES_SHOWN are listed. */
 void ckpt_names_add(char *list, size_t cap, int *count, const char *name);
 
-/* Rank 0, after a load succeeded: `kept` registered tensors the checkpoint lacks (load_allow_
+/* Every rank, after a load succeeded (the counts go to rt->load_kept / load_unused, the stats'),
+ * and on rank 0 the log: `kept` registered tensors the checkpoint lacks (load_allow_
  * missing kept their values; the first few in kept_names) and the checkpoint's parameter
  * records no registered parameter matches, counted and named in one log line: a warning when
  * anything was kept or load_allow_missing is on, else info. Nothing when everything matched. */

@@ -2013,6 +2013,10 @@ TEST(a_parameter_renamed_since_the_save_is_named_when_allow_missing_keeps_it)
         if (me == 0)
             stderr_back(saved);
         EXPECT_EQ_INT(st, SHARDOPT_OK);
+        shardopt_stats_t stats = SHARDOPT_STATS_INIT; /* the counts, on every rank */
+        shardopt_get_stats(rt, &stats);
+        EXPECT_EQ_INT(stats.load_kept_tensors, c == 0 ? 2 : 0);
+        EXPECT_EQ_INT(stats.load_unused_params, c == 0 ? 1 : 0);
         if (me == 0) {
             char *text = text_of(log);
             if (c == 0) {

@@ -107,6 +107,10 @@ after1 = [host(p.data).copy() for p in params]
 for p, b in zip(params, before):
     host(p.data)[...] = b
 opt.load(ck)
+st = opt.stats()
+check(st["load_kept_tensors"] == 0 and st["load_unused_params"] == 0,
+      f"stats of a load where every name matches: {st['load_kept_tensors']}, "
+      f"{st['load_unused_params']}")
 opt.step(lr=m["lr"])
 check(all(np.array_equal(host(p.data), a) for p, a in zip(params, after1)),
       "a step after load repeats the step after save")
@@ -151,7 +155,7 @@ except ValueError as e:
 except shardopt.Error as e:
     check(rank != bad and e.status == -4, f"rank {rank}: {e}")
 
-# stats(): every field of shardopt_stats_t version 3, the last of them bytes_ns_allreduce_last: a
+# stats(): every field of shardopt_stats_t version 4; bytes_ns_allreduce_last (version 3): a
 # [16, 32] matrix split along its 32 columns, orthogonalized sharded, all-reduces its 16 x 16 fp32
 # Gram matrix in each of 5 iterations, 2(k-1)/k of it per member over k ranks (0 on one rank)
 cols = -(-32 // size)

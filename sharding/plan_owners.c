@@ -2,6 +2,7 @@
  * (on top of base_load, the other group's work), whole matrices kept by their holder unless a
  * move pays (move_cost), planned Newton-Schulz teams inside a node; and their cost helpers.
  * sharding/plan.c lays out the exchange for the owners chosen here. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,12 @@ static int team_size(const struct plan_cfg *cfg, int team_cap, const struct mat 
     const int cap = cap0 < cfg->members ? cap0 : cfg->members;
     const double frac = cfg->team_frac > 0 ? cfg->team_frac : 0.5;
     if (cap < 2 || m->cost <= frac * mean)
+        return 1;
+    /* the team all-reduces the m x m Gram matrix in one MPI call, whose count is an int: a short
+     * side of 46341 or more stays with one owner (which the bucket limit then refuses by name)
+     * rather than overflowing the count */
+    const int64_t side = m->rows < m->cols ? m->rows : m->cols;
+    if (side > 0 && side > (int64_t)INT_MAX / side)
         return 1;
     int best = 1;
     double best_c = m->cost;

@@ -623,6 +623,41 @@ TEST(teams_form_inside_a_node_for_matrices_too_heavy_for_one_member)
     plan_free(&W);
 }
 
+/* A team all-reduces the m x m Gram matrix in one MPI call (an int count): a matrix whose short
+ * side is 46341 or more (m^2 > INT_MAX) never goes to a team, though its blocks of the long side
+ * would each be small enough to gather. One owner then holds all 2^31 or more elements, which
+ * plan_build refuses by name; before, a team of 8 formed and its count would have wrapped. */
+TEST(a_gram_matrix_beyond_one_mpi_count_never_goes_to_a_team)
+{
+    static struct plan_box bx[2][MAXM];
+    struct plan_param ps[2] = {
+        {.param = 0, .ndim = 2, .shape = {46341, 46344, 1}, .k_lo = 0, .k_count = 1},
+        {.param = 1, .ndim = 2, .shape = {46340, 46344, 1}, .k_lo = 0, .k_count = 1},
+    };
+    for (int p = 0; p < 2; p++) {
+        boxes_make(bx[p], 8, 2, ps[p].shape, 0, 0, 1, 0);
+        ps[p].boxes = bx[p];
+    }
+    struct plan_cfg cfg = {.members = 8,
+                           .me = 0,
+                           .bucket_bytes = 1 << 20,
+                           .esize = 2,
+                           .team_cap = 8,
+                           .node_members = 8};
+    struct group_plan P;
+    /* alone, 46340 (m^2 = 2,147,395,600 <= INT_MAX) still forms a team */
+    ASSERT_EQ_INT(plan_build(&cfg, &ps[1], 1, &P), SHARDOPT_OK);
+    EXPECT_TRUE(P.team[0] > 1);
+    plan_free(&P);
+    const shardopt_status_t st = plan_build(&cfg, &ps[0], 1, &P);
+    if (st == SHARDOPT_OK) {
+        EXPECT_EQ_INT(P.team[0], 1);
+        plan_free(&P);
+    } else {
+        EXPECT_EQ_INT(st, SHARDOPT_ERR_UNSUPPORTED);
+    }
+}
+
 /* Teams run (issue 22): each member of a matrix's team receives exactly its block of the long
  * side (stored rows of a tall matrix, columns of a wide or square one) from every holder, and
  * every holder gets its piece back, whichever dim the layout shards: a block cutting across a

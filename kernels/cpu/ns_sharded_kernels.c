@@ -34,23 +34,17 @@ void ns_shard_gram_ref(const struct kernel_ctx *ctx, const float *x, int64_t m, 
         }
 }
 
-/* A block narrower than m (ns_shard_narrow): V = bX + c(AX) in B (m x n), then Y = aX + AV */
-static void update_narrow_ref(const float *g, const float c[3], const float *x, int64_t m,
-                              int64_t n, float *V, float *y)
+/* out = beta c + alpha (p q), p m x k, q and c k x n (c m x n), accumulated in double: each
+ * product of the update, whichever form */
+static void axpb_ref(const float *p, const float *q, int64_t m, int64_t k, int64_t n, double alpha,
+                     double beta, const float *c, float *out)
 {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             double s = 0;
-            for (int64_t t = 0; t < m; t++)
-                s += (double)g[i * m + t] * x[t * n + j];
-            V[i * n + j] = (float)((double)c[1] * x[i * n + j] + (double)c[2] * s);
-        }
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++) {
-            double s = (double)c[0] * x[i * n + j];
-            for (int64_t t = 0; t < m; t++)
-                s += (double)g[i * m + t] * V[t * n + j];
-            y[i * n + j] = (float)s;
+            for (int64_t t = 0; t < k; t++)
+                s += (double)p[i * k + t] * q[t * n + j];
+            out[i * n + j] = (float)(beta * c[i * n + j] + alpha * s);
         }
 }
 
@@ -59,23 +53,13 @@ void ns_shard_update_ref(const struct kernel_ctx *ctx, const float *g, const flo
 {
     (void)ctx;
     if (ns_shard_narrow((double)m, (double)n)) {
-        update_narrow_ref(g, c, x, m, n, B, y);
+        /* a block narrower than m: V = bX + c(AX) in B (m x n), then Y = aX + AV */
+        axpb_ref(g, x, m, m, n, c[2], c[1], x, B);
+        axpb_ref(g, B, m, m, n, 1.0, c[0], x, y);
         return;
     }
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < m; j++) {
-            double s = 0;
-            for (int64_t t = 0; t < m; t++)
-                s += (double)g[i * m + t] * g[t * m + j];
-            B[i * m + j] = (float)((double)c[1] * g[i * m + j] + (double)c[2] * s);
-        }
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++) {
-            double s = (double)c[0] * x[i * n + j];
-            for (int64_t t = 0; t < m; t++)
-                s += (double)B[i * m + t] * x[t * n + j];
-            y[i * n + j] = (float)s;
-        }
+    axpb_ref(g, g, m, m, m, c[2], c[1], g, B); /* B = bA + cAA */
+    axpb_ref(B, x, m, m, n, 1.0, c[0], x, y);  /* Y = aX + BX */
 }
 
 void ns_shard_gram_blas(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n,

@@ -14,6 +14,22 @@
 #include "runtime/step/offload_exec.h"
 #include "sharding/plan.h"
 
+/* What one piece's iterations add to the counters. Bytes: what a ring all-reduce sends from
+ * each member, 2(k-1)/k of the m x m Gram matrix (elements of `esize` bytes) per iteration: the
+ * planner's team cost (plan_team_allreduce_elems), which plan_vs_runtime compares it with. The
+ * MPI library may move the bytes otherwise; its own are not seen. A member without columns
+ * (n = 0) joins the all-reduces too, but forms neither B nor Y. FLOPs: the update form the
+ * kernel took (narrow_ok: the fp32 kernels' choice, kernels/ns_shape.h). */
+static void count_iterations(shardopt_runtime_t rt, MPI_Comm comm, int64_t m, int64_t n,
+                             size_t esize, int narrow_ok)
+{
+    const double steps = (double)rt->cfg.ns_steps;
+    int k = 1;
+    MPI_Comm_size(comm, &k);
+    rt->counters.bytes_ns_allreduce += steps * (double)esize * plan_team_allreduce_elems(m, m, k);
+    rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n, narrow_ok) * steps;
+}
+
 /* A = X X^T of this member's columns, summed over comm. */
 static shardopt_status_t gram_allreduce(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
                                         const float *x, int64_t m, int64_t n, float *gram)
@@ -109,14 +125,10 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
             y = t;
         }
     }
-    int k = 1;
-    MPI_Comm_size(comm, &k);
-    rt->counters.bytes_ns_allreduce +=
-        (double)c->ns_steps * sizeof(uint16_t) * plan_team_allreduce_elems(m, m, k);
+    /* the bf16 update always forms A A (kernels/cpu/ns_bf16.c): no narrow form to count */
+    count_iterations(rt, comm, m, count > 0 ? n : 0, sizeof(uint16_t), 0);
     if (count == 0)
         return SHARDOPT_OK;
-    /* the bf16 update always forms A A (kernels/cpu/ns_bf16.c): no narrow form to count */
-    rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n, 0) * c->ns_steps;
     for (size_t i = 0; i < count; i++)
         xf[i] = f32_from_bf16(x[i]);
     rt->ops->ns_shard_store(&rt->kctx, piece, xf);
@@ -161,17 +173,9 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
             y = t;
         }
     }
-    /* What a ring all-reduce sends from each member, 2(k-1)/k of the m x m fp32 Gram matrix per
-     * iteration: the planner's team cost (plan_team_allreduce_elems), which plan_vs_runtime
-     * compares it with. The MPI library may move the bytes otherwise; its own are not seen. A
-     * member without columns joins the all-reduces too. */
-    int k = 1;
-    MPI_Comm_size(comm, &k);
-    rt->counters.bytes_ns_allreduce +=
-        (double)c->ns_steps * sizeof(float) * plan_team_allreduce_elems(m, m, k);
+    count_iterations(rt, comm, m, count > 0 ? n : 0, sizeof(float), 1);
     if (count == 0) /* no columns: it forms neither B nor Y, only joins the all-reduces */
         return SHARDOPT_OK;
-    rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n, 1) * c->ns_steps;
     rt->ops->ns_shard_store(&rt->kctx, piece, x);
     return SHARDOPT_OK;
 }

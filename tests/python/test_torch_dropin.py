@@ -10,7 +10,6 @@ Each case is a function below; a failure names the case and goes on with the nex
 import inspect
 import math
 import sys
-import traceback
 import warnings
 
 try:
@@ -20,6 +19,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
     print(f"SKIP: torch is not importable ({e})")
     sys.exit(77)
 
+import cases
 import shardopt
 from shardopt.torch import Muon
 
@@ -559,20 +559,5 @@ def case_group_keys_and_param_names():
     opt.close()
 
 
-CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
-
 if __name__ == "__main__":
-    names = sys.argv[1:] or list(CASES)
-    failed = []
-    for name in names:
-        try:
-            CASES[name]()
-            print(f"ok   {name}")
-        except Exception:  # noqa: BLE001 - report every case
-            traceback.print_exc()
-            print(f"FAIL {name}")
-            failed.append(name)
-    if failed:
-        print(f"test_torch_dropin: {len(failed)} of {len(names)} cases failed: {failed}")
-        sys.exit(1)
-    print(f"test_torch_dropin: {len(names)} cases: ok")
+    cases.run("test_torch_dropin", globals())

@@ -15,7 +15,6 @@ import pickle
 import subprocess
 import sys
 import tempfile
-import traceback
 import warnings
 
 try:
@@ -27,6 +26,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
 
 import numpy as np
 
+import cases
 import shardopt
 from shardopt.torch import Muon
 
@@ -1023,24 +1023,9 @@ def case_resume_in_new_process():
             assert any(not torch.equal(full[n], moved[n]) for n in full)  # steps 4-6 did move
 
 
-CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
-
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--resume-child"]:
         ck, mdtype, out = sys.argv[2:5]
         torch.save(resume_run(ck, mdtype, 3, STEPS, load=True), out)
         sys.exit(0)
-    names = sys.argv[1:] or list(CASES)
-    failed = []
-    for name in names:
-        try:
-            CASES[name]()
-            print(f"ok   {name}")
-        except Exception:  # noqa: BLE001 - report every case
-            traceback.print_exc()
-            print(f"FAIL {name}")
-            failed.append(name)
-    if failed:
-        print(f"test_torch_optim: {len(failed)} of {len(names)} cases failed: {failed}")
-        sys.exit(1)
-    print(f"test_torch_optim: {len(names)} cases: ok")
+    cases.run("test_torch_optim", globals())

@@ -1,0 +1,28 @@
+"""The case runner of the one-process torch tests (test_torch_optim, _dropin, _scripts).
+
+run(label, namespace): every function named case_* in namespace, in name order, or the cases
+named on the command line; a failure prints its traceback and "FAIL name" and the run goes on,
+so that one broken case does not hide the others. The last line is what CTest's
+PASS_REGULAR_EXPRESSION looks for: "<label>: N cases: ok", exit 1 otherwise.
+"""
+
+import sys
+import traceback
+
+
+def run(label, namespace, argv=None):
+    cases = {k[5:]: v for k, v in sorted(namespace.items()) if k.startswith("case_")}
+    names = (sys.argv[1:] if argv is None else argv) or list(cases)
+    failed = []
+    for name in names:
+        try:
+            cases[name]()
+            print(f"ok   {name}")
+        except Exception:  # noqa: BLE001 - report every case
+            traceback.print_exc()
+            print(f"FAIL {name}")
+            failed.append(name)
+    if failed:
+        print(f"{label}: {len(failed)} of {len(names)} cases failed: {failed}")
+        sys.exit(1)
+    print(f"{label}: {len(names)} cases: ok")

@@ -82,6 +82,15 @@ def _classify_by_model(model):
     return out
 
 
+def _memory(p):
+    """Where a parameter's elements start, (device, address), or None for none (empty, meta):
+    two tensor objects starting at one address overlap."""
+    t = p.to_local() if hasattr(p, "to_local") and hasattr(p, "placements") else p
+    if t.numel() == 0 or t.device.type == "meta":
+        return None
+    return (str(t.device), t.data_ptr())
+
+
 class Muon(torch.optim.Optimizer):
     """Muon for the hidden matrices and AdamW for the rest, stepped by libshardopt.
 
@@ -163,6 +172,7 @@ class Muon(torch.optim.Optimizer):
         self._frozen = []    # per param group: (name, tensor) left out for requires_grad False
         self._plan = None    # what step() reads of the above, made again after add_param_group
         self._seen = {}      # id(tensor) -> name: a tensor is registered once in all groups
+        self._mem = {}       # (device, address) -> name: distinct tensors over one memory
         self._unnamed = 0
         self._warned_unnamed = False
         defaults = dict(lr=hp["lr"], weight_decay=hp["weight_decay"], momentum=hp["momentum"],
@@ -255,6 +265,18 @@ class Muon(torch.optim.Optimizer):
                               f"{self._seen[key]}", stacklevel=4)
                 continue
             self._seen[key] = name
+            mem = _memory(p)
+            if mem is not None and mem in self._mem:
+                # torch.optim steps both, one after the other; the library updates each memory
+                # once per step (its step refuses data that overlaps, since its passes over
+                # parameters may run together), so a tie through .data is refused by name here
+                raise ValueError(
+                    f"{name} and {self._mem[mem]} are two tensors over the same memory (tied "
+                    f"through .data?): shardopt updates a memory once per step; tie them as one "
+                    f"Parameter (e.g. model.lm_head.weight = model.wte.weight), so that autograd "
+                    f"sums their gradients")
+            if mem is not None:
+                self._mem[mem] = name
             algo = fixed or self._algo(name, p)
             if algo not in parts:
                 raise ValueError(f"{name}: algo {algo!r}: accepted 'muon' or 'adamw'")

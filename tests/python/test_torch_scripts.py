@@ -14,7 +14,6 @@ import gc
 import inspect
 import io
 import sys
-import traceback
 import weakref
 
 try:
@@ -26,6 +25,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
 
 from test_torch_dropin import batch, model, refused, relative
 
+import cases
 import shardopt
 from shardopt.torch import Muon
 
@@ -447,51 +447,28 @@ def case_muon_with_aux_adam_groups():
 
 def case_weights_tied_through_data():
     """Two parameters over one memory, tied through .data before the optimizer is made
-    (lm_head.weight.data = wte.weight.data: two Parameter objects, two gradients): torch.optim
-    steps each with its own gradient, one after the other, and so does this optimizer (the
-    same tensor object listed twice is still registered once). AdamW (the tied embedding and
-    head) against torch.optim.AdamW, Muon against torch.optim.Muon with fp32 Newton-Schulz.
-    Before, the second was dropped as "the same tensor" (a warning) and its gradient never
-    applied: 6e-2 to 1.3e-1 from torch.optim.Muon in 3 steps."""
-    import warnings
+    (lm_head.weight.data = wte.weight.data: two Parameter objects, two gradients). torch.optim
+    steps each with its own gradient, one after the other; the library updates a memory once per
+    step (its step refuses overlapping data: its passes over parameters may run together), so
+    the constructor refuses the pair by name, for either algorithm, instead of the step failing
+    later (or, as first, dropping the second's gradient with a warning: 6e-2 to 1.3e-1 from
+    torch.optim.Muon in 3 steps). Tied as one Parameter, the pair is one parameter whose
+    gradient autograd sums, which works (python_torch_optim / embeddings_to_adamw_and_tied_...)."""
     torch.manual_seed(0)
     w0 = torch.randn(12, 8) * 0.1
-
-    def tied():
-        a, b = nn.Parameter(w0.clone()), nn.Parameter(torch.empty(0))
-        b.data = a.data
-        return a, b
-
-    have_muon = hasattr(torch.optim, "Muon")
-    for algo in ("adamw", "muon") if have_muon else ("adamw",):
-        (a, a2), (b, b2) = tied(), tied()
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # no "registered once" here
-            ours = Muon([{"params": [("wte.weight", a), ("lm_head.weight", a2)], "algo": algo}],
-                        lr=0.02, weight_decay=0.1,
-                        config={"ns_compute": "fp32", "comm_dtype": "fp32"})
-        if algo == "adamw":
-            theirs = torch.optim.AdamW([b, b2], lr=0.02, weight_decay=0.1)
-        else:
-            import torch.optim._muon as tm
-            from test_torch_optim import _fp32_newton_schulz
-            theirs = torch.optim.Muon([b, b2], lr=0.02, weight_decay=0.1)
-            orig, tm._zeropower_via_newtonschulz = (tm._zeropower_via_newtonschulz,
-                                                    _fp32_newton_schulz)
-        try:
-            gen = torch.Generator().manual_seed(1)
-            for k in range(3):
-                g1, g2 = torch.randn(12, 8, generator=gen), torch.randn(12, 8, generator=gen)
-                a.grad, a2.grad, b.grad, b2.grad = g1.clone(), g2.clone(), g1.clone(), g2.clone()
-                ours.step()
-                theirs.step()
-                r = relative(a.detach(), b.detach())
-                assert r < 1e-6, (algo, k, r)
-        finally:
-            if algo == "muon":
-                tm._zeropower_via_newtonschulz = orig
-        assert a.data_ptr() == a2.data_ptr()
-        ours.close()
+    for algo in ("adamw", "muon"):
+        a, a2 = nn.Parameter(w0.clone()), nn.Parameter(torch.empty(0))
+        a2.data = a.data
+        refused(lambda: Muon([{"params": [("wte.weight", a), ("lm_head.weight", a2)],
+                               "algo": algo}], lr=0.02), ValueError,
+                "lm_head.weight and wte.weight are two tensors over the same memory")
+        # disjoint views of one storage are distinct memories: accepted
+        big = nn.Parameter(torch.randn(24, 8))
+        v1, v2 = nn.Parameter(big.data[:12]), nn.Parameter(big.data[12:])
+        ok = Muon([{"params": [("q.weight", v1), ("k.weight", v2)], "algo": algo}], lr=0.02)
+        v1.grad, v2.grad = torch.randn(12, 8), torch.randn(12, 8)
+        ok.step()
+        ok.close()
 
 
 def case_channels_last_cnn():
@@ -594,20 +571,5 @@ def case_transposed_matrices():
         o.close()
 
 
-CASES = {k[5:]: v for k, v in sorted(globals().items()) if k.startswith("case_")}
-
 if __name__ == "__main__":
-    names = sys.argv[1:] or list(CASES)
-    failed = []
-    for name in names:
-        try:
-            CASES[name]()
-            print(f"ok   {name}")
-        except Exception:  # noqa: BLE001 - report every case
-            traceback.print_exc()
-            print(f"FAIL {name}")
-            failed.append(name)
-    if failed:
-        print(f"test_torch_scripts: {len(failed)} of {len(names)} cases failed: {failed}")
-        sys.exit(1)
-    print(f"test_torch_scripts: {len(names)} cases: ok")
+    cases.run("test_torch_scripts", globals())

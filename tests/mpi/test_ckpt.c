@@ -25,6 +25,7 @@
 #include "base/fault.h"
 #include "model_run.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "stderr_capture.h"
 
 static const char *test_dir(void)
 {
@@ -1305,36 +1306,6 @@ TEST(keep_last_never_prunes_the_step_just_published)
 }
 
 /* ---- the checkpoint directory: links, a second writer, latest ---- */
-
-/* Rank 0's log (stderr) while a save runs goes to `path`: the warnings are read from there. */
-static int stderr_to(const char *path)
-{
-    fflush(stderr);
-    int saved = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    dup2(fd, 2);
-    close(fd);
-    return saved;
-}
-
-static void stderr_back(int saved)
-{
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-}
-
-/* The file's text (at most 64 KiB), "" when absent; the caller frees. */
-static char *text_of(const char *path)
-{
-    char *t = calloc(65537, 1);
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        size_t n = fread(t, 1, 65536, f);
-        t[n] = '\0';
-        fclose(f);
-    }
-    return t;
-}
 
 static void text_put(const char *path, const char *text)
 {

@@ -19,6 +19,7 @@
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
 #include "runtime/runtime.h"
+#include "stderr_capture.h"
 #include "test.h"
 
 #define NSTEPS 2
@@ -278,36 +279,6 @@ TEST(a_checkpoint_with_teams_resumes_bitwise)
     free(w[0]);
     free(w[1]);
     preset_free(&p);
-}
-
-/* Rank 0's log (stderr) while commit runs goes to `path`: the warning is read from there. */
-static int stderr_to(const char *path)
-{
-    fflush(stderr);
-    int saved = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    dup2(fd, 2);
-    close(fd);
-    return saved;
-}
-
-static void stderr_back(int saved)
-{
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-}
-
-/* The file's text (at most 64 KiB); the caller frees. */
-static char *text_of(const char *path)
-{
-    char *t = calloc(65537, 1);
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        size_t n = fread(t, 1, 65536, f);
-        t[n] = '\0';
-        fclose(f);
-    }
-    return t;
 }
 
 /* A team cap where teams cannot run: rank 0 warns that it is ignored and why, no team is

@@ -30,6 +30,19 @@ static void count_iterations(shardopt_runtime_t rt, MPI_Comm comm, int64_t m, in
     rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n, narrow_ok) * steps;
 }
 
+/* 1 / (|U|_F s + eps) of the whole matrix: ss, this member's squared norm, summed over comm
+ * (every member, with columns or not, joins). The start of both iterations below. */
+static shardopt_status_t norm_inverse(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                      double ss, double *inv)
+{
+    comm_phase("step: sharded Newton-Schulz", -1);
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM,
+                       "norm all-reduce") != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", name);
+    *inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)rt->cfg.ns_eps);
+    return SHARDOPT_OK;
+}
+
 /* A = X X^T of this member's columns, summed over comm. */
 static shardopt_status_t gram_allreduce(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
                                         const float *x, int64_t m, int64_t n, float *gram)
@@ -93,11 +106,10 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
         return log_fail(SHARDOPT_ERR_INTERNAL,
                         "step '%s': rank %d: no bf16 team plan for a %lld x %lld block", name,
                         rt->groups.me.rank, (long long)m, (long long)n);
-    comm_phase("step: sharded Newton-Schulz", -1);
-    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM,
-                       "norm all-reduce") != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", name);
-    const double inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)c->ns_eps);
+    double inv = 0;
+    const shardopt_status_t scaled = norm_inverse(rt, name, comm, ss, &inv);
+    if (scaled != SHARDOPT_OK)
+        return scaled;
     if (count > 0) {
         rt->ops->ns_shard_load(&rt->kctx, piece, inv, xf);
         for (size_t i = 0; i < count; i++)
@@ -149,11 +161,10 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
     const shardopt_config_t *c = &rt->cfg;
     float *x = rt->sh_x, *y = x + count, *gram = y + count, *B = gram + m * m;
 
-    comm_phase("step: sharded Newton-Schulz", -1);
-    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM,
-                       "norm all-reduce") != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", name);
-    const double inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)c->ns_eps);
+    double inv = 0;
+    const shardopt_status_t scaled = norm_inverse(rt, name, comm, ss, &inv);
+    if (scaled != SHARDOPT_OK)
+        return scaled;
     if (count > 0)
         rt->ops->ns_shard_load(&rt->kctx, piece, inv, x);
     const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;

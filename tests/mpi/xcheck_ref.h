@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ns_fp64.h"
 #include "shardopt.h"
 
 /* The tables of docs/config.md; aol's values from kernels/ns_coeffs.c (data, not code). */
@@ -62,74 +63,24 @@ static inline void xref_coeffs(const shardopt_config_t *c, int i, double abc[3])
         abc[j] = (float)t[j];
 }
 
-/* Newton-Schulz of the m x n matrix u (row-major, the true orientation), in place. */
+/* Newton-Schulz of the m x n matrix u (row-major, the true orientation), in place: the tests'
+ * fp64 oracle (tests/ns_fp64.h) on the transpose of a tall matrix, with the config's table and
+ * norm scale resolved as docs/config.md says. It reads all of u before it writes. */
 static inline void xref_ns(const shardopt_config_t *c, int64_t m, int64_t n, double *u)
 {
-    const int tr = m > n;
-    const int64_t r = tr ? n : m, k = tr ? m : n; /* wide: r <= k */
-    double *x = malloc(sizeof(double) * (size_t)(r * k)),
-           *A = malloc(sizeof(double) * (size_t)(r * r)),
-           *B = malloc(sizeof(double) * (size_t)(r * r)),
-           *y = malloc(sizeof(double) * (size_t)(r * k));
-    double norm = 0;
-    for (int64_t i = 0; i < m * n; i++)
-        norm += u[i] * u[i];
-    const double s = c->ns_norm_scale > 0                        ? c->ns_norm_scale
-                     : c->ns_coeffs == SHARDOPT_NS_POLAR_EXPRESS ? 1.01
-                                                                 : 1.0;
-    const double inv = 1.0 / (sqrt(norm) * s + c->ns_eps);
-    for (int64_t i = 0; i < r; i++)
-        for (int64_t j = 0; j < k; j++)
-            x[i * k + j] = (tr ? u[j * n + i] : u[i * n + j]) * inv;
+    float(*t)[3] = malloc(sizeof(float[3]) * (size_t)(c->ns_steps > 0 ? c->ns_steps : 1));
     for (int it = 0; it < c->ns_steps; it++) {
         double abc[3];
         xref_coeffs(c, it, abc);
-        for (int64_t i = 0; i < r; i++)
-            for (int64_t j = 0; j < r; j++) {
-                double acc = 0;
-                for (int64_t l = 0; l < k; l++)
-                    acc += x[i * k + l] * x[j * k + l];
-                A[i * r + j] = acc;
-            }
-        if (it == 0 && c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL) {
-            double *d = malloc(sizeof(double) * (size_t)r);
-            for (int64_t i = 0; i < r; i++) {
-                double sum = 0;
-                for (int64_t j = 0; j < r; j++)
-                    sum += fabs(A[i * r + j]);
-                d[i] = 1.0 / sqrt(sum + c->ns_eps);
-            }
-            for (int64_t i = 0; i < r; i++) {
-                for (int64_t j = 0; j < k; j++)
-                    x[i * k + j] *= d[i];
-                for (int64_t j = 0; j < r; j++)
-                    A[i * r + j] *= d[i] * d[j];
-            }
-            free(d);
-        }
-        for (int64_t i = 0; i < r; i++)
-            for (int64_t j = 0; j < r; j++) {
-                double acc = 0;
-                for (int64_t l = 0; l < r; l++)
-                    acc += A[i * r + l] * A[l * r + j];
-                B[i * r + j] = abc[1] * A[i * r + j] + abc[2] * acc;
-            }
-        for (int64_t i = 0; i < r; i++)
-            for (int64_t j = 0; j < k; j++) {
-                double acc = 0;
-                for (int64_t l = 0; l < r; l++)
-                    acc += B[i * r + l] * x[l * k + j];
-                y[i * k + j] = abc[0] * x[i * k + j] + acc;
-            }
-        memcpy(x, y, sizeof(double) * (size_t)(r * k));
+        for (int j = 0; j < 3; j++)
+            t[it][j] = (float)abc[j];
     }
-    for (int64_t i = 0; i < r; i++)
-        for (int64_t j = 0; j < k; j++)
-            u[tr ? j * n + i : i * n + j] = x[i * k + j];
-    free(x);
-    free(A);
-    free(B);
-    free(y);
+    const double s = c->ns_norm_scale > 0                        ? c->ns_norm_scale
+                     : c->ns_coeffs == SHARDOPT_NS_POLAR_EXPRESS ? 1.01
+                                                                 : 1.0;
+    ns_fp64_pre(u, m, n, m > n, (const float(*)[3])t, c->ns_steps, s, c->ns_eps,
+                c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL, u);
+    free(t);
 }
 
 static inline double xref_lr_scale(shardopt_lr_scale_t ls, double a, double b)

@@ -24,6 +24,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
     sys.exit(77)
 
 from test_torch_dropin import batch, model, refused, relative
+from test_torch_optim import python_path
 
 import cases
 import shardopt
@@ -333,17 +334,6 @@ def case_compiled_training_step():
     ropt.close()
 
 
-@contextlib.contextmanager
-def without_c_helper():
-    """Optimizers made inside step on the Python path (no _shardopt_fast)."""
-    saved = shardopt._fast_ext()
-    shardopt._ext = None
-    try:
-        yield
-    finally:
-        shardopt._ext = saved
-
-
 def case_model_zero_grad_lets_gradients_go():
     """model.zero_grad() instead of the optimizer's (HF's Trainer, modded-nanogpt): the
     gradients it drops are freed at once, as with a torch.optim optimizer, not held by the
@@ -352,7 +342,7 @@ def case_model_zero_grad_lets_gradients_go():
     bits of the run that calls opt.zero_grad()."""
     runs = {}
     for path in ("C helper", "Python path", "full check", "opt.zero_grad()"):
-        with without_c_helper() if path == "Python path" else contextlib.nullcontext():
+        with python_path() if path == "Python path" else contextlib.nullcontext():
             m = model()
             opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
         for k in range(3):

@@ -15,7 +15,7 @@ uint64_t rng_name_hash(const char *name)
     return h;
 }
 
-static uint64_t splitmix64(uint64_t x)
+uint64_t rng_splitmix64(uint64_t x)
 {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -27,7 +27,7 @@ struct rng_stream rng_stream_make(uint64_t seed, uint64_t name_hash, enum rng_ki
                                   uint64_t step)
 {
     struct rng_stream s;
-    uint64_t k = splitmix64(seed) ^ name_hash;
+    uint64_t k = rng_splitmix64(seed) ^ name_hash;
     s.key[0] = (uint32_t)k;
     s.key[1] = (uint32_t)(k >> 32);
     s.step_lo = (uint32_t)step;

@@ -54,6 +54,10 @@ KHD static inline void rng_philox(const uint32_t ctr[4], const uint32_t key[2], 
 /* FNV-1a 64: stable across runs, platforms and versions (it is part of the checkpoint format). */
 uint64_t rng_name_hash(const char *name);
 
+/* splitmix64 (Steele, Lea and Flood 2014): a bijection of 64-bit words that mixes every input bit
+ * into every output bit; the seed's whitening here, and the runtime's digests chain it */
+uint64_t rng_splitmix64(uint64_t x);
+
 struct rng_stream rng_stream_make(uint64_t seed, uint64_t name_hash, enum rng_kind kind,
                                   uint64_t step);
 

@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "base/status.h"
+#include "kernels/rng.h"
 #include "runtime/comm/comm_wait.h"
 
 /* What the message calls each slot; the step's argument and how it was resolved. */
@@ -36,16 +37,9 @@ static uint64_t bits_of(double v)
     return u;
 }
 
-/* splitmix64's finalizer over each word, chained: any one differing word changes the digest */
-static uint64_t mix(uint64_t h, uint64_t w)
-{
-    h ^= w + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    h ^= h >> 30;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 27;
-    h *= 0x94D049BB133111EBull;
-    return h ^ (h >> 31);
-}
+/* Each word chained through a bijection (h <- splitmix64(h ^ w)): for fixed other words the
+ * digest is a bijection of any one word, so any one differing word changes it */
+static uint64_t mix(uint64_t h, uint64_t w) { return rng_splitmix64(h ^ w); }
 
 uint64_t args_agree_digest(shardopt_runtime_t rt, const double vals[ARGS_AGREE_N])
 {

@@ -131,11 +131,9 @@ static shardopt_status_t create_agree(MPI_Comm a, MPI_Comm b, shardopt_status_t 
                                       const struct shardopt_runtime *rt, const char *who)
 {
     const shardopt_config_t defaults = SHARDOPT_CONFIG_INIT;
-    int ready = 0, finalized = 0, rank = 0, size = 1, rep = 0;
+    int rank = 0, size = 1, rep = 0;
 
-    MPI_Initialized(&ready);
-    MPI_Finalized(&finalized);
-    if (!ready || finalized || a == MPI_COMM_NULL)
+    if (!groups_mpi_usable() || a == MPI_COMM_NULL)
         return mine; /* refused alike everywhere, with nothing to agree over */
     MPI_Comm_rank(a, &rank);
     if (b != MPI_COMM_NULL) {

@@ -15,13 +15,20 @@ static void groups_null(struct groups *g)
     g->dense = g->ep = g->xs = g->rep = g->world = MPI_COMM_NULL;
 }
 
+int groups_mpi_usable(void)
+{
+    int ready = 0, finalized = 0;
+    MPI_Initialized(&ready);
+    MPI_Finalized(&finalized);
+    return ready && !finalized;
+}
+
 void groups_free(struct groups *g)
 {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
+    const int usable = groups_mpi_usable();
     MPI_Comm *c[] = {&g->dense, &g->ep, &g->xs, &g->rep};
     for (int i = 0; i < 4; i++)
-        if (*c[i] != MPI_COMM_NULL && !finalized)
+        if (*c[i] != MPI_COMM_NULL && usable)
             MPI_Comm_free(c[i]);
     groups_null(g);
 }
@@ -352,11 +359,9 @@ static shardopt_status_t agree_message(const struct groups *tg, MPI_Comm a, MPI_
 static shardopt_status_t agree(const struct groups *tg, MPI_Comm a, MPI_Comm b, int rank,
                                shardopt_status_t mine, const char *what)
 {
-    int pair[2] = {(int)mine, rank}, ready = 0, finalized = 0;
+    int pair[2] = {(int)mine, rank};
 
-    MPI_Initialized(&ready);
-    MPI_Finalized(&finalized);
-    if (!ready || finalized) /* the call failed here already: no MPI to agree over */
+    if (!groups_mpi_usable()) /* the call failed here already: no MPI to agree over */
         return mine;
     /* every rank's outcome of the call: the wait where a rank that never arrives is found */
     comm_allreduce(tg, a, MPI_IN_PLACE, pair, 1, MPI_2INT, MPI_MINLOC, "status agreement");
@@ -378,10 +383,8 @@ shardopt_status_t groups_agree_digest(const struct groups *g, shardopt_status_t 
      * which every rank sees alike. */
     uint64_t v[3] = {((uint64_t)(uint32_t)(-(int)mine) << 32) | (uint32_t) ~(uint32_t)g->me.rank,
                      digest, ~digest};
-    int finalized = 0;
     *differs = 0;
-    MPI_Finalized(&finalized);
-    if (finalized) /* the call failed here already (rt_mpi_live): no MPI to agree over */
+    if (!groups_mpi_usable()) /* the call failed here already (rt_mpi_live): no MPI to agree over */
         return mine;
     comm_allreduce(g, g->dense, MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, "status agreement");
     if (g->rep != MPI_COMM_NULL)
@@ -412,11 +415,8 @@ shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_sta
                                   const char *what, double timeout_s)
 {
     struct groups t;
-    int ready = 0, finalized = 0;
 
-    MPI_Initialized(&ready);
-    MPI_Finalized(&finalized);
-    if (!ready || finalized)
+    if (!groups_mpi_usable())
         return mine;
     groups_view(&t, a, b, rank, timeout_s);
     return agree(&t, a, b, rank, mine, what);

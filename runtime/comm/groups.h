@@ -28,6 +28,10 @@ shardopt_status_t groups_from_trainer(const shardopt_groups_t *in, struct groups
 
 void groups_free(struct groups *g);
 
+/* 1 while MPI may be called: initialized and not finalized. Where it is not, a failed call has
+ * nothing to agree over (every rank refuses alike) and communicators cannot be freed. */
+int groups_mpi_usable(void);
+
 /* Collectives over every rank of the runtime: over the dense group, then the replicate group
  * (the two together span all ranks, also when the trainer handed in its own groups). */
 int groups_allreduce(const struct groups *g, void *buf, int count, MPI_Datatype type, MPI_Op op);

@@ -119,21 +119,33 @@ static double block_overlap(const struct plan_param *q, int64_t k, int m, int j,
  * the planner's teams there are costed as the CPU's fp32 ones) */
 static double team_es(const struct opts *o) { return o->ns_compute == KDT_BF16 ? 2.0 : 4.0; }
 
-static double performed_flops(const struct opts *o, int64_t rows, int64_t cols, int gram)
+/* The blocks (*b; returns b, or NULL: whole) and Gram restarts (*restarts) of the kernels
+ * --ns-compute names for one rows x cols matrix, as runtime/commit.c takes them. */
+static const struct plan_ns_blocks *kernel_blocks(const struct opts *o, int64_t rows, int64_t cols,
+                                                  int gram, struct plan_ns_blocks *b,
+                                                  uint32_t *restarts)
 {
     struct ns_sym_blocks kb;
     int block = 0;
     float coeffs[NS_TABLE_MAX_STEPS][3];
-    uint32_t restarts = 0u; /* Gram's, from the table and the shape as the kernels take them */
+    *restarts = 0u; /* Gram's, from the table and the shape as the kernels take them */
     if (gram && ns_coeffs_fill(o->ns_table, o->ns_steps, NULL, coeffs) == 0)
-        restarts = ns_coeffs_gram_restarts((const float(*)[3])coeffs, o->ns_steps, rows, cols);
+        *restarts = ns_coeffs_gram_restarts((const float(*)[3])coeffs, o->ns_steps, rows, cols);
     if (o->ns_compute < 0)
-        return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, restarts, NULL);
+        return NULL;
     const int variant = o->ns_compute == KDT_BF16 ? ns_bf16_variant_for_shape(rows, cols, &block)
                                                   : ns_variant_for_shape(rows, cols);
     ns_sym_blocks_for(rows, cols, variant, block, o->ns_compute, &kb);
-    const struct plan_ns_blocks b = {kb.gram, kb.poly, kb.symmul};
-    return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, restarts, &b);
+    *b = (struct plan_ns_blocks){kb.gram, kb.poly, kb.symmul};
+    return b;
+}
+
+static double performed_flops(const struct opts *o, int64_t rows, int64_t cols, int gram)
+{
+    struct plan_ns_blocks b;
+    uint32_t restarts;
+    const struct plan_ns_blocks *bp = kernel_blocks(o, rows, cols, gram, &b, &restarts);
+    return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, restarts, bp);
 }
 
 /* Plan one group (dense tensors or EP rank 0's experts) with the joint settings in `extra`
@@ -203,6 +215,8 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                 .gbps = o->cost_gflops > 0 ? o->cost_gbps : dflt.cost_net_gbps,
                 .gram = pp[q].ns_gram};
             memcpy(in.shape, pp[q].shape, sizeof in.shape);
+            struct plan_ns_blocks kb;
+            in.blocks = kernel_blocks(o, rows, cols, in.gram, &kb, &in.restarts);
             if (!ns_strategy_choose(&in, o->ns_strategy)) {
                 pp[kept++] = pp[q];
                 continue;

@@ -10,7 +10,9 @@
 #include "base/status.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "kernels/lr_scale.h"
+#include "kernels/ns_coeffs.h"
 #include "kernels/ns_variant.h"
+#include "kernels/ops.h"
 #include "runtime/classify.h"
 #include "runtime/comm/comm_wait.h"
 #include "runtime/commit_buffers.h"
@@ -283,6 +285,14 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
                                     .gbps = rt->cfg.cost_net_gbps,
                                     .gram = p->ns_algorithm == NS_ALGO_GRAM};
         memcpy(in.shape, p->layout.shape, sizeof in.shape);
+        /* gathered, the FLOPs its kernel would perform, as the step counts them (muon_exec.c) */
+        struct ns_sym_blocks sb;
+        ns_sym_blocks_for(p->mv.rows, p->mv.cols, p->ns_variant, p->ns_block, rt->ns_compute, &sb);
+        const struct plan_ns_blocks blocks = {sb.gram, sb.poly, sb.symmul};
+        in.blocks = &blocks;
+        in.restarts = in.gram ? ns_coeffs_gram_restarts((const float(*)[3])rt->ns_coeffs,
+                                                        rt->cfg.ns_steps, p->mv.rows, p->mv.cols)
+                              : 0u;
         p->ns_sharded = ns_strategy_choose(&in, (int)rt->cfg.ns_strategy);
         free(boxes);
         if (!p->ns_sharded)

@@ -22,6 +22,11 @@ struct ns_strategy_in {
     double group_mean_cost; /* the group's NS cost per member (all its Muon matrices) */
     double gflops, gbps;    /* rates for the cost model */
     int gram;               /* gathered, it would run Gram Newton-Schulz (plan_ns_flops) */
+    /* gathered, the FLOPs its kernel would perform (plan_ns_flops_blocked): the blocks it forms
+     * the symmetric products in (NULL: whole; the kernel variant's, kernels/ops.h's
+     * ns_sym_blocks_for) and, gram, where it restarts (ns_coeffs_gram_restarts' mask) */
+    const struct plan_ns_blocks *blocks;
+    uint32_t restarts;
 };
 
 /* 1 when the parameter's matrices may be orthogonalized sharded: split along the working
@@ -31,8 +36,10 @@ int ns_strategy_eligible(const struct ns_strategy_in *in);
 
 /* Gather (0) or sharded (1) under `mode`. auto chooses sharded for an eligible matrix heavier
  * than a member's mean share of the group's work (one owner could not be balanced) when the
- * model's time is lower: gather = the whole NS on one rank + moving the others' pieces there and
- * back; sharded = NS split over the holders + an m x m all-reduce per iteration. */
+ * model's time is lower: gather = the whole NS on one rank (the FLOPs its kernel performs) +
+ * moving the others' pieces there and back; sharded = the widest holder's sharded iterations
+ * (plan_ns_block_cost of its columns, the fp32 form the runtime takes) + a ring all-reduce of the
+ * fp32 m x m Gram matrix per iteration. */
 int ns_strategy_choose(const struct ns_strategy_in *in, int mode);
 
 #endif

@@ -210,18 +210,19 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
             rows = on_rows ? hi - lo : rows;
             cols = on_rows ? cols : hi - lo;
         }
-        P->owned[P->nowned++] = (struct plan_owned){
-            .param = mats[m].p->param,
-            .k = mats[m].k,
-            .rows = rows,
-            .cols = cols,
-            .cost = k > 1 ? plan_ns_team_cost(mats[m].rows, mats[m].cols, k, !cfg->team_bf16)
-                          : mats[m].cost,
-            .slot = slot,
-            .team = k,
-            .team_j = j,
-            .team_rows = on_rows,
-            .mat = m};
+        P->owned[P->nowned++] =
+            (struct plan_owned){.param = mats[m].p->param,
+                                .k = mats[m].k,
+                                .rows = rows,
+                                .cols = cols,
+                                .cost = k > 1 ? plan_ns_team_block_cost(mats[m].rows, mats[m].cols,
+                                                                        k, j, !cfg->team_bf16)
+                                              : mats[m].cost,
+                                .slot = slot,
+                                .team = k,
+                                .team_j = j,
+                                .team_rows = on_rows,
+                                .mat = m};
         slot += (size_t)(rows * cols);
     }
     b->owned_hi = P->nowned;

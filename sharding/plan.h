@@ -103,7 +103,7 @@ struct plan_piece {
 struct plan_owned {
     int param;
     int64_t k, rows, cols;
-    double cost; /* its Newton-Schulz cost, in plan_ns_cost units (per step; a block: my share) */
+    double cost; /* its Newton-Schulz cost, in plan_ns_cost units (per step; a block: my block's) */
     size_t slot;
     int in_lo, in_hi; /* its pieces that arrive through B (plan.incoming) */
     int team, team_j; /* team size (1: an owner alone) and my index in the team */
@@ -141,13 +141,15 @@ struct group_plan {
     int members, me;
     int nmatrices; /* in the group, all members */
     int *owner;    /* [nmatrices], in matrix order (params in order, then k); a team's lead */
-    double *load;  /* [members]: NS FLOPs per iteration owned (a team member: its share) */
+    double *load;  /* [members]: NS FLOPs per iteration owned (a team member: its block's) */
     int *team;     /* [nmatrices]: team size, 1 = owner alone */
     int *team_of;  /* [nmatrices * team_cap] (team_cap >= 2 only): team members, lead first */
     int team_cap;
     int nteams;        /* matrices with a team of 2 or more */
     int nmoved;        /* matrices the moves pass (move_cost) gave another owner */
-    double *work;      /* [members]: base_load + owned load + team all-reduce cost, per iteration */
+    double *work;      /* [members]: base_load + owned load + team all-reduce cost, per iteration
+                          (a team member with a block narrower than the team's widest: that
+                          one's FLOPs, which it waits for, plan_ns_team_cost) */
     double *team_comm; /* [members]: the team all-reduce cost in work (allreduce_cost x the
                           elements each sends per iteration); what the other group plans around
                           with load */
@@ -190,10 +192,15 @@ double plan_ns_cost(int64_t rows, int64_t cols);
  * that they agree). */
 double plan_ns_block_cost(double m, double n, int narrow_ok);
 
-/* One member's NS cost per iteration in a team of k that splits the long side n into k blocks
- * and all-reduces the m x m Gram matrix (standard algorithm, as runtime/ns_sharded.c runs it):
- * plan_ns_block_cost(m, n/k, narrow_ok), 4m^2n/k + 2m^3, or 6m^2n/k where narrow_ok and n/k < m.
- * k = 1: plan_ns_cost. */
+/* Member j's NS FLOPs per iteration in a team of k that splits the long side n into k blocks
+ * (plan_team_block: ceil(n/k) wide, the last ones narrower or empty) and all-reduces the m x m
+ * Gram matrix (standard algorithm, as runtime/step/ns_sharded.c runs and counts it):
+ * plan_ns_block_cost(m, n_j, narrow_ok), n_j its block's width. k = 1: plan_ns_cost. */
+double plan_ns_team_block_cost(int64_t rows, int64_t cols, int k, int j, int narrow_ok);
+
+/* The team's time per iteration in FLOPs: its widest block's (block 0, ceil(n/k) wide), which
+ * every member waits for at each all-reduce; what the planner sizes and places teams on, and
+ * charges each member's work (its load is its own block's, plan_ns_team_block_cost). */
 double plan_ns_team_cost(int64_t rows, int64_t cols, int k, int narrow_ok);
 
 /* Elements (fp32 or bf16, as the team iterates) one member sends per iteration in a ring

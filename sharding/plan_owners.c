@@ -21,10 +21,17 @@ static int by_cost_desc(const void *a, const void *b)
     return i - j;
 }
 
+double plan_ns_team_block_cost(int64_t rows, int64_t cols, int k, int j, int narrow_ok)
+{
+    int64_t lo = 0, hi = 0;
+    plan_team_block(rows, cols, k > 1 ? k : 1, j, &lo, &hi);
+    return plan_ns_block_cost((double)(rows < cols ? rows : cols), (double)(hi - lo), narrow_ok);
+}
+
 double plan_ns_team_cost(int64_t rows, int64_t cols, int k, int narrow_ok)
 {
-    double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
-    return plan_ns_block_cost(m, n / (k > 1 ? k : 1), narrow_ok);
+    /* block 0 is the widest: ceil(L / k), the later ones that or shorter */
+    return plan_ns_team_block_cost(rows, cols, k, 0, narrow_ok);
 }
 
 double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k)
@@ -237,8 +244,11 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
                 cfg->allreduce_cost * plan_team_allreduce_elems(mats[m].rows, mats[m].cols, k);
             const double per = c + ar;
             team_place(cfg, work, per, k, t);
+            /* member u performs its own block's FLOPs (what the runtime counts), but each
+             * iteration's all-reduce waits for the widest block: its time is that one's */
             for (int u = 0; u < k; u++) {
-                P->load[t[u]] += c;
+                P->load[t[u]] +=
+                    plan_ns_team_block_cost(mats[m].rows, mats[m].cols, k, u, !cfg->team_bf16);
                 P->team_comm[t[u]] += ar;
                 work[t[u]] += per;
             }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/ns_shape.h"
 #include "sharding/plan.h"
 #include "test.h"
 
@@ -656,6 +657,52 @@ TEST(a_gram_matrix_beyond_one_mpi_count_never_goes_to_a_team)
     } else {
         EXPECT_EQ_INT(st, SHARDOPT_ERR_UNSUPPORTED);
     }
+}
+
+/* A team's blocks are ceil(L / k) of the long side L, the last ones narrower or empty
+ * (plan_team_block), and each member iterates its own (runtime/step/ns_sharded.c counts
+ * ns_shard_iter_flops of it, kernels/ns_shape.h): the plan charges each member that block's FLOPs
+ * as its load, and sizes the team on its widest block, which every member waits for at each
+ * all-reduce (issue 23; it priced every member at L / k). Wide 13 x 41 (blocks 11, 11, 11, 8),
+ * tall 37 x 29 (10, 10, 10, 7) and 8 x 9 (3, 3, 3 and an empty one), fp32 (narrow blocks updated
+ * without A^2) and bf16 (always with it). */
+TEST(team_members_are_charged_their_own_blocks_and_teams_their_widest)
+{
+    static struct plan_box bx[4];
+    const int64_t shapes[3][2] = {{13, 41}, {37, 29}, {8, 9}};
+    for (int si = 0; si < 3; si++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            const int64_t m = rows < cols ? rows : cols, L = rows < cols ? cols : rows;
+            struct plan_param ps = {
+                .param = 0, .ndim = 2, .shape = {rows, cols, 1}, .k_lo = 0, .k_count = 1};
+            boxes_make(bx, 4, 2, ps.shape, 0, 0, 1, 0);
+            ps.boxes = bx;
+            struct plan_cfg cfg = {.members = 4,
+                                   .me = 0,
+                                   .bucket_bytes = 1 << 20,
+                                   .esize = 2,
+                                   .team_cap = 4,
+                                   .node_members = 4,
+                                   .team_frac = 0.01,
+                                   .team_bf16 = bf16};
+            struct group_plan P;
+            ASSERT_EQ_INT(plan_build(&cfg, &ps, 1, &P), SHARDOPT_OK);
+            ASSERT_EQ_INT(P.team[0], 4);
+            const int64_t c = (L + 3) / 4;
+            double widest = 0;
+            for (int j = 0; j < 4; j++) {
+                const int64_t nj = c * j >= L ? 0 : (c * (j + 1) <= L ? c : L - c * j);
+                const double want = ns_shard_iter_flops((double)m, (double)nj, !bf16);
+                widest = want > widest ? want : widest;
+                EXPECT_NEAR(P.load[P.team_of[j]], want, 0.0);
+                EXPECT_NEAR(plan_ns_team_block_cost(rows, cols, 4, j, !bf16), want, 0.0);
+            }
+            EXPECT_NEAR(plan_ns_team_cost(rows, cols, 4, !bf16), widest, 0.0);
+            for (int i = 0; i < 4; i++) /* time: every member waits for the widest block */
+                EXPECT_NEAR(P.work[i], widest, 0.0);
+            plan_free(&P);
+        }
 }
 
 /* Teams run (issue 22): each member of a matrix's team receives exactly its block of the long

@@ -656,6 +656,16 @@ def _in_order(grad, perm):
     return g if g.is_contiguous() else g.contiguous()
 
 
+def _dense_grad(grad, local):
+    """False for a gradient torch.optim takes but the library cannot read in place: a strided
+    tensor of the parameter's shape whose memory is not in the parameter's order (grad.t() of
+    a [in, out] product, an expand(), a slice). Anything else is True here and left to
+    _check_buffers, which names what it refuses."""
+    torch = sys.modules["torch"]
+    return (grad.layout != torch.strided or grad.shape != local.shape
+            or grad.is_contiguous())
+
+
 def _named(params):
     """(name, tensor) pairs from model.named_parameters(), model.parameters() (named param.<i>
     in order) or a mix."""
@@ -985,6 +995,11 @@ class Optimizer:
             if perm is not None:  # channels_last, transposed: the registered view
                 local = local.permute(perm)
                 grad = _in_order(grad, perm) if grad is not None else None
+            elif grad is not None and not _dense_grad(grad, local):
+                # torch.optim takes any strided gradient of the parameter's shape (a .t() of
+                # a transposed product, an expand of a broadcast): read from a copy in the
+                # parameter's order, held through the step as _in_order's
+                grad = grad.contiguous()
             addrs = self._check_buffers(p, local, grad)  # the checks hold for a detached view
             slot = self._slot(p)
             if slot.shape is not None and local.shape != slot.shape:

@@ -561,5 +561,48 @@ def case_transposed_matrices():
         o.close()
 
 
+def case_non_contiguous_gradients():
+    """A gradient assigned by hand that is not in its parameter's memory order (g.t() of a
+    product computed [in, out], an expand() of a broadcast value, a strided slice): torch.optim
+    steps it. Read from a contiguous copy, held through the step: the bits of the same
+    gradients made contiguous, through the C helper and the Python path, the bias as
+    torch.optim.AdamW's, and the script's .grad left as it gave it. Before, step() raised
+    (`the torch tensor must be strided and contiguous`)."""
+    from test_torch_optim import step_paths
+    for path, ctx in step_paths():
+        with ctx():
+            torch.manual_seed(0)
+            m, r, a = nn.Linear(8, 6), nn.Linear(8, 6), nn.Linear(8, 6)
+            r.load_state_dict(m.state_dict())
+            a.load_state_dict(m.state_dict())
+            opt = Muon(m.named_parameters(), lr=0.02)
+            ropt = Muon(r.named_parameters(), lr=0.02)
+            aopt = torch.optim.AdamW([a.bias], lr=0.02)  # Muon's AdamW defaults
+            for k in range(4):
+                gen = torch.Generator().manual_seed(k)
+                gw = (torch.randn(8, 6, generator=gen).t() if k % 2 == 0
+                      else torch.randn(6, 1, generator=gen).expand(6, 8))
+                gb = torch.randn(6, 2, generator=gen)[:, 0]
+                assert not gw.is_contiguous() and not gb.is_contiguous()
+                m.weight.grad, m.bias.grad = gw, gb
+                r.weight.grad, r.bias.grad = gw.contiguous(), gb.contiguous()
+                a.bias.grad = gb.contiguous()
+                opt.step()
+                ropt.step()
+                aopt.step()
+                assert torch.equal(m.weight, r.weight), (path, k)
+                assert torch.equal(m.bias, r.bias), (path, k)
+                assert relative(m.bias.detach(), a.bias.detach()) < 1e-6, (path, k)
+                assert m.weight.grad is gw and m.bias.grad is gb, (path, k)
+            # contiguous gradients again: the comparison takes them as before
+            m.weight.grad, r.weight.grad = torch.ones(6, 8), torch.ones(6, 8)
+            m.bias.grad, r.bias.grad = torch.ones(6), torch.ones(6)
+            opt.step()
+            ropt.step()
+            assert torch.equal(m.weight, r.weight) and torch.equal(m.bias, r.bias), path
+            opt.close()
+            ropt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_scripts", globals())

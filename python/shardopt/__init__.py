@@ -987,6 +987,16 @@ class Optimizer:
         if p.source is not None:
             src = p.source
             local = src.to_local() if hasattr(src, "to_local") else src
+            was = self._slot(p).dtype
+            if _torch_dtypes is not None and _torch_dtypes[0].get(local.dtype) != was:
+                # model.to(torch.bfloat16) / .half() after the optimizer was made: torch.optim
+                # follows it (its state is made lazily); the runtime holds state and kernels
+                # for the dtype it registered
+                raise ValueError(f"{p.name}.data is now {local.dtype}; it was registered as "
+                                 f"{was} (model.to(dtype) or .half() after the optimizer was "
+                                 "made?): make the optimizer after changing the model's dtype "
+                                 "(float32 or bfloat16), and load_state_dict(old.state_dict()) "
+                                 "into it to keep the state")
             grad = src.grad
             if grad is None and not skip_missing:
                 self._torch_grad(p)  # raises, naming p

@@ -604,5 +604,36 @@ def case_non_contiguous_gradients():
             ropt.close()
 
 
+def case_model_dtype_changed_after_construction():
+    """model.to(torch.bfloat16) / .half() / .double() after the optimizer was made: torch.optim
+    follows it (its state is made at the first step); the runtime holds kernels and state for
+    the dtype it registered, so the step refuses, naming the parameter, the dtype now and then,
+    the likely cause and the way out; nothing is written. That way out (a new optimizer after
+    the cast, the old state loaded into it) then steps. Before, bf16 said `48 bf16 elements;
+    it was registered with 48 fp32` and float16 / float64 only that the dtype is not float32
+    or bfloat16, as if the parameter had been given so."""
+    for dt in (torch.bfloat16, torch.float16, torch.float64):
+        torch.manual_seed(0)
+        m = nn.Linear(8, 6)
+        opt = Muon(m.named_parameters(), lr=0.02)
+        m(torch.randn(2, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        m.to(dt)
+        m(torch.randn(2, 8, dtype=dt)).sum().backward()
+        before = snapshot(m)
+        refused(opt.step, ValueError, "weight.data is now " + str(dt), "registered as fp32",
+                "after the optimizer was made", "load_state_dict(old.state_dict())")
+        assert not changed(before, snapshot(m)), dt
+        if dt is torch.bfloat16:
+            new = Muon(m.named_parameters(), lr=0.02)
+            new.load_state_dict(opt.state_dict())
+            new.step()
+            assert changed(before, snapshot(m)) == ["weight", "bias"], dt
+            assert new.state[m.weight]["step"] == 2
+            new.close()
+        opt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_scripts", globals())

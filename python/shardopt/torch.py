@@ -91,6 +91,27 @@ def _memory(p):
     return (str(t.device), t.data_ptr())
 
 
+def _warn_split(parts, first):
+    """Warns where a group the script gave holds both kinds of tensors (parts[i] > 1: split in
+    a Muon and an AdamW group), so that param_groups is longer than the script's list of
+    groups: torch's schedulers then refuse a list per group of the script's length
+    (LambdaLR(opt, [f, g]), OneCycleLR(max_lr=[a, b]): "Expected 3 lr_lambdas, but got 2"),
+    and zip(opt.param_groups, per_group) pairs them wrongly, silently."""
+    if all(n <= 1 for n in parts):
+        return
+    at, where = first, []
+    for i, n in enumerate(parts):
+        where.append(f"{i} -> {list(range(at, at + n))}")
+        at += n
+    warnings.warn(f"shardopt.torch.Muon: {sum(n > 1 for n in parts)} of the {len(parts)} param "
+                  "group(s) given hold both Muon and AdamW tensors and are split by algorithm "
+                  f"(group given -> opt.param_groups: {', '.join(where)}; g['algo'] says "
+                  "which): a list per group (LambdaLR(opt, [f, g]), OneCycleLR(max_lr=[...]), "
+                  "zip(opt.param_groups, ...)) needs one entry per opt.param_groups entry; to "
+                  "keep your groups as given, put the Muon and AdamW tensors in separate groups "
+                  "({'params': ..., 'algo': 'muon'} / 'adamw')", stacklevel=3)
+
+
 class Muon(torch.optim.Optimizer):
     """Muon for the hidden matrices and AdamW for the rest, stepped by libshardopt.
 
@@ -185,11 +206,15 @@ class Muon(torch.optim.Optimizer):
         groups = list(params) if not isinstance(params, torch.Tensor) else [params]
         if not groups:
             raise ValueError("optimizer got an empty parameter list")
-        if not isinstance(groups[0], dict):
+        given_groups = isinstance(groups[0], dict)
+        if not given_groups:
             groups = [{"params": groups}]
-        split = []
+        split, parts = [], []
         for g in groups:
             split.extend(self._split(g, defaults))
+            parts.append(len(split) - sum(parts))
+        if given_groups:
+            _warn_split(parts, 0)
         super().__init__(split, defaults)
         self.state = _State(self)
 
@@ -331,7 +356,9 @@ class Muon(torch.optim.Optimizer):
                                          "group (add_param_group: "
                                          f"{x[0] if isinstance(x, (tuple, list)) else 'a tensor'}"
                                          " is already in this optimizer)")
-            for g in self._split(param_group, self.defaults):
+            split = self._split(param_group, self.defaults)
+            _warn_split([len(split)], len(self.param_groups))
+            for g in split:
                 self.add_param_group(g)
             return
         names = param_group.pop("_names")

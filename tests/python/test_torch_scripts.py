@@ -635,5 +635,65 @@ def case_model_dtype_changed_after_construction():
         opt.close()
 
 
+def case_mixed_groups_and_per_group_lists():
+    """HF's grouping (decay: every matrix and the embeddings; no_decay: biases and norms) gives
+    a group holding both Muon and AdamW tensors, split in two: param_groups is longer than the
+    script's list, so torch's schedulers refuse a list per group of the script's length
+    (LambdaLR(opt, [f, g]), OneCycleLR(max_lr=[a, b])) and zip(opt.param_groups, ...) pairs
+    them wrongly, silently. The constructor (and add_param_group) warns which group given went
+    to which param_groups entries and what to do; a list of len(opt.param_groups) then works,
+    as do separate groups by algorithm (no warning; the lrs a torch optimizer with those groups
+    gets). Groups of one algorithm, and model.named_parameters(), do not warn. Before: no word
+    until torch's "Expected 3 lr_lambdas, but got 2"."""
+    import warnings
+    m = model()
+    nd = ("bias", "ln_", "LayerNorm.weight", "norm")
+    decay = [p for n, p in m.named_parameters() if not any(k in n for k in nd)]
+    no_decay = [p for n, p in m.named_parameters() if any(k in n for k in nd)]
+    groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        opt = Muon(groups, lr=1e-3, model=m)
+    said = [str(x.message) for x in w if "split by algorithm" in str(x.message)]
+    assert len(said) == 1 and "0 -> [0, 1], 1 -> [2]" in said[0], [str(x.message) for x in w]
+    assert "needs one entry per opt.param_groups entry" in said[0] and \
+        "separate groups" in said[0] and w[0].filename == __file__, said
+    assert [g["algo"] for g in opt.param_groups] == ["muon", "adamw", "adamw"]
+    f, g = (lambda s: 1.0), (lambda s: 0.5)
+    refused(lambda: torch.optim.lr_scheduler.LambdaLR(opt, [f, g]), ValueError, "Expected 3")
+    sch = torch.optim.lr_scheduler.LambdaLR(opt, [f, f, g])  # as the warning says
+    assert sch.get_last_lr() == [1e-3, 1e-3, 5e-4], sch.get_last_lr()
+    extra = nn.Parameter(torch.randn(4, 4))
+    bias = nn.Parameter(torch.randn(4))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        opt.add_param_group({"params": [("extra", extra), ("extra_bias", bias)]})
+    assert any("0 -> [3, 4]" in str(x.message) for x in w), [str(x.message) for x in w]
+    opt.close()
+    # separate groups by algorithm: the script's list as given, against torch.optim.AdamW
+    mats = [p for p in decay if p.ndim == 2 and p is not m.transformer.wte.weight
+            and p is not m.transformer.wpe.weight]
+    emb = [m.transformer.wte.weight, m.transformer.wpe.weight]
+    sep = [{"params": mats, "algo": "muon"}, {"params": emb, "algo": "adamw"},
+           {"params": no_decay, "algo": "adamw", "weight_decay": 0.0}]
+    # the torch optimizer's lrs only: its own tensors, without gradients (its step writes none)
+    ref = torch.optim.AdamW([{"params": [nn.Parameter(torch.zeros(1))]} for _ in sep], lr=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt = Muon(sep, lr=1e-3)
+        Muon(m.named_parameters(), lr=1e-3, model=m).close()
+    scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=[1e-2, 3e-3, 3e-3], total_steps=10,
+                                                  cycle_momentum=False) for o in (opt, ref)]
+    for k in range(3):
+        opt.zero_grad()
+        m(*batch(k)).backward()
+        opt.step()
+        ref.step()
+        for s in scheds:
+            s.step()
+        assert scheds[0].get_last_lr() == scheds[1].get_last_lr(), k
+    opt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_scripts", globals())

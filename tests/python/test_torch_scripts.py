@@ -695,5 +695,47 @@ def case_mixed_groups_and_per_group_lists():
     opt.close()
 
 
+def case_distributed_state_dict_one_process():
+    """torchtitan's and torchtune's checkpoint calls on one process:
+    torch.distributed.checkpoint.state_dict.get_state_dict(model, opt) (FQN-keyed state, with
+    and without flatten_optimizer_state_dict, as torchtitan sets it), through torch.save and
+    torch.load(weights_only=True), set_state_dict into a new model and optimizer (whose
+    _init_optim_state runs one step at lr 0 with zero gradients first), a layer frozen at
+    construction: the resumed steps are the uninterrupted run's bits."""
+    import torch.distributed.checkpoint.state_dict as dsd
+
+    def run(m, opt, first, n):
+        for k in range(first, first + n):
+            m(*batch(k)).backward()
+            opt.step()
+            opt.zero_grad()
+
+    def make():
+        m = model()
+        for p in m.transformer.h[0].parameters():
+            p.requires_grad_(False)
+        return m, Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+
+    for flat in (False, True):
+        options = dsd.StateDictOptions(flatten_optimizer_state_dict=flat)
+        m, opt = make()
+        run(m, opt, 0, 3)
+        msd, osd = dsd.get_state_dict(m, opt, options=options)
+        assert ("state.transformer.h.1.1.weight.momentum" in osd if flat else
+                set(osd["state"]["transformer.h.1.1.weight"]) == {"momentum", "step"}), flat
+        buf = io.BytesIO()
+        torch.save({"model": msd, "optim": osd}, buf)
+        run(m, opt, 3, 2)
+        m2, opt2 = make()
+        ck = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+        dsd.set_state_dict(m2, opt2, model_state_dict=ck["model"], optim_state_dict=ck["optim"],
+                           options=options)
+        run(m2, opt2, 3, 2)
+        assert not changed(snapshot(m), snapshot(m2)), flat
+        assert opt2.state[m2.transformer.h[1][1].weight]["step"] == 5, flat
+        opt.close()
+        opt2.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_scripts", globals())

@@ -7,6 +7,8 @@ from collections.abc import MutableMapping
 
 import torch
 
+from shardopt._torch_groups import _pair_groups
+
 _KINDS = {"muon": ("momentum",), "adamw": ("exp_avg", "exp_avg_sq")}
 _TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -29,6 +31,7 @@ class _State(MutableMapping):
         self._extra = {}
 
     def _find(self, p):
+        _pair_groups(self._opt)
         for g, (rt, slots, _) in zip(self._opt.param_groups, self._opt._runtimes):
             sp = slots.get(id(p))
             if sp is not None and sp.source is p:
@@ -36,6 +39,7 @@ class _State(MutableMapping):
         return None
 
     def _stepped(self):
+        _pair_groups(self._opt)
         for g, (rt, slots, _) in zip(self._opt.param_groups, self._opt._runtimes):
             for p in g["params"]:
                 sp = slots.get(id(p))
@@ -166,6 +170,7 @@ def _as_torch(arr):
 
 def _state_dict(opt):
     """Muon.state_dict() (its docstring says what it holds)."""
+    _pair_groups(opt)
     for pre_hook in opt._optimizer_state_dict_pre_hooks.values():
         pre_hook(opt)
     state, groups, idx = {}, [], 0
@@ -195,6 +200,7 @@ def _state_dict(opt):
 
 def _load_state_dict(opt, state_dict):
     """Muon.load_state_dict() (its docstring says what it takes)."""
+    _pair_groups(opt)
     state_dict = dict(state_dict)  # shallow, as torch.optim's: hooks may replace it
     for pre_hook in opt._optimizer_load_state_dict_pre_hooks.values():
         result = pre_hook(opt, state_dict)

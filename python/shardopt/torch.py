@@ -18,6 +18,7 @@ import torch
 
 import shardopt as _so
 from shardopt._torch_config import _check_hp, _dion_defaults, _muon_config, _torch_defaults
+from shardopt._torch_groups import _pair_groups, _warn_split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
 __all__ = ["Muon"]
@@ -89,27 +90,6 @@ def _memory(p):
     if t.numel() == 0 or t.device.type == "meta":
         return None
     return (str(t.device), t.data_ptr())
-
-
-def _warn_split(parts, first):
-    """Warns where a group the script gave holds both kinds of tensors (parts[i] > 1: split in
-    a Muon and an AdamW group), so that param_groups is longer than the script's list of
-    groups: torch's schedulers then refuse a list per group of the script's length
-    (LambdaLR(opt, [f, g]), OneCycleLR(max_lr=[a, b]): "Expected 3 lr_lambdas, but got 2"),
-    and zip(opt.param_groups, per_group) pairs them wrongly, silently."""
-    if all(n <= 1 for n in parts):
-        return
-    at, where = first, []
-    for i, n in enumerate(parts):
-        where.append(f"{i} -> {list(range(at, at + n))}")
-        at += n
-    warnings.warn(f"shardopt.torch.Muon: {sum(n > 1 for n in parts)} of the {len(parts)} param "
-                  "group(s) given hold both Muon and AdamW tensors and are split by algorithm "
-                  f"(group given -> opt.param_groups: {', '.join(where)}; g['algo'] says "
-                  "which): a list per group (LambdaLR(opt, [f, g]), OneCycleLR(max_lr=[...]), "
-                  "zip(opt.param_groups, ...)) needs one entry per opt.param_groups entry; to "
-                  "keep your groups as given, put the Muon and AdamW tensors in separate groups "
-                  "({'params': ..., 'algo': 'muon'} / 'adamw')", stacklevel=3)
 
 
 class Muon(torch.optim.Optimizer):
@@ -192,6 +172,7 @@ class Muon(torch.optim.Optimizer):
         self._runtimes = []  # per param group: (its shardopt.Optimizer, [Param] in group order)
         self._frozen = []    # per param group: (name, tensor) left out for requires_grad False
         self._plan = None    # what step() reads of the above, made again after add_param_group
+        self._paired = []    # the group dicts the runtimes are paired with, in order
         self._seen = {}      # id(tensor) -> name: a tensor is registered once in all groups
         self._mem = {}       # (device, address) -> name: distinct tensors over one memory
         self._unnamed = 0
@@ -399,6 +380,7 @@ class Muon(torch.optim.Optimizer):
         self._runtimes.append((rt, {id(sp.source): sp for sp in sparams},
                                {k: g[k] for k in _FIXED[g["algo"]]}))
         self._frozen.append(frozen)
+        self._paired.append(g)
         self._plan = None
 
     # ---- the step -----------------------------------------------------------------------
@@ -443,6 +425,7 @@ class Muon(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        _pair_groups(self)  # param_groups reordered or assigned again: each its own runtime
         plan = self._plan or self._make_plan()
         # torch.no_grad() as torch.optim's steps have it, without its decorator's cost (a few
         # microseconds a step, a tenth of the whole Python side on a small model)
@@ -548,6 +531,7 @@ class Muon(torch.optim.Optimizer):
 
     def stats(self):
         """Each group's runtime stats (shardopt.Optimizer.stats), in group order."""
+        _pair_groups(self)
         return [rt.stats() for rt, _, _ in self._runtimes]
 
     def close(self):

@@ -737,5 +737,64 @@ def case_distributed_state_dict_one_process():
         opt2.close()
 
 
+def case_param_groups_reordered_or_reassigned():
+    """opt.param_groups reordered in place, or assigned again (accelerate's wrapper forwards
+    its param_groups setter: `self.optimizer.param_groups = value`; here also new dicts over
+    the same tensors): torch.optim reads the list afresh at every step. Each group is stepped by
+    the runtime holding its tensors, with its own lr: the bits of an optimizer whose list was
+    left alone, its state and state_dict() too. A list that drops a group, or a group made by
+    hand, is refused by name, nothing stepped; put back, the run goes on. Before, the runtimes
+    were paired by position: a reordered list was refused as "eps changed" or "its 'params'
+    list was edited"."""
+    m, ref = model(), model()
+
+    def groups(mm):
+        h = [p for p in mm.transformer.h.parameters() if p.ndim == 2]
+        rest = [p for p in mm.parameters() if p.ndim < 2 or p is mm.transformer.wte.weight
+                or p is mm.transformer.wpe.weight]
+        return [{"params": h[:2], "algo": "muon", "lr": 0.02},
+                {"params": h[2:], "algo": "muon", "lr": 0.005},
+                {"params": rest, "algo": "adamw", "lr": 3e-3}]
+
+    opt, ropt = Muon(groups(m)), Muon(groups(ref))
+
+    def step(k):
+        for mm, o in ((m, opt), (ref, ropt)):
+            o.zero_grad()
+            mm(*batch(k)).backward()
+            o.step()
+        assert not changed(snapshot(m), snapshot(ref)), k
+
+    step(0)
+    opt.param_groups.reverse()  # in place
+    step(1)
+    opt.param_groups = [dict(g) for g in opt.param_groups[1:] + opt.param_groups[:1]]
+    step(2)
+    for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+        a, b = opt.state[p], ropt.state[q]
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), n
+    rsd = ropt.state_dict()
+    by_lr = {g["lr"]: g for g in opt.state_dict()["param_groups"]}
+    assert all(by_lr[g["lr"]]["algo"] == g["algo"] for g in rsd["param_groups"])
+    kept = list(opt.param_groups)
+    before = snapshot(m)
+    for bad, words in ((kept[:2], "cannot be dropped"),
+                       (kept[:2] + [{"params": [nn.Parameter(torch.ones(2))], "lr": 1.0}],
+                        "opt.param_groups[2] is not one of this optimizer's groups")):
+        opt.param_groups = bad
+        m.zero_grad()
+        m(*batch(3)).backward()
+        refused(opt.step, ValueError, words, "load_state_dict(old.state_dict())")
+        assert not changed(before, snapshot(m))
+    opt.param_groups = kept
+    ropt.zero_grad()
+    ref(*batch(3)).backward()
+    opt.step()
+    ropt.step()
+    assert not changed(snapshot(m), snapshot(ref))
+    opt.close()
+    ropt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_scripts", globals())

@@ -1,0 +1,71 @@
+"""shardopt.torch.Muon's param groups as the script sees them against the runtimes that step
+them: the warning where a group given is split by algorithm, and the pairing of opt.param_groups
+with the runtimes when the script reorders or replaces that list. Apart from torch.py, which
+holds the optimizer and its step."""
+import operator
+import warnings
+
+
+def _warn_split(parts, first):
+    """Warns where a group the script gave holds both kinds of tensors (parts[i] > 1: split in
+    a Muon and an AdamW group), so that param_groups is longer than the script's list of
+    groups: torch's schedulers then refuse a list per group of the script's length
+    (LambdaLR(opt, [f, g]), OneCycleLR(max_lr=[a, b]): "Expected 3 lr_lambdas, but got 2"),
+    and zip(opt.param_groups, per_group) pairs them wrongly, silently."""
+    if all(n <= 1 for n in parts):
+        return
+    at, where = first, []
+    for i, n in enumerate(parts):
+        where.append(f"{i} -> {list(range(at, at + n))}")
+        at += n
+    warnings.warn(f"shardopt.torch.Muon: {sum(n > 1 for n in parts)} of the {len(parts)} param "
+                  "group(s) given hold both Muon and AdamW tensors and are split by algorithm "
+                  f"(group given -> opt.param_groups: {', '.join(where)}; g['algo'] says "
+                  "which): a list per group (LambdaLR(opt, [f, g]), OneCycleLR(max_lr=[...]), "
+                  "zip(opt.param_groups, ...)) needs one entry per opt.param_groups entry; to "
+                  "keep your groups as given, put the Muon and AdamW tensors in separate groups "
+                  "({'params': ..., 'algo': 'muon'} / 'adamw')", stacklevel=3)
+
+
+def _pair_groups(opt):
+    """Pairs opt._runtimes and opt._frozen (per group, in group order) with opt.param_groups as
+    the list is now. torch.optim reads param_groups afresh at every step, so a script may
+    reorder it, or assign a new list (accelerate's wrapper sets `optimizer.param_groups =
+    ...`); the runtimes were paired with the groups by position, so a reordered list gave
+    each group another group's runtime (a misleading refusal, "eps changed", or, between
+    groups of equal keys, its params refused as edited). Each group is matched to the runtime
+    registered with its tensors, whatever its position or dict; a list that is not the
+    optimizer's groups (one dropped, one made by hand) raises ValueError saying so, nothing
+    changed. Cheap where nothing moved: one identity comparison per group."""
+    groups, paired = opt.param_groups, opt._paired
+    if len(groups) == len(paired) and all(map(operator.is_, groups, paired)):
+        return
+    owner = {}
+    for i, (_, slots, _) in enumerate(opt._runtimes):
+        for key in list(slots) + [id(p) for _, p in opt._frozen[i]]:
+            owner[key] = i
+    order = []
+    for gi, g in enumerate(groups):
+        hit = {owner.get(id(p)) for p in g["params"]} if isinstance(g, dict) and \
+            "params" in g else {None}
+        i = hit.pop() if len(hit) == 1 else None
+        if i is None or i in order:
+            raise ValueError(
+                f"opt.param_groups[{gi}] is not one of this optimizer's groups (its tensors "
+                "are not those of one group registered with the library): param_groups may "
+                "be reordered or assigned the same groups again, not changed; add a group "
+                "with add_param_group, or make a new optimizer with the groups wanted and "
+                "load_state_dict(old.state_dict()) into it")
+        order.append(i)
+    if len(order) != len(opt._runtimes):
+        gone = sorted(set(range(len(opt._runtimes))) - set(order))
+        raise ValueError(
+            f"opt.param_groups has {len(groups)} groups; this optimizer has "
+            f"{len(opt._runtimes)} (registered group(s) {gone} left out): each group's "
+            "tensors are registered with the library when the group is made, so a group "
+            "cannot be dropped from the list; make a new optimizer with the groups wanted and "
+            "load_state_dict(old.state_dict()) into it")
+    opt._runtimes = [opt._runtimes[i] for i in order]
+    opt._frozen = [opt._frozen[i] for i in order]
+    opt._paired = list(groups)
+    opt._plan = None

@@ -471,9 +471,9 @@ class Muon(torch.optim.Optimizer):
                     + ("; a momentum warmup: write it on the Muon groups only, "
                        "if g['algo'] == 'muon'"
                        if (g["algo"], k) == ("adamw", "momentum") else "")
-                    + ": OneCycleLR's cycle_momentum=True works where every group is "
-                    "Muon's, else OneCycleLR(..., cycle_momentum=False)); nothing was "
-                    "stepped")
+                    + ": OneCycleLR's and CyclicLR's cycle_momentum=True, their default, "
+                    "works where every group is Muon's, else pass cycle_momentum=False); "
+                    "nothing was stepped")
 
     def _check_params(self, gi, g):
         """A group's "params" list edited since it was made (a tensor appended, removed or

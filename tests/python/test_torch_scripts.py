@@ -796,5 +796,46 @@ def case_param_groups_reordered_or_reassigned():
     ropt.close()
 
 
+def case_cyclic_lr_momentum():
+    """CyclicLR, whose cycle_momentum=True is its default as OneCycleLR's: it writes every
+    group's momentum, and an AdamW group's beta1 is fixed, so the step refuses, naming CyclicLR
+    and cycle_momentum=False, nothing stepped (before, the message named OneCycleLR only);
+    with cycle_momentum=False, or where every group is Muon's (the momentum cycles, read at
+    each step), the lrs and momenta are a torch optimizer's with the same groups."""
+    L = torch.optim.lr_scheduler
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, model=m)
+    s = L.CyclicLR(opt, 1e-3, 1e-2, step_size_up=2)
+    m(*batch(0)).backward()
+    before = snapshot(m)
+    refused(opt.step, ValueError, "(adamw): momentum changed", "CyclicLR",
+            "cycle_momentum=False", "nothing was stepped")
+    assert not changed(before, snapshot(m))
+    opt.close()
+    for muon_only in (False, True):
+        m = model()
+        if muon_only:
+            mats = [p for p in m.transformer.h.parameters() if p.ndim == 2]
+            opt = Muon([{"params": mats, "algo": "muon"}], lr=0.02)
+            ref = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.02, momentum=0.95)
+        else:
+            opt = Muon(m.named_parameters(), lr=0.02, model=m)
+            ref = torch.optim.SGD([{"params": [nn.Parameter(torch.zeros(1))]} for _ in range(2)],
+                                  lr=0.02, momentum=0.95)
+        kw = dict(step_size_up=2, cycle_momentum=muon_only)
+        scheds = [L.CyclicLR(o, 1e-3, 1e-2, **kw) for o in (opt, ref)]
+        for k in range(4):
+            opt.zero_grad()
+            m(*batch(k)).backward()
+            opt.step()
+            ref.step()
+            for sc in scheds:
+                sc.step()
+            assert scheds[0].get_last_lr() == scheds[1].get_last_lr(), (muon_only, k)
+            assert [g["momentum"] for g in opt.param_groups] == \
+                [g["momentum"] for g in ref.param_groups], (muon_only, k)
+        opt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_scripts", globals())

@@ -837,5 +837,114 @@ def case_cyclic_lr_momentum():
         opt.close()
 
 
+class _AcceleratedOptimizer(torch.optim.Optimizer):
+    """accelerate's AcceleratedOptimizer as it calls the optimizer it wraps (no
+    super().__init__: every attribute forwarded, param_groups with its setter), its
+    GradientState reduced to sync_gradients."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.sync_gradients = True
+        self._is_overflow = False
+        # device_placement: the state dict moved to the device and loaded back at once
+        state_dict = self.optimizer.state_dict()
+        state_dict = {k: v for k, v in state_dict.items()}
+        self.optimizer.load_state_dict(state_dict)
+
+    state = property(lambda self: self.optimizer.state,
+                     lambda self, v: setattr(self.optimizer, "state", v))
+    param_groups = property(lambda self: self.optimizer.param_groups,
+                            lambda self, v: setattr(self.optimizer, "param_groups", v))
+    defaults = property(lambda self: self.optimizer.defaults,
+                        lambda self, v: setattr(self.optimizer, "defaults", v))
+
+    def add_param_group(self, param_group):
+        self.optimizer.add_param_group(param_group)
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def zero_grad(self, set_to_none=None):
+        if self.sync_gradients:
+            if "set_to_none" in inspect.signature(self.optimizer.zero_grad).parameters:
+                self.optimizer.zero_grad(set_to_none=True if set_to_none is None
+                                         else set_to_none)
+            else:
+                self.optimizer.zero_grad()
+
+    def train(self):
+        if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
+            self.optimizer.train()
+
+    def eval(self):
+        if hasattr(self.optimizer, "eval") and callable(self.optimizer.eval):
+            self.optimizer.eval()
+
+    def step(self, closure=None):
+        if self.sync_gradients:
+            self.optimizer.step(closure)
+
+    def _switch_parameters(self, parameters_map):
+        for param_group in self.optimizer.param_groups:
+            param_group["params"] = [parameters_map.get(p, p) for p in param_group["params"]]
+
+    @property
+    def step_was_skipped(self):
+        return self._is_overflow
+
+
+def case_accelerate_wrapped_optimizer():
+    """accelerate's prepare(): the optimizer wrapped in AcceleratedOptimizer (state dict
+    loaded back at wrap time, param_groups / state / defaults forwarded with setters,
+    zero_grad and step only at accumulation boundaries, train() / eval(), _switch_parameters
+    rebuilding each group's list), the scheduler built on the raw optimizer and stepped by
+    AcceleratedScheduler's rule (not on skipped steps or between boundaries), gradient
+    accumulation over 2 micro-batches with clip_grad_norm_, a checkpoint through the wrapper:
+    the bits of the same loop on the bare optimizer, and no torch warning about the order of
+    optimizer.step() and lr_scheduler.step()."""
+    import warnings
+    accum = 2
+
+    def run(wrap):
+        m = model()
+        opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (1 + s))
+        o = _AcceleratedOptimizer(opt) if wrap else opt
+        if wrap:
+            o.param_groups = o.param_groups
+            o._switch_parameters({})
+            o.train()
+        for k in range(3 * accum):
+            boundary = (k + 1) % accum == 0
+            if wrap:
+                o.sync_gradients = boundary
+            (m(*batch(k)) / accum).backward()
+            if boundary:
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            if wrap or boundary:
+                o.step()
+                if boundary and not getattr(o, "step_was_skipped", False):
+                    sched.step()
+                o.zero_grad()
+        if wrap:
+            o.eval()
+        sd = o.state_dict()
+        o.load_state_dict(sd)
+        return m, opt, [g["lr"] for g in o.param_groups]
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        m, opt, lrs = run(True)
+    said = [str(x.message) for x in w if "lr_scheduler" in str(x.message)]
+    assert not said, said
+    r, ropt, rlrs = run(False)
+    assert lrs == rlrs and not changed(snapshot(m), snapshot(r)), (lrs, rlrs)
+    opt.close()
+    ropt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_scripts", globals())

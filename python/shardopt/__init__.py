@@ -1002,9 +1002,20 @@ class Optimizer:
                 self._torch_grad(p)  # raises, naming p
             grad = grad.to_local() if hasattr(grad, "to_local") else grad
             perm = getattr(p, "_perm", None)
+            shown = local
             if perm is not None:  # channels_last, transposed: the registered view
                 local = local.permute(perm)
                 grad = _in_order(grad, perm) if grad is not None else None
+            if local.layout == sys.modules["torch"].strided and not local.is_contiguous():
+                # model.to(memory_format=...) or a transpose after the optimizer was made:
+                # torch.optim follows it (elementwise, its state in the parameter's shape);
+                # the runtime's state is in the registered memory order
+                raise ValueError(f"{p.name}.data is not contiguous in the memory order it was "
+                                 f"registered in (now strides {tuple(shown.stride())} for shape "
+                                 f"{list(shown.shape)}: model.to(memory_format=...), t_() or "
+                                 "param.data = param.data.t() after the optimizer was made?): "
+                                 "make the optimizer after changing the layout, and "
+                                 "load_state_dict(old.state_dict()) into it to keep the state")
             elif grad is not None and not _dense_grad(grad, local):
                 # torch.optim takes any strided gradient of the parameter's shape (a .t() of
                 # a transposed product, an expand of a broadcast): read from a copy in the

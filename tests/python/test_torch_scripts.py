@@ -991,5 +991,55 @@ def case_memory_format_changed_after_construction():
             o.close()
 
 
+class _LightningOptimizer:
+    """Lightning's LightningOptimizer as it wraps a torch optimizer: a copy of the optimizer's
+    __dict__ (the same lists and dicts, not copies), a class made on the fly deriving from both
+    (isinstance checks pass), step() forwarded to the optimizer with the closure."""
+
+    def __init__(self, optimizer):
+        self.__dict__ = {k: v for k, v in optimizer.__dict__.items() if k not in ("step",
+                                                                                  "__del__")}
+        self._optimizer = optimizer
+        self.__class__ = type("Lightning" + optimizer.__class__.__name__,
+                              (self.__class__, optimizer.__class__), {})
+
+    def step(self, closure=None, **kwargs):
+        return self._optimizer.step(closure=closure or (lambda: None), **kwargs)
+
+
+def case_lightning_optimizer_wrapper():
+    """Lightning's automatic optimization: the optimizer wrapped in LightningOptimizer (its
+    __dict__ shared, its class derived on the fly), zero_grad() and the closure's backward
+    inside step(closure=...), a StepLR on the raw optimizer, state_dict() / load_state_dict()
+    and param_groups reordered through the wrapper: the bits of the bare optimizer's loop."""
+    m, r = model(), model()
+    raw = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+    ref = Muon(r.named_parameters(), lr=0.02, adamw_lr=3e-3, model=r)
+    lo = _LightningOptimizer(raw)
+    assert isinstance(lo, Muon) and type(lo).__name__ == "LightningMuon"
+    scheds = [torch.optim.lr_scheduler.StepLR(o, 1, 0.5) for o in (raw, ref)]
+    for k in range(4):
+        if k == 2:
+            lo.load_state_dict(lo.state_dict())
+            lo.param_groups.reverse()
+
+        def closure():
+            loss = m(*batch(k))
+            lo.zero_grad()
+            loss.backward()
+            return loss
+
+        assert lo.step(closure=closure) is not None
+        ref.zero_grad()
+        r(*batch(k)).backward()
+        ref.step()
+        for sc in scheds:
+            sc.step()
+        assert not changed(snapshot(m), snapshot(r)), k
+    assert len(lo.state_dict()["state"]) == len(ref.state_dict()["state"])
+    raw.close()
+    ref.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_scripts", globals())

@@ -69,6 +69,18 @@ def _matches(name, patterns):
     return any(name == p[1:] if p.startswith("=") else p in name for p in patterns if p)
 
 
+def _unwrapped(name):
+    """A parameter's name as the bare model has it: without DDP's and DataParallel's leading
+    module., torch.compile's _orig_mod., FSDP1's and activation checkpointing's wrapper
+    components. An exact pattern (=output.weight, llama's head) never matched
+    module.output.weight, and the head went to Muon, silently."""
+    for w in ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module."):
+        name = name.replace(w, "")
+    while name.startswith("module."):
+        name = name[len("module."):]
+    return name
+
+
 def _classify_by_model(model):
     """{id(parameter): "adamw"} for the parameters a model's modules say are not hidden
     matrices: nn.Embedding weights (a head tied to one is the same tensor), and a Linear output
@@ -233,7 +245,7 @@ class Muon(torch.optim.Optimizer):
         if p.ndim < 2:
             return "adamw"
         patterns = self._patterns if self._patterns is not None else _ADAMW_NAMES
-        return "adamw" if _matches(name, patterns) else "muon"
+        return "adamw" if _matches(_unwrapped(name), patterns) else "muon"
 
     def _split(self, group, defaults):
         """A user's group as one group per algorithm (empty parts dropped), its tensors

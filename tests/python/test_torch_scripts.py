@@ -1041,5 +1041,42 @@ def case_lightning_optimizer_wrapper():
     ref.close()
 
 
+def case_wrapped_model_names():
+    """A model's named_parameters() through the wrappers scripts put around it: DDP's and
+    DataParallel's module., torch.compile's _orig_mod., FSDP1's _fsdp_wrapped_module. and
+    activation checkpointing's _checkpoint_wrapped_module. components. Each tensor gets the
+    algorithm it gets under the bare model's names: llama's head (output.weight, the exact
+    pattern =output.weight) goes to AdamW, where before under module.output.weight it went to
+    Muon, silently; a hidden matrix whose name holds "output" elsewhere stays Muon's."""
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(16, 8)
+            self.layers = nn.ModuleList([nn.ModuleDict({"output": nn.Linear(8, 8)})])
+            self.norm = nn.LayerNorm(8)
+            self.output = nn.Linear(8, 16, bias=False)
+
+    m = Llama()
+    bare = Muon(m.named_parameters(), lr=0.02)
+    want = [bare.algo(p) for p in m.parameters()]
+    assert want == ["adamw", "muon", "adamw", "adamw", "adamw", "adamw"], want
+    bare.close()
+    fsdp1 = [(n.replace("layers.0.", "layers.0._fsdp_wrapped_module."
+                        "_checkpoint_wrapped_module.").replace("output.weight", "_fsdp_wrapped"
+                                                               "_module.output.weight"), p)
+             for n, p in m.named_parameters()]
+    for what, named in (("torch.compile", torch.compile(m).named_parameters()),
+                        ("DataParallel", nn.DataParallel(m).named_parameters()),
+                        ("compiled DDP names", [("_orig_mod.module." + n, p)
+                                                for n, p in m.named_parameters()]),
+                        ("FSDP1 and checkpoint wrappers", fsdp1)):
+        named = list(named)
+        assert any(n != b for (n, _), (b, _) in zip(named, m.named_parameters())), what
+        opt = Muon(named, lr=0.02)
+        got = [opt.algo(p) for p in m.parameters()]
+        assert got == want, (what, got)
+        opt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_scripts", globals())

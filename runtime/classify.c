@@ -29,9 +29,52 @@ static int next_entry(const char **p, char *entry, size_t cap)
     return 1;
 }
 
+/* A name component that a wrapper adds, not the model: torch.compile's _orig_mod, FSDP1's
+ * _fsdp_wrapped_module, activation checkpointing's _checkpoint_wrapped_module anywhere, and
+ * DDP's / DataParallel's module before the model's first component. */
+static int wrapper_component(const char *c, size_t len, int leading)
+{
+    static const char *const anywhere[] = {"_orig_mod", "_fsdp_wrapped_module",
+                                           "_checkpoint_wrapped_module"};
+    if (leading && len == 6 && memcmp(c, "module", 6) == 0)
+        return 1;
+    for (size_t i = 0; i < sizeof anywhere / sizeof anywhere[0]; i++)
+        if (strlen(anywhere[i]) == len && memcmp(c, anywhere[i], len) == 0)
+            return 1;
+    return 0;
+}
+
+/* name equals want once the wrappers' components are left out: a trainer that registers
+ * model.named_parameters() of a DDP- or compile-wrapped model has module.output.weight for
+ * llama's head, which =output.weight is there to send to AdamW (before, it went to Muon,
+ * silently). Compared component by component, nothing allocated. */
+static int equals_unwrapped(const char *name, const char *want)
+{
+    const char *w = want;
+    int leading = 1;
+    if (strcmp(name, want) == 0) /* =module.x names a model's own module component */
+        return 1;
+    for (const char *c = name;;) {
+        const char *dot = strchr(c, '.');
+        const size_t len = dot != NULL ? (size_t)(dot - c) : strlen(c);
+        if (dot != NULL && wrapper_component(c, len, leading)) {
+            c = dot + 1;
+            continue;
+        }
+        leading = 0;
+        /* this component must be want's next one, followed there by the same separator */
+        if (strncmp(c, w, len) != 0 || w[len] != (dot != NULL ? '.' : '\0'))
+            return 0;
+        if (dot == NULL)
+            return 1;
+        w += len + 1;
+        c = dot + 1;
+    }
+}
+
 static int entry_matches(const char *name, const char *entry)
 {
-    return entry[0] == '=' ? strcmp(name, entry + 1) == 0
+    return entry[0] == '=' ? equals_unwrapped(name, entry + 1)
                            : (entry[0] != '\0' && strstr(name, entry) != NULL);
 }
 

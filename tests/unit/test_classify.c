@@ -41,6 +41,37 @@ TEST(auto_sends_matrices_to_muon_and_the_rest_to_adamw)
     shardopt_finalize(rt);
 }
 
+/* A trainer registering a wrapped model's named_parameters(): DDP's module., torch.compile's
+ * _orig_mod., FSDP1's and checkpointing's wrapper components around llama's output.weight.
+ * =output.weight matched none of them, and the head went to Muon, silently. */
+TEST(exact_patterns_see_through_wrapper_components)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    const shardopt_algo_t A = SHARDOPT_ALGO_AUTO, M = SHARDOPT_ALGO_MUON, W = SHARDOPT_ALGO_ADAMW;
+
+    EXPECT_EQ_INT(algo_of(rt, "module.output.weight", 2, 64, 16, 0, A), W);
+    EXPECT_EQ_INT(algo_of(rt, "module.module.output.weight", 2, 64, 16, 0, A), W);
+    EXPECT_EQ_INT(algo_of(rt, "_orig_mod.output.weight", 2, 64, 16, 0, A), W);
+    EXPECT_EQ_INT(algo_of(rt, "_orig_mod.module.output.weight", 2, 64, 16, 0, A), W);
+    EXPECT_EQ_INT(algo_of(rt, "_fsdp_wrapped_module.output.weight", 2, 64, 16, 0, A), W);
+    EXPECT_EQ_INT(algo_of(rt, "_checkpoint_wrapped_module.output.weight", 2, 64, 16, 0, A), W);
+    /* still exact: a layer's projection, a module named module deeper in, a longer tail */
+    EXPECT_EQ_INT(algo_of(rt, "module.layers.0.attn.output.weight", 2, 16, 16, 0, A), M);
+    EXPECT_EQ_INT(algo_of(rt, "layers.module.output.weight", 2, 16, 16, 0, A), M);
+    EXPECT_EQ_INT(algo_of(rt, "module.output.weight2", 2, 16, 16, 0, A), M);
+    EXPECT_EQ_INT(algo_of(rt, "module.output", 2, 16, 16, 0, A), M);
+    EXPECT_EQ_INT(algo_of(rt, "module.output.weight.x", 2, 16, 16, 0, A), M);
+    shardopt_finalize(rt);
+
+    /* an entry that names a wrapper component itself still matches the name as given */
+    snprintf(cfg.adamw_patterns, sizeof cfg.adamw_patterns, "=module.head");
+    rt = fixture_runtime(&cfg);
+    EXPECT_EQ_INT(algo_of(rt, "module.head", 2, 8, 16, 0, A), W);
+    EXPECT_EQ_INT(algo_of(rt, "module.module.head", 2, 8, 16, 0, A), M);
+    shardopt_finalize(rt);
+}
+
 TEST(overrides_and_custom_patterns)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;

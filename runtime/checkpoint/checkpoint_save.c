@@ -241,14 +241,16 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
                         rt == NULL ? "runtime" : "dir");
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE, "save: runtime not committed");
-    if ((status = ckpt_dir_check("save", dir)) != SHARDOPT_OK)
-        return status;
-    if (rt->cfg.ckpt_weights && (status = weight_names_check(rt, dir)) != SHARDOPT_OK)
-        return status;
     comm_phase("save", -1);
     status = rt_device_enter_all(rt, "save"); /* its copies from init's device */
     if (status != SHARDOPT_OK)
         return status;
+    /* Each rank writes into its own dir, so each checks it; the refusal joins the agreement
+     * below, which every rank reaches: a rank that returned here alone left the others in the
+     * save's collectives while it went on to its next call (mismatched MPI messages, a hang) */
+    status = ckpt_dir_check("", dir);
+    if (status == SHARDOPT_OK && rt->cfg.ckpt_weights)
+        status = weight_names_check(rt, dir);
     g = &rt->groups;
     snprintf(step_name, sizeof step_name, "step-%08llu", (unsigned long long)rt->counters.steps);
 
@@ -256,7 +258,7 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
      * names the temporary one. DIR is followed if it is a link (the caller named it); everything
      * inside is reached relative to it, never through a link. */
     int nonce = (int)getpid();
-    if (g->me.rank == 0) {
+    if (g->me.rank == 0 && status == SHARDOPT_OK) {
         snprintf(tmpname, sizeof tmpname, ".tmp-%s-%d", step_name, nonce);
         if (mkdir(dir, 0755) != 0 && errno != EEXIST)
             status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", dir, strerror(errno));

@@ -2,8 +2,11 @@
  * each scalar argument, and a parameter's step count, differing on the last rank only fails the
  * step on every rank with SHARDOPT_ERR_MISMATCH naming the argument, both ranks and both values,
  * with nothing written anywhere; the next consistent step goes ahead. Layout from
- * SHARDOPT_TEST_LAYOUT (a replicate group too on 4 ranks: the check spans both groups). */
+ * SHARDOPT_TEST_LAYOUT (a replicate group too on 4 ranks: the check spans both groups). A save's
+ * dir refused on one rank only fails that save on every rank alike. */
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "model_run.h"
 #include "test.h"
@@ -162,5 +165,47 @@ TEST(two_spellings_of_the_same_step_agree)
     }
     EXPECT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_OK);
     EXPECT_EQ_INT(run_steps(&r, 2, 2), SHARDOPT_OK);
+    run_free(&r);
+}
+
+/* shardopt_save with a dir refused on the last rank only (empty, then over 3000 bytes: a path
+ * built from a per-rank variable that is unset or runs away there). Before: that rank returned
+ * at once and went on to its next call while the others were in the save's collectives
+ * (mismatched MPI messages, then a hang until comm_timeout_s); now every rank returns the same
+ * refusal, nothing is published, and the next save with the same dir everywhere succeeds. */
+TEST(a_save_dir_refused_on_one_rank_fails_the_save_on_every_rank)
+{
+    setup();
+    struct run r = {0};
+    ASSERT_EQ_INT(run_setup(&r, MPI_COMM_WORLD, quiet_cfg(), 0), SHARDOPT_OK);
+    shardopt_step_args_t a = args_at();
+    run_grads(&r, 1, 0);
+    ASSERT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_OK);
+    char dir[64], want[128], step_dir[96];
+    int pid = (int)getpid();
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    snprintf(dir, sizeof dir, "/tmp/shardopt_savedir_%d", pid);
+    snprintf(step_dir, sizeof step_dir, "%s/step-00000001", dir);
+    if (me == 0)
+        fixture_rmtree(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+    static char longp[3100];
+    memset(longp, 'd', sizeof longp - 1);
+    longp[0] = '/';
+    const char *bad[2] = {"", longp};
+    const char *says[2] = {"dir is empty", "directory path of 3099 bytes: at most 3000"};
+    for (int c = 0; c < 2; c++) {
+        const shardopt_status_t st = shardopt_save(r.rt, me == world - 1 ? bad[c] : dir);
+        EXPECT_EQ_INT(st, SHARDOPT_ERR_INVALID_ARGUMENT);
+        snprintf(want, sizeof want, "save: rank %d: %s", world - 1, says[c]);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), want);
+        struct stat sb;
+        EXPECT_TRUE(stat(step_dir, &sb) != 0); /* nothing published */
+    }
+    EXPECT_EQ_INT(shardopt_save(r.rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_load(r.rt, dir), SHARDOPT_OK);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == 0)
+        fixture_rmtree(dir);
     run_free(&r);
 }

@@ -487,7 +487,7 @@ TEST(empty_or_overlong_checkpoint_paths_are_refused)
     ASSERT_EQ_INT(shardopt_register(rt, &db, &pb), SHARDOPT_OK);
     ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_save(rt, ""), SHARDOPT_ERR_INVALID_ARGUMENT);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "save: dir is empty");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "save: rank 0: dir is empty");
     EXPECT_EQ_INT(shardopt_load(rt, ""), SHARDOPT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "load: rank 0: dir is empty");
     memset(longp, 'd', sizeof longp - 1);
@@ -496,7 +496,7 @@ TEST(empty_or_overlong_checkpoint_paths_are_refused)
     EXPECT_STR_CONTAINS(shardopt_last_error(),
                         "load: rank 0: directory path of 3099 bytes: at most 3000");
     EXPECT_EQ_INT(shardopt_save(rt, longp), SHARDOPT_ERR_INVALID_ARGUMENT);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "save: directory path of 3099 bytes");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "save: rank 0: directory path of 3099 bytes");
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "log.h"
 #include "mem.h"
 
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
@@ -68,11 +69,13 @@ static void fault_parse(const char *v)
             err = errnos[i].value;
     if (colon == NULL || (size_t)(colon - v) >= sizeof fault_site || n < 1 || end == colon + 1 ||
         err == 0) {
+        char shown[256]; /* escaped, as every logged message is (log_defang) */
+        log_escape(shown, sizeof shown, v, strlen(v));
         fprintf(
             stderr,
             "[shardopt] error: SHARDOPT_FAULT='%s': accepted [kill@|hang@]<site>:<n>[:<errno>], "
             "n >= 1, errno EIO (default), ENOSPC, EDQUOT, EROFS or ENOLCK; ignored\n",
-            v);
+            shown);
         return;
     }
     memcpy(fault_site, v, (size_t)(colon - v));

@@ -24,11 +24,13 @@ static char log_file_pattern[1024]; /* SHARDOPT_LOG_FILE with %r: opened once th
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
-/* Expand %h, %p, %r in the SHARDOPT_LOG_FILE pattern. */
-static void log_path_expand(const char *pattern, char *out, size_t len)
+/* Expand %h, %p, %r in the SHARDOPT_LOG_FILE pattern. Returns 0 when the path did not fit
+ * (out then holds its start). */
+static int log_path_expand(const char *pattern, char *out, size_t len)
 {
     size_t o = 0;
-    for (const char *p = pattern; *p != '\0' && o + 1 < len; p++) {
+    const char *p = pattern;
+    for (; *p != '\0' && o + 1 < len; p++) {
         if (p[0] == '%' && p[1] != '\0') {
             char tmp[64] = "";
             switch (p[1]) {
@@ -38,25 +40,44 @@ static void log_path_expand(const char *pattern, char *out, size_t len)
             default: snprintf(tmp, sizeof tmp, "%%%c", p[1]); break;
             }
             p++;
-            for (const char *t = tmp; *t != '\0' && o + 1 < len; t++)
+            const char *t = tmp;
+            for (; *t != '\0' && o + 1 < len; t++)
                 out[o++] = *t;
+            if (*t != '\0')
+                break; /* the expansion did not fit */
         } else {
             out[o++] = *p;
         }
     }
     out[o] = '\0';
+    return *p == '\0';
+}
+
+/* Before the log exists: one line on stderr, the variable's text escaped as every logged
+ * message is (log_defang): a control byte in it must not reach a terminal raw. */
+static void log_env_warn(const char *value, const char *why)
+{
+    char shown[256];
+    log_escape(shown, sizeof shown, value, strlen(value));
+    fprintf(stderr, "[shardopt] warn: SHARDOPT_LOG_FILE '%s': %s, logging to stderr\n", shown, why);
 }
 
 static void log_open(const char *pattern)
 {
     char path[1024];
-    log_path_expand(pattern, path, sizeof path);
+    /* a cut path would name another file than the one asked for, silently */
+    if (!log_path_expand(pattern, path, sizeof path)) {
+        char why[96];
+        snprintf(why, sizeof why, "the path is longer than %zu bytes once expanded",
+                 sizeof path - 1);
+        log_env_warn(pattern, why);
+        return;
+    }
     FILE *f = fopen(path, "a");
     if (f != NULL)
         log_stream = f;
     else
-        fprintf(stderr, "[shardopt] warn: SHARDOPT_LOG_FILE '%s': cannot open, logging to stderr\n",
-                path);
+        log_env_warn(path, "cannot open");
 }
 
 static void log_setup(void)
@@ -76,7 +97,10 @@ static void log_setup(void)
             }
         bad_level = !found;
     }
-    if (file != NULL && *file != '\0' && strstr(file, "%r") != NULL)
+    if (file != NULL && strlen(file) >= sizeof log_file_pattern)
+        /* cut, it would lose its %r or name another file */
+        log_env_warn(file, "longer than 1023 bytes");
+    else if (file != NULL && *file != '\0' && strstr(file, "%r") != NULL)
         /* the rank is placed by init: every rank would open the same "-1" file before that
          * (the file opens in log_set_rank; until then messages go to stderr) */
         snprintf(log_file_pattern, sizeof log_file_pattern, "%s", file);

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The logging variables' text reaches stderr escaped, and a SHARDOPT_LOG_FILE path that does not
+# fit is refused rather than cut (a cut path names another file, and a cut %r pattern sends every
+# rank to one file). Before: the "cannot open" and SHARDOPT_FAULT lines wrote the variable's raw
+# bytes (an ESC sequence reached the terminal), and a 1100-byte path was cut to 1023 bytes and
+# the log written there.
+#   log_env_escape.sh PROGRAM DIR   (PROGRAM: a one-process shardopt program, moe_demo)
+set -u
+exe=$1 dir=$2
+rm -rf "$dir" && mkdir -p "$dir"
+fail=0
+esc=$'\x1b'
+
+check() { # name, stderr text, what it must contain
+    if printf '%s' "$2" | grep -q "$esc"; then
+        echo "FAIL $1: a raw ESC byte reached stderr"
+        fail=1
+    fi
+    if ! printf '%s' "$2" | grep -qF -- "$3"; then
+        echo "FAIL $1: stderr lacks: $3"
+        printf '%s\n' "$2" | head -5
+        fail=1
+    fi
+}
+
+out=$(SHARDOPT_LOG_FILE="$dir/missing/${esc}[31mred.log" "$exe" --steps 1 2>&1 >/dev/null)
+check "cannot open" "$out" 'missing/\x1b[31mred.log'"': cannot open, logging to stderr"
+
+out=$(SHARDOPT_FAULT="${esc}[2J" "$exe" --steps 1 2>&1 >/dev/null)
+check "fault" "$out" "SHARDOPT_FAULT='\\x1b[2J': accepted"
+
+# Paths of short components ("./" repeated): a cut one is a file that can be created.
+dots() { local n=$1 s=""; while [ "${#s}" -lt "$n" ]; do s="$s./"; done; printf '%s' "${s:0:$n}"; }
+# 1024 bytes ending in %r, "log-%" at byte 1022: cut to 1023 it would lose the r
+pad=$((1022 - ${#dir} - 1 - 4))
+pad=$((pad - pad % 2))
+long="$dir/$(dots $pad)log-%r"
+while [ "${#long}" -lt 1024 ]; do long="$dir/./${long#$dir/}"; done
+out=$(SHARDOPT_LOG_FILE="$long" "$exe" --steps 1 2>&1 >/dev/null)
+check "long pattern" "$out" "longer than 1023 bytes, logging to stderr"
+# 1023 bytes ending in 8 %p, which a pid of 3 digits or more expands past 1023
+long="$dir/x%p%p%p%p%p%p%p%p"
+while [ "${#long}" -lt 1023 ]; do long="$dir/./${long#$dir/}"; done
+[ "${#long}" -eq 1024 ] && long="$dir/${long#$dir/./}" && long="$dir/y${long#$dir/}"
+out=$(SHARDOPT_LOG_FILE="$long" "$exe" --steps 1 2>&1 >/dev/null)
+check "long expansion (${#long} bytes)" "$out" "the path is longer than 1023 bytes once expanded"
+left=$(find "$dir" -type f | wc -l)
+[ "$left" -eq 0 ] || { echo "FAIL: $left file(s) created under a cut name"; find "$dir" -type f | cut -c1-120; fail=1; }
+
+rm -rf "$dir"
+[ "$fail" -eq 0 ] && echo "log env escape: ok"
+exit $fail

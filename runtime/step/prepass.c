@@ -107,15 +107,31 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
 
     /* replicas must agree on what to do, and name the same tensors, even if their gradients
      * differ */
-    int bad = 0;
-    for (int i = 0; i < rt->nparams; i++)
+    int bad = 0, too_large = 0;
+    double finite_total = 0;
+    for (int i = 0; i < rt->nparams; i++) {
         rt->nonfinite[i] = !isfinite(rt->sumsq[i]);
+        finite_total += rt->nonfinite[i] ? 0.0 : rt->sumsq[i];
+    }
+    /* finite gradients the state cannot hold (flag 2), judged after clipping. The scale is the
+     * one the step uses, or (nonfinite = zero with NaN/Inf elements, whose finite parts add to
+     * the norm) a larger one: the judgement may only err towards refusing */
+    const double finite_norm = sqrt(finite_total);
+    const double scale = max_grad_norm > 0 && finite_norm > max_grad_norm
+                             ? max_grad_norm / (finite_norm + 1e-6)
+                             : 1.0;
+    for (int i = 0; i < rt->nparams; i++)
+        if (!rt->nonfinite[i] && sqrt(rt->sumsq[i]) * scale > PREPASS_GRAD_NORM_MAX)
+            rt->nonfinite[i] = 2;
     if (g->mesh.dp_replicate > 1)
         comm_allreduce(g, g->rep, MPI_IN_PLACE, rt->nonfinite, rt->nparams, MPI_INT, MPI_MAX,
                        "non-finite flags all-reduce");
-    for (int i = 0; i < rt->nparams; i++)
-        bad += rt->nonfinite[i];
+    for (int i = 0; i < rt->nparams; i++) {
+        bad += rt->nonfinite[i] != 0;
+        too_large += rt->nonfinite[i] == 2;
+    }
     r->nonfinite = bad;
+    r->too_large = too_large;
     rt->counters.nonfinite_last[0] = '\0';
     if (bad) {
         size_t o = 0;
@@ -126,7 +142,9 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
                 int w = snprintf(names + o, len - o, "%s%s", o ? ", " : "", rt->params[i]->name);
                 o = w > 0 && (size_t)w < len - o ? o + (size_t)w : len - 1;
             }
-        if (rt->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO) {
+        /* nonfinite = zero treats NaN/Inf elements as 0; a finite gradient too large to step
+         * has no such element: the step is skipped (or fails) as under skip (or error) */
+        if (rt->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO || too_large > 0) {
             r->norm = NAN;
             r->grad_scale = 1.0f;
             return SHARDOPT_OK;

@@ -238,18 +238,28 @@ static void counters_reset(struct step_counters *k)
 }
 
 /* A non-finite gradient somewhere: skip (nothing changes anywhere) or fail, on every rank. */
-static shardopt_status_t step_nonfinite(shardopt_runtime_t rt, int tensors)
+static shardopt_status_t step_nonfinite(shardopt_runtime_t rt, int tensors, int too_large)
 {
     struct step_counters *k = &rt->counters;
+    char what[192] = "NaN/Inf gradients";
+    if (too_large == tensors)
+        snprintf(what, sizeof what,
+                 "gradients too large for the optimizer state (a norm over %g after clipping: "
+                 "the fp32 state would overflow; clip with max_grad_norm)",
+                 PREPASS_GRAD_NORM_MAX);
+    else if (too_large > 0)
+        snprintf(what, sizeof what,
+                 "NaN/Inf gradients, or gradients too large for the optimizer state (%d of them: "
+                 "a norm over %g after clipping),",
+                 too_large, PREPASS_GRAD_NORM_MAX);
     if (rt->cfg.nonfinite == SHARDOPT_NONFINITE_ERROR)
-        return log_fail(SHARDOPT_ERR_NONFINITE,
-                        "step: NaN/Inf gradients in %d tensor(s): %s; nothing was updated", tensors,
-                        k->nonfinite_last);
+        return log_fail(SHARDOPT_ERR_NONFINITE, "step: %s in %d tensor(s): %s; nothing was updated",
+                        what, tensors, k->nonfinite_last);
     k->skipped++;
     k->last_skipped = 1;
     if (rt->groups.me.rank == 0)
-        log_warn("step: skipped (step %llu): NaN/Inf gradients in %d tensor(s): %s",
-                 (unsigned long long)k->steps + 1, tensors, k->nonfinite_last);
+        log_warn("step: skipped (step %llu): %s in %d tensor(s): %s",
+                 (unsigned long long)k->steps + 1, what, tensors, k->nonfinite_last);
     return SHARDOPT_OK;
 }
 
@@ -477,7 +487,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     if (pre.nonfinite) {
         for (int i = 0; i < rt->nparams; i++)
             rt->params[i]->grad_norm_last = rt->params[i]->update_rms_last = NAN;
-        return step_nonfinite(rt, pre.nonfinite);
+        return step_nonfinite(rt, pre.nonfinite, pre.too_large);
     }
     param_stats_before(rt);
 

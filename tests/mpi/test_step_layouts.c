@@ -396,6 +396,88 @@ TEST(nan_on_one_rank_skips_or_fails_everywhere)
     }
 }
 
+static float weight_at(const void *buf, shardopt_dtype_t dt, int64_t i)
+{
+    if (dt != SHARDOPT_DTYPE_BF16)
+        return ((const float *)buf)[i];
+    const uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16;
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* Finite gradients too large for the fp32 optimizer state (3e38 in a dense matrix and an expert
+ * stack on the last rank: AdamW would square them, Muon's momentum sums them past FLT_MAX) are
+ * handled as NaN/Inf gradients are: skipped (skip, and zero, which has no element to zero), or
+ * ERR_NONFINITE (error), on every rank, nothing written. Clipped below the limit they step, and
+ * every weight stays finite. Before: the step returned OK, the momentum overflowed to Inf, and
+ * from the second such step every weight of the matrix was NaN. */
+TEST(gradients_too_large_for_the_state_skip_or_fail_everywhere)
+{
+    setup();
+    for (int mode = 0; mode < 3; mode++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.nonfinite = mode == 1   ? SHARDOPT_NONFINITE_ERROR
+                        : mode == 2 ? SHARDOPT_NONFINITE_ZERO
+                                    : SHARDOPT_NONFINITE_SKIP;
+        struct run d = {0};
+        ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+        ASSERT_EQ_INT(run_steps(&d, 1, 2), SHARDOPT_OK);
+        unsigned char *before, *after;
+        size_t nb, na;
+        snapshot(&d, &before, &nb);
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.02;
+        for (int s = 3; s <= 4; s++) { /* twice: the momentum overflows at the second */
+            run_grads(&d, s, 0);
+            if (me == world - 1)
+                for (int p = 2; p <= 11; p += 9)
+                    for (int64_t i = 0; i < d.box[p].numel; i++)
+                        ((float *)d.g[p])[i] = 3e38f;
+            const shardopt_status_t status = shardopt_step(d.rt, &args);
+            shardopt_stats_t st = SHARDOPT_STATS_INIT;
+            shardopt_get_stats(d.rt, &st);
+            if (mode == 1) {
+                EXPECT_EQ_INT(status, SHARDOPT_ERR_NONFINITE);
+                EXPECT_STR_CONTAINS(shardopt_last_error(), "too large for the optimizer state");
+                EXPECT_STR_CONTAINS(shardopt_last_error(), "layers.1.mlp.experts.gate_proj");
+            } else {
+                EXPECT_EQ_INT(status, SHARDOPT_OK);
+                EXPECT_EQ_INT(st.last_step_skipped, 1);
+                EXPECT_EQ_INT(st.steps, 2);
+                EXPECT_STR_CONTAINS(st.nonfinite_params, "layers.0.attn.q_proj.weight");
+                EXPECT_STR_CONTAINS(st.nonfinite_params, "layers.1.mlp.experts.gate_proj");
+            }
+        }
+        snapshot(&d, &after, &na);
+        EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+        free(after);
+        /* clipped, the same gradients step, and nothing becomes non-finite */
+        args.max_grad_norm = 1.0;
+        for (int s = 5; s <= 6; s++) {
+            run_grads(&d, s, 0);
+            if (me == world - 1)
+                for (int p = 2; p <= 11; p += 9)
+                    for (int64_t i = 0; i < d.box[p].numel; i++)
+                        ((float *)d.g[p])[i] = 3e38f;
+            EXPECT_EQ_INT(shardopt_step(d.rt, &args), SHARDOPT_OK);
+        }
+        shardopt_stats_t st = SHARDOPT_STATS_INIT;
+        shardopt_get_stats(d.rt, &st);
+        EXPECT_EQ_INT(st.steps, 4);
+        long nonfinite = 0;
+        for (int p = 0; p < MODEL_NPARAMS; p++)
+            for (int64_t i = 0; i < d.box[p].numel; i++)
+                nonfinite += !isfinite(weight_at(d.w[p], model_params[p].dtype, i));
+        EXPECT_EQ_INT(nonfinite, 0);
+        snapshot(&d, &after, &na);
+        EXPECT_TRUE(na == nb && memcmp(before, after, nb) != 0);
+        free(before);
+        free(after);
+        run_free(&d);
+    }
+}
+
 /* check_state_every: a NaN in a dense matrix's parameter shard, +Inf in an expert stack's
  * momentum and -Inf in an AdamW tensor's exp_avg_sq, all on the last rank, fail the next step
  * with ERR_NONFINITE on every rank, naming each tensor and array and that rank, and nothing is

@@ -21,19 +21,26 @@
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 
+/* A name a save gives ("step-%08llu"): 8 digits, or more without a leading zero once the step
+ * passes 99999999 (a checkpoint's step goes up to 9e15). Only 8 were taken: from step 1e8 on,
+ * keep_last neither counted nor pruned the new directories, and the disk filled. */
 static int name_is_step(const char *s)
 {
-    if (strncmp(s, "step-", 5) != 0 || strlen(s) != 13)
+    const size_t n = strlen(s);
+    if (strncmp(s, "step-", 5) != 0 || n < 13 || n > 5 + 16 || (n > 13 && s[5] == '0'))
         return 0;
-    for (int i = 5; i < 13; i++)
+    for (size_t i = 5; i < n; i++)
         if (s[i] < '0' || s[i] > '9')
             return 0;
     return 1;
 }
 
-static int by_name(const void *a, const void *b)
+/* Step order: fewer digits first, then the digits (names of one length sort as numbers). */
+static int by_step(const void *a, const void *b)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    const size_t nx = strlen(x), ny = strlen(y);
+    return nx != ny ? (nx < ny ? -1 : 1) : strcmp(x, y);
 }
 
 /* What a directory entry is, its links not followed: 'd' a directory, 'l' a symbolic link, 'o'
@@ -317,7 +324,7 @@ void ckpt_dir_steps_prune(int dfd, const char *dir, int keep_last, const char *p
                  dir, mem_failed_bytes());
     closedir(d);
     if (n > 0)
-        qsort(names, (size_t)n, sizeof(char *), by_name);
+        qsort(names, (size_t)n, sizeof(char *), by_step);
     for (int i = 0; i < n - (keep_last - 1); i++) {
         if (fault_hit("ckpt.prune"))
             log_warn("save: pruning %s/%s: injected fault; left in place", dir, names[i]);

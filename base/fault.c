@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -97,7 +98,24 @@ static void fault_parse(const char *v)
 static void fault_setup(void)
 {
     const char *r = env_get("SHARDOPT_FAULT_RANK");
-    fault_only_rank = r != NULL && *r != '\0' ? atoi(r) : -1;
+    fault_only_rank = -1;
+    if (r != NULL && *r != '\0') {
+        /* atoi took "abc" (and a typo like "l") as rank 0, "-3" as every rank, and overflowed
+         * past INT_MAX: the fault then struck ranks the test did not name */
+        char *end = NULL, shown[96];
+        errno = 0;
+        const long v = strtol(r, &end, 10);
+        if (errno != 0 || end == r || *end != '\0' || v < 0 || v > INT_MAX || r[0] < '0' ||
+            r[0] > '9') {
+            log_escape(shown, sizeof shown, r, strlen(r));
+            fprintf(stderr,
+                    "[shardopt] error: SHARDOPT_FAULT_RANK='%s': accepted a rank, 0 or more in "
+                    "decimal digits; SHARDOPT_FAULT ignored\n",
+                    shown);
+            return; /* nothing armed: a fault on the wrong ranks would fail another test */
+        }
+        fault_only_rank = (int)v;
+    }
     fault_parse(env_get("SHARDOPT_FAULT"));
 }
 

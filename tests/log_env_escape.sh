@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The logging variables' text reaches stderr escaped, and a SHARDOPT_LOG_FILE path that does not
-# fit is refused rather than cut (a cut path names another file, and a cut %r pattern sends every
-# rank to one file). Before: the "cannot open" and SHARDOPT_FAULT lines wrote the variable's raw
-# bytes (an ESC sequence reached the terminal), and a 1100-byte path was cut to 1023 bytes and
-# the log written there.
+# The logging and fault variables' text reaches stderr escaped, and a SHARDOPT_LOG_FILE path that
+# does not fit is refused rather than cut (a cut path names another file, and a cut %r pattern
+# sends every rank to one file). Before: the "cannot open" and SHARDOPT_FAULT lines wrote the
+# variable's raw bytes (an ESC sequence reached the terminal), and a 1100-byte path was cut to
+# 1023 bytes and the log written there. A SHARDOPT_FAULT_RANK that is not a rank is refused (the
+# fault not armed), where atoi took "abc" as rank 0 and "-3" as every rank.
 #   log_env_escape.sh PROGRAM DIR   (PROGRAM: a one-process shardopt program, moe_demo)
 set -u
 exe=$1 dir=$2
@@ -28,6 +29,18 @@ check "cannot open" "$out" 'missing/\x1b[31mred.log'"': cannot open, logging to 
 
 out=$(SHARDOPT_FAULT="${esc}[2J" "$exe" --steps 1 2>&1 >/dev/null)
 check "fault" "$out" "SHARDOPT_FAULT='\\x1b[2J': accepted"
+
+# SHARDOPT_FAULT_RANK that is not a rank: refused, and the fault not armed on any rank (atoi took
+# "abc" as rank 0 and "-3" as every rank). commit.x is no site: only the refusal can show.
+for v in abc -3 99999999999 ' 1' "+1" "1${esc}"; do
+    out=$(SHARDOPT_FAULT_RANK="$v" SHARDOPT_FAULT=commit.x:1 "$exe" --steps 1 2>&1 >/dev/null)
+    check "fault rank '$v'" "$out" "': accepted a rank, 0 or more in decimal digits; SHARDOPT_FAULT ignored"
+done
+out=$(SHARDOPT_FAULT_RANK=0 SHARDOPT_FAULT=commit.x:1 "$exe" --steps 1 2>&1 >/dev/null)
+if printf '%s' "$out" | grep -q 'SHARDOPT_FAULT_RANK'; then
+    echo "FAIL: SHARDOPT_FAULT_RANK=0 refused"
+    fail=1
+fi
 
 # Paths of short components ("./" repeated): a cut one is a file that can be created.
 dots() { local n=$1 s=""; while [ "${#s}" -lt "$n" ]; do s="$s./"; done; printf '%s' "${s:0:$n}"; }

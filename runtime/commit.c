@@ -362,7 +362,7 @@ static void patterns_warn_unmatched(shardopt_runtime_t rt)
     free(names);
 }
 
-shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
+static shardopt_status_t commit_run(shardopt_runtime_t rt)
 {
     shardopt_status_t status;
     struct shard_table dense = {0}, xs = {0};
@@ -425,4 +425,16 @@ shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
              rt->nparams, rt->store.bytes, rt->bytes_workspace, rt->gx[GROUP_LOCAL].plan.nowned,
              rt->gx[GROUP_DENSE].plan.nowned, rt->gx[GROUP_EXPERT].plan.nowned);
     return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
+{
+    if (rt == NULL)
+        return commit_run(rt); /* refused there, naming what is NULL */
+    const shardopt_status_t claimed = rt_claim(rt, "commit");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = commit_run(rt);
+    rt_release(rt);
+    return status;
 }

@@ -461,6 +461,21 @@ shardopt_status_t rt_mpi_live(const char *what)
     return SHARDOPT_OK;
 }
 
+shardopt_status_t rt_claim(struct shardopt_runtime *rt, const char *call)
+{
+    const char *running = NULL;
+    if (atomic_compare_exchange_strong(&rt->busy, &running, call))
+        return SHARDOPT_OK;
+    /* two threads in one runtime: the step read pointers and state the other was changing (two
+     * Python threads stepping one optimizer returned OK with the weights NaN) */
+    return log_fail(SHARDOPT_ERR_STATE,
+                    "%s: shardopt_%s is running on this runtime in another thread: calls on one "
+                    "runtime must not overlap (docs/api.md, Threads); nothing was done",
+                    call, running);
+}
+
+void rt_release(struct shardopt_runtime *rt) { atomic_store(&rt->busy, NULL); }
+
 shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what)
 {
     const shardopt_status_t live = rt_mpi_live(what);
@@ -475,6 +490,11 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
 {
     if (rt == NULL)
         return SHARDOPT_OK;
+    /* freeing what another thread's call is using would be a use after free: refused (the
+     * runtime stays; finalize it once that call returned) */
+    const shardopt_status_t claimed = rt_claim(rt, "finalize");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
     /* the device memory and streams are released on their own device whichever thread
      * finalizes; a failure here leaves nothing better to do than to go on */
     (void)rt_device_enter(rt, "finalize");

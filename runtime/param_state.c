@@ -124,8 +124,8 @@ static shardopt_status_t state_move(struct shardopt_runtime *rt, const struct sh
     return SHARDOPT_OK;
 }
 
-shardopt_status_t shardopt_param_get_state(shardopt_param_t param, shardopt_state_kind_t kind,
-                                           void *buf, size_t bytes, shardopt_dtype_t dtype)
+static shardopt_status_t get_state_run(shardopt_param_t param, shardopt_state_kind_t kind,
+                                       void *buf, size_t bytes, shardopt_dtype_t dtype)
 {
     void *state = NULL;
     if (param == NULL)
@@ -158,8 +158,8 @@ static shardopt_status_t state_values_check(const struct shardopt_param *p,
     return SHARDOPT_OK;
 }
 
-shardopt_status_t shardopt_param_set_state(shardopt_param_t param, shardopt_state_kind_t kind,
-                                           const void *buf, size_t bytes, shardopt_dtype_t dtype)
+static shardopt_status_t set_state_run(shardopt_param_t param, shardopt_state_kind_t kind,
+                                       const void *buf, size_t bytes, shardopt_dtype_t dtype)
 {
     void *state = NULL;
     if (param == NULL)
@@ -185,7 +185,7 @@ shardopt_status_t shardopt_param_get_step(shardopt_param_t param, uint64_t *step
     return SHARDOPT_OK;
 }
 
-shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step)
+static shardopt_status_t set_step_run(shardopt_param_t param, uint64_t step)
 {
     if (param == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_set_step: NULL param");
@@ -202,4 +202,44 @@ shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step)
                         param->name, (unsigned long long)step);
     param->step = step;
     return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_param_get_state(shardopt_param_t param, shardopt_state_kind_t kind,
+                                           void *buf, size_t bytes, shardopt_dtype_t dtype)
+{
+    if (param == NULL)
+        return get_state_run(param, kind, buf, bytes,
+                             dtype); /* refused there, naming what is NULL */
+    const shardopt_status_t claimed = rt_claim(param->rt, "param_get_state");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = get_state_run(param, kind, buf, bytes, dtype);
+    rt_release(param->rt);
+    return status;
+}
+
+shardopt_status_t shardopt_param_set_state(shardopt_param_t param, shardopt_state_kind_t kind,
+                                           const void *buf, size_t bytes, shardopt_dtype_t dtype)
+{
+    if (param == NULL)
+        return set_state_run(param, kind, buf, bytes,
+                             dtype); /* refused there, naming what is NULL */
+    const shardopt_status_t claimed = rt_claim(param->rt, "param_set_state");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = set_state_run(param, kind, buf, bytes, dtype);
+    rt_release(param->rt);
+    return status;
+}
+
+shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step)
+{
+    if (param == NULL)
+        return set_step_run(param, step); /* refused there, naming what is NULL */
+    const shardopt_status_t claimed = rt_claim(param->rt, "param_set_step");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = set_step_run(param, step);
+    rt_release(param->rt);
+    return status;
 }

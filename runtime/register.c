@@ -284,8 +284,8 @@ err_free:
     return status;
 }
 
-shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,
-                                    shardopt_param_t *param_p)
+static shardopt_status_t register_run(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,
+                                      shardopt_param_t *param_p)
 {
     shardopt_status_t status;
 
@@ -305,7 +305,7 @@ shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_
     return status;
 }
 
-shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data, const void *grad)
+static shardopt_status_t set_pointers_run(shardopt_param_t param, void *data, const void *grad)
 {
     if (param == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_set_pointers: NULL param");
@@ -323,9 +323,9 @@ shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data
     return SHARDOPT_OK;
 }
 
-shardopt_status_t shardopt_params_set_pointers(shardopt_runtime_t rt, int n,
-                                               const shardopt_param_t *params, void *const *data,
-                                               const void *const *grad)
+static shardopt_status_t params_set_pointers_run(shardopt_runtime_t rt, int n,
+                                                 const shardopt_param_t *params, void *const *data,
+                                                 const void *const *grad)
 {
     if (rt == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "params_set_pointers: NULL runtime");
@@ -442,4 +442,44 @@ shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt, const shardopt_par
     if (global_offset != NULL)
         *global_offset = (d->shard_dim == 0 ? win_lo : 0) + lo;
     return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,
+                                    shardopt_param_t *param_p)
+{
+    if (rt == NULL)
+        return register_run(rt, desc, param_p); /* refused there, naming what is NULL */
+    const shardopt_status_t claimed = rt_claim(rt, "register");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = register_run(rt, desc, param_p);
+    rt_release(rt);
+    return status;
+}
+
+shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data, const void *grad)
+{
+    if (param == NULL)
+        return set_pointers_run(param, data, grad); /* refused there, naming what is NULL */
+    const shardopt_status_t claimed = rt_claim(param->rt, "param_set_pointers");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = set_pointers_run(param, data, grad);
+    rt_release(param->rt);
+    return status;
+}
+
+shardopt_status_t shardopt_params_set_pointers(shardopt_runtime_t rt, int n,
+                                               const shardopt_param_t *params, void *const *data,
+                                               const void *const *grad)
+{
+    if (rt == NULL)
+        return params_set_pointers_run(rt, n, params, data,
+                                       grad); /* refused there, naming what is NULL */
+    const shardopt_status_t claimed = rt_claim(rt, "params_set_pointers");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = params_set_pointers_run(rt, n, params, data, grad);
+    rt_release(rt);
+    return status;
 }

@@ -2,6 +2,8 @@
 #ifndef RUNTIME_RUNTIME_H
 #define RUNTIME_RUNTIME_H
 
+#include <stdatomic.h>
+
 #include "kernels/device.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
@@ -108,6 +110,9 @@ struct phase_times {
 };
 
 struct shardopt_runtime {
+    /* The call running on this runtime (rt_claim), NULL between calls: calls must not overlap
+     * (docs/api.md, Threads), and one from a second thread is refused instead of racing */
+    _Atomic(const char *) busy;
     shardopt_config_t cfg;
     struct groups groups; /* our own communicators: our traffic never matches the trainer's */
     struct topology topo;
@@ -196,6 +201,13 @@ void stats_phases_settle(struct shardopt_runtime *rt);
  * names the call for the message. SHARDOPT_OK, or SHARDOPT_ERR_DEVICE; not agreed (the
  * collective callers agree on it). */
 shardopt_status_t rt_device_enter(struct shardopt_runtime *rt, const char *what);
+
+/* Marks rt as running `call` (a static string) for the calls that read or write its state
+ * (commit, step, save, load, register, the pointer and state setters and getters, finalize):
+ * SHARDOPT_ERR_STATE, naming both calls, when another thread's call is running on it (local:
+ * the racing call is refused before it reads anything); rt_release ends the claim. */
+shardopt_status_t rt_claim(struct shardopt_runtime *rt, const char *call);
+void rt_release(struct shardopt_runtime *rt);
 
 /* SHARDOPT_ERR_STATE, naming `what`, once MPI_Finalize was called (an MPI call would end the
  * process); else OK. Collective calls check it before their first MPI call. */

@@ -60,6 +60,11 @@ int ckpt_write_all(int fd, const void *buf, size_t len, const char *site);
  * ERR_INVALID_ARGUMENT, the message starting "<who>: " (nothing when who is ""). */
 shardopt_status_t ckpt_dir_check(const char *who, const char *dir);
 
+/* shardopt_save and shardopt_load once the runtime is claimed for them (rt_claim, in
+ * checkpoint_common.c: one thread's call at a time) */
+shardopt_status_t ckpt_save_run(shardopt_runtime_t rt, const char *dir);
+shardopt_status_t ckpt_load_run(shardopt_runtime_t rt, const char *dir);
+
 /* A file a load could not open or read (base/file_read.h), refused as "<who>: <path>: <why>":
  * ERR_IO when it could not be opened or read, ERR_CORRUPT when it is not a regular file ("is a
  * FIFO, expected a regular file") or larger than the load reads, ERR_OUT_OF_MEMORY. */

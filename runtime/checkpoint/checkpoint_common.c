@@ -135,3 +135,28 @@ const char *ckpt_shape_text(char *out, size_t len, const int64_t shape3[3], int 
         snprintf(out, len, "[%lld, %lld, %lld]", (long long)s[0], (long long)s[1], (long long)s[2]);
     return out;
 }
+
+/* One thread's call on a runtime at a time (docs/api.md, Threads): a save or load while another
+ * thread's call runs is refused before it reads anything. */
+static shardopt_status_t claimed_run(shardopt_runtime_t rt, const char *dir, const char *call,
+                                     shardopt_status_t (*run)(shardopt_runtime_t, const char *))
+{
+    if (rt == NULL)
+        return run(rt, dir); /* refused there, naming what is NULL */
+    const shardopt_status_t claimed = rt_claim(rt, call);
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = run(rt, dir);
+    rt_release(rt);
+    return status;
+}
+
+shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
+{
+    return claimed_run(rt, dir, "save", ckpt_save_run);
+}
+
+shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
+{
+    return claimed_run(rt, dir, "load", ckpt_load_run);
+}

@@ -466,7 +466,7 @@ static shardopt_status_t shards_select(shardopt_runtime_t rt, struct ck_index *i
     return status;
 }
 
-shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
+shardopt_status_t ckpt_load_run(shardopt_runtime_t rt, const char *dir)
 {
     struct ck_load L;
     shardopt_status_t status = SHARDOPT_OK;

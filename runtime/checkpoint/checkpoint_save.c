@@ -226,7 +226,7 @@ shardopt_status_t ckpt_save_publish(shardopt_runtime_t rt, int dfd, const char *
     return status;
 }
 
-shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
+shardopt_status_t ckpt_save_run(shardopt_runtime_t rt, const char *dir)
 {
     shardopt_status_t status = SHARDOPT_OK;
     char step_name[32], tmp[3200], tmpname[64], path[4096];

@@ -58,11 +58,32 @@ static double rnd(uint64_t *s)
     return (double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
+/* Out of memory for what the command line asked: one line naming it and the bytes, exit 1 (a
+ * NULL buffer segfaulted at its first write; --hidden 100000 did). Each process runs alone
+ * (MPI_COMM_SELF), so it ends alone. */
+static void *alloc_or_exit(size_t count, size_t size, const char *what)
+{
+    void *p = count <= SIZE_MAX / size ? malloc(count * size) : NULL;
+    if (p == NULL) {
+        fprintf(stderr,
+                "moe_demo: out of memory allocating %zu x %zu bytes for %s: use smaller --layers, "
+                "--experts, --hidden, --ffn or --vocab\n",
+                count, size, what);
+        MPI_Finalize();
+        exit(1);
+    }
+    return p;
+}
+
 static void add(struct model *m, const char *name, int ndim, int64_t a, int64_t b, int64_t c)
 {
     if (m->n == m->cap) {
+        struct tensor *old = m->t;
         m->cap = m->cap ? 2 * m->cap : 32;
-        m->t = realloc(m->t, sizeof(*m->t) * (size_t)m->cap);
+        m->t = alloc_or_exit((size_t)m->cap, sizeof(*m->t), "the tensor list");
+        if (old != NULL)
+            memcpy(m->t, old, sizeof(*m->t) * (size_t)m->n);
+        free(old);
     }
     struct tensor *t = &m->t[m->n++];
     memset(t, 0, sizeof *t);
@@ -71,7 +92,9 @@ static void add(struct model *m, const char *name, int ndim, int64_t a, int64_t 
     t->shape[0] = a;
     t->shape[1] = b;
     t->shape[2] = c;
-    t->n = (size_t)a * (size_t)(ndim > 1 ? b : 1) * (size_t)(ndim > 2 ? c : 1);
+    /* a product past size_t is refused as memory no machine has (it wrapped to a small size) */
+    const size_t nb = (size_t)(ndim > 1 ? b : 1), nc = (size_t)(ndim > 2 ? c : 1);
+    t->n = nb > SIZE_MAX / nc || (size_t)a > SIZE_MAX / (nb * nc) ? SIZE_MAX : (size_t)a * nb * nc;
 }
 
 /* Embedding, then per layer: attention with biases, two norms, a router, routed experts as
@@ -177,9 +200,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < m.n; i++) {
         struct tensor *t = &m.t[i];
         shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
-        t->w = malloc(t->n * sizeof(float));
-        t->g = malloc(t->n * sizeof(float));
-        t->before = malloc(t->n * sizeof(float));
+        t->w = alloc_or_exit(t->n, sizeof(float), t->name);
+        t->g = alloc_or_exit(t->n, sizeof(float), t->name);
+        t->before = alloc_or_exit(t->n, sizeof(float), t->name);
         double fan_in = (double)t->shape[t->ndim - 1];
         for (size_t k = 0; k < t->n; k++)
             t->w[k] = t->ndim == 1 ? 1.0f : (float)(rnd(&seed) / sqrt(fan_in));

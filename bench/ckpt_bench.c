@@ -15,11 +15,15 @@
  * privileges this tool does not assume), for shardopt and the peers alike. */
 /* sync(2) is not in strict POSIX.1-2008 */
 #define _DEFAULT_SOURCE
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench/bench_util.h"
@@ -92,6 +96,37 @@ static void plain_read(const char *path, void *buf, size_t n)
         close(fd);
 }
 
+/* rm -rf, without a shell: --dir went into system("rm -rf '<dir>/repN' && mkdir -p ...") between
+ * quotes, so a dir holding a quote ("/tmp/x' '/home") removed what followed it */
+static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    return type == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+static void tree_remove(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0 && nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "ckpt_bench: cannot remove %s: %s\n", path, strerror(errno));
+}
+
+/* mkdir -p */
+static int dirs_make(const char *path)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *c = p + 1; *c != '\0'; c++)
+        if (*c == '/') {
+            *c = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *c = '/';
+        }
+    return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     struct preset_scale scale = {2, 8, 4};
@@ -156,9 +191,9 @@ int main(int argc, char **argv)
         char sub[4096];
         snprintf(sub, sizeof sub, "%s/rep%d", dir, r);
         if (me == 0) {
-            snprintf(path, sizeof path, "rm -rf '%s' && mkdir -p '%s'", sub, sub);
-            if (system(path) != 0)
-                fprintf(stderr, "ckpt_bench: cannot prepare %s\n", sub);
+            tree_remove(sub);
+            if (dirs_make(sub) != 0)
+                fprintf(stderr, "ckpt_bench: cannot prepare %s: %s\n", sub, strerror(errno));
         }
         double t0 = start_together();
         if (shardopt_save(rt, sub) != SHARDOPT_OK)
@@ -180,11 +215,8 @@ int main(int argc, char **argv)
         plain_read(path, fresh, mine);
         ts[5 * r + 4] = timed_max(t0);
         free(fresh);
-        if (me == 0) {
-            snprintf(path, sizeof path, "rm -rf '%s'", sub);
-            if (system(path) != 0)
-                fprintf(stderr, "ckpt_bench: cannot remove %s\n", sub);
-        }
+        if (me == 0)
+            tree_remove(sub);
     }
     double col[5][64];
     for (int c = 0; c < 5; c++)

@@ -12,6 +12,8 @@ rm -rf "$dir" && mkdir -p "$dir"
 fail=0
 esc=$'\x1b'
 
+demo() { "$exe" --steps 1 --layers 1 --experts 2 --hidden 8 --ffn 8 --vocab 16 2>&1 >/dev/null; }
+
 check() { # name, stderr text, what it must contain
     if printf '%s' "$2" | grep -q "$esc"; then
         echo "FAIL $1: a raw ESC byte reached stderr"
@@ -24,19 +26,19 @@ check() { # name, stderr text, what it must contain
     fi
 }
 
-out=$(SHARDOPT_LOG_FILE="$dir/missing/${esc}[31mred.log" "$exe" --steps 1 2>&1 >/dev/null)
+out=$(SHARDOPT_LOG_FILE="$dir/missing/${esc}[31mred.log" demo)
 check "cannot open" "$out" 'missing/\x1b[31mred.log'"': cannot open, logging to stderr"
 
-out=$(SHARDOPT_FAULT="${esc}[2J" "$exe" --steps 1 2>&1 >/dev/null)
+out=$(SHARDOPT_FAULT="${esc}[2J" demo)
 check "fault" "$out" "SHARDOPT_FAULT='\\x1b[2J': accepted"
 
 # SHARDOPT_FAULT_RANK that is not a rank: refused, and the fault not armed on any rank (atoi took
 # "abc" as rank 0 and "-3" as every rank). commit.x is no site: only the refusal can show.
 for v in abc -3 99999999999 ' 1' "+1" "1${esc}"; do
-    out=$(SHARDOPT_FAULT_RANK="$v" SHARDOPT_FAULT=commit.x:1 "$exe" --steps 1 2>&1 >/dev/null)
+    out=$(SHARDOPT_FAULT_RANK="$v" SHARDOPT_FAULT=commit.x:1 demo)
     check "fault rank '$v'" "$out" "': accepted a rank, 0 or more in decimal digits; SHARDOPT_FAULT ignored"
 done
-out=$(SHARDOPT_FAULT_RANK=0 SHARDOPT_FAULT=commit.x:1 "$exe" --steps 1 2>&1 >/dev/null)
+out=$(SHARDOPT_FAULT_RANK=0 SHARDOPT_FAULT=commit.x:1 demo)
 if printf '%s' "$out" | grep -q 'SHARDOPT_FAULT_RANK'; then
     echo "FAIL: SHARDOPT_FAULT_RANK=0 refused"
     fail=1
@@ -49,13 +51,13 @@ pad=$((1022 - ${#dir} - 1 - 4))
 pad=$((pad - pad % 2))
 long="$dir/$(dots $pad)log-%r"
 while [ "${#long}" -lt 1024 ]; do long="$dir/./${long#$dir/}"; done
-out=$(SHARDOPT_LOG_FILE="$long" "$exe" --steps 1 2>&1 >/dev/null)
+out=$(SHARDOPT_LOG_FILE="$long" demo)
 check "long pattern" "$out" "longer than 1023 bytes, logging to stderr"
 # 1023 bytes ending in 8 %p, which a pid of 3 digits or more expands past 1023
 long="$dir/x%p%p%p%p%p%p%p%p"
 while [ "${#long}" -lt 1023 ]; do long="$dir/./${long#$dir/}"; done
 [ "${#long}" -eq 1024 ] && long="$dir/${long#$dir/./}" && long="$dir/y${long#$dir/}"
-out=$(SHARDOPT_LOG_FILE="$long" "$exe" --steps 1 2>&1 >/dev/null)
+out=$(SHARDOPT_LOG_FILE="$long" demo)
 check "long expansion (${#long} bytes)" "$out" "the path is longer than 1023 bytes once expanded"
 left=$(find "$dir" -type f | wc -l)
 [ "$left" -eq 0 ] || { echo "FAIL: $left file(s) created under a cut name"; find "$dir" -type f | cut -c1-120; fail=1; }

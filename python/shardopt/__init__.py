@@ -263,6 +263,17 @@ def _check(call, status):
         raise Error(call, status, library().shardopt_last_error().decode(errors="replace"))
 
 
+def _c_text(b, what):
+    """b (bytes) as a C string: a NUL byte inside would cut it there without a word (a parameter
+    named 'w\\0x' registered as 'w', save('ck\\0/x') wrote into ck), so it is refused, as
+    Python's own os calls refuse it."""
+    i = b.find(b"\0")
+    if i >= 0:
+        raise ValueError(f"{what}: holds a NUL byte at {i}: the C library would read it cut "
+                         f"there, as {b[:i]!r}")
+    return b
+
+
 def _config_text(v):
     """A config value as its SHARDOPT_<KEY> text: booleans 1/0, a list of patterns "a,b", a
     list of coefficient triples "a,b,c;d,e,f"."""
@@ -803,8 +814,9 @@ class Optimizer:
         self._cfg = ctypes.create_string_buffer(1 << 16)
         _check("config_init", lib.shardopt_config_init(self._cfg, len(self._cfg)))
         for k, v in (config or {}).items():
-            _check("config_set", lib.shardopt_config_set(self._cfg, k.encode(),
-                                                         _config_text(v).encode()))
+            key = _c_text(k.encode(), f"config key {k!r}")
+            text = _c_text(_config_text(v).encode(), f"config {k} = {v!r}")
+            _check("config_set", lib.shardopt_config_set(self._cfg, key, text))
         self._comm_handle, self.comm = _comm_handle(comm)
         self._rt = ctypes.c_void_p()
         _check("init", lib.shardopt_init(self._comm_handle, self._cfg, ctypes.byref(self._rt)))
@@ -899,7 +911,7 @@ class Optimizer:
                              f"dim {p.shard_dim}{where} holds {want} here")
         if want is None:  # a layout the library refuses: hand it no pointer at all
             data = grad = None
-        name = p.name.encode()
+        name = _c_text(p.name.encode(), f"parameter name {p.name!r}")
         self._names.append(name)  # the library copies it; keep ours alive for the call anyway
         d = _Desc(size=ctypes.sizeof(_Desc), version=1, name=name, ndim=len(shape),
                   param_dtype=DTYPES[dt], grad_dtype=DTYPES[gdt or dt], transposed=int(p.transposed),
@@ -1247,13 +1259,18 @@ class Optimizer:
     def save(self, directory):
         """Save the optimizer state (collective). Saving again at the step `latest` already
         names is refused with SaveRefused (nothing written), not an I/O error."""
+        path, bad = self._dir_text(directory, "save")
         try:
-            _check("save", self._lib.shardopt_save(self._rt, os.fsencode(directory)))
+            _check("save", self._lib.shardopt_save(self._rt, path))
         except Error as e:
+            if bad is not None:
+                raise bad from e
             # a committed runtime's save has one invalid-state refusal: that step is latest
             if e.status == _ERR_STATE:
                 raise SaveRefused(e.status, e.message) from None
             raise
+        if bad is not None:
+            raise bad
 
     # ---- one parameter's optimizer state (not collective) ----------------------------------
 
@@ -1304,11 +1321,36 @@ class Optimizer:
 
     def set_step(self, p, step):
         """Set p's step count (the same value on every rank)."""
-        _check("param_set_step", self._lib.shardopt_param_set_step(self._slot(p).handle,
-                                                                    int(step)))
+        try:  # ctypes wrapped 2**70 to 0 and int() cut 1.5 to 1, both set without a word
+            n = operator.index(step)
+        except TypeError:
+            raise ValueError(f"{p.name}: step = {step!r}: a step count is an integer") from None
+        if not 0 <= n < 1 << 64:
+            raise ValueError(f"{p.name}: step = {n}: accepted [0, 2^53)")
+        _check("param_set_step", self._lib.shardopt_param_set_step(self._slot(p).handle, n))
 
     def load(self, directory):
-        _check("load", self._lib.shardopt_load(self._rt, os.fsencode(directory)))
+        path, bad = self._dir_text(directory, "load")
+        try:
+            _check("load", self._lib.shardopt_load(self._rt, path))
+        except Error as e:
+            if bad is not None:
+                raise bad from e
+            raise
+        if bad is not None:  # rank 0's path was read, not this rank's: its NUL still refused
+            raise bad
+
+    @staticmethod
+    def _dir_text(directory, call):
+        """A checkpoint path as C reads it, and the refusal of one holding a NUL byte. save and
+        load are collective: such a path goes to the library as "" (refused there on every rank
+        that reads its own path) and the ValueError is raised after the call, never before it
+        (the other ranks would wait in it until comm_timeout_s)."""
+        path = os.fsencode(directory)
+        try:
+            return _c_text(path, f"{call}: directory {directory!r}"), None
+        except ValueError as e:
+            return b"", e
 
     def stats(self):
         s = _Stats(size=ctypes.sizeof(_Stats), version=4)

@@ -53,7 +53,8 @@ def comm_self():
 
 def one(data, grad=None, shape=None, **kw):
     """A Param named w (replicated: this rank holds all of it) and its Optimizer on one rank."""
-    p = shardopt.Param(name="w", shape=list(data.shape) if shape is None else shape, data=data,
+    p = shardopt.Param(name=kw.pop("name_override", "w"),
+                       shape=list(data.shape) if shape is None else shape, data=data,
                        grad=grad, placement=kw.pop("placement", "replicated"), **kw)
     return p, shardopt.Optimizer([p], comm=comm_self())
 
@@ -391,6 +392,39 @@ def zero_d_parameter_refused():
     opt.step(lr=0.01)
     opt.close()
     assert t != 1, "the 1-element view did not update the scalar"
+
+
+# ---------------------------------------------------------------------------------------------
+# Class 4b: Python values C would read otherwise than they were written
+
+@case
+def text_with_nul_and_step_counts_ctypes_would_wrap_refused():
+    """A NUL byte in a config key or value, a parameter name or a checkpoint path: C reads the
+    text cut there (before: {"momentum\\0x": 0.5} set momentum, a parameter 'w\\0x'
+    registered as 'w', save('D/ck\\0x') wrote into D/ck). set_step(2**70) went through ctypes as
+    0 and set_step(1.5) as 1, both without a word."""
+    w, g = rng_arrays(64)
+    refused(lambda: shardopt.Optimizer([], comm=comm_self(), config={"momentum\0x": 0.5}),
+            "config key", "NUL byte at 8", "b'momentum'")
+    refused(lambda: shardopt.Optimizer([], comm=comm_self(),
+                                       config={"adamw_patterns": "embed\0lm_head"}),
+            "adamw_patterns", "NUL byte at 5")
+    refused(lambda: register(w.copy(), g.copy(), name_override="w\0x"), "parameter name",
+            "NUL byte at 1", "b'w'")
+    p, opt = one(w.copy(), g.copy())
+    opt.step(lr=0.01)
+    with tempfile.TemporaryDirectory() as d:
+        refused(lambda: opt.save(os.path.join(d, "ck\0x")), "save: directory", "NUL byte")
+        assert not os.path.exists(os.path.join(d, "ck")), "a save wrote into the cut path"
+        opt.save(os.path.join(d, "ck"))
+        refused(lambda: opt.load(os.path.join(d, "ck\0x")), "load: directory", "NUL byte")
+        opt.load(os.path.join(d, "ck"))
+    for bad in (2**70, -1, 1.5, "3"):
+        refused(lambda: opt.set_step(p, bad), "step = ")
+    assert opt.get_step(p) == 1, opt.get_step(p)
+    opt.set_step(p, np.int64(4))  # any integer type
+    assert opt.get_step(p) == 4
+    opt.close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
  * once under a pthread_once and by init. */
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -73,11 +75,22 @@ static void log_open(const char *pattern)
         log_env_warn(pattern, why);
         return;
     }
-    FILE *f = fopen(path, "a");
-    if (f != NULL)
+    /* O_NONBLOCK: a FIFO nobody reads made fopen wait for a reader for good, at the first
+     * message (init hung); now it fails at once (ENXIO). Writes block again once it is open. */
+    const int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+    FILE *f = NULL;
+    if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0)
+        f = fdopen(fd, "a");
+    if (f != NULL) {
         log_stream = f;
-    else
-        log_env_warn(path, "cannot open");
+        return;
+    }
+    char why[160];
+    snprintf(why, sizeof why, "cannot open (%s%s)", strerror(errno),
+             errno == ENXIO ? ": a FIFO no process reads" : "");
+    if (fd >= 0)
+        close(fd);
+    log_env_warn(path, why);
 }
 
 static void log_setup(void)

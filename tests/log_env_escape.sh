@@ -4,7 +4,8 @@
 # sends every rank to one file). Before: the "cannot open" and SHARDOPT_FAULT lines wrote the
 # variable's raw bytes (an ESC sequence reached the terminal), and a 1100-byte path was cut to
 # 1023 bytes and the log written there. A SHARDOPT_FAULT_RANK that is not a rank is refused (the
-# fault not armed), where atoi took "abc" as rank 0 and "-3" as every rank.
+# fault not armed), where atoi took "abc" as rank 0 and "-3" as every rank. A FIFO without a
+# reader as the log file is refused at once, where opening it waited for a reader for good.
 #   log_env_escape.sh PROGRAM DIR   (PROGRAM: a one-process shardopt program, moe_demo)
 set -u
 exe=$1 dir=$2
@@ -27,10 +28,17 @@ check() { # name, stderr text, what it must contain
 }
 
 out=$(SHARDOPT_LOG_FILE="$dir/missing/${esc}[31mred.log" demo)
-check "cannot open" "$out" 'missing/\x1b[31mred.log'"': cannot open, logging to stderr"
+check "cannot open" "$out" 'missing/\x1b[31mred.log'"': cannot open (No such file or directory), logging to stderr"
 
 out=$(SHARDOPT_FAULT="${esc}[2J" demo)
 check "fault" "$out" "SHARDOPT_FAULT='\\x1b[2J': accepted"
+
+# a FIFO no process reads: refused at once (fopen waited for a reader for good: init hung)
+mkfifo "$dir/log.fifo"
+out=$(SHARDOPT_LOG_FILE="$dir/log.fifo" timeout 60 "$exe" --steps 1 --layers 1 --experts 2 \
+    --hidden 8 --ffn 8 --vocab 16 2>&1 >/dev/null)
+check "fifo" "$out" "cannot open (No such device or address: a FIFO no process reads)"
+rm -f "$dir/log.fifo"
 
 # SHARDOPT_FAULT_RANK that is not a rank: refused, and the fault not armed on any rank (atoi took
 # "abc" as rank 0 and "-3" as every rank). commit.x is no site: only the refusal can show.

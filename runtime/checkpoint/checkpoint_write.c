@@ -203,7 +203,15 @@ shardopt_status_t ckpt_rank_file_write(shardopt_runtime_t rt, const char *path, 
     }
     fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 || ckpt_write_all(fd, hdr, hdr_len, "ckpt.write") != 0) {
-        status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", path, strerror(errno));
+        const int err = errno;
+        /* rank 0 made the temporary directory under its own dir: not there under this rank's
+         * (ranks given different dirs, or a dir not on a filesystem they share) */
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s%s", path, strerror(err),
+                          fd < 0 && err == ENOENT && rank != 0
+                              ? " (rank 0 made this temporary directory under its dir: every "
+                                "writing rank's dir must name that directory, on a filesystem "
+                                "they share)"
+                              : "");
         goto out;
     }
     *file_bytes = (int64_t)hdr_len;

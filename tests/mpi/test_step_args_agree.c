@@ -3,7 +3,8 @@
  * step on every rank with SHARDOPT_ERR_MISMATCH naming the argument, both ranks and both values,
  * with nothing written anywhere; the next consistent step goes ahead. Layout from
  * SHARDOPT_TEST_LAYOUT (a replicate group too on 4 ranks: the check spans both groups). A save's
- * dir refused on one rank only fails that save on every rank alike. */
+ * dir refused on one rank only, or naming another directory there, fails that save on every
+ * rank alike. */
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -202,6 +203,19 @@ TEST(a_save_dir_refused_on_one_rank_fails_the_save_on_every_rank)
         struct stat sb;
         EXPECT_TRUE(stat(step_dir, &sb) != 0); /* nothing published */
     }
+    /* a writing rank (rank 1: replica 0 in both layouts) given another directory that exists:
+     * the temporary directory rank 0 made is not under it; the message says why */
+    char other[80];
+    snprintf(other, sizeof other, "%s_other", dir);
+    if (me == 1)
+        ASSERT_TRUE(mkdir(other, 0755) == 0);
+    EXPECT_EQ_INT(shardopt_save(r.rt, me == 1 ? other : dir), SHARDOPT_ERR_IO);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "save: rank 1: ");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "every writing rank's dir must name that directory");
+    struct stat sb;
+    EXPECT_TRUE(stat(step_dir, &sb) != 0);
+    if (me == 1)
+        fixture_rmtree(other);
     EXPECT_EQ_INT(shardopt_save(r.rt, dir), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_load(r.rt, dir), SHARDOPT_OK);
     MPI_Barrier(MPI_COMM_WORLD);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file_read.h"
+
 #define MAX_DIMS 32
 
 struct dims {
@@ -45,22 +47,11 @@ static int expr_eval(struct dims *d, const char *s, int64_t *out)
 
 int preset_file_read(const char *path, char **text)
 {
-    FILE *f = fopen(path, "rb");
-    long n;
-    if (f == NULL)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *text = malloc((size_t)n + 1);
-    if (*text == NULL || fread(*text, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(*text);
-        return -1;
-    }
-    (*text)[n] = '\0';
-    fclose(f);
-    return 0;
+    /* the library's reader: a FIFO given as --preset or --machine made fopen wait for a writer
+     * for good, and its ftell of -1 sized the buffer; it is a regular file or refused at once */
+    struct file_read_error e;
+    size_t len;
+    return file_read_text(path, 64u << 20, text, &len, &e) == 0 ? 0 : -1;
 }
 
 static int tensor_add(struct preset *p, const char *prefix, const cJSON *e, struct dims *d,

@@ -63,6 +63,14 @@ static inline void xref_coeffs(const shardopt_config_t *c, int i, double abc[3])
         abc[j] = (float)t[j];
 }
 
+/* s in X = U / (|U|_F s + eps): the config's, or the table's own (docs/config.md). */
+static inline double xref_norm_scale(const shardopt_config_t *c)
+{
+    return c->ns_norm_scale > 0                        ? c->ns_norm_scale
+           : c->ns_coeffs == SHARDOPT_NS_POLAR_EXPRESS ? 1.01
+                                                       : 1.0;
+}
+
 /* Newton-Schulz of the m x n matrix u (row-major, the true orientation), in place: the tests'
  * fp64 oracle (tests/ns_fp64.h) on the transpose of a tall matrix, with the config's table and
  * norm scale resolved as docs/config.md says. It reads all of u before it writes. */
@@ -75,9 +83,7 @@ static inline void xref_ns(const shardopt_config_t *c, int64_t m, int64_t n, dou
         for (int j = 0; j < 3; j++)
             t[it][j] = (float)abc[j];
     }
-    const double s = c->ns_norm_scale > 0                        ? c->ns_norm_scale
-                     : c->ns_coeffs == SHARDOPT_NS_POLAR_EXPRESS ? 1.01
-                                                                 : 1.0;
+    const double s = xref_norm_scale(c);
     ns_fp64_pre(u, m, n, m > n, (const float(*)[3])t, c->ns_steps, s, c->ns_eps,
                 c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL, u);
     free(t);
@@ -100,7 +106,16 @@ struct xref_tensor {
     shardopt_dtype_t dtype;
     double lr_mult, wd_mult;
     double *w, *m, *v; /* m: Muon momentum or exp_avg */
+    /* the magnitude of m's terms (beta1 |m| + (1 - beta1) |g|, mu |M| + |G|, absolute values
+     * carried as m is): an fp32 or bf16 recurrence's error scales with it, not with m, which
+     * cancellation can make far smaller; NULL: not kept */
+    double *ma;
     uint64_t step;
+    /* > 0: also run each matrix's Newton-Schulz with s (1 -+ sens_of_scale) and keep in sens the
+     * largest relative Frobenius change of its output over the steps: how much a relative
+     * perturbation of the input of that size (a bf16 rounding of X is up to 2^-8) moves the
+     * result, which the composed polynomial amplifies by its derivative at the singular values */
+    double sens_of_scale, sens;
 };
 
 /* One step of every tensor; g[p] the global gradients (already in the grad dtype), `lr`,
@@ -127,6 +142,8 @@ static inline void xref_step(const shardopt_config_t *c, int np, struct xref_ten
             for (int64_t i = 0; i < x->numel; i++) {
                 const double gi = g[p][i] * gs;
                 x->m[i] = xref_round(b1 * x->m[i] + (1 - b1) * gi, c->adam_state_dtype);
+                if (x->ma != NULL)
+                    x->ma[i] = b1 * x->ma[i] + (1 - b1) * fabs(gi);
                 x->v[i] = xref_round(b2 * x->v[i] + (1 - b2) * gi * gi, c->adam_v_dtype);
                 const double upd = l / (1 - pow(b1, tt)) * x->m[i] /
                                    (sqrt(x->v[i]) / sqrt(1 - pow(b2, tt)) + c->adamw_eps);
@@ -143,32 +160,50 @@ static inline void xref_step(const shardopt_config_t *c, int np, struct xref_ten
         const int64_t A = x->transposed ? cols : rows, B = x->transposed ? rows : cols;
         const double scale = xref_lr_scale(c->lr_scale, (double)A, (double)B);
         double *u = malloc(sizeof(double) * (size_t)per), *o = malloc(sizeof(double) * (size_t)per);
+        double *o2 = malloc(sizeof(double) * (size_t)per),
+               *o3 = malloc(sizeof(double) * (size_t)per);
         for (int64_t e = 0; e < E; e++) {
             double *M = x->m + e * per, *W = x->w + e * per;
+            double *Ma = x->ma != NULL ? x->ma + e * per : NULL;
             const double *G = g[p] + e * per;
             for (int64_t i = 0; i < per; i++) {
                 M[i] = xref_round(c->momentum * M[i] + G[i] * gs, c->momentum_dtype);
+                if (Ma != NULL)
+                    Ma[i] = c->momentum * Ma[i] + fabs(G[i] * gs);
                 u[i] =
                     xref_round(c->nesterov ? G[i] * gs + c->momentum * M[i] : M[i], c->comm_dtype);
             }
             /* the true orientation: the transpose of a stored [in, out] matrix */
-            if (x->transposed) {
-                for (int64_t i = 0; i < rows; i++)
-                    for (int64_t j = 0; j < cols; j++)
-                        o[j * rows + i] = u[i * cols + j];
-                xref_ns(c, A, B, o);
-                for (int64_t i = 0; i < rows; i++)
-                    for (int64_t j = 0; j < cols; j++)
-                        u[i * cols + j] = o[j * rows + i];
-            } else {
-                xref_ns(c, A, B, u);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < cols; j++)
+                    o[x->transposed ? j * rows + i : i * cols + j] = u[i * cols + j];
+            if (x->sens_of_scale > 0)
+                memcpy(o2, o, sizeof(double) * (size_t)per);
+            xref_ns(c, A, B, o);
+            for (int sign = -1; sign <= 1 && x->sens_of_scale > 0; sign += 2) {
+                shardopt_config_t c2 = *c;
+                c2.ns_norm_scale = xref_norm_scale(c) * (1 + sign * x->sens_of_scale);
+                memcpy(o3, o2, sizeof(double) * (size_t)per);
+                xref_ns(&c2, A, B, o3);
+                double dn = 0, on = 0;
+                for (int64_t i = 0; i < per; i++) {
+                    dn += (o3[i] - o[i]) * (o3[i] - o[i]);
+                    on += o[i] * o[i];
+                }
+                if (on > 0 && sqrt(dn / on) > x->sens)
+                    x->sens = sqrt(dn / on);
             }
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < cols; j++)
+                    u[i * cols + j] = o[x->transposed ? j * rows + i : i * cols + j];
             for (int64_t i = 0; i < per; i++)
                 W[i] = xref_round(W[i] * (1 - l * wd) - l * scale * xref_round(u[i], c->comm_dtype),
                                   x->dtype);
         }
         free(u);
         free(o);
+        free(o2);
+        free(o3);
     }
 }
 

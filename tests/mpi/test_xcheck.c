@@ -605,14 +605,16 @@ static double rel_err(const double *got, const double *want, const double *base,
     return num == 0 ? 0 : den == 0 ? INFINITY : sqrt(num / den);
 }
 
+/* Bitwise promised: gathered Newton-Schulz with one owner per matrix (teams run sharded
+ * Newton-Schulz over their members: docs/config.md, ns_team_cap, "not the same bits"). */
 static int is_bitwise_layout(const struct combo *c)
 {
-    return c->cfg.ns_strategy == SHARDOPT_NS_STRATEGY_GATHER;
+    return c->cfg.ns_strategy == SHARDOPT_NS_STRATEGY_GATHER && c->cfg.ns_team_cap < 2;
 }
 
 /* (a) the multi-rank globals against the one-rank run's. */
 static void check_against_one_rank(const struct combo *c, double **got[3], double **one[3],
-                                   double **init)
+                                   double **init, const double *sens)
 {
     for (int p = 0; p < c->np; p++)
         for (int k = 0; k < 3; k++) {
@@ -640,16 +642,21 @@ static void check_against_one_rank(const struct combo *c, double **got[3], doubl
                     report(c, what);
                 }
             } else {
-                /* sharded Newton-Schulz: fp32 rounding apart (docs/api.md, 1e-4), more through
-                 * bf16 storage and bf16 NS on the gather side */
+                /* sharded Newton-Schulz (fp32) or teams: fp32 rounding apart (docs/config.md,
+                 * 1e-4), more through bf16 storage; bf16 Newton-Schulz on either side also by
+                 * what a bf16 rounding of X does to it (check_against_reference's 2 sens: seed
+                 * 106063's 3 x 1 matrix under the aol table with frobenius scaling, whose first
+                 * step takes its singular value from 1 to 0.11 on a slope of -1.4, has sens
+                 * 0.083 and was 0.11 off; the bound was 5e-2) */
                 const int bf = c->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ||
                                c->cfg.ns_compute == SHARDOPT_NS_COMPUTE_BF16;
-                const double tol = bf ? 5e-2 : 1e-3;
+                const double tol = bf ? fmax(5e-2, 2 * sens[p]) : 1e-3;
                 const double e = rel_err(got[k][p], one[k][p], k == 0 ? init[p] : NULL, NULL, n,
                                          bf ? c->nsteps : 0);
                 if (e > tol) {
-                    snprintf(what, sizeof what, "%s kind %d: sharded vs one rank: %.3g > %.3g",
-                             c->p[p].name, k, e, tol);
+                    snprintf(what, sizeof what,
+                             "%s kind %d: sharded vs one rank: %.3g > %.3g (sens %.3g)",
+                             c->p[p].name, k, e, tol, sens[p]);
                     report(c, what);
                 }
             }
@@ -659,7 +666,8 @@ static void check_against_one_rank(const struct combo *c, double **got[3], doubl
 static double worst_ref_err;
 
 /* (b) the one-rank globals against the fp64 reference. */
-static void check_against_reference(const struct combo *c, double **one[3], double **init)
+static void check_against_reference(const struct combo *c, double **one[3], double **init,
+                                    double *sens)
 {
     struct xref_tensor t[MAXP];
     double *g[MAXP];
@@ -765,6 +773,7 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
         free(t[p].w);
         free(t[p].m);
         free(t[p].ma);
+        sens[p] = t[p].sens;
         free(t[p].v);
         free(g[p]);
     }
@@ -869,9 +878,10 @@ static void run_combo(const struct combo *c)
         } else {
             for (int k = 0; k < 3; k++)
                 xgather(&r, c, MPI_COMM_SELF, k, one[k]);
+            double sens[MAXP];
+            check_against_reference(c, one, init, sens);
             if (got[0][0] != NULL)
-                check_against_one_rank(c, got, one, init);
-            check_against_reference(c, one, init);
+                check_against_one_rank(c, got, one, init, sens);
         }
         xrun_free(&r, c->np);
     }

@@ -2,10 +2,13 @@
  * docs/config.md, every numeric key). Each combo, drawn from a seed: a random set of tensors (1-D,
  * 2-D with 1 x n, n x 1, tiny and odd shapes, 3-D expert stacks, transposed, fp32/bf16, forced
  * algorithms, multipliers, torch.chunk or random uneven slices with empty ones), a random layout
- * on 2..world ranks (dp_replicate, dp_shard, cp, ep) and random options. The multi-rank run's
+ * on 2..world ranks (dp_replicate, dp_shard, cp, ep) and random options (every numeric key of
+ * docs/config.md; Newton-Schulz teams and kernel tables too; not backend = cuda, num_threads,
+ * nonfinite, whose gradients here are finite, or adamw_patterns). The multi-rank run's
  * parameters and optimizer state after a few steps, gathered to rank 0, are compared
  *  (a) with the same config on one rank: bitwise where the docs promise layout invariance (every
- *      ns_strategy = gather combo), within the documented bound otherwise (sharded Newton-Schulz);
+ *      ns_strategy = gather combo without teams), within the documented bound otherwise (sharded
+ *      Newton-Schulz, teams);
  *  (b) with the fp64 reference of xcheck_ref.h, within the bounds of the dtypes used.
  * One combo in three saves a checkpoint part-way on one layout and resumes it on another (another
  * rank count too), and must then equal the uninterrupted run.
@@ -47,6 +50,7 @@ struct combo {
     shardopt_config_t cfg;
     struct xlayout L[2]; /* L[1]: the layout a checkpoint resumes on */
     int ckpt, ckpt_after, ckpt_weights, nsteps, np;
+    shardopt_kernels_t layout_kernels; /* the multi-rank runs' table (the one-rank run: cfg's) */
     struct xparam p[MAXP];
     double lr, adamw_lr, wd_arg, max_norm;
 };
@@ -207,6 +211,11 @@ static void draw_combo(struct combo *c, uint64_t seed)
     g->ns_precondition = pick(3) == 0 || g->ns_coeffs == SHARDOPT_NS_AOL
                              ? SHARDOPT_NS_PRECONDITION_AOL
                              : SHARDOPT_NS_PRECONDITION_FROBENIUS;
+    if (g->ns_norm_scale > 0 && g->ns_norm_scale < 1 &&
+        g->ns_precondition != SHARDOPT_NS_PRECONDITION_AOL)
+        g->ns_norm_scale = 1 / g->ns_norm_scale; /* s < 1 with aol only: frobenius scaling
+                                                    starts a rank-1 update at 1/s, past every
+                                                    table's [0, 1] (NaN, seed 118011) */
     g->lr_scale = pick(4);
     g->adamw_beta1 = pickd((const double[]){0.9, 0.0, 0.5}, 3);
     g->adamw_beta2 = pickd((const double[]){0.95, 0.999, 0.5}, 3);
@@ -257,6 +266,31 @@ static void draw_combo(struct combo *c, uint64_t seed)
                              .wd_mult = 1};
         snprintf(t->name, sizeof t->name, "xc.%d.proj", c->np - 1);
     }
+
+    /* drawn last, so that a seed keeps every draw above */
+    if (pick(4) == 0) { /* Newton-Schulz teams; forced at these small sizes one time in two */
+        g->ns_team_cap = 2 << pick(3);
+        g->ns_team_frac = pick(3) ? 0.01 : 0.5;
+        if (pick(2)) {
+            g->cost_gemm_gflops = 1e-3;
+            g->cost_net_gbps = 1e3;
+        }
+    }
+    /* the reference table's Newton-Schulz is its own (double accumulation): on both runs; the
+     * elementwise tables give the same bits (docs/design.md, Determinism), so the layout runs
+     * may take the portable one against the one-rank run's auto */
+    g->kernels = pick(8) == 0 ? SHARDOPT_KERNELS_REFERENCE : SHARDOPT_KERNELS_AUTO;
+    c->layout_kernels = g->kernels == SHARDOPT_KERNELS_AUTO && pick(3) == 0
+                            ? SHARDOPT_KERNELS_PORTABLE
+                            : g->kernels;
+    /* options that must not change a bit */
+    g->param_stats = pick(4) == 0;
+    g->check_state_every = pick(4) == 0 ? 1 + pick(2) : 0;
+    g->replica_check_every = pick(4) == 0 ? 1 + pick(2) : 0;
+    if (pick(8) == 0)
+        g->bucket_bytes = 1; /* one matrix per bucket, as 0 */
+    if (pick(6) == 0)
+        g->ns_compute = SHARDOPT_NS_COMPUTE_AUTO; /* the CPU's: bf16 where it has native bf16 */
 }
 
 static void describe(const struct combo *c, char *out, size_t len)
@@ -272,7 +306,7 @@ static void describe(const struct combo *c, char *out, size_t len)
                   " | mu %g nest %d wd %g wd1d %d coeffs %d x%d s %g eps %g algo %d prec %d "
                   "lrs %d | adam %g %g %g %g | mom %s%s adam %s/%s comm %s param %s | ns %s "
                   "strat %d split %d bucket %llu offload %d moves %d | lr %g alr %g wdarg %g "
-                  "clip %g steps %d | ",
+                  "clip %g steps %d | team %d/%g kernels %d/%d stats %d check %d/%d | ",
                   g->momentum, g->nesterov, g->weight_decay, g->weight_decay_1d, g->ns_coeffs,
                   g->ns_steps, g->ns_norm_scale, g->ns_eps, g->ns_algorithm, g->ns_precondition,
                   g->lr_scale, g->adamw_beta1, g->adamw_beta2, g->adamw_eps, g->adamw_weight_decay,
@@ -281,7 +315,9 @@ static void describe(const struct combo *c, char *out, size_t len)
                   shardopt_dtype_name(g->comm_dtype), g->param_rounding ? "sr" : "rne",
                   shardopt_ns_compute_name(g->ns_compute), g->ns_strategy, g->replica_split,
                   (unsigned long long)g->bucket_bytes, g->offload, g->expert_moves, c->lr,
-                  c->adamw_lr, c->wd_arg, c->max_norm, c->nsteps);
+                  c->adamw_lr, c->wd_arg, c->max_norm, c->nsteps, g->ns_team_cap, g->ns_team_frac,
+                  g->kernels, c->layout_kernels, g->param_stats, g->check_state_every,
+                  g->replica_check_every);
     for (int i = 0; i < c->np && k < (int)len; i++) {
         const struct xparam *t = &c->p[i];
         k += snprintf(out + k, len - (size_t)k, "%s[%lld,%lld,%lld]%c%s%s d%d%s%s ", t->name,
@@ -376,6 +412,8 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
     MPI_Comm_size(comm, &n);
     if (n == 1)
         L = (struct xlayout){1, 1, 1, 1, 1};
+    else
+        cfg.kernels = c->layout_kernels;
     cfg.dp_replicate = L.rep;
     cfg.dp_shard = L.shard;
     cfg.cp = L.cp;
@@ -597,11 +635,15 @@ static double rel_err(const double *got, const double *want, const double *base,
     for (int64_t i = 0; i < n; i++) {
         const double mag = base ? fmax(fabs(want[i]), fabs(base[i])) : fabs(want[i]);
         const double ulp = ulps > 0 ? ulps * mag / 128.0 : 0;
-        const double e = fmax(0.0, fabs(got[i] - want[i]) - ulp);
+        /* a NaN must not pass: fmax would drop it */
+        const double d = fabs(got[i] - want[i]) - ulp;
+        const double e = isnan(d) ? INFINITY : fmax(0.0, d);
         num += e * e;
         const double dd = base ? want[i] - base[i] : scale ? scale[i] : want[i];
         den += dd * dd;
     }
+    if (!isfinite(num) || !isfinite(den)) /* NaN or Inf on either side (the fp64 reference too) */
+        return INFINITY;
     return num == 0 ? 0 : den == 0 ? INFINITY : sqrt(num / den);
 }
 
@@ -715,9 +757,9 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
          * per element) moves the output as a change of s by 2^-8 does (sens, the worse sign),
          * and the later steps' roundings, amplified less, add up to as much again. That term
          * rules where the composed polynomial is steep at the singular values: jordan x6 with
-         * s = 0.8 (seed 13141) starts a 1 x 2 matrix's one singular value at 1.25, where the
-         * steps' derivatives multiply to 114: sens 0.34, error 0.35 (an fp64 emulation of the
-         * bf16 steps on 2000 random 1 x 2 inputs: up to 0.36, 1.07 x sens) */
+         * s = 0.8 (seed 13141, before s < 1 needed aol) starts a 1 x 2 matrix's one singular value
+         * at 1.25, where the steps' derivatives multiply to 114: sens 0.34, error 0.35 (an fp64
+         * emulation of the bf16 steps on 2000 random 1 x 2 inputs: up to 0.36, 1.07 x sens) */
         if (muon && nsbf)
             tol = fmax(0.3, 2 * t[p].sens);
         else if (muon && cf->comm_dtype == SHARDOPT_DTYPE_BF16)
@@ -780,6 +822,7 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
 }
 
 static char ckpt_root[256];
+static int combos_sharded; /* rank 0: combos whose layout run sharded a Newton-Schulz */
 
 /* Run combo c: the multi-rank run (with a checkpoint resume if drawn), the one-rank run, both
  * checks. Every rank of the world calls it. */
@@ -797,7 +840,7 @@ static void run_combo(const struct combo *c)
             init[p][i] = xref_round(value(c, p, 0, i), c->p[p].dtype);
     }
     char what[256];
-    shardopt_status_t st;
+    shardopt_status_t st = SHARDOPT_OK;
     MPI_Comm comm;
     const int first_end = c->ckpt ? c->ckpt_after : c->nsteps;
     MPI_Comm_split(MPI_COMM_WORLD, me < c->L[0].n ? 0 : MPI_UNDEFINED, me, &comm);
@@ -806,6 +849,13 @@ static void run_combo(const struct combo *c)
         st = xrun_setup(&r, c, comm, c->L[0], 0, NULL, 0);
         if (st == SHARDOPT_OK)
             st = xrun_steps(&r, c, 1, first_end);
+        if (st == SHARDOPT_OK) { /* did any rank run sharded or team Newton-Schulz? */
+            shardopt_stats_t ss = SHARDOPT_STATS_INIT;
+            shardopt_get_stats(r.rt, &ss);
+            int mine = ss.bytes_ns_allreduce_last > 0 || ss.ns_sharded_matrices > 0, any = 0;
+            MPI_Reduce(&mine, &any, 1, MPI_INT, MPI_MAX, 0, comm);
+            combos_sharded += any;
+        }
         if (st == SHARDOPT_OK && c->ckpt)
             st = shardopt_save(r.rt, ckpt_root);
         if (st != SHARDOPT_OK && me == 0) {
@@ -825,7 +875,12 @@ static void run_combo(const struct combo *c)
         xrun_free(&r, c->np);
         MPI_Comm_free(&comm);
     }
-    if (c->ckpt) {
+    /* rank 0 ran the layout: a failure there (reported) leaves nothing to resume from */
+    int layout_ok = st == SHARDOPT_OK;
+    MPI_Bcast(&layout_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (c->ckpt && !layout_ok && me == 0)
+        fixture_rmtree(ckpt_root);
+    if (c->ckpt && layout_ok) {
         /* resume on L[1]: weights from the checkpoint (ckpt_weights) or handed over */
         int ok = 1;
         if (!c->ckpt_weights)
@@ -878,10 +933,17 @@ static void run_combo(const struct combo *c)
         } else {
             for (int k = 0; k < 3; k++)
                 xgather(&r, c, MPI_COMM_SELF, k, one[k]);
+            /* the checks' bounds follow the arithmetic ns_compute = auto resolved to (stats;
+             * every rank resolves it alike, docs/config.md) */
+            static struct combo rc;
+            shardopt_stats_t ss = SHARDOPT_STATS_INIT;
+            shardopt_get_stats(r.rt, &ss);
+            rc = *c;
+            rc.cfg.ns_compute = (shardopt_ns_compute_t)ss.ns_compute;
             double sens[MAXP];
-            check_against_reference(c, one, init, sens);
+            check_against_reference(&rc, one, init, sens);
             if (got[0][0] != NULL)
-                check_against_one_rank(c, got, one, init, sens);
+                check_against_one_rank(&rc, got, one, init, sens);
         }
         xrun_free(&r, c->np);
     }
@@ -948,8 +1010,9 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
         run_combo(&c);
     }
     if (me == 0) {
-        printf("  %d combos, %d discrepancies; worst fp32 relative error against fp64 %.3g\n",
-               combos, failures_total, worst_ref_err);
+        printf("  %d combos (%d with sharded or team Newton-Schulz), %d discrepancies; worst fp32 "
+               "relative error against fp64 %.3g\n",
+               combos, combos_sharded, failures_total, worst_ref_err);
         fixture_rmtree(ckpt_root);
     }
     MPI_Bcast(&failures_total, 1, MPI_INT, 0, MPI_COMM_WORLD);

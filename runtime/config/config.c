@@ -85,6 +85,19 @@ shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *sou
                         "frobenius",
                         source,
                         cfg->ns_strategy == SHARDOPT_NS_STRATEGY_SHARDED ? "sharded" : "auto");
+    /* Frobenius scaling bounds |X|_2 by 1/s only, reached when U has rank 1 (a momentum close to
+     * one outer product): with s < 1 the iteration starts outside the [0, 1] every table is made
+     * for, and each table overflows past some point (polar_express from 1.011, jordan 1.26, aol's
+     * table 1.27, quintic 1.32): ns_norm_scale = 0.8 with polar_express stepped a 12 x 1 matrix
+     * to NaN and returned OK. aol's row scaling bounds |X|_2 by 1 whatever s is */
+    if (cfg->ns_norm_scale != 0.0 && cfg->ns_norm_scale < 1.0 &&
+        cfg->ns_precondition != SHARDOPT_NS_PRECONDITION_AOL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "config %sns_norm_scale = %g with ns_precondition = frobenius: accepted 0 "
+                        "(the table's) or [1, 2], [0.5, 2] with ns_precondition = aol (a rank-1 "
+                        "update would start Newton-Schulz at 1/s, beyond the tables' [0, 1], and "
+                        "overflow to NaN)",
+                        source, cfg->ns_norm_scale);
     if (cfg->ns_team_cap & (cfg->ns_team_cap - 1))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "config %sns_team_cap = %d: accepted a power of two, 1..64 (1: no teams)",

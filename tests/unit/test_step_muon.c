@@ -565,3 +565,56 @@ TEST(step_momentum_overrides_the_config)
     shardopt_finalize(ra);
     shardopt_finalize(rb);
 }
+
+/* Found by test_xcheck (seed 118011 under SHARDOPT_XCHECK_SET="check_state_every=1"): with
+ * Frobenius scaling, ns_norm_scale below 1 starts a rank-1 update's one singular value at 1/s,
+ * beyond the [0, 1] every table is made for; polar_express's first step took 1.25 to 15.8, the next
+ * ones overflowed, a 12 x 1 matrix stepped to NaN and the step returned OK. Such an s is refused
+ * with frobenius (config.c); with aol, whose row scaling bounds |X|_2 by 1, it stays accepted, and
+ * a rank-1 update comes out finite either way (s = 1 with frobenius, 0.5 with aol), its one
+ * singular value where the table takes 1 (0.70 to 1.03). */
+TEST(norm_scale_below_one_needs_aol_and_a_rank_one_update_stays_bounded)
+{
+    static const shardopt_ns_coeffs_t tables[4] = {SHARDOPT_NS_QUINTIC, SHARDOPT_NS_JORDAN,
+                                                   SHARDOPT_NS_POLAR_EXPRESS, SHARDOPT_NS_AOL};
+    for (int t = 0; t < 4; t++)
+        for (int aol = 0; aol < 2; aol++) {
+            shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+            cfg.apply_env = 0;
+            cfg.num_threads = 1;
+            cfg.ns_coeffs = tables[t];
+            cfg.ns_steps = tables[t] == SHARDOPT_NS_AOL ? 4 : 5;
+            cfg.ns_norm_scale = 0.5;
+            cfg.ns_precondition =
+                aol ? SHARDOPT_NS_PRECONDITION_AOL : SHARDOPT_NS_PRECONDITION_FROBENIUS;
+            cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+            cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+            cfg.momentum = 0;
+            cfg.weight_decay = 0;
+            cfg.lr_scale = SHARDOPT_LR_SCALE_NONE;
+            if (!aol) {
+                EXPECT_EQ_INT(shardopt_config_validate(&cfg), SHARDOPT_ERR_INVALID_ARGUMENT);
+                EXPECT_STR_CONTAINS(shardopt_last_error(),
+                                    "ns_norm_scale = 0.5 with ns_precondition = frobenius");
+                cfg.ns_norm_scale = 1; /* the lowest s that Frobenius scaling keeps in [0, 1] */
+            }
+            shardopt_runtime_t rt = fixture_runtime(&cfg);
+            float w[12] = {0}, g[12];
+            for (int i = 0; i < 12; i++)
+                g[i] = (float)(i - 5.5) / 12.0f;
+            shardopt_param_desc_t d = fixture_desc("w", 2, 12, 1, 1, w, g);
+            d.algo = SHARDOPT_ALGO_MUON;
+            shardopt_param_t h;
+            ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+            ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+            shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+            a.lr = 1; /* W = -O */
+            ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+            double norm = 0;
+            for (int i = 0; i < 12; i++)
+                norm += (double)w[i] * w[i];
+            norm = sqrt(norm);                         /* a rank-1 O's one singular value */
+            EXPECT_TRUE(norm >= 0.69 && norm <= 1.04); /* a NaN fails too */
+            shardopt_finalize(rt);
+        }
+}

@@ -285,7 +285,7 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                     const double mm = (double)(rows < cols ? rows : cols);
                     for (int j = 0; j < team; j++) {
                         int64_t lo, hi;
-                        plan_team_block(rows, cols, team, j, &lo, &hi);
+                        plan_team_block(rows, cols, rows > cols, team, j, &lo, &hi);
                         out->real[tm[j]] +=
                             plan_ns_block_cost(mm, (double)(hi - lo), !extra->team_bf16) *
                             o->ns_steps;

@@ -114,7 +114,9 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
         const struct shardopt_param *p = rt->params[i];
         if (p->algo != SHARDOPT_ALGO_MUON || p->placement != want || p->ns_sharded)
             continue;
-        pp[np] = (struct plan_param){.param = i, .ns_gram = p->ns_algorithm == NS_ALGO_GRAM};
+        pp[np] = (struct plan_param){.param = i,
+                                     .ns_gram = p->ns_algorithm == NS_ALGO_GRAM,
+                                     .ns_transpose = p->mv.ns_transpose};
         shard_table_plan_param(kind == GROUP_LOCAL ? &local : t, i, &p->layout, &boxes[np],
                                &pp[np]);
         np++;

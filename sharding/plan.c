@@ -115,9 +115,13 @@ static int side_list(int *counts, int *touched, int n, struct plan_blocks *out, 
     return 0;
 }
 
-int plan_team_block(int64_t rows, int64_t cols, int k, int j, int64_t *lo, int64_t *hi)
+int plan_team_block(int64_t rows, int64_t cols, int ns_transpose, int k, int j, int64_t *lo,
+                    int64_t *hi)
 {
-    const int on_rows = rows > cols;
+    /* square: the true orientation's columns (a team with aol scales the working matrix's rows,
+     * which must be the gathered path's; on the stored ones a transposed square matrix was 0.18
+     * off, fp32, test_xcheck seed 9085) */
+    const int on_rows = rows != cols ? rows > cols : ns_transpose != 0;
     const int64_t L = on_rows ? rows : cols, c = (L + k - 1) / k;
     *lo = c * j < L ? c * j : L;
     *hi = *lo + c < L ? *lo + c : L;
@@ -138,7 +142,7 @@ static int64_t team_piece(const struct mat *m, int k, int j, int i, struct rect 
     if (plan_piece_of(m, i, &pc->r0, &pc->r1, &pc->c0, &pc->c1, off) == 0)
         return 0;
     *in = *pc;
-    if (plan_team_block(m->rows, m->cols, k, j, &lo, &hi)) {
+    if (plan_team_block(m->rows, m->cols, m->p->ns_transpose, k, j, &lo, &hi)) {
         in->r0 = in->r0 > lo ? in->r0 : lo;
         in->r1 = in->r1 < hi ? in->r1 : hi;
     } else {
@@ -206,7 +210,7 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
         int64_t lo = 0, hi = 0, rows = mats[m].rows, cols = mats[m].cols;
         int on_rows = 0;
         if (k > 1) {
-            on_rows = plan_team_block(rows, cols, k, j, &lo, &hi);
+            on_rows = plan_team_block(rows, cols, mats[m].p->ns_transpose, k, j, &lo, &hi);
             rows = on_rows ? hi - lo : rows;
             cols = on_rows ? cols : hi - lo;
         }
@@ -316,7 +320,7 @@ static int bucket_build(struct group_plan *P, const struct plan_cfg *cfg, const 
         const struct mat *m = &mats[ow->mat];
         int64_t lo = 0, hi = 0;
         if (ow->team > 1)
-            plan_team_block(m->rows, m->cols, ow->team, ow->team_j, &lo, &hi);
+            plan_team_block(m->rows, m->cols, m->p->ns_transpose, ow->team, ow->team_j, &lo, &hi);
         ow->in_lo = P->nincoming;
         for (int s = 0; s < members; s++) {
             if (ow->team > 1) {

@@ -49,6 +49,10 @@ struct plan_param {
     int64_t tile_lo, tile_len;
     int parts;
     int ns_gram; /* 1: its matrices run Gram Newton-Schulz (plan_ns_flops) */
+    /* 1: Newton-Schulz works on the transpose of the stored matrix (sharding/layout.c: a tall
+     * one, and a square one registered transposed, whose true orientation is the transpose); a
+     * team's blocks are then stored rows, so that they are the working matrix's columns */
+    int ns_transpose;
 };
 
 struct plan_cfg {
@@ -107,8 +111,8 @@ struct plan_owned {
     size_t slot;
     int in_lo, in_hi; /* its pieces that arrive through B (plan.incoming) */
     int team, team_j; /* team size (1: an owner alone) and my index in the team */
-    int team_rows;    /* team >= 2: the blocks are ranges of stored rows (rows > cols), else of
-                         columns; the working matrix's long side either way */
+    int team_rows;    /* team >= 2: the blocks are ranges of stored rows (ns_transpose), else of
+                         columns; the working matrix's columns either way */
     int mat;          /* its index in matrix order */
 };
 
@@ -207,10 +211,12 @@ double plan_ns_team_cost(int64_t rows, int64_t cols, int k, int narrow_ok);
  * all-reduce of the team's m x m Gram matrix: 2(k-1)/k m^2 (0 for k = 1). */
 double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k);
 
-/* Block j of a team of k over a rows x cols matrix: [*lo, *hi) of its long side (rows when
- * rows > cols, else cols; returns 1 when that is rows), ceil(L / k) long, the last ones shorter
- * or empty. */
-int plan_team_block(int64_t rows, int64_t cols, int k, int j, int64_t *lo, int64_t *hi);
+/* Block j of a team of k over a rows x cols matrix (as stored): [*lo, *hi) of the working
+ * matrix's long side, its columns: stored rows when Newton-Schulz works on the transpose
+ * (ns_transpose: a tall matrix, a square one registered transposed), else stored columns; returns
+ * 1 when the blocks are rows. ceil(L / k) long, the last ones shorter or empty. */
+int plan_team_block(int64_t rows, int64_t cols, int ns_transpose, int k, int j, int64_t *lo,
+                    int64_t *hi);
 
 /* FLOPs of the whole Newton-Schulz of one matrix, `steps` steps, every product counted whole
  * (2 per multiply-add): standard steps * (4m^2n + 2m^3); Gram (gram = 1) as kernels/ops.h's

@@ -24,7 +24,8 @@ static int by_cost_desc(const void *a, const void *b)
 double plan_ns_team_block_cost(int64_t rows, int64_t cols, int k, int j, int narrow_ok)
 {
     int64_t lo = 0, hi = 0;
-    plan_team_block(rows, cols, k > 1 ? k : 1, j, &lo, &hi);
+    /* the width only: a square matrix's two orientations cut alike */
+    plan_team_block(rows, cols, 0, k > 1 ? k : 1, j, &lo, &hi);
     return plan_ns_block_cost((double)(rows < cols ? rows : cols), (double)(hi - lo), narrow_ok);
 }
 

@@ -333,3 +333,81 @@ TEST(teams_stay_off_with_replica_split)
     split = 0;
     replicas = 1;
 }
+
+/* One 16 x 16 matrix sharded by rows over every rank, aol, fp32, one step with teams of every
+ * rank (cap = ranks; 0: its team count) or one owner (cap 1): this rank's update, or -1. */
+static int square_step(int cap, int transposed, float *upd, int *nteams)
+{
+    enum { N = 16 };
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.num_threads = 1;
+    cfg.ns_team_cap = cap;
+    cfg.ns_team_frac = 0.01;
+    cfg.cost_gemm_gflops = 1e-3; /* teams pay at this size */
+    cfg.cost_net_gbps = 1e3;
+    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
+    shardopt_runtime_t rt = NULL;
+    if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK)
+        return -1;
+    const int64_t rows = N / ranks, r0 = me * rows;
+    float *w = calloc((size_t)(rows * N), sizeof(float)), *g = malloc(sizeof(float) * rows * N);
+    for (int64_t i = 0; i < rows * N; i++) { /* rows of unequal scale: AOL's row sums differ */
+        const int64_t gi = r0 * N + i, r = gi / N;
+        g[i] = (float)((double)((gi * 2654435761u) % 1000) / 1000.0 - 0.5) * (float)(1 + r % 5);
+    }
+    shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+    d.name = "sq";
+    d.ndim = 2;
+    d.shape[0] = d.shape[1] = N;
+    d.transposed = transposed;
+    d.shard_offset = r0;
+    d.shard_length = rows;
+    d.data = w;
+    d.grad = g;
+    shardopt_param_t h;
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 1;
+    int rc = shardopt_register(rt, &d, &h) == SHARDOPT_OK && shardopt_commit(rt) == SHARDOPT_OK &&
+                     shardopt_step(rt, &a) == SHARDOPT_OK
+                 ? 0
+                 : -1;
+    *nteams = rt->gx[GROUP_DENSE].plan.nteams;
+    memcpy(upd, w, sizeof(float) * (size_t)(rows * N));
+    shardopt_finalize(rt);
+    free(w);
+    free(g);
+    return rc;
+}
+
+/* Found by test_xcheck (seed 9085): a square matrix registered transposed ([in, out]: its true
+ * orientation is the transpose) in a team with ns_precondition = aol was 0.18 off one owner in
+ * fp32. The team's blocks were stored columns, so it iterated on the stored orientation and AOL
+ * scaled the true matrix's columns, where the gathered path works on the true orientation
+ * (sharding/layout.c, ns_transpose); Frobenius scaling cannot tell (the same polynomial). The
+ * blocks now follow the working orientation (plan_team_block). */
+TEST(a_square_matrix_registered_transposed_in_a_team_with_aol_matches_one_owner)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    for (int transposed = 0; transposed < 2; transposed++) {
+        float on[256], off[256];
+        int teams_on = 0, teams_off = 0;
+        ASSERT_EQ_INT(square_step(ranks, transposed, on, &teams_on), 0);
+        ASSERT_EQ_INT(square_step(1, transposed, off, &teams_off), 0);
+        EXPECT_TRUE(teams_on == 1 && teams_off == 0);
+        double s[2] = {0, 0};
+        for (int i = 0; i < 256 / ranks; i++) {
+            s[0] += ((double)on[i] - off[i]) * ((double)on[i] - off[i]);
+            s[1] += (double)off[i] * off[i];
+        }
+        MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        const double d = sqrt(s[0] / s[1]);
+        if (me == 0)
+            printf("  16 x 16%s, aol, a team of %d: update %.3g off one owner\n",
+                   transposed ? " transposed" : "", ranks, d);
+        EXPECT_TRUE(d <= 1e-4); /* docs/config.md, ns_team_cap: fp32 within 1e-4; NaN fails */
+    }
+}

@@ -182,8 +182,8 @@ static long simulate(const struct plan_cfg *base, const struct plan_param *param
                     for (int p = 0; p < np; p++)
                         if (params[p].param == ow->param)
                             sh = &params[p].shape[params[p].ndim - 2];
-                    bad += plan_team_block(sh[0], sh[1], ow->team, ow->team_j, &lo, &hi) !=
-                           ow->team_rows;
+                    bad += plan_team_block(sh[0], sh[1], sh[0] > sh[1], ow->team, ow->team_j, &lo,
+                                           &hi) != ow->team_rows;
                     bad +=
                         P->team_of[(size_t)ow->mat * (size_t)P->team_cap + (size_t)ow->team_j] != o;
                 }

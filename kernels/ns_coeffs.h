@@ -55,7 +55,7 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
  * error 1.6x standard bf16's on condition-1e4 inputs and 4x on square ones, one of 29 (after 2
  * and 6) diverged. 14 (before) let jordan's 5 steps run steps 0-2 on one R (exposure 11.9): on
  * 2 x 5 to 8 x 33 matrices with one small singular value |O| reached 6.5e6 times the fp64 result
- * in bf16 (test_step_muon, gram_bf16_jordan_stays_bounded_on_small_wide_matrices). 11 keeps
+ * in bf16 (test_ns_guards, gram_bf16_jordan_stays_bounded_on_small_wide_matrices). 11 keeps
  * quintic's published schedule (one restart, after step 2: exposures 4.1 and 10.8) and the aol
  * table's 4 after step 2 (4.6, 4.2), and gives jordan's 5 restarts after steps 2 and 4 (then
  * within 1.06x there), polar_express's 5 after 2 and 4, its 8 after 2, 4, 5 and 7. */

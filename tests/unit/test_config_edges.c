@@ -35,7 +35,7 @@ static void check_value(const struct config_key *k, double v, int want)
     char text[64], env[96], json[160], path[] = "/tmp/shardopt_edges_XXXXXX";
     c.apply_env = 0;
     /* ns_norm_scale's own range, [0.5, 2], holds with aol; frobenius needs 1 and up, a rule
-     * between two keys (test_step_muon / norm_scale_below_one_needs_aol_...) */
+     * between two keys (test_ns_guards / norm_scale_below_one_needs_aol_...) */
     if (strcmp(k->name, "ns_norm_scale") == 0)
         c.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
     before = c;

@@ -1,0 +1,144 @@
+/* Newton-Schulz configurations that stepped weights far from the fp64 iteration, or to NaN,
+ * while the step returned OK, each found by test_xcheck: an ns_norm_scale below 1 with
+ * Frobenius scaling (now refused), and bf16 Gram Newton-Schulz with jordan's table on small wide
+ * matrices (its restarts, kernels/ns_coeffs.h). One process, one runtime per case. */
+#include <math.h>
+
+#include "fixture.h"
+#include "ns_fp64.h"
+
+/* Found by test_xcheck (seed 118011 under SHARDOPT_XCHECK_SET="check_state_every=1"): with
+ * Frobenius scaling, ns_norm_scale below 1 starts a rank-1 update's one singular value at 1/s,
+ * beyond the [0, 1] every table is made for; polar_express's first step took 1.25 to 15.8, the next
+ * ones overflowed, a 12 x 1 matrix stepped to NaN and the step returned OK. Such an s is refused
+ * with frobenius (config.c); with aol, whose row scaling bounds |X|_2 by 1, it stays accepted, and
+ * a rank-1 update comes out finite either way (s = 1 with frobenius, 0.5 with aol), its one
+ * singular value where the table takes 1 (0.70 to 1.03). */
+TEST(norm_scale_below_one_needs_aol_and_a_rank_one_update_stays_bounded)
+{
+    static const shardopt_ns_coeffs_t tables[4] = {SHARDOPT_NS_QUINTIC, SHARDOPT_NS_JORDAN,
+                                                   SHARDOPT_NS_POLAR_EXPRESS, SHARDOPT_NS_AOL};
+    for (int t = 0; t < 4; t++)
+        for (int aol = 0; aol < 2; aol++) {
+            shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+            cfg.apply_env = 0;
+            cfg.num_threads = 1;
+            cfg.ns_coeffs = tables[t];
+            cfg.ns_steps = tables[t] == SHARDOPT_NS_AOL ? 4 : 5;
+            cfg.ns_norm_scale = 0.5;
+            cfg.ns_precondition =
+                aol ? SHARDOPT_NS_PRECONDITION_AOL : SHARDOPT_NS_PRECONDITION_FROBENIUS;
+            cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+            cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+            cfg.momentum = 0;
+            cfg.weight_decay = 0;
+            cfg.lr_scale = SHARDOPT_LR_SCALE_NONE;
+            if (!aol) {
+                EXPECT_EQ_INT(shardopt_config_validate(&cfg), SHARDOPT_ERR_INVALID_ARGUMENT);
+                EXPECT_STR_CONTAINS(shardopt_last_error(),
+                                    "ns_norm_scale = 0.5 with ns_precondition = frobenius");
+                cfg.ns_norm_scale = 1; /* the lowest s that Frobenius scaling keeps in [0, 1] */
+            }
+            shardopt_runtime_t rt = fixture_runtime(&cfg);
+            float w[12] = {0}, g[12];
+            for (int i = 0; i < 12; i++)
+                g[i] = (float)(i - 5.5) / 12.0f;
+            shardopt_param_desc_t d = fixture_desc("w", 2, 12, 1, 1, w, g);
+            d.algo = SHARDOPT_ALGO_MUON;
+            shardopt_param_t h;
+            ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+            ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+            shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+            a.lr = 1; /* W = -O */
+            ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+            double norm = 0;
+            for (int i = 0; i < 12; i++)
+                norm += (double)w[i] * w[i];
+            norm = sqrt(norm);                         /* a rank-1 O's one singular value */
+            EXPECT_TRUE(norm >= 0.69 && norm <= 1.04); /* a NaN fails too */
+            shardopt_finalize(rt);
+        }
+}
+
+/* |O| / |O_fp64| of one bf16 Gram Newton-Schulz step (jordan's table, 5 steps) on an m x n
+ * matrix whose last row is its first plus delta times noise (one small singular value); 0 where
+ * this CPU has no bf16 Newton-Schulz. */
+static double jordan_gram_bf16_ratio(int64_t m, int64_t n, uint64_t seed, double delta)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.num_threads = 1;
+    cfg.ns_coeffs = SHARDOPT_NS_JORDAN;
+    cfg.ns_steps = 5;
+    cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_GRAM;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_BF16;
+    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.momentum = 0;
+    cfg.weight_decay = 0;
+    cfg.lr_scale = SHARDOPT_LR_SCALE_NONE;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    const size_t mn = (size_t)(m * n);
+    float *w = calloc(mn, sizeof(float)), *g = malloc(sizeof(float) * mn);
+    double *u = malloc(sizeof(double) * mn), *o = malloc(sizeof(double) * mn), ratio = 0;
+    for (size_t i = 0; i < mn; i++) {
+        uint64_t h = (seed * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)i * 0xBF58476D1CE4E5B9ull);
+        h = (h ^ (h >> 31)) * 0x94D049BB133111EBull;
+        g[i] = (float)((double)((h ^ (h >> 29)) >> 11) / 9007199254740992.0 - 0.5);
+        if (i >= (size_t)((m - 1) * n))
+            g[i] = g[i - (size_t)((m - 1) * n)] + (float)delta * g[i];
+        u[i] = g[i];
+    }
+    shardopt_param_desc_t d = fixture_desc("w", 2, m, n, 1, w, g);
+    shardopt_param_t h;
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 1; /* W = -O */
+    shardopt_status_t st = shardopt_register(rt, &d, &h);
+    if (st == SHARDOPT_OK)
+        st = shardopt_commit(rt);
+    if (st == SHARDOPT_OK)
+        st = shardopt_step(rt, &a);
+    if (st == SHARDOPT_OK) {
+        float t[5][3];
+        for (int k = 0; k < 5; k++) {
+            t[k][0] = 3.4445f;
+            t[k][1] = -4.7750f;
+            t[k][2] = 2.0315f;
+        }
+        ns_fp64(u, m, n, m > n, (const float(*)[3])t, 5, 1.0, cfg.ns_eps, o);
+        double got = 0, want = 0;
+        for (size_t i = 0; i < mn; i++) {
+            got += (double)w[i] * w[i];
+            want += o[i] * o[i];
+        }
+        ratio = sqrt(got / want);
+    } else if (st != SHARDOPT_ERR_UNSUPPORTED) {
+        ratio = NAN;
+    }
+    shardopt_finalize(rt);
+    free(w);
+    free(g);
+    free(u);
+    free(o);
+    return ratio;
+}
+
+/* Found by test_xcheck (seed 14154, the aol table there) and a probe of the tables on small wide
+ * matrices: jordan's 5 steps under bf16 Gram Newton-Schulz restarted only after step 3, a first
+ * segment of exposure 11.9 (kernels/ns_coeffs.h), and on 2 x 5 to 8 x 33 matrices with one small
+ * singular value reached |O| 6.5e6 times the fp64 result (R's rounding turns its small
+ * eigenvalues negative, and three steps of 3.4445^2 grow them). With the bound at 11 it restarts
+ * after steps 2 and 4: within 1.06x, as the standard bf16 path. */
+TEST(gram_bf16_jordan_stays_bounded_on_small_wide_matrices)
+{
+    static const int64_t shapes[3][2] = {{2, 5}, {4, 16}, {8, 33}};
+    double worst = 0;
+    for (int s = 0; s < 3; s++)
+        for (int dl = 0; dl < 2; dl++)
+            for (uint64_t seed = 1; seed <= 8; seed++) {
+                const double r =
+                    jordan_gram_bf16_ratio(shapes[s][0], shapes[s][1], seed, dl ? 0.01 : 0.1);
+                worst = isnan(r) || r > worst ? r : worst;
+            }
+    printf("  jordan x5, bf16 Gram: worst |O| / |O_fp64| %.3g (0: no bf16 here)\n", worst);
+    EXPECT_TRUE(worst <= 1.3); /* a NaN fails too */
+}

@@ -1028,7 +1028,10 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
     for (int i = 0; i < combos; i++) {
         struct combo c;
         draw_combo(&c, seed + (uint64_t)i);
+        const shardopt_kernels_t drawn = c.cfg.kernels;
         override(&c.cfg);
+        if (c.cfg.kernels != drawn) /* a table set for the combo is the layout runs' too */
+            c.layout_kernels = c.cfg.kernels;
         if (only && seed + (uint64_t)i != (uint64_t)only)
             continue;
         if (me == 0 && getenv("SHARDOPT_XCHECK_VERBOSE")) {

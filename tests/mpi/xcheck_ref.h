@@ -74,19 +74,24 @@ static inline double xref_norm_scale(const shardopt_config_t *c)
 /* Newton-Schulz of the m x n matrix u (row-major, the true orientation), in place: the tests'
  * fp64 oracle (tests/ns_fp64.h) on the transpose of a tall matrix, with the config's table and
  * norm scale resolved as docs/config.md says. It reads all of u before it writes. */
-static inline void xref_ns(const shardopt_config_t *c, int64_t m, int64_t n, double *u)
+static inline void xref_ns_at(const shardopt_config_t *c, int64_t m, int64_t n, double *u, double h)
 {
     float(*t)[3] = malloc(sizeof(float[3]) * (size_t)(c->ns_steps > 0 ? c->ns_steps : 1));
     for (int it = 0; it < c->ns_steps; it++) {
         double abc[3];
         xref_coeffs(c, it, abc);
-        for (int j = 0; j < 3; j++)
-            t[it][j] = (float)abc[j];
+        for (int j = 0; j < 3; j++) /* h: step 0 on (1 + h) X, after either scaling */
+            t[it][j] = (float)(it == 0 ? abc[j] * pow(1 + h, 2 * j + 1) : abc[j]);
     }
     const double s = xref_norm_scale(c);
     ns_fp64_pre(u, m, n, m > n, (const float(*)[3])t, c->ns_steps, s, c->ns_eps,
                 c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL, u);
     free(t);
+}
+
+static inline void xref_ns(const shardopt_config_t *c, int64_t m, int64_t n, double *u)
+{
+    xref_ns_at(c, m, n, u, 0);
 }
 
 static inline double xref_lr_scale(shardopt_lr_scale_t ls, double a, double b)
@@ -111,10 +116,11 @@ struct xref_tensor {
      * cancellation can make far smaller; NULL: not kept */
     double *ma;
     uint64_t step;
-    /* > 0: also run each matrix's Newton-Schulz with s (1 -+ sens_of_scale) and keep in sens the
-     * largest relative Frobenius change of its output over the steps: how much a relative
-     * perturbation of the input of that size (a bf16 rounding of X is up to 2^-8) moves the
-     * result, which the composed polynomial amplifies by its derivative at the singular values */
+    /* > 0: also run each matrix's Newton-Schulz on X (1 +- sens_of_scale), X after its scaling
+     * (Frobenius or aol, which would undo a change of s), and keep in sens the largest relative
+     * Frobenius change of its output over the steps: how much a relative perturbation of the
+     * input of that size (a bf16 rounding of X is up to 2^-8) moves the result, which the
+     * composed polynomial amplifies by its derivative at the singular values */
     double sens_of_scale, sens;
 };
 
@@ -181,10 +187,8 @@ static inline void xref_step(const shardopt_config_t *c, int np, struct xref_ten
                 memcpy(o2, o, sizeof(double) * (size_t)per);
             xref_ns(c, A, B, o);
             for (int sign = -1; sign <= 1 && x->sens_of_scale > 0; sign += 2) {
-                shardopt_config_t c2 = *c;
-                c2.ns_norm_scale = xref_norm_scale(c) * (1 + sign * x->sens_of_scale);
                 memcpy(o3, o2, sizeof(double) * (size_t)per);
-                xref_ns(&c2, A, B, o3);
+                xref_ns_at(c, A, B, o3, sign * x->sens_of_scale);
                 double dn = 0, on = 0;
                 for (int64_t i = 0; i < per; i++) {
                     dn += (o3[i] - o[i]) * (o3[i] - o[i]);

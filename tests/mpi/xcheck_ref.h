@@ -74,14 +74,17 @@ static inline double xref_norm_scale(const shardopt_config_t *c)
 /* Newton-Schulz of the m x n matrix u (row-major, the true orientation), in place: the tests'
  * fp64 oracle (tests/ns_fp64.h) on the transpose of a tall matrix, with the config's table and
  * norm scale resolved as docs/config.md says. It reads all of u before it writes. */
-static inline void xref_ns_at(const shardopt_config_t *c, int64_t m, int64_t n, double *u, double h)
+static inline void xref_ns_at(const shardopt_config_t *c, int64_t m, int64_t n, double *u, double h,
+                              double hb)
 {
     float(*t)[3] = malloc(sizeof(float[3]) * (size_t)(c->ns_steps > 0 ? c->ns_steps : 1));
     for (int it = 0; it < c->ns_steps; it++) {
         double abc[3];
         xref_coeffs(c, it, abc);
-        for (int j = 0; j < 3; j++) /* h: step 0 on (1 + h) X, after either scaling */
-            t[it][j] = (float)(it == 0 ? abc[j] * pow(1 + h, 2 * j + 1) : abc[j]);
+        /* h: step 0 on (1 + h) X, after either scaling; hb: every step's B = b A + c A^2 times
+         * (1 + hb) */
+        for (int j = 0; j < 3; j++)
+            t[it][j] = (float)(abc[j] * (it == 0 ? pow(1 + h, 2 * j + 1) : 1) * (j ? 1 + hb : 1));
     }
     const double s = xref_norm_scale(c);
     ns_fp64_pre(u, m, n, m > n, (const float(*)[3])t, c->ns_steps, s, c->ns_eps,
@@ -91,7 +94,7 @@ static inline void xref_ns_at(const shardopt_config_t *c, int64_t m, int64_t n, 
 
 static inline void xref_ns(const shardopt_config_t *c, int64_t m, int64_t n, double *u)
 {
-    xref_ns_at(c, m, n, u, 0);
+    xref_ns_at(c, m, n, u, 0, 0);
 }
 
 static inline double xref_lr_scale(shardopt_lr_scale_t ls, double a, double b)
@@ -115,12 +118,18 @@ struct xref_tensor {
      * carried as m is): an fp32 or bf16 recurrence's error scales with it, not with m, which
      * cancellation can make far smaller; NULL: not kept */
     double *ma;
+    /* the magnitude of the weight's changes, summed over the steps: |W lr wd| + |the update| per
+     * step. Weight decay and the update may cancel, leaving W - W0 far below what was rounded
+     * along the way; NULL: not kept */
+    double *ua;
     uint64_t step;
     /* > 0: also run each matrix's Newton-Schulz on X (1 +- sens_of_scale), X after its scaling
-     * (Frobenius or aol, which would undo a change of s), and keep in sens the largest relative
-     * Frobenius change of its output over the steps: how much a relative perturbation of the
-     * input of that size (a bf16 rounding of X is up to 2^-8) moves the result, which the
-     * composed polynomial amplifies by its derivative at the singular values */
+     * (Frobenius or aol, which would undo a change of s), and with every step's B = b A + c A^2
+     * times (1 +- sens_of_scale), and keep in sens the largest relative Frobenius change of its
+     * output over the steps: how much a relative perturbation of that size (a bf16 rounding of X
+     * or of B is up to 2^-8) moves the result. The composed polynomial amplifies the first by its
+     * derivative at the singular values; the second by |B| / |a + B| where a step cancels (at
+     * sigma = 1 quintic's and the aol table's first steps keep 0.117 and 0.113 of terms near 4) */
     double sens_of_scale, sens;
 };
 
@@ -153,6 +162,8 @@ static inline void xref_step(const shardopt_config_t *c, int np, struct xref_ten
                 x->v[i] = xref_round(b2 * x->v[i] + (1 - b2) * gi * gi, c->adam_v_dtype);
                 const double upd = l / (1 - pow(b1, tt)) * x->m[i] /
                                    (sqrt(x->v[i]) / sqrt(1 - pow(b2, tt)) + c->adamw_eps);
+                if (x->ua != NULL)
+                    x->ua[i] += fabs(x->w[i] * l * wd) + fabs(upd);
                 x->w[i] = xref_round(x->w[i] * (1 - l * wd) - upd, x->dtype);
             }
             continue;
@@ -186,9 +197,10 @@ static inline void xref_step(const shardopt_config_t *c, int np, struct xref_ten
             if (x->sens_of_scale > 0)
                 memcpy(o2, o, sizeof(double) * (size_t)per);
             xref_ns(c, A, B, o);
-            for (int sign = -1; sign <= 1 && x->sens_of_scale > 0; sign += 2) {
+            for (int v = 0; v < 4 && x->sens_of_scale > 0; v++) {
+                const double h = (v & 1 ? 1 : -1) * x->sens_of_scale;
                 memcpy(o3, o2, sizeof(double) * (size_t)per);
-                xref_ns_at(c, A, B, o3, sign * x->sens_of_scale);
+                xref_ns_at(c, A, B, o3, v < 2 ? h : 0, v < 2 ? 0 : h);
                 double dn = 0, on = 0;
                 for (int64_t i = 0; i < per; i++) {
                     dn += (o3[i] - o[i]) * (o3[i] - o[i]);
@@ -200,9 +212,12 @@ static inline void xref_step(const shardopt_config_t *c, int np, struct xref_ten
             for (int64_t i = 0; i < rows; i++)
                 for (int64_t j = 0; j < cols; j++)
                     u[i * cols + j] = o[x->transposed ? j * rows + i : i * cols + j];
-            for (int64_t i = 0; i < per; i++)
-                W[i] = xref_round(W[i] * (1 - l * wd) - l * scale * xref_round(u[i], c->comm_dtype),
-                                  x->dtype);
+            for (int64_t i = 0; i < per; i++) {
+                const double o_i = xref_round(u[i], c->comm_dtype);
+                if (x->ua != NULL)
+                    x->ua[e * per + i] += fabs(W[i] * l * wd) + fabs(l * scale * o_i);
+                W[i] = xref_round(W[i] * (1 - l * wd) - l * scale * o_i, x->dtype);
+            }
         }
         free(u);
         free(o);

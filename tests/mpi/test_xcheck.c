@@ -710,8 +710,8 @@ static void check_against_one_rank(const struct combo *c, double **got[3], doubl
                  * 1e-4), more through bf16 storage; bf16 Newton-Schulz on either side also by
                  * what a bf16 rounding of X does to it (check_against_reference's 2 sens: seed
                  * 106063's 3 x 1 matrix under the aol table with frobenius scaling, whose first
-                 * step takes its singular value from 1 to 0.11 on a slope of -1.4, has sens
-                 * 0.083 and was 0.11 off; the bound was 5e-2) */
+                 * step takes its singular value from 1 to 0.11 on a slope of -1.4, had sens
+                 * 0.083 from X alone and was 0.11 off; the bound was 5e-2) */
                 const int bf = c->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ||
                                c->cfg.ns_compute == SHARDOPT_NS_COMPUTE_BF16;
                 const double tol = bf ? fmax(5e-2, 2 * sens[p]) : 1e-3;
@@ -784,13 +784,14 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
         const struct xparam *x = &c->p[p];
         const int muon = t[p].muon;
         double tol = 3e-3;
-        /* bf16 Newton-Schulz: besides the floor above, the rounding of X into bf16 (up to 2^-8
-         * per element) moves the output as a change of s by 2^-8 does (sens, the worse sign),
-         * and the later steps' roundings, amplified less, add up to as much again. That term
+        /* bf16 Newton-Schulz: besides the floor above, the rounding of X and of each step's B
+         * into bf16 (up to 2^-8 per element) moves the output as scaling them by 1 -+ 2^-8 does
+         * (sens, the worst of those), and the other roundings add up to as much again. That term
          * rules where the composed polynomial is steep at the singular values: jordan x6 with
          * s = 0.8 (seed 13141, before s < 1 needed aol) starts a 1 x 2 matrix's one singular value
-         * at 1.25, where the steps' derivatives multiply to 114: sens 0.34, error 0.35 (an fp64
-         * emulation of the bf16 steps on 2000 random 1 x 2 inputs: up to 0.36, 1.07 x sens) */
+         * at 1.25, where the steps' derivatives multiply to 114: sens 0.34 from X alone, error 0.35
+         * (an fp64 emulation of the bf16 steps on 2000 random 1 x 2 inputs: up to 0.36, 1.07 x
+         * sens) */
         if (muon && nsbf)
             tol = fmax(0.3, 2 * t[p].sens);
         else if (muon && cf->comm_dtype == SHARDOPT_DTYPE_BF16)

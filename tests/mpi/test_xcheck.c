@@ -707,16 +707,19 @@ static void check_against_one_rank(const struct combo *c, double **got[3], doubl
                 }
             } else {
                 /* sharded Newton-Schulz (fp32) or teams: fp32 rounding apart (docs/config.md,
-                 * 1e-4), more through bf16 storage; bf16 Newton-Schulz on either side also by
+                 * ns_team_cap: 1e-4; measured up to 4.3e-6 over thousands of combos), more through
+                 * bf16 storage; bf16 Newton-Schulz on either side also by
                  * what a bf16 rounding of X does to it (check_against_reference's 2 sens: seed
                  * 106063's 3 x 1 matrix under the aol table with frobenius scaling, whose first
                  * step takes its singular value from 1 to 0.11 on a slope of -1.4, had sens
                  * 0.083 from X alone and was 0.11 off; the bound was 5e-2) */
                 const int bf = c->cfg.comm_dtype == SHARDOPT_DTYPE_BF16 ||
                                c->cfg.ns_compute == SHARDOPT_NS_COMPUTE_BF16;
-                const double tol = bf ? fmax(5e-2, 2 * sens[p]) : 1e-3;
+                const double tol = bf ? fmax(5e-2, 2 * sens[p]) : 1e-4;
+                /* a bf16 weight may round the other way on each step */
+                const int wbf = k == 0 && c->p[p].dtype == SHARDOPT_DTYPE_BF16;
                 const double e = rel_err(got[k][p], one[k][p], k == 0 ? init[p] : NULL,
-                                         k == 0 ? ua[p] : NULL, n, bf ? c->nsteps : 0);
+                                         k == 0 ? ua[p] : NULL, n, bf || wbf ? c->nsteps : 0);
                 if (!bf && e > worst_sharded_err)
                     worst_sharded_err = e;
                 if (e > tol) {

@@ -1,0 +1,192 @@
+"""The tree tests/docs_refs.py checks the docs against: its files, what the docs' text is, the
+CTest registry of a build directory, and which sources hold a test's functions."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+def git_files(root):
+    """Tracked and new files alike, not what .gitignore leaves out (build outputs)."""
+    out = subprocess.run(['git', '-C', root, 'ls-files', '--cached', '--others',
+                          '--exclude-standard'], capture_output=True, text=True)
+    files = [f for f in out.stdout.splitlines() if f]
+    if out.returncode != 0 or not files:
+        sys.exit('docs_refs: git ls-files lists nothing in %s: %s' % (root, out.stderr))
+    return sorted(files)
+
+
+_READ = {}
+
+
+def read(path):
+    if path not in _READ:  # the self-test's runs read each file once
+        with open(path, encoding='utf-8', errors='replace') as f:
+            _READ[path] = f.read()
+    return _READ[path]
+
+
+CTEST = ['ctest']  # the third argument: CMake's own ctest (CMAKE_CTEST_COMMAND)
+# what the self-test's runs would otherwise compute again for each planted doc
+_CTEST = {}  # build dir -> {CTest name: command}
+_SOURCES = {}  # (root, CTest name) -> the test's sources
+_FUNCTIONS = {}  # (root, sources) -> the test functions they declare
+
+
+class Tree:
+    def __init__(self, root, build, planted=None):
+        self.root = root
+        self.build = build
+        self.files = git_files(root)
+        self.fileset = set(self.files)
+        # the files whose words count as the code's: not this script, whose self-test plants
+        # and no binary file (images, checkpoints' tensors)
+        self.scan = [f for f in self.files if f != 'tests/docs_refs.py' and
+                     not f.endswith(('.png', '.svg', '.safetensors', '.crc32c'))]
+        self.dirs = set()
+        for f in self.files:
+            parts = f.split('/')
+            for i in range(1, len(parts)):
+                self.dirs.add('/'.join(parts[:i]))
+        self.top = {f.split('/')[0] for f in self.files}
+        self.docs = ['README.md'] + sorted(f for f in self.files
+                                           if f.startswith('docs/') and f.endswith('.md'))
+        self.docs = [d for d in self.docs if os.path.exists(os.path.join(root, d))]
+        self.text = {d: read(os.path.join(root, d)) for d in self.docs}
+        self.text.update(planted or {})
+        self._ctest = None
+
+    def exists(self, rel):
+        rel = rel.rstrip('/')
+        return rel in self.fileset or rel in self.dirs or os.path.exists(
+            os.path.join(self.root, rel))
+
+    # --- the CTest registry -------------------------------------------------------------
+    def ctest(self):
+        if self._ctest is None and self.build in _CTEST:
+            self._ctest = _CTEST[self.build]
+        if self._ctest is None:
+            out = subprocess.run([CTEST[0], '--test-dir', self.build, '--show-only=json-v1'],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit('docs_refs: ctest --show-only failed in %s: %s' % (self.build, out.stderr))
+            tests = json.loads(out.stdout).get('tests', [])
+            self._ctest = {t['name']: t.get('command', []) for t in tests}
+            if not self._ctest:
+                sys.exit('docs_refs: no tests registered in %s' % self.build)
+            _CTEST[self.build] = self._ctest
+        return self._ctest
+
+    def cmake_only_names(self):
+        """Tests and test programs tests/CMakeLists.txt makes in some build (CUDA, not
+        sanitized, ...), this one or another: add_test names (a ${var} in one read as any
+        text), the wrappers' first arguments, add_executable targets, foreach(t ...) items."""
+        words, globs = set(), set()
+        code = '\n'.join(l.split('#', 1)[0] for l in
+                         read(os.path.join(self.root, 'tests/CMakeLists.txt')).splitlines())
+        for n in re.findall(r'add_test\(\s*NAME\s+([A-Za-z0-9_${}]+)', code):
+            if '$' not in n:
+                words.add(n)
+            elif not n.startswith('$'):  # ${name}_np${n}: the wrapper's names, below
+                globs.add(re.sub(r'\$\{[^}]*\}', '*', n))
+        words.update(re.findall(r'\bshardopt_[a-z_]*test\(\s*([A-Za-z0-9_]+)', code))
+        words.update(re.findall(r'\badd_executable\(\s*([A-Za-z0-9_]+)', code))
+        for items in re.findall(r'\bforeach\(\s*t\s+([^)]*)\)', code):
+            words.update(w for w in items.split() if re.fullmatch(r'[A-Za-z0-9_]+', w))
+        return words, globs
+
+    def cmake_executables(self):
+        """add_executable(target sources...) of tests/CMakeLists.txt: target -> its sources."""
+        if not hasattr(self, '_exes'):
+            self._exes = {}
+            code = read(os.path.join(self.root, 'tests/CMakeLists.txt'))
+            for target, args in re.findall(r'add_executable\(\s*([A-Za-z0-9_]+)\s+([^)]*)\)',
+                                           code):
+                for a in args.split():
+                    a = 'tests/' + a
+                    if a in self.fileset and a.endswith(('.c', '.cu')):
+                        self._exes.setdefault(target, set()).add(a)
+        return self._exes
+
+    def test_sources(self, name):
+        key = (self.root, name)
+        if key not in _SOURCES:
+            _SOURCES[key] = self._test_sources(name)
+        return _SOURCES[key]
+
+    def _test_sources(self, name):
+        """The files a CTest's functions live in: the executable's source and its
+        companions, the scripts it runs and the Python files those name."""
+        cmd = self.ctest().get(name)
+        srcs = set()
+        by_base = {}
+        for f in self.files:
+            if f.startswith('tests/'):
+                by_base.setdefault(os.path.basename(f), []).append(f)
+
+        exes = self.cmake_executables()
+
+        def add_exe(exe):
+            if exe in exes:
+                srcs.update(exes[exe])
+                return
+            for f in self.files:
+                if f.startswith('tests/') and os.path.basename(f) == exe + '.c':
+                    srcs.add(f)
+
+        if cmd is None:  # registered in another build only: the executable named like the test
+            add_exe(re.sub(r'_np\d+$', '', name))
+            if name.startswith('test_cuda_') and not srcs:  # shardopt_device_sim_test's
+                add_exe('test_device_sim')
+            return sorted(srcs)
+        for arg in cmd:
+            p = os.path.realpath(arg)
+            rb = os.path.realpath(self.build)
+            rr = os.path.realpath(self.root)
+            if p.startswith(rb + os.sep):
+                add_exe(os.path.basename(p))
+            elif p.startswith(rr + os.sep) and os.path.isfile(p):
+                rel = os.path.relpath(p, rr)
+                srcs.add(rel)
+                for ref in re.findall(r'[A-Za-z0-9_]+\.py', read(p)):
+                    srcs.update(by_base.get(ref, []))
+            elif arg.endswith('.py'):
+                srcs.update(by_base.get(os.path.basename(arg), []))
+        # a Python test's cases module (tests/python/cases.py) is imported, not named
+        for s in list(srcs):
+            if s.endswith('.py'):
+                for mod in re.findall(r'^\s*(?:from|import)\s+([A-Za-z0-9_]+)', read(
+                        os.path.join(self.root, s)), re.M):
+                    srcs.update(by_base.get(mod + '.py', []))
+        return sorted(srcs)
+
+    def functions_in(self, srcs):
+        key = (self.root, tuple(sorted(srcs)))
+        if key not in _FUNCTIONS:
+            _FUNCTIONS[key] = self._functions_in(srcs)
+        return _FUNCTIONS[key]
+
+    def _functions_in(self, srcs):
+        fns = set()
+        for s in srcs:
+            t = read(os.path.join(self.root, s))
+            if s.endswith('.c'):
+                fns.update(re.findall(r'^\s*TEST\(\s*([A-Za-z0-9_]+)\s*\)', t, re.M))
+            elif s.endswith('.py'):
+                for d in re.findall(r'^\s*def\s+([A-Za-z0-9_]+)', t, re.M):
+                    fns.add(d)
+                    for pre in ('case_', 'test_'):
+                        if d.startswith(pre):
+                            fns.add(d[len(pre):])
+        return fns
+
+    def all_test_functions(self):
+        """Every test function of tests/, named alone in the docs."""
+        if not hasattr(self, '_allfns'):
+            self._allfns = self.functions_in([f for f in self.files if f.startswith('tests/') and
+                                              f.endswith(('.c', '.py'))])
+        return self._allfns
+
+    def test_stems(self):
+        return {os.path.splitext(os.path.basename(f))[0] for f in self.files}

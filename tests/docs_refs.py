@@ -8,11 +8,15 @@ tree and the build directory's CTest registry:
 
   tests     every test reference `ctest_name` / `function`, ... names a registered CTest (or one
             tests/CMakeLists.txt registers in another build: CUDA, sanitizers) and functions
-            declared in that test's sources: TEST(name) in C, def name / case_name / test_name in
-            Python; `test_x_np2`, `_np4` and `test_x_np*` forms are expanded;
+            declared in that test's sources (or in the file named after the " / "): TEST(name)
+            in C, def name / case_name / test_name in Python; `test_x_np2`, `_np4` and
+            `test_x_np*` forms are expanded; a CTest named alone is registered;
   paths     every repository path (first component a top-level entry of the tree: runtime/...,
             tests/..., bench/...; or a tail of one: cpu/ns_blas.c), every file name (ns_gram.c),
-            every markdown link and every build/ output (a target of the build) exists;
+            every markdown link and its #heading, and every build/ output (a target of the
+            build) exists;
+  sections  every docs/<page>.md, "Section" cited in the docs or the sources is a heading (or a
+            bold paragraph lead) of that page;
   config    docs/config.md's key table and runtime/config/config_keys.c's list the same keys;
   api       every function include/shardopt.h declares is in docs/api.md, and every shardopt_*
             name the docs give exists (the header, a CMake target, the Python package);
@@ -40,10 +44,12 @@ def line_of(text, pos):
 
 
 # A test reference: CTest names (full, `_np4` suffixes, `*` patterns, parenthesized notes
-# between them), " / ", then the functions, comma separated.
+# between them), " / ", then maybe the test's file (`test_safety.py`), then the functions, comma
+# separated; "; `function`" after it, no " / " following, adds one more.
 TESTREF = re.compile(
     r'((?:`[A-Za-z0-9_*]+`(?:\s*\([^()]*(?:\([^()]*\)[^()]*)*\))?(?:,\s*|\s+and\s+)?)+)'
-    r'\s+/\s+((?:`[A-Za-z0-9_]+`(?:,\s*(?=`))?)+)')
+    r'\s+/\s+(?:`([A-Za-z0-9_./-]+\.(?:py|sh|c))`\s*)?((?:`[A-Za-z0-9_]+`(?:,\s*(?=`))?)*)'
+    r'((?:;\s*`[a-z0-9_]+`(?!\s*(?:/|,\s*`_)))*)')
 
 
 def check_tests(t, errs):
@@ -85,8 +91,9 @@ def check_tests(t, errs):
         for m in TESTREF.finditer(text):
             left = re.sub(r'\([^()]*(?:\([^()]*\)[^()]*)*\)', '', m.group(1))
             toks = re.findall(r'`([A-Za-z0-9_*]+)`', left)
-            fns = re.findall(r'`([A-Za-z0-9_]+)`', m.group(2))
-            if not toks or not is_test_name(toks[0]):
+            fns = re.findall(r'`([A-Za-z0-9_]+)`', m.group(3))
+            fns += [f for f in re.findall(r'`([a-z0-9_]+)`', m.group(4)) if not is_test_name(f)]
+            if not toks or not is_test_name(toks[0]) or not (fns or m.group(2)):
                 continue
             # `test_a` / `test_b`: two tests side by side, not a test and its function
             if all(is_test_name(f) and resolve(f, None) for f in fns):
@@ -103,6 +110,14 @@ def check_tests(t, errs):
                     errs.append('%s:%d: test `%s` is not a registered CTest' % (doc, ln, tok))
                 for n in got:
                     srcs.update(t.test_sources(n))
+            if m.group(2):  # the file named: one of the test's sources, or a file of tests/
+                count += 1
+                f = m.group(2)
+                named = [x for x in (srcs or t.files) if x == f or x.endswith('/' + f)]
+                if not named:
+                    errs.append('%s:%d: `%s` is not a source of %s (%s)' %
+                                (doc, ln, f, ', '.join(toks), ', '.join(sorted(srcs))))
+                srcs = set(named) or srcs
             if not srcs:
                 continue
             have = t.functions_in(srcs)
@@ -455,8 +470,9 @@ def check_symbols(t, errs, test_names):
                 errs.append('%s:%d: `%s(` is in no file of the tree' %
                             (doc, line_of(prose, m.start()), w))
         # `name` in `file.c` / `name` (file.c): the named file holds it
-        for m in re.finditer(r'`([a-z][a-z0-9]*_[a-z0-9_]*)`(?:\s*\(\)?)?(?:\s+in|\s+\(|,)\s*`?'
-                             r'((?:[a-z]+/)+[a-z0-9_]+\.(?:c|h|cu|py|sh))`?', text):
+        for m in re.finditer(r'(?<![A-Za-z0-9_./-])`?([a-z][a-z0-9]*_[a-z0-9_]*)(?:\(\))?`?'
+                             r'(?:\s+in|\s+\(|,)\s*`?((?:[a-z]+/)+[a-z0-9_]+\.(?:c|h|cu|py|sh))'
+                             r'(?![A-Za-z0-9_/])`?', text):
             w, f = m.group(1), m.group(2)
             if not t.exists(f):
                 continue  # reported by the paths check
@@ -504,6 +520,12 @@ PLANTS = [
     ('tests', 'docs/reliability.md', '\n`test_groups_np2`, `_np5` / `a_test_function`\n',
      '_np5'),
     ('tests', 'docs/reliability.md', '\nas `test_konfig` checks\n', 'test_konfig'),
+    ('tests', 'docs/reliability.md', '\n`python_binding_safety_np1` / `test_safety.py` '
+     '`no_such_case`\n', 'no_such_case'),
+    ('tests', 'docs/reliability.md', '\n`python_binding_safety_np1` / `test_binding.py` '
+     '`a_case`\n', 'test_binding.py` is not a source'),
+    ('tests', 'docs/reliability.md', '\n`test_config` / `env_overlays_and_refuses`; '
+     '`no_such_test_function` (one more)\n', 'no_such_test_function'),
     ('paths', 'docs/design.md', '\nSee `runtime/no_such_file.c`.\n', 'runtime/no_such_file.c'),
     ('paths', 'docs/design.md', '\nSee cpu/no_such_file.c.\n', 'cpu/no_such_file.c'),
     ('paths', 'docs/design.md', '\nSee no_such_file.c.\n', 'no_such_file.c'),

@@ -38,9 +38,9 @@ struct plan_param {
     const struct plan_box *boxes; /* member i's at boxes[i * box_stride]; or NULL: */
     /* every member's box is `tmpl` but along slice_dim, where member i holds slices[i *
      * box_stride] (commit's shard tables gather only that: a layout shards one dim, docs/
-     * design.md, Commit); or, slices NULL, the torch.chunk piece i of `parts` of [tile_lo,
-     * tile_lo + tile_len) (layout_chunk): commit computes it when every member registered that,
-     * and gathers nothing (sharding/shard_table.h) */
+     * design.md, The step, on commit); or, slices NULL, the torch.chunk piece i of `parts` of
+     * [tile_lo, tile_lo + tile_len) (layout_chunk): commit computes it when every member registered
+     * that, and gathers nothing (sharding/shard_table.h) */
     const struct plan_box *tmpl;
     int slice_dim;
     const struct plan_slice *slices;

@@ -36,7 +36,7 @@ import os
 import re
 import sys
 
-from docs_refs_tree import CTEST, Tree, read
+from docs_refs_tree import CTEST, Tree, anchors, memo, read, sections
 
 
 def line_of(text, pos):
@@ -150,45 +150,11 @@ def check_tests(t, errs):
 PATH = re.compile(r'(?<![A-Za-z0-9_.:/<>*$~{-])((?:[A-Za-z0-9_.-]+/)+[A-Za-z0-9_.-]*)')
 
 
-def anchors(t, doc):
-    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to -,
-    a repeated heading -1, -2, ..."""
-    text = t.text.get(doc) or read(os.path.join(t.root, doc))
-    text = re.sub(r'^```.*?^```', '', text, flags=re.M | re.S)
-    seen, out = {}, set()
-    for h in re.findall(r'^#{1,6}\s+(.*?)\s*#*\s*$', text, re.M):
-        a = re.sub(r'[^\w\- ]', '', h.strip().lower()).replace(' ', '-')
-        n = seen.get(a, 0)
-        seen[a] = n + 1
-        out.add(a if n == 0 else '%s-%d' % (a, n))
-    return out
-
-
-_MEMO = {}
-
-
-def memo(key, fn):
-    """What depends on the tree's sources alone, computed once for the self-test's runs."""
-    if key not in _MEMO:
-        _MEMO[key] = fn()
-    return _MEMO[key]
-
-
-def sections(t, doc):
-    """A page's section names, lower case: its headings and its bold paragraph leads
-    (**What a step costs in Python.**)."""
-    text = re.sub(r'^```.*?^```', '', t.text.get(doc) or read(os.path.join(t.root, doc)),
-                  flags=re.M | re.S)
-    names = re.findall(r'^#{1,6}\s+(.*?)\s*$', text, re.M)
-    names += re.findall(r'^\*\*([^*\n]+?)[.:]?\*\*', text, re.M)
-    return {n.strip().lower() for n in names}
-
-
 def check_sections(t, errs):
     """docs/x.md, "Section" in the docs and the sources: the page has that section."""
     count = 0
     srcs = memo(('cites', t.root), lambda: [
-        f for f in t.scan if f.endswith(('.c', '.h', '.cu', '.py', '.sh')) and
+        f for f in t.scan if f.endswith(('.c', '.h', '.cu', '.py', '.sh', 'CMakeLists.txt')) and
         '.md' in read(os.path.join(t.root, f))])
     for f in t.docs + srcs:
         text = t.text.get(f) or read(os.path.join(t.root, f))
@@ -202,6 +168,18 @@ def check_sections(t, errs):
             if not any(h == want or h.startswith(want) for h in sections(t, page)):
                 errs.append('%s:%d: %s has no section "%s"' %
                             (f, line_of(text, m.start()), page, m.group(2)))
+        # unquoted, docs/design.md, Layers: where the words run on into the sentence, the
+        # longest run of them a section starts with, at least the first word
+        for m in re.finditer(r'\b([a-z_]+\.md|README\.md),? ([A-Z][A-Za-z0-9\'-]*'
+                             r'(?: [A-Za-z0-9\'-]+)*)', text):
+            page = m.group(1) if m.group(1) == 'README.md' else 'docs/' + m.group(1)
+            if page not in t.text:
+                continue
+            count += 1
+            first = m.group(2).split()[0].lower()
+            if not any(h.startswith(first) for h in sections(t, page)):
+                errs.append('%s:%d: %s has no section "%s..."' %
+                            (f, line_of(text, m.start()), page, m.group(2).split()[0]))
     return count
 
 
@@ -482,17 +460,21 @@ def check_symbols(t, errs, test_names):
     return count
 
 
-def run(root, build, quiet=False, planted=None):
+def run(root, build, quiet=False, planted=None, kind=None):
+    """Every check, or the one kind the self-test planted a reference of."""
     t = Tree(root, build, planted)
     errs, notes = [], set()
     n = {}
-    n['tests'], unreg, unreg_all = check_tests(t, errs)
-    n['paths'] = check_paths(t, errs) + check_more_paths(t, errs)
-    n['sections'] = check_sections(t, errs)
-    n['config'] = check_config(t, errs)
-    n['api'] = check_api(t, errs)
-    n['env'] = check_env(t, errs, notes)
-    n['symbols'] = check_symbols(t, errs, set(t.ctest()) | set(unreg_all))
+    n['tests'], unreg, unreg_all = check_tests(t, [] if kind not in (None, 'tests') else errs)
+    checks = [('paths', lambda: check_paths(t, errs) + check_more_paths(t, errs)),
+              ('sections', lambda: check_sections(t, errs)),
+              ('config', lambda: check_config(t, errs)),
+              ('api', lambda: check_api(t, errs)),
+              ('env', lambda: check_env(t, errs, notes)),
+              ('symbols', lambda: check_symbols(t, errs, set(t.ctest()) | set(unreg_all)))]
+    for name, check in checks:
+        if kind in (None, name):
+            n[name] = check()
     if not quiet:
         for e in errs:
             print('docs_refs: ' + e)
@@ -532,6 +514,7 @@ PLANTS = [
     ('paths', 'docs/design.md', '\nSee [this](no_such_page.md).\n', 'no_such_page.md'),
     ('paths', 'docs/design.md', '\nSee [Layers](#no-such-heading).\n', 'no-such-heading'),
     ('sections', 'docs/design.md', '\n(docs/config.md, "No such section")\n', 'No such'),
+    ('sections', 'docs/design.md', '\n(docs/config.md, Nosuchsection)\n', 'Nosuchsection'),
     ('config', 'docs/config.md', plant_key, 'no_such_key'),
     ('config', 'docs/config.md', plant_key, 'has no row in docs/config.md'),
     ('api', 'docs/api.md', '\n`shardopt_no_such_call()`\n', 'shardopt_no_such_call'),
@@ -551,7 +534,7 @@ def self_test(root, build):
     for kind, doc, plant, needle in PLANTS:
         text = read(os.path.join(root, doc))
         planted = plant(text) if callable(plant) else text + plant
-        errs, _, _, _ = run(root, build, quiet=True, planted={doc: planted})
+        errs, _, _, _ = run(root, build, quiet=True, planted={doc: planted}, kind=kind)
         new_errs = [e for e in errs if e not in base and needle in e]
         if not new_errs:
             sys.exit('docs_refs: self-test: a stale %s reference planted in %s (%s) was not '

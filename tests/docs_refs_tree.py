@@ -1,5 +1,6 @@
 """The tree tests/docs_refs.py checks the docs against: its files, what the docs' text is, the
-CTest registry of a build directory, and which sources hold a test's functions."""
+CTest registry of a build directory, which sources hold a test's functions, a page's sections
+and heading anchors."""
 import json
 import os
 import re
@@ -12,8 +13,11 @@ def git_files(root):
     out = subprocess.run(['git', '-C', root, 'ls-files', '--cached', '--others',
                           '--exclude-standard'], capture_output=True, text=True)
     files = [f for f in out.stdout.splitlines() if f]
-    if out.returncode != 0 or not files:
-        sys.exit('docs_refs: git ls-files lists nothing in %s: %s' % (root, out.stderr))
+    if out.returncode != 0 or not files:  # a source tree without git: every file but builds'
+        for d, dirs, names in os.walk(root):
+            dirs[:] = [x for x in dirs if not x.startswith('.') and
+                       not os.path.exists(os.path.join(d, x, 'CMakeCache.txt'))]
+            files += [os.path.relpath(os.path.join(d, n), root) for n in names]
     return sorted(files)
 
 
@@ -190,3 +194,37 @@ class Tree:
 
     def test_stems(self):
         return {os.path.splitext(os.path.basename(f))[0] for f in self.files}
+
+
+_MEMO = {}
+
+
+def memo(key, fn):
+    """What depends on the tree's sources alone, computed once for the self-test's runs."""
+    if key not in _MEMO:
+        _MEMO[key] = fn()
+    return _MEMO[key]
+
+
+def sections(t, doc):
+    """A page's section names, lower case: its headings and its bold paragraph leads
+    (**What a step costs in Python.**)."""
+    text = re.sub(r'^```.*?^```', '', t.text.get(doc) or read(os.path.join(t.root, doc)),
+                  flags=re.M | re.S)
+    names = re.findall(r'^#{1,6}\s+(.*?)\s*$', text, re.M)
+    names += re.findall(r'^\*\*([^*\n]+?)[.:]?\*\*', text, re.M)
+    return {n.strip().lower() for n in names}
+
+
+def anchors(t, doc):
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to -,
+    a repeated heading -1, -2, ..."""
+    text = t.text.get(doc) or read(os.path.join(t.root, doc))
+    text = re.sub(r'^```.*?^```', '', text, flags=re.M | re.S)
+    seen, out = {}, set()
+    for h in re.findall(r'^#{1,6}\s+(.*?)\s*#*\s*$', text, re.M):
+        a = re.sub(r'[^\w\- ]', '', h.strip().lower()).replace(' ', '-')
+        n = seen.get(a, 0)
+        seen[a] = n + 1
+        out.add(a if n == 0 else '%s-%d' % (a, n))
+    return out

@@ -144,16 +144,20 @@ class Tree:
             if name.startswith('test_cuda_') and not srcs:  # shardopt_device_sim_test's
                 add_exe('test_device_sim')
             return sorted(srcs)
+        rb = os.path.realpath(self.build)
+        # the build's commands name the sources it was configured from: ROOT, or another
+        # checkout of the tree
+        home = re.search(r'^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$',
+                         read(os.path.join(self.build, 'CMakeCache.txt')), re.M)
+        home = os.path.realpath(home.group(1)) if home else os.path.realpath(self.root)
         for arg in cmd:
             p = os.path.realpath(arg)
-            rb = os.path.realpath(self.build)
-            rr = os.path.realpath(self.root)
             if p.startswith(rb + os.sep):
                 add_exe(os.path.basename(p))
-            elif p.startswith(rr + os.sep) and os.path.isfile(p):
-                rel = os.path.relpath(p, rr)
+            elif p.startswith(home + os.sep) and os.path.relpath(p, home) in self.fileset:
+                rel = os.path.relpath(p, home)
                 srcs.add(rel)
-                for ref in re.findall(r'[A-Za-z0-9_]+\.py', read(p)):
+                for ref in re.findall(r'[A-Za-z0-9_]+\.py', read(os.path.join(self.root, rel))):
                     srcs.update(by_base.get(ref, []))
             elif arg.endswith('.py'):
                 srcs.update(by_base.get(os.path.basename(arg), []))

@@ -36,7 +36,8 @@ import os
 import re
 import sys
 
-from docs_refs_tree import CTEST, Tree, anchors, memo, read, sections
+from docs_refs_tree import (CTEST, Tree, anchors, cmake_targets, config_keys, header_words, memo,
+                            read, sections)
 
 
 def line_of(text, pos):
@@ -144,6 +145,30 @@ def check_tests(t, errs):
             count += 1
             errs.append('%s:%d: `%s` is neither a registered CTest nor a test function' %
                         (doc, line_of(text, m.start()), tok))
+        # CTest `floors`, CTest env_gateway: registered
+        for m in re.finditer(r'\bCTest `?([a-z][a-z0-9_]*)(?![a-z0-9_])', text):
+            if m.group(1) in ('and', 'label', 'name', 'program', 'suite', 'timeout'):
+                continue  # prose: "CTest label", "CTest name / test function"
+            count += 1
+            if not resolve(m.group(1), None):
+                errs.append('%s:%d: CTest `%s` is not registered' %
+                            (doc, line_of(text, m.start()), m.group(1)))
+    # reliability.md's Test column, notes in parentheses aside: each name is a CTest, a test
+    # function or program, or a word of the tests (test_ckpt's modes `crash`, `resume`)
+    text = t.text.get('docs/reliability.md', '')
+    for ln, line in enumerate(text.split('\n'), 1):
+        cells = line.strip().strip('|').split(' | ')
+        if not line.startswith('| ') or len(cells) < 4:
+            continue
+        cell = cells[-1]
+        while re.search(r'\([^()]*\)', cell):
+            cell = re.sub(r'\([^()]*\)', '', cell)
+        for tok in re.findall(r'`([a-z][a-z0-9_*]*)`', cell):
+            count += 1
+            if not (resolve(tok, None) or tok in t.all_test_functions() or
+                    tok in t.test_words()):
+                errs.append('docs/reliability.md:%d: `%s` in the Test column is no CTest, test '
+                            'function or word of the tests' % (ln, tok))
     return count, sorted(unregistered_ok), {w for w in elsewhere if '*' not in w}
 
 
@@ -225,26 +250,7 @@ def check_paths(t, errs):
     return count
 
 
-def config_keys(t):
-    """The keys of runtime/config/config_keys.c's table: {"name", CFG_...} or DBL(name, ...)."""
-    src = read(os.path.join(t.root, 'runtime/config/config_keys.c'))
-    body = src.split('config_keys[] = {', 1)[-1].split('\n};', 1)[0]
-    return {a or b for a, b in re.findall(
-        r'^\s*(?:\{"([a-z0-9_]+)",\s*CFG_|[A-Z0-9]+\(([a-z0-9_]+),)', body, re.M)}
-
-
 SRC_EXT = ('.c', '.h', '.cu', '.cuh', '.py', '.sh')
-
-
-def cmake_targets(t):
-    """What the build makes: add_executable / add_library names and OUTPUT_NAMEs."""
-    names = set()
-    for f in t.files:
-        if f.endswith('CMakeLists.txt') or f.endswith('.cmake'):
-            src = read(os.path.join(t.root, f))
-            names.update(re.findall(r'add_(?:executable|library)\(\s*([A-Za-z0-9_.-]+)', src))
-            names.update(re.findall(r'OUTPUT_NAME\s+"?([A-Za-z0-9_.-]+)', src))
-    return names
 
 
 # files of the reader's own the docs name: README.md's trainer built against the install
@@ -311,13 +317,6 @@ def check_config(t, errs):
     for k in sorted(code - documented):
         errs.append('runtime/config/config_keys.c: key `%s` has no row in docs/config.md' % k)
     return len(documented | code)
-
-
-def header_words(t):
-    h = '\n'.join(read(os.path.join(t.root, f)) for f in t.files
-                  if f.startswith('include/') and f.endswith('.h'))
-    fns = set(re.findall(r'SHARDOPT_API\b[^;(]*?\b(shardopt_[a-z0-9_]+)\s*\(', h))
-    return fns, set(re.findall(r'\b[A-Za-z_][A-Za-z0-9_]*\b', h))
 
 
 def check_api(t, errs):
@@ -502,6 +501,8 @@ PLANTS = [
     ('tests', 'docs/reliability.md', '\n`test_groups_np2`, `_np5` / `a_test_function`\n',
      '_np5'),
     ('tests', 'docs/reliability.md', '\nas `test_konfig` checks\n', 'test_konfig'),
+    ('tests', 'docs/reliability.md', '\nas CTest `flors` checks\n', 'flors'),
+    ('tests', 'docs/reliability.md', '\n| a | b | c | `flors` |\n', 'flors'),
     ('tests', 'docs/reliability.md', '\n`python_binding_safety_np1` / `test_safety.py` '
      '`no_such_case`\n', 'no_such_case'),
     ('tests', 'docs/reliability.md', '\n`python_binding_safety_np1` / `test_binding.py` '

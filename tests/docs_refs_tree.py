@@ -1,6 +1,6 @@
 """The tree tests/docs_refs.py checks the docs against: its files, what the docs' text is, the
 CTest registry of a build directory, which sources hold a test's functions, a page's sections
-and heading anchors."""
+and heading anchors, the config keys, the public headers' functions and the build's targets."""
 import json
 import os
 import re
@@ -196,6 +196,16 @@ class Tree:
                                               f.endswith(('.c', '.py'))])
         return self._allfns
 
+    def test_words(self):
+        """The words of tests/ (headers, scripts, CMake): a mode or a program named there."""
+        if not hasattr(self, '_twords'):
+            self._twords = set()
+            for f in self.scan:
+                if f.startswith('tests/'):
+                    self._twords.update(re.findall(r'[A-Za-z_][A-Za-z0-9_]*',
+                                                   read(os.path.join(self.root, f))))
+        return self._twords
+
     def test_stems(self):
         return {os.path.splitext(os.path.basename(f))[0] for f in self.files}
 
@@ -232,3 +242,30 @@ def anchors(t, doc):
         seen[a] = n + 1
         out.add(a if n == 0 else '%s-%d' % (a, n))
     return out
+
+
+def config_keys(t):
+    """The keys of runtime/config/config_keys.c's table: {"name", CFG_...} or DBL(name, ...)."""
+    src = read(os.path.join(t.root, 'runtime/config/config_keys.c'))
+    body = src.split('config_keys[] = {', 1)[-1].split('\n};', 1)[0]
+    return {a or b for a, b in re.findall(
+        r'^\s*(?:\{"([a-z0-9_]+)",\s*CFG_|[A-Z0-9]+\(([a-z0-9_]+),)', body, re.M)}
+
+
+def cmake_targets(t):
+    """What the build makes: add_executable / add_library names and OUTPUT_NAMEs."""
+    names = set()
+    for f in t.files:
+        if f.endswith('CMakeLists.txt') or f.endswith('.cmake'):
+            src = read(os.path.join(t.root, f))
+            names.update(re.findall(r'add_(?:executable|library)\(\s*([A-Za-z0-9_.-]+)', src))
+            names.update(re.findall(r'OUTPUT_NAME\s+"?([A-Za-z0-9_.-]+)', src))
+    return names
+
+
+def header_words(t):
+    """The functions include/*.h declare (SHARDOPT_API), and every word of those headers."""
+    h = '\n'.join(read(os.path.join(t.root, f)) for f in t.files
+                  if f.startswith('include/') and f.endswith('.h'))
+    fns = set(re.findall(r'SHARDOPT_API\b[^;(]*?\b(shardopt_[a-z0-9_]+)\s*\(', h))
+    return fns, set(re.findall(r'\b[A-Za-z_][A-Za-z0-9_]*\b', h))

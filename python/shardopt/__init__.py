@@ -274,14 +274,26 @@ def _c_text(b, what):
     return b
 
 
-def _config_text(v):
-    """A config value as its SHARDOPT_<KEY> text: booleans 1/0, a list of patterns "a,b", a
-    list of coefficient triples "a,b,c;d,e,f"."""
+# the keys whose values are lists (docs/config.md): patterns "a,b" and coefficient triples
+_LIST_KEYS = ("adamw_patterns", "ns_custom_coeffs")
+
+
+def _config_text(v, key=None):
+    """A config value as its SHARDOPT_<KEY> text: booleans true/false (which the library takes
+    for its boolean keys only: True for ns_steps was read as 1), a list of patterns "a,b", a
+    list of coefficient triples "a,b,c;d,e,f" (a list for any other key is refused: [0.5] for
+    momentum was read as 0.5), a 0-d numpy or torch value as its Python number."""
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
+        v = v.item()
     if isinstance(v, bool):
-        return "1" if v else "0"
+        return "true" if v else "false"
     if isinstance(v, (list, tuple)):
+        if key is not None and key not in _LIST_KEYS:
+            raise ValueError(f"config {key} = {v!r}: a list is accepted for "
+                            f"{' and '.join(_LIST_KEYS)} only; give {key} one value "
+                            "(docs/config.md)")
         return ";".join(map(_config_text, v)) if any(isinstance(x, (list, tuple)) for x in v) \
-            else ",".join(map(str, v))
+            else ",".join(map(_config_text, v))
     return str(v)
 
 
@@ -815,7 +827,7 @@ class Optimizer:
         _check("config_init", lib.shardopt_config_init(self._cfg, len(self._cfg)))
         for k, v in (config or {}).items():
             key = _c_text(k.encode(), f"config key {k!r}")
-            text = _c_text(_config_text(v).encode(), f"config {k} = {v!r}")
+            text = _c_text(_config_text(v, k).encode(), f"config {k} = {v!r}")
             _check("config_set", lib.shardopt_config_set(self._cfg, key, text))
         self._comm_handle, self.comm = _comm_handle(comm)
         self._rt = ctypes.c_void_p()

@@ -429,10 +429,8 @@ def text_with_nul_and_step_counts_ctypes_would_wrap_refused():
 
 @case
 def config_values_of_another_type_refused():
-    """A config value of another type than its key's: before, {"momentum": [0.5]} was sent as
-    "0.5" and {"ns_steps": True} as "1", both taken without a word. A list is for the list keys
-    only; a bool is sent as true/false, which only the boolean keys take; a 0-d numpy or torch
-    value is its number."""
+    """Before, {"momentum": [0.5]} was sent as "0.5" and {"ns_steps": True} as "1", taken
+    without a word. A list is for the list keys only; a bool goes as true/false."""
     def make(cfg):
         return shardopt.Optimizer([], comm=comm_self(), config=cfg)
 
@@ -445,7 +443,6 @@ def config_values_of_another_type_refused():
             assert key in str(e) and ("'true'" in str(e) or "'false'" in str(e)), str(e)
         else:
             raise AssertionError(f"config {key} = {v!r} accepted")
-    # what each key does take
     make({"nesterov": True, "param_stats": np.bool_(False), "momentum": np.float32(0.5),
           "ns_steps": np.int64(5), "adamw_patterns": ["embed", "lm_head"],
           "ns_coeffs": "custom", "ns_custom_coeffs": [[3.4445, -4.775, 2.0315]] * 5}).close()

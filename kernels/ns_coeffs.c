@@ -142,7 +142,8 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
          * 12 steps in bf16 on a matrix with one small singular value (test_xcheck,
          * gram_bf16_long_schedules_stay_bounded); errors carried over restarts add up too */
         const int long_tail = steps > 5 && k >= 5 && (k - 5) % 2 == 0;
-        if (k > 0 && (n < 2 * m || long_tail || !(exposure <= NS_COEFFS_GRAM_EXPOSURE))) {
+        if (k > 0 && (n < 2 * m || m <= NS_COEFFS_GRAM_SMALL_M || long_tail ||
+                      !(exposure <= NS_COEFFS_GRAM_EXPOSURE))) {
             mask |= 1u << k;
             exposure = 1.0;
         }

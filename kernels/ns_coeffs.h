@@ -47,7 +47,9 @@ void ns_coeffs_step_range(int table, int *min, int *max);
  *   result (test_xcheck, seed 20306);
  * - past 5 steps, also before step 5 and every 2 steps after it (quintic's table, its last triple
  *   repeated, reached 1.4e4 times the fp64 result at 12 steps in bf16 with the exposure bound
- *   alone). */
+ *   alone);
+ * - where the short side m is at most NS_COEFFS_GRAM_SMALL_M, every step restarts, whatever the
+ *   table: see that bound. */
 uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols);
 
 /* The bound on a segment's exposure above: 11. Measured in a bf16 simulation of the driver's
@@ -60,5 +62,27 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
  * table's 4 after step 2 (4.6, 4.2), and gives jordan's 5 restarts after steps 2 and 4 (then
  * within 1.06x there), polar_express's 5 after 2 and 4, its 8 after 2, 4, 5 and 7. */
 #define NS_COEFFS_GRAM_EXPOSURE 11.0
+
+/* Up to this short side m Gram restarts before every step (the standard iteration's arithmetic),
+ * whatever the table. On small wide matrices whose singular values spread over [1e-4, 1] the
+ * exposure bound is not enough in bf16: R's few eigenvalues carry G's rounding (about 4e-3 of
+ * |G|) on eigenvalues down to 1e-8, and with the steeper tables a segment of two steps already
+ * turns it into a diverging one. Found by test_xcheck (seeds 14154: the aol table on 2 x 5, |O|
+ * 25x the update; 70174: polar_express x8 on 3 x 7, Inf; 21012: polar_express x6 on 3 x 16,
+ * 0.066 off). On 60 drawn spectra per shape (tests/unit/test_ns_bf16.c,
+ * bf16_gram_small_wide_spread_spectra_every_table, with more seeds) polar_express's 5, 6 and 8
+ * steps diverged (|O| up to 1e18 times the fp64 result, NaN) up to 12 x 30, the aol table's ran
+ * 0.4-160 from fp64 where standard bf16 was 0.05-0.2 up to 16 x 40; on 40 per shape from 20 x 50
+ * to 96 x 200 none left the bound, and quintic and jordan never did. Measured against the other
+ * options: the restarts an fp64 emulation of the bf16 products asks for on every shape
+ * (polar_express before every step, the aol table before steps 1 and 3) would cost the aol table
+ * one more restart (3 m^2 n) at 1408 x 4096, where gram+aol's 1.55x target has no margin
+ * (docs/performance.md); a rule per table name cannot be had here (the mask is a function of the
+ * coefficients, shared by the CPU paths, the CUDA driver and the FLOP count). Up to m = 64 the
+ * restarts cost little: Gram then does the standard iteration's FLOPs (3 m^2 n + m^3 per step
+ * with symmetric products), and such a matrix's whole Newton-Schulz is 64^2 n / (1408^2 4096),
+ * 0.4 % at n = 8192, of a 1408 x 4096 one's; 64 is 4x the largest m that failed. From m = 65
+ * every table's schedule, quintic's included, is unchanged. */
+#define NS_COEFFS_GRAM_SMALL_M 64
 
 #endif

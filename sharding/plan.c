@@ -54,8 +54,13 @@ double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram, ui
 
 double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram)
 {
-    /* quintic's schedule: one restart, before step 2 (kernels/ns_coeffs.h) */
-    return plan_ns_flops_blocked(rows, cols, steps, gram, steps > 2 ? 1u << 2 : 0u, NULL);
+    /* quintic's schedule (kernels/ns_coeffs.h): one restart, before step 2, and before every step
+     * where the short side is at most NS_COEFFS_GRAM_SMALL_M (64; sharding/ cannot include
+     * kernels/, test_ns_gram's plan_ns_flops_agrees_with_ns_flops_total holds the two equal on
+     * both sides of it) */
+    const int64_t m = rows < cols ? rows : cols;
+    const uint32_t restarts = m <= 64 ? ~1u : steps > 2 ? 1u << 2 : 0u;
+    return plan_ns_flops_blocked(rows, cols, steps, gram, restarts, NULL);
 }
 
 /* plan_build's scratch over the group's members, one set for the whole plan (buckets keep only

@@ -451,3 +451,95 @@ TEST(bf16_team_blocks_match_fp64_within_1_5e_2)
     free(B);
     ns_bf16_destroy(b);
 }
+
+/* bf16 Gram on small wide matrices whose singular values spread log-uniformly over [1e-4, 1]
+ * (found by test_xcheck: seeds 14154, the aol table on 2 x 5, |O| 25x the update; 70174,
+ * polar_express x8 on 3 x 7, Inf; 21012, polar_express x6 on 3 x 16, 0.066 off): every table,
+ * aol's with its preconditioning, within the bf16 bound of docs/config.md (1.5e-2, or 3x the
+ * same table's standard bf16 error, each the worst of a shape's 12 spectra) of the fp64
+ * iteration; before the restarts at every step up to m = 64 (NS_COEFFS_GRAM_SMALL_M),
+ * polar_express gave Inf and NaN here and the aol table 160x. Each matrix draws its spectrum (the
+ * ends 1 and 1e-4 always in it, the rest log-uniform) and its singular vectors. */
+TEST(bf16_gram_small_wide_spread_spectra_every_table)
+{
+    struct ns_bf16 *b = engine();
+    ASSERT_TRUE(b != NULL);
+    static const struct {
+        int table, steps, precondition;
+    } tab[] = {
+        {NS_TABLE_QUINTIC, 5, NS_PRECOND_FROBENIUS},
+        {NS_TABLE_JORDAN, 5, NS_PRECOND_FROBENIUS},
+        {NS_TABLE_POLAR_EXPRESS, 5, NS_PRECOND_FROBENIUS},
+        {NS_TABLE_POLAR_EXPRESS, 6, NS_PRECOND_FROBENIUS},
+        {NS_TABLE_POLAR_EXPRESS, 8, NS_PRECOND_FROBENIUS},
+        {NS_TABLE_AOL, 4, NS_PRECOND_AOL},
+        {NS_TABLE_QUINTIC, 5, NS_PRECOND_AOL},
+    };
+    static const int64_t shapes[][2] = {{1, 64}, {2, 5},  {3, 7},  {3, 16},  {4, 9},    {5, 12},
+                                        {7, 3},  {6, 40}, {8, 64}, {16, 48}, {32, 128}, {64, 256}};
+    const int seeds = 12;
+    double worst = 0;
+    int fails = 0;
+    for (size_t ti = 0; ti < sizeof tab / sizeof tab[0]; ti++) {
+        const struct coeffs t = coeffs_of(tab[ti].table, tab[ti].steps);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t R = shapes[si][0], C = shapes[si][1];
+            const int64_t m = R < C ? R : C, n = R + C - m;
+            const size_t cnt = (size_t)(R * C);
+            float *in = malloc(cnt * sizeof(float)), *w = malloc(cnt * sizeof(float));
+            float *o_std = malloc(cnt * sizeof(float)), *o_gram = malloc(cnt * sizeof(float));
+            double *u = malloc(cnt * sizeof(double)), *ref = malloc(cnt * sizeof(double));
+            double *sv = malloc(sizeof(double) * (size_t)m);
+            double tw = 0, tw_std = 0;
+            ASSERT_EQ_INT(ns_bf16_prepare(b, R, C, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD,
+                                          (const float(*)[3])t.c, t.steps),
+                          SHARDOPT_OK);
+            ASSERT_EQ_INT(ns_bf16_prepare(b, R, C, NS_VARIANT_PLAIN, 0, NS_ALGO_GRAM,
+                                          (const float(*)[3])t.c, t.steps),
+                          SHARDOPT_OK);
+            for (int sd = 0; sd < seeds; sd++) {
+                uint64_t s = 7000 + 131 * ti + 17 * si + (uint64_t)sd;
+                for (int64_t i = 0; i < m; i++)
+                    sv[i] = i == 0 ? 1.0 : i == 1 ? 1e-4 : pow(1e-4, 0.5 * (test_rand(&s) + 1.0));
+                matrix_with_singular_values(w, (int)m, (int)n, sv, s);
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t q = 0; q < C; q++)
+                        in[r * C + q] = R <= C ? w[r * C + q] : w[q * R + r];
+                for (size_t i = 0; i < cnt; i++)
+                    u[i] = in[i];
+                ASSERT_EQ_INT(run_algo(b, 1, R, C, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD,
+                                       tab[ti].precondition, &t, in, KDT_F32, o_std, KDT_F32, 0),
+                              0);
+                ASSERT_EQ_INT(run_algo(b, 1, R, C, NS_VARIANT_PLAIN, 0, NS_ALGO_GRAM,
+                                       tab[ti].precondition, &t, in, KDT_F32, o_gram, KDT_F32, 0),
+                              0);
+                ns_fp64_pre(u, R, C, R > C, (const float(*)[3])t.c, t.steps, t.norm_scale, eps,
+                            tab[ti].precondition == NS_PRECOND_AOL, ref);
+                const double e = rel_frobenius(o_gram, ref, cnt);
+                const double st = rel_frobenius(o_std, ref, cnt);
+                tw = isnan(e) || e > tw ? e : tw;
+                tw_std = st > tw_std ? st : tw_std;
+            }
+            /* the worst over the shape's spectra: per matrix, on 2 x 5 with errors of 0.1-1
+             * (bf16 cannot resolve the 1e-4 direction that fp64 lifts), either arrangement's
+             * rounding lands 4x the other's now and then */
+            const int ok = tw <= 1.5e-2 || tw <= 3 * tw_std; /* a NaN fails */
+            fprintf(stderr, "  table %d x%d aol %d %lldx%lld: worst gram %.3g, standard %.3g%s\n",
+                    tab[ti].table, t.steps, tab[ti].precondition, (long long)R, (long long)C, tw,
+                    tw_std, ok ? "" : " FAIL");
+            fails += !ok;
+            EXPECT_TRUE(ok);
+            worst = isnan(tw) || tw > worst ? tw : worst;
+            free(in);
+            free(w);
+            free(o_std);
+            free(o_gram);
+            free(u);
+            free(ref);
+            free(sv);
+        }
+    }
+    fprintf(stderr, "  small wide spread spectra, bf16 gram: worst %.3g, %d failures\n", worst,
+            fails);
+    ns_bf16_destroy(b);
+}

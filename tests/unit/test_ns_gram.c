@@ -1,7 +1,8 @@
 /* Gram Newton-Schulz and AOL preconditioning (kernels/cpu/ns_gram.c): the Gram algorithm against
  * the standard one with the same coefficients and against the fp64 standard iteration, on well-
  * and ill-conditioned, low-rank, 1 x n, tall and batched inputs; the AOL schedule's singular
- * values against 5-step quintic with Frobenius scaling; the FLOP counts. */
+ * values against 5-step quintic with Frobenius scaling; the FLOP counts. One file: the FLOP
+ * counts are checked against the restart schedules the accuracy tests above them run. */
 #include <string.h>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -368,8 +369,8 @@ TEST(ns_flops_total_counts_each_algorithm)
     EXPECT_NEAR(ns_flops_total(1408, 4096, (const float(*)[3])a4.c, 4, NS_ALGO_GRAM, 1),
                 6 * m * m * n + 14 * m * m * m, 0.0);
     /* 2 steps: no restart, one segment: G, 4, 3, QX */
-    EXPECT_NEAR(ns_flops_total(10, 30, (const float(*)[3])q2.c, 2, NS_ALGO_GRAM, 1),
-                3 * 100 * 30.0 + 7 * 1000.0, 0.0);
+    EXPECT_NEAR(ns_flops_total(100, 300, (const float(*)[3])q2.c, 2, NS_ALGO_GRAM, 1),
+                3 * 1e4 * 300.0 + 7 * 1e6, 0.0);
     /* polar_express's 8 steps: segments [0, 2), [2, 4), [4, 5), [5, 7), [7, 8): 5 (m^2n +
      * 2m^2n) and 4 + 3 | 4 + 3 | 1 | 4 + 3 | 1 m^3 */
     EXPECT_NEAR(ns_flops_total(1408, 4096, (const float(*)[3])p8.c, 8, NS_ALGO_GRAM, 1),
@@ -378,11 +379,17 @@ TEST(ns_flops_total_counts_each_algorithm)
     const struct coeffs j5 = coeffs_of(NS_TABLE_JORDAN, 5);
     EXPECT_NEAR(ns_flops_total(1408, 4096, (const float(*)[3])j5.c, 5, NS_ALGO_GRAM, 1),
                 9 * m * m * n + 15 * m * m * m, 0.0);
-    /* n < 2 m: a restart at every step, which is the standard algorithm's count */
-    for (int sym = 0; sym <= 1; sym++)
+    /* n < 2 m, or m at most 64: a restart at every step, which is the standard algorithm's
+     * count */
+    for (int sym = 0; sym <= 1; sym++) {
         EXPECT_NEAR(ns_flops_total(1000, 1500, (const float(*)[3])p8.c, 8, NS_ALGO_GRAM, sym),
                     ns_flops_total(1000, 1500, (const float(*)[3])p8.c, 8, NS_ALGO_STANDARD, sym),
                     0.0);
+        EXPECT_NEAR(ns_flops_total(10, 30, (const float(*)[3])q2.c, 2, NS_ALGO_GRAM, sym),
+                    ns_flops_total(10, 30, (const float(*)[3])q2.c, 2, NS_ALGO_STANDARD, sym), 0.0);
+        EXPECT_NEAR(ns_flops_total(64, 4096, c5, 5, NS_ALGO_GRAM, sym),
+                    ns_flops_total(64, 4096, c5, 5, NS_ALGO_STANDARD, sym), 0.0);
+    }
     /* the ideal speedups the docs quote: 1.30 at 1408 x 4096, 1.55 with aol's 4 steps */
     EXPECT_NEAR(ns_flops_total(1408, 4096, c5, 5, 0, 1) / ns_flops_total(1408, 4096, c5, 5, 1, 1),
                 1.299, 0.001);
@@ -392,7 +399,7 @@ TEST(ns_flops_total_counts_each_algorithm)
 }
 
 /* Where Gram restarts (ns_coeffs_gram_restarts, bit k: before step k): the published tables on a
- * wide shape (docs/design.md lists them), every step where n < 2 m, none for one or two
+ * wide shape (docs/design.md lists them), every step where n < 2 m or m <= 64, none for one or two
  * steps of quintic, and a table whose steps each grow more than the bound alone restarts at
  * every step; the transposed shape gives the same. */
 TEST(ns_gram_restarts_follow_the_table_and_shape)
@@ -411,7 +418,12 @@ TEST(ns_gram_restarts_follow_the_table_and_shape)
         const float(*cc)[3] = (const float(*)[3])c.c;
         EXPECT_EQ_INT((int)ns_coeffs_gram_restarts(cc, c.steps, 1408, 4096), (int)t[i].want);
         EXPECT_EQ_INT((int)ns_coeffs_gram_restarts(cc, c.steps, 4096, 1408), (int)t[i].want);
-        EXPECT_EQ_INT((int)ns_coeffs_gram_restarts(cc, c.steps, 1, 300), (int)t[i].want);
+        EXPECT_EQ_INT((int)ns_coeffs_gram_restarts(cc, c.steps, 65, 300), (int)t[i].want);
+        /* m at most 64: every step (NS_COEFFS_GRAM_SMALL_M) */
+        EXPECT_EQ_INT((int)ns_coeffs_gram_restarts(cc, c.steps, 1, 300),
+                      (int)((1u << c.steps) - 2u));
+        EXPECT_EQ_INT((int)ns_coeffs_gram_restarts(cc, c.steps, 4096, 64),
+                      (int)((1u << c.steps) - 2u));
         EXPECT_EQ_INT((int)ns_coeffs_gram_restarts(cc, c.steps, 64, 64),
                       (int)((1u << c.steps) - 2u));
         EXPECT_EQ_INT((int)ns_coeffs_gram_restarts(cc, c.steps, 100, 199),
@@ -436,7 +448,8 @@ TEST(ns_gram_restarts_follow_the_table_and_shape)
  * planner's approximation. */
 TEST(plan_ns_flops_agrees_with_ns_flops_total)
 {
-    const int64_t shapes[][2] = {{1, 300}, {10, 30}, {1408, 4096}, {4096, 1408}};
+    const int64_t shapes[][2] = {{1, 300},  {10, 30},     {64, 200},
+                                 {65, 200}, {1408, 4096}, {4096, 1408}};
     for (int steps = 1; steps <= 5; steps++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             for (int gram = 0; gram <= 1; gram++) {

@@ -80,9 +80,9 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
  * (docs/performance.md); a rule per table name cannot be had here (the mask is a function of the
  * coefficients, shared by the CPU paths, the CUDA driver and the FLOP count). Up to m = 64 the
  * restarts cost little: Gram then does the standard iteration's FLOPs (3 m^2 n + m^3 per step
- * with symmetric products), and such a matrix's whole Newton-Schulz is 64^2 n / (1408^2 4096),
- * 0.4 % at n = 8192, of a 1408 x 4096 one's; 64 is 4x the largest m that failed. From m = 65
- * every table's schedule, quintic's included, is unchanged. */
+ * with symmetric products), and a 64 x 8192 matrix's whole Newton-Schulz (5 quintic steps,
+ * 0.51 GFLOP) is 0.5 % of a 1408 x 4096 one's under Gram (104 GFLOP); 64 is 4x the largest m that
+ * failed. From m = 65 every table's schedule, quintic's included, is unchanged. */
 #define NS_COEFFS_GRAM_SMALL_M 64
 
 #endif

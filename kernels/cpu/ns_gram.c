@@ -27,7 +27,8 @@
  * steps on one R (growth 101 in the small singular values) and in bf16 diverge on inputs with
  * near-zero singular values (a random square matrix: relative error 79). So the restarts come
  * from the table (ns_coeffs_gram_restarts): whenever a segment's growth would pass a bound, and
- * at every step where the shape is not wide (n < 2 m), and every 2 steps past 5. The code
+ * at every step where the shape is not wide (n < 2 m) or small (m <= 64, where the steeper
+ * tables diverged in bf16 on spread spectra), and every 2 steps past 5. The code
  * here is our own, written from the iteration above. */
 
 #include "../ns_coeffs.h"

@@ -67,9 +67,9 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
  * whatever the table. On small wide matrices whose singular values spread over [1e-4, 1] the
  * exposure bound is not enough in bf16: R's few eigenvalues carry G's rounding (about 4e-3 of
  * |G|) on eigenvalues down to 1e-8, and with the steeper tables a segment of two steps already
- * turns it into a diverging one. Found by test_xcheck (seeds 14154: the aol table on 2 x 5, |O|
- * 25x the update; 70174: polar_express x8 on 3 x 7, Inf; 21012: polar_express x6 on 3 x 16,
- * 0.066 off). On 60 drawn spectra per shape (tests/unit/test_ns_bf16.c,
+ * turns it into a diverging one. Found by test_xcheck (seeds 14154: the aol table on 2 x 5,
+ * relative error 19 against fp64; 70174: polar_express x8 on 3 x 7, Inf; 21012: polar_express x6 on
+ * 3 x 16, 0.066 off). On 60 drawn spectra per shape (tests/unit/test_ns_bf16.c,
  * bf16_gram_small_wide_spread_spectra_every_table, with more seeds) polar_express's 5, 6 and 8
  * steps diverged (|O| up to 1e18 times the fp64 result, NaN) up to 12 x 30, the aol table's ran
  * 0.4-160 from fp64 where standard bf16 was 0.05-0.2 up to 16 x 40; on 40 per shape from 20 x 50
@@ -78,7 +78,11 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
  * (polar_express before every step, the aol table before steps 1 and 3) would cost the aol table
  * one more restart (3 m^2 n) at 1408 x 4096, where gram+aol's 1.55x target has no margin
  * (docs/performance.md); a rule per table name cannot be had here (the mask is a function of the
- * coefficients, shared by the CPU paths, the CUDA driver and the FLOP count). Up to m = 64 the
+ * coefficients, shared by the CPU paths, the CUDA driver and the FLOP count); `auto` keeping
+ * `standard` on such shapes (kernels/cpu/ns_variant_table.c) would leave an explicit `gram`
+ * diverging; a check of the result (|O|_F^2 <= m (1 + slack), else the standard iteration again)
+ * would catch a diverged result but not surely one 0.066 off (seed 21012), whose norm need not be
+ * off, and needs a second iteration and a FLOP report in every path. Up to m = 64 the
  * restarts cost little: Gram then does the standard iteration's FLOPs (3 m^2 n + m^3 per step
  * with symmetric products), and a 64 x 8192 matrix's whole Newton-Schulz (5 quintic steps,
  * 0.51 GFLOP) is 0.5 % of a 1408 x 4096 one's under Gram (104 GFLOP); 64 is 4x the largest m that

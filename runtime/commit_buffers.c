@@ -308,6 +308,10 @@ shardopt_status_t commit_param_stats_alloc(shardopt_runtime_t rt)
     for (int i = 0; i < rt->nparams; i++) {
         struct shardopt_param *p = rt->params[i];
         p->grad_norm_last = p->update_rms_last = NAN;
+        /* each copy at its own 64-byte boundary: after a bf16 tensor of odd length an fp32
+         * copy started 2 bytes off its alignment, and the step's reads of it were misaligned
+         * (UBSan, test_xcheck's mixed dtypes with param_stats) */
+        bytes = (bytes + 63) & ~(size_t)63;
         p->off_snapshot = bytes;
         bytes += (size_t)p->layout.local_numel * kdtype_size(p->param_dtype);
     }

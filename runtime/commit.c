@@ -431,8 +431,6 @@ static shardopt_status_t commit_run(shardopt_runtime_t rt)
 
 shardopt_status_t shardopt_commit(shardopt_runtime_t rt)
 {
-    if (rt == NULL)
-        return commit_run(rt); /* refused there, naming what is NULL */
     const shardopt_status_t claimed = rt_claim(rt, "commit");
     if (claimed != SHARDOPT_OK)
         return claimed;

@@ -464,6 +464,8 @@ shardopt_status_t rt_mpi_live(const char *what)
 shardopt_status_t rt_claim(struct shardopt_runtime *rt, const char *call)
 {
     const char *running = NULL;
+    if (rt == NULL) /* nothing to claim: the call itself refuses it, naming what is NULL */
+        return SHARDOPT_OK;
     if (atomic_compare_exchange_strong(&rt->busy, &running, call))
         return SHARDOPT_OK;
     /* two threads in one runtime: the step read pointers and state the other was changing (two
@@ -474,7 +476,11 @@ shardopt_status_t rt_claim(struct shardopt_runtime *rt, const char *call)
                     call, running);
 }
 
-void rt_release(struct shardopt_runtime *rt) { atomic_store(&rt->busy, NULL); }
+void rt_release(struct shardopt_runtime *rt)
+{
+    if (rt != NULL)
+        atomic_store(&rt->busy, NULL);
+}
 
 shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what)
 {

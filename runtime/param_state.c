@@ -207,39 +207,34 @@ static shardopt_status_t set_step_run(shardopt_param_t param, uint64_t step)
 shardopt_status_t shardopt_param_get_state(shardopt_param_t param, shardopt_state_kind_t kind,
                                            void *buf, size_t bytes, shardopt_dtype_t dtype)
 {
-    if (param == NULL)
-        return get_state_run(param, kind, buf, bytes,
-                             dtype); /* refused there, naming what is NULL */
-    const shardopt_status_t claimed = rt_claim(param->rt, "param_get_state");
+    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
+    const shardopt_status_t claimed = rt_claim(rt, "param_get_state");
     if (claimed != SHARDOPT_OK)
         return claimed;
     const shardopt_status_t status = get_state_run(param, kind, buf, bytes, dtype);
-    rt_release(param->rt);
+    rt_release(rt);
     return status;
 }
 
 shardopt_status_t shardopt_param_set_state(shardopt_param_t param, shardopt_state_kind_t kind,
                                            const void *buf, size_t bytes, shardopt_dtype_t dtype)
 {
-    if (param == NULL)
-        return set_state_run(param, kind, buf, bytes,
-                             dtype); /* refused there, naming what is NULL */
-    const shardopt_status_t claimed = rt_claim(param->rt, "param_set_state");
+    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
+    const shardopt_status_t claimed = rt_claim(rt, "param_set_state");
     if (claimed != SHARDOPT_OK)
         return claimed;
     const shardopt_status_t status = set_state_run(param, kind, buf, bytes, dtype);
-    rt_release(param->rt);
+    rt_release(rt);
     return status;
 }
 
 shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step)
 {
-    if (param == NULL)
-        return set_step_run(param, step); /* refused there, naming what is NULL */
-    const shardopt_status_t claimed = rt_claim(param->rt, "param_set_step");
+    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
+    const shardopt_status_t claimed = rt_claim(rt, "param_set_step");
     if (claimed != SHARDOPT_OK)
         return claimed;
     const shardopt_status_t status = set_step_run(param, step);
-    rt_release(param->rt);
+    rt_release(rt);
     return status;
 }

@@ -447,8 +447,6 @@ shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt, const shardopt_par
 shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,
                                     shardopt_param_t *param_p)
 {
-    if (rt == NULL)
-        return register_run(rt, desc, param_p); /* refused there, naming what is NULL */
     const shardopt_status_t claimed = rt_claim(rt, "register");
     if (claimed != SHARDOPT_OK)
         return claimed;
@@ -459,13 +457,12 @@ shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_
 
 shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data, const void *grad)
 {
-    if (param == NULL)
-        return set_pointers_run(param, data, grad); /* refused there, naming what is NULL */
-    const shardopt_status_t claimed = rt_claim(param->rt, "param_set_pointers");
+    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
+    const shardopt_status_t claimed = rt_claim(rt, "param_set_pointers");
     if (claimed != SHARDOPT_OK)
         return claimed;
     const shardopt_status_t status = set_pointers_run(param, data, grad);
-    rt_release(param->rt);
+    rt_release(rt);
     return status;
 }
 
@@ -473,9 +470,6 @@ shardopt_status_t shardopt_params_set_pointers(shardopt_runtime_t rt, int n,
                                                const shardopt_param_t *params, void *const *data,
                                                const void *const *grad)
 {
-    if (rt == NULL)
-        return params_set_pointers_run(rt, n, params, data,
-                                       grad); /* refused there, naming what is NULL */
     const shardopt_status_t claimed = rt_claim(rt, "params_set_pointers");
     if (claimed != SHARDOPT_OK)
         return claimed;

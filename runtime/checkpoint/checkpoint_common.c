@@ -141,8 +141,6 @@ const char *ckpt_shape_text(char *out, size_t len, const int64_t shape3[3], int 
 static shardopt_status_t claimed_run(shardopt_runtime_t rt, const char *dir, const char *call,
                                      shardopt_status_t (*run)(shardopt_runtime_t, const char *))
 {
-    if (rt == NULL)
-        return run(rt, dir); /* refused there, naming what is NULL */
     const shardopt_status_t claimed = rt_claim(rt, call);
     if (claimed != SHARDOPT_OK)
         return claimed;

@@ -540,15 +540,12 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
 
 shardopt_status_t shardopt_step(shardopt_runtime_t rt, const shardopt_step_args_t *args)
 {
-    if (rt != NULL) {
-        const shardopt_status_t claimed = rt_claim(rt, "step");
-        if (claimed != SHARDOPT_OK)
-            return claimed;
-    }
+    const shardopt_status_t claimed = rt_claim(rt, "step");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
     const shardopt_status_t status = step_run(rt, args);
-    if (rt != NULL) { /* copies after the step (a save) are not the step's */
+    if (rt != NULL) /* copies after the step (a save) are not the step's */
         timeline_end(&rt->timeline);
-        rt_release(rt);
-    }
+    rt_release(rt);
     return status;
 }

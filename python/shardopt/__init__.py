@@ -1271,18 +1271,13 @@ class Optimizer:
     def save(self, directory):
         """Save the optimizer state (collective). Saving again at the step `latest` already
         names is refused with SaveRefused (nothing written), not an I/O error."""
-        path, bad = self._dir_text(directory, "save")
         try:
-            _check("save", self._lib.shardopt_save(self._rt, path))
+            self._checkpoint_call("save", self._lib.shardopt_save, directory)
         except Error as e:
-            if bad is not None:
-                raise bad from e
             # a committed runtime's save has one invalid-state refusal: that step is latest
             if e.status == _ERR_STATE:
                 raise SaveRefused(e.status, e.message) from None
             raise
-        if bad is not None:
-            raise bad
 
     # ---- one parameter's optimizer state (not collective) ----------------------------------
 
@@ -1342,14 +1337,21 @@ class Optimizer:
         _check("param_set_step", self._lib.shardopt_param_set_step(self._slot(p).handle, n))
 
     def load(self, directory):
-        path, bad = self._dir_text(directory, "load")
+        self._checkpoint_call("load", self._lib.shardopt_load, directory)
+
+    def _checkpoint_call(self, call, fn, directory):
+        """fn (shardopt_save / shardopt_load) on this runtime and directory, collective: a path
+        holding a NUL byte raises its ValueError after the call (_dir_text), in place of the
+        library's refusal of the "" it was given; on a rank that read rank 0's path instead,
+        after a call that succeeded."""
+        path, bad = self._dir_text(directory, call)
         try:
-            _check("load", self._lib.shardopt_load(self._rt, path))
+            _check(call, fn(self._rt, path))
         except Error as e:
             if bad is not None:
                 raise bad from e
             raise
-        if bad is not None:  # rank 0's path was read, not this rank's: its NUL still refused
+        if bad is not None:
             raise bad
 
     @staticmethod

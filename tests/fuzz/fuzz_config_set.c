@@ -127,8 +127,14 @@ static int keys_in_range(const shardopt_config_t *cfg)
 
 static int cross_field_key(const char *key)
 {
-    return strcmp(key, "ns_coeffs") == 0 || strcmp(key, "ns_steps") == 0 ||
-           strcmp(key, "ns_custom_coeffs") == 0;
+    /* every key a rule of config_check_all reads with another: the table and its steps, aol
+     * with ns_strategy, ns_norm_scale below 1 with aol */
+    static const char *const keys[] = {"ns_coeffs",       "ns_steps",    "ns_custom_coeffs",
+                                       "ns_precondition", "ns_strategy", "ns_norm_scale"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(key, keys[i]) == 0)
+            return 1;
+    return 0;
 }
 
 /* "SHARDOPT_" + key in upper case names this line's variable. */

@@ -299,7 +299,7 @@ typedef struct shardopt_param_desc {
         .algo = SHARDOPT_ALGO_AUTO, .lr_mult = 1.0, .wd_mult = 1.0,                                \
     }
 
-#define SHARDOPT_STEP_ARGS_VERSION 3
+#define SHARDOPT_STEP_ARGS_VERSION 4
 
 typedef struct shardopt_step_args {
     size_t size;
@@ -331,6 +331,18 @@ typedef struct shardopt_step_args {
      *  mu (and Nesterov's g + mu M). < 0 (default): the config's momentum. Must be the same on
      *  every rank, as every argument. */
     double momentum;
+
+    /* Version 4 */
+    /** AdamW's beta1, beta2 and eps for this step, as torch.optim.AdamW reads its group's betas
+     *  and eps at every step (OneCycleLR / CyclicLR with cycle_momentum cycle beta1): the
+     *  moments take this step's betas (m = beta1 m + (1 - beta1) g, v likewise) and so does
+     *  the bias correction, 1 - beta^t with t this tensor's step count, exactly as torch's.
+     *  < 0 (default): the config's adamw_beta1 / adamw_beta2 / adamw_eps. Otherwise betas in
+     *  [0, 1) and eps in (0, 1], the config's ranges; the same on every rank, as every
+     *  argument. */
+    double adamw_beta1;
+    double adamw_beta2;
+    double adamw_eps;
 } shardopt_step_args_t;
 
 /** args.lr as SHARDOPT_STEP_ARGS_INIT leaves it: not a learning rate, refused by the step (a
@@ -341,7 +353,8 @@ typedef struct shardopt_step_args {
     {                                                                                              \
         .size = sizeof(shardopt_step_args_t), .version = SHARDOPT_STEP_ARGS_VERSION,               \
         .lr = SHARDOPT_LR_UNSET, .adamw_lr = -1.0, .weight_decay = -1.0, .stream = NULL,           \
-        .max_grad_norm = 0.0, .skip_missing_grads = 0, .momentum = -1.0,                           \
+        .max_grad_norm = 0.0, .skip_missing_grads = 0, .momentum = -1.0, .adamw_beta1 = -1.0,      \
+        .adamw_beta2 = -1.0, .adamw_eps = -1.0,                                                    \
     }
 
 #define SHARDOPT_STATS_VERSION 4

@@ -18,6 +18,12 @@ static const char *const slot_names[ARGS_AGREE_N] = {
     [ARGS_AGREE_ADAMW_WD] = "args.weight_decay (AdamW's, in effect: a negative value is the "
                             "config's adamw_weight_decay)",
     [ARGS_AGREE_MOMENTUM] = "args.momentum (in effect: a negative value is the config's momentum)",
+    [ARGS_AGREE_ADAMW_BETA1] = "args.adamw_beta1 (in effect: a negative value is the config's "
+                               "adamw_beta1)",
+    [ARGS_AGREE_ADAMW_BETA2] = "args.adamw_beta2 (in effect: a negative value is the config's "
+                               "adamw_beta2)",
+    [ARGS_AGREE_ADAMW_EPS] = "args.adamw_eps (in effect: a negative value is the config's "
+                             "adamw_eps)",
     [ARGS_AGREE_MAX_GRAD_NORM] = "args.max_grad_norm (in effect: <= 0 is no clipping)",
     [ARGS_AGREE_SKIP_MISSING] = "args.skip_missing_grads",
     [ARGS_AGREE_STEPS] = "the runtime's step counter (stats.steps)",

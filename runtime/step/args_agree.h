@@ -16,6 +16,9 @@ enum args_agree_slot {
     ARGS_AGREE_MUON_WD,
     ARGS_AGREE_ADAMW_WD,
     ARGS_AGREE_MOMENTUM,
+    ARGS_AGREE_ADAMW_BETA1,
+    ARGS_AGREE_ADAMW_BETA2,
+    ARGS_AGREE_ADAMW_EPS,
     ARGS_AGREE_MAX_GRAD_NORM,
     ARGS_AGREE_SKIP_MISSING,
     ARGS_AGREE_STEPS, /* the runtime's step counter (stats.steps) */

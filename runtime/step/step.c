@@ -26,9 +26,44 @@ struct step_scalars {
     double lr, adamw_lr;
     double muon_wd, adamw_wd;
     double max_grad_norm;
-    int skip_missing; /* skip_missing_grads */
-    double momentum;  /* Muon's mu: args.momentum, or the config's */
+    int skip_missing;         /* skip_missing_grads */
+    double momentum;          /* Muon's mu: args.momentum, or the config's */
+    double beta1, beta2, eps; /* AdamW's: args.adamw_*, or the config's */
 };
+
+/* A version 4 field of args, or -1 (the config's) where the caller's struct predates it. */
+#define STEP_ARG_V4(args, f)                                                                       \
+    ((args)->version >= 4 && (args)->size >= offsetof(shardopt_step_args_t, f) + sizeof(double)    \
+         ? (args)->f                                                                               \
+         : -1.0)
+
+/* args.adamw_beta1 / beta2 / eps: < 0 the config's, else the config's own range for the key
+ * ([0, 1) for the betas, (0, 1] for eps); -inf and NaN are a computation gone wrong, not "the
+ * config's". */
+static shardopt_status_t step_adamw_hparams(const shardopt_runtime_t rt,
+                                            const shardopt_step_args_t *args,
+                                            struct step_scalars *sc)
+{
+    const double b1 = STEP_ARG_V4(args, adamw_beta1), b2 = STEP_ARG_V4(args, adamw_beta2),
+                 eps = STEP_ARG_V4(args, adamw_eps);
+    const char *const names[2] = {"adamw_beta1", "adamw_beta2"};
+    const double betas[2] = {b1, b2};
+    for (int k = 0; k < 2; k++)
+        if (!(betas[k] < 1 && isfinite(betas[k])))
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "step: %s = %g: accepted a finite value < 0 (the config's) or a value "
+                            "in [0, 1); nothing was updated",
+                            names[k], betas[k]);
+    if (!(eps <= 1 && eps != 0 && isfinite(eps)))
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: adamw_eps = %g: accepted a finite value < 0 (the config's) or a "
+                        "value in (0, 1]; nothing was updated",
+                        eps);
+    sc->beta1 = b1 < 0 ? rt->cfg.adamw_beta1 : b1;
+    sc->beta2 = b2 < 0 ? rt->cfg.adamw_beta2 : b2;
+    sc->eps = eps < 0 ? rt->cfg.adamw_eps : eps;
+    return SHARDOPT_OK;
+}
 
 /* Device backends: each parameter's data and grad where the step uses them (the device with
  * offload none or optimizer, the host with offload = cpu), checked when a pointer changes. A
@@ -140,6 +175,9 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "step: max_grad_norm = %g: accepted <= 0 (no clipping) or a finite value",
                         max_norm);
+    const shardopt_status_t hp = step_adamw_hparams(rt, args, sc);
+    if (hp != SHARDOPT_OK)
+        return hp;
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->layout.local_numel > 0 && (p->data == NULL || (p->grad == NULL && !skip_missing)))
@@ -178,6 +216,9 @@ static void adamw_kernel(shardopt_runtime_t rt, const struct state_range *r, voi
     const struct shardopt_param *p = r->p;
     const shardopt_config_t *c = &rt->cfg;
     const double t = (double)(p->step + 1);
+    /* this step's betas in the bias correction too, as torch.optim.AdamW computes 1 - beta^t
+     * with the betas its group holds now (a beta1 cycled by OneCycleLR) */
+    const double b1 = sc->beta1, b2 = sc->beta2;
     /* 1-D tensors (norms, biases) take no decay unless weight_decay_1d: a norm weight at 1.0
      * would shrink toward 0 with no gradient at all */
     const double wd1 = p->layout.ndim == 1 && !c->weight_decay_1d ? 0.0 : 1.0;
@@ -197,13 +238,13 @@ static void adamw_kernel(shardopt_runtime_t rt, const struct state_range *r, voi
         .state_rounding = c->momentum_rounding,
         .rng_m = rng_stream_make(c->seed, p->name_hash, RNG_KIND_EXP_AVG, p->step + 1),
         .rng_v = rng_stream_make(c->seed, p->name_hash, RNG_KIND_EXP_AVG_SQ, p->step + 1),
-        .beta1 = (float)c->adamw_beta1,
-        .beta2 = (float)c->adamw_beta2,
-        .one_minus_beta1 = (float)(1.0 - c->adamw_beta1),
-        .one_minus_beta2 = (float)(1.0 - c->adamw_beta2),
-        .eps = (float)c->adamw_eps,
-        .step_size = (float)(lr / (1.0 - pow(c->adamw_beta1, t))),
-        .bc2_rsqrt = (float)(1.0 / sqrt(1.0 - pow(c->adamw_beta2, t))),
+        .beta1 = (float)b1,
+        .beta2 = (float)b2,
+        .one_minus_beta1 = (float)(1.0 - b1),
+        .one_minus_beta2 = (float)(1.0 - b2),
+        .eps = (float)sc->eps,
+        .step_size = (float)(lr / (1.0 - pow(b1, t))),
+        .bc2_rsqrt = (float)(1.0 / sqrt(1.0 - pow(b2, t))),
         .decay = (float)(1.0 - lr * wd),
         .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
         .idx = elem_index_map_at(&p->index_map, r->off),
@@ -379,6 +420,9 @@ static void step_agreed_values(shardopt_runtime_t rt, const struct step_scalars 
     vals[ARGS_AGREE_MUON_WD] = sc->muon_wd;
     vals[ARGS_AGREE_ADAMW_WD] = sc->adamw_wd;
     vals[ARGS_AGREE_MOMENTUM] = sc->momentum;
+    vals[ARGS_AGREE_ADAMW_BETA1] = sc->beta1;
+    vals[ARGS_AGREE_ADAMW_BETA2] = sc->beta2;
+    vals[ARGS_AGREE_ADAMW_EPS] = sc->eps;
     vals[ARGS_AGREE_MAX_GRAD_NORM] = sc->max_grad_norm > 0 ? sc->max_grad_norm : 0.0;
     vals[ARGS_AGREE_SKIP_MISSING] = sc->skip_missing;
     vals[ARGS_AGREE_STEPS] = (double)rt->counters.steps;

@@ -28,6 +28,9 @@ static shardopt_step_args_t args_at(void)
     a.weight_decay = 0.1;
     a.momentum = 0.9;
     a.max_grad_norm = 5.0;
+    a.adamw_beta1 = 0.85;
+    a.adamw_beta2 = 0.99;
+    a.adamw_eps = 1e-6;
     return a;
 }
 
@@ -42,6 +45,10 @@ static void ch_lr(shardopt_step_args_t *a) { a->lr = 0.04; }
 static void ch_adamw_lr(shardopt_step_args_t *a) { a->adamw_lr = 0.03; }
 static void ch_wd(shardopt_step_args_t *a) { a->weight_decay = 0.2; }
 static void ch_momentum(shardopt_step_args_t *a) { a->momentum = 0.95; }
+static void ch_beta1(shardopt_step_args_t *a) { a->adamw_beta1 = 0.8; }
+/* -1: the config's 0.95, compared as it takes effect */
+static void ch_beta2(shardopt_step_args_t *a) { a->adamw_beta2 = -1; }
+static void ch_eps(shardopt_step_args_t *a) { a->adamw_eps = 1e-8; }
 static void ch_clip(shardopt_step_args_t *a) { a->max_grad_norm = 0; }
 static void ch_skip(shardopt_step_args_t *a) { a->skip_missing_grads = 1; }
 /* the last bit of lr: what a float32 round-trip in one rank's scheduler does */
@@ -59,6 +66,15 @@ static const struct arg_case cases[] = {
     {"momentum", ch_momentum,
      "args.momentum (in effect: a negative value is the config's "
      "momentum) differs between ranks: rank 0 has 0.9, rank %d has 0.95"},
+    {"adamw_beta1", ch_beta1,
+     "args.adamw_beta1 (in effect: a negative value is the config's adamw_beta1) differs "
+     "between ranks: rank %d has 0.8, rank 0 has 0.85"},
+    {"adamw_beta2", ch_beta2,
+     "args.adamw_beta2 (in effect: a negative value is the config's adamw_beta2) differs "
+     "between ranks: rank %d has 0.95, rank 0 has 0.99"},
+    {"adamw_eps", ch_eps,
+     "args.adamw_eps (in effect: a negative value is the config's adamw_eps) differs "
+     "between ranks: rank %d has 1e-08, rank 0 has 1e-06"},
     {"max_grad_norm", ch_clip,
      "args.max_grad_norm (in effect: <= 0 is no clipping) differs between "
      "ranks: rank %d has 0, rank 0 has 5"},
@@ -161,6 +177,8 @@ TEST(two_spellings_of_the_same_step_agree)
         a.adamw_lr = 0.02;
         a.weight_decay = -5; /* any negative: the config's */
         a.momentum = 0.95;   /* the config's */
+        a.adamw_beta1 = 0.9; /* the config's */
+        a.adamw_eps = -3;
         a.max_grad_norm = -1;
         a.stream = &a; /* a per-rank pointer; ignored on the CPU and not compared */
     }

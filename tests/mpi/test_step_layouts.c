@@ -726,3 +726,88 @@ TEST(a_gradient_missing_on_some_ranks_fails_everywhere)
         run_free(&d);
     }
 }
+
+/* AdamW's betas and eps given per step (step args version 4: a scheduler cycling beta1, as
+ * OneCycleLR does to torch.optim.AdamW) on this layout: every fp32 AdamW tensor, its shards
+ * gathered, follows the fp64 AdamW whose moments and bias correction 1 - beta^t take each step's
+ * betas and eps, as torch.optim.AdamW computes them, and equals one rank stepped with the same
+ * arguments bit for bit. */
+TEST(adamw_betas_changed_between_steps_follow_the_fp64_reference)
+{
+    setup();
+    /* beta1, beta2, eps per step; -1 the config's (0.9, 0.95, 1e-8) */
+    static const double sched[NSTEPS][3] = {
+        {0.95, 0.99, 1e-8}, {0.85, 0.99, 1e-8}, {-1, -1, -1}, {0.5, 0.7, 1e-3}, {0.9, 0.6, 1e-2}};
+    const double lr = 0.02;
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    struct run d = {0}, ref = {0};
+    ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+    if (me == 0)
+        ASSERT_EQ_INT(run_setup(&ref, MPI_COMM_SELF, cfg, 0), SHARDOPT_OK);
+    for (int s = 1; s <= NSTEPS; s++) {
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = lr;
+        args.adamw_beta1 = sched[s - 1][0];
+        args.adamw_beta2 = sched[s - 1][1];
+        args.adamw_eps = sched[s - 1][2];
+        run_grads(&d, s, 0);
+        ASSERT_EQ_INT(shardopt_step(d.rt, &args), SHARDOPT_OK);
+        if (me == 0) {
+            run_grads(&ref, s, 0);
+            ASSERT_EQ_INT(shardopt_step(ref.rt, &args), SHARDOPT_OK);
+        }
+    }
+    int checked = 0;
+    long replica_bad = 0, differ = 0, off = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const struct tparam *t = &model_params[p];
+        if (d.h[p]->algo != SHARDOPT_ALGO_ADAMW || t->dtype != SHARDOPT_DTYPE_FP32)
+            continue;
+        checked++;
+        const int64_t n = t->shape[0] * t->shape[1] * t->shape[2];
+        float *got[3];
+        for (int k = 0; k < 3; k++) {
+            got[k] = me == 0 ? calloc((size_t)n, sizeof(float)) : NULL;
+            replica_bad += gather(&d, p, k, (unsigned char *)got[k]);
+            if (me == 0) {
+                size_t es;
+                differ += memcmp(got[k], kind_data(&ref, p, k, &es), (size_t)n * sizeof(float));
+            }
+        }
+        if (me == 0) {
+            /* decay on matrices only (weight_decay_1d off by default) */
+            const double wd = t->ndim >= 2 ? cfg.adamw_weight_decay : 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                double w = model_value(p, 0, i), m = 0, v = 0;
+                for (int s = 1; s <= NSTEPS; s++) {
+                    const double *h = sched[s - 1];
+                    const double b1 = h[0] < 0 ? cfg.adamw_beta1 : h[0];
+                    const double b2 = h[1] < 0 ? cfg.adamw_beta2 : h[1];
+                    const double eps = h[2] < 0 ? cfg.adamw_eps : h[2];
+                    const double g = model_value(p, s, i);
+                    m = b1 * m + (1 - b1) * g;
+                    v = b2 * v + (1 - b2) * g * g;
+                    w = w * (1 - lr * wd) -
+                        lr / (1 - pow(b1, s)) * m / (sqrt(v) / sqrt(1 - pow(b2, s)) + eps);
+                }
+                const double want[3] = {w, m, v};
+                for (int k = 0; k < 3; k++)
+                    if (!(fabs(got[k][i] - want[k]) <= 1e-5 * fabs(want[k]) + 1e-7)) {
+                        if (off++ < 5)
+                            fprintf(stderr, "  %s kind %d element %lld: %.9g, fp64 %.9g\n", t->name,
+                                    k, (long long)i, got[k][i], want[k]);
+                    }
+            }
+        }
+        for (int k = 0; k < 3; k++)
+            free(got[k]);
+    }
+    EXPECT_TRUE(checked >= 3); /* the embedding, the head, 1-D norms and biases */
+    if (me == 0) {
+        EXPECT_EQ_INT(replica_bad, 0);
+        EXPECT_EQ_INT(differ, 0);
+        EXPECT_EQ_INT(off, 0);
+        run_free(&ref);
+    }
+    run_free(&d);
+}

@@ -283,3 +283,106 @@ TEST(param_stats_copies_after_an_odd_bf16_tensor_stay_aligned)
     EXPECT_NEAR(ps.update_rms, sqrt(sum / (8 * 16)), 1e-12);
     shardopt_finalize(rt);
 }
+
+/* args.adamw_beta1 / beta2 / eps (version 4) are this step's, as torch.optim.AdamW reads its
+ * group's betas and eps at every step (OneCycleLR cycling beta1): a first step with (0.8, 0.99,
+ * 1e-6) in the args writes the bits of a runtime configured with them; after it, each step's
+ * betas and eps (and the config's for < 0, and for a version 3 struct, which has no such fields)
+ * drive the moments and the bias correction 1 - beta^t of the double reference. Out-of-range
+ * values are refused by name with nothing written. */
+TEST(step_betas_and_eps_override_the_config)
+{
+    enum { N = 300 };
+    static float wa[N], wb[N], g[N], before[N], m[N], v[N];
+    double rw[N], rm[N] = {0}, rv[N] = {0};
+    uint64_t seed = 11;
+    for (int i = 0; i < N; i++) {
+        wa[i] = wb[i] = (float)test_rand(&seed);
+        rw[i] = wb[i];
+    }
+    shardopt_config_t ca = SHARDOPT_CONFIG_INIT, cb = SHARDOPT_CONFIG_INIT;
+    ca.adamw_beta1 = 0.8;
+    ca.adamw_beta2 = 0.99;
+    ca.adamw_eps = 1e-6;
+    shardopt_runtime_t ra = fixture_runtime(&ca), rb = fixture_runtime(&cb);
+    shardopt_param_desc_t da = fixture_desc("b.bias", 1, N, 1, 0, wa, g);
+    shardopt_param_desc_t db = fixture_desc("b.bias", 1, N, 1, 0, wb, g);
+    shardopt_param_t ha, hb;
+    ASSERT_EQ_INT(shardopt_register(ra, &da, &ha), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_register(rb, &db, &hb), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(ra), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rb), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT, b = SHARDOPT_STEP_ARGS_INIT;
+    EXPECT_TRUE(b.adamw_beta1 < 0 && b.adamw_beta2 < 0 && b.adamw_eps < 0);
+    /* step 1 as a runtime configured with them; steps 2.. a cycled beta1, the config's (< 0), a
+     * beta2 and eps of the step's, and a version 3 struct (the config's: fields past its size) */
+    const double sched[6][3] = {{0.8, 0.99, 1e-6}, {0.85, 0.99, 1e-6}, {0.95, -1, -1},
+                                {-1, -1, -1},      {0.5, 0.6, 1e-3},   {0.3, 0.2, 1e-2}};
+    for (int s = 0; s < 6; s++) {
+        for (int i = 0; i < N; i++)
+            g[i] = (float)(test_rand(&seed) * (i % 5 == 0 ? 1e-4 : 1.0));
+        b.lr = a.lr = 0.01;
+        b.adamw_beta1 = sched[s][0];
+        b.adamw_beta2 = sched[s][1];
+        b.adamw_eps = sched[s][2];
+        double b1 = b.adamw_beta1 < 0 ? 0.9 : b.adamw_beta1;
+        double b2 = b.adamw_beta2 < 0 ? 0.95 : b.adamw_beta2;
+        double eps = b.adamw_eps < 0 ? 1e-8 : b.adamw_eps;
+        if (s == 5) {
+            b.version = 3;
+            b.size = offsetof(shardopt_step_args_t, adamw_beta1);
+            b1 = 0.9, b2 = 0.95, eps = 1e-8;
+        }
+        const double t = s + 1, lr = 0.01;
+        for (int i = 0; i < N; i++) {
+            rm[i] = b1 * rm[i] + (1 - b1) * g[i];
+            rv[i] = b2 * rv[i] + (1 - b2) * (double)g[i] * g[i];
+            /* no decay: a 1-D tensor without weight_decay_1d */
+            rw[i] -= lr / (1 - pow(b1, t)) * rm[i] / (sqrt(rv[i]) / sqrt(1 - pow(b2, t)) + eps);
+        }
+        ASSERT_EQ_INT(shardopt_step(rb, &b), SHARDOPT_OK);
+        if (s == 0) {
+            ASSERT_EQ_INT(shardopt_step(ra, &a), SHARDOPT_OK);
+            EXPECT_TRUE(memcmp(wa, wb, sizeof wa) == 0);
+        }
+    }
+    ASSERT_EQ_INT(
+        shardopt_param_get_state(hb, SHARDOPT_STATE_EXP_AVG, m, sizeof m, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_OK);
+    ASSERT_EQ_INT(
+        shardopt_param_get_state(hb, SHARDOPT_STATE_EXP_AVG_SQ, v, sizeof v, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_OK);
+    double em = 0, ev = 0, ew = 0;
+    for (int i = 0; i < N; i++) {
+        em = fmax(em, fabs(m[i] - rm[i]) / (fabs(rm[i]) + 1e-6));
+        ev = fmax(ev, fabs(v[i] - rv[i]) / (fabs(rv[i]) + 1e-12));
+        ew = fmax(ew, fabs(wb[i] - rw[i]) / (fabs(rw[i]) + 0.01)); /* lr: an update's size */
+    }
+    EXPECT_TRUE(em < 1e-5);
+    EXPECT_TRUE(ev < 1e-5);
+    EXPECT_TRUE(ew < 1e-5);
+    b = (shardopt_step_args_t)SHARDOPT_STEP_ARGS_INIT;
+    b.lr = 0.01;
+    memcpy(before, wb, sizeof wb);
+    const struct {
+        double *field, value;
+        const char *text;
+    } bad[] = {{&b.adamw_beta1, 1.0, "adamw_beta1 = 1: accepted"},
+               {&b.adamw_beta1, NAN, "adamw_beta1 = nan"},
+               {&b.adamw_beta2, 1.5, "adamw_beta2 = 1.5"},
+               {&b.adamw_beta2, -INFINITY, "adamw_beta2 = -inf"},
+               {&b.adamw_eps, 0.0,
+                "adamw_eps = 0: accepted a finite value < 0 (the config's) "
+                "or a value in (0, 1]"},
+               {&b.adamw_eps, 2.0, "adamw_eps = 2"},
+               {&b.adamw_eps, INFINITY, "adamw_eps = inf"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        *bad[k].field = bad[k].value;
+        EXPECT_EQ_INT(shardopt_step(rb, &b), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), bad[k].text);
+        EXPECT_TRUE(memcmp(before, wb, sizeof wb) == 0);
+        *bad[k].field = -1.0;
+    }
+    shardopt_finalize(ra);
+    shardopt_finalize(rb);
+}

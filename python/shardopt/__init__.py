@@ -79,12 +79,13 @@ class _Desc(ctypes.Structure):  # shardopt_param_desc_t, version 1
                 ("lr_mult", ctypes.c_double), ("wd_mult", ctypes.c_double)]
 
 
-class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 3
+class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 4
     _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
                 ("lr", ctypes.c_double), ("adamw_lr", ctypes.c_double),
                 ("weight_decay", ctypes.c_double), ("stream", ctypes.c_void_p),
                 ("max_grad_norm", ctypes.c_double), ("skip_missing_grads", ctypes.c_int),
-                ("momentum", ctypes.c_double)]
+                ("momentum", ctypes.c_double), ("adamw_beta1", ctypes.c_double),
+                ("adamw_beta2", ctypes.c_double), ("adamw_eps", ctypes.c_double)]
 
 
 class _Stats(ctypes.Structure):  # shardopt_stats_t, version 4 (size says how much to fill)
@@ -843,7 +844,7 @@ class Optimizer:
         self.seconds_call_last = 0.0  # wall time of the last shardopt_step call
         self._fast = None  # what step() compares instead of checking again (_fast_rows)
         self._ext = _fast_ext()  # _follow_rows and the step call in C, or None
-        self._args = _StepArgs(size=ctypes.sizeof(_StepArgs), version=3)
+        self._args = _StepArgs(size=ctypes.sizeof(_StepArgs), version=4)
         self._args_ref, self._step_fn = ctypes.byref(self._args), lib.shardopt_step
         self._c_args = ctypes.addressof(self._args)  # the same struct and call, for _fast.c
         self._c_step = ctypes.cast(lib.shardopt_step, ctypes.c_void_p).value
@@ -1133,7 +1134,7 @@ class Optimizer:
         return True
 
     def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None,
-             skip_missing_grads=False, momentum=-1.0):
+             skip_missing_grads=False, momentum=-1.0, adamw_betas=None, adamw_eps=-1.0):
         """One optimizer step (collective). stream: a CUDA stream (torch.cuda.Stream or a
         raw handle) for the CUDA backend. Every parameter's buffers are checked again first
         (_sync) unless nothing moved since the last check (_follow); parameters from
@@ -1142,7 +1143,11 @@ class Optimizer:
         it is (values, state, step count), as torch.optim does; None on some ranks only fails
         the step on every rank (Error, status -4). Pass the same value on every rank.
         momentum: Muon's mu for this step, in [0, 1) (a warmup written every step); < 0: the
-        config's."""
+        config's. adamw_betas: (beta1, beta2) of the AdamW tensors for this step, each in
+        [0, 1) or < 0 for the config's (None: both the config's); adamw_eps: their eps, in
+        (0, 1], < 0 the config's. The moments and the bias correction 1 - beta^t take this
+        step's values, as torch.optim.AdamW reads its group's betas and eps at every step."""
+        b1, b2 = (-1.0, -1.0) if adamw_betas is None else adamw_betas
         if stream is None and self._cuda:  # torch's convention: the current stream
             import torch
             stream = torch.cuda.current_stream()
@@ -1151,8 +1156,10 @@ class Optimizer:
         f = self._fast
         if f is not None and f.step is not None:
             # _follow and the step below in one C call (_fast.c), where nothing else is needed;
-            # the C call fills every field but momentum, set here in the struct it shares
-            self._args.momentum = momentum
+            # the C call fills every field but momentum and AdamW's betas and eps, set here in
+            # the struct it shares
+            a = self._args
+            a.momentum, a.adamw_beta1, a.adamw_beta2, a.adamw_eps = momentum, b1, b2, adamw_eps
             done = f.step(skip_missing_grads, lr, adamw_lr, weight_decay, max_grad_norm, stream)
             if done is not None:
                 f.grads[:] = f.gone  # held through the step only (_let_grads_go)
@@ -1177,6 +1184,7 @@ class Optimizer:
         a.lr, a.adamw_lr, a.weight_decay, a.stream = lr, adamw_lr, weight_decay, stream
         a.max_grad_norm, a.skip_missing_grads = max_grad_norm, int(bool(skip_missing_grads))
         a.momentum = momentum  # Muon's mu for this step (a warmup); < 0: the config's
+        a.adamw_beta1, a.adamw_beta2, a.adamw_eps = b1, b2, adamw_eps  # < 0: the config's
         if refused:
             # the step is collective: this rank still goes on to it, with arguments the library
             # refuses before touching any buffer, so that it fails on every rank instead of the

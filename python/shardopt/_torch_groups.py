@@ -1,7 +1,9 @@
 """shardopt.torch.Muon's param groups as the script sees them against the runtimes that step
-them: the warning where a group given is split by algorithm, and the pairing of opt.param_groups
-with the runtimes when the script reorders or replaces that list. Apart from torch.py, which
-holds the optimizer and its step."""
+them: the warning where a group given is split by algorithm, the pairing of opt.param_groups
+with the runtimes when the script reorders or replaces that list, and an AdamW group's betas,
+eps and momentum as each step reads them. Apart from torch.py, which holds the optimizer and
+its step."""
+import math
 import operator
 import warnings
 
@@ -69,3 +71,61 @@ def _pair_groups(opt):
     opt._frozen = [opt._frozen[i] for i in order]
     opt._paired = list(groups)
     opt._plan = None
+
+
+def _adamw_beta1(gi, g, last):
+    """An AdamW group's beta1 for this step. Its "momentum" key is beta1 too: OneCycleLR and
+    CyclicLR with cycle_momentum=True (their default) write every group's "momentum" where the
+    optimizer's defaults have no "betas" (this optimizer's are torch.optim.Muon's, so that they
+    cycle the Muon groups' momentum), and torch's Adam-family optimizers take that cycled
+    momentum as beta1. last is the beta1 both keys held after the last step (or construction,
+    or load_state_dict): whichever of the two changed since is the new beta1 (the caller
+    writes it into the other, _adamw_sync); both changed to different values is refused, since
+    which one the script meant cannot be told."""
+    mu, b1 = g["momentum"], g["betas"][0]
+    if mu is not last and mu != last:
+        if b1 is not last and b1 != last and b1 != mu:
+            raise ValueError(
+                f"param group {gi} (adamw): momentum changed from {last!r} to {mu!r} and "
+                f"betas[0] to {b1!r} since the last step: an AdamW group's momentum is its "
+                "beta1 (what OneCycleLR / CyclicLR with cycle_momentum=True write), so one "
+                "of the two may change between steps, or both to the same value; nothing was "
+                "stepped")
+        return mu
+    return b1
+
+
+def _adamw_hparams(gi, g, last):
+    """(beta1, beta2, eps) of an AdamW group for this step (_adamw_beta1 for beta1), as
+    floats, checked against torch.optim.AdamW's ranges before any group steps: ValueError
+    naming the group, the key and the value, nothing stepped."""
+    b1 = _adamw_beta1(gi, g, last)
+    betas, eps = g["betas"], g["eps"]
+    try:
+        if len(betas) != 2:
+            raise ValueError
+        b1, b2, e = float(b1), float(betas[1]), float(eps)
+    except (TypeError, ValueError):
+        raise ValueError(f"param group {gi} (adamw): betas = {betas!r}, eps = {eps!r}: "
+                         "betas is a pair of numbers and eps a number; nothing was "
+                         "stepped") from None
+    for k, v in (("beta1 (betas[0], or the momentum key, which is beta1)", b1),
+                 ("beta2 (betas[1])", b2)):
+        if not 0.0 <= v < 1.0:  # NaN too
+            raise ValueError(f"param group {gi} (adamw): {k} = {v!r}: accepted [0, 1); "
+                             "nothing was stepped")
+    if not (0.0 < e <= 1.0 and math.isfinite(e)):
+        raise ValueError(f"param group {gi} (adamw): eps = {e!r}: accepted (0, 1] (the "
+                         "library's range for adamw_eps); nothing was stepped")
+    return b1, b2, e
+
+
+def _adamw_sync(g, b1):
+    """Both of an AdamW group's beta1 keys hold b1 (this step's), where one does not: the
+    momentum a scheduler wrote goes into betas[0], as torch.optim.AdamW's group would hold it,
+    and a betas[0] written by hand into momentum."""
+    if g["momentum"] != b1:
+        g["momentum"] = b1
+    betas = g["betas"]
+    if betas[0] != b1:
+        g["betas"] = (b1, *tuple(betas)[1:])

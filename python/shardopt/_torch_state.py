@@ -7,7 +7,7 @@ from collections.abc import MutableMapping
 
 import torch
 
-from shardopt._torch_groups import _pair_groups
+from shardopt._torch_groups import _adamw_beta1, _adamw_sync, _pair_groups
 
 _KINDS = {"muon": ("momentum",), "adamw": ("exp_avg", "exp_avg_sq")}
 _TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -174,7 +174,13 @@ def _state_dict(opt):
     for pre_hook in opt._optimizer_state_dict_pre_hooks.values():
         pre_hook(opt)
     state, groups, idx = {}, [], 0
-    for g, (rt, slots, _) in zip(opt.param_groups, opt._runtimes):
+    for gi, (g, (rt, slots, _)) in enumerate(zip(opt.param_groups, opt._runtimes)):
+        if g["algo"] == "adamw":
+            # a momentum the scheduler wrote since the last step goes into betas[0] now, as
+            # the next step would take it, so that the saved group says which beta1 is next
+            b1 = _adamw_beta1(gi, g, opt._beta1[rt])
+            _adamw_sync(g, b1)
+            opt._beta1[rt] = b1
         gs = {k: v for k, v in g.items() if k != "params"}
         gs["params"] = list(range(idx, idx + len(g["params"])))
         gs["shardopt_steps"] = rt.stats()["steps"]
@@ -225,8 +231,6 @@ def _load_state_dict(opt, state_dict):
                                  "torch.optim")
         for k, v in fixed.items():
             w = sg.get(k, v)
-            if (g["algo"], k) == ("adamw", "momentum"):
-                continue  # the defaults' momentum, which AdamW does not use: not restored
             if w != v and not (isinstance(v, tuple) and tuple(w) == v):
                 raise ValueError(f"param group {gi}: {k} = {w!r} in the state dict, {v!r} "
                                  "here: it is fixed when the optimizer is made; make it "
@@ -278,10 +282,14 @@ def _load_state_dict(opt, state_dict):
             rt.set_step(sp, value)
         else:
             rt.set_state(sp, kind, value)
-    for g, sg in zip(opt.param_groups, saved):
+    for g, sg, (rt, _, _) in zip(opt.param_groups, saved, opt._runtimes):
         for k, v in sg.items():
             if k not in ("params", "shardopt_steps") and \
                     (g["algo"], k) != ("adamw", "momentum"):
                 g[k] = tuple(v) if k == "betas" else v
+        if g["algo"] == "adamw":
+            # the saved betas and eps, read at the next step; its momentum key is the saved
+            # beta1 (a state saved before momentum was beta1 holds Muon's default there)
+            g["momentum"] = opt._beta1[rt] = g["betas"][0]
     for post_hook in opt._optimizer_load_state_dict_post_hooks.values():
         post_hook(opt)

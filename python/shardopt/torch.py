@@ -18,7 +18,7 @@ import torch
 
 import shardopt as _so
 from shardopt._torch_config import _check_hp, _dion_defaults, _muon_config, _torch_defaults
-from shardopt._torch_groups import _pair_groups, _warn_split
+from shardopt._torch_groups import _adamw_hparams, _adamw_sync, _pair_groups, _warn_split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
 __all__ = ["Muon"]
@@ -28,13 +28,17 @@ __all__ = ["Muon"]
 _ADAMW_NAMES = ["embed", "lm_head", "=output.weight", "wte", "wpe", "tok_embeddings"]
 _HEAD_NAMES = ("lm_head", "output", "head", "classifier")
 # group keys fixed when the group's runtime is made: a scheduler that cycles them is refused
-# (lr, weight_decay and a Muon group's momentum are read at every step)
+# (lr, weight_decay and a Muon group's momentum are read at every step, and an AdamW group's
+# betas, eps and momentum, its beta1: _torch_groups._adamw_hparams)
 _FIXED = {"muon": ("nesterov", "ns_coefficients", "eps", "ns_steps", "adjust_lr_fn"),
-          # an AdamW group holds the defaults' momentum too (torch.optim gives every group
-          # every default): OneCycleLR(cycle_momentum=True) writes it, and AdamW's beta1 is
-          # fixed, so a change is refused rather than ignored
-          "adamw": ("betas", "eps", "momentum")}
+          "adamw": ()}
 _UNSET = object()
+
+
+
+def _nothing(g):  # the fixed keys' getter of a group that has none (itemgetter needs one)
+    return ()
+
 # torch.optim's registries of the global step hooks (register_optimizer_step_pre_hook / post):
 # where a torch version has them elsewhere, every step goes through torch's wrapper (Muon.step)
 _OPTIM = sys.modules.get("torch.optim.optimizer")
@@ -116,12 +120,14 @@ class Muon(torch.optim.Optimizer):
     adamw_weight_decay is given); torch.optim.AdamW's betas= is adamw_betas, foreach= and
     fused= are taken and ignored, maximize / amsgrad / capturable / differentiable refused
     unless False. A Muon group's momentum is read at every step (a warmup takes effect), as
-    lr and weight_decay are. comm: an mpi4py communicator (None: this process alone, no
-    mpi4py needed). config: any other key of docs/config.md, and "preset": "dion" for the
-    library's own defaults. model: classify by module (nn.Embedding and the output head to
-    AdamW) instead of by name. expert(name): which tensors are [E, out, in] expert stacks (with
-    config ep > 1, plain tensors it names are this rank's [E / ep, out, in] share; DTensors on an
-    'ep' mesh dim are found without it: shardopt.torch_params)."""
+    lr and weight_decay are, and an AdamW group's betas and eps, as torch.optim.AdamW reads
+    them; an AdamW group's momentum key is its beta1 (what OneCycleLR / CyclicLR cycle).
+    comm: an mpi4py communicator (None: this process alone, no mpi4py needed). config: any
+    other key of docs/config.md, and "preset": "dion" for the library's own defaults. model:
+    classify by module (nn.Embedding and the output head to AdamW) instead of by name.
+    expert(name): which tensors are [E, out, in] expert stacks (with config ep > 1, plain
+    tensors it names are this rank's [E / ep, out, in] share; DTensors on an 'ep' mesh dim are
+    found without it: shardopt.torch_params)."""
 
     def __init__(self, params, lr=_UNSET, weight_decay=_UNSET, momentum=_UNSET, nesterov=_UNSET,
                  ns_coefficients=_UNSET, eps=_UNSET, ns_steps=_UNSET, adjust_lr_fn=_UNSET,
@@ -182,6 +188,7 @@ class Muon(torch.optim.Optimizer):
         self._model_names = ({id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
                              if model is not None else {})
         self._runtimes = []  # per param group: (its shardopt.Optimizer, [Param] in group order)
+        self._beta1 = {}     # AdamW runtime -> the beta1 of its group's last step (_adamw_beta1)
         self._frozen = []    # per param group: (name, tensor) left out for requires_grad False
         self._plan = None    # what step() reads of the above, made again after add_param_group
         self._paired = []    # the group dicts the runtimes are paired with, in order
@@ -366,6 +373,7 @@ class Muon(torch.optim.Optimizer):
             b1, b2 = g["betas"]
             cfg.update(adamw_beta1=b1, adamw_beta2=b2, adamw_eps=g["eps"],
                        adamw_weight_decay=g["weight_decay"])
+            g["momentum"] = b1  # not the defaults' (Muon's): beta1, which OneCycleLR cycles
         named = [(n, p) for n, p in zip(names, g["params"]) if p.requires_grad]
         # frozen now, unfrozen later (requires_grad_(True)): never registered, so a gradient
         # on one is refused at step() rather than left unapplied
@@ -391,6 +399,8 @@ class Muon(torch.optim.Optimizer):
         rt = _so.Optimizer(sparams, comm=self._comm, config=cfg)
         self._runtimes.append((rt, {id(sp.source): sp for sp in sparams},
                                {k: g[k] for k in _FIXED[g["algo"]]}))
+        if g["algo"] == "adamw":
+            self._beta1[rt] = b1
         self._frozen.append(frozen)
         self._paired.append(g)
         self._plan = None
@@ -398,8 +408,9 @@ class Muon(torch.optim.Optimizer):
     # ---- the step -----------------------------------------------------------------------
 
     def step(self, closure=None):
-        """One step of every param group (collective over comm), with each group's lr and
-        weight_decay as they are now. A parameter whose .grad is None on every rank is skipped
+        """One step of every param group (collective over comm), with each group's lr,
+        weight_decay and momentum (an AdamW group's: its beta1, _adamw_beta1), betas and eps
+        as they are now. A parameter whose .grad is None on every rank is skipped
         as torch.optim skips it: its values, state and step count stay as they are. None on
         some ranks only fails that group's step on every rank (shardopt.Error, status -4,
         naming the parameter and a rank without its gradient), nothing written. Step hooks
@@ -427,7 +438,8 @@ class Muon(torch.optim.Optimizer):
         for gi, g in enumerate(self.param_groups):
             self._check_params(gi, g)  # the lists compared at each step are the registered ones
         frozen = tuple(p for fr in self._frozen for _, p in fr)
-        fixed = [(operator.itemgetter(*f), tuple(f.values()), f) for _, _, f in self._runtimes]
+        fixed = [(operator.itemgetter(*f) if f else _nothing, tuple(f.values()), f)
+                 for _, _, f in self._runtimes]
         self._plan = (frozen, fixed, [rt for rt, _, _ in self._runtimes],
                       [list(g["params"]) for g in self.param_groups])
         return self._plan
@@ -447,23 +459,33 @@ class Muon(torch.optim.Optimizer):
             for p in plan[0]:
                 if p.grad is not None:
                     self._refuse_thawed()
-            groups = self.param_groups
+            groups, hps = self.param_groups, []
             # every group checked before any is stepped: a refusal writes nothing
-            for g, (get, values, fixed), had in zip(groups, plan[1], plan[3]):
+            for gi, (g, (get, values, fixed), had, rt) in enumerate(zip(groups, plan[1],
+                                                                          plan[3], plan[2])):
                 if get(g) != values:
-                    self._check_fixed(next(i for i, h in enumerate(groups) if h is g), g, fixed)
+                    self._check_fixed(gi, g, fixed)
                 ps = g["params"]
                 if len(ps) != len(had) or not all(map(operator.is_, ps, had)):
-                    self._check_params(next(i for i, h in enumerate(groups) if h is g), g)
-            for g, rt in zip(groups, plan[2]):
+                    self._check_params(gi, g)
+                # an AdamW group's betas and eps as torch.optim.AdamW reads them, each step
+                hps.append(_adamw_hparams(gi, g, self._beta1[rt]) if g["algo"] == "adamw"
+                           else None)
+            for g, rt, hp in zip(groups, plan[2], hps):
                 lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
-                # a momentum warmup (modded-nanogpt writes g["momentum"] every step) takes
-                # effect at this step
-                mu = float(g["momentum"]) if g["algo"] == "muon" else -1.0
                 # the library skips a parameter without a gradient on every rank exactly (values,
                 # state and step count), and fails the step on every rank where some ranks have
                 # one
-                rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True, mu)
+                if hp is None:
+                    # a momentum warmup (modded-nanogpt writes g["momentum"] every step) takes
+                    # effect at this step
+                    rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True,
+                            float(g["momentum"]))
+                else:
+                    _adamw_sync(g, hp[0])
+                    self._beta1[rt] = hp[0]
+                    rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True, -1.0, hp[:2],
+                            hp[2])
         finally:
             _set_grad_enabled(prev)
         return loss
@@ -477,15 +499,9 @@ class Muon(torch.optim.Optimizer):
             if w is not v and w != v and not (isinstance(v, tuple) and tuple(w) == v):
                 raise ValueError(
                     f"param group {gi} ({g['algo']}): {k} changed from {v!r} to {w!r}: "
-                    "only lr, weight_decay and a Muon group's momentum are read at each "
-                    "step; the others are fixed when the group is made (an AdamW "
-                    "group's betas and momentum too"
-                    + ("; a momentum warmup: write it on the Muon groups only, "
-                       "if g['algo'] == 'muon'"
-                       if (g["algo"], k) == ("adamw", "momentum") else "")
-                    + ": OneCycleLR's and CyclicLR's cycle_momentum=True, their default, "
-                    "works where every group is Muon's, else pass cycle_momentum=False); "
-                    "nothing was stepped")
+                    "a Muon group's lr, weight_decay and momentum are read at each step (an "
+                    "AdamW group's lr, weight_decay, betas, eps and momentum, its beta1); the "
+                    "others are fixed when the group is made; nothing was stepped")
 
     def _check_params(self, gi, g):
         """A group's "params" list edited since it was made (a tensor appended, removed or

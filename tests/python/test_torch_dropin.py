@@ -253,8 +253,9 @@ def case_schedulers_as_for_torch_optimizers():
     a torch optimizer's with the same groups, step after step (get_last_lr and
     param_groups[0]["lr"]); OneCycleLR with cycle_momentum=True (its default) cycles the Muon
     groups' momentum as for torch.optim.Muon, each step taking the one its group holds, and
-    is refused at the step by name where there are AdamW groups (AdamW's beta1 is fixed);
-    cycle_momentum=False works."""
+    an AdamW group's momentum as its beta1 (betas[0] follows it at the step; before, refused);
+    momentum and betas[0] both changed to different values since the last step is refused by
+    name, nothing stepped on any group; cycle_momentum=False works."""
     L = torch.optim.lr_scheduler
     makers = {
         "CosineAnnealingLR": lambda o: L.CosineAnnealingLR(o, 5),
@@ -294,20 +295,28 @@ def case_schedulers_as_for_torch_optimizers():
     opt = Muon(m.named_parameters(), lr=0.02, model=m)
     s = L.OneCycleLR(opt, 0.05, total_steps=6)  # cycle_momentum=True
     m(*batch(0)).backward()
-    opt.step()  # at max_momentum: 0.95, the group's own
+    opt.step()  # at max_momentum: 0.95, the AdamW group's beta1 too
+    adamw = opt.param_groups[1]
+    assert adamw["algo"] == "adamw" and adamw["betas"] == (0.95, 0.999), adamw["betas"]
     s.step()
+    mu = adamw["momentum"]
+    assert mu < 0.95
+    m(*batch(1)).backward()
+    opt.step()  # the cycled momentum is the AdamW group's beta1
+    assert adamw["betas"] == (mu, 0.999) and adamw["momentum"] == mu, adamw["betas"]
+    # both of its beta1 keys changed, to different values: which one is meant is unknown
+    adamw["momentum"], adamw["betas"] = 0.8, (0.7, 0.999)
     before = {n: p.detach().clone() for n, p in m.named_parameters()}
-    refused(opt.step, ValueError, "(adamw): momentum changed from 0.95 to", "cycle_momentum=False",
+    refused(opt.step, ValueError, "(adamw): momentum changed from", "to 0.8 and betas[0] to 0.7",
             "nothing was stepped")
     # every group is checked before any steps: the Muon group (first) is not written either
     assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
-    # a warmup loop over every group of a Muon + AdamW optimizer: refused with the way out
+    adamw["betas"] = (mu, 0.999)  # as the last step left it: the momentum alone changed
+    # a warmup loop over every group of a Muon + AdamW optimizer: the AdamW groups' beta1 too
     for g in opt.param_groups:
         g["momentum"] = 0.9
-    refused(opt.step, ValueError, "write it on the Muon groups only", "if g['algo'] == 'muon'")
-    for g in opt.param_groups:
-        g["momentum"] = 0.9 if g["algo"] == "muon" else 0.95
     opt.step()
+    assert adamw["betas"] == (0.9, 0.999)
     opt.close()
     # only Muon groups: OneCycleLR cycles their momentum as torch.optim.Muon's, and each step
     # takes the momentum the group holds

@@ -239,7 +239,8 @@ def case_step_follows_groups_added_and_keys_changed():
     """step() reads what it checks from a plan made once (Muon._make_plan): a group added after
     steps is stepped and checked, a fixed key changed after steps is refused with nothing
     stepped, and an equal value of another type (betas as a list, as load_state_dict or a
-    script may write it) still passes."""
+    script may write it) still passes; an AdamW group's betas, read at each step, are
+    taken (its momentum key, beta1 too, follows)."""
     m = model()
     opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
     for k in range(2):
@@ -257,8 +258,11 @@ def case_step_follows_groups_added_and_keys_changed():
     adamw = [g for g in opt.param_groups if g["algo"] == "adamw"][-1]
     adamw["betas"] = list(adamw["betas"])  # equal, another type: passes
     opt.step()
+    adamw["betas"] = [0.8, 0.99]
+    opt.step()
+    assert adamw["betas"] == [0.8, 0.99] and adamw["momentum"] == 0.8
     for g, key, value, want in ((opt.param_groups[-2], "eps", 1e-3, "eps changed from"),
-                                (adamw, "betas", [0.8, 0.99], "betas changed from")):
+                                (opt.param_groups[-2], "ns_steps", 6, "ns_steps changed from")):
         old = g[key]
         g[key] = value
         before = {n: p.detach().clone() for n, p in m.named_parameters()}

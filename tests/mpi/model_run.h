@@ -96,11 +96,29 @@ static void run_grads(struct run *r, int step, int nan_here)
     }
 }
 
+/* Set: run_steps (and a test's own step loop, through run_betas) pass AdamW betas and eps that
+ * change every step (step args version 4), as a scheduler cycling beta1 does; the config's
+ * otherwise. A path that built its AdamW arguments from the config would then differ. */
+static int run_betas_cycle;
+
+__attribute__((unused)) static void run_betas(shardopt_step_args_t *a, int step)
+{
+    /* beta1, beta2, eps; -1 the config's */
+    static const double cycle[4][3] = {
+        {0.95, 0.99, 1e-6}, {0.85, -1, -1}, {-1, -1, -1}, {0.5, 0.7, 1e-3}};
+    if (!run_betas_cycle)
+        return;
+    a->adamw_beta1 = cycle[step % 4][0];
+    a->adamw_beta2 = cycle[step % 4][1];
+    a->adamw_eps = cycle[step % 4][2];
+}
+
 static shardopt_status_t run_steps(struct run *r, int from, int to)
 {
     for (int s = from; s <= to; s++) {
         shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
         args.lr = 0.02;
+        run_betas(&args, s);
         run_grads(r, s, 0);
         shardopt_status_t status = shardopt_step(r->rt, &args);
         if (status != SHARDOPT_OK)

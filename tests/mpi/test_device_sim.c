@@ -544,6 +544,7 @@ static shardopt_status_t dev_steps(struct dev_run *r, int from, int to)
         }
         shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
         args.lr = 0.02;
+        run_betas(&args, s);
         shardopt_status_t status = shardopt_step(r->rt, &args);
         if (status != SHARDOPT_OK)
             return status;
@@ -868,6 +869,27 @@ TEST(gram_and_aol_run_on_the_device)
             EXPECT_EQ_INT(dauto.rt->params[p]->ns_algorithm, NS_ALGO_STANDARD);
     dev_free(&dauto);
     cfg_gram = 0;
+    EXPECT_EQ_INT(nsim, 0); /* every simulated allocation was freed */
+}
+
+/* AdamW betas and eps changed every step (step args version 4, as OneCycleLR cycles beta1): the
+ * device's AdamW kernel (and, with offload, its staged state) takes each step's values, the CPU
+ * run's bits (on CUDA: AdamW bits, Muon within its bound); a device path that built its AdamW
+ * arguments from the config would differ. */
+TEST(adamw_betas_changed_every_step_give_the_cpu_bits)
+{
+    device_begin();
+    run_betas_cycle = 1;
+    struct run cpu = {0};
+    ASSERT_EQ_INT(run_setup(&cpu, MPI_COMM_WORLD, test_cfg(), 0), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&cpu, 1, 4), SHARDOPT_OK);
+    struct dev_run dev = {0};
+    ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
+    ASSERT_EQ_INT(dev_steps(&dev, 1, 4), SHARDOPT_OK);
+    EXPECT_EQ_INT(params_differ(&dev, &cpu, 4), 0);
+    run_betas_cycle = 0;
+    dev_free(&dev);
+    run_free(&cpu);
     EXPECT_EQ_INT(nsim, 0); /* every simulated allocation was freed */
 }
 

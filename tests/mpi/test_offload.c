@@ -166,6 +166,24 @@ TEST(offload_modes_bitwise_bf16_adam_sharded_ns_fp32_comm)
     modes_bitwise(cfg);
 }
 
+/* AdamW betas and eps changed every step (step args version 4): the staged chunks of
+ * offload = optimizer and the host state of cpu take each step's values as offload = none does,
+ * and those values take effect (the run differs from one with the config's betas). */
+TEST(offload_modes_bitwise_with_adamw_betas_changed_every_step)
+{
+    setup();
+    shardopt_config_t cfg = base_config();
+    struct mode_result fixed, cycled;
+    run_mode(cfg, &fixed, NULL);
+    run_betas_cycle = 1;
+    modes_bitwise(cfg);
+    run_mode(cfg, &cycled, NULL);
+    run_betas_cycle = 0;
+    EXPECT_TRUE(differ_all(&fixed, &cycled) > 0);
+    free(fixed.snap);
+    free(cycled.snap);
+}
+
 TEST(offload_default_and_zero_bucket_slots)
 {
     setup();

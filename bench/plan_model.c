@@ -148,6 +148,17 @@ static double performed_flops(const struct opts *o, int64_t rows, int64_t cols, 
     return plan_ns_flops_blocked(rows, cols, o->ns_steps, gram, restarts, bp);
 }
 
+/* ns_algorithm = auto for one matrix, as runtime/commit.c resolves it: the committed rule on the
+ * shape and the table's restarts */
+static int auto_gram(const struct opts *o, int64_t rows, int64_t cols)
+{
+    float coeffs[NS_TABLE_MAX_STEPS][3];
+    if (ns_coeffs_fill(o->ns_table, o->ns_steps, NULL, coeffs) != 0)
+        return 0;
+    return ns_algorithm_for_shape(rows, cols, o->ns_compute < 0 ? KDT_BF16 : o->ns_compute,
+                                  (const float(*)[3])coeffs, o->ns_steps) == NS_ALGO_GRAM;
+}
+
 /* Plan one group (dense tensors or EP rank 0's experts) with the joint settings in `extra`
  * (base loads, moves, teams; sharding/plan.h) and add what each member does to `out`. */
 static void group_cost(const struct preset *p, const char *const *skip, int expert, int members,
@@ -175,11 +186,7 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
         if (t->ndim == 3)
             pp[np].shape[0] = t->shape[0] / ep; /* EP rank 0's stack */
         const int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
-        pp[np].ns_gram =
-            o->ns_algo == 1 ||
-            (o->ns_algo == 2 &&
-             ns_algorithm_for_shape(rows, cols, o->ns_compute < 0 ? KDT_BF16 : o->ns_compute) ==
-                 NS_ALGO_GRAM);
+        pp[np].ns_gram = o->ns_algo == 1 || (o->ns_algo == 2 && auto_gram(o, rows, cols));
         np++;
     }
     /* --ns-strategy, decided per tensor as commit's sharded_choose does (the CPU kernels only:

@@ -54,7 +54,8 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
         rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_GRAM ? NS_ALGO_GRAM
         : rt->cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_STANDARD || rt_ns_on_device(rt)
             ? NS_ALGO_STANDARD
-            : ns_algorithm_for_shape(p->mv.rows, p->mv.cols, rt->ns_compute);
+            : ns_algorithm_for_shape(p->mv.rows, p->mv.cols, rt->ns_compute,
+                                     (const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps);
     p->lr_scale = lr_scale_factor(rt->cfg.lr_scale, p->mv.true_rows, p->mv.true_cols);
 }
 

@@ -1,3 +1,5 @@
+#include "../ns_coeffs.h"
+#include "../ns_shape.h"
 #include "../ns_variant.h"
 #include "../ops.h"
 
@@ -56,17 +58,36 @@ int ns_variant_for_shape(int64_t rows, int64_t cols)
 #define NS_BF16_SYMMETRIC_MIN_M 384
 #define NS_BF16_LARGE_M         1024
 
-/* ns_algorithm = auto: Gram Newton-Schulz from n >= 2m (the working shape), whatever m, for both
- * computes. The counts of ns_flops_total (symmetric products) give the Gram algorithm an ideal
- * speedup of (15r + 5) / (6r + 20) for 5 steps at r = n/m: 0.80 at r = 1, break-even at 1.67,
- * 1.09 at 2, 1.30 at 2.9, 1.48 at 4; measured ratios are in docs/performance.md. */
+/* ns_algorithm = auto: Gram Newton-Schulz from n >= 2m (the working shape) where it performs
+ * fewer FLOPs than the standard iteration, for both computes. The counts of ns_flops_total
+ * (symmetric products) give the Gram algorithm an ideal speedup of (15r + 5) / (6r + 20) for 5
+ * quintic steps at r = n/m: 0.80 at r = 1, break-even at 1.67, 1.09 at 2, 1.30 at 2.9, 1.48 at
+ * 4; measured ratios are in docs/performance.md. Where Gram restarts before every step (short
+ * side m <= NS_COEFFS_GRAM_SMALL_M, a table steep enough that each step alone passes the
+ * exposure bound, or a single step) it performs exactly the standard iteration's products (G =
+ * X X^T, Z = p(G), X <- Z X per step) with R, Z and Q rounded on top: no saving, worse rounding,
+ * so auto keeps standard there. The rule reads the shape and the table only, never a timing, so
+ * every rank, layout and rerun resolves it the same. */
 #define NS_GRAM_MIN_ASPECT_X2 4 /* n/m >= 2, in halves */
 
-int ns_algorithm_for_shape(int64_t rows, int64_t cols, int compute)
+int ns_algorithm_gram_saves(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps)
+{
+    const double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
+    const uint32_t restarts = ns_coeffs_gram_restarts(coeffs, steps, rows, cols);
+    /* Gram saves (L - 1)((h + 2) m^2 n - (h + 4) m^3) on a segment of L steps (h = 2 whole, 1
+     * symmetric), so the answer is the same for either count where n >= 2m; the counts are sums
+     * of integers below 2^53 for any shape that fits memory, so equal ones compare equal */
+    return ns_flops_count(m, n, steps, 1, restarts, 1.0) < ns_flops_count(m, n, steps, 0, 0u, 1.0);
+}
+
+int ns_algorithm_for_shape(int64_t rows, int64_t cols, int compute, const float (*coeffs)[3],
+                           int steps)
 {
     const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
     (void)compute;
-    return 2 * n >= NS_GRAM_MIN_ASPECT_X2 * m ? NS_ALGO_GRAM : NS_ALGO_STANDARD;
+    return 2 * n >= NS_GRAM_MIN_ASPECT_X2 * m && ns_algorithm_gram_saves(rows, cols, coeffs, steps)
+               ? NS_ALGO_GRAM
+               : NS_ALGO_STANDARD;
 }
 
 int ns_bf16_variant_for_shape(int64_t rows, int64_t cols, int *block)

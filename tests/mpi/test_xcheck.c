@@ -1068,10 +1068,10 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
  * singular value, gram, bf16, 7 steps): bf16 Gram Newton-Schulz with more than 5 steps diverged,
  * |O| up to 1e15 times the fp64 result, because its one restart after step 2 left the rest to one
  * segment in which an eigenvalue of R turned negative by rounding grows each step (kernels/
- * ns_coeffs.c, ns_coeffs_gram_restarts: past 5 steps every 2 steps). `auto` sends every matrix with
- * n >= 2m there. Matrices with one small singular value (the last row the first plus delta noise),
- * 7 to 12 steps: |O| within 1.2x of the fp64 iteration's (the standard bf16 path stays within 1.07x
- * on the same inputs). */
+ * ns_coeffs.c, ns_coeffs_gram_restarts: past 5 steps every 2 steps). `auto` sent every matrix with
+ * n >= 2m there then; it now keeps standard up to m = 64, so `gram` is named. Matrices with one
+ * small singular value (the last row the first plus delta noise), 7 to 12 steps: |O| within 1.2x of
+ * the fp64 iteration's (the standard bf16 path stays within 1.07x on the same inputs). */
 static double gram_worst_ratio(void);
 
 TEST(gram_bf16_long_schedules_stay_bounded)
@@ -1095,7 +1095,7 @@ static double gram_worst_ratio(void)
         cfg.apply_env = 0;
         cfg.num_threads = 1;
         cfg.ns_steps = steps[si];
-        cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_AUTO;
+        cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_GRAM;
         cfg.ns_compute = SHARDOPT_NS_COMPUTE_BF16;
         cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
         cfg.momentum = 0;

@@ -458,6 +458,28 @@ TEST(plan_ns_flops_agrees_with_ns_flops_total)
                                                 steps, gram, 0);
                 EXPECT_NEAR(plan_ns_flops(shapes[i][0], shapes[i][1], steps, gram), f, 1e-9 * f);
             }
+    /* auto: the planner's prediction for the algorithm auto resolves (runtime/commit.c gives the
+     * planner p->ns_algorithm; bench/plan_model.c resolves it with the same call) is the kernels'
+     * count, never above standard's, and Gram only where its count is below standard's */
+    for (int steps = 1; steps <= 5; steps++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const struct coeffs q = coeffs_of(NS_TABLE_QUINTIC, steps);
+            const float(*qc)[3] = (const float(*)[3])q.c;
+            const int64_t r = shapes[i][0], c = shapes[i][1];
+            const int algo = ns_algorithm_for_shape(r, c, KDT_F32, qc, steps);
+            const double f = ns_flops_total(r, c, qc, steps, algo, 0);
+            const double p_auto = plan_ns_flops(r, c, steps, algo == NS_ALGO_GRAM);
+            EXPECT_NEAR(p_auto, f, 1e-9 * f);
+            EXPECT_TRUE(p_auto <= plan_ns_flops(r, c, steps, 0));
+            EXPECT_EQ_INT(algo == NS_ALGO_GRAM,
+                          plan_ns_flops(r, c, steps, 1) < plan_ns_flops(r, c, steps, 0) &&
+                              (r > c ? r : c) >= 2 * (r < c ? r : c));
+        }
+    /* m <= 64 on a wide shape: Gram's count is standard's (it restarts before every step), and
+     * auto, with the planner after it, takes standard */
+    EXPECT_NEAR(plan_ns_flops(64, 200, 5, 1), plan_ns_flops(64, 200, 5, 0), 0.0);
+    EXPECT_NEAR(plan_ns_flops(1, 300, 5, 1), plan_ns_flops(1, 300, 5, 0), 0.0);
+    EXPECT_TRUE(plan_ns_flops(65, 200, 5, 1) < plan_ns_flops(65, 200, 5, 0));
     const struct coeffs a4 = coeffs_of(NS_TABLE_AOL, 4);
     EXPECT_NEAR(plan_ns_flops(1408, 4096, 4, 1),
                 ns_flops_total(1408, 4096, (const float(*)[3])a4.c, 4, 1, 0), 1.0);
@@ -580,21 +602,55 @@ TEST(plan_ns_flops_blocked_agrees_with_ns_flops_performed)
             }
 }
 
-/* auto's committed table: Gram from n/m = 2 on, the same either way round, for both computes */
+/* auto's committed rule: Gram from n/m = 2 on where it performs fewer FLOPs than standard, the
+ * same either way round, for both computes. Up to m = 64 Gram restarts before every step
+ * (NS_COEFFS_GRAM_SMALL_M): the standard iteration's FLOPs with more rounding, so standard. */
 TEST(ns_algorithm_table_follows_the_aspect_ratio)
 {
-    const int64_t sides[] = {1, 7, 64, 96, 100, 384, 1408, 4096};
-    for (size_t i = 0; i < 8; i++)
-        for (size_t j = 0; j < 8; j++)
+    const int64_t sides[] = {1, 7, 64, 65, 96, 100, 130, 384, 1408, 4096};
+    const size_t ns = sizeof sides / sizeof sides[0];
+    const struct coeffs q = coeffs_of(NS_TABLE_QUINTIC, 5);
+    const float(*qc)[3] = (const float(*)[3])q.c;
+    for (size_t i = 0; i < ns; i++)
+        for (size_t j = 0; j < ns; j++)
             for (int dt = KDT_F32; dt <= KDT_BF16; dt++) {
                 const int64_t m = sides[i] < sides[j] ? sides[i] : sides[j];
                 const int64_t n = sides[i] + sides[j] - m;
-                const int a = ns_algorithm_for_shape(sides[i], sides[j], dt);
-                EXPECT_EQ_INT(a, ns_algorithm_for_shape(sides[j], sides[i], dt));
-                EXPECT_EQ_INT(a, n >= 2 * m ? NS_ALGO_GRAM : NS_ALGO_STANDARD);
+                const int a = ns_algorithm_for_shape(sides[i], sides[j], dt, qc, 5);
+                EXPECT_EQ_INT(a, ns_algorithm_for_shape(sides[j], sides[i], dt, qc, 5));
+                EXPECT_EQ_INT(a, n >= 2 * m && m > NS_COEFFS_GRAM_SMALL_M ? NS_ALGO_GRAM
+                                                                          : NS_ALGO_STANDARD);
             }
-    EXPECT_EQ_INT(ns_algorithm_for_shape(1408, 4096, KDT_BF16), NS_ALGO_GRAM);
-    EXPECT_EQ_INT(ns_algorithm_for_shape(2048, 2048, KDT_F32), NS_ALGO_STANDARD);
+    EXPECT_EQ_INT(ns_algorithm_for_shape(1408, 4096, KDT_BF16, qc, 5), NS_ALGO_GRAM);
+    EXPECT_EQ_INT(ns_algorithm_for_shape(2048, 2048, KDT_F32, qc, 5), NS_ALGO_STANDARD);
+    EXPECT_EQ_INT(ns_algorithm_for_shape(64, 8192, KDT_BF16, qc, 5), NS_ALGO_STANDARD);
+    EXPECT_EQ_INT(ns_algorithm_for_shape(1, 300, KDT_F32, qc, 5), NS_ALGO_STANDARD);
+    /* one step is one segment either way: nothing to save */
+    EXPECT_EQ_INT(ns_algorithm_for_shape(1408, 4096, KDT_F32, qc, 1), NS_ALGO_STANDARD);
+    EXPECT_EQ_INT(ns_algorithm_for_shape(1408, 4096, KDT_F32, qc, 2), NS_ALGO_GRAM);
+    /* every published table keeps a segment of two steps or more on a wide shape past m = 64 */
+    const int tables[][2] = {{NS_TABLE_JORDAN, 5},
+                             {NS_TABLE_POLAR_EXPRESS, 5},
+                             {NS_TABLE_POLAR_EXPRESS, 8},
+                             {NS_TABLE_AOL, 4},
+                             {NS_TABLE_QUINTIC, 12}};
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        const struct coeffs c = coeffs_of(tables[t][0], tables[t][1]);
+        EXPECT_EQ_INT(ns_algorithm_for_shape(1408, 4096, KDT_BF16, (const float(*)[3])c.c, c.steps),
+                      NS_ALGO_GRAM);
+        EXPECT_EQ_INT(ns_algorithm_for_shape(40, 4096, KDT_BF16, (const float(*)[3])c.c, c.steps),
+                      NS_ALGO_STANDARD);
+    }
+    /* a user's table whose every step alone passes the exposure bound restarts at every step
+     * (ns_gram_restarts_follow_the_table_and_shape): standard, whatever the shape */
+    struct coeffs steep = {.steps = 4, .norm_scale = 1.0f};
+    for (int k = 0; k < 4; k++) {
+        steep.c[k][0] = 15.0f;
+        steep.c[k][1] = -20.0f;
+        steep.c[k][2] = 6.0f;
+    }
+    EXPECT_EQ_INT(ns_algorithm_for_shape(1408, 8192, KDT_F32, (const float(*)[3])steep.c, 4),
+                  NS_ALGO_STANDARD);
 }
 
 /* Unknown algorithm or preconditioning values are refused, not run as something else. */

@@ -47,6 +47,7 @@
 #include "kernels/clock.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ns_bf16.h"
+#include "kernels/cpu/ns_common.h"
 #include "kernels/ns_coeffs.h"
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
@@ -407,6 +408,20 @@ static double bench_sample(struct bench_case *c, int which, int calls)
     return (monotonic_seconds() - t0) / calls;
 }
 
+/* The Gram result guard as the kernels run it after each Gram matrix: `calls` passes over an
+ * m x n fp32 result x; seconds per call */
+static double bench_guard(const struct bench_case *c, const float *x, int calls)
+{
+    const struct ns_args a = {
+        .coeffs = (const float(*)[3])c->coeffs, .steps = BENCH_STEPS, .norm_scale = 1.0f};
+    int ok = 0;
+    const double t0 = monotonic_seconds();
+    for (int i = 0; i < calls; i++)
+        ok += ns_gram_guard_ok(x, KDT_F32, c->m, c->n, &a);
+    const double t = (monotonic_seconds() - t0) / calls;
+    return ok >= 0 ? t : -1.0; /* ok read, so the passes are not optimized away */
+}
+
 /* PyTorch's bf16 Newton-Schulz on the same shape and threads: bench/ns_torch.py prints the
  * median seconds per call. Returns 0 when python3 or torch is missing. */
 static double bench_torch(int64_t m, int64_t n, int threads, int reps)
@@ -460,10 +475,23 @@ static int bench_shape(int64_t rows, int64_t cols, const struct bench_opts *o,
             r->var_diff[w] = bench_max_abs_diff(c.out_var, c.out_sym, (size_t)(c.m * c.n));
         calls[w] = t >= BENCH_MIN_SAMPLE_S ? 1 : (int)ceil(BENCH_MIN_SAMPLE_S / fmax(t, 1e-6));
     }
-    for (int i = 0; i < reps; i++)
+    /* the guard, beside Gram, on Gram's result: fp32 for either compute (the bf16 path checks
+     * the fp32 copy it makes of its result for the store anyway) */
+    static double guard[BENCH_MAX_REPS];
+    const int with_guard = ns_bench_wants(o, W_GRAM);
+    int guard_calls = 1;
+    if (with_guard) {
+        const double t = bench_guard(&c, c.out_var, 1);
+        guard_calls = t >= BENCH_MIN_SAMPLE_S ? 1 : (int)ceil(BENCH_MIN_SAMPLE_S / fmax(t, 1e-7));
+    }
+    for (int i = 0; i < reps; i++) {
         for (int w = 0; w < W_COUNT; w++)
             if (ns_bench_wants(o, w))
                 samples[w][i] = bench_sample(&c, w, calls[w]);
+        if (with_guard)
+            guard[i] = bench_guard(&c, c.out_var, guard_calls);
+    }
+    r->guard_s = with_guard ? bench_median(guard, reps) : 0.0;
     for (int w = W_LIMIT + 1; w < W_COUNT; w++)
         r->var_s[w] = ns_bench_wants(o, w) ? bench_median(samples[w], reps) : 0.0;
     r->var_variant = c.variant;

@@ -34,6 +34,9 @@ struct bench_result {
     double var_diff[W_COUNT];       /* their max |difference| from the symmetric output */
     int var_variant;                /* the plain/symmetric products they ran with */
     double torch_s;                 /* PyTorch bf16 Newton-Schulz; 0 when not run */
+    double
+        guard_s; /* the Gram result guard's pass over one m x n result (kernels/cpu/ns_common.h,
+                    ns_gram_guard_ok) on fp32, as both computes check it; 0 when gram did not run */
 };
 
 /* Whether variant w runs under --algorithm / --precondition. */

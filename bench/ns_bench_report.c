@@ -78,6 +78,21 @@ static void bench_print_variants(const struct bench_opts *o, const struct bench_
     }
 }
 
+/* the Gram result guard's pass against Gram's whole call, same run */
+static void bench_print_guard(const struct bench_opts *o, const struct bench_result *res)
+{
+    if (!ns_bench_wants(o, W_GRAM))
+        return;
+    printf("\nGram result guard (one pass over the m x n result, kernels/cpu/ns_common.h): ms, "
+           "and its share of gram's time\n");
+    for (int i = 0; i < o->nshapes; i++) {
+        const struct bench_result *r = &res[i];
+        char shape[32];
+        snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, r->m, r->n);
+        printf("%-11s %10.4f %10.5f\n", shape, r->guard_s * 1e3, r->guard_s / r->var_s[W_GRAM]);
+    }
+}
+
 void ns_bench_report_table(const struct bench_opts *o, const struct bench_result *res)
 {
     printf("Newton-Schulz in %s, %d quintic steps, %d thread(s), median of %d reps; limit: %s "
@@ -114,6 +129,7 @@ void ns_bench_report_table(const struct bench_opts *o, const struct bench_result
         printf("\n");
     }
     bench_print_variants(o, res);
+    bench_print_guard(o, res);
 }
 
 static void bench_print_variant_json(const char *name, double seconds, double gflops,
@@ -149,6 +165,9 @@ void ns_bench_report_json(const struct bench_opts *o, const struct bench_result 
                        "\"count_speedup_vs_table\": %.4f, \"max_abs_diff_vs_symmetric\": %.3g}",
                        w_names[w], r->var_s[w] * 1e3, best / r->var_s[w], bench_flops(r, w),
                        bench_flops(r, bw) / bench_flops(r, w), r->var_diff[w]);
+        if (r->guard_s > 0)
+            printf(", \"gram_guard\": {\"ms\": %.4f, \"ratio_vs_gram\": %.5f}", r->guard_s * 1e3,
+                   r->guard_s / r->var_s[W_GRAM]);
         printf(", \"sym_speedup\": %.4f, \"max_abs_diff\": %.3g}%s\n", r->plain_s / r->sym_s,
                r->max_abs_diff, i + 1 < o->nshapes ? "," : "");
     }

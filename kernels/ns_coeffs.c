@@ -126,8 +126,27 @@ static double odd_absmax(double a, double b, double c, double S)
     return best;
 }
 
+double ns_coeffs_output_bound(const float (*coeffs)[3], int steps, double s0)
+{
+    double s = s0;
+    for (int k = 0; k < steps && s <= 1e30; k++)
+        s = odd_absmax(coeffs[k][0], coeffs[k][1], coeffs[k][2], s);
+    return s <= 1e30 ? s : INFINITY;
+}
+
+static int force_on;
+static uint32_t force_mask;
+
+void ns_coeffs_gram_restarts_force(int on, uint32_t mask)
+{
+    force_on = on;
+    force_mask = mask;
+}
+
 uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols)
 {
+    if (force_on)
+        return force_mask;
     const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
     uint32_t mask = 0;
     /* s bounds the singular values step k sees: the tables are designed for [0, 1] (|X|_2 <= 1

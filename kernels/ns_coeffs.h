@@ -52,6 +52,18 @@ void ns_coeffs_step_range(int table, int *min, int *max);
  *   table: see that bound. */
 uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols);
 
+/* A bound on the singular values Newton-Schulz with these `steps` triples can output from an X
+ * whose singular values are at most s0: each step's image of the last bound (max |s p_k(s^2)|
+ * over [0, s], the same iteration ns_coeffs_gram_restarts runs, uncapped); 1.145 for quintic's
+ * 5 steps from s0 = 1. Infinity where it overflows. The Gram result guard (ns_gram_guard_ok) checks
+ * the output's squared Frobenius norm against m times its square. */
+double ns_coeffs_output_bound(const float (*coeffs)[3], int steps, double s0);
+
+/* Tests only: 1 makes ns_coeffs_gram_restarts return `mask` for every table and shape (0: the
+ * rule), so that a test can run Gram with fewer restarts than the rule allows and make it diverge
+ * on purpose (the result guard's test, test_ns_guards). Never set by the library. */
+void ns_coeffs_gram_restarts_force(int on, uint32_t mask);
+
 /* The bound on a segment's exposure above: 11. Measured in a bf16 simulation of the driver's
  * products: a segment of exposure 26 (polar_express restarting after steps 2 and 3) made the
  * error 1.6x standard bf16's on condition-1e4 inputs and 4x on square ones, one of 29 (after 2
@@ -79,10 +91,11 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
  * one more restart (3 m^2 n) at 1408 x 4096, where gram+aol's 1.55x target has no margin
  * (docs/performance.md); a rule per table name cannot be had here (the mask is a function of the
  * coefficients, shared by the CPU paths, the CUDA driver and the FLOP count); `auto` keeping
- * `standard` on such shapes (kernels/cpu/ns_variant_table.c) would leave an explicit `gram`
- * diverging; a check of the result (|O|_F^2 <= m (1 + slack), else the standard iteration again)
- * would catch a diverged result but not surely one 0.066 off (seed 21012), whose norm need not be
- * off, and needs a second iteration and a FLOP report in every path. Up to m = 64 the
+ * `standard` on such shapes (kernels/cpu/ns_variant_table.c, as it now does: Gram saves no FLOPs
+ * there) would leave an explicit `gram` diverging; the check of the result that the CPU paths now
+ * run (ns_gram_guard_ok in kernels/cpu/ns_common.h, else the standard iteration again) catches a
+ * diverged result but not surely one 0.066 off (seed 21012), whose norm need not be off, so it
+ * backs this rule up rather than replacing it. Up to m = 64 the
  * restarts cost little: Gram then does the standard iteration's FLOPs (3 m^2 n + m^3 per step
  * with symmetric products), and a 64 x 8192 matrix's whole Newton-Schulz (5 quintic steps,
  * 0.51 GFLOP) is 0.5 % of a 1408 x 4096 one's under Gram (104 GFLOP); 64 is 4x the largest m that

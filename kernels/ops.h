@@ -136,6 +136,9 @@ struct ns_args {
     int block;        /* bf16 symmetric variant: rows per block row */
     int algorithm;    /* enum ns_algorithm (0: standard) */
     int precondition; /* enum ns_precondition (0: frobenius) */
+    /* Gram: matrices whose result failed the guard (ns_gram_guard_ok) and were recomputed by the
+     * standard algorithm are added here; NULL: not counted */
+    int64_t *guard_fallbacks;
 };
 
 /* The map for local elements [off, off + n) of a map's range: off must start a run, or the range

@@ -43,9 +43,10 @@ struct shardopt_param {
     /* Muon */
     struct matrix_view mv;
     int ns_variant;
-    int ns_block;     /* bf16 symmetric variant: rows per block row */
-    int ns_algorithm; /* enum ns_algorithm for this shape (ns_algorithm = auto: the table's) */
-    double lr_scale;  /* per-matrix multiplier of lr from the true shape */
+    int ns_block;        /* bf16 symmetric variant: rows per block row */
+    int ns_algorithm;    /* enum ns_algorithm for this shape (ns_algorithm = auto: the table's) */
+    int ns_guard_warned; /* the Gram result guard's warning was given (muon_exec.c) */
+    double lr_scale;     /* per-matrix multiplier of lr from the true shape */
     size_t off_momentum;
 
     /* Sharded Newton-Schulz: this rank's piece of each matrix (stored rows x cols) and its
@@ -93,6 +94,7 @@ struct step_counters {
     char nonfinite_last[256]; /* names of the tensors that made the last step skip or fail */
     uint64_t nonfinite_elements_last; /* nonfinite = zero: elements treated as 0, this replica */
     double ns_flops_last;
+    uint64_t ns_gram_fallbacks; /* Gram results the guard refused, recomputed standard: all steps */
     uint64_t bytes_sent[GROUP_KINDS], bytes_recv[GROUP_KINDS]; /* last step, other ranks only */
     double bytes_ns_allreduce; /* last step: sharded and team Gram all-reduces, ring model */
     double seconds_last, seconds_total;

@@ -80,6 +80,14 @@ double ns_flops_performed(int64_t rows, int64_t cols, int steps, int algorithm, 
     return f;
 }
 
+int ns_gram_guard_ok(const void *x, int dt, int64_t m, int64_t n, const struct ns_args *a)
+{
+    const double s0 = a->norm_scale > 0.0f && a->norm_scale < 1.0f ? 1.0 / a->norm_scale : 1.0;
+    const double s = ns_coeffs_output_bound(a->coeffs, a->steps, s0);
+    const double ss = cpu_sumsq(NULL, x, dt, (size_t)(m * n));
+    return isfinite(ss) && ss <= NS_GRAM_GUARD_SLACK * (double)m * s * s;
+}
+
 void ns_aol_scale(int64_t m, int64_t n, double eps, float *x, float *A, double *d)
 {
     for (int64_t i = 0; i < m; i++) {

@@ -95,6 +95,19 @@ static void run_gram(const struct kernel_ctx *ctx, const struct ns_args *a, int6
     *y = t;
 }
 
+/* matrix k normalized into x, AOL-scaled with its Gram matrix left in R (returns 1) or not (0);
+ * d: m doubles of scratch */
+static int load(const struct kernel_ctx *ctx, const struct ns_args *a, int64_t k, int64_t m,
+                int64_t n, const struct ns_products *p, float *x, float *R, float *d)
+{
+    ns_load_normalized(a, k, x);
+    if (a->precondition != NS_PRECOND_AOL)
+        return 0;
+    p->gram(ctx, x, m, n, R);
+    ns_aol_scale(m, n, (double)a->eps, x, R, (double *)(void *)d); /* 2m^2 floats free */
+    return 1;
+}
+
 int ns_run_products(const struct kernel_ctx *ctx, const struct ns_args *a,
                     const struct ns_workspace *ws, const struct ns_products *p)
 {
@@ -108,18 +121,23 @@ int ns_run_products(const struct kernel_ctx *ctx, const struct ns_args *a,
     for (int64_t k = 0; k < a->batch; k++) {
         float *x = ws->buf, *y = x + m * n;
         float *R = y + m * n, *Z = R + m * m, *Q = Z + m * m, *T = Q + m * m;
-        int have_R = 0;
+        int have_R = load(ctx, a, k, m, n, p, x, R, Q);
 
-        ns_load_normalized(a, k, x);
-        if (a->precondition == NS_PRECOND_AOL) {
-            p->gram(ctx, x, m, n, R);
-            ns_aol_scale(m, n, (double)a->eps, x, R, (double *)(void *)Q); /* 2m^2 floats free */
-            have_R = 1;
-        }
-        if (a->algorithm == NS_ALGO_GRAM)
+        if (a->algorithm == NS_ALGO_GRAM) {
             run_gram(ctx, a, m, n, p, have_R, &x, &y, R, Z, Q, T);
-        else
+            /* the input is still in a->in (matrix k's output is not written yet): a result
+             * outside what Newton-Schulz can give is recomputed by the standard algorithm */
+            if (!ns_gram_guard_ok(x, KDT_F32, m, n, a)) {
+                x = ws->buf;
+                y = x + m * n;
+                have_R = load(ctx, a, k, m, n, p, x, R, Q);
+                run_standard(ctx, a, m, n, p, have_R, &x, &y, R, Z);
+                if (a->guard_fallbacks != NULL)
+                    (*a->guard_fallbacks)++;
+            }
+        } else {
             run_standard(ctx, a, m, n, p, have_R, &x, &y, R, Z);
+        }
         ns_store_output(a, k, x);
     }
     return 0;

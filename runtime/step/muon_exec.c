@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/fault.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "kernels/clock.h"
 #include "kernels/ns_coeffs.h"
@@ -226,6 +227,26 @@ static void stage_move(shardopt_runtime_t rt, const struct stage *st, int to_slo
     }
 }
 
+/* Gram results the kernel's guard refused (ns_gram_guard_ok) and recomputed by the standard
+ * algorithm: counted, their standard FLOPs added to what this rank performed, and said once per
+ * parameter on the rank that ran them (Newton-Schulz runs on the owners, not on rank 0) */
+static void gram_fallback_report(shardopt_runtime_t rt, struct shardopt_param *p, int64_t fallbacks,
+                                 const struct ns_sym_blocks *sb)
+{
+    rt->counters.ns_gram_fallbacks += (uint64_t)fallbacks;
+    rt->counters.ns_flops_last +=
+        ns_flops_performed(p->mv.rows, p->mv.cols, rt->cfg.ns_steps, NS_ALGO_STANDARD, 0u, sb) *
+        (double)fallbacks;
+    if (p->ns_guard_warned)
+        return;
+    p->ns_guard_warned = 1;
+    log_warn("step %llu: rank %d: Gram Newton-Schulz of '%s' [%lld x %lld] gave %lld result(s) "
+             "non-finite or past the bound a Newton-Schulz output can reach; recomputed with the "
+             "standard algorithm (said once per parameter; ns_algorithm = standard avoids it)",
+             (unsigned long long)rt->counters.steps + 1, rt->groups.me.rank, p->name,
+             (long long)p->mv.rows, (long long)p->mv.cols, (long long)fallbacks);
+}
+
 /* Newton-Schulz on my matrices [lo, hi), batching runs of consecutive experts of one stack.
  * The slots from element base_slot on are at base (the bucket's NS buffer, or its device copy). */
 static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct stage *st, int lo,
@@ -258,6 +279,7 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             w++;
             continue;
         }
+        int64_t fallbacks = 0;
         struct ns_args ns = {
             .batch = n,
             .rows = ow->rows,
@@ -276,6 +298,7 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             .block = p->ns_block,
             .algorithm = p->ns_algorithm,
             .precondition = (int)c->ns_precondition,
+            .guard_fallbacks = &fallbacks,
         };
         if (rt->ns_ops->newton_schulz(&rt->kctx, &ns, &rt->ns_ws) != 0)
             return log_fail(SHARDOPT_ERR_INTERNAL,
@@ -292,6 +315,8 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
                                       : 0u;
         rt->counters.ns_flops_last +=
             ns_flops_performed(ow->rows, ow->cols, c->ns_steps, p->ns_algorithm, restarts, &sb) * n;
+        if (fallbacks > 0)
+            gram_fallback_report(rt, rt->params[ow->param], fallbacks, &sb);
         xfer_progress(rt, in_flight1, in_flight2);
         w += n;
     }

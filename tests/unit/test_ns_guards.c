@@ -1,11 +1,15 @@
 /* Newton-Schulz configurations that stepped weights far from the fp64 iteration, or to NaN,
  * while the step returned OK, each found by test_xcheck: an ns_norm_scale below 1 with
  * Frobenius scaling (now refused), and bf16 Gram Newton-Schulz with jordan's table on small wide
- * matrices (its restarts, kernels/ns_coeffs.h). One process, one runtime per case. */
+ * matrices (its restarts, kernels/ns_coeffs.h); and the Gram result guard's fallback as the step
+ * sees it. One process, one runtime per case. */
 #include <math.h>
 
 #include "fixture.h"
+#include "kernels/ns_coeffs.h"
 #include "ns_fp64.h"
+#include "ns_singular.h"
+#include "stderr_capture.h"
 
 /* Found by test_xcheck (seed 118011 under SHARDOPT_XCHECK_SET="check_state_every=1"): with
  * Frobenius scaling, ns_norm_scale below 1 starts a rank-1 update's one singular value at 1/s,
@@ -141,4 +145,68 @@ TEST(gram_bf16_jordan_stays_bounded_on_small_wide_matrices)
             }
     printf("  jordan x5, bf16 Gram: worst |O| / |O_fp64| %.3g (0: no bf16 here)\n", worst);
     EXPECT_TRUE(worst <= 1.3); /* a NaN fails too */
+}
+
+/* W after two steps of lr 1 (W = -2 O, momentum 0) on a 96 x 256 rank-4 gradient, fp32, quintic's
+ * table at 12 steps, with `algo`; the log in *log (the caller frees). */
+static float *two_steps(shardopt_ns_algorithm_t algo, char **log)
+{
+    enum { M = 96, N = 256 };
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.num_threads = 1;
+    cfg.ns_steps = 12;
+    cfg.ns_algorithm = algo;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.momentum = 0;
+    cfg.weight_decay = 0;
+    cfg.lr_scale = SHARDOPT_LR_SCALE_NONE;
+    float *w = calloc(M * N, sizeof(float)), *g = malloc(sizeof(float) * M * N);
+    double sv[M];
+    for (int i = 0; i < M; i++)
+        sv[i] = i < 4 ? 1.0 / (i + 1) : 0.0;
+    matrix_with_singular_values(g, M, N, sv, 7);
+    const char *path = "test_ns_guards_gram_guard.log";
+    const int saved = stderr_to(path);
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_desc_t d = fixture_desc("w", 2, M, N, 1, w, g);
+    d.algo = SHARDOPT_ALGO_MUON;
+    shardopt_param_t h;
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 1;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    shardopt_finalize(rt);
+    stderr_back(saved);
+    *log = text_of(path);
+    remove(path);
+    free(g);
+    return w;
+}
+
+/* Gram made to diverge (run without restarts: ns_coeffs_gram_restarts_force) on a low-rank
+ * momentum: the kernel's guard recomputes it with the standard algorithm, so the weights are
+ * the standard run's, bit for bit, and the rank that ran it says so once for the parameter,
+ * with its name, shape and count, however many steps it recurs. */
+TEST(gram_guard_fallback_gives_the_standard_step_and_warns_once)
+{
+    char *log_std, *log_gram;
+    float *w_std = two_steps(SHARDOPT_NS_ALGORITHM_STANDARD, &log_std);
+    ns_coeffs_gram_restarts_force(1, 0u);
+    float *w_gram = two_steps(SHARDOPT_NS_ALGORITHM_GRAM, &log_gram);
+    ns_coeffs_gram_restarts_force(0, 0u);
+    EXPECT_TRUE(memcmp(w_gram, w_std, sizeof(float) * 96 * 256) == 0);
+    EXPECT_TRUE(isfinite(w_gram[0]) && w_gram[0] != 0.0f);
+    const char *want = "Gram Newton-Schulz of 'w' [96 x 256] gave 1 result(s)";
+    const char *at = strstr(log_gram, want);
+    EXPECT_TRUE(at != NULL);
+    EXPECT_TRUE(at == NULL || strstr(at + 1, "Gram Newton-Schulz of 'w'") == NULL);
+    EXPECT_TRUE(strstr(log_std, "Gram Newton-Schulz") == NULL);
+    free(w_std);
+    free(w_gram);
+    free(log_std);
+    free(log_gram);
 }

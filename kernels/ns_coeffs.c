@@ -134,6 +134,14 @@ double ns_coeffs_output_bound(const float (*coeffs)[3], int steps, double s0)
     return s <= 1e30 ? s : INFINITY;
 }
 
+int ns_coeffs_output_norm_ok(const float (*coeffs)[3], int steps, float norm_scale, int64_t m,
+                             double sumsq)
+{
+    const double s0 = norm_scale > 0.0f && norm_scale < 1.0f ? 1.0 / norm_scale : 1.0;
+    const double s = ns_coeffs_output_bound(coeffs, steps, s0);
+    return isfinite(sumsq) && sumsq <= NS_COEFFS_GUARD_SLACK * (double)m * s * s;
+}
+
 static int force_on;
 static uint32_t force_mask;
 

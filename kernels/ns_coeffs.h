@@ -59,6 +59,17 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
  * the output's squared Frobenius norm against m times its square. */
 double ns_coeffs_output_bound(const float (*coeffs)[3], int steps, double s0);
 
+/* The Gram result guard's test, shared by the CPU paths (ns_gram_guard_ok) and the CUDA driver
+ * (kernels/cuda/ns_driver.h): 1 when a working m x n result whose squared Frobenius norm is
+ * sumsq is finite and sumsq <= NS_COEFFS_GUARD_SLACK m S^2, S = ns_coeffs_output_bound from
+ * max(1, 1 / norm_scale) (Frobenius scaling leaves |X|_2 <= 1 / norm_scale, AOL <= 1). */
+int ns_coeffs_output_norm_ok(const float (*coeffs)[3], int steps, float norm_scale, int64_t m,
+                             double sumsq);
+
+/* The slack on m S^2 above: 2, room for bf16's rounding of every product (the published schedules
+ * reach |O|_F^2 / m of at most 1.09 where m S^2 / m is 1.0 to 1.31: test_ns_gram_guard). */
+#define NS_COEFFS_GUARD_SLACK 2.0
+
 /* Tests only: 1 makes ns_coeffs_gram_restarts return `mask` for every table and shape (0: the
  * rule), so that a test can run Gram with fewer restarts than the rule allows and make it diverge
  * on purpose (the result guard's test, test_ns_guards). Never set by the library. */

@@ -82,10 +82,8 @@ double ns_flops_performed(int64_t rows, int64_t cols, int steps, int algorithm, 
 
 int ns_gram_guard_ok(const void *x, int dt, int64_t m, int64_t n, const struct ns_args *a)
 {
-    const double s0 = a->norm_scale > 0.0f && a->norm_scale < 1.0f ? 1.0 / a->norm_scale : 1.0;
-    const double s = ns_coeffs_output_bound(a->coeffs, a->steps, s0);
-    const double ss = cpu_sumsq(NULL, x, dt, (size_t)(m * n));
-    return isfinite(ss) && ss <= NS_GRAM_GUARD_SLACK * (double)m * s * s;
+    return ns_coeffs_output_norm_ok(a->coeffs, a->steps, a->norm_scale, m,
+                                    cpu_sumsq(NULL, x, dt, (size_t)(m * n)));
 }
 
 void ns_aol_scale(int64_t m, int64_t n, double eps, float *x, float *A, double *d)

@@ -46,18 +46,14 @@ void ns_store_output(const struct ns_args *a, int64_t k, const float *x);
  * scratch. */
 void ns_aol_scale(int64_t m, int64_t n, double eps, float *x, float *A, double *d);
 
-/* The Gram result guard: 1 when x (the working m x n result, fp32 or bf16 by dt) is finite and
- * its squared Frobenius norm is at most NS_GRAM_GUARD_SLACK m S^2, S the bound on the singular
- * values a->coeffs can output (ns_coeffs_output_bound from max(1, 1 / norm_scale)). One pass
- * over x, summed in a fixed order (cpu_sumsq), so the same bits give the same answer on every
- * rank and layout. Gram's known failure (docs/design.md, "Gram Newton-Schulz": a negative
+/* The Gram result guard: 1 when x (the working m x n result, fp32 or bf16 by dt) passes
+ * ns_coeffs_output_norm_ok: finite, and its squared Frobenius norm at most NS_COEFFS_GUARD_SLACK
+ * m S^2, S the bound on the singular values a->coeffs can output (ns_coeffs_output_bound). One
+ * pass over x, summed in a fixed order (cpu_sumsq), so the same bits give the same answer on
+ * every rank and layout. Gram's known failure (docs/design.md, "Gram Newton-Schulz": a negative
  * eigenvalue of R that rounding made and the steps grow) sends the result to Inf, NaN or far past
  * S; a result off by less than the slack passes. */
 int ns_gram_guard_ok(const void *x, int dt, int64_t m, int64_t n, const struct ns_args *a);
-
-/* The slack on m S^2 above: 2, room for bf16's rounding of every product (quintic's band top
- * 1.145 in fp32 reaches about 1.23 in bf16, 1.15x its square). */
-#define NS_GRAM_GUARD_SLACK 2.0
 
 /* The products a CPU Newton-Schulz is made of, for the driver below (fp32 working matrices,
  * m x m ones symmetric and stored whole). */

@@ -328,6 +328,30 @@ struct CudaDev {
         return cudaGetLastError() == cudaSuccess ? 0 : -1;
     }
 
+    /* per matrix the load's kernel's 64 partial sums, into the scratch (room for 64 per matrix
+     * of the pass, batch <= 64 of them here), read back and added in their fixed order */
+    int sumsq(const uint16_t *x, int64_t count, long long stride, int batch, void *scratch,
+              double *out)
+    {
+        double part[64 * NS_NORM_BLOCKS];
+        if (batch > 64 || stride != count)
+            return -1;
+        k_ns_sumsq<<<dim3(NS_NORM_BLOCKS, (unsigned)batch), 256, 0, s>>>(x, KDT_BF16, (size_t)count,
+                                                                         (double *)scratch);
+        if (cudaGetLastError() != cudaSuccess ||
+            cudaMemcpyAsync(part, scratch, sizeof(double) * NS_NORM_BLOCKS * (size_t)batch,
+                            cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess)
+            return -1;
+        for (int z = 0; z < batch; z++) {
+            double t = 0.0;
+            for (int b = 0; b < NS_NORM_BLOCKS; b++)
+                t += part[z * NS_NORM_BLOCKS + b];
+            out[z] = t;
+        }
+        return 0;
+    }
+
     int store(const struct ns_args *a, int64_t k0, int64_t count, int64_t m, int64_t n,
               const uint16_t *x)
     {

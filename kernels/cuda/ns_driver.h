@@ -46,6 +46,10 @@
  *            load's scratch: d_i = (sum_j |A_ij| + eps)^(-1/2) summed in double, X_i <- bf16 of
  *            d_i times the fp32 value the load rounded (from U again, not from bf16 X: the CPU
  *            scales its fp32 staging), A_ij <- bf16(A_ij d_i d_j) (ns_precondition = aol only)
+ *   int sumsq(const uint16_t *x, int64_t count, long long stride, int batch, void *scratch,
+ *             double *out)   out[z] (host memory) <- sum of squares of the count elements at
+ *            x + z stride, in double, in a fixed order, batch <= 64; waits for the stream (Gram
+ *            only: the result guard)
  * Every call returns 0 or -1. */
 #ifndef KERNELS_CUDA_NS_DRIVER_H
 #define KERNELS_CUDA_NS_DRIVER_H
@@ -227,6 +231,64 @@ int ns_dev_gram(Dev &d, const struct ns_dev_geom &g, const struct ns_args *a, in
     return 0;
 }
 
+/* One matrix of the pass, k (0-based in it), again by the standard algorithm, into its slot of
+ * x: the Gram result guard's fallback. The input is still in a->in (the pass is stored only after
+ * the check). y, A and B are free after the Gram steps; loaded where the steps' last swap leaves
+ * the result in the slot. */
+template <class Dev>
+int ns_dev_redo_standard(Dev &d, const struct ns_dev_geom &g, const struct ns_args *a, int64_t k0,
+                         int64_t k, uint16_t *x, uint16_t *y, uint16_t *A, uint16_t *B,
+                         void *scratch)
+{
+    const struct ns_dev_geom g1 = {g.m, g.n, g.block, g.mn, g.mm, 1};
+    uint16_t *slot = x + k * g.mn;
+    uint16_t *p = a->steps % 2 ? y : slot, *q = a->steps % 2 ? slot : y;
+    int have_A = 0;
+    if (d.load(a, k0 + k, 1, g.m, g.n, p, scratch) != 0)
+        return -1;
+    if (a->precondition == NS_PRECOND_AOL) {
+        if (ns_dev_xxt(d, g1, p, A) != 0 || d.aol(a, k0 + k, 1, g.m, g.n, p, A, scratch) != 0)
+            return -1;
+        have_A = 1;
+    }
+    for (int it = 0; it < a->steps; it++) {
+        const float *c = a->coeffs[it];
+        if (!(it == 0 && have_A) && ns_dev_xxt(d, g1, p, A) != 0)
+            return -1;
+        if (ns_dev_symm(d, g1, c[2], A, A, c[1], A, B) != 0 ||
+            ns_dev_apply(d, g1, B, c[0], p, q) != 0)
+            return -1;
+        uint16_t *t = p;
+        p = q;
+        q = t;
+    }
+    return 0;
+}
+
+/* The Gram result guard over a pass (kernels/ns_coeffs.h, ns_coeffs_output_norm_ok, as the CPU
+ * paths check): each matrix's squared norm, read back in groups of 64, and a matrix that fails
+ * recomputed by the standard algorithm (ns_dev_redo_standard). */
+template <class Dev>
+int ns_dev_guard(Dev &d, const struct ns_dev_geom &g, const struct ns_args *a, int64_t k0,
+                 uint16_t *x, uint16_t *y, uint16_t *A, uint16_t *B, void *scratch)
+{
+    double ss[64];
+    for (int64_t j0 = 0; j0 < g.batch; j0 += 64) {
+        const int cnt = (int)(g.batch - j0 < 64 ? g.batch - j0 : 64);
+        if (d.sumsq(x + j0 * g.mn, g.mn, g.mn, cnt, scratch, ss) != 0)
+            return -1;
+        for (int j = 0; j < cnt; j++) {
+            if (ns_coeffs_output_norm_ok(a->coeffs, a->steps, a->norm_scale, g.m, ss[j]))
+                continue;
+            if (ns_dev_redo_standard(d, g, a, k0, j0 + j, x, y, A, B, scratch) != 0)
+                return -1;
+            if (a->guard_fallbacks != NULL)
+                (*a->guard_fallbacks)++;
+        }
+    }
+    return 0;
+}
+
 template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, size_t ws_bytes)
 {
     const int64_t m = a->rows < a->cols ? a->rows : a->cols;
@@ -281,7 +343,8 @@ template <class Dev> int ns_dev_run(Dev &d, const struct ns_args *a, void *ws, s
             have_A = 1;
         }
         if (gram) {
-            if (ns_dev_gram(d, g, a, have_A, &x, &y, A, B, z, rab) != 0)
+            if (ns_dev_gram(d, g, a, have_A, &x, &y, A, B, z, rab) != 0 ||
+                ns_dev_guard(d, g, a, k0, x, y, A, B, scratch) != 0)
                 return -1;
         } else {
             for (int it = 0; it < a->steps; it++) {

@@ -10,6 +10,7 @@
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
 #include "ns_fp64.h"
+#include "ns_singular.h"
 #include "ns_test_util.h"
 #include "test.h"
 
@@ -665,4 +666,59 @@ TEST(ns_driver_gram_every_table_and_shape)
                (unsigned)ns_coeffs_gram_restarts((const float(*)[3])t.c, t.steps, 24, 40), worst,
                worst_ratio);
     }
+}
+
+/* The Gram result guard in the driver (ns_dev_guard, the CPU paths' test): Gram made to diverge
+ * (run without restarts: ns_coeffs_gram_restarts_force) on the rank-4 expert of a batch of three
+ * 96 x 256 matrices with polar_express's 8 steps, with Frobenius and AOL scaling, in place: only
+ * that expert is recomputed by the standard algorithm, its bits the driver's standard ones; the
+ * two well-conditioned experts keep Gram's result. Each expert's input is fp32 with spectra built
+ * as in test_ns_gram_guard. */
+TEST(ns_driver_gram_guard_recomputes_a_diverged_expert)
+{
+    enum { B = 3, M = 96, N = 256 };
+    const size_t one = (size_t)M * N;
+    const struct coeffs t = coeffs_of(NS_TABLE_POLAR_EXPRESS, 8);
+    float *in = malloc(sizeof(float) * B * one), *g = malloc(sizeof(float) * B * one);
+    float *s = malloc(sizeof(float) * B * one);
+    double sv[M];
+    for (int k = 0; k < B; k++) {
+        for (int i = 0; i < M; i++)
+            sv[i] = k == 1 ? (i < 4 ? 1.0 / (i + 1) : 0.0) : 1.0 - 0.5 * i / M;
+        matrix_with_singular_values(in + k * one, M, N, sv, 7 + (uint64_t)k);
+    }
+    const size_t wsb = ns_driver_host_ws_bytes(M, N, B);
+    void *ws = malloc(wsb);
+    for (int pre = NS_PRECOND_FROBENIUS; pre <= NS_PRECOND_AOL; pre++) {
+        int64_t fb = 0;
+        memcpy(g, in, sizeof(float) * B * one);
+        memcpy(s, in, sizeof(float) * B * one);
+        struct ns_args a = ns_args_of(B, M, N, &t, s, KDT_F32, s, KDT_F32);
+        a.precondition = pre;
+        EXPECT_EQ_INT(ns_driver_host_run(&a, ws, wsb, NULL, NULL), 0); /* standard */
+        a.in = a.out = g;
+        a.algorithm = NS_ALGO_GRAM;
+        a.guard_fallbacks = &fb;
+        ns_coeffs_gram_restarts_force(1, 0u);
+        EXPECT_EQ_INT(ns_driver_host_run(&a, ws, wsb, NULL, NULL), 0);
+        EXPECT_EQ_INT((int)fb, 1);
+        EXPECT_TRUE(memcmp(g + one, s + one, sizeof(float) * one) == 0);
+        /* the others: Gram's bits, as a batch of one each gives them */
+        for (int k = 0; k < B; k += 2) {
+            float *o = malloc(sizeof(float) * one);
+            memcpy(o, in + k * one, sizeof(float) * one);
+            struct ns_args a1 = ns_args_of(1, M, N, &t, o, KDT_F32, o, KDT_F32);
+            a1.precondition = pre;
+            a1.algorithm = NS_ALGO_GRAM;
+            EXPECT_EQ_INT(ns_driver_host_run(&a1, ws, wsb, NULL, NULL), 0);
+            EXPECT_TRUE(memcmp(g + k * one, o, sizeof(float) * one) == 0);
+            EXPECT_TRUE(memcmp(g + k * one, s + k * one, sizeof(float) * one) != 0);
+            free(o);
+        }
+        ns_coeffs_gram_restarts_force(0, 0u);
+    }
+    free(ws);
+    free(in);
+    free(g);
+    free(s);
 }

@@ -1,5 +1,6 @@
-/* The only mutable globals of the library (besides env params): the log sink and level, set
- * once under a pthread_once and by init. */
+/* The only mutable globals of the library (besides env params and the tests' hooks: fault
+ * injection in base/fault.c, ns_coeffs_gram_restarts_force in kernels/ns_coeffs.c): the log sink
+ * and level, set once under a pthread_once and by init. */
 #include "log.h"
 
 #include <errno.h>

@@ -357,7 +357,7 @@ typedef struct shardopt_step_args {
         .adamw_beta2 = -1.0, .adamw_eps = -1.0,                                                    \
     }
 
-#define SHARDOPT_STATS_VERSION 4
+#define SHARDOPT_STATS_VERSION 5
 
 /** Counters. Times are seconds of this rank; *_last fields describe the last step. */
 typedef struct shardopt_stats {
@@ -440,6 +440,12 @@ typedef struct shardopt_stats {
                                      checkpoint lacked, kept as they were (load_allow_missing) */
     int64_t load_unused_params; /**< parameters of the checkpoint no registered one matched (not
                                      loaded: a renamed parameter shows in both counts) */
+
+    /* Version 5 */
+    uint64_t ns_gram_fallbacks; /**< Gram Newton-Schulz results of this rank that the result
+                                     guard refused (non-finite, or a norm past what the table can
+                                     output) and recomputed with the standard algorithm, over all
+                                     steps; 0 unless ns_algorithm runs gram */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

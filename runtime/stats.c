@@ -111,6 +111,7 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     s.bytes_ns_allreduce_last = (uint64_t)llround(k->bytes_ns_allreduce);
     s.load_kept_tensors = rt->load_kept;
     s.load_unused_params = rt->load_unused;
+    s.ns_gram_fallbacks = k->ns_gram_fallbacks;
 
     s.offload = (int)rt->cfg.offload;
     s.bytes_host_store = rt->store.host ? rt->store.bytes : 0;

@@ -88,7 +88,7 @@ class _StepArgs(ctypes.Structure):  # shardopt_step_args_t, version 4
                 ("adamw_beta2", ctypes.c_double), ("adamw_eps", ctypes.c_double)]
 
 
-class _Stats(ctypes.Structure):  # shardopt_stats_t, version 4 (size says how much to fill)
+class _Stats(ctypes.Structure):  # shardopt_stats_t, version 5 (size says how much to fill)
     _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
                 ("steps", ctypes.c_uint64), ("num_params", ctypes.c_int),
                 ("num_muon", ctypes.c_int), ("num_adamw", ctypes.c_int),
@@ -127,7 +127,9 @@ class _Stats(ctypes.Structure):  # shardopt_stats_t, version 4 (size says how mu
                 # version 3
                 ("bytes_ns_allreduce_last", ctypes.c_uint64),
                 # version 4: the last load's unmatched tensors and parameters
-                ("load_kept_tensors", ctypes.c_int64), ("load_unused_params", ctypes.c_int64)]
+                ("load_kept_tensors", ctypes.c_int64), ("load_unused_params", ctypes.c_int64),
+                # version 5: Gram results the result guard recomputed with standard
+                ("ns_gram_fallbacks", ctypes.c_uint64)]
 
 
 def _stats_dict(s):
@@ -1375,7 +1377,7 @@ class Optimizer:
             return b"", e
 
     def stats(self):
-        s = _Stats(size=ctypes.sizeof(_Stats), version=4)
+        s = _Stats(size=ctypes.sizeof(_Stats), version=5)
         _check("get_stats", self._lib.shardopt_get_stats(self._rt, ctypes.byref(s)))
         return _stats_dict(s)
 

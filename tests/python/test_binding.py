@@ -155,7 +155,7 @@ except ValueError as e:
 except shardopt.Error as e:
     check(rank != bad and e.status == -4, f"rank {rank}: {e}")
 
-# stats(): every field of shardopt_stats_t version 4; bytes_ns_allreduce_last (version 3): a
+# stats(): every field of shardopt_stats_t version 5; bytes_ns_allreduce_last (version 3): a
 # [16, 32] matrix split along its 32 columns, orthogonalized sharded, all-reduces its 16 x 16 fp32
 # Gram matrix in each of 5 iterations, 2(k-1)/k of it per member over k ranks (0 on one rank)
 cols = -(-32 // size)
@@ -172,6 +172,7 @@ with shardopt.Optimizer(wide, comm=comm, config={"ns_strategy": "sharded"}) as o
           f"stats bytes_ns_allreduce_last = {st.get('bytes_ns_allreduce_last')}, want {want}")
     check(st["ns_sharded_matrices"] == (1 if size > 1 else 0) and st["phases_current"] == 1 and
           st["offload"] == 0, f"stats of versions 1-2 after the prefix: {st}")
+    check(st.get("ns_gram_fallbacks") == 0, f"stats ns_gram_fallbacks (version 5): {st}")
 # a library built before a field was appended says so in size: the field is absent, not a zero
 old = shardopt._Stats(size=shardopt._Stats.phases_current.offset, version=1)
 old.bytes_ns_allreduce_last = 7

@@ -148,8 +148,9 @@ TEST(gram_bf16_jordan_stays_bounded_on_small_wide_matrices)
 }
 
 /* W after two steps of lr 1 (W = -2 O, momentum 0) on a 96 x 256 rank-4 gradient, fp32, quintic's
- * table at 12 steps, with `algo`; the log in *log (the caller frees). */
-static float *two_steps(shardopt_ns_algorithm_t algo, char **log)
+ * table at 12 steps, with `algo`; the log in *log (the caller frees), the stats' fallbacks in
+ * *fallbacks. */
+static float *two_steps(shardopt_ns_algorithm_t algo, char **log, uint64_t *fallbacks)
 {
     enum { M = 96, N = 256 };
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
@@ -179,6 +180,9 @@ static float *two_steps(shardopt_ns_algorithm_t algo, char **log)
     EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
+    *fallbacks = st.ns_gram_fallbacks;
     shardopt_finalize(rt);
     stderr_back(saved);
     *log = text_of(path);
@@ -190,14 +194,18 @@ static float *two_steps(shardopt_ns_algorithm_t algo, char **log)
 /* Gram made to diverge (run without restarts: ns_coeffs_gram_restarts_force) on a low-rank
  * momentum: the kernel's guard recomputes it with the standard algorithm, so the weights are
  * the standard run's, bit for bit, and the rank that ran it says so once for the parameter,
- * with its name, shape and count, however many steps it recurs. */
+ * with its name, shape and count, however many steps it recurs; stats.ns_gram_fallbacks counts
+ * every one. */
 TEST(gram_guard_fallback_gives_the_standard_step_and_warns_once)
 {
     char *log_std, *log_gram;
-    float *w_std = two_steps(SHARDOPT_NS_ALGORITHM_STANDARD, &log_std);
+    uint64_t fb_std = 9, fb_gram = 0;
+    float *w_std = two_steps(SHARDOPT_NS_ALGORITHM_STANDARD, &log_std, &fb_std);
     ns_coeffs_gram_restarts_force(1, 0u);
-    float *w_gram = two_steps(SHARDOPT_NS_ALGORITHM_GRAM, &log_gram);
+    float *w_gram = two_steps(SHARDOPT_NS_ALGORITHM_GRAM, &log_gram, &fb_gram);
     ns_coeffs_gram_restarts_force(0, 0u);
+    EXPECT_EQ_INT((int)fb_std, 0);
+    EXPECT_EQ_INT((int)fb_gram, 2); /* one per step, counted though said once */
     EXPECT_TRUE(memcmp(w_gram, w_std, sizeof(float) * 96 * 256) == 0);
     EXPECT_TRUE(isfinite(w_gram[0]) && w_gram[0] != 0.0f);
     const char *want = "Gram Newton-Schulz of 'w' [96 x 256] gave 1 result(s)";

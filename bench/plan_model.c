@@ -366,11 +366,12 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     double *base = calloc(D > X ? D : X, sizeof(double));
     double *state = calloc(D, sizeof(double)), *mom = calloc(D, sizeof(double));
     double *elem = calloc(D, sizeof(double));
-    if (skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL || dtb == NULL ||
-        dtc == NULL || xflops == NULL || xbytes == NULL || xowned == NULL || xtb == NULL ||
-        g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL || base == NULL || state == NULL ||
-        mom == NULL || elem == NULL || dreal == NULL || xreal == NULL || g_r == NULL ||
-        dsh == NULL || xsh == NULL || g_s == NULL)
+    double *xbase = calloc(D, sizeof(double)); /* each dense member's expert load, before moves */
+    if (xbase == NULL || skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL ||
+        dtb == NULL || dtc == NULL || xflops == NULL || xbytes == NULL || xowned == NULL ||
+        xtb == NULL || g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL || base == NULL ||
+        state == NULL || mom == NULL || elem == NULL || dreal == NULL || xreal == NULL ||
+        g_r == NULL || dsh == NULL || xsh == NULL || g_s == NULL)
         plan_model_die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -417,8 +418,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &none, &xo1);
     struct plan_cfg dcfg = {0};
     for (int d = 0; d < r->dense; d++)
-        base[d] = g_f[d / o->ep];
-    dcfg.base_load = o->joint ? base : NULL;
+        xbase[d] = g_f[d / o->ep];
+    dcfg.base_load = o->joint ? xbase : NULL;
     dcfg.team_cap = o->teams > 0 ? o->teams : mc->gpus_per_node; /* node: one node's ranks */
     dcfg.node_members = r->dense < mc->gpus_per_node ? r->dense : mc->gpus_per_node;
     dcfg.team_frac = o->team_frac;
@@ -435,6 +436,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                              .real = dreal,
                              .sharded = dsh,
                              .kmax = 1};
+    const struct group_out dense_fresh = dout;
     group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     struct group_out xout = {0};
     xout.kmax = 1;
@@ -483,6 +485,22 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                 xsh[d] = g_s[j];
             }
         }
+        /* the dense group placed again on the experts' load after their moves, its exchange
+         * counted on top of the busiest expert member's (commit's dense_refine; sharding/plan.h,
+         * refine_load): kept where its latest finish is earlier */
+        double xmax = 0;
+        for (int d = 0; d < r->dense; d++)
+            xmax = xbytes[d] > xmax ? xbytes[d] : xmax;
+        dcfg.refine_load = xflops;
+        dcfg.refine_cost = o->cost_gflops > 0
+                               ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
+                               : COMM_ES * rate / (bw * o->ns_steps);
+        dcfg.refine_comm = dcfg.refine_cost * (round(xmax) / COMM_ES);
+        double *const dense_arrays[] = {dflops, dbytes, downed, dtb, dtc, dreal, dsh};
+        for (size_t a = 0; a < sizeof dense_arrays / sizeof *dense_arrays; a++)
+            memset(dense_arrays[a], 0, D * sizeof(double));
+        dout = dense_fresh;
+        group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     } else {
         xout = xo1;
         for (int d = 0; d < r->dense; d++) {
@@ -580,5 +598,6 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     free(state);
     free(elem);
     free(mom);
+    free(xbase);
     return 0;
 }

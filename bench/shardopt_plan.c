@@ -37,7 +37,10 @@
  * the model says it pays (each element an owner change adds to a member's exchange costs its
  * bytes at the expert group's link rate against the NS rate, on top of the busiest dense
  * member's bytes; --cost-rates G,B: at commit's cost_gemm_gflops G and cost_net_gbps B instead,
- * as config expert_moves = 1 plans them). --teams K lets a dense matrix heavier than
+ * as config expert_moves = 1 plans them); the dense group is then placed again on the experts'
+ * load after their moves, its exchange counted at the same rate on top of the busiest expert
+ * member's bytes, and kept where it finishes earlier (sharding/plan.h, refine_load; commit does
+ * the same). --teams K lets a dense matrix heavier than
  * --team-frac (default 0.5) of the mean load be orthogonalized by a team of up to K ranks of one
  * node (node: the machine's gpus_per_node; sharding/plan.h), as config ns_team_cap = K and
  * ns_team_frac run it; a team's all-reduce is costed at intra_node_gbps, or with --cost-rates

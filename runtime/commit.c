@@ -59,13 +59,16 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
     p->lr_scale = lr_scale_factor(rt->cfg.lr_scale, p->mv.true_rows, p->mv.true_cols);
 }
 
-/* The planner's view of the Muon tensors of one group kind. base: [members] or NULL, the NS cost
- * each member already carries from its other group (plan_cfg.base_load); move_cost: 0, or
- * plan_cfg.move_cost (expert_moves), with base_comm (plan_cfg.base_comm). */
+/* The planner's view of the Muon tensors of one group kind. joint: NULL, or the joint planning
+ * settings it takes from the other group (plan_cfg's base_load, move_cost and base_comm,
+ * refine_load, refine_cost and refine_comm; docs/scaling.md). */
 static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind kind,
-                                          const struct shard_table *t, const double *base,
-                                          double move_cost, double base_comm, struct group_exec *gx)
+                                          const struct shard_table *t, const struct plan_cfg *joint,
+                                          struct group_exec *gx)
 {
+    const struct plan_cfg none = {0};
+    if (joint == NULL)
+        joint = &none;
     const shardopt_placement_t want = kind == GROUP_LOCAL   ? SHARDOPT_PLACEMENT_REPLICATED
                                       : kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE
                                                             : SHARDOPT_PLACEMENT_EXPERT;
@@ -85,9 +88,12 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                            .esize = kdtype_size(rt->cfg.comm_dtype),
                            .replicas = rt->cfg.replica_split ? rt->groups.mesh.dp_replicate : 1,
                            .ns_steps = rt->cfg.ns_steps,
-                           .base_load = base,
-                           .move_cost = move_cost,
-                           .base_comm = base_comm,
+                           .base_load = joint->base_load,
+                           .move_cost = joint->move_cost,
+                           .base_comm = joint->base_comm,
+                           .refine_load = joint->refine_load,
+                           .refine_cost = joint->refine_cost,
+                           .refine_comm = joint->refine_comm,
                            .team_cap = 1 /* one owner per matrix, but below */};
     char err[256];
     int np = 0;
@@ -166,21 +172,21 @@ static void transports_pick(shardopt_runtime_t rt)
 }
 
 /* Each member's Newton-Schulz load in the other group (`from`, this rank's plan there),
- * all-gathered over `comm` into into->xload, so that every member of this group plans on top of
- * the same doubles. `what` names them in the messages ("expert loads of the dense group").
- * Collective. */
+ * all-gathered over `comm` (of `members`) into *out (allocated), so that every member of this
+ * group plans on top of the same doubles. `loads` and `group` name them in the messages ("expert
+ * loads of the dense group"). Collective. */
 static shardopt_status_t other_loads_gather(shardopt_runtime_t rt, const struct group_plan *from,
-                                            MPI_Comm comm, struct shard_table *into,
+                                            MPI_Comm comm, int members, double **out,
                                             const char *loads, const char *group)
 {
     /* a team member's all-reduces count too: they hold up its Newton-Schulz */
     const double mine = from->load != NULL ? from->load[from->me] + from->team_comm[from->me] : 0.0;
-    const size_t bytes = sizeof(double) * (size_t)into->members;
+    const size_t bytes = sizeof(double) * (size_t)members;
     shardopt_status_t status = SHARDOPT_OK;
     char what[64];
 
-    into->xload = mem_malloc(bytes);
-    if (into->xload == NULL)
+    *out = mem_malloc(bytes);
+    if (*out == NULL)
         status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                           "commit: rank %d: out of memory allocating %zu bytes for the %s loads of "
                           "the %s group",
@@ -189,7 +195,7 @@ static shardopt_status_t other_loads_gather(shardopt_runtime_t rt, const struct 
     if (status != SHARDOPT_OK)
         return status;
     snprintf(what, sizeof what, "all-gather of %s loads", loads);
-    comm_allgather(&rt->groups, comm, &mine, 1, MPI_DOUBLE, into->xload, what);
+    comm_allgather(&rt->groups, comm, &mine, 1, MPI_DOUBLE, *out, what);
     return SHARDOPT_OK;
 }
 
@@ -198,8 +204,37 @@ static shardopt_status_t other_loads_gather(shardopt_runtime_t rt, const struct 
  * EP rank has experts may own none). Collective. */
 static shardopt_status_t expert_loads(shardopt_runtime_t rt, struct shard_table *dense)
 {
-    return other_loads_gather(rt, &rt->gx[GROUP_EXPERT].plan, rt->groups.dense, dense, "expert",
-                              "dense");
+    return other_loads_gather(rt, &rt->gx[GROUP_EXPERT].plan, rt->groups.dense, dense->members,
+                              &dense->xload, "expert", "dense");
+}
+
+/* The planner's cost of one exchange element sent one way (plan_cfg.move_cost): comm-dtype bytes
+ * at cost_net_gbps, in NS FLOPs per iteration at cost_gemm_gflops. */
+static double moves_elem_cost(shardopt_runtime_t rt)
+{
+    const double steps = rt->cfg.ns_steps > 0 ? rt->cfg.ns_steps : 5;
+    return (double)kdtype_size(rt->cfg.comm_dtype) * rt->cfg.cost_gemm_gflops /
+           (rt->cfg.cost_net_gbps * steps);
+}
+
+/* The most bytes any member of the dense group sends in `from`'s exchanges (this rank's plan of
+ * a group; all-reduced over the dense group, which holds a member of every expert shard group),
+ * as *cost in the planner's units (moves_elem_cost per element). Collective. */
+static shardopt_status_t busiest_sent(shardopt_runtime_t rt, const struct group_plan *from,
+                                      const char *group, double *cost)
+{
+    uint64_t most = from->bytes_sent;
+    shardopt_status_t status = SHARDOPT_OK;
+    const int rc = comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, &most, 1,
+                                  MPI_UINT64_T, MPI_MAX, "all-reduce of the bytes sent");
+    if (rc != MPI_SUCCESS)
+        status = log_fail(SHARDOPT_ERR_COMM,
+                          "commit: rank %d: all-reduce of the %s group's bytes sent for "
+                          "expert_moves failed (MPI error %d)",
+                          rt->groups.me.rank, group, rc);
+    status = groups_agree(&rt->groups, status, "commit");
+    *cost = moves_elem_cost(rt) * ((double)most / (double)kdtype_size(rt->cfg.comm_dtype));
+    return status;
 }
 
 /* expert_moves: the expert group planned again, on top of each member's dense load, with matrices
@@ -210,30 +245,39 @@ static shardopt_status_t expert_loads(shardopt_runtime_t rt, struct shard_table 
  * Collective. */
 static shardopt_status_t expert_replan(shardopt_runtime_t rt, struct shard_table *xs)
 {
-    const double steps = rt->cfg.ns_steps > 0 ? rt->cfg.ns_steps : 5;
-    const double move_cost = (double)kdtype_size(rt->cfg.comm_dtype) * rt->cfg.cost_gemm_gflops /
-                             (rt->cfg.cost_net_gbps * steps);
-    shardopt_status_t status = other_loads_gather(rt, &rt->gx[GROUP_DENSE].plan, rt->groups.xs, xs,
-                                                  "dense", "expert shard");
+    shardopt_status_t status = other_loads_gather(rt, &rt->gx[GROUP_DENSE].plan, rt->groups.xs,
+                                                  xs->members, &xs->xload, "dense", "expert shard");
     if (status != SHARDOPT_OK)
         return status;
+    struct plan_cfg joint = {.base_load = xs->xload, .move_cost = moves_elem_cost(rt)};
     /* the same on every replica: their dense plans are alike */
-    uint64_t dense_max = rt->gx[GROUP_DENSE].plan.bytes_sent;
-    const int rc = comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, &dense_max, 1,
-                                  MPI_UINT64_T, MPI_MAX, "all-reduce of the dense bytes sent");
-    if (rc != MPI_SUCCESS)
-        status = log_fail(SHARDOPT_ERR_COMM,
-                          "commit: rank %d: all-reduce of the dense group's bytes sent for "
-                          "expert_moves failed (MPI error %d)",
-                          rt->groups.me.rank, rc);
-    status = groups_agree(&rt->groups, status, "commit");
+    status = busiest_sent(rt, &rt->gx[GROUP_DENSE].plan, "dense", &joint.base_comm);
     if (status != SHARDOPT_OK)
         return status;
-    const double base_comm =
-        move_cost * ((double)dense_max / (double)kdtype_size(rt->cfg.comm_dtype));
     plan_free(&rt->gx[GROUP_EXPERT].plan);
-    return group_plan_build(rt, GROUP_EXPERT, xs, xs->xload, move_cost, base_comm,
-                            &rt->gx[GROUP_EXPERT]);
+    return group_plan_build(rt, GROUP_EXPERT, xs, &joint, &rt->gx[GROUP_EXPERT]);
+}
+
+/* expert_moves, once the experts have moved: the dense group placed again on each member's
+ * expert load after the moves, its exchange counted on top of the busiest expert member's
+ * (plan_cfg.refine_load): the planner keeps the first dense plan unless the second finishes
+ * earlier (sharding/plan_owners.c; shardopt-plan plans the same). Collective. */
+static shardopt_status_t dense_refine(shardopt_runtime_t rt, struct shard_table *dense)
+{
+    double *after = NULL;
+    shardopt_status_t status = other_loads_gather(rt, &rt->gx[GROUP_EXPERT].plan, rt->groups.dense,
+                                                  dense->members, &after, "moved expert", "dense");
+    if (status != SHARDOPT_OK)
+        return status;
+    struct plan_cfg joint = {
+        .base_load = dense->xload, .refine_load = after, .refine_cost = moves_elem_cost(rt)};
+    status = busiest_sent(rt, &rt->gx[GROUP_EXPERT].plan, "expert", &joint.refine_comm);
+    if (status == SHARDOPT_OK) {
+        plan_free(&rt->gx[GROUP_DENSE].plan);
+        status = group_plan_build(rt, GROUP_DENSE, dense, &joint, &rt->gx[GROUP_DENSE]);
+    }
+    free(after);
+    return status;
 }
 
 /* Which Muon tensors of a group stay sharded for Newton-Schulz (ns_strategy), and this rank's
@@ -393,15 +437,19 @@ static shardopt_status_t commit_run(shardopt_runtime_t rt)
         status = teams_setup(rt);
     status = groups_agree(&rt->groups, status, "commit");
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_LOCAL, NULL, NULL, 0, 0, &rt->gx[GROUP_LOCAL]);
+        status = group_plan_build(rt, GROUP_LOCAL, NULL, NULL, &rt->gx[GROUP_LOCAL]);
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_EXPERT, &xs, NULL, 0, 0, &rt->gx[GROUP_EXPERT]);
+        status = group_plan_build(rt, GROUP_EXPERT, &xs, NULL, &rt->gx[GROUP_EXPERT]);
     if (status == SHARDOPT_OK)
         status = expert_loads(rt, &dense);
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_DENSE, &dense, dense.xload, 0, 0, &rt->gx[GROUP_DENSE]);
+        status =
+            group_plan_build(rt, GROUP_DENSE, &dense, &(struct plan_cfg){.base_load = dense.xload},
+                             &rt->gx[GROUP_DENSE]);
     if (status == SHARDOPT_OK && rt->cfg.expert_moves)
         status = expert_replan(rt, &xs);
+    if (status == SHARDOPT_OK && rt->cfg.expert_moves)
+        status = dense_refine(rt, &dense);
     if (status == SHARDOPT_OK)
         status = commit_teams_create(rt, &rt->gx[GROUP_DENSE], "dense");
     transports_pick(rt);

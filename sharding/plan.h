@@ -87,6 +87,17 @@ struct plan_cfg {
     int team_bf16;           /* 1: teams iterate in bf16, whose members always form A^2
                                 (plan_ns_team_cost's narrow_ok 0); 0: fp32, a block narrower than
                                 m updated without it */
+    /* A second placement once the other group's final load is known (expert_moves: the dense
+     * group after the experts moved; docs/scaling.md, issue 22). NULL / 0: none. With
+     * refine_load [members] and refine_cost > 0 (not with move_cost), the owners are placed again
+     * on top of refine_load, heaviest matrix first, each in the cheapest form, one owner or the
+     * smallest team, that keeps every member's finish within the latest so far (else the one
+     * finishing first), a member's finish being max(work, refine_comm + refine_cost x the
+     * exchange elements it sends); that plan replaces the first one only when its latest finish
+     * is earlier, the first one's counted on the same refine_load (plan_owners.c, refine) */
+    const double *refine_load;
+    double refine_cost; /* cost units per exchange element, as move_cost */
+    double refine_comm; /* cost units every member's transfers take already, as base_comm */
 };
 
 /* A piece I hold (a contiguous run of my local shard). Momentum writes U for it at `buf`
@@ -151,6 +162,7 @@ struct group_plan {
     int team_cap;
     int nteams;        /* matrices with a team of 2 or more */
     int nmoved;        /* matrices the moves pass (move_cost) gave another owner */
+    int refined;       /* 1: the second placement (refine_load) replaced the first */
     double *work;      /* [members]: base_load + owned load + team all-reduce cost, per iteration
                           (a team member with a block narrower than the team's widest: that
                           one's FLOPs, which it waits for, plan_ns_team_cost) */

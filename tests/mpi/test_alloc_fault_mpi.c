@@ -12,6 +12,7 @@
 
 static int rank, nranks;
 static int teams; /* 1: the dense matrix forced to a Newton-Schulz team of both ranks */
+static int moves; /* 1: expert_moves (the expert group planned again, then the dense group) */
 static float dense_w[12 * 16], dense_g[12 * 16], exp_w[2 * 8 * 12], exp_g[2 * 8 * 12];
 static float rep_w[8 * 8], rep_g[8 * 8], bias_w[8], bias_g[8];
 
@@ -32,6 +33,7 @@ static shardopt_runtime_t setup(void)
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     cfg.ns_team_cap = teams ? 2 : 1;
     cfg.ns_team_frac = 0.01;
+    cfg.expert_moves = moves;
     shardopt_runtime_t rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
     shardopt_param_desc_t d[4] = {
         fixture_desc("layers.0.attn.q_proj.weight", 2, 24, 16, 0, dense_w, dense_g),
@@ -173,6 +175,19 @@ TEST(out_of_memory_on_rank_1_in_commit_with_teams_fails_commit_on_both)
     teams = 1;
     each_allocation_of_rank_1(AT_COMMIT, "commit with teams");
     teams = 0;
+}
+
+/* The same with expert_moves and a team: the dense loads the expert group plans on, then the
+ * moved expert loads and the second placement of the dense group (its scratch in the planner) */
+TEST(out_of_memory_on_rank_1_in_commit_with_expert_moves_fails_commit_on_both)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (nranks != 2)
+        test_skip("test_alloc_fault_mpi runs on 2 ranks");
+    teams = moves = 1;
+    each_allocation_of_rank_1(AT_COMMIT, "commit with expert_moves");
+    teams = moves = 0;
 }
 
 TEST(out_of_memory_on_rank_1_in_save_fails_save_on_both)

@@ -1,5 +1,6 @@
-/* shardopt-plan's model of a step (plan_model.c): a machine file's rates, the options the model
- * reads, and what one layout does per rank. The tool around it: shardopt_plan.c. */
+/* shardopt-plan's model of a step (plan_model.c): a machine file's rates (plan_machine.c), the
+ * options the model reads, and what one layout does per rank. The tool around it: shardopt_plan.c.
+ */
 #ifndef BENCH_PLAN_MODEL_H
 #define BENCH_PLAN_MODEL_H
 

@@ -124,7 +124,14 @@ static int dirs_make(const char *path)
                 return -1;
             *c = '/';
         }
-    return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return -1;
+    struct stat st; /* EEXIST: what is there must be a directory (/dev/null is not) */
+    if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -145,6 +152,8 @@ int main(int argc, char **argv)
                   : !strcmp(a, "--ep")          ? &ep
                   : !strcmp(a, "--reps")        ? &reps
                                                 : NULL;
+        /* --reps past 10^5 would run for days; the rest past 2^16 ask for more than any preset */
+        const int hi = iv == &reps ? 100000 : 1 << 16;
         const char **sv = !strcmp(a, "--preset")           ? &preset
                           : !strcmp(a, "--dir")            ? &dir
                           : !strcmp(a, "--momentum-dtype") ? &mom
@@ -157,17 +166,31 @@ int main(int argc, char **argv)
             cli_exit(me, "ckpt_bench", usage, 2, "unknown argument '%s'", a);
         else if (v == NULL)
             cli_exit(me, "ckpt_bench", usage, 2, "%s needs a value", a);
-        else if (iv != NULL && (cli_parse_int(v, iv) != 0 || *iv < 1))
-            cli_exit(me, "ckpt_bench", usage, 2, "%s takes an integer >= 1, not '%s'", a, v);
+        else if (iv != NULL)
+            cli_int_opt(me, "ckpt_bench", usage, a, v, 1, hi, iv);
         else if (sv != NULL)
             *sv = v;
         i += iv != NULL || sv != NULL;
     }
     if (strcmp(mom, "fp32") != 0 && strcmp(mom, "bf16") != 0)
         cli_exit(me, "ckpt_bench", usage, 2, "--momentum-dtype takes fp32 or bf16, not '%s'", mom);
+    /* --dir before anything is timed: one that cannot be made (a file, a FIFO, below one) ends
+     * every rank here, not in a save per rep */
+    int dir_ok = 1;
+    if (me == 0 && (dir[0] == '\0' || dirs_make(dir) != 0))
+        dir_ok = -(dir[0] == '\0' ? EINVAL : errno);
+    MPI_Bcast(&dir_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (dir_ok != 1)
+        cli_exit(me, "ckpt_bench", usage, 2, "--dir '%s': cannot make it: %s", dir,
+                 strerror(-dir_ok));
     struct preset p;
     if (preset_load(preset, SHARDOPT_PRESET_DIR, &scale, &p, err, sizeof err) != 0)
         cli_exit(me, "ckpt_bench", usage, 2, "%s", err);
+    /* a rank's share of the parameters, gradients and optimizer state (fp32, momentum and two
+     * AdamW moments at most): --layers and the dividers can ask for more than the machine has */
+    cli_mem_check(me, "ckpt_bench", usage,
+                  "the preset as scaled (--preset, --layers, --width-div, --experts-div)",
+                  20.0 * (double)p.total / world);
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     cfg.ep = ep;
     cfg.momentum_dtype = !strcmp(mom, "bf16") ? SHARDOPT_DTYPE_BF16 : SHARDOPT_DTYPE_FP32;
@@ -175,8 +198,14 @@ int main(int argc, char **argv)
     struct preset_shards ps;
     shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
     args.lr = 1e-4;
-    if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK ||
-        preset_shards_register(rt, &p, 0, 7 + (uint64_t)me, NULL, &ps) != SHARDOPT_OK ||
+    if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK) {
+        /* agreed on every rank (--ep the ranks cannot make): a clean exit, not MPI_Abort */
+        if (me == 0)
+            fprintf(stderr, "ckpt_bench: %s\n", shardopt_last_error());
+        MPI_Finalize();
+        return 1;
+    }
+    if (preset_shards_register(rt, &p, 0, 7 + (uint64_t)me, NULL, &ps) != SHARDOPT_OK ||
         shardopt_step(rt, &args) != SHARDOPT_OK) {
         fprintf(stderr, "ckpt_bench: %s\n", shardopt_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);

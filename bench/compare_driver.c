@@ -19,11 +19,39 @@
 #include "bench/bench_util.h"
 #include "bench/preset.h"
 #include "shardopt.h"
+#include "tools/cli_num.h"
 
+/* One process (MPI_COMM_SELF): one line and exit 2, without MPI_Abort's banner. */
 static void die(const char *what, const char *detail)
 {
     fprintf(stderr, "compare_driver: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-    MPI_Abort(MPI_COMM_WORLD, 2);
+    MPI_Finalize();
+    exit(2);
+}
+
+/* Option a's value v as an integer in [lo, hi], or a line naming both and the range. */
+static int int_opt(const char *a, const char *v, int lo, int hi)
+{
+    int x;
+    char msg[256];
+    if (cli_parse_int_in(v, lo, hi, &x) != 0) {
+        snprintf(msg, sizeof msg, "takes an integer in %d..%d, not '%s'", lo, hi, v);
+        die(a, msg);
+    }
+    return x;
+}
+
+/* manifest.json's number at key: present, finite, in [lo, hi], or the run ends naming it. */
+static double manifest_num(const cJSON *root, const char *key, double lo, double hi,
+                           const char *path)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    char msg[512];
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
+        snprintf(msg, sizeof msg, "\"%s\" must be a number in %g..%g", key, lo, hi);
+        die(path, msg);
+    }
+    return v->valuedouble;
 }
 
 static shardopt_runtime_t runtime_new(int threads, const char *ns_algorithm)
@@ -74,16 +102,24 @@ static int cmd_manifest(int argc, char **argv)
     const char *name = NULL, *out = NULL;
     char err[256];
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--preset") && i + 1 < argc)
-            name = argv[++i];
-        else if (!strcmp(argv[i], "--layers") && i + 1 < argc)
-            sc.layers = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--width-div") && i + 1 < argc)
-            sc.width_div = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--experts-div") && i + 1 < argc)
-            sc.experts_div = atoi(argv[++i]);
-        else
-            out = argv[i];
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *iv = !strcmp(a, "--layers")        ? &sc.layers
+                  : !strcmp(a, "--width-div")   ? &sc.width_div
+                  : !strcmp(a, "--experts-div") ? &sc.experts_div
+                                                : NULL;
+        if (iv != NULL || !strcmp(a, "--preset")) {
+            if (v == NULL)
+                die(a, "needs a value");
+            if (iv != NULL)
+                *iv = int_opt(a, v, 1, 1 << 16);
+            else
+                name = v;
+            i++;
+        } else if (a[0] == '-' || out != NULL) {
+            die("unknown or second argument", a);
+        } else {
+            out = a;
+        }
     }
     struct preset p;
     if (name == NULL || out == NULL)
@@ -134,41 +170,77 @@ static int cmd_run(int argc, char **argv)
     const char *ns_algorithm = NULL;
     char path[4096], *text = NULL;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--ns-algorithm") && i + 1 < argc)
-            ns_algorithm = argv[++i];
-        else
-            dir = argv[i];
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--threads") || !strcmp(a, "--ns-algorithm")) {
+            if (v == NULL)
+                die(a, "needs a value");
+            if (a[2] == 't')
+                threads = int_opt(a, v, 0, 1024);
+            else
+                ns_algorithm = v;
+            i++;
+        } else if (a[0] == '-' || dir != NULL) {
+            die("unknown or second argument", a);
+        } else {
+            dir = a;
+        }
     }
     if (dir == NULL)
         die("usage", "run DIR [--threads T] [--ns-algorithm standard|gram|auto]");
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     if (preset_file_read(path, &text) != 0)
         die("reading", path);
+    /* the script writes manifest.json, but it is a file: every field is checked before it is
+     * used (a missing key was a NULL dereference, a fourth dim wrote past shape[3]) */
     cJSON *root = cJSON_Parse(text);
     free(text);
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(root, "tensors"), *e;
-    const int steps = cJSON_GetObjectItemCaseSensitive(root, "steps")->valueint;
-    const double lr = cJSON_GetObjectItemCaseSensitive(root, "lr")->valuedouble;
-    const double wd = cJSON_GetObjectItemCaseSensitive(root, "weight_decay")->valuedouble;
+    if (!cJSON_IsArray(ts))
+        die(path, "not JSON with a \"tensors\" array");
+    const int steps = (int)manifest_num(root, "steps", 0, 1000000, path);
+    const double lr = manifest_num(root, "lr", 0, 1e6, path);
+    const double wd = manifest_num(root, "weight_decay", 0, 1e6, path);
+    if (steps != manifest_num(root, "steps", 0, 1000000, path))
+        die(path, "\"steps\" must be a whole number");
     const int n = cJSON_GetArraySize(ts);
     int64_t total = 0, *off = calloc((size_t)n + 1, sizeof(int64_t));
     shardopt_runtime_t rt = runtime_new(threads, ns_algorithm);
     shardopt_param_t *h = calloc((size_t)n + 1, sizeof *h);
+    if (off == NULL || h == NULL)
+        die("out of memory", NULL);
     int i = 0;
     cJSON_ArrayForEach(e, ts)
     {
         int64_t shape[3] = {1, 1, 1};
         const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape"), *d;
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
         int nd = 0;
-        cJSON_ArrayForEach(d, sh) shape[nd++] = (int64_t)d->valuedouble;
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "tensor %d needs a \"name\" and a \"shape\" of 1 to 3 whole numbers in 1..2^40 "
+                 "(2^40 elements in all)",
+                 i);
+        if (!cJSON_IsString(nm) || !cJSON_IsArray(sh) || cJSON_GetArraySize(sh) < 1 ||
+            cJSON_GetArraySize(sh) > 3)
+            die(path, msg);
+        cJSON_ArrayForEach(d, sh)
+        {
+            const double x = cJSON_IsNumber(d) ? d->valuedouble : -1;
+            if (!(x >= 1 && x <= 1099511627776.0) || x != (double)(int64_t)x)
+                die(path, msg);
+            shape[nd++] = (int64_t)x;
+        }
+        const int64_t k = numel(shape, nd);
+        if (k > ((int64_t)1 << 40) || total > ((int64_t)1 << 40))
+            die(path, msg);
         off[i] = total;
-        total += numel(shape, nd);
-        h[i] = reg(rt, cJSON_GetObjectItemCaseSensitive(e, "name")->valuestring, nd, shape,
+        total += k;
+        h[i] = reg(rt, nm->valuestring, nd, shape,
                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "expert")), &off[i], NULL);
         i++;
     }
+    if (!cli_mem_fits(8.0 * (double)total))
+        die(path, "its tensors need more memory than this machine has");
     float *w = malloc(sizeof(float) * (size_t)total), *g = malloc(sizeof(float) * (size_t)total);
     if (w == NULL || g == NULL)
         die("out of memory", NULL);
@@ -220,7 +292,8 @@ int main(int argc, char **argv)
     else if (argc >= 2 && !strcmp(argv[1], "run"))
         rc = cmd_run(argc - 2, argv + 2);
     else
-        fprintf(stderr, "usage: compare_driver manifest|run ...\n");
+        fprintf(stderr, "compare_driver: the first argument is manifest or run, not '%s'\n",
+                argc >= 2 ? argv[1] : "");
     MPI_Finalize();
     return rc;
 }

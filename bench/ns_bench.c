@@ -51,6 +51,7 @@
 #include "kernels/ns_coeffs.h"
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
+#include "tools/cli_num.h"
 
 #define BENCH_MAX_REPS 1000
 /* A timed sample repeats a call until it lasts this long, so short calls are not clock noise. */
@@ -94,33 +95,45 @@ static int bench_usage(const char *msg)
     return -1;
 }
 
-static int bench_parse_int(const char *s, int lo, int hi, int *out)
+/* Option arg's value val refused: one line naming both and what it accepts (val NULL: it had
+ * none). */
+static int bench_bad(const char *arg, const char *val, const char *accepted)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
+    char msg[512];
+    if (val == NULL)
+        snprintf(msg, sizeof msg, "%s needs a value: %s", arg, accepted);
+    else
+        snprintf(msg, sizeof msg, "%s takes %s, not '%s'", arg, accepted, val);
+    return bench_usage(msg);
 }
 
-/* MxN, or BxMxN (a batch of B, --backend cuda) */
+/* MxN, or BxMxN (a batch of B, --backend cuda): each the whole of a decimal integer (sscanf's
+ * %d took " 12", "+12" and wrapped past INT_MAX), and the buffers of one shape within memory. */
 static int bench_parse_shape(const char *s, int64_t shape[2], int64_t *batch)
 {
-    int b = 1, m, n;
-    char tail;
-    if (sscanf(s, "%dx%dx%d%c", &b, &m, &n, &tail) != 3) {
-        b = 1;
-        if (sscanf(s, "%dx%d%c", &m, &n, &tail) != 2)
+    long long v[3];
+    char part[24];
+    int n = 0;
+    for (const char *p = s;; n++) {
+        const char *x = strchr(p, 'x');
+        const size_t k = x != NULL ? (size_t)(x - p) : strlen(p);
+        if (n == 3 || k == 0 || k >= sizeof part)
             return -1;
+        memcpy(part, p, k);
+        part[k] = '\0';
+        if (cli_parse_ll_in(part, 1, 65536, &v[n]) != 0)
+            return -1;
+        if (x == NULL)
+            break;
+        p = x + 1;
     }
-    if (b < 1 || b > 4096 || m < 1 || n < 1 || m > 65536 || n > 65536)
+    if (n == 0 || (n == 2 && v[0] > 4096))
         return -1;
-    shape[0] = m;
-    shape[1] = n;
-    *batch = b;
-    return 0;
+    *batch = n == 2 ? v[0] : 1;
+    shape[0] = v[n - 1];
+    shape[1] = v[n];
+    /* the input, the output and the iteration's products, a few copies each */
+    return cli_mem_fits(16.0 * 4.0 * (double)*batch * (double)shape[0] * (double)shape[1]) ? 0 : -1;
 }
 
 static int bench_opts_parse(int argc, char **argv, struct bench_opts *o)
@@ -137,46 +150,50 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o)
             o->torch = 1;
         } else if (strcmp(arg, "--compute") == 0) {
             if (val == NULL || (strcmp(val, "fp32") != 0 && strcmp(val, "bf16") != 0))
-                return bench_usage("--compute takes fp32 or bf16");
+                return bench_bad(arg, val, "fp32 or bf16");
             o->bf16 = strcmp(val, "bf16") == 0;
             i++;
         } else if (strcmp(arg, "--threads") == 0) {
-            if (val == NULL || bench_parse_int(val, 1, 1024, &o->threads) != 0)
-                return bench_usage("--threads takes an integer in 1..1024");
+            if (val == NULL || cli_parse_int_in(val, 1, 1024, &o->threads) != 0)
+                return bench_bad(arg, val, "an integer in 1..1024");
             i++;
         } else if (strcmp(arg, "--reps") == 0) {
-            if (val == NULL || bench_parse_int(val, 1, BENCH_MAX_REPS, &o->reps) != 0)
-                return bench_usage("--reps takes an integer in 1..1000");
+            if (val == NULL || cli_parse_int_in(val, 1, BENCH_MAX_REPS, &o->reps) != 0)
+                return bench_bad(arg, val, "an integer in 1..1000");
             i++;
         } else if (strcmp(arg, "--shape") == 0) {
             if (o->nshapes == BENCH_MAX_SHAPES)
-                return bench_usage("too many --shape");
+                return bench_bad(arg, val, "at most 32 shapes (this is the 33rd)");
             if (val == NULL ||
                 bench_parse_shape(val, o->shape[o->nshapes], &o->batch[o->nshapes]) != 0)
-                return bench_usage("--shape takes MxN or BxMxN with 1 <= M, N <= 65536, B <= 4096");
+                return bench_bad(arg, val,
+                                 "MxN or BxMxN with 1 <= M, N <= 65536, B <= 4096, within this "
+                                 "machine's memory");
             o->nshapes++;
             i++;
         } else if (strcmp(arg, "--algorithm") == 0) {
             if (val == NULL || (strcmp(val, "standard") != 0 && strcmp(val, "gram") != 0 &&
                                 strcmp(val, "all") != 0))
-                return bench_usage("--algorithm takes standard, gram or all");
+                return bench_bad(arg, val, "standard, gram or all");
             o->algos = strcmp(val, "standard") == 0 ? 1 : strcmp(val, "gram") == 0 ? 2 : 3;
             o->extras_asked = 1;
             i++;
         } else if (strcmp(arg, "--precondition") == 0) {
             if (val == NULL || (strcmp(val, "frobenius") != 0 && strcmp(val, "aol") != 0 &&
                                 strcmp(val, "all") != 0))
-                return bench_usage("--precondition takes frobenius, aol or all");
+                return bench_bad(arg, val, "frobenius, aol or all");
             o->preconds = strcmp(val, "frobenius") == 0 ? 1 : strcmp(val, "aol") == 0 ? 2 : 3;
             o->extras_asked = 1;
             i++;
         } else if (strcmp(arg, "--backend") == 0) {
             if (val == NULL || (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0))
-                return bench_usage("--backend takes cpu or cuda");
+                return bench_bad(arg, val, "cpu or cuda");
             o->cuda = strcmp(val, "cuda") == 0;
             i++;
         } else {
-            return bench_usage("unknown argument");
+            char msg[512];
+            snprintf(msg, sizeof msg, "unknown argument '%s'", arg);
+            return bench_usage(msg);
         }
     }
     for (int i = 0; i < o->nshapes; i++)

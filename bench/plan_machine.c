@@ -10,11 +10,26 @@
 static double json_rate(const cJSON *root, const char *key, const char *path)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) {
-        fprintf(stderr, "shardopt-plan: machine file %s: \"%s\" must be a number > 0\n", path, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1e12)) {
+        fprintf(stderr, "shardopt-plan: machine file %s: \"%s\" must be a number in (0, 1e12]\n",
+                path, key);
         exit(2);
     }
     return v->valuedouble;
+}
+
+/* A count the machine file gives (gpus_per_node, slots): a whole number in lo..hi; the cast of
+ * 1e308 or 0.5 to int was undefined or 0, and a division by it followed. */
+static int json_count(const cJSON *root, const char *key, int lo, int hi, const char *path)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi) ||
+        v->valuedouble != (double)(int)v->valuedouble) {
+        fprintf(stderr, "shardopt-plan: machine file %s: \"%s\" must be a whole number in %d..%d\n",
+                path, key, lo, hi);
+        exit(2);
+    }
+    return (int)v->valuedouble;
 }
 
 void plan_model_machine_load(const char *path, struct machine *m)
@@ -39,8 +54,9 @@ void plan_model_machine_load(const char *path, struct machine *m)
     m->inter_gbps = json_rate(root, "inter_node_gbps", path);
     m->host_link_gbps = json_rate(root, "host_link_gbps", path);
     m->host_mem_gbps = json_rate(root, "host_mem_gbps", path);
-    m->gpus_per_node = (int)json_rate(root, "gpus_per_node", path);
-    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(root, "slots");
-    m->slots = cJSON_IsNumber(sl) ? (int)sl->valuedouble : 0;
+    m->gpus_per_node = json_count(root, "gpus_per_node", 1, 1024, path);
+    m->slots = cJSON_GetObjectItemCaseSensitive(root, "slots") != NULL
+                   ? json_count(root, "slots", 0, 1 << 20, path)
+                   : 0;
     cJSON_Delete(root);
 }

@@ -39,6 +39,7 @@
 #include "sharding/plan.h"
 #include "sharding/shard_table.h"
 #include "shardopt.h"
+#include "tools/cli_num.h"
 
 #define COMM_ES 2 /* bf16 (comm_dtype default) */
 
@@ -61,18 +62,27 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int parse_list(const char *s, long *out, int cap)
+/* Option a's comma list of integers in [lo, hi] (at most cap), or the run ends naming it. */
+static int parse_list(const char *a, const char *s, long lo, long hi, long *out, int cap)
 {
-    int n = 0;
-    while (*s && n < cap) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0)
-            die("lists take non-negative integers separated by commas");
-        out[n++] = v;
-        s = *end == ',' ? end + 1 : end;
+    long long v[64];
+    const int n = cli_parse_list_in(s, lo, hi, v, cap < 64 ? cap : 64);
+    if (n < 0) {
+        fprintf(stderr,
+                "plan-world-sim: %s takes 1 to %d integers in %ld..%ld separated by commas, not "
+                "'%s'\n",
+                a, cap, lo, hi, s);
+        exit(2);
     }
+    for (int i = 0; i < n; i++)
+        out[i] = (long)v[i];
     return n;
+}
+
+static void bad_value(const char *a, const char *v, const char *accepted)
+{
+    fprintf(stderr, "plan-world-sim: %s takes %s, not '%s'\n", a, accepted, v);
+    exit(2);
 }
 
 /* Dense rank d's layout of tensor t as preset_shards registers it (shardopt_shard_range's
@@ -219,23 +229,36 @@ int main(int argc, char **argv)
     double max_growth = 0;
     char err[512];
 
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *a = argv[i], *v = argv[i + 1];
+    static const char use[] =
+        "usage: plan-world-sim [--preset NAME] [--ep E] --worlds W1,... [--ranks R1,...] "
+        "[--bucket-bytes B] [--max-growth F]";
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long bb;
+        if (strcmp(a, "--preset") && strcmp(a, "--ep") && strcmp(a, "--worlds") &&
+            strcmp(a, "--ranks") && strcmp(a, "--bucket-bytes") && strcmp(a, "--max-growth")) {
+            fprintf(stderr, "plan-world-sim: unknown argument '%s'\n%s\n", a, use);
+            exit(2);
+        }
+        if (v == NULL) {
+            fprintf(stderr, "plan-world-sim: %s needs a value\n%s\n", a, use);
+            exit(2);
+        }
         if (!strcmp(a, "--preset"))
             preset = v;
-        else if (!strcmp(a, "--ep"))
-            ep = atoi(v);
-        else if (!strcmp(a, "--worlds"))
-            nw = parse_list(v, worlds, 64);
+        else if (!strcmp(a, "--ep")) {
+            if (cli_parse_int_in(v, 1, 1 << 20, &ep) != 0)
+                bad_value(a, v, "an integer in 1..1048576");
+        } else if (!strcmp(a, "--worlds"))
+            nw = parse_list(a, v, 1, 1 << 20, worlds, 64);
         else if (!strcmp(a, "--ranks"))
-            nr = parse_list(v, ranks, 64);
-        else if (!strcmp(a, "--bucket-bytes"))
-            bucket_bytes = (size_t)strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--max-growth"))
-            max_growth = atof(v);
-        else
-            die("usage: plan-world-sim [--preset NAME] [--ep E] --worlds W1,... [--ranks R1,...] "
-                "[--bucket-bytes B] [--max-growth F]");
+            nr = parse_list(a, v, 0, (1 << 20) - 1, ranks, 64);
+        else if (!strcmp(a, "--bucket-bytes")) {
+            if (cli_parse_ll_in(v, 1, 1ll << 40, &bb) != 0)
+                bad_value(a, v, "an integer in 1..2^40");
+            bucket_bytes = (size_t)bb;
+        } else if (cli_parse_double_in(v, 0, 1e6, &max_growth) != 0)
+            bad_value(a, v, "a number in 0..1e6");
     }
     if (nw == 0 || ep < 1)
         die("--worlds is required (and --ep at least 1)");

@@ -8,12 +8,26 @@
 #include "base/file_read.h"
 
 #define MAX_DIMS 32
+/* A dim, a shape entry, and a tensor's element count stay below 2^40 (a terabyte of fp32
+ * elements), the model's total below 2^50, its layers at most 2^16: so no product of them wraps
+ * int64 (a preset is a file anyone can hand --preset), and what a tool allocates from them is
+ * checked against memory by the tool. */
+#define PRESET_DIM_MAX    ((int64_t)1 << 40)
+#define PRESET_TOTAL_MAX  ((int64_t)1 << 50)
+#define PRESET_LAYERS_MAX (1 << 16)
 
 struct dims {
     char name[MAX_DIMS][32];
     int64_t value[MAX_DIMS];
     int n;
 };
+
+/* A JSON number usable as a dim: whole, 0..PRESET_DIM_MAX (NaN, 1e308 and -1 are not; the cast
+ * of 1e308 to int64 is undefined). */
+static int dim_ok(double v)
+{
+    return v >= 0 && v <= (double)PRESET_DIM_MAX && v == (double)(int64_t)v;
+}
 
 static int64_t *dim_find(struct dims *d, const char *name)
 {
@@ -32,14 +46,17 @@ static int expr_eval(struct dims *d, const char *s, int64_t *out)
     for (char *tok = strtok_r(buf, "*", &save); tok != NULL; tok = strtok_r(NULL, "*", &save)) {
         char *end;
         long long lit = strtoll(tok, &end, 10);
-        if (*end == '\0' && end != tok) {
-            v *= lit;
+        int64_t f;
+        if (*end == '\0' && end != tok && lit >= 0) {
+            f = lit;
         } else {
             int64_t *dv = dim_find(d, tok);
             if (dv == NULL)
                 return -1;
-            v *= *dv;
+            f = *dv;
         }
+        if (__builtin_mul_overflow(v, f, &v) || v > PRESET_DIM_MAX)
+            return -1;
     }
     *out = v;
     return 0;
@@ -83,16 +100,23 @@ static int tensor_add(struct preset *p, const char *prefix, const cJSON *e, stru
     int64_t numel = 1;
     for (int i = 0; i < t->ndim; i++) {
         const cJSON *s = cJSON_GetArrayItem(shape, i);
-        if (cJSON_IsNumber(s))
+        if (cJSON_IsNumber(s) && dim_ok(s->valuedouble))
             t->shape[i] = (int64_t)s->valuedouble;
         else if (!cJSON_IsString(s) || expr_eval(d, s->valuestring, &t->shape[i]) != 0) {
             snprintf(err, errlen,
-                     "tensor '%s': shape entry %d is not a number or a product of "
-                     "known dims",
+                     "tensor '%s': shape entry %d is not a whole number in 0..2^40 or a product "
+                     "of known dims within it",
                      t->name, i);
             return -1;
         }
-        numel *= t->shape[i];
+        if (__builtin_mul_overflow(numel, t->shape[i], &numel) || numel > PRESET_DIM_MAX) {
+            snprintf(err, errlen, "tensor '%s': more than 2^40 elements", t->name);
+            return -1;
+        }
+    }
+    if (p->total + numel > PRESET_TOTAL_MAX) {
+        snprintf(err, errlen, "tensor '%s': the model passes 2^50 elements", t->name);
+        return -1;
     }
     p->total += numel;
     p->n++;
@@ -149,8 +173,11 @@ int preset_load(const char *name, const char *dir, const struct preset_scale *sc
     }
     cJSON_ArrayForEach(e, dims)
     {
-        if (d.n == MAX_DIMS || !cJSON_IsNumber(e)) {
-            snprintf(err, errlen, "preset %s: dims must be at most %d numbers", path, MAX_DIMS);
+        if (d.n == MAX_DIMS || !cJSON_IsNumber(e) || !dim_ok(e->valuedouble)) {
+            snprintf(err, errlen,
+                     "preset %s: dims must be at most %d whole numbers in 0..2^40 (\"%s\" is "
+                     "not)",
+                     path, MAX_DIMS, e->string != NULL ? e->string : "?");
             goto out;
         }
         snprintf(d.name[d.n], sizeof d.name[d.n], "%s", e->string);
@@ -167,6 +194,11 @@ int preset_load(const char *name, const char *dir, const struct preset_scale *sc
         *ml = scale->layers;
     else if (scale->layers > 0) /* a dense model: the knob counts its (dense) layers */
         *dl = scale->layers;
+    if (*dl > PRESET_LAYERS_MAX || *ml > PRESET_LAYERS_MAX || *dl + *ml > PRESET_LAYERS_MAX) {
+        snprintf(err, errlen, "preset %s: dense_layers + moe_layers past %d", path,
+                 PRESET_LAYERS_MAX);
+        goto out;
+    }
     p.dense_layers = (int)*dl;
     p.moe_layers = (int)*ml;
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "name");

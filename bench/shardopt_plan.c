@@ -91,20 +91,31 @@
 #include "sharding/ns_strategy.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
+#include "tools/cli_num.h"
 
 static int parse_int(const char *s, int lo, int hi, const char *what)
 {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "shardopt-plan: %s = '%s': accepted %d..%d\n", what, s, lo, hi);
+    int v;
+    if (cli_parse_int_in(s, lo, hi, &v) != 0) {
+        fprintf(stderr, "shardopt-plan: %s takes an integer in %d..%d, not '%s'\n", what, lo, hi,
+                s);
         exit(2);
     }
-    return (int)v;
+    return v;
 }
 
-static void usage(void)
+/* Option a's value v is not one it takes: one line naming both and what it accepts. */
+static void bad(const char *a, const char *v, const char *accepted)
 {
+    fprintf(stderr, "shardopt-plan: %s takes %s, not '%s'\n", a, accepted, v);
+    exit(2);
+}
+
+/* what: the one line that says why (NULL: only the usage), before the usage. */
+static void usage(const char *what, const char *arg)
+{
+    if (what != NULL)
+        fprintf(stderr, "shardopt-plan: %s '%s'\n", what, arg);
     fprintf(stderr,
             "usage: shardopt-plan --preset NAME (--world W | --nodes N) [--gpus-per-node G]\n"
             "       [--dp-replicate R] [--dp-shard S] [--cp C] [--ep E] [--expert-shard-dim D]\n"
@@ -116,6 +127,40 @@ static void usage(void)
             "       [--no-joint] [--moves] [--cost-rates GFLOPS,GBPS] [--teams K|node]\n"
             "       [--team-frac F]\n");
     exit(2);
+}
+
+static int is_option(const char *a)
+{
+    static const char *const known[] = {"--preset",
+                                        "--calibrate",
+                                        "--threads",
+                                        "--machine",
+                                        "--sweep",
+                                        "--offload",
+                                        "--momentum-dtype",
+                                        "--adam-dtype",
+                                        "--world",
+                                        "--nodes",
+                                        "--gpus-per-node",
+                                        "--dp-replicate",
+                                        "--dp-shard",
+                                        "--cp",
+                                        "--ep",
+                                        "--expert-shard-dim",
+                                        "--ns-algorithm",
+                                        "--ns-strategy",
+                                        "--ns-compute",
+                                        "--ns-precondition",
+                                        "--teams",
+                                        "--cost-rates",
+                                        "--team-frac",
+                                        "--layers",
+                                        "--width-div",
+                                        "--experts-div"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(a, known[i]))
+            return 1;
+    return 0;
 }
 
 static void opts_parse(int argc, char **argv, struct opts *o)
@@ -139,7 +184,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             continue;
         }
         if (v == NULL)
-            usage();
+            usage(is_option(a) ? "a value is missing after" : "unknown argument", a);
         i++;
         if (!strcmp(a, "--preset"))
             o->preset = v;
@@ -153,11 +198,11 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             o->sweep = v;
         else if (!strcmp(a, "--offload")) {
             if (strcmp(v, "none") && strcmp(v, "optimizer") && strcmp(v, "cpu"))
-                plan_model_die("--offload takes none, optimizer or cpu");
+                bad(a, v, "none, optimizer or cpu");
             o->offload = v;
         } else if (!strcmp(a, "--momentum-dtype") || !strcmp(a, "--adam-dtype")) {
             if (strcmp(v, "fp32") && strcmp(v, "bf16"))
-                plan_model_die("dtypes are fp32 or bf16");
+                bad(a, v, "fp32 or bf16");
             *(a[2] == 'm' ? &o->mom_es : &o->adam_es) = strcmp(v, "bf16") ? 4 : 2;
         } else if (!strcmp(a, "--world"))
             o->world = parse_int(v, 1, 1 << 20, "--world");
@@ -177,40 +222,46 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             o->xdim = parse_int(v, 0, 2, "--expert-shard-dim");
         else if (!strcmp(a, "--ns-algorithm")) {
             if (v == NULL || (strcmp(v, "standard") && strcmp(v, "gram") && strcmp(v, "auto")))
-                plan_model_die("--ns-algorithm takes standard, gram or auto");
+                bad(a, v, "standard, gram or auto");
             o->ns_algo = !strcmp(v, "gram") ? 1 : !strcmp(v, "auto") ? 2 : 0;
         } else if (!strcmp(a, "--ns-strategy")) {
             if (v == NULL || (strcmp(v, "gather") && strcmp(v, "sharded") && strcmp(v, "auto")))
-                plan_model_die("--ns-strategy takes gather, sharded or auto");
+                bad(a, v, "gather, sharded or auto");
             o->ns_strategy = !strcmp(v, "sharded") ? NS_MODE_SHARDED
                              : !strcmp(v, "auto")  ? NS_MODE_AUTO
                                                    : NS_MODE_GATHER;
         } else if (!strcmp(a, "--ns-compute")) {
             if (v == NULL || (strcmp(v, "device") && strcmp(v, "fp32") && strcmp(v, "bf16")))
-                plan_model_die("--ns-compute takes device, fp32 or bf16");
+                bad(a, v, "device, fp32 or bf16");
             o->ns_compute = !strcmp(v, "fp32") ? KDT_F32 : !strcmp(v, "bf16") ? KDT_BF16 : -1;
         } else if (!strcmp(a, "--ns-precondition")) {
             if (v == NULL || (strcmp(v, "frobenius") && strcmp(v, "aol")))
-                plan_model_die("--ns-precondition takes frobenius or aol");
+                bad(a, v, "frobenius or aol");
             o->ns_steps = !strcmp(v, "aol") ? 4 : NS_STEPS;
             o->ns_table = !strcmp(v, "aol") ? NS_TABLE_AOL : NS_TABLE_QUINTIC;
         } else if (!strcmp(a, "--teams")) {
             o->teams = !strcmp(v, "node") ? 0 : parse_int(v, 1, PLAN_TEAM_MAX, "--teams");
             if (o->teams & (o->teams - 1))
-                plan_model_die("--teams takes a power of two");
+                bad(a, v, "node or a power of two");
         } else if (!strcmp(a, "--cost-rates")) {
-            char *end;
-            o->cost_gflops = strtod(v, &end);
-            o->cost_gbps = *end == ',' ? strtod(end + 1, &end) : 0;
-            if (*end != '\0' || !(o->cost_gflops > 0 && o->cost_gbps > 0))
-                plan_model_die(
-                    "--cost-rates takes GFLOPS,GBPS (both > 0): commit's cost_gemm_gflops and "
+            /* two finite rates > 0 (strtod took "inf" and ignored what a second comma left) */
+            char g[64];
+            const char *comma = strchr(v, ',');
+            const size_t k = comma != NULL ? (size_t)(comma - v) : 0;
+            if (comma == NULL || k >= sizeof g)
+                bad(a, v,
+                    "GFLOPS,GBPS (both in 1e-6..1e9): commit's cost_gemm_gflops and "
+                    "cost_net_gbps");
+            memcpy(g, v, k);
+            g[k] = '\0';
+            if (cli_parse_double_in(g, 1e-6, 1e9, &o->cost_gflops) != 0 ||
+                cli_parse_double_in(comma + 1, 1e-6, 1e9, &o->cost_gbps) != 0)
+                bad(a, v,
+                    "GFLOPS,GBPS (both in 1e-6..1e9): commit's cost_gemm_gflops and "
                     "cost_net_gbps");
         } else if (!strcmp(a, "--team-frac")) {
-            char *end;
-            o->team_frac = strtod(v, &end);
-            if (*end != '\0' || !(o->team_frac > 0 && o->team_frac <= 1))
-                plan_model_die("--team-frac takes a number in (0, 1]");
+            if (cli_parse_double_in(v, 1e-9, 1, &o->team_frac) != 0)
+                bad(a, v, "a number in (0, 1]");
         } else if (!strcmp(a, "--layers"))
             o->scale.layers = parse_int(v, 1, 1 << 16, "--layers");
         else if (!strcmp(a, "--width-div"))
@@ -218,11 +269,12 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         else if (!strcmp(a, "--experts-div"))
             o->scale.experts_div = parse_int(v, 1, 1 << 16, "--experts-div");
         else
-            usage();
+            usage("unknown argument", a);
     }
-    if (o->calibrate == NULL &&
-        (o->preset == NULL || (o->world == 0 && o->nodes == 0 && o->sweep == NULL)))
-        usage();
+    if (o->calibrate == NULL && o->preset == NULL)
+        usage("--preset is required", "");
+    if (o->calibrate == NULL && o->world == 0 && o->nodes == 0 && o->sweep == NULL)
+        usage("one of --world, --nodes and --sweep is required", "");
 }
 
 static void print_row(const struct prediction *r)
@@ -387,16 +439,28 @@ int main(int argc, char **argv)
     mc.gpus_per_node = o.gpn;
     if (preset_load(o.preset, SHARDOPT_PRESET_DIR, &o.scale, &p, err, sizeof err) != 0)
         plan_model_die(err);
+    /* a world is at most 2^20 ranks, as --world takes (node counts times --gpus-per-node or
+     * the machine's would pass it, and wrap int) */
     if (o.sweep != NULL) {
-        for (const char *s = o.sweep; *s && nw < 256;) {
-            char *end;
-            long n = strtol(s, &end, 10);
-            if (end == s || n < 1)
-                plan_model_die("--sweep takes node counts separated by commas");
-            worlds[nw++] = (int)n * o.gpn;
-            s = *end == ',' ? end + 1 : end;
+        long long n[256];
+        nw = cli_parse_list_in(o.sweep, 1, (1 << 20) / o.gpn, n, 256);
+        if (nw < 0) {
+            fprintf(stderr,
+                    "shardopt-plan: --sweep takes 1 to 256 node counts in 1..%d (%d GPUs per "
+                    "node, at most 2^20 ranks) separated by commas, not '%s'\n",
+                    (1 << 20) / o.gpn, o.gpn, o.sweep);
+            exit(2);
         }
+        for (int i = 0; i < nw; i++)
+            worlds[i] = (int)n[i] * o.gpn;
     } else {
+        if (o.world == 0 && (long long)o.nodes * o.gpn > (1 << 20)) {
+            fprintf(stderr,
+                    "shardopt-plan: --nodes %d x %d GPUs per node passes 2^20 ranks (what --world "
+                    "takes)\n",
+                    o.nodes, o.gpn);
+            exit(2);
+        }
         worlds[nw++] = o.world > 0 ? o.world : o.nodes * o.gpn;
     }
     if (o.json)

@@ -15,6 +15,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,25 @@ static int ns_compute_used; /* the runtime's resolution of --ns-compute (stats) 
  * --set may change any of them): what the header and the JSON report */
 static int layout_used[4];
 
+/* The integer options' ranges (init checks the layout, cli_mem_check the preset's memory). */
+static const struct int_opt {
+    const char *name;
+    int lo, hi;
+    size_t off;
+} int_opts[] = {
+    {"--layers", 1, 1 << 16, offsetof(struct opts, scale.layers)},
+    {"--width-div", 1, 1 << 16, offsetof(struct opts, scale.width_div)},
+    {"--experts-div", 1, 1 << 16, offsetof(struct opts, scale.experts_div)},
+    {"--dp-replicate", 1, 1 << 20, offsetof(struct opts, rep)},
+    {"--dp-shard", -1, 1 << 20, offsetof(struct opts, shard)},
+    {"--cp", 1, 1 << 20, offsetof(struct opts, cp)},
+    {"--ep", 1, 1 << 20, offsetof(struct opts, ep)},
+    {"--expert-shard-dim", 0, 2, offsetof(struct opts, xdim)},
+    {"--threads", 0, 1024, offsetof(struct opts, threads)},
+    {"--warmup", 0, 1000000, offsetof(struct opts, warmup)},
+    {"--steps", 1, 1000000, offsetof(struct opts, steps)},
+};
+
 static void die(const char *what, shardopt_status_t st)
 {
     fprintf(stderr, "step_bench: %s: %s (%s)\n", what, shardopt_status_string(st),
@@ -115,18 +135,11 @@ static void opts_parse(int argc, char **argv, struct opts *o)
                        .bucket_mib = 128};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *iv = !strcmp(a, "--layers")             ? &o->scale.layers
-                  : !strcmp(a, "--width-div")        ? &o->scale.width_div
-                  : !strcmp(a, "--experts-div")      ? &o->scale.experts_div
-                  : !strcmp(a, "--dp-replicate")     ? &o->rep
-                  : !strcmp(a, "--dp-shard")         ? &o->shard
-                  : !strcmp(a, "--cp")               ? &o->cp
-                  : !strcmp(a, "--ep")               ? &o->ep
-                  : !strcmp(a, "--expert-shard-dim") ? &o->xdim
-                  : !strcmp(a, "--threads")          ? &o->threads
-                  : !strcmp(a, "--warmup")           ? &o->warmup
-                  : !strcmp(a, "--steps")            ? &o->steps
-                                                     : NULL;
+        const struct int_opt *io = NULL;
+        for (size_t k = 0; k < sizeof int_opts / sizeof int_opts[0]; k++)
+            if (!strcmp(a, int_opts[k].name))
+                io = &int_opts[k];
+        int *iv = io != NULL ? (int *)((char *)o + io->off) : NULL;
         const char **sv = !strcmp(a, "--preset")           ? &o->preset
                           : !strcmp(a, "--momentum-dtype") ? &o->mom
                           : !strcmp(a, "--comm-dtype")     ? &o->comm
@@ -144,10 +157,11 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             cli_exit(me, "shardopt-bench", usage, 2, "unknown argument '%s'", a);
         else if (v == NULL)
             cli_exit(me, "shardopt-bench", usage, 2, "%s needs a value", a);
-        else if (iv != NULL && cli_parse_int(v, iv) != 0)
-            cli_exit(me, "shardopt-bench", usage, 2, "%s takes an integer, not '%s'", a, v);
-        else if (bucket && (cli_parse_double(v, &o->bucket_mib) != 0 || !(o->bucket_mib > 0)))
-            cli_exit(me, "shardopt-bench", usage, 2, "%s takes a number > 0, not '%s'", a, v);
+        else if (iv != NULL)
+            cli_int_opt(me, "shardopt-bench", usage, a, v, io->lo, io->hi, iv);
+        else if (bucket && (cli_parse_double_in(v, 1.0 / 1024, 1 << 20, &o->bucket_mib) != 0))
+            cli_exit(me, "shardopt-bench", usage, 2,
+                     "%s takes a number in 1/1024..1048576 (MiB), not '%s'", a, v);
         else if (set && (strchr(v, '=') == NULL || o->nset == 16))
             cli_exit(me, "shardopt-bench", usage, 2,
                      o->nset == 16 ? "%s: at most 16 of them ('%s' is the 17th)"
@@ -333,11 +347,20 @@ static void run_one(const struct opts *o, const struct preset *p, const char *mo
         char key[64];
         const char *eq = strchr(o->set[i], '=');
         snprintf(key, sizeof key, "%.*s", (int)(eq - o->set[i]), o->set[i]);
+        /* the same argv on every rank, so the same refusal: a clean exit, not MPI_Abort */
         if ((st = shardopt_config_set(&cfg, key, eq + 1)) != SHARDOPT_OK)
-            die("--set", st);
+            cli_exit(me, "shardopt-bench", usage, 2, "--set %s: %s", o->set[i],
+                     shardopt_last_error());
     }
-    if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK)
-        die("init", st);
+    if ((st = shardopt_init(MPI_COMM_WORLD, &cfg, &rt)) != SHARDOPT_OK) {
+        /* init agrees its outcome on every rank (a layout the options ask for that the ranks
+         * cannot make): every rank ends here */
+        if (me == 0)
+            fprintf(stderr, "shardopt-bench: init: %s (%s)\n", shardopt_status_string(st),
+                    shardopt_last_error());
+        MPI_Finalize();
+        exit(1);
+    }
     shardopt_get_stats(rt, &s); /* init leaves cp as given: the dense group is dp_shard x cp */
     layout_used[0] = s.dp_replicate;
     layout_used[1] = s.dense_size / cfg.cp;
@@ -458,6 +481,11 @@ int main(int argc, char **argv)
     opts_parse(argc, argv, &o);
     if (preset_load(o.preset, SHARDOPT_PRESET_DIR, &o.scale, &p, err, sizeof err) != 0)
         cli_exit(me, "shardopt-bench", usage, 2, "%s", err);
+    /* a rank's share of the parameters, gradients and optimizer state (fp32, momentum and two
+     * AdamW moments at most): --layers and the dividers can ask for more than the machine has */
+    cli_mem_check(me, "shardopt-bench", usage,
+                  "the preset as scaled (--preset, --layers, --width-div, --experts-div)",
+                  20.0 * (double)p.total / world);
     double gemm = me == 0 ? sgemm_rate(o.threads) : 0;
     MPI_Bcast(&gemm, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     for (int m = 0; m < 3; m++) {

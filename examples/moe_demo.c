@@ -176,8 +176,14 @@ int main(int argc, char **argv)
             cli_exit(me, "moe_demo", usage, 2, "unknown argument '%s'", a);
         else if (v == NULL)
             cli_exit(me, "moe_demo", usage, 2, "%s needs a value", a);
-        else if (target != NULL && (cli_parse_int(v, target) != 0 || *target < 1))
-            cli_exit(me, "moe_demo", usage, 2, "%s takes an integer >= 1, not '%s'", a, v);
+        else if (target != NULL)
+            /* --steps and --layers bound the run's time and its tensor list; the sizes are
+             * bounded by the memory they ask for (alloc_or_exit) */
+            cli_int_opt(me, "moe_demo", usage, a, v, 1,
+                        target == &steps    ? 1000000
+                        : target == &layers ? 1 << 16
+                                            : INT_MAX,
+                        target);
         else if (sv != NULL)
             *sv = v;
         i++;

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/cli_num.h"
+
 /* code 0 (--help): the usage on stdout. Otherwise "prog: <message>" and where the options are
  * listed, on stderr. Then MPI_Finalize and exit(code) on every rank. */
 static inline void cli_exit(int rank, const char *prog, const char *usage, int code,
@@ -51,29 +53,41 @@ static inline int cli_is_help(const char *a)
  * (atoi takes the first two as 10 and 0 without a word). */
 static inline int cli_parse_int(const char *s, int *out)
 {
-    char *end;
-    if (s == NULL || *s == '\0' || *s == ' ' || *s == '\t')
-        return -1;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (*end != '\0' || errno == ERANGE || v < INT_MIN || v > INT_MAX)
-        return -1;
-    *out = (int)v;
-    return 0;
+    return cli_parse_int_in(s, INT_MIN, INT_MAX, out);
 }
 
 /* The whole of s as a finite double: 0 or -1. */
 static inline int cli_parse_double(const char *s, double *out)
 {
-    char *end;
-    if (s == NULL || *s == '\0' || *s == ' ' || *s == '\t')
-        return -1;
-    errno = 0;
-    const double v = strtod(s, &end);
-    if (*end != '\0' || errno == ERANGE || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
+    return cli_parse_double_in(s, -HUGE_VAL, HUGE_VAL, out);
+}
+
+/* Option a's value v as an int in [lo, hi] into *out, or the run ends with exit 2 and
+ * "a takes an integer in lo..hi, not 'v'". */
+static inline void cli_int_opt(int rank, const char *prog, const char *usage, const char *a,
+                               const char *v, int lo, int hi, int *out)
+{
+    if (cli_parse_int_in(v, lo, hi, out) != 0)
+        cli_exit(rank, prog, usage, 2, "%s takes an integer in %d..%d, not '%s'", a, lo, hi, v);
+}
+
+/* The same for a finite number in [lo, hi]. */
+static inline void cli_double_opt(int rank, const char *prog, const char *usage, const char *a,
+                                  const char *v, double lo, double hi, double *out)
+{
+    if (cli_parse_double_in(v, lo, hi, out) != 0)
+        cli_exit(rank, prog, usage, 2, "%s takes a number in %g..%g, not '%s'", a, lo, hi, v);
+}
+
+/* What the options ask this rank to allocate, against the machine's memory, before any of it
+ * is allocated: over it, exit 2 naming what asked for it. */
+static inline void cli_mem_check(int rank, const char *prog, const char *usage, const char *what,
+                                 double bytes)
+{
+    if (!cli_mem_fits(bytes))
+        cli_exit(rank, prog, usage, 2,
+                 "%s needs about %.3g GiB per rank, more than this machine's %.3g GiB", what,
+                 bytes / 1073741824.0, cli_mem_total() / 1073741824.0);
 }
 
 #endif

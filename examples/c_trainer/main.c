@@ -15,6 +15,7 @@
  * Checkpoints: with ckpt_weights = 1 shardopt_save writes the weights (the registered data)
  * with the optimizer state, in the same files, and shardopt_load reshards both onto whatever
  * layout resumes: the trainer does no gather or scatter of its own. */
+#include <errno.h>
 #include <inttypes.h>
 #include <mpi.h>
 #include <shardopt.h>
@@ -117,30 +118,65 @@ static uint64_t checksum(const struct slice *s, int count_replicated)
     return sum;
 }
 
+/* A bad command line: one line naming the argument, exit 2 on every rank (each parsed the same
+ * argv), without MPI_Abort's banner. */
+static void usage_exit(const char *fmt, const char *a, const char *v)
+{
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    if (me == 0) {
+        fputs("c_trainer: ", stderr);
+        fprintf(stderr, fmt, a, v);
+        fputs("\nusage: c_trainer [--steps N] [--save-at S --dir DIR] [--resume DIR]\n", stderr);
+    }
+    MPI_Finalize();
+    exit(2);
+}
+
+/* The whole of s as a decimal integer in [lo, hi] (public API only here, so no tools/cli.h). */
+static int int_in(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return 0;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (*end != '\0' || errno == ERANGE || v < lo || v > hi)
+        return 0;
+    *out = (int)v;
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     int steps = 10, save_at = 0;
     const char *dir = NULL, *resume = NULL;
     MPI_Init(&argc, &argv);
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
-            steps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--save-at") == 0 && i + 1 < argc)
-            save_at = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
-            dir = argv[++i];
-        else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc)
-            resume = argv[++i];
-        else {
-            fprintf(stderr,
-                    "usage: c_trainer [--steps N] [--save-at S --dir DIR] [--resume DIR]\n");
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *iv = strcmp(a, "--steps") == 0     ? &steps
+                  : strcmp(a, "--save-at") == 0 ? &save_at
+                                                : NULL;
+        const char **sv = strcmp(a, "--dir") == 0      ? &dir
+                          : strcmp(a, "--resume") == 0 ? &resume
+                                                       : NULL;
+        if (iv == NULL && sv == NULL)
+            usage_exit("unknown argument '%s'%s", a, "");
+        if (v == NULL)
+            usage_exit("%s needs a value%s", a, "");
+        /* the whole of the value, in range: atoi ran "12abc" as 12 and "-5" as no steps */
+        if (iv != NULL && !int_in(v, iv == &steps ? 1 : 0, 1000000, iv))
+            usage_exit(iv == &steps ? "%s takes an integer in 1..1000000, not '%s'"
+                                    : "%s takes an integer in 0..1000000, not '%s'",
+                       a, v);
+        if (sv != NULL && *v == '\0')
+            usage_exit("%s takes a directory, not '%s'", a, v);
+        if (sv != NULL)
+            *sv = v;
+        i++;
     }
-    if (save_at > 0 && dir == NULL) {
-        fprintf(stderr, "c_trainer: --save-at needs --dir\n");
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    if (save_at > 0 && dir == NULL)
+        usage_exit("%s needs --dir%s", "--save-at", "");
 
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT; /* plus SHARDOPT_* from the environment */
     cfg.ckpt_weights = 1; /* checkpoints hold the weights too, resharded on load */
@@ -180,7 +216,15 @@ int main(int argc, char **argv)
     int start = 0;
     if (resume != NULL) {
         /* the weights into each s[t].w and the optimizer state, resharded to this layout */
-        CHECK(shardopt_load(rt, resume));
+        /* a load agrees its outcome on every rank, so a --resume that names no checkpoint (a
+         * missing path, a file, a FIFO) ends every rank here with the library's one line */
+        if (shardopt_load(rt, resume) != SHARDOPT_OK) {
+            if (st.rank == 0)
+                fprintf(stderr, "c_trainer: --resume '%s': %s\n", resume, shardopt_last_error());
+            shardopt_finalize(rt);
+            MPI_Finalize();
+            return 1;
+        }
         CHECK(shardopt_get_stats(rt, &st));
         start = (int)st.steps;
     }
@@ -194,7 +238,15 @@ int main(int argc, char **argv)
         if (st.rank == 0)
             printf("c_trainer: step %d loss %.9e\n", step, total);
         if (step == save_at)
-            CHECK(shardopt_save(rt, dir)); /* weights and optimizer state */
+            /* weights and optimizer state; a save agrees its outcome on every rank, so a --dir
+             * that cannot hold a checkpoint (a file, a FIFO) ends every rank here */
+            if (shardopt_save(rt, dir) != SHARDOPT_OK) {
+                if (st.rank == 0)
+                    fprintf(stderr, "c_trainer: --dir '%s': %s\n", dir, shardopt_last_error());
+                shardopt_finalize(rt);
+                MPI_Finalize();
+                return 1;
+            }
     }
     shardopt_param_stats_t ps = SHARDOPT_PARAM_STATS_INIT;
     CHECK(shardopt_param_get_stats(s[1].h, &ps));

@@ -22,12 +22,16 @@
  * SHARDOPT_OFFLOAD set to either is refused. Without a visible GPU init refuses on every rank
  * and the program exits 1 with the library's message. */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "shard.h"
@@ -72,6 +76,28 @@ struct opts {
 
 static int me, world;
 
+/* The integer options and what each accepts: a range past which the example stops making sense
+ * (the memory a combination asks for is checked once they are all read). */
+static const struct int_opt {
+    const char *name;
+    int lo, hi;
+    size_t off;
+} int_opts[] = {
+    {"--steps", 1, 10000000, offsetof(struct opts, steps)},
+    {"--cp", 1, 1 << 20, offsetof(struct opts, cp)},
+    {"--ep", 1, 1 << 20, offsetof(struct opts, ep)},
+    {"--dp-replicate", 1, 1 << 20, offsetof(struct opts, rep)},
+    {"--tokens-per-rank", 1, 1 << 24, offsetof(struct opts, tokens)},
+    {"--window", 0, 10000000, offsetof(struct opts, window)},
+    {"--seed", -(1 << 30), 1 << 30, offsetof(struct opts, seed)},
+    {"--hidden", 1, 1 << 20, offsetof(struct opts, d.hidden)},
+    {"--ffn", 1, 1 << 20, offsetof(struct opts, d.ffn)},
+    {"--experts", 1, 1 << 16, offsetof(struct opts, d.experts)},
+    {"--topk", 1, 1 << 16, offsetof(struct opts, d.topk)},
+    {"--vocab", 1, 1 << 24, offsetof(struct opts, d.vocab)},
+    {"--out", 1, 1 << 20, offsetof(struct opts, d.out)},
+};
+
 static void die(const char *what, shardopt_status_t st)
 {
     fprintf(stderr, "moe_train: rank %d: %s: %s (%s)\n", me, what, shardopt_status_string(st),
@@ -103,20 +129,11 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         .backend = "cpu"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *iv = !strcmp(a, "--steps")             ? &o->steps
-                  : !strcmp(a, "--cp")              ? &o->cp
-                  : !strcmp(a, "--ep")              ? &o->ep
-                  : !strcmp(a, "--dp-replicate")    ? &o->rep
-                  : !strcmp(a, "--tokens-per-rank") ? &o->tokens
-                  : !strcmp(a, "--window")          ? &o->window
-                  : !strcmp(a, "--seed")            ? &o->seed
-                  : !strcmp(a, "--hidden")          ? &o->d.hidden
-                  : !strcmp(a, "--ffn")             ? &o->d.ffn
-                  : !strcmp(a, "--experts")         ? &o->d.experts
-                  : !strcmp(a, "--topk")            ? &o->d.topk
-                  : !strcmp(a, "--vocab")           ? &o->d.vocab
-                  : !strcmp(a, "--out")             ? &o->d.out
-                                                    : NULL;
+        const struct int_opt *io = NULL;
+        for (size_t k = 0; k < sizeof int_opts / sizeof int_opts[0]; k++)
+            if (!strcmp(a, int_opts[k].name))
+                io = &int_opts[k];
+        int *iv = io != NULL ? (int *)((char *)o + io->off) : NULL;
         const char **sv = !strcmp(a, "--momentum-dtype") ? &o->mom
                           : !strcmp(a, "--save")         ? &o->save
                           : !strcmp(a, "--resume")       ? &o->resume
@@ -131,24 +148,36 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             o->quiet = 1;
         else if ((iv != NULL || sv != NULL || dv != NULL) && v == NULL)
             cli_exit(me, "moe_train", usage, 2, "%s needs a value", a);
-        else if (iv != NULL && cli_parse_int(v, iv) != 0)
-            cli_exit(me, "moe_train", usage, 2, "%s takes an integer, not '%s'", a, v);
-        else if (dv != NULL && cli_parse_double(v, dv) != 0)
-            cli_exit(me, "moe_train", usage, 2, "%s takes a finite number, not '%s'", a, v);
+        else if (iv != NULL)
+            cli_int_opt(me, "moe_train", usage, a, v, io->lo, io->hi, iv);
+        else if (dv != NULL)
+            cli_double_opt(me, "moe_train", usage, a, v, 0, 1e6, dv);
         else if (sv != NULL)
             *sv = v;
         else if (iv == NULL && dv == NULL)
             cli_exit(me, "moe_train", usage, 2, "unknown argument '%s'", a);
         i += iv != NULL || sv != NULL || dv != NULL;
     }
-    if (o->steps < 1 || o->tokens < 1 || o->d.topk < 1 || o->d.topk > o->d.experts ||
-        o->d.hidden < 1 || o->d.ffn < 1 || o->d.vocab < 1 || o->d.out < 1)
+    if (o->d.topk > o->d.experts)
+        cli_exit(me, "moe_train", usage, 2, "--topk %d is more than --experts %d", o->d.topk,
+                 o->d.experts);
+    /* what one rank allocates, in double so that no product of the sizes wraps: the student's
+     * and the teacher's parameters and gradients, the teacher's output table, and the
+     * activations of its tokens (the teacher's forward runs all vocab ids at once) */
+    const double H = o->d.hidden, F = o->d.ffn, E = o->d.experts, K = o->d.topk, V = o->d.vocab,
+                 O = o->d.out, T = o->tokens > o->d.vocab ? o->tokens : o->d.vocab;
+    const double params = V * H + 4 * H * H + 8 * H + E * H + 3 * E * F * H + 3 * F * H + O * H;
+    const double acts = T * (8 * H + 4 * F + 2 * E + 2 * K + 2 * O + K * (2 * F + H) + 8);
+    const double largest = fmax(fmax(E * F * H, V * H), fmax(V * O, O * H));
+    if (largest > INT_MAX) /* counts go to MPI as int */
         cli_exit(me, "moe_train", usage, 2,
-                 "--steps, --tokens-per-rank and the model sizes must be >= 1 and --topk <= "
-                 "--experts (steps %d, tokens-per-rank %d, hidden %d, ffn %d, experts %d, "
-                 "topk %d, vocab %d, out %d)",
-                 o->steps, o->tokens, o->d.hidden, o->d.ffn, o->d.experts, o->d.topk, o->d.vocab,
-                 o->d.out);
+                 "a tensor of %.0f elements (--hidden %d, --ffn %d, --experts %d, --vocab %d, "
+                 "--out %d): at most %d",
+                 largest, o->d.hidden, o->d.ffn, o->d.experts, o->d.vocab, o->d.out, INT_MAX);
+    cli_mem_check(me, "moe_train", usage,
+                  "the model and batch (--hidden, --ffn, --experts, --topk, --vocab, --out, "
+                  "--tokens-per-rank, --steps)",
+                  4.0 * (4 * params + V * O + 2 * acts) + 8.0 * o->steps);
     if (strcmp(o->mom, "fp32") && strcmp(o->mom, "bf16"))
         cli_exit(me, "moe_train", usage, 2, "--momentum-dtype takes fp32 or bf16, not '%s'",
                  o->mom);
@@ -156,6 +185,18 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         cli_exit(me, "moe_train", usage, 2, "--backend takes cpu or cuda, not '%s'", o->backend);
     if (o->window <= 0)
         o->window = o->steps >= 10 ? o->steps / 10 : 1;
+    /* the directories, before a run of hours that would end in a save that cannot be made */
+    const char *dirs[2] = {o->save, o->resume}, *names[2] = {"--save", "--resume"};
+    for (int k = 0; k < 2; k++) {
+        struct stat st;
+        if (dirs[k] == NULL)
+            continue;
+        if (dirs[k][0] == '\0')
+            cli_exit(me, "moe_train", usage, 2, "%s takes a directory, not ''", names[k]);
+        if (stat(dirs[k], &st) == 0 ? !S_ISDIR(st.st_mode) : k == 1)
+            cli_exit(me, "moe_train", usage, 2, "%s '%s': %s", names[k], dirs[k],
+                     k == 1 && stat(dirs[k], &st) != 0 ? strerror(errno) : "not a directory");
+    }
 }
 
 static uint64_t mix(uint64_t x)
@@ -214,7 +255,12 @@ static int load_model(const char *dir, struct moe_model *m)
     int ok = 1;
     if (me == 0) {
         snprintf(path, sizeof path, "%s/model.bin", dir);
-        FILE *f = fopen(path, "rb");
+        /* a plain file only: fopen of a FIFO waited for a writer for good */
+        const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        FILE *f = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "rb") : NULL;
+        if (f == NULL && fd >= 0)
+            close(fd);
         ok = f != NULL && fread(magic, 8, 1, f) == 1 && memcmp(magic, "SOMOE001", 8) == 0 &&
              fread(hdr, sizeof hdr, 1, f) == 1;
         const int32_t want[6] = {m->d.vocab,   m->d.hidden, m->d.ffn,
@@ -239,8 +285,10 @@ static int load_model(const char *dir, struct moe_model *m)
                     path);
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (!ok)
-        MPI_Abort(MPI_COMM_WORLD, 2);
+    if (!ok) { /* every rank learnt it together: the same way out, without MPI_Abort's banner */
+        MPI_Finalize();
+        exit(2);
+    }
     MPI_Bcast(hdr, 7, MPI_INT32_T, 0, MPI_COMM_WORLD);
     for (int i = 0; i < MOE_NPARAMS; i++)
         MPI_Bcast(m->p[i].w, (int)m->p[i].numel, MPI_FLOAT, 0, MPI_COMM_WORLD);
@@ -276,6 +324,10 @@ static void train(const struct opts *o, const char *mom, int seed, struct run_re
     int step0 = 0;
     if (o->resume != NULL)
         step0 = load_model(o->resume, &student);
+    if (step0 < 0 || step0 > INT_MAX - o->steps) /* the step count model.bin holds, run on */
+        cli_exit(me, "moe_train", usage, 2,
+                 "--resume %s: its step count %d and --steps %d pass %d steps (or it is negative)",
+                 o->resume, step0, o->steps, INT_MAX);
 
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     shardopt_runtime_t rt;
@@ -471,7 +523,8 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     struct opts o;
     opts_parse(argc, argv, &o);
-    if (o.rep < 1 || o.cp < 1 || o.ep < 1 || world % (o.rep * o.cp) != 0)
+    /* in long long: 2^20 x 2^20 wrapped int to 0, and the remainder divided by it */
+    if (o.rep < 1 || o.cp < 1 || o.ep < 1 || world % ((long long)o.rep * o.cp) != 0)
         cli_exit(me, "moe_train", usage, 2,
                  "%d ranks are not --dp-replicate %d x dp_shard x --cp %d (--ep %d)", world, o.rep,
                  o.cp, o.ep);

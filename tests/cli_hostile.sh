@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Hostile command lines for every tool a user runs directly (tools/cli_num.h):
+#   tests/cli_hostile.sh WORKDIR NAME=EXECUTABLE...
+# Each probe gives one option a value it does not take (negative, zero, 2^63, 1e308, NaN, inf,
+# "12abc", "", " 5", a missing value at the end, an unknown option, a product of sizes no int or
+# memory holds) or a file argument that is missing, a directory, a FIFO or a hostile JSON file,
+# and expects: exit status 2 (1 where the library refuses a checkpoint), within 60 s (no hang),
+# under a 16 GiB address-space limit (no huge allocation attempt reaches malloc), no signal, no
+# MPI_Abort banner, and one line that names the option or file and what is accepted.
+set -uo pipefail
+work=$1
+shift
+declare -A exe
+for kv in "$@"; do exe[${kv%%=*}]=${kv#*=}; done
+rm -rf "$work" && mkdir -p "$work/adir" "$work/ckdir" && mkfifo "$work/fifo" || exit 1
+fails=0 n=0
+
+# probe CODE PROG REGEX ARGS...
+probe() {
+    local code=$1 prog=$2 want=$3 out rc
+    shift 3
+    n=$((n + 1))
+    out=$(ulimit -v 16777216; timeout 60 "${exe[$prog]}" "$@" 2>&1 </dev/null)
+    rc=$?
+    local what="$prog $(printf "'%s' " "$@")"
+    if [ "$rc" -eq 124 ]; then
+        echo "FAIL: $what: no answer in 60 s"
+    elif [ "$rc" -ne "$code" ]; then
+        echo "FAIL: $what: exit $rc, not $code"
+    elif ! grep -qE -- "$want" <<<"$out"; then
+        echo "FAIL: $what: no line says /$want/"
+    elif grep -qE 'MPI_ABORT|Segmentation|core dumped|Sanitizer|out of memory' <<<"$out"; then
+        echo "FAIL: $what: a crash, an abort or an allocation"
+    else
+        return 0
+    fi
+    printf '%s\n' "$out" | head -5 | sed 's/^/    /'
+    fails=$((fails + 1))
+}
+
+# files a tool may be handed: JSON that is not what it expects
+printf '{"dims": {"h": 1e308, "dense_layers": 1, "moe_layers": 0}, "global": [{"name": "w", "shape": ["h", "h"]}]}' >"$work/huge_dim.json"
+printf '{"dims": {"h": 4294967296, "dense_layers": 1, "moe_layers": 0}, "global": [{"name": "w", "shape": ["h*h*h", 1]}]}' >"$work/wrap.json"
+printf '{"dims": {"h": -8, "dense_layers": 1, "moe_layers": 0}, "global": [{"name": "w", "shape": ["h", 4]}]}' >"$work/negative.json"
+printf '{"dims": {"h": 8, "dense_layers": 1, "moe_layers": 2147483647}, "global": [{"name": "w", "shape": ["h", 4]}]}' >"$work/layers.json"
+printf 'not json' >"$work/garbage.json"
+sed 's/"gpus_per_node": *[0-9]*/"gpus_per_node": 0.5/' "$(dirname "$0")/../bench/machines/h200.json" >"$work/half_gpu.json"
+sed 's/"gpus_per_node": *[0-9]*/"gpus_per_node": 1e308/' "$(dirname "$0")/../bench/machines/h200.json" >"$work/many_gpu.json"
+sed 's/"hbm_gbps": *[0-9.e]*/"hbm_gbps": -1/' "$(dirname "$0")/../bench/machines/h200.json" >"$work/neg_rate.json"
+
+# shardopt-plan (no MPI)
+P="--preset tiny"
+probe 2 plan "--world takes an integer in 1\.\.1048576, not '-1'" $P --world -1
+probe 2 plan "--world takes an integer .*'0'" $P --world 0
+probe 2 plan "--world takes an integer .*'9223372036854775808'" $P --world 9223372036854775808
+probe 2 plan "--world takes an integer .*'12abc'" $P --world 12abc
+probe 2 plan "--world takes an integer .*''" $P --world ''
+probe 2 plan "--world takes an integer .*' 5'" $P --world ' 5'
+probe 2 plan "--world takes an integer .*'1e3'" $P --world 1e3
+probe 2 plan "--world takes an integer .*'x'" $P --world 4 --world x
+probe 2 plan "a value is missing after '--world'" $P --world
+probe 2 plan "unknown argument '--no-such-option'" $P --world 4 --no-such-option 1
+probe 2 plan "unknown argument 'stray'" $P --world 4 stray
+probe 2 plan "--gpus-per-node takes an integer in 1\.\.1024, not '0'" $P --world 4 --gpus-per-node 0
+probe 2 plan "--nodes 65536 x 1024 GPUs per node passes 2\^20" $P --nodes 65536 --gpus-per-node 1024
+probe 2 plan "--sweep takes 1 to 256 node counts .*'1,,2'" $P --sweep 1,,2
+probe 2 plan "--sweep takes .*'99999999999'" $P --sweep 99999999999
+probe 2 plan "--sweep takes .*'4abc'" $P --sweep 4abc
+probe 2 plan "--sweep takes .*'2,-1'" $P --sweep 2,-1
+probe 2 plan "--cost-rates takes GFLOPS,GBPS .*'inf,1'" $P --world 4 --cost-rates inf,1
+probe 2 plan "--cost-rates takes .*'nan,1'" $P --world 4 --cost-rates nan,1
+probe 2 plan "--cost-rates takes .*'1,1,1'" $P --world 4 --cost-rates 1,1,1
+probe 2 plan "--cost-rates takes .*'1e308,1'" $P --world 4 --cost-rates 1e308,1
+probe 2 plan "--team-frac takes a number in \(0, 1\], not 'nan'" $P --world 4 --team-frac nan
+probe 2 plan "--team-frac takes .*'0'" $P --world 4 --team-frac 0
+probe 2 plan "--teams takes node or a power of two, not '3'" $P --world 4 --teams 3
+probe 2 plan "--offload takes none, optimizer or cpu, not 'gpu'" $P --world 4 --offload gpu
+probe 2 plan "--layers takes an integer .*'99999999999'" $P --world 4 --layers 99999999999
+probe 2 plan "machine file $work/nonexistent: cannot read" $P --world 4 --machine "$work/nonexistent"
+probe 2 plan "machine file $work/adir: cannot read" $P --world 4 --machine "$work/adir"
+probe 2 plan "machine file $work/fifo: cannot read" $P --world 4 --machine "$work/fifo"
+probe 2 plan "machine file .*garbage.json: not a JSON object" $P --world 4 --machine "$work/garbage.json"
+probe 2 plan "\"gpus_per_node\" must be a whole number in 1\.\.1024" $P --world 4 --machine "$work/half_gpu.json"
+probe 2 plan "\"gpus_per_node\" must be a whole number in 1\.\.1024" $P --sweep 1 --machine "$work/many_gpu.json"
+probe 2 plan "\"hbm_gbps\" must be a number in \(0, 1e12\]" $P --world 4 --machine "$work/neg_rate.json"
+probe 2 plan "preset $work/nonexistent.json: cannot read" --preset "$work/nonexistent.json" --world 4
+probe 2 plan "preset $work/fifo: cannot read" --preset "$work/fifo" --world 4
+probe 2 plan "preset .*huge_dim.json: dims must be .*whole numbers in 0\.\.2\^40 \(\"h\"" --preset "$work/huge_dim.json" --world 4
+probe 2 plan "preset .*negative.json: dims must be .*\(\"h\"" --preset "$work/negative.json" --world 4
+probe 2 plan "preset .*wrap.json: tensor 'w': shape entry 0 is not a whole number" --preset "$work/wrap.json" --world 4
+probe 2 plan "preset .*layers.json: dense_layers \+ moe_layers past 65536" --preset "$work/layers.json" --world 4
+probe 2 plan "preset .*garbage.json: not JSON" --preset "$work/garbage.json" --world 4
+
+# ns_bench (no MPI)
+probe 2 ns "--threads takes an integer in 1\.\.1024, not '0'" --threads 0
+probe 2 ns "--reps takes an integer in 1\.\.1000, not '-1'" --reps -1
+probe 2 ns "--reps takes .*'99999999999'" --reps 99999999999
+probe 2 ns "--shape takes MxN or BxMxN .*'0x5'" --shape 0x5
+probe 2 ns "--shape takes .*'99999999999x2'" --shape 99999999999x2
+probe 2 ns "--shape takes .*'4x4x4x4'" --shape 4x4x4x4
+probe 2 ns "--shape takes .*within this machine's memory, not '65536x65536'" --shape 65536x65536
+probe 2 ns "--shape takes .*' 12x12'" --shape ' 12x12'
+probe 2 ns "--shape takes .*'12x12abc'" --shape 12x12abc
+probe 2 ns "--compute needs a value" --compute
+probe 2 ns "unknown argument '--bogus'" --bogus
+
+# plan-world-sim (no MPI)
+probe 2 pws "--ep needs a value" --worlds 8 --ep
+probe 2 pws "--ep takes an integer in 1\.\.1048576, not '0'" --worlds 8 --ep 0
+probe 2 pws "--worlds takes 1 to 64 integers in 1\.\.1048576 .*'99999999999'" --worlds 99999999999
+probe 2 pws "--worlds takes .*'8,,16'" --worlds 8,,16
+probe 2 pws "--ranks takes .*'-1'" --worlds 8 --ranks -1
+probe 2 pws "--bucket-bytes takes an integer in 1\.\.2\^40, not '-1'" --worlds 8 --bucket-bytes -1
+probe 2 pws "--max-growth takes a number in 0\.\.1e6, not 'nan'" --worlds 8 --max-growth nan
+probe 2 pws "unknown argument '--bogus'" --bogus 1
+
+# compare_driver (one process)
+mkdir -p "$work/m_nokeys" "$work/m_4d" "$work/m_steps" "$work/m_dir/manifest.json" "$work/m_fifo"
+echo '{"tensors": []}' >"$work/m_nokeys/manifest.json"
+echo '{"tensors": [{"name": "w", "shape": [2, 2, 2, 2]}], "steps": 1, "lr": 0.1, "weight_decay": 0}' >"$work/m_4d/manifest.json"
+echo '{"tensors": [], "steps": 1e308, "lr": 0.1, "weight_decay": 0}' >"$work/m_steps/manifest.json"
+mkfifo "$work/m_fifo/manifest.json"
+probe 2 cmp "the first argument is manifest or run, not 'bogus'" bogus
+probe 2 cmp "--layers: takes an integer in 1\.\.65536, not 'abc'" manifest --preset tiny --layers abc "$work/out.json"
+probe 2 cmp "--layers: needs a value" manifest --preset tiny --layers
+probe 2 cmp "--threads: takes an integer in 0\.\.1024, not '-3'" run "$work/m_nokeys" --threads -3
+probe 2 cmp "m_nokeys/manifest.json: \"steps\" must be a number" run "$work/m_nokeys"
+probe 2 cmp "m_4d/manifest.json: tensor 0 needs a \"name\" and a \"shape\" of 1 to 3" run "$work/m_4d"
+probe 2 cmp "m_steps/manifest.json: \"steps\" must be a number in 0\.\.1e\+06" run "$work/m_steps"
+probe 2 cmp "reading: .*m_dir/manifest.json" run "$work/m_dir"
+probe 2 cmp "reading: .*m_fifo/manifest.json" run "$work/m_fifo"
+
+# moe_train (MPI, a singleton here: every rank parses the same argv)
+probe 2 moe_train "--steps takes an integer in 1\.\.10000000, not '2147483647'" --steps 2147483647
+probe 2 moe_train "--steps takes .*'9223372036854775808'" --steps 9223372036854775808
+probe 2 moe_train "--steps takes .*'0'" --steps 0
+probe 2 moe_train "--steps takes .*'1e308'" --steps 1e308
+probe 2 moe_train "--lr takes a number in 0\.\.1e\+06, not 'nan'" --lr nan
+probe 2 moe_train "--adamw-lr takes .*'inf'" --adamw-lr inf
+probe 2 moe_train "--lr takes .*'-1'" --lr -1
+probe 2 moe_train "--window takes .*'-1'" --window -1
+probe 2 moe_train "--topk 17 is more than --experts 16" --topk 17
+probe 2 moe_train "a tensor of 1099511627776 elements" --vocab 16777216 --hidden 65536
+probe 2 moe_train "the model and batch .* needs about .* GiB per rank, more than this machine's" --tokens-per-rank 16777216 --experts 16 --topk 16 --ffn 65536
+probe 2 moe_train "--resume '$work/nonexistent': No such file" --resume "$work/nonexistent"
+probe 2 moe_train "1 ranks are not --dp-replicate 1048576 x dp_shard x --cp 1048576" --dp-replicate 1048576 --cp 1048576
+probe 2 moe_train "--save '/dev/null': not a directory" --save /dev/null
+probe 2 moe_train "--save takes a directory, not ''" --save ''
+probe 2 moe_train "cannot resume from $work/adir/model.bin" --resume "$work/adir" --steps 1 --cp 1 --ep 1
+mkdir -p "$work/fifo_resume" && mkfifo "$work/fifo_resume/model.bin"
+probe 2 moe_train "cannot resume from $work/fifo_resume/model.bin" --resume "$work/fifo_resume" --steps 1 --cp 1 --ep 1
+
+# shardopt-bench (MPI)
+probe 2 step_bench "--steps takes an integer in 1\.\.1000000, not '2147483647'" --steps 2147483647
+probe 2 step_bench "--warmup takes .*'-1'" --warmup -1
+probe 2 step_bench "--threads takes an integer in 0\.\.1024, not '-1'" --threads -1
+probe 2 step_bench "--expert-shard-dim takes an integer in 0\.\.2, not '3'" --expert-shard-dim 3
+probe 2 step_bench "--bucket-mib takes a number in .*'1e308'" --bucket-mib 1e308
+probe 2 step_bench "--bucket-mib takes .*'nan'" --bucket-mib nan
+probe 2 step_bench "the preset as scaled .* needs about .* GiB per rank" --layers 60000 --width-div 1 --experts-div 1
+probe 2 step_bench "preset $work/nonexistent.json: cannot read" --preset "$work/nonexistent.json"
+probe 2 step_bench "preset $work/adir/x.json: cannot read" --preset "$work/adir/x.json"
+probe 2 step_bench "preset .*wrap.json: tensor 'w'" --preset "$work/wrap.json"
+probe 2 step_bench "--set takes KEY=VALUE, not 'nokey'" --set nokey
+probe 2 step_bench "--steps needs a value" --steps
+
+probe 1 step_bench "shardopt-bench: init: .*1 ranks cannot be split as dp_replicate 1048576 x cp 1048576" --dp-replicate 1048576 --cp 1048576
+probe 2 step_bench "--set bucket_bytes=-1: config bucket_bytes .*accepted an integer" --set bucket_bytes=-1
+
+# ckpt_bench (MPI)
+probe 2 ckpt_bench "--dir '/dev/null': cannot make it: Not a directory" --dir /dev/null
+probe 2 ckpt_bench "--dir '$work/fifo': cannot make it: Not a directory" --dir "$work/fifo"
+probe 2 ckpt_bench "--dir '': cannot make it" --dir ''
+probe 1 ckpt_bench "ckpt_bench: init: layout: ep 3 must divide" --ep 3 --dir "$work/ckdir"
+probe 2 ckpt_bench "--reps takes an integer in 1\.\.100000, not '0'" --reps 0
+probe 2 ckpt_bench "--reps takes .*'1000000'" --reps 1000000
+probe 2 ckpt_bench "--ep takes an integer in 1\.\.65536, not '-1'" --ep -1
+probe 2 ckpt_bench "--layers takes .*'99999999999'" --layers 99999999999
+probe 2 ckpt_bench "the preset as scaled .* needs about" --layers 60000 --width-div 1 --experts-div 1
+probe 2 ckpt_bench "preset $work/fifo: cannot read" --preset "$work/fifo"
+
+# moe_demo (MPI, one process)
+probe 2 moe_demo "--steps takes an integer in 1\.\.1000000, not '2147483647'" --steps 2147483647
+probe 2 moe_demo "--layers takes an integer in 1\.\.65536, not '2147483647'" --layers 2147483647
+probe 2 moe_demo "--hidden takes .*'-5'" --hidden -5
+probe 2 moe_demo "--config: .*nonexistent" --config "$work/nonexistent.json"
+probe 2 moe_demo "--config: .*is a directory" --config "$work/adir"
+probe 2 moe_demo "--config: .*is a FIFO" --config "$work/fifo"
+probe 2 moe_demo "--offload: .*'gpu'" --offload gpu
+
+# c_trainer (MPI, a singleton; the public API only)
+probe 2 c_trainer "--steps takes an integer in 1\.\.1000000, not '12abc'" --steps 12abc
+probe 2 c_trainer "--steps takes .*'-5'" --steps -5
+probe 2 c_trainer "--steps takes .*'2147483648'" --steps 2147483648
+probe 2 c_trainer "--save-at takes an integer in 0\.\.1000000, not 'x'" --save-at x
+probe 2 c_trainer "--dir needs a value" --dir
+probe 2 c_trainer "unknown argument '--bogus'" --bogus
+probe 2 c_trainer "--save-at needs --dir" --save-at 1
+probe 1 c_trainer "--resume '$work/nonexistent': " --resume "$work/nonexistent"
+probe 1 c_trainer "--resume '$work/fifo': " --resume "$work/fifo"
+probe 1 c_trainer "--dir '/dev/null': save: .*Not a directory" --steps 1 --save-at 1 --dir /dev/null
+
+rm -rf "$work"
+[ "$fails" -eq 0 ] && echo "cli hostile: ok ($n probes)"
+exit $((fails > 0))

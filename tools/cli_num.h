@@ -1,0 +1,112 @@
+/* Strict numbers for every command-line tool, with MPI or without (tools/cli.h adds the MPI
+ * way out): the whole argument, inside the range the option accepts, or a refusal that the
+ * caller turns into one line naming the option, the value and the range.
+ *
+ * Why ranges and not just "a number": atoi and unchecked strtol let "12abc" run as 12,
+ * "99999999999" wrap to a negative int, and a value that parses but is absurd (--steps 2^31,
+ * a width of 2^30) reach calloc or a loop that never ends. Each option's range is where the
+ * tool still makes sense; what a combination of options would allocate is checked against the
+ * machine's memory (cli_mem_fits) before anything is allocated. */
+#ifndef TOOLS_CLI_NUM_H
+#define TOOLS_CLI_NUM_H
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* A decimal integer spelled out in full: an optional '-' then digits, nothing else (strtol
+ * alone also takes " 5", "+5" and "0x10" with base 0). */
+static inline int cli_num_is_decimal(const char *s)
+{
+    if (s == NULL)
+        return 0;
+    if (*s == '-')
+        s++;
+    if (*s < '0' || *s > '9')
+        return 0;
+    while (*s >= '0' && *s <= '9')
+        s++;
+    return *s == '\0';
+}
+
+/* The whole of s as a decimal integer in [lo, hi]: 0, or -1. */
+static inline int cli_parse_ll_in(const char *s, long long lo, long long hi, long long *out)
+{
+    if (!cli_num_is_decimal(s))
+        return -1;
+    errno = 0;
+    const long long v = strtoll(s, NULL, 10);
+    if (errno == ERANGE || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static inline int cli_parse_int_in(const char *s, int lo, int hi, int *out)
+{
+    long long v;
+    if (cli_parse_ll_in(s, lo, hi, &v) != 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* The whole of s as a finite number in [lo, hi] (NaN, inf, "1e999" and "2x" refused): 0, -1. */
+static inline int cli_parse_double_in(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    if (s == NULL || *s == '\0' || *s == ' ' || *s == '\t' || *s == '\n')
+        return -1;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (*end != '\0' || errno == ERANGE || !isfinite(v) || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "a,b,c": each item a decimal integer in [lo, hi], at least one and at most cap of them, no
+ * empty item. The count, or -1. */
+static inline int cli_parse_list_in(const char *s, long long lo, long long hi, long long *out,
+                                    int cap)
+{
+    int n = 0;
+    char item[32];
+    if (s == NULL || *s == '\0')
+        return -1;
+    for (;;) {
+        size_t k = 0;
+        while (s[k] != '\0' && s[k] != ',')
+            k++;
+        if (k == 0 || k >= sizeof item || n == cap)
+            return -1;
+        for (size_t j = 0; j < k; j++)
+            item[j] = s[j];
+        item[k] = '\0';
+        if (cli_parse_ll_in(item, lo, hi, &out[n]) != 0)
+            return -1;
+        n++;
+        if (s[k] == '\0')
+            return n;
+        s += k + 1;
+    }
+}
+
+/* This machine's memory in bytes (0 when sysconf cannot say). */
+static inline double cli_mem_total(void)
+{
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+}
+
+/* Whether bytes (worked out in double, so that a product of options cannot wrap) fit in this
+ * machine's memory; when sysconf cannot say, up to 1 TiB. */
+static inline int cli_mem_fits(double bytes)
+{
+    const double total = cli_mem_total();
+    return isfinite(bytes) && bytes >= 0 && bytes <= (total > 0 ? total : 1099511627776.0);
+}
+
+#endif

@@ -226,6 +226,9 @@ shardopt_status_t ckpt_save_publish(shardopt_runtime_t rt, int dfd, const char *
     return status;
 }
 
+/* Temporary names a save tries before it gives up (see ckpt_save_run). */
+#define CKPT_TMP_NAMES 64
+
 shardopt_status_t ckpt_save_run(shardopt_runtime_t rt, const char *dir)
 {
     shardopt_status_t status = SHARDOPT_OK;
@@ -272,12 +275,24 @@ shardopt_status_t ckpt_save_run(shardopt_runtime_t rt, const char *dir)
             status = ckpt_dir_stale_step_clear(dfd, dir, step_name,
                                                (unsigned long long)rt->counters.steps);
         }
-        if (status == SHARDOPT_OK) {
-            if (mkdirat(dfd, tmpname, 0755) != 0)
-                status =
-                    log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s", dir, tmpname, strerror(errno));
-            else
+        /* The name may be taken: a crashed save of this step by a process of the same pid
+         * (containers reuse pids), without flock to clear it, or what the clearing leaves in
+         * place (a link, a FIFO, a file, a tree deeper than it enters). None of it is removed,
+         * entered or opened: the save takes the next name of this process, pid + k * 2^22
+         * (pid_max is at most 2^22, so no other process's), up to 64 of them. */
+        for (int k = 1; status == SHARDOPT_OK && !tmp_made; k++) {
+            const int err = mkdirat(dfd, tmpname, 0755) == 0 ? 0 : errno;
+            if (err == 0)
                 tmp_made = 1;
+            else if (err != EEXIST || k == CKPT_TMP_NAMES)
+                status = log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s%s", dir, tmpname, strerror(err),
+                                  err == EEXIST ? " (as are the 63 other temporary names of this "
+                                                  "process: remove the .tmp-step-* entries)"
+                                                : "");
+            else {
+                nonce = (int)getpid() + k * (1 << 22);
+                snprintf(tmpname, sizeof tmpname, ".tmp-%s-%d", step_name, nonce);
+            }
         }
     }
     groups_bcast(g, &nonce, 1, MPI_INT);

@@ -1590,6 +1590,76 @@ TEST(a_filesystem_without_flock_saves_and_leaves_other_temporary_directories)
     dir_clear(dir);
 }
 
+/* What a killed save can leave at the very name the next save of that step takes
+ * (.tmp-step-N-<pid>, pids being reused): a FIFO, a symbolic link to a directory outside, a
+ * directory holding files, a FIFO, a link outside and a tree deeper than the clearing enters; and
+ * with no flock, a directory the clearing must leave. The save used to fail with "File exists"
+ * (every save of that step in that process); now it never opens, enters or follows what is there,
+ * takes the next name of its process and publishes. */
+static void stale_tmp_plant(const char *tmp, int kind, const char *out)
+{
+    char p[4400];
+    if (kind == 0)
+        mkfifo(tmp, 0644);
+    else if (kind == 1)
+        symlink(out, tmp);
+    else {
+        mkdir(tmp, 0755);
+        snprintf(p, sizeof p, "%s/rank-00000.safetensors", tmp);
+        text_put(p, "half written\n");
+        snprintf(p, sizeof p, "%s/fifo", tmp);
+        mkfifo(p, 0644);
+        snprintf(p, sizeof p, "%s/out", tmp);
+        symlink(out, p);
+        snprintf(p, sizeof p, "%s/sub", tmp);
+        mkdir(p, 0755);
+        snprintf(p, sizeof p, "%s/sub/file-link", tmp);
+        symlink("../../../shardopt_ckpt_outside/file", p);
+        snprintf(p, sizeof p, "%s", tmp);
+        for (int d = 0; d < 12; d++) { /* deeper than the clearing goes: the name stays taken */
+            strcat(p, "/d");
+            mkdir(p, 0755);
+        }
+    }
+}
+
+TEST(a_killed_saves_leftover_at_the_temporary_name_is_stepped_around)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_staletmp";
+    const char *out = outside_make();
+    struct run d;
+    saved_run(&d, dir, test_config()); /* step 3 */
+    int pid = (int)getpid();
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD); /* rank 0 names the temporary directory */
+    for (int kind = 0; kind < 4; kind++) {
+        const int step = 4 + kind;
+        char tmp[4200], want[32];
+        run_steps(&d, step, step);
+        snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08d-%d", dir, step, pid);
+        snprintf(want, sizeof want, "step-%08d", step);
+        if (me == 0) {
+            stale_tmp_plant(tmp, kind < 3 ? kind : 2, out);
+            if (kind == 3) /* no flock: the clearing leaves every leftover */
+                fault_arm("ckpt.lock:1:ENOLCK");
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+        fault_arm(NULL);
+        if (me == 0) {
+            EXPECT_TRUE(latest_is(dir, want));
+            EXPECT_TRUE(outside_intact(out));       /* nothing followed out of the directory */
+            EXPECT_TRUE(kind != 1 || is_link(tmp)); /* a link stays a link */
+            struct stat st;
+            EXPECT_TRUE(kind != 0 || (lstat(tmp, &st) == 0 && S_ISFIFO(st.st_mode)));
+        }
+        EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK);
+    }
+    run_free(&d);
+    dir_clear(dir);
+    dir_clear(out);
+}
+
 static const char *damaged_rank_file; /* for the hooks below */
 
 static void hook_remove(const char *tmp)

@@ -47,6 +47,7 @@ static void fault_parse(const char *v)
     fault_alloc_arm(0);
     if (v == NULL || *v == '\0')
         return;
+    const char *whole = v; /* what the refusal shows: the value as set, its prefix too */
     if (strncmp(v, "kill@", 5) == 0) {
         fault_kill = 1;
         v += 5;
@@ -60,22 +61,28 @@ static void fault_parse(const char *v)
         int value;
     } errnos[] = {
         {"EIO", EIO}, {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT}, {"EROFS", EROFS}, {"ENOLCK", ENOLCK}};
+    /* <n> in decimal digits only, within long: strtol took " 1" and "+1", and saturated
+     * "99999999999999999999" to a count no run reaches, a fault armed that never fires */
     const char *colon = strchr(v, ':');
     char *end = NULL;
-    const long n = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
+    const int digits = colon != NULL && colon[1] >= '0' && colon[1] <= '9';
+    errno = 0;
+    const long n = digits ? strtol(colon + 1, &end, 10) : 0;
+    const int too_big = errno == ERANGE;
     int err = end != NULL && *end == '\0' ? EIO : 0;
     for (size_t i = 0;
          err == 0 && end != NULL && *end == ':' && i < sizeof errnos / sizeof errnos[0]; i++)
         if (strcmp(end + 1, errnos[i].name) == 0)
             err = errnos[i].value;
-    if (colon == NULL || (size_t)(colon - v) >= sizeof fault_site || n < 1 || end == colon + 1 ||
-        err == 0) {
+    if (colon == NULL || colon == v || (size_t)(colon - v) >= sizeof fault_site || n < 1 ||
+        !digits || too_big || err == 0) {
         char shown[256]; /* escaped, as every logged message is (log_defang) */
-        log_escape(shown, sizeof shown, v, strlen(v));
+        log_escape(shown, sizeof shown, whole, strlen(whole));
         fprintf(
             stderr,
             "[shardopt] error: SHARDOPT_FAULT='%s': accepted [kill@|hang@]<site>:<n>[:<errno>], "
-            "n >= 1, errno EIO (default), ENOSPC, EDQUOT, EROFS or ENOLCK; ignored\n",
+            "a site, n from 1 in decimal digits, errno EIO (default), ENOSPC, EDQUOT, EROFS or "
+            "ENOLCK; ignored\n",
             shown);
         return;
     }

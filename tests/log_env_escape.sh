@@ -52,6 +52,24 @@ if printf '%s' "$out" | grep -q 'SHARDOPT_FAULT_RANK'; then
     fail=1
 fi
 
+# SHARDOPT_FAULT that is not <site>:<n>: refused, the whole value shown. A count past long was
+# saturated (armed, never firing), " 1" and "+1" taken, an empty site armed, and the refusal of
+# "kill@" showed ''. A refused variable and a bad config variable end moe_demo with one line and
+# exit 1, without MPI_Abort (each process runs alone).
+for v in alloc:99999999999999999999 'alloc: 1' alloc:+1 :1 kill@ 'hang@:2' commit.x:1:; do
+    out=$(SHARDOPT_FAULT="$v" demo)
+    check "fault '$v'" "$out" "SHARDOPT_FAULT='$v': accepted [kill@|hang@]<site>:<n>[:<errno>], a site"
+done
+for v in SHARDOPT_MOMENTUM=nan SHARDOPT_LOG_LEVEL=DEBUG SHARDOPT_NUM_THREADS=99999999; do
+    out=$(env "$v" "$exe" --steps 1 --layers 1 --experts 2 --hidden 8 --ffn 8 --vocab 16 2>&1)
+    rc=$?
+    if [ "$rc" -ne 1 ] || grep -q MPI_ABORT <<<"$out" || ! grep -q "${v%%=*}" <<<"$out"; then
+        echo "FAIL $v: exit $rc, or MPI_Abort, or no line naming it"
+        printf '%s\n' "$out" | head -5
+        fail=1
+    fi
+done
+
 # Paths of short components ("./" repeated): a cut one is a file that can be created.
 dots() { local n=$1 s=""; while [ "${#s}" -lt "$n" ]; do s="$s./"; done; printf '%s' "${s:0:$n}"; }
 # 1024 bytes ending in %r, "log-%" at byte 1022: cut to 1023 it would lose the r

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "bench/ckpt_index_sim.h"
+#include "tools/cli_num.h"
 
 static const char usage[] =
     "usage: ckpt_index_bench [options]\n"
@@ -140,9 +141,13 @@ int main(int argc, char **argv)
             snprintf(v2, sizeof v2, "%s", argv[++i]);
         else if (strcmp(argv[i], "--save") == 0)
             snprintf(save, sizeof save, "%s", argv[++i]);
-        else if (strcmp(argv[i], "--ep") == 0)
-            ep = atoi(argv[++i]);
-        else {
+        else if (strcmp(argv[i], "--ep") == 0) {
+            if (cli_parse_int_in(argv[++i], 1, 1 << 20, &ep) != 0) {
+                fprintf(stderr, "ckpt_index_bench: --ep takes an integer in 1..1048576, not '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "ckpt_index_bench: %s: unknown option\n%s", argv[i], usage);
             return 2;
         }
@@ -170,10 +175,13 @@ int main(int argc, char **argv)
                    "        KiB        MiB\n");
         fflush(stdout); /* before the children fork: printed once */
         for (char *tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ",")) {
-            const int world = atoi(tok);
-            if (world < 4 * ep || world % (4 * ep) != 0) {
-                fprintf(stderr, "ckpt_index_bench: world %s: not a multiple of 4 x ep (%d)\n", tok,
-                        4 * ep);
+            int world = 0; /* whole, in range: atoi ran "1024x" as 1024 */
+            if (cli_parse_int_in(tok, 1, 1 << 24, &world) != 0 || world < 4 * ep ||
+                world % (4 * ep) != 0) {
+                fprintf(stderr,
+                        "ckpt_index_bench: world '%s': takes an integer in 1..16777216, a multiple "
+                        "of 4 x ep (%d)\n",
+                        tok, 4 * ep);
                 return 2;
             }
             const pid_t pid = fork();

@@ -22,6 +22,7 @@
 #include "kernels/clock.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
+#include "tools/cli_num.h"
 
 struct opts {
     int json;
@@ -355,24 +356,34 @@ static void print_json(const struct opts *o, const struct result *r, int nr)
     printf("  ]\n}\n");
 }
 
+/* Each value whole and in range, the buffers within memory: 0, or -1 after one line naming the
+ * option and its value (strtol and atoi ran "16x" as 16, and --mib 2^40 reached malloc). */
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){0, 256, 10};
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int x;
+        if (strcmp(a, "--json") == 0) {
             o->json = 1;
-        } else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) {
-            long v = strtol(argv[++i], NULL, 10);
-            if (v < 1)
-                return -1;
-            o->mib = (size_t)v;
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            o->reps = atoi(argv[++i]);
-            if (o->reps < 1)
-                return -1;
-        } else {
+            continue;
+        }
+        if (strcmp(a, "--mib") != 0 && strcmp(a, "--reps") != 0) {
+            fprintf(stderr, "elementwise_bench: unknown argument '%s'\n", a);
             return -1;
         }
+        const int mib = a[2] == 'm', hi = mib ? 1 << 20 : 1000000;
+        if (v == NULL || cli_parse_int_in(v, 1, hi, &x) != 0 ||
+            (mib && !cli_mem_fits(8.0 * 1048576.0 * x))) {
+            fprintf(stderr, "elementwise_bench: %s takes an integer in 1..%d%s, not '%s'\n", a, hi,
+                    mib ? " whose buffers fit in this machine's memory" : "", v ? v : "");
+            return -1;
+        }
+        if (mib)
+            o->mib = (size_t)x;
+        else
+            o->reps = x;
+        i++;
     }
     return 0;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
+#include "tools/cli_num.h"
 
 int main(int argc, char **argv)
 {
@@ -14,15 +15,25 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--mib"))
-            mib = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps"))
-            reps = atoi(argv[i + 1]);
+    /* each value whole and in range (atoi ran "16x" as 16; --mib 2^31 shifted past memory);
+     * every rank parses the same argv, so every rank refuses together */
+    const char *bad = NULL, *badv = "";
+    for (int i = 1; i < argc && bad == NULL; i += 2) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *t = !strcmp(argv[i], "--mib") ? &mib : !strcmp(argv[i], "--reps") ? &reps : NULL;
+        if (t == NULL || v == NULL || cli_parse_int_in(v, 1, t == &mib ? 4096 : 1000, t) != 0) {
+            bad = argv[i];
+            badv = v != NULL ? v : "";
+        }
     }
-    if (n < 2 || mib < 1 || reps < 1 || reps > 1000) {
-        if (me == 0)
-            fprintf(stderr, "pingpong: needs 2 ranks, --mib >= 1, --reps 1..1000\n");
+    if (bad != NULL || n < 2) {
+        if (me == 0 && bad != NULL && strcmp(bad, "--mib") != 0 && strcmp(bad, "--reps") != 0)
+            fprintf(stderr, "pingpong: unknown argument '%s'\n", bad);
+        else if (me == 0 && bad != NULL)
+            fprintf(stderr, "pingpong: %s takes an integer in 1..%d, not '%s'\n", bad,
+                    strcmp(bad, "--mib") == 0 ? 4096 : 1000, badv);
+        else if (me == 0)
+            fprintf(stderr, "pingpong: needs 2 ranks, not %d\n", n);
         MPI_Finalize();
         return 2;
     }

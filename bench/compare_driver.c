@@ -111,7 +111,7 @@ static int cmd_manifest(int argc, char **argv)
             if (v == NULL)
                 die(a, "needs a value");
             if (iv != NULL)
-                *iv = int_opt(a, v, 1, 1 << 16);
+                *iv = int_opt(a, v, iv == &sc.layers ? 0 : 1, 1 << 16); /* layers 0: all */
             else
                 name = v;
             i++;
@@ -240,7 +240,7 @@ static int cmd_run(int argc, char **argv)
         i++;
     }
     if (!cli_mem_fits(8.0 * (double)total))
-        die(path, "its tensors need more memory than this machine has");
+        die(path, "its tensors need more memory than this process may have");
     float *w = malloc(sizeof(float) * (size_t)total), *g = malloc(sizeof(float) * (size_t)total);
     if (w == NULL || g == NULL)
         die("out of memory", NULL);

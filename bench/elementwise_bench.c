@@ -376,7 +376,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         if (v == NULL || cli_parse_int_in(v, 1, hi, &x) != 0 ||
             (mib && !cli_mem_fits(8.0 * 1048576.0 * x))) {
             fprintf(stderr, "elementwise_bench: %s takes an integer in 1..%d%s, not '%s'\n", a, hi,
-                    mib ? " whose buffers fit in this machine's memory" : "", v ? v : "");
+                    mib ? " whose buffers fit in memory" : "", v ? v : "");
             return -1;
         }
         if (mib)

@@ -167,8 +167,7 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o)
             if (val == NULL ||
                 bench_parse_shape(val, o->shape[o->nshapes], &o->batch[o->nshapes]) != 0)
                 return bench_bad(arg, val,
-                                 "MxN or BxMxN with 1 <= M, N <= 65536, B <= 4096, within this "
-                                 "machine's memory");
+                                 "MxN or BxMxN with 1 <= M, N <= 65536, B <= 4096, within memory");
             o->nshapes++;
             i++;
         } else if (strcmp(arg, "--algorithm") == 0) {

@@ -63,8 +63,8 @@ int main(int argc, char **argv)
                 cli_parse_ll_in(part[1], 1, 65536, &d[1]) != 0 ||
                 cli_parse_ll_in(part[2], 1, 65536, &d[2]) != 0 ||
                 !cli_mem_fits(16.0 * 4.0 * (double)d[0] * (double)d[1] * (double)d[2]))
-                accepted = "BxMxN with B in 1..4096, M and N in 1..65536, within this machine's "
-                           "memory (at most 64 shapes)";
+                accepted = "BxMxN with B in 1..4096, M and N in 1..65536, within memory (at most "
+                           "64 shapes)";
             else {
                 shapes[n][0] = d[0], shapes[n][1] = d[1], shapes[n][2] = d[2];
                 n++;

@@ -482,6 +482,18 @@ int main(int argc, char **argv)
                o.mom_es == 2 ? "bf16" : "fp32", o.adam_es == 2 ? "bf16" : "fp32");
     for (int i = 0; i < nw; i++) {
         struct prediction r;
+        /* a box per tensor and member of a group (at most the world), the planner's tables beside
+         * them: a large preset at 2^20 ranks asks for tens of GiB, refused by name, not tried */
+        const double need = 2.0 * (double)p.n * (double)worlds[i] * (double)sizeof(struct plan_box);
+        if (!cli_mem_fits(need)) {
+            fprintf(stderr,
+                    "shardopt-plan: %d ranks: planning %d tensors over a group of up to %d needs "
+                    "about %.3g GiB, more than the %.3g GiB this process may have: fewer ranks "
+                    "(--world, --nodes, --sweep) or --layers\n",
+                    worlds[i], p.n, worlds[i], need / 1073741824.0, cli_mem_total() / 1073741824.0);
+            preset_free(&p);
+            return 2;
+        }
         if (plan_model_predict(&o, &p, &mc, worlds[i], &r, err, sizeof err) != 0) {
             fprintf(stderr, "shardopt-plan: %d ranks: %s\n", worlds[i], err);
             preset_free(&p);

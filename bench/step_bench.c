@@ -31,7 +31,7 @@
 static const char usage[] =
     "usage: mpirun -n N shardopt-bench [options]\n"
     "  --preset NAME        model preset in bench/presets (glm45-air)\n"
-    "  --layers L           layers of the preset kept (2)\n"
+    "  --layers L           layers of the preset kept, 0: all of them (2)\n"
     "  --width-div D        hidden and expert widths divided by D (8)\n"
     "  --experts-div D      experts per layer divided by D (4)\n"
     "  --dp-replicate R     replicas (1)\n"
@@ -82,7 +82,7 @@ static const struct int_opt {
     int lo, hi;
     size_t off;
 } int_opts[] = {
-    {"--layers", 1, 1 << 16, offsetof(struct opts, scale.layers)},
+    {"--layers", 0, 1 << 16, offsetof(struct opts, scale.layers)}, /* 0: all the preset has */
     {"--width-div", 1, 1 << 16, offsetof(struct opts, scale.width_div)},
     {"--experts-div", 1, 1 << 16, offsetof(struct opts, scale.experts_div)},
     {"--dp-replicate", 1, 1 << 20, offsetof(struct opts, rep)},

@@ -86,8 +86,8 @@ static inline void cli_mem_check(int rank, const char *prog, const char *usage, 
 {
     if (!cli_mem_fits(bytes))
         cli_exit(rank, prog, usage, 2,
-                 "%s needs about %.3g GiB per rank, more than this machine's %.3g GiB", what,
-                 bytes / 1073741824.0, cli_mem_total() / 1073741824.0);
+                 "%s needs about %.3g GiB per rank, more than the %.3g GiB this process may have",
+                 what, bytes / 1073741824.0, cli_mem_total() / 1073741824.0);
 }
 
 #endif

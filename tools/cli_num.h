@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* A decimal integer spelled out in full: an optional '-' then digits, nothing else (strtol
@@ -94,15 +95,21 @@ static inline int cli_parse_list_in(const char *s, long long lo, long long hi, l
     }
 }
 
-/* This machine's memory in bytes (0 when sysconf cannot say). */
+/* The memory this process may have, in bytes: the machine's, or less under an address-space
+ * limit (ulimit -v); 0 when neither can be read. */
 static inline double cli_mem_total(void)
 {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    double total = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (total == 0 || (double)rl.rlim_cur < total))
+        total = (double)rl.rlim_cur;
+    return total;
 }
 
-/* Whether bytes (worked out in double, so that a product of options cannot wrap) fit in this
- * machine's memory; when sysconf cannot say, up to 1 TiB. */
+/* Whether bytes (worked out in double, so that a product of options cannot wrap) fit in the
+ * memory this process may have; when nothing says, up to 1 TiB. */
 static inline int cli_mem_fits(double bytes)
 {
     const double total = cli_mem_total();

@@ -11,6 +11,7 @@
  *       = torch's "match_rms_adamw"), writes DIR/shardopt_params.bin and prints one JSON line
  *       with the median step time. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "bench/bench_util.h"
 #include "bench/preset.h"
 #include "shardopt.h"
+#include "tools/cli_file.h"
 #include "tools/cli_num.h"
 
 /* One process (MPI_COMM_SELF): one line and exit 2, without MPI_Abort's banner. */
@@ -145,9 +147,9 @@ static int cmd_manifest(int argc, char **argv)
         cJSON_AddItemToArray(ts, e);
     }
     char *text = cJSON_PrintUnformatted(root);
-    FILE *f = fopen(out, "w");
+    FILE *f = cli_fopen_write(out); /* a FIFO without a reader: refused, not waited on */
     if (f == NULL || fputs(text, f) < 0 || fclose(f) != 0)
-        die("writing", out);
+        die(out, f == NULL ? strerror(errno) : "cannot write it");
     free(text);
     cJSON_Delete(root);
     shardopt_finalize(rt);
@@ -264,7 +266,7 @@ static int cmd_run(int argc, char **argv)
         t[s] = st.seconds_last;
     }
     snprintf(path, sizeof path, "%s/shardopt_params.bin", dir);
-    FILE *f = fopen(path, "wb");
+    FILE *f = cli_fopen_write(path);
     if (f == NULL || fwrite(w, sizeof(float), (size_t)total, f) != (size_t)total || fclose(f) != 0)
         die("writing", path);
     shardopt_stats_t st = SHARDOPT_STATS_INIT;

@@ -77,6 +77,7 @@
  * The model (the machine file, each group's plan and cost, the prediction) is
  * bench/plan_model.c; this file is the tool: options, printing (text and --json), --calibrate. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,7 @@
 #include "sharding/ns_strategy.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
+#include "tools/cli_file.h"
 #include "tools/cli_num.h"
 
 static int parse_int(const char *s, int lo, int hi, const char *what)
@@ -395,9 +397,10 @@ static int calibrate(const struct opts *o)
                 ns_gflops, triad, link, SHARDOPT_BENCH_BIN_DIR);
         return 1;
     }
-    FILE *f = fopen(o->calibrate, "w");
+    FILE *f = cli_fopen_write(o->calibrate); /* a FIFO without a reader: refused at once */
     if (f == NULL) {
-        fprintf(stderr, "shardopt-plan: cannot write %s\n", o->calibrate);
+        fprintf(stderr, "shardopt-plan: --calibrate %s: cannot write it: %s\n", o->calibrate,
+                strerror(errno));
         return 1;
     }
     const char *src = "measured by shardopt-plan --calibrate on this machine";

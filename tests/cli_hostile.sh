@@ -131,6 +131,7 @@ probe 2 cmp "m_4d/manifest.json: tensor 0 needs a \"name\" and a \"shape\" of 1 
 probe 2 cmp "m_steps/manifest.json: \"steps\" must be a number in 0\.\.1e\+06" run "$work/m_steps"
 probe 2 cmp "reading: .*m_dir/manifest.json" run "$work/m_dir"
 probe 2 cmp "reading: .*m_fifo/manifest.json" run "$work/m_fifo"
+probe 2 cmp "compare_driver: $work/fifo: No such device or address" manifest --preset tiny "$work/fifo"
 
 # moe_train (MPI, a singleton here: every rank parses the same argv)
 probe 2 moe_train "--steps takes an integer in 1\.\.10000000, not '2147483647'" --steps 2147483647
@@ -150,6 +151,9 @@ probe 2 moe_train "--save '/dev/null': not a directory" --save /dev/null
 probe 2 moe_train "--save takes a directory, not ''" --save ''
 probe 2 moe_train "cannot resume from $work/adir/model.bin" --resume "$work/adir" --steps 1 --cp 1 --ep 1
 mkdir -p "$work/fifo_resume" && mkfifo "$work/fifo_resume/model.bin"
+mkdir -p "$work/fifo_save" && mkfifo "$work/fifo_save/model.bin"
+probe 1 moe_train "--save: writing $work/fifo_save/model.bin failed: No such device or address" --save "$work/fifo_save" --steps 1 --cp 1 --ep 1 --quiet
+probe 1 plan "--calibrate $work/fifo: cannot write it: No such device or address" --calibrate "$work/fifo" --threads 1
 probe 2 moe_train "cannot resume from $work/fifo_resume/model.bin" --resume "$work/fifo_resume" --steps 1 --cp 1 --ep 1
 
 # shardopt-bench (MPI)

@@ -37,6 +37,7 @@
 #include "shard.h"
 #include "shardopt.h"
 #include "tools/cli.h"
+#include "tools/cli_file.h"
 
 static const char usage[] =
     "usage: mpirun -n N moe_train [options]\n"
@@ -230,11 +231,11 @@ static uint64_t params_hash(const struct moe_model *m)
 }
 
 /* DIR/model.bin: "SOMOE001", the step count, the model sizes, then every tensor in order. */
-static void save_model(const char *dir, const struct moe_model *m, int step)
+static int save_model(const char *dir, const struct moe_model *m, int step)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.bin", dir);
-    FILE *f = fopen(path, "wb");
+    FILE *f = cli_fopen_write(path); /* a model.bin FIFO there: refused, not waited on */
     int ok = f != NULL;
     const int32_t hdr[7] = {step,         m->d.vocab, m->d.hidden, m->d.ffn,
                             m->d.experts, m->d.topk,  m->d.out};
@@ -244,7 +245,8 @@ static void save_model(const char *dir, const struct moe_model *m, int step)
     if (f != NULL && fclose(f) != 0)
         ok = 0;
     if (!ok)
-        fail("writing the parameters failed", path);
+        fprintf(stderr, "moe_train: --save: writing %s failed: %s\n", path, strerror(errno));
+    return ok;
 }
 
 /* Rank 0 reads DIR/model.bin and broadcasts it; returns the saved step count. */
@@ -418,12 +420,16 @@ static void train(const struct opts *o, const char *mom, int seed, struct run_re
         if (me == 0) {
             ok = (mkdir(o->save, 0755) == 0 || errno == EEXIST) &&
                  (mkdir(path, 0755) == 0 || errno == EEXIST);
-            if (ok)
-                save_model(o->save, &student, step0 + o->steps);
+            if (!ok)
+                fprintf(stderr, "moe_train: --save: cannot make %s: %s\n", path, strerror(errno));
+            ok = ok && save_model(o->save, &student, step0 + o->steps);
         }
+        /* every rank learns it here together: one way out, without MPI_Abort's banner */
         MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        if (!ok)
-            fail("cannot create the save directory", o->save);
+        if (!ok) {
+            MPI_Finalize();
+            exit(1);
+        }
         if ((st = shardopt_save(rt, path)) != SHARDOPT_OK)
             die("save", st);
         if (me == 0 && !o->quiet)

@@ -151,6 +151,17 @@ probe 2 moe_train "--save '/dev/null': not a directory" --save /dev/null
 probe 2 moe_train "--save takes a directory, not ''" --save ''
 probe 2 moe_train "cannot resume from $work/adir/model.bin" --resume "$work/adir" --steps 1 --cp 1 --ep 1
 mkdir -p "$work/fifo_resume" && mkfifo "$work/fifo_resume/model.bin"
+# a model.bin of this model but no optimizer state beside it (removed, or never copied); and a
+# save whose optimizer/ is a file: the library refuses on every rank, the job ends without MPI_Abort
+small=(--steps 1 --cp 1 --ep 1 --hidden 16 --ffn 16 --experts 2 --vocab 32 --out 8 --tokens-per-rank 8 --quiet)
+if [ -n "${exe[moe_train]:-}" ] && "${exe[moe_train]}" "${small[@]}" --save "$work/saved" >/dev/null 2>&1; then
+    rm -rf "$work/saved/optimizer"
+    probe 1 moe_train "--resume: load: .*$work/saved/optimizer" "${small[@]}" --resume "$work/saved"
+    rm -rf "$work/saved/optimizer" && touch "$work/saved/optimizer"
+    probe 1 moe_train "cannot make $work/saved/optimizer|--save: save: .*$work/saved/optimizer" "${small[@]}" --save "$work/saved"
+elif [ -n "${exe[moe_train]:-}" ]; then
+    echo "FAIL: moe_train ${small[*]} --save $work/saved did not save" && fails=$((fails + 1))
+fi
 mkdir -p "$work/fifo_save" && mkfifo "$work/fifo_save/model.bin"
 probe 1 moe_train "--save: writing $work/fifo_save/model.bin failed: No such device or address" --save "$work/fifo_save" --steps 1 --cp 1 --ep 1 --quiet
 probe 1 plan "--calibrate $work/fifo: cannot write it: No such device or address" --calibrate "$work/fifo" --threads 1

@@ -106,6 +106,17 @@ static void die(const char *what, shardopt_status_t st)
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+/* A collective call that agrees its outcome on every rank (load, save) failed: every rank is
+ * here, so the job ends with the library's line on rank 0 and exit 1, without MPI_Abort. */
+static void agreed_exit(const char *what, shardopt_status_t st)
+{
+    if (me == 0)
+        fprintf(stderr, "moe_train: %s: %s (%s)\n", what, shardopt_status_string(st),
+                shardopt_last_error());
+    MPI_Finalize();
+    exit(1);
+}
+
 static void fail(const char *msg, const char *detail)
 {
     fprintf(stderr, "moe_train: rank %d: %s%s%s\n", me, msg, detail ? ": " : "",
@@ -367,7 +378,7 @@ static void train(const struct opts *o, const char *mom, int seed, struct run_re
         char path[4096];
         snprintf(path, sizeof path, "%s/optimizer", o->resume);
         if ((st = shardopt_load(rt, path)) != SHARDOPT_OK)
-            die("load", st);
+            agreed_exit("--resume: load", st); /* no checkpoint there, or one of another model */
     }
     if (me == 0 && !o->quiet) {
         shardopt_stats_t s = SHARDOPT_STATS_INIT;
@@ -431,7 +442,7 @@ static void train(const struct opts *o, const char *mom, int seed, struct run_re
             exit(1);
         }
         if ((st = shardopt_save(rt, path)) != SHARDOPT_OK)
-            die("save", st);
+            agreed_exit("--save: save", st);
         if (me == 0 && !o->quiet)
             printf("moe_train: saved step %d to %s (model.bin and optimizer/)\n", step0 + o->steps,
                    o->save);

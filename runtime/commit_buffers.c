@@ -62,11 +62,17 @@ void commit_release(shardopt_runtime_t rt)
     rt->ns_dev->free(rt->ns_ws.buf);
     for (int i = 0; i < PIPELINE_DEPTH; i++) {
         rt->dev->free(rt->bufs[i].ns);
-        rt->dev->free(rt->bufs[i].b);
-        rt->dev->free(rt->bufs[i].a);
+        /* after a step abandoned its exchanges MPI may still write these: left to it (a leak of
+         * the exchange buffers, once, on a runtime that cannot step again) */
+        if (!rt->exchange_abandoned) {
+            rt->dev->free(rt->bufs[i].b);
+            rt->dev->free(rt->bufs[i].a);
+        }
         if (device_has(rt->dev, DEVICE_CAP_HOST_PINNED)) {
-            rt->dev->host_free(rt->bufs[i].ha);
-            rt->dev->host_free(rt->bufs[i].hb);
+            if (!rt->exchange_abandoned) {
+                rt->dev->host_free(rt->bufs[i].ha);
+                rt->dev->host_free(rt->bufs[i].hb);
+            }
             rt->dev->host_free(rt->bufs[i].hns);
         }
         free(rt->bufs[i].req);

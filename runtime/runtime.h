@@ -153,6 +153,12 @@ struct shardopt_runtime {
         MPI_Request *req;    /* 2 per member of the largest group: one exchange at a time */
         int *peer;           /* the member each request waits on (comm_timeout_s messages) */
     } bufs[PIPELINE_DEPTH];
+    /* A step failed with exchanges in flight over MPI (muon_exec.c, muon_abandon): their requests
+     * were freed unwaited, so MPI may still write the receive buffers (a and b, or ha and hb)
+     * after the step returned, and a peer's message meant for the failed step would match the
+     * next step's receive of the same tag. Those buffers are kept past finalize (left to MPI)
+     * and every later step refuses. */
+    int exchange_abandoned;
     struct ns_workspace ns_ws;
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
     struct alias_span *alias;     /* [2 * nparams]: alias_check's scratch (the step allocates

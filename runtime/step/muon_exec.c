@@ -403,6 +403,25 @@ static int stage_get(shardopt_runtime_t rt, int seq, struct stage *st)
     return 0;
 }
 
+/* A failed step's exchanges still in flight over MPI: each request is freed unwaited (a peer may
+ * never post its side: waiting could hang) and the runtime remembers it, so that finalize keeps
+ * the buffers MPI may still write and later steps refuse (runtime.h, exchange_abandoned). Before,
+ * finalize freed them under a pending receive that a peer's message then completed: a write into
+ * freed memory (test_xcheck's devsim combos, every rank's Newton-Schulz refused). */
+static void muon_abandon(shardopt_runtime_t rt, struct stage *ring, int used)
+{
+    for (int j = 0; j < used; j++) {
+        struct stage *st = &ring[j];
+        if (rt->xport[st->kind].ops->deferred) /* NCCL: step_abort aborts the communicator */
+            continue;
+        for (int r = 0; r < st->x.nreq; r++)
+            if (st->x.req[r] != MPI_REQUEST_NULL)
+                MPI_Request_free(&st->x.req[r]);
+        st->x.nreq = 0;
+    }
+    rt->exchange_abandoned = 1;
+}
+
 shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
 {
     struct step_counters *k = &rt->counters;
@@ -412,6 +431,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
     struct tl_clock clk; /* one chain of laps: every moment of the pipeline lands in a phase */
     int n = 0;
 
+    memset(ring, 0, sizeof ring); /* muon_abandon reads every stage of a short pipeline */
     for (int g = 0; g < GROUP_KINDS; g++)
         n += rt->gx[g].plan.nbuckets;
     if (n == 0)
@@ -472,5 +492,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
             stage_apply(rt, last, s);
         timeline_lap(tl, &clk, &k->seconds_apply_last);
     }
+    if (status != SHARDOPT_OK) /* the stages that were taken: the first n, at most the ring */
+        muon_abandon(rt, ring, n < PIPELINE_DEPTH ? n : PIPELINE_DEPTH);
     return status;
 }

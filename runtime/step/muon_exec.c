@@ -418,8 +418,9 @@ static void muon_abandon(shardopt_runtime_t rt, struct stage *ring, int used)
             if (st->x.req[r] != MPI_REQUEST_NULL)
                 MPI_Request_free(&st->x.req[r]);
         st->x.nreq = 0;
+        /* even with nothing posted here: a peer's message may be on its way */
+        rt->exchange_abandoned = 1;
     }
-    rt->exchange_abandoned = 1;
 }
 
 shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)

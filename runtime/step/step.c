@@ -479,17 +479,17 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     status = step_validate(rt, args, &sc);
     if (status == SHARDOPT_OK) /* the step's work goes to init's device from any thread */
         status = rt_device_enter(rt, "step");
-    if (status == SHARDOPT_OK && rt->committed && rt->exchange_abandoned)
-        status = log_fail(SHARDOPT_ERR_STATE,
-                          "step: rank %d: an earlier step failed with exchanges in flight, which "
-                          "a peer's message may still complete; nothing was updated: finalize, "
-                          "init again and load the last checkpoint",
-                          rt->groups.me.rank);
     if (status == SHARDOPT_OK && rt->committed && step_aborted(rt))
         status = log_fail(SHARDOPT_ERR_NCCL,
                           "step: rank %d: the NCCL communicators were aborted after an earlier "
                           "step failed; nothing was updated: finalize, init again and load the "
                           "last checkpoint",
+                          rt->groups.me.rank);
+    if (status == SHARDOPT_OK && rt->committed && rt->exchange_abandoned)
+        status = log_fail(SHARDOPT_ERR_STATE,
+                          "step: rank %d: an earlier step failed with exchanges in flight, which "
+                          "a peer's message may still complete; nothing was updated: finalize, "
+                          "init again and load the last checkpoint",
                           rt->groups.me.rank);
     /* the step is collective: a check failing on one rank fails it on all; the same all-reduce
      * compares a digest of the arguments, and only when they differ is the slow path taken */

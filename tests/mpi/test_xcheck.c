@@ -1,11 +1,26 @@
 /* Randomized cross-check of the step over layouts and options (docs/design.md, Determinism;
- * docs/config.md, every numeric key). Each combo, drawn from a seed: a random set of tensors (1-D,
- * 2-D with 1 x n, n x 1, tiny and odd shapes, 3-D expert stacks, transposed, fp32/bf16, forced
- * algorithms, multipliers, torch.chunk or random uneven slices with empty ones), a random layout
- * on 2..world ranks (dp_replicate, dp_shard, cp, ep) and random options (every numeric key of
- * docs/config.md; Newton-Schulz teams, kernel tables, and nonfinite = skip / zero with one NaN or
- * -Inf gradient element too; not backend = cuda, num_threads or adamw_patterns). The multi-rank
- * run's parameters and optimizer state after a few steps, gathered to rank 0, are compared
+ * docs/config.md, every numeric key). One file, over 600 lines: the combo generator, the runs,
+ * the gathers and both checks share one combo description and one set of global arrays; the fp64
+ * reference is apart (xcheck_ref.h), the simulated device too (devsim.h). Each combo, drawn from a
+ * seed: a random set of tensors (1-D, 2-D with 1 x n, n x 1, tiny and odd shapes, 3-D expert
+ * stacks, transposed, fp32/bf16, forced algorithms, multipliers, torch.chunk or random uneven
+ * slices with empty ones), a random layout on 2..world ranks (dp_replicate, dp_shard, cp, ep) and
+ * random options (every numeric key of docs/config.md; Newton-Schulz teams, kernel tables (explicit
+ * avx2 / avx512 where the CPU has them), nonfinite = skip / zero / error with one NaN or -Inf
+ * gradient element, num_threads 2-3, adamw_patterns lists with `=exact` entries, entries matching
+ * nothing and names wrapped by DDP / torch.compile, bind, and keys that must not change a bit:
+ * debug_poison_staging, host_store_limit, comm_timeout_s, keep_last, load_allow_missing) and step
+ * arguments (lr and momentum schedules, lr 0 included; skip_missing_grads with NULL gradients,
+ * through either set-pointers call, a rank holding none of a tensor passing NULL or not). backend =
+ * cuda is drawn as its runtime paths on the simulated device of devsim.h (test_device_sim's: device
+ * memory the host cannot touch, exchanges through host mirrors, staging slots, checkpoints
+ * through host copies) with what that backend accepts (gathered Newton-Schulz, no nonfinite =
+ * zero without offload = cpu); the device computes with the reference kernels and fp32
+ * Newton-Schulz, so the one-rank run takes the reference table too and the layout must give the
+ * same bits (a GPU's cuBLAS bf16 arithmetic is test_device_sim's gpu-labelled runs'). The
+ * library's resolved algo of every tensor is checked against adamw_patterns as docs/config.md
+ * says. The multi-rank run's parameters and optimizer state after a few steps, gathered to rank 0,
+ * are compared
  *  (a) with the same config on one rank: bitwise where the docs promise layout invariance (every
  *      ns_strategy = gather combo without teams), within the documented bound otherwise (sharded
  *      Newton-Schulz, teams);
@@ -18,10 +33,19 @@
  * sets config keys over every combo (to bisect a failing one), SHARDOPT_XCHECK_VERBOSE prints
  * each combo, SHARDOPT_XCHECK_DEBUG each matrix of a failing tensor.
  *
- * One file, over 600 lines: the combo generator, the runs, the gathers and both checks share one
- * combo description and one set of global arrays; the fp64 reference is apart (xcheck_ref.h). */
+ * A long soak: run the binary under mpiexec (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, as ctest
+ * sets) over consecutive seed ranges, one range per run, e.g. for 2, 4 and 8 ranks
+ *   for s in $(seq 100000 500 110000); do SHARDOPT_XCHECK_SEED=$s SHARDOPT_XCHECK_COMBOS=500 \
+ *     SHARDOPT_LOG_LEVEL=error mpiexec --oversubscribe -n 4 build/tests/test_xcheck \
+ *     > soak.$s.log 2>&1 || echo "range $s failed"; done; grep -h -A1 'XCHECK FAIL' soak.*.log
+ * (a world of n ranks draws layouts of 2..n; each failure prints its seed, which
+ * SHARDOPT_XCHECK_SEED=<seed> SHARDOPT_XCHECK_COMBOS=1 reruns alone).
+ */
+#define _GNU_SOURCE /* MAP_ANONYMOUS (devsim.h), sched_setaffinity */
+#include <sched.h>
 #include <unistd.h>
 
+#include "devsim.h"
 #include "fixture.h"
 #include "xcheck_ref.h"
 
@@ -33,6 +57,7 @@ static int world, me;
 struct xparam {
     char name[48];
     int ndim, transposed, split; /* split: 0 torch.chunk, 1 random cuts (empty slices too) */
+    int pre;                     /* name + pre: the name without the wrappers' components */
     int64_t shape[3];
     shardopt_placement_t placement;
     int shard_dim;
@@ -55,6 +80,17 @@ struct combo {
     int64_t bad_gi;
     struct xparam p[MAXP];
     double lr, adamw_lr, wd_arg, max_norm;
+    /* per step s (1-based): args.momentum (< 0: the config's) and a factor on lr and adamw_lr */
+    double mom[MAXSTEPS + 1], lrf[MAXSTEPS + 1];
+    /* skip_missing_grads: missing[s][p] hands tensor p a NULL gradient at step s on the ranks
+     * holding elements of it; a rank holding none passes NULL or its buffer (empty_null: drawn
+     * per rank and step), which changes nothing; set_many: through shardopt_params_set_pointers */
+    int skip_missing, set_many, empty_null;
+    unsigned char missing[MAXSTEPS + 1][MAXP];
+    /* the multi-rank runs on the simulated device of devsim.h (backend = cuda's runtime paths:
+     * parameters, gradients and state in device memory, exchanges staged through host mirrors,
+     * offload's staging slots, checkpoints through host copies), as test_device_sim runs it */
+    int devsim;
 };
 
 static uint64_t mix(uint64_t x)
@@ -142,15 +178,139 @@ static void draw_param(struct combo *c, int i, int ep_lcm)
         t->shard_dim = 0;
 }
 
+/* Does adamw_patterns send this name to AdamW (docs/config.md, adamw_patterns)? An entry matches
+ * a name containing it, `=name` the name exactly or without the wrappers' components (the only
+ * ones the combos add); spaces around an entry do not count. */
+static int pattern_match(const struct xparam *t, const char *list)
+{
+    char buf[SHARDOPT_PATTERNS_MAX], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *e = strtok_r(buf, ",", &save); e != NULL; e = strtok_r(NULL, ",", &save)) {
+        while (*e == ' ')
+            e++;
+        size_t l = strlen(e);
+        while (l > 0 && e[l - 1] == ' ')
+            e[--l] = 0;
+        if (e[0] == '=' ? strcmp(t->name, e + 1) == 0 || strcmp(t->name + t->pre, e + 1) == 0
+                        : e[0] != 0 && strstr(t->name, e) != NULL)
+            return 1;
+    }
+    return 0;
+}
+
 /* Would the library run this tensor with Muon (docs/api.md, algo)? */
-static int is_muon(const struct xparam *t)
+static int is_muon(const struct combo *c, const struct xparam *t)
 {
     if (t->algo != SHARDOPT_ALGO_AUTO)
         return t->algo == SHARDOPT_ALGO_MUON;
-    if (t->ndim < 2 || strstr(t->name, "embed") != NULL)
+    if (t->ndim < 2 || pattern_match(t, c->cfg.adamw_patterns))
         return 0;
     const int rd = t->ndim - 2;
     return t->shape[rd] > 1 && t->shape[rd + 1] > 1;
+}
+
+/* adamw_patterns: 1-3 entries, each an exact name (with or without its wrappers), a substring of
+ * several or of one tensor's names, an exact entry that is only a prefix of a name, or one that
+ * matches nothing (a warning at commit), some with spaces around them. */
+static void draw_patterns(struct combo *c)
+{
+    char *out = c->cfg.adamw_patterns;
+    const size_t cap = sizeof c->cfg.adamw_patterns;
+    const int n = 1 + pick(3);
+    size_t k = 0;
+    out[0] = 0;
+    for (int e = 0; e < n; e++) {
+        const int p = pick(c->np);
+        const struct xparam *t = &c->p[p];
+        char ent[64];
+        switch (pick(6)) {
+        case 0: snprintf(ent, sizeof ent, "=%s", t->name + t->pre); break;
+        case 1: snprintf(ent, sizeof ent, "=%s", t->name); break;
+        case 2: snprintf(ent, sizeof ent, "%s", pick(2) ? "proj" : "experts"); break;
+        case 3: snprintf(ent, sizeof ent, "no.such.param"); break;
+        case 4: snprintf(ent, sizeof ent, "=xc.%d", p); break;
+        default: snprintf(ent, sizeof ent, "xc.%d.", p); break;
+        }
+        k += (size_t)snprintf(out + k, cap - k, "%s%s%s%s", e ? "," : "", pick(3) ? "" : " ", ent,
+                              pick(3) ? "" : "  ");
+    }
+}
+
+/* The options added after the draws above (a seed keeps every one of those): schedules of lr and
+ * momentum, NULL gradients under skip_missing_grads, threads, adamw_patterns with wrapped names,
+ * nonfinite = error, fp32 gradients of bf16 weights, explicit SIMD tables, and options that must
+ * not change a bit (poisoned staging slots, a host store limit, timeouts, keep_last,
+ * load_allow_missing, bind). */
+static void draw_more(struct combo *c)
+{
+    shardopt_config_t *g = &c->cfg;
+    for (int s = 0; s <= MAXSTEPS; s++) {
+        c->mom[s] = -1;
+        c->lrf[s] = 1;
+    }
+    if (pick(4) == 0) /* args.momentum per step, a warmup's or the config's */
+        for (int s = 1; s <= c->nsteps; s++)
+            c->mom[s] = pickd((const double[]){-1, 0.85, 0.95, 0.0, 0.5}, 5);
+    if (pick(4) == 0) /* a learning-rate schedule, steps at lr 0 too */
+        for (int s = 1; s <= c->nsteps; s++)
+            c->lrf[s] = pickd((const double[]){1, 0.5, 2, 0}, 4);
+    if (pick(4) == 0) {
+        c->skip_missing = 1;
+        c->set_many = pick(2);
+        c->empty_null = pick(2);
+        for (int s = 1; s <= c->nsteps; s++)
+            for (int p = 0; p < c->np; p++)
+                c->missing[s][p] = pick(4) == 0;
+    }
+    /* rarely, and on small layouts: more threads than the CI's 2 cores for every rank of 8
+     * spin in OpenBLAS and OpenMP (1 in 6 on any layout took the default run from 9 s to 25) */
+    if (pick(16) == 0 && c->L[0].n <= 4 && c->L[1].n <= 4)
+        g->num_threads = 2 + pick(2);
+    if (c->bad_step > 0 && pick(3) == 0)
+        g->nonfinite = SHARDOPT_NONFINITE_ERROR;
+    for (int p = 0; p < c->np; p++)
+        if (c->p[p].dtype == SHARDOPT_DTYPE_BF16 && pick(4) == 0)
+            c->p[p].gdtype = SHARDOPT_DTYPE_FP32;
+    if (pick(4) == 0) /* the components DDP, torch.compile and both add */
+        for (int p = 0; p < c->np; p++) {
+            static const char *const pre[] = {"", "module.", "_orig_mod.", "module._orig_mod."};
+            struct xparam *t = &c->p[p];
+            char base[sizeof t->name];
+            const char *w = pre[pick(4)];
+            snprintf(base, sizeof base, "%s", t->name);
+            snprintf(t->name, sizeof t->name, "%s%s", w, base);
+            t->pre = (int)strlen(w);
+        }
+    if (pick(4) == 0)
+        draw_patterns(c);
+    if (c->layout_kernels == SHARDOPT_KERNELS_AUTO && pick(4) == 0) /* where the CPU has it */
+        c->layout_kernels = pick(2) ? SHARDOPT_KERNELS_AVX2 : SHARDOPT_KERNELS_AVX512;
+    if (g->offload == SHARDOPT_OFFLOAD_OPTIMIZER && pick(3) == 0)
+        g->debug_poison_staging = 1;
+    if (g->offload != SHARDOPT_OFFLOAD_NONE && pick(4) == 0)
+        g->host_store_limit = 1ull << 40;
+    if (pick(4) == 0)
+        g->comm_timeout_s = pick(2) ? 0 : 120;
+    if (c->ckpt) {
+        g->keep_last = pick(3);
+        g->load_allow_missing = pick(3) == 0;
+    }
+    if (pick(16) == 0)
+        g->bind = SHARDOPT_BIND_AUTO;
+    if (pick(6) == 0) {
+        /* what backend = cuda accepts: matrices gathered (sharded is refused and auto gathers
+         * every one), nonfinite = zero only with offload = cpu. The device's tables are the
+         * reference kernels, so the one-rank run takes them too, and a layout gives the same bits
+         * (docs/config.md, backend: bit for bit the CPU reference's rules) */
+        c->devsim = 1;
+        g->ns_strategy = SHARDOPT_NS_STRATEGY_GATHER;
+        g->kernels = c->layout_kernels = SHARDOPT_KERNELS_REFERENCE;
+        /* the simulated device runs the reference's fp32 Newton-Schulz: a device's bf16 one is
+         * cuBLAS's (test_device_sim's gpu-labelled runs), which the simulation has not */
+        g->ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+        if (g->nonfinite == SHARDOPT_NONFINITE_ZERO && g->offload != SHARDOPT_OFFLOAD_CPU)
+            g->nonfinite = SHARDOPT_NONFINITE_SKIP;
+    }
 }
 
 static void draw_combo(struct combo *c, uint64_t seed)
@@ -254,7 +414,7 @@ static void draw_combo(struct combo *c, uint64_t seed)
     int muon = 0;
     for (int i = 0; i < c->np; i++) {
         draw_param(c, i, lcm);
-        muon += is_muon(&c->p[i]);
+        muon += is_muon(c, &c->p[i]);
     }
     if (!muon) { /* at least one Muon matrix */
         struct xparam *t = &c->p[c->np - 1];
@@ -300,6 +460,7 @@ static void draw_combo(struct combo *c, uint64_t seed)
         c->bad_gi = (int64_t)(rnd() % (uint64_t)numel_of(&c->p[c->bad_p]));
         c->bad_inf = pick(2);
     }
+    draw_more(c);
 }
 
 static void describe(const struct combo *c, char *out, size_t len)
@@ -329,23 +490,96 @@ static void describe(const struct combo *c, char *out, size_t len)
                   g->kernels, c->layout_kernels, g->param_stats, g->check_state_every,
                   g->replica_check_every, g->nonfinite, c->bad_step, c->bad_p, (long long)c->bad_gi,
                   c->bad_inf ? " inf" : "");
+    k += snprintf(out + k, len - (size_t)k,
+                  "devsim %d threads %d pat '%s' poison %d limit %llu timeout %g keep %d allowmiss "
+                  "%d bind %d "
+                  "| mom/lr",
+                  c->devsim, g->num_threads, g->adamw_patterns, g->debug_poison_staging,
+                  (unsigned long long)g->host_store_limit, g->comm_timeout_s, g->keep_last,
+                  g->load_allow_missing, g->bind);
+    for (int s = 1; s <= c->nsteps && k < (int)len; s++)
+        k += snprintf(out + k, len - (size_t)k, " %g/%g", c->mom[s], c->lrf[s]);
+    if (c->skip_missing && k < (int)len) {
+        k += snprintf(out + k, len - (size_t)k, " | skipmiss many %d emptynull %d:", c->set_many,
+                      c->empty_null);
+        for (int s = 1; s <= c->nsteps && k < (int)len; s++)
+            for (int p = 0; p < c->np && k < (int)len; p++)
+                if (c->missing[s][p])
+                    k += snprintf(out + k, len - (size_t)k, " s%d:p%d", s, p);
+    }
+    if (k < (int)len)
+        k += snprintf(out + k, len - (size_t)k, " | ");
     for (int i = 0; i < c->np && k < (int)len; i++) {
         const struct xparam *t = &c->p[i];
         k += snprintf(out + k, len - (size_t)k, "%s[%lld,%lld,%lld]%c%s%s d%d%s%s ", t->name,
                       (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
                       "DER"[t->placement], t -> dtype ? "bf" : "", t->gdtype ? "/gbf" : "",
-                      t->shard_dim, t->transposed ? " T" : "", is_muon(t) ? " muon" : "");
+                      t->shard_dim, t->transposed ? " T" : "", is_muon(c, t) ? " muon" : "");
     }
 }
 
 /* ---- one run on a layout ---- */
+
+static int have_avx2, have_avx512; /* the explicit tables init accepts here (probe_tables) */
+
+static int table_runs(shardopt_kernels_t k)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = NULL;
+    cfg.apply_env = 0;
+    cfg.kernels = k;
+    const int ok = shardopt_init(MPI_COMM_SELF, &cfg, &rt) == SHARDOPT_OK;
+    if (ok)
+        shardopt_finalize(rt);
+    return ok;
+}
+
+/* Every rank probes alone; rank 0's answer is every rank's, so that the runs of a combo agree. */
+static void probe_tables(void)
+{
+    int have[2] = {table_runs(SHARDOPT_KERNELS_AVX2), table_runs(SHARDOPT_KERNELS_AVX512)};
+    MPI_Bcast(have, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    have_avx2 = have[0];
+    have_avx512 = have[1];
+}
 
 struct xrun {
     shardopt_runtime_t rt;
     shardopt_param_t h[MAXP];
     void *w[MAXP], *g[MAXP];
     int64_t lo[MAXP][3], len[MAXP][3], numel[MAXP];
+    int sim; /* 1: w and g are the simulated device's memory (devsim) */
 };
+
+/* The simulated memory is shut while the library runs: the test opens it around its own reads
+ * and writes of parameters and gradients. */
+static void sim_open(const struct xrun *r)
+{
+    if (r->sim)
+        sim_protect(PROT_READ | PROT_WRITE);
+}
+
+static void sim_shut(const struct xrun *r)
+{
+    if (r->sim)
+        sim_protect(PROT_NONE);
+}
+
+/* A devsim run's runtime on the simulated device, as test_device_sim installs it (between init
+ * and the first register): everything, or with offload = cpu only Newton-Schulz. */
+static void devsim_install(shardopt_runtime_t rt, int ns_only)
+{
+    rt->ns_ops = &sim_ops;
+    rt->ns_dev = &sim_dev;
+    if (ns_only)
+        return;
+    rt->ops = &sim_ops;
+    rt->dev = &sim_dev;
+    state_store_init(&rt->store, &sim_dev);
+    timeline_init(&rt->timeline, &sim_dev, &rt->kctx);
+    if (rt->ew == NULL) /* what init makes for a batching table */
+        rt->ew = calloc(1, sizeof *rt->ew);
+}
 
 /* [lo, lo + len) of part i of n parts of an extent: torch.chunk, or cuts drawn from `key`. */
 static void split(int64_t extent, int parts, int i, int mode, uint64_t key, int64_t *lo,
@@ -425,6 +659,12 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
         L = (struct xlayout){1, 1, 1, 1, 1};
     else
         cfg.kernels = c->layout_kernels;
+    /* ns_algorithm = auto runs standard where Newton-Schulz is on a device (docs/config.md) */
+    if (n == 1 && c->devsim && cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_AUTO)
+        cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_STANDARD;
+    if ((cfg.kernels == SHARDOPT_KERNELS_AVX2 && !have_avx2) ||
+        (cfg.kernels == SHARDOPT_KERNELS_AVX512 && !have_avx512))
+        cfg.kernels = SHARDOPT_KERNELS_PORTABLE; /* a table this CPU lacks: the portable one */
     cfg.dp_replicate = L.rep;
     cfg.dp_shard = L.shard;
     cfg.cp = L.cp;
@@ -433,6 +673,10 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
     shardopt_status_t st = shardopt_init(comm, &cfg, &r->rt);
     if (st != SHARDOPT_OK)
         return st;
+    if (c->devsim && n > 1) {
+        devsim_install(r->rt, cfg.offload == SHARDOPT_OFFLOAD_CPU);
+        r->sim = cfg.offload != SHARDOPT_OFFLOAD_CPU; /* offload = cpu: host parameters */
+    }
     const int D = L.shard * L.cp, d = rank % D, ep_rank = d % L.ep, xs_rank = d / L.ep;
     const int xs = D / L.ep;
     shardopt_stats_t s = SHARDOPT_STATS_INIT;
@@ -467,12 +711,17 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
         }
         r->numel[p] = len[0] * len[1] * len[2];
         const size_t es = t->dtype == SHARDOPT_DTYPE_BF16 ? 2 : 4;
-        r->w[p] = calloc((size_t)r->numel[p] + 1, es);
-        r->g[p] = calloc((size_t)r->numel[p] + 1, 4); /* the grad dtype may be the wider */
+        /* the grad dtype may be the wider */
+        r->w[p] = r->sim ? sim_alloc(((size_t)r->numel[p] + 1) * es)
+                         : calloc((size_t)r->numel[p] + 1, es);
+        r->g[p] =
+            r->sim ? sim_alloc(((size_t)r->numel[p] + 1) * 4) : calloc((size_t)r->numel[p] + 1, 4);
+        sim_open(r);
         for (int64_t i = 0; i < r->numel[p] && !zero_weights; i++) {
             const int64_t gi = global_index(t, lo, len, i);
             store(r->w[p], t->dtype, i, init ? init[p][gi] : value(c, p, 0, gi));
         }
+        sim_shut(r);
         shardopt_param_desc_t dsc = SHARDOPT_PARAM_DESC_INIT;
         dsc.name = t->name;
         dsc.ndim = t->ndim;
@@ -509,17 +758,54 @@ static void grads_of(const struct combo *c, const struct xparam *t, int p, int s
         store(out, t->gdtype, i, grad_value(c, p, step, global_index(t, lo, len, i)));
 }
 
+/* Does step s hold the drawn non-finite gradient element (its tensor not skipped then)? */
+static int bad_at(const struct combo *c, int s)
+{
+    return c->bad_step > 0 && s == c->bad_step && !(c->skip_missing && c->missing[s][c->bad_p]);
+}
+
 static shardopt_status_t xrun_steps(struct xrun *r, const struct combo *c, int from, int to)
 {
     for (int s = from; s <= to; s++) {
-        for (int p = 0; p < c->np; p++)
-            grads_of(c, &c->p[p], p, s, r->lo[p], r->len[p], r->numel[p], r->g[p]);
+        const void *gp[MAXP];
+        void *wp[MAXP];
+        sim_open(r);
+        for (int p = 0; p < c->np; p++) {
+            const int miss = c->skip_missing && c->missing[s][p];
+            if (!miss)
+                grads_of(c, &c->p[p], p, s, r->lo[p], r->len[p], r->numel[p], r->g[p]);
+            wp[p] = r->w[p];
+            gp[p] = r->g[p];
+            if (r->numel[p] > 0
+                    ? miss
+                    : c->skip_missing && c->empty_null &&
+                          (mix(c->seed ^ (uint64_t)s << 8 ^ (uint64_t)p ^ (uint64_t)me << 20) & 1))
+                gp[p] = NULL;
+        }
+        sim_shut(r);
+        shardopt_status_t st = SHARDOPT_OK;
+        if (c->skip_missing && c->set_many)
+            st = shardopt_params_set_pointers(r->rt, c->np, r->h, wp, gp);
+        for (int p = 0; p < c->np && c->skip_missing && !c->set_many && st == SHARDOPT_OK; p++)
+            st = shardopt_param_set_pointers(r->h[p], wp[p], gp[p]);
+        if (st != SHARDOPT_OK)
+            return st;
         shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
-        a.lr = c->lr;
-        a.adamw_lr = c->adamw_lr;
+        a.lr = c->lr * c->lrf[s];
+        a.adamw_lr = c->adamw_lr < 0 ? c->adamw_lr : c->adamw_lr * c->lrf[s];
         a.weight_decay = c->wd_arg;
         a.max_grad_norm = c->max_norm;
-        shardopt_status_t st = shardopt_step(r->rt, &a);
+        a.momentum = c->mom[s];
+        a.skip_missing_grads = c->skip_missing;
+        st = shardopt_step(r->rt, &a);
+        const int want_error = c->cfg.nonfinite == SHARDOPT_NONFINITE_ERROR && bad_at(c, s);
+        if (want_error && st == SHARDOPT_ERR_NONFINITE)
+            continue; /* nothing written: the reference skips that step */
+        if (want_error && st == SHARDOPT_OK) {
+            fprintf(stderr, "rank %d: step %d: a NaN/Inf gradient under nonfinite = error: OK\n",
+                    me, s);
+            return SHARDOPT_ERR_INTERNAL;
+        }
         if (st != SHARDOPT_OK)
             return st;
     }
@@ -530,8 +816,13 @@ static void xrun_free(struct xrun *r, int np)
 {
     shardopt_finalize(r->rt);
     for (int p = 0; p < np; p++) {
-        free(r->w[p]);
-        free(r->g[p]);
+        if (r->sim) {
+            sim_free(r->w[p]);
+            sim_free(r->g[p]);
+        } else {
+            free(r->w[p]);
+            free(r->g[p]);
+        }
     }
 }
 
@@ -549,13 +840,15 @@ static long xgather(const struct xrun *r, const struct combo *c, MPI_Comm comm, 
         double *mine = malloc(sizeof(double) * (size_t)(r->numel[p] + 1));
         int has = 1;
         if (k == 0) {
+            sim_open(r);
             for (int64_t i = 0; i < r->numel[p]; i++)
                 mine[i] = load(r->w[p], t->dtype, i);
+            sim_shut(r);
         } else {
             const shardopt_state_kind_t kind =
-                is_muon(t) ? (k == 1 ? SHARDOPT_STATE_MOMENTUM : (shardopt_state_kind_t)-1)
-                : k == 1   ? SHARDOPT_STATE_EXP_AVG
-                           : SHARDOPT_STATE_EXP_AVG_SQ;
+                is_muon(c, t) ? (k == 1 ? SHARDOPT_STATE_MOMENTUM : (shardopt_state_kind_t)-1)
+                : k == 1      ? SHARDOPT_STATE_EXP_AVG
+                              : SHARDOPT_STATE_EXP_AVG_SQ;
             shardopt_dtype_t dt;
             int64_t cnt = 0;
             has = (int)kind >= 0 &&
@@ -671,7 +964,9 @@ static double rel_err(const double *got, const double *want, const double *base,
  * Newton-Schulz over their members: docs/config.md, ns_team_cap, "not the same bits"). */
 static int is_bitwise_layout(const struct combo *c)
 {
-    return c->cfg.ns_strategy == SHARDOPT_NS_STRATEGY_GATHER && c->cfg.ns_team_cap < 2;
+    /* teams stay off where Newton-Schulz runs on a device (docs/config.md, ns_team_cap) */
+    return c->cfg.ns_strategy == SHARDOPT_NS_STRATEGY_GATHER &&
+           (c->cfg.ns_team_cap < 2 || c->devsim);
 }
 
 static double worst_sharded_err; /* fp32 sharded or team Newton-Schulz against one rank */
@@ -744,7 +1039,7 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
         const struct xparam *x = &c->p[p];
         const int64_t n = numel_of(x);
         t[p] = (struct xref_tensor){.ndim = x->ndim,
-                                    .muon = is_muon(x),
+                                    .muon = is_muon(c, x),
                                     .transposed = x->transposed,
                                     .numel = n,
                                     .dtype = x->dtype,
@@ -764,14 +1059,22 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
     for (int s = 1; s <= c->nsteps; s++) {
         /* a non-finite gradient (docs/config.md, nonfinite): skip changes nothing, step count
          * included; zero steps with that element 0, in the norm too */
-        if (s == c->bad_step && c->cfg.nonfinite == SHARDOPT_NONFINITE_SKIP)
-            continue;
-        for (int p = 0; p < c->np; p++)
-            for (int64_t i = 0; i < t[p].numel; i++) {
+        if (bad_at(c, s) && c->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO)
+            continue; /* skip, or error: nothing written either way */
+        unsigned char skip[MAXP];
+        for (int p = 0; p < c->np; p++) {
+            skip[p] = c->skip_missing && c->missing[s][p];
+            for (int64_t i = 0; i < t[p].numel && !skip[p]; i++) {
                 const double v = grad_value(c, p, s, i);
                 g[p][i] = isfinite(v) ? xref_round(v, c->p[p].gdtype) : 0.0;
             }
-        xref_step(&c->cfg, c->np, t, g, c->lr, c->adamw_lr, c->wd_arg, c->max_norm);
+        }
+        shardopt_config_t cs = c->cfg; /* args.momentum: the step's mu */
+        if (c->mom[s] >= 0)
+            cs.momentum = c->mom[s];
+        xref_step(&cs, c->np, t, g, c->lr * c->lrf[s],
+                  c->adamw_lr < 0 ? c->adamw_lr : c->adamw_lr * c->lrf[s], c->wd_arg, c->max_norm,
+                  skip);
     }
     /* bounds on a parameter's error over its update: fp32 everywhere 3e-3 (fp32 against fp64;
      * polar_express's large coefficients with ns_norm_scale 2 reach 1.2e-3); bf16 Newton-Schulz is
@@ -865,6 +1168,8 @@ static int combos_sharded; /* rank 0: combos whose layout run sharded a Newton-S
 
 /* Run combo c: the multi-rank run (with a checkpoint resume if drawn), the one-rank run, both
  * checks. Every rank of the world calls it. */
+static cpu_set_t launch_mask; /* the launcher's placement, which bind = auto may change */
+
 static void run_combo(const struct combo *c)
 {
     double **got[3], **one[3], *init[MAXP];
@@ -878,7 +1183,7 @@ static void run_combo(const struct combo *c)
         for (int64_t i = 0; i < n; i++)
             init[p][i] = xref_round(value(c, p, 0, i), c->p[p].dtype);
     }
-    char what[256];
+    char what[512];
     shardopt_status_t st = SHARDOPT_OK;
     MPI_Comm comm;
     const int first_end = c->ckpt ? c->ckpt_after : c->nsteps;
@@ -964,6 +1269,15 @@ static void run_combo(const struct combo *c)
     if (me == 0) {
         struct xrun r;
         st = xrun_setup(&r, c, MPI_COMM_SELF, c->L[0], 0, NULL, 0);
+        for (int p = 0; p < c->np && st == SHARDOPT_OK; p++) { /* auto resolved as documented */
+            shardopt_algo_t algo = SHARDOPT_ALGO_AUTO;
+            shardopt_param_get_algo(r.h[p], &algo);
+            if ((algo == SHARDOPT_ALGO_MUON) != is_muon(c, &c->p[p])) {
+                snprintf(what, sizeof what, "%s: algo %d, adamw_patterns '%s' say %s", c->p[p].name,
+                         algo, c->cfg.adamw_patterns, is_muon(c, &c->p[p]) ? "Muon" : "AdamW");
+                report(c, what);
+            }
+        }
         if (st == SHARDOPT_OK)
             st = xrun_steps(&r, c, 1, c->nsteps);
         if (st != SHARDOPT_OK) {
@@ -996,6 +1310,8 @@ static void run_combo(const struct combo *c)
     }
     for (int p = 0; p < c->np; p++)
         free(init[p]);
+    if (c->cfg.bind == SHARDOPT_BIND_AUTO) /* a process bound for one combo is not for the rest */
+        sched_setaffinity(0, sizeof launch_mask, &launch_mask);
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -1037,6 +1353,8 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
     MPI_Bcast(ckpt_root, sizeof ckpt_root, MPI_CHAR, 0, MPI_COMM_WORLD);
     ASSERT_TRUE(ckpt_root[0] != 0);
     const int only = (int)env_u64("SHARDOPT_XCHECK_ONLY", 0);
+    probe_tables();
+    sched_getaffinity(0, sizeof launch_mask, &launch_mask);
     for (int i = 0; i < combos; i++) {
         struct combo c;
         draw_combo(&c, seed + (uint64_t)i);

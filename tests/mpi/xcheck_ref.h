@@ -134,19 +134,23 @@ struct xref_tensor {
 };
 
 /* One step of every tensor; g[p] the global gradients (already in the grad dtype), `lr`,
- * `adamw_lr`, `wd_arg` as in shardopt_step_args_t, `max_norm` clipping. */
+ * `adamw_lr`, `wd_arg` as in shardopt_step_args_t, `max_norm` clipping; c->momentum is the
+ * step's mu (args.momentum). `skip` (NULL: none): the tensors without a gradient this step
+ * (skip_missing_grads: unchanged, step count included, and out of the norm). */
 static inline void xref_step(const shardopt_config_t *c, int np, struct xref_tensor *t,
                              double *const *g, double lr, double adamw_lr, double wd_arg,
-                             double max_norm)
+                             double max_norm, const unsigned char *skip)
 {
     double norm = 0;
     for (int p = 0; p < np; p++)
-        for (int64_t i = 0; i < t[p].numel; i++)
+        for (int64_t i = 0; i < t[p].numel && !(skip != NULL && skip[p]); i++)
             norm += g[p][i] * g[p][i];
     norm = sqrt(norm);
     const double gs = max_norm > 0 && norm > max_norm ? (float)(max_norm / (norm + 1e-6)) : 1.0;
     for (int p = 0; p < np; p++) {
         struct xref_tensor *x = &t[p];
+        if (skip != NULL && skip[p])
+            continue;
         x->step++;
         if (!x->muon) {
             const double l = (adamw_lr >= 0 ? adamw_lr : lr) * x->lr_mult;

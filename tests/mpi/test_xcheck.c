@@ -31,7 +31,9 @@
  * SHARDOPT_XCHECK_SEED and SHARDOPT_XCHECK_COMBOS override the seed and the count (60 combos take
  * 5-30 s at 8 ranks on 2 cores), SHARDOPT_XCHECK_ONLY runs one seed, SHARDOPT_XCHECK_SET="k=v;.."
  * sets config keys over every combo (to bisect a failing one), SHARDOPT_XCHECK_VERBOSE prints
- * each combo, SHARDOPT_XCHECK_DEBUG each matrix of a failing tensor.
+ * each combo, SHARDOPT_XCHECK_DEBUG each matrix of a failing tensor, SHARDOPT_XCHECK_BASE=1 leaves
+ * out draw_more's options (which may override earlier draws: devsim's fp32 Newton-Schulz), so that
+ * the seeds docs/design.md and docs/reliability.md cite draw their combos as when they were found.
  *
  * A long soak: run the binary under mpiexec (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, as ctest
  * sets) over consecutive seed ranges, one range per run, e.g. for 2, 4 and 8 ranks
@@ -236,14 +238,43 @@ static void draw_patterns(struct combo *c)
     }
 }
 
-/* The options added after the draws above (a seed keeps every one of those): schedules of lr and
+/* The options added after the draws above (a seed keeps every one of those): layouts of 5 and 7
+ * ranks, schedules of lr and
  * momentum, NULL gradients under skip_missing_grads, threads, adamw_patterns with wrapped names,
  * nonfinite = error, fp32 gradients of bf16 weights, explicit SIMD tables, and options that must
  * not change a bit (poisoned staging slots, a host store limit, timeouts, keep_last,
  * load_allow_missing, bind). */
+/* Does ep divide every expert stack's count (docs/api.md: E a multiple of ep)? */
+static int ep_fits(const struct combo *c, int ep)
+{
+    for (int p = 0; p < c->np; p++)
+        if (c->p[p].placement == SHARDOPT_PLACEMENT_EXPERT && c->p[p].shape[0] % ep != 0)
+            return 0;
+    return 1;
+}
+
+/* A layout of 5 or 7 ranks, which draw_combo's sizes leave out, for the first run (and the
+ * resume when there is no checkpoint): ep dividing every expert stack's count. */
+static void draw_prime_layout(struct combo *c)
+{
+    const int n = world >= 7 && pick(2) ? 7 : 5;
+    for (int tries = 0; tries < 16; tries++) {
+        const struct xlayout L = draw_layout(n);
+        if (ep_fits(c, L.ep)) {
+            c->L[0] = L;
+            if (!c->ckpt)
+                c->L[1] = L;
+            return;
+        }
+    }
+}
+
 static void draw_more(struct combo *c)
 {
     shardopt_config_t *g = &c->cfg;
+    const int prime = pick(6) == 0;
+    if (prime && world >= 5)
+        draw_prime_layout(c);
     for (int s = 0; s <= MAXSTEPS; s++) {
         c->mom[s] = -1;
         c->lrf[s] = 1;
@@ -460,7 +491,13 @@ static void draw_combo(struct combo *c, uint64_t seed)
         c->bad_gi = (int64_t)(rnd() % (uint64_t)numel_of(&c->p[c->bad_p]));
         c->bad_inf = pick(2);
     }
-    draw_more(c);
+    if (getenv("SHARDOPT_XCHECK_BASE") == NULL)
+        draw_more(c);
+    else /* the draws before draw_more's options: the seeds the docs cite */
+        for (int s = 0; s <= MAXSTEPS; s++) {
+            c->mom[s] = -1;
+            c->lrf[s] = 1;
+        }
 }
 
 static void describe(const struct combo *c, char *out, size_t len)

@@ -216,9 +216,6 @@ static void adamw_kernel(shardopt_runtime_t rt, const struct state_range *r, voi
     const struct shardopt_param *p = r->p;
     const shardopt_config_t *c = &rt->cfg;
     const double t = (double)(p->step + 1);
-    /* this step's betas in the bias correction too, as torch.optim.AdamW computes 1 - beta^t
-     * with the betas its group holds now (a beta1 cycled by OneCycleLR) */
-    const double b1 = sc->beta1, b2 = sc->beta2;
     /* 1-D tensors (norms, biases) take no decay unless weight_decay_1d: a norm weight at 1.0
      * would shrink toward 0 with no gradient at all */
     const double wd1 = p->layout.ndim == 1 && !c->weight_decay_1d ? 0.0 : 1.0;
@@ -238,13 +235,14 @@ static void adamw_kernel(shardopt_runtime_t rt, const struct state_range *r, voi
         .state_rounding = c->momentum_rounding,
         .rng_m = rng_stream_make(c->seed, p->name_hash, RNG_KIND_EXP_AVG, p->step + 1),
         .rng_v = rng_stream_make(c->seed, p->name_hash, RNG_KIND_EXP_AVG_SQ, p->step + 1),
-        .beta1 = (float)b1,
-        .beta2 = (float)b2,
-        .one_minus_beta1 = (float)(1.0 - b1),
-        .one_minus_beta2 = (float)(1.0 - b2),
+        .beta1 = (float)sc->beta1,
+        .beta2 = (float)sc->beta2,
+        .one_minus_beta1 = (float)(1.0 - sc->beta1),
+        .one_minus_beta2 = (float)(1.0 - sc->beta2),
         .eps = (float)sc->eps,
-        .step_size = (float)(lr / (1.0 - pow(b1, t))),
-        .bc2_rsqrt = (float)(1.0 / sqrt(1.0 - pow(b2, t))),
+        /* this step's betas in the bias correction too, as torch.optim.AdamW's 1 - beta^t */
+        .step_size = (float)(lr / (1.0 - pow(sc->beta1, t))),
+        .bc2_rsqrt = (float)(1.0 / sqrt(1.0 - pow(sc->beta2, t))),
         .decay = (float)(1.0 - lr * wd),
         .rng = rng_stream_make(c->seed, p->name_hash, RNG_KIND_PARAM, p->step + 1),
         .idx = elem_index_map_at(&p->index_map, r->off),

@@ -192,8 +192,12 @@ static shardopt_status_t other_loads_gather(shardopt_runtime_t rt, const struct 
                           "the %s group",
                           rt->groups.me.rank, bytes, loads, group);
     status = groups_agree(&rt->groups, status, "commit");
-    if (status != SHARDOPT_OK)
+    if (status != SHARDOPT_OK) {
+        /* this rank's array, where another rank ran out: dense_refine's is its caller's own */
+        free(*out);
+        *out = NULL;
         return status;
+    }
     snprintf(what, sizeof what, "all-gather of %s loads", loads);
     comm_allgather(&rt->groups, comm, &mine, 1, MPI_DOUBLE, *out, what);
     return SHARDOPT_OK;

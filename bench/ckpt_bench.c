@@ -202,6 +202,7 @@ int main(int argc, char **argv)
         /* agreed on every rank (--ep the ranks cannot make): a clean exit, not MPI_Abort */
         if (me == 0)
             fprintf(stderr, "ckpt_bench: %s\n", shardopt_last_error());
+        preset_free(&p);
         MPI_Finalize();
         return 1;
     }

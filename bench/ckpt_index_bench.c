@@ -182,6 +182,7 @@ int main(int argc, char **argv)
                         "ckpt_index_bench: world '%s': takes an integer in 1..16777216, a multiple "
                         "of 4 x ep (%d)\n",
                         tok, 4 * ep);
+                preset_free(&p);
                 return 2;
             }
             const pid_t pid = fork();
@@ -197,6 +198,7 @@ int main(int argc, char **argv)
             int st = 0;
             if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                 fprintf(stderr, "ckpt_index_bench: world %d failed\n", world);
+                preset_free(&p);
                 return 1;
             }
         }

@@ -368,6 +368,11 @@ static int calibrate(const struct opts *o)
     char cmd[2048];
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
 
+    if (cli_check_write(o->calibrate) != 0) { /* before minutes of calibration, not after */
+        fprintf(stderr, "shardopt-plan: --calibrate %s: cannot write it: %s\n", o->calibrate,
+                strerror(errno));
+        return 1;
+    }
     fprintf(stderr, "shardopt-plan: calibrating (Newton-Schulz, triad, MPI ping-pong)...\n");
     snprintf(cmd, sizeof cmd,
              "'%s/ns_bench' --json --threads %d --reps 5 --compute %s --shape 512x1536 2>/dev/null",

@@ -33,4 +33,16 @@ static inline FILE *cli_fopen_write(const char *path)
     return f;
 }
 
+/* 0 where cli_fopen_write could open path now without waiting (a missing file included), else
+ * -1 with errno set: a tool about to spend minutes before it writes (shardopt-plan --calibrate)
+ * refuses first. Nothing is created or truncated. */
+static inline int cli_check_write(const char *path)
+{
+    const int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -1;
+    close(fd);
+    return 0;
+}
+
 #endif

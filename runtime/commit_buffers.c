@@ -5,6 +5,7 @@
 #include "runtime/commit_buffers.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,27 @@
 
 /* Most Newton-Schulz workspace a device backend gets for batching a run of experts. */
 #define NS_WS_DEVICE_CAP ((size_t)1 << 30)
+
+/* Exchange buffers an abandoned step's requests may still write (exchange_abandoned), kept for
+ * the life of the process and reachable from here: never freed, and not lost either, so a leak
+ * checker (LeakSanitizer in CI) does not report what is kept on purpose. Several runtimes may
+ * finalize at once: a lock-free push. */
+struct kept_buffer {
+    void *p;
+    struct kept_buffer *next;
+};
+static _Atomic(struct kept_buffer *) commit_kept;
+
+static void keep_buffer(void *p)
+{
+    struct kept_buffer *k = p != NULL ? mem_malloc(sizeof *k) : NULL;
+    if (k == NULL)
+        return; /* nothing to keep, or no room to note it: the buffer stays unfreed either way */
+    k->p = p;
+    k->next = atomic_load(&commit_kept);
+    while (!atomic_compare_exchange_weak(&commit_kept, &k->next, k))
+        ;
+}
 
 /* The first allocation of commit that failed: what it was for, and its size. */
 struct oom_note {
@@ -62,16 +84,22 @@ void commit_release(shardopt_runtime_t rt)
     rt->ns_dev->free(rt->ns_ws.buf);
     for (int i = 0; i < PIPELINE_DEPTH; i++) {
         rt->dev->free(rt->bufs[i].ns);
-        /* after a step abandoned its exchanges MPI may still write these: left to it (a leak of
-         * the exchange buffers, once, on a runtime that cannot step again) */
+        /* after a step abandoned its exchanges MPI may still write these: left to it (kept, once,
+         * on a runtime that cannot step again) */
         if (!rt->exchange_abandoned) {
             rt->dev->free(rt->bufs[i].b);
             rt->dev->free(rt->bufs[i].a);
+        } else {
+            keep_buffer(rt->bufs[i].b);
+            keep_buffer(rt->bufs[i].a);
         }
         if (device_has(rt->dev, DEVICE_CAP_HOST_PINNED)) {
             if (!rt->exchange_abandoned) {
                 rt->dev->host_free(rt->bufs[i].ha);
                 rt->dev->host_free(rt->bufs[i].hb);
+            } else {
+                keep_buffer(rt->bufs[i].ha);
+                keep_buffer(rt->bufs[i].hb);
             }
             rt->dev->host_free(rt->bufs[i].hns);
         }

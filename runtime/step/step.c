@@ -31,9 +31,10 @@ struct step_scalars {
     double beta1, beta2, eps; /* AdamW's: args.adamw_*, or the config's */
 };
 
-/* A version 4 field of args, or -1 (the config's) where the caller's struct predates it. */
-#define STEP_ARG_V4(args, f)                                                                       \
-    ((args)->version >= 4 && (args)->size >= offsetof(shardopt_step_args_t, f) + sizeof(double)    \
+/* A double field of args added in version v (momentum in 3, the AdamW ones in 4), or -1 (the
+ * config's) where the caller's struct predates it. */
+#define STEP_ARG_SINCE(args, v, f)                                                                 \
+    ((args)->version >= (v) && (args)->size >= offsetof(shardopt_step_args_t, f) + sizeof(double)  \
          ? (args)->f                                                                               \
          : -1.0)
 
@@ -44,8 +45,9 @@ static shardopt_status_t step_adamw_hparams(const shardopt_runtime_t rt,
                                             const shardopt_step_args_t *args,
                                             struct step_scalars *sc)
 {
-    const double b1 = STEP_ARG_V4(args, adamw_beta1), b2 = STEP_ARG_V4(args, adamw_beta2),
-                 eps = STEP_ARG_V4(args, adamw_eps);
+    const double b1 = STEP_ARG_SINCE(args, 4, adamw_beta1),
+                 b2 = STEP_ARG_SINCE(args, 4, adamw_beta2),
+                 eps = STEP_ARG_SINCE(args, 4, adamw_eps);
     const char *const names[2] = {"adamw_beta1", "adamw_beta2"};
     const double betas[2] = {b1, b2};
     for (int k = 0; k < 2; k++)
@@ -161,11 +163,7 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
                         "step: weight_decay = %g: accepted a finite value < 0 (use the config's) "
                         "or [0, %g]",
                         args->weight_decay, STEP_ARG_MAX);
-    const double momentum =
-        args->size >= offsetof(shardopt_step_args_t, momentum) + sizeof(double) &&
-                args->version >= 3
-            ? args->momentum
-            : -1.0;
+    const double momentum = STEP_ARG_SINCE(args, 3, momentum);
     if (!(momentum < 1 && isfinite(momentum))) /* -inf: gone wrong, not "the config's" */
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "step: momentum = %g: accepted a finite value < 0 (the config's) or a "

@@ -300,7 +300,10 @@ TEST(ns_aol_scaling_bounds_the_spectral_norm_by_1)
                       0);
         singular_range(out, (int)c->rows, (int)c->cols, 1.0, &flo, &fhi);
         /* and it is tighter than the Frobenius bound: the largest one is nearer 1 */
-        EXPECT_TRUE(hi >= fhi);
+        /* a 1 x n matrix has one singular value and both scalings make it 1/|x| x, the same
+         * bound met exactly: they differ only by rounding, which the BLAS kernel decides (an
+         * AVX2 sgemm gave 0.999999914 against 1 on an AMD EPYC); a few fp32 ulps of slack */
+        EXPECT_TRUE(hi >= fhi * (1.0 - 1e-6));
         free(in);
         free(out);
     }

@@ -167,7 +167,8 @@ static int ns_compute_resolve(const shardopt_config_t *c, int rank)
     if (c->ns_compute == SHARDOPT_NS_COMPUTE_BF16) {
         if (!native && rank == 0)
             log_warn("init: ns_compute = bf16 on a CPU without native bf16 dot products%s: "
-                     "oneDNN emulates them, slower than fp32",
+                     "emulated (oneDNN's AVX-512 kernels, or an fp32 sgemm on the bf16 values "
+                     "where oneDNN has none), slower than fp32",
                      masked ? " (SHARDOPT_CPU_NO_BF16)" : "");
         return KDT_BF16;
     }

@@ -103,12 +103,19 @@ void ns_bf16_destroy(struct ns_bf16 *b)
     if (b->scratch_mem != NULL)
         dnnl_memory_destroy(b->scratch_mem);
     free(b->scratch);
+    free(b->fb_buf);
     if (b->stream != NULL)
         dnnl_stream_destroy(b->stream);
     if (b->engine != NULL)
         dnnl_engine_destroy(b->engine);
     free(b);
 }
+
+static int fallback_forced; /* ns_bf16_fallback_force */
+
+void ns_bf16_fallback_force(int on) { fallback_forced = on != 0; }
+
+int ns_bf16_fallback_count(const struct ns_bf16 *b) { return b != NULL ? b->fallbacks : 0; }
 
 /* A rows x cols view of bf16 storage with leading dimension ld: element (i, j) at i * ld + j,
  * or, transposed, at j * ld + i (X^T read from the rows of X). */
@@ -154,16 +161,36 @@ static shardopt_status_t mm_make(struct ns_bf16 *b, struct mm *x, int64_t M, int
             s = dnnl_primitive_attr_set_post_ops(attr, po);
     }
     if (s == dnnl_success)
-        s = dnnl_primitive_desc_create(&pd, &md, attr, b->engine, NULL);
-    if (s == dnnl_success)
+        s = fallback_forced ? dnnl_unimplemented
+                            : dnnl_primitive_desc_create(&pd, &md, attr, b->engine, NULL);
+    if (s == dnnl_unimplemented) { /* this CPU: the fp32 sgemm fallback (ns_bf16_plan.h) */
+        *x = (struct mm){.fb = 1,
+                         .wei_t = wei_t,
+                         .M = M,
+                         .K = K,
+                         .N = N,
+                         .lda = lda,
+                         .ldb = ldb,
+                         .ldc = ldc,
+                         .oscale = oscale,
+                         .sum = sum};
+        const size_t need = (size_t)(M * K + K * N + M * N);
+        if (need > b->fb_floats)
+            b->fb_floats = need;
+        if (b->impl[0] == '\0')
+            snprintf(b->impl, sizeof b->impl, "fp32 sgemm on bf16 values (no oneDNN bf16)");
+        b->primitives++;
+        b->fallbacks++;
+        s = dnnl_success;
+    } else if (s == dnnl_success)
         s = dnnl_primitive_create(&x->p, pd);
-    if (s == dnnl_success)
+    if (s == dnnl_success && !x->fb)
         s = dnnl_memory_create(&x->src, &a, b->engine, DNNL_MEMORY_NONE);
-    if (s == dnnl_success)
+    if (s == dnnl_success && !x->fb)
         s = dnnl_memory_create(&x->wei, &w, b->engine, DNNL_MEMORY_NONE);
-    if (s == dnnl_success)
+    if (s == dnnl_success && !x->fb)
         s = dnnl_memory_create(&x->dst, &c, b->engine, DNNL_MEMORY_NONE);
-    if (s == dnnl_success) {
+    if (s == dnnl_success && !x->fb) {
         const char *impl = NULL;
         const dnnl_memory_desc_t *sp =
             dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -221,6 +248,17 @@ static shardopt_status_t scratch_fit(struct ns_bf16 *b)
     const dnnl_dims_t dims = {(int64_t)(b->scratch_bytes ? b->scratch_bytes : 1)};
     dnnl_memory_desc_t md;
 
+    if (b->fb_floats > b->fb_have) { /* at commit, as the scratchpad: the step allocates nothing */
+        free(b->fb_buf);
+        b->fb_have = 0;
+        b->fb_buf = mem_aligned_alloc(64, (b->fb_floats * sizeof(float) + 63) / 64 * 64);
+        if (b->fb_buf == NULL)
+            return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "bf16 Newton-Schulz: out of memory allocating %zu bytes for the "
+                              "fp32 fallback's operands",
+                              b->fb_floats * sizeof(float));
+        b->fb_have = b->fb_floats;
+    }
     if (b->scratch_mem != NULL) {
         const dnnl_memory_desc_t *have;
         dnnl_memory_get_memory_desc(b->scratch_mem, &have);
@@ -393,22 +431,30 @@ shardopt_status_t ns_bf16_shard_prepare(struct ns_bf16 *b, int64_t m, int64_t n,
 
 int ns_bf16_primitive_count(const struct ns_bf16 *b) { return b != NULL ? b->primitives : 0; }
 
-int ns_bf16_available(char *why, size_t len)
+/* A 16 x 16 plan prepared: 1 if it could be (and, with onednn, none of it fell back). */
+static int probe(char *why, size_t len, int onednn)
 {
     static const float c[NS_TABLE_MAX_STEPS][3] = {{3.4445f, -4.7750f, 2.0315f}};
     char was[1024];
     struct ns_bf16 *b = NULL;
     /* a question, not a failure: the thread's last error is left as it was */
     snprintf(was, sizeof was, "%s", shardopt_last_error());
-    const int ok =
-        ns_bf16_create(&b) == SHARDOPT_OK &&
-        ns_bf16_prepare(b, 16, 16, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD, c, 1) == SHARDOPT_OK;
+    int ok = ns_bf16_create(&b) == SHARDOPT_OK &&
+             ns_bf16_prepare(b, 16, 16, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD, c, 1) == SHARDOPT_OK;
     if (!ok)
         snprintf(why, len, "%s", shardopt_last_error());
+    else if (onednn && b->fallbacks > 0) {
+        snprintf(why, len, "oneDNN has no bf16 matmul on this CPU (it needs AVX-512)");
+        ok = 0;
+    }
     status_set(SHARDOPT_OK, "%s", was);
     ns_bf16_destroy(b);
     return ok;
 }
+
+int ns_bf16_available(char *why, size_t len) { return probe(why, len, 0); }
+
+int ns_bf16_onednn(char *why, size_t len) { return probe(why, len, 1); }
 
 const char *ns_bf16_impl(const struct ns_bf16 *b) { return b != NULL ? b->impl : ""; }
 

@@ -68,10 +68,21 @@ int ns_bf16_shard_update(struct ns_bf16 *b, const struct ns_bf16_shard *p, int s
 void ns_bf16_aol(int64_t m, int64_t n, double eps, const float *xf, uint16_t *X, uint16_t *A,
                  double *d);
 
-/* 1 when oneDNN has a bf16 matmul on this CPU (a 16 x 16 plan can be prepared); else 0 with
- * oneDNN's reason in why. AVX-512 machines have one; valgrind's virtual CPU, without AVX-512,
- * does not. */
+/* 1 when bf16 Newton-Schulz can be prepared on this CPU (a 16 x 16 plan); else 0 with the reason
+ * in why. Where oneDNN has no bf16 matmul (it needs AVX-512: an AVX2-only CPU, valgrind's virtual
+ * CPU) the products run as the fp32 sgemm fallback (ns_bf16_plan.h), so this is 1 there too. */
 int ns_bf16_available(char *why, size_t len);
+
+/* 1 when oneDNN itself has a bf16 matmul on this CPU (no product of a 16 x 16 plan falls back);
+ * else 0 with the reason in why. ns_bench's bf16 limit is oneDNN's matmul rate. */
+int ns_bf16_onednn(char *why, size_t len);
+
+/* Products prepared as the fp32 sgemm fallback so far. */
+int ns_bf16_fallback_count(const struct ns_bf16 *b);
+
+/* Tests only: on (1), every product prepared from now on takes the fallback, as on a CPU where
+ * oneDNN has no bf16 matmul; 0 restores oneDNN. Process-wide, not thread-safe. */
+void ns_bf16_fallback_force(int on);
 
 /* Number of primitives made so far (tests check that a step makes none). */
 int ns_bf16_primitive_count(const struct ns_bf16 *b);

@@ -10,10 +10,15 @@
 
 #define BF16_MAX_ROWS 64 /* block rows of a symmetric plan */
 
-/* One matmul and the memory objects of its arguments (data handles set at each call). */
+/* One matmul and the memory objects of its arguments (data handles set at each call). fb: oneDNN
+ * has no implementation on this CPU (its bf16 matmul needs AVX-512; an AVX2-only CPU has none), so
+ * ns_bf16_run.c runs it as an fp32 sgemm on the bf16 values, from this geometry (mm_make's). */
 struct mm {
     dnnl_primitive_t p;
     dnnl_memory_t src, wei, dst;
+    int fb, wei_t;
+    int64_t M, K, N, lda, ldb, ldc;
+    float oscale, sum;
 };
 
 struct plan {
@@ -58,6 +63,10 @@ struct ns_bf16 {
     size_t scratch_bytes;
     dnnl_memory_t scratch_mem;
     char impl[64];
+    float *fb_buf;    /* the fallback's fp32 operands and product: the largest M K + K N + M N */
+    size_t fb_floats; /* of any fallback product, allocated with the scratchpad */
+    size_t fb_have;   /* floats at fb_buf */
+    int fallbacks;    /* products made as the fallback */
 };
 
 /* The plan prepared for this working shape (m x n), variant, block, algorithm and coefficients;

@@ -1,5 +1,6 @@
 /* bf16 Newton-Schulz's run in the step (ns_bf16.h): the iterations, the Gram algorithm and AOL
  * over the oneDNN primitives ns_bf16_prepare made at commit (ns_bf16.c), executed only. */
+#include <cblas.h>
 #include <math.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdlib.h>
@@ -12,9 +13,43 @@
 #include "ns_bf16_plan.h"
 #include "ns_common.h"
 
+/* A product oneDNN has no bf16 implementation for on this CPU (mm_make): the bf16 operands widened
+ * to fp32 (exactly), multiplied by sgemm with fp32 accumulation and rounded to bf16 once, after
+ * the output scale and the sum post-op, as oneDNN's matmul does: the same arithmetic up to the
+ * order of the fp32 sums. Deterministic for a fixed BLAS thread count, as the fp32 kernels are. */
+static int mm_fallback(struct ns_bf16 *b, const struct mm *x, const uint16_t *src,
+                       const uint16_t *wei, uint16_t *dst)
+{
+    const int64_t M = x->M, K = x->K, N = x->N;
+    float *a = b->fb_buf, *w = a + M * K, *c = w + K * N;
+    if (a == NULL || (size_t)(M * K + K * N + M * N) > b->fb_have)
+        return -1; /* not prepared: a bug, which the caller reports */
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++)
+            a[i * K + k] = f32_from_bf16(src[i * x->lda + k]);
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < K; k++) /* wei_t: element (k, j) of W is row j's k-th of X */
+        for (int64_t j = 0; j < N; j++)
+            w[k * N + j] = f32_from_bf16(x->wei_t ? wei[j * x->ldb + k] : wei[k * x->ldb + j]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)M, (blasint)N, (blasint)K, 1.0f,
+                a, (blasint)K, w, (blasint)N, 0.0f, c, (blasint)N);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float v = x->oscale * c[i * N + j];
+            if (x->sum != 0.0f)
+                v += x->sum * f32_from_bf16(dst[i * x->ldc + j]);
+            dst[i * x->ldc + j] = bf16_from_f32(v);
+        }
+    return 0;
+}
+
 static int mm_run(struct ns_bf16 *b, const struct mm *x, const void *src, const void *wei,
                   void *dst)
 {
+    if (x->fb)
+        return mm_fallback(b, x, src, wei, dst);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, x->src},
                                {DNNL_ARG_WEIGHTS, x->wei},
                                {DNNL_ARG_DST, x->dst},

@@ -17,8 +17,8 @@
 
 static const float eps = 1e-8f;
 
-/* oneDNN has bf16 matmul only on some CPUs (AVX-512 here; not under valgrind, whose CPU has no
- * AVX-512): without it the whole file skips, as commit refuses ns_compute = bf16 there. */
+/* oneDNN has bf16 matmul only on some CPUs (AVX-512); elsewhere (AVX2 only, valgrind's CPU) the
+ * products run as the fp32 sgemm fallback, so this skips only if neither can be prepared. */
 static void require_bf16_matmul(void)
 {
     char err[256] = "";
@@ -130,6 +130,49 @@ TEST(bf16_matches_fp64_within_1_5e_2)
     printf("  worst relative Frobenius error vs fp64: %.2e (bound 1.5e-2)\n", worst);
     EXPECT_TRUE(worst > 1e-4); /* a bf16 recipe, not an fp32 one in disguise */
     ns_bf16_destroy(b);
+}
+
+/* The fp32 sgemm fallback (ns_bf16_plan.h), forced as on a CPU where oneDNN has no bf16 matmul
+ * (an AVX2-only EPYC, where commit refused ns_compute = bf16 with "no implementation" before the
+ * fallback): every product of every algorithm and variant takes it and the results keep the bf16
+ * bound against fp64, a bf16 recipe still (not fp32's accuracy). */
+TEST(bf16_fallback_matches_fp64_within_1_5e_2)
+{
+    ns_bf16_fallback_force(1);
+    struct ns_bf16 *b = engine();
+    ASSERT_TRUE(b != NULL);
+    const struct coeffs t = coeffs_of(NS_TABLE_QUINTIC, 5);
+    double worst = 0;
+    for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int64_t B = cases[c].batch, R = cases[c].rows, C = cases[c].cols;
+            const size_t one = (size_t)(R * C), count = (size_t)B * one;
+            float *in = uniform(count, 17 + c), *out = malloc(count * sizeof(float));
+            double *u = malloc(count * sizeof(double)), *ref = malloc(count * sizeof(double));
+            for (size_t i = 0; i < count; i++)
+                u[i] = in[i];
+            ASSERT_EQ_INT(run_algo(b, B, R, C, cases[c].variant, cases[c].block, algo,
+                                   NS_PRECOND_FROBENIUS, &t, in, KDT_F32, out, KDT_F32, 1),
+                          0);
+            for (int64_t k = 0; k < B; k++) {
+                ns_fp64(u + k * one, R, C, R > C, (const float(*)[3])t.c, t.steps, t.norm_scale,
+                        eps, ref + k * one);
+                const double e = rel_frobenius(out + k * one, ref + k * one, one);
+                worst = e > worst ? e : worst;
+                EXPECT_TRUE(e <= 1.5e-2);
+            }
+            free(in);
+            free(out);
+            free(u);
+            free(ref);
+        }
+    printf("  fallback: %d of %d products, worst relative Frobenius error vs fp64 %.2e\n",
+           ns_bf16_fallback_count(b), ns_bf16_primitive_count(b), worst);
+    EXPECT_TRUE(ns_bf16_fallback_count(b) > 0);
+    EXPECT_EQ_INT(ns_bf16_fallback_count(b), ns_bf16_primitive_count(b));
+    EXPECT_TRUE(worst > 1e-4);
+    ns_bf16_destroy(b);
+    ns_bf16_fallback_force(0);
 }
 
 /* The bands of the fp32 tests (test_newton_schulz.c) on the same 256 x 512 input. */

@@ -52,6 +52,23 @@ static inline shardopt_runtime_t fixture_runtime(const shardopt_config_t *cfg)
     return fixture_runtime_on(MPI_COMM_SELF, cfg);
 }
 
+/* A config whose Muon step is W -= lr * O with O the Newton-Schulz output of this step's gradient
+ * alone (momentum 0, no weight decay, no lr scaling, an fp32 exchange, fp32 Newton-Schulz), one
+ * thread and no SHARDOPT_* variables: what a test compares with an oracle run on the gradient
+ * itself. Callers set the Newton-Schulz keys they test. */
+static inline shardopt_config_t fixture_bare_muon_config(void)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.num_threads = 1;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.momentum = 0;
+    cfg.weight_decay = 0;
+    cfg.lr_scale = SHARDOPT_LR_SCALE_NONE;
+    return cfg;
+}
+
 static inline shardopt_param_desc_t fixture_desc(const char *name, int ndim, int64_t d0, int64_t d1,
                                                  int64_t d2, void *data, const void *grad)
 {

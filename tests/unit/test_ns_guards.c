@@ -24,19 +24,12 @@ TEST(norm_scale_below_one_needs_aol_and_a_rank_one_update_stays_bounded)
                                                    SHARDOPT_NS_POLAR_EXPRESS, SHARDOPT_NS_AOL};
     for (int t = 0; t < 4; t++)
         for (int aol = 0; aol < 2; aol++) {
-            shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-            cfg.apply_env = 0;
-            cfg.num_threads = 1;
+            shardopt_config_t cfg = fixture_bare_muon_config();
             cfg.ns_coeffs = tables[t];
             cfg.ns_steps = tables[t] == SHARDOPT_NS_AOL ? 4 : 5;
             cfg.ns_norm_scale = 0.5;
             cfg.ns_precondition =
                 aol ? SHARDOPT_NS_PRECONDITION_AOL : SHARDOPT_NS_PRECONDITION_FROBENIUS;
-            cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
-            cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
-            cfg.momentum = 0;
-            cfg.weight_decay = 0;
-            cfg.lr_scale = SHARDOPT_LR_SCALE_NONE;
             if (!aol) {
                 EXPECT_EQ_INT(shardopt_config_validate(&cfg), SHARDOPT_ERR_INVALID_ARGUMENT);
                 EXPECT_STR_CONTAINS(shardopt_last_error(),
@@ -69,17 +62,11 @@ TEST(norm_scale_below_one_needs_aol_and_a_rank_one_update_stays_bounded)
  * this CPU has no bf16 Newton-Schulz. */
 static double jordan_gram_bf16_ratio(int64_t m, int64_t n, uint64_t seed, double delta)
 {
-    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-    cfg.apply_env = 0;
-    cfg.num_threads = 1;
+    shardopt_config_t cfg = fixture_bare_muon_config();
     cfg.ns_coeffs = SHARDOPT_NS_JORDAN;
     cfg.ns_steps = 5;
     cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_GRAM;
     cfg.ns_compute = SHARDOPT_NS_COMPUTE_BF16;
-    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
-    cfg.momentum = 0;
-    cfg.weight_decay = 0;
-    cfg.lr_scale = SHARDOPT_LR_SCALE_NONE;
     shardopt_runtime_t rt = fixture_runtime(&cfg);
     const size_t mn = (size_t)(m * n);
     float *w = calloc(mn, sizeof(float)), *g = malloc(sizeof(float) * mn);
@@ -153,16 +140,9 @@ TEST(gram_bf16_jordan_stays_bounded_on_small_wide_matrices)
 static float *two_steps(shardopt_ns_algorithm_t algo, char **log, uint64_t *fallbacks)
 {
     enum { M = 96, N = 256 };
-    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-    cfg.apply_env = 0;
-    cfg.num_threads = 1;
+    shardopt_config_t cfg = fixture_bare_muon_config();
     cfg.ns_steps = 12;
     cfg.ns_algorithm = algo;
-    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
-    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
-    cfg.momentum = 0;
-    cfg.weight_decay = 0;
-    cfg.lr_scale = SHARDOPT_LR_SCALE_NONE;
     float *w = calloc(M * N, sizeof(float)), *g = malloc(sizeof(float) * M * N);
     double sv[M];
     for (int i = 0; i < M; i++)

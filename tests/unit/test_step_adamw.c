@@ -2,35 +2,15 @@
 #include "fixture.h"
 #include "kernels/dtype.h"
 #include "runtime/runtime.h"
+#include "step_tensor.h"
 
 #define NP 3
 
-struct tensor {
-    const char *name;
-    int ndim;
-    int64_t shape[2];
-    shardopt_dtype_t pdt, gdt;
-    double lr_mult, wd_mult;
-    size_t n;
-    void *w;
-    void *g[2];    /* alternated with shardopt_param_set_pointers, as FSDP2 hands new grads */
-    double *m, *v; /* reference state */
-    shardopt_param_t h;
-};
-
 static double get(const void *p, shardopt_dtype_t dt, size_t i) { return kload(p, dt, i); }
-
-static void put(void *p, shardopt_dtype_t dt, size_t i, double x)
-{
-    if (dt == SHARDOPT_DTYPE_BF16)
-        ((uint16_t *)p)[i] = bf16_from_f32((float)x);
-    else
-        ((float *)p)[i] = (float)x;
-}
 
 TEST(adamw_multi_step_matches_the_formula)
 {
-    struct tensor t[NP] = {
+    struct step_tensor t[NP] = {
         {.name = "layers.0.norm.weight",
          .ndim = 1,
          .shape = {37, 1},
@@ -58,23 +38,12 @@ TEST(adamw_multi_step_matches_the_formula)
     cfg.weight_decay_1d = 1; /* the bias's wd_mult is part of the formula tested */
     shardopt_runtime_t rt = fixture_runtime(&cfg);
     uint64_t seed = 42;
+    double *m[NP], *v[NP]; /* reference state */
 
     for (int k = 0; k < NP; k++) {
-        t[k].n = (size_t)(t[k].shape[0] * (t[k].ndim == 2 ? t[k].shape[1] : 1));
-        t[k].w = calloc(t[k].n, 4);
-        t[k].g[0] = calloc(t[k].n, 4);
-        t[k].g[1] = calloc(t[k].n, 4);
-        t[k].m = calloc(t[k].n, sizeof(double));
-        t[k].v = calloc(t[k].n, sizeof(double));
-        for (size_t i = 0; i < t[k].n; i++)
-            put(t[k].w, t[k].pdt, i, test_rand(&seed));
-        shardopt_param_desc_t d =
-            fixture_desc(t[k].name, t[k].ndim, t[k].shape[0], t[k].shape[1], 0, t[k].w, t[k].g[0]);
-        d.param_dtype = t[k].pdt;
-        d.grad_dtype = t[k].gdt;
-        d.lr_mult = t[k].lr_mult;
-        d.wd_mult = t[k].wd_mult;
-        ASSERT_EQ_INT(shardopt_register(rt, &d, &t[k].h), SHARDOPT_OK);
+        ASSERT_EQ_INT(step_tensor_register(rt, &t[k], 1.0, &seed), SHARDOPT_OK);
+        m[k] = calloc(t[k].n, sizeof(double));
+        v[k] = calloc(t[k].n, sizeof(double));
         shardopt_algo_t algo;
         shardopt_param_get_algo(t[k].h, &algo);
         EXPECT_EQ_INT(algo, SHARDOPT_ALGO_ADAMW);
@@ -95,7 +64,7 @@ TEST(adamw_multi_step_matches_the_formula)
         for (int k = 0; k < NP; k++) {
             void *g = t[k].g[step & 1];
             for (size_t i = 0; i < t[k].n; i++)
-                put(g, t[k].gdt, i, test_rand(&seed) * (i % 7 == 0 ? 1e-6 : 1.0));
+                step_put(g, t[k].gdt, i, test_rand(&seed) * (i % 7 == 0 ? 1e-6 : 1.0));
             EXPECT_EQ_INT(shardopt_param_set_pointers(t[k].h, t[k].w, g), SHARDOPT_OK);
         }
         /* expected value of each weight from this step's starting point */
@@ -106,9 +75,9 @@ TEST(adamw_multi_step_matches_the_formula)
             expect[k] = malloc(t[k].n * sizeof(double));
             for (size_t i = 0; i < t[k].n; i++) {
                 double gi = get(g, t[k].gdt, i);
-                t[k].m[i] = 0.9 * t[k].m[i] + 0.1 * gi;
-                t[k].v[i] = 0.95 * t[k].v[i] + 0.05 * gi * gi;
-                double upd = (t[k].m[i] / bc1) / (sqrt(t[k].v[i] / bc2) + 1e-8);
+                m[k][i] = 0.9 * m[k][i] + 0.1 * gi;
+                v[k][i] = 0.95 * v[k][i] + 0.05 * gi * gi;
+                double upd = (m[k][i] / bc1) / (sqrt(v[k][i] / bc2) + 1e-8);
                 expect[k][i] = get(t[k].w, t[k].pdt, i) * (1 - lre * wde) - lre * upd;
             }
         }
@@ -135,11 +104,9 @@ TEST(adamw_multi_step_matches_the_formula)
     EXPECT_EQ_INT(st.bytes_momentum, 0);
     shardopt_finalize(rt);
     for (int k = 0; k < NP; k++) {
-        free(t[k].w);
-        free(t[k].g[0]);
-        free(t[k].g[1]);
-        free(t[k].m);
-        free(t[k].v);
+        step_tensor_free(&t[k]);
+        free(m[k]);
+        free(v[k]);
     }
 }
 

@@ -6,6 +6,7 @@
 #include "kernels/dtype.h"
 #include "ns_fp64.h"
 #include "runtime/runtime.h"
+#include "step_tensor.h"
 
 /* The quintic table as the issue lists it, typed in again here so that a wrong table in the
  * library cannot also be wrong in the oracle. */
@@ -19,26 +20,12 @@ static double round_to(shardopt_dtype_t dt, double x)
     return dt == SHARDOPT_DTYPE_BF16 ? f32_from_bf16(bf16_from_f32((float)x)) : (float)x;
 }
 
-struct mparam {
-    const char *name;
-    int ndim;
-    int64_t shape[3];
-    int transposed;
-    shardopt_dtype_t pdt;
-    double lr_mult, wd_mult;
-    int64_t batch, r, c; /* stored matrix */
-    size_t n;
-    void *w;
-    float *g[2];
-    shardopt_param_t h;
-};
-
-static double wget(const struct mparam *p, size_t i) { return kload(p->w, p->pdt, i); }
+static double wget(const struct step_tensor *p, size_t i) { return kload(p->w, p->pdt, i); }
 
 static void run_muon_case(shardopt_dtype_t mom_dt, shardopt_dtype_t comm_dt, int nesterov,
                           shardopt_ns_compute_t ns_compute)
 {
-    struct mparam ps[] = {
+    struct step_tensor ps[] = {
         {.name = "wide",
          .ndim = 2,
          .shape = {24, 40},
@@ -81,30 +68,8 @@ static void run_muon_case(shardopt_dtype_t mom_dt, shardopt_dtype_t comm_dt, int
     shardopt_runtime_t rt = fixture_runtime(&cfg);
     uint64_t seed = 7;
 
-    for (int k = 0; k < np; k++) {
-        struct mparam *p = &ps[k];
-        p->batch = p->ndim == 3 ? p->shape[0] : 1;
-        p->r = p->shape[p->ndim - 2];
-        p->c = p->shape[p->ndim - 1];
-        p->n = (size_t)(p->batch * p->r * p->c);
-        p->w = calloc(p->n, 4);
-        p->g[0] = calloc(p->n, 4);
-        p->g[1] = calloc(p->n, 4);
-        for (size_t i = 0; i < p->n; i++) {
-            float v = (float)(0.1 * test_rand(&seed));
-            if (p->pdt == SHARDOPT_DTYPE_BF16)
-                ((uint16_t *)p->w)[i] = bf16_from_f32(v);
-            else
-                ((float *)p->w)[i] = v;
-        }
-        shardopt_param_desc_t d =
-            fixture_desc(p->name, p->ndim, p->shape[0], p->shape[1], p->shape[2], p->w, p->g[0]);
-        d.transposed = p->transposed;
-        d.param_dtype = p->pdt;
-        d.lr_mult = p->lr_mult;
-        d.wd_mult = p->wd_mult;
-        ASSERT_EQ_INT(shardopt_register(rt, &d, &p->h), SHARDOPT_OK);
-    }
+    for (int k = 0; k < np; k++)
+        ASSERT_EQ_INT(step_tensor_register(rt, &ps[k], 0.1, &seed), SHARDOPT_OK);
     ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
     const int bf16_primitives_at_commit = ns_bf16_primitive_count(rt->ns_ws.bf16);
 
@@ -116,7 +81,7 @@ static void run_muon_case(shardopt_dtype_t mom_dt, shardopt_dtype_t comm_dt, int
         double *tol = calloc((size_t)np, sizeof(double));
 
         for (int k = 0; k < np; k++) {
-            struct mparam *p = &ps[k];
+            struct step_tensor *p = &ps[k];
             float *g = p->g[step & 1];
             for (size_t i = 0; i < p->n; i++)
                 g[i] = (float)test_rand(&seed);
@@ -164,7 +129,7 @@ static void run_muon_case(shardopt_dtype_t mom_dt, shardopt_dtype_t comm_dt, int
         }
         ASSERT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
         for (int k = 0; k < np; k++) {
-            struct mparam *p = &ps[k];
+            struct step_tensor *p = &ps[k];
             const void *mom = state_store_ptr(&rt->store, p->h->off_momentum);
             size_t off_by_ulp = 0;
             for (size_t i = 0; i < p->n; i++) {
@@ -196,11 +161,8 @@ static void run_muon_case(shardopt_dtype_t mom_dt, shardopt_dtype_t comm_dt, int
     if (ns_compute == SHARDOPT_NS_COMPUTE_BF16) /* every primitive was made at commit */
         EXPECT_EQ_INT(ns_bf16_primitive_count(rt->ns_ws.bf16), bf16_primitives_at_commit);
     shardopt_finalize(rt);
-    for (int k = 0; k < np; k++) {
-        free(ps[k].w);
-        free(ps[k].g[0]);
-        free(ps[k].g[1]);
-    }
+    for (int k = 0; k < np; k++)
+        step_tensor_free(&ps[k]);
 }
 
 TEST(muon_fp32_momentum_bf16_comm)

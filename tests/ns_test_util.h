@@ -8,6 +8,7 @@
 
 #include "kernels/ns_coeffs.h"
 #include "kernels/ops.h"
+#include "ns_singular.h"
 #include "test.h"
 
 struct coeffs {
@@ -35,6 +36,58 @@ static inline struct coeffs custom_table(void)
     struct coeffs t = {.steps = 7, .norm_scale = 1.0f};
     ns_coeffs_fill(NS_TABLE_CUSTOM, 7, c, t.c);
     return t;
+}
+
+/* A coefficient table as the tests name one: a table, its steps and its preconditioning. */
+struct ns_table_case {
+    int table, steps, precondition;
+    const char *name;
+};
+
+/* Every table at the step counts the docs state bounds for, and a user's (custom_table): the
+ * Gram tests' list (test_ns_gram for fp32, test_ns_driver for the driver's bf16). */
+static const struct ns_table_case ns_every_table[] = {
+    {NS_TABLE_QUINTIC, 5, NS_PRECOND_FROBENIUS, "quintic"},
+    {NS_TABLE_JORDAN, 5, NS_PRECOND_FROBENIUS, "jordan"},
+    {NS_TABLE_POLAR_EXPRESS, 8, NS_PRECOND_FROBENIUS, "polar_express"},
+    {NS_TABLE_POLAR_EXPRESS, 5, NS_PRECOND_FROBENIUS, "polar_express 5"},
+    {NS_TABLE_AOL, 4, NS_PRECOND_AOL, "aol"},
+    {NS_TABLE_CUSTOM, 7, NS_PRECOND_FROBENIUS, "custom"},
+};
+
+/* The tables bf16 Gram diverged with on small wide matrices of spread spectra before its
+ * restarts (test_xcheck's finds; spread_spectrum_matrix): the CPU bf16 path (test_ns_bf16) and
+ * the CUDA driver (test_ns_driver) are held to one bound on the same list. */
+static const struct ns_table_case ns_spread_tables[] = {
+    {NS_TABLE_QUINTIC, 5, NS_PRECOND_FROBENIUS, "quintic"},
+    {NS_TABLE_JORDAN, 5, NS_PRECOND_FROBENIUS, "jordan"},
+    {NS_TABLE_POLAR_EXPRESS, 5, NS_PRECOND_FROBENIUS, "polar_express 5"},
+    {NS_TABLE_POLAR_EXPRESS, 6, NS_PRECOND_FROBENIUS, "polar_express 6"},
+    {NS_TABLE_POLAR_EXPRESS, 8, NS_PRECOND_FROBENIUS, "polar_express"},
+    {NS_TABLE_AOL, 4, NS_PRECOND_AOL, "aol"},
+    {NS_TABLE_QUINTIC, 5, NS_PRECOND_AOL, "quintic + aol"},
+};
+
+/* The coefficients of a case: custom_table() for NS_TABLE_CUSTOM, else the library's table. */
+static inline struct coeffs ns_case_coeffs(const struct ns_table_case *c)
+{
+    return c->table == NS_TABLE_CUSTOM ? custom_table() : coeffs_of(c->table, c->steps);
+}
+
+/* dst <- an R x C matrix (row-major; a tall one as the transpose of a wide one) whose singular
+ * values are 1, 1e-4 and the rest log-uniform between them, drawn from *s; its singular vectors
+ * from seed *s + salt taken after the draws. sv (min(R, C) doubles) and w (R * C floats) are
+ * scratch. */
+static inline void spread_spectrum_matrix(float *dst, int64_t R, int64_t C, uint64_t *s,
+                                          uint64_t salt, double *sv, float *w)
+{
+    const int64_t m = R < C ? R : C, n = R + C - m;
+    for (int64_t i = 0; i < m; i++)
+        sv[i] = i == 0 ? 1.0 : i == 1 ? 1e-4 : pow(1e-4, 0.5 * (test_rand(s) + 1.0));
+    matrix_with_singular_values(w, (int)m, (int)n, sv, *s + salt);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t q = 0; q < C; q++)
+            dst[r * C + q] = R <= C ? w[r * C + q] : w[q * R + r];
 }
 
 /* A batch of rows x cols matrices through table t, on the wide side (transpose = rows > cols),

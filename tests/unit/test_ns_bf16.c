@@ -68,23 +68,12 @@ static int run(struct ns_bf16 *b, int64_t batch, int64_t rows, int64_t cols, int
                     in, in_dt, out, out_dt, prep);
 }
 
-static float *uniform(size_t count, uint64_t seed)
-{
-    float *p = malloc(count * sizeof(float));
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < count; i++)
-        p[i] = (float)test_rand(&s);
-    return p;
-}
+/* count fp32 values uniform in (-1, 1) (ns_test_util.h's ns_input, fp32). */
+static float *uniform(size_t count, uint64_t seed) { return ns_input(count, KDT_F32, seed, NULL); }
 
 static double rel_frobenius(const float *x, const double *ref, size_t count)
 {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < count; i++) {
-        d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]);
-        r += ref[i] * ref[i];
-    }
-    return sqrt(d / r);
+    return ns_rel_frobenius(x, KDT_F32, ref, count);
 }
 
 /* Shapes: square, wide, tall (worked on transposed), a batch, and symmetric blocks that do not
@@ -507,27 +496,17 @@ TEST(bf16_gram_small_wide_spread_spectra_every_table)
 {
     struct ns_bf16 *b = engine();
     ASSERT_TRUE(b != NULL);
-    static const struct {
-        int table, steps, precondition;
-    } tab[] = {
-        {NS_TABLE_QUINTIC, 5, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_JORDAN, 5, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_POLAR_EXPRESS, 5, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_POLAR_EXPRESS, 6, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_POLAR_EXPRESS, 8, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_AOL, 4, NS_PRECOND_AOL},
-        {NS_TABLE_QUINTIC, 5, NS_PRECOND_AOL},
-    };
+    const struct ns_table_case *tab = ns_spread_tables;
     static const int64_t shapes[][2] = {{1, 64}, {2, 5},  {3, 7},  {3, 16},  {4, 9},    {5, 12},
                                         {7, 3},  {6, 40}, {8, 64}, {16, 48}, {32, 128}, {64, 256}};
     const int seeds = 12;
     double worst = 0;
     int fails = 0;
-    for (size_t ti = 0; ti < sizeof tab / sizeof tab[0]; ti++) {
-        const struct coeffs t = coeffs_of(tab[ti].table, tab[ti].steps);
+    for (size_t ti = 0; ti < sizeof ns_spread_tables / sizeof ns_spread_tables[0]; ti++) {
+        const struct coeffs t = ns_case_coeffs(&tab[ti]);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int64_t R = shapes[si][0], C = shapes[si][1];
-            const int64_t m = R < C ? R : C, n = R + C - m;
+            const int64_t m = R < C ? R : C;
             const size_t cnt = (size_t)(R * C);
             float *in = malloc(cnt * sizeof(float)), *w = malloc(cnt * sizeof(float));
             float *o_std = malloc(cnt * sizeof(float)), *o_gram = malloc(cnt * sizeof(float));
@@ -542,12 +521,7 @@ TEST(bf16_gram_small_wide_spread_spectra_every_table)
                           SHARDOPT_OK);
             for (int sd = 0; sd < seeds; sd++) {
                 uint64_t s = 7000 + 131 * ti + 17 * si + (uint64_t)sd;
-                for (int64_t i = 0; i < m; i++)
-                    sv[i] = i == 0 ? 1.0 : i == 1 ? 1e-4 : pow(1e-4, 0.5 * (test_rand(&s) + 1.0));
-                matrix_with_singular_values(w, (int)m, (int)n, sv, s);
-                for (int64_t r = 0; r < R; r++)
-                    for (int64_t q = 0; q < C; q++)
-                        in[r * C + q] = R <= C ? w[r * C + q] : w[q * R + r];
+                spread_spectrum_matrix(in, R, C, &s, 0, sv, w);
                 for (size_t i = 0; i < cnt; i++)
                     u[i] = in[i];
                 ASSERT_EQ_INT(run_algo(b, 1, R, C, NS_VARIANT_PLAIN, 0, NS_ALGO_STANDARD,

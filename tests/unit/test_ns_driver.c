@@ -478,27 +478,18 @@ TEST(ns_driver_aol_band_like_quintic_5)
  * the worst of each shape's. */
 TEST(ns_driver_gram_small_wide_spread_spectra_every_table)
 {
-    static const struct {
-        int table, steps, precondition;
-    } tab[] = {
-        {NS_TABLE_QUINTIC, 5, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_JORDAN, 5, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_POLAR_EXPRESS, 5, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_POLAR_EXPRESS, 6, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_POLAR_EXPRESS, 8, NS_PRECOND_FROBENIUS},
-        {NS_TABLE_AOL, 4, NS_PRECOND_AOL},
-    };
+    const struct ns_table_case *tab = ns_spread_tables;
     static const int64_t shapes[][2] = {{2, 5},  {3, 7},  {3, 16}, {4, 9},
                                         {5, 12}, {16, 3}, {8, 20}, {16, 40}};
     const int64_t B = 3;
     double worst = 0;
-    for (size_t ti = 0; ti < sizeof tab / sizeof tab[0]; ti++) {
-        const struct coeffs t = coeffs_of(tab[ti].table, tab[ti].steps);
+    for (size_t ti = 0; ti < sizeof ns_spread_tables / sizeof ns_spread_tables[0]; ti++) {
+        const struct coeffs t = ns_case_coeffs(&tab[ti]);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             double tw = 0, tw_std = 0;
             for (int sd = 0; sd < 16; sd++) {
                 const int64_t R = shapes[si][0], C = shapes[si][1];
-                const int64_t m = R < C ? R : C, n = R + C - m;
+                const int64_t m = R < C ? R : C;
                 const size_t one = (size_t)(R * C), cnt = (size_t)B * one;
                 float *in = malloc(cnt * sizeof(float)), *w = malloc(one * sizeof(float));
                 float *o_std = malloc(cnt * sizeof(float)), *o_gram = malloc(cnt * sizeof(float));
@@ -507,17 +498,8 @@ TEST(ns_driver_gram_small_wide_spread_spectra_every_table)
                 const size_t wsb = ns_driver_host_ws_bytes(R, C, B);
                 void *ws = malloc(wsb);
                 uint64_t s = 9100 + 131 * ti + 17 * si + 3 * (uint64_t)sd;
-                for (int64_t k = 0; k < B; k++) {
-                    for (int64_t i = 0; i < m; i++)
-                        sv[i] = i == 0   ? 1.0
-                                : i == 1 ? 1e-4
-                                         : pow(1e-4, 0.5 * (test_rand(&s) + 1.0));
-                    matrix_with_singular_values(w, (int)m, (int)n, sv, s + (uint64_t)k);
-                    for (int64_t r = 0; r < R; r++)
-                        for (int64_t q = 0; q < C; q++)
-                            in[(size_t)k * one + (size_t)(r * C + q)] =
-                                R <= C ? w[r * C + q] : w[q * R + r];
-                }
+                for (int64_t k = 0; k < B; k++)
+                    spread_spectrum_matrix(in + (size_t)k * one, R, C, &s, (uint64_t)k, sv, w);
                 for (size_t i = 0; i < cnt; i++)
                     u[i] = in[i];
                 for (int algo = NS_ALGO_STANDARD; algo <= NS_ALGO_GRAM; algo++) {
@@ -630,21 +612,9 @@ TEST(ns_driver_gram_every_table_and_shape)
         {2, 40, 24, 1, KDT_BF16, KDT_F32, 0},  {4, 16, 48, 0, KDT_F32, KDT_BF16, 5},
         {1, 1, 33, 0, KDT_F32, KDT_F32, 0},    {2, 96, 24, 1, KDT_F32, KDT_F32, 0},
     };
-    static const struct {
-        int table, steps, precondition;
-        const char *name;
-    } tables[] = {
-        {NS_TABLE_QUINTIC, 5, NS_PRECOND_FROBENIUS, "quintic"},
-        {NS_TABLE_JORDAN, 5, NS_PRECOND_FROBENIUS, "jordan"},
-        {NS_TABLE_POLAR_EXPRESS, 8, NS_PRECOND_FROBENIUS, "polar_express"},
-        {NS_TABLE_POLAR_EXPRESS, 5, NS_PRECOND_FROBENIUS, "polar_express 5"},
-        {NS_TABLE_AOL, 4, NS_PRECOND_AOL, "aol"},
-        {NS_TABLE_CUSTOM, 7, NS_PRECOND_FROBENIUS, "custom"},
-    };
-    for (size_t ti = 0; ti < sizeof tables / sizeof tables[0]; ti++) {
-        const struct coeffs t = tables[ti].table == NS_TABLE_CUSTOM
-                                    ? custom_table()
-                                    : coeffs_of(tables[ti].table, tables[ti].steps);
+    const struct ns_table_case *tables = ns_every_table;
+    for (size_t ti = 0; ti < sizeof ns_every_table / sizeof ns_every_table[0]; ti++) {
+        const struct coeffs t = ns_case_coeffs(&tables[ti]);
         double worst = 0, worst_ratio = 0;
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             const struct gcase *c = &shapes[i];

@@ -178,21 +178,9 @@ TEST(ns_gram_every_table_and_shape_fp32)
         {1, 96, 384, COND_1E4}, {1, 300, 48, COND_1E4}, {3, 48, 160, COND_1E4},
         {1, 1, 300, UNIFORM},   {1, 64, 200, LOW_RANK},
     };
-    static const struct {
-        int table, steps, precondition;
-        const char *name;
-    } tables[] = {
-        {NS_TABLE_QUINTIC, 5, NS_PRECOND_FROBENIUS, "quintic"},
-        {NS_TABLE_JORDAN, 5, NS_PRECOND_FROBENIUS, "jordan"},
-        {NS_TABLE_POLAR_EXPRESS, 8, NS_PRECOND_FROBENIUS, "polar_express"},
-        {NS_TABLE_POLAR_EXPRESS, 5, NS_PRECOND_FROBENIUS, "polar_express 5"},
-        {NS_TABLE_AOL, 4, NS_PRECOND_AOL, "aol"},
-        {NS_TABLE_CUSTOM, 7, NS_PRECOND_FROBENIUS, "custom"},
-    };
-    for (size_t ti = 0; ti < sizeof tables / sizeof tables[0]; ti++) {
-        const struct coeffs t = tables[ti].table == NS_TABLE_CUSTOM
-                                    ? custom_table()
-                                    : coeffs_of(tables[ti].table, tables[ti].steps);
+    const struct ns_table_case *tables = ns_every_table;
+    for (size_t ti = 0; ti < sizeof ns_every_table / sizeof ns_every_table[0]; ti++) {
+        const struct coeffs t = ns_case_coeffs(&tables[ti]);
         const int pre = tables[ti].precondition;
         double worst = 0.0, worst_ratio = 0.0;
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {

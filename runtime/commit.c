@@ -228,15 +228,10 @@ static shardopt_status_t busiest_sent(shardopt_runtime_t rt, const struct group_
                                       const char *group, double *cost)
 {
     uint64_t most = from->bytes_sent;
-    shardopt_status_t status = SHARDOPT_OK;
     const int rc = comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, &most, 1,
                                   MPI_UINT64_T, MPI_MAX, "all-reduce of the bytes sent");
-    if (rc != MPI_SUCCESS)
-        status = log_fail(SHARDOPT_ERR_COMM,
-                          "commit: rank %d: all-reduce of the %s group's bytes sent for "
-                          "expert_moves failed (MPI error %d)",
-                          rt->groups.me.rank, group, rc);
-    status = groups_agree(&rt->groups, status, "commit");
+    const shardopt_status_t status =
+        commit_mpi_agree(rt, rc, "all-reduce of the %s group's bytes sent for expert_moves", group);
     *cost = moves_elem_cost(rt) * ((double)most / (double)kdtype_size(rt->cfg.comm_dtype));
     return status;
 }

@@ -1,6 +1,8 @@
 #include "runtime/commit_check.h"
 
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -433,4 +435,19 @@ shardopt_status_t commit_check(shardopt_runtime_t rt, struct shard_table *dense,
         shard_table_free(xs);
     }
     return status;
+}
+
+shardopt_status_t commit_mpi_agree(shardopt_runtime_t rt, int rc, const char *fmt, ...)
+{
+    shardopt_status_t status = SHARDOPT_OK;
+    if (rc != MPI_SUCCESS) {
+        char what[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        status = log_fail(SHARDOPT_ERR_COMM, "commit: rank %d: %s failed (MPI error %d)",
+                          rt->groups.me.rank, what, rc);
+    }
+    return groups_agree(&rt->groups, status, "commit");
 }

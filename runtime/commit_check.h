@@ -17,4 +17,12 @@
 shardopt_status_t commit_check(shardopt_runtime_t rt, struct shard_table *dense,
                                struct shard_table *xs);
 
+/* rc, this rank's code from an MPI call that commit makes on every rank, agreed over the groups:
+ * SHARDOPT_OK where every rank's call succeeded, else SHARDOPT_ERR_COMM on every rank, each rank
+ * whose call failed saying "commit: rank R: <what> failed (MPI error rc)", what formatted from
+ * fmt. One place for the message and the agreement, so that no such failure leaves a rank
+ * going on to collectives the others skip. Collective. */
+shardopt_status_t commit_mpi_agree(shardopt_runtime_t rt, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "runtime/comm/comm_wait.h"
+#include "runtime/commit_check.h"
 
 int commit_teams_node_members(shardopt_runtime_t rt, MPI_Comm comm, int *out)
 {
@@ -108,12 +109,8 @@ shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *
     if (whole != MPI_GROUP_NULL)
         MPI_Group_free(&whole);
     free(first);
-    if (rc != MPI_SUCCESS)
-        status = log_fail(SHARDOPT_ERR_COMM,
-                          "commit: rank %d: making the %s group's Newton-Schulz team "
-                          "communicators failed (MPI error %d)",
-                          rt->groups.me.rank, group, rc);
-    status = groups_agree(&rt->groups, status, "commit");
+    status =
+        commit_mpi_agree(rt, rc, "making the %s group's Newton-Schulz team communicators", group);
     if (status != SHARDOPT_OK)
         commit_teams_free(gx);
     return status;

@@ -77,11 +77,7 @@ static int ns_compute_used; /* the runtime's resolution of --ns-compute (stats) 
 static int layout_used[4];
 
 /* The integer options' ranges (init checks the layout, cli_mem_check the preset's memory). */
-static const struct int_opt {
-    const char *name;
-    int lo, hi;
-    size_t off;
-} int_opts[] = {
+static const struct cli_int_spec int_opts[] = {
     {"--layers", 0, 1 << 16, offsetof(struct opts, scale.layers)}, /* 0: all the preset has */
     {"--width-div", 1, 1 << 16, offsetof(struct opts, scale.width_div)},
     {"--experts-div", 1, 1 << 16, offsetof(struct opts, scale.experts_div)},
@@ -135,10 +131,8 @@ static void opts_parse(int argc, char **argv, struct opts *o)
                        .bucket_mib = 128};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const struct int_opt *io = NULL;
-        for (size_t k = 0; k < sizeof int_opts / sizeof int_opts[0]; k++)
-            if (!strcmp(a, int_opts[k].name))
-                io = &int_opts[k];
+        const struct cli_int_spec *io =
+            cli_int_spec_find(int_opts, sizeof int_opts / sizeof int_opts[0], a);
         int *iv = io != NULL ? (int *)((char *)o + io->off) : NULL;
         const char **sv = !strcmp(a, "--preset")           ? &o->preset
                           : !strcmp(a, "--momentum-dtype") ? &o->mom

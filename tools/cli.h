@@ -62,6 +62,24 @@ static inline int cli_parse_double(const char *s, double *out)
     return cli_parse_double_in(s, -HUGE_VAL, HUGE_VAL, out);
 }
 
+/* An integer option of a program's struct of options: its name, the range it accepts and
+ * where the int lies in the struct (offsetof). */
+struct cli_int_spec {
+    const char *name;
+    int lo, hi;
+    size_t off;
+};
+
+/* The spec among specs[0..n) that option a names, or NULL. */
+static inline const struct cli_int_spec *cli_int_spec_find(const struct cli_int_spec *specs,
+                                                           size_t n, const char *a)
+{
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(a, specs[k].name) == 0)
+            return &specs[k];
+    return NULL;
+}
+
 /* Option a's value v as an int in [lo, hi] into *out, or the run ends with exit 2 and
  * "a takes an integer in lo..hi, not 'v'". */
 static inline void cli_int_opt(int rank, const char *prog, const char *usage, const char *a,

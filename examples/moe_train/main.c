@@ -79,11 +79,7 @@ static int me, world;
 
 /* The integer options and what each accepts: a range past which the example stops making sense
  * (the memory a combination asks for is checked once they are all read). */
-static const struct int_opt {
-    const char *name;
-    int lo, hi;
-    size_t off;
-} int_opts[] = {
+static const struct cli_int_spec int_opts[] = {
     {"--steps", 1, 10000000, offsetof(struct opts, steps)},
     {"--cp", 1, 1 << 20, offsetof(struct opts, cp)},
     {"--ep", 1, 1 << 20, offsetof(struct opts, ep)},
@@ -141,10 +137,8 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         .backend = "cpu"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const struct int_opt *io = NULL;
-        for (size_t k = 0; k < sizeof int_opts / sizeof int_opts[0]; k++)
-            if (!strcmp(a, int_opts[k].name))
-                io = &int_opts[k];
+        const struct cli_int_spec *io =
+            cli_int_spec_find(int_opts, sizeof int_opts / sizeof int_opts[0], a);
         int *iv = io != NULL ? (int *)((char *)o + io->off) : NULL;
         const char **sv = !strcmp(a, "--momentum-dtype") ? &o->mom
                           : !strcmp(a, "--save")         ? &o->save

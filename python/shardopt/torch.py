@@ -74,10 +74,10 @@ def _matches(name, patterns):
 
 
 def _unwrapped(name):
-    """A parameter's name as the bare model has it: without DDP's and DataParallel's leading
-    module., torch.compile's _orig_mod., FSDP1's and activation checkpointing's wrapper
-    components. An exact pattern (=output.weight, llama's head) never matched
-    module.output.weight, and the head went to Muon, silently."""
+    """The bare model's name (no leading module. of DDP, _orig_mod., FSDP1's or checkpointing's
+    wrapper parts); without it =output.weight missed module.output.weight: the head went to Muon.
+    Twin of runtime/classify.c's equals_unwrapped, kept apart: this splits groups before a
+    runtime exists and runs every pattern on the bare name (C: substrings on the given one)."""
     for w in ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module."):
         name = name.replace(w, "")
     while name.startswith("module."):

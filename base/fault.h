@@ -13,7 +13,7 @@
  * group's unique-id broadcast), but for `alloc`: alloc:<n> makes the n-th allocation of the library
  * (base/mem.h, every layer's, and cJSON's while armed) return NULL, counted from the load or from
  * fault_arm (with SHARDOPT_FAULT_RANK, from init on that rank). Only one site is armed at a time;
- * kill@alloc and hang@alloc are refused. */
+ * kill@alloc and hang@alloc are refused, and so is a site no call names (fault.c's list). */
 #ifndef BASE_FAULT_H
 #define BASE_FAULT_H
 

@@ -4,7 +4,8 @@
 # sends every rank to one file). Before: the "cannot open" and SHARDOPT_FAULT lines wrote the
 # variable's raw bytes (an ESC sequence reached the terminal), and a 1100-byte path was cut to
 # 1023 bytes and the log written there. A SHARDOPT_FAULT_RANK that is not a rank is refused (the
-# fault not armed), where atoi took "abc" as rank 0 and "-3" as every rank. A FIFO without a
+# fault not armed), where atoi took "abc" as rank 0 and "-3" as every rank. A site no call names
+# is refused naming it (a typo armed a fault that never fired). A FIFO without a
 # reader as the log file is refused at once, where opening it waited for a reader for good.
 #   log_env_escape.sh PROGRAM DIR   (PROGRAM: a one-process shardopt program, moe_demo)
 set -u
@@ -60,6 +61,15 @@ for v in alloc:99999999999999999999 'alloc: 1' alloc:+1 :1 kill@ 'hang@:2' commi
     out=$(SHARDOPT_FAULT="$v" demo)
     check "fault '$v'" "$out" "SHARDOPT_FAULT='$v': accepted [kill@|hang@]<site>:<n>[:<errno>], a site"
 done
+# a site no fault_hit names (a typo): refused naming the site, where it was armed silently and
+# never fired, the test around it passing without its fault
+for v in ckpt.raed:1 kill@step.exchnge:2 Alloc:3:ENOSPC; do
+    out=$(SHARDOPT_FAULT="$v" demo)
+    site=${v#kill@}
+    check "fault site '$v'" "$out" "SHARDOPT_FAULT='$v': '${site%%:*}' is no fault site (the sites: alloc,"
+done
+out=$(SHARDOPT_FAULT="ckpt.read${esc}:1" demo)
+check "fault site ESC" "$out" "'ckpt.read\\x1b' is no fault site"
 for v in SHARDOPT_MOMENTUM=nan SHARDOPT_LOG_LEVEL=DEBUG SHARDOPT_NUM_THREADS=99999999; do
     out=$(env "$v" "$exe" --steps 1 --layers 1 --experts 2 --hidden 8 --ffn 8 --vocab 16 2>&1)
     rc=$?

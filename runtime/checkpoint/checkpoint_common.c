@@ -1,6 +1,8 @@
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/fault.h"
@@ -122,6 +124,30 @@ int ckpt_write_all(int fd, const void *buf, size_t len, const char *site)
         len -= (size_t)w;
     }
     return 0;
+}
+
+int ckpt_file_create(int dirfd, const char *name)
+{
+    struct stat st;
+    int fd = openat(dirfd, name, O_CREAT | O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1; /* a FIFO without a reader: ENXIO */
+    int err = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? ENXIO : 0;
+    /* emptied once known plain (O_TRUNC is ignored on a FIFO or device, not refused); the
+     * O_NONBLOCK a plain file ignores goes, so that writes are as they always were */
+    if (err == 0 && (ftruncate(fd, 0) != 0 || fcntl(fd, F_SETFL, 0) != 0))
+        err = errno;
+    if (err != 0) {
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+const char *ckpt_file_create_note(int err)
+{
+    return err == ENXIO ? " (not a plain file: a FIFO or device is there)" : "";
 }
 
 const char *ckpt_shape_text(char *out, size_t len, const int64_t shape3[3], int ndim)

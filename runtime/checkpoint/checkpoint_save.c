@@ -162,8 +162,8 @@ static shardopt_status_t publish(shardopt_runtime_t rt, int dfd, const char *dir
     free(text);
     if (!ok) {
         close(tfd);
-        return log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s", tmp, failed_file,
-                        errno ? strerror(errno) : "failed");
+        return log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s%s", tmp, failed_file,
+                        errno ? strerror(errno) : "failed", ckpt_file_create_note(errno));
     }
     ok = fsync(tfd) == 0;
     close(tfd);

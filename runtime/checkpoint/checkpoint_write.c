@@ -201,12 +201,13 @@ shardopt_status_t ckpt_rank_file_write(shardopt_runtime_t rt, const char *path, 
         status = log_fail(status, "save: %s: building the header failed", path);
         goto out;
     }
-    fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    fd = ckpt_file_create(AT_FDCWD, path);
     if (fd < 0 || ckpt_write_all(fd, hdr, hdr_len, "ckpt.write") != 0) {
         const int err = errno;
         /* rank 0 made the temporary directory under its own dir: not there under this rank's
          * (ranks given different dirs, or a dir not on a filesystem they share) */
-        status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s%s", path, strerror(err),
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s%s%s", path, strerror(err),
+                          fd < 0 ? ckpt_file_create_note(err) : "",
                           fd < 0 && err == ENOENT && rank != 0
                               ? " (rank 0 made this temporary directory under its dir: every "
                                 "writing rank's dir must name that directory, on a filesystem "
@@ -290,7 +291,7 @@ int ckpt_text_file_put(int tfd, const char *name, const char *text, size_t len, 
     char crc_line[16];
     snprintf(crc_name, crc_len, "%s.crc32c", name);
     *failed = name;
-    int fd = openat(tfd, name, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int fd = ckpt_file_create(tfd, name);
     int ok = fd >= 0 && !fault_hit("ckpt.index") &&
              ckpt_write_all(fd, text, len, "ckpt.index") == 0 && fsync(fd) == 0;
     if (fd >= 0)
@@ -300,7 +301,7 @@ int ckpt_text_file_put(int tfd, const char *name, const char *text, size_t len, 
     /* its integrity record: a load checks every byte of the index against it */
     snprintf(crc_line, sizeof crc_line, "%08x\n", crc32c_update(0, text, len));
     *failed = crc_name;
-    fd = openat(tfd, crc_name, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    fd = ckpt_file_create(tfd, crc_name);
     ok = fd >= 0 && ckpt_write_all(fd, crc_line, strlen(crc_line), "ckpt.index") == 0 &&
          fsync(fd) == 0;
     if (fd >= 0)
@@ -368,8 +369,8 @@ shardopt_status_t ckpt_writer_index_write(shardopt_runtime_t rt, const char *tmp
                           g->me.rank, name, len, CKPT_INDEX_MAX);
     else if (tfd < 0 ||
              ckpt_text_file_put(tfd, name, text, len, &failed, crc_name, sizeof crc_name) != 0)
-        status = log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s", tmp, failed,
-                          errno ? strerror(errno) : "failed");
+        status = log_fail(SHARDOPT_ERR_IO, "save: %s/%s: %s%s", tmp, failed,
+                          errno ? strerror(errno) : "failed", ckpt_file_create_note(errno));
     if (tfd >= 0)
         close(tfd);
     free(text);

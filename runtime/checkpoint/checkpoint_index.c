@@ -111,11 +111,15 @@ static shardopt_status_t index_top(struct ck_index *L, int verified, int quiet)
             return index_bad(L->dir, what, NULL);
         }
     /* ranks = dp_replicate x dp_shard x cp, and ep divides a replica's dp_shard x cp */
-    if (v[0] != v[1] * v[2] * v[3] || (v[2] * v[3]) % v[4] != 0)
-        return index_bad(L->dir,
-                         "\"layout\": ranks is not dp_replicate x dp_shard x cp, or ep does not "
-                         "divide dp_shard x cp",
-                         NULL);
+    if (v[0] != v[1] * v[2] * v[3] || (v[2] * v[3]) % v[4] != 0) {
+        char what[300];
+        snprintf(what, sizeof what,
+                 "\"layout\": ranks %llu is not dp_replicate x dp_shard x cp (%llu x %llu x %llu), "
+                 "or ep does not divide dp_shard x cp (ep %llu)",
+                 (unsigned long long)v[0], (unsigned long long)v[1], (unsigned long long)v[2],
+                 (unsigned long long)v[3], (unsigned long long)v[4]);
+        return index_bad(L->dir, what, NULL);
+    }
     if (v[5] != CKPT_BLOCK) /* the block CRCs are of 1 MiB blocks: the only size read */
         return index_bad(L->dir, "\"layout\": block_bytes is not 1048576", NULL);
     /* version 4: one writer index per dense rank of the saving world (replica 0 writes) */
@@ -127,9 +131,19 @@ static shardopt_status_t index_top(struct ck_index *L, int verified, int quiet)
                                            "came with version 4)"
                                          : "format_version 4 and no \"writers\"",
                          NULL);
-    if (writers != NULL && (!ckpt_json_uint(writers, 2147483647.0, &nw) || nw != v[0] / v[1]))
-        return index_bad(
-            L->dir, "\"writers\" is not the layout's dense ranks (ranks / dp_replicate)", NULL);
+    if (writers != NULL && (!ckpt_json_uint(writers, 2147483647.0, &nw) || nw != v[0] / v[1])) {
+        char what[300], shown[40];
+        if (cJSON_IsNumber(writers))
+            snprintf(shown, sizeof shown, "%.17g", writers->valuedouble);
+        else
+            snprintf(shown, sizeof shown, "not a number");
+        snprintf(what, sizeof what,
+                 "\"writers\" is %s, not the layout's dense ranks (ranks %llu / dp_replicate "
+                 "%llu = %llu)",
+                 shown, (unsigned long long)v[0], (unsigned long long)v[1],
+                 (unsigned long long)(v[0] / v[1]));
+        return index_bad(L->dir, what, NULL);
+    }
     L->writers = (int)nw;
     L->ep = (int)v[4];
     if (!cJSON_IsObject(cfg))
@@ -226,8 +240,15 @@ static shardopt_status_t index_tensor(struct ck_index *L, const cJSON *e, struct
         return index_bad(L->dir, "a tensor without a name", NULL);
     t->name = name->valuestring;
     t->dtype = cJSON_IsString(dt) ? ckpt_dtype_parse(dt->valuestring) : -1;
-    if (t->dtype < 0)
-        return index_bad(L->dir, "dtype not F32 or BF16", t->name);
+    if (t->dtype < 0) {
+        char what[160], dv[100];
+        if (cJSON_IsString(dt))
+            log_escape(dv, sizeof dv, dt->valuestring, strlen(dt->valuestring));
+        snprintf(what, sizeof what, "dtype %s%s%s is not F32 or BF16",
+                 cJSON_IsString(dt) ? "'" : "", cJSON_IsString(dt) ? dv : "(not a string)",
+                 cJSON_IsString(dt) ? "'" : "");
+        return index_bad(L->dir, what, t->name);
+    }
     if (ckpt_json_i64s(cJSON_GetObjectItemCaseSensitive(e, "shape"), t->shape, 3, &t->ndim) != 0 ||
         t->ndim < 1)
         return index_bad(L->dir, "shape is not 1-3 integers", t->name);
@@ -241,15 +262,29 @@ static shardopt_status_t index_tensor(struct ck_index *L, const cJSON *e, struct
                          "a tensor named as its parameter (a weight) in an index without "
                          "\"weights\": true",
                          t->name);
-    if (!t->is_weight && !tensor_names_param(t, p))
-        return index_bad(L->dir,
-                         L->weights ? "the name is neither its parameter's name (its weight) nor "
-                                      "its parameter's name and a state kind of its algorithm"
-                                    : "the name is not its parameter's name and a state kind of "
-                                      "its algorithm",
-                         t->name);
-    if (p->ndim != t->ndim || memcmp(p->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
-        return index_bad(L->dir, "shape differs from its parameter's", t->name);
+    if (!t->is_weight && !tensor_names_param(t, p)) {
+        /* the parameter's algorithm and the names it gives: an algo edited, or a tensor renamed */
+        char what[700], pn[260];
+        log_escape(pn, sizeof pn, p->name, strlen(p->name));
+        snprintf(what, sizeof what,
+                 "the name is %sits parameter's name and a state kind of its algorithm "
+                 "(parameter '%s' is %s: its state is %s)",
+                 L->weights ? "neither its parameter's name (its weight) nor " : "not ", pn,
+                 p->algo == SHARDOPT_ALGO_MUON ? "muon" : "adamw",
+                 p->algo == SHARDOPT_ALGO_MUON ? "'<name>.momentum'"
+                                               : "'<name>.exp_avg' and '<name>.exp_avg_sq'");
+        return index_bad(L->dir, what, t->name);
+    }
+    if (p->ndim != t->ndim || memcmp(p->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0) {
+        char what[200], ts[80], ps[80];
+        int64_t t3[3] = {1, 1, 1}, p3[3] = {1, 1, 1}; /* ckpt_shape_text reads the last ndim */
+        memcpy(t3 + 3 - t->ndim, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        memcpy(p3 + 3 - p->ndim, p->shape, sizeof(int64_t) * (size_t)p->ndim);
+        snprintf(what, sizeof what, "shape %s differs from its parameter's %s",
+                 ckpt_shape_text(ts, sizeof ts, t3, t->ndim),
+                 ckpt_shape_text(ps, sizeof ps, p3, p->ndim));
+        return index_bad(L->dir, what, t->name);
+    }
     if (L->version >= CKPT_FORMAT_WRITERS_FIRST) { /* in the writers' indexes */
         if (shards != NULL)
             return index_bad(L->dir,

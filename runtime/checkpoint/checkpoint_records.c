@@ -139,8 +139,13 @@ shardopt_status_t ckpt_shard_parse(const char *dir, const char *ixfile, const st
                                  "a shard's offset/shape do not match the tensor's dims", t->name);
     uint64_t bytes = kdtype_size(t->dtype);
     for (int d = 0; d < t->ndim; d++) {
-        if (lo[d] + ln[d] > shape[d]) /* each at most 9e15: no overflow */
-            return ckpt_index_bad_in(dir, ixfile, "a shard lies outside the tensor", t->name);
+        if (lo[d] + ln[d] > shape[d]) { /* each at most 9e15: no overflow */
+            char what[160];
+            snprintf(what, sizeof what,
+                     "a shard lies outside the tensor (dim %d: offset %lld + shape %lld > %lld)", d,
+                     (long long)lo[d], (long long)ln[d], (long long)shape[d]);
+            return ckpt_index_bad_in(dir, ixfile, what, t->name);
+        }
         if (__builtin_mul_overflow(bytes, (uint64_t)ln[d], &bytes))
             return ckpt_index_bad_in(dir, ixfile, "a shard's byte size overflows 64 bits", t->name);
     }

@@ -104,10 +104,20 @@ static shardopt_status_t shard_keep(struct ck_index *L, const char *ixfile, stru
 
 /* One writer's index: every record checked, the shards overlapping a need kept (covered[k]
  * counts the elements of need k they cover). */
+/* A JSON value a message shows: its number, or what it is instead. */
+static const char *number_text(const cJSON *v, char *out, size_t len)
+{
+    if (cJSON_IsNumber(v))
+        snprintf(out, len, "%.17g", v->valuedouble);
+    else
+        snprintf(out, len, "%s", v == NULL ? "missing" : "not a number");
+    return out;
+}
+
 static shardopt_status_t writer_parse(struct ck_index *L, int w, const char *text, size_t len,
                                       const struct ck_need *need, int64_t *covered, int *left)
 {
-    char ixfile[64], why[256], rankfile[64];
+    char ixfile[64], why[256], rankfile[64], num[40];
     cJSON *root = NULL;
     const cJSON *e;
     uint64_t v;
@@ -133,14 +143,20 @@ static shardopt_status_t writer_parse(struct ck_index *L, int w, const char *tex
              v != (uint64_t)L->version)
         status = ckpt_index_bad_in(L->dir, ixfile, "\"format_version\" is not index.json's", NULL);
     else if (!ckpt_json_uint(cJSON_GetObjectItemCaseSensitive(root, "step"), CK_INT_MAX, &v) ||
-             v != L->step)
-        status = ckpt_index_bad_in(
-            L->dir, ixfile, "\"step\" is not index.json's (a writer's index of another save)",
-            NULL);
-    else if (!ckpt_json_uint(cJSON_GetObjectItemCaseSensitive(root, "writer"), 2147483647.0, &v) ||
-             v != (uint64_t)w)
-        status =
-            ckpt_index_bad_in(L->dir, ixfile, "\"writer\" is not the number in its name", NULL);
+             v != L->step) {
+        snprintf(why, sizeof why,
+                 "\"step\" is %s, not index.json's %llu (a writer's index of another save)",
+                 number_text(cJSON_GetObjectItemCaseSensitive(root, "step"), num, sizeof num),
+                 (unsigned long long)L->step);
+        status = ckpt_index_bad_in(L->dir, ixfile, why, NULL);
+    } else if (!ckpt_json_uint(cJSON_GetObjectItemCaseSensitive(root, "writer"), 2147483647.0,
+                               &v) ||
+               v != (uint64_t)w) {
+        /* a writer's files renamed or copied to another number */
+        snprintf(why, sizeof why, "\"writer\" is %s, not the number in its name (%d)",
+                 number_text(cJSON_GetObjectItemCaseSensitive(root, "writer"), num, sizeof num), w);
+        status = ckpt_index_bad_in(L->dir, ixfile, why, NULL);
+    }
     /* the rank file of the same number: nothing else a writer writes */
     else if (!cJSON_IsString(file) || strcmp(file->valuestring, rankfile) != 0)
         status =

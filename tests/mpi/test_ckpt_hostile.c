@@ -216,6 +216,19 @@ static void algo_flip(cJSON *root)
     }
 }
 static void damage_algo(const char *step) { json_edit(step, "index.json", algo_flip); }
+/* index.json's first tensor of another shape than its parameter, of a dtype no save writes */
+static void tensor_shape(cJSON *root)
+{
+    cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "tensors"), 0);
+    cJSON_ReplaceItemInArray(cJSON_GetObjectItem(t, "shape"), 0, cJSON_CreateNumber(7));
+}
+static void damage_tensor_shape(const char *step) { json_edit(step, "index.json", tensor_shape); }
+static void tensor_dtype(cJSON *root)
+{
+    cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "tensors"), 0);
+    cJSON_ReplaceItemInObject(t, "dtype", cJSON_CreateString("F16"));
+}
+static void damage_tensor_dtype(const char *step) { json_edit(step, "index.json", tensor_dtype); }
 static void damage_index_loop(const char *step)
 {
     char p[4300];
@@ -301,18 +314,24 @@ TEST(tampered_directories_are_refused_on_every_rank_and_the_run_steps_on)
         const char *w1, *w2;
     } cases[] = {
         {damage_swap_rank_files, 0, "rank-0000", ".safetensors"},
-        {damage_swap_writers, 0, "rank-0000", "\"writer\""},
+        {damage_swap_writers, 0, "rank-0000", "\"writer\" is "},
         {damage_dup_rank_file, 0, "rank-00001.safetensors", NULL},
         {damage_dup_writer, 0, "rank-00001.index.json", NULL},
         {damage_momentum_dtype, 1, ".momentum", "BF16"},
         {damage_momentum_dtype, 0, ".momentum", "F32"},
         {damage_tensor_twice, 0, "model.embed_tokens.weight", "twice"},
         {damage_shard_twice, 0, "rank-00001.index.json", "model.embed_tokens.weight"},
-        {damage_offset_past_end, 0, "rank-00001.index.json", "lies outside the tensor"},
-        {damage_shape_huge, 0, "rank-00001.index.json", "lies outside the tensor"},
-        {damage_writers_huge, 0, "index.json", "\"writers\" is not"},
+        {damage_offset_past_end, 0, "rank-00001.index.json",
+         "(dim 0: offset 4096 + shape 32 > 64)"},
+        {damage_shape_huge, 0, "rank-00001.index.json", "offset 32 + shape 1099511627776 > 64"},
+        {damage_writers_huge, 0, "index.json",
+         "\"writers\" is 2147483648, not the layout's dense ranks (ranks 2 / dp_replicate 1 = 2)"},
         {damage_ranks_huge, 0, "index.json", "number '1e+18'"},
-        {damage_algo, 0, "index.json", "a state kind of its algorithm"},
+        {damage_algo, 0, "index.json",
+         "(parameter 'layers.0.attn.q_proj.weight' is adamw: its state is '<name>.exp_avg'"},
+        {damage_tensor_shape, 0, "index.json",
+         "shape [7, 16] differs from its parameter's [64, 16]"},
+        {damage_tensor_dtype, 0, "index.json", "dtype 'F16' is not F32 or BF16"},
         {damage_index_loop, 0, "index.json", "Too many levels of symbolic links"},
         {damage_step_loop, 0, "step-00000003", "Too many levels of symbolic links"},
         {damage_rank_file_loop, 0, "rank-00001.safetensors", "Too many levels of symbolic links"},

@@ -1,0 +1,244 @@
+/* The C API as a hostile or careless caller uses it, beyond test_api_misuse.c: versioned structs
+ * whose size or version field lies, names with odd bytes, a tensor of 2^40 elements, gradients
+ * that are the parameter, a step after a failed commit, every SHARDOPT_* value with trailing
+ * junk, overflow, emptiness or a sign. Each gets a status and a message naming what was wrong;
+ * the runtime still finalizes. */
+#include <stdint.h>
+
+#include "fixture.h"
+
+static float w[64], g[64], w2[64];
+
+TEST(config_structs_whose_size_or_version_lies_are_refused_at_init)
+{
+    shardopt_runtime_t rt = NULL;
+    const size_t sizes[] = {0, 3, sizeof(size_t) + sizeof(uint32_t) - 1};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.size = sizes[i];
+        EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_TRUE(rt == NULL);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "size");
+    }
+    const uint32_t versions[] = {0, SHARDOPT_CONFIG_VERSION + 1, UINT32_MAX};
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.version = versions[i];
+        EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_TRUE(rt == NULL);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "version");
+    }
+    /* larger than this library knows (a newer header): only the fields it knows are read */
+    struct {
+        shardopt_config_t cfg;
+        unsigned char newer[64];
+    } big;
+    memset(&big, 0xff, sizeof big);
+    big.cfg = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    big.cfg.size = sizeof big;
+    big.cfg.num_threads = 1;
+    shardopt_status_t s = shardopt_init(MPI_COMM_SELF, &big.cfg, &rt);
+    EXPECT_TRUE(s == SHARDOPT_OK || s == SHARDOPT_ERR_INVALID_ARGUMENT);
+    if (s != SHARDOPT_OK)
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "size");
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+TEST(param_desc_and_step_args_whose_size_or_version_lies_are_refused)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("a", 2, 8, 8, 0, w, g);
+    d.size = 0;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    d = fixture_desc("a", 2, 8, 8, 0, w, g);
+    d.version = 0;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    d = fixture_desc("a", 2, 8, 8, 0, w, g);
+    d.version = UINT32_MAX;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(p == NULL);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    rt = fixture_runtime(&cfg); /* a failed registration fails commit (every rank agrees) */
+    d = fixture_desc("a", 2, 8, 8, 0, w, g);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    a.size = 1;
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_INVALID_ARGUMENT);
+    a = (shardopt_step_args_t)SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    a.version = 0;
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_INVALID_ARGUMENT);
+    a = (shardopt_step_args_t)SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    a.version = UINT32_MAX;
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_INVALID_ARGUMENT);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    st.size = 0;
+    EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_ERR_INVALID_ARGUMENT);
+    /* nothing stepped: the runtime's counters are where they were */
+    st = (shardopt_stats_t)SHARDOPT_STATS_INIT;
+    EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
+    EXPECT_EQ_INT((int)st.steps, 0);
+    a = (shardopt_step_args_t)SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+TEST(names_with_odd_bytes_are_refused_or_shown_escaped)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    const char *bad[] = {"a\nb", "a\rb", "\x1b[2J", "", "a\tb"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        shardopt_param_desc_t d = fixture_desc(bad[i], 2, 8, 8, 0, w, g);
+        EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+        for (const char *c = shardopt_last_error(); *c != '\0'; c++)
+            if ((unsigned char)*c < 0x20) {
+                EXPECT_TRUE(!"a control character in the message");
+                break;
+            }
+    }
+    static char longname[1 << 20];
+    memset(longname, 'x', sizeof longname - 1);
+    shardopt_param_desc_t d = fixture_desc(longname, 2, 8, 8, 0, w, g);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strlen(shardopt_last_error()) < 4096); /* not the whole name back */
+    EXPECT_TRUE(p == NULL);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+/* 4 TiB of momentum on one rank: refused with the bytes asked for, the runtime still usable to
+ * finalize (the allocation fails where the kernel refuses it: see docs/reliability.md for
+ * vm.overcommit_memory = 1, where it would not) */
+TEST(a_tensor_of_2_to_the_40_elements_is_refused_with_the_bytes)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("big", 2, 1ll << 20, 1ll << 20, 0, w, g);
+    shardopt_status_t s = shardopt_register(rt, &d, &p);
+    if (s == SHARDOPT_OK)
+        s = shardopt_commit(rt);
+    EXPECT_TRUE(s == SHARDOPT_ERR_INVALID_ARGUMENT || s == SHARDOPT_ERR_OUT_OF_MEMORY);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "4398046511104 bytes");
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_STATE);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+/* a step, save or load after a commit that failed (a registration refused on this rank): refused
+ * as a state error, never a step on half a layout */
+TEST(step_save_and_load_after_a_failed_commit_are_refused)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("a", 2, 8, 8, 0, w, g);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    d = fixture_desc("b", 2, 8, 8, 0, w2, g);
+    d.lr_mult = -1;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(shardopt_commit(rt) != SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_STATE);
+    EXPECT_EQ_INT(shardopt_save(rt, "/tmp/shardopt_api_hostile_ckpt"), SHARDOPT_ERR_STATE);
+    EXPECT_EQ_INT(shardopt_load(rt, "/tmp/shardopt_api_hostile_ckpt"), SHARDOPT_ERR_STATE);
+    EXPECT_TRUE(shardopt_commit(rt) != SHARDOPT_OK); /* and a second commit does not half-work */
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_STATE);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+/* a gradient that is its parameter (or another's), the same buffer registered twice */
+TEST(gradients_aliasing_parameters_are_refused)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL, q = NULL;
+    shardopt_param_desc_t d = fixture_desc("a", 2, 8, 8, 0, w, w);
+    shardopt_status_t s = shardopt_register(rt, &d, &p);
+    if (s == SHARDOPT_OK) {
+        shardopt_param_desc_t e = fixture_desc("b", 2, 8, 8, 0, w2, g);
+        EXPECT_EQ_INT(shardopt_register(rt, &e, &q), SHARDOPT_OK);
+        s = shardopt_commit(rt);
+        if (s == SHARDOPT_OK) {
+            shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+            a.lr = 0.01;
+            s = shardopt_step(rt, &a);
+        }
+    }
+    EXPECT_EQ_INT(s, SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'a'");
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+
+    /* b's gradient is a's parameter */
+    rt = fixture_runtime(&cfg);
+    d = fixture_desc("a", 2, 8, 8, 0, w, g);
+    shardopt_param_desc_t e = fixture_desc("b", 2, 8, 8, 0, w2, w);
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    s = shardopt_register(rt, &e, &q);
+    if (s == SHARDOPT_OK)
+        s = shardopt_commit(rt);
+    if (s == SHARDOPT_OK) {
+        shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+        a.lr = 0.01;
+        s = shardopt_step(rt, &a);
+    }
+    EXPECT_EQ_INT(s, SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+/* Every SHARDOPT_* config variable given trailing junk, an overflow, an empty value or a sign
+ * where none belongs: refused naming the variable, the config unchanged. */
+TEST(environment_values_with_junk_overflow_empty_or_sign_are_refused)
+{
+    const struct {
+        const char *var, *value;
+    } cases[] = {
+        {"SHARDOPT_NUM_THREADS", "4 "},
+        {"SHARDOPT_NUM_THREADS", "4x"},
+        {"SHARDOPT_NUM_THREADS", ""},
+        {"SHARDOPT_NUM_THREADS", "-1"},
+        {"SHARDOPT_NUM_THREADS", "99999999999999999999"},
+        {"SHARDOPT_NUM_THREADS", "0x10"},
+        {"SHARDOPT_NS_STEPS", "5\n"},
+        {"SHARDOPT_MOMENTUM", ""},
+        {"SHARDOPT_MOMENTUM", "nan"},
+        {"SHARDOPT_MOMENTUM", "1e999"},
+        {"SHARDOPT_MOMENTUM", "0.9 junk"},
+        {"SHARDOPT_WEIGHT_DECAY", "inf"},
+        {"SHARDOPT_SEED", "18446744073709551616"},
+        {"SHARDOPT_SEED", "+1"},
+        {"SHARDOPT_SEED", " 1"},
+        {"SHARDOPT_NESTEROV", "2"},
+        {"SHARDOPT_NESTEROV", "yes please"},
+        {"SHARDOPT_MOMENTUM_DTYPE", "bf16 "},
+        {"SHARDOPT_MOMENTUM_DTYPE", "BF16\x1b"},
+        {"SHARDOPT_COMM_TIMEOUT_S", "-5"},
+        {"SHARDOPT_HOST_STORE_LIMIT", "-1"},
+        {"SHARDOPT_KEEP_LAST", "1e3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        shardopt_config_t c = SHARDOPT_CONFIG_INIT, before = c;
+        setenv(cases[i].var, cases[i].value, 1);
+        const shardopt_status_t s = shardopt_config_from_env(&c);
+        unsetenv(cases[i].var);
+        if (s != SHARDOPT_ERR_INVALID_ARGUMENT)
+            fprintf(stderr, "taken: %s='%s'\n", cases[i].var, cases[i].value);
+        EXPECT_EQ_INT(s, SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), cases[i].var);
+        EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+        for (const char *ch = shardopt_last_error(); *ch != '\0'; ch++)
+            if ((unsigned char)*ch < 0x20) {
+                EXPECT_TRUE(!"a control character in the message");
+                break;
+            }
+    }
+}

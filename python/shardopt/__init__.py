@@ -499,10 +499,13 @@ def _buffer(x, what, writable=False, host=True):
 
 def _shape(p):
     """p.shape as a list of 1 to 3 ints (the library's ndim), refused before any call."""
-    try:
-        shape = [operator.index(s) for s in p.shape]
+    try:  # read once: a sequence may say something else each time it is read
+        given = list(p.shape)
+        shape = [operator.index(s) for s in given]
     except TypeError:
         raise ValueError(f"{p.name}: shape {p.shape!r} is not a sequence of ints") from None
+    if any(isinstance(s, bool) for s in given):  # operator.index(True) is 1: [True, 64] ran
+        raise ValueError(f"{p.name}: shape {given!r} holds a bool, not an int")
     if not shape:
         raise ValueError(f"{p.name}: a 0-D (scalar) parameter: shardopt takes 1-D to 3-D "
                          "tensors; register it with shape [1] and a 1-element view of the same "
@@ -926,7 +929,14 @@ class Optimizer:
                              f"dim {p.shard_dim}{where} holds {want} here")
         if want is None:  # a layout the library refuses: hand it no pointer at all
             data = grad = None
-        name = _c_text(p.name.encode(), f"parameter name {p.name!r}")
+        if not isinstance(p.name, str):  # bytes had no .encode: an AttributeError
+            raise ValueError(f"parameter name {p.name!r} is a {type(p.name).__name__}, not a str")
+        try:  # str's own encode: a subclass's could hand the library another name than p.name
+            raw = str.encode(p.name, "utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"parameter name {p.name!r} is not UTF-8 text ({e.reason} at "
+                             f"{e.start})") from None
+        name = _c_text(raw, f"parameter name {p.name!r}")
         self._names.append(name)  # the library copies it; keep ours alive for the call anyway
         d = _Desc(size=ctypes.sizeof(_Desc), version=1, name=name, ndim=len(shape),
                   param_dtype=DTYPES[dt], grad_dtype=DTYPES[gdt or dt], transposed=int(p.transposed),

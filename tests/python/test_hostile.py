@@ -1,0 +1,187 @@
+"""The binding against callers that lie (beyond test_safety.py, which is at its size limit): a
+shape holding a bool, a parameter name that is bytes, not UTF-8, or a str subclass whose encode
+says another name; a shape that reads differently each time; an ndarray subclass lying about
+its length and size; an object offering __array_interface__ for a buffer; a gradient that is
+its parameter's data; one array registered as two parameters. Each is refused with a
+ValueError (or the library's shardopt.Error) naming what was wrong, or stepped within the
+buffers it was given: never a crash, never a name or layout other than the one checked.
+
+    SHARDOPT_LIBRARY=build/libshardopt.so python3 test_hostile.py"""
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import shardopt  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+
+
+def arrays(n=8):
+    return np.zeros((n, n), np.float32), np.ones((n, n), np.float32)
+
+
+def one(data, grad, shape=None, name="w"):
+    p = shardopt.Param(name=name, shape=list(data.shape) if shape is None else shape, data=data,
+                       grad=grad, placement="replicated")
+    return p, shardopt.Optimizer([p])
+
+
+def refused(fn, kind, *words):
+    try:
+        fn()
+    except kind as e:
+        for w in words:
+            check(w in str(e), f"{fn.__name__}: '{w}' not in: {e}")
+        return
+    except Exception as e:  # noqa: BLE001 (any other exception is the failure reported)
+        check(False, f"{fn.__name__}: {type(e).__name__} ({e}), expected {kind.__name__}")
+        return
+    check(False, f"{fn.__name__}: accepted")
+
+
+def bool_in_shape():  # [True, 64] was registered as [1, 64]
+    w, g = arrays()
+    one(w, g, shape=[True, 64])[1].close()
+
+
+def bytes_name():  # an AttributeError ('bytes' object has no attribute 'encode')
+    w, g = arrays()
+    one(w, g, name=b"w")[1].close()
+
+
+def surrogate_name():  # Python's UnicodeEncodeError, naming no parameter
+    w, g = arrays()
+    one(w, g, name="w\udcff")[1].close()
+
+
+class LyingStr(str):
+    def encode(self, *a, **k):
+        return b"x" * 100000
+
+
+def lying_encode_registers_the_real_name():
+    """the library got the subclass's 100000 bytes (refused), where the name is 'w'"""
+    w, g = arrays()
+    p, opt = one(w, g, name=LyingStr("w"))
+    opt.step(lr=0.01)
+    with tempfile.TemporaryDirectory() as d:
+        opt.save(d)
+        with open(os.path.join(d, "latest")) as f:
+            step = f.read().strip()
+        with open(os.path.join(d, step, "index.json")) as f:
+            names = [q["name"] for q in json.load(f)["params"]]
+    opt.close()
+    check(names == ["w"], f"registered names {names}, expected ['w']")
+
+
+class Flip:
+    """A shape that reads [8, 8] once and [4096, 4096] after."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def __iter__(self):
+        self.reads += 1
+        return iter([8, 8] if self.reads == 1 else [4096, 4096])
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return [8, 8][i]
+
+
+def flipping_shape_steps_within_its_buffer():
+    w, g = arrays()
+    guard = np.full(1 << 16, 7, np.float32)  # memory beside, which a 4096 x 4096 write would hit
+    try:
+        p, opt = one(w, g, shape=Flip())
+        opt.step(lr=0.01)
+        opt.close()
+    except (ValueError, shardopt.Error):
+        pass  # refusing is as good
+    check(bool(np.all(guard == 7)), "memory beside the buffer changed")
+
+
+class LyingLen(np.ndarray):
+    def __len__(self):
+        return 1 << 40
+
+    @property
+    def size(self):
+        return 1 << 40
+
+
+def ndarray_lying_about_len_and_size_is_read_as_it_is():
+    w, g = arrays()
+    p, opt = one(w.view(LyingLen), g)
+    opt.step(lr=0.01)
+    opt.close()
+    check(bool(np.any(w != 0)), "the step did not update the array's memory")
+
+
+class Interface:
+    def __init__(self, a):
+        self.a = a
+
+    @property
+    def __array_interface__(self):
+        d = dict(self.a.__array_interface__)
+        d["shape"] = (4096, 4096)
+        return d
+
+
+def array_interface_object():
+    w, g = arrays()
+    one(w, Interface(g), shape=[8, 8])[1].close()
+
+
+def gradient_is_its_data():
+    w, _ = arrays()
+    p, opt = one(w, w)
+    try:
+        opt.step(lr=0.01)
+    finally:
+        opt.close()
+
+
+def one_array_as_two_parameters():
+    w, g = arrays()
+    ps = [shardopt.Param(name=n, shape=[8, 8], data=w, grad=g.copy(), placement="replicated")
+          for n in ("a", "b")]
+    opt = shardopt.Optimizer(ps)
+    try:
+        opt.step(lr=0.01)
+    finally:
+        opt.close()
+
+
+def runs(fn):
+    """fn() completes (it checks what it must); an exception is this probe's failure"""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        check(False, f"{fn.__name__}: {type(e).__name__}: {e}")
+
+
+refused(bool_in_shape, ValueError, "holds a bool")
+refused(bytes_name, ValueError, "b'w'", "not a str")
+refused(surrogate_name, ValueError, "parameter name", "not UTF-8")
+runs(lying_encode_registers_the_real_name)
+runs(flipping_shape_steps_within_its_buffer)
+runs(ndarray_lying_about_len_and_size_is_read_as_it_is)
+refused(array_interface_object, ValueError, "w.grad", "not a numpy array or torch tensor")
+refused(gradient_is_its_data, shardopt.Error, "share memory")
+refused(one_array_as_two_parameters, shardopt.Error, "share memory")
+print(f"test_hostile: {'ok' if not failures else f'{len(failures)} failure(s)'}", flush=True)
+sys.exit(1 if failures else 0)

@@ -216,6 +216,35 @@ static void algo_flip(cJSON *root)
     }
 }
 static void damage_algo(const char *step) { json_edit(step, "index.json", algo_flip); }
+/* a parameter record whose name holds an escape sequence (JSON's \u001b) and whose algo, shape
+ * or shape is refused, or that is listed twice: the refusal quotes the name escaped */
+static void param_bad(cJSON *root, const char *key, cJSON *value)
+{
+    cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "params"), 0);
+    cJSON_ReplaceItemInObject(p, "name", cJSON_CreateString("\x1b[2Jw\r"));
+    cJSON_ReplaceItemInObject(p, key, value);
+}
+static void param_algo_esc(cJSON *root) { param_bad(root, "algo", cJSON_CreateString("sgd")); }
+static void damage_param_algo_esc(const char *step)
+{
+    json_edit(step, "index.json", param_algo_esc);
+}
+static void param_shape_esc(cJSON *root) { param_bad(root, "shape", cJSON_CreateString("x")); }
+static void damage_param_shape_esc(const char *step)
+{
+    json_edit(step, "index.json", param_shape_esc);
+}
+static void param_twice_esc(cJSON *root)
+{
+    cJSON *ps = cJSON_GetObjectItem(root, "params");
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(ps, 0), "name", cJSON_CreateString("\x1b[2Jw"));
+    cJSON_AddItemToArray(ps, cJSON_Duplicate(cJSON_GetArrayItem(ps, 0), 1));
+}
+static void damage_param_twice_esc(const char *step)
+{
+    json_edit(step, "index.json", param_twice_esc);
+}
+
 /* index.json's first tensor of another shape than its parameter, of a dtype no save writes */
 static void tensor_shape(cJSON *root)
 {
@@ -285,6 +314,12 @@ static void expect_refused(const char *dir, int bf16, void (*damage)(const char 
     EXPECT_STR_CONTAINS(shardopt_last_error(), w1);
     if (w2 != NULL)
         EXPECT_STR_CONTAINS(shardopt_last_error(), w2);
+    /* what came from the files is shown escaped: a raw ESC or CR would hide part of it */
+    for (const char *c = shardopt_last_error(); *c != '\0'; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+            EXPECT_TRUE(!"a control character in the message");
+            break;
+        }
     if (me == 0 && getenv("SHARDOPT_TEST_SHOW") != NULL)
         fprintf(stderr, "refused (%d): %s\n", (int)s, shardopt_last_error());
     snapshot(&d, &after, &na);
@@ -329,6 +364,9 @@ TEST(tampered_directories_are_refused_on_every_rank_and_the_run_steps_on)
         {damage_ranks_huge, 0, "index.json", "number '1e+18'"},
         {damage_algo, 0, "index.json",
          "(parameter 'layers.0.attn.q_proj.weight' is adamw: its state is '<name>.exp_avg'"},
+        {damage_param_algo_esc, 0, "index.json", "parameter '\\x1b[2Jw\\r'"},
+        {damage_param_shape_esc, 0, "index.json", "parameter '\\x1b[2Jw\\r'"},
+        {damage_param_twice_esc, 0, "index.json", "parameter '\\x1b[2Jw' is listed twice"},
         {damage_tensor_shape, 0, "index.json",
          "shape [7, 16] differs from its parameter's [64, 16]"},
         {damage_tensor_dtype, 0, "index.json", "dtype 'F16' is not F32 or BF16"},

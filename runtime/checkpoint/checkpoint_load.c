@@ -288,11 +288,7 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
                                (size_t)p->layout.local_numel * kdtype_size(k[j].dtype));
                     continue;
                 }
-                return log_fail(SHARDOPT_ERR_MISMATCH,
-                                "load: %s/index.json: %s '%s' of parameter '%s' is not in the "
-                                "checkpoint (set load_allow_missing to keep its current %s)",
-                                L->ix.dir, is_weight ? "weight" : "tensor", name, p->name,
-                                is_weight ? "value" : "state");
+                return ckpt_load_missing(&L->ix, p, name, is_weight);
             }
             if (memcmp(t->shape, shape, sizeof shape) != 0) {
                 char saved[96], registered[96]; /* as each was given: not padded to 3 dims */

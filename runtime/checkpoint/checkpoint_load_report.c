@@ -82,3 +82,23 @@ shardopt_status_t ckpt_load_values_check(const char *dir, const char *tensor, co
     }
     return SHARDOPT_OK;
 }
+
+shardopt_status_t ckpt_load_missing(const struct ck_index *ix, const struct shardopt_param *p,
+                                    const char *name, int is_weight)
+{
+    const struct ck_param *saved = ckpt_index_param(ix, p->name);
+    char why[300] = "";
+    if (!is_weight && saved != NULL && saved->algo != (int)p->algo)
+        snprintf(why, sizeof why,
+                 "; the checkpoint holds parameter '%.100s' as %s (its state %s), this runtime "
+                 "steps it with %s: algo or adamw_patterns differ from the save's",
+                 p->name, saved->algo == SHARDOPT_ALGO_MUON ? "muon" : "adamw",
+                 saved->algo == SHARDOPT_ALGO_MUON ? "'<name>.momentum'"
+                                                   : "'<name>.exp_avg', '<name>.exp_avg_sq'",
+                 p->algo == SHARDOPT_ALGO_MUON ? "muon" : "adamw");
+    return log_fail(SHARDOPT_ERR_MISMATCH,
+                    "load: %s/index.json: %s '%s' of parameter '%s' is not in the checkpoint%s "
+                    "(set load_allow_missing to keep its current %s)",
+                    ix->dir, is_weight ? "weight" : "tensor", name, p->name, why,
+                    is_weight ? "value" : "state");
+}

@@ -28,4 +28,11 @@ void ckpt_load_report_unmatched(shardopt_runtime_t rt, const struct ck_index *ix
 shardopt_status_t ckpt_load_values_check(const char *dir, const char *tensor, const char *suffix,
                                          const void *buf, int dtype, size_t n);
 
+/* ERR_MISMATCH for a registered tensor `name` (of parameter p, a weight or a state tensor) the
+ * checkpoint lacks, saying why where the index shows it: the checkpoint holds p under the other
+ * algorithm (algo or adamw_patterns changed since the save: its state tensors have other
+ * names). */
+shardopt_status_t ckpt_load_missing(const struct ck_index *ix, const struct shardopt_param *p,
+                                    const char *name, int is_weight);
+
 #endif

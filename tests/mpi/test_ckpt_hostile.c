@@ -258,14 +258,15 @@ static void tensor_dtype(cJSON *root)
     cJSON_ReplaceItemInObject(t, "dtype", cJSON_CreateString("F16"));
 }
 static void damage_tensor_dtype(const char *step) { json_edit(step, "index.json", tensor_dtype); }
-static void damage_index_loop(const char *step)
+/* a file replaced by a link to itself */
+static void loop_at(const char *step, const char *file)
 {
     char p[4300];
-    path_of(p, sizeof p, step, "index.json");
-    unlink(p);
-    if (symlink("index.json", p) != 0)
+    path_of(p, sizeof p, step, file);
+    if (unlink(p) != 0 || symlink(file, p) != 0)
         fprintf(stderr, "symlink failed\n");
 }
+static void damage_index_loop(const char *step) { loop_at(step, "index.json"); }
 static void damage_step_loop(const char *step)
 {
     char cmd[4400];
@@ -273,14 +274,7 @@ static void damage_step_loop(const char *step)
     if (system(cmd) != 0)
         fprintf(stderr, "step loop failed\n");
 }
-static void damage_rank_file_loop(const char *step)
-{
-    char p[4300];
-    path_of(p, sizeof p, step, "rank-00001.safetensors");
-    unlink(p);
-    if (symlink("rank-00001.safetensors", p) != 0)
-        fprintf(stderr, "symlink failed\n");
-}
+static void damage_rank_file_loop(const char *step) { loop_at(step, "rank-00001.safetensors"); }
 
 /* Save 3 steps in dir, step 4, damage (rank 0), load: refused with `want` on every rank, the
  * message naming w1 and w2, the state as it was; then step 5, bitwise as a run of steps 1-5 that
@@ -376,6 +370,42 @@ TEST(tampered_directories_are_refused_on_every_rank_and_the_run_steps_on)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         expect_refused(dir, cases[i].bf16, cases[i].damage, cases[i].w1, cases[i].w2);
+    dir_clear(dir);
+}
+
+/* Saved with a parameter on Muon, loaded where adamw_patterns puts it on AdamW: its state has
+ * other names there. Refused on every rank saying so (before: only that 'x.exp_avg' is not in
+ * the checkpoint), the state unchanged, the run steps on. */
+TEST(a_checkpoint_of_another_algorithm_is_refused_naming_both)
+{
+    setup();
+    const char *dir = "/tmp/shardopt_ckpt_hostile_algo";
+    struct run d = {0}, e = {0};
+    unsigned char *before, *after;
+    size_t nb, na;
+    dir_clear(dir);
+    run_setup(&d, MPI_COMM_WORLD, cfg_of(0), 0);
+    run_steps(&d, 1, 3);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    run_free(&d);
+    shardopt_config_t cfg = cfg_of(0);
+    snprintf(cfg.adamw_patterns, sizeof cfg.adamw_patterns, "%s,=layers.0.attn.q_proj.weight",
+             SHARDOPT_DEFAULT_ADAMW_PATTERNS);
+    run_setup(&e, MPI_COMM_WORLD, cfg, 0);
+    run_steps(&e, 1, 4);
+    snapshot(&e, &before, &nb);
+    EXPECT_EQ_INT(shardopt_load(e.rt, dir), SHARDOPT_ERR_MISMATCH);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "tensor 'layers.0.attn.q_proj.weight.exp_avg' of parameter "
+                        "'layers.0.attn.q_proj.weight' is not in the checkpoint; the checkpoint "
+                        "holds parameter 'layers.0.attn.q_proj.weight' as muon");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "this runtime steps it with adamw");
+    snapshot(&e, &after, &na);
+    EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+    EXPECT_EQ_INT(run_steps(&e, 5, 5), SHARDOPT_OK);
+    free(before);
+    free(after);
+    run_free(&e);
     dir_clear(dir);
 }
 

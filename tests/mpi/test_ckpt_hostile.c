@@ -4,68 +4,19 @@
  * back as fp32), offsets past the tensor's end, huge counts, a parameter's algorithm changed,
  * links that loop. Every load must be refused on every rank with the same status, naming the
  * file and the tensor, with the state as it was: the run then steps on to the same bits as a run
- * that never tried the load (nothing lost). Saves: a FIFO planted in the save's temporary
- * directory fails the save at once (its open waited for a reader for good), and, where this
- * process may mount (root in a container that allows it), a full filesystem and a read-only one
- * fail the save with the previous checkpoint loadable. Layout: dp_shard over the world (2). */
+ * that never tried the load (nothing lost). A checkpoint of another world or layout than its
+ * rank files, and one holding a parameter under the other algorithm, are refused the same way.
+ * Saves: test_ckpt_hostile_save.c. Layout: dp_shard over the world (2). */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/crc32c.h"
-#include "model_run.h"
+#include "ckpt_hostile.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_index.h"
-
-static shardopt_config_t cfg_of(int bf16)
-{
-    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-    cfg.num_threads = 1;
-    if (bf16)
-        cfg.momentum_dtype = SHARDOPT_DTYPE_BF16;
-    return cfg;
-}
-
-static void dir_clear(const char *dir)
-{
-    if (me == 0) {
-        char cmd[4200];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "cannot clear %s\n", dir);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    if (fread(text, 1, (size_t)n, f) != (size_t)n)
-        fprintf(stderr, "read of %s failed\n", path);
-    text[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return text;
-}
-
-static void put(const char *path, const char *bytes, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (f == NULL || fwrite(bytes, 1, n, f) != n)
-        fprintf(stderr, "write of %s failed\n", path);
-    if (f != NULL)
-        fclose(f);
-}
 
 /* Rewrite step/file through a JSON edit, its integrity record following: what is refused is the
  * content, not a CRC. */
@@ -202,6 +153,19 @@ static void ranks_huge(cJSON *root)
                               cJSON_CreateNumber(1e18));
 }
 static void damage_ranks_huge(const char *step) { json_edit(step, "index.json", ranks_huge); }
+/* a checkpoint of 2 ranks whose index says another world: 4 (writers 2 and 3 have no files), 1
+ * (writer 0's shards then cover only half of each tensor) */
+static void world_set(cJSON *root, int n)
+{
+    cJSON *l = cJSON_GetObjectItem(root, "layout");
+    cJSON_ReplaceItemInObject(l, "ranks", cJSON_CreateNumber(n));
+    cJSON_ReplaceItemInObject(l, "dp_shard", cJSON_CreateNumber(n));
+    cJSON_ReplaceItemInObject(root, "writers", cJSON_CreateNumber(n));
+}
+static void world4(cJSON *root) { world_set(root, 4); }
+static void world1(cJSON *root) { world_set(root, 1); }
+static void damage_world4(const char *step) { json_edit(step, "index.json", world4); }
+static void damage_world1(const char *step) { json_edit(step, "index.json", world1); }
 /* a Muon parameter recorded as AdamW: its momentum would be taken for exp_avg */
 static void algo_flip(cJSON *root)
 {
@@ -356,6 +320,8 @@ TEST(tampered_directories_are_refused_on_every_rank_and_the_run_steps_on)
         {damage_writers_huge, 0, "index.json",
          "\"writers\" is 2147483648, not the layout's dense ranks (ranks 2 / dp_replicate 1 = 2)"},
         {damage_ranks_huge, 0, "index.json", "number '1e+18'"},
+        {damage_world4, 0, "rank-00002.index.json", "No such file or directory"},
+        {damage_world1, 0, "model.embed_tokens.weight", "leave part of the tensor uncovered"},
         {damage_algo, 0, "index.json",
          "(parameter 'layers.0.attn.q_proj.weight' is adamw: its state is '<name>.exp_avg'"},
         {damage_param_algo_esc, 0, "index.json", "parameter '\\x1b[2Jw\\r'"},
@@ -407,191 +373,4 @@ TEST(a_checkpoint_of_another_algorithm_is_refused_naming_both)
     free(after);
     run_free(&e);
     dir_clear(dir);
-}
-
-/* ---- saves ---- */
-
-static const char *plant_dir;
-static int plant_done;
-
-/* The save's temporary directory under plant_dir (rank 0 made it before any writer runs). */
-static int tmp_dir_find(char *out, size_t n)
-{
-    DIR *d = opendir(plant_dir);
-    struct dirent *e;
-    int found = 0;
-    while (d != NULL && (e = readdir(d)) != NULL)
-        if (strncmp(e->d_name, ".tmp-step-", 10) == 0) {
-            snprintf(out, n, "%s/%s", plant_dir, e->d_name);
-            found = 1;
-        }
-    if (d != NULL)
-        closedir(d);
-    return found;
-}
-
-/* a FIFO where this writer's index is about to be created (no process reads it) */
-static void plant_writer_index_fifo(void)
-{
-    char tmp[4200], p[4300];
-    if (plant_done || !tmp_dir_find(tmp, sizeof tmp))
-        return;
-    plant_done = 1;
-    snprintf(p, sizeof p, "%s/rank-%05d.index.json", tmp, me);
-    if (mkfifo(p, 0644) != 0)
-        fprintf(stderr, "mkfifo %s: %s\n", p, strerror(errno));
-}
-
-/* a FIFO where rank 0 is about to write index.json */
-static void plant_index_fifo(const char *tmp)
-{
-    char p[4300];
-    snprintf(p, sizeof p, "%s/index.json", tmp);
-    if (mkfifo(p, 0644) != 0)
-        fprintf(stderr, "mkfifo %s: %s\n", p, strerror(errno));
-}
-
-static void expect_previous_loads(struct run *d, const char *dir)
-{
-    char p[4200];
-    snprintf(p, sizeof p, "%s/latest", dir);
-    size_t n;
-    char *latest = me == 0 ? slurp(p, &n) : NULL;
-    if (me == 0)
-        EXPECT_TRUE(latest != NULL && strncmp(latest, "step-00000003", 13) == 0);
-    free(latest);
-    EXPECT_EQ_INT(shardopt_load(d->rt, dir), SHARDOPT_OK);
-    if (me == 0) { /* no temporary directory left behind */
-        const char *saved = plant_dir;
-        plant_dir = dir;
-        EXPECT_TRUE(!tmp_dir_find(p, sizeof p));
-        plant_dir = saved;
-    }
-}
-
-TEST(a_fifo_planted_in_the_temporary_directory_fails_the_save_at_once)
-{
-    setup();
-    const char *dir = "/tmp/shardopt_ckpt_hostile_fifo";
-    struct run d = {0};
-    dir_clear(dir);
-    run_setup(&d, MPI_COMM_WORLD, cfg_of(0), 0);
-    run_steps(&d, 1, 3);
-    if (shardopt_save(d.rt, dir) != SHARDOPT_OK) {
-        EXPECT_STR_CONTAINS(shardopt_last_error(), "(the first save succeeds)");
-        run_free(&d);
-        return;
-    }
-    run_steps(&d, 4, 4);
-    alarm(120); /* a blocking open waits for a reader for good: fail rather than hang */
-    /* a writer's index (rank 1's: the message reaches every rank) */
-    plant_dir = dir;
-    plant_done = 0;
-    if (me == world - 1)
-        ckpt_index_test_probe = plant_writer_index_fifo;
-    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
-    ckpt_index_test_probe = NULL;
-    EXPECT_STR_CONTAINS(shardopt_last_error(), ".index.json: No such device or address");
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "not a plain file");
-    expect_previous_loads(&d, dir);
-    /* the top-level index, written by rank 0 once the writers are done */
-    run_steps(&d, 4, 4);
-    if (me == 0)
-        ckpt_test_before_publish = plant_index_fifo;
-    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
-    ckpt_test_before_publish = NULL;
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "/index.json: No such device or address");
-    expect_previous_loads(&d, dir);
-    alarm(0);
-    run_free(&d);
-    dir_clear(dir);
-}
-
-/* A path through a regular file (ENOTDIR): refused on every rank, nothing created. */
-TEST(a_save_under_a_regular_file_is_refused_on_every_rank)
-{
-    setup();
-    const char *file = "/tmp/shardopt_ckpt_hostile_file";
-    struct run d = {0};
-    if (me == 0)
-        put(file, "x", 1);
-    MPI_Barrier(MPI_COMM_WORLD);
-    run_setup(&d, MPI_COMM_WORLD, cfg_of(0), 0);
-    run_steps(&d, 1, 1);
-    EXPECT_EQ_INT(shardopt_save(d.rt, "/tmp/shardopt_ckpt_hostile_file/ckpt"), SHARDOPT_ERR_IO);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "shardopt_ckpt_hostile_file/ckpt");
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "Not a directory");
-    EXPECT_EQ_INT(shardopt_load(d.rt, "/tmp/shardopt_ckpt_hostile_file/ckpt"), SHARDOPT_ERR_IO);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "Not a directory");
-    EXPECT_EQ_INT(run_steps(&d, 2, 2), SHARDOPT_OK);
-    run_free(&d);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (me == 0)
-        unlink(file);
-}
-
-static void full_and_read_only(const char *mnt);
-
-/* Rank 0 alone, on a tmpfs of its own (unmounted at the end, and at the start if a killed run
- * left it): too small for a second save (ENOSPC), then remounted read-only (EROFS, which stops
- * root where chmod does not). A note and nothing more where this process may not mount. */
-TEST(a_full_or_read_only_filesystem_fails_the_save_and_keeps_the_previous)
-{
-    setup();
-    const char *mnt = "/tmp/shardopt_ckpt_hostile_mnt";
-    int can = 0, err = 0;
-    if (me == 0) {
-        umount2(mnt, MNT_DETACH); /* a killed run's */
-        mkdir(mnt, 0755);
-        can = mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, "size=96k") == 0;
-        err = errno;
-        if (!can)
-            fprintf(stderr,
-                    "note: cannot mount a tmpfs at %s (%s): the full and read-only "
-                    "filesystem probes did not run\n",
-                    mnt, strerror(err));
-    }
-    if (me == 0 && !can)
-        EXPECT_TRUE(err == EPERM || err == EACCES || err == ENODEV); /* not allowed here */
-    if (me == 0 && can) {
-        full_and_read_only(mnt);
-        umount2(mnt, MNT_DETACH);
-    }
-    /* every rank learns whether rank 0's probe passed (a rank that checked nothing fails) */
-    int failures = test_failures;
-    MPI_Bcast(&failures, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    EXPECT_EQ_INT(failures, 0);
-}
-
-static void full_and_read_only(const char *mnt)
-{
-    struct run d = {0};
-    run_setup(&d, MPI_COMM_SELF, cfg_of(0), 0);
-    run_steps(&d, 1, 3);
-    if (shardopt_save(d.rt, mnt) != SHARDOPT_OK) {
-        EXPECT_STR_CONTAINS(shardopt_last_error(), "(the first save succeeds)");
-        run_free(&d);
-        return;
-    }
-    run_steps(&d, 4, 4);
-    unsigned char *before, *after;
-    size_t nb, na;
-    snapshot(&d, &before, &nb);
-    EXPECT_EQ_INT(shardopt_save(d.rt, mnt), SHARDOPT_ERR_IO);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "No space left on device");
-    snapshot(&d, &after, &na);
-    EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
-    free(after);
-    EXPECT_TRUE(mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL) == 0);
-    EXPECT_EQ_INT(shardopt_save(d.rt, mnt), SHARDOPT_ERR_IO);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "Read-only file system");
-    EXPECT_STR_CONTAINS(shardopt_last_error(), mnt);
-    snapshot(&d, &after, &na);
-    EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
-    /* the previous checkpoint loads from the read-only filesystem, and the run steps on */
-    EXPECT_EQ_INT(shardopt_load(d.rt, mnt), SHARDOPT_OK);
-    EXPECT_EQ_INT(run_steps(&d, 4, 4), SHARDOPT_OK);
-    free(before);
-    free(after);
-    run_free(&d);
 }

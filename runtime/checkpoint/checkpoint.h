@@ -53,14 +53,14 @@ int ckpt_dtype_parse(const char *s);
  * injects a failure at a chunk). */
 int ckpt_write_all(int fd, const void *buf, size_t len, const char *site);
 
-/* Create or empty `name` (relative to dirfd, or a path with AT_FDCWD) for writing: a plain file
- * only, never through a link, never waiting. A FIFO put there (in the temporary directory,
- * between rank 0's mkdir and this open) held a blocking open until a reader came, for good: the
- * save hung on this rank. An fd, or -1 with errno set: ENXIO for a FIFO or device (nothing is
- * truncated then), ELOOP for a link. */
+/* Create `name` (relative to dirfd, or a path with AT_FDCWD) for writing, in a save's temporary
+ * directory: a new plain file only (O_EXCL), never through a link, never waiting. A FIFO put
+ * there (between rank 0's mkdir and this open) held a blocking open until a reader came, for
+ * good: the save hung on this rank; a hard link there would have been truncated. An fd, or -1
+ * with errno set: EEXIST for anything already at the name (nothing is opened or emptied). */
 int ckpt_file_create(int dirfd, const char *name);
 
-/* What a save's message adds after strerror(err) for ckpt_file_create's ENXIO ("" otherwise). */
+/* What a save's message adds after strerror(err) for ckpt_file_create's EEXIST ("" otherwise). */
 const char *ckpt_file_create_note(int err);
 
 /* The longest checkpoint directory path save and load take. */

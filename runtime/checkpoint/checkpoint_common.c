@@ -129,13 +129,17 @@ int ckpt_write_all(int fd, const void *buf, size_t len, const char *site)
 int ckpt_file_create(int dirfd, const char *name)
 {
     struct stat st;
-    int fd = openat(dirfd, name, O_CREAT | O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    /* O_EXCL: the temporary directory is this save's own, made empty; anything at the name was
+     * put there since, and is never opened through nor emptied (a hard link to the previous
+     * step's rank file would have been truncated with it) */
+    int fd = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                    0644);
     if (fd < 0)
-        return -1; /* a FIFO without a reader: ENXIO */
+        return -1;
+    /* what O_EXCL created is a plain file; the O_NONBLOCK it ignores goes, so that writes are as
+     * they always were */
     int err = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? ENXIO : 0;
-    /* emptied once known plain (O_TRUNC is ignored on a FIFO or device, not refused); the
-     * O_NONBLOCK a plain file ignores goes, so that writes are as they always were */
-    if (err == 0 && (ftruncate(fd, 0) != 0 || fcntl(fd, F_SETFL, 0) != 0))
+    if (err == 0 && fcntl(fd, F_SETFL, 0) != 0)
         err = errno;
     if (err != 0) {
         close(fd);
@@ -147,7 +151,10 @@ int ckpt_file_create(int dirfd, const char *name)
 
 const char *ckpt_file_create_note(int err)
 {
-    return err == ENXIO ? " (not a plain file: a FIFO or device is there)" : "";
+    return err == EEXIST  ? " (put there after the save made its temporary directory: a FIFO, a "
+                            "link or a file, left unopened)"
+           : err == ENXIO ? " (not a plain file)"
+                          : "";
 }
 
 const char *ckpt_shape_text(char *out, size_t len, const int64_t shape3[3], int ndim)

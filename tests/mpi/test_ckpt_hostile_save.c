@@ -1,8 +1,9 @@
 /* Saves a hostile neighbour or a broken cluster gets in the way of, beside test_ckpt_hostile.c's
- * tampered loads: a FIFO planted in the save's temporary directory fails the save at once (its
- * open waited for a reader for good), a directory under a regular file is refused, and where
- * this process may mount (root in a container that allows it) a full filesystem and a read-only
- * one fail the save with the previous checkpoint loadable. Layout: dp_shard over the world (2). */
+ * tampered loads: a FIFO or a hard link planted in the save's temporary directory fails the save
+ * at once (the FIFO's open waited for a reader for good, the link's target was truncated), a
+ * directory under a regular file is refused, and where this process may mount (root in a
+ * container that allows it) a full filesystem and a read-only one fail the save with the
+ * previous checkpoint loadable. Layout: dp_shard over the world (2). */
 #include <dirent.h>
 #include <errno.h>
 #include <sys/mount.h>
@@ -53,6 +54,16 @@ static void plant_index_fifo(const char *tmp)
         fprintf(stderr, "mkfifo %s: %s\n", p, strerror(errno));
 }
 
+/* a hard link to the previous step's index.json where rank 0 is about to write index.json */
+static void plant_index_link(const char *tmp)
+{
+    char p[4300], prev[4300];
+    snprintf(p, sizeof p, "%s/index.json", tmp);
+    snprintf(prev, sizeof prev, "%s/step-00000003/index.json", plant_dir);
+    if (link(prev, p) != 0)
+        fprintf(stderr, "link %s: %s\n", p, strerror(errno));
+}
+
 static void expect_previous_loads(struct run *d, const char *dir)
 {
     char p[4200];
@@ -71,7 +82,7 @@ static void expect_previous_loads(struct run *d, const char *dir)
     }
 }
 
-TEST(a_fifo_planted_in_the_temporary_directory_fails_the_save_at_once)
+TEST(a_fifo_or_link_planted_in_the_temporary_directory_fails_the_save_at_once)
 {
     setup();
     const char *dir = "/tmp/shardopt_ckpt_hostile_fifo";
@@ -93,8 +104,8 @@ TEST(a_fifo_planted_in_the_temporary_directory_fails_the_save_at_once)
         ckpt_index_test_probe = plant_writer_index_fifo;
     EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
     ckpt_index_test_probe = NULL;
-    EXPECT_STR_CONTAINS(shardopt_last_error(), ".index.json: No such device or address");
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "not a plain file");
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        ".index.json: File exists (put there after the save");
     expect_previous_loads(&d, dir);
     /* the top-level index, written by rank 0 once the writers are done */
     run_steps(&d, 4, 4);
@@ -102,7 +113,17 @@ TEST(a_fifo_planted_in_the_temporary_directory_fails_the_save_at_once)
         ckpt_test_before_publish = plant_index_fifo;
     EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
     ckpt_test_before_publish = NULL;
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "/index.json: No such device or address");
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "/index.json: File exists (put there after the save");
+    expect_previous_loads(&d, dir);
+    /* a hard link to the previous step's index.json: truncated and rewritten with the new
+     * step's text (O_TRUNC), the save then published, and the previous step no longer loaded */
+    run_steps(&d, 4, 4);
+    if (me == 0)
+        ckpt_test_before_publish = plant_index_link;
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
+    ckpt_test_before_publish = NULL;
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "/index.json: File exists");
     expect_previous_loads(&d, dir);
     alarm(0);
     run_free(&d);

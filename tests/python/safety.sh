@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_safety.py: the binding refuses every buffer it cannot vouch for, never crashing.
 # N = 1: each single-process case in a child process of its own (a segfault is that case's
-# failure); N = 2: the collective cases under mpiexec.   safety.sh MPIEXEC LIBSHARDOPT N
+# failure); N = 2: the collective cases (test_safety_ranks.py) under mpiexec.
+# safety.sh MPIEXEC LIBSHARDOPT N
 set -euo pipefail
 mpiexec=$1 lib=$2 n=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -10,4 +11,4 @@ export SHARDOPT_LIBRARY=$lib
 if [ "$n" = 1 ]; then
     exec "$py" "$here/test_safety.py" cases
 fi
-exec "$mpiexec" -n "$n" --oversubscribe "$py" "$here/test_safety.py" ranks
+exec "$mpiexec" -n "$n" --oversubscribe "$py" "$here/test_safety_ranks.py"

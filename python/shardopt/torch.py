@@ -17,23 +17,19 @@ import warnings
 import torch
 
 import shardopt as _so
+from shardopt._torch_classify import _algo, _classify_by_model, _memory
 from shardopt._torch_config import _check_hp, _dion_defaults, _muon_config, _torch_defaults
 from shardopt._torch_groups import _adamw_hparams, _adamw_sync, _pair_groups, _warn_split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
 __all__ = ["Muon"]
 
-# names that are embeddings or output heads in the usual trainers (the library's default list
-# plus nanoGPT's wte / wpe): AdamW under torch's conventions too
-_ADAMW_NAMES = ["embed", "lm_head", "=output.weight", "wte", "wpe", "tok_embeddings"]
-_HEAD_NAMES = ("lm_head", "output", "head", "classifier")
 # group keys fixed when the group's runtime is made: a scheduler that cycles them is refused
 # (lr, weight_decay and a Muon group's momentum are read at every step, and an AdamW group's
 # betas, eps and momentum, its beta1: _torch_groups._adamw_hparams)
 _FIXED = {"muon": ("nesterov", "ns_coefficients", "eps", "ns_steps", "adjust_lr_fn"),
           "adamw": ()}
 _UNSET = object()
-
 
 
 def _nothing(g):  # the fixed keys' getter of a group that has none (itemgetter needs one)
@@ -67,45 +63,6 @@ def _eager(fn):
         return disable(fn, reason=reason)
     except TypeError:  # torch < 2.7: no reason
         return disable(fn)
-
-
-def _matches(name, patterns):
-    return any(name == p[1:] if p.startswith("=") else p in name for p in patterns if p)
-
-
-def _unwrapped(name):
-    """The bare model's name (no leading module. of DDP, _orig_mod., FSDP1's or checkpointing's
-    wrapper parts); without it =output.weight missed module.output.weight: the head went to Muon.
-    Twin of runtime/classify.c's equals_unwrapped, kept apart: this splits groups before a
-    runtime exists and runs every pattern on the bare name (C: substrings on the given one)."""
-    for w in ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module."):
-        name = name.replace(w, "")
-    while name.startswith("module."):
-        name = name[len("module."):]
-    return name
-
-
-def _classify_by_model(model):
-    """{id(parameter): "adamw"} for the parameters a model's modules say are not hidden
-    matrices: nn.Embedding weights (a head tied to one is the same tensor), and a Linear output
-    head named lm_head, output, head or classifier (an untied head is told apart by its name
-    only: its shape is an ordinary matrix's)."""
-    out = {}
-    for mname, m in model.named_modules():
-        if isinstance(m, torch.nn.Embedding):
-            out[id(m.weight)] = "adamw"
-        elif isinstance(m, torch.nn.Linear) and mname.rsplit(".", 1)[-1] in _HEAD_NAMES:
-            out[id(m.weight)] = "adamw"
-    return out
-
-
-def _memory(p):
-    """Where a parameter's elements start, (device, address), or None for none (empty, meta):
-    two tensor objects starting at one address overlap."""
-    t = p.to_local() if hasattr(p, "to_local") and hasattr(p, "placements") else p
-    if t.numel() == 0 or t.device.type == "meta":
-        return None
-    return (str(t.device), t.data_ptr())
 
 
 class Muon(torch.optim.Optimizer):
@@ -246,14 +203,6 @@ class Muon(torch.optim.Optimizer):
                                 "(name, tensor) pair")
         return out
 
-    def _algo(self, name, p):
-        if id(p) in self._by_model:
-            return self._by_model[id(p)]
-        if p.ndim < 2:
-            return "adamw"
-        patterns = self._patterns if self._patterns is not None else _ADAMW_NAMES
-        return "adamw" if _matches(_unwrapped(name), patterns) else "muon"
-
     def _split(self, group, defaults):
         """A user's group as one group per algorithm (empty parts dropped), its tensors
         deduplicated against every group so far (a tensor object listed again: registered
@@ -302,7 +251,7 @@ class Muon(torch.optim.Optimizer):
                     f"sums their gradients")
             if mem is not None:
                 self._mem[mem] = name
-            algo = fixed or self._algo(name, p)
+            algo = fixed or _algo(name, p, self._by_model, self._patterns)
             if algo not in parts:
                 raise ValueError(f"{name}: algo {algo!r}: accepted 'muon' or 'adamw'")
             parts[algo].append((name, p))

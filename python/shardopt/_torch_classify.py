@@ -1,0 +1,64 @@
+"""Which algorithm a parameter of shardopt.torch.Muon gets when its group does not say: by the
+model's modules (model=), else by its name (embeddings and output heads to AdamW) and its
+dimensions, and the names as the bare model has them under the wrappers' prefixes; and where a
+parameter's memory starts, which tells distinct tensors over one memory apart. Apart from
+torch.py, which holds the optimizer and its step."""
+import torch
+
+# names that are embeddings or output heads in the usual trainers (the library's default list
+# plus nanoGPT's wte / wpe): AdamW under torch's conventions too
+_ADAMW_NAMES = ["embed", "lm_head", "=output.weight", "wte", "wpe", "tok_embeddings"]
+_HEAD_NAMES = ("lm_head", "output", "head", "classifier")
+
+
+def _matches(name, patterns):
+    return any(name == p[1:] if p.startswith("=") else p in name for p in patterns if p)
+
+
+def _unwrapped(name):
+    """A parameter's name as the bare model has it: without DDP's and DataParallel's leading
+    module., torch.compile's _orig_mod., FSDP1's and activation checkpointing's wrapper
+    components. An exact pattern (=output.weight, llama's head) never matched
+    module.output.weight, and the head went to Muon, silently. Twin of runtime/classify.c's
+    equals_unwrapped, kept apart: this splits groups before a runtime exists and runs every
+    pattern on the bare name (C: substrings on the given one)."""
+    for w in ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module."):
+        name = name.replace(w, "")
+    while name.startswith("module."):
+        name = name[len("module."):]
+    return name
+
+
+def _classify_by_model(model):
+    """{id(parameter): "adamw"} for the parameters a model's modules say are not hidden
+    matrices: nn.Embedding weights (a head tied to one is the same tensor), and a Linear output
+    head named lm_head, output, head or classifier (an untied head is told apart by its name
+    only: its shape is an ordinary matrix's)."""
+    out = {}
+    for mname, m in model.named_modules():
+        if isinstance(m, torch.nn.Embedding):
+            out[id(m.weight)] = "adamw"
+        elif isinstance(m, torch.nn.Linear) and mname.rsplit(".", 1)[-1] in _HEAD_NAMES:
+            out[id(m.weight)] = "adamw"
+    return out
+
+
+def _memory(p):
+    """Where a parameter's elements start, (device, address), or None for none (empty, meta):
+    two tensor objects starting at one address overlap."""
+    t = p.to_local() if hasattr(p, "to_local") and hasattr(p, "placements") else p
+    if t.numel() == 0 or t.device.type == "meta":
+        return None
+    return (str(t.device), t.data_ptr())
+
+
+def _algo(name, p, by_model, patterns):
+    """A parameter's algorithm where its group fixes none: by_model's (_classify_by_model),
+    else AdamW for fewer than 2 dims and for a name matching patterns (None: _ADAMW_NAMES),
+    else Muon."""
+    if id(p) in by_model:
+        return by_model[id(p)]
+    if p.ndim < 2:
+        return "adamw"
+    return "adamw" if _matches(_unwrapped(name), patterns if patterns is not None
+                               else _ADAMW_NAMES) else "muon"

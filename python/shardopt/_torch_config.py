@@ -51,10 +51,13 @@ def _muon_config(g):
         cfg["ns_coeffs"] = "custom"
         cfg["ns_custom_coeffs"] = [list(map(float, c))] * int(g["ns_steps"])
     fn = g["adjust_lr_fn"]
+    # "none" (a factor of 1) is dion's adjust_lr=None (_torch_ports), which torch.optim.Muon
+    # has no name for
     lr_scale = {None: "jordan", "original": "jordan", "match_rms_adamw": "rms_norm",
-                "spectral_unclamped": "spectral_norm"}.get(fn)
+                "spectral_unclamped": "spectral_norm", "none": "none"}.get(fn)
     if lr_scale is None:
-        raise ValueError(f"adjust_lr_fn = {fn!r}: accepted None / 'original' (sqrt(max(1, A/B)))"
-                         " or 'match_rms_adamw' (0.2 sqrt(max(A, B)))")
+        raise ValueError(f"adjust_lr_fn = {fn!r}: accepted None / 'original' (sqrt(max(1, A/B))),"
+                         " 'match_rms_adamw' (0.2 sqrt(max(A, B))), 'spectral_unclamped' "
+                         "(sqrt(A/B)) or 'none' (1)")
     cfg["lr_scale"] = lr_scale
     return cfg

@@ -18,7 +18,8 @@ import torch
 
 import shardopt as _so
 from shardopt._torch_classify import _algo, _classify_by_model, _memory
-from shardopt._torch_config import _check_hp, _dion_defaults, _muon_config, _torch_defaults
+from shardopt import _torch_ports as _ports
+from shardopt._torch_config import _check_hp, _dion_defaults, _muon_config
 from shardopt._torch_groups import _adamw_hparams, _adamw_sync, _pair_groups, _warn_split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
@@ -29,7 +30,7 @@ __all__ = ["Muon"]
 # betas, eps and momentum, its beta1: _torch_groups._adamw_hparams)
 _FIXED = {"muon": ("nesterov", "ns_coefficients", "eps", "ns_steps", "adjust_lr_fn"),
           "adamw": ()}
-_UNSET = object()
+_UNSET = _ports._UNSET
 
 
 def _nothing(g):  # the fixed keys' getter of a group that has none (itemgetter needs one)
@@ -84,14 +85,18 @@ class Muon(torch.optim.Optimizer):
     classify by module (nn.Embedding and the output head to AdamW) instead of by name.
     expert(name): which tensors are [E, out, in] expert stacks (with config ep > 1, plain
     tensors it names are this rank's [E / ep, out, in] share; DTensors on an 'ep' mesh dim are
-    found without it: shardopt.torch_params)."""
+    found without it: shardopt.torch_params). Moonlight's (muon_params=, adamw_params=, wd=),
+    dion's (mu=, epsilon=, adjust_lr=, distributed_mesh=, groups with "algorithm") and
+    MuonWithAuxAdam's spellings are taken with their projects' defaults, or refused where
+    they mean something else (shardopt._torch_ports)."""
 
-    def __init__(self, params, lr=_UNSET, weight_decay=_UNSET, momentum=_UNSET, nesterov=_UNSET,
-                 ns_coefficients=_UNSET, eps=_UNSET, ns_steps=_UNSET, adjust_lr_fn=_UNSET,
+    def __init__(self, params=_UNSET, lr=_UNSET, weight_decay=_UNSET, momentum=_UNSET,
+                 nesterov=_UNSET, ns_coefficients=_UNSET, eps=_UNSET, ns_steps=_UNSET,
+                 adjust_lr_fn=_UNSET,
                  adamw_lr=_UNSET, adamw_betas=_UNSET, adamw_eps=_UNSET,
                  adamw_weight_decay=_UNSET, *, betas=_UNSET, comm=None, config=None, model=None,
                  expert=None, foreach=None, fused=None, maximize=False, amsgrad=False,
-                 capturable=False, differentiable=False):
+                 capturable=False, differentiable=False, **ported):
         # torch.optim's implementation switches: foreach / fused pick how torch's own loops
         # run (the library's kernels are fused whatever they say), so they are taken and
         # change nothing; the others would change the arithmetic, which the library does not do
@@ -118,12 +123,19 @@ class Muon(torch.optim.Optimizer):
                      ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps,
                      adjust_lr_fn=adjust_lr_fn, adamw_lr=adamw_lr, adamw_betas=adamw_betas,
                      adamw_eps=adamw_eps, adamw_weight_decay=adamw_weight_decay)
-        base = _dion_defaults() if preset == "dion" else _torch_defaults()
+        # Moonlight's, dion's and MuonWithAuxAdam's spellings as this class's, with their
+        # defaults for what the call leaves unset (shardopt._torch_ports)
+        params, given, base, self._flatten = _ports.port(params, given, ported, comm)
+        if params is _UNSET:
+            raise TypeError("shardopt.torch.Muon: no parameters: give params (or Moonlight's "
+                            "muon_params / adamw_params)")
+        if preset == "dion":
+            base = _dion_defaults()
         hp = {k: (base[k] if v is _UNSET else v) for k, v in given.items()}
-        if weight_decay is not _UNSET and adamw_weight_decay is _UNSET:
+        if given["weight_decay"] is not _UNSET and given["adamw_weight_decay"] is _UNSET:
             # a weight decay given is the decay of every tensor it covers, as for any torch
             # optimizer; left unset, each side keeps its torch default (Muon 0.1, AdamW 0.01)
-            hp["adamw_weight_decay"] = weight_decay
+            hp["adamw_weight_decay"] = given["weight_decay"]
         mapped = {"momentum", "nesterov", "weight_decay", "ns_coeffs", "ns_custom_coeffs",
                   "ns_steps", "ns_eps", "lr_scale", "adamw_beta1", "adamw_beta2", "adamw_eps",
                   "adamw_weight_decay"}
@@ -345,6 +357,10 @@ class Muon(torch.optim.Optimizer):
                                    ep=int(ep) if ep is not None else None)
         for sp in sparams:
             sp.algo = g["algo"]
+        flatten = g.get("flatten", self._flatten)
+        if flatten is not None and g["algo"] == "muon":  # dion's spelling (_torch_ports)
+            _ports.check_flatten(flatten, [(sp.name, sp.source, len(sp.shape) == 3)
+                                           for sp in sparams], len(self.param_groups) - 1)
         rt = _so.Optimizer(sparams, comm=self._comm, config=cfg)
         self._runtimes.append((rt, {id(sp.source): sp for sp in sparams},
                                {k: g[k] for k in _FIXED[g["algo"]]}))

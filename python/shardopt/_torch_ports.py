@@ -1,0 +1,245 @@
+"""Other projects' spellings of the same optimizer, as shardopt.torch.Muon takes them, so that a
+script written against one of them is ported by changing its import (docs/python.md, "Ported
+from other Muon implementations"):
+
+- Moonlight's Muon: Muon(lr=, wd=, muon_params=, adamw_params=, momentum=, nesterov=,
+  ns_steps=, adamw_betas=, adamw_eps=), no params argument;
+- microsoft/dion's Muon (and prime-rl's call of it): groups with "algorithm": "muon" | "adamw",
+  "mu", "epsilon", "beta1" / "beta2", "adjust_lr", and the keywords mu=, betas=, epsilon=,
+  adjust_lr=, distributed_mesh=, flatten=, use_triton=, newton_schulz_func=;
+- Keller Jordan's MuonWithAuxAdam: groups with "use_muon" (the key itself is _split's).
+
+Each spelling is taken where it means what this class computes, and its keys left unset take
+that project's defaults, not torch.optim's, so the ported run is the original's arithmetic. What
+means something else (dion's "lion", a custom Newton-Schulz function, a flatten the tensors do
+not follow, a mesh other than comm's ranks) is refused naming the key, the value and what is
+accepted. Apart from torch.py, which holds the optimizer and its step."""
+import torch
+
+from shardopt._torch_config import _torch_defaults
+
+_UNSET = object()
+
+# dion.Muon's adjust_lr as this class's adjust_lr_fn (_torch_config._muon_config): the same
+# factor by shape (lr_scale spectral_norm sqrt(out/in), rms_norm 0.2 sqrt(max), none 1)
+_DION_ADJUST = {"spectral_norm": "spectral_unclamped", "rms_norm": "match_rms_adamw",
+                None: "none"}
+# dion's group keys as this class's (a Muon group's epsilon is Newton-Schulz's, an AdamW one's
+# AdamW's, as eps is here)
+_DION_GROUP_KEYS = {"algorithm", "mu", "epsilon", "adjust_lr", "beta1", "beta2", "flatten",
+                    "step"}
+_DION_KEYWORDS = ("mu", "epsilon", "adjust_lr", "distributed_mesh", "flatten", "use_triton",
+                  "newton_schulz_func")
+_MOONLIGHT_KEYWORDS = ("muon_params", "adamw_params", "wd")
+# MuonWithAuxAdam's defaults for the keys a group leaves out (Keller Jordan's muon.py)
+_AUX_MUON = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0.0}
+_AUX_ADAM = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-10, "weight_decay": 0.0}
+
+
+def _moonlight_defaults():
+    """Moonlight's Muon defaults (examples/toy_train.py there): torch.optim.Muon's arithmetic
+    with its 0.2 sqrt(max(A, B)) lr scale, one lr and one wd for both sides, AdamW betas
+    (0.9, 0.95)."""
+    d = _torch_defaults()
+    d.update(adjust_lr_fn="match_rms_adamw", adamw_betas=(0.9, 0.95), adamw_weight_decay=0.1)
+    return d
+
+
+def _dion_muon_defaults():
+    """dion.Muon's defaults: lr 0.01, mu 0.95, betas (0.9, 0.95), weight_decay 0.01 and epsilon
+    1e-8 on both sides, no Nesterov, adjust_lr spectral_norm, its quintic table (the library's
+    quintic)."""
+    d = _torch_defaults()
+    d.update(lr=0.01, weight_decay=0.01, adamw_weight_decay=0.01, momentum=0.95,
+             nesterov=False, ns_coefficients="quintic", eps=1e-8, adamw_eps=1e-8,
+             adjust_lr_fn="spectral_unclamped", adamw_betas=(0.9, 0.95))
+    return d
+
+
+def _alias(given, ours, theirs, value):
+    """given[ours] = value (their spelling), refused where ours was given too."""
+    if given.get(ours, _UNSET) is not _UNSET:
+        raise ValueError(f"{ours} and {theirs} both given: {theirs} is {ours} "
+                         f"(shardopt.torch.Muon's name); give one")
+    given[ours] = value
+
+
+def _mesh_ranks(mesh):
+    """(size, this rank's index) of dion's distributed_mesh: a 1-D DeviceMesh or a
+    ProcessGroup."""
+    import torch.distributed as dist
+    if hasattr(mesh, "get_local_rank") and hasattr(mesh, "ndim"):
+        if mesh.ndim != 1:
+            raise ValueError(f"distributed_mesh: a {mesh.ndim}-D DeviceMesh: dion takes a 1-D "
+                             "mesh (the sharded sub-mesh), and so does this class")
+        return mesh.size(), mesh.get_local_rank()
+    if isinstance(mesh, dist.ProcessGroup):
+        return dist.get_world_size(mesh), dist.get_rank(mesh)
+    raise TypeError(f"distributed_mesh: {type(mesh).__name__}: accepted None, a 1-D DeviceMesh "
+                    "or a ProcessGroup (dion's)")
+
+
+def _check_mesh(mesh, comm):
+    """dion's distributed_mesh is the group of ranks the optimizer spans; here that is comm (an
+    mpi4py communicator). Taken where it names the same ranks in the same order as comm (one
+    rank and comm None included), refused otherwise."""
+    if mesh is None:
+        return
+    size, rank = _mesh_ranks(mesh)
+    csize, crank = (1, 0) if comm is None else (comm.Get_size(), comm.Get_rank())
+    if (size, rank) != (csize, crank):
+        raise ValueError(
+            f"distributed_mesh: {size} rank(s), this one at {rank}; comm: {csize} rank(s), this "
+            f"one at {crank}: shardopt.torch.Muon spans the ranks of comm (an mpi4py "
+            "communicator, None for this process alone); pass comm=MPI.COMM_WORLD in the "
+            "mesh's rank order, or leave distributed_mesh out")
+
+
+def _dion_group(g, gi):
+    """A dion param group as this class's keys (a copy)."""
+    g = dict(g)
+    if "algorithm" in g:
+        algo = g.pop("algorithm")
+        if algo not in ("muon", "adamw"):
+            raise ValueError(f"param group {gi}: algorithm = {algo!r}: accepted 'muon' or "
+                             "'adamw' (shardopt has no Lion, nor dion's other update rules)")
+        if g.get("algo", algo) != algo:
+            raise ValueError(f"param group {gi}: algo {g['algo']!r} and algorithm {algo!r} "
+                             "disagree; give one")
+        g["algo"] = algo
+    for theirs, ours in (("mu", "momentum"), ("adjust_lr", "adjust_lr_fn")):
+        if theirs in g:
+            if ours in g:
+                raise ValueError(f"param group {gi}: {ours} and {theirs} both given; give one")
+            v = g.pop(theirs)
+            if theirs == "adjust_lr":
+                if v not in _DION_ADJUST:
+                    raise ValueError(f"param group {gi}: adjust_lr = {v!r}: accepted "
+                                     "'spectral_norm', 'rms_norm' or None (dion's)")
+                v = _DION_ADJUST[v]
+            g[ours] = v
+    if "epsilon" in g:
+        if "eps" in g:
+            raise ValueError(f"param group {gi}: eps and epsilon both given; give one")
+        eps = g.pop("epsilon")
+        # a mixed group's eps is Newton-Schulz's: its AdamW part takes epsilon too, as dion's
+        g["eps"] = eps
+        g.setdefault("adamw_eps", eps)
+    if "beta1" in g or "beta2" in g:
+        if "betas" in g:
+            raise ValueError(f"param group {gi}: betas and beta1 / beta2 both given; give one")
+        b1, b2 = g.pop("beta1", _UNSET), g.pop("beta2", _UNSET)
+        if b1 is _UNSET or b2 is _UNSET:
+            raise ValueError(f"param group {gi}: beta1 and beta2 are a pair: give both (or "
+                             "betas=(beta1, beta2))")
+        g["betas"] = (b1, b2)
+    g.pop("step", None)  # dion's group step count: each tensor's own is the library's
+    if "flatten" in g:
+        g["flatten"] = bool(g["flatten"])
+    return g
+
+
+def port(params, given, extra, comm):
+    """(params, given, base, flatten): the call as this class's own spelling. params and given
+    (keyword -> value or _UNSET) as the caller has them; extra: the keywords this class does not
+    name (the other projects'). base: the defaults of the unset keys (the ported project's);
+    flatten: dion's flatten (None: not dion's spelling), which _check_flatten holds the Muon
+    tensors to."""
+    extra = dict(extra)
+    unknown = sorted(set(extra) - set(_DION_KEYWORDS) - set(_MOONLIGHT_KEYWORDS))
+    if unknown:
+        raise TypeError(f"shardopt.torch.Muon got an unexpected keyword argument {unknown[0]!r} "
+                        "(accepted besides torch.optim.Muon's and the AdamW side's: Moonlight's "
+                        f"{', '.join(_MOONLIGHT_KEYWORDS)} and dion's "
+                        f"{', '.join(_DION_KEYWORDS)}; docs/python.md)")
+    given = dict(given)
+    moon = [k for k in _MOONLIGHT_KEYWORDS if k in extra]
+    dion = [k for k in _DION_KEYWORDS if k in extra]
+    base, flatten = _torch_defaults(), None
+    if moon:
+        if dion:
+            raise ValueError(f"{moon[0]} (Moonlight's Muon) and {dion[0]} (dion's) both given: "
+                             "port from one")
+        if "wd" in extra:
+            _alias(given, "weight_decay", "wd", extra.pop("wd"))
+        muon, adamw = extra.pop("muon_params", None), extra.pop("adamw_params", None)
+        if params is not _UNSET:
+            if muon is not None or adamw is not None:
+                raise ValueError("params and muon_params / adamw_params both given: give the "
+                                 "tensors one way")
+        else:
+            # Moonlight's lists fix each tensor's algorithm, as its use_muon state does
+            params = [{"params": list(ps), "algo": a}
+                      for ps, a in ((muon, "muon"), (adamw, "adamw")) if ps is not None]
+            params = [g for g in params if g["params"]]
+        base = _moonlight_defaults()
+    groups = None
+    if params is not _UNSET and not isinstance(params, torch.Tensor):
+        groups = list(params)
+        params = groups
+    dion_groups = groups is not None and any(
+        isinstance(g, dict) and _DION_GROUP_KEYS & set(g) for g in groups)
+    if dion or dion_groups:
+        mesh = extra.pop("distributed_mesh", None)
+        _check_mesh(mesh, comm)
+        nsf = extra.pop("newton_schulz_func", None)
+        if nsf is not None:
+            raise ValueError(f"newton_schulz_func = {nsf!r}: accepted None (the library's "
+                             "Newton-Schulz; ns_coefficients / config ns_* choose its table)")
+        triton = extra.pop("use_triton", False)
+        if triton not in (True, False):
+            raise ValueError(f"use_triton = {triton!r}: accepted True or False (ignored: it "
+                             "chooses dion's kernel for the same iteration)")
+        flatten = bool(extra.pop("flatten", False))
+        if "mu" in extra:
+            _alias(given, "momentum", "mu", extra.pop("mu"))
+        if "epsilon" in extra:
+            eps = extra.pop("epsilon")
+            _alias(given, "eps", "epsilon", eps)
+            if given.get("adamw_eps", _UNSET) is _UNSET:
+                given["adamw_eps"] = eps  # dion's epsilon is both sides'
+        if "adjust_lr" in extra:
+            v = extra.pop("adjust_lr")
+            if v not in _DION_ADJUST:
+                raise ValueError(f"adjust_lr = {v!r}: accepted 'spectral_norm', 'rms_norm' or "
+                                 "None (dion's)")
+            _alias(given, "adjust_lr_fn", "adjust_lr", _DION_ADJUST[v])
+        base = _dion_muon_defaults()
+        if groups is not None:
+            params = [_dion_group(g, gi) if isinstance(g, dict) else g
+                      for gi, g in enumerate(groups)]
+    if groups is not None:
+        params = [_aux_group(g, given) if isinstance(g, dict) and "use_muon" in g else g
+                  for g in params]
+    return params, given, base, flatten
+
+
+def _aux_group(g, given):
+    """A MuonWithAuxAdam group with its class's defaults for the keys it leaves out (weight
+    decay 0, an Adam group's betas (0.9, 0.95) and eps 1e-10), where this call's keywords do
+    not set them: those defaults are the ported script's arithmetic."""
+    g = dict(g)
+    aux = _AUX_MUON if g["use_muon"] else _AUX_ADAM
+    kw = {"lr": ("lr",) if g["use_muon"] else ("adamw_lr", "lr"),
+          "momentum": ("momentum",), "weight_decay": ("weight_decay", "adamw_weight_decay"),
+          "betas": ("adamw_betas",), "eps": ("adamw_eps",)}
+    for k, v in aux.items():
+        if k not in g and all(given.get(w, _UNSET) is _UNSET for w in kw[k]):
+            g[k] = v
+    return g
+
+
+def check_flatten(flatten, named, gi):
+    """dion's flatten against how the library takes a Muon tensor of 3 or more dims: an expert
+    stack [E, out, in] is E matrices (dion's flatten=False), any other such tensor one
+    [out, in·...] matrix (flatten=True). A tensor the two would treat otherwise is refused by
+    name; 2-D tensors are the same either way."""
+    for name, p, stacked in named:
+        if p.ndim < 3 or stacked == (not flatten):
+            continue
+        how = "a stack of matrices (expert=)" if stacked else "one [out, in...] matrix"
+        raise ValueError(f"param group {gi}: {name}: shape {list(p.shape)} is stepped as {how}, "
+                         f"but flatten = {flatten}: dion would take it as "
+                         f"{'one flattened matrix' if flatten else 'a batch of matrices'}; "
+                         "name expert stacks with expert= and give flatten=False, or "
+                         "flatten=True for convolution kernels, not both in one optimizer")

@@ -205,13 +205,22 @@ def port(params, given, extra, comm):
                                  "None (dion's)")
             _alias(given, "adjust_lr_fn", "adjust_lr", _DION_ADJUST[v])
         base = _dion_muon_defaults()
-        if groups is not None:
-            params = [_dion_group(g, gi) if isinstance(g, dict) else g
-                      for gi, g in enumerate(groups)]
     if groups is not None:
-        params = [_aux_group(g, given) if isinstance(g, dict) and "use_muon" in g else g
-                  for g in params]
+        params = [port_group(g, gi, given) if isinstance(g, dict) else g
+                  for gi, g in enumerate(groups)]
     return params, given, base, flatten
+
+
+def port_group(g, gi, given):
+    """One param group in this class's keys (a copy where anything changed): dion's keys
+    translated, a MuonWithAuxAdam group's left-out keys given its class's defaults. For the
+    constructor's groups and for add_param_group's, which a ported script calls with the same
+    spelling."""
+    if _DION_GROUP_KEYS & set(g):
+        g = _dion_group(g, gi)
+    if "use_muon" in g:
+        g = _aux_group(g, given)
+    return g
 
 
 def _aux_group(g, given):

@@ -126,6 +126,7 @@ class Muon(torch.optim.Optimizer):
         # Moonlight's, dion's and MuonWithAuxAdam's spellings as this class's, with their
         # defaults for what the call leaves unset (shardopt._torch_ports)
         params, given, base, self._flatten = _ports.port(params, given, ported, comm)
+        self._given = given  # the keywords given, which add_param_group's groups see too
         if params is _UNSET:
             raise TypeError("shardopt.torch.Muon: no parameters: give params (or Moonlight's "
                             "muon_params / adamw_params)")
@@ -305,6 +306,8 @@ class Muon(torch.optim.Optimizer):
     def add_param_group(self, param_group):
         """torch.optim's add_param_group, and the group's runtime (collective over comm)."""
         if "algo" not in param_group or "_names" not in param_group:
+            # dion's and MuonWithAuxAdam's group keys, as the constructor takes them
+            param_group = _ports.port_group(param_group, len(self.param_groups), self._given)
             if self._runtimes:  # after construction: a tensor listed again is torch's error
                 items = param_group["params"]
                 items = [items] if isinstance(items, torch.Tensor) else list(items)

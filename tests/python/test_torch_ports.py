@@ -306,5 +306,41 @@ class _TorchAdamW:
         self.opt.step()
 
 
+def case_add_param_group_in_ported_spelling():
+    """add_param_group with the group spelling the script's constructor call used: a dion group
+    ("algorithm", "epsilon", "beta1" / "beta2", "mu") and a MuonWithAuxAdam group ("use_muon",
+    its defaults for the keys left out) are taken as the constructor takes them. Before, only
+    the constructor translated them: add_param_group kept "algorithm" and "epsilon" as unread
+    keys, so the 2-D tensor went to Muon by its dims and the eps, betas and mu given were not
+    used, silently."""
+    m = model()
+    w = nn.Parameter(torch.randn(12, 8) * 0.1)
+    v = nn.Parameter(torch.randn(12, 8) * 0.1)
+    u = nn.Parameter(torch.randn(16, 8) * 0.1)
+    opt = Muon([dict(params=[p for p in m.parameters() if p.ndim < 2], algorithm="adamw")],
+               lr=0.01)
+    opt.add_param_group(dict(params=[("extra.w", w)], algorithm="adamw", epsilon=1e-10,
+                             beta1=0.8, beta2=0.9))
+    opt.add_param_group(dict(params=[("extra.u", u)], algorithm="muon", mu=0.9))
+    opt.add_param_group(dict(params=[("extra.v", v)], use_muon=False, lr=1e-3))
+    rows = [(g["algo"], g["eps"], g.get("betas"), g["weight_decay"])
+            for g in opt.param_groups[1:]]
+    assert rows[0] == ("adamw", 1e-10, (0.8, 0.9), 0.01), rows
+    assert opt.param_groups[2]["momentum"] == 0.9 and rows[1][0] == "muon", rows
+    assert rows[2] == ("adamw", 1e-10, (0.9, 0.95), 0.0), rows
+    refs = [(w, _TorchAdamW(nn.Parameter(w.detach().clone()), 0.01, (0.8, 0.9), 1e-10, 0.01)),
+            (v, _TorchAdamW(nn.Parameter(v.detach().clone()), 1e-3, (0.9, 0.95), 1e-10, 0.0))]
+    for k in range(2):
+        gen = torch.Generator().manual_seed(k)
+        grads = [torch.randn(p.shape, generator=gen) * 1e-9 for p, _ in refs]
+        for (p, r), g in zip(refs, grads):
+            p.grad = g.clone()
+        opt.step()
+        for (p, r), g, lr, wd in zip(refs, grads, (0.01, 1e-3), (0.01, 0.0)):
+            r.step(g, lr, wd)
+            assert relative(p.detach(), r.w) < 1e-5, (k, relative(p.detach(), r.w))
+    opt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_ports", dict(globals()))

@@ -2,13 +2,19 @@
 changing the import (docs/python.md, "Ported from other Muon implementations"): Moonlight's
 Muon(lr=, wd=, muon_params=, adamw_params=), dion's Muon as prime-rl builds it (groups with
 "algorithm", adjust_lr=, distributed_mesh=), Keller Jordan's MuonWithAuxAdam groups leaning on
-its defaults. Each run is compared step by step with the original's arithmetic, written out
-below in fp32 (the library with fp32 Newton-Schulz), or with torch.optim.AdamW. One process.
+its defaults; and driving patterns the other suites do not cover (a tensor lr under a
+per-group scheduler, SWALR, weight decay edited each step, state-dict hooks, a generator of
+named parameters, a resume in a new process through torch.load(weights_only=True)). Each run
+is compared step by step with the original's arithmetic, written out below in fp32 (the
+library with fp32 Newton-Schulz), or with torch.optim.AdamW. One process.
 
     test_torch_ports.py [CASE ...]     every case when none is named
 
 Exit 77 (skip) only where torch is not importable."""
+import os
+import subprocess
 import sys
+import tempfile
 import warnings
 
 try:
@@ -339,6 +345,207 @@ def case_add_param_group_in_ported_spelling():
         for (p, r), g, lr, wd in zip(refs, grads, (0.01, 1e-3), (0.01, 0.0)):
             r.step(g, lr, wd)
             assert relative(p.detach(), r.w) < 1e-5, (k, relative(p.detach(), r.w))
+    opt.close()
+
+
+# ---- driving patterns -----------------------------------------------------------------------
+
+def split_like(m, opt, **kw):
+    """torch.optim.AdamW over copies of m's tensors, one group per group of opt (the same
+    tensors in the same order): the lrs torch's schedulers give a torch optimizer of the same
+    groups."""
+    idx = {id(p): i for i, p in enumerate(m.parameters())}
+    copies = [nn.Parameter(p.detach().clone()) for p in m.parameters()]
+    groups = [{"params": [copies[idx[id(p)]] for p in g["params"]]} for g in opt.param_groups]
+    return torch.optim.AdamW(groups, foreach=False, **kw), copies
+
+
+def case_tensor_lr_under_per_group_scheduler():
+    """lr given as a 0-d tensor (torch takes a Tensor lr; torch's schedulers then write it in
+    place, fill_) under LambdaLR with one lambda per group: each group's lr is its own, as on
+    torch.optim.AdamW with the same groups, and each group steps with it (the AdamW tensors
+    within fp32 rounding of torch's): the Muon and AdamW groups split from one list must not
+    share one lr tensor, which the scheduler's fill_ for one would set for both."""
+    m = model()
+    opt = Muon(m.named_parameters(), lr=torch.tensor(0.02), model=m)
+    ref, copies = split_like(m, opt, lr=torch.tensor(0.02))
+    lams = [lambda s: 1.0 / (s + 1), lambda s: 0.5 ** s]
+    ours, theirs = L.LambdaLR(opt, lams), L.LambdaLR(ref, lams)
+    (ai,) = [i for i, g in enumerate(opt.param_groups) if g["algo"] == "adamw"]
+    for gi, g in enumerate(ref.param_groups):
+        g["betas"], g["eps"], g["weight_decay"] = (opt.param_groups[ai]["betas"],
+                                                   opt.param_groups[ai]["eps"],
+                                                   opt.param_groups[ai]["weight_decay"])
+    index = {id(p): i for i, p in enumerate(m.parameters())}
+    for k in range(3):
+        opt.zero_grad()
+        m(*batch(k)).backward()
+        for p in m.parameters():
+            copies[index[id(p)]].grad = p.grad.detach().clone()
+        opt.step()
+        ref.step()
+        ours.step()
+        theirs.step()
+        got = [float(g["lr"]) for g in opt.param_groups]
+        want = [float(g["lr"]) for g in ref.param_groups]
+        assert got == want, (k, got, want)
+        assert ours.get_last_lr() == theirs.get_last_lr()
+        for p in opt.param_groups[ai]["params"]:
+            err = relative(p.detach(), copies[index[id(p)]].detach())
+            assert err < 2e-6, (k, tuple(p.shape), err)
+    opt.close()
+
+
+def case_swalr_and_reduce_on_plateau():
+    """torch.optim.swa_utils.SWALR (annealing to swa_lr, cos and linear) and ReduceLROnPlateau
+    give each group the lr they give torch.optim.AdamW with the same groups, step after step."""
+    from torch.optim.swa_utils import SWALR
+    for make in (lambda o: SWALR(o, swa_lr=0.005, anneal_epochs=3, anneal_strategy="cos"),
+                 lambda o: SWALR(o, swa_lr=[0.004, 0.001], anneal_epochs=2,
+                                 anneal_strategy="linear"),
+                 lambda o: L.ReduceLROnPlateau(o, factor=0.5, patience=0)):
+        m = model()
+        opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m)
+        ref, _ = split_like(m, opt, lr=0.02)
+        for g, r in zip(opt.param_groups, ref.param_groups):
+            r["lr"] = g["lr"]
+        ours, theirs = make(opt), make(ref)
+        for k in range(5):
+            opt.zero_grad()
+            loss = m(*batch(k))
+            loss.backward()
+            opt.step()
+            ref.step()  # no gradients: nothing moves, but its schedulers see a step taken
+            if isinstance(ours, L.ReduceLROnPlateau):
+                ours.step(1.0)  # a loss that never improves: every step reduces
+                theirs.step(1.0)
+            else:
+                ours.step()
+                theirs.step()
+            got = [g["lr"] for g in opt.param_groups]
+            want = [g["lr"] for g in ref.param_groups]
+            assert got == want, (type(ours).__name__, k, got, want)
+        opt.close()
+
+
+def case_weight_decay_edited_each_step():
+    """weight_decay written into every group before each step (a decay schedule): the AdamW
+    tensors follow torch.optim.AdamW with the same edits within fp32 rounding, the Muon ones
+    torch.optim.Muon's arithmetic (decay with the unscaled lr) in fp32 within 1e-5."""
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=3e-3, model=m, config=FP32)
+    refs, lrs = [], {}
+    for g in opt.param_groups:
+        for p in g["params"]:
+            lrs[id(p)] = g["lr"]
+            refs.append((p, RefMuon(p, 0.95, True, JORDAN, 1e-7, lambda a, b: max(1, a / b) ** 0.5)
+                         if g["algo"] == "muon" else
+                         _TorchAdamW(nn.Parameter(p.detach().clone()), g["lr"], g["betas"],
+                                     g["eps"], 0.0)))
+    worst = 0.0
+    for k in range(3):
+        for g in opt.param_groups:  # the decay of step k, written into every group before it
+            g["weight_decay"] = 0.05 * (k + 1)
+        worst = max(worst, against_one(m, opt, refs, k,
+                                       lambda p: (lrs[id(p)], 0.05 * (k + 1))))
+    print(f"  weight decay edited each step: {worst:.2e} from the references")
+    opt.close()
+
+
+def case_state_dict_hooks():
+    """torch.optim's state-dict hooks as a script registers them: register_state_dict_pre_hook
+    sees the optimizer, a post hook's returned dict is what state_dict() returns; a
+    load_state_dict pre hook's returned dict is what is loaded (here with group 0's lr edited),
+    and the post hook runs after it; handles remove them."""
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, model=m)
+    m(*batch(0)).backward()
+    opt.step()
+    seen = []
+    h1 = opt.register_state_dict_pre_hook(lambda o: seen.append(("pre", o is opt)))
+    h2 = opt.register_state_dict_post_hook(lambda o, sd: {**sd, "note": "from a hook"})
+    sd = opt.state_dict()
+    assert seen == [("pre", True)] and sd["note"] == "from a hook", (seen, list(sd))
+
+    def edit(o, sd):
+        sd = dict(sd, param_groups=[dict(g) for g in sd["param_groups"]])
+        sd["param_groups"][0]["lr"] = 0.005
+        return sd
+    h3 = opt.register_load_state_dict_pre_hook(edit)
+    h4 = opt.register_load_state_dict_post_hook(lambda o: seen.append(("loaded",
+                                                                       o.param_groups[0]["lr"])))
+    opt.load_state_dict(sd)
+    assert seen[-1] == ("loaded", 0.005) and opt.param_groups[0]["lr"] == 0.005, seen
+    for h in (h1, h2, h3, h4):
+        h.remove()
+    sd = opt.state_dict()
+    assert "note" not in sd and len(seen) == 2
+    opt.close()
+
+
+def case_generator_and_named_tuples():
+    """Parameters given as a generator of (name, tensor) pairs, and a group whose "params" is a
+    generator: the same algorithms and steps as model.named_parameters() itself."""
+    m, m2 = model(), model()
+    a = Muon(m.named_parameters(), lr=0.02, model=m)
+    b = Muon(((n, p) for n, p in m2.named_parameters()), lr=0.02)
+    c_m = model()
+    c = Muon([{"params": (p for n, p in c_m.named_parameters() if p.ndim >= 2 and "wte" not in n
+                          and "wpe" not in n), "algo": "muon"},
+              {"params": (p for n, p in c_m.named_parameters() if p.ndim < 2 or "wte" in n
+                          or "wpe" in n), "algo": "adamw"}], lr=0.02)
+    for x, y, z in zip(m.parameters(), m2.parameters(), c_m.parameters()):
+        assert a.algo(x) == b.algo(y) == c.algo(z), tuple(x.shape)
+    for k in range(2):
+        for mm, o in ((m, a), (m2, b), (c_m, c)):
+            o.zero_grad()
+            mm(*batch(k)).backward()
+            o.step()
+    for x, y, z in zip(m.parameters(), m2.parameters(), c_m.parameters()):
+        assert torch.equal(x, y) and torch.equal(x, z), tuple(x.shape)
+    for o in (a, b, c):
+        o.close()
+
+
+RESUME = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from test_torch_ports import prime_rl_setup_optimizer, model, batch
+from shardopt.torch import Muon
+torch.set_num_threads(1)
+m = model()
+m.load_state_dict(torch.load(sys.argv[2] + "/model.pt", weights_only=True))
+opt = prime_rl_setup_optimizer(m, torch.tensor(3e-3), 0.05, None, Muon)
+opt.load_state_dict(torch.load(sys.argv[2] + "/opt.pt", weights_only=True))
+for k in (2, 3):
+    opt.zero_grad()
+    m(*batch(k)).backward()
+    opt.step()
+torch.save(m.state_dict(), sys.argv[2] + "/after.pt")
+"""
+
+
+def case_resume_ported_optimizer_in_new_process():
+    """The prime-rl port (with a tensor lr) saved after 2 steps with torch.save, loaded with
+    torch.load(weights_only=True) in a new process into an optimizer built anew, 2 more steps:
+    the bits of 4 uninterrupted steps."""
+    m = model()
+    opt = prime_rl_setup_optimizer(m, torch.tensor(3e-3), 0.05, None, Muon)
+    with tempfile.TemporaryDirectory() as d:
+        for k in range(4):
+            if k == 2:
+                torch.save(m.state_dict(), os.path.join(d, "model.pt"))
+                torch.save(opt.state_dict(), os.path.join(d, "opt.pt"))
+            opt.zero_grad()
+            m(*batch(k)).backward()
+            opt.step()
+        here = os.path.dirname(os.path.abspath(__file__))
+        r = subprocess.run([sys.executable, "-c", RESUME, here, d], capture_output=True,
+                           text=True, timeout=240)
+        assert r.returncode == 0, r.stdout + r.stderr
+        after = torch.load(os.path.join(d, "after.pt"), weights_only=True)
+    for n, p in m.named_parameters():
+        assert torch.equal(p.detach(), after[n]), n
     opt.close()
 
 

@@ -280,6 +280,10 @@ class Muon(torch.optim.Optimizer):
             lr = group.get("adamw_lr", self._adamw["lr"])
             if lr is None:
                 lr = group.get("lr", defaults["lr"])
+                if isinstance(lr, torch.Tensor) and parts["muon"]:
+                    # the Muon part holds that tensor: a scheduler writes a tensor lr in place
+                    # (fill_), so one shared by both parts would give both the last one written
+                    lr = lr.clone()
             # the user's own keys (a group "name" a script looks up, initial_lr) go with it;
             # Muon's hyperparameters do not
             g = {k: v for k, v in group.items() if not k.startswith("adamw_") and k not in (

@@ -350,22 +350,26 @@ def case_add_param_group_in_ported_spelling():
 
 # ---- driving patterns -----------------------------------------------------------------------
 
-def split_like(m, opt, **kw):
+def split_like(m, opt, lr):
     """torch.optim.AdamW over copies of m's tensors, one group per group of opt (the same
-    tensors in the same order): the lrs torch's schedulers give a torch optimizer of the same
-    groups."""
+    tensors in the same order), each with its own lr (a tensor lr copied per group, as a script
+    writing its groups gives each its own): the lrs torch's schedulers give a torch optimizer
+    of those groups."""
     idx = {id(p): i for i, p in enumerate(m.parameters())}
     copies = [nn.Parameter(p.detach().clone()) for p in m.parameters()]
-    groups = [{"params": [copies[idx[id(p)]] for p in g["params"]]} for g in opt.param_groups]
-    return torch.optim.AdamW(groups, foreach=False, **kw), copies
+    groups = [{"params": [copies[idx[id(p)]] for p in g["params"]],
+               "lr": lr.clone() if isinstance(lr, torch.Tensor) else lr}
+              for g in opt.param_groups]
+    return torch.optim.AdamW(groups, lr=lr, foreach=False), copies
 
 
 def case_tensor_lr_under_per_group_scheduler():
     """lr given as a 0-d tensor (torch takes a Tensor lr; torch's schedulers then write it in
     place, fill_) under LambdaLR with one lambda per group: each group's lr is its own, as on
     torch.optim.AdamW with the same groups, and each group steps with it (the AdamW tensors
-    within fp32 rounding of torch's): the Muon and AdamW groups split from one list must not
-    share one lr tensor, which the scheduler's fill_ for one would set for both."""
+    within fp32 rounding of torch's). Before, the Muon and AdamW groups split from one list
+    held the same tensor object, so the scheduler's fill_ for the AdamW group set the Muon
+    group's lr too: both stepped with the last lambda's lr."""
     m = model()
     opt = Muon(m.named_parameters(), lr=torch.tensor(0.02), model=m)
     ref, copies = split_like(m, opt, lr=torch.tensor(0.02))

@@ -81,8 +81,9 @@ def _mesh_ranks(mesh):
 
 def _check_mesh(mesh, comm):
     """dion's distributed_mesh is the group of ranks the optimizer spans; here that is comm (an
-    mpi4py communicator). Taken where it names the same ranks in the same order as comm (one
-    rank and comm None included), refused otherwise."""
+    mpi4py communicator). Taken where it has comm's size and this rank at comm's rank, as dion
+    reads it (the group rank, which torch numbers in global rank order; one rank and comm None
+    included), refused otherwise."""
     if mesh is None:
         return
     size, rank = _mesh_ranks(mesh)

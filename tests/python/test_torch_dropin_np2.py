@@ -2,8 +2,9 @@
 replicated as under DDP): a parameter frozen at construction that has a gradient on rank 0
 only later fails the step on both ranks (a ValueError naming it on rank 0, shardopt.Error
 naming rank 0 on rank 1), nothing written on either, and the next step goes on; a momentum
-warmup (g["momentum"] each step) gives the same bits on both ranks as on one process. Run under
-mpiexec with 2 ranks; exit 77 on every rank without torch."""
+warmup (g["momentum"] each step) gives the same bits on both ranks as on one process; dion's
+distributed_mesh taken where it is comm's ranks, refused otherwise. Run under mpiexec with 2
+ranks; exit 77 on every rank without torch."""
 import sys
 import warnings
 
@@ -79,8 +80,53 @@ def warmup_same_bits():
     check(torch.equal(mine, other), "the ranks differ")
 
 
+def dion_mesh_is_comm():
+    """dion's distributed_mesh (a gloo DeviceMesh over the 2 ranks, as prime-rl passes it) with
+    comm=COMM_WORLD in the same order: taken, and the ported groups give the bits of one
+    process on both ranks. The mesh without comm (the library would run each rank alone), or
+    comm with a mesh of this rank alone, is refused on both ranks before anything collective,
+    naming distributed_mesh and comm. (A mesh listing the ranks in another order is dion's
+    same process group, whose ranks torch numbers in global order: taken, as dion takes it.)"""
+    import socket
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    port = None
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank,
+                            world_size=comm.size)
+    mesh = DeviceMesh("cpu", [0, 1])
+    runs = []
+    for c, msh in ((comm, mesh), (None, None)):
+        m = net()
+        opt = Muon([dict(params=[m[0].weight, m[2].weight], algorithm="muon", lr=0.02,
+                         adjust_lr="rms_norm"),
+                    dict(params=[m[0].bias, m[1].weight, m[1].bias, m[2].bias],
+                         algorithm="adamw", lr=3e-3)],
+                   comm=c, distributed_mesh=msh)
+        for k in range(2):
+            m(torch.randn(4, 6, generator=torch.Generator().manual_seed(k))).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        runs.append([p.detach().clone() for p in m.parameters()])
+        opt.close()
+    check(all(torch.equal(a, b) for a, b in zip(*runs)), "2 ranks differ from one process")
+    for c, msh in ((None, mesh), (comm, DeviceMesh("cpu", [comm.rank]))):
+        try:
+            Muon([dict(params=list(net().parameters()), algorithm="adamw")], comm=c,
+                 distributed_mesh=msh)
+            check(False, f"a distributed_mesh other than comm's ranks was taken: {msh}")
+        except ValueError as e:
+            check("distributed_mesh" in str(e) and "comm" in str(e), f"message: {e}")
+    dist.destroy_process_group()
+
+
 unfrozen_on_one_rank()
 warmup_same_bits()
+dion_mesh_is_comm()
 comm.Barrier()
 if comm.rank == 0:
     print("torch_dropin_np2: ok", flush=True)

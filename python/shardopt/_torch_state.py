@@ -8,6 +8,7 @@ from collections.abc import MutableMapping
 import torch
 
 from shardopt._torch_groups import _adamw_beta1, _adamw_sync, _pair_groups
+from shardopt._torch_ports import _DION_GROUP_KEYS, _dion_group
 
 _KINDS = {"muon": ("momentum",), "adamw": ("exp_avg", "exp_avg_sq")}
 _TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -212,7 +213,12 @@ def _load_state_dict(opt, state_dict):
         result = pre_hook(opt, state_dict)
         if result is not None:
             state_dict = result
-    saved = state_dict["param_groups"]
+    # a state dict of dion's Muon names its group keys as dion does (mu, epsilon, beta1 /
+    # beta2, adjust_lr): in this class's names, the saved momentum is restored and the fixed
+    # keys compared, rather than the saved values kept under keys no step reads
+    saved = [{k: v for k, v in _dion_group(sg, gi).items() if not k.startswith("adamw_")}
+             if _DION_GROUP_KEYS & set(sg) else sg
+             for gi, sg in enumerate(state_dict["param_groups"])]
     if len(saved) != len(opt.param_groups) or any(
             len(a["params"]) != len(b["params"]) for a, b in zip(saved, opt.param_groups)):
         raise ValueError("loaded state dict has a different number of parameter groups or "

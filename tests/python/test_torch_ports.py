@@ -348,6 +348,39 @@ def case_add_param_group_in_ported_spelling():
     opt.close()
 
 
+def case_dion_state_dict_group_keys():
+    """A state dict of dion's Muon (Muon-only: its "momentum" is the library's M) names its
+    group keys as dion does: loaded, its mu is the group's momentum (0.9 saved, 0.95 here) and
+    its momentum the runtime's, and the steps go on as dion's arithmetic from there; a saved
+    epsilon other than this optimizer's (a key fixed at construction) is refused by name.
+    Before, mu, epsilon and adjust_lr were kept as keys no step reads: the run went on with
+    mu 0.95, silently."""
+    w = nn.Parameter(torch.randn(12, 20) * 0.1)
+    opt = Muon([dict(params=[("w", w)], algorithm="muon", lr=0.02)], config=FP32)
+    gen = torch.Generator().manual_seed(9)
+    m0 = torch.randn(12, 20, generator=gen)
+
+    def saved(**kw):
+        g = dict(params=[0], lr=0.02, mu=0.9, beta1=0.9, beta2=0.95, weight_decay=0.01,
+                 algorithm="muon", step=3, epsilon=1e-8, nesterov=False, flatten=False,
+                 adjust_lr="spectral_norm")
+        g.update(kw)
+        return {"state": {0: {"momentum": m0.clone()}}, "param_groups": [g]}
+    refused(lambda: opt.load_state_dict(saved(epsilon=1e-6)), ValueError,
+            "eps = 1e-06 in the state dict")
+    opt.load_state_dict(saved())
+    g = opt.param_groups[0]
+    assert g["momentum"] == 0.9 and "mu" not in g and "epsilon" not in g, g
+    r = RefMuon(w, 0.9, False, QUINTIC, 1e-8, lambda a, b: (a / b) ** 0.5)
+    r.m = m0.clone()
+    for k in range(2):
+        w.grad = torch.randn(12, 20, generator=gen)
+        opt.step()
+        r.step(w.grad, 0.02, 0.01)
+        assert relative(w.detach(), r.w) < 1e-5, (k, relative(w.detach(), r.w))
+    opt.close()
+
+
 # ---- driving patterns -----------------------------------------------------------------------
 
 def split_like(m, opt, lr):

@@ -48,10 +48,10 @@ static int wrapper_component(const char *c, size_t len, int leading)
  * model.named_parameters() of a DDP- or compile-wrapped model has module.output.weight for
  * llama's head, which =output.weight is there to send to AdamW (before, it went to Muon,
  * silently). Compared component by component, nothing allocated. shardopt.torch has a twin,
- * _unwrapped in python/shardopt/torch.py, that cannot be this one: it classifies each tensor
- * before any runtime exists (AdamW and Muon go to different runtimes) and tries every pattern,
- * substring ones too, on the unwrapped name, where this file tries substrings on the name as
- * registered and =exact on both; one shared rule would move tensors between AdamW and Muon on
+ * _unwrapped in python/shardopt/_torch_classify.py, that cannot be this one: it classifies each
+ * tensor before any runtime exists (AdamW and Muon go to different runtimes) and tries every
+ * pattern, substring ones too, on the unwrapped name, where this file tries substrings on the name
+ * as registered and =exact on both; one shared rule would move tensors between AdamW and Muon on
  * one side or the other. */
 static int equals_unwrapped(const char *name, const char *want)
 {

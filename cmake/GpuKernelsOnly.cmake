@@ -15,6 +15,7 @@ find_package(OpenMP REQUIRED COMPONENTS C)
 add_library(shardopt_gpu_kernels STATIC
   kernels/rng.c kernels/ns_coeffs.c kernels/device.c kernels/cpu/elementwise_ref.c
   kernels/cpu/misc_ref.c kernels/cuda/ops_cuda.cu kernels/cuda/elementwise.cu kernels/cuda/ns_cuda.cu
+  kernels/cuda/ns_shard_cuda.cu
   base/mem.c base/status.c base/log.c base/env.c) # the allocator, the recorded errors and the
   # env gateway log.c reads through (plain libc)
 target_include_directories(shardopt_gpu_kernels PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}

@@ -354,15 +354,18 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
 }
 
 /* The team cap the dense plan gets (rt->team_cap), and the node size it places teams in.
- * Teams run the sharded kernels on the CPU over MPI, on every replica: NS on a device
- * (offload = cpu included) and replica_split keep one owner per matrix (a warning says which).
- * Collective over the dense group. */
+ * Teams run the sharded kernels (runtime/step/ns_sharded.c) wherever Newton-Schulz runs, on every
+ * replica: with Newton-Schulz on a device (backend = cuda, offload = cpu) they iterate in fp32
+ * (the device table's ns_shard_* entries, the Gram all-reduce through host memory), whatever
+ * ns_compute says: bf16 teams are the CPU's oneDNN kernels (a warning says so). replica_split,
+ * or a Newton-Schulz table without the sharded entries, keeps one owner per matrix (a warning
+ * says which). Collective over the dense group. */
 static shardopt_status_t teams_setup(shardopt_runtime_t rt)
 {
-    const char *why = rt_ns_on_device(rt) || rt->cfg.offload == SHARDOPT_OFFLOAD_CPU
-                          ? "Newton-Schulz on the device"
-                      : rt->cfg.replica_split && rt->groups.mesh.dp_replicate > 1 ? "replica_split"
-                                                                                  : NULL;
+    const char *why = rt->cfg.replica_split && rt->groups.mesh.dp_replicate > 1 ? "replica_split"
+                      : rt->ns_ops->ns_shard_gram == NULL
+                          ? "Newton-Schulz kernels that have no sharded entries"
+                          : NULL;
     rt->team_cap = 1;
     rt->team_node_members = 1;
     rt->team_compute = KDT_F32;
@@ -381,8 +384,14 @@ static shardopt_status_t teams_setup(shardopt_runtime_t rt)
                         "failed",
                         rt->groups.me.rank);
     /* teams iterate in ns_compute's dtype, which every rank resolves alike (the owners' plan,
-     * whose costs follow the variant tables of that dtype, depends on it as well) */
-    rt->team_compute = rt->ns_compute;
+     * whose costs follow the variant tables of that dtype, depends on it as well); on a device
+     * in fp32, the only team arithmetic the device table has */
+    rt->team_compute = rt_ns_on_device(rt) ? KDT_F32 : rt->ns_compute;
+    if (rt->team_compute != rt->ns_compute && rt->groups.me.rank == 0)
+        log_warn("commit: ns_team_cap = %d with Newton-Schulz on the device: teams iterate in "
+                 "fp32 (bf16 teams run on the CPU backend only); matrices with one owner stay "
+                 "bf16",
+                 rt->cfg.ns_team_cap);
     return SHARDOPT_OK;
 }
 

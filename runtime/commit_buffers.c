@@ -108,9 +108,14 @@ void commit_release(shardopt_runtime_t rt)
     }
     memset(rt->bufs, 0, sizeof rt->bufs);
     rt->dev->free(rt->sh_u);
-    rt->dev->free(rt->sh_x);
+    rt->ns_dev->free(rt->sh_x);
+    if (device_has(rt->ns_dev, DEVICE_CAP_HOST_PINNED))
+        rt->ns_dev->host_free(rt->sh_host);
+    else
+        free(rt->sh_host);
     rt->sh_u = NULL;
     rt->sh_x = NULL;
+    rt->sh_host = NULL;
     free(rt->sumsq);
     free((void *)rt->pre_x);
     free(rt->pre_dt);
@@ -256,8 +261,21 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
     /* sharded Newton-Schulz: U/O of one piece, X and Y, the Gram matrix and B */
     rt->sh_u = noted(&oom, buffer_alloc(rt, sh_u * es + 1), sh_u * es + 1,
                      "the sharded Newton-Schulz piece");
-    rt->sh_x = noted(&oom, buffer_alloc(rt, (2 * sh_x + 2 * sh_g) * sizeof(float) + 1),
-                     (2 * sh_x + 2 * sh_g) * sizeof(float) + 1, "the sharded Newton-Schulz work");
+    /* X, Y, the Gram matrix and B where Newton-Schulz runs (the device with offload = cpu) */
+    const size_t shx = (2 * sh_x + 2 * sh_g) * sizeof(float) + 1;
+    rt->sh_x = noted(&oom, rt->ns_dev->alloc(shx), shx, "the sharded Newton-Schulz work");
+    rt->bytes_workspace += rt->sh_x != NULL ? shx : 0;
+    if (rt_ns_on_device(rt) && sh_g > 0) {
+        /* the host side of its all-reduces and of AOL: a Gram matrix, AOL's m doubles, a block
+         * (ns_sharded.c); pinned, as MPI reads it right after the copy */
+        const size_t hb = (sh_x + sh_g + 2) * sizeof(float);
+        rt->sh_host =
+            noted(&oom,
+                  device_has(rt->ns_dev, DEVICE_CAP_HOST_PINNED) ? rt->ns_dev->host_alloc(hb)
+                                                                 : mem_malloc(hb),
+                  hb, "the sharded Newton-Schulz host staging");
+        rt->bytes_workspace += rt->sh_host != NULL ? hb : 0;
+    }
     /* the state: a host store with offload, which may refuse (host_store_limit) */
     const shardopt_status_t state_status = state_store_alloc(&rt->store);
     if (state_status == SHARDOPT_OK) {

@@ -143,7 +143,7 @@ struct shardopt_runtime {
     struct state_store store;
     struct group_exec gx[GROUP_KINDS];
     int team_cap, team_node_members; /* the dense plan's (commit.c, teams_setup); 1: no teams */
-    int team_compute; /* the dtype teams iterate in: ns_compute's (commit.c, teams_setup) */
+    int team_compute; /* the dtype teams iterate in: ns_compute's, fp32 on a device (teams_setup) */
     /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
      * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest
      * bucket */
@@ -164,7 +164,8 @@ struct shardopt_runtime {
     struct alias_span *alias;     /* [2 * nparams]: alias_check's scratch (the step allocates
                                      nothing) */
     void *sh_u;                   /* sharded Newton-Schulz: one piece's U and O, comm dtype */
-    float *sh_x;                  /* X, Y, Gram, B */
+    float *sh_x;                  /* X, Y, Gram, B: where Newton-Schulz runs (ns_dev) */
+    float *sh_host; /* NS on a device: host staging of the Gram all-reduce and AOL (pinned) */
     /* ns_compute = bf16 teams: MPI_SUM of bf16 Gram entries (MPI has no bf16 type), made at
      * commit when this rank is in a team (ns_sharded_bf16_op), freed by commit_release */
     MPI_Op ns_bf16_sum;

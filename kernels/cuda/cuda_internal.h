@@ -92,6 +92,8 @@ void cuda_sumsq_many(const struct kernel_ctx *ctx, const void *const *x, const i
 int cuda_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                        const struct ns_workspace *ws);
 size_t cuda_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch);
+/* the sharded Newton-Schulz entries (ns_shard_cuda.cu) into a table being made */
+void cuda_ns_shard_fill(struct kernel_ops *o);
 void cuda_lt_plans_destroy(struct cuda_backend *b);
 
 #endif

@@ -400,8 +400,8 @@ static struct kernel_ops cuda_ops_make(void)
     o.adamw_many = cuda_adamw_many;
     o.apply_many = cuda_apply_many;
     o.newton_schulz = cuda_newton_schulz;
-    /* sharded Newton-Schulz stays on the CPU backend for now: NULL makes the runtime keep every
-     * matrix gathered (ns_strategy = gather) with this table */
+    /* sharded Newton-Schulz in fp32 (cuBLAS sgemm): Newton-Schulz teams' blocks */
+    cuda_ns_shard_fill(&o);
     o.sumsq = cuda_sumsq;
     o.sumsq_many = cuda_sumsq_many;
     o.ns_workspace_bytes = cuda_ns_workspace_bytes;

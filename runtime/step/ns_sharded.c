@@ -43,14 +43,72 @@ static shardopt_status_t norm_inverse(shardopt_runtime_t rt, const char *name, M
     return SHARDOPT_OK;
 }
 
-/* A = X X^T of this member's columns, summed over comm. */
+/* With Newton-Schulz on a device (backend = cuda, or offload = cpu) X, Y, the Gram matrix and B
+ * are device memory (rt->sh_x from ns_dev, the block in an NS slot): what MPI or a host kernel
+ * reads crosses through rt->sh_host, after the stream's work so far (a copy, then a sync: MPI
+ * reads the host buffer at once). On the CPU tables they are host memory and nothing moves. An
+ * NCCL all-reduce of the team would keep the Gram matrix on the device, but needs a
+ * communicator per team member set (commit_teams.c makes MPI ones); docs/design.md says why the
+ * host path is the one for now. 0, or -1 when the device's queued work failed. */
+static int to_host(shardopt_runtime_t rt, void *host, const void *dev, size_t bytes)
+{
+    rt->ns_dev->copy(&rt->kctx, host, dev, bytes);
+    return rt->ns_dev->sync(&rt->kctx);
+}
+
+static shardopt_status_t copy_failed(shardopt_runtime_t rt, const char *name, const char *what)
+{
+    return log_fail(SHARDOPT_ERR_DEVICE, "step '%s': rank %d: copying %s to the host failed", name,
+                    rt->groups.me.rank, what);
+}
+
+/* A = X X^T of this member's columns, summed over comm: in place on the CPU tables, through
+ * rt->sh_host on a device (the m x m matrix down, MPI_Allreduce on the host, up again
+ * stream-ordered: the next iteration's copy down waits for it). */
 static shardopt_status_t gram_allreduce(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
                                         const float *x, int64_t m, int64_t n, float *gram)
 {
-    rt->ops->ns_shard_gram(&rt->kctx, x, m, n, gram);
-    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, gram, (int)(m * m), MPI_FLOAT, MPI_SUM,
+    const int dev = rt_ns_on_device(rt);
+    const size_t bytes = sizeof(float) * (size_t)(m * m);
+    float *sum = dev ? rt->sh_host : gram;
+
+    rt->ns_ops->ns_shard_gram(&rt->kctx, x, m, n, gram);
+    if (dev && to_host(rt, sum, gram, bytes) != 0)
+        return copy_failed(rt, name, "a sharded NS Gram matrix");
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, sum, (int)(m * m), MPI_FLOAT, MPI_SUM,
                        "Gram all-reduce") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed", name);
+    if (dev)
+        rt->ns_dev->copy(&rt->kctx, gram, sum, bytes);
+    return SHARDOPT_OK;
+}
+
+/* AOL's row scales (ns_aol_scale, the host function the gathered CPU path runs) on X (m x n) and
+ * the summed Gram matrix: in place on the CPU tables, d in B's room (commit_buffers.c leaves
+ * it); on a device both go down to rt->sh_host (Gram, then the m doubles, then X: commit sizes
+ * it so) and back, once per matrix, so the device gives the CPU's bits. */
+static shardopt_status_t aol_scale(shardopt_runtime_t rt, const char *name, float *x, float *gram,
+                                   float *B, int64_t m, int64_t n)
+{
+    const double eps = (double)rt->cfg.ns_eps;
+    if (!rt_ns_on_device(rt)) {
+        double *d = (double *)(void *)(((uintptr_t)B + 7u) & ~(uintptr_t)7u);
+        ns_aol_scale(m, n, eps, x, gram, d);
+        return SHARDOPT_OK;
+    }
+    float *g = rt->sh_host;
+    double *d = (double *)(void *)(((uintptr_t)(g + m * m) + 7u) & ~(uintptr_t)7u);
+    float *xh = (float *)(void *)(d + m);
+    const size_t gb = sizeof(float) * (size_t)(m * m), xb = sizeof(float) * (size_t)(m * n);
+    rt->ns_dev->copy(&rt->kctx, xh, x, xb);
+    if (to_host(rt, g, gram, gb) != 0)
+        return copy_failed(rt, name, "a team's block for AOL");
+    ns_aol_scale(m, n, eps, xh, g, d);
+    rt->ns_dev->copy(&rt->kctx, x, xh, xb);
+    rt->ns_dev->copy(&rt->kctx, gram, g, gb);
+    /* the host buffer is the next Gram all-reduce's: wait until both copies have read it */
+    if (rt->ns_dev->sync(&rt->kctx) != 0)
+        return copy_failed(rt, name, "AOL's scaled block back");
     return SHARDOPT_OK;
 }
 
@@ -166,19 +224,16 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
     if (scaled != SHARDOPT_OK)
         return scaled;
     if (count > 0)
-        rt->ops->ns_shard_load(&rt->kctx, piece, inv, x);
+        rt->ns_ops->ns_shard_load(&rt->kctx, piece, inv, x);
     const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
     for (int it = 0; it < c->ns_steps; it++) {
         shardopt_status_t status = gram_allreduce(rt, name, comm, x, m, count > 0 ? n : 0, gram);
+        if (status == SHARDOPT_OK && aol && it == 0)
+            status = aol_scale(rt, name, x, gram, B, m, count > 0 ? n : 0);
         if (status != SHARDOPT_OK)
             return status;
-        if (aol && it == 0) {
-            /* m doubles in B, free until the first update (commit_buffers.c leaves room) */
-            double *d = (double *)(void *)(((uintptr_t)B + 7u) & ~(uintptr_t)7u);
-            ns_aol_scale(m, count > 0 ? n : 0, (double)c->ns_eps, x, gram, d);
-        }
         if (count > 0) {
-            rt->ops->ns_shard_update(&rt->kctx, gram, rt->ns_coeffs[it], x, m, n, B, y);
+            rt->ns_ops->ns_shard_update(&rt->kctx, gram, rt->ns_coeffs[it], x, m, n, B, y);
             float *t = x;
             x = y;
             y = t;
@@ -187,7 +242,7 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
     count_iterations(rt, comm, m, count > 0 ? n : 0, sizeof(float), 1);
     if (count == 0) /* no columns: it forms neither B nor Y, only joins the all-reduces */
         return SHARDOPT_OK;
-    rt->ops->ns_shard_store(&rt->kctx, piece, x);
+    rt->ns_ops->ns_shard_store(&rt->kctx, piece, x);
     return SHARDOPT_OK;
 }
 
@@ -242,8 +297,9 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
                                   .steps = c->ns_steps,
                                   .norm_scale = rt->ns_norm_scale,
                                   .eps = (float)c->ns_eps};
-    const double ss = count > 0 ? rt->ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
-    if (rt->team_compute == KDT_BF16) /* ns_compute = bf16 (commit.c, teams_setup) */
+    /* u is where Newton-Schulz runs: an NS slot, or its device copy with offload = cpu */
+    const double ss = count > 0 ? rt->ns_ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
+    if (rt->team_compute == KDT_BF16) /* ns_compute = bf16 on the CPU (commit.c, teams_setup) */
         return iterate_bf16(rt, p->name, comm, &piece, count, on_rows ? cols : rows,
                             on_rows ? rows : cols, ss);
     return iterate(rt, p->name, comm, &piece, count, on_rows ? cols : rows, on_rows ? rows : cols,

@@ -129,6 +129,45 @@ static int sim_ns(const struct kernel_ctx *c, const struct ns_args *a, const str
     return rc;
 }
 
+/* Sharded Newton-Schulz (Newton-Schulz teams' blocks): the CPU reference's entries, counted
+ * (sim_shard_calls) so that a test sees the teams ran on the device table */
+static long sim_shard_calls;
+
+static void sim_shard_load(const struct kernel_ctx *c, const struct ns_args *a, double inv,
+                           float *x)
+{
+    sim_shard_calls++;
+    SIM_OPEN();
+    ns_shard_load(c, a, inv, x);
+    SIM_CLOSE();
+}
+
+static void sim_shard_gram(const struct kernel_ctx *c, const float *x, int64_t m, int64_t n,
+                           float *g)
+{
+    sim_shard_calls++;
+    SIM_OPEN();
+    ns_shard_gram_ref(c, x, m, n, g);
+    SIM_CLOSE();
+}
+
+static void sim_shard_update(const struct kernel_ctx *c, const float *g, const float k[3],
+                             const float *x, int64_t m, int64_t n, float *B, float *y)
+{
+    sim_shard_calls++;
+    SIM_OPEN();
+    ns_shard_update_ref(c, g, k, x, m, n, B, y);
+    SIM_CLOSE();
+}
+
+static void sim_shard_store(const struct kernel_ctx *c, const struct ns_args *a, const float *x)
+{
+    sim_shard_calls++;
+    SIM_OPEN();
+    ns_shard_store(c, a, x);
+    SIM_CLOSE();
+}
+
 static void sim_copy2d(const struct kernel_ctx *c, void *d, size_t dp, const void *s, size_t sp,
                        size_t w, size_t rows)
 {
@@ -351,6 +390,10 @@ static const struct kernel_ops sim_ops = {
     .adamw_many = sim_adamw_many,
     .apply_many = sim_apply_many,
     .newton_schulz = sim_ns,
+    .ns_shard_load = sim_shard_load,
+    .ns_shard_gram = sim_shard_gram,
+    .ns_shard_update = sim_shard_update,
+    .ns_shard_store = sim_shard_store,
     .sumsq = sim_sumsq,
     .sumsq_many = sim_sumsq_many,
     .ns_workspace_bytes = cpu_ns_workspace_bytes,

@@ -69,6 +69,8 @@ struct dev_run {
 /* 1: Gram Newton-Schulz with AOL scaling for both runs (gram_and_aol_run_on_the_device); 2:
  * ns_algorithm = auto */
 static int cfg_gram;
+/* > 1: both runs' ns_team_cap; no_split: replica_split off (teams_run_on_the_device_...) */
+static int team_cap, no_split, team_aol; /* team_aol: ns_precondition = aol */
 
 static shardopt_config_t test_cfg(void)
 {
@@ -87,7 +89,13 @@ static shardopt_config_t test_cfg(void)
     cfg.dp_shard = L_shard;
     cfg.cp = L_cp;
     cfg.ep = L_ep;
-    cfg.replica_split = L_rep > 1;
+    cfg.replica_split = L_rep > 1 && !no_split;
+    if (team_cap > 1) { /* every Muon matrix heavy enough for a team */
+        cfg.ns_team_cap = team_cap;
+        cfg.ns_team_frac = 0.01;
+        if (team_aol)
+            cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
+    }
     const char *off = getenv("SHARDOPT_TEST_OFFLOAD"); /* optimizer: state in a host store */
     if (off != NULL && strcmp(off, "optimizer") == 0) {
         cfg.offload = SHARDOPT_OFFLOAD_OPTIMIZER;
@@ -99,7 +107,6 @@ static shardopt_config_t test_cfg(void)
 }
 
 static double dev_timeout_s; /* > 0: the device run's comm_timeout_s */
-static int dev_team_cap;     /* > 1: the device run's ns_team_cap (teams_stay_off_...) */
 
 static shardopt_config_t dev_cfg(void)
 {
@@ -111,10 +118,6 @@ static shardopt_config_t dev_cfg(void)
     }
     if (dev_timeout_s > 0)
         cfg.comm_timeout_s = dev_timeout_s;
-    if (dev_team_cap > 1) { /* every Muon matrix heavy enough for a team */
-        cfg.ns_team_cap = dev_team_cap;
-        cfg.ns_team_frac = 0.01;
-    }
     return cfg;
 }
 
@@ -529,52 +532,55 @@ TEST(adamw_betas_changed_every_step_give_the_cpu_bits)
     EXPECT_EQ_INT(nsim, 0); /* every simulated allocation was freed */
 }
 
-/* Newton-Schulz teams run the sharded CPU kernels over MPI: with Newton-Schulz on the device
- * (offload none, optimizer or cpu) a team cap is ignored with a warning on rank 0 naming the
- * device, no team is planned, and the run has the bits of the CPU run without teams (on CUDA:
- * its tolerance). Without the switch, a team's block would be read by host kernels from device
- * memory (the simulated device's is PROT_NONE). */
-TEST(teams_stay_off_with_ns_on_the_device)
+/* Newton-Schulz teams run where Newton-Schulz runs: with it on the device (offload none,
+ * optimizer or cpu) a team cap plans the same teams as on the CPU, their blocks iterate on the
+ * device table's sharded entries (the simulated device's: the CPU reference's, on memory the host
+ * cannot touch, the Gram all-reduce through host staging), and the run has the bits of the CPU
+ * run with the same teams (on CUDA: its tolerance), the same all-reduce bytes counted. 8 ranks
+ * (dp_replicate 2) turn replica_split off in both runs: teams need every replica to run them.
+ * Without the device path, commit turned teams off (no team planned). */
+static void teams_on_the_device(int aol)
 {
-    char log[64];
-    device_begin();
-    snprintf(log, sizeof log, "/tmp/shardopt_devsim_teams_%d.log", (int)getpid());
+    no_split = 1;
+    team_cap = 2;
+    team_aol = aol;
     struct run cpu = {0};
     ASSERT_EQ_INT(run_setup(&cpu, MPI_COMM_WORLD, test_cfg(), 0), SHARDOPT_OK);
     ASSERT_EQ_INT(run_steps(&cpu, 1, 3), SHARDOPT_OK);
-    dev_team_cap = 2;
     struct dev_run dev = {0};
-    fflush(stderr);
-    int saved = me == 0 ? dup(2) : -1;
-    if (me == 0) {
-        int fd = open(log, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-        dup2(fd, 2);
-        close(fd);
-    }
+    const long calls = sim_shard_calls;
     const shardopt_status_t st = dev_setup(&dev);
-    if (me == 0) {
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
-    }
-    dev_team_cap = 0;
+    team_cap = team_aol = no_split = 0;
     ASSERT_EQ_INT(st, SHARDOPT_OK);
-    EXPECT_EQ_INT(dev.rt->gx[GROUP_DENSE].plan.nteams, 0);
+    const int nteams = dev.rt->gx[GROUP_DENSE].plan.nteams;
+    EXPECT_EQ_INT(nteams, cpu.rt->gx[GROUP_DENSE].plan.nteams);
+    shardopt_stats_t s = SHARDOPT_STATS_INIT, sc = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(dev.rt, &s);
+    if (s.dense_size > 1) /* a dense group of one rank has no one to team with */
+        EXPECT_TRUE(nteams > 0);
     ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
     EXPECT_EQ_INT(params_differ(&dev, &cpu, 3), 0);
-    if (me == 0) {
-        char t[4096] = "";
-        FILE *f = fopen(log, "rb");
-        if (f != NULL) {
-            t[fread(t, 1, sizeof t - 1, f)] = '\0';
-            fclose(f);
-        }
-        EXPECT_STR_CONTAINS(t, "ns_team_cap = 2 ignored with Newton-Schulz on the device");
-        unlink(log);
-    }
+    if (!on_cuda && nteams > 0) /* the blocks iterated on the device table */
+        EXPECT_TRUE(sim_shard_calls > calls);
+    shardopt_get_stats(dev.rt, &s);
+    shardopt_get_stats(cpu.rt, &sc);
+    EXPECT_TRUE(s.bytes_ns_allreduce_last == sc.bytes_ns_allreduce_last);
+    EXPECT_TRUE(nteams == 0 || s.bytes_ns_allreduce_last > 0);
+    EXPECT_EQ_INT((int)sim_wrong_device, 0);
+    if (me == 0)
+        printf("  teams on the device (%s): %d team matrices, %llu Gram all-reduce bytes in the "
+               "last step on rank 0\n",
+               aol ? "aol" : "frobenius", nteams, (unsigned long long)s.bytes_ns_allreduce_last);
     dev_free(&dev);
     run_free(&cpu);
     EXPECT_EQ_INT(nsim, 0);
+}
+
+TEST(teams_run_on_the_device_with_the_cpu_teams_bits)
+{
+    device_begin();
+    teams_on_the_device(0);
+    teams_on_the_device(1); /* AOL's row scales from the team's summed Gram matrix */
 }
 
 /* A parameter's data or grad in the wrong memory for where the step runs it (host memory for a

@@ -1001,9 +1001,8 @@ static double rel_err(const double *got, const double *want, const double *base,
  * Newton-Schulz over their members: docs/config.md, ns_team_cap, "not the same bits"). */
 static int is_bitwise_layout(const struct combo *c)
 {
-    /* teams stay off where Newton-Schulz runs on a device (docs/config.md, ns_team_cap) */
-    return c->cfg.ns_strategy == SHARDOPT_NS_STRATEGY_GATHER &&
-           (c->cfg.ns_team_cap < 2 || c->devsim);
+    /* teams run on the simulated device too (docs/config.md, ns_team_cap) */
+    return c->cfg.ns_strategy == SHARDOPT_NS_STRATEGY_GATHER && c->cfg.ns_team_cap < 2;
 }
 
 static double worst_sharded_err; /* fp32 sharded or team Newton-Schulz against one rank */

@@ -1,0 +1,171 @@
+/* Sharded Newton-Schulz on the device (kernels/ops.h's ns_shard_* entries): a team member's
+ * block X_j (m x n, the working orientation) in fp32, for runtime/step/ns_sharded.c, which
+ * all-reduces the Gram matrices between these calls. The products are cuBLAS sgemm where the CPU
+ * BLAS versions (kernels/cpu/ns_sharded_kernels.c) call cblas_sgemm, in the same forms (a block
+ * narrower than m updated without A A, kernels/ns_shape.h), so that the FLOPs the runtime counts
+ * are the ones performed. Row-major m x n is column-major n x m: each call is the CPU's
+ * transposed. cuBLAS sums in its own order, so the results are fp32-close to the CPU's, not its
+ * bits. Compiled and linked; not yet run on a GPU. A cuBLAS call that fails records the error
+ * (status_set) and leaves NaN in its result, which the step's output then carries rather than a
+ * stale block. */
+#include "cuda_internal.h"
+
+extern "C" {
+#include "../elem_rules.h"
+#include "../ns_shape.h"
+#include "base/status.h"
+}
+
+#define SHARD_TILE 32
+
+/* dst <- src * scale, src rows x cols row-major (src_dt), dst the same or (transpose) its
+ * transpose, through a shared tile so that both sides go along rows: the load (U stored -> X
+ * working, scale 1 / (|U|_F s + eps) from the host) and the store (X -> O stored, scale 1). The
+ * value is formed as the CPU forms it, (float)((double)v * scale). */
+__global__ void k_shard_tile(const void *src, int src_dt, void *dst, int dst_dt, int64_t rows,
+                             int64_t cols, int transpose, double scale)
+{
+    __shared__ float tile[SHARD_TILE][SHARD_TILE + 1];
+    const int64_t r0 = (int64_t)blockIdx.y * SHARD_TILE, c0 = (int64_t)blockIdx.x * SHARD_TILE;
+
+    for (int ty = threadIdx.y; ty < SHARD_TILE; ty += blockDim.y) {
+        const int64_t r = r0 + ty, c = c0 + threadIdx.x;
+        if (r < rows && c < cols)
+            tile[ty][threadIdx.x] =
+                (float)((double)kload(src, src_dt, (size_t)(r * cols + c)) * scale);
+    }
+    __syncthreads();
+    for (int ty = threadIdx.y; ty < SHARD_TILE; ty += blockDim.y) {
+        if (transpose) { /* dst is cols x rows: its row c0 + ty is column c0 + ty of the tile */
+            const int64_t c = c0 + ty, r = r0 + threadIdx.x;
+            if (r < rows && c < cols)
+                kstore_value(dst, dst_dt, (size_t)(c * rows + r), tile[threadIdx.x][ty]);
+        } else {
+            const int64_t r = r0 + ty, c = c0 + threadIdx.x;
+            if (r < rows && c < cols)
+                kstore_value(dst, dst_dt, (size_t)(r * cols + c), tile[ty][threadIdx.x]);
+        }
+    }
+}
+
+/* b[i] <- b[i] + c * x[i], two roundings as the CPU's loop (-fmad=false: no fused product) */
+__global__ void k_shard_axpy(float *b, const float *x, float c, size_t count)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        b[i] = b[i] + c * x[i];
+}
+
+/* b[i][i] <- b[i][i] + c */
+__global__ void k_shard_diag(float *b, int64_t m, float c)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m;
+         i += (int64_t)gridDim.x * blockDim.x)
+        b[i * m + i] = b[i * m + i] + c;
+}
+
+static void tile_launch(cudaStream_t s, const void *src, int src_dt, void *dst, int dst_dt,
+                        int64_t rows, int64_t cols, int transpose, double scale)
+{
+    if (rows <= 0 || cols <= 0)
+        return;
+    const dim3 grid((unsigned)((cols + SHARD_TILE - 1) / SHARD_TILE),
+                    (unsigned)((rows + SHARD_TILE - 1) / SHARD_TILE));
+    k_shard_tile<<<grid, dim3(SHARD_TILE, 8), 0, s>>>(src, src_dt, dst, dst_dt, rows, cols,
+                                                      transpose, scale);
+}
+
+static void cuda_ns_shard_load(const struct kernel_ctx *ctx, const struct ns_args *a, double inv,
+                               float *x)
+{
+    tile_launch(cuda_stream(ctx), a->in, a->in_dtype, x, KDT_F32, a->rows, a->cols, a->transpose,
+                inv);
+}
+
+static void cuda_ns_shard_store(const struct kernel_ctx *ctx, const struct ns_args *a,
+                                const float *x)
+{
+    /* x is the working orientation: cols x rows where the piece is transposed */
+    tile_launch(cuda_stream(ctx), x, KDT_F32, a->out, a->out_dtype,
+                a->transpose ? a->cols : a->rows, a->transpose ? a->rows : a->cols, a->transpose,
+                1.0);
+}
+
+/* c (rows x cols floats) <- NaN after a failed cuBLAS call, the error recorded */
+static void blas_failed(const struct kernel_ctx *ctx, cublasStatus_t st, const char *what, float *c,
+                        size_t count)
+{
+    status_set(SHARDOPT_ERR_DEVICE, "CUDA backend: sharded Newton-Schulz %s: %s", what,
+               cublasGetStatusString(st));
+    cudaMemsetAsync(c, 0xff, sizeof(float) * count, cuda_stream(ctx));
+}
+
+/* column-major C (M x N) <- alpha op(A) op(B) + beta C, on ctx's stream */
+static cublasStatus_t sgemm(const struct kernel_ctx *ctx, cublasOperation_t ta, int M, int N, int K,
+                            float alpha, const float *A, int lda, const float *B, int ldb,
+                            float beta, float *C, int ldc)
+{
+    struct cuda_backend *be = cuda_be(ctx);
+    cublasStatus_t st = cublasSetStream(be->blas, cuda_stream(ctx));
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    return cublasSgemm(be->blas, ta, CUBLAS_OP_N, M, N, K, &alpha, A, lda, B, ldb, &beta, C, ldc);
+}
+
+/* G = X X^T: column-major, X is n x m (ld n), so G = (X)^T-as-stored times X-as-stored */
+static void cuda_ns_shard_gram(const struct kernel_ctx *ctx, const float *x, int64_t m, int64_t n,
+                               float *g)
+{
+    const size_t mm = (size_t)(m * m);
+    if (n == 0) { /* a member without columns joins the sum with zeros */
+        cudaMemsetAsync(g, 0, sizeof(float) * mm, cuda_stream(ctx));
+        return;
+    }
+    const cublasStatus_t st = sgemm(ctx, CUBLAS_OP_T, (int)m, (int)m, (int)n, 1.0f, x, (int)n, x,
+                                    (int)n, 0.0f, g, (int)m);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        blas_failed(ctx, st, "Gram matrix", g, mm);
+}
+
+/* The CPU BLAS update (ns_shard_update_blas) transposed: a row-major product P Q (P m x k, Q
+ * k x n) is column-major Q^T P^T, i.e. sgemm(n, m, k, Q, P). */
+static void cuda_ns_shard_update(const struct kernel_ctx *ctx, const float *g, const float c[3],
+                                 const float *x, int64_t m, int64_t n, float *B, float *y)
+{
+    const cudaStream_t s = cuda_stream(ctx);
+    const int M = (int)m, N = (int)n;
+    const size_t mn = (size_t)(m * n), mm = (size_t)(m * m);
+    cublasStatus_t st;
+
+    if (n == 0)
+        return;
+    if (ns_shard_narrow((double)m, (double)n)) {
+        /* V = c2 A X + c1 X in B (m x n), then Y = A V + c0 X: 4m^2n, no A A */
+        st = sgemm(ctx, CUBLAS_OP_N, N, M, M, c[2], x, N, g, M, 0.0f, B, N);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return blas_failed(ctx, st, "update", y, mn);
+        k_shard_axpy<<<cuda_blocks(mn, 256), 256, 0, s>>>(B, x, c[1], mn);
+        cudaMemcpyAsync(y, x, sizeof(float) * mn, cudaMemcpyDeviceToDevice, s);
+        st = sgemm(ctx, CUBLAS_OP_N, N, M, M, 1.0f, B, N, g, M, c[0], y, N);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            blas_failed(ctx, st, "update", y, mn);
+        return;
+    }
+    /* B = c1 A + c2 A A + c0 I, then Y = B X: the same fusion as the CPU's */
+    cudaMemcpyAsync(B, g, sizeof(float) * mm, cudaMemcpyDeviceToDevice, s);
+    st = sgemm(ctx, CUBLAS_OP_N, M, M, M, c[2], g, M, g, M, c[1], B, M);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return blas_failed(ctx, st, "update", y, mn);
+    k_shard_diag<<<cuda_blocks((size_t)m, 256), 256, 0, s>>>(B, m, c[0]);
+    st = sgemm(ctx, CUBLAS_OP_N, N, M, M, 1.0f, x, N, B, M, 0.0f, y, N);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        blas_failed(ctx, st, "update", y, mn);
+}
+
+void cuda_ns_shard_fill(struct kernel_ops *o)
+{
+    o->ns_shard_load = cuda_ns_shard_load;
+    o->ns_shard_gram = cuda_ns_shard_gram;
+    o->ns_shard_update = cuda_ns_shard_update;
+    o->ns_shard_store = cuda_ns_shard_store;
+}

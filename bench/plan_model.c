@@ -151,13 +151,13 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
         pp[np].ns_gram = o->ns_algo == 1 || (o->ns_algo == 2 && auto_gram(o, rows, cols));
         np++;
     }
-    /* --ns-strategy, decided per tensor as commit's sharded_choose does (the CPU kernels only:
-     * the device gathers every matrix). A sharded tensor leaves the plan (no owner, no
-     * exchange); each member holding columns of one of its matrices runs the sharded standard
-     * iteration on them in fp32 (bf16 or not), every product whole, ns_shard_iter_flops(m, n_j,
-     * 1) per step (4m^2 n_j + 2m^3, or 6m^2 n_j for n_j < m: runtime/step/ns_sharded.c); a member
-     * holding none counts nothing. */
-    if (o->ns_strategy != NS_MODE_GATHER && o->ns_compute >= 0) {
+    /* --ns-strategy, decided per tensor as commit's sharded_choose does (on a device too: its
+     * sharded entries run the same fp32 forms, kernels/cuda/ns_shard_cuda.cu). A sharded tensor
+     * leaves the plan (no owner, no exchange); each member holding columns of one of its matrices
+     * runs the sharded standard iteration on them in fp32 (bf16 or not), every product whole,
+     * ns_shard_iter_flops(m, n_j, 1) per step (4m^2 n_j + 2m^3, or 6m^2 n_j for n_j < m:
+     * runtime/step/ns_sharded.c); a member holding none counts nothing. */
+    if (o->ns_strategy != NS_MODE_GATHER) {
         const shardopt_config_t dflt = SHARDOPT_CONFIG_INIT;
         double total = 0;
         for (int q = 0; q < np; q++) {

@@ -63,8 +63,8 @@
  * plan_ns_flops_blocked): --ns-compute device (the default: a GPU, whose plain variant forms
  * every product whole), or fp32 / bf16 for the CPU kernels of that ns_compute, whose symmetric
  * products cost what the committed per-shape variant table (kernels/ns_variant.h) makes them
- * form. --ns-strategy sharded|auto (with fp32 or bf16: sharded Newton-Schulz is CPU-only, the
- * device gathers every matrix) keeps the matrices commit would keep sharded out of the owners'
+ * form. --ns-strategy sharded|auto (the CPU and the device alike: sharded Newton-Schulz is fp32
+ * on both) keeps the matrices commit would keep sharded out of the owners'
  * plan and counts each holder's columns (auto's cost model at --cost-rates, or the config's
  * defaults). tests/mpi/plan_vs_runtime.sh checks the counts against runs. Owners are still balanced
  * on the whole-product cost (plan_ns_cost), as commit balances them.

@@ -290,8 +290,6 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
         kind == GROUP_DENSE ? SHARDOPT_PLACEMENT_DENSE : SHARDOPT_PLACEMENT_EXPERT;
     double total = 0;
 
-    if (rt_ns_on_device(rt))
-        return SHARDOPT_OK; /* sharded Newton-Schulz is CPU-only: auto gathers every matrix */
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->algo == SHARDOPT_ALGO_MUON && p->placement == want)

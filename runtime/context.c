@@ -58,11 +58,6 @@ static shardopt_status_t kernels_select(struct shardopt_runtime *rt)
             return log_fail(SHARDOPT_ERR_UNSUPPORTED,
                             "config backend = cuda: this build has no CUDA backend (configure "
                             "with nvcc on the PATH or SHARDOPT_WITH_CUDA=ON)");
-        /* what the CUDA backend does not do yet: refused, never silently done on the CPU */
-        if (cfg->ns_strategy == SHARDOPT_NS_STRATEGY_SHARDED)
-            return log_fail(SHARDOPT_ERR_UNSUPPORTED,
-                            "config backend = cuda with ns_strategy = sharded: sharded "
-                            "Newton-Schulz runs on the CPU backend only; use gather or auto");
         *ns_ops_p = kernel_ops_cuda();
         rt->ns_dev = device_ops_cuda();
         if (cfg->offload == SHARDOPT_OFFLOAD_CPU) {

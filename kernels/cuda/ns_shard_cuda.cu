@@ -1,13 +1,13 @@
 /* Sharded Newton-Schulz on the device (kernels/ops.h's ns_shard_* entries): a team member's
- * block X_j (m x n, the working orientation) in fp32, for runtime/step/ns_sharded.c, which
- * all-reduces the Gram matrices between these calls. The products are cuBLAS sgemm where the CPU
- * BLAS versions (kernels/cpu/ns_sharded_kernels.c) call cblas_sgemm, in the same forms (a block
- * narrower than m updated without A A, kernels/ns_shape.h), so that the FLOPs the runtime counts
- * are the ones performed. Row-major m x n is column-major n x m: each call is the CPU's
- * transposed. cuBLAS sums in its own order, so the results are fp32-close to the CPU's, not its
- * bits. Compiled and linked; not yet run on a GPU. A cuBLAS call that fails records the error
- * (status_set) and leaves NaN in its result, which the step's output then carries rather than a
- * stale block. */
+ * block or a sharded piece X_j (m x n, the working orientation) in fp32, for
+ * runtime/step/ns_sharded.c, which all-reduces the Gram matrices between these calls. The products
+ * are cuBLAS sgemm where the CPU BLAS versions (kernels/cpu/ns_sharded_kernels.c) call cblas_sgemm,
+ * in the same forms (a block narrower than m updated without A A, kernels/ns_shape.h), so that the
+ * FLOPs the runtime counts are the ones performed. Row-major m x n is column-major n x m: each call
+ * is the CPU's transposed. cuBLAS sums in its own order, so the results are fp32-close to the
+ * CPU's, not its bits. Compiled and linked; not yet run on a GPU. A cuBLAS call that fails records
+ * the error (status_set) and leaves NaN in its result, which the step's output then carries rather
+ * than a stale block. */
 #include "cuda_internal.h"
 
 extern "C" {

@@ -71,6 +71,7 @@ struct dev_run {
 static int cfg_gram;
 /* > 1: both runs' ns_team_cap; no_split: replica_split off (teams_run_on_the_device_...) */
 static int team_cap, no_split, team_aol; /* team_aol: ns_precondition = aol */
+static int strategy_sharded;             /* both runs' ns_strategy = sharded */
 
 static shardopt_config_t test_cfg(void)
 {
@@ -90,6 +91,8 @@ static shardopt_config_t test_cfg(void)
     cfg.cp = L_cp;
     cfg.ep = L_ep;
     cfg.replica_split = L_rep > 1 && !no_split;
+    if (strategy_sharded)
+        cfg.ns_strategy = SHARDOPT_NS_STRATEGY_SHARDED;
     if (team_cap > 1) { /* every Muon matrix heavy enough for a team */
         cfg.ns_team_cap = team_cap;
         cfg.ns_team_frac = 0.01;
@@ -532,45 +535,53 @@ TEST(adamw_betas_changed_every_step_give_the_cpu_bits)
     EXPECT_EQ_INT(nsim, 0); /* every simulated allocation was freed */
 }
 
-/* Newton-Schulz teams run where Newton-Schulz runs: with it on the device (offload none,
- * optimizer or cpu) a team cap plans the same teams as on the CPU, their blocks iterate on the
- * device table's sharded entries (the simulated device's: the CPU reference's, on memory the host
+/* Newton-Schulz teams and the sharded strategy run where Newton-Schulz runs: with it on the
+ * device (offload none, optimizer or cpu) a team cap plans the same teams as on the CPU and
+ * ns_strategy = sharded keeps the same matrices sharded; their blocks iterate on the device
+ * table's sharded entries (the simulated device's: the CPU reference's, on memory the host
  * cannot touch, the Gram all-reduce through host staging), and the run has the bits of the CPU
- * run with the same teams (on CUDA: its tolerance), the same all-reduce bytes counted. 8 ranks
+ * run (on CUDA: its tolerance), the same all-reduce bytes counted. Teams with 8 ranks
  * (dp_replicate 2) turn replica_split off in both runs: teams need every replica to run them.
- * Without the device path, commit turned teams off (no team planned). */
-static void teams_on_the_device(int aol)
+ * Without the device path, commit turned teams off (no team planned) and gathered every matrix. */
+static void sharded_on_the_device(int aol, int strategy)
 {
-    no_split = 1;
-    team_cap = 2;
+    no_split = !strategy;
+    team_cap = strategy ? 0 : 2;
     team_aol = aol;
+    strategy_sharded = strategy;
     struct run cpu = {0};
     ASSERT_EQ_INT(run_setup(&cpu, MPI_COMM_WORLD, test_cfg(), 0), SHARDOPT_OK);
     ASSERT_EQ_INT(run_steps(&cpu, 1, 3), SHARDOPT_OK);
     struct dev_run dev = {0};
     const long calls = sim_shard_calls;
     const shardopt_status_t st = dev_setup(&dev);
-    team_cap = team_aol = no_split = 0;
+    team_cap = team_aol = no_split = strategy_sharded = 0;
     ASSERT_EQ_INT(st, SHARDOPT_OK);
-    const int nteams = dev.rt->gx[GROUP_DENSE].plan.nteams;
-    EXPECT_EQ_INT(nteams, cpu.rt->gx[GROUP_DENSE].plan.nteams);
+    /* team matrices, or matrices kept sharded */
+    int n = dev.rt->gx[GROUP_DENSE].plan.nteams, want = cpu.rt->gx[GROUP_DENSE].plan.nteams;
+    for (int p = 0; strategy && p < MODEL_NPARAMS; p++) {
+        n += dev.rt->params[p]->ns_sharded;
+        want += cpu.rt->params[p]->ns_sharded;
+    }
+    EXPECT_EQ_INT(n, want);
     shardopt_stats_t s = SHARDOPT_STATS_INIT, sc = SHARDOPT_STATS_INIT;
     shardopt_get_stats(dev.rt, &s);
-    if (s.dense_size > 1) /* a dense group of one rank has no one to team with */
-        EXPECT_TRUE(nteams > 0);
+    if (s.dense_size > 1) /* a dense group of one rank has no one to share a matrix with */
+        EXPECT_TRUE(n > 0);
     ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
     EXPECT_EQ_INT(params_differ(&dev, &cpu, 3), 0);
-    if (!on_cuda && nteams > 0) /* the blocks iterated on the device table */
+    if (!on_cuda && n > 0) /* the blocks iterated on the device table */
         EXPECT_TRUE(sim_shard_calls > calls);
     shardopt_get_stats(dev.rt, &s);
     shardopt_get_stats(cpu.rt, &sc);
     EXPECT_TRUE(s.bytes_ns_allreduce_last == sc.bytes_ns_allreduce_last);
-    EXPECT_TRUE(nteams == 0 || s.bytes_ns_allreduce_last > 0);
+    EXPECT_TRUE(n == 0 || s.bytes_ns_allreduce_last > 0);
     EXPECT_EQ_INT((int)sim_wrong_device, 0);
     if (me == 0)
-        printf("  teams on the device (%s): %d team matrices, %llu Gram all-reduce bytes in the "
-               "last step on rank 0\n",
-               aol ? "aol" : "frobenius", nteams, (unsigned long long)s.bytes_ns_allreduce_last);
+        printf("  %s on the device (%s): %d matrices, %llu Gram all-reduce bytes in the last "
+               "step on rank 0\n",
+               strategy ? "ns_strategy = sharded" : "teams", aol ? "aol" : "frobenius", n,
+               (unsigned long long)s.bytes_ns_allreduce_last);
     dev_free(&dev);
     run_free(&cpu);
     EXPECT_EQ_INT(nsim, 0);
@@ -579,8 +590,14 @@ static void teams_on_the_device(int aol)
 TEST(teams_run_on_the_device_with_the_cpu_teams_bits)
 {
     device_begin();
-    teams_on_the_device(0);
-    teams_on_the_device(1); /* AOL's row scales from the team's summed Gram matrix */
+    sharded_on_the_device(0, 0);
+    sharded_on_the_device(1, 0); /* AOL's row scales from the team's summed Gram matrix */
+}
+
+TEST(sharded_strategy_runs_on_the_device_with_the_cpu_bits)
+{
+    device_begin();
+    sharded_on_the_device(0, 1); /* aol needs gathered matrices (config refuses it) */
 }
 
 /* A parameter's data or grad in the wrong memory for where the step runs it (host memory for a

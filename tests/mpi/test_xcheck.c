@@ -329,8 +329,9 @@ static void draw_more(struct combo *c)
     if (pick(16) == 0)
         g->bind = SHARDOPT_BIND_AUTO;
     if (pick(6) == 0) {
-        /* what backend = cuda accepts: matrices gathered (sharded is refused and auto gathers
-         * every one), nonfinite = zero only with offload = cpu. The device's tables are the
+        /* matrices gathered (ns_strategy sharded runs on the device too, checked against the
+         * CPU's bits by test_device_sim; kept gathered here as the combos were drawn), nonfinite
+         * = zero only with offload = cpu (what backend = cuda accepts). The device's tables are the
          * reference kernels, so the one-rank run takes them too, and a layout gives the same bits
          * (docs/config.md, backend: bit for bit the CPU reference's rules) */
         c->devsim = 1;

@@ -157,12 +157,6 @@ TEST(invalid_config_refused_at_init)
         EXPECT_TRUE(rt == NULL);
         return;
     }
-    /* what the CUDA backend does not do is refused by name, with or without a device */
-    cfg.ns_strategy = SHARDOPT_NS_STRATEGY_SHARDED;
-    EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_UNSUPPORTED);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "ns_strategy = sharded");
-    EXPECT_TRUE(rt == NULL);
-    cfg.ns_strategy = SHARDOPT_NS_STRATEGY_GATHER;
     if (cuda->device_count() == 0) { /* and a machine without a GPU is named as such */
         EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_DEVICE);
         EXPECT_STR_CONTAINS(shardopt_last_error(), "no CUDA device is visible");

@@ -23,6 +23,7 @@ declare -A short=(
     [kernels/cpu/ns_bf16_run.c]="ns_bf16_" # bf16 NS's step half: ns_bf16.h declares both files' functions
     [kernels/cuda/elementwise.cu]="cuda_ k_" # k_: device kernels (__global__)
     [kernels/cuda/ns_cuda.cu]="cuda_ k_"
+    [kernels/cuda/ns_shard_cuda.cu]="cuda_ k_"
     [kernels/cuda/ops_cuda.cu]="cuda_ kernel_ops_cuda device_ops_cuda"
     [kernels/cuda_none.c]="kernel_ops_cuda device_ops_cuda" # the CUDA tables where the build has none
     [sharding/plan_owners.c]="plan_" # the planner's owner half: plan_owners_assign, plan_ns_team_cost, ...

@@ -6,14 +6,16 @@
  * they are checked (checkpoint_write.c: ckpt.write, ckpt.fsync, ckpt.index; checkpoint_save.c:
  * ckpt.rename; checkpoint_dir.c: ckpt.lock, ckpt.latest, ckpt.prune; checkpoint_load.c: ckpt.read,
  * each read of a rank file; prepass.c: step.prepass; muon_exec.c: step.exchange, each exchange a
- * bucket starts; copy: each device copy whose completion is checked, in offload/state_store.c and
- * muon_exec.c; comm_wait.c: init.split, each communicator split of init (the four groups, or those
- * init_from_groups derives, then the node splits for bind = auto and device = local_rank),
- * init.dup, each trainer's group init_from_groups duplicates; comm_nccl.c: nccl.id, each NCCL
- * group's unique-id broadcast), but for `alloc`: alloc:<n> makes the n-th allocation of the library
- * (base/mem.h, every layer's, and cJSON's while armed) return NULL, counted from the load or from
- * fault_arm (with SHARDOPT_FAULT_RANK, from init on that rank). Only one site is armed at a time;
- * kill@alloc and hang@alloc are refused, and so is a site no call names (fault.c's list). */
+ * bucket starts; ns_sharded.c: step.ns, each iteration of a sharded or team Newton-Schulz piece on
+ * a member holding columns of it, a stand-in for a kernel refusing; copy: each device copy whose
+ * completion is checked, in offload/state_store.c and muon_exec.c; comm_wait.c: init.split, each
+ * communicator split of init (the four groups, or those init_from_groups derives, then the node
+ * splits for bind = auto and device = local_rank), init.dup, each trainer's group init_from_groups
+ * duplicates; comm_nccl.c: nccl.id, each NCCL group's unique-id broadcast), but for `alloc`:
+ * alloc:<n> makes the n-th allocation of the library (base/mem.h, every layer's, and cJSON's while
+ * armed) return NULL, counted from the load or from fault_arm (with SHARDOPT_FAULT_RANK, from init
+ * on that rank). Only one site is armed at a time; kill@alloc and hang@alloc are refused, and so is
+ * a site no call names (fault.c's list). */
 #ifndef BASE_FAULT_H
 #define BASE_FAULT_H
 

@@ -159,6 +159,10 @@ struct shardopt_runtime {
      * next step's receive of the same tag. Those buffers are kept past finalize (left to MPI)
      * and every later step refuses. */
     int exchange_abandoned;
+    /* This step: a sharded or team Newton-Schulz matrix failed (ns_sharded.c). Its group learnt
+     * it in the same all-reduce and ran every later collective of the step, so the failure is
+     * agreed at the Muon phase's end instead of leaving peers in an all-reduce. */
+    shardopt_status_t ns_failed;
     struct ns_workspace ns_ws;
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
     struct alias_span *alias;     /* [2 * nparams]: alias_check's scratch (the step allocates

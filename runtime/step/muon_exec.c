@@ -273,8 +273,12 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             shardopt_status_t status = ns_sharded_block(rt, p, gx->set_comm[gx->set_of[ow->mat]],
                                                         at(base, ow->slot - base_slot, es),
                                                         ow->rows, ow->cols, ow->team_rows);
-            if (status != SHARDOPT_OK)
+            if (status == SHARDOPT_ERR_COMM)
                 return status;
+            /* a failed team matrix (ns_sharded.c): every exchange still completes, and
+             * ns_sharded_run's agreement fails the step on every rank */
+            if (status != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK)
+                rt->ns_failed = status;
             xfer_progress(rt, in_flight1, in_flight2);
             w++;
             continue;
@@ -433,6 +437,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
     int n = 0;
 
     memset(ring, 0, sizeof ring); /* muon_abandon reads every stage of a short pipeline */
+    rt->ns_failed = SHARDOPT_OK;
     for (int g = 0; g < GROUP_KINDS; g++)
         n += rt->gx[g].plan.nbuckets;
     if (n == 0)

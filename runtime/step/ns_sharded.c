@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/fault.h"
 #include "base/status.h"
 #include "kernels/clock.h"
 #include "kernels/cpu/ns_bf16.h"
@@ -30,16 +31,33 @@ static void count_iterations(shardopt_runtime_t rt, MPI_Comm comm, int64_t m, in
     rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n, narrow_ok) * steps;
 }
 
-/* 1 / (|U|_F s + eps) of the whole matrix: ss, this member's squared norm, summed over comm
- * (every member, with columns or not, joins). The start of both iterations below. */
-static shardopt_status_t norm_inverse(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
-                                      double ss, double *inv)
+/* A member's failure inside the iterations (a kernel refusing; the fault site step.ns stands in
+ * for one) travels in the group's next all-reduce, one element past the sum: every member reads
+ * it from the same result and stops there, the failed one having joined with zeros as a member
+ * without columns does. Before, the failed member returned alone and the others waited in that
+ * all-reduce until comm_timeout_s ended the job. A failure in the last update has no all-reduce
+ * after it: ns_sharded_run's agreement tells the group. */
+static shardopt_status_t group_failed(const char *name, int mine)
 {
+    return log_fail(SHARDOPT_ERR_INTERNAL,
+                    "step '%s': sharded Newton-Schulz failed on %s; the matrix is not updated",
+                    name, mine ? "this rank" : "another member of its group");
+}
+
+/* 1 / (|U|_F s + eps) of the whole matrix: ss, this member's squared norm, summed over comm
+ * (every member, with columns or not, joins) with the failure flag. The start of both iterations
+ * below. */
+static shardopt_status_t norm_inverse(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                      double ss, int failed, double *inv)
+{
+    double v[2] = {failed ? 0.0 : ss, failed ? 1.0 : 0.0};
     comm_phase("step: sharded Newton-Schulz", -1);
-    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &ss, 1, MPI_DOUBLE, MPI_SUM,
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM,
                        "norm all-reduce") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", name);
-    *inv = 1.0 / (sqrt(ss) * (double)rt->ns_norm_scale + (double)rt->cfg.ns_eps);
+    if (v[1] != 0)
+        return group_failed(name, failed);
+    *inv = 1.0 / (sqrt(v[0]) * (double)rt->ns_norm_scale + (double)rt->cfg.ns_eps);
     return SHARDOPT_OK;
 }
 
@@ -62,22 +80,33 @@ static shardopt_status_t copy_failed(shardopt_runtime_t rt, const char *name, co
                     rt->groups.me.rank, what);
 }
 
-/* A = X X^T of this member's columns, summed over comm: in place on the CPU tables, through
- * rt->sh_host on a device (the m x m matrix down, MPI_Allreduce on the host, up again
- * stream-ordered: the next iteration's copy down waits for it). */
+/* A = X X^T of this member's columns, summed over comm, with the failure flag at A[m^2] (on the
+ * CPU tables B's first element, free until the update: commit_buffers.c leaves B at least m^2):
+ * in place on the CPU tables, through rt->sh_host on a device (the m x m matrix down,
+ * MPI_Allreduce on the host, up again stream-ordered: the next iteration's copy down waits for
+ * it; sh_host holds more than m^2 + 1 floats). A copy down that failed is this member's failure,
+ * told to the group like a kernel's. */
 static shardopt_status_t gram_allreduce(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
-                                        const float *x, int64_t m, int64_t n, float *gram)
+                                        const float *x, int64_t m, int64_t n, int failed,
+                                        float *gram)
 {
     const int dev = rt_ns_on_device(rt);
     const size_t bytes = sizeof(float) * (size_t)(m * m);
     float *sum = dev ? rt->sh_host : gram;
 
-    rt->ns_ops->ns_shard_gram(&rt->kctx, x, m, n, gram);
-    if (dev && to_host(rt, sum, gram, bytes) != 0)
-        return copy_failed(rt, name, "a sharded NS Gram matrix");
-    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, sum, (int)(m * m), MPI_FLOAT, MPI_SUM,
+    if (!failed) {
+        rt->ns_ops->ns_shard_gram(&rt->kctx, x, m, n, gram);
+        if (dev && to_host(rt, sum, gram, bytes) != 0)
+            failed = copy_failed(rt, name, "a sharded NS Gram matrix") != SHARDOPT_OK;
+    }
+    if (failed)
+        memset(sum, 0, bytes);
+    sum[m * m] = failed ? 1.0f : 0.0f;
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, sum, (int)(m * m + 1), MPI_FLOAT, MPI_SUM,
                        "Gram all-reduce") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed", name);
+    if (sum[m * m] != 0)
+        return group_failed(name, failed);
     if (dev)
         rt->ns_dev->copy(&rt->kctx, gram, sum, bytes);
     return SHARDOPT_OK;
@@ -160,12 +189,13 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
                                        c->ns_steps)
                   : NULL;
 
+    int failed = 0;
     if (count > 0 && sp == NULL) /* commit prepares every block this rank holds */
-        return log_fail(SHARDOPT_ERR_INTERNAL,
-                        "step '%s': rank %d: no bf16 team plan for a %lld x %lld block", name,
-                        rt->groups.me.rank, (long long)m, (long long)n);
+        failed = log_fail(SHARDOPT_ERR_INTERNAL,
+                          "step '%s': rank %d: no bf16 team plan for a %lld x %lld block", name,
+                          rt->groups.me.rank, (long long)m, (long long)n) != SHARDOPT_OK;
     double inv = 0;
-    const shardopt_status_t scaled = norm_inverse(rt, name, comm, ss, &inv);
+    const shardopt_status_t scaled = norm_inverse(rt, name, comm, ss, failed, &inv);
     if (scaled != SHARDOPT_OK)
         return scaled;
     if (count > 0) {
@@ -175,21 +205,31 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
     }
     const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
     for (int it = 0; it < c->ns_steps; it++) {
-        if (count == 0) /* no columns: joins the sum with zeros */
+        if (count > 0 && !failed && fault_hit("step.ns"))
+            failed = 1;
+        else if (count > 0 && !failed && ns_bf16_shard_gram(rt->ns_ws.bf16, sp, x, A) != 0)
+            failed = log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team Gram matrix failed",
+                              name) != SHARDOPT_OK;
+        if (count == 0 || failed) /* no columns, or failed: joins the sum with zeros */
             memset(A, 0, sizeof(uint16_t) * (size_t)(m * m));
-        else if (ns_bf16_shard_gram(rt->ns_ws.bf16, sp, x, A) != 0)
-            return log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team Gram matrix failed", name);
-        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, A, (int)(m * m), MPI_UINT16_T,
+        A[m * m] = failed ? bf16_from_f32(1.0f) : 0; /* the flag (B's first element) */
+        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, A, (int)(m * m + 1), MPI_UINT16_T,
                            rt->ns_bf16_sum, "Gram all-reduce") != MPI_SUCCESS)
             return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed",
                             name);
+        if (A[m * m] != 0)
+            return group_failed(name, failed);
         if (aol && it == 0) { /* the row scales of the whole matrix's Gram matrix, as in fp32 */
             double *d = (double *)(void *)(((uintptr_t)(B + m * m) + 7u) & ~(uintptr_t)7u);
             ns_bf16_aol(m, count > 0 ? n : 0, (double)c->ns_eps, xf, x, A, d);
         }
         if (count > 0) {
-            if (ns_bf16_shard_update(rt->ns_ws.bf16, sp, it, A, x, B, y) != 0)
-                return log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team update failed", name);
+            if (ns_bf16_shard_update(rt->ns_ws.bf16, sp, it, A, x, B, y) != 0) {
+                /* told in the next all-reduce; after the last one, by ns_sharded_run's agreement */
+                failed = log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team update failed",
+                                  name) != SHARDOPT_OK;
+                continue;
+            }
             uint16_t *t = x;
             x = y;
             y = t;
@@ -197,6 +237,8 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
     }
     /* the bf16 update always forms A A (kernels/cpu/ns_bf16.c): no narrow form to count */
     count_iterations(rt, comm, m, count > 0 ? n : 0, sizeof(uint16_t), 0);
+    if (failed)
+        return SHARDOPT_ERR_INTERNAL; /* the last update: said above */
     if (count == 0)
         return SHARDOPT_OK;
     for (size_t i = 0; i < count; i++)
@@ -220,14 +262,17 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
     float *x = rt->sh_x, *y = x + count, *gram = y + count, *B = gram + m * m;
 
     double inv = 0;
-    const shardopt_status_t scaled = norm_inverse(rt, name, comm, ss, &inv);
+    const shardopt_status_t scaled = norm_inverse(rt, name, comm, ss, 0, &inv);
     if (scaled != SHARDOPT_OK)
         return scaled;
     if (count > 0)
         rt->ns_ops->ns_shard_load(&rt->kctx, piece, inv, x);
     const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
     for (int it = 0; it < c->ns_steps; it++) {
-        shardopt_status_t status = gram_allreduce(rt, name, comm, x, m, count > 0 ? n : 0, gram);
+        /* the fp32 kernels cannot fail: the fault site stands in for one that does */
+        const int failed = count > 0 && fault_hit("step.ns");
+        shardopt_status_t status =
+            gram_allreduce(rt, name, comm, x, m, count > 0 ? n : 0, failed, gram);
         if (status == SHARDOPT_OK && aol && it == 0)
             status = aol_scale(rt, name, x, gram, B, m, count > 0 ? n : 0);
         if (status != SHARDOPT_OK)
@@ -299,18 +344,39 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
                                   .eps = (float)c->ns_eps};
     /* u is where Newton-Schulz runs: an NS slot, or its device copy with offload = cpu */
     const double ss = count > 0 ? rt->ns_ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
-    if (rt->team_compute == KDT_BF16) /* ns_compute = bf16 on the CPU (commit.c, teams_setup) */
-        return iterate_bf16(rt, p->name, comm, &piece, count, on_rows ? cols : rows,
-                            on_rows ? rows : cols, ss);
-    return iterate(rt, p->name, comm, &piece, count, on_rows ? cols : rows, on_rows ? rows : cols,
-                   ss);
+    const int64_t m = on_rows ? cols : rows, n = on_rows ? rows : cols;
+    /* ns_compute = bf16 on the CPU (commit.c, teams_setup) */
+    const shardopt_status_t status = rt->team_compute == KDT_BF16
+                                         ? iterate_bf16(rt, p->name, comm, &piece, count, m, n, ss)
+                                         : iterate(rt, p->name, comm, &piece, count, m, n, ss);
+    /* failed: the pipeline goes on (its exchanges complete on every rank) with a zero update for
+     * this block in place of what the iterations left, and the step fails at the agreement */
+    if (status != SHARDOPT_OK && count > 0) /* u: device memory where NS runs on a device */
+        rt->ns_dev->fill(&rt->kctx, u, 0, count * kdtype_size(c->comm_dtype));
+    return status;
 }
 
-shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalars *s)
+/* Does any rank run sharded or team Newton-Schulz (every rank computes the same answer: the
+ * strategy and the dense plan are the same everywhere)? Then the Muon phase ends in an agreement.
+ */
+static int ns_collective(const struct shardopt_runtime *rt)
+{
+    for (int i = 0; i < rt->nparams; i++)
+        if (rt->params[i]->ns_sharded)
+            return 1;
+    const struct group_plan *P = &rt->gx[GROUP_DENSE].plan;
+    for (int m = 0; m < P->nmatrices && rt->team_cap > 1; m++)
+        if (P->team[m] > 1)
+            return 1;
+    return 0;
+}
+
+shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalars *s,
+                                 shardopt_status_t status)
 {
     double t0 = monotonic_seconds();
 
-    for (int i = 0; i < rt->nparams; i++) {
+    for (int i = 0; i < rt->nparams && status == SHARDOPT_OK; i++) {
         struct shardopt_param *p = rt->params[i];
         if (!p->ns_sharded || p->skip) /* skip_missing_grads: skipped on every member */
             continue;
@@ -321,11 +387,18 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
             /* every member holds a piece of each of the window's experts (sharding is along a
              * matrix dim), so piece k sits at k * piece size in the local shard */
             const size_t off = (size_t)(k * p->sh_rows * p->sh_cols);
-            shardopt_status_t status = matrix_run(rt, p, comm, off, s);
-            if (status != SHARDOPT_OK)
-                return status;
+            const shardopt_status_t failed = matrix_run(rt, p, comm, off, s);
+            if (failed == SHARDOPT_ERR_COMM) /* an MPI call: nothing more to agree over */
+                return failed;
+            if (failed != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK) /* the next matrices */
+                rt->ns_failed = failed; /* still run: their groups may hold other members */
         }
     }
     rt->counters.seconds_ns_sharded_last = monotonic_seconds() - t0;
-    return SHARDOPT_OK;
+    if (status == SHARDOPT_OK)
+        status = rt->ns_failed;
+    /* a matrix failed on some members only (its group knows, the others do not): every rank
+     * returns the failure. With exchanges left in flight (status from muon_run) the ranks still
+     * in them end the job after comm_timeout_s, as before */
+    return ns_collective(rt) ? groups_agree(&rt->groups, status, "step") : status;
 }

@@ -7,8 +7,12 @@
 #include "runtime/step/muon_exec.h"
 
 /* Collective over the dense and expert shard groups: every member takes part in every matrix,
- * with or without columns of it. */
-shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalars *s);
+ * with or without columns of it. `status`: muon_run's (not OK: no matrix runs). A matrix that
+ * fails on a member fails on its whole group (the all-reduces carry the flag) and is not applied;
+ * the later matrices still run, and where any rank runs sharded or team Newton-Schulz the status
+ * (muon_run's, or a team's or matrix's failure, rt->ns_failed) is agreed over the world. */
+shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalars *s,
+                                 shardopt_status_t status);
 
 /* A Newton-Schulz team's block (issue 22): the team's members hold blocks of one matrix's long
  * side, this rank's U at u (comm dtype, rows x cols as stored; on_rows: the blocks are ranges of

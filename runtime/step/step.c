@@ -544,9 +544,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
 
     const struct muon_scalars ms = {.lr = sc.lr, .wd = sc.muon_wd, .grad_scale = pre.grad_scale};
     rt->step_momentum = sc.momentum;
-    status = muon_run(rt, &ms);
-    if (status == SHARDOPT_OK)
-        status = ns_sharded_run(rt, &ms);
+    status = ns_sharded_run(rt, &ms, muon_run(rt, &ms)); /* agreed when either is collective */
     /* offload = optimizer: the buckets' last copy-outs ran on beside the work after them; the
      * compute stream (and so the step's end, or a failed step's next call) waits for them here,
      * once */

@@ -1,0 +1,110 @@
+/* A member whose sharded Newton-Schulz fails (a kernel refusing; the fault site step.ns stands
+ * in for one, base/fault.h) while the rest of its group waits in the matrix's all-reduces. Before,
+ * the failed rank returned ERR_INTERNAL alone and its peers waited in the Gram all-reduce it never
+ * joined until comm_timeout_s ended the job with MPI_Abort (here 20 s: the test aborts). Now the
+ * failure rides on the group's next all-reduce, so every member stops at the same one, the matrix
+ * is left as it was on every rank, the later matrices still run, and the step's agreement returns
+ * ERR_INTERNAL on every rank; the next step runs on communicators still in step. Both routes:
+ * ns_strategy = sharded (runtime/step/ns_sharded.c after the exchanges) and a Newton-Schulz team
+ * (inside the exchange pipeline, whose exchanges then complete with a zero update for the block).
+ * 2 ranks, one dense group. */
+#include <string.h>
+
+#include "base/fault.h"
+#include "fixture.h"
+#include "test.h"
+
+#define NMAT 3
+#define ROWS 16
+#define COLS 32
+
+static int me;
+
+struct run {
+    shardopt_runtime_t rt;
+    float w[NMAT][ROWS / 2 * COLS], g[NMAT][ROWS / 2 * COLS];
+};
+
+static void setup(struct run *r, int teams)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.num_threads = 1;
+    cfg.comm_timeout_s = 20; /* without the fix rank 1's all-reduce waits into this, then aborts */
+    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    if (teams) { /* every matrix split over a team of both ranks (test_ns_teams' settings) */
+        cfg.ns_team_cap = 2;
+        cfg.ns_team_frac = 0.01;
+        cfg.cost_gemm_gflops = 1e-3;
+        cfg.cost_net_gbps = 1e3;
+    } else {
+        cfg.ns_strategy = SHARDOPT_NS_STRATEGY_SHARDED;
+    }
+    r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    for (int m = 0; m < NMAT; m++) {
+        char name[32];
+        snprintf(name, sizeof name, "layers.%d.proj.weight", m);
+        for (int i = 0; i < ROWS / 2 * COLS; i++) {
+            r->w[m][i] = 0.01f * (float)((i * 7 + m * 3 + me * 5) % 11) - 0.05f;
+            r->g[m][i] = 0.02f * (float)((i * 5 + m + me * 3) % 13) - 0.12f;
+        }
+        shardopt_param_desc_t d = fixture_desc(name, 2, ROWS, COLS, 1, r->w[m], r->g[m]);
+        d.shard_dim = 1; /* along the long side: sharded Newton-Schulz keeps each rank's columns */
+        d.shard_offset = me * (COLS / 2);
+        d.shard_length = COLS / 2;
+        shardopt_param_t h;
+        shardopt_register(r->rt, &d, &h);
+    }
+    if (shardopt_commit(r->rt) != SHARDOPT_OK) {
+        fprintf(stderr, "rank %d: commit: %s\n", me, shardopt_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+static shardopt_status_t step(struct run *r)
+{
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.02;
+    return shardopt_step(r->rt, &a);
+}
+
+/* Rank `who` fails at the Gram matrix of its `at`-th iteration (of 5 per matrix). */
+static void fail_on_one_rank(int teams, int who, int at)
+{
+    static struct run r;
+    char spec[32];
+    setup(&r, teams);
+    EXPECT_EQ_INT(step(&r), SHARDOPT_OK); /* a step as usual first */
+    shardopt_stats_t s = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(r.rt, &s);
+    EXPECT_TRUE(s.bytes_ns_allreduce_last > 0); /* the matrices did run sharded */
+    float before[NMAT][ROWS / 2 * COLS];
+    memcpy(before, r.w, sizeof before);
+    snprintf(spec, sizeof spec, "step.ns:%d", at);
+    fault_arm(me == who ? spec : NULL);
+    EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_INTERNAL); /* on every rank */
+    EXPECT_TRUE(strstr(shardopt_last_error(), "Newton-Schulz failed") != NULL ||
+                strstr(shardopt_last_error(), "another rank") != NULL);
+    fault_arm(NULL);
+    if (!teams) /* matrix 0 failed: not applied on any rank; the others were */
+        EXPECT_TRUE(memcmp(before[0], r.w[0], sizeof before[0]) == 0);
+    EXPECT_TRUE(memcmp(before[NMAT - 1], r.w[NMAT - 1], sizeof before[0]) != 0);
+    EXPECT_EQ_INT(step(&r), SHARDOPT_OK); /* the communicators are still in step */
+    EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
+    shardopt_finalize(r.rt);
+}
+
+TEST(a_sharded_newton_schulz_failing_on_one_rank_fails_the_step_on_every_rank)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    fail_on_one_rank(0, 0, 2); /* rank 0, matrix 0's second Gram matrix */
+    fail_on_one_rank(0, 1, 1); /* rank 1, before matrix 0's first */
+}
+
+TEST(a_team_newton_schulz_failing_on_one_rank_fails_the_step_on_every_rank)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    fail_on_one_rank(1, 1, 3);
+    fail_on_one_rank(1, 0, 5); /* the last iteration's Gram matrix */
+}

@@ -1,11 +1,11 @@
 /* The mock NCCL and CUDA stream calls of nccl.h / cuda_runtime.h here, over MPI on the host.
  *
- * A communicator is an MPI communicator split from MPI_COMM_WORLD by the unique id (every
- * member calls ncclCommInitRankConfig at once, as NCCL's bootstrap needs too). Sends and
- * receives between ncclGroupStart and ncclGroupEnd are posted at ncclGroupEnd as MPI_Isend and
- * MPI_Irecv of bytes and queued on their stream; an event recorded on a stream covers what was
- * queued on it so far and is complete when those requests are (cudaEventQuery tests them). As
- * with NCCL's non-blocking communicators, calls may return ncclInProgress and
+ * A communicator is an MPI communicator split from MPI_COMM_WORLD (or nccl_mock_world's) by the
+ * unique id (every member calls ncclCommInitRankConfig at once, as NCCL's bootstrap needs too).
+ * Sends and receives between ncclGroupStart and ncclGroupEnd are posted at ncclGroupEnd as
+ * MPI_Isend and MPI_Irecv of bytes and queued on their stream; an event recorded on a stream covers
+ * what was queued on it so far and is complete when those requests are (cudaEventQuery tests them).
+ * As with NCCL's non-blocking communicators, calls may return ncclInProgress and
  * ncclCommGetAsyncError says when the communicator is settled, or failed. ncclCommAbort cancels
  * what is pending. cudaStreamWaitEvent waits on the host (cuda_runtime.h here says why). */
 #include "nccl_mock.h"
@@ -185,6 +185,10 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
+static MPI_Comm mock_world = MPI_COMM_NULL; /* MPI_COMM_NULL: MPI_COMM_WORLD */
+
+void nccl_mock_world(MPI_Comm comm) { mock_world = comm; }
+
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfig_t *config)
 {
@@ -194,7 +198,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     struct mock_comm *c = calloc(1, sizeof *c);
     if (c == NULL)
         return ncclSystemError;
-    MPI_Comm_split(MPI_COMM_WORLD, (int)(h & 0x3fffffff), rank, &c->mpi);
+    MPI_Comm_split(mock_world != MPI_COMM_NULL ? mock_world : MPI_COMM_WORLD, (int)(h & 0x3fffffff),
+                   rank, &c->mpi);
     MPI_Comm_rank(c->mpi, &c->rank);
     MPI_Comm_size(c->mpi, &c->size);
     if (c->rank != rank || c->size != nranks) {

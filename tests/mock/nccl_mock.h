@@ -2,6 +2,8 @@
 #ifndef TESTS_MOCK_NCCL_MOCK_H
 #define TESTS_MOCK_NCCL_MOCK_H
 
+#include <mpi.h>
+
 enum nccl_mock_fault {
     NCCL_MOCK_NONE = 0,
     NCCL_MOCK_FAIL_GROUP, /* the next ncclGroupEnd returns ncclSystemError, posting nothing */
@@ -12,6 +14,11 @@ enum nccl_mock_fault {
 };
 
 void nccl_mock_inject(enum nccl_mock_fault f);
+
+/* The communicator ncclCommInitRankConfig splits its communicators from (MPI_COMM_WORLD until
+ * set): a runtime on part of the world (test_xcheck_nccl's layouts) sets its own, whose every
+ * member then makes each NCCL communicator at once. */
+void nccl_mock_world(MPI_Comm comm);
 
 /* seconds > 0: cudaStreamWaitEvent stops waiting after that long and returns (the data may not
  * have come). On a GPU the stream waits and the host goes on to the step's drain, which times

@@ -26,14 +26,25 @@
  *      Newton-Schulz, teams);
  *  (b) with the fp64 reference of xcheck_ref.h, within the bounds of the dtypes used.
  * One combo in three saves a checkpoint part-way on one layout and resumes it on another (another
- * rank count too), and must then equal the uninterrupted run.
+ * rank count too), and must then equal the uninterrupted run. Drawn after those (draw_v4): version
+ * 4's step arguments (adamw_beta1 / adamw_beta2 / adamw_eps per step, the reference's bias
+ * correction taking each step's betas); a layout run that saves after every step under keep_last
+ * (the step directories left must be the last keep_last saves), then loads a kept save into the
+ * same runtime and steps to the end again (every rank's parameters and state bitwise those of the
+ * first pass); after a layout run with sharded or team Newton-Schulz, a step with the fault site
+ * step.ns armed on one rank (base/fault.h: the same status on every rank, ERR_INTERNAL where it
+ * fired, and a next step that succeeds); args.stream on devsim combos. test_xcheck_nccl is this
+ * file over the mock NCCL (tests/mock/nccl_mock.c, as test_device_sim_nccl): every combo a devsim
+ * one, its exchanges NCCL's (comm_backend = nccl's path) unless offload = cpu. A CPU without
+ * oneDNN's bf16 matmul runs a drawn ns_compute = bf16 in fp32 (commit refuses bf16 there).
  *
  * SHARDOPT_XCHECK_SEED and SHARDOPT_XCHECK_COMBOS override the seed and the count (60 combos take
  * 5-30 s at 8 ranks on 2 cores), SHARDOPT_XCHECK_ONLY runs one seed, SHARDOPT_XCHECK_SET="k=v;.."
  * sets config keys over every combo (to bisect a failing one), SHARDOPT_XCHECK_VERBOSE prints
  * each combo, SHARDOPT_XCHECK_DEBUG each matrix of a failing tensor, SHARDOPT_XCHECK_BASE=1 leaves
- * out draw_more's options (which may override earlier draws: devsim's fp32 Newton-Schulz), so that
- * the seeds docs/design.md and docs/reliability.md cite draw their combos as when they were found.
+ * out draw_more's and draw_v4's options (which may override earlier draws: devsim's fp32
+ * Newton-Schulz), so that the seeds docs/design.md and docs/reliability.md cite draw their combos
+ * as when they were found; without it a seed keeps draw_more's draws as they were too.
  *
  * A long soak: run the binary under mpiexec (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, as ctest
  * sets) over consecutive seed ranges, one range per run, e.g. for 2, 4 and 8 ranks
@@ -44,12 +55,20 @@
  * SHARDOPT_XCHECK_SEED=<seed> SHARDOPT_XCHECK_COMBOS=1 reruns alone).
  */
 #define _GNU_SOURCE /* MAP_ANONYMOUS (devsim.h), sched_setaffinity */
+#include <dirent.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include "base/fault.h"
 #include "devsim.h"
 #include "fixture.h"
 #include "xcheck_ref.h"
+
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+#define XCHECK_NCCL 1 /* test_xcheck_nccl: every devsim combo it can over the mock NCCL */
+#else
+#define XCHECK_NCCL 0
+#endif
 
 #define MAXP     9
 #define MAXSTEPS 4
@@ -93,6 +112,18 @@ struct combo {
      * parameters, gradients and state in device memory, exchanges staged through host mirrors,
      * offload's staging slots, checkpoints through host copies), as test_device_sim runs it */
     int devsim;
+    /* drawn after draw_more (draw_v4; SHARDOPT_XCHECK_BASE=1 leaves them out) */
+    double b1[MAXSTEPS + 1], b2[MAXSTEPS + 1], aeps[MAXSTEPS + 1]; /* args' AdamW (< 0: cfg's) */
+    /* midrun: the layout run saves after every step (keep_last prunes across the saves), loads
+     * the checkpoint of a kept step (reload_pick chooses) into the same runtime and runs the
+     * steps after it again: the same bits as the first time */
+    int midrun;
+    uint64_t reload_pick;
+    /* ns_fault > 0: after the layout run, one step with step.ns:ns_fault_at armed on rank
+     * ns_fault - 1 (base/fault.h): the same status on every rank, then a step that succeeds */
+    int ns_fault, ns_fault_at;
+    int stream; /* args.stream non-NULL (devsim; the CPU ignores it) */
+    int nccl;   /* devsim over the mock NCCL (test_xcheck_nccl: comm_backend = nccl's path) */
 };
 
 static uint64_t mix(uint64_t x)
@@ -328,7 +359,7 @@ static void draw_more(struct combo *c)
     }
     if (pick(16) == 0)
         g->bind = SHARDOPT_BIND_AUTO;
-    if (pick(6) == 0) {
+    if (pick(6) == 0 || XCHECK_NCCL) {
         /* matrices gathered (ns_strategy sharded runs on the device too, checked against the
          * CPU's bits by test_device_sim; kept gathered here as the combos were drawn), nonfinite
          * = zero only with offload = cpu (what backend = cuda accepts). The device's tables are the
@@ -342,6 +373,33 @@ static void draw_more(struct combo *c)
         g->ns_compute = SHARDOPT_NS_COMPUTE_FP32;
         if (g->nonfinite == SHARDOPT_NONFINITE_ZERO && g->offload != SHARDOPT_OFFLOAD_CPU)
             g->nonfinite = SHARDOPT_NONFINITE_SKIP;
+    }
+}
+
+/* The options drawn after draw_more's (a seed keeps every earlier draw): version 4's AdamW step
+ * arguments per step, several saves with keep_last and a load into the running runtime, a
+ * failure inside sharded or team Newton-Schulz on one rank, args.stream, NCCL (the variant). */
+static void draw_v4(struct combo *c)
+{
+    shardopt_config_t *g = &c->cfg;
+    if (pick(4) == 0) /* OneCycleLR's beta1 cycle, and beta2 / eps schedules */
+        for (int s = 1; s <= c->nsteps; s++) {
+            c->b1[s] = pickd((const double[]){-1, 0.85, 0.95, 0.0, 0.5}, 5);
+            c->b2[s] = pickd((const double[]){-1, 0.99, 0.5, 0.95}, 4);
+            c->aeps[s] = pickd((const double[]){-1, 1e-6, 1e-3}, 3);
+        }
+    if (!c->ckpt && pick(5) == 0) {
+        c->midrun = 1;
+        g->keep_last = pick(4); /* 0 keeps every save */
+        c->reload_pick = rnd();
+    }
+    if (!c->devsim && pick(3) == 0) { /* only where a matrix runs sharded or in a team */
+        c->ns_fault = 1 + pick(c->L[0].n);
+        c->ns_fault_at = 1 + pick(2 * (g->ns_steps > 0 ? g->ns_steps : 5));
+    }
+    if (c->devsim) {
+        c->stream = pick(2);
+        c->nccl = XCHECK_NCCL && g->offload != SHARDOPT_OFFLOAD_CPU;
     }
 }
 
@@ -492,13 +550,17 @@ static void draw_combo(struct combo *c, uint64_t seed)
         c->bad_gi = (int64_t)(rnd() % (uint64_t)numel_of(&c->p[c->bad_p]));
         c->bad_inf = pick(2);
     }
-    if (getenv("SHARDOPT_XCHECK_BASE") == NULL)
+    for (int s = 0; s <= MAXSTEPS; s++)
+        c->b1[s] = c->b2[s] = c->aeps[s] = -1;
+    if (getenv("SHARDOPT_XCHECK_BASE") == NULL) {
         draw_more(c);
-    else /* the draws before draw_more's options: the seeds the docs cite */
+        draw_v4(c);
+    } else { /* the draws before draw_more's options: the seeds the docs cite */
         for (int s = 0; s <= MAXSTEPS; s++) {
             c->mom[s] = -1;
             c->lrf[s] = 1;
         }
+    }
 }
 
 static void describe(const struct combo *c, char *out, size_t len)
@@ -537,6 +599,15 @@ static void describe(const struct combo *c, char *out, size_t len)
                   g->load_allow_missing, g->bind);
     for (int s = 1; s <= c->nsteps && k < (int)len; s++)
         k += snprintf(out + k, len - (size_t)k, " %g/%g", c->mom[s], c->lrf[s]);
+    if (k < (int)len)
+        k += snprintf(out + k, len - (size_t)k, " | b1/b2/eps");
+    for (int s = 1; s <= c->nsteps && k < (int)len; s++)
+        k += snprintf(out + k, len - (size_t)k, " %g/%g/%g", c->b1[s], c->b2[s], c->aeps[s]);
+    if (k < (int)len)
+        k += snprintf(out + k, len - (size_t)k,
+                      " | midrun %d keep %d pick %llu | nsfault %d@%d | stream %d nccl %d",
+                      c->midrun, g->keep_last, (unsigned long long)(c->reload_pick % 1000),
+                      c->ns_fault, c->ns_fault_at, c->stream, c->nccl);
     if (c->skip_missing && k < (int)len) {
         k += snprintf(out + k, len - (size_t)k, " | skipmiss many %d emptynull %d:", c->set_many,
                       c->empty_null);
@@ -559,6 +630,7 @@ static void describe(const struct combo *c, char *out, size_t len)
 /* ---- one run on a layout ---- */
 
 static int have_avx2, have_avx512; /* the explicit tables init accepts here (probe_tables) */
+static int have_bf16_ns;           /* commit accepts ns_compute = bf16 here (probe_tables) */
 
 static int table_runs(shardopt_kernels_t k)
 {
@@ -572,13 +644,40 @@ static int table_runs(shardopt_kernels_t k)
     return ok;
 }
 
+/* Does commit accept bf16 Newton-Schulz (oneDNN's bf16 matmul: AVX-512 CPUs)? */
+static int bf16_ns_runs(void)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = NULL;
+    static float w[24], g[24];
+    cfg.apply_env = 0;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_BF16;
+    if (shardopt_init(MPI_COMM_SELF, &cfg, &rt) != SHARDOPT_OK)
+        return 0;
+    shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+    shardopt_param_t h;
+    d.name = "probe.proj";
+    d.ndim = 2;
+    d.shape[0] = 4;
+    d.shape[1] = 6;
+    d.shape[2] = 1;
+    d.data = w;
+    d.grad = g;
+    shardopt_register(rt, &d, &h);
+    const int ok = shardopt_commit(rt) == SHARDOPT_OK;
+    shardopt_finalize(rt);
+    return ok;
+}
+
 /* Every rank probes alone; rank 0's answer is every rank's, so that the runs of a combo agree. */
 static void probe_tables(void)
 {
-    int have[2] = {table_runs(SHARDOPT_KERNELS_AVX2), table_runs(SHARDOPT_KERNELS_AVX512)};
-    MPI_Bcast(have, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    int have[3] = {table_runs(SHARDOPT_KERNELS_AVX2), table_runs(SHARDOPT_KERNELS_AVX512),
+                   me == 0 ? bf16_ns_runs() : 0};
+    MPI_Bcast(have, 3, MPI_INT, 0, MPI_COMM_WORLD);
     have_avx2 = have[0];
     have_avx512 = have[1];
+    have_bf16_ns = have[2];
 }
 
 struct xrun {
@@ -600,23 +699,29 @@ static void sim_open(const struct xrun *r)
 static void sim_shut(const struct xrun *r)
 {
     if (r->sim)
-        sim_protect(PROT_NONE);
+        sim_protect(SIM_PROT); /* open for good under the mock NCCL (devsim.h) */
 }
 
 /* A devsim run's runtime on the simulated device, as test_device_sim installs it (between init
  * and the first register): everything, or with offload = cpu only Newton-Schulz. */
-static void devsim_install(shardopt_runtime_t rt, int ns_only)
+static shardopt_status_t devsim_install(shardopt_runtime_t rt, int ns_only, int nccl)
 {
     rt->ns_ops = &sim_ops;
     rt->ns_dev = &sim_dev;
     if (ns_only)
-        return;
+        return SHARDOPT_OK;
     rt->ops = &sim_ops;
     rt->dev = &sim_dev;
     state_store_init(&rt->store, &sim_dev);
     timeline_init(&rt->timeline, &sim_dev, &rt->kctx);
     if (rt->ew == NULL) /* what init makes for a batching table */
         rt->ew = calloc(1, sizeof *rt->ew);
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+    if (nccl) /* the exchanges over NCCL (the mock, over MPI), made as init makes them */
+        return rt_nccl_create(rt);
+#endif
+    (void)nccl;
+    return SHARDOPT_OK;
 }
 
 /* [lo, lo + len) of part i of n parts of an extent: torch.chunk, or cuts drawn from `key`. */
@@ -703,6 +808,10 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
     if ((cfg.kernels == SHARDOPT_KERNELS_AVX2 && !have_avx2) ||
         (cfg.kernels == SHARDOPT_KERNELS_AVX512 && !have_avx512))
         cfg.kernels = SHARDOPT_KERNELS_PORTABLE; /* a table this CPU lacks: the portable one */
+    /* a CPU without oneDNN's bf16 matmul refuses ns_compute = bf16 at commit (docs/config.md):
+     * fp32 there (the checks take the arithmetic the one-rank run resolved) */
+    if (cfg.ns_compute == SHARDOPT_NS_COMPUTE_BF16 && !have_bf16_ns)
+        cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
     cfg.dp_replicate = L.rep;
     cfg.dp_shard = L.shard;
     cfg.cp = L.cp;
@@ -712,8 +821,13 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
     if (st != SHARDOPT_OK)
         return st;
     if (c->devsim && n > 1) {
-        devsim_install(r->rt, cfg.offload == SHARDOPT_OFFLOAD_CPU);
         r->sim = cfg.offload != SHARDOPT_OFFLOAD_CPU; /* offload = cpu: host parameters */
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+        nccl_mock_world(comm); /* the layout's ranks, not the world's, make its communicators */
+#endif
+        st = devsim_install(r->rt, cfg.offload == SHARDOPT_OFFLOAD_CPU, c->nccl);
+        if (st != SHARDOPT_OK)
+            return st; /* xrun_free finalizes */
     }
     const int D = L.shard * L.cp, d = rank % D, ep_rank = d % L.ep, xs_rank = d / L.ep;
     const int xs = D / L.ep;
@@ -802,6 +916,8 @@ static int bad_at(const struct combo *c, int s)
     return c->bad_step > 0 && s == c->bad_step && !(c->skip_missing && c->missing[s][c->bad_p]);
 }
 
+static int xcheck_stream; /* what args.stream points at: the simulated device orders nothing */
+
 static shardopt_status_t xrun_steps(struct xrun *r, const struct combo *c, int from, int to)
 {
     for (int s = from; s <= to; s++) {
@@ -835,6 +951,10 @@ static shardopt_status_t xrun_steps(struct xrun *r, const struct combo *c, int f
         a.max_grad_norm = c->max_norm;
         a.momentum = c->mom[s];
         a.skip_missing_grads = c->skip_missing;
+        a.adamw_beta1 = c->b1[s];
+        a.adamw_beta2 = c->b2[s];
+        a.adamw_eps = c->aeps[s];
+        a.stream = c->stream ? (void *)&xcheck_stream : NULL;
         st = shardopt_step(r->rt, &a);
         const int want_error = c->cfg.nonfinite == SHARDOPT_NONFINITE_ERROR && bad_at(c, s);
         if (want_error && st == SHARDOPT_ERR_NONFINITE)
@@ -1115,6 +1235,12 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
         shardopt_config_t cs = c->cfg; /* args.momentum: the step's mu */
         if (c->mom[s] >= 0)
             cs.momentum = c->mom[s];
+        if (c->b1[s] >= 0) /* version 4: this step's betas, in the bias correction too */
+            cs.adamw_beta1 = c->b1[s];
+        if (c->b2[s] >= 0)
+            cs.adamw_beta2 = c->b2[s];
+        if (c->aeps[s] >= 0)
+            cs.adamw_eps = c->aeps[s];
         xref_step(&cs, c->np, t, g, c->lr * c->lrf[s],
                   c->adamw_lr < 0 ? c->adamw_lr : c->adamw_lr * c->lrf[s], c->wd_arg, c->max_norm,
                   skip);
@@ -1214,6 +1340,186 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
 
 static char ckpt_root[256];
 static int combos_sharded; /* rank 0: combos whose layout run sharded a Newton-Schulz */
+static int combos_midrun, combos_faulted; /* rank 0: midrun reloads run, ns faults that fired */
+static int combos_nccl;                   /* rank 0: combos over the mock NCCL */
+
+/* This rank's parameters and optimizer state, bytes one after another (a local snapshot). */
+static size_t snapshot(const struct xrun *r, const struct combo *c, unsigned char *out)
+{
+    size_t k = 0;
+    for (int p = 0; p < c->np; p++) {
+        const size_t wb = (size_t)r->numel[p] * (c->p[p].dtype == SHARDOPT_DTYPE_BF16 ? 2 : 4);
+        if (out != NULL) {
+            sim_open(r);
+            memcpy(out + k, r->w[p], wb);
+            sim_shut(r);
+        }
+        k += wb;
+        for (int kind = 0; kind < 3; kind++) {
+            shardopt_dtype_t dt;
+            int64_t cnt = 0;
+            if ((kind == SHARDOPT_STATE_MOMENTUM) != is_muon(c, &c->p[p]) ||
+                shardopt_param_state_info(r->h[p], (shardopt_state_kind_t)kind, &dt, &cnt) !=
+                    SHARDOPT_OK)
+                continue;
+            const size_t b = (size_t)cnt * (dt == SHARDOPT_DTYPE_BF16 ? 2 : 4);
+            if (out != NULL && b > 0)
+                shardopt_param_get_state(r->h[p], (shardopt_state_kind_t)kind, out + k, b, dt);
+            k += b;
+        }
+    }
+    return k;
+}
+
+/* How many step directories ckpt_root holds, and whether step-<want> is one of them. */
+static int step_dirs(unsigned long long want, int *has)
+{
+    char name[64];
+    int n = 0;
+    snprintf(name, sizeof name, "step-%08llu", want);
+    *has = 0;
+    DIR *d = opendir(ckpt_root);
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+        if (strncmp(e->d_name, "step-", 5) == 0) {
+            n++;
+            *has |= strcmp(e->d_name, name) == 0;
+        }
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+/* midrun (draw_v4): steps 1..nsteps, each saved under keep_last (a step nonfinite skips adds no
+ * step to save); the step directories left must be the last keep_last saves (docs/config.md,
+ * keep_last). Then the checkpoint of a kept save is loaded into this runtime (weights from the
+ * test's copy without ckpt_weights) and the steps after it run again: every rank's parameters
+ * and state must have the bits of the first pass (docs/checkpoint.md: a resume is bitwise). */
+static shardopt_status_t xrun_midrun(struct xrun *r, const struct combo *c, MPI_Comm comm)
+{
+    int rank, at[MAXSTEPS + 1], ns = 0;
+    unsigned long long cnt = 0, name_of[MAXSTEPS + 1];
+    unsigned char *wcopy[MAXSTEPS + 1] = {0}, *first = NULL, *again = NULL;
+    char what[320];
+    MPI_Comm_rank(comm, &rank);
+    shardopt_status_t st = SHARDOPT_OK;
+    const size_t wbytes = snapshot(r, c, NULL);
+    for (int s = 1; s <= c->nsteps && st == SHARDOPT_OK; s++) {
+        st = xrun_steps(r, c, s, s);
+        if (st != SHARDOPT_OK || (bad_at(c, s) && c->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO))
+            continue;
+        st = shardopt_save(r->rt, ckpt_root);
+        at[ns] = s;
+        name_of[ns] = ++cnt;
+        wcopy[ns] = malloc(wbytes + 1);
+        snapshot(r, c, wcopy[ns]); /* the weights lead it: what the load gets without them */
+        ns++;
+    }
+    const int K = c->cfg.keep_last, kept = K == 0 || K > ns ? ns : K;
+    if (st == SHARDOPT_OK && rank == 0 && ns > 0) { /* one filesystem: rank 0 looks */
+        int has = 0, n = step_dirs(name_of[ns - 1], &has), all = 1;
+        for (int j = ns - kept; j < ns; j++) {
+            step_dirs(name_of[j], &has);
+            all &= has;
+        }
+        if (n != kept || !all) {
+            snprintf(what, sizeof what,
+                     "midrun: %d step directories after %d saves with keep_last %d (want %d, the "
+                     "last ones: %s)",
+                     n, ns, K, kept, all ? "present" : "missing");
+            report(c, what);
+        }
+    }
+    if (st == SHARDOPT_OK && ns > 0) {
+        const int j = ns - kept + (int)(c->reload_pick % (uint64_t)kept);
+        char dir[320];
+        snprintf(dir, sizeof dir, "%s/step-%08llu", ckpt_root, name_of[j]);
+        first = malloc(wbytes + 1);
+        again = malloc(wbytes + 1);
+        snapshot(r, c, first);
+        if (!c->ckpt_weights) { /* the trainer puts its weights back: the test's copy */
+            size_t k = 0;
+            sim_open(r);
+            for (int p = 0; p < c->np; p++) {
+                const size_t wb =
+                    (size_t)r->numel[p] * (c->p[p].dtype == SHARDOPT_DTYPE_BF16 ? 2 : 4);
+                memcpy(r->w[p], wcopy[j] + k, wb);
+                k += wb;
+                shardopt_dtype_t dt;
+                int64_t n = 0;
+                for (int kind = 0; kind < 3; kind++)
+                    if ((kind == SHARDOPT_STATE_MOMENTUM) == is_muon(c, &c->p[p]) &&
+                        shardopt_param_state_info(r->h[p], (shardopt_state_kind_t)kind, &dt, &n) ==
+                            SHARDOPT_OK)
+                        k += (size_t)n * (dt == SHARDOPT_DTYPE_BF16 ? 2 : 4);
+            }
+            sim_shut(r);
+        }
+        st = shardopt_load(r->rt, dir);
+        if (st == SHARDOPT_OK)
+            st = xrun_steps(r, c, at[j] + 1, c->nsteps);
+        long diff = 0, all = 0;
+        if (st == SHARDOPT_OK) {
+            snapshot(r, c, again);
+            for (size_t i = 0; i < wbytes; i++)
+                diff += first[i] != again[i];
+        }
+        MPI_Reduce(&diff, &all, 1, MPI_LONG, MPI_SUM, 0, comm);
+        if (rank == 0 && all) {
+            snprintf(what, sizeof what,
+                     "midrun: after loading save %d of %d (step %d) into the running runtime and "
+                     "stepping to %d again, %ld bytes differ from the first pass",
+                     j + 1, ns, at[j], c->nsteps, all);
+            report(c, what);
+        }
+        combos_midrun += rank == 0 && st == SHARDOPT_OK;
+    }
+    for (int j = 0; j < ns; j++)
+        free(wcopy[j]);
+    free(first);
+    free(again);
+    MPI_Barrier(comm);
+    if (rank == 0)
+        fixture_rmtree(ckpt_root);
+    return st;
+}
+
+/* ns_fault (draw_v4), after a layout run that ran some matrix sharded or in a team: one step with
+ * step.ns armed on one rank (a stand-in for a kernel refusing, base/fault.h). Every rank returns
+ * the same status, ERR_INTERNAL where it fired (docs/api.md: agreed at the Muon phase's end), OK
+ * where that rank's pieces had fewer iterations; no rank is left waiting; the next step runs. */
+static void xrun_ns_fault(struct xrun *r, const struct combo *c, MPI_Comm comm)
+{
+    int rank, n;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &n);
+    const int s = MAXSTEPS + 1; /* gradients no drawn step has: finite everywhere */
+    sim_open(r);
+    for (int p = 0; p < c->np; p++)
+        grads_of(c, &c->p[p], p, s, r->lo[p], r->len[p], r->numel[p], r->g[p]);
+    sim_shut(r);
+    if (c->skip_missing) /* the last step may have left NULL gradients */
+        shardopt_params_set_pointers(r->rt, c->np, r->h, r->w, (const void *const *)r->g);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = c->lr;
+    char spec[32];
+    snprintf(spec, sizeof spec, "step.ns:%d", c->ns_fault_at);
+    fault_arm(rank == (c->ns_fault - 1) % n ? spec : NULL);
+    const int got[2] = {shardopt_step(r->rt, &a), 0};
+    fault_arm(NULL);
+    const int next = shardopt_step(r->rt, &a);
+    int lo[2] = {got[0], next}, hi[2] = {got[0], next};
+    MPI_Allreduce(MPI_IN_PLACE, lo, 2, MPI_INT, MPI_MIN, comm);
+    MPI_Allreduce(MPI_IN_PLACE, hi, 2, MPI_INT, MPI_MAX, comm);
+    if (rank == 0 && (lo[0] != hi[0] || (lo[0] != SHARDOPT_OK && lo[0] != SHARDOPT_ERR_INTERNAL) ||
+                      lo[1] != SHARDOPT_OK || hi[1] != SHARDOPT_OK)) {
+        char what[200];
+        snprintf(what, sizeof what,
+                 "ns fault step.ns:%d on rank %d: statuses %d..%d, the next step %d..%d",
+                 c->ns_fault_at, (c->ns_fault - 1) % n, lo[0], hi[0], lo[1], hi[1]);
+        report(c, what);
+    }
+    combos_faulted += rank == 0 && lo[0] == SHARDOPT_ERR_INTERNAL;
+}
 
 /* Run combo c: the multi-rank run (with a checkpoint resume if drawn), the one-rank run, both
  * checks. Every rank of the world calls it. */
@@ -1241,13 +1547,14 @@ static void run_combo(const struct combo *c)
         struct xrun r;
         st = xrun_setup(&r, c, comm, c->L[0], 0, NULL, 0);
         if (st == SHARDOPT_OK)
-            st = xrun_steps(&r, c, 1, first_end);
+            st = c->midrun ? xrun_midrun(&r, c, comm) : xrun_steps(&r, c, 1, first_end);
+        int any = 0;
         if (st == SHARDOPT_OK) { /* did any rank run sharded or team Newton-Schulz? */
             shardopt_stats_t ss = SHARDOPT_STATS_INIT;
             shardopt_get_stats(r.rt, &ss);
-            int mine = ss.bytes_ns_allreduce_last > 0 || ss.ns_sharded_matrices > 0, any = 0;
-            MPI_Reduce(&mine, &any, 1, MPI_INT, MPI_MAX, 0, comm);
-            combos_sharded += any;
+            int mine = ss.bytes_ns_allreduce_last > 0 || ss.ns_sharded_matrices > 0;
+            MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm);
+            combos_sharded += me == 0 && any;
         }
         if (st == SHARDOPT_OK && c->ckpt)
             st = shardopt_save(r.rt, ckpt_root);
@@ -1265,6 +1572,8 @@ static void run_combo(const struct combo *c)
             snprintf(what, sizeof what, "%ld elements differ between copies or are missing", bad);
             report(c, what);
         }
+        if (st == SHARDOPT_OK && !c->ckpt && c->ns_fault && any) /* after the gathers */
+            xrun_ns_fault(&r, c, comm);
         xrun_free(&r, c->np);
         MPI_Comm_free(&comm);
     }
@@ -1418,13 +1727,16 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
             printf("combo %s\n", desc_buf);
             fflush(stdout);
         }
+        combos_nccl += me == 0 && c.nccl;
         run_combo(&c);
     }
     if (me == 0) {
-        printf("  %d combos (%d with sharded or team Newton-Schulz), %d discrepancies; worst fp32 "
-               "relative error against fp64 %.3g, of fp32 sharded or team Newton-Schulz against "
-               "one rank %.3g\n",
-               combos, combos_sharded, failures_total, worst_ref_err, worst_sharded_err);
+        printf("  %d combos (%d with sharded or team Newton-Schulz, %d reloaded mid-run, %d with "
+               "a Newton-Schulz fault that fired, %d over the mock NCCL), %d discrepancies; worst "
+               "fp32 relative error against fp64 %.3g, of fp32 sharded or team Newton-Schulz "
+               "against one rank %.3g\n",
+               combos, combos_sharded, combos_midrun, combos_faulted, combos_nccl, failures_total,
+               worst_ref_err, worst_sharded_err);
         fixture_rmtree(ckpt_root);
     }
     MPI_Bcast(&failures_total, 1, MPI_INT, 0, MPI_COMM_WORLD);

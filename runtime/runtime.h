@@ -163,6 +163,11 @@ struct shardopt_runtime {
      * it in the same all-reduce and ran every later collective of the step, so the failure is
      * agreed at the Muon phase's end instead of leaving peers in an all-reduce. */
     shardopt_status_t ns_failed;
+    /* A step failed at that agreement: part of its update was written, and a matrix that failed
+     * in one replica's group was applied by the other replicas (they learn of it only at the
+     * agreement), so the replicas may differ. Every later step refuses, as after
+     * exchange_abandoned. */
+    int ns_torn;
     struct ns_workspace ns_ws;
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
     struct alias_span *alias;     /* [2 * nparams]: alias_check's scratch (the step allocates

@@ -400,5 +400,9 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
     /* a matrix failed on some members only (its group knows, the others do not): every rank
      * returns the failure. With exchanges left in flight (status from muon_run) the ranks still
      * in them end the job after comm_timeout_s, as before */
-    return ns_collective(rt) ? groups_agree(&rt->groups, status, "step") : status;
+    if (!ns_collective(rt))
+        return status;
+    status = groups_agree(&rt->groups, status, "step");
+    rt->ns_torn |= status != SHARDOPT_OK; /* runtime.h: every rank refuses from now on */
+    return status;
 }

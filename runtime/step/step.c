@@ -481,12 +481,16 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
                           "step failed; nothing was updated: finalize, init again and load the "
                           "last checkpoint",
                           rt->groups.me.rank);
-    if (status == SHARDOPT_OK && rt->committed && rt->exchange_abandoned)
+    if (status == SHARDOPT_OK && rt->committed && (rt->exchange_abandoned || rt->ns_torn))
         status = log_fail(SHARDOPT_ERR_STATE,
-                          "step: rank %d: an earlier step failed with exchanges in flight, which "
-                          "a peer's message may still complete; nothing was updated: finalize, "
-                          "init again and load the last checkpoint",
-                          rt->groups.me.rank);
+                          "step: rank %d: an earlier step failed %s; nothing was updated: "
+                          "finalize, init again and load the last checkpoint",
+                          rt->groups.me.rank,
+                          rt->exchange_abandoned ? "with exchanges in flight, which a peer's "
+                                                   "message may still complete"
+                                                 : "in sharded or team Newton-Schulz after "
+                                                   "writing part of its update (the replicas "
+                                                   "may differ)");
     /* the step is collective: a check failing on one rank fails it on all; the same all-reduce
      * compares a digest of the arguments, and only when they differ is the slow path taken */
     if (rt->committed) {

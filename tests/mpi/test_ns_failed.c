@@ -3,11 +3,14 @@
  * the failed rank returned ERR_INTERNAL alone and its peers waited in the Gram all-reduce it never
  * joined until comm_timeout_s ended the job with MPI_Abort (here 20 s: the test aborts). Now the
  * failure rides on the group's next all-reduce, so every member stops at the same one, the matrix
- * is left as it was on every rank, the later matrices still run, and the step's agreement returns
- * ERR_INTERNAL on every rank; the next step runs on communicators still in step. Both routes:
- * ns_strategy = sharded (runtime/step/ns_sharded.c after the exchanges) and a Newton-Schulz team
- * (inside the exchange pipeline, whose exchanges then complete with a zero update for the block).
- * 2 ranks, one dense group. */
+ * is left as it was in that group, the later matrices still run, and the step's agreement returns
+ * ERR_INTERNAL on every rank. The other replicas applied that matrix (they learn of the failure
+ * only at the agreement: test_xcheck's seed 200738 and four more, whose next step's replica check
+ * found the replicas apart), so every later step refuses with ERR_STATE, nothing written, as after
+ * a step that abandoned its exchanges; a new runtime steps as before. Both routes: ns_strategy =
+ * sharded (runtime/step/ns_sharded.c after the exchanges) and a Newton-Schulz team (inside the
+ * exchange pipeline, whose exchanges then complete with a zero update for the block). 2 ranks in
+ * one dense group; 4 as 2 replicas of 2 (replica_check_every = 1). */
 #include <string.h>
 
 #include "base/fault.h"
@@ -18,7 +21,7 @@
 #define ROWS 16
 #define COLS 32
 
-static int me;
+static int me, world;
 
 struct run {
     shardopt_runtime_t rt;
@@ -33,6 +36,9 @@ static void setup(struct run *r, int teams)
     cfg.comm_timeout_s = 20; /* without the fix rank 1's all-reduce waits into this, then aborts */
     cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
     cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.dp_replicate = world / 2;
+    cfg.dp_shard = 2;
+    cfg.replica_check_every = 1;
     if (teams) { /* every matrix split over a team of both ranks (test_ns_teams' settings) */
         cfg.ns_team_cap = 2;
         cfg.ns_team_frac = 0.01;
@@ -45,13 +51,13 @@ static void setup(struct run *r, int teams)
     for (int m = 0; m < NMAT; m++) {
         char name[32];
         snprintf(name, sizeof name, "layers.%d.proj.weight", m);
-        for (int i = 0; i < ROWS / 2 * COLS; i++) {
-            r->w[m][i] = 0.01f * (float)((i * 7 + m * 3 + me * 5) % 11) - 0.05f;
-            r->g[m][i] = 0.02f * (float)((i * 5 + m + me * 3) % 13) - 0.12f;
+        for (int i = 0; i < ROWS / 2 * COLS; i++) { /* replicas alike */
+            r->w[m][i] = 0.01f * (float)((i * 7 + m * 3 + me % 2 * 5) % 11) - 0.05f;
+            r->g[m][i] = 0.02f * (float)((i * 5 + m + me % 2 * 3) % 13) - 0.12f;
         }
         shardopt_param_desc_t d = fixture_desc(name, 2, ROWS, COLS, 1, r->w[m], r->g[m]);
         d.shard_dim = 1; /* along the long side: sharded Newton-Schulz keeps each rank's columns */
-        d.shard_offset = me * (COLS / 2);
+        d.shard_offset = (me % 2) * (COLS / 2);
         d.shard_length = COLS / 2;
         shardopt_param_t h;
         shardopt_register(r->rt, &d, &h);
@@ -87,10 +93,16 @@ static void fail_on_one_rank(int teams, int who, int at)
     EXPECT_TRUE(strstr(shardopt_last_error(), "Newton-Schulz failed") != NULL ||
                 strstr(shardopt_last_error(), "another rank") != NULL);
     fault_arm(NULL);
-    if (!teams) /* matrix 0 failed: not applied on any rank; the others were */
+    if (!teams && me / 2 == who / 2) /* matrix 0 failed in this group: not applied here */
         EXPECT_TRUE(memcmp(before[0], r.w[0], sizeof before[0]) == 0);
     EXPECT_TRUE(memcmp(before[NMAT - 1], r.w[NMAT - 1], sizeof before[0]) != 0);
-    EXPECT_EQ_INT(step(&r), SHARDOPT_OK); /* the communicators are still in step */
+    memcpy(before, r.w, sizeof before);
+    EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
+    EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in sharded or team") != NULL);
+    EXPECT_TRUE(memcmp(before, r.w, sizeof before) == 0);
+    shardopt_finalize(r.rt);
+    setup(&r, teams); /* a new runtime: its communicators were never out of step either */
+    EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
     EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
     shardopt_finalize(r.rt);
 }
@@ -98,6 +110,7 @@ static void fail_on_one_rank(int teams, int who, int at)
 TEST(a_sharded_newton_schulz_failing_on_one_rank_fails_the_step_on_every_rank)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
     fail_on_one_rank(0, 0, 2); /* rank 0, matrix 0's second Gram matrix */
     fail_on_one_rank(0, 1, 1); /* rank 1, before matrix 0's first */
 }
@@ -105,6 +118,7 @@ TEST(a_sharded_newton_schulz_failing_on_one_rank_fails_the_step_on_every_rank)
 TEST(a_team_newton_schulz_failing_on_one_rank_fails_the_step_on_every_rank)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
     fail_on_one_rank(1, 1, 3);
     fail_on_one_rank(1, 0, 5); /* the last iteration's Gram matrix */
 }

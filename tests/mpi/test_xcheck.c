@@ -33,10 +33,11 @@
  * same runtime and steps to the end again (every rank's parameters and state bitwise those of the
  * first pass); after a layout run with sharded or team Newton-Schulz, a step with the fault site
  * step.ns armed on one rank (base/fault.h: the same status on every rank, ERR_INTERNAL where it
- * fired, and a next step that succeeds); args.stream on devsim combos. test_xcheck_nccl is this
- * file over the mock NCCL (tests/mock/nccl_mock.c, as test_device_sim_nccl): every combo a devsim
- * one, its exchanges NCCL's (comm_backend = nccl's path) unless offload = cpu. A CPU without
- * oneDNN's bf16 matmul runs a drawn ns_compute = bf16 in fp32 (commit refuses bf16 there).
+ * fired, then a step refused with ERR_STATE everywhere); args.stream on devsim combos.
+ * test_xcheck_nccl is this file over the mock NCCL (tests/mock/nccl_mock.c, as
+ * test_device_sim_nccl): every combo a devsim one, its exchanges NCCL's (comm_backend = nccl's
+ * path) unless offload = cpu. A CPU without oneDNN's bf16 matmul runs a drawn ns_compute = bf16 in
+ * fp32 (commit refuses bf16 there).
  *
  * SHARDOPT_XCHECK_SEED and SHARDOPT_XCHECK_COMBOS override the seed and the count (60 combos take
  * 5-30 s at 8 ranks on 2 cores), SHARDOPT_XCHECK_ONLY runs one seed, SHARDOPT_XCHECK_SET="k=v;.."
@@ -1486,7 +1487,9 @@ static shardopt_status_t xrun_midrun(struct xrun *r, const struct combo *c, MPI_
 /* ns_fault (draw_v4), after a layout run that ran some matrix sharded or in a team: one step with
  * step.ns armed on one rank (a stand-in for a kernel refusing, base/fault.h). Every rank returns
  * the same status, ERR_INTERNAL where it fired (docs/api.md: agreed at the Muon phase's end), OK
- * where that rank's pieces had fewer iterations; no rank is left waiting; the next step runs. */
+ * where that rank's pieces had fewer iterations; no rank is left waiting; the next step refuses
+ * with ERR_STATE on every rank after a failure (seed 200738 and four more, 2 or 4 replicas with
+ * replica_check_every: its replica check found the replicas apart before), else runs. */
 static void xrun_ns_fault(struct xrun *r, const struct combo *c, MPI_Comm comm)
 {
     int rank, n;
@@ -1510,8 +1513,10 @@ static void xrun_ns_fault(struct xrun *r, const struct combo *c, MPI_Comm comm)
     int lo[2] = {got[0], next}, hi[2] = {got[0], next};
     MPI_Allreduce(MPI_IN_PLACE, lo, 2, MPI_INT, MPI_MIN, comm);
     MPI_Allreduce(MPI_IN_PLACE, hi, 2, MPI_INT, MPI_MAX, comm);
+    /* after a failed one every later step refuses (the replicas may differ: runtime.h, ns_torn) */
+    const int want = lo[0] == SHARDOPT_OK ? SHARDOPT_OK : SHARDOPT_ERR_STATE;
     if (rank == 0 && (lo[0] != hi[0] || (lo[0] != SHARDOPT_OK && lo[0] != SHARDOPT_ERR_INTERNAL) ||
-                      lo[1] != SHARDOPT_OK || hi[1] != SHARDOPT_OK)) {
+                      lo[1] != want || hi[1] != want)) {
         char what[200];
         snprintf(what, sizeof what,
                  "ns fault step.ns:%d on rank %d: statuses %d..%d, the next step %d..%d",

@@ -1392,9 +1392,10 @@ static int step_dirs(unsigned long long want, int *has)
 
 /* midrun (draw_v4): steps 1..nsteps, each saved under keep_last (a step nonfinite skips adds no
  * step to save); the step directories left must be the last keep_last saves (docs/config.md,
- * keep_last). Then the checkpoint of a kept save is loaded into this runtime (weights from the
- * test's copy without ckpt_weights) and the steps after it run again: every rank's parameters
- * and state must have the bits of the first pass (docs/checkpoint.md: a resume is bitwise). */
+ * keep_last), `latest` the last save. Then the checkpoint of a kept save is loaded into this
+ * runtime (weights from the test's copy without ckpt_weights) and the steps after it run again:
+ * every rank's parameters and state must have the bits of the first pass (docs/checkpoint.md: a
+ * resume is bitwise). */
 static shardopt_status_t xrun_midrun(struct xrun *r, const struct combo *c, MPI_Comm comm)
 {
     int rank, at[MAXSTEPS + 1], ns = 0;
@@ -1422,11 +1423,21 @@ static shardopt_status_t xrun_midrun(struct xrun *r, const struct combo *c, MPI_
             step_dirs(name_of[j], &has);
             all &= has;
         }
-        if (n != kept || !all) {
+        char latest[64] = "", want[64], path[300];
+        snprintf(path, sizeof path, "%s/latest", ckpt_root);
+        snprintf(want, sizeof want, "step-%08llu", name_of[ns - 1]);
+        FILE *f = fopen(path, "r");
+        if (f != NULL) {
+            if (fgets(latest, sizeof latest, f) == NULL)
+                latest[0] = 0;
+            fclose(f);
+        }
+        latest[strcspn(latest, "\n")] = 0;
+        if (n != kept || !all || strcmp(latest, want) != 0) {
             snprintf(what, sizeof what,
                      "midrun: %d step directories after %d saves with keep_last %d (want %d, the "
-                     "last ones: %s)",
-                     n, ns, K, kept, all ? "present" : "missing");
+                     "last ones: %s); latest '%s', want '%s'",
+                     n, ns, K, kept, all ? "present" : "missing", latest, want);
             report(c, what);
         }
     }

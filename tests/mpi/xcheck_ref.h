@@ -131,6 +131,14 @@ struct xref_tensor {
      * derivative at the singular values; the second by |B| / |a + B| where a step cancels (at
      * sigma = 1 quintic's and the aol table's first steps keep 0.117 and 0.113 of terms near 4) */
     double sens_of_scale, sens;
+    /* 1: also run each matrix's Newton-Schulz on its input with every element moved by one bf16
+     * ulp of its own, up or down (signs from a fixed hash), and keep the output's relative change
+     * in sens when larger: what a stochastically rounded momentum (up to an ulp from the nearest
+     * rounding the reference takes, a different direction in every element) does. Scaling X
+     * leaves the singular vectors alone; this moves them, by |dU| / (s_i + s_j) between singular
+     * values s_i, s_j, which a square matrix with a small singular value makes large (test_xcheck
+     * seed 400317 of test_xcheck_nccl: a 13 x 13 expert 0.189 off, sens from scaling 0.0069) */
+    int sens_of_ulp;
 };
 
 /* One step of every tensor; g[p] the global gradients (already in the grad dtype), `lr`,
@@ -198,13 +206,30 @@ static inline void xref_step(const shardopt_config_t *c, int np, struct xref_ten
             for (int64_t i = 0; i < rows; i++)
                 for (int64_t j = 0; j < cols; j++)
                     o[x->transposed ? j * rows + i : i * cols + j] = u[i * cols + j];
-            if (x->sens_of_scale > 0)
+            if (x->sens_of_scale > 0 || x->sens_of_ulp)
                 memcpy(o2, o, sizeof(double) * (size_t)per);
             xref_ns(c, A, B, o);
             for (int v = 0; v < 4 && x->sens_of_scale > 0; v++) {
                 const double h = (v & 1 ? 1 : -1) * x->sens_of_scale;
                 memcpy(o3, o2, sizeof(double) * (size_t)per);
                 xref_ns_at(c, A, B, o3, v < 2 ? h : 0, v < 2 ? 0 : h);
+                double dn = 0, on = 0;
+                for (int64_t i = 0; i < per; i++) {
+                    dn += (o3[i] - o[i]) * (o3[i] - o[i]);
+                    on += o[i] * o[i];
+                }
+                if (on > 0 && sqrt(dn / on) > x->sens)
+                    x->sens = sqrt(dn / on);
+            }
+            if (x->sens_of_ulp) {
+                uint64_t hs = 0x9E3779B97F4A7C15ull * (uint64_t)(e + 1) + x->step;
+                for (int64_t i = 0; i < per; i++) {
+                    hs = hs * 6364136223846793005ull + 1442695040888963407ull;
+                    const double a = fabs(o2[i]);
+                    const double ulp = a > 0 ? ldexp(1.0, ilogb(a) - 7) : 0;
+                    o3[i] = o2[i] + (hs >> 63 ? ulp : -ulp);
+                }
+                xref_ns(c, A, B, o3);
                 double dn = 0, on = 0;
                 for (int64_t i = 0; i < per; i++) {
                     dn += (o3[i] - o[i]) * (o3[i] - o[i]);

@@ -36,8 +36,9 @@
  * fired, then a step refused with ERR_STATE everywhere); args.stream on devsim combos.
  * test_xcheck_nccl is this file over the mock NCCL (tests/mock/nccl_mock.c, as
  * test_device_sim_nccl): every combo a devsim one, its exchanges NCCL's (comm_backend = nccl's
- * path) unless offload = cpu. A CPU without oneDNN's bf16 matmul runs a drawn ns_compute = bf16 in
- * fp32 (commit refuses bf16 there).
+ * path) unless offload = cpu. Where commit refuses ns_compute = bf16 a drawn bf16 runs in fp32
+ * (no CPU since the fp32 sgemm fallback for a oneDNN without bf16 matmul, ns_bf16_plan.h; the
+ * probe stays for a oneDNN that fails otherwise).
  *
  * SHARDOPT_XCHECK_SEED and SHARDOPT_XCHECK_COMBOS override the seed and the count (60 combos take
  * 5-30 s at 8 ranks on 2 cores), SHARDOPT_XCHECK_ONLY runs one seed, SHARDOPT_XCHECK_SET="k=v;.."
@@ -645,7 +646,7 @@ static int table_runs(shardopt_kernels_t k)
     return ok;
 }
 
-/* Does commit accept bf16 Newton-Schulz (oneDNN's bf16 matmul: AVX-512 CPUs)? */
+/* Does commit accept bf16 Newton-Schulz (oneDNN's matmul or the fp32 sgemm fallback)? */
 static int bf16_ns_runs(void)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
@@ -809,8 +810,8 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
     if ((cfg.kernels == SHARDOPT_KERNELS_AVX2 && !have_avx2) ||
         (cfg.kernels == SHARDOPT_KERNELS_AVX512 && !have_avx512))
         cfg.kernels = SHARDOPT_KERNELS_PORTABLE; /* a table this CPU lacks: the portable one */
-    /* a CPU without oneDNN's bf16 matmul refuses ns_compute = bf16 at commit (docs/config.md):
-     * fp32 there (the checks take the arithmetic the one-rank run resolved) */
+    /* where commit refuses ns_compute = bf16 (the probe above): fp32 there (the checks take the
+     * arithmetic the one-rank run resolved) */
     if (cfg.ns_compute == SHARDOPT_NS_COMPUTE_BF16 && !have_bf16_ns)
         cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
     cfg.dp_replicate = L.rep;

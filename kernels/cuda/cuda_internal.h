@@ -92,6 +92,11 @@ void cuda_sumsq_many(const struct kernel_ctx *ctx, const void *const *x, const i
 int cuda_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                        const struct ns_workspace *ws);
 size_t cuda_ns_workspace_bytes(int64_t rows, int64_t cols, int64_t batch);
+/* out <- in * scale (rows x cols row-major, one matrix), out the same or (transpose) its
+ * transpose, each value formed as (float)((double)v * scale), on stream s: the tile kernel of
+ * the gathered path's load and store (ns_cuda.cu), for the sharded pieces' (ns_shard_cuda.cu) */
+void cuda_ns_tile(cudaStream_t s, const void *in, int in_dt, void *out, int out_dt, int64_t rows,
+                  int64_t cols, int transpose, double scale);
 /* the sharded Newton-Schulz entries (ns_shard_cuda.cu) into a table being made */
 void cuda_ns_shard_fill(struct kernel_ops *o);
 void cuda_lt_plans_destroy(struct cuda_backend *b);

@@ -29,13 +29,14 @@ __global__ void k_ns_sumsq(const void *in, int dt, size_t count, double *part)
 
 /* out[z] <- in[z] * scale, in[z] rows x cols row-major, out[z] the same or its transpose, with a
  * shared-memory tile so that both sides are read and written along rows. scale is
- * 1 / (|in[z]|_F * norm_scale + eps) when part is given (the load), else 1 (the store). rowscale
+ * 1 / (|in[z]|_F * norm_scale + eps) when part is given (the load), else `fixed` (1 for the store;
+ * the sharded load's host-made 1 / (|U|_F s + eps), cuda_ns_tile). rowscale
  * (AOL's reload; NULL otherwise): the fp32 value so scaled is then multiplied by rowscale[z][w],
  * w its row in the working orientation (a stored column where transposed), and rounded again,
  * as the CPU scales its fp32 staging (kernels/cpu/ns_common.c, ns_aol_scale). */
 __global__ void k_ns_tile(const void *in, int in_dt, void *out, int out_dt, int64_t rows,
-                          int64_t cols, int transpose, const double *part, float norm_scale,
-                          float eps, const double *rowscale)
+                          int64_t cols, int transpose, const double *part, double fixed,
+                          float norm_scale, float eps, const double *rowscale)
 {
     __shared__ float tile[NS_TILE][NS_TILE + 1];
     __shared__ double scale;
@@ -43,7 +44,7 @@ __global__ void k_ns_tile(const void *in, int in_dt, void *out, int out_dt, int6
     const int64_t r0 = (int64_t)blockIdx.y * NS_TILE, c0 = (int64_t)blockIdx.x * NS_TILE;
 
     if (threadIdx.x == 0 && threadIdx.y == 0) {
-        double s = 1.0;
+        double s = fixed;
         if (part != NULL) {
             double ss = 0;
             for (int b = 0; b < NS_NORM_BLOCKS; b++)
@@ -77,6 +78,17 @@ __global__ void k_ns_tile(const void *in, int in_dt, void *out, int out_dt, int6
                 kstore_value(out, out_dt, base + (size_t)(r * cols + c), tile[ty][threadIdx.x]);
         }
     }
+}
+
+void cuda_ns_tile(cudaStream_t s, const void *in, int in_dt, void *out, int out_dt, int64_t rows,
+                  int64_t cols, int transpose, double scale)
+{
+    if (rows <= 0 || cols <= 0)
+        return;
+    const dim3 grid((unsigned)((cols + NS_TILE - 1) / NS_TILE),
+                    (unsigned)((rows + NS_TILE - 1) / NS_TILE));
+    k_ns_tile<<<grid, dim3(NS_TILE, 8), 0, s>>>(in, in_dt, out, out_dt, rows, cols, transpose, NULL,
+                                                scale, 1.0f, 0.0f, NULL);
 }
 
 /* AOL's d[z][i] = (sum_j |A[z][i][j]| + eps)^(-1/2), one block per row i of matrix z, the sum
@@ -297,7 +309,7 @@ struct CudaDev {
         const dim3 grid((unsigned)((a->cols + NS_TILE - 1) / NS_TILE),
                         (unsigned)((a->rows + NS_TILE - 1) / NS_TILE), (unsigned)count);
         k_ns_tile<<<grid, dim3(NS_TILE, 8), 0, s>>>(in, a->in_dtype, x, KDT_BF16, a->rows, a->cols,
-                                                    a->transpose, part, a->norm_scale, a->eps,
+                                                    a->transpose, part, 1.0, a->norm_scale, a->eps,
                                                     NULL);
         return cudaGetLastError() == cudaSuccess ? 0 : -1;
     }
@@ -324,7 +336,8 @@ struct CudaDev {
         const dim3 grid((unsigned)((a->cols + NS_TILE - 1) / NS_TILE),
                         (unsigned)((a->rows + NS_TILE - 1) / NS_TILE), (unsigned)count);
         k_ns_tile<<<grid, dim3(NS_TILE, 8), 0, s>>>(in, a->in_dtype, x, KDT_BF16, a->rows, a->cols,
-                                                    a->transpose, part, a->norm_scale, a->eps, d);
+                                                    a->transpose, part, 1.0, a->norm_scale, a->eps,
+                                                    d);
         return cudaGetLastError() == cudaSuccess ? 0 : -1;
     }
 
@@ -361,7 +374,7 @@ struct CudaDev {
         const dim3 grid((unsigned)((n + NS_TILE - 1) / NS_TILE),
                         (unsigned)((m + NS_TILE - 1) / NS_TILE), (unsigned)count);
         k_ns_tile<<<grid, dim3(NS_TILE, 8), 0, s>>>(x, KDT_BF16, out, a->out_dtype, m, n,
-                                                    a->transpose, NULL, 1.0f, 0.0f, NULL);
+                                                    a->transpose, NULL, 1.0, 1.0f, 0.0f, NULL);
         return cudaGetLastError() == cudaSuccess ? 0 : -1;
     }
 };

@@ -11,41 +11,8 @@
 #include "cuda_internal.h"
 
 extern "C" {
-#include "../elem_rules.h"
 #include "../ns_shape.h"
 #include "base/status.h"
-}
-
-#define SHARD_TILE 32
-
-/* dst <- src * scale, src rows x cols row-major (src_dt), dst the same or (transpose) its
- * transpose, through a shared tile so that both sides go along rows: the load (U stored -> X
- * working, scale 1 / (|U|_F s + eps) from the host) and the store (X -> O stored, scale 1). The
- * value is formed as the CPU forms it, (float)((double)v * scale). */
-__global__ void k_shard_tile(const void *src, int src_dt, void *dst, int dst_dt, int64_t rows,
-                             int64_t cols, int transpose, double scale)
-{
-    __shared__ float tile[SHARD_TILE][SHARD_TILE + 1];
-    const int64_t r0 = (int64_t)blockIdx.y * SHARD_TILE, c0 = (int64_t)blockIdx.x * SHARD_TILE;
-
-    for (int ty = threadIdx.y; ty < SHARD_TILE; ty += blockDim.y) {
-        const int64_t r = r0 + ty, c = c0 + threadIdx.x;
-        if (r < rows && c < cols)
-            tile[ty][threadIdx.x] =
-                (float)((double)kload(src, src_dt, (size_t)(r * cols + c)) * scale);
-    }
-    __syncthreads();
-    for (int ty = threadIdx.y; ty < SHARD_TILE; ty += blockDim.y) {
-        if (transpose) { /* dst is cols x rows: its row c0 + ty is column c0 + ty of the tile */
-            const int64_t c = c0 + ty, r = r0 + threadIdx.x;
-            if (r < rows && c < cols)
-                kstore_value(dst, dst_dt, (size_t)(c * rows + r), tile[threadIdx.x][ty]);
-        } else {
-            const int64_t r = r0 + ty, c = c0 + threadIdx.x;
-            if (r < rows && c < cols)
-                kstore_value(dst, dst_dt, (size_t)(r * cols + c), tile[ty][threadIdx.x]);
-        }
-    }
 }
 
 /* b[i] <- b[i] + c * x[i], two roundings as the CPU's loop (-fmad=false: no fused product) */
@@ -64,31 +31,20 @@ __global__ void k_shard_diag(float *b, int64_t m, float c)
         b[i * m + i] = b[i * m + i] + c;
 }
 
-static void tile_launch(cudaStream_t s, const void *src, int src_dt, void *dst, int dst_dt,
-                        int64_t rows, int64_t cols, int transpose, double scale)
-{
-    if (rows <= 0 || cols <= 0)
-        return;
-    const dim3 grid((unsigned)((cols + SHARD_TILE - 1) / SHARD_TILE),
-                    (unsigned)((rows + SHARD_TILE - 1) / SHARD_TILE));
-    k_shard_tile<<<grid, dim3(SHARD_TILE, 8), 0, s>>>(src, src_dt, dst, dst_dt, rows, cols,
-                                                      transpose, scale);
-}
-
 static void cuda_ns_shard_load(const struct kernel_ctx *ctx, const struct ns_args *a, double inv,
                                float *x)
 {
-    tile_launch(cuda_stream(ctx), a->in, a->in_dtype, x, KDT_F32, a->rows, a->cols, a->transpose,
-                inv);
+    cuda_ns_tile(cuda_stream(ctx), a->in, a->in_dtype, x, KDT_F32, a->rows, a->cols, a->transpose,
+                 inv);
 }
 
 static void cuda_ns_shard_store(const struct kernel_ctx *ctx, const struct ns_args *a,
                                 const float *x)
 {
     /* x is the working orientation: cols x rows where the piece is transposed */
-    tile_launch(cuda_stream(ctx), x, KDT_F32, a->out, a->out_dtype,
-                a->transpose ? a->cols : a->rows, a->transpose ? a->rows : a->cols, a->transpose,
-                1.0);
+    cuda_ns_tile(cuda_stream(ctx), x, KDT_F32, a->out, a->out_dtype,
+                 a->transpose ? a->cols : a->rows, a->transpose ? a->rows : a->cols, a->transpose,
+                 1.0);
 }
 
 /* c (rows x cols floats) <- NaN after a failed cuBLAS call, the error recorded */

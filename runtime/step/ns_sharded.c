@@ -68,10 +68,16 @@ static shardopt_status_t norm_inverse(shardopt_runtime_t rt, const char *name, M
  * NCCL all-reduce of the team would keep the Gram matrix on the device, but needs a
  * communicator per team member set (commit_teams.c makes MPI ones); docs/design.md says why the
  * host path is the one for now. 0, or -1 when the device's queued work failed. */
+static int dev_sync(shardopt_runtime_t rt)
+{
+    /* the fault site step.ns.copy stands in for a device whose copy failed (tests) */
+    return fault_hit("step.ns.copy") ? -1 : rt->ns_dev->sync(&rt->kctx);
+}
+
 static int to_host(shardopt_runtime_t rt, void *host, const void *dev, size_t bytes)
 {
     rt->ns_dev->copy(&rt->kctx, host, dev, bytes);
-    return rt->ns_dev->sync(&rt->kctx);
+    return dev_sync(rt);
 }
 
 static shardopt_status_t copy_failed(shardopt_runtime_t rt, const char *name, const char *what)
@@ -115,7 +121,8 @@ static shardopt_status_t gram_allreduce(shardopt_runtime_t rt, const char *name,
 /* AOL's row scales (ns_aol_scale, the host function the gathered CPU path runs) on X (m x n) and
  * the summed Gram matrix: in place on the CPU tables, d in B's room (commit_buffers.c leaves
  * it); on a device both go down to rt->sh_host (Gram, then the m doubles, then X: commit sizes
- * it so) and back, once per matrix, so the device gives the CPU's bits. */
+ * it so) and back, once per matrix, so the device gives the CPU's bits. A failed copy is this
+ * member's alone: iterate carries it into the group's next all-reduce. */
 static shardopt_status_t aol_scale(shardopt_runtime_t rt, const char *name, float *x, float *gram,
                                    float *B, int64_t m, int64_t n)
 {
@@ -136,7 +143,7 @@ static shardopt_status_t aol_scale(shardopt_runtime_t rt, const char *name, floa
     rt->ns_dev->copy(&rt->kctx, x, xh, xb);
     rt->ns_dev->copy(&rt->kctx, gram, g, gb);
     /* the host buffer is the next Gram all-reduce's: wait until both copies have read it */
-    if (rt->ns_dev->sync(&rt->kctx) != 0)
+    if (dev_sync(rt) != 0)
         return copy_failed(rt, name, "AOL's scaled block back");
     return SHARDOPT_OK;
 }
@@ -268,16 +275,19 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
     if (count > 0)
         rt->ns_ops->ns_shard_load(&rt->kctx, piece, inv, x);
     const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
+    int failed = 0; /* this member failed since the last all-reduce: told in the next one */
     for (int it = 0; it < c->ns_steps; it++) {
         /* the fp32 kernels cannot fail: the fault site stands in for one that does */
-        const int failed = count > 0 && fault_hit("step.ns");
-        shardopt_status_t status =
+        failed |= count > 0 && fault_hit("step.ns");
+        const shardopt_status_t status =
             gram_allreduce(rt, name, comm, x, m, count > 0 ? n : 0, failed, gram);
-        if (status == SHARDOPT_OK && aol && it == 0)
-            status = aol_scale(rt, name, x, gram, B, m, count > 0 ? n : 0);
         if (status != SHARDOPT_OK)
             return status;
-        if (count > 0) {
+        /* AOL's copies failing here (a device): returning now left the other members in the
+         * next Gram all-reduce until comm_timeout_s ended the job; the flag goes in it instead */
+        if (aol && it == 0 && aol_scale(rt, name, x, gram, B, m, count > 0 ? n : 0) != SHARDOPT_OK)
+            failed = 1;
+        if (count > 0 && !failed) {
             rt->ns_ops->ns_shard_update(&rt->kctx, gram, rt->ns_coeffs[it], x, m, n, B, y);
             float *t = x;
             x = y;
@@ -285,6 +295,8 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
         }
     }
     count_iterations(rt, comm, m, count > 0 ? n : 0, sizeof(float), 1);
+    if (failed) /* after the last all-reduce (ns_steps = 1): ns_sharded_run's agreement */
+        return SHARDOPT_ERR_DEVICE;
     if (count == 0) /* no columns: it forms neither B nor Y, only joins the all-reduces */
         return SHARDOPT_OK;
     rt->ns_ops->ns_shard_store(&rt->kctx, piece, x);

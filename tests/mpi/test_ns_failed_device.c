@@ -1,0 +1,115 @@
+/* A Newton-Schulz team on a device (here the simulated one of devsim.h, offload = cpu: only
+ * Newton-Schulz on the device) with ns_precondition = aol, whose member's device <-> host copy for
+ * AOL's row scales fails (the fault site step.ns.copy stands in for the device's error). Before,
+ * aol_scale's failure returned from that member alone while the rest of its team went on into the
+ * next Gram all-reduce and waited there until comm_timeout_s ended the job with MPI_Abort (here
+ * 20 s: the test aborts). Now the failure rides on that all-reduce, as a failed kernel's does
+ * (test_ns_failed): ERR_INTERNAL on every rank, and every later step refuses with ERR_STATE,
+ * nothing written. Both of AOL's copies: the block down (hit 2 of a matrix: hit 1 is the first
+ * Gram matrix's copy down, which already carried its failure) and the scaled block back (hit 3).
+ * 2 ranks in one dense group; 4 as 2 replicas of 2. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS (devsim.h) */
+#include <string.h>
+
+#include "base/fault.h"
+#include "devsim.h"
+#include "fixture.h"
+#include "test.h"
+
+#define NMAT 3
+#define ROWS 16
+#define COLS 32
+
+static int me, world;
+
+struct run {
+    shardopt_runtime_t rt;
+    float w[NMAT][ROWS / 2 * COLS], g[NMAT][ROWS / 2 * COLS];
+};
+
+static void setup(struct run *r)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.num_threads = 1;
+    cfg.comm_timeout_s = 20; /* without the fix the team's peers wait into this, then abort */
+    cfg.kernels = SHARDOPT_KERNELS_REFERENCE; /* what the simulated device computes with */
+    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
+    cfg.offload = SHARDOPT_OFFLOAD_CPU;
+    cfg.dp_replicate = world / 2;
+    cfg.dp_shard = 2;
+    cfg.replica_check_every = 1;
+    cfg.ns_team_cap = 2; /* every matrix split over a team of both ranks (test_ns_teams') */
+    cfg.ns_team_frac = 0.01;
+    cfg.cost_gemm_gflops = 1e-3;
+    cfg.cost_net_gbps = 1e3;
+    r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    r->rt->ns_ops = &sim_ops; /* Newton-Schulz on the simulated device, before commit sizes it */
+    r->rt->ns_dev = &sim_dev;
+    for (int m = 0; m < NMAT; m++) {
+        char name[32];
+        snprintf(name, sizeof name, "layers.%d.proj.weight", m);
+        for (int i = 0; i < ROWS / 2 * COLS; i++) { /* replicas alike */
+            r->w[m][i] = 0.01f * (float)((i * 7 + m * 3 + me % 2 * 5) % 11) - 0.05f;
+            r->g[m][i] = 0.02f * (float)((i * 5 + m + me % 2 * 3) % 13) - 0.12f;
+        }
+        shardopt_param_desc_t d = fixture_desc(name, 2, ROWS, COLS, 1, r->w[m], r->g[m]);
+        d.shard_dim = 1;
+        d.shard_offset = (me % 2) * (COLS / 2);
+        d.shard_length = COLS / 2;
+        shardopt_param_t h;
+        shardopt_register(r->rt, &d, &h);
+    }
+    if (shardopt_commit(r->rt) != SHARDOPT_OK) {
+        fprintf(stderr, "rank %d: commit: %s\n", me, shardopt_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+static shardopt_status_t step(struct run *r)
+{
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.02;
+    return shardopt_step(r->rt, &a);
+}
+
+/* Rank `who`'s `at`-th device copy of the step fails. */
+static void copy_fails_on_one_rank(int who, int at)
+{
+    static struct run r;
+    char spec[32];
+    setup(&r);
+    const long calls = sim_shard_calls;
+    EXPECT_EQ_INT(step(&r), SHARDOPT_OK); /* a step as usual first */
+    EXPECT_TRUE(sim_shard_calls > calls); /* the team's blocks did run on the device */
+    EXPECT_TRUE(r.rt->gx[GROUP_DENSE].plan.nteams > 0);
+    float before[NMAT][ROWS / 2 * COLS];
+    snprintf(spec, sizeof spec, "step.ns.copy:%d", at);
+    fault_arm(me == who ? spec : NULL);
+    EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_INTERNAL); /* on every rank */
+    EXPECT_TRUE(strstr(shardopt_last_error(), "Newton-Schulz failed") != NULL ||
+                strstr(shardopt_last_error(), "another rank") != NULL);
+    fault_arm(NULL);
+    memcpy(before, r.w, sizeof before);
+    EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
+    EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in sharded or team") != NULL);
+    EXPECT_TRUE(memcmp(before, r.w, sizeof before) == 0);
+    shardopt_finalize(r.rt);
+    setup(&r); /* a new runtime steps as before */
+    EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
+    shardopt_finalize(r.rt);
+    EXPECT_EQ_INT(nsim, 0); /* every device allocation released */
+}
+
+TEST(an_aol_copy_failing_on_one_team_member_fails_the_step_on_every_rank)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    sim_current = SIM_DEVICE;     /* the trainer's thread is on the device init uses */
+    copy_fails_on_one_rank(1, 2); /* AOL's copy of the block down */
+    copy_fails_on_one_rank(0, 3); /* AOL's scaled block back */
+    copy_fails_on_one_rank(0, 1); /* the first Gram matrix's copy down (carried before) */
+    EXPECT_EQ_INT((int)sim_wrong_device, 0);
+}

@@ -30,7 +30,49 @@
 static const char *test_dir(void)
 {
     const char *d = getenv("SHARDOPT_TEST_DIR");
-    return d != NULL ? d : "/tmp/shardopt_ckpt_test";
+    if (d == NULL) { /* the modes run under ckpt_driver.sh, which names the directory */
+        fprintf(stderr, "SHARDOPT_TEST_MODE needs SHARDOPT_TEST_DIR\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return d;
+}
+
+/* The in-process tests' directories and files: under one directory rank 0 makes with mkdtemp for
+ * this run (every rank gets its name) and removes at the end, so concurrent runs (checkouts, ctest
+ * -j) never share a path. Fixed /tmp names collided across checkouts. */
+static char scratch_base[64];
+
+static void scratch_begin(void)
+{
+    if (me == 0) {
+        strcpy(scratch_base, "/tmp/shardopt_ckpt_XXXXXX");
+        if (mkdtemp(scratch_base) == NULL) {
+            perror("mkdtemp");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    MPI_Bcast(scratch_base, sizeof scratch_base, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+static void scratch_end(void)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch_base);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", scratch_base);
+    }
+}
+
+/* scratch_base/name; a ring of buffers: a test holds a few of these at once */
+static const char *scratch(const char *name)
+{
+    static char ring[16][160];
+    static int next;
+    char *p = ring[next++ % 16];
+    snprintf(p, sizeof ring[0], "%s/%s", scratch_base, name);
+    return p;
 }
 
 static shardopt_config_t test_config(void)
@@ -867,7 +909,7 @@ static void damage_header_nul(const char *step) { header_last_byte(step, '\0'); 
 TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_refusals";
+    const char *dir = scratch("refusals");
     struct {
         void (*damage)(const char *);
         shardopt_status_t status;
@@ -984,7 +1026,7 @@ static void damage_tile_gap(const char *step)
 TEST(shards_that_do_not_tile_their_tensor_are_refused_before_any_read)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_tiling";
+    const char *dir = scratch("tiling");
     /* each rank checks the shards of the parts it holds (format_version 4 reads only the writers'
      * indexes that have them): on 2 ranks rank 1 finds its part uncovered where the moved or
      * shrunk shard left it, and the shard grown over rank 0's part does not match the tensor its
@@ -1033,7 +1075,7 @@ TEST(shards_that_do_not_tile_their_tensor_are_refused_before_any_read)
 TEST(missing_tensors_are_allowed_when_asked)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_missing";
+    const char *dir = scratch("missing");
     struct run d;
     shardopt_config_t cfg = test_config();
     cfg.load_allow_missing = 1;
@@ -1122,7 +1164,7 @@ static void loop_writer_index(const char *step)
 static void planted_refused(void (*plant)(const char *), shardopt_status_t status, const char *w1,
                             const char *w2)
 {
-    const char *dir = "/tmp/shardopt_ckpt_notfiles";
+    const char *dir = scratch("notfiles");
     struct run d;
     setup();
     if (world != 2) /* the files planted, and the rank each names, are a 2-rank save's */
@@ -1197,7 +1239,7 @@ TEST(a_symbolic_link_loop_as_a_writer_s_index_is_refused)
 TEST(a_read_error_on_one_rank_fails_the_load_everywhere_with_the_state_unchanged)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_readerr";
+    const char *dir = scratch("readerr");
     const char *sites[] = {"ckpt.read:1", "ckpt.read:2", "ckpt.read:4"};
     struct run d;
     saved_run(&d, dir, test_config());
@@ -1224,7 +1266,7 @@ TEST(a_read_error_on_one_rank_fails_the_load_everywhere_with_the_state_unchanged
 TEST(a_failed_save_keeps_the_previous_checkpoint)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_failsave";
+    const char *dir = scratch("failsave");
     struct run d;
     saved_run(&d, dir, test_config());
     run_steps(&d, 4, 6);
@@ -1267,7 +1309,7 @@ TEST(a_failed_save_keeps_the_previous_checkpoint)
 TEST(keep_last_prunes_only_older_steps)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_keep";
+    const char *dir = scratch("keep");
     struct run d;
     shardopt_config_t cfg = test_config();
     cfg.keep_last = 2;
@@ -1299,7 +1341,7 @@ TEST(keep_last_prunes_only_older_steps)
 TEST(keep_last_never_prunes_the_step_just_published)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_keep_back";
+    const char *dir = scratch("keep_back");
     struct run d, back;
     shardopt_config_t cfg = test_config();
     cfg.keep_last = 2;
@@ -1368,7 +1410,7 @@ static int latest_is(const char *dir, const char *step)
 /* Outside the checkpoint directory: files a save must never touch (collective). */
 static const char *outside_make(void)
 {
-    static const char *out = "/tmp/shardopt_ckpt_outside";
+    const char *out = scratch("outside");
     dir_clear(out);
     if (me == 0) {
         char p[4200];
@@ -1405,8 +1447,8 @@ static int outside_intact(const char *out)
 TEST(pruning_never_deletes_through_a_symbolic_link)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_links";
-    const char *log = "/tmp/shardopt_ckpt_links.log";
+    const char *dir = scratch("links");
+    const char *log = scratch("links.log");
     struct run d;
     shardopt_config_t cfg = test_config();
     cfg.keep_last = 2;
@@ -1469,7 +1511,7 @@ TEST(pruning_never_deletes_through_a_symbolic_link)
 TEST(a_stale_step_that_is_a_symbolic_link_is_left_and_named)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_stale";
+    const char *dir = scratch("stale");
     struct run d;
     saved_run(&d, dir, test_config()); /* step 3 */
     const char *out = outside_make();
@@ -1525,7 +1567,7 @@ TEST(a_stale_step_that_is_a_symbolic_link_is_left_and_named)
 TEST(a_second_writer_is_refused_and_touches_nothing)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_lock";
+    const char *dir = scratch("lock");
     struct run d;
     saved_run(&d, dir, test_config()); /* step 3 */
     run_steps(&d, 4, 4);
@@ -1590,7 +1632,7 @@ TEST(a_second_writer_is_refused_and_touches_nothing)
 TEST(a_filesystem_without_flock_saves_and_leaves_other_temporary_directories)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_nolock";
+    const char *dir = scratch("nolock");
     struct run d;
     saved_run(&d, dir, test_config()); /* step 3 */
     run_steps(&d, 4, 4);
@@ -1652,7 +1694,7 @@ static void stale_tmp_plant(const char *tmp, int kind, const char *out)
 TEST(a_killed_saves_leftover_at_the_temporary_name_is_stepped_around)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_staletmp";
+    const char *dir = scratch("staletmp");
     const char *out = outside_make();
     struct run d;
     saved_run(&d, dir, test_config()); /* step 3 */
@@ -1722,7 +1764,7 @@ static void hook_grow(const char *tmp)
 TEST(publish_refuses_a_rank_file_missing_or_of_another_size)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_verify";
+    const char *dir = scratch("verify");
     struct run d;
     saved_run(&d, dir, test_config()); /* step 3 */
     run_steps(&d, 4, 4);
@@ -1764,7 +1806,7 @@ TEST(publish_refuses_a_rank_file_missing_or_of_another_size)
 TEST(a_failure_writing_latest_leaves_no_latest_tmp)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_latest";
+    const char *dir = scratch("latest");
     struct run d;
     saved_run(&d, dir, test_config()); /* step 3 */
     run_steps(&d, 4, 4);
@@ -1836,7 +1878,7 @@ static long state_compare(const struct run *a, const unsigned char *snap_a, cons
 TEST(bf16_momentum_stays_bf16_and_converts_when_asked)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_dtype";
+    const char *dir = scratch("dtype");
     shardopt_config_t cfg = test_config();
     cfg.momentum_dtype = SHARDOPT_DTYPE_BF16;
     struct run d;
@@ -1915,7 +1957,7 @@ static void damage_weights_key(const char *step) { index_edit(step, edit_weights
 TEST(ckpt_weights_restores_the_parameters_and_off_leaves_them)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_weights";
+    const char *dir = scratch("weights");
     shardopt_config_t cfg = test_config();
     cfg.ckpt_weights = 1;
     struct run d;
@@ -1958,7 +2000,7 @@ TEST(ckpt_weights_restores_the_parameters_and_off_leaves_them)
 TEST(a_refused_weights_load_leaves_parameters_and_state_unchanged)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_weights_refused";
+    const char *dir = scratch("weights_refused");
     struct {
         int save_weights;
         void (*damage)(const char *);
@@ -1993,7 +2035,7 @@ TEST(a_refused_weights_load_leaves_parameters_and_state_unchanged)
 TEST(ckpt_weights_refuses_a_parameter_named_as_a_state_tensor)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_weights_names";
+    const char *dir = scratch("weights_names");
     for (int weights = 1; weights >= 0; weights--) {
         shardopt_config_t cfg = test_config();
         cfg.ckpt_weights = weights;
@@ -2058,7 +2100,7 @@ static shardopt_runtime_t two_params(const char *bias, int allow_missing, float 
 TEST(a_parameter_renamed_since_the_save_is_named_when_allow_missing_keeps_it)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_renamed", *log = "/tmp/shardopt_ckpt_renamed.log";
+    const char *dir = scratch("renamed"), *log = scratch("renamed.log");
     float w[32], b[4], g[32];
     for (int i = 0; i < 32; i++)
         w[i] = g[i] = 0.01f * (float)(i + 1);
@@ -2113,7 +2155,7 @@ TEST(a_parameter_renamed_since_the_save_is_named_when_allow_missing_keeps_it)
 TEST(a_negative_second_moment_in_a_checkpoint_is_refused)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_negative_v";
+    const char *dir = scratch("negative_v");
     struct run d;
     dir_clear(dir);
     memset(&d, 0, sizeof d);
@@ -2160,9 +2202,11 @@ int main(int argc, char **argv)
     setup();
     test_quiet = me != 0;
     const char *mode = getenv("SHARDOPT_TEST_MODE");
-    if (mode == NULL)
+    if (mode == NULL) {
+        scratch_begin();
         rc = test_main(argc, argv);
-    else if (strcmp(mode, "save") == 0)
+        scratch_end();
+    } else if (strcmp(mode, "save") == 0)
         rc = mode_save(5);
     else if (strcmp(mode, "crash") == 0)
         rc = mode_save(8);

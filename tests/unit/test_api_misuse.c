@@ -251,9 +251,10 @@ TEST(names_a_checkpoint_cannot_hold_are_refused_and_the_longest_round_trips)
  * not an I/O error (it was ERR_IO); the checkpoint stays and loads. */
 TEST(saving_the_latest_step_again_is_a_state_refusal)
 {
-    const char *dir = "/tmp/shardopt_api_misuse_same_step";
+    char base[] = "/tmp/shardopt_api_misuse_XXXXXX", dir[64]; /* unique: concurrent checkouts */
     static float w[8 * 8], g[8 * 8];
-    fixture_rmtree(dir);
+    ASSERT_TRUE(mkdtemp(base) != NULL);
+    snprintf(dir, sizeof dir, "%s/ckpt", base);
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     shardopt_runtime_t rt = fixture_runtime(&cfg);
     shardopt_param_desc_t d = fixture_desc("w", 2, 8, 8, 0, w, g);
@@ -265,7 +266,7 @@ TEST(saving_the_latest_step_again_is_a_state_refusal)
     EXPECT_STR_CONTAINS(shardopt_last_error(), "is the latest checkpoint (step 0)");
     EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
     shardopt_finalize(rt);
-    fixture_rmtree(dir);
+    fixture_rmtree(base);
 }
 
 /* shardopt_params_set_pointers re-points every listed parameter at once, or, when one entry is

@@ -1,6 +1,10 @@
 /* Model presets: glm45-air, qwen3-30b-a3b and qwen3-0.6b expand to the published
  * architectures' tensors (counts checked against the arithmetic written out here and the
  * published totals), and the scaling knobs do what they say. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "bench/preset.h"
 #include "test.h"
 
@@ -115,11 +119,16 @@ TEST(bad_presets_are_refused_with_the_file_named)
     char err[256];
     EXPECT_EQ_INT(preset_load("no-such-model", SHARDOPT_PRESET_DIR, &s, &p, err, sizeof err), -1);
     EXPECT_STR_CONTAINS(err, "no-such-model.json");
-    FILE *f = fopen("/tmp/shardopt_bad_preset.json", "w");
+    char dir[] = "/tmp/shardopt_preset_XXXXXX", path[64]; /* unique: concurrent checkouts */
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/bad_preset.json", dir);
+    FILE *f = fopen(path, "w");
     fputs("{\"dims\": {\"dense_layers\": 1, \"moe_layers\": 0}, \"global\": [{\"name\": \"x\", "
           "\"shape\": [\"nope\"]}]}",
           f);
     fclose(f);
-    EXPECT_EQ_INT(preset_load("/tmp/shardopt_bad_preset.json", NULL, &s, &p, err, sizeof err), -1);
+    EXPECT_EQ_INT(preset_load(path, NULL, &s, &p, err, sizeof err), -1);
     EXPECT_STR_CONTAINS(err, "tensor 'x'");
+    unlink(path);
+    rmdir(dir);
 }

@@ -685,7 +685,10 @@ SHARDOPT_API shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *
  *  and no state or parameter changes anywhere. */
 SHARDOPT_API shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir);
 
-/** Free everything the runtime owns. Accepts NULL. Valid in any state, also after an error. */
+/** Free everything the runtime owns. Accepts NULL. Valid in any state, also after an error.
+ *  Afterwards rt and its shardopt_param_t handles dangle, as after free: any call with them, a
+ *  second finalize included, is undefined and not detected (docs/api.md, "Handles after
+ *  finalize"); set the handle to NULL, which every call refuses and finalize accepts. */
 SHARDOPT_API shardopt_status_t shardopt_finalize(shardopt_runtime_t rt);
 
 #ifdef __cplusplus

@@ -159,9 +159,10 @@ struct shardopt_runtime {
      * next step's receive of the same tag. Those buffers are kept past finalize (left to MPI)
      * and every later step refuses. */
     int exchange_abandoned;
-    /* This step: a sharded or team Newton-Schulz matrix failed (ns_sharded.c). Its group learnt
-     * it in the same all-reduce and ran every later collective of the step, so the failure is
-     * agreed at the Muon phase's end instead of leaving peers in an all-reduce. */
+    /* This step: a sharded or team Newton-Schulz matrix failed (ns_sharded.c; its group learnt
+     * it in the same all-reduce), or a gathered one on its owner (muon_exec.c). Every rank ran
+     * every later collective of the step, so the failure is agreed at the Muon phase's end
+     * instead of leaving peers in an all-reduce or an exchange. */
     shardopt_status_t ns_failed;
     /* A step failed at that agreement: part of its update was written, and a matrix that failed
      * in one replica's group was applied by the other replicas (they learn of it only at the

@@ -304,12 +304,25 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             .precondition = (int)c->ns_precondition,
             .guard_fallbacks = &fallbacks,
         };
-        if (rt->ns_ops->newton_schulz(&rt->kctx, &ns, &rt->ns_ws) != 0)
-            return log_fail(SHARDOPT_ERR_INTERNAL,
-                            "step '%s': Newton-Schulz refused [%lld x %lld] variant %d in kernels "
-                            "%s",
-                            p->name, (long long)ow->rows, (long long)ow->cols, p->ns_variant,
-                            rt->ns_ops->name);
+        /* the fault site step.ns.gather stands in for a kernel refusing on this rank alone */
+        if (fault_hit("step.ns.gather") ||
+            rt->ns_ops->newton_schulz(&rt->kctx, &ns, &rt->ns_ws) != 0) {
+            const shardopt_status_t failed =
+                log_fail(SHARDOPT_ERR_INTERNAL,
+                         "step '%s': rank %d: Newton-Schulz refused [%lld x %lld] variant %d in "
+                         "kernels %s",
+                         p->name, rt->groups.me.rank, (long long)ow->rows, (long long)ow->cols,
+                         p->ns_variant, rt->ns_ops->name);
+            /* as a failed team matrix: returning here left the holders of these matrices in
+             * exchange #2 until comm_timeout_s ended the job. The exchanges complete with a zero
+             * update for them, and ns_sharded_run's agreement fails the step on every rank */
+            rt->ns_dev->fill(&rt->kctx, ns.out, 0, (size_t)(n * ow->rows * ow->cols) * es);
+            if (rt->ns_failed == SHARDOPT_OK)
+                rt->ns_failed = failed;
+            xfer_progress(rt, in_flight1, in_flight2);
+            w += n;
+            continue;
+        }
         /* what the kernel performed: its symmetric products at the entries it formed */
         struct ns_sym_blocks sb;
         ns_sym_blocks_for(ow->rows, ow->cols, p->ns_variant, p->ns_block, rt->ns_compute, &sb);

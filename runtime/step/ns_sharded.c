@@ -368,17 +368,16 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
     return status;
 }
 
-/* Does any rank run sharded or team Newton-Schulz (every rank computes the same answer: the
- * strategy and the dense plan are the same everywhere)? Then the Muon phase ends in an agreement.
- */
+/* Does the Muon phase end in an agreement? Wherever a Muon matrix is orthogonalized: a member's
+ * failure in sharded or team Newton-Schulz is known to its group only, and a gathered matrix's
+ * owner that fails (muon_exec.c, stage_orthogonalize) knows it alone while the exchanges
+ * complete on every rank. Every rank computes the same answer (commit checked the parameters are
+ * the same everywhere). Before, only steps with sharded or team matrices agreed, and an owner
+ * whose kernel refused returned alone while its group waited in exchange #2. */
 static int ns_collective(const struct shardopt_runtime *rt)
 {
     for (int i = 0; i < rt->nparams; i++)
-        if (rt->params[i]->ns_sharded)
-            return 1;
-    const struct group_plan *P = &rt->gx[GROUP_DENSE].plan;
-    for (int m = 0; m < P->nmatrices && rt->team_cap > 1; m++)
-        if (P->team[m] > 1)
+        if (rt->params[i]->algo == SHARDOPT_ALGO_MUON)
             return 1;
     return 0;
 }
@@ -409,7 +408,7 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
     rt->counters.seconds_ns_sharded_last = monotonic_seconds() - t0;
     if (status == SHARDOPT_OK)
         status = rt->ns_failed;
-    /* a matrix failed on some members only (its group knows, the others do not): every rank
+    /* a matrix failed on some members only (its group knows, or its owner alone): every rank
      * returns the failure. With exchanges left in flight (status from muon_run) the ranks still
      * in them end the job after comm_timeout_s, as before */
     if (!ns_collective(rt))

@@ -9,8 +9,8 @@
 /* Collective over the dense and expert shard groups: every member takes part in every matrix,
  * with or without columns of it. `status`: muon_run's (not OK: no matrix runs). A matrix that
  * fails on a member fails on its whole group (the all-reduces carry the flag) and is not applied;
- * the later matrices still run, and where any rank runs sharded or team Newton-Schulz the status
- * (muon_run's, or a team's or matrix's failure, rt->ns_failed) is agreed over the world. */
+ * the later matrices still run, and wherever a Muon parameter is registered the status (muon_run's,
+ * or a team's, matrix's or gathered owner's failure, rt->ns_failed) is agreed over the world. */
 shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalars *s,
                                  shardopt_status_t status);
 

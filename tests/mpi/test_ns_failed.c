@@ -23,6 +23,8 @@
 
 static int me, world;
 
+#define GATHER 2 /* setup's mode: gathered Newton-Schulz, one owner per matrix */
+
 struct run {
     shardopt_runtime_t rt;
     float w[NMAT][ROWS / 2 * COLS], g[NMAT][ROWS / 2 * COLS];
@@ -39,7 +41,9 @@ static void setup(struct run *r, int teams)
     cfg.dp_replicate = world / 2;
     cfg.dp_shard = 2;
     cfg.replica_check_every = 1;
-    if (teams) { /* every matrix split over a team of both ranks (test_ns_teams' settings) */
+    if (teams == GATHER) { /* one owner per matrix */
+        cfg.ns_strategy = SHARDOPT_NS_STRATEGY_GATHER;
+    } else if (teams) { /* every matrix split over a team of both ranks (test_ns_teams') */
         cfg.ns_team_cap = 2;
         cfg.ns_team_frac = 0.01;
         cfg.cost_gemm_gflops = 1e-3;
@@ -75,30 +79,34 @@ static shardopt_status_t step(struct run *r)
     return shardopt_step(r->rt, &a);
 }
 
-/* Rank `who` fails at the Gram matrix of its `at`-th iteration (of 5 per matrix). */
+/* Rank `who` fails at the Gram matrix of its `at`-th iteration (of 5 per matrix), or (GATHER)
+ * at the `at`-th gathered Newton-Schulz call it owns. */
 static void fail_on_one_rank(int teams, int who, int at)
 {
     static struct run r;
-    char spec[32];
+    char spec[40];
     setup(&r, teams);
     EXPECT_EQ_INT(step(&r), SHARDOPT_OK); /* a step as usual first */
     shardopt_stats_t s = SHARDOPT_STATS_INIT;
     shardopt_get_stats(r.rt, &s);
-    EXPECT_TRUE(s.bytes_ns_allreduce_last > 0); /* the matrices did run sharded */
+    /* the matrices did run sharded (or, GATHER, were exchanged to their owners) */
+    EXPECT_TRUE(teams == GATHER ? s.bytes_sent_dense > 0 : s.bytes_ns_allreduce_last > 0);
     float before[NMAT][ROWS / 2 * COLS];
     memcpy(before, r.w, sizeof before);
-    snprintf(spec, sizeof spec, "step.ns:%d", at);
+    snprintf(spec, sizeof spec, "%s:%d", teams == GATHER ? "step.ns.gather" : "step.ns", at);
     fault_arm(me == who ? spec : NULL);
     EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_INTERNAL); /* on every rank */
     EXPECT_TRUE(strstr(shardopt_last_error(), "Newton-Schulz failed") != NULL ||
+                strstr(shardopt_last_error(), "Newton-Schulz refused") != NULL ||
                 strstr(shardopt_last_error(), "another rank") != NULL);
     fault_arm(NULL);
     if (!teams && me / 2 == who / 2) /* matrix 0 failed in this group: not applied here */
         EXPECT_TRUE(memcmp(before[0], r.w[0], sizeof before[0]) == 0);
-    EXPECT_TRUE(memcmp(before[NMAT - 1], r.w[NMAT - 1], sizeof before[0]) != 0);
+    if (teams != GATHER) /* which matrix the owner failed is the plan's */
+        EXPECT_TRUE(memcmp(before[NMAT - 1], r.w[NMAT - 1], sizeof before[0]) != 0);
     memcpy(before, r.w, sizeof before);
     EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
-    EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in sharded or team") != NULL);
+    EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in Newton-Schulz") != NULL);
     EXPECT_TRUE(memcmp(before, r.w, sizeof before) == 0);
     shardopt_finalize(r.rt);
     setup(&r, teams); /* a new runtime: its communicators were never out of step either */
@@ -121,4 +129,15 @@ TEST(a_team_newton_schulz_failing_on_one_rank_fails_the_step_on_every_rank)
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     fail_on_one_rank(1, 1, 3);
     fail_on_one_rank(1, 0, 5); /* the last iteration's Gram matrix */
+}
+
+/* A gathered matrix's owner whose kernel refuses (step.ns.gather): before, it returned alone and
+ * the holders of its matrices waited in exchange #2 until comm_timeout_s ended the job. Now its
+ * matrices go back as a zero update and the Muon phase's agreement fails the step everywhere. */
+TEST(a_gathered_newton_schulz_failing_on_its_owner_fails_the_step_on_every_rank)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    fail_on_one_rank(GATHER, 1, 1); /* its first matrix of the step */
+    fail_on_one_rank(GATHER, 0, 1);
 }

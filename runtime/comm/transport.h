@@ -44,6 +44,10 @@ struct comm_xfer {
     int *peer;
     uint64_t *sent, *recv; /* the group's byte counters: blocks to and from other members */
     int nreq; /* in flight: set by start (requests, or 1 for an NCCL exchange), 0 after wait */
+    /* Set by start (logged) when this member's own blocks failed to reach what is sent (the
+     * pinned mirrors' copy down): they went as zeros, so that every peer still completes the
+     * exchange; the step records it for the Muon phase's agreement (ns_sharded_run). */
+    shardopt_status_t torn;
 };
 
 /* replica_split's all-gather of one bucket's Newton-Schulz results over the replicate group, in
@@ -57,6 +61,7 @@ struct comm_share {
     void *hbuf;   /* its pinned host mirror (device backends; NULL otherwise) */
     size_t total; /* elements of buf the shares cover, from its start */
     const int *counts, *displs;
+    shardopt_status_t *torn; /* as comm_xfer's: this member's share went as zeros */
 };
 
 struct comm_transport;

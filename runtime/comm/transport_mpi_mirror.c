@@ -3,6 +3,8 @@
  * stream is drained, so that the sends' blocks have arrived in the mirror and earlier copies out
  * of the receive mirror are done before MPI overwrites it; received blocks go up on the stream,
  * which orders them before the kernels that read them. */
+#include <string.h>
+
 #include "base/fault.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -17,10 +19,19 @@ static shardopt_status_t mirror_start(const struct comm_transport *t, struct com
         if (x->sp[j] != x->me && x->sc[j] > 0)
             t->dev->copy(t->kctx, host + (size_t)x->sd[j] * es, dev + (size_t)x->sd[j] * es,
                          (size_t)x->sc[j] * es);
-    if (fault_hit("copy") || t->dev->sync(t->kctx) != 0)
-        return log_fail(SHARDOPT_ERR_DEVICE,
-                        "step: rank %d: copying exchange blocks to the host failed (%s)",
-                        t->groups->me.rank, t->dev->name);
+    /* A failed copy is this member's alone: returning before posting left every peer waiting
+     * for its blocks until comm_timeout_s ended the job. Its blocks go as zeros instead (a zero
+     * matrix orthogonalizes to zero: a zero update), and the failure is agreed at the Muon
+     * phase's end (x->torn). */
+    if (fault_hit("copy") || t->dev->sync(t->kctx) != 0) {
+        x->torn = log_fail(SHARDOPT_ERR_DEVICE,
+                           "step: rank %d: copying exchange blocks to the host failed (%s); they "
+                           "were sent as zeros",
+                           t->groups->me.rank, t->dev->name);
+        for (int j = 0; j < x->ns; j++)
+            if (x->sp[j] != x->me && x->sc[j] > 0)
+                memset(host + (size_t)x->sd[j] * es, 0, (size_t)x->sc[j] * es);
+    }
     return transport_mpi_post(t, x, x->hsbuf, x->hrbuf);
 }
 
@@ -47,11 +58,13 @@ static shardopt_status_t mirror_allgatherv(const struct comm_transport *t,
     const size_t es = t->es, mine = (size_t)s->displs[s->me] * es;
     t->dev->copy(t->kctx, (char *)s->hbuf + mine, (const char *)s->buf + mine,
                  (size_t)s->counts[s->me] * es);
-    if (fault_hit("copy") || t->dev->sync(t->kctx) != 0)
-        return log_fail(SHARDOPT_ERR_DEVICE,
-                        "step: rank %d: copying Newton-Schulz results "
-                        "to the host failed",
-                        t->groups->me.rank);
+    if (fault_hit("copy") || t->dev->sync(t->kctx) != 0) { /* as in mirror_start */
+        *s->torn = log_fail(SHARDOPT_ERR_DEVICE,
+                            "step: rank %d: copying Newton-Schulz results to the host failed; "
+                            "they were shared as zeros",
+                            t->groups->me.rank);
+        memset((char *)s->hbuf + mine, 0, (size_t)s->counts[s->me] * es);
+    }
     shardopt_status_t status = transport_mpi_gather(t, s, s->hbuf);
     if (status == SHARDOPT_OK)
         t->dev->copy(t->kctx, s->buf, s->hbuf, s->total * es);

@@ -175,6 +175,7 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
         .sent = &rt->counters.bytes_sent[st->kind],
         .recv = &rt->counters.bytes_recv[st->kind],
         .nreq = 0,
+        .torn = SHARDOPT_OK,
     };
     if (gx->comm == MPI_COMM_NULL)
         return SHARDOPT_OK;         /* replicated tensors: every matrix is direct */
@@ -186,7 +187,10 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
     if (js >= 0 && jr >= 0 && snd->count[js] > 0)
         rt->dev->copy(&rt->kctx, rbuf + (size_t)rcv->displ[jr] * es,
                       sbuf + (size_t)snd->displ[js] * es, (size_t)snd->count[js] * es);
-    return rt->xport[st->kind].ops->start(&rt->xport[st->kind], &st->x);
+    const shardopt_status_t status = rt->xport[st->kind].ops->start(&rt->xport[st->kind], &st->x);
+    if (st->x.torn != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK) /* the exchange went ahead */
+        rt->ns_failed = st->x.torn;
+    return status;
 }
 
 static shardopt_status_t xfer_wait(shardopt_runtime_t rt, struct stage *st)
@@ -387,6 +391,7 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
         rt->rep_displs[r] = (int)a;
         rt->rep_counts[r] = (int)(b - a);
     }
+    shardopt_status_t torn = SHARDOPT_OK;
     const struct comm_share share = {
         .seq = st->seq,
         .bucket = stage_bucket(rt, st),
@@ -397,8 +402,12 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
         .total = st->b->ns_elems,
         .counts = rt->rep_counts,
         .displs = rt->rep_displs,
+        .torn = &torn,
     };
-    return rt->xport[XPORT_REPLICATE].ops->allgatherv(&rt->xport[XPORT_REPLICATE], &share);
+    status = rt->xport[XPORT_REPLICATE].ops->allgatherv(&rt->xport[XPORT_REPLICATE], &share);
+    if (torn != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK) /* the all-gather went ahead */
+        rt->ns_failed = torn;
+    return status;
 }
 
 /* The pipeline's sequence: every bucket of every group, in group order. */

@@ -488,8 +488,9 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
                           rt->groups.me.rank,
                           rt->exchange_abandoned ? "with exchanges in flight, which a peer's "
                                                    "message may still complete"
-                                                 : "in Newton-Schulz after writing part of "
-                                                   "its update (the replicas may differ)");
+                                                 : "in its Muon phase (Newton-Schulz, or a "
+                                                   "device copy of its exchanges) after writing "
+                                                   "part of its update (the replicas may differ)");
     /* the step is collective: a check failing on one rank fails it on all; the same all-reduce
      * compares a digest of the arguments, and only when they differ is the slow path taken */
     if (rt->committed) {

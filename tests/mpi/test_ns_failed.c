@@ -106,7 +106,7 @@ static void fail_on_one_rank(int teams, int who, int at)
         EXPECT_TRUE(memcmp(before[NMAT - 1], r.w[NMAT - 1], sizeof before[0]) != 0);
     memcpy(before, r.w, sizeof before);
     EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
-    EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in Newton-Schulz") != NULL);
+    EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in its Muon phase") != NULL);
     EXPECT_TRUE(memcmp(before, r.w, sizeof before) == 0);
     shardopt_finalize(r.rt);
     setup(&r, teams); /* a new runtime: its communicators were never out of step either */

@@ -7,6 +7,12 @@
  * (test_ns_failed): ERR_INTERNAL on every rank, and every later step refuses with ERR_STATE,
  * nothing written. Both of AOL's copies: the block down (hit 2 of a matrix: hit 1 is the first
  * Gram matrix's copy down, which already carried its failure) and the scaled block back (hit 3).
+ * And on a device whose exchanges go over MPI through the pinned host mirrors (every table the
+ * simulated one, gathered Newton-Schulz): one member's copy of its blocks down to the mirror fails
+ * (the fault site copy): exchange #1, replica_split's all-gather (4 ranks), exchange #2. Before,
+ * that member returned ERR_DEVICE before posting its messages and every peer waited for them until
+ * comm_timeout_s ended the job; now its blocks go as zeros and the Muon phase's agreement returns
+ * ERR_DEVICE on every rank, later steps ERR_STATE.
  * 2 ranks in one dense group; 4 as 2 replicas of 2. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS (devsim.h) */
 #include <string.h>
@@ -68,12 +74,14 @@ static void setup(struct run *r)
     }
 }
 
-static shardopt_status_t step(struct run *r)
+static shardopt_status_t step_of(shardopt_runtime_t rt)
 {
     shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
     a.lr = 0.02;
-    return shardopt_step(r->rt, &a);
+    return shardopt_step(rt, &a);
 }
+
+static shardopt_status_t step(struct run *r) { return step_of(r->rt); }
 
 /* Rank `who`'s `at`-th device copy of the step fails. */
 static void copy_fails_on_one_rank(int who, int at)
@@ -94,7 +102,7 @@ static void copy_fails_on_one_rank(int who, int at)
     fault_arm(NULL);
     memcpy(before, r.w, sizeof before);
     EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
-    EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in Newton-Schulz") != NULL);
+    EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in its Muon phase") != NULL);
     EXPECT_TRUE(memcmp(before, r.w, sizeof before) == 0);
     shardopt_finalize(r.rt);
     setup(&r); /* a new runtime steps as before */
@@ -111,5 +119,114 @@ TEST(an_aol_copy_failing_on_one_team_member_fails_the_step_on_every_rank)
     copy_fails_on_one_rank(1, 2); /* AOL's copy of the block down */
     copy_fails_on_one_rank(0, 3); /* AOL's scaled block back */
     copy_fails_on_one_rank(0, 1); /* the first Gram matrix's copy down (carried before) */
+    EXPECT_EQ_INT((int)sim_wrong_device, 0);
+}
+
+/* ---- everything on the simulated device: exchanges through the host mirrors ---- */
+struct dev_run {
+    shardopt_runtime_t rt;
+    float *w[NMAT], *g[NMAT]; /* device */
+    float hw[NMAT][ROWS / 2 * COLS];
+};
+
+static const struct kernel_ctx sim_ctx = {.threads = 1};
+
+static void dev_setup(struct dev_run *r)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.num_threads = 1;
+    cfg.comm_timeout_s = 20; /* without the fix the peers wait into this, then abort */
+    cfg.kernels = SHARDOPT_KERNELS_REFERENCE;
+    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.ns_strategy = SHARDOPT_NS_STRATEGY_GATHER;
+    cfg.dp_replicate = world / 2;
+    cfg.dp_shard = 2;
+    cfg.replica_split = world > 2; /* the replicas share the Newton-Schulz work */
+    r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    r->rt->ops = r->rt->ns_ops = &sim_ops; /* every table the simulated one, before commit */
+    r->rt->dev = r->rt->ns_dev = &sim_dev;
+    state_store_init(&r->rt->store, &sim_dev);
+    timeline_init(&r->rt->timeline, &sim_dev, &r->rt->kctx);
+    const size_t bytes = sizeof(float) * ROWS / 2 * COLS;
+    for (int m = 0; m < NMAT; m++) {
+        char name[32];
+        float g[ROWS / 2 * COLS];
+        snprintf(name, sizeof name, "layers.%d.proj.weight", m);
+        for (int i = 0; i < ROWS / 2 * COLS; i++) { /* replicas alike */
+            r->hw[m][i] = 0.01f * (float)((i * 7 + m * 3 + me % 2 * 5) % 11) - 0.05f;
+            g[i] = 0.02f * (float)((i * 5 + m + me % 2 * 3) % 13) - 0.12f;
+        }
+        r->w[m] = sim_alloc(bytes);
+        r->g[m] = sim_alloc(bytes);
+        sim_dev.copy(&sim_ctx, r->w[m], r->hw[m], bytes);
+        sim_dev.copy(&sim_ctx, r->g[m], g, bytes);
+        shardopt_param_desc_t d = fixture_desc(name, 2, ROWS, COLS, 1, r->w[m], r->g[m]);
+        d.shard_dim = 1;
+        d.shard_offset = (me % 2) * (COLS / 2);
+        d.shard_length = COLS / 2;
+        shardopt_param_t h;
+        shardopt_register(r->rt, &d, &h);
+    }
+    if (shardopt_commit(r->rt) != SHARDOPT_OK) {
+        fprintf(stderr, "rank %d: commit: %s\n", me, shardopt_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+/* the parameters as they are on the device, into hw */
+static void dev_read(struct dev_run *r)
+{
+    for (int m = 0; m < NMAT; m++)
+        sim_dev.copy(&sim_ctx, r->hw[m], r->w[m], sizeof r->hw[m]);
+}
+
+static void dev_free(struct dev_run *r)
+{
+    shardopt_finalize(r->rt);
+    for (int m = 0; m < NMAT; m++) {
+        sim_free(r->w[m]);
+        sim_free(r->g[m]);
+    }
+}
+
+/* Rank `who`'s `at`-th checked device copy of the step (the mirrors' copies down) fails. */
+static void mirror_copy_fails_on_one_rank(int who, int at)
+{
+    static struct dev_run r;
+    char spec[32];
+    dev_setup(&r);
+    EXPECT_EQ_INT(step_of(r.rt), SHARDOPT_OK);
+    shardopt_stats_t s = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(r.rt, &s);
+    EXPECT_TRUE(s.bytes_sent_dense > 0); /* the matrices did travel to their owners */
+    snprintf(spec, sizeof spec, "copy:%d", at);
+    fault_arm(me == who ? spec : NULL);
+    EXPECT_EQ_INT(step_of(r.rt), SHARDOPT_ERR_DEVICE); /* on every rank */
+    EXPECT_TRUE(strstr(shardopt_last_error(), "to the host failed") != NULL);
+    fault_arm(NULL);
+    float before[NMAT][ROWS / 2 * COLS];
+    dev_read(&r);
+    memcpy(before, r.hw, sizeof before);
+    EXPECT_EQ_INT(step_of(r.rt), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
+    EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in its Muon phase") != NULL);
+    dev_read(&r);
+    EXPECT_TRUE(memcmp(before, r.hw, sizeof before) == 0);
+    dev_free(&r);
+    dev_setup(&r); /* a new runtime steps as before */
+    EXPECT_EQ_INT(step_of(r.rt), SHARDOPT_OK);
+    dev_free(&r);
+    EXPECT_EQ_INT(nsim, 0);
+}
+
+TEST(an_exchange_copy_failing_on_one_rank_fails_the_step_on_every_rank)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    sim_current = SIM_DEVICE;
+    const int copies = world > 2 ? 3 : 2; /* #1, (the all-gather), #2: one bucket */
+    for (int at = 1; at <= copies; at++)
+        mirror_copy_fails_on_one_rank(at % 2, at);
     EXPECT_EQ_INT((int)sim_wrong_device, 0);
 }

@@ -381,7 +381,9 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
         stage_orthogonalize(rt, st, lo, hi, base, slot_lo, in_flight1, in_flight2);
     if (status != SHARDOPT_OK)
         return status;
-    offload_ns_out(rt, host, base, (slot_hi - slot_lo) * es);
+    const shardopt_status_t out = offload_ns_out(rt, host, base, (slot_hi - slot_lo) * es);
+    if (out != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK) /* the exchanges go ahead */
+        rt->ns_failed = out;
     if (!split)
         return SHARDOPT_OK;
     for (int r = 0; r < R; r++) {

@@ -330,7 +330,11 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
     shardopt_status_t status = iterate(rt, p->name, comm, &piece, count, p->sh_m, p->sh_n, ss);
     if (status != SHARDOPT_OK || count == 0)
         return status;
-    offload_ns_out(rt, rt->sh_u, piece.out, ubytes);
+    /* after the matrix's last all-reduce: a failure here is this rank's, not applied, and
+     * ns_sharded_run's agreement tells every rank */
+    status = offload_ns_out(rt, rt->sh_u, piece.out, ubytes);
+    if (status != SHARDOPT_OK)
+        return status;
 
     muon_apply_range(rt, p, off, count, rt->sh_u, s);
     ew_flush(rt);

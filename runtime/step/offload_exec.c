@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "base/fault.h"
+#include "base/log.h"
 #include "offload/host_store.h"
 
 static size_t state_es(shardopt_runtime_t rt, shardopt_algo_t algo, int seg)
@@ -124,13 +126,21 @@ void *offload_ns_in(shardopt_runtime_t rt, void *dev, const void *host, size_t b
     return dev;
 }
 
-void offload_ns_out(shardopt_runtime_t rt, void *host, const void *dev, size_t bytes)
+shardopt_status_t offload_ns_out(shardopt_runtime_t rt, void *host, const void *dev, size_t bytes)
 {
     if (host == dev)
-        return;
+        return SHARDOPT_OK;
     staging_copy(&rt->stage, host, dev, bytes, STAGE_NS_O, 0);
-    if (rt->ns_dev != rt->dev) /* the host reads it next (a device stream finishes first) */
-        rt->ns_dev->sync(&rt->kctx);
+    /* the host reads it next (a device stream finishes first); a failure was ignored, and the
+     * host sent or applied what the buffer held */
+    if (rt->ns_dev != rt->dev && (fault_hit("copy") || rt->ns_dev->sync(&rt->kctx) != 0)) {
+        memset(host, 0, bytes);
+        return log_fail(SHARDOPT_ERR_DEVICE,
+                        "step: rank %d: Newton-Schulz on the device, or copying its results to "
+                        "the host, failed (%s); they count as a zero update",
+                        rt->groups.me.rank, rt->ns_dev->name);
+    }
+    return SHARDOPT_OK;
 }
 
 void offload_prepare(shardopt_runtime_t rt)

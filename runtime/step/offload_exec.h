@@ -30,9 +30,12 @@ void offload_state_run(shardopt_runtime_t rt, shardopt_algo_t algo, state_range_
                        void *get_arg, state_kernel_fn kernel, const void *kernel_arg);
 
 /* offload = cpu: the device copy of bytes of host Newton-Schulz input, in dev (returned); the
- * host buffer itself otherwise. offload_ns_out copies the result back when they differ. */
+ * host buffer itself otherwise. offload_ns_out copies the result back when they differ, and
+ * returns 0, or SHARDOPT_ERR_DEVICE (logged) when the device's work or that copy failed: host
+ * is then zeroed (a zero update), and the caller records the failure for the Muon phase's
+ * agreement instead of leaving its peers' next collective (fault site copy). */
 void *offload_ns_in(shardopt_runtime_t rt, void *dev, const void *host, size_t bytes);
-void offload_ns_out(shardopt_runtime_t rt, void *host, const void *dev, size_t bytes);
+shardopt_status_t offload_ns_out(shardopt_runtime_t rt, void *host, const void *dev, size_t bytes);
 
 /* Commit: before the state store is allocated, point it at a host store (offload != none). */
 void offload_prepare(shardopt_runtime_t rt);

@@ -33,7 +33,11 @@ struct run {
     float w[NMAT][ROWS / 2 * COLS], g[NMAT][ROWS / 2 * COLS];
 };
 
-static void setup(struct run *r)
+/* setup's modes: a team with AOL (TEAM_AOL), one owner per matrix (GATHER), ns_strategy =
+ * sharded (SHARDED); Newton-Schulz on the device, the rest on the host (offload = cpu) */
+enum { TEAM_AOL, GATHER, SHARDED };
+
+static void setup(struct run *r, int mode)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     cfg.apply_env = 0;
@@ -42,15 +46,18 @@ static void setup(struct run *r)
     cfg.kernels = SHARDOPT_KERNELS_REFERENCE; /* what the simulated device computes with */
     cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
     cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
-    cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
     cfg.offload = SHARDOPT_OFFLOAD_CPU;
     cfg.dp_replicate = world / 2;
     cfg.dp_shard = 2;
     cfg.replica_check_every = 1;
-    cfg.ns_team_cap = 2; /* every matrix split over a team of both ranks (test_ns_teams') */
-    cfg.ns_team_frac = 0.01;
-    cfg.cost_gemm_gflops = 1e-3;
-    cfg.cost_net_gbps = 1e3;
+    if (mode == TEAM_AOL) { /* every matrix split over a team of both ranks (test_ns_teams') */
+        cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
+        cfg.ns_team_cap = 2;
+        cfg.ns_team_frac = 0.01;
+        cfg.cost_gemm_gflops = 1e-3;
+        cfg.cost_net_gbps = 1e3;
+    }
+    cfg.ns_strategy = mode == SHARDED ? SHARDOPT_NS_STRATEGY_SHARDED : SHARDOPT_NS_STRATEGY_GATHER;
     r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
     r->rt->ns_ops = &sim_ops; /* Newton-Schulz on the simulated device, before commit sizes it */
     r->rt->ns_dev = &sim_dev;
@@ -83,29 +90,34 @@ static shardopt_status_t step_of(shardopt_runtime_t rt)
 
 static shardopt_status_t step(struct run *r) { return step_of(r->rt); }
 
-/* Rank `who`'s `at`-th device copy of the step fails. */
-static void copy_fails_on_one_rank(int who, int at)
+/* Rank `who`'s `at`-th call of fault site `site` in the step fails; every rank returns `want`
+ * with `words` in the message. */
+static void copy_fails_on_one_rank(int mode, const char *site, int who, int at,
+                                   shardopt_status_t want, const char *words)
 {
     static struct run r;
-    char spec[32];
-    setup(&r);
-    const long calls = sim_shard_calls;
+    char spec[40];
+    setup(&r, mode);
+    const long calls = sim_shard_calls, ns_calls = sim_ns_other;
     EXPECT_EQ_INT(step(&r), SHARDOPT_OK); /* a step as usual first */
-    EXPECT_TRUE(sim_shard_calls > calls); /* the team's blocks did run on the device */
-    EXPECT_TRUE(r.rt->gx[GROUP_DENSE].plan.nteams > 0);
+    if (mode == GATHER)                   /* the owners' matrices did run on the device */
+        EXPECT_TRUE(sim_ns_other > ns_calls);
+    else /* the team's blocks, or the sharded pieces */
+        EXPECT_TRUE(sim_shard_calls > calls);
+    if (mode == TEAM_AOL)
+        EXPECT_TRUE(r.rt->gx[GROUP_DENSE].plan.nteams > 0);
     float before[NMAT][ROWS / 2 * COLS];
-    snprintf(spec, sizeof spec, "step.ns.copy:%d", at);
+    snprintf(spec, sizeof spec, "%s:%d", site, at);
     fault_arm(me == who ? spec : NULL);
-    EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_INTERNAL); /* on every rank */
-    EXPECT_TRUE(strstr(shardopt_last_error(), "Newton-Schulz failed") != NULL ||
-                strstr(shardopt_last_error(), "another rank") != NULL);
+    EXPECT_EQ_INT(step(&r), want); /* on every rank */
+    EXPECT_STR_CONTAINS(shardopt_last_error(), words);
     fault_arm(NULL);
     memcpy(before, r.w, sizeof before);
     EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
     EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in its Muon phase") != NULL);
     EXPECT_TRUE(memcmp(before, r.w, sizeof before) == 0);
     shardopt_finalize(r.rt);
-    setup(&r); /* a new runtime steps as before */
+    setup(&r, mode); /* a new runtime steps as before */
     EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
     shardopt_finalize(r.rt);
     EXPECT_EQ_INT(nsim, 0); /* every device allocation released */
@@ -115,10 +127,29 @@ TEST(an_aol_copy_failing_on_one_team_member_fails_the_step_on_every_rank)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    sim_current = SIM_DEVICE;     /* the trainer's thread is on the device init uses */
-    copy_fails_on_one_rank(1, 2); /* AOL's copy of the block down */
-    copy_fails_on_one_rank(0, 3); /* AOL's scaled block back */
-    copy_fails_on_one_rank(0, 1); /* the first Gram matrix's copy down (carried before) */
+    sim_current = SIM_DEVICE; /* the trainer's thread is on the device init uses */
+    const shardopt_status_t in = SHARDOPT_ERR_INTERNAL;
+    /* the agreed message is the failed member's, or a peer's that read the flag */
+    const char *failed = "sharded Newton-Schulz failed on";
+    copy_fails_on_one_rank(TEAM_AOL, "step.ns.copy", 1, 2, in, failed); /* AOL's block down */
+    copy_fails_on_one_rank(TEAM_AOL, "step.ns.copy", 0, 3, in, failed); /* ... and back */
+    copy_fails_on_one_rank(TEAM_AOL, "step.ns.copy", 0, 1, in, failed); /* Gram down (before) */
+    EXPECT_EQ_INT((int)sim_wrong_device, 0);
+}
+
+/* offload = cpu: Newton-Schulz's results copied back to the host (offload_ns_out) failing on one
+ * rank. Before, the failure was not even seen: that rank sent (gathered) or applied (sharded)
+ * whatever the host buffer held, and the step returned OK everywhere. Now the results count as a
+ * zero update there and the Muon phase's agreement returns ERR_DEVICE on every rank. */
+TEST(newton_schulz_results_failing_to_reach_the_host_fail_the_step_on_every_rank)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    sim_current = SIM_DEVICE;
+    const shardopt_status_t dv = SHARDOPT_ERR_DEVICE;
+    const char *back = "copying its results to the host, failed";
+    copy_fails_on_one_rank(GATHER, "copy", 1, 1, dv, back);
+    copy_fails_on_one_rank(SHARDED, "copy", 0, 2, dv, back); /* matrix 1's piece */
     EXPECT_EQ_INT((int)sim_wrong_device, 0);
 }
 

@@ -435,7 +435,8 @@ static int stage_get(shardopt_runtime_t rt, int seq, struct stage *st)
  * never post its side: waiting could hang) and the runtime remembers it, so that finalize keeps
  * the buffers MPI may still write and later steps refuse (runtime.h, exchange_abandoned). Before,
  * finalize freed them under a pending receive that a peer's message then completed: a write into
- * freed memory (test_xcheck's devsim combos, every rank's Newton-Schulz refused). */
+ * freed memory (test_xcheck's devsim combos, every rank's Newton-Schulz refused: a refusal now
+ * lets the exchanges complete, stage_orthogonalize). */
 static void muon_abandon(shardopt_runtime_t rt, struct stage *ring, int used)
 {
     for (int j = 0; j < used; j++) {

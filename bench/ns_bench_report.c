@@ -34,8 +34,9 @@ static const char *bench_limit_name(const struct bench_opts *o)
     return o->bf16 ? "oneDNN bf16 matmul" : "sgemm";
 }
 
-/* FLOPs of variant w on r's shape (ns_flops_total), and of the best standard one beside it */
-static double bench_flops(const struct bench_result *r, int w)
+/* FLOPs of variant w on r's shape (ns_flops_total_for the run's compute: Gram's restarts depend
+ * on it), and of the best standard one beside it */
+static double bench_flops(const struct bench_opts *o, const struct bench_result *r, int w)
 {
     const int sym = w == W_SYM || (w > W_LIMIT && r->var_variant == NS_VARIANT_SYMMETRIC);
     const int aol = w == W_SYM_AOL || w == W_GRAM_AOL;
@@ -43,7 +44,8 @@ static double bench_flops(const struct bench_result *r, int w)
     const int algo = w == W_GRAM || w == W_GRAM_AOL ? NS_ALGO_GRAM : NS_ALGO_STANDARD;
     float c[NS_TABLE_MAX_STEPS][3]; /* the run's tables: Gram's restarts depend on them */
     ns_coeffs_fill(aol ? NS_TABLE_AOL : NS_TABLE_QUINTIC, steps, NULL, c);
-    return ns_flops_total(r->m, r->n, (const float(*)[3])c, steps, algo, sym);
+    return ns_flops_total_for(r->m, r->n, (const float(*)[3])c, steps, algo, sym,
+                              o->bf16 ? KDT_BF16 : KDT_F32);
 }
 
 /* issue 23's variants: time, measured speedup over the standard variant the committed table
@@ -56,8 +58,9 @@ static void bench_print_variants(const struct bench_opts *o, const struct bench_
         any |= ns_bench_wants(o, w);
     if (!any)
         return;
-    printf("\nagainst the standard variant of the table (today's), same run: ms, measured speedup, "
-           "and the speedup the FLOP counts allow (ns_flops_total: symmetric products at half)\n");
+    printf(
+        "\nagainst the standard variant of the table (today's), same run: ms, measured speedup, "
+        "and the speedup the FLOP counts allow (ns_flops_total_for: symmetric products at half)\n");
     printf("%-11s %10s %10s", "m x n", "today ms", "today GFLOP");
     for (int w = W_LIMIT + 1; w < W_COUNT; w++)
         if (ns_bench_wants(o, w))
@@ -69,11 +72,11 @@ static void bench_print_variants(const struct bench_opts *o, const struct bench_
         const double best = bw == W_SYM ? r->sym_s : r->plain_s;
         char shape[32];
         snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, r->m, r->n);
-        printf("%-11s %10.2f %10.2f", shape, best * 1e3, bench_flops(r, bw) * 1e-9);
+        printf("%-11s %10.2f %10.2f", shape, best * 1e3, bench_flops(o, r, bw) * 1e-9);
         for (int w = W_LIMIT + 1; w < W_COUNT; w++)
             if (ns_bench_wants(o, w))
                 printf(" %10.2f %8.3f %8.3f", r->var_s[w] * 1e3, best / r->var_s[w],
-                       bench_flops(r, bw) / bench_flops(r, w));
+                       bench_flops(o, r, bw) / bench_flops(o, r, w));
         printf("\n");
     }
 }
@@ -163,8 +166,8 @@ void ns_bench_report_json(const struct bench_opts *o, const struct bench_result 
             if (ns_bench_wants(o, w))
                 printf(", \"%s\": {\"ms\": %.4f, \"speedup_vs_table\": %.4f, \"flops\": %.6g, "
                        "\"count_speedup_vs_table\": %.4f, \"max_abs_diff_vs_symmetric\": %.3g}",
-                       w_names[w], r->var_s[w] * 1e3, best / r->var_s[w], bench_flops(r, w),
-                       bench_flops(r, bw) / bench_flops(r, w), r->var_diff[w]);
+                       w_names[w], r->var_s[w] * 1e3, best / r->var_s[w], bench_flops(o, r, w),
+                       bench_flops(o, r, bw) / bench_flops(o, r, w), r->var_diff[w]);
         if (r->guard_s > 0)
             printf(", \"gram_guard\": {\"ms\": %.4f, \"ratio_vs_gram\": %.5f}", r->guard_s * 1e3,
                    r->guard_s / r->var_s[W_GRAM]);

@@ -92,7 +92,8 @@ static const struct plan_ns_blocks *kernel_blocks(const struct opts *o, int64_t 
     float coeffs[NS_TABLE_MAX_STEPS][3];
     *restarts = 0u; /* Gram's, from the table and the shape as the kernels take them */
     if (gram && ns_coeffs_fill(o->ns_table, o->ns_steps, NULL, coeffs) == 0)
-        *restarts = ns_coeffs_gram_restarts((const float(*)[3])coeffs, o->ns_steps, rows, cols);
+        *restarts = ns_coeffs_gram_restarts_for((const float(*)[3])coeffs, o->ns_steps, rows, cols,
+                                                o->ns_compute < 0 ? KDT_BF16 : o->ns_compute);
     if (o->ns_compute < 0)
         return NULL;
     const int variant = o->ns_compute == KDT_BF16 ? ns_bf16_variant_for_shape(rows, cols, &block)

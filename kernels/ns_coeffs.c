@@ -3,6 +3,8 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "dtype.h"
+
 static const double quintic[5][3] = {
     {4.0848, -6.8946, 2.9270}, {3.9505, -6.3029, 2.6377}, {3.7418, -5.5913, 2.3037},
     {2.8769, -3.1427, 1.2046}, {2.8366, -3.0525, 1.2012},
@@ -151,10 +153,11 @@ void ns_coeffs_gram_restarts_force(int on, uint32_t mask)
     force_mask = mask;
 }
 
-uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols)
+/* the rule of ns_coeffs_gram_restarts; first_alone: also a restart before step 1 (the first
+ * step then runs alone, the standard step's products), the exposure counted from there */
+static uint32_t restarts_rule(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols,
+                              int first_alone)
 {
-    if (force_on)
-        return force_mask;
     const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
     uint32_t mask = 0;
     /* s bounds the singular values step k sees: the tables are designed for [0, 1] (|X|_2 <= 1
@@ -169,8 +172,8 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
          * 12 steps in bf16 on a matrix with one small singular value (test_xcheck,
          * gram_bf16_long_schedules_stay_bounded); errors carried over restarts add up too */
         const int long_tail = steps > 5 && k >= 5 && (k - 5) % 2 == 0;
-        if (k > 0 && (n < 2 * m || m <= NS_COEFFS_GRAM_SMALL_M || long_tail ||
-                      !(exposure <= NS_COEFFS_GRAM_EXPOSURE))) {
+        if (k > 0 && ((first_alone && k == 1) || n < 2 * m || m <= NS_COEFFS_GRAM_SMALL_M ||
+                      long_tail || !(exposure <= NS_COEFFS_GRAM_EXPOSURE))) {
             mask |= 1u << k;
             exposure = 1.0;
         }
@@ -180,4 +183,29 @@ uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t ro
             s = 1e4;
     }
     return mask;
+}
+
+uint32_t ns_coeffs_gram_restarts(const float (*coeffs)[3], int steps, int64_t rows, int64_t cols)
+{
+    return force_on ? force_mask : restarts_rule(coeffs, steps, rows, cols, 0);
+}
+
+/* the longest run of steps between restarts in mask */
+static int longest_segment(uint32_t mask, int steps)
+{
+    int best = 0, len = 0;
+    for (int k = 0; k < steps; k++) {
+        len = k > 0 && k < 32 && (mask >> k & 1u) ? 1 : len + 1;
+        best = len > best ? len : best;
+    }
+    return best;
+}
+
+uint32_t ns_coeffs_gram_restarts_for(const float (*coeffs)[3], int steps, int64_t rows,
+                                     int64_t cols, int compute)
+{
+    const uint32_t mask = ns_coeffs_gram_restarts(coeffs, steps, rows, cols);
+    if (force_on || compute != KDT_F32 || longest_segment(mask, steps) < 3)
+        return mask;
+    return restarts_rule(coeffs, steps, rows, cols, 1);
 }

@@ -18,9 +18,10 @@ int ns_bf16_variant_for_shape(int64_t rows, int64_t cols, int *block);
 int ns_algorithm_for_shape(int64_t rows, int64_t cols, int compute, const float (*coeffs)[3],
                            int steps);
 
-/* 1 when Gram Newton-Schulz with the restarts ns_coeffs_gram_restarts gives this table and shape
- * performs fewer FLOPs than the standard iteration (ns_flops_count, every product whole; the
- * comparison comes out the same with symmetric products wherever n >= 2m). */
-int ns_algorithm_gram_saves(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps);
+/* 1 when Gram Newton-Schulz with the restarts ns_coeffs_gram_restarts_for gives this table, shape
+ * and compute performs fewer FLOPs than the standard iteration (ns_flops_count, every product
+ * whole; the comparison comes out the same with symmetric products wherever n >= 2m). */
+int ns_algorithm_gram_saves(int64_t rows, int64_t cols, int compute, const float (*coeffs)[3],
+                            int steps);
 
 #endif

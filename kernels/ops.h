@@ -181,6 +181,11 @@ double ns_flops_per_iter(int64_t rows, int64_t cols);
 double ns_flops_total(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps,
                       int algorithm, int symmetric);
 
+/* The same with the restarts of Gram in `compute` (ns_coeffs_gram_restarts_for: fp32's differ
+ * for quintic's 5 steps); ns_flops_total is this with bf16's, the planner's and the device's. */
+double ns_flops_total_for(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps,
+                          int algorithm, int symmetric, int compute);
+
 /* Rows per block row in which a kernel forms each kind of product whose result is symmetric, so
  * that it computes only the entries of the upper block rows (docs/design.md, "Counting
  * Newton-Schulz FLOPs"): gram X X^T, poly A A (R R on the Gram path), symmul (Z R) Z. A block of

@@ -334,8 +334,9 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
         ns_sym_blocks_for(p->mv.rows, p->mv.cols, p->ns_variant, p->ns_block, rt->ns_compute, &sb);
         const struct plan_ns_blocks blocks = {sb.gram, sb.poly, sb.symmul};
         in.blocks = &blocks;
-        in.restarts = in.gram ? ns_coeffs_gram_restarts((const float(*)[3])rt->ns_coeffs,
-                                                        rt->cfg.ns_steps, p->mv.rows, p->mv.cols)
+        in.restarts = in.gram ? ns_coeffs_gram_restarts_for((const float(*)[3])rt->ns_coeffs,
+                                                            rt->cfg.ns_steps, p->mv.rows,
+                                                            p->mv.cols, rt->ns_compute)
                               : 0u;
         p->ns_sharded = ns_strategy_choose(&in, (int)rt->cfg.ns_strategy);
         free(boxes);

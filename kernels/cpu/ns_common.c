@@ -23,15 +23,22 @@ double ns_flops_per_iter(int64_t rows, int64_t cols)
     return ns_iter_flops((double)(rows < cols ? rows : cols), (double)(rows < cols ? cols : rows));
 }
 
-double ns_flops_total(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps,
-                      int algorithm, int symmetric)
+double ns_flops_total_for(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps,
+                          int algorithm, int symmetric, int compute)
 {
     const double m = (double)(rows < cols ? rows : cols);
     const double n = (double)(rows < cols ? cols : rows);
     const int gram = algorithm == NS_ALGO_GRAM;
     return ns_flops_count(m, n, steps, gram,
-                          gram ? ns_coeffs_gram_restarts(coeffs, steps, rows, cols) : 0u,
+                          gram ? ns_coeffs_gram_restarts_for(coeffs, steps, rows, cols, compute)
+                               : 0u,
                           symmetric ? 0.5 : 1.0);
+}
+
+double ns_flops_total(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps,
+                      int algorithm, int symmetric)
+{
+    return ns_flops_total_for(rows, cols, coeffs, steps, algorithm, symmetric, KDT_BF16);
 }
 
 void ns_sym_blocks_for(int64_t rows, int64_t cols, int variant, int block, int compute,

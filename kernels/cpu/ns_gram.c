@@ -26,10 +26,24 @@
  * restart after step 2 is not enough for every table: polar_express's 8 steps then run 6 more
  * steps on one R (growth 101 in the small singular values) and in bf16 diverge on inputs with
  * near-zero singular values (a random square matrix: relative error 79). So the restarts come
- * from the table (ns_coeffs_gram_restarts): whenever a segment's growth would pass a bound, and
- * at every step where the shape is not wide (n < 2 m) or small (m <= 64, where the steeper
- * tables diverged in bf16 on spread spectra), and every 2 steps past 5. The code
- * here is our own, written from the iteration above. */
+ * from the table (ns_coeffs_gram_restarts_for, this path's fp32 schedule): whenever a segment's
+ * growth would pass a bound, and at every step where the shape is not wide (n < 2 m) or small (m <=
+ * 64, where the steeper tables diverged in bf16 on spread spectra), and every 2 steps past 5; in
+ * fp32, where that leaves a segment of three steps (quintic's), the first step runs alone, before
+ * step 1.
+ *
+ * Where the fp32 error comes from, measured at 300 x 700, condition number 1e4, quintic, against
+ * the fp64 iteration (standard fp32: 9.1e-6): every fp32 Q X is one GEMM whose terms cancel
+ * (Q's eigenvalues reach 16-493 where X's singular values are small, the product's are near 1),
+ * so its accumulation error, amplified by the steps after it, is 4-5e-6 on its own (Gram with R,
+ * Z, Q and G all in double, no restart, one fp32 Q X: 4.9e-6; the restart's fp32 Q X adds as much
+ * again). Of the m x m matrices, R's update (Z R) Z in fp32 costs most, then G, then Q and Z. All
+ * of them in double is 0.74-0.78x the symmetric standard iteration's speed at 1408 x 4096 (double
+ * GEMMs at half the rate), and still 1.03e-5 from standard; with that Q X summed in double over
+ * blocks of 32 of its inner dimension, 9.5e-6 from standard. The fp32 schedule above reaches
+ * 8.65e-6 from fp64 and 7.25e-6 from standard (its first step is standard's, rounding included)
+ * for one more restart (3 m^2 n) and 5 m^3 fewer. The code here is our own, written from the
+ * iteration above. */
 
 #include "../ns_coeffs.h"
 #include "ns_common.h"
@@ -54,7 +68,8 @@ static void run_gram(const struct kernel_ctx *ctx, const struct ns_args *a, int6
                      const struct ns_products *p, int have_R, float **x, float **y, float *R,
                      float *Z, float *Q, float *T)
 {
-    const uint32_t restarts = ns_coeffs_gram_restarts(a->coeffs, a->steps, m, n);
+    /* fp32's schedule: quintic's first step alone (ns_coeffs_gram_restarts_for says why) */
+    const uint32_t restarts = ns_coeffs_gram_restarts_for(a->coeffs, a->steps, m, n, KDT_F32);
     int have_Q = 0;
 
     if (!have_R)

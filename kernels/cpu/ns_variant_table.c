@@ -70,10 +70,11 @@ int ns_variant_for_shape(int64_t rows, int64_t cols)
  * every rank, layout and rerun resolves it the same. */
 #define NS_GRAM_MIN_ASPECT_X2 4 /* n/m >= 2, in halves */
 
-int ns_algorithm_gram_saves(int64_t rows, int64_t cols, const float (*coeffs)[3], int steps)
+int ns_algorithm_gram_saves(int64_t rows, int64_t cols, int compute, const float (*coeffs)[3],
+                            int steps)
 {
     const double m = (double)(rows < cols ? rows : cols), n = (double)(rows < cols ? cols : rows);
-    const uint32_t restarts = ns_coeffs_gram_restarts(coeffs, steps, rows, cols);
+    const uint32_t restarts = ns_coeffs_gram_restarts_for(coeffs, steps, rows, cols, compute);
     /* Gram saves (L - 1)((h + 2) m^2 n - (h + 4) m^3) on a segment of L steps (h = 2 whole, 1
      * symmetric), so the answer is the same for either count where n >= 2m; the counts are sums
      * of integers below 2^53 for any shape that fits memory, so equal ones compare equal */
@@ -84,8 +85,8 @@ int ns_algorithm_for_shape(int64_t rows, int64_t cols, int compute, const float 
                            int steps)
 {
     const int64_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
-    (void)compute;
-    return 2 * n >= NS_GRAM_MIN_ASPECT_X2 * m && ns_algorithm_gram_saves(rows, cols, coeffs, steps)
+    return 2 * n >= NS_GRAM_MIN_ASPECT_X2 * m &&
+                   ns_algorithm_gram_saves(rows, cols, compute, coeffs, steps)
                ? NS_ALGO_GRAM
                : NS_ALGO_STANDARD;
 }

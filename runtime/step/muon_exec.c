@@ -330,10 +330,11 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
         /* what the kernel performed: its symmetric products at the entries it formed */
         struct ns_sym_blocks sb;
         ns_sym_blocks_for(ow->rows, ow->cols, p->ns_variant, p->ns_block, rt->ns_compute, &sb);
-        const uint32_t restarts = p->ns_algorithm == NS_ALGO_GRAM
-                                      ? ns_coeffs_gram_restarts((const float(*)[3])rt->ns_coeffs,
-                                                                c->ns_steps, ow->rows, ow->cols)
-                                      : 0u;
+        const uint32_t restarts =
+            p->ns_algorithm == NS_ALGO_GRAM
+                ? ns_coeffs_gram_restarts_for((const float(*)[3])rt->ns_coeffs, c->ns_steps,
+                                              ow->rows, ow->cols, rt->ns_compute)
+                : 0u;
         rt->counters.ns_flops_last +=
             ns_flops_performed(ow->rows, ow->cols, c->ns_steps, p->ns_algorithm, restarts, &sb) * n;
         if (fallbacks > 0)

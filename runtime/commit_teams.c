@@ -1,11 +1,12 @@
 /* Newton-Schulz teams (issue 22, docs/design.md "Newton-Schulz teams"): what commit adds for
  * them once the dense plan has placed them. The planner names each team matrix's members
  * (group_plan.team_of); the step all-reduces its norm and its Gram matrices over exactly those
- * members, so each distinct member set gets a communicator here, made once and freed at
- * release. */
+ * members, so each distinct member set gets a communicator here (and, where the exchanges run
+ * over NCCL, an NCCL one for the Gram matrices), made once and freed at release. */
 #include "runtime/commit_teams.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,50 @@ int commit_teams_node_members(shardopt_runtime_t rt, MPI_Comm comm, int *out)
     return rc;
 }
 
+/* With the exchanges over NCCL (rt->nccl[GROUP_DENSE]: comm_backend = nccl, buffers on a device)
+ * each set's own NCCL communicator, so that its Gram all-reduces stay on the device
+ * (ns_sharded.c). Bootstrapped over the set's MPI communicator by its members alone
+ * (nccl_group_create: ncclGetUniqueId on the set's first member, the id broadcast,
+ * ncclCommInitRankConfig) in set order, for the reason the MPI ones are, on the groups' one
+ * stream (comm_nccl.h: one order of NCCL kernels on every rank). ncclCommSplit of the dense
+ * group's communicator would make each set in a collective of the whole dense group. A member
+ * whose set failed goes on to its later sets (their members are waiting there); the outcome is
+ * agreed over every rank. The same condition on every rank: the dense groups' size and
+ * comm_backend are. */
+static shardopt_status_t teams_nccl_create(shardopt_runtime_t rt, struct group_exec *gx,
+                                           const char *group)
+{
+    struct nccl_group *share = rt->nccl[GROUP_DENSE];
+    if (share == NULL || gx->nsets == 0)
+        return SHARDOPT_OK;
+    gx->set_nccl = mem_calloc((size_t)gx->nsets, sizeof *gx->set_nccl);
+    shardopt_status_t status =
+        gx->set_nccl != NULL
+            ? SHARDOPT_OK
+            : log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                       "commit: rank %d: out of memory allocating %zu bytes for the %s group's "
+                       "team NCCL communicators",
+                       rt->groups.me.rank, sizeof *gx->set_nccl * (size_t)gx->nsets, group);
+    status = groups_agree(&rt->groups, status, "commit");
+    if (status != SHARDOPT_OK)
+        return status;
+    const char *was = comm_phase_now();
+    comm_phase("commit: the Newton-Schulz teams' NCCL communicators", -1);
+    for (int s = 0; s < gx->nsets; s++) {
+        if (gx->set_comm[s] == MPI_COMM_NULL)
+            continue;
+        char name[32];
+        snprintf(name, sizeof name, "%s team %d", group, s);
+        const shardopt_status_t st =
+            nccl_group_create(&rt->groups, gx->set_comm[s], rt->kctx.stream, rt->cfg.comm_timeout_s,
+                              name, share, &gx->set_nccl[s]);
+        if (st != SHARDOPT_OK && status == SHARDOPT_OK)
+            status = st;
+    }
+    comm_phase(was, -1);
+    return groups_agree(&rt->groups, status, "commit");
+}
+
 /* The members of team matrix m, as the plan lists them (ascending, lead first). */
 static const int *members_of(const struct group_plan *P, int m)
 {
@@ -51,6 +96,7 @@ shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *
     gx->nsets = 0;
     gx->set_of = NULL;
     gx->set_comm = NULL;
+    gx->set_nccl = NULL;
     if (P->nteams == 0)
         return SHARDOPT_OK;
     gx->set_of = mem_malloc(sizeof(int) * (size_t)n);
@@ -111,6 +157,8 @@ shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *
     free(first);
     status =
         commit_mpi_agree(rt, rc, "making the %s group's Newton-Schulz team communicators", group);
+    if (status == SHARDOPT_OK)
+        status = teams_nccl_create(rt, gx, group);
     if (status != SHARDOPT_OK)
         commit_teams_free(gx);
     return status;
@@ -118,6 +166,12 @@ shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *
 
 void commit_teams_free(struct group_exec *gx)
 {
+    /* before the MPI communicators they were bootstrapped over; before the groups' stream's
+     * owner (commit_release runs before init's groups are destroyed) */
+    for (int s = 0; gx->set_nccl != NULL && s < gx->nsets; s++)
+        nccl_group_destroy(gx->set_nccl[s]);
+    free(gx->set_nccl);
+    gx->set_nccl = NULL;
     for (int s = 0; gx->set_comm != NULL && s < gx->nsets; s++)
         if (gx->set_comm[s] != MPI_COMM_NULL)
             MPI_Comm_free(&gx->set_comm[s]);

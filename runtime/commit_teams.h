@@ -11,8 +11,10 @@
 int commit_teams_node_members(shardopt_runtime_t rt, MPI_Comm comm, int *out);
 
 /* gx->plan's team sets and this rank's communicators for them (MPI_Comm_create_group over
- * gx->comm, in one order on every member). group names it in messages. Collective over the
- * runtime's groups (failures agreed); on failure nothing is left to free. */
+ * gx->comm, in one order on every member), and, where the runtime exchanges over NCCL, an NCCL
+ * communicator per set bootstrapped over the set's MPI one (nccl_group_create). group names it in
+ * messages. Collective over the runtime's groups (failures agreed); on failure nothing is left to
+ * free. */
 shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *gx,
                                       const char *group);
 

@@ -79,6 +79,9 @@ struct group_exec {
     int nsets;
     int *set_of;        /* [plan.nmatrices]: a team matrix's set, else -1 */
     MPI_Comm *set_comm; /* [nsets] */
+    /* [nsets] or NULL: with the exchanges over NCCL (rt->nccl[GROUP_DENSE]), set s's NCCL
+     * communicator where this rank is a member (its Gram all-reduces stay on the device) */
+    struct nccl_group **set_nccl;
 };
 
 /* The transports (rt->xport): one per group kind, then the replicate group's. */
@@ -256,6 +259,20 @@ static inline int rt_nccl_groups(const struct shardopt_runtime *rt,
         if (all[i] != NULL)
             out[n++] = all[i];
     return n;
+}
+
+/* The Newton-Schulz teams' NCCL communicators (commit_teams.c, gx[].set_nccl): with abort set,
+ * abort them all (after a failed step, as the groups'); returns whether one was aborted. */
+static inline int rt_teams_nccl_aborted(struct shardopt_runtime *rt, int abort)
+{
+    int any = 0;
+    for (int k = 0; k < GROUP_KINDS; k++)
+        for (int s = 0; rt->gx[k].set_nccl != NULL && s < rt->gx[k].nsets; s++) {
+            if (abort)
+                nccl_group_abort(rt->gx[k].set_nccl[s]);
+            any |= nccl_group_aborted(rt->gx[k].set_nccl[s]);
+        }
+    return any;
 }
 
 /* Make an NCCL group for each of the dense, expert shard and replicate groups that has more

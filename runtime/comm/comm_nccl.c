@@ -239,6 +239,30 @@ shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *bu
                       g->size, NULL, counts, displs, es);
 }
 
+shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, size_t count)
+{
+    cudaError_t e;
+    if (g->aborted)
+        return group_gone(g);
+    /* on the groups' one stream, behind the exchanges posted before it (nccl_group_create: one
+     * order of NCCL kernels on every rank) */
+    if ((e = cudaEventRecord(g->ready, g->compute)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(g->stream, g->ready, 0)) != cudaSuccess)
+        return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: ordering after compute: %s", g->name,
+                        cudaGetErrorString(e));
+    const ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, g->comm, g->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return group_fail(g, "posting an all-reduce", r);
+    shardopt_status_t st = group_settle(g, "posting an all-reduce");
+    if (st != SHARDOPT_OK)
+        return st;
+    if ((e = cudaEventRecord(g->done[0], g->stream)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(g->compute, g->done[0], 0)) != cudaSuccess)
+        return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: ordering the all-reduce's readers: %s",
+                        g->name, cudaGetErrorString(e));
+    return SHARDOPT_OK;
+}
+
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)
 {
     if (g->aborted)

@@ -51,6 +51,12 @@ shardopt_status_t nccl_group_exchange(struct nccl_group *g, int slot, const void
 shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *buf,
                                         const int *counts, const int *displs, size_t es);
 
+/* Sum of `count` floats in place over the group (ncclAllReduce, ncclSum, fp32): a Newton-Schulz
+ * team's Gram matrix, in device memory. Posted on the group's stream after the compute stream's
+ * queued work, and the compute stream waits for it (no host wait); the first slot's event marks
+ * it, so a group used for these runs no exchanges. */
+shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, size_t count);
+
 /* The compute stream waits for the exchange of `slot` (no host wait). */
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot);
 

@@ -33,6 +33,12 @@ shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *bu
     return SHARDOPT_ERR_UNSUPPORTED;
 }
 
+shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, size_t count)
+{
+    (void)g, (void)buf, (void)count;
+    return SHARDOPT_ERR_UNSUPPORTED;
+}
+
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)
 {
     (void)g, (void)slot;

@@ -274,9 +274,10 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
         }
         if (ow->team > 1) { /* my block of a team's matrix, with the team (commit_teams.c) */
             const struct group_exec *gx = &rt->gx[st->kind];
-            shardopt_status_t status = ns_sharded_block(rt, p, gx->set_comm[gx->set_of[ow->mat]],
-                                                        at(base, ow->slot - base_slot, es),
-                                                        ow->rows, ow->cols, ow->team_rows);
+            const int set = gx->set_of[ow->mat];
+            shardopt_status_t status = ns_sharded_block(
+                rt, p, gx->set_comm[set], gx->set_nccl != NULL ? gx->set_nccl[set] : NULL,
+                at(base, ow->slot - base_slot, es), ow->rows, ow->cols, ow->team_rows);
             if (status == SHARDOPT_ERR_COMM)
                 return status;
             /* a failed team matrix (ns_sharded.c): every exchange still completes, and

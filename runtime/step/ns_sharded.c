@@ -64,10 +64,9 @@ static shardopt_status_t norm_inverse(shardopt_runtime_t rt, const char *name, M
 /* With Newton-Schulz on a device (backend = cuda, or offload = cpu) X, Y, the Gram matrix and B
  * are device memory (rt->sh_x from ns_dev, the block in an NS slot): what MPI or a host kernel
  * reads crosses through rt->sh_host, after the stream's work so far (a copy, then a sync: MPI
- * reads the host buffer at once). On the CPU tables they are host memory and nothing moves. An
- * NCCL all-reduce of the team would keep the Gram matrix on the device, but needs a
- * communicator per team member set (commit_teams.c makes MPI ones); docs/design.md says why the
- * host path is the one for now. 0, or -1 when the device's queued work failed. */
+ * reads the host buffer at once). On the CPU tables they are host memory and nothing moves. A
+ * team with an NCCL communicator (exchanges over NCCL) all-reduces its Gram matrices on the
+ * device instead (gram_allreduce_nccl). 0, or -1 when the device's queued work failed. */
 static int dev_sync(shardopt_runtime_t rt)
 {
     /* the fault site step.ns.copy stands in for a device whose copy failed (tests) */
@@ -116,6 +115,41 @@ static shardopt_status_t gram_allreduce(shardopt_runtime_t rt, const char *name,
     if (dev)
         rt->ns_dev->copy(&rt->kctx, gram, sum, bytes);
     return SHARDOPT_OK;
+}
+
+/* gram_allreduce's work for a team with an NCCL communicator (commit_teams.c; a device, fp32):
+ * the Gram matrix and the flag at A[m^2] (B's first element, as on the CPU tables) summed in
+ * place on the device by ncclAllReduce, stream-ordered (comm_nccl.c: no host copy, no host
+ * wait). The flag stays on the device: a failed member (the fault site; the fp32 kernels
+ * cannot fail) sets its bytes to 0x01, a positive normal float, so every later sum is non-zero
+ * too, as it joins every later all-reduce with zeros; iterate copies the last sum's flag to the
+ * host and reads it once per matrix, after a polled wait (nccl_group_drain). */
+static shardopt_status_t gram_allreduce_nccl(shardopt_runtime_t rt, const char *name,
+                                             struct nccl_group *nccl, const float *x, int64_t m,
+                                             int64_t n, int failed, float *gram)
+{
+    if (!failed)
+        rt->ns_ops->ns_shard_gram(&rt->kctx, x, m, n, gram);
+    else
+        rt->ns_dev->fill(&rt->kctx, gram, 0, sizeof(float) * (size_t)(m * m));
+    rt->ns_dev->fill(&rt->kctx, gram + m * m, failed ? 1 : 0, sizeof(float));
+    const shardopt_status_t status = nccl_group_allreduce_f32(nccl, gram, (size_t)(m * m + 1));
+    if (status != SHARDOPT_OK)
+        return log_fail_context(status, "step '%s': team Gram all-reduce", name);
+    return SHARDOPT_OK;
+}
+
+/* The end of a team matrix's iterations over NCCL: wait (polled, comm_timeout_s) for the team's
+ * all-reduces, then for the copy of the last sum's flag to rt->sh_host, and read it. */
+static shardopt_status_t nccl_flag(shardopt_runtime_t rt, const char *name, struct nccl_group *nccl,
+                                   int failed)
+{
+    shardopt_status_t status = nccl_group_drain(nccl);
+    if (status != SHARDOPT_OK)
+        return log_fail_context(status, "step '%s': team Gram all-reduces", name);
+    if (rt->ns_dev->sync(&rt->kctx) != 0)
+        return copy_failed(rt, name, "a team's failure flag");
+    return failed || rt->sh_host[0] != 0 ? group_failed(name, failed) : SHARDOPT_OK;
 }
 
 /* AOL's row scales (ns_aol_scale, the host function the gathered CPU path runs) on X (m x n) and
@@ -262,8 +296,8 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
  * holds it summed, so each scales its columns' rows by them (X's rows are the m side) and the
  * Gram matrix to D A D, which the first step uses as the gathered path does (ns_aol_scale). */
 static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
-                                 const struct ns_args *piece, size_t count, int64_t m, int64_t n,
-                                 double ss)
+                                 struct nccl_group *nccl, const struct ns_args *piece, size_t count,
+                                 int64_t m, int64_t n, double ss)
 {
     const shardopt_config_t *c = &rt->cfg;
     float *x = rt->sh_x, *y = x + count, *gram = y + count, *B = gram + m * m;
@@ -275,18 +309,27 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
     if (count > 0)
         rt->ns_ops->ns_shard_load(&rt->kctx, piece, inv, x);
     const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
-    int failed = 0; /* this member failed since the last all-reduce: told in the next one */
+    /* this member failed since the last all-reduce: told in the next one (MPI), or at the
+     * matrix's end over NCCL (gram_allreduce_nccl carries it, nccl_flag reads the sum) */
+    int failed = 0;
     for (int it = 0; it < c->ns_steps; it++) {
         /* the fp32 kernels cannot fail: the fault site stands in for one that does */
         failed |= count > 0 && fault_hit("step.ns");
-        const shardopt_status_t status =
-            gram_allreduce(rt, name, comm, x, m, count > 0 ? n : 0, failed, gram);
+        const int64_t nj = count > 0 ? n : 0;
+        shardopt_status_t status = nccl != NULL
+                                       ? gram_allreduce_nccl(rt, name, nccl, x, m, nj, failed, gram)
+                                       : gram_allreduce(rt, name, comm, x, m, nj, failed, gram);
+        if (status == SHARDOPT_OK && aol && it == 0) /* its host copy waits for the sum */
+            status = nccl != NULL ? nccl_group_drain(nccl) : SHARDOPT_OK;
         if (status != SHARDOPT_OK)
             return status;
         /* AOL's copies failing here (a device): returning now left the other members in the
          * next Gram all-reduce until comm_timeout_s ended the job; the flag goes in it instead */
-        if (aol && it == 0 && aol_scale(rt, name, x, gram, B, m, count > 0 ? n : 0) != SHARDOPT_OK)
+        if (aol && it == 0 && aol_scale(rt, name, x, gram, B, m, nj) != SHARDOPT_OK)
             failed = 1;
+        /* the last sum's flag, before the update writes B over it; after AOL's use of sh_host */
+        if (nccl != NULL && it == c->ns_steps - 1)
+            rt->ns_dev->copy(&rt->kctx, rt->sh_host, gram + m * m, sizeof(float));
         if (count > 0 && !failed) {
             rt->ns_ops->ns_shard_update(&rt->kctx, gram, rt->ns_coeffs[it], x, m, n, B, y);
             float *t = x;
@@ -295,6 +338,11 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
         }
     }
     count_iterations(rt, comm, m, count > 0 ? n : 0, sizeof(float), 1);
+    if (nccl != NULL && c->ns_steps > 0) {
+        const shardopt_status_t told = nccl_flag(rt, name, nccl, failed);
+        if (told != SHARDOPT_OK)
+            return told;
+    }
     if (failed) /* after the last all-reduce (ns_steps = 1): ns_sharded_run's agreement */
         return SHARDOPT_ERR_DEVICE;
     if (count == 0) /* no columns: it forms neither B nor Y, only joins the all-reduces */
@@ -327,7 +375,8 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
     /* offload = cpu: the iterations run on the device copy of U */
     const size_t ubytes = count * kdtype_size(c->comm_dtype);
     piece.in = piece.out = offload_ns_in(rt, rt->dev_sh_u, rt->sh_u, ubytes);
-    shardopt_status_t status = iterate(rt, p->name, comm, &piece, count, p->sh_m, p->sh_n, ss);
+    shardopt_status_t status =
+        iterate(rt, p->name, comm, NULL, &piece, count, p->sh_m, p->sh_n, ss);
     if (status != SHARDOPT_OK || count == 0)
         return status;
     /* after the matrix's last all-reduce: a failure here is this rank's, not applied, and
@@ -342,7 +391,8 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
 }
 
 shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_param *p,
-                                   MPI_Comm comm, void *u, int64_t rows, int64_t cols, int on_rows)
+                                   MPI_Comm comm, struct nccl_group *nccl, void *u, int64_t rows,
+                                   int64_t cols, int on_rows)
 {
     const shardopt_config_t *c = &rt->cfg;
     const size_t count = (size_t)(rows * cols);
@@ -362,9 +412,9 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
     const double ss = count > 0 ? rt->ns_ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
     const int64_t m = on_rows ? cols : rows, n = on_rows ? rows : cols;
     /* ns_compute = bf16 on the CPU (commit.c, teams_setup) */
-    const shardopt_status_t status = rt->team_compute == KDT_BF16
-                                         ? iterate_bf16(rt, p->name, comm, &piece, count, m, n, ss)
-                                         : iterate(rt, p->name, comm, &piece, count, m, n, ss);
+    const shardopt_status_t status =
+        rt->team_compute == KDT_BF16 ? iterate_bf16(rt, p->name, comm, &piece, count, m, n, ss)
+                                     : iterate(rt, p->name, comm, nccl, &piece, count, m, n, ss);
     /* failed: the pipeline goes on (its exchanges complete on every rank) with a zero update for
      * this block in place of what the iterations left, and the step fails at the agreement */
     if (status != SHARDOPT_OK && count > 0) /* u: device memory where NS runs on a device */

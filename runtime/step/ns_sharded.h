@@ -17,9 +17,12 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
 /* A Newton-Schulz team's block (issue 22): the team's members hold blocks of one matrix's long
  * side, this rank's U at u (comm dtype, rows x cols as stored; on_rows: the blocks are ranges of
  * stored rows, so the working matrix is the transpose), and run the same iterations over the
- * team's communicator; O replaces U at u. Collective over comm. */
+ * team's communicator; O replaces U at u. Collective over comm. nccl: the team's NCCL
+ * communicator (commit_teams.c; NULL: none), which carries the Gram all-reduces of fp32 blocks
+ * iterating on a device. */
 shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_param *p,
-                                   MPI_Comm comm, void *u, int64_t rows, int64_t cols, int on_rows);
+                                   MPI_Comm comm, struct nccl_group *nccl, void *u, int64_t rows,
+                                   int64_t cols, int on_rows);
 
 /* ns_compute = bf16 teams: rt->ns_bf16_sum, the MPI_Op that sums bf16 Gram matrices (made once;
  * SHARDOPT_ERR_COMM naming the call when MPI refuses), and its release (commit_release). */

@@ -350,6 +350,7 @@ static void step_abort(shardopt_runtime_t rt)
 {
     for (int i = 0; i < XPORTS; i++)
         rt->xport[i].ops->abort(&rt->xport[i]);
+    rt_teams_nccl_aborted(rt, 1); /* and the Newton-Schulz teams' */
 }
 
 /* Whether a failed step aborted the communicators: the next step must refuse before it writes
@@ -360,7 +361,7 @@ static int step_aborted(shardopt_runtime_t rt)
     int any = 0;
     for (int i = 0; i < XPORTS; i++)
         any |= rt->xport[i].ops->aborted(&rt->xport[i]);
-    return any;
+    return any | rt_teams_nccl_aborted(rt, 0);
 }
 
 /* shardopt_param_get_stats: each gradient's norm is the pre-pass's (free); with param_stats the

@@ -19,6 +19,7 @@
 #define ncclGroupEnd           mock_ncclGroupEnd
 #define ncclSend               mock_ncclSend
 #define ncclRecv               mock_ncclRecv
+#define ncclAllReduce          mock_ncclAllReduce
 #define ncclGetErrorString     mock_ncclGetErrorString
 
 typedef enum {
@@ -32,7 +33,9 @@ typedef enum {
     ncclInProgress = 7,
 } ncclResult_t;
 
-typedef enum { ncclUint8 = 1 } ncclDataType_t;
+typedef enum { ncclUint8 = 1, ncclFloat32 = 7 } ncclDataType_t;
+
+typedef enum { ncclSum = 0 } ncclRedOp_t;
 
 typedef struct {
     char internal[128];
@@ -61,6 +64,11 @@ ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int pe
                       cudaStream_t stream);
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream);
+/* fp32 sums only (the Newton-Schulz teams' Gram matrices): an MPI_Iallreduce of the
+ * communicator's MPI communicator, queued on the stream like a send; sendbuff == recvbuff is in
+ * place */
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 const char *ncclGetErrorString(ncclResult_t r);
 
 #endif

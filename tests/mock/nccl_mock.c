@@ -1,13 +1,17 @@
 /* The mock NCCL and CUDA stream calls of nccl.h / cuda_runtime.h here, over MPI on the host.
  *
- * A communicator is an MPI communicator split from MPI_COMM_WORLD (or nccl_mock_world's) by the
- * unique id (every member calls ncclCommInitRankConfig at once, as NCCL's bootstrap needs too).
- * Sends and receives between ncclGroupStart and ncclGroupEnd are posted at ncclGroupEnd as
- * MPI_Isend and MPI_Irecv of bytes and queued on their stream; an event recorded on a stream covers
- * what was queued on it so far and is complete when those requests are (cudaEventQuery tests them).
- * As with NCCL's non-blocking communicators, calls may return ncclInProgress and
- * ncclCommGetAsyncError says when the communicator is settled, or failed. ncclCommAbort cancels
- * what is pending. cudaStreamWaitEvent waits on the host (cuda_runtime.h here says why). */
+ * A communicator is an MPI communicator of its members only, as NCCL's: the unique id names the
+ * MPI_COMM_WORLD rank that made it (NCCL's names its root's address), every member tells that
+ * rank its world rank (point to point, a tag from the id), the root sends the list back and the
+ * members make the communicator with MPI_Comm_create_group. Ranks outside it take no part (a
+ * Newton-Schulz team's communicator is made by its members alone).
+ * Sends, receives and all-reduces between ncclGroupStart and ncclGroupEnd are posted at
+ * ncclGroupEnd as MPI_Isend and MPI_Irecv of bytes, or MPI_Iallreduce, and queued on their stream;
+ * an event recorded on a stream covers what was queued on it so far and is complete when those
+ * requests are (cudaEventQuery tests them). As with NCCL's non-blocking communicators, calls may
+ * return ncclInProgress and ncclCommGetAsyncError says when the communicator is settled, or failed.
+ * ncclCommAbort cancels what is pending. cudaStreamWaitEvent waits on the host (cuda_runtime.h here
+ * says why). */
 #include "nccl_mock.h"
 
 #include <mpi.h>
@@ -24,7 +28,8 @@
 struct mock_req {
     MPI_Request req;
     struct mock_comm *comm;
-    int recv;
+    int recv; /* a receive: ncclCommAbort cancels it */
+    int coll; /* an all-reduce: MPI can neither cancel nor free one in flight (left to MPI) */
 };
 
 struct mock_stream {
@@ -44,17 +49,22 @@ struct mock_comm {
     int dead; /* aborted: NCCL would have freed it; kept to count what still reaches it */
 };
 
+enum mock_kind { MOCK_SEND, MOCK_RECV, MOCK_ALLREDUCE };
+
 struct mock_op {
     struct mock_comm *comm;
     struct mock_stream *s;
+    const void *sbuf; /* MOCK_ALLREDUCE: its send buffer (== buf: in place) */
     void *buf;
-    size_t bytes;
-    int peer, recv;
+    size_t bytes; /* MOCK_ALLREDUCE: floats */
+    int peer;
+    enum mock_kind kind;
 };
 
 static enum nccl_mock_fault fault;
 static double give_up_s; /* nccl_mock_waits_give_up */
-static long posted;
+static long posted, allreduces;
+static double allreduce_elems;
 static int aborted;
 static int depth;
 static struct mock_op *ops;
@@ -85,6 +95,8 @@ cudaError_t cudaGetLastError(void)
 }
 void nccl_mock_waits_give_up(double seconds) { give_up_s = seconds; }
 long nccl_mock_posted(void) { return posted; }
+long nccl_mock_allreduces(void) { return allreduces; }
+double nccl_mock_allreduce_elems(void) { return allreduce_elems; }
 int nccl_mock_aborted(void) { return aborted; }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
@@ -104,7 +116,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
             if (streams[k] == s)
                 streams[k] = streams[--nstreams];
         for (int i = 0; i < s->n; i++)
-            if (s->q[i].req != MPI_REQUEST_NULL)
+            if (s->q[i].req != MPI_REQUEST_NULL && !s->q[i].coll)
                 MPI_Request_free(&s->q[i].req);
         free(s->q);
         free(s);
@@ -185,21 +197,57 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
-static MPI_Comm mock_world = MPI_COMM_NULL; /* MPI_COMM_NULL: MPI_COMM_WORLD */
-
-void nccl_mock_world(MPI_Comm comm) { mock_world = comm; }
+/* The members' MPI communicator, made by the members alone (the file's comment). 0, or -1. */
+static int bootstrap(ncclUniqueId id, int nranks, int rank, MPI_Comm *out)
+{
+    int root = -1, wrank = 0;
+    unsigned seq = 0;
+    if (sscanf(id.internal, "%d:%u", &root, &seq) != 2 || root < 0)
+        return -1;
+    /* a tag per id of one root: two communicators of one root may bootstrap at once */
+    const int tag = 1000 + (int)(seq % 30000u);
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    int *world = calloc((size_t)nranks, sizeof(int));
+    if (world == NULL)
+        return -1;
+    if (rank == 0) {
+        world[0] = wrank;
+        for (int i = 1; i < nranks; i++) {
+            int got[2];
+            MPI_Recv(got, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            world[got[0]] = got[1]; /* ranks in [1, nranks): comm_nccl.c's own group ranks */
+        }
+        for (int i = 1; i < nranks; i++)
+            MPI_Send(world, nranks, MPI_INT, world[i], tag, MPI_COMM_WORLD);
+    } else {
+        const int mine[2] = {rank, wrank};
+        MPI_Send(mine, 2, MPI_INT, root, tag, MPI_COMM_WORLD);
+        MPI_Recv(world, nranks, MPI_INT, root, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    MPI_Group all = MPI_GROUP_NULL, g = MPI_GROUP_NULL;
+    int rc = MPI_Comm_group(MPI_COMM_WORLD, &all);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Group_incl(all, nranks, world, &g);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_create_group(MPI_COMM_WORLD, g, tag, out);
+    if (g != MPI_GROUP_NULL)
+        MPI_Group_free(&g);
+    if (all != MPI_GROUP_NULL)
+        MPI_Group_free(&all);
+    free(world);
+    return rc == MPI_SUCCESS ? 0 : -1;
+}
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfig_t *config)
 {
-    unsigned h = 2166136261u; /* FNV-1a of the id: the split's color */
-    for (size_t i = 0; i < sizeof id.internal; i++)
-        h = (h ^ (unsigned char)id.internal[i]) * 16777619u;
     struct mock_comm *c = calloc(1, sizeof *c);
     if (c == NULL)
         return ncclSystemError;
-    MPI_Comm_split(mock_world != MPI_COMM_NULL ? mock_world : MPI_COMM_WORLD, (int)(h & 0x3fffffff),
-                   rank, &c->mpi);
+    if (bootstrap(id, nranks, rank, &c->mpi) != 0) {
+        free(c);
+        return ncclInvalidUsage;
+    }
     MPI_Comm_rank(c->mpi, &c->rank);
     MPI_Comm_size(c->mpi, &c->size);
     if (c->rank != rank || c->size != nranks) {
@@ -278,8 +326,8 @@ ncclResult_t ncclGroupStart(void)
     return ncclSuccess;
 }
 
-static ncclResult_t queue_op(const void *buf, size_t bytes, int peer, ncclComm_t comm,
-                             cudaStream_t s, int recv)
+static ncclResult_t queue_op(const void *sbuf, void *buf, size_t bytes, int peer, ncclComm_t comm,
+                             cudaStream_t s, enum mock_kind kind)
 {
     if (comm != NULL && comm->dead)
         after_abort++;
@@ -289,20 +337,30 @@ static ncclResult_t queue_op(const void *buf, size_t bytes, int peer, ncclComm_t
         capops = capops ? 2 * capops : 16;
         ops = realloc(ops, sizeof *ops * (size_t)capops);
     }
-    ops[nops++] = (struct mock_op){comm, s, (void *)buf, bytes, peer, recv};
+    ops[nops++] = (struct mock_op){comm, s, sbuf, buf, bytes, peer, kind};
     return depth > 0 ? ncclSuccess : ncclGroupEnd();
 }
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    return type == ncclUint8 ? queue_op(buf, count, peer, comm, stream, 0) : ncclInvalidArgument;
+    return type == ncclUint8 ? queue_op(buf, (void *)buf, count, peer, comm, stream, MOCK_SEND)
+                             : ncclInvalidArgument;
 }
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    return type == ncclUint8 ? queue_op(buf, count, peer, comm, stream, 1) : ncclInvalidArgument;
+    return type == ncclUint8 ? queue_op(buf, buf, count, peer, comm, stream, MOCK_RECV)
+                             : ncclInvalidArgument;
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    if (type != ncclFloat32 || op != ncclSum || count > (size_t)0x7fffffff)
+        return ncclInvalidArgument;
+    return queue_op(sendbuff, recvbuff, count, 0, comm, stream, MOCK_ALLREDUCE);
 }
 
 ncclResult_t ncclGroupEnd(void)
@@ -327,11 +385,18 @@ ncclResult_t ncclGroupEnd(void)
         }
         struct mock_req *q = &s->q[s->n++];
         q->comm = o->comm;
-        q->recv = o->recv;
-        if (o->recv)
+        q->recv = o->kind == MOCK_RECV;
+        q->coll = o->kind == MOCK_ALLREDUCE;
+        if (o->kind == MOCK_RECV) {
             MPI_Irecv(o->buf, (int)o->bytes, MPI_BYTE, o->peer, MOCK_TAG, o->comm->mpi, &q->req);
-        else
+        } else if (o->kind == MOCK_SEND) {
             MPI_Isend(o->buf, (int)o->bytes, MPI_BYTE, o->peer, MOCK_TAG, o->comm->mpi, &q->req);
+        } else { /* the sum every member reads, in MPI's order of the members */
+            MPI_Iallreduce(o->sbuf == o->buf ? MPI_IN_PLACE : o->sbuf, o->buf, (int)o->bytes,
+                           MPI_FLOAT, MPI_SUM, o->comm->mpi, &q->req);
+            allreduces++;
+            allreduce_elems += (double)o->bytes;
+        }
         posted++;
     }
     nops = 0;

@@ -15,18 +15,17 @@ enum nccl_mock_fault {
 
 void nccl_mock_inject(enum nccl_mock_fault f);
 
-/* The communicator ncclCommInitRankConfig splits its communicators from (MPI_COMM_WORLD until
- * set): a runtime on part of the world (test_xcheck_nccl's layouts) sets its own, whose every
- * member then makes each NCCL communicator at once. */
-void nccl_mock_world(MPI_Comm comm);
-
 /* seconds > 0: cudaStreamWaitEvent stops waiting after that long and returns (the data may not
  * have come). On a GPU the stream waits and the host goes on to the step's drain, which times
  * out; here the host is the stream, so a test with a stuck peer needs this to get there. */
 void nccl_mock_waits_give_up(double seconds);
 
-/* Operations posted (send + recv) and communicators aborted, since the start. */
+/* Operations posted (send + recv + all-reduce) and communicators aborted, since the start. */
 long nccl_mock_posted(void);
+
+/* ncclAllReduce calls posted, and the elements they summed, since the start. */
+long nccl_mock_allreduces(void);
+double nccl_mock_allreduce_elems(void);
 int nccl_mock_aborted(void);
 
 /* A kernel launch of the caller's that failed: left as the thread's last error, as CUDA does. */

@@ -72,6 +72,7 @@ static int cfg_gram;
 /* > 1: both runs' ns_team_cap; no_split: replica_split off (teams_run_on_the_device_...) */
 static int team_cap, no_split, team_aol; /* team_aol: ns_precondition = aol */
 static int strategy_sharded;             /* both runs' ns_strategy = sharded */
+static int no_decay;                     /* weight_decay 0: a zero update keeps the weights */
 
 static shardopt_config_t test_cfg(void)
 {
@@ -93,6 +94,8 @@ static shardopt_config_t test_cfg(void)
     cfg.replica_split = L_rep > 1 && !no_split;
     if (strategy_sharded)
         cfg.ns_strategy = SHARDOPT_NS_STRATEGY_SHARDED;
+    if (no_decay)
+        cfg.weight_decay = 0;
     if (team_cap > 1) { /* every Muon matrix heavy enough for a team */
         cfg.ns_team_cap = team_cap;
         cfg.ns_team_frac = 0.01;
@@ -568,10 +571,38 @@ static void sharded_on_the_device(int aol, int strategy)
     shardopt_get_stats(dev.rt, &s);
     if (s.dense_size > 1) /* a dense group of one rank has no one to share a matrix with */
         EXPECT_TRUE(n > 0);
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+    const long ar0 = nccl_mock_allreduces();
+    const double el0 = nccl_mock_allreduce_elems();
+#endif
     ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
     EXPECT_EQ_INT(params_differ(&dev, &cpu, 3), 0);
     if (!on_cuda && n > 0) /* the blocks iterated on the device table */
         EXPECT_TRUE(sim_shard_calls > calls);
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+    if (!strategy && !on_host) { /* exchanges over NCCL: each team block's Gram all-reduces too,
+                                    ns_steps per step of m^2 + 1 floats (the flag), none on the
+                                    host's MPI path (which leaves the mock's count as it was) */
+        const struct group_plan *P = &dev.rt->gx[GROUP_DENSE].plan;
+        long want = 0;
+        double elems = 0;
+        for (int w = 0; w < P->nowned; w++)
+            if (P->owned[w].team > 1) {
+                const double m =
+                    (double)(P->owned[w].team_rows ? P->owned[w].cols : P->owned[w].rows);
+                want += 3L * dev.rt->cfg.ns_steps;
+                elems += 3.0 * dev.rt->cfg.ns_steps * (m * m + 1);
+            }
+        EXPECT_EQ_INT((int)(nccl_mock_allreduces() - ar0), (int)want);
+        EXPECT_TRUE(nccl_mock_allreduce_elems() - el0 == elems);
+        int teams = n; /* some rank holds a team block wherever a team was planned */
+        MPI_Allreduce(MPI_IN_PLACE, &want, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        EXPECT_TRUE(teams == 0 || want > 0);
+        if (me == 0)
+            printf("  teams' Gram all-reduces over the mock NCCL: %ld on every rank together\n",
+                   want);
+    }
+#endif
     shardopt_get_stats(dev.rt, &s);
     shardopt_get_stats(cpu.rt, &sc);
     EXPECT_TRUE(s.bytes_ns_allreduce_last == sc.bytes_ns_allreduce_last);
@@ -592,6 +623,64 @@ TEST(teams_run_on_the_device_with_the_cpu_teams_bits)
     device_begin();
     sharded_on_the_device(0, 0);
     sharded_on_the_device(1, 0); /* AOL's row scales from the team's summed Gram matrix */
+}
+
+/* A team member whose iterations fail on the device (step.ns on rank 0, its second Gram matrix)
+ * tells its team through the Gram all-reduces' flag, over the mock NCCL as over MPI: the step
+ * fails on every rank with ERR_INTERNAL within comm_timeout_s (no member left in an all-reduce),
+ * the failed matrix keeps its weights in rank 0's dense group, and the next step refuses. Over NCCL
+ * the flag stays on the device and is read once, at the matrix's end: with it dropped, rank 0's
+ * peer applied its block. */
+TEST(a_team_member_failing_on_the_device_fails_the_step_on_every_rank)
+{
+    device_begin();
+    if (on_cuda || world < 2) /* a GPU's kernels do not fail at a fault site */
+        return;
+    team_cap = 2;
+    no_split = no_decay = 1;
+    dev_timeout_s = 20; /* a member left waiting: an error after this, not a hang */
+    struct dev_run dev = {0};
+    const shardopt_status_t st = dev_setup(&dev);
+    team_cap = no_split = no_decay = 0;
+    dev_timeout_s = 0;
+    ASSERT_EQ_INT(st, SHARDOPT_OK);
+    ASSERT_TRUE(dev.rt->gx[GROUP_DENSE].plan.nteams > 0);
+    ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
+    fault_arm(me == 0 ? "step.ns:2" : NULL);
+    EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_INTERNAL);
+    fault_arm(NULL);
+    /* the failed matrix (named on every rank by the agreement) kept its weights where it failed:
+     * each member's block went back as a zero update, which it learned from the flag */
+    const char *e = strstr(shardopt_last_error(), "step '");
+    ASSERT_TRUE(e != NULL);
+    int changed = 0, p = 0;
+    while (p < MODEL_NPARAMS &&
+           (strncmp(e + 6, model_params[p].name, strlen(model_params[p].name)) != 0 ||
+            e[6 + strlen(model_params[p].name)] != '\''))
+        p++;
+    ASSERT_TRUE(p < MODEL_NPARAMS);
+    const size_t bytes = (size_t)dev.box[p].numel * model_esize(model_params[p].dtype);
+    void *after = malloc(bytes + 1);
+    dev_copy(after, dev.w[p], bytes); /* hw[p]: the weights after step 1 */
+    /* in rank 0's dense group; another replica applied it, learning of the failure only at
+     * the step's agreement (docs/design.md, Newton-Schulz teams) */
+    MPI_Group wg, dg;
+    int zero = 0, in = MPI_UNDEFINED;
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    MPI_Comm_group(dev.rt->groups.dense, &dg);
+    MPI_Group_translate_ranks(wg, 1, &zero, dg, &in);
+    MPI_Group_free(&wg);
+    MPI_Group_free(&dg);
+    changed = in != MPI_UNDEFINED && memcmp(after, dev.hw[p], bytes) != 0;
+    free(after);
+    MPI_Allreduce(MPI_IN_PLACE, &changed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ_INT(changed, 0);
+    EXPECT_TRUE(dev_steps(&dev, 3, 3) != SHARDOPT_OK); /* refuses, nothing written */
+    if (me == 0 && changed == 0)
+        printf("  a team member failing on the device: '%s' kept in its dense group\n",
+               model_params[p].name);
+    dev_free(&dev);
+    EXPECT_EQ_INT(nsim, 0);
 }
 
 TEST(sharded_strategy_runs_on_the_device_with_the_cpu_bits)

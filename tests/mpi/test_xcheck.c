@@ -824,9 +824,6 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
         return st;
     if (c->devsim && n > 1) {
         r->sim = cfg.offload != SHARDOPT_OFFLOAD_CPU; /* offload = cpu: host parameters */
-#ifdef SHARDOPT_TEST_NCCL_MOCK
-        nccl_mock_world(comm); /* the layout's ranks, not the world's, make its communicators */
-#endif
         st = devsim_install(r->rt, cfg.offload == SHARDOPT_OFFLOAD_CPU, c->nccl);
         if (st != SHARDOPT_OK)
             return st; /* xrun_free finalizes */

@@ -3,7 +3,8 @@
  * GPU machines lent to this project have one, so this is where the code's own logic runs: the
  * unique id's broadcast, all-to-all-v as grouped sends and receives with counts and
  * displacements, the in-place all-gather-v, several exchanges in flight on slots, two groups
- * sharing one stream, and the failure paths: a failed post aborts the communicator with
+ * sharing one stream, the Newton-Schulz teams' in-place fp32 all-reduces over communicators made
+ * by their members alone, and the failure paths: a failed post aborts the communicator with
  * SHARDOPT_ERR_NCCL, a peer that never turns up or a rank stuck in NCCL becomes a timeout
  * (comm_timeout_s) with SHARDOPT_ERR_NCCL instead of a hang, an aborted communicator refuses later
  * exchanges, and an initialisation that fails on one rank is reported there. What it cannot check
@@ -212,6 +213,57 @@ TEST(an_allgatherv_puts_every_share_at_its_displacement)
         if (i != me)
             want += (counts[i] > 0) + (counts[me] > 0);
     EXPECT_EQ_INT((int)(nccl_mock_posted() - before), (int)want);
+    groups2_free(&g);
+}
+
+/* Newton-Schulz teams' communicators (commit_teams.c): made by their members alone, in one order
+ * (team {1, 2, 3} first, rank 0 taking no part; then {0, 1}), on the first group's stream; each
+ * all-reduce sums the members' floats in place (nccl_group_allreduce_f32), several in flight
+ * before the drain. With the mock's old bootstrap (a split of the whole world per communicator)
+ * the first team waited for rank 0 for ever. */
+TEST(team_allreduces_sum_over_communicators_their_members_alone_made)
+{
+    setup();
+    const struct groups v = world_groups();
+    struct groups2 g;
+    groups2_make(&g, 30.0, 30.0);
+    MPI_Comm c3, c2;
+    MPI_Comm_split(MPI_COMM_WORLD, me > 0 ? 0 : MPI_UNDEFINED, me, &c3);
+    MPI_Comm_split(MPI_COMM_WORLD, me < 2 ? 0 : MPI_UNDEFINED, me, &c2);
+    struct nccl_group *t3 = NULL, *t2 = NULL;
+    if (c3 != MPI_COMM_NULL)
+        EXPECT_EQ_INT(nccl_group_create(&v, c3, g.compute, 30.0, "team 0", g.all, &t3),
+                      SHARDOPT_OK);
+    if (c2 != MPI_COMM_NULL)
+        EXPECT_EQ_INT(nccl_group_create(&v, c2, g.compute, 30.0, "team 1", g.all, &t2),
+                      SHARDOPT_OK);
+    EXPECT_TRUE((t3 != NULL) == (me > 0) && (t2 != NULL) == (me < 2));
+    float a[2][5], b[5];
+    const long before = nccl_mock_allreduces();
+    for (int r = 0; r < 2 && t3 != NULL; r++) {
+        for (int k = 0; k < 5; k++)
+            a[r][k] = (float)(me * 10 + k + r * 100);
+        EXPECT_EQ_INT(nccl_group_allreduce_f32(t3, a[r], 5), SHARDOPT_OK);
+    }
+    for (int k = 0; k < 5 && t2 != NULL; k++)
+        b[k] = 0.5f * (float)(me + k);
+    if (t2 != NULL)
+        EXPECT_EQ_INT(nccl_group_allreduce_f32(t2, b, 5), SHARDOPT_OK);
+    EXPECT_EQ_INT(nccl_group_drain(g.all), SHARDOPT_OK); /* the one stream: every team's too */
+    int bad = 0;
+    for (int r = 0; r < 2 && t3 != NULL; r++)
+        for (int k = 0; k < 5; k++) /* ranks 1, 2 and 3 */
+            bad += a[r][k] != (float)(60 + 3 * (k + r * 100));
+    for (int k = 0; k < 5 && t2 != NULL; k++) /* ranks 0 and 1 */
+        bad += b[k] != 0.5f * (float)(1 + 2 * k);
+    EXPECT_EQ_INT(bad, 0);
+    EXPECT_EQ_INT((int)(nccl_mock_allreduces() - before), 2 * (t3 != NULL) + (t2 != NULL));
+    nccl_group_destroy(t2); /* sharers first */
+    nccl_group_destroy(t3);
+    if (c2 != MPI_COMM_NULL)
+        MPI_Comm_free(&c2);
+    if (c3 != MPI_COMM_NULL)
+        MPI_Comm_free(&c3);
     groups2_free(&g);
 }
 

@@ -278,7 +278,10 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             shardopt_status_t status = ns_sharded_block(
                 rt, p, gx->set_comm[set], gx->set_nccl != NULL ? gx->set_nccl[set] : NULL,
                 at(base, ow->slot - base_slot, es), ow->rows, ow->cols, ow->team_rows);
-            if (status == SHARDOPT_ERR_COMM)
+            /* an MPI call, or an NCCL all-reduce that failed or timed out (its communicator
+             * aborted, the groups' stream held by it): the pipeline stops here, as after a
+             * failed exchange, instead of waiting out comm_timeout_s again per team matrix */
+            if (status == SHARDOPT_ERR_COMM || status == SHARDOPT_ERR_NCCL)
                 return status;
             /* a failed team matrix (ns_sharded.c): every exchange still completes, and
              * ns_sharded_run's agreement fails the step on every rank */

@@ -367,7 +367,10 @@ ncclResult_t ncclGroupEnd(void)
 {
     if (depth > 0 && --depth > 0)
         return ncclSuccess;
-    const enum nccl_mock_fault f = fault;
+    enum nccl_mock_fault f = fault;
+    for (int i = 0; f == NCCL_MOCK_STUCK_ALLREDUCE && i < nops; i++)
+        if (ops[i].kind == MOCK_ALLREDUCE)
+            f = NCCL_MOCK_STUCK;
     if (f == NCCL_MOCK_FAIL_GROUP || f == NCCL_MOCK_STUCK) {
         fault = NCCL_MOCK_NONE;
         if (f == NCCL_MOCK_STUCK)

@@ -6,11 +6,13 @@
 
 enum nccl_mock_fault {
     NCCL_MOCK_NONE = 0,
-    NCCL_MOCK_FAIL_GROUP, /* the next ncclGroupEnd returns ncclSystemError, posting nothing */
-    NCCL_MOCK_STUCK,      /* the next ncclGroupEnd posts nothing and its communicator stays
-                             ncclInProgress for good (a peer that never turns up) */
-    NCCL_MOCK_FAIL_INIT,  /* the next ncclCommInitRankConfig reports ncclSystemError later,
-                             through ncclCommGetAsyncError */
+    NCCL_MOCK_FAIL_GROUP,      /* the next ncclGroupEnd returns ncclSystemError, posting nothing */
+    NCCL_MOCK_STUCK,           /* the next ncclGroupEnd posts nothing and its communicator stays
+                                  ncclInProgress for good (a peer that never turns up) */
+    NCCL_MOCK_FAIL_INIT,       /* the next ncclCommInitRankConfig reports ncclSystemError later,
+                                  through ncclCommGetAsyncError */
+    NCCL_MOCK_STUCK_ALLREDUCE, /* NCCL_MOCK_STUCK for the next ncclGroupEnd that posts an
+                                  all-reduce (a team member stuck in its Gram all-reduce) */
 };
 
 void nccl_mock_inject(enum nccl_mock_fault f);

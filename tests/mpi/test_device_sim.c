@@ -922,6 +922,40 @@ TEST(a_stuck_nccl_rank_fails_the_step_on_every_rank)
     dev_free(&again);
     dev_timeout_s = 0;
 }
+
+/* A team member stuck inside its Gram all-reduce over NCCL (NCCL_MOCK_STUCK_ALLREDUCE on rank 0:
+ * its team's communicator never settles): ERR_NCCL on every rank within a few comm_timeout_s,
+ * not a hang and not an MPI_Abort. Rank 0's post times out, its peers' drain at the matrix's end
+ * does, the pipeline stops there on both (not once more per team matrix, on a stream the stuck
+ * all-reduce holds), and ns_sharded_run's agreement waits twice comm_timeout_s for them, as the
+ * step's end agreement does; the next step refuses before it writes anything. */
+TEST(a_team_stuck_in_its_nccl_all_reduce_fails_the_step_on_every_rank)
+{
+    device_begin();
+    if (on_host || world < 2) /* offload = cpu: exchanges and teams over MPI */
+        return;
+    team_cap = 2;
+    no_split = 1;
+    dev_timeout_s = 3.0;
+    struct dev_run dev = {0};
+    const shardopt_status_t st = dev_setup(&dev);
+    team_cap = no_split = 0;
+    ASSERT_EQ_INT(st, SHARDOPT_OK);
+    ASSERT_TRUE(dev.rt->gx[GROUP_DENSE].set_nccl != NULL);
+    ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
+    nccl_mock_waits_give_up(0.05);
+    if (me == 0)
+        nccl_mock_inject(NCCL_MOCK_STUCK_ALLREDUCE);
+    EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_NCCL);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "team");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "timed out (comm_timeout_s)");
+    nccl_mock_waits_give_up(0);
+    nccl_mock_inject(NCCL_MOCK_NONE);
+    EXPECT_EQ_INT(dev_steps(&dev, 3, 3), SHARDOPT_ERR_NCCL);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "NCCL communicators were aborted");
+    dev_free(&dev);
+    dev_timeout_s = 0;
+}
 #endif
 
 /* shardopt_param_get_state / set_state / get_step / set_step where the state is device memory

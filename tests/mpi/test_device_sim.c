@@ -113,6 +113,9 @@ static shardopt_config_t test_cfg(void)
 }
 
 static double dev_timeout_s; /* > 0: the device run's comm_timeout_s */
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+static enum nccl_mock_fault commit_fault; /* injected on this rank right before commit */
+#endif
 
 static shardopt_config_t dev_cfg(void)
 {
@@ -174,6 +177,10 @@ static shardopt_status_t dev_setup(struct dev_run *r)
         shardopt_param_t h;
         shardopt_register(r->rt, &d, &h);
     }
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+    nccl_mock_inject(commit_fault); /* after the groups' communicators: the teams' at commit */
+    commit_fault = NCCL_MOCK_NONE;
+#endif
     return shardopt_commit(r->rt);
 }
 
@@ -921,6 +928,38 @@ TEST(a_stuck_nccl_rank_fails_the_step_on_every_rank)
     }
     dev_free(&again);
     dev_timeout_s = 0;
+}
+
+/* A team's NCCL communicator that fails to initialise on rank 0 at commit (the mock's
+ * NCCL_MOCK_FAIL_INIT, reported through ncclCommGetAsyncError): commit returns ERR_NCCL on every
+ * rank naming the team, frees what it made (the teams' communicators, set_nccl NULL again), and
+ * the runtime finalizes with nothing left of it; a new runtime commits and steps. */
+TEST(a_team_nccl_communicator_failing_at_commit_fails_commit_on_every_rank)
+{
+    device_begin();
+    if (on_host || world < 2)
+        return;
+    team_cap = 2;
+    no_split = 1;
+    dev_timeout_s = 10.0;
+    /* what an earlier case's abandoned exchanges keep (a_stuck_nccl_rank_...) */
+    const int kept = nsim;
+    if (me == 0)
+        commit_fault = NCCL_MOCK_FAIL_INIT;
+    struct dev_run dev = {0};
+    EXPECT_EQ_INT(dev_setup(&dev), SHARDOPT_ERR_NCCL);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "team");
+    EXPECT_TRUE(dev.rt->gx[GROUP_DENSE].set_nccl == NULL);
+    dev_free(&dev);
+    EXPECT_EQ_INT(nsim, kept); /* commit freed what it made */
+    struct dev_run again = {0};
+    ASSERT_EQ_INT(dev_setup(&again), SHARDOPT_OK);
+    EXPECT_TRUE(again.rt->gx[GROUP_DENSE].set_nccl != NULL);
+    EXPECT_EQ_INT(dev_steps(&again, 1, 1), SHARDOPT_OK);
+    dev_free(&again);
+    team_cap = no_split = 0;
+    dev_timeout_s = 0;
+    EXPECT_EQ_INT(nsim, kept);
 }
 
 /* A team member stuck inside its Gram all-reduce over NCCL (NCCL_MOCK_STUCK_ALLREDUCE on rank 0:

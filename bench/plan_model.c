@@ -81,6 +81,18 @@ static double block_overlap(const struct plan_param *q, int64_t k, int m, int j,
  * the planner's teams there are costed as the CPU's fp32 ones) */
 static double team_es(const struct opts *o) { return o->ns_compute == KDT_BF16 ? 2.0 : 4.0; }
 
+/* Where Gram restarts (0 for standard) on one rows x cols matrix in the kernels --ns-compute
+ * names, from the table and the shape, as runtime/commit.c's gram_restarts takes it (device:
+ * bf16's, the CUDA driver's); the plan's costs and every count here follow it. */
+static uint32_t gram_restarts(const struct opts *o, int64_t rows, int64_t cols, int gram)
+{
+    float coeffs[NS_TABLE_MAX_STEPS][3];
+    if (!gram || ns_coeffs_fill(o->ns_table, o->ns_steps, NULL, coeffs) != 0)
+        return 0u;
+    return ns_coeffs_gram_restarts_for((const float(*)[3])coeffs, o->ns_steps, rows, cols,
+                                       o->ns_compute < 0 ? KDT_BF16 : o->ns_compute);
+}
+
 /* The blocks (*b; returns b, or NULL: whole) and Gram restarts (*restarts) of the kernels
  * --ns-compute names for one rows x cols matrix, as runtime/commit.c takes them. */
 static const struct plan_ns_blocks *kernel_blocks(const struct opts *o, int64_t rows, int64_t cols,
@@ -89,11 +101,7 @@ static const struct plan_ns_blocks *kernel_blocks(const struct opts *o, int64_t 
 {
     struct ns_sym_blocks kb;
     int block = 0;
-    float coeffs[NS_TABLE_MAX_STEPS][3];
-    *restarts = 0u; /* Gram's, from the table and the shape as the kernels take them */
-    if (gram && ns_coeffs_fill(o->ns_table, o->ns_steps, NULL, coeffs) == 0)
-        *restarts = ns_coeffs_gram_restarts_for((const float(*)[3])coeffs, o->ns_steps, rows, cols,
-                                                o->ns_compute < 0 ? KDT_BF16 : o->ns_compute);
+    *restarts = gram_restarts(o, rows, cols, gram);
     if (o->ns_compute < 0)
         return NULL;
     const int variant = o->ns_compute == KDT_BF16 ? ns_bf16_variant_for_shape(rows, cols, &block)
@@ -150,6 +158,7 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
             pp[np].shape[0] = t->shape[0] / ep; /* EP rank 0's stack */
         const int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
         pp[np].ns_gram = o->ns_algo == 1 || (o->ns_algo == 2 && auto_gram(o, rows, cols));
+        pp[np].ns_restarts = gram_restarts(o, rows, cols, pp[np].ns_gram);
         np++;
     }
     /* --ns-strategy, decided per tensor as commit's sharded_choose does (on a device too: its
@@ -164,7 +173,8 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
         for (int q = 0; q < np; q++) {
             const int rd = pp[q].ndim - 2;
             const int64_t rows = pp[q].shape[rd], cols = pp[q].shape[rd + 1];
-            total += (pp[q].ns_gram ? plan_ns_flops(rows, cols, o->ns_steps, 1) / o->ns_steps
+            total += (pp[q].ns_gram ? plan_ns_flops(rows, cols, o->ns_steps, 1, pp[q].ns_restarts) /
+                                          o->ns_steps
                                     : plan_ns_cost(rows, cols)) *
                      (double)pp[q].k_count;
         }
@@ -237,7 +247,7 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                 const double real =
                     performed_flops(o, pp[q].shape[rd], pp[q].shape[rd + 1], pp[q].ns_gram);
                 out->whole += pp[q].ns_gram ? plan_ns_flops(pp[q].shape[rd], pp[q].shape[rd + 1],
-                                                            o->ns_steps, 1) /
+                                                            o->ns_steps, 1, pp[q].ns_restarts) /
                                                   o->ns_steps
                                             : plan_ns_cost(pp[q].shape[rd], pp[q].shape[rd + 1]);
                 if (team > 1) {

@@ -51,7 +51,8 @@
  * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).
  * --sweep repeats the prediction for each node count, keeping cp and ep (dp_shard = the rest).
  * --ns-algorithm counts each matrix's Newton-Schulz as that algorithm does (sharding/plan.c's
- * plan_ns_flops, every product whole; auto: the bf16 table of kernels/ns_variant.h) and plans
+ * plan_ns_flops, every product whole, Gram restarting where the --ns-compute kernels do; auto:
+ * kernels/ns_variant.h's rule in that dtype, bf16's for device) and plans
  * owners on that cost, as commit does; --ns-precondition aol counts the aol table's 4 steps.
  * The default (standard, 5 steps) is what the runtime runs by default. The CUDA backend runs Gram
  * (ns_algorithm = gram) and AOL with whole products, as counted here, but its auto stays

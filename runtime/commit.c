@@ -59,6 +59,18 @@ static void param_plan(shardopt_runtime_t rt, struct shardopt_param *p)
     p->lr_scale = lr_scale_factor(rt->cfg.lr_scale, p->mv.true_rows, p->mv.true_cols);
 }
 
+/* Where p's Gram Newton-Schulz restarts (0 for standard), as the step's kernel and its count
+ * (muon_exec.c) take it: from the table, the shape and the resolved ns_compute (bf16 on the CUDA
+ * backend, whose driver restarts as bf16 does; fp32's schedule differs for quintic's 5 steps).
+ * Every cost the planner sees is counted on it (sharding/plan.h, ns_restarts). */
+static uint32_t gram_restarts(const struct shardopt_runtime *rt, const struct shardopt_param *p)
+{
+    return p->ns_algorithm == NS_ALGO_GRAM
+               ? ns_coeffs_gram_restarts_for((const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps,
+                                             p->mv.rows, p->mv.cols, rt->ns_compute)
+               : 0u;
+}
+
 /* The planner's view of the Muon tensors of one group kind. joint: NULL, or the joint planning
  * settings it takes from the other group (plan_cfg's base_load, move_cost and base_comm,
  * refine_load, refine_cost and refine_comm; docs/scaling.md). */
@@ -123,6 +135,7 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
             continue;
         pp[np] = (struct plan_param){.param = i,
                                      .ns_gram = p->ns_algorithm == NS_ALGO_GRAM,
+                                     .ns_restarts = gram_restarts(rt, p),
                                      .ns_transpose = p->mv.ns_transpose};
         shard_table_plan_param(kind == GROUP_LOCAL ? &local : t, i, &p->layout, &boxes[np],
                                &pp[np]);
@@ -293,11 +306,12 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         if (p->algo == SHARDOPT_ALGO_MUON && p->placement == want)
-            total +=
-                (p->ns_algorithm == NS_ALGO_GRAM
-                     ? plan_ns_flops(p->mv.rows, p->mv.cols, rt->cfg.ns_steps, 1) / rt->cfg.ns_steps
-                     : plan_ns_cost(p->mv.rows, p->mv.cols)) *
-                (double)(p->layout.ndim == 3 ? p->layout.win_len : 1);
+            total += (p->ns_algorithm == NS_ALGO_GRAM
+                          ? plan_ns_flops(p->mv.rows, p->mv.cols, rt->cfg.ns_steps, 1,
+                                          gram_restarts(rt, p)) /
+                                rt->cfg.ns_steps
+                          : plan_ns_cost(p->mv.rows, p->mv.cols)) *
+                     (double)(p->layout.ndim == 3 ? p->layout.win_len : 1);
     }
     for (int i = 0; i < rt->nparams; i++) {
         struct shardopt_param *p = rt->params[i];
@@ -334,10 +348,7 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
         ns_sym_blocks_for(p->mv.rows, p->mv.cols, p->ns_variant, p->ns_block, rt->ns_compute, &sb);
         const struct plan_ns_blocks blocks = {sb.gram, sb.poly, sb.symmul};
         in.blocks = &blocks;
-        in.restarts = in.gram ? ns_coeffs_gram_restarts_for((const float(*)[3])rt->ns_coeffs,
-                                                            rt->cfg.ns_steps, p->mv.rows,
-                                                            p->mv.cols, rt->ns_compute)
-                              : 0u;
+        in.restarts = gram_restarts(rt, p);
         p->ns_sharded = ns_strategy_choose(&in, (int)rt->cfg.ns_strategy);
         free(boxes);
         if (!p->ns_sharded)

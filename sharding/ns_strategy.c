@@ -32,9 +32,10 @@ int ns_strategy_choose(const struct ns_strategy_in *in, int mode)
     const double m = in->ns_transpose ? cols : rows, n = in->ns_transpose ? rows : cols;
     /* per step, in the planner's units as group_mean_cost is (every product whole): gathered,
      * the algorithm its shape runs (sharded: standard) */
-    const double cost = in->gram
-                            ? plan_ns_flops((int64_t)rows, (int64_t)cols, in->steps, 1) / in->steps
-                            : plan_ns_cost((int64_t)rows, (int64_t)cols);
+    const double cost =
+        in->gram
+            ? plan_ns_flops((int64_t)rows, (int64_t)cols, in->steps, 1, in->restarts) / in->steps
+            : plan_ns_cost((int64_t)rows, (int64_t)cols);
     if (cost <= in->group_mean_cost)
         return 0; /* light enough for the owners' balancing to absorb */
 

@@ -24,7 +24,8 @@ struct ns_strategy_in {
     int gram;               /* gathered, it would run Gram Newton-Schulz (plan_ns_flops) */
     /* gathered, the FLOPs its kernel would perform (plan_ns_flops_blocked): the blocks it forms
      * the symmetric products in (NULL: whole; the kernel variant's, kernels/ops.h's
-     * ns_sym_blocks_for) and, gram, where it restarts (ns_coeffs_gram_restarts' mask) */
+     * ns_sym_blocks_for) and, gram, where it restarts (ns_coeffs_gram_restarts_for's mask in the
+     * dtype it runs in; its cost against group_mean_cost, plan_ns_flops, restarts there too) */
     const struct plan_ns_blocks *blocks;
     uint32_t restarts;
 };

@@ -52,14 +52,8 @@ double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram, ui
     return f;
 }
 
-double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram)
+double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram, uint32_t restarts)
 {
-    /* quintic's schedule (kernels/ns_coeffs.h): one restart, before step 2, and before every step
-     * where the short side is at most NS_COEFFS_GRAM_SMALL_M (64; sharding/ cannot include
-     * kernels/, test_ns_gram's plan_ns_flops_agrees_with_ns_flops_total holds the two equal on
-     * both sides of it) */
-    const int64_t m = rows < cols ? rows : cols;
-    const uint32_t restarts = m <= 64 ? ~1u : steps > 2 ? 1u << 2 : 0u;
     return plan_ns_flops_blocked(rows, cols, steps, gram, restarts, NULL);
 }
 
@@ -450,8 +444,9 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
             m->cols = pp->shape[pp->ndim - 1];
             {
                 const int steps = cfg->ns_steps > 0 ? cfg->ns_steps : 5;
-                m->cost = pp->ns_gram ? plan_ns_flops(m->rows, m->cols, steps, 1) / steps
-                                      : plan_ns_cost(m->rows, m->cols);
+                m->cost = pp->ns_gram
+                              ? plan_ns_flops(m->rows, m->cols, steps, 1, pp->ns_restarts) / steps
+                              : plan_ns_cost(m->rows, m->cols);
             }
         }
     }

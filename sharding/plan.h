@@ -49,6 +49,11 @@ struct plan_param {
     int64_t tile_lo, tile_len;
     int parts;
     int ns_gram; /* 1: its matrices run Gram Newton-Schulz (plan_ns_flops) */
+    /* ns_gram: where that Gram restarts (bit k: before step k), the caller's
+     * ns_coeffs_gram_restarts_for (kernels/ns_coeffs.h, which sharding/ does not see) for its
+     * shape, the table and the dtype it will run in: fp32's schedule differs from bf16's (and the
+     * device's) for quintic's 5 steps, and other tables differ from quintic's */
+    uint32_t ns_restarts;
     /* 1: Newton-Schulz works on the transpose of the stored matrix (sharding/layout.c: a tall
      * one, and a square one registered transposed, whose true orientation is the transpose); a
      * team's blocks are then stored rows, so that they are the working matrix's columns */
@@ -231,11 +236,13 @@ int plan_team_block(int64_t rows, int64_t cols, int ns_transpose, int k, int j, 
                     int64_t *hi);
 
 /* FLOPs of the whole Newton-Schulz of one matrix, `steps` steps, every product counted whole
- * (2 per multiply-add): standard steps * (4m^2n + 2m^3); Gram (gram = 1) as kernels/ops.h's
- * ns_flops_total counts it without halving (restart after step 2; 5 steps: 8m^2n + 28m^3).
- * A copy of that count, as sharding/ does not see kernels/; test_plan checks they agree. The
- * planner balances owners on cost = this / steps for Gram matrices, plan_ns_cost otherwise. */
-double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram);
+ * (2 per multiply-add): standard steps * (4m^2n + 2m^3); Gram (gram = 1) restarting where
+ * `restarts` says (bit k: before step k; the caller's ns_coeffs_gram_restarts_for, as for
+ * plan_ns_flops_blocked), as kernels/ops.h's ns_flops_total_for counts it without halving (5
+ * quintic steps: 8m^2n + 28m^3 with bf16's one restart before step 2, 12m^2n + 22m^3 with fp32's
+ * before steps 1 and 3). test_ns_gram checks they agree. The planner balances owners on cost =
+ * this / steps for Gram matrices, plan_ns_cost otherwise. */
+double plan_ns_flops(int64_t rows, int64_t cols, int steps, int gram, uint32_t restarts);
 
 /* Rows per block row in which the kernels form the products whose result is symmetric (X X^T,
  * A A or R R, (Z R) Z): a copy of kernels/ops.h's struct ns_sym_blocks, which the planner fills
@@ -246,8 +253,8 @@ struct plan_ns_blocks {
 
 /* FLOPs one matrix's Newton-Schulz performs with its symmetric products formed in the blocks b
  * (NULL: whole), Gram restarting where `restarts` says (bit k: before step k; the caller takes
- * it from kernels/ns_coeffs.h's ns_coeffs_gram_restarts, which sharding/ does not see;
- * plan_ns_flops passes quintic's, one before step 2): a symmetric product costs 2K per entry of its
+ * it from kernels/ns_coeffs.h's ns_coeffs_gram_restarts_for, which sharding/ does not see):
+ * a symmetric product costs 2K per entry of its
  * upper block rows. The planner's copy of kernels/ops.h's ns_flops_performed, what the runtime
  * counts (test_ns_gram checks that they agree). */
 double plan_ns_flops_blocked(int64_t rows, int64_t cols, int steps, int gram, uint32_t restarts,

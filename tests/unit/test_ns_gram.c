@@ -446,51 +446,106 @@ TEST(ns_gram_restarts_follow_the_table_and_shape)
 }
 
 /* The planner's copy of the count (sharding/ does not see kernels/) agrees with the kernels'
- * whole-product count where the kernels' restarts are the planner's one after step 2: quintic's
- * table up to its 5 steps (and the aol table's 4) on shapes with n >= 2 m, either way round.
- * Elsewhere (polar_express, jordan, quintic past 5 steps, n < 2 m) the kernels restart more
- * often (ns_coeffs_gram_restarts) and plan_ns_flops, which is not given the table, is the
- * planner's approximation. */
+ * whole-product count when given the kernels' restarts for the dtype the step runs in
+ * (ns_coeffs_gram_restarts_for): fp32 (the CPU's, quintic's 5 steps restarting before steps 1
+ * and 3) and bf16 (the CPU's bf16 path and the device: one restart before step 2), every table,
+ * shapes either way round, n < 2 m (every step restarts) and m <= 64 included. And the owners'
+ * planner costs each Gram matrix at that count per step (plan_param.ns_restarts): its
+ * approximation of before, one restart before step 2 whatever the dtype, counted fp32's 5 quintic
+ * steps at 1408 x 4096 as 8m^2n + 28m^3 instead of 12m^2n + 22m^3. */
 TEST(plan_ns_flops_agrees_with_ns_flops_total)
 {
-    const int64_t shapes[][2] = {{1, 300},  {10, 30},     {64, 200},
-                                 {65, 200}, {1408, 4096}, {4096, 1408}};
-    for (int steps = 1; steps <= 5; steps++)
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            for (int gram = 0; gram <= 1; gram++) {
-                const struct coeffs q = coeffs_of(NS_TABLE_QUINTIC, steps);
-                const double f = ns_flops_total(shapes[i][0], shapes[i][1], (const float(*)[3])q.c,
-                                                steps, gram, 0);
-                EXPECT_NEAR(plan_ns_flops(shapes[i][0], shapes[i][1], steps, gram), f, 1e-9 * f);
+    const int64_t shapes[][2] = {{1, 300},     {10, 30},     {64, 200},  {65, 200},
+                                 {1408, 4096}, {4096, 1408}, {300, 400}, {512, 512}};
+    const int computes[] = {KDT_F32, KDT_BF16};
+    for (int ci = 0; ci < 2; ci++)
+        for (size_t t = 0; t < sizeof ns_every_table / sizeof ns_every_table[0]; t++) {
+            const struct ns_table_case *tc = &ns_every_table[t];
+            for (int steps = 1; steps <= tc->steps; steps++) {
+                const struct coeffs q =
+                    tc->table == NS_TABLE_CUSTOM ? custom_table() : coeffs_of(tc->table, steps);
+                const float(*qc)[3] = (const float(*)[3])q.c;
+                for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+                    for (int gram = 0; gram <= 1; gram++) {
+                        const int64_t r = shapes[i][0], c = shapes[i][1];
+                        const uint32_t rs =
+                            gram ? ns_coeffs_gram_restarts_for(qc, steps, r, c, computes[ci]) : 0u;
+                        const double f = ns_flops_total_for(r, c, qc, steps, gram, 0, computes[ci]);
+                        EXPECT_NEAR(plan_ns_flops(r, c, steps, gram, rs), f, 1e-9 * f);
+                    }
             }
-    /* auto: the planner's prediction for the algorithm auto resolves (runtime/commit.c gives the
-     * planner p->ns_algorithm; bench/plan_model.c resolves it with the same call) is the kernels'
-     * count, never above standard's, and Gram only where its count is below standard's */
-    for (int steps = 1; steps <= 5; steps++)
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-            const struct coeffs q = coeffs_of(NS_TABLE_QUINTIC, steps);
-            const float(*qc)[3] = (const float(*)[3])q.c;
-            const int64_t r = shapes[i][0], c = shapes[i][1];
-            const int algo = ns_algorithm_for_shape(r, c, KDT_F32, qc, steps);
-            const double f = ns_flops_total(r, c, qc, steps, algo, 0);
-            const double p_auto = plan_ns_flops(r, c, steps, algo == NS_ALGO_GRAM);
-            EXPECT_NEAR(p_auto, f, 1e-9 * f);
-            EXPECT_TRUE(p_auto <= plan_ns_flops(r, c, steps, 0));
-            EXPECT_EQ_INT(algo == NS_ALGO_GRAM,
-                          plan_ns_flops(r, c, steps, 1) < plan_ns_flops(r, c, steps, 0) &&
-                              (r > c ? r : c) >= 2 * (r < c ? r : c));
         }
+    /* fp32's and bf16's schedules differ where the test above needs the mask: quintic's 5 steps
+     * at 1408 x 4096, 12m^2n + 22m^3 in fp32, 8m^2n + 28m^3 in bf16 */
+    const struct coeffs q5 = coeffs_of(NS_TABLE_QUINTIC, 5);
+    const float(*q5c)[3] = (const float(*)[3])q5.c;
+    const double m = 1408, n = 4096;
+    const uint32_t r32 = ns_coeffs_gram_restarts_for(q5c, 5, 1408, 4096, KDT_F32);
+    const uint32_t r16 = ns_coeffs_gram_restarts_for(q5c, 5, 1408, 4096, KDT_BF16);
+    EXPECT_EQ_INT((int)r32, (1 << 1) | (1 << 3));
+    EXPECT_EQ_INT((int)r16, 1 << 2);
+    EXPECT_NEAR(plan_ns_flops(1408, 4096, 5, 1, r32), 12 * m * m * n + 22 * m * m * m, 1.0);
+    EXPECT_NEAR(plan_ns_flops(1408, 4096, 5, 1, r16), 8 * m * m * n + 28 * m * m * m, 1.0);
+    /* the owners' planner: one member owning one Gram matrix carries its count per step, in the
+     * dtype its restarts came from */
+    for (int ci = 0; ci < 2; ci++) {
+        const uint32_t rs = computes[ci] == KDT_F32 ? r32 : r16;
+        const struct plan_box box = {.lo = {0, 0}, .len = {1408, 4096}};
+        const struct plan_param pp = {.ndim = 2,
+                                      .shape = {1408, 4096},
+                                      .k_count = 1,
+                                      .boxes = &box,
+                                      .ns_gram = 1,
+                                      .ns_restarts = rs};
+        const struct plan_cfg cfg = {
+            .members = 1, .bucket_bytes = 1 << 20, .esize = 4, .ns_steps = 5};
+        struct group_plan P;
+        ASSERT_EQ_INT(plan_build(&cfg, &pp, 1, &P), SHARDOPT_OK);
+        const double f = ns_flops_total_for(1408, 4096, q5c, 5, 1, 0, computes[ci]) / 5;
+        EXPECT_EQ_INT(P.nowned, 1);
+        EXPECT_NEAR(P.owned[0].cost, f, 1e-9 * f);
+        EXPECT_NEAR(P.load[0], f, 1e-9 * f);
+        plan_free(&P);
+    }
+    /* auto: the planner's prediction for the algorithm auto resolves (runtime/commit.c gives the
+     * planner p->ns_algorithm and its restarts; bench/plan_model.c resolves both with the same
+     * calls) is the kernels' count, never above standard's, and Gram only where its count is
+     * below standard's, in either dtype */
+    for (int ci = 0; ci < 2; ci++)
+        for (int steps = 1; steps <= 5; steps++)
+            for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+                const struct coeffs q = coeffs_of(NS_TABLE_QUINTIC, steps);
+                const float(*qc)[3] = (const float(*)[3])q.c;
+                const int64_t r = shapes[i][0], c = shapes[i][1];
+                const int algo = ns_algorithm_for_shape(r, c, computes[ci], qc, steps);
+                const uint32_t rs = ns_coeffs_gram_restarts_for(qc, steps, r, c, computes[ci]);
+                const double f = ns_flops_total_for(r, c, qc, steps, algo, 0, computes[ci]);
+                const double p_auto =
+                    plan_ns_flops(r, c, steps, algo == NS_ALGO_GRAM, algo == NS_ALGO_GRAM ? rs : 0);
+                EXPECT_NEAR(p_auto, f, 1e-9 * f);
+                EXPECT_TRUE(p_auto <= plan_ns_flops(r, c, steps, 0, 0u));
+                EXPECT_EQ_INT(algo == NS_ALGO_GRAM, plan_ns_flops(r, c, steps, 1, rs) <
+                                                            plan_ns_flops(r, c, steps, 0, 0u) &&
+                                                        (r > c ? r : c) >= 2 * (r < c ? r : c));
+            }
     /* m <= 64 on a wide shape: Gram's count is standard's (it restarts before every step), and
      * auto, with the planner after it, takes standard */
-    EXPECT_NEAR(plan_ns_flops(64, 200, 5, 1), plan_ns_flops(64, 200, 5, 0), 0.0);
-    EXPECT_NEAR(plan_ns_flops(1, 300, 5, 1), plan_ns_flops(1, 300, 5, 0), 0.0);
-    EXPECT_TRUE(plan_ns_flops(65, 200, 5, 1) < plan_ns_flops(65, 200, 5, 0));
-    const struct coeffs a4 = coeffs_of(NS_TABLE_AOL, 4);
-    EXPECT_NEAR(plan_ns_flops(1408, 4096, 4, 1),
-                ns_flops_total(1408, 4096, (const float(*)[3])a4.c, 4, 1, 0), 1.0);
+    for (int ci = 0; ci < 2; ci++) {
+        const int64_t sh[][2] = {{64, 200}, {1, 300}, {65, 200}};
+        double g[3], st[3];
+        for (int i = 0; i < 3; i++) {
+            const uint32_t rs =
+                ns_coeffs_gram_restarts_for(q5c, 5, sh[i][0], sh[i][1], computes[ci]);
+            g[i] = plan_ns_flops(sh[i][0], sh[i][1], 5, 1, rs);
+            st[i] = plan_ns_flops(sh[i][0], sh[i][1], 5, 0, 0u);
+        }
+        EXPECT_NEAR(g[0], st[0], 0.0);
+        EXPECT_NEAR(g[1], st[1], 0.0);
+        EXPECT_TRUE(g[2] < st[2]);
+    }
     /* standard: steps times the per-step cost owners were balanced on before, which is the
      * kernels' one count of an iteration (kernels/ns_shape.h) */
-    EXPECT_NEAR(plan_ns_flops(1408, 4096, 5, 0), 5 * plan_ns_cost(1408, 4096), 0.0);
+    EXPECT_NEAR(plan_ns_flops(1408, 4096, 5, 0, 0u), 5 * plan_ns_cost(1408, 4096), 0.0);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const int64_t r = shapes[i][0], c = shapes[i][1];
         EXPECT_NEAR(plan_ns_cost(r, c),

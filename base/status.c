@@ -22,7 +22,8 @@ const char *shardopt_status_string(shardopt_status_t status)
     case SHARDOPT_ERR_INTERNAL: return "internal error";
     case SHARDOPT_ERR_COMM: return "communication error";
     case SHARDOPT_ERR_NCCL: return "NCCL error (communicator aborted)";
-    case SHARDOPT_ERR_DEVICE: return "CUDA device error";
+    /* not "CUDA": the simulated device and offload's tables on a CPU return it too */
+    case SHARDOPT_ERR_DEVICE: return "device error";
     }
     return "unknown status";
 }

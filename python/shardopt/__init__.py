@@ -42,7 +42,7 @@ __all__ = ["Error", "SaveRefused", "Param", "Optimizer", "library", "torch_param
 _STATUS = {0: "ok", -1: "invalid argument", -2: "invalid state", -3: "out of memory",
            -4: "mismatch between ranks", -5: "unsupported", -6: "I/O error", -7: "corrupt data",
            -8: "non-finite value", -9: "internal error", -10: "communication error",
-           -11: "NCCL error", -12: "CUDA device error"}
+           -11: "NCCL error", -12: "device error"}
 DTYPES = {"fp32": 0, "bf16": 1}
 PLACEMENTS = {"dense": 0, "expert": 1, "replicated": 2}
 STATE_KINDS = {"momentum": 0, "exp_avg": 1, "exp_avg_sq": 2}  # shardopt_state_kind_t

@@ -20,6 +20,15 @@ TEST(status_strings_cover_every_code)
     EXPECT_STR_CONTAINS(shardopt_status_string(SHARDOPT_ERR_OUT_OF_MEMORY), "memory");
 }
 
+/* ERR_DEVICE comes from any device table, the simulated device's and offload's on a CPU too
+ * (tests/mpi/devsim.h), so its text names no vendor */
+TEST(device_status_text_names_no_vendor)
+{
+    const char *text = shardopt_status_string(SHARDOPT_ERR_DEVICE);
+    EXPECT_STR_CONTAINS(text, "device error");
+    EXPECT_TRUE(strstr(text, "CUDA") == NULL);
+}
+
 TEST(version_matches_macros)
 {
     int a = -1, b = -1, c = -1;

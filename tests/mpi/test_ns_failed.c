@@ -14,10 +14,10 @@
 #include <string.h>
 
 #include "base/fault.h"
-#include "fixture.h"
+#include "step_fail.h"
 #include "test.h"
 
-#define NMAT 3
+#define NMAT STEP_FAIL_NMAT
 #define ROWS 16
 #define COLS 32
 
@@ -32,12 +32,8 @@ struct run {
 
 static void setup(struct run *r, int teams)
 {
-    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-    cfg.apply_env = 0;
-    cfg.num_threads = 1;
-    cfg.comm_timeout_s = 20; /* without the fix rank 1's all-reduce waits into this, then aborts */
-    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
-    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    /* without the fix rank 1's all-reduce waits into comm_timeout_s, then aborts */
+    shardopt_config_t cfg = step_fail_config();
     cfg.dp_replicate = world / 2;
     cfg.dp_shard = 2;
     cfg.replica_check_every = 1;
@@ -53,30 +49,11 @@ static void setup(struct run *r, int teams)
     }
     r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
     for (int m = 0; m < NMAT; m++) {
-        char name[32];
-        snprintf(name, sizeof name, "layers.%d.proj.weight", m);
-        for (int i = 0; i < ROWS / 2 * COLS; i++) { /* replicas alike */
-            r->w[m][i] = 0.01f * (float)((i * 7 + m * 3 + me % 2 * 5) % 11) - 0.05f;
-            r->g[m][i] = 0.02f * (float)((i * 5 + m + me % 2 * 3) % 13) - 0.12f;
-        }
-        shardopt_param_desc_t d = fixture_desc(name, 2, ROWS, COLS, 1, r->w[m], r->g[m]);
-        d.shard_dim = 1; /* along the long side: sharded Newton-Schulz keeps each rank's columns */
-        d.shard_offset = (me % 2) * (COLS / 2);
-        d.shard_length = COLS / 2;
-        shardopt_param_t h;
-        shardopt_register(r->rt, &d, &h);
+        step_fail_fill(r->w[m], r->g[m], ROWS / 2 * COLS, m, me % 2);
+        /* along the long side: sharded Newton-Schulz keeps each rank's columns */
+        step_fail_register(r->rt, m, ROWS, COLS, 1, me % 2, r->w[m], r->g[m]);
     }
-    if (shardopt_commit(r->rt) != SHARDOPT_OK) {
-        fprintf(stderr, "rank %d: commit: %s\n", me, shardopt_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
-
-static shardopt_status_t step(struct run *r)
-{
-    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
-    a.lr = 0.02;
-    return shardopt_step(r->rt, &a);
+    step_fail_commit(r->rt);
 }
 
 /* Rank `who` fails at the Gram matrix of its `at`-th iteration (of 5 per matrix), or (GATHER)
@@ -86,7 +63,7 @@ static void fail_on_one_rank(int teams, int who, int at)
     static struct run r;
     char spec[40];
     setup(&r, teams);
-    EXPECT_EQ_INT(step(&r), SHARDOPT_OK); /* a step as usual first */
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK); /* a step as usual first */
     shardopt_stats_t s = SHARDOPT_STATS_INIT;
     shardopt_get_stats(r.rt, &s);
     /* the matrices did run sharded (or, GATHER, were exchanged to their owners) */
@@ -95,7 +72,7 @@ static void fail_on_one_rank(int teams, int who, int at)
     memcpy(before, r.w, sizeof before);
     snprintf(spec, sizeof spec, "%s:%d", teams == GATHER ? "step.ns.gather" : "step.ns", at);
     fault_arm(me == who ? spec : NULL);
-    EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_INTERNAL); /* on every rank */
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_ERR_INTERNAL); /* on every rank */
     EXPECT_TRUE(strstr(shardopt_last_error(), "Newton-Schulz failed") != NULL ||
                 strstr(shardopt_last_error(), "Newton-Schulz refused") != NULL ||
                 strstr(shardopt_last_error(), "another rank") != NULL);
@@ -105,13 +82,13 @@ static void fail_on_one_rank(int teams, int who, int at)
     if (teams != GATHER) /* which matrix the owner failed is the plan's */
         EXPECT_TRUE(memcmp(before[NMAT - 1], r.w[NMAT - 1], sizeof before[0]) != 0);
     memcpy(before, r.w, sizeof before);
-    EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
     EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in its Muon phase") != NULL);
     EXPECT_TRUE(memcmp(before, r.w, sizeof before) == 0);
     shardopt_finalize(r.rt);
     setup(&r, teams); /* a new runtime: its communicators were never out of step either */
-    EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
-    EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK);
     shardopt_finalize(r.rt);
 }
 

@@ -19,10 +19,10 @@
 
 #include "base/fault.h"
 #include "devsim.h"
-#include "fixture.h"
+#include "step_fail.h"
 #include "test.h"
 
-#define NMAT 3
+#define NMAT STEP_FAIL_NMAT
 #define ROWS 16
 #define COLS 32
 
@@ -39,13 +39,9 @@ enum { TEAM_AOL, GATHER, SHARDED };
 
 static void setup(struct run *r, int mode)
 {
-    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-    cfg.apply_env = 0;
-    cfg.num_threads = 1;
-    cfg.comm_timeout_s = 20; /* without the fix the team's peers wait into this, then abort */
+    /* without the fix the team's peers wait into comm_timeout_s, then abort */
+    shardopt_config_t cfg = step_fail_config();
     cfg.kernels = SHARDOPT_KERNELS_REFERENCE; /* what the simulated device computes with */
-    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
-    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
     cfg.offload = SHARDOPT_OFFLOAD_CPU;
     cfg.dp_replicate = world / 2;
     cfg.dp_shard = 2;
@@ -62,33 +58,11 @@ static void setup(struct run *r, int mode)
     r->rt->ns_ops = &sim_ops; /* Newton-Schulz on the simulated device, before commit sizes it */
     r->rt->ns_dev = &sim_dev;
     for (int m = 0; m < NMAT; m++) {
-        char name[32];
-        snprintf(name, sizeof name, "layers.%d.proj.weight", m);
-        for (int i = 0; i < ROWS / 2 * COLS; i++) { /* replicas alike */
-            r->w[m][i] = 0.01f * (float)((i * 7 + m * 3 + me % 2 * 5) % 11) - 0.05f;
-            r->g[m][i] = 0.02f * (float)((i * 5 + m + me % 2 * 3) % 13) - 0.12f;
-        }
-        shardopt_param_desc_t d = fixture_desc(name, 2, ROWS, COLS, 1, r->w[m], r->g[m]);
-        d.shard_dim = 1;
-        d.shard_offset = (me % 2) * (COLS / 2);
-        d.shard_length = COLS / 2;
-        shardopt_param_t h;
-        shardopt_register(r->rt, &d, &h);
+        step_fail_fill(r->w[m], r->g[m], ROWS / 2 * COLS, m, me % 2);
+        step_fail_register(r->rt, m, ROWS, COLS, 1, me % 2, r->w[m], r->g[m]);
     }
-    if (shardopt_commit(r->rt) != SHARDOPT_OK) {
-        fprintf(stderr, "rank %d: commit: %s\n", me, shardopt_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    step_fail_commit(r->rt);
 }
-
-static shardopt_status_t step_of(shardopt_runtime_t rt)
-{
-    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
-    a.lr = 0.02;
-    return shardopt_step(rt, &a);
-}
-
-static shardopt_status_t step(struct run *r) { return step_of(r->rt); }
 
 /* Rank `who`'s `at`-th call of fault site `site` in the step fails; every rank returns `want`
  * with `words` in the message. */
@@ -99,8 +73,8 @@ static void copy_fails_on_one_rank(int mode, const char *site, int who, int at,
     char spec[40];
     setup(&r, mode);
     const long calls = sim_shard_calls, ns_calls = sim_ns_other;
-    EXPECT_EQ_INT(step(&r), SHARDOPT_OK); /* a step as usual first */
-    if (mode == GATHER)                   /* the owners' matrices did run on the device */
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK); /* a step as usual first */
+    if (mode == GATHER) /* the owners' matrices did run on the device */
         EXPECT_TRUE(sim_ns_other > ns_calls);
     else /* the team's blocks, or the sharded pieces */
         EXPECT_TRUE(sim_shard_calls > calls);
@@ -109,16 +83,16 @@ static void copy_fails_on_one_rank(int mode, const char *site, int who, int at,
     float before[NMAT][ROWS / 2 * COLS];
     snprintf(spec, sizeof spec, "%s:%d", site, at);
     fault_arm(me == who ? spec : NULL);
-    EXPECT_EQ_INT(step(&r), want); /* on every rank */
+    EXPECT_EQ_INT(step_fail_step(r.rt), want); /* on every rank */
     EXPECT_STR_CONTAINS(shardopt_last_error(), words);
     fault_arm(NULL);
     memcpy(before, r.w, sizeof before);
-    EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
     EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in its Muon phase") != NULL);
     EXPECT_TRUE(memcmp(before, r.w, sizeof before) == 0);
     shardopt_finalize(r.rt);
     setup(&r, mode); /* a new runtime steps as before */
-    EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK);
     shardopt_finalize(r.rt);
     EXPECT_EQ_INT(nsim, 0); /* every device allocation released */
 }
@@ -164,13 +138,9 @@ static const struct kernel_ctx sim_ctx = {.threads = 1};
 
 static void dev_setup(struct dev_run *r)
 {
-    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-    cfg.apply_env = 0;
-    cfg.num_threads = 1;
-    cfg.comm_timeout_s = 20; /* without the fix the peers wait into this, then abort */
+    /* without the fix the peers wait into comm_timeout_s, then abort */
+    shardopt_config_t cfg = step_fail_config();
     cfg.kernels = SHARDOPT_KERNELS_REFERENCE;
-    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
-    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
     cfg.ns_strategy = SHARDOPT_NS_STRATEGY_GATHER;
     cfg.dp_replicate = world / 2;
     cfg.dp_shard = 2;
@@ -182,28 +152,15 @@ static void dev_setup(struct dev_run *r)
     timeline_init(&r->rt->timeline, &sim_dev, &r->rt->kctx);
     const size_t bytes = sizeof(float) * ROWS / 2 * COLS;
     for (int m = 0; m < NMAT; m++) {
-        char name[32];
         float g[ROWS / 2 * COLS];
-        snprintf(name, sizeof name, "layers.%d.proj.weight", m);
-        for (int i = 0; i < ROWS / 2 * COLS; i++) { /* replicas alike */
-            r->hw[m][i] = 0.01f * (float)((i * 7 + m * 3 + me % 2 * 5) % 11) - 0.05f;
-            g[i] = 0.02f * (float)((i * 5 + m + me % 2 * 3) % 13) - 0.12f;
-        }
+        step_fail_fill(r->hw[m], g, ROWS / 2 * COLS, m, me % 2);
         r->w[m] = sim_alloc(bytes);
         r->g[m] = sim_alloc(bytes);
         sim_dev.copy(&sim_ctx, r->w[m], r->hw[m], bytes);
         sim_dev.copy(&sim_ctx, r->g[m], g, bytes);
-        shardopt_param_desc_t d = fixture_desc(name, 2, ROWS, COLS, 1, r->w[m], r->g[m]);
-        d.shard_dim = 1;
-        d.shard_offset = (me % 2) * (COLS / 2);
-        d.shard_length = COLS / 2;
-        shardopt_param_t h;
-        shardopt_register(r->rt, &d, &h);
+        step_fail_register(r->rt, m, ROWS, COLS, 1, me % 2, r->w[m], r->g[m]);
     }
-    if (shardopt_commit(r->rt) != SHARDOPT_OK) {
-        fprintf(stderr, "rank %d: commit: %s\n", me, shardopt_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    step_fail_commit(r->rt);
 }
 
 /* the parameters as they are on the device, into hw */
@@ -228,25 +185,25 @@ static void mirror_copy_fails_on_one_rank(int who, int at)
     static struct dev_run r;
     char spec[32];
     dev_setup(&r);
-    EXPECT_EQ_INT(step_of(r.rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK);
     shardopt_stats_t s = SHARDOPT_STATS_INIT;
     shardopt_get_stats(r.rt, &s);
     EXPECT_TRUE(s.bytes_sent_dense > 0); /* the matrices did travel to their owners */
     snprintf(spec, sizeof spec, "copy:%d", at);
     fault_arm(me == who ? spec : NULL);
-    EXPECT_EQ_INT(step_of(r.rt), SHARDOPT_ERR_DEVICE); /* on every rank */
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_ERR_DEVICE); /* on every rank */
     EXPECT_TRUE(strstr(shardopt_last_error(), "to the host failed") != NULL);
     fault_arm(NULL);
     float before[NMAT][ROWS / 2 * COLS];
     dev_read(&r);
     memcpy(before, r.hw, sizeof before);
-    EXPECT_EQ_INT(step_of(r.rt), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_ERR_STATE); /* on every rank, nothing written */
     EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed in its Muon phase") != NULL);
     dev_read(&r);
     EXPECT_TRUE(memcmp(before, r.hw, sizeof before) == 0);
     dev_free(&r);
     dev_setup(&r); /* a new runtime steps as before */
-    EXPECT_EQ_INT(step_of(r.rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK);
     dev_free(&r);
     EXPECT_EQ_INT(nsim, 0);
 }

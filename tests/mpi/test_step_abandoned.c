@@ -11,10 +11,10 @@
 #include <string.h>
 
 #include "base/fault.h"
-#include "fixture.h"
+#include "step_fail.h"
 #include "test.h"
 
-#define NMAT 3
+#define NMAT STEP_FAIL_NMAT
 #define ROWS 8
 #define COLS 16
 
@@ -27,39 +27,15 @@ struct run {
 
 static void setup(struct run *r)
 {
-    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-    cfg.apply_env = 0;
-    cfg.num_threads = 1;
-    cfg.bucket_bytes = 1;    /* one matrix per bucket: several exchanges in flight */
-    cfg.comm_timeout_s = 20; /* without the fix the second step waits into this, then aborts */
-    cfg.comm_dtype = SHARDOPT_DTYPE_FP32;
-    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    /* without the fix the second step waits into comm_timeout_s, then aborts */
+    shardopt_config_t cfg = step_fail_config();
+    cfg.bucket_bytes = 1; /* one matrix per bucket: several exchanges in flight */
     r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
     for (int m = 0; m < NMAT; m++) {
-        char name[32];
-        snprintf(name, sizeof name, "layers.%d.proj.weight", m);
-        for (int i = 0; i < ROWS / 2 * COLS; i++) {
-            r->w[m][i] = 0.01f * (float)((i * 7 + m * 3 + me * 5) % 11) - 0.05f;
-            r->g[m][i] = 0.02f * (float)((i * 5 + m + me * 3) % 13) - 0.12f;
-        }
-        shardopt_param_desc_t d = fixture_desc(name, 2, ROWS, COLS, 1, r->w[m], r->g[m]);
-        d.shard_dim = 0;
-        d.shard_offset = me * (ROWS / 2);
-        d.shard_length = ROWS / 2;
-        shardopt_param_t h;
-        shardopt_register(r->rt, &d, &h);
+        step_fail_fill(r->w[m], r->g[m], ROWS / 2 * COLS, m, me);
+        step_fail_register(r->rt, m, ROWS, COLS, 0, me, r->w[m], r->g[m]);
     }
-    if (shardopt_commit(r->rt) != SHARDOPT_OK) {
-        fprintf(stderr, "rank %d: commit: %s\n", me, shardopt_last_error());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
-
-static shardopt_status_t step(struct run *r)
-{
-    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
-    a.lr = 0.02;
-    return shardopt_step(r->rt, &a);
+    step_fail_commit(r->rt);
 }
 
 TEST(a_step_failed_with_exchanges_in_flight_refuses_later_steps)
@@ -69,11 +45,11 @@ TEST(a_step_failed_with_exchanges_in_flight_refuses_later_steps)
     setup(&r);
     /* rank 0: bucket 0's exchange posted, bucket 1's start fails; rank 1: the first start fails */
     fault_arm(me == 0 ? "step.exchange:2" : "step.exchange:1");
-    EXPECT_EQ_INT(step(&r), SHARDOPT_ERR_COMM);
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_ERR_COMM);
     fault_arm(NULL);
     float before[NMAT][ROWS / 2 * COLS];
     memcpy(before, r.w, sizeof before);
-    const shardopt_status_t st = step(&r);
+    const shardopt_status_t st = step_fail_step(r.rt);
     EXPECT_EQ_INT(st, SHARDOPT_ERR_STATE);
     EXPECT_TRUE(strstr(shardopt_last_error(), "an earlier step failed with exchanges in flight") !=
                 NULL);
@@ -82,7 +58,7 @@ TEST(a_step_failed_with_exchanges_in_flight_refuses_later_steps)
     MPI_Barrier(MPI_COMM_WORLD); /* MPI progresses with the old requests left to it */
 
     setup(&r); /* new communicators: the old messages match nothing there */
-    EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
-    EXPECT_EQ_INT(step(&r), SHARDOPT_OK);
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK);
     shardopt_finalize(r.rt);
 }

@@ -67,6 +67,23 @@ static void *buffer_alloc(shardopt_runtime_t rt, size_t bytes)
     return p;
 }
 
+/* Frees sh_host (Newton-Schulz on a device: the host side of sharded Newton-Schulz's all-reduces
+ * and of AOL), then with bytes > 0 allocates it anew and returns it (NULL: out of memory). Pinned
+ * where Newton-Schulz's device table has pinned host memory, as MPI reads it right after the
+ * copy, else plain host memory: one place makes that choice, so its release always matches. */
+static float *sh_host_set(shardopt_runtime_t rt, size_t bytes)
+{
+    const int pinned = device_has(rt->ns_dev, DEVICE_CAP_HOST_PINNED);
+    if (pinned)
+        rt->ns_dev->host_free(rt->sh_host);
+    else
+        free(rt->sh_host);
+    rt->sh_host = NULL;
+    if (bytes > 0)
+        rt->sh_host = pinned ? rt->ns_dev->host_alloc(bytes) : mem_malloc(bytes);
+    return rt->sh_host;
+}
+
 void commit_release(shardopt_runtime_t rt)
 {
     for (int k = 0; k < GROUP_KINDS; k++) {
@@ -109,13 +126,9 @@ void commit_release(shardopt_runtime_t rt)
     memset(rt->bufs, 0, sizeof rt->bufs);
     rt->dev->free(rt->sh_u);
     rt->ns_dev->free(rt->sh_x);
-    if (device_has(rt->ns_dev, DEVICE_CAP_HOST_PINNED))
-        rt->ns_dev->host_free(rt->sh_host);
-    else
-        free(rt->sh_host);
+    sh_host_set(rt, 0);
     rt->sh_u = NULL;
     rt->sh_x = NULL;
-    rt->sh_host = NULL;
     free(rt->sumsq);
     free((void *)rt->pre_x);
     free(rt->pre_dt);
@@ -267,13 +280,9 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
     rt->bytes_workspace += rt->sh_x != NULL ? shx : 0;
     if (rt_ns_on_device(rt) && sh_g > 0) {
         /* the host side of its all-reduces and of AOL: a Gram matrix, AOL's m doubles, a block
-         * (ns_sharded.c); pinned, as MPI reads it right after the copy */
+         * (ns_sharded.c) */
         const size_t hb = (sh_x + sh_g + 2) * sizeof(float);
-        rt->sh_host =
-            noted(&oom,
-                  device_has(rt->ns_dev, DEVICE_CAP_HOST_PINNED) ? rt->ns_dev->host_alloc(hb)
-                                                                 : mem_malloc(hb),
-                  hb, "the sharded Newton-Schulz host staging");
+        noted(&oom, sh_host_set(rt, hb), hb, "the sharded Newton-Schulz host staging");
         rt->bytes_workspace += rt->sh_host != NULL ? hb : 0;
     }
     /* the state: a host store with offload, which may refuse (host_store_limit) */

@@ -46,8 +46,8 @@ struct plan_slice shard_table_slice(const struct shard_table *t, int i, const st
 
 /* The planner's view of parameter i (layout l on this rank): ndim, shape, the matrices it
  * orthogonalizes (an expert stack's window), and every member's box: *tmpl (this rank's box)
- * but along the shard dim, where the slice is read from its column in place or computed. param
- * and ns_gram are the caller's. */
+ * but along the shard dim, where the slice is read from its column in place or computed. param,
+ * ns_gram, ns_restarts and ns_transpose are the caller's. */
 void shard_table_plan_param(const struct shard_table *t, int i, const struct layout *l,
                             struct plan_box *tmpl, struct plan_param *pp);
 

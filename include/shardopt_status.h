@@ -31,7 +31,7 @@ typedef enum shardopt_status {
     SHARDOPT_ERR_INTERNAL = -9,         /**< a bug in shardopt: please report it */
     SHARDOPT_ERR_COMM = -10,            /**< a communication call failed */
     SHARDOPT_ERR_NCCL = -11,            /**< an NCCL operation failed or timed out (aborted) */
-    SHARDOPT_ERR_DEVICE = -12,          /**< a CUDA call, kernel or copy failed */
+    SHARDOPT_ERR_DEVICE = -12,          /**< a device call, kernel or copy failed */
 } shardopt_status_t;
 
 /** Static text for a status code; never NULL. */

@@ -17,6 +17,12 @@ const struct env_var env_vars[] = {
     {"SHARDOPT_FAULT_RANK", "the runtime rank SHARDOPT_FAULT applies to (base/fault.h)"},
     {"SHARDOPT_CPU_NO_BF16",
      "set and not 0: ns_compute = auto treats the CPU as one without native bf16 (init)"},
+    {"SHARDOPT_CPU_KERNELS_MAX",
+     "avx2 or portable: kernels = auto takes at most that table, as on a CPU without the others "
+     "(init; tests of a job over mixed CPUs)"},
+    {"SHARDOPT_MEM_AVAILABLE",
+     "bytes of host memory commit takes as available instead of the machine's (tests; "
+     "base/meminfo.h)"},
 };
 const size_t env_var_count = sizeof env_vars / sizeof env_vars[0];
 

@@ -8,4 +8,8 @@ int blas_threads_get(void);
 /* 1 when the linked BLAS threads through OpenMP, sharing the elementwise kernels' pool. */
 int blas_threads_uses_openmp(void);
 
+/* The CPU core whose kernels the linked OpenBLAS runs ("SkylakeX", "Haswell"): its sums, and so
+ * Newton-Schulz's bits, follow it. Static text, never NULL ("unknown"). */
+const char *blas_threads_core(void);
+
 #endif

@@ -1,5 +1,6 @@
 #include "state_store.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +29,13 @@ void state_store_use_host(struct state_store *s, hwloc_topology_t topo, hwloc_co
 size_t state_store_reserve(struct state_store *s, size_t bytes)
 {
     size_t off = s->bytes;
-    s->bytes += (bytes + STATE_ALIGN - 1) / STATE_ALIGN * STATE_ALIGN;
+    /* saturating: registered sizes that add up past SIZE_MAX (parameters of up to 2^60
+     * elements each) must ask for more than any machine has, never wrap to a small arena that
+     * the step would write past */
+    const size_t up = bytes > SIZE_MAX - (STATE_ALIGN - 1)
+                          ? SIZE_MAX
+                          : (bytes + STATE_ALIGN - 1) / STATE_ALIGN * STATE_ALIGN;
+    s->bytes = s->bytes > SIZE_MAX - up ? SIZE_MAX : s->bytes + up;
     return off;
 }
 

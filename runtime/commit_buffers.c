@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/meminfo.h"
 #include "base/status.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "runtime/commit_teams.h"
@@ -160,6 +161,82 @@ void commit_release(shardopt_runtime_t rt)
     state_store_init(&rt->store, rt->dev);
 }
 
+/* a + b, or SIZE_MAX past it: a sum of registered sizes that wraps would look small */
+static size_t sat_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+
+static size_t sat_mul(size_t a, size_t b)
+{
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+/* This rank's optimizer state bytes of parameter p (what state_store_reserve reserved). */
+static size_t param_state_bytes(const struct shardopt_runtime *rt, const struct shardopt_param *p)
+{
+    const size_t n = (size_t)p->layout.local_numel;
+    return p->algo == SHARDOPT_ALGO_ADAMW
+               ? sat_add(sat_mul(n, kdtype_size(rt->cfg.adam_state_dtype)),
+                         sat_mul(n, kdtype_size(rt->cfg.adam_v_dtype)))
+               : sat_mul(n, kdtype_size(rt->cfg.momentum_dtype));
+}
+
+/* Before anything is allocated: the host memory commit is about to take (the state where it is
+ * host memory, the exchange buffers or their pinned mirrors, the Newton-Schulz workspace and
+ * param_stats' copy where they are host memory) against what the machine has left
+ * (base/meminfo.h). Linux hands out more than it has and kills the process when the zeroing
+ * touches it, so a registration too large for the machine is refused here, with the bytes and
+ * the largest parameters, instead. Local: the caller agrees. `buffers` and `ns_ws` are the
+ * bytes commit_buffers_alloc computed for the exchange and workspace buffers. */
+static shardopt_status_t host_memory_check(shardopt_runtime_t rt, size_t buffers, size_t ns_ws,
+                                           size_t sharded)
+{
+    const int host_state = rt->store.host || !device_has(rt->dev, DEVICE_CAP_DEVICE_MEMORY);
+    const int host_ns = !device_has(rt->ns_dev, DEVICE_CAP_DEVICE_MEMORY);
+    size_t state = host_state ? rt->store.bytes : 0, copies = 0;
+    if (rt->cfg.param_stats && !rt_on_device(rt))
+        for (int i = 0; i < rt->nparams; i++)
+            copies = sat_add(copies, sat_mul((size_t)rt->params[i]->layout.local_numel,
+                                             kdtype_size(rt->params[i]->param_dtype)));
+    /* the exchange buffers are host memory on the CPU, pinned host mirrors on a device */
+    const size_t work = sat_add(sat_add(buffers, host_ns ? ns_ws : 0), host_ns ? sharded : 0);
+    const size_t need = sat_add(sat_add(state, work), copies);
+    uint64_t avail = 0;
+    char src[160];
+    const enum meminfo_kind k = meminfo_host_available(&avail, src, sizeof src);
+    if (k == MEMINFO_BAD_HOOK)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "commit: rank %d: %s", rt->groups.me.rank,
+                        src);
+    if (k != MEMINFO_KNOWN || (uint64_t)need <= avail)
+        return SHARDOPT_OK;
+    /* the three parameters with the most state here: what to shard, offload or shrink */
+    int top[3] = {-1, -1, -1};
+    for (int i = 0; i < rt->nparams; i++) {
+        const size_t b = param_state_bytes(rt, rt->params[i]);
+        for (int j = 0; j < 3; j++)
+            if (top[j] < 0 || b > param_state_bytes(rt, rt->params[top[j]])) {
+                memmove(&top[j + 1], &top[j], sizeof(int) * (size_t)(2 - j));
+                top[j] = i;
+                break;
+            }
+    }
+    char largest[400] = "";
+    size_t used = 0;
+    for (int j = 0; j < 3 && top[j] >= 0 && used < sizeof largest; j++) {
+        const struct shardopt_param *p = rt->params[top[j]];
+        const int n =
+            snprintf(largest + used, sizeof largest - used, "%s'%.48s%s' %zu bytes", j ? ", " : "",
+                     p->name, strlen(p->name) > 48 ? "..." : "", param_state_bytes(rt, p));
+        used += n > 0 ? (size_t)n : 0;
+    }
+    return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                    "commit: rank %d: needs %zu bytes of host memory (optimizer state %zu "
+                    "bytes, exchange and Newton-Schulz buffers %zu, param_stats copies %zu) but "
+                    "%llu bytes are available (%s); most state: %s; nothing was allocated "
+                    "(shard over more ranks, keep the state in bf16, or offload)",
+                    rt->groups.me.rank, need, state, work, copies, (unsigned long long)avail, src,
+                    largest);
+}
+
 shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
 {
     const size_t es = kdtype_size(rt->cfg.comm_dtype);
@@ -222,6 +299,12 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
             blocks = (size_t)(pb->a.n + pb->b.n) > blocks ? (size_t)(pb->a.n + pb->b.n) : blocks;
         }
     const size_t np = (size_t)(rt->nparams ? rt->nparams : 1);
+    const shardopt_status_t fits = host_memory_check(
+        rt, sat_mul(PIPELINE_DEPTH, sat_mul(sat_add(sat_add(a, b), ns), es)),
+        sat_mul(ws, sizeof(float)),
+        sat_add(sat_mul(sh_u, es), sat_mul(sat_add(sat_mul(2, sh_x), sat_mul(2, sh_g)), 4)));
+    if (fits != SHARDOPT_OK)
+        return groups_agree(&rt->groups, fits, "commit");
     struct oom_note oom = {NULL, 0};
     for (int i = 0; i < PIPELINE_DEPTH; i++) {
         struct bucket_buffers *bb = &rt->bufs[i];

@@ -13,6 +13,7 @@
 #include "runtime/comm/comm_wait.h"
 #include "runtime/config/config.h"
 #include "runtime/config/config_agree.h"
+#include "runtime/cpu_kinds.h"
 #include "runtime/runtime.h"
 
 /* The CPU table the config's `kernels` names. */
@@ -21,8 +22,21 @@ static shardopt_status_t cpu_kernels_select(const shardopt_config_t *cfg,
 {
     const struct kernel_ops *ops = NULL;
 
+    /* a job over mixed CPUs, on one machine (tests): auto as on a CPU without the wider tables */
+    const char *cap = env_get("SHARDOPT_CPU_KERNELS_MAX");
+    if (cfg->kernels == SHARDOPT_KERNELS_AUTO && cap != NULL && strcmp(cap, "avx512") != 0 &&
+        strcmp(cap, "avx2") != 0 && strcmp(cap, "portable") != 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "SHARDOPT_CPU_KERNELS_MAX = '%.64s': accepted avx512, avx2 or portable "
+                        "(the widest table kernels = auto may take)",
+                        cap);
     switch (cfg->kernels) {
-    case SHARDOPT_KERNELS_AUTO: ops = kernel_ops_cpu_best(); break;
+    case SHARDOPT_KERNELS_AUTO:
+        ops = cap == NULL || strcmp(cap, "avx512") == 0 ? kernel_ops_cpu_best()
+              : strcmp(cap, "avx2") == 0 && kernel_ops_cpu_avx2() != NULL
+                  ? kernel_ops_cpu_avx2()
+                  : kernel_ops_cpu_portable();
+        break;
     case SHARDOPT_KERNELS_REFERENCE: ops = kernel_ops_cpu_ref(); break;
     case SHARDOPT_KERNELS_PORTABLE: ops = kernel_ops_cpu_portable(); break;
     case SHARDOPT_KERNELS_AVX512:
@@ -331,6 +345,8 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
     rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank);
     shardopt_status_t agreed = ns_compute_agree(rt);
+    if (agreed == SHARDOPT_OK) /* after ns_compute, which the kind names */
+        agreed = cpu_kinds_agree(rt, NULL);
     if (agreed != SHARDOPT_OK)
         return agreed;
     state_store_init(&rt->store, rt->dev);

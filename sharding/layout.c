@@ -16,7 +16,7 @@ shardopt_status_t layout_init(struct layout *l, int ndim, const int64_t shape[],
         /* the byte size of the largest tensor must fit in int64 with room for 4-byte dtypes */
         if (l->global_numel > (INT64_MAX / 8) / shape[d])
             return status_set(SHARDOPT_ERR_INVALID_ARGUMENT,
-                              "shape[%d] = %lld: tensor has more than 2^60 elements", d,
+                              "shape[%d] = %lld: tensor has 2^60 elements or more", d,
                               (long long)shape[d]);
         l->shape[d] = shape[d];
         l->global_numel *= shape[d];

@@ -18,3 +18,9 @@ int blas_threads_get(void) { return openblas_get_num_threads(); }
 
 /* openblas_get_parallel(): 0 sequential, 1 pthreads, 2 OpenMP */
 int blas_threads_uses_openmp(void) { return openblas_get_parallel() == 2; }
+
+const char *blas_threads_core(void)
+{
+    const char *core = openblas_get_corename();
+    return core != NULL ? core : "unknown";
+}

@@ -55,6 +55,12 @@ static shardopt_status_t coeffs_from_json(const char *path, const struct config_
                 return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                                 "config %s: key '%s' entry %d element %d must be a finite number",
                                 path, k->name, i, j);
+            /* the range the text form (env, config_set) takes: the file took 1e39 while
+             * SHARDOPT_NS_CUSTOM_COEFFS refused it, and kept it until ns_coeffs became custom */
+            if (!(fabs(x->valuedouble) <= NS_COEFF_MAX))
+                return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                                "config %s: key '%s' entry %d element %d = %g: accepted [-%g, %g]",
+                                path, k->name, i, j, x->valuedouble, NS_COEFF_MAX, NS_COEFF_MAX);
             t[i][j] = x->valuedouble;
         }
     }

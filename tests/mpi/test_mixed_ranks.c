@@ -1,0 +1,168 @@
+/* Ranks that differ in what their machine offers, on 2 ranks:
+ * - CPU kernel kinds: SHARDOPT_CPU_KERNELS_MAX=portable on rank 1 stands in for a node without
+ *   AVX2/AVX-512. Where rank 0's auto picks a wider table the kinds differ, and rank 0 warns at
+ *   init naming both ranks and kinds (before, nothing was said: docs/design.md, Determinism).
+ *   On a CPU whose auto picks portable anyway, both ranks have one kind and nothing is warned.
+ * - memory: SHARDOPT_MEM_AVAILABLE on rank 1 only stands in for a node with less memory than the
+ *   state needs. Commit refuses on both ranks with one text naming rank 1, the bytes needed and
+ *   available and the largest parameter; the same registration commits once it fits. */
+#include <stdlib.h>
+
+#include "fixture.h"
+#include "stderr_capture.h"
+
+static int me;
+
+/* rank 0's stderr during init, into a temp file; returns its text (caller frees) */
+static char *init_logged(shardopt_runtime_t *rt, const shardopt_config_t *cfg)
+{
+    char path[256] = "";
+    int saved = -1;
+    if (me == 0) {
+        snprintf(path, sizeof path, "%s/shardopt_mixed_XXXXXX",
+                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        const int fd = mkstemp(path);
+        if (fd < 0) {
+            perror("mkstemp");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        close(fd);
+        saved = stderr_to(path);
+    }
+    *rt = fixture_runtime_on(MPI_COMM_WORLD, cfg);
+    char *text = NULL;
+    if (me == 0) {
+        stderr_back(saved);
+        text = text_of(path);
+        unlink(path);
+    }
+    return text;
+}
+
+/* both ranks' kernels names: equal or not */
+static int kinds_differ(shardopt_runtime_t rt, char *k0, char *k1)
+{
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
+    char both[2][32];
+    MPI_Allgather(st.kernels, 32, MPI_CHAR, both, 32, MPI_CHAR, MPI_COMM_WORLD);
+    memcpy(k0, both[0], 32);
+    memcpy(k1, both[1], 32);
+    return strcmp(both[0], both[1]) != 0;
+}
+
+static void step_once(shardopt_runtime_t rt)
+{
+    static float w[2][32 * 16], g[2][32 * 16];
+    shardopt_param_t h;
+    shardopt_param_desc_t d = fixture_desc("layers.0.w", 2, 32, 32, 0, NULL, NULL);
+    ASSERT_EQ_INT(shardopt_shard_range(rt, &d, &d.shard_offset, &d.shard_length, NULL),
+                  SHARDOPT_OK);
+    for (int e = 0; e < 32 * 16; e++)
+        w[me][e] = 0.01f * (float)(e % 7), g[me][e] = 0.001f * (float)(e % 5);
+    d.data = w[me];
+    d.grad = g[me];
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.02;
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+}
+
+TEST(ranks_with_different_cpu_kernel_kinds_are_warned_about_on_rank_0)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.num_threads = 1;
+    if (me == 1)
+        setenv("SHARDOPT_CPU_KERNELS_MAX", "portable", 1);
+    shardopt_runtime_t rt = NULL;
+    char *log = init_logged(&rt, &cfg);
+    unsetenv("SHARDOPT_CPU_KERNELS_MAX");
+    char k0[32], k1[32], want[128];
+    const int differ = kinds_differ(rt, k0, k1);
+    if (me == 1)
+        EXPECT_TRUE(strcmp(k1, "cpu-portable") == 0);
+    if (me == 0) {
+        if (differ) {
+            EXPECT_STR_CONTAINS(log, "the ranks run different kinds of CPU kernels");
+            snprintf(want, sizeof want, "rank 0 has %s", k0);
+            EXPECT_STR_CONTAINS(log, want);
+            EXPECT_STR_CONTAINS(log, "rank 1 has cpu-portable");
+        } else {
+            fprintf(stderr, "rank 0's auto is %s too: one kind, no warning expected\n", k0);
+            EXPECT_TRUE(strstr(log, "different kinds of CPU kernels") == NULL);
+        }
+    }
+    free(log);
+    step_once(rt); /* a warning, not a refusal: the job steps */
+    shardopt_finalize(rt);
+
+    /* the same job without the mask: one kind, no warning */
+    log = init_logged(&rt, &cfg);
+    if (me == 0)
+        EXPECT_TRUE(strstr(log, "different kinds of CPU kernels") == NULL);
+    free(log);
+    shardopt_finalize(rt);
+}
+
+TEST(a_junk_kernels_cap_on_one_rank_fails_init_on_both_naming_it)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    if (me == 1)
+        setenv("SHARDOPT_CPU_KERNELS_MAX", "avx2 ", 1);
+    shardopt_runtime_t rt = NULL;
+    EXPECT_EQ_INT(shardopt_init(MPI_COMM_WORLD, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    unsetenv("SHARDOPT_CPU_KERNELS_MAX");
+    EXPECT_TRUE(rt == NULL);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "rank 1");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_CPU_KERNELS_MAX = 'avx2 '");
+}
+
+TEST(state_too_large_for_one_ranks_memory_fails_commit_on_every_rank)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    shardopt_runtime_t rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    /* 64 x 32 fp32, 32 rows a rank: 4096 bytes of momentum each */
+    static float w[2][64 * 32], g[2][64 * 32], b[2][64], gb[2][64];
+    shardopt_param_t h, hb;
+    shardopt_param_desc_t d = fixture_desc("layers.0.mlp.w", 2, 64, 32, 0, NULL, NULL);
+    ASSERT_EQ_INT(shardopt_shard_range(rt, &d, &d.shard_offset, &d.shard_length, NULL),
+                  SHARDOPT_OK);
+    d.data = w[me];
+    d.grad = g[me];
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+    shardopt_param_desc_t e = fixture_desc("layers.0.norm", 1, 64, 0, 0, NULL, NULL);
+    ASSERT_EQ_INT(shardopt_shard_range(rt, &e, &e.shard_offset, &e.shard_length, NULL),
+                  SHARDOPT_OK);
+    e.data = b[me];
+    e.grad = gb[me];
+    ASSERT_EQ_INT(shardopt_register(rt, &e, &hb), SHARDOPT_OK);
+    if (me == 1)
+        setenv("SHARDOPT_MEM_AVAILABLE", "4000", 1);
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_ERR_OUT_OF_MEMORY);
+    const char *err = shardopt_last_error();
+    EXPECT_STR_CONTAINS(err, "commit: rank 1: needs ");
+    EXPECT_STR_CONTAINS(err, "optimizer state 4352 bytes");
+    EXPECT_STR_CONTAINS(err, "but 4000 bytes are available (SHARDOPT_MEM_AVAILABLE)");
+    EXPECT_STR_CONTAINS(err, "most state: 'layers.0.mlp.w' 4096 bytes, 'layers.0.norm' 256 bytes");
+    /* one text on both ranks */
+    char mine[1024], other[1024];
+    snprintf(mine, sizeof mine, "%s", err);
+    MPI_Sendrecv(mine, sizeof mine, MPI_CHAR, 1 - me, 0, other, sizeof other, MPI_CHAR, 1 - me, 0,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    EXPECT_TRUE(strcmp(mine, other) == 0);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_STATE);
+    /* the memory is there now: the same registration commits and steps */
+    unsetenv("SHARDOPT_MEM_AVAILABLE");
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    shardopt_finalize(rt);
+}

@@ -404,12 +404,30 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     struct mat *mats = NULL;
     struct scratch w = {0};
     size_t bytes_asked = 0;
-    int n = 0, nb = 0, max_pieces = 0, max_in = 0, rc;
+    int n = 0, nb = 0, rc;
+    int64_t max_pieces = 0, max_in = 0; /* up to matrices x members: past an int */
     char err[256] = "";
     const size_t errlen = sizeof err;
 
-    for (int p = 0; p < nparams; p++)
-        n += (int)params[p].k_count;
+    /* counted in 64 bits: an expert stack of 2^40 experts truncated to 0 matrices as an int,
+     * and the loop below wrote 2^40 of them into one (a segfault at commit) */
+    int64_t total = 0;
+    int widest = 0;
+    for (int p = 0; p < nparams; p++) {
+        total += params[p].k_count;
+        widest = params[p].k_count > params[widest].k_count ? p : widest;
+    }
+    if (total > PLAN_MAX_MATRICES) {
+        snprintf(
+            err, errlen,
+            "%lld Newton-Schulz matrices in one group (each expert of a stack is one; "
+            "parameter %d in registration order has %lld): a plan holds at most 2^30 (register "
+            "smaller stacks, or algo = adamw for them)",
+            (long long)total, nparams > 0 ? params[widest].param : -1,
+            nparams > 0 ? (long long)params[widest].k_count : 0ll);
+        return status_set(SHARDOPT_ERR_UNSUPPORTED, "%s", err);
+    }
+    n = (int)total;
     mats = mem_malloc(sizeof(*mats) * (size_t)(n ? n : 1));
     w.cursor = mem_malloc(sizeof(size_t) * (size_t)cfg->members);
     w.acnt = mem_calloc((size_t)cfg->members * 4, sizeof(int));
@@ -469,6 +487,14 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
         if (P.owner[m] == cfg->me)
             for (int s = 0; s < cfg->members; s++)
                 max_in += plan_piece_count(&mats[m], s) > 0;
+    }
+    if (max_pieces > INT_MAX || max_in > INT_MAX) {
+        rc = -2;
+        snprintf(err, errlen,
+                 "%lld pieces and %lld incoming blocks for %d matrices over %d ranks: a plan "
+                 "holds at most 2^31 - 1 of each (register smaller stacks)",
+                 (long long)max_pieces, (long long)max_in, n, cfg->members);
+        goto err_free;
     }
     P.pieces = mem_malloc(sizeof(*P.pieces) * (size_t)(max_pieces ? max_pieces : 1));
     P.incoming = mem_malloc(sizeof(*P.incoming) * (size_t)(max_in ? max_in : 1));

@@ -18,6 +18,9 @@
 
 /* The largest team_cap: a team lies inside one node. */
 #define PLAN_TEAM_MAX 64
+/* Most Newton-Schulz matrices one group's plan holds (each expert of a stack is one): the plan
+ * indexes them with ints, and 2^30 of them take hundreds of GiB of plan records already */
+#define PLAN_MAX_MATRICES ((int64_t)1 << 30)
 
 /* A member's part of a parameter: [lo, lo + len) per dim of the global shape. */
 struct plan_box {

@@ -347,3 +347,28 @@ TEST(state_sizes_that_add_up_past_size_max_are_refused_not_wrapped)
     EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_STATE);
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
+
+/* an expert stack of 2^40 (or 2^31) experts: the planner counted its matrices in an int, which
+ * truncated to 0 (or went negative), and commit wrote 2^40 matrix records into one (a segfault).
+ * Refused now with the count, before any planner allocation. */
+TEST(expert_stacks_with_more_matrices_than_a_plan_holds_are_refused_at_commit)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    const int64_t experts[] = {1ll << 40, 1ll << 31, (1ll << 30) + 1};
+    for (size_t i = 0; i < sizeof experts / sizeof experts[0]; i++) {
+        shardopt_runtime_t rt = fixture_runtime(&cfg);
+        shardopt_param_t p = NULL;
+        shardopt_param_desc_t d = fixture_desc("moe.experts.w1", 3, experts[i], 2, 2, w, g);
+        d.placement = SHARDOPT_PLACEMENT_EXPERT;
+        d.algo = SHARDOPT_ALGO_MUON;
+        ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+        EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_ERR_UNSUPPORTED);
+        char want[64];
+        snprintf(want, sizeof want, "%lld Newton-Schulz matrices", (long long)experts[i]);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), want);
+        shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+        a.lr = 0.01;
+        EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_STATE);
+        EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    }
+}

@@ -428,7 +428,16 @@ void config_key_format(const struct config_key *k, const shardopt_config_t *cfg,
     switch (k->type) {
     case CFG_DOUBLE: format_double(*(const double *)field(cfg, k), out, len); break;
     case CFG_INT: snprintf(out, len, "%d", *(const int *)field(cfg, k)); break;
-    case CFG_BOOL: snprintf(out, len, "%s", *(const int *)field(cfg, k) ? "true" : "false"); break;
+    case CFG_BOOL: {
+        /* a flag other than 0 or 1 (a binding's int) shows as the number validate refuses: it
+         * printed "nesterov = true: accepted true/false" for 7 */
+        const int v = *(const int *)field(cfg, k);
+        if (v == 0 || v == 1)
+            snprintf(out, len, "%s", v ? "true" : "false");
+        else
+            snprintf(out, len, "%d", v);
+        break;
+    }
     case CFG_ENUM: {
         int v = *(const int *)field(cfg, k), n = 0;
         while (k->enum_names[n] != NULL)

@@ -372,3 +372,17 @@ TEST(expert_stacks_with_more_matrices_than_a_plan_holds_are_refused_at_commit)
         EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
     }
 }
+
+/* a flag field holding neither 0 nor 1 (a binding's int): validate names the number it refuses;
+ * it printed "nesterov = true: accepted true/false (1/0)" for 7, as if true were refused */
+TEST(a_flag_of_7_is_refused_naming_7)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    c.nesterov = 7;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "nesterov = 7: accepted true/false");
+    c = (shardopt_config_t)SHARDOPT_CONFIG_INIT;
+    c.param_stats = -1;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "param_stats = -1");
+}

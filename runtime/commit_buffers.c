@@ -14,6 +14,7 @@
 #include "base/meminfo.h"
 #include "base/status.h"
 #include "kernels/cpu/ns_bf16.h"
+#include "runtime/comm/comm_wait.h"
 #include "runtime/commit_teams.h"
 #include "runtime/runtime.h"
 #include "runtime/step/alias_check.h"
@@ -180,13 +181,47 @@ static size_t param_state_bytes(const struct shardopt_runtime *rt, const struct 
                : sat_mul(n, kdtype_size(rt->cfg.momentum_dtype));
 }
 
+/* The sum of `mine` over the ranks of the runtime on this node: over this replica's ranks on the
+ * node (the dense group split by node), then over the replicas with ranks there (the replicate
+ * group split by node). Exact where a replica with ranks on a node has the rank of each dense
+ * index there too (replicas in node blocks, or one replica per node); otherwise the replicas'
+ * ranks elsewhere on the node are not counted. Collective over the runtime; *members gets how
+ * many ranks were summed. MPI failure: mine alone (the split's own deadline ends a hang). */
+static uint64_t node_sum(shardopt_runtime_t rt, uint64_t mine, int *members)
+{
+    const MPI_Comm over[2] = {rt->groups.dense, rt->groups.rep};
+    uint64_t sum = mine;
+    int count = 1;
+    for (int i = 0; i < 2; i++) {
+        MPI_Comm node = MPI_COMM_NULL;
+        int size = 1;
+        if (comm_split_node(&rt->groups, over[i], 0, &node, "node group of the memory check") !=
+            MPI_SUCCESS)
+            break;
+        MPI_Comm_size(node, &size);
+        /* clamped so that the sum cannot wrap: a saturated need stays past any machine */
+        uint64_t v[2] = {sum < UINT64_MAX / (uint64_t)size ? sum : UINT64_MAX / (uint64_t)size,
+                         (uint64_t)count};
+        const int rc = comm_allreduce(&rt->groups, node, MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_SUM,
+                                      "all-reduce of the host memory needed per node");
+        MPI_Comm_free(&node);
+        if (rc != MPI_SUCCESS)
+            break;
+        sum = v[0];
+        count = (int)v[1];
+    }
+    *members = count;
+    return sum;
+}
+
 /* Before anything is allocated: the host memory commit is about to take (the state where it is
  * host memory, the exchange buffers or their pinned mirrors, the Newton-Schulz workspace and
- * param_stats' copy where they are host memory) against what the machine has left
- * (base/meminfo.h). Linux hands out more than it has and kills the process when the zeroing
- * touches it, so a registration too large for the machine is refused here, with the bytes and
- * the largest parameters, instead. Local: the caller agrees. `buffers` and `ns_ws` are the
- * bytes commit_buffers_alloc computed for the exchange and workspace buffers. */
+ * param_stats' copy where they are host memory), summed over this node's ranks of the runtime,
+ * against what the machine has left (base/meminfo.h). Linux hands out more than it has and kills
+ * the process when the zeroing touches it, so a registration too large for the machine is
+ * refused here, with the bytes and the largest parameters, instead. Collective (the node sum);
+ * the caller agrees on the status. `buffers` and `ns_ws` are the bytes commit_buffers_alloc
+ * computed for the exchange and workspace buffers. */
 static shardopt_status_t host_memory_check(shardopt_runtime_t rt, size_t buffers, size_t ns_ws,
                                            size_t sharded)
 {
@@ -200,14 +235,19 @@ static shardopt_status_t host_memory_check(shardopt_runtime_t rt, size_t buffers
     /* the exchange buffers are host memory on the CPU, pinned host mirrors on a device */
     const size_t work = sat_add(sat_add(buffers, host_ns ? ns_ws : 0), host_ns ? sharded : 0);
     const size_t need = sat_add(sat_add(state, work), copies);
+    int ranks = 1;
+    const uint64_t node = node_sum(rt, need, &ranks);
     uint64_t avail = 0;
-    char src[160];
+    char src[160], with[96] = "";
     const enum meminfo_kind k = meminfo_host_available(&avail, src, sizeof src);
     if (k == MEMINFO_BAD_HOOK)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "commit: rank %d: %s", rt->groups.me.rank,
                         src);
-    if (k != MEMINFO_KNOWN || (uint64_t)need <= avail)
+    if (k != MEMINFO_KNOWN || node <= avail)
         return SHARDOPT_OK;
+    if (ranks > 1)
+        snprintf(with, sizeof with, ", %llu bytes with this node's %d ranks of the runtime",
+                 (unsigned long long)node, ranks);
     /* the three parameters with the most state here: what to shard, offload or shrink */
     int top[3] = {-1, -1, -1};
     for (int i = 0; i < rt->nparams; i++) {
@@ -230,11 +270,12 @@ static shardopt_status_t host_memory_check(shardopt_runtime_t rt, size_t buffers
     }
     return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                     "commit: rank %d: needs %zu bytes of host memory (optimizer state %zu "
-                    "bytes, exchange and Newton-Schulz buffers %zu, param_stats copies %zu) but "
-                    "%llu bytes are available (%s); most state: %s; nothing was allocated "
-                    "(shard over more ranks, keep the state in bf16, or offload)",
-                    rt->groups.me.rank, need, state, work, copies, (unsigned long long)avail, src,
-                    largest);
+                    "bytes, exchange and Newton-Schulz buffers %zu, param_stats copies %zu)%s, "
+                    "but %llu bytes are available (%s); most state here: %s; nothing was "
+                    "allocated (shard over more ranks or nodes, keep the state in bf16, or "
+                    "offload)",
+                    rt->groups.me.rank, need, state, work, copies, with, (unsigned long long)avail,
+                    src, largest);
 }
 
 shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)

@@ -5,7 +5,8 @@
  *   On a CPU whose auto picks portable anyway, both ranks have one kind and nothing is warned.
  * - memory: SHARDOPT_MEM_AVAILABLE on rank 1 only stands in for a node with less memory than the
  *   state needs. Commit refuses on both ranks with one text naming rank 1, the bytes needed and
- *   available and the largest parameter; the same registration commits once it fits. */
+ *   available and the largest parameter; the same registration commits once it fits. Both
+ *   ranks' state is summed: each fitting alone but not together is refused too. */
 #include <stdlib.h>
 
 #include "fixture.h"
@@ -149,8 +150,10 @@ TEST(state_too_large_for_one_ranks_memory_fails_commit_on_every_rank)
     const char *err = shardopt_last_error();
     EXPECT_STR_CONTAINS(err, "commit: rank 1: needs ");
     EXPECT_STR_CONTAINS(err, "optimizer state 4352 bytes");
-    EXPECT_STR_CONTAINS(err, "but 4000 bytes are available (SHARDOPT_MEM_AVAILABLE)");
-    EXPECT_STR_CONTAINS(err, "most state: 'layers.0.mlp.w' 4096 bytes, 'layers.0.norm' 256 bytes");
+    EXPECT_STR_CONTAINS(err, "bytes with this node's 2 ranks of the runtime, but 4000 bytes are "
+                             "available (SHARDOPT_MEM_AVAILABLE)");
+    EXPECT_STR_CONTAINS(err,
+                        "most state here: 'layers.0.mlp.w' 4096 bytes, 'layers.0.norm' 256 bytes");
     /* one text on both ranks */
     char mine[1024], other[1024];
     snprintf(mine, sizeof mine, "%s", err);
@@ -160,6 +163,31 @@ TEST(state_too_large_for_one_ranks_memory_fails_commit_on_every_rank)
     shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
     a.lr = 0.01;
     EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_STATE);
+    /* each rank's need alone fits, both ranks' on this node do not: refused on both, rank 0
+     * named (before, each rank compared its own need only and commit went on). The needs are
+     * read from the refusals of a 1-byte machine on each rank in turn (the owner of the matrix
+     * needs Newton-Schulz workspace the other does not). */
+    unsigned long long need[2] = {0, 0}, node = 0;
+    for (int r = 0; r < 2; r++) {
+        if (me == r)
+            setenv("SHARDOPT_MEM_AVAILABLE", "1", 1);
+        else
+            unsetenv("SHARDOPT_MEM_AVAILABLE");
+        EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_ERR_OUT_OF_MEMORY);
+        const char *t = strstr(shardopt_last_error(), "needs ");
+        const char *u = strstr(shardopt_last_error(), "), ");
+        ASSERT_TRUE(t != NULL && u != NULL);
+        EXPECT_EQ_INT(sscanf(t, "needs %llu bytes", &need[r]), 1);
+        EXPECT_EQ_INT(sscanf(u, "), %llu bytes with this node's 2 ranks", &node), 1);
+    }
+    EXPECT_TRUE(node == need[0] + need[1]);
+    char between[32];
+    const unsigned long long most = need[0] > need[1] ? need[0] : need[1];
+    snprintf(between, sizeof between, "%llu", most + (node - most) / 2);
+    setenv("SHARDOPT_MEM_AVAILABLE", between, 1);
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_ERR_OUT_OF_MEMORY);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "commit: rank 0: needs");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), between);
     /* the memory is there now: the same registration commits and steps */
     unsetenv("SHARDOPT_MEM_AVAILABLE");
     EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);

@@ -232,8 +232,14 @@ static shardopt_status_t host_memory_check(shardopt_runtime_t rt, size_t buffers
         for (int i = 0; i < rt->nparams; i++)
             copies = sat_add(copies, sat_mul((size_t)rt->params[i]->layout.local_numel,
                                              kdtype_size(rt->params[i]->param_dtype)));
-    /* the exchange buffers are host memory on the CPU, pinned host mirrors on a device */
-    const size_t work = sat_add(sat_add(buffers, host_ns ? ns_ws : 0), host_ns ? sharded : 0);
+    /* the exchange buffers are host memory on the CPU, pinned host mirrors on a device; with
+     * offload = optimizer on the CPU the three staging slots too (offload_alloc: a bucket's
+     * worth, at most the whole state; bounded by the state when bucket_bytes is 0) */
+    size_t work = sat_add(sat_add(buffers, host_ns ? ns_ws : 0), host_ns ? sharded : 0);
+    if (host_ns && rt->cfg.offload == SHARDOPT_OFFLOAD_OPTIMIZER) {
+        const size_t b = (size_t)rt->cfg.bucket_bytes;
+        work = sat_add(work, sat_mul(3, b > 0 && b < rt->store.bytes ? b : rt->store.bytes));
+    }
     const size_t need = sat_add(sat_add(state, work), copies);
     int ranks = 1;
     const uint64_t node = node_sum(rt, need, &ranks);

@@ -386,3 +386,25 @@ TEST(a_flag_of_7_is_refused_naming_7)
     EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "param_stats = -1");
 }
+
+/* offload = optimizer on the CPU: the three staging slots are host memory too, counted in what
+ * commit needs (here each slot holds the whole 2048-byte state: 6144 bytes on top of it) */
+TEST(offload_staging_slots_count_in_the_host_memory_commit_needs)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.offload = SHARDOPT_OFFLOAD_OPTIMIZER;
+    cfg.bucket_bytes = 0;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("embed.weight", 2, 16, 16, 0, w, g);
+    d.algo = SHARDOPT_ALGO_ADAMW;
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    setenv("SHARDOPT_MEM_AVAILABLE", "5000", 1);
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_ERR_OUT_OF_MEMORY);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "optimizer state 2048 bytes, exchange and Newton-Schulz buffers 6144");
+    unsetenv("SHARDOPT_MEM_AVAILABLE");
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}

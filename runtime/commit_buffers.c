@@ -181,39 +181,6 @@ static size_t param_state_bytes(const struct shardopt_runtime *rt, const struct 
                : sat_mul(n, kdtype_size(rt->cfg.momentum_dtype));
 }
 
-/* The sum of `mine` over the ranks of the runtime on this node: over this replica's ranks on the
- * node (the dense group split by node), then over the replicas with ranks there (the replicate
- * group split by node). Exact where a replica with ranks on a node has the rank of each dense
- * index there too (replicas in node blocks, or one replica per node); otherwise the replicas'
- * ranks elsewhere on the node are not counted. Collective over the runtime; *members gets how
- * many ranks were summed. MPI failure: mine alone (the split's own deadline ends a hang). */
-static uint64_t node_sum(shardopt_runtime_t rt, uint64_t mine, int *members)
-{
-    const MPI_Comm over[2] = {rt->groups.dense, rt->groups.rep};
-    uint64_t sum = mine;
-    int count = 1;
-    for (int i = 0; i < 2; i++) {
-        MPI_Comm node = MPI_COMM_NULL;
-        int size = 1;
-        if (comm_split_node(&rt->groups, over[i], 0, &node, "node group of the memory check") !=
-            MPI_SUCCESS)
-            break;
-        MPI_Comm_size(node, &size);
-        /* clamped so that the sum cannot wrap: a saturated need stays past any machine */
-        uint64_t v[2] = {sum < UINT64_MAX / (uint64_t)size ? sum : UINT64_MAX / (uint64_t)size,
-                         (uint64_t)count};
-        const int rc = comm_allreduce(&rt->groups, node, MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_SUM,
-                                      "all-reduce of the host memory needed per node");
-        MPI_Comm_free(&node);
-        if (rc != MPI_SUCCESS)
-            break;
-        sum = v[0];
-        count = (int)v[1];
-    }
-    *members = count;
-    return sum;
-}
-
 /* Before anything is allocated: the host memory commit is about to take (the state where it is
  * host memory, the exchange buffers or their pinned mirrors, the Newton-Schulz workspace and
  * param_stats' copy where they are host memory), summed over this node's ranks of the runtime,
@@ -242,7 +209,7 @@ static shardopt_status_t host_memory_check(shardopt_runtime_t rt, size_t buffers
     }
     const size_t need = sat_add(sat_add(state, work), copies);
     int ranks = 1;
-    const uint64_t node = node_sum(rt, need, &ranks);
+    const uint64_t node = comm_node_sum(&rt->groups, need, &ranks, "commit's memory check");
     uint64_t avail = 0;
     char src[160], with[96] = "";
     const enum meminfo_kind k = meminfo_host_available(&avail, src, sizeof src);

@@ -108,6 +108,14 @@ shardopt_status_t ckpt_writer_index_check(const char *index_text, size_t index_l
 
 shardopt_status_t ckpt_agree(const shardopt_runtime_t rt, shardopt_status_t mine, const char *what);
 
+/* Before a load allocates its copy of the state: the host memory it takes (a host store's
+ * staging copy; with device state the host view and the read buffer, twice the state), summed
+ * over the node's ranks (comm_node_sum), against what the machine has left (base/meminfo.h), so
+ * that a load too large for the memory left fails with the bytes instead of an OOM kill while
+ * the copy is zeroed. Collective (call it on every rank); mine: this rank's status so far (not
+ * OK: it takes part needing nothing and mine is returned). Local verdict: the caller agrees. */
+shardopt_status_t ckpt_memory_check(const shardopt_runtime_t rt, shardopt_status_t mine);
+
 /* "[a, b]": the last ndim (1-3) of a shape padded to 3 dims with leading 1s, as it was given. */
 const char *ckpt_shape_text(char *out, size_t len, const int64_t shape3[3], int ndim);
 

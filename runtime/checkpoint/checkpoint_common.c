@@ -8,9 +8,11 @@
 #include "base/fault.h"
 #include "base/file_read.h"
 #include "base/log.h"
+#include "base/meminfo.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/comm/comm_wait.h"
 
 int ckpt_kinds(const shardopt_runtime_t rt, const struct shardopt_param *p, struct ckpt_kind out[2])
 {
@@ -190,4 +192,31 @@ shardopt_status_t shardopt_save(shardopt_runtime_t rt, const char *dir)
 shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
 {
     return claimed_run(rt, dir, "load", ckpt_load_run);
+}
+
+shardopt_status_t ckpt_memory_check(const shardopt_runtime_t rt, shardopt_status_t mine)
+{
+    const size_t b = rt->store.bytes;
+    const uint64_t need = mine != SHARDOPT_OK                 ? 0
+                          : state_store_on_device(&rt->store) ? 2 * (uint64_t)b
+                                                              : b;
+    int ranks = 1;
+    const uint64_t node = comm_node_sum(&rt->groups, need, &ranks, "load's memory check");
+    uint64_t avail = 0;
+    char src[160];
+    if (mine != SHARDOPT_OK)
+        return mine;
+    const enum meminfo_kind k = meminfo_host_available(&avail, src, sizeof src);
+    if (k == MEMINFO_BAD_HOOK)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "load: rank %d: %s", rt->groups.me.rank,
+                        src);
+    if (k != MEMINFO_KNOWN || node <= avail)
+        return SHARDOPT_OK;
+    return log_fail(
+        SHARDOPT_ERR_OUT_OF_MEMORY,
+        "load: rank %d: the copy of the optimizer state a load reads into needs %llu "
+        "bytes of host memory (%llu with this node's %d ranks of the runtime), but %llu "
+        "bytes are available (%s); nothing was read, the state is unchanged",
+        rt->groups.me.rank, (unsigned long long)need, (unsigned long long)node, ranks,
+        (unsigned long long)avail, src);
 }

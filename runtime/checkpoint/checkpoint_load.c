@@ -514,6 +514,7 @@ shardopt_status_t ckpt_load_run(shardopt_runtime_t rt, const char *dir)
     status = ckpt_index_parse(&L.ix, text, (size_t)text_len, (int)head[1], rt->groups.me.rank != 0);
     if (status == SHARDOPT_OK)
         status = shards_select(rt, &L.ix);
+    status = ckpt_memory_check(rt, status); /* collective: every rank */
     if (status == SHARDOPT_OK) {
         /* the same allocator as the state: on success it becomes the state */
         void *staging = NULL;

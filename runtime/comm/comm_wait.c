@@ -216,3 +216,31 @@ int comm_dup(const struct groups *g, MPI_Comm comm, MPI_Comm *out, const char *m
     int rc = MPI_Comm_idup(comm, out, &r);
     return rc == MPI_SUCCESS ? comm_wait(g, comm, 1, &r, NULL, what) : rc;
 }
+
+uint64_t comm_node_sum(const struct groups *g, uint64_t mine, int *members, const char *what)
+{
+    const MPI_Comm over[2] = {g->dense, g->rep};
+    char made[80], op[160];
+    uint64_t sum = mine;
+    int count = 1;
+    snprintf(made, sizeof made, "node group of %s", what);
+    snprintf(op, sizeof op, "all-reduce of %s per node", what);
+    for (int i = 0; i < 2; i++) {
+        MPI_Comm node = MPI_COMM_NULL;
+        int size = 1;
+        if (comm_split_node(g, over[i], 0, &node, made) != MPI_SUCCESS)
+            break;
+        MPI_Comm_size(node, &size);
+        /* clamped so that the sum cannot wrap: a saturated need stays past any machine */
+        uint64_t v[2] = {sum < UINT64_MAX / (uint64_t)size ? sum : UINT64_MAX / (uint64_t)size,
+                         (uint64_t)count};
+        const int rc = comm_allreduce(g, node, MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_SUM, op);
+        MPI_Comm_free(&node);
+        if (rc != MPI_SUCCESS)
+            break;
+        sum = v[0];
+        count = (int)v[1];
+    }
+    *members = count;
+    return sum;
+}

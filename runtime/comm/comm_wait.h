@@ -7,6 +7,7 @@
 #define RUNTIME_COMM_WAIT_H
 
 #include <mpi.h>
+#include <stdint.h>
 
 #include "runtime/comm/groups.h"
 
@@ -54,5 +55,14 @@ int comm_split(const struct groups *g, MPI_Comm comm, int color, int key, MPI_Co
 int comm_split_node(const struct groups *g, MPI_Comm comm, int key, MPI_Comm *out,
                     const char *made); /* MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) */
 int comm_dup(const struct groups *g, MPI_Comm comm, MPI_Comm *out, const char *made);
+
+/* The sum of `mine` over the runtime's ranks on this node (host memory needed: commit, load): over
+ * this replica's ranks on the node (the dense group split by node), then over the replicas with
+ * ranks there (the replicate group split by node). Exact where a replica with ranks on a node
+ * has the rank of each dense index there too (replicas in node blocks, or one per node);
+ * otherwise those replicas' other ranks on the node are not counted. Collective over the
+ * runtime; *members gets how many ranks were summed. An MPI failure: mine alone. what names
+ * it in the deadline's messages ("commit's memory check"). */
+uint64_t comm_node_sum(const struct groups *g, uint64_t mine, int *members, const char *what);
 
 #endif

@@ -408,3 +408,49 @@ TEST(offload_staging_slots_count_in_the_host_memory_commit_needs)
     EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
+
+/* a load reads into a whole copy of the state before swapping it in: with less host memory left
+ * than that copy, refused with the bytes, nothing read and the state as it was (before, the
+ * copy was allocated and zeroed whatever the machine had left) */
+TEST(a_load_whose_copy_of_the_state_does_not_fit_is_refused)
+{
+    char dir[512];
+    temp_dir(dir, sizeof dir);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    for (int e = 0; e < 256; e++)
+        w[e] = 0.01f * (float)(e % 9), g[e] = 0.002f * (float)(e % 7) - 0.006f;
+    shardopt_param_desc_t d = fixture_desc("layers.0.w", 2, 16, 16, 0, w, g);
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    float before[256], after[256];
+    ASSERT_EQ_INT(shardopt_param_get_state(p, SHARDOPT_STATE_MOMENTUM, before, sizeof before,
+                                           SHARDOPT_DTYPE_FP32),
+                  SHARDOPT_OK);
+    setenv("SHARDOPT_MEM_AVAILABLE", "1000", 1);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_ERR_OUT_OF_MEMORY);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "needs 1024 bytes of host memory");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "but 1000 bytes are available");
+    setenv("SHARDOPT_MEM_AVAILABLE", "1k", 1);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_MEM_AVAILABLE = '1k'");
+    unsetenv("SHARDOPT_MEM_AVAILABLE");
+    ASSERT_EQ_INT(shardopt_param_get_state(p, SHARDOPT_STATE_MOMENTUM, after, sizeof after,
+                                           SHARDOPT_DTYPE_FP32),
+                  SHARDOPT_OK);
+    EXPECT_TRUE(memcmp(before, after, sizeof before) == 0);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_param_get_state(p, SHARDOPT_STATE_MOMENTUM, after, sizeof after,
+                                           SHARDOPT_DTYPE_FP32),
+                  SHARDOPT_OK);
+    EXPECT_TRUE(memcmp(before, after, sizeof before) != 0); /* the saved step's state is back */
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    fixture_rmtree(dir);
+}

@@ -376,6 +376,22 @@ static void runtime_unstart(shardopt_runtime_t rt)
     free(rt);
 }
 
+/* An intercommunicator (two groups, MPI_Intercomm_create) given where a group belongs: the
+ * library's collectives on it are erroneous (an MPI_IN_PLACE all-reduce) and MPI ended the job
+ * with MPI_ERR_BUFFER inside init. Refused before any communication, on this rank (local, as
+ * MPI_COMM_NULL is: ranks passing the same kind of communicator are refused alike). */
+static shardopt_status_t intra_check(MPI_Comm c, const char *who, const char *field)
+{
+    int inter = 0;
+    if (c == MPI_COMM_NULL || !groups_mpi_usable() ||
+        MPI_Comm_test_inter(c, &inter) != MPI_SUCCESS || !inter)
+        return SHARDOPT_OK;
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "%s: %s is an intercommunicator: the runtime's groups are intracommunicators "
+                    "(MPI_Intercomm_merge makes one of it)",
+                    who, field);
+}
+
 shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
                                 shardopt_runtime_t *rt_p)
 {
@@ -386,6 +402,8 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: NULL rt_p");
     if (comm == MPI_COMM_NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: comm is MPI_COMM_NULL");
+    if ((status = intra_check(comm, "init", "comm")) != SHARDOPT_OK)
+        return status;
     status = runtime_create(cfg, &rt, "init");
     status = create_agree(comm, MPI_COMM_NULL, status, rt, "init");
     if (status != SHARDOPT_OK) {
@@ -425,6 +443,16 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
                         "init_from_groups: groups version %u / size %zu: initialise with "
                         "SHARDOPT_GROUPS_INIT",
                         groups->version, groups->size);
+    const struct {
+        MPI_Comm c;
+        const char *field;
+    } given[] = {{groups->dense_shard, "groups.dense_shard"},
+                 {groups->ep, "groups.ep"},
+                 {groups->expert_shard, "groups.expert_shard"},
+                 {groups->replicate, "groups.replicate"}};
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
+        if ((status = intra_check(given[i].c, "init_from_groups", given[i].field)) != SHARDOPT_OK)
+            return status;
     status = runtime_create(cfg, &rt, "init_from_groups");
     status = create_agree(groups->dense_shard, groups->replicate, status, rt, "init_from_groups");
     if (status != SHARDOPT_OK) {

@@ -166,6 +166,35 @@ TEST(inconsistent_trainer_groups_fail_on_every_rank)
     trainer_groups_free(&tg);
 }
 
+/* An intercommunicator (the world's two halves) given to init or as a trainer's group: refused
+ * on every rank before any communication, naming the field (before, the first all-reduce on it
+ * ended the job with MPI_ERR_BUFFER) */
+TEST(intercommunicators_are_refused_naming_the_field)
+{
+    world_read();
+    MPI_Comm half, inter;
+    const int left = me < world / 2;
+    MPI_Comm_split(MPI_COMM_WORLD, left, me, &half);
+    MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, left ? world / 2 : 0, 17, &inter);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = NULL;
+    EXPECT_EQ_INT(shardopt_init(inter, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "init: comm is an intercommunicator");
+    EXPECT_TRUE(rt == NULL);
+    shardopt_groups_t tg = SHARDOPT_GROUPS_INIT;
+    tg.dense_shard = half;
+    tg.replicate = inter;
+    EXPECT_EQ_INT(shardopt_init_from_groups(&tg, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "groups.replicate is an intercommunicator");
+    tg = (shardopt_groups_t)SHARDOPT_GROUPS_INIT;
+    tg.dense_shard = inter;
+    EXPECT_EQ_INT(shardopt_init_from_groups(&tg, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "groups.dense_shard is an intercommunicator");
+    EXPECT_TRUE(rt == NULL);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&half);
+}
+
 /* A config refused on one rank only (its own validation) fails init on every rank in the same
  * call, with that rank's message; before, the other ranks went on into MPI_Comm_split without
  * it and hung. Both entry points. */

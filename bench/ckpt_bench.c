@@ -144,6 +144,10 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (cli_argv_refused(argc, argv, "ckpt_bench", me == 0)) {
+        MPI_Finalize();
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *iv = !strcmp(a, "--layers")        ? &scale.layers

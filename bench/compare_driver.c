@@ -289,6 +289,10 @@ int main(int argc, char **argv)
 {
     int rc = 2;
     MPI_Init(&argc, &argv);
+    if (cli_argv_refused(argc, argv, "compare_driver", 1)) {
+        MPI_Finalize();
+        return 2;
+    }
     if (argc >= 2 && !strcmp(argv[1], "manifest"))
         rc = cmd_manifest(argc - 2, argv + 2);
     else if (argc >= 2 && !strcmp(argv[1], "run"))

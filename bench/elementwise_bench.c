@@ -394,6 +394,8 @@ int main(int argc, char **argv)
     struct result r[2 * (1 + NVARIANTS * K_COUNT)];
     int nr = 0;
 
+    if (cli_argv_refused(argc, argv, "elementwise_bench", 1))
+        return 2;
     if (parse_opts(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: elementwise_bench [--json] [--mib N (>= 1, default 256)] "
                         "[--reps R (>= 1, default 10)]\n");

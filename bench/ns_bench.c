@@ -529,6 +529,8 @@ int main(int argc, char **argv)
     struct bench_opts o;
     struct bench_result res[BENCH_MAX_SHAPES];
 
+    if (cli_argv_refused(argc, argv, "ns_bench", 1))
+        return 2;
     if (bench_opts_parse(argc, argv, &o) != 0)
         return 2;
     if (o.cuda) {

@@ -15,6 +15,10 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (cli_argv_refused(argc, argv, "pingpong", me == 0)) {
+        MPI_Finalize();
+        return 2;
+    }
     /* each value whole and in range (atoi ran "16x" as 16; --mib 2^31 shifted past memory);
      * every rank parses the same argv, so every rank refuses together */
     const char *bad = NULL, *badv = "";

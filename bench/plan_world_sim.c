@@ -232,6 +232,8 @@ int main(int argc, char **argv)
     static const char use[] =
         "usage: plan-world-sim [--preset NAME] [--ep E] --worlds W1,... [--ranks R1,...] "
         "[--bucket-bytes B] [--max-growth F]";
+    if (cli_argv_refused(argc, argv, "plan-world-sim", 1))
+        return 2;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long bb;

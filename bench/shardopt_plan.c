@@ -436,6 +436,8 @@ int main(int argc, char **argv)
     char err[512];
     int worlds[256], nw = 0;
 
+    if (cli_argv_refused(argc, argv, "shardopt-plan", 1))
+        return 2;
     opts_parse(argc, argv, &o);
     if (o.ns_strategy != NS_MODE_GATHER && o.ns_steps != NS_STEPS) /* config_check_all's rule */
         plan_model_die("--ns-strategy sharded or auto with --ns-precondition aol: the runtime "

@@ -472,6 +472,10 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (cli_argv_refused(argc, argv, "shardopt-bench", me == 0)) {
+        MPI_Finalize();
+        return 2;
+    }
     opts_parse(argc, argv, &o);
     if (preset_load(o.preset, SHARDOPT_PRESET_DIR, &o.scale, &p, err, sizeof err) != 0)
         cli_exit(me, "shardopt-bench", usage, 2, "%s", err);

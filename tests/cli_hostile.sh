@@ -40,6 +40,8 @@ probe() {
         echo "FAIL: $what: no line says /$want/"
     elif grep -qE 'MPI_ABORT|Segmentation|core dumped|Sanitizer|out of memory' <<<"$out"; then
         echo "FAIL: $what: a crash, an abort or an allocation"
+    elif grep -q $'[\x1b\r]' <<<"$out"; then
+        echo "FAIL: $what: a raw escape or carriage return in the output (it rewrites the line)"
     else
         return 0
     fi
@@ -238,6 +240,17 @@ probe 2 nscuda "--shape takes BxMxN .*'9999999999999999999x4x4'" --shape 9999999
 probe 2 nscuda "--shape takes BxMxN .*'4x4'" --shape 4x4
 probe 2 nscuda "--reps takes an integer in 1\.\.1000, not '10x'" --reps 10x
 probe 2 nscuda "unknown argument '--bogus'" --bogus
+
+# an argument holding a control byte (an escape sequence, a newline, a CR): refused before any
+# is parsed, the byte shown escaped, never printed raw (ESC [2J cleared the terminal over the
+# message that named it; a newline split it in two)
+esc=$'\e[2J'
+for t in plan ns pws cmp ew cib nscuda pingpong moe_train moe_demo step_bench ckpt_bench; do
+    probe 2 "$t" "argument 2 holds the control byte \\\\x1b at byte 1, refused: 'x\\\\x1b\[2J'" \
+        --preset "x$esc"
+done
+probe 2 plan "argument 1 holds the control byte \\\\x0a at byte 7" $'--world\n4'
+probe 2 moe_train "argument 3 holds the control byte \\\\x0d at byte 0" --steps 1 $'\rx'
 
 rm -rf "$work"
 [ "$fails" -eq 0 ] && echo "cli hostile: ok ($n probes)"

@@ -13,9 +13,38 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+/* An argument holding a control byte (a newline, a CR, an escape sequence) is refused before any
+ * is parsed: every tool names a refused argument in its one-line message, and the byte printed
+ * raw splits that line or rewrites the terminal (ESC [2J clears it) over what was wrong. 1, and
+ * with print a line on stderr naming the argument, the byte and the argument escaped (at most 200
+ * bytes of it); 0 when every argument is plain. MPI tools print on rank 0 only. */
+static inline int cli_argv_refused(int argc, char **argv, const char *prog, int print)
+{
+    for (int i = 1; i < argc; i++)
+        for (const unsigned char *c = (const unsigned char *)argv[i]; *c != '\0'; c++) {
+            if (*c >= 0x20 && *c != 0x7f)
+                continue;
+            if (print) {
+                fprintf(stderr,
+                        "%s: argument %d holds the control byte \\x%02x at byte %d, refused: '",
+                        prog, i, *c, (int)(c - (const unsigned char *)argv[i]));
+                const unsigned char *d = (const unsigned char *)argv[i];
+                for (int k = 0; d[k] != '\0' && k < 200; k++)
+                    if (d[k] < 0x20 || d[k] == 0x7f || d[k] == '\\')
+                        fprintf(stderr, "\\x%02x", d[k]);
+                    else
+                        fputc(d[k], stderr);
+                fputs("'\n", stderr);
+            }
+            return 1;
+        }
+    return 0;
+}
 
 /* A decimal integer spelled out in full: an optional '-' then digits, nothing else (strtol
  * alone also takes " 5", "+5" and "0x10" with base 0). */

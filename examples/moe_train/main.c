@@ -532,6 +532,10 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (cli_argv_refused(argc, argv, "moe_train", me == 0)) {
+        MPI_Finalize();
+        return 2;
+    }
     struct opts o;
     opts_parse(argc, argv, &o);
     /* in long long: 2^20 x 2^20 wrapped int to 0, and the remainder divided by it */

@@ -368,6 +368,14 @@ shardopt_status_t ckpt_dir_latest_replace(int dfd, const char *dir, const char *
         ok = !fault_hit("ckpt.latest") && renameat(dfd, ".latest.tmp", dfd, "latest") == 0;
         err = errno;
     }
+    if (!ok && fd < 0 && err == EEXIST)
+        /* what the unlink above could not remove (a directory): not a crashed save's file, and
+         * not ours to empty; "removed" would be untrue, and every later save fails alike */
+        return log_fail(SHARDOPT_ERR_IO,
+                        "save: %s/.latest.tmp: create: %s (not a file a save left: a directory "
+                        "or something unlink cannot remove; remove it, then save again; the new "
+                        "step directory %s is complete but latest still names the previous one)",
+                        dir, strerror(err), final);
     if (!ok) {
         unlinkat(dfd, ".latest.tmp", 0);
         return log_fail(SHARDOPT_ERR_IO,

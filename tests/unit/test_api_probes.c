@@ -454,3 +454,32 @@ TEST(a_load_whose_copy_of_the_state_does_not_fit_is_refused)
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
     fixture_rmtree(dir);
 }
+
+/* DIR/.latest.tmp planted as a directory: the save publishes its step and returns ERR_IO saying
+ * what is in the way (before: "create: File exists (removed; ...)", which it was not); once it
+ * is gone the next save replaces latest */
+TEST(a_directory_planted_as_latest_tmp_is_named_not_said_removed)
+{
+    char dir[512], tmp[600];
+    temp_dir(dir, sizeof dir);
+    snprintf(tmp, sizeof tmp, "%s/.latest.tmp", dir);
+    ASSERT_TRUE(mkdir(tmp, 0755) == 0);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("a", 2, 8, 8, 0, w, g);
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_ERR_IO);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "/.latest.tmp: create: File exists (not a file");
+    EXPECT_TRUE(strstr(shardopt_last_error(), "removed;") == NULL);
+    ASSERT_TRUE(rmdir(tmp) == 0);
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    fixture_rmtree(dir);
+}

@@ -527,9 +527,12 @@ shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *w
     const shardopt_status_t live = rt_mpi_live(what);
     if (live != SHARDOPT_OK)
         return live;
-    if (!device_has(rt->ns_dev, DEVICE_CAP_THREAD_DEVICE))
-        return SHARDOPT_OK;
-    return groups_agree(&rt->groups, rt_device_enter(rt, what), what);
+    /* the call's opening agreement (groups_agree_call): a rank in another collective call is
+     * found here, on every rank, instead of in mismatched collectives */
+    return groups_agree_call(
+        &rt->groups,
+        device_has(rt->ns_dev, DEVICE_CAP_THREAD_DEVICE) ? rt_device_enter(rt, what) : SHARDOPT_OK,
+        what);
 }
 
 shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)

@@ -21,6 +21,10 @@ shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)
     if (rt_mpi_live("layout_print") != SHARDOPT_OK)
         return SHARDOPT_ERR_STATE;
     g = &rt->groups;
+    /* the call's opening agreement: a rank in another collective call is found here */
+    const shardopt_status_t opened = groups_agree_call(g, SHARDOPT_OK, "layout_print");
+    if (opened != SHARDOPT_OK)
+        return opened;
     memset(line, 0, sizeof line);
     snprintf(line, sizeof line,
              "rank %4d: replica %d, dp_shard %d, cp %d | dense %d/%d, ep %d/%d, expert shard "

@@ -1,6 +1,8 @@
 /* Process groups: split from the layout, or taken from the trainer and checked. */
 #include "runtime/comm/groups.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -425,4 +427,57 @@ shardopt_status_t groups_agree_on(MPI_Comm a, MPI_Comm b, int rank, shardopt_sta
 shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, const char *what)
 {
     return agree(g, g->dense, g->rep, g->me.rank, mine, what);
+}
+
+uint64_t groups_call_tag(const char *call)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a-64 */
+    for (const char *c = call; *c != '\0'; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return h;
+}
+
+#define CALL_NAME 24
+
+shardopt_status_t groups_calls_check(const struct groups *g, const char *call)
+{
+    const uint64_t tag = groups_call_tag(call);
+    uint64_t v[2] = {tag, ~tag}; /* MIN of both: the smallest and the largest tag */
+    if (groups_allreduce(g, v, 2, MPI_UINT64_T, MPI_MIN) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM,
+                        "%s: rank %d: the all-reduce comparing the ranks' calls "
+                        "failed",
+                        call, g->me.rank);
+    if (v[0] == ~v[1])
+        return SHARDOPT_OK; /* one call everywhere: what differs is the call's to find */
+    /* the lowest rank at each end and its call's name (equal tags, equal names: MAX of bytes) */
+    int who[2] = {tag == v[0] ? g->me.rank : INT_MAX, tag == ~v[1] ? g->me.rank : INT_MAX};
+    unsigned char name[2][CALL_NAME];
+    memset(name, 0, sizeof name);
+    for (int e = 0; e < 2; e++)
+        if (who[e] != INT_MAX)
+            snprintf((char *)name[e], CALL_NAME, "%s", call);
+    if (groups_allreduce(g, who, 2, MPI_INT, MPI_MIN) != MPI_SUCCESS ||
+        groups_allreduce(g, name, 2 * CALL_NAME, MPI_UNSIGNED_CHAR, MPI_MAX) != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM,
+                        "%s: rank %d: the all-reduce comparing the ranks' calls "
+                        "failed",
+                        call, g->me.rank);
+    name[0][CALL_NAME - 1] = name[1][CALL_NAME - 1] = '\0';
+    const int lo = who[0] < who[1] ? 0 : 1;
+    return log_fail(SHARDOPT_ERR_MISMATCH,
+                    "%s: ranks are in different collective calls: rank %d in shardopt_%s, rank %d "
+                    "in shardopt_%s (every rank makes the runtime's collective calls in the same "
+                    "order: docs/api.md, Conventions); nothing was done",
+                    call, who[lo], (const char *)name[lo], who[1 - lo], (const char *)name[1 - lo]);
+}
+
+shardopt_status_t groups_agree_call(const struct groups *g, shardopt_status_t mine,
+                                    const char *call)
+{
+    int differ = 0;
+    shardopt_status_t status = groups_agree_digest(g, mine, call, groups_call_tag(call), &differ);
+    if (status == SHARDOPT_OK && differ)
+        status = groups_calls_check(g, call);
+    return status;
 }

@@ -47,6 +47,20 @@ shardopt_status_t groups_agree(const struct groups *g, shardopt_status_t mine, c
 shardopt_status_t groups_agree_digest(const struct groups *g, shardopt_status_t mine,
                                       const char *what, uint64_t digest, int *differs);
 
+/* Every collective call of a runtime (commit, step, save, load, layout_print) opens with one
+ * agreement of this shape (groups_agree_digest: three words, MAX), its digest made from the
+ * call's tag (groups_call_tag; the step's mixes its arguments in), so that ranks in different
+ * calls meet in the same all-reduce instead of in mismatched collectives (MPI_ERR_TRUNCATE, or a
+ * hang until comm_timeout_s). When the digests differ, groups_calls_check tells a different call
+ * (ERR_MISMATCH on every rank, one text naming two ranks and their calls, nothing done) from a
+ * difference inside the same call (OK: the call looks further). Collective. */
+uint64_t groups_call_tag(const char *call);
+shardopt_status_t groups_calls_check(const struct groups *g, const char *call);
+
+/* The opening agreement of a call other than the step: the status and the call's tag. */
+shardopt_status_t groups_agree_call(const struct groups *g, shardopt_status_t mine,
+                                    const char *call);
+
 /* The same over the ranks of a and b together (b may be MPI_COMM_NULL), `rank` naming this one:
  * for init, before the groups exist, with this rank's own comm_timeout_s as the deadline (the
  * config is not yet agreed; 0: none). Returns mine when MPI is not initialised. */

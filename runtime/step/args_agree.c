@@ -49,7 +49,8 @@ static uint64_t mix(uint64_t h, uint64_t w) { return rng_splitmix64(h ^ w); }
 
 uint64_t args_agree_digest(shardopt_runtime_t rt, const double vals[ARGS_AGREE_N])
 {
-    uint64_t h = 0x53484152444F5054ull;
+    /* the step's tag first: a rank in another collective call (groups_agree_call) differs */
+    uint64_t h = mix(0x53484152444F5054ull, groups_call_tag("step"));
     for (int i = 0; i < ARGS_AGREE_N; i++)
         h = mix(h, bits_of(vals[i]));
     for (int i = 0; i < rt->nparams; i++)
@@ -106,7 +107,11 @@ shardopt_status_t args_agree_find(shardopt_runtime_t rt, const double vals[ARGS_
     struct dbl_int lo[ARGS_AGREE_CHUNK], hi[ARGS_AGREE_CHUNK];
     double v[ARGS_AGREE_CHUNK];
     comm_phase("step: finding the argument that differs between ranks", -1);
-    shardopt_status_t st = min_max(rt, vals, ARGS_AGREE_N, lo, hi);
+    /* first whether every rank is in the step at all (the others run the same check) */
+    shardopt_status_t st = groups_calls_check(&rt->groups, "step");
+    if (st != SHARDOPT_OK)
+        return st;
+    st = min_max(rt, vals, ARGS_AGREE_N, lo, hi);
     if (st != SHARDOPT_OK)
         return st;
     for (int i = 0; i < ARGS_AGREE_N; i++)

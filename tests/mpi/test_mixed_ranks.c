@@ -194,3 +194,59 @@ TEST(state_too_large_for_one_ranks_memory_fails_commit_on_every_rank)
     EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
     shardopt_finalize(rt);
 }
+
+/* ranks in different collective calls (rank 0 saves while rank 1 steps; load, layout_print):
+ * every call opens with an agreement of one shape carrying the call's tag, so both ranks return
+ * ERR_MISMATCH naming the two calls, nothing done (before: the calls' first collectives met
+ * each other, MPI_ERR_TRUNCATE ended the job, or a rank waited into comm_timeout_s and
+ * MPI_Abort); the runtime steps on afterwards */
+TEST(ranks_in_different_collective_calls_fail_both_naming_the_calls)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    char dir[256] = "";
+    if (me == 0) {
+        snprintf(dir, sizeof dir, "%s/shardopt_calls_XXXXXX",
+                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        if (mkdtemp(dir) == NULL) {
+            perror("mkdtemp");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.comm_timeout_s = 120;
+    shardopt_runtime_t rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    step_once(rt); /* registers, commits and steps once */
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.02;
+    const struct {
+        const char *calls[2], *want;
+    } cases[] = {
+        {{"save", "step"}, "rank 0 in shardopt_save, rank 1 in shardopt_step"},
+        {{"load", "step"}, "rank 0 in shardopt_load, rank 1 in shardopt_step"},
+        {{"layout_print", "step"}, "rank 0 in shardopt_layout_print, rank 1 in shardopt_step"},
+        {{"save", "load"}, "rank 0 in shardopt_save, rank 1 in shardopt_load"},
+        {{"step", "layout_print"}, "rank 0 in shardopt_step, rank 1 in shardopt_layout_print"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *call = cases[i].calls[me];
+        const shardopt_status_t s = strcmp(call, "save") == 0   ? shardopt_save(rt, dir)
+                                    : strcmp(call, "load") == 0 ? shardopt_load(rt, dir)
+                                    : strcmp(call, "step") == 0 ? shardopt_step(rt, &a)
+                                                                : shardopt_layout_print(rt, NULL);
+        EXPECT_EQ_INT(s, SHARDOPT_ERR_MISMATCH);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), cases[i].want);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was done");
+    }
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
+    EXPECT_EQ_INT((int)st.steps, 1); /* no step was taken by the refused ones */
+    /* both in the same calls again: everything works */
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    shardopt_finalize(rt);
+    if (me == 0)
+        fixture_rmtree(dir);
+}

@@ -250,6 +250,7 @@ for t in plan ns pws cmp ew cib nscuda pingpong moe_train moe_demo step_bench ck
         --preset "x$esc"
 done
 probe 2 plan "argument 1 holds the control byte \\\\x0a at byte 7" $'--world\n4'
+probe 2 c_trainer "argument 2 holds a control byte, refused" --dir "x$esc"
 probe 2 moe_train "argument 3 holds the control byte \\\\x0d at byte 0" --steps 1 $'\rx'
 
 rm -rf "$work"

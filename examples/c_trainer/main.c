@@ -161,6 +161,15 @@ int main(int argc, char **argv)
     int steps = 10, save_at = 0;
     const char *dir = NULL, *resume = NULL;
     MPI_Init(&argc, &argv);
+    /* an argument with a control byte is refused before any is echoed in a message: an escape
+     * sequence printed raw rewrites the terminal over it (the tools do the same: cli_num.h) */
+    for (int i = 1; i < argc; i++)
+        for (const char *c = argv[i]; *c != '\0'; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+                char which[32];
+                snprintf(which, sizeof which, "%d", i);
+                usage_exit("argument %s holds a control byte, refused%s", which, "");
+            }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *iv = strcmp(a, "--steps") == 0     ? &steps

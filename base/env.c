@@ -16,7 +16,8 @@ const struct env_var env_vars[] = {
      "fault injection for tests: [kill@|hang@]<site>:<n>[:<errno>]; read at load (base/fault.h)"},
     {"SHARDOPT_FAULT_RANK", "the runtime rank SHARDOPT_FAULT applies to (base/fault.h)"},
     {"SHARDOPT_CPU_NO_BF16",
-     "set and not 0: ns_compute = auto treats the CPU as one without native bf16 (init)"},
+     "1: ns_compute = auto treats the CPU as one without native bf16; 0 or empty: not; else init "
+     "fails naming it (init)"},
     {"SHARDOPT_CPU_KERNELS_MAX",
      "avx2 or portable: kernels = auto takes at most that table, as on a CPU without the others "
      "(init; tests of a job over mixed CPUs)"},

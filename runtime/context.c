@@ -22,6 +22,14 @@ static shardopt_status_t cpu_kernels_select(const shardopt_config_t *cfg,
 {
     const struct kernel_ops *ops = NULL;
 
+    /* "set and not 0" took "0 " or "no" as set: the two values the switch has, else refused */
+    const char *no_bf16 = env_get("SHARDOPT_CPU_NO_BF16");
+    if (no_bf16 != NULL && no_bf16[0] != '\0' && strcmp(no_bf16, "0") != 0 &&
+        strcmp(no_bf16, "1") != 0)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "SHARDOPT_CPU_NO_BF16 = '%.64s': accepted 1 (ns_compute = auto acts as on "
+                        "a CPU without native bf16), 0 or empty (it does not)",
+                        no_bf16);
     /* a job over mixed CPUs, on one machine (tests): auto as on a CPU without the wider tables */
     const char *cap = env_get("SHARDOPT_CPU_KERNELS_MAX");
     if (cfg->kernels == SHARDOPT_KERNELS_AUTO && cap != NULL && strcmp(cap, "avx512") != 0 &&

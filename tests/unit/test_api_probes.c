@@ -483,3 +483,27 @@ TEST(a_directory_planted_as_latest_tmp_is_named_not_said_removed)
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
     fixture_rmtree(dir);
 }
+
+/* SHARDOPT_CPU_NO_BF16 with trailing junk or a word: refused at init naming it (it counted as
+ * set, silently); 1, 0 and empty are its values */
+TEST(cpu_no_bf16_takes_1_0_or_empty_only)
+{
+    const char *bad[] = {"0 ", "yes", "1x", "true", " 1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        shardopt_runtime_t rt = NULL;
+        setenv("SHARDOPT_CPU_NO_BF16", bad[i], 1);
+        EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_CPU_NO_BF16");
+        EXPECT_TRUE(rt == NULL);
+    }
+    const char *good[] = {"1", "0", ""};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        shardopt_runtime_t rt = NULL;
+        setenv("SHARDOPT_CPU_NO_BF16", good[i], 1);
+        EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_OK);
+        shardopt_finalize(rt);
+    }
+    unsetenv("SHARDOPT_CPU_NO_BF16");
+}

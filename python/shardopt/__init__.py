@@ -351,7 +351,26 @@ def _comm_handle(comm):
     if comm is None:
         return _comm_self(library()), None
     from mpi4py import MPI
+    if not isinstance(comm, MPI.Comm):
+        # a torch.distributed ProcessGroup (dist.group.WORLD) or DeviceMesh, as scripts
+        # written for torch.distributed hold: mpi4py's own error named neither the argument
+        # nor what was given
+        raise TypeError(f"comm = {type(comm).__module__}.{type(comm).__name__}: an mpi4py "
+                        "communicator is accepted (MPI.COMM_WORLD, or one split from it in the "
+                        "ranks' order), or None for this process alone; a torch.distributed "
+                        "process group or DeviceMesh is not (docs/python.md)")
     return ctypes.c_void_p(MPI._handleof(comm)), comm
+
+
+def _layout_refused(what, x):
+    """Why a torch tensor of a layout other than strided is refused: a sparse gradient
+    (nn.Embedding(sparse=True)) was told "must be strided and contiguous", which named neither
+    the layout nor the way out."""
+    out = f"{what}: a {x.layout} torch tensor; the library reads strided, contiguous memory"
+    if x.is_sparse or "sparse" in str(x.layout):
+        out += (" (a sparse gradient: nn.Embedding(..., sparse=True) or EmbeddingBag(sparse="
+                "True), which torch.optim.AdamW refuses too; make it with sparse=False)")
+    return out
 
 
 _torch_tensor = None  # torch.Tensor, once torch is imported
@@ -413,7 +432,9 @@ def _torch_buffer(x, what, host):
         if dev != "cuda":
             raise ValueError(f"{what}: {type(x).__name__} on device {dev}: device memory is "
                              "taken from torch CUDA tensors only")
-    if x.layout != _torch_dtypes[1] or not x.is_contiguous():
+    if x.layout != _torch_dtypes[1]:
+        raise ValueError(_layout_refused(what, x))
+    if not x.is_contiguous():
         raise ValueError(f"{what}: the torch tensor must be strided and contiguous")
     dt = _torch_dtypes[0].get(x.dtype)
     if dt is None:
@@ -466,7 +487,9 @@ def _buffer(x, what, writable=False, host=True):
                              "taken from torch CUDA tensors only")
     if _is_torch(x):
         import torch
-        if x.layout != torch.strided or not x.is_contiguous():
+        if x.layout != torch.strided:
+            raise ValueError(_layout_refused(what, x))
+        if not x.is_contiguous():
             raise ValueError(f"{what}: the torch tensor must be strided and contiguous")
         dt = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(x.dtype)
         if dt is None:
@@ -731,7 +754,7 @@ def _dedup(named, warn=True):
     return out
 
 
-def torch_params(named_parameters, expert=None, ep=None):
+def torch_params(named_parameters, expert=None, ep=None, matrices=()):
     """shardopt.Params from (name, torch parameter) pairs, as model.named_parameters() gives
     (model.parameters() works too: its tensors are named param.<i>). A tensor object listed
     twice (a tied weight under remove_duplicate=False) is registered once, with a warning.
@@ -747,7 +770,10 @@ def torch_params(named_parameters, expert=None, ep=None):
     tensor that expert() names, with `ep` given (> 1), is this rank's [E / ep, out, in] share of
     a [E, out, in] stack. The Optimizer checks that the experts a rank holds are those of its
     runtime EP rank. A plain tensor of more than 3 dims (a convolution kernel) is registered
-    as one [out, in * kh * kw ...] matrix, a 0-D one (a scalar) as shape [1]. Gradients are read from each parameter's .grad at
+    as one [out, in * kh * kw ...] matrix, a 0-D one (a scalar) as shape [1]; so is a 3-D tensor
+    whose id() is in `matrices` (a Conv1d kernel [out, in, k]: shardopt.torch.Muon finds them
+    through model=), where any other 3-D tensor is a stack of [out, in] matrices (each its own
+    Muon matrix). Gradients are read from each parameter's .grad at
     every step() (FSDP2 makes new ones each backward), so none is needed here."""
     import torch
     out = []
@@ -790,7 +816,8 @@ def torch_params(named_parameters, expert=None, ep=None):
             if len(p.shape) != 3:
                 raise ValueError(f"{name}: an expert stack is [E / ep, out, in]; shape {shape_g}")
             shape_g = [p.shape[0] * ep] + list(p.shape[1:])  # this rank's share of E experts
-        elif len(p.shape) > 3 and not hasattr(p, "placements"):
+        elif (len(p.shape) > 3 or (len(p.shape) == 3 and id(p) in matrices)) and \
+                not hasattr(p, "placements"):
             # a convolution kernel [out, in, kh, kw, ...]: one matrix [out, in kh kw ...], as
             # Muon treats convolutions (the same memory, row-major: a view, nothing copied)
             shape_g = [p.shape[0], p.numel() // max(p.shape[0], 1)]

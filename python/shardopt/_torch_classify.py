@@ -3,6 +3,8 @@ model's modules (model=), else by its name (embeddings and output heads to AdamW
 dimensions, and the names as the bare model has them under the wrappers' prefixes; and where a
 parameter's memory starts, which tells distinct tensors over one memory apart. Apart from
 torch.py, which holds the optimizer and its step."""
+import warnings
+
 import torch
 
 # names that are embeddings or output heads in the usual trainers (the library's default list
@@ -62,3 +64,27 @@ def _algo(name, p, by_model, patterns):
         return "adamw"
     return "adamw" if _matches(_unwrapped(name), patterns if patterns is not None
                                else _ADAMW_NAMES) else "muon"
+
+
+def _conv_kernels(model):
+    """The ids of model's 3-D convolution kernels (nn.Conv1d, nn.ConvTranspose1d: [out, in, k]),
+    which Muon steps as one [out, in * k] matrix as it does a Conv2d's 4-D kernel; any other
+    3-D tensor is taken as a stack of matrices (an expert stack), which a Conv1d kernel is not:
+    each [in, k] slice was orthogonalized on its own."""
+    return {id(m.weight) for m in model.modules()
+            if isinstance(m, torch.nn.modules.conv._ConvNd) and m.weight is not None
+            and m.weight.ndim == 3}
+
+
+def _warn_stack(sp):
+    """Warns where a Muon parameter (a shardopt.Param) is a 3-D tensor that model= does not
+    show as a Conv1d kernel and expert= does not name: it is stepped as a stack of matrices,
+    which a Conv1d kernel should not be. True where it warned (once per optimizer)."""
+    if len(sp.shape) != 3 or sp.placement == "expert":
+        return False
+    e, a, b = sp.shape
+    warnings.warn(f"shardopt.torch.Muon: {sp.name} {list(sp.shape)} is stepped as {e} [{a}, {b}] "
+                  "matrices (an expert stack); a Conv1d kernel [out, in, k] is one [out, in*k] "
+                  "matrix where model= shows its module: pass model=model, or expert= naming the "
+                  "stacks", stacklevel=5)
+    return True

@@ -1,11 +1,13 @@
 """shardopt.torch.Muon's param groups as the script sees them against the runtimes that step
 them: the warning where a group given is split by algorithm, the pairing of opt.param_groups
 with the runtimes when the script reorders or replaces that list, and an AdamW group's betas,
-eps and momentum as each step reads them. Apart from torch.py, which holds the optimizer and
-its step."""
+eps and momentum as each step reads them, and which groups a failed step had stepped. Apart
+from torch.py, which holds the optimizer and its step."""
 import math
 import operator
 import warnings
+
+import shardopt
 
 
 def _warn_split(parts, first):
@@ -129,3 +131,16 @@ def _adamw_sync(g, b1):
     betas = g["betas"]
     if betas[0] != b1:
         g["betas"] = (b1, *tuple(betas)[1:])
+
+
+def _partial(e, groups, done):
+    """A group's failed step (e: shardopt.Error) as raised to the script: where groups before
+    it had stepped (each group is its own runtime, stepped in turn), the library's "nothing
+    was updated" is true of this group only, so the message says which ones were."""
+    if done == 0 or not isinstance(e, shardopt.Error):
+        return e
+    stepped = ", ".join(f"{i} ({g['algo']})" for i, g in enumerate(groups[:done]))
+    out = shardopt.Error("step", e.status, f"param group {done} ({groups[done]['algo']}): "
+                         f"{e.message}; param group(s) {stepped} had already stepped")
+    out.__cause__ = e
+    return out

@@ -17,10 +17,12 @@ import warnings
 import torch
 
 import shardopt as _so
-from shardopt._torch_classify import _algo, _classify_by_model, _memory
+from shardopt._torch_classify import (_algo, _classify_by_model, _conv_kernels, _memory,
+                                      _warn_stack)
 from shardopt import _torch_ports as _ports
 from shardopt._torch_config import _check_hp, _dion_defaults, _muon_config
-from shardopt._torch_groups import _adamw_hparams, _adamw_sync, _pair_groups, _warn_split
+from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _pair_groups, _partial,
+                                    _warn_split)
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
 __all__ = ["Muon"]
@@ -150,11 +152,18 @@ class Muon(torch.optim.Optimizer):
             # torch.optim.AdamW decays every tensor of its group, norms and biases included; the
             # library leaves 1-D tensors alone by default (docs/config.md, weight_decay_1d)
             config.setdefault("weight_decay_1d", True)
+        # a NaN/Inf gradient: torch.optim writes NaN into that parameter; the library's default
+        # (skip) skips the whole step of that group's runtime only, each group being one
+        # runtime, so a NaN in one matrix left every Muon tensor as it was while the AdamW
+        # tensors stepped, with only a line on stderr. An error names the tensor instead
+        config.setdefault("nonfinite", "error")
         self._comm, self._config, self._expert = comm, config, expert
         self._patterns = config.pop("adamw_patterns", None)
         if isinstance(self._patterns, str):
             self._patterns = self._patterns.split(",")
         self._by_model = _classify_by_model(model) if model is not None else {}
+        self._convs = _conv_kernels(model) if model is not None else set()
+        self._warned_3d = False
         self._model_names = ({id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
                              if model is not None else {})
         self._runtimes = []  # per param group: (its shardopt.Optimizer, [Param] in group order)
@@ -361,9 +370,12 @@ class Muon(torch.optim.Optimizer):
                                      "of the mesh, in its order)")
         ep = self._config.get("ep")
         sparams = _so.torch_params(named, expert=self._expert,
-                                   ep=int(ep) if ep is not None else None)
+                                   ep=int(ep) if ep is not None else None, matrices=self._convs)
         for sp in sparams:
             sp.algo = g["algo"]
+            if g["algo"] == "muon" and g.get("flatten", self._flatten) is None and \
+                    not self._warned_3d:
+                self._warned_3d = _warn_stack(sp)
         flatten = g.get("flatten", self._flatten)
         if flatten is not None and g["algo"] == "muon":  # dion's spelling (_torch_ports)
             _ports.check_flatten(flatten, [(sp.name, sp.source, len(sp.shape) == 3)
@@ -443,21 +455,26 @@ class Muon(torch.optim.Optimizer):
                 # an AdamW group's betas and eps as torch.optim.AdamW reads them, each step
                 hps.append(_adamw_hparams(gi, g, self._beta1[rt]) if g["algo"] == "adamw"
                            else None)
+            done = 0  # groups stepped so far: a failure after them says so
             for g, rt, hp in zip(groups, plan[2], hps):
                 lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
                 # the library skips a parameter without a gradient on every rank exactly (values,
                 # state and step count), and fails the step on every rank where some ranks have
                 # one
-                if hp is None:
-                    # a momentum warmup (modded-nanogpt writes g["momentum"] every step) takes
-                    # effect at this step
-                    rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True,
-                            float(g["momentum"]))
-                else:
-                    _adamw_sync(g, hp[0])
-                    self._beta1[rt] = hp[0]
-                    rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True, -1.0, hp[:2],
-                            hp[2])
+                try:
+                    if hp is None:
+                        # a momentum warmup (modded-nanogpt writes g["momentum"] every step)
+                        # takes effect at this step
+                        rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True,
+                                float(g["momentum"]))
+                    else:
+                        _adamw_sync(g, hp[0])
+                        self._beta1[rt] = hp[0]
+                        rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True, -1.0,
+                                hp[:2], hp[2])
+                except _so.Error as e:
+                    raise _partial(e, groups, done)
+                done += 1
         finally:
             _set_grad_enabled(prev)
         return loss

@@ -3,8 +3,9 @@ replicated as under DDP): a parameter frozen at construction that has a gradient
 only later fails the step on both ranks (a ValueError naming it on rank 0, shardopt.Error
 naming rank 0 on rank 1), nothing written on either, and the next step goes on; a momentum
 warmup (g["momentum"] each step) gives the same bits on both ranks as on one process; dion's
-distributed_mesh taken where it is comm's ranks, refused otherwise. Run under mpiexec with 2
-ranks; exit 77 on every rank without torch."""
+distributed_mesh taken where it is comm's ranks, refused otherwise; a NaN gradient on one rank
+refused on both; DDP with no_sync gradient accumulation and OneCycleLR as on one process. Run
+under mpiexec with 2 ranks; exit 77 on every rank without torch."""
 import sys
 import warnings
 
@@ -124,9 +125,92 @@ def dion_mesh_is_comm():
     dist.destroy_process_group()
 
 
+def gloo_group():
+    """torch.distributed over gloo on comm's ranks, at a port rank 0 found free."""
+    import socket
+    import torch.distributed as dist
+    port = None
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank,
+                            world_size=comm.size)
+    return dist
+
+
+def nan_on_one_rank():
+    """A NaN in rank 0's gradient only (the parameters sharded, dp_shard = 2): shardopt.Error
+    naming the tensor on both ranks (this class's nonfinite = error; the library decides on
+    every rank before writing), nothing written on either, and the next step goes on. Before,
+    the Muon group's step was skipped on both and the AdamW group stepped, silently."""
+    m = net()
+    opt = Muon(m.named_parameters(), lr=0.02, comm=comm, config={"dp_shard": 2})
+    m(torch.ones(2, 6)).sum().backward()
+    if comm.rank == 0:
+        m[2].weight.grad[0, 0] = float("nan")
+    before = [p.detach().clone() for p in m.parameters()]
+    try:
+        opt.step()
+        check(False, "a NaN gradient on rank 0 was stepped")
+    except shardopt.Error as e:
+        check("2.weight" in str(e) and "NaN/Inf" in str(e), f"message: {e}")
+    check(all(torch.equal(p, b) for p, b in zip(m.parameters(), before)), "written")
+    m[2].weight.grad[0, 0] = 0.0
+    opt.step()
+    check(not torch.equal(m[0].weight, before[0]), "the next step moved nothing")
+    opt.close()
+
+
+def ddp_accumulation_as_one_process():
+    """DDP over gloo (gradient_as_bucket_view=True, as large-model scripts set it) with
+    gradient accumulation under no_sync(), OneCycleLR with one max_lr per group and
+    zero_grad(set_to_none=True), each rank half of each batch: 4 steps within 1e-6 of the
+    whole batches on one process (the averaged gradients' summation order), on both ranks."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist = gloo_group()
+    fp32 = {"ns_compute": "fp32", "comm_dtype": "fp32"}
+
+    def build():
+        torch.manual_seed(2)
+        return nn.Sequential(nn.Embedding(16, 8), nn.Flatten(), nn.Linear(32, 32), nn.GELU(),
+                             nn.Linear(32, 16))
+
+    m, ref = build(), build()
+    ddp = DDP(m, gradient_as_bucket_view=True)
+    runs = []
+    for mod, c, net_ in ((ddp, comm, m), (ref, None, ref)):
+        opt = Muon(mod.named_parameters(), lr=0.02, adamw_lr=3e-3, comm=c, model=mod,
+                   config=fp32)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[0.02, 3e-3], total_steps=8)
+        for k in range(4):
+            g = torch.Generator().manual_seed(k)
+            x, y = torch.randint(0, 16, (8, 4), generator=g), torch.randint(0, 16, (8,), generator=g)
+            parts = [(x.chunk(2)[comm.rank], y.chunk(2)[comm.rank])] if c is not None else \
+                [(x.chunk(2)[r], y.chunk(2)[r]) for r in range(2)]
+            for micro in range(2):
+                for xs, ys in parts:
+                    xm, ym = xs.chunk(2)[micro], ys.chunk(2)[micro]
+                    ctx = ddp.no_sync() if c is not None and micro == 0 else torch.enable_grad()
+                    with ctx:
+                        loss = nn.functional.cross_entropy(mod(xm), ym) / 2
+                        (loss / len(parts)).backward()
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+        runs.append([p.detach().clone() for p in net_.parameters()])
+        opt.close()
+    d = max(((a - b).norm() / b.norm()).item() for a, b in zip(*runs))
+    check(d < 1e-6, f"DDP against one process: {d:.2e}")
+    dist.destroy_process_group()
+
+
 unfrozen_on_one_rank()
 warmup_same_bits()
 dion_mesh_is_comm()
+nan_on_one_rank()
+ddp_accumulation_as_one_process()
 comm.Barrier()
 if comm.rank == 0:
     print("torch_dropin_np2: ok", flush=True)

@@ -1,0 +1,315 @@
+"""shardopt.torch.Muon in small training scripts as others write them (the third round after
+test_torch_dropin.py and test_torch_scripts.py): each script is what its author would run with
+torch.optim, the import swapped, compared with torch.optim where the two should agree. One
+process.
+
+    test_torch_real.py [CASE ...]     every case when none is named
+
+Each case is a function below; a failure names the case and goes on with the next. Exit 77
+(skip) only where torch is not importable."""
+import sys
+import warnings
+
+try:
+    import torch
+    import torch.nn as nn
+except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
+    print(f"SKIP: torch is not importable ({e})")
+    sys.exit(77)
+
+import torch.optim._muon as _tm
+from test_torch_dropin import refused, relative
+from test_torch_optim import _fp32_newton_schulz
+
+import cases
+import shardopt
+from shardopt.torch import Muon
+
+torch.set_num_threads(1)
+FP32 = {"ns_compute": "fp32", "comm_dtype": "fp32"}  # the library's Newton-Schulz in fp32
+
+
+class Fp32TorchMuon:
+    """torch.optim.Muon with its Newton-Schulz in fp32 (torch has no switch), for as long as
+    the with block lasts."""
+
+    def __enter__(self):
+        self.saved = _tm._zeropower_via_newtonschulz
+        _tm._zeropower_via_newtonschulz = _fp32_newton_schulz
+
+    def __exit__(self, *exc):
+        _tm._zeropower_via_newtonschulz = self.saved
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def torch_pair(m, lr=0.02, adamw_lr=1e-3):
+    """torch.optim.Muon for the matrices, torch.optim.AdamW for the rest: the pair a script
+    swapped for shardopt.torch.Muon had."""
+    return [torch.optim.Muon([p for p in m.parameters() if p.ndim == 2 and p.requires_grad],
+                             lr=lr),
+            torch.optim.AdamW([p for p in m.parameters() if p.ndim < 2 and p.requires_grad],
+                              lr=adamw_lr)]
+
+
+def worst(a, b):
+    return max(relative(p.detach().float(), q.detach().float())
+               for p, q in zip(a.parameters(), b.parameters()))
+
+
+# ---- a NaN in one tensor's gradient ----------------------------------------------------------
+
+def case_nan_gradient_in_one_tensor():
+    """A NaN (or inf) in one tensor's gradient, as a log(0) in one layer gives it, without a
+    GradScaler: torch.optim writes NaN into that tensor and steps the others. The library's
+    default (nonfinite = skip) skipped the step of that tensor's group only, each group being
+    one runtime: every Muon matrix kept its values while the AdamW tensors stepped, and the
+    script heard nothing but a line on stderr. Now step() raises shardopt.Error naming the
+    tensor, nothing written in its group; where an earlier group had stepped the message says
+    so. config={"nonfinite": "skip"} keeps the library's skip."""
+    m = mlp()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=1e-3)
+    assert [g["algo"] for g in opt.param_groups] == ["muon", "adamw"]
+    m(torch.randn(5, 8)).sum().backward()
+    m[0].weight.grad[0, 0] = float("nan")
+    before = [p.detach().clone() for p in m.parameters()]
+    refused(opt.step, shardopt.Error, "0.weight", "NaN/Inf gradients", "nothing was updated")
+    assert all(torch.equal(a, p) for a, p in zip(before, m.parameters()))
+    m[0].weight.grad[0, 0] = 0.0
+    m[2].bias.grad[1] = float("inf")  # in the AdamW group, stepped after the Muon group
+    refused(opt.step, shardopt.Error, "param group 1 (adamw)", "2.bias",
+            "param group(s) 0 (muon) had already stepped")
+    moved = [not torch.equal(a, p) for a, p in zip(before, m.parameters())]
+    assert moved == [True, False, True, False], moved
+    m[2].bias.grad[1] = 0.0
+    opt.step()  # finite again: the run goes on
+    opt.close()
+    # the library's skip, asked for: that group is left as it was, the other steps
+    m = mlp()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=1e-3, config={"nonfinite": "skip"})
+    m(torch.randn(5, 8)).sum().backward()
+    m[0].weight.grad[0, 0] = float("nan")
+    before = [p.detach().clone() for p in m.parameters()]
+    opt.step()
+    moved = [not torch.equal(a, p) for a, p in zip(before, m.parameters())]
+    assert moved == [False, True, False, True], moved
+    assert opt.stats()[0]["last_step_skipped"] == 1
+    opt.close()
+
+
+# ---- Lightning 1.x moving the optimizer state ------------------------------------------------
+
+def case_lightning_1x_state_move():
+    """PyTorch Lightning 1.x's optimizer_to_device: opt.state[p] = apply_to_collection(v,
+    Tensor, move_data_to_device, device), a new dict holding every key handed out, momentum
+    and momentum_buffer. Written back key by key, momentum_buffer went through its scale
+    1 / (1 - mu) after momentum was set: the momentum moved by an fp32 ulp, by a bf16 ulp
+    (0.0078 here) with bf16 momentum, at every move. Values equal to those handed out are not
+    written: the state is bit for bit as it was. A changed momentum_buffer still is."""
+    for dtype in ("fp32", "bf16"):
+        m = mlp()
+        opt = Muon(m.named_parameters(), lr=0.02, config={"momentum_dtype": dtype})
+        for k in range(2):
+            m(torch.randn(3, 8, generator=torch.Generator().manual_seed(k))).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        before = opt.state_dict()["state"]
+        for p, v in list(opt.state.items()):
+            opt.state[p] = {k: t.to("cpu") if isinstance(t, torch.Tensor) else t
+                            for k, t in v.items()}
+        after = opt.state_dict()["state"]
+        for i in before:
+            for k in before[i]:
+                assert torch.equal(before[i][k], after[i][k]), (dtype, i, k)
+        w = m[0].weight
+        opt.state[w] = {"momentum_buffer": torch.ones(16, 8)}  # a new value is written
+        assert torch.allclose(opt.state[w]["momentum_buffer"].float(), torch.ones(16, 8),
+                              rtol=1e-2), dtype
+        opt.close()
+
+
+# ---- Conv1d kernels ----------------------------------------------------------------------------
+
+def case_conv1d_kernels_one_matrix():
+    """A 1-D CNN (audio, Mamba's conv1d): its Conv1d kernels [out, in, k] are 3-D, which the
+    binding registered as a stack of out [in, k] matrices (an expert stack), each orthogonalized
+    on its own, where a Conv2d kernel is one [out, in kh kw] matrix as Muon scripts flatten
+    it (torch.optim.Muon refuses anything but 2-D). With model= the kernels of nn.Conv1d
+    modules are one [out, in k] matrix: within 1e-4 of torch.optim.Muon stepping the flattened
+    kernel (fp32 Newton-Schulz on both sides); the state has the kernel's shape. Without
+    model= a 3-D tensor stays a stack, with a warning that names it and says what to pass."""
+    def net():
+        torch.manual_seed(3)
+        return nn.Sequential(nn.Conv1d(4, 6, 3), nn.ReLU(), nn.Conv1d(6, 5, 3))
+
+    x = torch.randn(2, 4, 10)
+    m = net()
+    w0 = [m[0].weight.detach().clone(), m[2].weight.detach().clone()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning with model=
+        opt = Muon(m.named_parameters(), lr=0.02, config=FP32, model=m)
+    m(x).sum().backward()
+    grads = [m[0].weight.grad.clone(), m[2].weight.grad.clone()]
+    opt.step()
+    with Fp32TorchMuon():
+        for w, g, p in zip(w0, grads, (m[0].weight, m[2].weight)):
+            flat = nn.Parameter(w.reshape(len(w), -1).clone())
+            flat.grad = g.reshape(len(g), -1)
+            torch.optim.Muon([flat], lr=0.02).step()
+            d = relative((p.detach() - w).reshape(len(w), -1),
+                         flat.detach() - w.reshape(len(w), -1))
+            assert d < 1e-4, f"Conv1d kernel {list(w.shape)} against the flattened one: {d:.2e}"
+    assert [tuple(s["momentum"].shape) for s in opt.state_dict()["state"].values()
+            if "momentum" in s] == [(6, 4, 3), (5, 6, 3)]
+    opt.close()
+    m = net()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Muon(m.named_parameters(), lr=0.02).close()
+    said = [str(w.message) for w in caught if "stepped as 6 [4, 3] matrices" in str(w.message)]
+    assert len(said) == 1 and "0.weight" in said[0] and "model=" in said[0], \
+        [str(w.message) for w in caught]
+
+
+# ---- what a script passes that the binding cannot take ---------------------------------------
+
+def case_sparse_gradients_and_torch_groups_named():
+    """nn.Embedding(sparse=True) gives sparse gradients, which torch.optim.AdamW refuses too:
+    the step said "the torch tensor must be strided and contiguous", naming neither the layout
+    nor the way out. A torch.distributed process group passed as comm= (a script written for
+    torch.distributed) got mpi4py's "expecting an MPI instance", naming no argument."""
+    emb = nn.Embedding(10, 4, sparse=True)
+    opt = Muon(emb.named_parameters(), lr=0.02)
+    emb(torch.tensor([1, 2])).sum().backward()
+    refused(opt.step, ValueError, "weight.grad", "sparse", "sparse=False")
+    opt.close()
+    try:
+        import mpi4py  # noqa: F401 - comm= needs it
+    except ImportError:
+        return
+    refused(lambda: Muon(nn.Linear(4, 4).named_parameters(), comm=object()), TypeError,
+            "comm = builtins.object", "mpi4py communicator", "process group")
+
+
+# ---- scripts that agree with torch.optim ---------------------------------------------------
+
+def case_lora_adapters_against_torch_muon():
+    """peft-style LoRA: the base Linear frozen (requires_grad_(False) before the optimizer is
+    made), lora_A random and lora_B zeros (its first Muon input is a zero gradient for A):
+    4 steps within 1e-5 of torch.optim.Muon (fp32 Newton-Schulz on both sides), the frozen
+    base untouched."""
+    class LoRA(nn.Module):
+        def __init__(self, d=16, r=4):
+            super().__init__()
+            self.base = nn.Linear(d, d)
+            self.base.requires_grad_(False)
+            self.lora_A = nn.Parameter(torch.randn(r, d) / d ** 0.5)
+            self.lora_B = nn.Parameter(torch.zeros(d, r))
+
+        def forward(self, x):
+            return self.base(x) + x @ self.lora_A.T @ self.lora_B.T
+
+    torch.manual_seed(1)
+    a, b = LoRA(), LoRA()
+    b.load_state_dict(a.state_dict())
+    base = a.base.weight.detach().clone()
+    opt = Muon(a.named_parameters(), lr=0.02, config=FP32)
+    with Fp32TorchMuon():
+        ref = torch.optim.Muon([b.lora_A, b.lora_B], lr=0.02)
+        for k in range(4):
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(k))
+            for m, o in ((a, opt), (b, ref)):
+                m(x).pow(2).mean().backward()
+                o.step()
+                o.zero_grad()
+    d = worst(a, b)
+    assert d < 1e-5, f"LoRA against torch.optim.Muon: {d:.2e}"
+    assert torch.equal(a.base.weight, base)
+    opt.close()
+
+
+def case_megatron_flat_buffers():
+    """Megatron's layout by hand: every parameter a view into one flat parameter buffer, its
+    gradient (main_grad) a view into one flat gradient buffer assigned to .grad before each
+    step, the buffer refilled in place: 3 steps within 1e-5 of torch.optim.Muon + AdamW on
+    copies, and the parameters still views of their buffer (updated in place)."""
+    shapes = [(16, 8), (8, 16), (16,)]
+    n = sum(torch.Size(s).numel() for s in shapes)
+    torch.manual_seed(2)
+    pbuf, gbuf = torch.randn(n), torch.zeros(n)
+    ps, gs, off = [], [], 0
+    for s in shapes:
+        k = torch.Size(s).numel()
+        ps.append(nn.Parameter(pbuf[off:off + k].view(s)))
+        gs.append(gbuf[off:off + k].view(s))
+        off += k
+    refs = [nn.Parameter(p.detach().clone()) for p in ps]
+    opt = Muon([("l.w1", ps[0]), ("l.w2", ps[1]), ("l.b", ps[2])], lr=0.02, adamw_lr=1e-3,
+               config=FP32)
+    with Fp32TorchMuon():
+        ref = [torch.optim.Muon(refs[:2], lr=0.02), torch.optim.AdamW(refs[2:], lr=1e-3)]
+        for k in range(3):
+            gbuf.copy_(torch.randn(n, generator=torch.Generator().manual_seed(k)))
+            for p, g, r in zip(ps, gs, refs):
+                p.grad, r.grad = g, g.clone()
+            opt.step()
+            for o in ref:
+                o.step()
+    d = max(relative(p.detach(), r.detach()) for p, r in zip(ps, refs))
+    assert d < 1e-5, f"flat buffers against torch.optim: {d:.2e}"
+    assert ps[0].data_ptr() == pbuf.data_ptr() and torch.equal(pbuf[:128], ps[0].reshape(-1))
+    opt.close()
+
+
+def case_freeze_mid_training_gradients_kept():
+    """A layer frozen mid-run with requires_grad_(False) while the script zeroes gradients
+    with zero_grad(set_to_none=False): the frozen layer keeps a zero .grad, which torch.optim
+    steps (momentum and weight decay go on); so does this class: 4 steps within 1e-5 of
+    torch.optim.Muon + AdamW."""
+    a, b = mlp(4), mlp(4)
+    opt = Muon(a.named_parameters(), lr=0.02, adamw_lr=1e-3, config=FP32)
+    with Fp32TorchMuon():
+        ref = torch_pair(b)
+        for k in range(4):
+            if k == 2:
+                a[0].requires_grad_(False)
+                b[0].requires_grad_(False)
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(k))
+            for m, os_ in ((a, [opt]), (b, ref)):
+                m(x).sum().backward()
+                for o in os_:
+                    o.step()
+                    o.zero_grad(set_to_none=False)
+    d = worst(a, b)
+    assert d < 1e-5, f"frozen mid-run against torch.optim: {d:.2e}"
+    opt.close()
+
+
+def case_dataloader_workers_fork():
+    """A DataLoader with num_workers=2 forks its workers after the optimizer was made (MPI
+    initialised through the library on MPI_COMM_SELF): two epochs run, the loss goes down, no
+    worker hangs or dies."""
+    from torch.utils.data import DataLoader, TensorDataset
+    m = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 1))
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=1e-3)
+    g = torch.Generator().manual_seed(5)
+    ds = TensorDataset(torch.randn(128, 8, generator=g), torch.randn(128, 1, generator=g))
+    losses = []
+    for epoch in range(2):
+        total = 0.0
+        for x, y in DataLoader(ds, batch_size=32, num_workers=2, generator=g, shuffle=True):
+            loss = nn.functional.mse_loss(m(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            total += loss.item()
+        losses.append(total)
+    assert losses[1] < losses[0], losses
+    opt.close()
+
+
+if __name__ == "__main__":
+    cases.run("test_torch_real", globals())

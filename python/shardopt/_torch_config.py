@@ -29,6 +29,10 @@ def _check_hp(hp):
         v = hp.get(k)
         if isinstance(v, torch.Tensor) and v.numel() == 1:  # a tensor lr, as torch.optim takes
             v = v.item()
+        elif type(v).__module__ == "numpy" and getattr(v, "shape", None) == ():
+            # a numpy scalar (np.float32 from a config or a sweep's array), which torch.optim
+            # takes: it is no Python float, and was refused as not a number
+            v = v.item()
         if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                   and math.isfinite(v) and v >= 0):
             raise ValueError(f"{k} = {v!r}: a finite number >= 0 (or a 1-element tensor)")

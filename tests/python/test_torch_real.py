@@ -311,5 +311,62 @@ def case_dataloader_workers_fork():
     opt.close()
 
 
+def case_numpy_scalar_hyperparameters():
+    """Hyperparameters read from a numpy array (a sweep's np.geomspace(..., dtype=np.float32),
+    an np.load'ed config): torch.optim takes np.float32 lr and weight_decay; they were refused
+    as "a finite number >= 0". Taken now, with the bits of the same values as Python floats."""
+    import numpy as np
+    runs = []
+    for conv in (float, np.float32):
+        m = mlp(6)
+        opt = Muon(m.named_parameters(), lr=conv(0.015625), weight_decay=conv(0.125),
+                   adamw_lr=conv(0.0009765625))
+        for k in range(3):
+            m(torch.full((2, 8), float(k))).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        runs.append([p.detach().clone() for p in m.parameters()])
+        opt.close()
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    refused(lambda: Muon(mlp().named_parameters(), lr=np.float32(-1)), ValueError, "lr = -1.0")
+
+
+def case_zero_redundancy_optimizer():
+    """torch.distributed.optim.ZeroRedundancyOptimizer(optimizer_class=Muon) on one gloo rank,
+    as a DDP script that shards AdamW's state with it would swap the class: with the Muon and
+    AdamW tensors in groups of their own ("algo"), it steps, and LinearLR's lrs reach the inner
+    optimizer's groups (ZeRO copies its groups' keys into them by position at each step). A
+    group holding both kinds is split by this class, which ZeRO's check refuses (documented)."""
+    import os
+    import tempfile
+    import torch.distributed as dist
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    tmp = tempfile.mkdtemp(prefix="shardopt_zero_")
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=0,
+                            world_size=1)
+    try:
+        m = mlp(7)
+        groups = [{"params": [p for p in m.parameters() if p.ndim == 2], "algo": "muon"},
+                  {"params": [p for p in m.parameters() if p.ndim < 2], "algo": "adamw"}]
+        z = ZeroRedundancyOptimizer(groups, optimizer_class=Muon, lr=0.02)
+        sched = torch.optim.lr_scheduler.LinearLR(z, 0.5, 1.0, total_iters=4)
+        before = [p.detach().clone() for p in m.parameters()]
+        for k in range(2):
+            m(torch.randn(2, 8)).sum().backward()
+            z.step()
+            sched.step()
+            z.zero_grad()
+        assert all(not torch.equal(a, p) for a, p in zip(before, m.parameters()))
+        lrs = [g["lr"] for g in z.optim.param_groups]  # LinearLR's second factor, 0.625
+        assert len(lrs) == 2 and all(abs(lr - 0.0125) < 1e-12 for lr in lrs), lrs
+        z.optim.close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            refused(lambda: ZeroRedundancyOptimizer(mlp().parameters(), optimizer_class=Muon),
+                    AssertionError, "number of source and destination parameter groups")
+    finally:
+        dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_real", globals())

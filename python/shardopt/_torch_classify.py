@@ -88,3 +88,17 @@ def _warn_stack(sp):
                   "matrix where model= shows its module: pass model=model, or expert= naming the "
                   "stacks", stacklevel=5)
     return True
+
+
+def _flat_3d(algo, flatten, moonlight, named, expert, convs):
+    """The ids of a group's 3-D tensors to register as one [out, in * k] matrix rather than a
+    stack: a Muon group's Conv1d kernels that model= shows (convs, _conv_kernels); with dion's
+    flatten=True, or under Moonlight's spelling (which flattens every tensor of more than 2
+    dims), every 3-D one that expert= does not name; none with dion's flatten=False (a batch
+    of matrices, as dion takes them). named: the group's (name, tensor) pairs."""
+    if algo != "muon" or flatten is False:
+        return set()
+    if flatten is True or moonlight:
+        return {id(p) for n, p in named
+                if p.ndim == 3 and not (expert is not None and expert(n))}
+    return convs

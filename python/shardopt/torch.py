@@ -17,8 +17,8 @@ import warnings
 import torch
 
 import shardopt as _so
-from shardopt._torch_classify import (_algo, _classify_by_model, _conv_kernels, _memory,
-                                      _warn_stack)
+from shardopt._torch_classify import (_algo, _classify_by_model, _conv_kernels, _flat_3d,
+                                      _memory, _warn_stack)
 from shardopt import _torch_ports as _ports
 from shardopt._torch_config import _check_hp, _dion_defaults, _muon_config
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _pair_groups, _partial,
@@ -129,6 +129,8 @@ class Muon(torch.optim.Optimizer):
         # defaults for what the call leaves unset (shardopt._torch_ports)
         params, given, base, self._flatten = _ports.port(params, given, ported, comm)
         self._given = given  # the keywords given, which add_param_group's groups see too
+        # Moonlight's Muon flattens every tensor of more than 2 dims to [out, rest]
+        self._moon = any(k in ported for k in _ports._MOONLIGHT_KEYWORDS)
         if params is _UNSET:
             raise TypeError("shardopt.torch.Muon: no parameters: give params (or Moonlight's "
                             "muon_params / adamw_params)")
@@ -369,14 +371,15 @@ class Muon(torch.optim.Optimizer):
                                      "(this process alone): pass comm=MPI.COMM_WORLD (the ranks "
                                      "of the mesh, in its order)")
         ep = self._config.get("ep")
+        flatten = g.get("flatten", self._flatten)  # dion's (_torch_ports); None: not given
+        mats = _flat_3d(g["algo"], flatten, self._moon, named, self._expert, self._convs)
         sparams = _so.torch_params(named, expert=self._expert,
-                                   ep=int(ep) if ep is not None else None, matrices=self._convs)
+                                   ep=int(ep) if ep is not None else None, matrices=mats)
         for sp in sparams:
             sp.algo = g["algo"]
-            if g["algo"] == "muon" and g.get("flatten", self._flatten) is None and \
+            if g["algo"] == "muon" and flatten is None and not self._moon and \
                     not self._warned_3d:
                 self._warned_3d = _warn_stack(sp)
-        flatten = g.get("flatten", self._flatten)
         if flatten is not None and g["algo"] == "muon":  # dion's spelling (_torch_ports)
             _ports.check_flatten(flatten, [(sp.name, sp.source, len(sp.shape) == 3)
                                            for sp in sparams], len(self.param_groups) - 1)

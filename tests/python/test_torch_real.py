@@ -368,5 +368,44 @@ def case_zero_redundancy_optimizer():
         dist.destroy_process_group()
 
 
+def case_ported_conv1d_kernels():
+    """Moonlight's Muon flattens every tensor of more than 2 dims to [out, rest]
+    (g.view(g.size(0), -1)), and so does dion's with flatten=True. Ported, a Conv1d kernel
+    [out, in, k] was a stack of [in, k] matrices: under Moonlight's spelling silently, under
+    dion's flatten=True refused with a message pointing to expert=. Now one matrix in both: the
+    bits of the same kernel given as an [out, in k] parameter. dion's flatten=False (its
+    default) keeps the batch of matrices, as dion steps it."""
+    w = torch.randn(6, 4, 3, generator=torch.Generator().manual_seed(8))
+    grads = [torch.randn(6, 4, 3, generator=torch.Generator().manual_seed(9 + k))
+             for k in range(2)]
+    spellings = (lambda p: Muon(muon_params=[("conv.weight", p)], lr=0.02, wd=0.1),
+                 lambda p: Muon([dict(params=[("conv.weight", p)], algorithm="muon")],
+                                lr=0.02, flatten=True))
+    for make in spellings:
+        runs = []
+        for shape in ((6, 4, 3), (6, 12)):
+            p = nn.Parameter(w.reshape(shape).clone())
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # no stack warning under these spellings
+                opt = make(p)
+            for g in grads:
+                p.grad = g.reshape(shape).clone()
+                opt.step()
+            runs.append(p.detach().reshape(6, 12).clone())
+            opt.close()
+        assert torch.equal(*runs), relative(*runs)
+    p = nn.Parameter(w.clone())
+    opt = Muon([dict(params=[("conv.weight", p)], algorithm="muon")], lr=0.02)
+    p.grad = grads[0].clone()
+    opt.step()
+    q = nn.Parameter(w[0].clone())  # flatten=False: slice 0 is a matrix of its own
+    ref = Muon([dict(params=[("s", q)], algorithm="muon")], lr=0.02)
+    q.grad = grads[0][0].clone()
+    ref.step()
+    assert torch.equal(p.detach()[0], q.detach())
+    opt.close()
+    ref.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_real", globals())

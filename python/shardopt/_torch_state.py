@@ -53,6 +53,16 @@ class _State(MutableMapping):
             return self._extra.setdefault(p, {})
         return _ParamState(*found)
 
+    def get(self, p, default=None):
+        """As torch.optim's defaultdict.get: default where p has no state (a parameter not
+        stepped yet, or a key never set), and nothing inserted. Mapping.get went through
+        __getitem__, which gave an empty state (and made an entry for a key it did not hold,
+        so len(opt.state) was 1 before any step): `opt.state.get(p) is None` never held."""
+        found = self._find(p) if isinstance(p, torch.Tensor) else None
+        if found is None:
+            return self._extra.get(p, default)
+        return _ParamState(*found) if found[1].get_step(found[2]) > 0 else default
+
     def __setitem__(self, p, value):
         found = self._find(p) if isinstance(p, torch.Tensor) else None
         if found is None:

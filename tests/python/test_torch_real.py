@@ -407,5 +407,30 @@ def case_ported_conv1d_kernels():
     ref.close()
 
 
+def case_state_get_as_torch_defaultdict():
+    """A logger or a resume check written against torch.optim's state, a defaultdict:
+    opt.state.get(p) is None until p has stepped (and for a tensor the optimizer does not
+    hold), and get() inserts nothing, so len(opt.state) == 0 says "no step taken yet". get()
+    went through __getitem__: an empty state instead of None, and an entry made for a foreign
+    key (len(opt.state) was 1 before any step). As torch.optim.AdamW, with a parameter whose
+    gradient is None at the first step."""
+    got = []
+    for make in (lambda m: torch.optim.AdamW(m.parameters()),
+                 lambda m: Muon(m.named_parameters())):
+        m = mlp(9)
+        opt = make(m)
+        other = torch.zeros(3)
+        row = [opt.state.get(m[0].weight), opt.state.get(other), len(opt.state),
+               opt.state.get(other, "default")]
+        m(torch.ones(1, 8)).sum().backward()
+        m[2].weight.grad = None
+        opt.step()
+        st = opt.state.get(m[0].weight)
+        row += [opt.state.get(m[2].weight), len(opt.state), st is not None and "step" in st,
+                len(list(opt.state))]
+        got.append(row)
+    assert got[0] == got[1], got
+
+
 if __name__ == "__main__":
     cases.run("test_torch_real", globals())

@@ -56,11 +56,14 @@ def _memory(p):
 
 def _algo(name, p, by_model, patterns):
     """A parameter's algorithm where its group fixes none: by_model's (_classify_by_model),
-    else AdamW for fewer than 2 dims and for a name matching patterns (None: _ADAMW_NAMES),
-    else Muon."""
+    else AdamW for fewer than 2 dims (or at most one dim over 1: a [1, 1, d] token) and for
+    a name matching patterns (None: _ADAMW_NAMES), else Muon."""
     if id(p) in by_model:
         return by_model[id(p)]
-    if p.ndim < 2:
+    if p.ndim < 2 or (p.ndim > 2 and sum(d > 1 for d in p.shape) <= 1):
+        # a vector in more dims: ViTs' [1, 1, d] cls_token / mask_token / dist_token, which
+        # torch.optim.Muon refuses (3-D) and its scripts give AdamW; as a stack it was one
+        # [1, d] matrix whose Muon update is its direction alone
         return "adamw"
     return "adamw" if _matches(_unwrapped(name), patterns if patterns is not None
                                else _ADAMW_NAMES) else "muon"
@@ -80,8 +83,8 @@ def _warn_stack(sp):
     """Warns where a Muon parameter (a shardopt.Param) is a 3-D tensor that model= does not
     show as a Conv1d kernel and expert= does not name: it is stepped as a stack of matrices,
     which a Conv1d kernel should not be. True where it warned (once per optimizer)."""
-    if len(sp.shape) != 3 or sp.placement == "expert":
-        return False
+    if len(sp.shape) != 3 or sp.placement == "expert" or sp.shape[0] == 1:
+        return False  # [1, out, in]: one matrix, no stack
     e, a, b = sp.shape
     warnings.warn(f"shardopt.torch.Muon: {sp.name} {list(sp.shape)} is stepped as {e} [{a}, {b}] "
                   "matrices (an expert stack); a Conv1d kernel [out, in, k] is one [out, in*k] "

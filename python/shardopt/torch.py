@@ -353,10 +353,13 @@ class Muon(torch.optim.Optimizer):
             cfg.update(adamw_beta1=b1, adamw_beta2=b2, adamw_eps=g["eps"],
                        adamw_weight_decay=g["weight_decay"])
             g["momentum"] = b1  # not the defaults' (Muon's): beta1, which OneCycleLR cycles
-        named = [(n, p) for n, p in zip(names, g["params"]) if p.requires_grad]
+        # an empty tensor (a [1, 0, d] register token when there are none) has nothing to
+        # step, and the library refuses a dim of 0: kept with the frozen ones, unregistered
+        named = [(n, p) for n, p in zip(names, g["params"]) if p.requires_grad and p.numel()]
         # frozen now, unfrozen later (requires_grad_(True)): never registered, so a gradient
         # on one is refused at step() rather than left unapplied
-        frozen = [(n, p) for n, p in zip(names, g["params"]) if not p.requires_grad]
+        frozen = [(n, p) for n, p in zip(names, g["params"])
+                  if not p.requires_grad or not p.numel()]
         for n, p in named:
             if p.is_meta:
                 raise ValueError(f"{n}: is on the meta device (deferred initialisation): the "
@@ -424,7 +427,7 @@ class Muon(torch.optim.Optimizer):
         decides, as the check always did)."""
         for gi, g in enumerate(self.param_groups):
             self._check_params(gi, g)  # the lists compared at each step are the registered ones
-        frozen = tuple(p for fr in self._frozen for _, p in fr)
+        frozen = tuple(p for fr in self._frozen for _, p in fr if p.numel())
         fixed = [(operator.itemgetter(*f) if f else _nothing, tuple(f.values()), f)
                  for _, _, f in self._runtimes]
         self._plan = (frozen, fixed, [rt for rt, _, _ in self._runtimes],
@@ -523,7 +526,7 @@ class Muon(torch.optim.Optimizer):
         a learning rate it refuses, so that it fails on every rank (the others naming this one,
         and raising there before any later group, as a failed step does), nothing written
         anywhere; then this rank raises naming the parameters."""
-        thawed = [n for fr in self._frozen for n, p in fr if p.grad is not None]
+        thawed = [n for fr in self._frozen for n, p in fr if p.grad is not None and p.numel()]
         if not thawed:
             return
         try:

@@ -432,5 +432,56 @@ def case_state_get_as_torch_defaultdict():
     assert got[0] == got[1], got
 
 
+def case_vit_tokens_against_torch():
+    """A timm-style ViT: a patch-embedding Conv2d, [1, 1, d] cls_token, [1, n, d] pos_embed,
+    a [1, 0, d] reg_token (no register tokens configured), blocks, a head. The torch script
+    gives torch.optim.Muon the blocks' 2-D weights and AdamW the rest (torch.optim.Muon refuses
+    3-D). Ported with model.named_parameters(): the construction raised on the empty reg_token
+    (the library refuses a dim of 0, where torch.optim steps nothing), and the cls_token went to
+    Muon as a [1, d] matrix (its update its direction alone), with a warning calling it a stack.
+    Now the empty tensor is kept unregistered, a tensor with at most one dim over 1 goes to
+    AdamW, and 3 steps are within 1e-5 of the torch pair (fp32 Newton-Schulz)."""
+    class ViT(nn.Module):
+        def __init__(self, d=16, reg=0):
+            super().__init__()
+            self.patch_embed = nn.Conv2d(3, d, 4, stride=4)
+            self.cls_token = nn.Parameter(torch.randn(1, 1, d) * 0.02)
+            self.reg_token = nn.Parameter(torch.zeros(1, reg, d))
+            self.pos_embed = nn.Parameter(torch.randn(1, 5, d) * 0.02)
+            self.blocks = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 2 * d), nn.GELU(),
+                                        nn.Linear(2 * d, d))
+            self.head = nn.Linear(d, 3)
+
+        def forward(self, x):
+            t = self.patch_embed(x).flatten(2).transpose(1, 2)
+            b = t.shape[0]
+            t = torch.cat([self.cls_token.expand(b, -1, -1), t], 1) + self.pos_embed
+            t = torch.cat([t[:, :1], self.reg_token.expand(b, -1, -1), t[:, 1:]], 1)
+            return self.head(t + self.blocks(t))[:, 0]
+
+    torch.manual_seed(10)
+    a, b = ViT(), ViT()
+    b.load_state_dict(a.state_dict())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt = Muon(a.named_parameters(), lr=0.02, adamw_lr=1e-3, model=a, config=FP32)
+    muon = [n for n, p in a.named_parameters() if opt.algo(p) == "muon"]
+    assert muon == ["blocks.1.weight", "blocks.3.weight"], muon
+    with Fp32TorchMuon():
+        ref = [torch.optim.Muon([b.blocks[1].weight, b.blocks[3].weight], lr=0.02),
+               torch.optim.AdamW([p for n, p in b.named_parameters()
+                                  if n not in ("blocks.1.weight", "blocks.3.weight")], lr=1e-3)]
+        for k in range(3):
+            x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(k))
+            for m, os_ in ((a, [opt]), (b, ref)):
+                m(x).pow(2).mean().backward()
+                for o in os_:
+                    o.step()
+                    o.zero_grad()
+    d = worst(a, b)
+    assert d < 1e-5, f"ViT against torch.optim: {d:.2e}"
+    opt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_real", globals())

@@ -38,6 +38,26 @@ def _check_hp(hp):
             raise ValueError(f"{k} = {v!r}: a finite number >= 0 (or a 1-element tensor)")
 
 
+def _check_eps(gi, g):
+    """A group's eps (and a Muon group's ns_steps) in the ranges the library takes, named as the
+    script gave them: torch.optim takes eps = 0 and ns_steps = 0, and the library's refusal
+    named its own config keys (ns_eps, adamw_eps), not the keyword."""
+    try:
+        eps = float(g["eps"])
+    except (TypeError, ValueError):
+        eps = None
+    if eps is None or not 0 < eps <= 1:
+        what = ("torch.optim.Muon's eps, added to the norm: X / (|X| + eps), so 0 would divide a "
+                "zero gradient by 0" if g["algo"] == "muon" else "AdamW's eps")
+        raise ValueError(f"param group {gi} ({g['algo']}): eps = {g['eps']!r}: accepted (0, 1] "
+                         f"({what})")
+    n = g.get("ns_steps", 1)
+    whole = (isinstance(n, int) and not isinstance(n, bool)) or type(n).__module__ == "numpy"
+    if g["algo"] == "muon" and not (whole and 1 <= int(n) <= 16):
+        raise ValueError(f"param group {gi} (muon): ns_steps = {g['ns_steps']!r}: accepted 1 to "
+                         "16 Newton-Schulz iterations")
+
+
 def _muon_config(g):
     """The runtime config of a Muon group: torch.optim.Muon's hyperparameters as the library's
     keys (docs/python.md, switching from torch.optim.Muon)."""

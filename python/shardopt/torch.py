@@ -20,7 +20,7 @@ import shardopt as _so
 from shardopt._torch_classify import (_algo, _classify_by_model, _conv_kernels, _flat_3d,
                                       _memory, _warn_stack)
 from shardopt import _torch_ports as _ports
-from shardopt._torch_config import _check_hp, _dion_defaults, _muon_config
+from shardopt._torch_config import _check_eps, _check_hp, _dion_defaults, _muon_config
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _pair_groups, _partial,
                                     _warn_split)
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
@@ -346,6 +346,7 @@ class Muon(torch.optim.Optimizer):
         g["params"] = list(g["params"])
         _check_hp({k: g[k] for k in ("lr", "weight_decay")})
         cfg = dict(self._config)
+        _check_eps(len(self.param_groups) - 1, g)
         if g["algo"] == "muon":
             cfg.update(_muon_config(g))
         else:

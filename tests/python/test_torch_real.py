@@ -483,5 +483,18 @@ def case_vit_tokens_against_torch():
     opt.close()
 
 
+def case_zero_eps_and_ns_steps_named():
+    """eps=0 (torch.optim.Muon and AdamW take it) and ns_steps=0 are outside what the library
+    takes; the refusal named the library's config keys (config ns_eps (config_set) = '0.0'),
+    not the keyword the script gave. Now a ValueError naming the group, the key and the
+    value, before any runtime is made."""
+    for kw, words in (({"eps": 0.0}, ("param group 0 (muon)", "eps = 0.0", "(0, 1]")),
+                      ({"ns_steps": 0}, ("param group 0 (muon)", "ns_steps = 0", "1 to 16")),
+                      ({"adamw_eps": 0.0}, ("param group 1 (adamw)", "eps = 0.0", "(0, 1]"))):
+        refused(lambda: Muon(mlp().named_parameters(), **kw), ValueError, *words)
+    refused(lambda: Muon([{"params": [nn.Parameter(torch.randn(4, 4))], "algo": "muon",
+                           "eps": -1e-8}]), ValueError, "eps = -1e-08")
+
+
 if __name__ == "__main__":
     cases.run("test_torch_real", globals())

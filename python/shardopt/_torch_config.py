@@ -58,6 +58,30 @@ def _check_eps(gi, g):
                          "16 Newton-Schulz iterations")
 
 
+def _check_mesh_size(named, comm):
+    """A DTensor's mesh over more ranks than comm holds: comm None (this process alone), or
+    an MPI.COMM_WORLD of one rank, which each process of a torchrun launch is (torchrun starts
+    no MPI job), where the library's refusal said only that a shard 'covers less than its
+    extent'. named: (name, tensor) pairs."""
+    meshes = [(n, p.device_mesh) for n, p in named if getattr(p, "device_mesh", None) is not None]
+    get = getattr(comm, "Get_size", None)
+    if not meshes or (comm is not None and not callable(get)):
+        return  # no DTensor; or no communicator, which the binding names (_comm_handle)
+    size = 1 if comm is None else get()
+    for n, mesh in meshes:
+        if mesh.size() <= size:
+            continue
+        if comm is None:
+            raise ValueError(f"{n}: a DTensor over {mesh.size()} ranks, but comm is None (this "
+                             "process alone): pass comm=MPI.COMM_WORLD (the ranks of the mesh, "
+                             "in its order)")
+        raise ValueError(f"{n}: a DTensor over {mesh.size()} ranks, but comm has {size} "
+                         f"rank(s): comm must hold the ranks of the mesh, in its order. "
+                         "MPI.COMM_WORLD holds one rank in each process torchrun starts (it "
+                         "starts no MPI job): launch with mpiexec -n "
+                         f"{mesh.size()} (torch.distributed can still rendezvous as before)")
+
+
 def _muon_config(g):
     """The runtime config of a Muon group: torch.optim.Muon's hyperparameters as the library's
     keys (docs/python.md, switching from torch.optim.Muon)."""

@@ -20,7 +20,8 @@ import shardopt as _so
 from shardopt._torch_classify import (_algo, _classify_by_model, _conv_kernels, _flat_3d,
                                       _memory, _warn_stack)
 from shardopt import _torch_ports as _ports
-from shardopt._torch_config import _check_eps, _check_hp, _dion_defaults, _muon_config
+from shardopt._torch_config import (_check_eps, _check_hp, _check_mesh_size, _dion_defaults,
+                                    _muon_config)
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _pair_groups, _partial,
                                     _warn_split)
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
@@ -367,13 +368,7 @@ class Muon(torch.optim.Optimizer):
                                  "library updates the parameters' memory in place, so make the "
                                  "optimizer after model.to_empty(device=...) and the weights' "
                                  "initialisation")
-        if self._comm is None:
-            for n, p in named:
-                mesh = getattr(p, "device_mesh", None)
-                if mesh is not None and mesh.size() > 1:
-                    raise ValueError(f"{n}: a DTensor over {mesh.size()} ranks, but comm is None "
-                                     "(this process alone): pass comm=MPI.COMM_WORLD (the ranks "
-                                     "of the mesh, in its order)")
+        _check_mesh_size(named, self._comm)
         ep = self._config.get("ep")
         flatten = g.get("flatten", self._flatten)  # dion's (_torch_ports); None: not given
         mats = _flat_3d(g["algo"], flatten, self._moon, named, self._expert, self._convs)

@@ -4,8 +4,8 @@ only later fails the step on both ranks (a ValueError naming it on rank 0, shard
 naming rank 0 on rank 1), nothing written on either, and the next step goes on; a momentum
 warmup (g["momentum"] each step) gives the same bits on both ranks as on one process; dion's
 distributed_mesh taken where it is comm's ranks, refused otherwise; a NaN gradient on one rank
-refused on both; DDP with no_sync gradient accumulation and OneCycleLR as on one process. Run
-under mpiexec with 2 ranks; exit 77 on every rank without torch."""
+refused on both; DDP with no_sync gradient accumulation and OneCycleLR as on one process; a
+mesh larger than comm (torchrun's one-rank MPI.COMM_WORLD) named. Run under mpiexec with 2 ranks; exit 77 on every rank without torch."""
 import sys
 import warnings
 
@@ -122,6 +122,7 @@ def dion_mesh_is_comm():
             check(False, f"a distributed_mesh other than comm's ranks was taken: {msh}")
         except ValueError as e:
             check("distributed_mesh" in str(e) and "comm" in str(e), f"message: {e}")
+    comm.Barrier()  # rank 0 holds the store: no rank may still be making a group
     dist.destroy_process_group()
 
 
@@ -203,6 +204,27 @@ def ddp_accumulation_as_one_process():
         opt.close()
     d = max(((a - b).norm() / b.norm()).item() for a, b in zip(*runs))
     check(d < 1e-6, f"DDP against one process: {d:.2e}")
+    comm.Barrier()  # rank 0 holds the store: no rank may still be making a group
+    dist.destroy_process_group()
+
+
+def mesh_larger_than_comm():
+    """FSDP2 parameters (DTensors over a 2-rank gloo mesh) with comm of one rank, as
+    MPI.COMM_WORLD is in each process torchrun starts: refused on both ranks naming the
+    parameter, the two sizes and the way out (mpiexec), where the library's registration said
+    only that a shard 'covers less than its extent 16'."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    dist = gloo_group()
+    m = net()
+    fully_shard(m, mesh=init_device_mesh("cpu", (2,)))
+    try:
+        Muon(m.named_parameters(), comm=MPI.COMM_SELF)
+        check(False, "a 2-rank mesh over a 1-rank comm was taken")
+    except ValueError as e:
+        check("0.weight" in str(e) and "over 2 ranks" in str(e) and "comm has 1 rank" in str(e)
+              and "mpiexec -n 2" in str(e), f"message: {e}")
+    comm.Barrier()  # rank 0 holds the store: no rank may still be making a group
     dist.destroy_process_group()
 
 
@@ -211,6 +233,7 @@ warmup_same_bits()
 dion_mesh_is_comm()
 nan_on_one_rank()
 ddp_accumulation_as_one_process()
+mesh_larger_than_comm()
 comm.Barrier()
 if comm.rank == 0:
     print("torch_dropin_np2: ok", flush=True)

@@ -5,7 +5,8 @@ naming rank 0 on rank 1), nothing written on either, and the next step goes on; 
 warmup (g["momentum"] each step) gives the same bits on both ranks as on one process; dion's
 distributed_mesh taken where it is comm's ranks, refused otherwise; a NaN gradient on one rank
 refused on both; DDP with no_sync gradient accumulation and OneCycleLR as on one process; a
-mesh larger than comm (torchrun's one-rank MPI.COMM_WORLD) named. Run under mpiexec with 2 ranks; exit 77 on every rank without torch."""
+mesh larger than comm (torchrun's one-rank MPI.COMM_WORLD) named. Run under mpiexec with 2
+ranks; exit 77 on every rank without torch."""
 import sys
 import warnings
 
@@ -187,7 +188,8 @@ def ddp_accumulation_as_one_process():
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[0.02, 3e-3], total_steps=8)
         for k in range(4):
             g = torch.Generator().manual_seed(k)
-            x, y = torch.randint(0, 16, (8, 4), generator=g), torch.randint(0, 16, (8,), generator=g)
+            x = torch.randint(0, 16, (8, 4), generator=g)
+            y = torch.randint(0, 16, (8,), generator=g)
             parts = [(x.chunk(2)[comm.rank], y.chunk(2)[comm.rank])] if c is not None else \
                 [(x.chunk(2)[r], y.chunk(2)[r]) for r in range(2)]
             for micro in range(2):

@@ -151,10 +151,12 @@ class Tree:
                          read(os.path.join(self.build, 'CMakeCache.txt')), re.M)
         home = os.path.realpath(home.group(1)) if home else os.path.realpath(self.root)
         for arg in cmd:
-            p = os.path.realpath(arg)
-            if p.startswith(rb + os.sep):
+            # a relative argument is no path of the build: ctest runs the checker from the
+            # build directory, where realpath('test_x.py') would look like a build output
+            p = os.path.realpath(arg) if os.path.isabs(arg) else ''
+            if p and p.startswith(rb + os.sep):
                 add_exe(os.path.basename(p))
-            elif p.startswith(home + os.sep) and os.path.relpath(p, home) in self.fileset:
+            elif p and p.startswith(home + os.sep) and os.path.relpath(p, home) in self.fileset:
                 rel = os.path.relpath(p, home)
                 srcs.add(rel)
                 for ref in re.findall(r'[A-Za-z0-9_]+\.py', read(os.path.join(self.root, rel))):

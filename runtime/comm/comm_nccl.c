@@ -172,6 +172,18 @@ void nccl_group_destroy(struct nccl_group *g)
 
 static int peer_at(const int *peers, int j) { return peers != NULL ? peers[j] : j; }
 
+/* The groups' stream waits for the compute stream's work so far: an NCCL call posted next reads
+ * what the step's kernels wrote. */
+static shardopt_status_t after_compute(struct nccl_group *g)
+{
+    cudaError_t e;
+    if ((e = cudaEventRecord(g->ready, g->compute)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(g->stream, g->ready, 0)) != cudaSuccess)
+        return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: ordering after compute: %s", g->name,
+                        cudaGetErrorString(e));
+    return SHARDOPT_OK;
+}
+
 /* Post one exchange over lists of peers in member order (NULL: every member, j = member j):
  * receive rc[j] at rbuf + rd[j] from peer j, send sc[j] from sbuf + sd[j] to peer j, or, with
  * one_block, the same block sc[0] at sd[0] to every listed peer (an all-gather). Per member the
@@ -186,10 +198,8 @@ static shardopt_status_t group_post(struct nccl_group *g, int slot, const void *
 
     if (g->aborted)
         return group_gone(g);
-    if ((e = cudaEventRecord(g->ready, g->compute)) != cudaSuccess ||
-        (e = cudaStreamWaitEvent(g->stream, g->ready, 0)) != cudaSuccess)
-        return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: ordering after compute: %s", g->name,
-                        cudaGetErrorString(e));
+    if (after_compute(g) != SHARDOPT_OK)
+        return SHARDOPT_ERR_DEVICE;
     /* bytes, not elements: one datatype for bf16 and fp32 blocks */
     r = ncclGroupStart();
     for (int js = 0, jr = 0; r == ncclSuccess && (js < ns || jr < nr);) {
@@ -246,10 +256,8 @@ shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, siz
         return group_gone(g);
     /* on the groups' one stream, behind the exchanges posted before it (nccl_group_create: one
      * order of NCCL kernels on every rank) */
-    if ((e = cudaEventRecord(g->ready, g->compute)) != cudaSuccess ||
-        (e = cudaStreamWaitEvent(g->stream, g->ready, 0)) != cudaSuccess)
-        return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: ordering after compute: %s", g->name,
-                        cudaGetErrorString(e));
+    if (after_compute(g) != SHARDOPT_OK)
+        return SHARDOPT_ERR_DEVICE;
     const ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, g->comm, g->stream);
     if (r != ncclSuccess && r != ncclInProgress)
         return group_fail(g, "posting an all-reduce", r);

@@ -42,13 +42,15 @@ static void fault_alloc_arm(long n)
 /* Every site a fault_hit call names (fault_sites.sh checks the sources against this list), and
  * alloc (mem.c). */
 static const char *const fault_sites[] = {
-    "alloc",        "ckpt.write",     "ckpt.fsync", "ckpt.index",   "ckpt.rename",   "ckpt.lock",
-    "ckpt.latest",  "ckpt.prune",     "ckpt.read",  "step.prepass", "step.exchange", "step.ns",
-    "step.ns.copy", "step.ns.gather", "copy",       "init.split",   "init.dup",      "nccl.id"};
+    "alloc",       "ckpt.write",   "ckpt.fsync",       "ckpt.index",
+    "ckpt.rename", "ckpt.lock",    "ckpt.latest",      "ckpt.prune",
+    "ckpt.read",   "step.prepass", "step.prepass.rep", "step.exchange",
+    "step.ns",     "step.ns.copy", "step.ns.gather",   "copy",
+    "init.split",  "init.dup",     "nccl.id"};
 #define FAULT_SITES_TEXT                                                                           \
     "alloc, ckpt.write, ckpt.fsync, ckpt.index, ckpt.rename, ckpt.lock, ckpt.latest, ckpt.prune, " \
-    "ckpt.read, step.prepass, step.exchange, step.ns, step.ns.copy, step.ns.gather, copy, "        \
-    "init.split, init.dup, nccl.id"
+    "ckpt.read, step.prepass, step.prepass.rep, step.exchange, step.ns, step.ns.copy, "            \
+    "step.ns.gather, copy, init.split, init.dup, nccl.id"
 
 static int fault_site_known(const char *site)
 {

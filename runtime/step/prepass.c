@@ -123,9 +123,16 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
     for (int i = 0; i < rt->nparams; i++)
         if (!rt->nonfinite[i] && sqrt(rt->sumsq[i]) * scale > PREPASS_GRAD_NORM_MAX)
             rt->nonfinite[i] = 2;
-    if (g->mesh.dp_replicate > 1)
-        comm_allreduce(g, g->rep, MPI_IN_PLACE, rt->nonfinite, rt->nparams, MPI_INT, MPI_MAX,
-                       "non-finite flags all-reduce");
+    /* a failed all-reduce leaves the flags undefined: a replica acting on its own would skip or
+     * step apart from the others (its return value was ignored); the fault site stands in for an
+     * MPI failure, on every rank it is armed on */
+    if (g->mesh.dp_replicate > 1 &&
+        (fault_hit("step.prepass.rep") ||
+         comm_allreduce(g, g->rep, MPI_IN_PLACE, rt->nonfinite, rt->nparams, MPI_INT, MPI_MAX,
+                        "non-finite flags all-reduce") != MPI_SUCCESS))
+        return log_fail(SHARDOPT_ERR_COMM,
+                        "step: pre-pass all-reduce of the non-finite flags over the replicate "
+                        "group failed; nothing was updated");
     for (int i = 0; i < rt->nparams; i++) {
         bad += rt->nonfinite[i] != 0;
         too_large += rt->nonfinite[i] == 2;

@@ -62,3 +62,42 @@ TEST(a_step_failed_with_exchanges_in_flight_refuses_later_steps)
     EXPECT_EQ_INT(step_fail_step(r.rt), SHARDOPT_OK);
     shardopt_finalize(r.rt);
 }
+
+/* The pre-pass's all-reduce of the non-finite flags over the replicate group ignored its return
+ * value: a failed one left each replica acting on flags nothing had agreed (skipping or stepping
+ * apart), and the step returned OK. Now it fails the step, as the dense group's all-reduce does,
+ * before anything is written. The fault site step.prepass.rep stands in for the MPI failure on
+ * every rank (2 ranks as 2 replicas); the next step runs. */
+TEST(a_failed_replicate_prepass_allreduce_fails_the_step)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.num_threads = 1;
+    cfg.dp_replicate = 2;
+    cfg.dp_shard = 1;
+    cfg.comm_timeout_s = 20;
+    shardopt_runtime_t rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    static float w[2][ROWS * COLS], g[2][ROWS * COLS], before[2][ROWS * COLS];
+    for (int i = 0; i < ROWS * COLS; i++) {
+        w[0][i] = w[1][i] = 0.01f * (float)(i % 11) - 0.05f;
+        g[0][i] = g[1][i] = 0.02f * (float)(i % 13) - 0.12f;
+    }
+    shardopt_param_t h;
+    shardopt_param_desc_t d = fixture_desc("layers.0.proj.weight", 2, ROWS, COLS, 1, w[0], g[0]);
+    shardopt_register(rt, &d, &h);
+    d = fixture_desc("layers.0.norm.weight", 1, ROWS * COLS, 1, 1, w[1], g[1]); /* AdamW */
+    shardopt_register(rt, &d, &h);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    memcpy(before, w, sizeof before);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.02;
+    fault_arm("step.prepass.rep:1");
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_COMM); /* on every rank */
+    fault_arm(NULL);
+    EXPECT_TRUE(strstr(shardopt_last_error(), "replicate group") != NULL);
+    EXPECT_TRUE(memcmp(before, w, sizeof before) == 0); /* nothing written */
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    EXPECT_TRUE(memcmp(before, w, sizeof before) != 0);
+    shardopt_finalize(rt);
+}

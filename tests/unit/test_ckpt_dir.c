@@ -23,10 +23,8 @@ static int exists(const char *dir, const char *name)
  * "step-100000000"). Now every name a save gives counts, in step order; others are left. */
 TEST(keep_last_counts_and_orders_steps_past_eight_digits)
 {
-    char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/shardopt_ckpt_dir_%d", (int)getpid());
-    fixture_rmtree(dir);
-    ASSERT_TRUE(mkdir(dir, 0755) == 0);
+    char dir[64] = "/tmp/shardopt_ckpt_dir_XXXXXX"; /* unique: never a fixed name */
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
     static const char *const made[] = {
         "step-00000001",
         "step-00000007",

@@ -115,8 +115,10 @@ TEST(a_save_s_rank_0_and_writers_index_memory_does_not_grow_with_the_world)
     ASSERT_TRUE(glm.n > 0);
     const struct ckpt_sim w1024 = {&glm, 1024, 8, 1}, w4096 = {&glm, 4096, 8, 1};
     struct ckpt_sim_save_result a, b;
-    char scratch[96];
-    snprintf(scratch, sizeof scratch, "/tmp/test_ckpt_index_scale_save_%d", (int)getpid());
+    /* ckpt_sim_save makes the scratch directory and removes it: inside a fresh one */
+    char root[64] = "/tmp/test_ckpt_index_scale_XXXXXX", scratch[96];
+    ASSERT_TRUE(mkdtemp(root) != NULL);
+    snprintf(scratch, sizeof scratch, "%s/save", root);
     ASSERT_EQ_INT(ckpt_sim_save(&w1024, scratch, &a), SHARDOPT_OK);
     ASSERT_EQ_INT(ckpt_sim_save(&w4096, scratch, &b), SHARDOPT_OK);
     printf("  save: rank 0's heap %.2f MiB at 1,024 ranks, %.2f MiB at 4,096; a writer's %.2f / "
@@ -134,6 +136,8 @@ TEST(a_save_s_rank_0_and_writers_index_memory_does_not_grow_with_the_world)
     EXPECT_TRUE(b.writer_heap <= a.writer_heap + a.writer_heap / 4);
     /* index.json holds the parameters alone: the same bytes at any world */
     EXPECT_EQ_INT(b.index_bytes, a.index_bytes);
+    rmdir(scratch); /* left only if a save failed */
+    EXPECT_EQ_INT(rmdir(root), 0);
 }
 
 /* The measure itself sees growth: the same model's index of format_version 2 (every writer's

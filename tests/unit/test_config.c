@@ -3,14 +3,36 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixture.h"
 #include "runtime/config/config_keys.h"
 #include "shardopt.h"
 #include "test.h"
 
+/* Every file the tests write lives in one fresh directory (mkdtemp: never a fixed name another
+ * process could hold or plant), removed at exit. */
+static char tmp_root[64];
+
+static void tmp_root_remove(void) { fixture_rmtree(tmp_root); }
+
+/* tmp_root/name in out. */
+static const char *tmp_path(char *out, size_t len, const char *name)
+{
+    if (tmp_root[0] == '\0') {
+        snprintf(tmp_root, sizeof tmp_root, "/tmp/shardopt_cfg_XXXXXX");
+        if (mkdtemp(tmp_root) == NULL) {
+            perror("mkdtemp");
+            exit(1);
+        }
+        atexit(tmp_root_remove);
+    }
+    snprintf(out, len, "%s/%s", tmp_root, name);
+    return out;
+}
+
 static const char *write_json(const char *text)
 {
-    static char path[64];
-    snprintf(path, sizeof path, "/tmp/shardopt_cfg_%d.json", (int)getpid());
+    static char path[128];
+    tmp_path(path, sizeof path, "cfg.json");
     FILE *f = fopen(path, "w");
     fputs(text, f);
     fclose(f);
@@ -256,8 +278,8 @@ TEST(json_refuses_text_that_is_not_exactly_one_json_value)
     expect_json_refused("{\"ep\": 1, \"ep\": 2}", "'ep'", "appears twice");
     /* a raw NUL is not where the text ends: the file is read to its last byte */
     static const char raw[] = "{\"momentum\":0.5}\0{\"ep\":2}";
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/shardopt_cfg_nul_%d.json", (int)getpid());
+    char path[128];
+    tmp_path(path, sizeof path, "cfg_nul.json");
     FILE *f = fopen(path, "wb");
     ASSERT_TRUE(f != NULL);
     fwrite(raw, 1, sizeof raw - 1, f);
@@ -333,9 +355,9 @@ TEST(json_file_of_the_limit_loads_and_one_byte_more_is_refused)
  * read as an empty file ("not valid JSON"). */
 TEST(a_config_path_that_is_not_a_regular_file_is_refused_without_waiting)
 {
-    char fifo[64], dir[64];
-    snprintf(fifo, sizeof fifo, "/tmp/shardopt_cfg_fifo_%d", (int)getpid());
-    snprintf(dir, sizeof dir, "/tmp/shardopt_cfg_dir_%d", (int)getpid());
+    char fifo[128], dir[128];
+    tmp_path(fifo, sizeof fifo, "fifo");
+    tmp_path(dir, sizeof dir, "dir");
     ASSERT_EQ_INT(mkfifo(fifo, 0600), 0);
     ASSERT_EQ_INT(mkdir(dir, 0700), 0);
     const struct {

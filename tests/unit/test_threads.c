@@ -47,9 +47,10 @@ TEST(a_call_while_another_runs_on_the_runtime_is_refused_naming_it)
         SHARDOPT_OK);
     float w0[N * N];
     memcpy(w0, w, sizeof w0);
-    char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/shardopt_threads_%d", (int)getpid());
-    fixture_rmtree(dir);
+    /* a fresh directory that holds the save's: the refused save must make nothing in it */
+    char root[64] = "/tmp/shardopt_threads_XXXXXX", dir[96];
+    ASSERT_TRUE(mkdtemp(root) != NULL);
+    snprintf(dir, sizeof dir, "%s/ckpt", root);
 
     ASSERT_EQ_INT(rt_claim(rt, "step"), SHARDOPT_OK); /* "the other thread" is in a step */
     const char *says = "shardopt_step is running on this runtime in another thread";
@@ -86,7 +87,7 @@ TEST(a_call_while_another_runs_on_the_runtime_is_refused_naming_it)
     EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
-    fixture_rmtree(dir);
+    fixture_rmtree(root);
 }
 
 struct stepper {

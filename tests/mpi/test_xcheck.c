@@ -33,7 +33,10 @@
  * same runtime and steps to the end again (every rank's parameters and state bitwise those of the
  * first pass); after a layout run with sharded or team Newton-Schulz, a step with the fault site
  * step.ns armed on one rank (base/fault.h: the same status on every rank, ERR_INTERNAL where it
- * fired, then a step refused with ERR_STATE everywhere); args.stream on devsim combos.
+ * fired, then a step refused with ERR_STATE everywhere); args.stream on devsim combos. Drawn
+ * after those (draw_v5): ns_strategy sharded / auto on devsim combos, and a failure at the other
+ * sites the Muon phase's agreement covers (a gathered owner's kernel, step.ns.gather; a device
+ * copy, copy; a team's AOL copy, step.ns.copy) on any layout run, devsim ones included.
  * test_xcheck_nccl is this file over the mock NCCL (tests/mock/nccl_mock.c, as
  * test_device_sim_nccl): every combo a devsim one, its exchanges NCCL's (comm_backend = nccl's
  * path) unless offload = cpu. Where commit refuses ns_compute = bf16 a drawn bf16 runs in fp32
@@ -124,8 +127,9 @@ struct combo {
     /* ns_fault > 0: after the layout run, one step with step.ns:ns_fault_at armed on rank
      * ns_fault - 1 (base/fault.h): the same status on every rank, then a step that succeeds */
     int ns_fault, ns_fault_at;
-    int stream; /* args.stream non-NULL (devsim; the CPU ignores it) */
-    int nccl;   /* devsim over the mock NCCL (test_xcheck_nccl: comm_backend = nccl's path) */
+    int fault_site; /* which site ns_fault arms (fault_sites below): draw_v5's are 1.. */
+    int stream;     /* args.stream non-NULL (devsim; the CPU ignores it) */
+    int nccl;       /* devsim over the mock NCCL (test_xcheck_nccl: comm_backend = nccl's path) */
 };
 
 static uint64_t mix(uint64_t x)
@@ -405,6 +409,45 @@ static void draw_v4(struct combo *c)
     }
 }
 
+/* The sites of a failure inside the Muon phase that its agreement covers (docs/reliability.md):
+ * a sharded or team iteration (draw_v4's), a gathered owner's kernel, a device copy of the
+ * exchanges' blocks (devsim's host mirrors) or of Newton-Schulz's results back to the host
+ * (offload = cpu), a team member's copy for AOL's row scales on a device. */
+static const char *const fault_sites[] = {"step.ns", "step.ns.gather", "copy", "step.ns.copy"};
+
+/* The options drawn after draw_v4's (a seed keeps every earlier draw; a combo draw_v4 gave a
+ * step.ns fault is left as it was, so the seeds found with it draw them still): sharded and auto
+ * ns_strategy on the simulated device (fp32 sharded Newton-Schulz on the device's sharded
+ * entries, the Gram all-reduce through host memory: test_device_sim checked it against the
+ * CPU's bits on fixed shapes only), and a failure in the Muon phase at the sites the end-of-Muon
+ * agreement now covers in every step with a Muon parameter, gathered combos included. */
+static void draw_v5(struct combo *c)
+{
+    shardopt_config_t *g = &c->cfg;
+    if (c->ns_fault)
+        return;
+    if (c->devsim && g->ns_precondition != SHARDOPT_NS_PRECONDITION_AOL && pick(4) == 0) {
+        g->ns_strategy = pick(2) ? SHARDOPT_NS_STRATEGY_SHARDED : SHARDOPT_NS_STRATEGY_AUTO;
+        if (g->ns_strategy == SHARDOPT_NS_STRATEGY_AUTO) { /* make auto shard something */
+            g->cost_gemm_gflops = 1e-3;
+            g->cost_net_gbps = 1e3;
+        }
+    }
+    if (c->ckpt || pick(3) != 0)
+        return;
+    int site[4], n = 0;
+    site[n++] = 1; /* step.ns.gather: any combo with a gathered matrix */
+    if (c->devsim && (!c->nccl || g->offload == SHARDOPT_OFFLOAD_CPU))
+        site[n++] = 2; /* copy: host mirrors (MPI on a device) or offload = cpu's results */
+    if (c->devsim && g->ns_strategy != SHARDOPT_NS_STRATEGY_GATHER)
+        site[n++] = 0; /* step.ns: draw_v4 leaves devsim combos out */
+    if (c->devsim && g->ns_team_cap > 1 && g->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL)
+        site[n++] = 3; /* step.ns.copy */
+    c->fault_site = site[pick(n)];
+    c->ns_fault = 1 + pick(c->L[0].n);
+    c->ns_fault_at = 1 + pick(c->fault_site == 0 ? 2 * (g->ns_steps > 0 ? g->ns_steps : 5) : 4);
+}
+
 static void draw_combo(struct combo *c, uint64_t seed)
 {
     memset(c, 0, sizeof *c);
@@ -557,6 +600,7 @@ static void draw_combo(struct combo *c, uint64_t seed)
     if (getenv("SHARDOPT_XCHECK_BASE") == NULL) {
         draw_more(c);
         draw_v4(c);
+        draw_v5(c);
     } else { /* the draws before draw_more's options: the seeds the docs cite */
         for (int s = 0; s <= MAXSTEPS; s++) {
             c->mom[s] = -1;
@@ -607,9 +651,9 @@ static void describe(const struct combo *c, char *out, size_t len)
         k += snprintf(out + k, len - (size_t)k, " %g/%g/%g", c->b1[s], c->b2[s], c->aeps[s]);
     if (k < (int)len)
         k += snprintf(out + k, len - (size_t)k,
-                      " | midrun %d keep %d pick %llu | nsfault %d@%d | stream %d nccl %d",
+                      " | midrun %d keep %d pick %llu | nsfault %d@%s:%d | stream %d nccl %d",
                       c->midrun, g->keep_last, (unsigned long long)(c->reload_pick % 1000),
-                      c->ns_fault, c->ns_fault_at, c->stream, c->nccl);
+                      c->ns_fault, fault_sites[c->fault_site], c->ns_fault_at, c->stream, c->nccl);
     if (c->skip_missing && k < (int)len) {
         k += snprintf(out + k, len - (size_t)k, " | skipmiss many %d emptynull %d:", c->set_many,
                       c->empty_null);
@@ -1497,11 +1541,14 @@ static shardopt_status_t xrun_midrun(struct xrun *r, const struct combo *c, MPI_
 }
 
 /* ns_fault (draw_v4), after a layout run that ran some matrix sharded or in a team: one step with
- * step.ns armed on one rank (a stand-in for a kernel refusing, base/fault.h). Every rank returns
- * the same status, ERR_INTERNAL where it fired (docs/api.md: agreed at the Muon phase's end), OK
- * where that rank's pieces had fewer iterations; no rank is left waiting; the next step refuses
- * with ERR_STATE on every rank after a failure (seed 200738 and four more, 2 or 4 replicas with
- * replica_check_every: its replica check found the replicas apart before), else runs. */
+ * step.ns armed on one rank (a stand-in for a kernel refusing, base/fault.h); draw_v5's, after any
+ * layout run: one of the other sites of a Muon-phase failure (fault_sites). Every rank returns the
+ * same status, ERR_INTERNAL (a kernel) or ERR_DEVICE (a device copy) where it fired (docs/api.md:
+ * agreed at the Muon phase's end), OK where that rank's pieces had fewer iterations or it owns
+ * nothing the site is on; no rank is left waiting; the next step refuses on every rank after a
+ * failure, ERR_STATE (seed 200738 and four more, 2 or 4 replicas with replica_check_every: its
+ * replica check found the replicas apart before), or over NCCL ERR_NCCL (the failed step aborted
+ * its communicators, which the next step says first), else runs. */
 static void xrun_ns_fault(struct xrun *r, const struct combo *c, MPI_Comm comm)
 {
     int rank, n;
@@ -1517,7 +1564,7 @@ static void xrun_ns_fault(struct xrun *r, const struct combo *c, MPI_Comm comm)
     shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
     a.lr = c->lr;
     char spec[32];
-    snprintf(spec, sizeof spec, "step.ns:%d", c->ns_fault_at);
+    snprintf(spec, sizeof spec, "%s:%d", fault_sites[c->fault_site], c->ns_fault_at);
     fault_arm(rank == (c->ns_fault - 1) % n ? spec : NULL);
     const int got[2] = {shardopt_step(r->rt, &a), 0};
     fault_arm(NULL);
@@ -1526,16 +1573,18 @@ static void xrun_ns_fault(struct xrun *r, const struct combo *c, MPI_Comm comm)
     MPI_Allreduce(MPI_IN_PLACE, lo, 2, MPI_INT, MPI_MIN, comm);
     MPI_Allreduce(MPI_IN_PLACE, hi, 2, MPI_INT, MPI_MAX, comm);
     /* after a failed one every later step refuses (the replicas may differ: runtime.h, ns_torn) */
-    const int want = lo[0] == SHARDOPT_OK ? SHARDOPT_OK : SHARDOPT_ERR_STATE;
-    if (rank == 0 && (lo[0] != hi[0] || (lo[0] != SHARDOPT_OK && lo[0] != SHARDOPT_ERR_INTERNAL) ||
-                      lo[1] != want || hi[1] != want)) {
+    const int want = lo[0] == SHARDOPT_OK                    ? SHARDOPT_OK
+                     : c->nccl && lo[1] == SHARDOPT_ERR_NCCL ? SHARDOPT_ERR_NCCL
+                                                             : SHARDOPT_ERR_STATE;
+    const int fired_ok = lo[0] == SHARDOPT_ERR_INTERNAL || lo[0] == SHARDOPT_ERR_DEVICE;
+    if (rank == 0 &&
+        (lo[0] != hi[0] || (lo[0] != SHARDOPT_OK && !fired_ok) || lo[1] != want || hi[1] != want)) {
         char what[200];
-        snprintf(what, sizeof what,
-                 "ns fault step.ns:%d on rank %d: statuses %d..%d, the next step %d..%d",
-                 c->ns_fault_at, (c->ns_fault - 1) % n, lo[0], hi[0], lo[1], hi[1]);
+        snprintf(what, sizeof what, "ns fault %s on rank %d: statuses %d..%d, the next step %d..%d",
+                 spec, (c->ns_fault - 1) % n, lo[0], hi[0], lo[1], hi[1]);
         report(c, what);
     }
-    combos_faulted += rank == 0 && lo[0] == SHARDOPT_ERR_INTERNAL;
+    combos_faulted += rank == 0 && fired_ok;
 }
 
 /* Run combo c: the multi-rank run (with a checkpoint resume if drawn), the one-rank run, both
@@ -1589,7 +1638,8 @@ static void run_combo(const struct combo *c)
             snprintf(what, sizeof what, "%ld elements differ between copies or are missing", bad);
             report(c, what);
         }
-        if (st == SHARDOPT_OK && !c->ckpt && c->ns_fault && any) /* after the gathers */
+        /* after the gathers; step.ns only where some matrix ran sharded or in a team */
+        if (st == SHARDOPT_OK && !c->ckpt && c->ns_fault && (any || c->fault_site != 0))
             xrun_ns_fault(&r, c, comm);
         xrun_free(&r, c->np);
         MPI_Comm_free(&comm);
@@ -1749,7 +1799,7 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
     }
     if (me == 0) {
         printf("  %d combos (%d with sharded or team Newton-Schulz, %d reloaded mid-run, %d with "
-               "a Newton-Schulz fault that fired, %d over the mock NCCL), %d discrepancies; worst "
+               "a Muon-phase fault that fired, %d over the mock NCCL), %d discrepancies; worst "
                "fp32 relative error against fp64 %.3g, of fp32 sharded or team Newton-Schulz "
                "against one rank %.3g\n",
                combos, combos_sharded, combos_midrun, combos_faulted, combos_nccl, failures_total,

@@ -51,6 +51,9 @@
  * Newton-Schulz), so that the seeds docs/design.md and docs/reliability.md cite draw their combos
  * as when they were found; without it a seed keeps draw_more's draws as they were too.
  *
+ * SHARDOPT_XCHECK_BIG=1 (soaks; slower: the fp64 reference is naive) grows one matrix of one combo
+ * in two to 65-260 rows and up to 3x as many columns (draw_v5).
+ *
  * A long soak: run the binary under mpiexec (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, as ctest
  * sets) over consecutive seed ranges, one range per run, e.g. for 2, 4 and 8 ranks
  *   for s in $(seq 100000 500 110000); do SHARDOPT_XCHECK_SEED=$s SHARDOPT_XCHECK_COMBOS=500 \
@@ -431,6 +434,23 @@ static void draw_v5(struct combo *c)
         if (g->ns_strategy == SHARDOPT_NS_STRATEGY_AUTO) { /* make auto shard something */
             g->cost_gemm_gflops = 1e-3;
             g->cost_net_gbps = 1e3;
+        }
+    }
+    if (getenv("SHARDOPT_XCHECK_BIG") != NULL && pick(2) == 0) {
+        /* soaks only: one matrix of 65 to 260 rows, where Gram's restarts stop at every step
+         * and auto sends wide ones to Gram (m > 64, n >= 2m), and bf16 products run on larger
+         * oneDNN shapes; each dim only grows, so the drawn NaN's index stays inside */
+        static const int64_t big[] = {65, 72, 96, 130, 200, 260};
+        struct xparam *t = &c->p[pick(c->np)];
+        const int rd = t->ndim - 2;
+        if (rd >= 0 && t->shape[rd] > 1 && t->shape[rd + 1] > 1) {
+            t->shape[rd] = big[pick(rd ? 3 : 6)];
+            t->shape[rd + 1] = t->shape[rd] * (1 + pick(3)) + pick(2);
+            if (pick(2)) { /* tall too */
+                const int64_t x = t->shape[rd];
+                t->shape[rd] = t->shape[rd + 1];
+                t->shape[rd + 1] = x;
+            }
         }
     }
     if (c->ckpt || pick(3) != 0)

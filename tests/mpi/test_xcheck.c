@@ -36,7 +36,8 @@
  * fired, then a step refused with ERR_STATE everywhere); args.stream on devsim combos. Drawn
  * after those (draw_v5): ns_strategy sharded / auto on devsim combos, and a failure at the other
  * sites the Muon phase's agreement covers (a gathered owner's kernel, step.ns.gather; a device
- * copy, copy; a team's AOL copy, step.ns.copy) on any layout run, devsim ones included.
+ * copy, copy; a team's AOL copy, step.ns.copy) on any layout run, devsim ones included; a resume
+ * on another offload, bucket_bytes, replica_split and expert_moves than the save's.
  * test_xcheck_nccl is this file over the mock NCCL (tests/mock/nccl_mock.c, as
  * test_device_sim_nccl): every combo a devsim one, its exchanges NCCL's (comm_backend = nccl's
  * path) unless offload = cpu. Where commit refuses ns_compute = bf16 a drawn bf16 runs in fp32
@@ -131,8 +132,13 @@ struct combo {
      * ns_fault - 1 (base/fault.h): the same status on every rank, then a step that succeeds */
     int ns_fault, ns_fault_at;
     int fault_site; /* which site ns_fault arms (fault_sites below): draw_v5's are 1.. */
-    int stream;     /* args.stream non-NULL (devsim; the CPU ignores it) */
-    int nccl;       /* devsim over the mock NCCL (test_xcheck_nccl: comm_backend = nccl's path) */
+    /* alt (draw_v5): the resume's runtime (L[1]) takes these instead of the config's: options a
+     * load must not care about, which change no bit of the update (docs/config.md) */
+    int alt, split2, moves2;
+    shardopt_offload_t offload2;
+    uint64_t bucket2;
+    int stream; /* args.stream non-NULL (devsim; the CPU ignores it) */
+    int nccl;   /* devsim over the mock NCCL (test_xcheck_nccl: comm_backend = nccl's path) */
 };
 
 static uint64_t mix(uint64_t x)
@@ -436,6 +442,17 @@ static void draw_v5(struct combo *c)
             g->cost_net_gbps = 1e3;
         }
     }
+    if (c->ckpt && pick(3) == 0) { /* the resume on other bit-neutral options */
+        c->alt = 1;
+        c->offload2 = g->offload;
+        if (!c->devsim) /* devsim keeps offload = cpu (host parameters; nonfinite = zero) */
+            c->offload2 = (shardopt_offload_t)pick(3);
+        else if (g->offload != SHARDOPT_OFFLOAD_CPU)
+            c->offload2 = pick(2) ? SHARDOPT_OFFLOAD_OPTIMIZER : SHARDOPT_OFFLOAD_NONE;
+        c->bucket2 = pick(3) == 0 ? 0 : pick(2) ? 300 + (uint64_t)pick(3000) : 134217728u;
+        c->split2 = pick(2);
+        c->moves2 = pick(2);
+    }
     if (getenv("SHARDOPT_XCHECK_BIG") != NULL && pick(2) == 0) {
         /* soaks only: one matrix of 65 to 260 rows, where Gram's restarts stop at every step
          * and auto sends wide ones to Gram (m > 64, n >= 2m), and bf16 products run on larger
@@ -638,6 +655,9 @@ static void describe(const struct combo *c, char *out, size_t len)
         k += snprintf(out + k, len - (size_t)k, " ->ckpt@%d%s-> np%d %d,%d,%d,ep%d", c->ckpt_after,
                       c->ckpt_weights ? "+w" : "", c->L[1].n, c->L[1].rep, c->L[1].shard,
                       c->L[1].cp, c->L[1].ep);
+    if (c->alt)
+        k += snprintf(out + k, len - (size_t)k, " (offload %d bucket %llu split %d moves %d)",
+                      c->offload2, (unsigned long long)c->bucket2, c->split2, c->moves2);
     k += snprintf(out + k, len - (size_t)k,
                   " | mu %g nest %d wd %g wd1d %d coeffs %d x%d s %g eps %g algo %d prec %d "
                   "lrs %d | adam %g %g %g %g | mom %s%s adam %s/%s comm %s param %s | ns %s "
@@ -878,6 +898,12 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
      * arithmetic the one-rank run resolved) */
     if (cfg.ns_compute == SHARDOPT_NS_COMPUTE_BF16 && !have_bf16_ns)
         cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    if (li == 1 && c->alt) {
+        cfg.offload = c->offload2;
+        cfg.bucket_bytes = c->bucket2;
+        cfg.replica_split = c->split2;
+        cfg.expert_moves = c->moves2;
+    }
     cfg.dp_replicate = L.rep;
     cfg.dp_shard = L.shard;
     cfg.cp = L.cp;

@@ -240,6 +240,14 @@ shardopt_status_t rt_mpi_live(const char *what);
  * the backend has a device; SHARDOPT_OK at once otherwise, without a collective. */
 shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what);
 
+/* Records this step's first failure of its Muon phase (ns_failed): the exchanges and all-reduces
+ * still run, and the phase's closing agreement fails the step on every rank. OK records nothing. */
+static inline void rt_ns_failed_note(struct shardopt_runtime *rt, shardopt_status_t status)
+{
+    if (status != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK)
+        rt->ns_failed = status;
+}
+
 /* State and buffers live in device memory (the CUDA backend): the host never touches them
  * directly, MPI moves them through the pinned host mirrors. */
 static inline int rt_on_device(const struct shardopt_runtime *rt)

@@ -188,8 +188,7 @@ static shardopt_status_t xfer_start(shardopt_runtime_t rt, struct stage *st, int
         rt->dev->copy(&rt->kctx, rbuf + (size_t)rcv->displ[jr] * es,
                       sbuf + (size_t)snd->displ[js] * es, (size_t)snd->count[js] * es);
     const shardopt_status_t status = rt->xport[st->kind].ops->start(&rt->xport[st->kind], &st->x);
-    if (st->x.torn != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK) /* the exchange went ahead */
-        rt->ns_failed = st->x.torn;
+    rt_ns_failed_note(rt, st->x.torn); /* the exchange went ahead */
     return status;
 }
 
@@ -285,8 +284,7 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
                 return status;
             /* a failed team matrix (ns_sharded.c): every exchange still completes, and
              * ns_sharded_run's agreement fails the step on every rank */
-            if (status != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK)
-                rt->ns_failed = status;
+            rt_ns_failed_note(rt, status);
             xfer_progress(rt, in_flight1, in_flight2);
             w++;
             continue;
@@ -325,8 +323,7 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
              * exchange #2 until comm_timeout_s ended the job. The exchanges complete with a zero
              * update for them, and ns_sharded_run's agreement fails the step on every rank */
             rt->ns_dev->fill(&rt->kctx, ns.out, 0, (size_t)(n * ow->rows * ow->cols) * es);
-            if (rt->ns_failed == SHARDOPT_OK)
-                rt->ns_failed = failed;
+            rt_ns_failed_note(rt, failed);
             xfer_progress(rt, in_flight1, in_flight2);
             w += n;
             continue;
@@ -387,8 +384,7 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
     if (status != SHARDOPT_OK)
         return status;
     const shardopt_status_t out = offload_ns_out(rt, host, base, (slot_hi - slot_lo) * es);
-    if (out != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK) /* the exchanges go ahead */
-        rt->ns_failed = out;
+    rt_ns_failed_note(rt, out); /* the exchanges go ahead */
     if (!split)
         return SHARDOPT_OK;
     for (int r = 0; r < R; r++) {
@@ -412,8 +408,7 @@ static shardopt_status_t stage_ns(shardopt_runtime_t rt, const struct stage *st,
         .torn = &torn,
     };
     status = rt->xport[XPORT_REPLICATE].ops->allgatherv(&rt->xport[XPORT_REPLICATE], &share);
-    if (torn != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK) /* the all-gather went ahead */
-        rt->ns_failed = torn;
+    rt_ns_failed_note(rt, torn); /* the all-gather went ahead */
     return status;
 }
 

@@ -455,8 +455,8 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
             const shardopt_status_t failed = matrix_run(rt, p, comm, off, s);
             if (failed == SHARDOPT_ERR_COMM) /* an MPI call: nothing more to agree over */
                 return failed;
-            if (failed != SHARDOPT_OK && rt->ns_failed == SHARDOPT_OK) /* the next matrices */
-                rt->ns_failed = failed; /* still run: their groups may hold other members */
+            /* the next matrices still run: their groups may hold other members */
+            rt_ns_failed_note(rt, failed);
         }
     }
     rt->counters.seconds_ns_sharded_last = monotonic_seconds() - t0;

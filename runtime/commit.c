@@ -434,11 +434,12 @@ static shardopt_status_t commit_run(shardopt_runtime_t rt)
 
     if (rt == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "commit: NULL runtime");
-    if (rt->committed)
-        return log_fail(SHARDOPT_ERR_STATE, "commit: runtime already committed");
-
     comm_phase("commit", -1);
-    status = rt_device_enter_all(rt, "commit"); /* its allocations go to init's device */
+    /* a refusal of this rank alone joins the opening agreement: the others would wait in it */
+    status = rt_open_call(rt, "commit",
+                          rt->committed
+                              ? log_fail(SHARDOPT_ERR_STATE, "commit: runtime already committed")
+                              : SHARDOPT_OK); /* its allocations go to init's device */
     if (status != SHARDOPT_OK)
         return status;
     status = commit_check(rt, &dense, &xs);

@@ -406,13 +406,14 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
     shardopt_status_t status;
     shardopt_runtime_t rt = NULL;
 
-    if (rt_p == NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: NULL rt_p");
     if (comm == MPI_COMM_NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: comm is MPI_COMM_NULL");
     if ((status = intra_check(comm, "init", "comm")) != SHARDOPT_OK)
         return status;
-    status = runtime_create(cfg, &rt, "init");
+    /* a NULL rt_p on one rank joins init's first agreement like any refusal of runtime_create:
+     * returning alone left the others in it until comm_timeout_s */
+    status = rt_p == NULL ? log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init: NULL rt_p")
+                          : runtime_create(cfg, &rt, "init");
     status = create_agree(comm, MPI_COMM_NULL, status, rt, "init");
     if (status != SHARDOPT_OK) {
         free(rt); /* created here but refused elsewhere; NULL when refused here */
@@ -442,9 +443,8 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
     shardopt_status_t status;
     shardopt_runtime_t rt = NULL;
 
-    if (groups == NULL || rt_p == NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init_from_groups: NULL %s",
-                        groups == NULL ? "groups" : "rt_p");
+    if (groups == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init_from_groups: NULL groups");
     if (groups->version < 1 || groups->version > SHARDOPT_GROUPS_VERSION ||
         groups->size < sizeof(shardopt_groups_t))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
@@ -461,7 +461,9 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
         if ((status = intra_check(given[i].c, "init_from_groups", given[i].field)) != SHARDOPT_OK)
             return status;
-    status = runtime_create(cfg, &rt, "init_from_groups");
+    /* a NULL rt_p on one rank joins the first agreement (shardopt_init's) */
+    status = rt_p == NULL ? log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "init_from_groups: NULL rt_p")
+                          : runtime_create(cfg, &rt, "init_from_groups");
     status = create_agree(groups->dense_shard, groups->replicate, status, rt, "init_from_groups");
     if (status != SHARDOPT_OK) {
         free(rt);
@@ -530,17 +532,19 @@ void rt_release(struct shardopt_runtime *rt)
         atomic_store(&rt->busy, NULL);
 }
 
-shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what)
+shardopt_status_t rt_open_call(struct shardopt_runtime *rt, const char *what,
+                               shardopt_status_t mine)
 {
     const shardopt_status_t live = rt_mpi_live(what);
     if (live != SHARDOPT_OK)
         return live;
+    if (mine == SHARDOPT_OK && device_has(rt->ns_dev, DEVICE_CAP_THREAD_DEVICE))
+        mine = rt_device_enter(rt, what);
     /* the call's opening agreement (groups_agree_call): a rank in another collective call is
-     * found here, on every rank, instead of in mismatched collectives */
-    return groups_agree_call(
-        &rt->groups,
-        device_has(rt->ns_dev, DEVICE_CAP_THREAD_DEVICE) ? rt_device_enter(rt, what) : SHARDOPT_OK,
-        what);
+     * found here, on every rank, instead of in mismatched collectives; so is a rank that refused
+     * the call itself (a state or argument check), which returned alone before and left its
+     * peers waiting here until comm_timeout_s ended the job */
+    return groups_agree_call(&rt->groups, mine, what);
 }
 
 shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)

@@ -236,9 +236,14 @@ void rt_release(struct shardopt_runtime *rt);
  * process); else OK. Collective calls check it before their first MPI call. */
 shardopt_status_t rt_mpi_live(const char *what);
 
-/* rt_device_enter agreed over the runtime's groups (collective: commit, step, save, load), when
- * the backend has a device; SHARDOPT_OK at once otherwise, without a collective. */
-shardopt_status_t rt_device_enter_all(struct shardopt_runtime *rt, const char *what);
+/* The opening agreement of commit, save and load (groups_agree_call; the step folds the same into
+ * its argument agreement): mine, this rank's own refusal of the call before any communication
+ * (already committed, not committed, a NULL dir; SHARDOPT_OK when none), else rt_device_enter,
+ * agreed over every rank of the runtime, so that one rank's refusal fails the call on all of them
+ * with its message instead of leaving them in this agreement until comm_timeout_s. Local only
+ * once MPI is finalized (rt_mpi_live). Collective. */
+shardopt_status_t rt_open_call(struct shardopt_runtime *rt, const char *what,
+                               shardopt_status_t mine);
 
 /* Records this step's first failure of its Muon phase (ns_failed): the exchanges and all-reduces
  * still run, and the phase's closing agreement fails the step on every rank. OK records nothing. */

@@ -471,13 +471,15 @@ shardopt_status_t ckpt_load_run(shardopt_runtime_t rt, const char *dir)
     int verified = 0;
     long long head[2] = {0, 0}; /* the text's length, and whether its integrity record matched */
 
-    if (rt == NULL || dir == NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "load: NULL %s",
-                        rt == NULL ? "runtime" : "dir");
-    if (!rt->committed)
-        return log_fail(SHARDOPT_ERR_STATE, "load: runtime not committed");
+    if (rt == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "load: NULL runtime");
     comm_phase("load", -1);
-    status = rt_device_enter_all(rt, "load"); /* its uploads to init's device */
+    /* a refusal of this rank alone joins the opening agreement: the others would wait in it */
+    status =
+        rt_open_call(rt, "load",
+                     dir == NULL      ? log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "load: NULL dir")
+                     : !rt->committed ? log_fail(SHARDOPT_ERR_STATE, "load: runtime not committed")
+                                      : SHARDOPT_OK); /* its uploads to init's device */
     if (status != SHARDOPT_OK)
         return status;
     memset(&L, 0, sizeof L);

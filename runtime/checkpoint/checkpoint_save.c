@@ -239,13 +239,15 @@ shardopt_status_t ckpt_save_run(shardopt_runtime_t rt, const char *dir)
     int dfd = -1, lock_fd = -1, tmp_made = 0;
     const struct groups *g;
 
-    if (rt == NULL || dir == NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: NULL %s",
-                        rt == NULL ? "runtime" : "dir");
-    if (!rt->committed)
-        return log_fail(SHARDOPT_ERR_STATE, "save: runtime not committed");
+    if (rt == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: NULL runtime");
     comm_phase("save", -1);
-    status = rt_device_enter_all(rt, "save"); /* its copies from init's device */
+    /* a refusal of this rank alone joins the opening agreement: the others would wait in it */
+    status =
+        rt_open_call(rt, "save",
+                     dir == NULL      ? log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "save: NULL dir")
+                     : !rt->committed ? log_fail(SHARDOPT_ERR_STATE, "save: runtime not committed")
+                                      : SHARDOPT_OK); /* its copies from init's device */
     if (status != SHARDOPT_OK)
         return status;
     /* Each rank writes into its own dir, so each checks it; the refusal joins the agreement

@@ -469,11 +469,11 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     struct tl_clock clk;
     double t0 = monotonic_seconds();
 
-    if (rt == NULL || args == NULL)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL %s",
-                        rt == NULL ? "runtime" : "args");
+    if (rt == NULL) /* local: nothing to agree over */
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL runtime");
     comm_phase("step: checking the arguments (every rank must call the step)", -1);
-    status = step_validate(rt, args, &sc);
+    status = args == NULL ? log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "step: NULL args")
+                          : step_validate(rt, args, &sc);
     if (status == SHARDOPT_OK) /* the step's work goes to init's device from any thread */
         status = rt_device_enter(rt, "step");
     if (status == SHARDOPT_OK && rt->committed && step_aborted(rt))
@@ -492,17 +492,15 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
                                                  : "in its Muon phase (Newton-Schulz, or a "
                                                    "device copy of its exchanges) after writing "
                                                    "part of its update (the replicas may differ)");
-    /* the step is collective: a check failing on one rank fails it on all; the same all-reduce
+    /* the step is collective: a check failing on one rank (not committed and NULL args too)
+     * fails it on all, instead of leaving them here until comm_timeout_s; the same all-reduce
      * compares a digest of the arguments, and only when they differ is the slow path taken */
-    if (rt->committed) {
-        double vals[ARGS_AGREE_N];
-        int differ = 0;
-        step_agreed_values(rt, &sc, vals);
-        status =
-            groups_agree_digest(&rt->groups, status, "step", args_agree_digest(rt, vals), &differ);
-        if (status == SHARDOPT_OK && differ)
-            status = args_agree_find(rt, vals);
-    }
+    double vals[ARGS_AGREE_N];
+    int differ = 0;
+    step_agreed_values(rt, &sc, vals);
+    status = groups_agree_digest(&rt->groups, status, "step", args_agree_digest(rt, vals), &differ);
+    if (status == SHARDOPT_OK && differ)
+        status = args_agree_find(rt, vals);
     if (status != SHARDOPT_OK)
         return status;
     /* every rank validated the same arguments: skip_missing_grads is on everywhere or nowhere */

@@ -92,8 +92,10 @@ const struct config_key config_keys[] = {
      "offload: most bytes of host store; 0 = no limit"},
     ENUM(comm_backend, comm_backend_names, "CUDA backend: exchanges over nccl, or mpi via host"),
     ENUM(device, device_names, "CUDA backend: the current device, or the node-local rank's"),
-    DBL(comm_timeout_s, 0, 1e6, 0, 0,
-        "seconds before a stuck wait ends the job (MPI_Abort) or fails it (NCCL); 0 = never"),
+    /* 0 (never) or a real duration: a positive value below a millisecond (1e-300 was taken)
+     * ends the job at the first wait that is not already complete */
+    {"comm_timeout_s", CFG_DOUBLE, OFF(comm_timeout_s), NULL, 1e-3, 1e6, 0, 0, 1, 0,
+     "seconds before a stuck wait ends the job (MPI_Abort) or fails it (NCCL); 0 = never"},
     INT(replica_check_every, 0, 1 << 30,
         "every N steps compare parameter checksums across replicas; 0 = never"),
     INT(check_state_every, 0, 1 << 30,

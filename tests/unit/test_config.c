@@ -578,3 +578,22 @@ TEST(patterns_with_control_characters_or_not_utf8_are_refused)
     EXPECT_EQ_INT(shardopt_config_set(&c, "adamw_patterns", "couche.\xc3\xa9,lm_head"),
                   SHARDOPT_OK);
 }
+
+/* comm_timeout_s: 0 (never) or at least a millisecond; 1e-300 was taken (the first wait not
+ * already complete ended the job). Refused naming the key, the value and the range. */
+TEST(comm_timeout_s_below_a_millisecond_but_not_zero_is_refused)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT, before = c;
+    c.comm_timeout_s = 1e-300;
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "comm_timeout_s = 1e-300: accepted 0 or [0.001, 1000000]");
+    c = before;
+    EXPECT_EQ_INT(shardopt_config_set(&c, "comm_timeout_s", "0.0009"),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'0.0009': accepted 0 or [0.001, 1000000]");
+    EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+    EXPECT_EQ_INT(shardopt_config_set(&c, "comm_timeout_s", "0"), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_config_set(&c, "comm_timeout_s", "0.001"), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_config_validate(&c), SHARDOPT_OK);
+}

@@ -10,6 +10,7 @@
  *       [--teams K|node] [--team-frac F]
  *       [--json]
  *   shardopt-plan --calibrate OUT.json [--threads T]
+ * Each option is taken once (a repeated one is refused, naming it).
  *
  * The tensors of a preset are sharded as bench/preset_shards.c registers them (dense tensors in
  * torch.chunk pieces along dim 0 over the dense shard group; expert stacks split over EP, then
@@ -166,8 +167,22 @@ static int is_option(const char *a)
     return 0;
 }
 
+/* Option a given a second time: refused naming it (none is repeatable: a later value silently
+ * replaced an earlier one, so --world 8 ... --world 16 planned 16 ranks without a word). */
+static void once(const char **seen, int *n, const char *a)
+{
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(seen[i], a)) {
+            fprintf(stderr, "shardopt-plan: %s is given twice: each option is taken once\n", a);
+            exit(2);
+        }
+    seen[(*n)++] = a;
+}
+
 static void opts_parse(int argc, char **argv, struct opts *o)
 {
+    const char *seen[64]; /* every option at most once: fewer than the known ones */
+    int nseen = 0;
     memset(o, 0, sizeof *o);
     o->machine = SHARDOPT_MACHINE_DIR "/h200.json";
     o->rep = o->cp = o->ep = 1;
@@ -184,6 +199,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json") || !strcmp(a, "--no-joint") || !strcmp(a, "--moves")) {
             *(a[2] == 'j' ? &o->json : a[2] == 'n' ? &o->joint : &o->moves) = a[2] != 'n';
+            once(seen, &nseen, a);
             continue;
         }
         if (v == NULL)
@@ -273,6 +289,7 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             o->scale.experts_div = parse_int(v, 1, 1 << 16, "--experts-div");
         else
             usage("unknown argument", a);
+        once(seen, &nseen, a); /* after its value's check: a bad value is named first */
     }
     if (o->calibrate == NULL && o->preset == NULL)
         usage("--preset is required", "");

@@ -45,16 +45,24 @@ layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 
          "${glm[*]} --ep 2|--ns-compute fp32 --set ns_strategy=sharded|--ns-strategy sharded"
          "${glm[*]} --ep 1 --expert-shard-dim 2|--ns-compute bf16 --set ns_strategy=sharded --set ns_algorithm=auto|--ns-strategy sharded --ns-algorithm auto"
          "${glm[*]} --ep 2 --expert-shard-dim 2|--ns-compute bf16 --set ns_strategy=auto|--ns-strategy auto")
+# shardopt-plan takes each option once: scale's options the layout gives again are left out
+plan_scale() {
+    local i
+    for ((i = 0; i < ${#scale[@]}; i += 2)); do
+        [[ " $1 " == *" ${scale[i]} "* ]] || printf '%s\n%s\n' "${scale[i]}" "${scale[i + 1]}"
+    done
+}
 fail=0
 for entry in "${layouts[@]}"; do
     IFS='|' read -r l bench_only plan_only <<<"$entry"
+    mapfile -t pscale < <(plan_scale "$l")
     # shellcheck disable=SC2086
     run=$("$mpiexec" -n 4 --oversubscribe "$step_bench" "${scale[@]}" --layers 0 --steps 1 \
         --warmup 0 --threads 1 $l $bench_only --json 2>/dev/null | grep '^{"preset"')
     # the kernels the run used (ns_compute auto: bf16 where this CPU multiplies bf16 natively)
     compute=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ns_compute"])' "$run")
     # shellcheck disable=SC2086
-    pred=$("$plan" "${scale[@]}" --world 4 $l --ns-compute "$compute" $plan_only --json)
+    pred=$("$plan" "${pscale[@]}" --world 4 $l --ns-compute "$compute" $plan_only --json)
     python3 - "$l $bench_only" "$run" "$pred" "$plan_only" <<'PY' || fail=1
 import json, sys
 layout, run, pred = sys.argv[1], json.loads(sys.argv[2])["results"][0], json.loads(sys.argv[3])["layouts"][0]

@@ -858,13 +858,24 @@ class Optimizer:
         self._slots = {}  # id(Param) -> _Slot, for the Params in self.params
         self._cfg = ctypes.create_string_buffer(1 << 16)
         _check("config_init", lib.shardopt_config_init(self._cfg, len(self._cfg)))
-        for k, v in (config or {}).items():
-            key = _c_text(k.encode(), f"config key {k!r}")
-            text = _c_text(_config_text(v, k).encode(), f"config {k} = {v!r}")
-            _check("config_set", lib.shardopt_config_set(self._cfg, key, text))
+        refused = None
+        try:
+            for k, v in (config or {}).items():
+                key = _c_text(k.encode(), f"config key {k!r}")
+                text = _c_text(_config_text(v, k).encode(), f"config {k} = {v!r}")
+                _check("config_set", lib.shardopt_config_set(self._cfg, key, text))
+        except Exception as e:  # noqa: BLE001 - raised below, after the collective init
+            refused = e
         self._comm_handle, self.comm = _comm_handle(comm)
         self._rt = ctypes.c_void_p()
-        _check("init", lib.shardopt_init(self._comm_handle, self._cfg, ctypes.byref(self._rt)))
+        # init is collective: a rank whose config was refused here still makes it, with a NULL
+        # cfg, which init refuses on every rank (the others name this rank), instead of raising
+        # first and leaving them in init until comm_timeout_s
+        status = lib.shardopt_init(self._comm_handle, None if refused else self._cfg,
+                                   ctypes.byref(self._rt))
+        if refused is not None:
+            raise refused
+        _check("init", status)
         global _live
         if _live is None:
             import weakref
@@ -1186,13 +1197,27 @@ class Optimizer:
         [0, 1) or < 0 for the config's (None: both the config's); adamw_eps: their eps, in
         (0, 1], < 0 the config's. The moments and the bias correction 1 - beta^t take this
         step's values, as torch.optim.AdamW reads its group's betas and eps at every step."""
-        b1, b2 = (-1.0, -1.0) if adamw_betas is None else adamw_betas
-        if stream is None and self._cuda:  # torch's convention: the current stream
-            import torch
-            stream = torch.cuda.current_stream()
-        if stream is not None and hasattr(stream, "cuda_stream"):
-            stream = stream.cuda_stream
-        f = self._fast
+        bad = None
+        try:
+            skip_missing_grads = bool(skip_missing_grads)
+            b1, b2 = (-1.0, -1.0) if adamw_betas is None else adamw_betas
+            if stream is None and self._cuda:  # torch's convention: the current stream
+                import torch
+                stream = torch.cuda.current_stream()
+            if stream is not None and hasattr(stream, "cuda_stream"):
+                stream = stream.cuda_stream
+            t = _StepArgs()  # the assignments below, tried first: what ctypes refuses raises
+            t.lr, t.adamw_lr, t.weight_decay, t.stream = lr, adamw_lr, weight_decay, stream
+            t.max_grad_norm, t.momentum, t.adamw_eps = max_grad_norm, momentum, adamw_eps
+            t.adamw_beta1, t.adamw_beta2 = b1, b2
+        except Exception as e:  # noqa: BLE001 - raised below, after the collective step
+            # the step is collective: this rank still makes it, with lr = NaN, which the
+            # library refuses on every rank before touching anything (the others name this
+            # rank), instead of raising here and leaving them in it until comm_timeout_s
+            bad, skip_missing_grads, b1, b2, stream = e, False, -1.0, -1.0, None
+            lr, adamw_lr, weight_decay, max_grad_norm = float("nan"), -1.0, -1.0, 0.0
+            momentum, adamw_eps = -1.0, -1.0
+        f = self._fast if bad is None else None
         if f is not None and f.step is not None:
             # _follow and the step below in one C call (_fast.c), where nothing else is needed;
             # the C call fills every field but momentum and AdamW's betas and eps, set here in
@@ -1247,6 +1272,8 @@ class Optimizer:
         status = self._step_fn(self._rt, self._args_ref)
         self.seconds_call_last = _perf_counter() - t0  # the C call, as Python waited for it
         self._let_grads_go(followed)
+        if bad is not None:
+            raise bad
         if refused:
             raise ValueError("; ".join(m for _, m in refused))
         _check("step", status)
@@ -1407,10 +1434,9 @@ class Optimizer:
         load are collective: such a path goes to the library as "" (refused there on every rank
         that reads its own path) and the ValueError is raised after the call, never before it
         (the other ranks would wait in it until comm_timeout_s)."""
-        path = os.fsencode(directory)
-        try:
-            return _c_text(path, f"{call}: directory {directory!r}"), None
-        except ValueError as e:
+        try:  # a directory os.fsencode refuses (None, a number) likewise, after the call
+            return _c_text(os.fsencode(directory), f"{call}: directory {directory!r}"), None
+        except (TypeError, ValueError) as e:
             return b"", e
 
     def stats(self):

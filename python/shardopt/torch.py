@@ -436,44 +436,55 @@ class Muon(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         _pair_groups(self)  # param_groups reordered or assigned again: each its own runtime
-        plan = self._plan or self._make_plan()
         # torch.no_grad() as torch.optim's steps have it, without its decorator's cost (a few
         # microseconds a step, a tenth of the whole Python side on a small model)
         prev = _grad_enabled()
         _set_grad_enabled(False)
         try:
-            for p in plan[0]:
-                if p.grad is not None:
-                    self._refuse_thawed()
-            groups, hps = self.param_groups, []
-            # every group checked before any is stepped: a refusal writes nothing
-            for gi, (g, (get, values, fixed), had, rt) in enumerate(zip(groups, plan[1],
-                                                                          plan[3], plan[2])):
-                if get(g) != values:
-                    self._check_fixed(gi, g, fixed)
-                ps = g["params"]
-                if len(ps) != len(had) or not all(map(operator.is_, ps, had)):
-                    self._check_params(gi, g)
-                # an AdamW group's betas and eps as torch.optim.AdamW reads them, each step
-                hps.append(_adamw_hparams(gi, g, self._beta1[rt]) if g["algo"] == "adamw"
-                           else None)
+            try:
+                plan = self._plan or self._make_plan()
+                for p in plan[0]:
+                    if p.grad is not None:
+                        self._refuse_thawed()
+                groups, hps, nums = self.param_groups, [], []
+                # every group checked before any is stepped: a refusal writes nothing
+                for gi, (g, (get, values, fixed), had, rt) in enumerate(zip(groups, plan[1],
+                                                                              plan[3], plan[2])):
+                    if get(g) != values:
+                        self._check_fixed(gi, g, fixed)
+                    ps = g["params"]
+                    if len(ps) != len(had) or not all(map(operator.is_, ps, had)):
+                        self._check_params(gi, g)
+                    # an AdamW group's betas and eps as torch.optim.AdamW reads them, each step
+                    adamw = g["algo"] == "adamw"
+                    hps.append(_adamw_hparams(gi, g, self._beta1[rt]) if adamw else None)
+                    # a 1-element tensor lr, as torch.optim takes; a Muon group's momentum
+                    # warmup (modded-nanogpt writes g["momentum"] every step) takes effect now
+                    nums.append((float(g["lr"]), float(g["weight_decay"]),
+                                 -1.0 if adamw else float(g["momentum"])))
+            except Exception:
+                # the step is collective: a refusal of this rank alone (a group's key changed
+                # here only, a frozen tensor with a gradient, an lr that is no number) still
+                # makes the first group's step, with a learning rate the library refuses on
+                # every rank (the others name this rank and stop there, as after a failed
+                # step), nothing written anywhere; then this rank raises its own reason
+                try:
+                    self._runtimes[0][0].step(float("nan"), -1.0, -1.0, 0.0, None, True)
+                except _so.Error:
+                    pass
+                raise
             done = 0  # groups stepped so far: a failure after them says so
-            for g, rt, hp in zip(groups, plan[2], hps):
-                lr = float(g["lr"])  # a 1-element tensor lr, as torch.optim takes
+            for g, rt, hp, (lr, wd, mu) in zip(groups, plan[2], hps, nums):
                 # the library skips a parameter without a gradient on every rank exactly (values,
                 # state and step count), and fails the step on every rank where some ranks have
                 # one
                 try:
                     if hp is None:
-                        # a momentum warmup (modded-nanogpt writes g["momentum"] every step)
-                        # takes effect at this step
-                        rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True,
-                                float(g["momentum"]))
+                        rt.step(lr, lr, wd, 0.0, None, True, mu)
                     else:
                         _adamw_sync(g, hp[0])
                         self._beta1[rt] = hp[0]
-                        rt.step(lr, lr, float(g["weight_decay"]), 0.0, None, True, -1.0,
-                                hp[:2], hp[2])
+                        rt.step(lr, lr, wd, 0.0, None, True, -1.0, hp[:2], hp[2])
                 except _so.Error as e:
                     raise _partial(e, groups, done)
                 done += 1
@@ -518,17 +529,12 @@ class Muon(torch.optim.Optimizer):
     def _refuse_thawed(self):
         """A parameter with requires_grad False at construction was never registered: with a
         gradient now (requires_grad_(True) later, as when unfreezing a backbone) torch.optim
-        would step it, this optimizer cannot. The first group's step goes to the library with
-        a learning rate it refuses, so that it fails on every rank (the others naming this one,
-        and raising there before any later group, as a failed step does), nothing written
-        anywhere; then this rank raises naming the parameters."""
+        would step it, this optimizer cannot. Raises naming the parameters; _step first makes
+        the first group's step with a learning rate the library refuses, so that it fails on
+        every rank (the others naming this one), nothing written anywhere."""
         thawed = [n for fr in self._frozen for n, p in fr if p.grad is not None and p.numel()]
         if not thawed:
             return
-        try:
-            self._runtimes[0][0].step(float("nan"), -1.0, -1.0, 0.0, None, True)
-        except _so.Error:
-            pass
         raise ValueError(f"{', '.join(thawed)}: requires_grad was False when the optimizer was "
                          "made, so it is not registered, but it has a gradient now (unfrozen "
                          "later?): make the optimizer again after unfreezing and "

@@ -36,9 +36,9 @@ def ranks():
         try:
             fn()
             return check(False, f"{words}: accepted on rank {rank}")
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             check(rank == bad_rank and all(w in str(e) for w in words),
-                  f"{words}: rank {rank}: ValueError {e}")
+                  f"{words}: rank {rank}: {type(e).__name__} {e}")
         except shardopt.Error as e:
             check(rank != bad_rank and f"rank {bad_rank}" in e.message,
                   f"{words}: rank {rank}: Error {e}")
@@ -71,9 +71,35 @@ def ranks():
     every_rank_fails(lambda: opt.step(lr=0.01), 0, "a.data", "read-only")
     a.flags.writeable = True
     check(np.array_equal(a, a0) and np.array_equal(b, b0), "a refused step wrote")
+    # an argument Python refuses before the library sees it, on one rank (a betas pair of one,
+    # an lr that is no number): that rank raises it, every other fails naming that rank. It
+    # raised before the step's C call, and the other rank waited in the step until
+    # comm_timeout_s ended the job
+    every_rank_fails(lambda: opt.step(lr=0.01, adamw_betas=(0.9,) if rank == 1 else None), 1,
+                     "unpack")
+    every_rank_fails(lambda: opt.step(lr="0.01" if rank == 0 else 0.01), 0, "str")
+    check(np.array_equal(a, a0) and np.array_equal(b, b0), "a refused step wrote")
+    # a save directory os.fsencode refuses on one rank (None): every rank fails, nothing saved
+    import tempfile
+    ckpt = comm.bcast(tempfile.mkdtemp(prefix="shardopt_safety_") if rank == 0 else None)
+    every_rank_fails(lambda: opt.save(None if rank == 1 else ckpt), 1, "NoneType")
+    check(not os.path.exists(os.path.join(ckpt, "latest")), "a refused save wrote")
+    opt.save(ckpt)
+    check(os.path.exists(os.path.join(ckpt, "latest")), "the save after the refusal wrote nothing")
+    comm.barrier()
+    if rank == 0:
+        import shutil
+        shutil.rmtree(ckpt)
     opt.step(lr=0.01)
     check(not np.array_equal(a, a0), "the step after the refusals did not update")
     opt.close()
+
+    # a config the binding refuses on one rank (a list for a number): that rank raises it, the
+    # other fails in init naming it (before: it waited in init until comm_timeout_s)
+    every_rank_fails(lambda: shardopt.Optimizer(
+        [shardopt.Param(name="r", shape=[8], data=np.zeros(8, np.float32),
+                        grad=np.zeros(8, np.float32), placement="replicated")], comm=comm,
+        config={"momentum": [0.9]} if rank == 1 else {}), 1, "momentum")
 
     # expert stacks under ep = 2: each rank holds E / ep = 2 of the 4 experts; a rank passing
     # the global stack is refused there, every rank fails at commit

@@ -62,6 +62,35 @@ def unfrozen_on_one_rank():
     opt.close()
 
 
+def refused_on_one_rank():
+    """A group's fixed key changed on rank 1 only, then an lr that is no number on rank 0 only:
+    that rank raises its ValueError, the other fails naming it (before, the refusing rank raised
+    before the step's C call and the other waited in it until comm_timeout_s); nothing written,
+    and the next step goes on."""
+    m = net()
+    opt = Muon(m.named_parameters(), comm=comm)
+    m(torch.ones(2, 6)).sum().backward()
+    before = [p.detach().clone() for p in m.parameters()]
+    g = next(g for g in opt.param_groups if g["algo"] == "muon")
+    for bad, key, value, words in ((1, "nesterov", not g["nesterov"], "nesterov changed"),
+                                   (0, "lr", "fast", "could not convert")):
+        was = g[key]
+        if comm.rank == bad:
+            g[key] = value
+        try:
+            opt.step()
+            check(False, f"{key} refused on rank {bad} only: stepped on rank {comm.rank}")
+        except ValueError as e:
+            check(comm.rank == bad and words in str(e), f"rank {bad}'s message: {e}")
+        except shardopt.Error as e:
+            check(comm.rank != bad and f"rank {bad}" in str(e), f"rank {comm.rank}'s message: {e}")
+        g[key] = was
+        check(all(torch.equal(p, b) for p, b in zip(m.parameters(), before)), "written")
+    opt.step()  # both ranks go on
+    check(not torch.equal(m[0].weight, before[0]), "the next step moved nothing")
+    opt.close()
+
+
 def warmup_same_bits():
     runs = []
     for c in (comm, None):
@@ -231,6 +260,7 @@ def mesh_larger_than_comm():
 
 
 unfrozen_on_one_rank()
+refused_on_one_rank()
 warmup_same_bits()
 dion_mesh_is_comm()
 nan_on_one_rank()

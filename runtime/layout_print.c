@@ -9,7 +9,7 @@
 
 #define LINE 160
 
-shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)
+static shardopt_status_t layout_print_run(shardopt_runtime_t rt, FILE *stream)
 {
     char line[LINE];
     char *dense_lines = NULL, *all = NULL;
@@ -70,4 +70,16 @@ shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)
     free(all);
     free(dense_lines);
     return SHARDOPT_OK;
+}
+
+shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)
+{
+    /* its collectives on the runtime's communicators while another thread's call runs its own
+     * on them would be erroneous MPI (they must be ordered): refused, as the other calls are */
+    const shardopt_status_t claimed = rt_claim(rt, "layout_print");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = layout_print_run(rt, stream);
+    rt_release(rt);
+    return status;
 }

@@ -225,7 +225,8 @@ void stats_phases_settle(struct shardopt_runtime *rt);
 shardopt_status_t rt_device_enter(struct shardopt_runtime *rt, const char *what);
 
 /* Marks rt as running `call` (a static string) for the calls that read or write its state
- * (commit, step, save, load, register, the pointer and state setters and getters, finalize):
+ * (commit, step, save, load, layout_print, register, the pointer and state setters and getters,
+ * finalize):
  * SHARDOPT_ERR_STATE, naming both calls, when another thread's call is running on it (local:
  * the racing call is refused before it reads anything); rt_release ends the claim. Both take a
  * NULL rt as nothing to claim, so the call goes on to refuse it by name. */

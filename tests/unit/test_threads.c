@@ -71,6 +71,11 @@ TEST(a_call_while_another_runs_on_the_runtime_is_refused_naming_it)
     EXPECT_EQ_INT(shardopt_param_set_pointers(pb, b, gb), SHARDOPT_ERR_STATE);
     EXPECT_EQ_INT(shardopt_params_set_pointers(rt, 1, &pb, (void *const[]){b}, NULL),
                   SHARDOPT_ERR_STATE);
+    FILE *out = tmpfile(); /* the refused layout_print prints nothing */
+    ASSERT_TRUE(out != NULL);
+    EXPECT_EQ_INT(shardopt_layout_print(rt, out), SHARDOPT_ERR_STATE);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "layout_print: shardopt_step is running");
+    EXPECT_TRUE(ftell(out) == 0);
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_ERR_STATE); /* would free what it uses */
     EXPECT_STR_CONTAINS(shardopt_last_error(), "finalize: shardopt_step is running");
     struct stat st;
@@ -86,6 +91,9 @@ TEST(a_call_while_another_runs_on_the_runtime_is_refused_naming_it)
     EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_layout_print(rt, out), SHARDOPT_OK);
+    EXPECT_TRUE(ftell(out) > 0);
+    fclose(out);
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
     fixture_rmtree(root);
 }

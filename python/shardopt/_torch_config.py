@@ -109,3 +109,42 @@ def _muon_config(g):
                          "(sqrt(A/B)) or 'none' (1)")
     cfg["lr_scale"] = lr_scale
     return cfg
+
+
+# torch.optim.AdamW's switches that change its arithmetic, which the library does not have: the
+# keywords are refused (Muon.__init__), and so is a group that sets one (torch.optim.AdamW reads
+# them per group). An AdamW group holds them as False, as torch.optim.AdamW's groups do, and
+# they are fixed keys: set True later, the step refuses it instead of going on without it
+_SWITCHES = ("maximize", "amsgrad", "capturable", "differentiable")
+
+
+def _check_switches(gi, g):
+    """Refuses a group that sets one of _SWITCHES (before, taken and ignored: a {"params": ...,
+    "maximize": True} group was minimised, silently); an AdamW group gets them as False."""
+    for k in _SWITCHES:
+        if g.get(k):
+            raise ValueError(f"param group {gi} ({g['algo']}): {k} = {g[k]!r}: not supported by "
+                             f"shardopt.torch.Muon (only False is accepted); use torch.optim for "
+                             f"{k}")
+        if g["algo"] == "adamw":
+            g.setdefault(k, False)
+
+
+def _param_mults(name, p):
+    """A parameter's own lr and weight-decay multipliers, modded-nanogpt's convention
+    (`param.lr_mul = 75.` on the embeddings, `wd_mul` likewise), which its optimizers read as
+    lr · lr_mul and a decay of lr · lr_mul · wd · wd_mul: the library's lr_mult and wd_mult.
+    Before, ignored: a modded-nanogpt script moved its embeddings at 1/75 of its lr, silently."""
+    out = []
+    for attr in ("lr_mul", "wd_mul"):
+        v = getattr(p, attr, 1.0)
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        elif type(v).__module__ == "numpy" and getattr(v, "shape", None) == ():
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e6:
+            raise ValueError(f"{name}: {attr} = {v!r} (the parameter's attribute, modded-"
+                             f"nanogpt's multiplier of its lr or weight decay): accepted a "
+                             f"number in [0, 1e6)")
+        out.append(float(v))
+    return out

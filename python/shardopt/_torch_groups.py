@@ -1,13 +1,15 @@
 """shardopt.torch.Muon's param groups as the script sees them against the runtimes that step
 them: the warning where a group given is split by algorithm, the pairing of opt.param_groups
 with the runtimes when the script reorders or replaces that list, and an AdamW group's betas,
-eps and momentum as each step reads them, and which groups a failed step had stepped. Apart
-from torch.py, which holds the optimizer and its step."""
+eps and momentum as each step reads them, which groups a failed step had stepped, the checks
+of a group's fixed keys and of tensors unfrozen since, and an add_param_group undone where it
+failed. Apart from torch.py, which holds the optimizer and its step."""
 import math
 import operator
 import warnings
 
 import shardopt
+from shardopt._torch_config import _check_switches
 
 
 def _warn_split(parts, first):
@@ -144,3 +146,46 @@ def _partial(e, groups, done):
                          f"{e.message}; param group(s) {stepped} had already stepped")
     out.__cause__ = e
     return out
+
+
+def _check_fixed(gi, g, fixed):
+    """Refuses a change to a key fixed at construction (_FIXED); passes a value equal to
+    the old one (betas given again as a list)."""
+    for k, v in fixed.items():
+        w = g[k]
+        if w is not v and w != v and not (isinstance(v, tuple) and tuple(w) == v):
+            _check_switches(gi, g)  # maximize / amsgrad / ... set True: not supported
+            raise ValueError(
+                f"param group {gi} ({g['algo']}): {k} changed from {v!r} to {w!r}: "
+                "a Muon group's lr, weight_decay and momentum are read at each step (an "
+                "AdamW group's lr, weight_decay, betas, eps and momentum, its beta1); the "
+                "others are fixed when the group is made; nothing was stepped")
+
+
+def _refuse_thawed(opt):
+    """A parameter with requires_grad False at construction was never registered: with a
+    gradient now (requires_grad_(True) later, as when unfreezing a backbone) torch.optim
+    would step it, this optimizer cannot. Raises naming the parameters; Muon._step first makes
+    the first group's step with a learning rate the library refuses, so that it fails on
+    every rank (the others naming this one), nothing written anywhere."""
+    thawed = [n for fr in opt._frozen for n, p in fr if p.grad is not None and p.numel()]
+    if not thawed:
+        return
+    raise ValueError(f"{', '.join(thawed)}: requires_grad was False when the optimizer was "
+                     "made, so it is not registered, but it has a gradient now (unfrozen "
+                     "later?): make the optimizer again after unfreezing and "
+                     "load_state_dict(old.state_dict()) into it; nothing was stepped")
+
+
+def _undo_add(opt, n, seen, mem):
+    """Puts opt back as it was before an add_param_group that failed: its first n groups, the
+    tensors it had seen. torch.optim's add_param_group checks before it appends; here a group is
+    split and each part appended before its own checks and its runtime, so a refused group
+    (eps = 0, amsgrad = True, a meta tensor, the library's refusal) stayed in param_groups with
+    no runtime, and its tensors counted as held: the same group given again, corrected, was
+    refused as 'already in this optimizer', and the next step failed on the half-made group."""
+    for rt, _, _ in opt._runtimes[n:]:
+        opt._beta1.pop(rt, None)
+        rt.close()
+    del opt.param_groups[n:], opt._runtimes[n:], opt._frozen[n:], opt._paired[n:]
+    opt._seen, opt._mem, opt._plan = seen, mem, None

@@ -7,7 +7,9 @@ from other Muon implementations"):
 - microsoft/dion's Muon (and prime-rl's call of it): groups with "algorithm": "muon" | "adamw",
   "mu", "epsilon", "beta1" / "beta2", "adjust_lr", and the keywords mu=, betas=, epsilon=,
   adjust_lr=, distributed_mesh=, flatten=, use_triton=, newton_schulz_func=;
-- Keller Jordan's MuonWithAuxAdam: groups with "use_muon" (the key itself is _split's).
+- Keller Jordan's MuonWithAuxAdam: groups with "use_muon" (the key itself is _split's);
+- modded-nanogpt's Muon of its 2024-25 records: Muon(params, lr=, momentum=, nesterov=,
+  ns_steps=, rank=, world_size=), no weight decay.
 
 Each spelling is taken where it means what this class computes, and its keys left unset take
 that project's defaults, not torch.optim's, so the ported run is the original's arithmetic. What
@@ -31,6 +33,9 @@ _DION_GROUP_KEYS = {"algorithm", "mu", "epsilon", "adjust_lr", "beta1", "beta2",
 _DION_KEYWORDS = ("mu", "epsilon", "adjust_lr", "distributed_mesh", "flatten", "use_triton",
                   "newton_schulz_func")
 _MOONLIGHT_KEYWORDS = ("muon_params", "adamw_params", "wd")
+# modded-nanogpt's Muon splits the Newton-Schulz work over torch.distributed's ranks and gathers
+# the updates: every rank ends with every matrix's update, as each rank's runtime computes it
+_MODDED_KEYWORDS = ("rank", "world_size")
 # MuonWithAuxAdam's defaults for the keys a group leaves out (Keller Jordan's muon.py)
 _AUX_MUON = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0.0}
 _AUX_ADAM = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-10, "weight_decay": 0.0}
@@ -53,6 +58,16 @@ def _dion_muon_defaults():
     d.update(lr=0.01, weight_decay=0.01, adamw_weight_decay=0.01, momentum=0.95,
              nesterov=False, ns_coefficients="quintic", eps=1e-8, adamw_eps=1e-8,
              adjust_lr_fn="spectral_unclamped", adamw_betas=(0.9, 0.95))
+    return d
+
+
+def _modded_defaults():
+    """modded-nanogpt's Muon (records of late 2024 and early 2025, the ones taking rank and
+    world_size): lr 0.02, momentum 0.95, Nesterov, 5 steps of Jordan's coefficients, the update
+    scaled by sqrt(max(1, A/B)) (torch.optim.Muon's arithmetic), and no weight decay, where
+    torch.optim.Muon's default is 0.1."""
+    d = _torch_defaults()
+    d.update(lr=0.02, weight_decay=0.0)
     return d
 
 
@@ -147,16 +162,30 @@ def port(params, given, extra, comm):
     flatten: dion's flatten (None: not dion's spelling), which _check_flatten holds the Muon
     tensors to."""
     extra = dict(extra)
-    unknown = sorted(set(extra) - set(_DION_KEYWORDS) - set(_MOONLIGHT_KEYWORDS))
+    unknown = sorted(set(extra) - set(_DION_KEYWORDS) - set(_MOONLIGHT_KEYWORDS)
+                     - set(_MODDED_KEYWORDS))
     if unknown:
         raise TypeError(f"shardopt.torch.Muon got an unexpected keyword argument {unknown[0]!r} "
                         "(accepted besides torch.optim.Muon's and the AdamW side's: Moonlight's "
-                        f"{', '.join(_MOONLIGHT_KEYWORDS)} and dion's "
-                        f"{', '.join(_DION_KEYWORDS)}; docs/python.md)")
+                        f"{', '.join(_MOONLIGHT_KEYWORDS)}, dion's "
+                        f"{', '.join(_DION_KEYWORDS)} and modded-nanogpt's "
+                        f"{', '.join(_MODDED_KEYWORDS)}; docs/python.md)")
     given = dict(given)
     moon = [k for k in _MOONLIGHT_KEYWORDS if k in extra]
     dion = [k for k in _DION_KEYWORDS if k in extra]
     base, flatten = _torch_defaults(), None
+    modded = [k for k in _MODDED_KEYWORDS if k in extra]
+    if modded:
+        if moon or dion:
+            raise ValueError(f"{modded[0]} (modded-nanogpt's Muon) and {(moon or dion)[0]} "
+                             "(another project's) both given: port from one")
+        rank, size = extra.pop("rank", 0), extra.pop("world_size", 1)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, size)) or \
+                not 0 <= rank < size:
+            raise ValueError(f"rank = {rank!r}, world_size = {size!r} (modded-nanogpt's): "
+                             "accepted integers with 0 <= rank < world_size (taken and unused: "
+                             "every rank's runtime computes every matrix's update)")
+        base = _modded_defaults()
     if moon:
         if dion:
             raise ValueError(f"{moon[0]} (Moonlight's Muon) and {dion[0]} (dion's) both given: "

@@ -20,10 +20,10 @@ import shardopt as _so
 from shardopt._torch_classify import (_algo, _classify_by_model, _conv_kernels, _flat_3d,
                                       _memory, _warn_stack)
 from shardopt import _torch_ports as _ports
-from shardopt._torch_config import (_check_eps, _check_hp, _check_mesh_size, _dion_defaults,
-                                    _muon_config)
-from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _pair_groups, _partial,
-                                    _warn_split)
+from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mesh_size,
+                                    _check_switches, _dion_defaults, _muon_config, _param_mults)
+from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _pair_groups,
+                                    _partial, _refuse_thawed, _undo_add, _warn_split)
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
 __all__ = ["Muon"]
@@ -32,7 +32,7 @@ __all__ = ["Muon"]
 # (lr, weight_decay and a Muon group's momentum are read at every step, and an AdamW group's
 # betas, eps and momentum, its beta1: _torch_groups._adamw_hparams)
 _FIXED = {"muon": ("nesterov", "ns_coefficients", "eps", "ns_steps", "adjust_lr_fn"),
-          "adamw": ()}
+          "adamw": _SWITCHES}
 _UNSET = _ports._UNSET
 
 
@@ -336,10 +336,16 @@ class Muon(torch.optim.Optimizer):
                                          "group (add_param_group: "
                                          f"{x[0] if isinstance(x, (tuple, list)) else 'a tensor'}"
                                          " is already in this optimizer)")
-            split = self._split(param_group, self.defaults)
-            _warn_split([len(split)], len(self.param_groups))
-            for g in split:
-                self.add_param_group(g)
+            # a refusal (a check below, or the library's) leaves the optimizer as it was
+            undo = (len(self.param_groups), dict(self._seen), dict(self._mem))
+            try:
+                split = self._split(param_group, self.defaults)
+                _warn_split([len(split)], len(self.param_groups))
+                for g in split:
+                    self.add_param_group(g)
+            except BaseException:
+                _undo_add(self, *undo)
+                raise
             return
         names = param_group.pop("_names")
         super().add_param_group(param_group)
@@ -348,6 +354,7 @@ class Muon(torch.optim.Optimizer):
         _check_hp({k: g[k] for k in ("lr", "weight_decay")})
         cfg = dict(self._config)
         _check_eps(len(self.param_groups) - 1, g)
+        _check_switches(len(self.param_groups) - 1, g)
         if g["algo"] == "muon":
             cfg.update(_muon_config(g))
         else:
@@ -376,6 +383,7 @@ class Muon(torch.optim.Optimizer):
                                    ep=int(ep) if ep is not None else None, matrices=mats)
         for sp in sparams:
             sp.algo = g["algo"]
+            sp.lr_mult, sp.wd_mult = _param_mults(sp.name, sp.source)
             if g["algo"] == "muon" and flatten is None and not self._moon and \
                     not self._warned_3d:
                 self._warned_3d = _warn_stack(sp)
@@ -445,13 +453,13 @@ class Muon(torch.optim.Optimizer):
                 plan = self._plan or self._make_plan()
                 for p in plan[0]:
                     if p.grad is not None:
-                        self._refuse_thawed()
+                        _refuse_thawed(self)
                 groups, hps, nums = self.param_groups, [], []
                 # every group checked before any is stepped: a refusal writes nothing
                 for gi, (g, (get, values, fixed), had, rt) in enumerate(zip(groups, plan[1],
                                                                               plan[3], plan[2])):
                     if get(g) != values:
-                        self._check_fixed(gi, g, fixed)
+                        _check_fixed(gi, g, fixed)
                     ps = g["params"]
                     if len(ps) != len(had) or not all(map(operator.is_, ps, had)):
                         self._check_params(gi, g)
@@ -492,19 +500,6 @@ class Muon(torch.optim.Optimizer):
             _set_grad_enabled(prev)
         return loss
 
-    @staticmethod
-    def _check_fixed(gi, g, fixed):
-        """Refuses a change to a key fixed at construction (_FIXED); passes a value equal to
-        the old one (betas given again as a list)."""
-        for k, v in fixed.items():
-            w = g[k]
-            if w is not v and w != v and not (isinstance(v, tuple) and tuple(w) == v):
-                raise ValueError(
-                    f"param group {gi} ({g['algo']}): {k} changed from {v!r} to {w!r}: "
-                    "a Muon group's lr, weight_decay and momentum are read at each step (an "
-                    "AdamW group's lr, weight_decay, betas, eps and momentum, its beta1); the "
-                    "others are fixed when the group is made; nothing was stepped")
-
     def _check_params(self, gi, g):
         """A group's "params" list edited since it was made (a tensor appended, removed or
         replaced in place): its runtime holds the tensors it was made with, so the step would
@@ -525,20 +520,6 @@ class Muon(torch.optim.Optimizer):
                          "load_state_dict(old.state_dict()) into it; nothing was stepped")
 
     _traced_step = torch.optim.Optimizer.profile_hook_step(_step)
-
-    def _refuse_thawed(self):
-        """A parameter with requires_grad False at construction was never registered: with a
-        gradient now (requires_grad_(True) later, as when unfreezing a backbone) torch.optim
-        would step it, this optimizer cannot. Raises naming the parameters; _step first makes
-        the first group's step with a learning rate the library refuses, so that it fails on
-        every rank (the others naming this one), nothing written anywhere."""
-        thawed = [n for fr in self._frozen for n, p in fr if p.grad is not None and p.numel()]
-        if not thawed:
-            return
-        raise ValueError(f"{', '.join(thawed)}: requires_grad was False when the optimizer was "
-                         "made, so it is not registered, but it has a gradient now (unfrozen "
-                         "later?): make the optimizer again after unfreezing and "
-                         "load_state_dict(old.state_dict()) into it; nothing was stepped")
 
     @_eager
     def zero_grad(self, set_to_none=True):

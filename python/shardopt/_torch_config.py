@@ -35,7 +35,14 @@ def _check_hp(hp):
             v = v.item()
         if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                   and math.isfinite(v) and v >= 0):
-            raise ValueError(f"{k} = {v!r}: a finite number >= 0 (or a 1-element tensor)")
+            # torch.optim.AdamW(params, lr, betas, ...) swapped for this class positionally:
+            # its betas land on torch.optim.Muon's third argument, weight_decay
+            hint = (" (torch.optim.AdamW's betas given by position? this class's positional "
+                    "arguments are torch.optim.Muon's: params, lr, weight_decay, momentum, "
+                    "nesterov, ...; give betas=(b1, b2), eps= and weight_decay= by name)"
+                    if k == "weight_decay" and isinstance(v, (tuple, list)) and len(v) == 2
+                    else "")
+            raise ValueError(f"{k} = {v!r}: a finite number >= 0 (or a 1-element tensor){hint}")
 
 
 def _check_eps(gi, g):

@@ -273,5 +273,20 @@ def case_modded_nanogpt_rank_world_size():
     opt.close()
 
 
+def case_adamw_positional_betas_named():
+    """torch.optim.AdamW(model.parameters(), 3e-4, (0.9, 0.95)) with the class swapped: the
+    positional arguments are torch.optim.Muon's (params, lr, weight_decay, ...), so the betas
+    land on weight_decay. The refusal said only `weight_decay = (0.9, 0.95): a finite number
+    >= 0`; now it says why and the way out (betas= by name)."""
+    m = nn.Linear(4, 4)
+    for betas in ((0.9, 0.95), [0.9, 0.95]):
+        refused(lambda: Muon(m.parameters(), 3e-4, betas), ValueError,
+                f"weight_decay = {betas!r}", "AdamW's betas given by position",
+                "betas=(b1, b2)")
+    opt = Muon(m.parameters(), 3e-4, betas=(0.9, 0.95))  # by name: taken
+    assert opt.param_groups[-1]["betas"] == (0.9, 0.95)
+    opt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_real2", globals())

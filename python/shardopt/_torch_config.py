@@ -155,3 +155,17 @@ def _param_mults(name, p):
                              f"number in [0, 1e6)")
         out.append(float(v))
     return out
+
+
+def _check_ordered(params, where):
+    """A set of tensors is refused, as torch.optim refuses one in a group: its order is that of
+    the tensors' hashes, which changes between runs and between processes, and every rank
+    registers its tensors in the order given (where names are made from the position, param.<i>
+    on one rank was another tensor than on the next: with equal shapes, each rank's shard of
+    another tensor's state). torch.optim takes a set as the whole params argument; here it is
+    refused there too. Before, taken everywhere."""
+    if isinstance(params, (set, frozenset)):
+        raise TypeError(f"{where}: optimizer parameters need to be organized in ordered "
+                        "collections, but the ordering of tensors in sets will change between "
+                        "runs (and between ranks, each of which registers its tensors in that "
+                        "order). Please use a list instead")

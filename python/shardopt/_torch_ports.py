@@ -18,7 +18,7 @@ not follow, a mesh other than comm's ranks) is refused naming the key, the value
 accepted. Apart from torch.py, which holds the optimizer and its step."""
 import torch
 
-from shardopt._torch_config import _torch_defaults
+from shardopt._torch_config import _check_ordered, _torch_defaults
 
 _UNSET = object()
 
@@ -193,6 +193,8 @@ def port(params, given, extra, comm):
         if "wd" in extra:
             _alias(given, "weight_decay", "wd", extra.pop("wd"))
         muon, adamw = extra.pop("muon_params", None), extra.pop("adamw_params", None)
+        _check_ordered(muon, "muon_params")
+        _check_ordered(adamw, "adamw_params")
         if params is not _UNSET:
             if muon is not None or adamw is not None:
                 raise ValueError("params and muon_params / adamw_params both given: give the "

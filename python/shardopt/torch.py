@@ -21,7 +21,8 @@ from shardopt._torch_classify import (_algo, _classify_by_model, _conv_kernels, 
                                       _memory, _warn_stack)
 from shardopt import _torch_ports as _ports
 from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mesh_size,
-                                    _check_switches, _dion_defaults, _muon_config, _param_mults)
+                                    _check_ordered, _check_switches, _dion_defaults, _muon_config,
+                                    _param_mults)
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _pair_groups,
                                     _partial, _refuse_thawed, _undo_add, _warn_split)
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
@@ -128,6 +129,7 @@ class Muon(torch.optim.Optimizer):
                      adamw_eps=adamw_eps, adamw_weight_decay=adamw_weight_decay)
         # Moonlight's, dion's and MuonWithAuxAdam's spellings as this class's, with their
         # defaults for what the call leaves unset (shardopt._torch_ports)
+        _check_ordered(params, "params")
         params, given, base, self._flatten = _ports.port(params, given, ported, comm)
         self._given = given  # the keywords given, which add_param_group's groups see too
         # Moonlight's Muon flattens every tensor of more than 2 dims to [out, rest]
@@ -235,6 +237,7 @@ class Muon(torch.optim.Optimizer):
         torch.optim)."""
         group = dict(group)
         items = group.pop("params")
+        _check_ordered(items, "a param group's 'params'")
         items = [items] if isinstance(items, torch.Tensor) else list(items)
         # torch >= 2.6's named groups: {"params": [...], "param_names": [...]}; each part keeps
         # the names of its own tensors
@@ -322,6 +325,7 @@ class Muon(torch.optim.Optimizer):
     def add_param_group(self, param_group):
         """torch.optim's add_param_group, and the group's runtime (collective over comm)."""
         if "algo" not in param_group or "_names" not in param_group:
+            _check_ordered(param_group.get("params"), "add_param_group's 'params'")
             # dion's and MuonWithAuxAdam's group keys, as the constructor takes them
             param_group = _ports.port_group(param_group, len(self.param_groups), self._given)
             if self._runtimes:  # after construction: a tensor listed again is torch's error

@@ -288,5 +288,28 @@ def case_adamw_positional_betas_named():
     opt.close()
 
 
+def case_params_in_a_set_refused():
+    """Parameters given as a set (`{"params": set(model.parameters())}`, or a set of a layer's
+    tensors given to add_param_group): torch.optim refuses one in a group, since a set's order
+    changes between runs; this class took it everywhere. Every rank registers its tensors in
+    the order given, and a set's order is that of the tensors' hashes, which differ between
+    processes: where names are made from the position (param.<i>), one name was another tensor
+    on each rank. Now a set is refused with torch.optim's message, at construction (the whole
+    params argument too, which torch.optim takes) and in add_param_group."""
+    m = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    words = ("ordered collections", "between ranks", "use a list")
+    refused(lambda: Muon(set(m.parameters())), TypeError, "params:", *words)
+    refused(lambda: Muon([{"params": set(m.parameters())}]), TypeError, "'params'", *words)
+    refused(lambda: Muon(muon_params=set(m.parameters())), TypeError, "muon_params", *words)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt = Muon([m[0].weight, m[0].bias])
+    n = len(opt.param_groups)
+    refused(lambda: opt.add_param_group({"params": set(m[1].parameters())}), TypeError, *words)
+    assert len(opt.param_groups) == n
+    opt.add_param_group({"params": list(m[1].parameters())})  # as a list: taken
+    opt.close()
+
+
 if __name__ == "__main__":
     cases.run("test_torch_real2", globals())

@@ -7,6 +7,7 @@ from collections.abc import MutableMapping
 
 import torch
 
+from shardopt._torch_config import _SWITCHES
 from shardopt._torch_groups import _adamw_beta1, _adamw_sync, _pair_groups
 from shardopt._torch_ports import _DION_GROUP_KEYS, _dion_group
 
@@ -253,10 +254,12 @@ def _load_state_dict(opt, state_dict):
                                                         opt._runtimes)):
         if sg.get("algo", g["algo"]) != g["algo"]:
             raise ValueError(f"param group {gi}: saved as {sg.get('algo')}, here {g['algo']}")
-        for k in ("maximize", "amsgrad"):
+        for k in _SWITCHES:
             if sg.get(k):
                 # torch.optim.AdamW(amsgrad=True)'s state dict: restored as it is, the run
-                # would go on without amsgrad (or maximize), silently another optimizer
+                # would go on without amsgrad (or maximize), silently another optimizer; a
+                # capturable / differentiable one was refused as a fixed key 'made with
+                # another value', which no optimizer of this class can be
                 raise ValueError(f"param group {gi}: {k} = {sg[k]!r} in the state dict: "
                                  f"shardopt.torch.Muon has no {k} (only False); resume it with "
                                  "torch.optim")

@@ -180,6 +180,13 @@ def case_adamw_switches_in_groups():
     adamw[0]["maximize"] = False
     opt.step()
     assert not torch.equal(before[1], m[0].bias)
+    # torch.optim.AdamW's state dict with one of them True: refused naming it, nothing loaded
+    # (capturable / differentiable were refused as a key 'fixed when the optimizer is made')
+    for k in ("capturable", "differentiable", "amsgrad"):
+        sd = opt.state_dict()
+        sd["param_groups"][1][k] = True
+        refused(lambda: opt.load_state_dict(sd), ValueError, "param group 1", f"{k} = True",
+                f"has no {k}")
     opt.close()
 
 

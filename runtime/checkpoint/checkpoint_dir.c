@@ -251,6 +251,17 @@ void ckpt_dir_leftovers_clear(int dfd, const char *dir)
     closedir(d);
 }
 
+shardopt_status_t ckpt_dir_not_a_step(int dfd, const char *dir)
+{
+    if (entry_kind(dfd, "index.json") == 0)
+        return SHARDOPT_OK;
+    return log_fail(SHARDOPT_ERR_IO,
+                    "save: %s holds index.json, as a step directory does: a load of %s would "
+                    "read that index, never the step this save publishes; save into the "
+                    "checkpoint directory above it, or remove the stray index.json",
+                    dir, dir);
+}
+
 /* DIR/step-N of the step being saved, before the save: absent; or a crashed save's complete but
  * never published step, removed; or the checkpoint latest names, or something shardopt did not
  * make (a link, a file), which stay and fail the save. */

@@ -18,6 +18,10 @@ void ckpt_dir_lock_release(int fd);
 /* Remove the temporary directories (.tmp-step-*) of crashed saves; with the lock held only. */
 void ckpt_dir_leftovers_clear(int dfd, const char *dir);
 
+/* DIR holding an index.json (a step directory, or a stray copy of one's files) fails the save:
+ * a load of DIR would take it for a step directory and never read the latest this save writes. */
+shardopt_status_t ckpt_dir_not_a_step(int dfd, const char *dir);
+
 /* DIR/step_name of the step being saved: absent, or a crashed save's unpublished step (removed);
  * the step latest names, or anything a save did not make, fails the save. */
 shardopt_status_t ckpt_dir_stale_step_clear(int dfd, const char *dir, const char *step_name,

@@ -457,6 +457,17 @@ shardopt_status_t ckpt_index_read(const char *dir, char *stepdir, size_t len, ch
 
     snprintf(path, sizeof path, "%s/index.json", dir);
     if (stat(path, &st) == 0) {
+        /* a save writes latest only beside step directories, never in one: both here is a
+         * step's files copied into the checkpoint directory (or a save into a step
+         * directory), and taking index.json loaded that stale step, not the one latest names */
+        snprintf(path, sizeof path, "%s/latest", dir);
+        if (lstat(path, &st) == 0)
+            return log_fail(SHARDOPT_ERR_CORRUPT,
+                            "load: %s holds both index.json (as a step directory does) and latest "
+                            "(as a checkpoint directory does): which checkpoint to load is not "
+                            "clear, so neither is loaded; load the step directory latest names "
+                            "by its path, or remove the stray files",
+                            dir);
         snprintf(stepdir, len, "%s", dir);
     } else {
         snprintf(path, sizeof path, "%s/latest", dir);

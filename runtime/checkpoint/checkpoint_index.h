@@ -134,6 +134,12 @@ int ckpt_json_i64s(const cJSON *a, int64_t *out, int max, int *n);
 shardopt_status_t ckpt_index_bad_in(const char *dir, const char *file, const char *what,
                                     const char *tensor);
 
+/* The rank file's header entry st of shard sh of tensor t: t's dtype, and the shard's shape (as
+ * the writer wrote both), else ERR_CORRUPT naming the file, the tensor and both. */
+struct st_tensor;
+shardopt_status_t ckpt_shard_header_check(const char *dir, const struct ck_tensor *t,
+                                          const struct ck_shard *sh, const struct st_tensor *st);
+
 /* One shard record of tensor t (whose shape, ndim long, is `shape`): its file (with_file; else
  * the caller sets it), offset and shape inside the tensor, CRC lists that fit; the box made 3-D.
  * ixfile: the index file that holds it, for messages. */

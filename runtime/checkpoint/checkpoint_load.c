@@ -162,18 +162,10 @@ static shardopt_status_t shard_read(struct ck_load *L, const struct ck_tensor *t
     if (st == NULL)
         return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/%s: tensor '%s' missing", L->ix.dir,
                         sh->file, t->name);
-    int64_t numel = 1;
-    for (int d = 0; d < 3; d++)
-        numel *= sh->box.len[d];
-    int64_t st_numel = 1;
-    for (int d = 0; d < st->ndim; d++)
-        st_numel *= st->shape[d];
-    if (st->dtype != t->dtype || st_numel != numel)
-        return log_fail(SHARDOPT_ERR_CORRUPT,
-                        "load: %s/%s: tensor '%s' is %s with %lld elements, the index says %s "
-                        "with %lld",
-                        L->ix.dir, sh->file, t->name, ckpt_dtype_name(st->dtype),
-                        (long long)st_numel, ckpt_dtype_name(t->dtype), (long long)numel);
+    status = ckpt_shard_header_check(L->ix.dir, t, sh, st);
+    if (status != SHARDOPT_OK)
+        return status;
+    const int64_t numel = sh->box.len[0] * sh->box.len[1] * sh->box.len[2];
     const uint64_t tensor_bytes = (uint64_t)numel * es, base = f->hdr.data_start + st->begin;
 
     /* the saved shard is exactly this rank's, in the same dtype (a load on the layout that

@@ -9,7 +9,9 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/status.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_index.h"
+#include "runtime/checkpoint/safetensors.h"
 
 /* A JSON number holding an integer in [0, max]; the only conversion of an index number to an
  * integer goes through here or ckpt_json_i64s. */
@@ -177,4 +179,27 @@ shardopt_status_t ckpt_shard_parse(const char *dir, const char *ixfile, const st
         ln[d] = s3 >= 0 ? ln[s3] : 1;
     }
     return SHARDOPT_OK;
+}
+
+/* The dtype, and the shape rather than the element count only: a header whose shape disagrees
+ * with the index (a [4, 8] entry for an [8, 4] shard, [32] for it) was loaded as the index says,
+ * a file a reader of its own header takes for another tensor, accepted silently. */
+shardopt_status_t ckpt_shard_header_check(const char *dir, const struct ck_tensor *t,
+                                          const struct ck_shard *sh, const struct st_tensor *st)
+{
+    int64_t h3[3] = {1, 1, 1}, numel = sh->box.len[0] * sh->box.len[1] * sh->box.len[2], hn = 1;
+    for (int d = 0; d < st->ndim; d++) {
+        h3[3 - st->ndim + d] = st->shape[d];
+        hn *= st->shape[d]; /* the header's own check bounds its byte size by the file */
+    }
+    if (st->dtype == t->dtype && st->ndim == t->ndim && memcmp(h3, sh->box.len, sizeof h3) == 0)
+        return SHARDOPT_OK;
+    char hs[96], is[96];
+    return log_fail(SHARDOPT_ERR_CORRUPT,
+                    "load: %s/%s: tensor '%s' is %s %s (%lld elements) in the file's header, the "
+                    "index says %s %s (%lld): the file does not match its index",
+                    dir, sh->file, t->name, ckpt_dtype_name(st->dtype),
+                    st->ndim == 0 ? "[]" : ckpt_shape_text(hs, sizeof hs, h3, st->ndim),
+                    (long long)hn, ckpt_dtype_name(t->dtype),
+                    ckpt_shape_text(is, sizeof is, sh->box.len, t->ndim), (long long)numel);
 }

@@ -271,6 +271,8 @@ shardopt_status_t ckpt_save_run(shardopt_runtime_t rt, const char *dir)
             status = log_fail(SHARDOPT_ERR_IO, "save: %s: %s", dir, strerror(errno));
         else
             status = ckpt_dir_lock_take(dfd, dir, &lock_fd);
+        if (status == SHARDOPT_OK)
+            status = ckpt_dir_not_a_step(dfd, dir);
         if (status == SHARDOPT_OK) {
             if (lock_fd >= 0)
                 ckpt_dir_leftovers_clear(dfd, dir);

@@ -1,8 +1,8 @@
 /* Checkpoint directories a hostile user or a broken cluster leaves, beyond test_ckpt.c's single
  * damages: rank files swapped or duplicated, an index naming a tensor twice, a momentum dtype the
  * index records otherwise than the file holds (the project began from a bf16 momentum that came
- * back as fp32), offsets past the tensor's end, huge counts, a parameter's algorithm changed,
- * links that loop. Every load must be refused on every rank with the same status, naming the
+ * back as fp32), offsets past the tensor's end, a rank file's header giving a shard another
+ * shape than the index, huge counts, a parameter's algorithm changed, links that loop. Every load must be refused on every rank with the same status, naming the
  * file and the tensor, with the state as it was: the run then steps on to the same bits as a run
  * that never tried the load (nothing lost). A checkpoint of another world or layout than its
  * rank files, and one holding a parameter under the other algorithm, are refused the same way.
@@ -222,6 +222,24 @@ static void tensor_dtype(cJSON *root)
     cJSON_ReplaceItemInObject(t, "dtype", cJSON_CreateString("F16"));
 }
 static void damage_tensor_dtype(const char *step) { json_edit(step, "index.json", tensor_dtype); }
+/* rank 1's file: its header gives a tensor another shape of the same element count than the
+ * index ([16, 32] for its [32, 16] shard; before: loaded as the index says, silently) */
+static void damage_header_shape(const char *step)
+{
+    char p[4300];
+    size_t n;
+    path_of(p, sizeof p, step, "rank-00001.safetensors");
+    char *b = slurp(p, &n);
+    char *k = b != NULL ? strstr(b + 8, "\"model.embed_tokens.weight.exp_avg\":{") : NULL;
+    char *at = k != NULL ? strstr(k, "\"shape\":[32,16]") : NULL;
+    if (at == NULL)
+        fprintf(stderr, "header shape edit failed\n");
+    else {
+        memcpy(at, "\"shape\":[16,32]", 15);
+        put(p, b, n);
+    }
+    free(b);
+}
 /* a file replaced by a link to itself */
 static void loop_at(const char *step, const char *file)
 {
@@ -330,6 +348,9 @@ TEST(tampered_directories_are_refused_on_every_rank_and_the_run_steps_on)
         {damage_tensor_shape, 0, "index.json",
          "shape [7, 16] differs from its parameter's [64, 16]"},
         {damage_tensor_dtype, 0, "index.json", "dtype 'F16' is not F32 or BF16"},
+        {damage_header_shape, 0, "rank-00001.safetensors",
+         "tensor 'model.embed_tokens.weight.exp_avg' is F32 [16, 32] (512 elements) in the file's "
+         "header, the index says F32 [32, 16] (512)"},
         {damage_index_loop, 0, "index.json", "Too many levels of symbolic links"},
         {damage_step_loop, 0, "step-00000003", "Too many levels of symbolic links"},
         {damage_rank_file_loop, 0, "rank-00001.safetensors", "Too many levels of symbolic links"},

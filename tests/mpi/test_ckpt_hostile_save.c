@@ -3,7 +3,8 @@
  * at once (the FIFO's open waited for a reader for good, the link's target was truncated), a
  * directory under a regular file is refused, and where this process may mount (root in a
  * container that allows it) a full filesystem and a read-only one fail the save with the
- * previous checkpoint loadable. Layout: dp_shard over the world (2). */
+ * previous checkpoint loadable; a checkpoint directory holding a step's index.json beside latest
+ * is refused by the save and the load alike. Layout: dp_shard over the world (2). */
 #include <dirent.h>
 #include <errno.h>
 #include <sys/mount.h>
@@ -151,6 +152,82 @@ TEST(a_save_under_a_regular_file_is_refused_on_every_rank)
     MPI_Barrier(MPI_COMM_WORLD);
     if (me == 0)
         unlink(file);
+}
+
+/* Copies every file of DIR/step-00000003 into DIR (remove: removes those copies); the count. */
+static int stray_copies(const char *dir, int remove)
+{
+    char p[4300], q[4300];
+    int count = 0;
+    size_t n;
+    snprintf(p, sizeof p, "%s/step-00000003", dir);
+    DIR *d = opendir(p);
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof p, "%s/step-00000003/%s", dir, e->d_name);
+        snprintf(q, sizeof q, "%s/%s", dir, e->d_name);
+        char *bytes = remove ? NULL : slurp(p, &n);
+        if (remove)
+            unlink(q);
+        else if (bytes != NULL)
+            put(q, bytes, n);
+        free(bytes);
+        count++;
+    }
+    if (d != NULL)
+        closedir(d);
+    return count;
+}
+
+/* A checkpoint directory that holds index.json beside latest: a step's files copied up into
+ * it (here step 3's, so that index loads). A load took DIR for a step directory and loaded
+ * that stale step 3, silently, where latest named step 4; a save into DIR published a step no
+ * load of DIR would read. Both refused on every rank, the state unchanged; with the stray files
+ * gone the save and the load go on. */
+TEST(a_checkpoint_directory_holding_a_step_index_is_refused_by_save_and_load)
+{
+    setup();
+    char dir[64] = "/tmp/shardopt_stray_index_XXXXXX", p[4300];
+    struct run d = {0};
+    unsigned char *before, *after;
+    size_t nb, na;
+    if (me == 0 && mkdtemp(dir) == NULL)
+        fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    run_setup(&d, MPI_COMM_WORLD, cfg_of(0), 0);
+    run_steps(&d, 1, 3);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    run_steps(&d, 4, 4);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    if (me == 0) /* every file of step 3 (its index, records and rank files), copied up */
+        EXPECT_EQ_INT(stray_copies(dir, 0), 2 + 3 * world); /* one writer a rank */
+    MPI_Barrier(MPI_COMM_WORLD);
+    run_steps(&d, 5, 5);
+    snapshot(&d, &before, &nb);
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_ERR_CORRUPT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "holds both index.json (as a step directory does) "
+                                               "and latest");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), dir);
+    snapshot(&d, &after, &na);
+    EXPECT_TRUE(na == nb && memcmp(before, after, nb) == 0);
+    free(after);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_ERR_IO);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "holds index.json, as a step directory does");
+    snprintf(p, sizeof p, "%s/step-00000005", dir);
+    EXPECT_TRUE(access(p, F_OK) != 0); /* nothing published */
+    if (me == 0)
+        stray_copies(dir, 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ_INT(shardopt_save(d.rt, dir), SHARDOPT_OK);
+    run_steps(&d, 6, 6);
+    EXPECT_EQ_INT(shardopt_load(d.rt, dir), SHARDOPT_OK); /* step 5's, as latest names */
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    EXPECT_EQ_INT(shardopt_get_stats(d.rt, &st), SHARDOPT_OK);
+    EXPECT_EQ_INT(st.steps, 5);
+    free(before);
+    run_free(&d);
+    dir_clear(dir);
 }
 
 static void full_and_read_only(const char *mnt);

@@ -622,7 +622,7 @@ def _follow_rows(rows, rt, skip_missing):
     (held in the rows, so no other object can take its id: only from a comparison to the step
     that follows it, which lets them go) unchanged so, or a new plain tensor
     that passes the checks a torch gradient needs here (strided and contiguous, the registered
-    dtype and element count, a device the runtime takes). A tensor that refuses to say (a
+    dtype, the parameter's shape, a device the runtime takes). A tensor that refuses to say (a
     sparse layout raises RuntimeError) is None too: the full check names it. The library is
     pointed at the runtime's gradients in one shardopt_params_set_pointers call where any
     changed. _shardopt_fast.follow (python/shardopt/_fast.c) is this function in C: the same
@@ -645,7 +645,7 @@ def _follow_rows(rows, rt, skip_missing):
                     return None
                 a = ga
             elif (type(g) is not tensor or not contiguous(g) or g.dtype != dt
-                  or numel(g) != n or not (g.is_cpu or not host and g.is_cuda)):
+                  or g.shape != shp or not (g.is_cpu or not host and g.is_cuda)):
                 return None
             else:
                 a = data_ptr(g)
@@ -1076,6 +1076,11 @@ class Optimizer:
             if grad is None and not skip_missing:
                 self._torch_grad(p)  # raises, naming p
             grad = grad.to_local() if hasattr(grad, "to_local") else grad
+            # param.grad.data = g of another shape (torch's .grad setter refuses one, .data does
+            # not): of the same element count it was read as the parameter's matrix, a silently
+            # wrong update (torch.optim fails on the shapes); refused below, after the count
+            shapes = (None if grad is None or grad.shape == local.shape
+                      else (list(grad.shape), list(local.shape)))
             perm = getattr(p, "_perm", None)
             shown = local
             if perm is not None:  # channels_last, transposed: the registered view
@@ -1106,6 +1111,9 @@ class Optimizer:
                                  f"with shape {list(slot.shape)} (the same elements in another "
                                  "shape would be stepped as the registered matrix): assign a "
                                  "tensor of that shape, or make a new Optimizer")
+            if shapes is not None:
+                raise ValueError(f"{p.name}.grad has shape {shapes[0]}; the parameter's is "
+                                 f"{shapes[1]}: a gradient of another tensor?")
             # keep the tensors held while nothing moved (they keep the memory alive); a new
             # address is held through a detached view of it
             data = slot.data if addrs[0] == slot.data_addr else local.detach()

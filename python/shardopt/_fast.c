@@ -3,7 +3,7 @@
    The binding is ctypes and works without this module; with it, the per-tensor loop that
    step() runs over a runtime's torch parameters (read .grad, compare data_ptr, the
    parameter's shape or the kept gradient's element count, and contiguity with what the library
-   was pointed at, check a new gradient's type, dtype, element count and device) and the
+   was pointed at, check a new gradient's type, dtype, shape and device) and the
    shardopt_step call after it cost one Python call a runtime. follow makes exactly the checks of
    the Python version (shardopt/__init__.py, _follow_rows), in the same order, through the same
    torch attributes and methods (never torch's C++ ABI, which changes between releases), on the same
@@ -137,9 +137,10 @@ static int in_place(const struct methods *m, PyObject *t, PyObject *addr, PyObje
     return ok;
 }
 
-/* a new gradient as a torch gradient must be here (the Python version's order): 1, 0, -1 */
-static int fit(const struct methods *m, PyObject *g, PyObject *tensor, PyObject *dtype, PyObject *n,
-               int host)
+/* a new gradient as a torch gradient must be here (the Python version's order): 1, 0, -1. Its
+   shape, not only its element count: param.grad.data = g of another shape passes torch's setter */
+static int fit(const struct methods *m, PyObject *g, PyObject *tensor, PyObject *dtype,
+               PyObject *shape, int host)
 {
     if ((PyObject *)Py_TYPE(g) != tensor)
         return 0;
@@ -152,8 +153,13 @@ static int fit(const struct methods *m, PyObject *g, PyObject *tensor, PyObject 
         Py_DECREF(dt);
         ok = ok < 0 ? -1 : !ok;
     }
-    if (ok == 1)
-        ok = call_eq(m->numel, g, n);
+    if (ok == 1) {
+        PyObject *v = PyObject_GetAttr(g, s_shape);
+        if (v == NULL)
+            return -1;
+        ok = PyObject_RichCompareBool(v, shape, Py_EQ);
+        Py_DECREF(v);
+    }
     if (ok == 1) {
         ok = attr_true(g, s_is_cpu);
         if (ok == 0 && !host)
@@ -227,7 +233,7 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
             PyObject *a = addr[i] = Py_NewRef(PyList_GET_ITEM(gaddrs, i));
             ok = unchanged(&m, g, a, cnt);
         } else {
-            ok = fit(&m, g, tensor, PyList_GET_ITEM(dtypes, i), cnt, host);
+            ok = fit(&m, g, tensor, PyList_GET_ITEM(dtypes, i), PyList_GET_ITEM(shapes, i), host);
             if (ok == 1) {
                 addr[i] = call1(m.data_ptr, g);
                 ok = addr[i] == NULL ? -1 : 1;

@@ -124,6 +124,26 @@ def _adamw_hparams(gi, g, last):
     return b1, b2, e
 
 
+def _step_hparams(gi, g):
+    """(lr, weight_decay, momentum) of a group for this step as floats (momentum -1.0, "the
+    config's", for an AdamW group, whose beta1 _adamw_hparams gives), checked before any group
+    steps. The library reads a negative weight_decay or momentum as "the config's" and lr = -1
+    as "not set": a group's weight_decay = -0.5 written after construction stepped with the
+    value given at construction, silently. A negative value is refused here (ValueError naming
+    the group, the key and the value, nothing stepped); NaN, Inf and values past the library's
+    bounds go to the library, which refuses them on every rank."""
+    lr, wd = float(g["lr"]), float(g["weight_decay"])  # a 1-element tensor lr, as torch takes
+    mu = float(g["momentum"]) if g["algo"] == "muon" else -1.0
+    for k, v in (("lr", lr), ("weight_decay", wd)) + ((("momentum", mu),)
+                                                       if g["algo"] == "muon" else ()):
+        if v < 0:
+            raise ValueError(f"param group {gi} ({g['algo']}): {k} = {v!r}: accepted "
+                             f"{'[0, 1)' if k == 'momentum' else '[0, 1e6]'} (a negative "
+                             "value would be read as the library's default); nothing was "
+                             "stepped")
+    return lr, wd, mu
+
+
 def _adamw_sync(g, b1):
     """Both of an AdamW group's beta1 keys hold b1 (this step's), where one does not: the
     momentum a scheduler wrote goes into betas[0], as torch.optim.AdamW's group would hold it,

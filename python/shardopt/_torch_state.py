@@ -4,6 +4,7 @@ conversions between the runtimes' flat state and torch tensors shaped like their
 (DTensors where those are). Its own module so that shardopt/torch.py keeps to the optimizer and
 its step."""
 from collections.abc import MutableMapping
+import math
 
 import torch
 
@@ -231,6 +232,35 @@ def _state_dict(opt):
     return out
 
 
+def _check_values(sp, kind, i, value):
+    """The values the library's param_set_state refuses (NaN or Inf; a negative exp_avg_sq),
+    refused here, with every tensor's, before any is set: the library's refusal came after the
+    tensors before it were set, a state dict half loaded."""
+    bad = ~torch.isfinite(value)
+    if kind == "exp_avg_sq":
+        bad |= value < 0
+    if bool(bad.any()):
+        at = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{sp.name}.{kind}: element {at} is {float(value[at])!r} in the state "
+                         f"dict (state {i}, in this rank's part, as {value.dtype}): accepted "
+                         + ("finite values >= 0" if kind == "exp_avg_sq" else "finite values")
+                         + "; nothing was loaded")
+
+
+def _saved_step(sp, i, v):
+    """A saved step count as an int: a whole number (a tensor of one, as torch.optim saves it),
+    else ValueError. int(float(v)) took 2.5 as 2 and the text "3" as 3, and NaN raised
+    Python's own conversion error."""
+    if (isinstance(v, torch.Tensor) and v.numel() == 1) or \
+            (type(v).__module__ == "numpy" and getattr(v, "shape", None) == ()):
+        v = v.item()  # torch.optim saves a tensor; a numpy scalar from an edited state dict
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+            not (math.isfinite(v) and v == int(v)):
+        raise ValueError(f"{sp.name}: step = {v!r} in the state dict (state {i}): accepted a "
+                         "whole number (or a 1-element tensor); nothing was loaded")
+    return int(v)
+
+
 def _load_state_dict(opt, state_dict):
     """Muon.load_state_dict() (its docstring says what it takes)."""
     _pair_groups(opt)
@@ -306,9 +336,10 @@ def _load_state_dict(opt, state_dict):
                     raise ValueError(f"{sp.name}.{kind}: {value.numel()} elements in the "
                                      f"state dict, this rank holds {n}; load it through "
                                      "torch.distributed.checkpoint to reshard")
+                _check_values(sp, kind, i, value)
                 todo.append((rt, sp, kind, value))
             if "step" in st:
-                todo.append((rt, sp, None, int(float(st["step"]))))
+                todo.append((rt, sp, None, _saved_step(sp, i, st["step"])))
             else:  # torch.optim.Muon counts no steps: a loaded state is one of a stepped tensor
                 todo.append((rt, sp, None, max(rt.get_step(sp), 1)))
     for rt, sp, kind, value in todo:

@@ -24,7 +24,8 @@ from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mes
                                     _check_ordered, _check_switches, _dion_defaults, _muon_config,
                                     _param_mults)
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _pair_groups,
-                                    _partial, _refuse_thawed, _undo_add, _warn_split)
+                                    _partial, _refuse_thawed, _step_hparams, _undo_add,
+                                    _warn_split)
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
 __all__ = ["Muon"]
@@ -471,9 +472,9 @@ class Muon(torch.optim.Optimizer):
                     adamw = g["algo"] == "adamw"
                     hps.append(_adamw_hparams(gi, g, self._beta1[rt]) if adamw else None)
                     # a 1-element tensor lr, as torch.optim takes; a Muon group's momentum
-                    # warmup (modded-nanogpt writes g["momentum"] every step) takes effect now
-                    nums.append((float(g["lr"]), float(g["weight_decay"]),
-                                 -1.0 if adamw else float(g["momentum"])))
+                    # warmup (modded-nanogpt writes g["momentum"] every step) takes effect now;
+                    # a negative value refused (the library would read it as "the config's")
+                    nums.append(_step_hparams(gi, g))
             except Exception:
                 # the step is collective: a refusal of this rank alone (a group's key changed
                 # here only, a frozen tensor with a gradient, an lr that is no number) still

@@ -1,0 +1,134 @@
+"""shardopt.torch.Muon given hostile values a script can reach after construction: a group's
+hyperparameters set to what the library reads as "the config's", a gradient of another shape
+assigned through .data, a state dict whose values the library refuses. Each must be refused by
+name with nothing stepped or loaded. One process.
+
+    test_torch_hostile.py [CASE ...]     every case when none is named
+
+Exit 77 (skip) only where torch is not importable."""
+import sys
+
+try:
+    import torch
+except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
+    print(f"SKIP: torch is not importable ({e})")
+    sys.exit(77)
+
+from test_torch_dropin import refused
+from test_torch_optim import step_paths
+
+import cases
+from shardopt.torch import Muon
+
+torch.set_num_threads(1)
+
+
+def two(seed=0, **kw):
+    """A Muon matrix and an AdamW vector, one step taken (so the state exists)."""
+    torch.manual_seed(seed)
+    w = torch.nn.Parameter(torch.randn(4, 8))
+    b = torch.nn.Parameter(torch.randn(4))
+    opt = Muon([("w", w), ("b", b)], lr=0.02, **kw)
+    w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+    opt.step()
+    return w, b, opt
+
+
+def values(*ts):
+    return [t.detach().clone() for t in ts]
+
+
+def same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def state(opt):
+    return {k: {kk: vv.clone() for kk, vv in v.items()}
+            for k, v in opt.state_dict()["state"].items()}
+
+
+def same_state(a, b):
+    return a.keys() == b.keys() and all(
+        a[k].keys() == b[k].keys() and all(torch.equal(a[k][kk], b[k][kk]) for kk in a[k])
+        for k in a)
+
+
+def case_group_values_the_library_reads_as_unset_are_refused():
+    """A group's weight_decay or (Muon) momentum written below 0 after construction, or lr
+    = -1: the library reads a negative weight_decay or momentum as "the config's" and lr = -1
+    as "not set", so -0.5 stepped with the values given at construction, silently, and an
+    AdamW group's lr = -1 was called "not set" after the Muon group had stepped. Each is refused
+    before any group steps, naming the group, the key and the value; put back, the step goes
+    on."""
+    for algo, key, v in (("muon", "weight_decay", -0.5), ("adamw", "weight_decay", -1e-9),
+                         ("muon", "momentum", -0.5), ("muon", "lr", -1.0),
+                         ("adamw", "lr", -1.0)):
+        w, b, opt = two()
+        g = next(g for g in opt.param_groups if g["algo"] == algo)
+        old = g[key]
+        g[key] = v
+        w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+        before = values(w, b)
+        refused(opt.step, ValueError, f"({algo}): {key} = {v!r}: accepted", "nothing was stepped")
+        assert same(before, values(w, b)), (algo, key, "stepped")
+        g[key] = old
+        opt.step()
+        assert not torch.equal(before[0], w.detach()) and not torch.equal(before[1], b.detach())
+
+
+def case_gradient_of_another_shape_is_refused():
+    """param.grad.data = g of the parameter's element count in another shape ([8, 4] for a
+    [4, 8] matrix): torch's .grad setter refuses it, .data does not. The binding read it as the
+    parameter's matrix, a silently wrong update, on the first step and on every later one
+    through the comparison (C helper and Python path alike); torch.optim fails on the shapes.
+    Refused naming both shapes, nothing written."""
+    for path, ctx in step_paths():
+        for first in (True, False):
+            with ctx():
+                w, b, opt = two()
+                if not first:
+                    w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+                    opt.step()  # the comparison now holds these tensors
+                w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+                w.grad.data = torch.randn(8, 4)
+                before = values(w, b)
+                refused(opt.step, ValueError, "w.grad has shape [8, 4]", "is [4, 8]")
+                assert same(before, values(w, b)), (path, first)
+                w.grad = torch.randn(4, 8)
+                opt.step()
+                assert not torch.equal(before[0], w.detach()), (path, first)
+
+
+def case_load_state_dict_refuses_values_before_setting_any():
+    """A state dict holding values the library's param_set_state refuses (NaN or Inf, a
+    negative exp_avg_sq), or a step count that is not a whole number (2.5 was taken as 2, the
+    text "3" as 3): refused naming the tensor, the element and the value, before any tensor is
+    set. Before: the refusal came from the library after the tensors before it had been set,
+    so the optimizer was left with the new momentum and step of w and the old state of b."""
+    def put(i, k, f):
+        return lambda sd: sd["state"][i].__setitem__(k, f(sd["state"][i][k]))
+    bad = [(put(1, "exp_avg_sq", lambda t: t * float("nan")), "b.exp_avg_sq: element 0 is nan"),
+           (put(1, "exp_avg_sq", lambda t: -t - 1), "b.exp_avg_sq: element 0 is -"),
+           (put(1, "exp_avg", lambda t: t.index_fill(0, torch.tensor([2]), -float("inf"))),
+            "b.exp_avg: element 2 is -inf"),
+           (put(1, "step", lambda t: torch.tensor(2.5)), "b: step = 2.5"),
+           (put(1, "step", lambda t: "3"), "b: step = '3'"),
+           (put(1, "step", lambda t: torch.tensor(float("nan"))), "b: step = nan")]
+    for mutate, words in bad:
+        w, b, opt = two()
+        _, _, other = two(seed=1)
+        for _ in range(2):
+            other.step()
+        sd = other.state_dict()
+        mutate(sd)
+        before = state(opt)
+        refused(lambda: opt.load_state_dict(sd), ValueError, words, "nothing was loaded")
+        assert same_state(before, state(opt)), (words, "half loaded")
+    w, b, opt = two()
+    _, _, other = two(seed=1)
+    opt.load_state_dict(other.state_dict())  # the clean state dict loads
+    assert same_state(state(other), state(opt))
+
+
+if __name__ == "__main__":
+    cases.run("test_torch_hostile", globals())

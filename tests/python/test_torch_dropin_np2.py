@@ -1,8 +1,8 @@
 """shardopt.torch.Muon's refusals and per-step settings on 2 ranks (mpi4py comm, plain tensors
 replicated as under DDP): a parameter frozen at construction that has a gradient on rank 0
 only later fails the step on both ranks (a ValueError naming it on rank 0, shardopt.Error
-naming rank 0 on rank 1), nothing written on either, and the next step goes on; a momentum
-warmup (g["momentum"] each step) gives the same bits on both ranks as on one process; dion's
+naming rank 0 on rank 1), nothing written on either, and the next step goes on, as does a
+negative weight_decay set on rank 0 only; a momentum warmup (g["momentum"] each step) gives the same bits on both ranks as on one process; dion's
 distributed_mesh taken where it is comm's ranks, refused otherwise; a NaN gradient on one rank
 refused on both; DDP with no_sync gradient accumulation and OneCycleLR as on one process; a
 mesh larger than comm (torchrun's one-rank MPI.COMM_WORLD) named. Run under mpiexec with 2
@@ -89,6 +89,32 @@ def refused_on_one_rank():
     opt.step()  # both ranks go on
     check(not torch.equal(m[0].weight, before[0]), "the next step moved nothing")
     opt.close()
+
+
+def negative_weight_decay_on_one_rank():
+    """A group's weight_decay set to -0.5 on rank 0 only (the library would read it as the
+    config's): a ValueError naming it on rank 0 before any group steps, which then fails the
+    first group's step on rank 1 too (shardopt.Error naming rank 0) rather than leave rank 1
+    waiting in it; nothing written on either, and the next step goes on."""
+    m = net()
+    opt = Muon(m.named_parameters(), comm=comm, config={"comm_timeout_s": 60})
+    g = opt.param_groups[-1]
+    wd = g["weight_decay"]
+    if comm.rank == 0:
+        g["weight_decay"] = -0.5
+    m(torch.ones(2, 6)).sum().backward()
+    before = [p.detach().clone() for p in m.parameters()]
+    try:
+        opt.step()
+        check(False, "a negative weight_decay on rank 0 was stepped")
+    except ValueError as e:
+        check(comm.rank == 0 and "weight_decay = -0.5" in str(e), f"rank 0's message: {e}")
+    except shardopt.Error as e:
+        check(comm.rank == 1 and "rank 0: lr = nan" in str(e), f"rank 1's message: {e}")
+    check(all(torch.equal(p, b) for p, b in zip(m.parameters(), before)), "written")
+    g["weight_decay"] = wd
+    opt.step()  # both ranks go on
+    check(not all(torch.equal(p, b) for p, b in zip(m.parameters(), before)), "not stepped")
 
 
 def warmup_same_bits():
@@ -261,6 +287,7 @@ def mesh_larger_than_comm():
 
 unfrozen_on_one_rank()
 refused_on_one_rank()
+negative_weight_decay_on_one_rank()
 warmup_same_bits()
 dion_mesh_is_comm()
 nan_on_one_rank()

@@ -257,11 +257,16 @@ class Muon(torch.optim.Optimizer):
                 raise ValueError(f"a group with algo {fixed!r} and use_muon = "
                                  f"{group['use_muon']!r}: they disagree; give one")
             fixed = use
-        parts = {"muon": [], "adamw": []}
+        parts, here = {"muon": [], "adamw": []}, set()
         for name, p in self._named(items, warn=fixed is None):
             if not isinstance(p, torch.Tensor):
                 raise TypeError(f"{name}: {type(p).__name__} is not a torch tensor")
             key = id(p)
+            if key in self._seen and key not in here:  # torch.optim's error (was: a warning,
+                # the later group's lr and weight_decay never applied to it)
+                raise ValueError(f"some parameters appear in more than one parameter group ("
+                                 f"{name} is {self._seen[key]} of an earlier group)")
+            here.add(key)
             if key in self._seen:
                 warnings.warn(f"shardopt: {name} is the same tensor as {self._seen[key]} "
                               f"(a tied weight listed twice): registered once, as "

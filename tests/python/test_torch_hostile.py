@@ -7,6 +7,7 @@ name with nothing stepped or loaded. One process.
 
 Exit 77 (skip) only where torch is not importable."""
 import sys
+import warnings
 
 try:
     import torch
@@ -128,6 +129,24 @@ def case_load_state_dict_refuses_values_before_setting_any():
     _, _, other = two(seed=1)
     opt.load_state_dict(other.state_dict())  # the clean state dict loads
     assert same_state(state(other), state(opt))
+
+
+def case_a_tensor_in_two_groups_is_refused():
+    """The same tensor in two param groups given to the constructor (the second with its own
+    lr): torch.optim's ValueError, as add_param_group already gave. Before: a warning calling it
+    a tied weight, the tensor registered in the first group only and the second group's lr and
+    weight_decay never applied to it. A tensor listed twice in one group (a tied weight under
+    named_parameters(remove_duplicate=False)) is still registered once, with a warning."""
+    w, b = torch.nn.Parameter(torch.randn(4, 8)), torch.nn.Parameter(torch.randn(4))
+    refused(lambda: Muon([{"params": [("w", w)]}, {"params": [("w2", w), ("b", b)], "lr": 0.1}],
+                         lr=0.02),
+            ValueError, "some parameters appear in more than one parameter group",
+            "w2 is w of an earlier group")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        opt = Muon([("w", w), ("w2", w), ("b", b)], lr=0.02)
+    assert any("tied weight listed twice" in str(x.message) for x in seen)
+    assert sum(len(g["params"]) for g in opt.param_groups) == 2
 
 
 if __name__ == "__main__":

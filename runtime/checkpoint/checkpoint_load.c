@@ -122,6 +122,13 @@ static shardopt_status_t file_open(struct ck_load *L, const char *name, struct c
     if (rc != SHARDOPT_OK) /* refused (corrupt), or out of memory reading it */
         return log_fail(rc == SHARDOPT_ERR_OUT_OF_MEMORY ? rc : SHARDOPT_ERR_CORRUPT,
                         "load: %s: %s", path, err);
+    if (f->size - f->hdr.data_start != st_header_data_bytes(&f->hdr)) /* a save writes none */
+        return log_fail(
+            SHARDOPT_ERR_CORRUPT,
+            "load: %s: %llu bytes after the header, its tensors hold %llu: bytes "
+            "no tensor indexes (a gap, or appended), which safetensors files never hold",
+            path, (unsigned long long)(f->size - f->hdr.data_start),
+            (unsigned long long)st_header_data_bytes(&f->hdr));
     f->opened = 1;
     *out = f;
     return SHARDOPT_OK;

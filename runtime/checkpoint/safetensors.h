@@ -105,4 +105,9 @@ void st_header_free(struct st_header *h);
 /* The tensor called name, or NULL. O(log n). */
 const struct st_tensor *st_header_find(const struct st_header *h, const char *name);
 
+/* The bytes h's tensors hold, summed (at most the data area: they lie in it, none overlapping).
+ * A file whose data area holds more (a gap between tensors, bytes after the last) is not a
+ * safetensors file: the format indexes every byte of it. */
+uint64_t st_header_data_bytes(const struct st_header *h);
+
 #endif

@@ -559,3 +559,11 @@ const struct st_tensor *st_header_find(const struct st_header *h, const char *na
     }
     return NULL;
 }
+
+uint64_t st_header_data_bytes(const struct st_header *h)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < h->n; i++)
+        n += h->t[i].end - h->t[i].begin;
+    return n;
+}

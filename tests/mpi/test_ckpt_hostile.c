@@ -2,11 +2,12 @@
  * damages: rank files swapped or duplicated, an index naming a tensor twice, a momentum dtype the
  * index records otherwise than the file holds (the project began from a bf16 momentum that came
  * back as fp32), offsets past the tensor's end, a rank file's header giving a shard another
- * shape than the index, huge counts, a parameter's algorithm changed, links that loop. Every load must be refused on every rank with the same status, naming the
- * file and the tensor, with the state as it was: the run then steps on to the same bits as a run
- * that never tried the load (nothing lost). A checkpoint of another world or layout than its
- * rank files, and one holding a parameter under the other algorithm, are refused the same way.
- * Saves: test_ckpt_hostile_save.c. Layout: dp_shard over the world (2). */
+ * shape than the index or a byte appended to it, huge counts, a parameter's algorithm changed,
+ * links that loop. Every load must be refused on every rank with the same status, naming the file
+ * and the tensor, with the state as it was: the run then steps on to the same bits as a run that
+ * never tried the load (nothing lost). A checkpoint of another world or layout than its rank files,
+ * and one holding a parameter under the other algorithm, are refused the same way. Saves:
+ * test_ckpt_hostile_save.c. Layout: dp_shard over the world (2). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -240,6 +241,18 @@ static void damage_header_shape(const char *step)
     }
     free(b);
 }
+/* rank 1's file with a byte appended, every CRC still matching (before: loaded; safetensors
+ * files index every byte of their data area) */
+static void damage_rank_file_appended(const char *step)
+{
+    char p[4300];
+    path_of(p, sizeof p, step, "rank-00001.safetensors");
+    FILE *f = fopen(p, "ab");
+    if (f == NULL || fputc('x', f) == EOF)
+        fprintf(stderr, "append failed\n");
+    if (f != NULL)
+        fclose(f);
+}
 /* a file replaced by a link to itself */
 static void loop_at(const char *step, const char *file)
 {
@@ -351,6 +364,8 @@ TEST(tampered_directories_are_refused_on_every_rank_and_the_run_steps_on)
         {damage_header_shape, 0, "rank-00001.safetensors",
          "tensor 'model.embed_tokens.weight.exp_avg' is F32 [16, 32] (512 elements) in the file's "
          "header, the index says F32 [32, 16] (512)"},
+        {damage_rank_file_appended, 0, "rank-00001.safetensors",
+         "bytes after the header, its tensors hold"},
         {damage_index_loop, 0, "index.json", "Too many levels of symbolic links"},
         {damage_step_loop, 0, "step-00000003", "Too many levels of symbolic links"},
         {damage_rank_file_loop, 0, "rank-00001.safetensors", "Too many levels of symbolic links"},

@@ -255,9 +255,12 @@ def _saved_step(sp, i, v):
             (type(v).__module__ == "numpy" and getattr(v, "shape", None) == ()):
         v = v.item()  # torch.optim saves a tensor; a numpy scalar from an edited state dict
     if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-            not (math.isfinite(v) and v == int(v)):
+            not (math.isfinite(v) and v == int(v) and 0 <= v < 1 << 53):
+        # the library's range, checked here with the rest: its refusal of -3 or 2**60 came
+        # after the tensors before it had been set
         raise ValueError(f"{sp.name}: step = {v!r} in the state dict (state {i}): accepted a "
-                         "whole number (or a 1-element tensor); nothing was loaded")
+                         "whole number in [0, 2^53) (or a 1-element tensor); nothing was "
+                         "loaded")
     return int(v)
 
 

@@ -103,8 +103,8 @@ def case_gradient_of_another_shape_is_refused():
 def case_load_state_dict_refuses_values_before_setting_any():
     """A state dict holding values the library's param_set_state refuses (NaN or Inf, a
     negative exp_avg_sq), or a step count that is not a whole number (2.5 was taken as 2, the
-    text "3" as 3): refused naming the tensor, the element and the value, before any tensor is
-    set. Before: the refusal came from the library after the tensors before it had been set,
+    text "3" as 3) or past the library's [0, 2^53): refused naming the tensor, the element and
+    the value, before any tensor is set. Before: the refusal came from the library after the tensors before it had been set,
     so the optimizer was left with the new momentum and step of w and the old state of b."""
     def put(i, k, f):
         return lambda sd: sd["state"][i].__setitem__(k, f(sd["state"][i][k]))
@@ -114,7 +114,9 @@ def case_load_state_dict_refuses_values_before_setting_any():
             "b.exp_avg: element 2 is -inf"),
            (put(1, "step", lambda t: torch.tensor(2.5)), "b: step = 2.5"),
            (put(1, "step", lambda t: "3"), "b: step = '3'"),
-           (put(1, "step", lambda t: torch.tensor(float("nan"))), "b: step = nan")]
+           (put(1, "step", lambda t: torch.tensor(float("nan"))), "b: step = nan"),
+           (put(1, "step", lambda t: -3), "b: step = -3"),
+           (put(1, "step", lambda t: 1 << 60), f"b: step = {1 << 60}")]
     for mutate, words in bad:
         w, b, opt = two()
         _, _, other = two(seed=1)

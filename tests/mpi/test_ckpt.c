@@ -1037,7 +1037,8 @@ TEST(shards_that_do_not_tile_their_tensor_are_refused_before_any_read)
     } cases[] = {
         {damage_tile_moved, "leave part of the tensor uncovered (they must tile",
          "overlap and leave part of the tensor uncovered"},
-        {damage_tile_overlap, "is F32 with 512 elements, the index says F32 with 528",
+        {damage_tile_overlap,
+         "is F32 [32, 16] (512 elements) in the file's header, the index says F32 [33, 16] (528)",
          "the shards overlap (they must tile"},
         {damage_tile_gap, "leave part of the tensor uncovered (they must tile",
          "leave part of the tensor uncovered (they must tile"},

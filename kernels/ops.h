@@ -238,6 +238,27 @@ struct kernel_ops {
     void (*ns_shard_update)(const struct kernel_ctx *ctx, const float *gram, const float c[3],
                             const float *x, int64_t m, int64_t n, float *scratch, float *y);
     void (*ns_shard_store)(const struct kernel_ctx *ctx, const struct ns_args *a, const float *x);
+    /* Newton-Schulz teams in bf16 on a device (ns_compute = bf16, runtime/step/ns_sharded.c):
+     * the CPU bf16 team's arithmetic (kernels/cpu/ns_bf16.h, ns_bf16_shard_*) on device memory.
+     * NULL on a table without it, whose teams iterate in fp32, and on the CPU tables, whose bf16
+     * teams run oneDNN's plans from the runtime's workspace directly. X_j, A, B and Y are bf16
+     * (uint16_t), every product accumulated in fp32 and rounded once to bf16:
+     * shard_bf16_prepare, at commit, for a block's shape and the coefficient table (0, or -1 with
+     * the error recorded by status_set); shard_bf16_gram: A = X X^T (m x m); shard_bf16_update:
+     * B = c A A + b A (b, c of step s), then Y = B X + a X, for every n >= 1 (no narrow form:
+     * kernels/cpu/ns_bf16.c says why); 0, or -1 (recorded). shard_bf16_round: y = bf16(x), to
+     * nearest even; shard_bf16_widen: y = fp32(x) (exact); n elements each. */
+    int (*ns_shard_bf16_prepare)(const struct kernel_ctx *ctx, int64_t m, int64_t n,
+                                 const float (*coeffs)[3], int steps);
+    int (*ns_shard_bf16_gram)(const struct kernel_ctx *ctx, const uint16_t *x, int64_t m, int64_t n,
+                              uint16_t *A);
+    int (*ns_shard_bf16_update)(const struct kernel_ctx *ctx, const float (*coeffs)[3], int steps,
+                                int s, const uint16_t *A, const uint16_t *x, int64_t m, int64_t n,
+                                uint16_t *B, uint16_t *y);
+    void (*ns_shard_bf16_round)(const struct kernel_ctx *ctx, const float *x, uint16_t *y,
+                                size_t n);
+    void (*ns_shard_bf16_widen)(const struct kernel_ctx *ctx, const uint16_t *x, float *y,
+                                size_t n);
     /* Sum of squares of n elements of dtype dt, in double. NaN or Inf in x gives a non-finite
      * result. Deterministic: the same bits for the same input, whatever the thread count. */
     double (*sumsq)(const struct kernel_ctx *ctx, const void *x, int dt, size_t n);

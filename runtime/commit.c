@@ -365,11 +365,13 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
 
 /* The team cap the dense plan gets (rt->team_cap), and the node size it places teams in.
  * Teams run the sharded kernels (runtime/step/ns_sharded.c) wherever Newton-Schulz runs, on every
- * replica: with Newton-Schulz on a device (backend = cuda, offload = cpu) they iterate in fp32
- * (the device table's ns_shard_* entries, the Gram all-reduce through host memory), whatever
- * ns_compute says: bf16 teams are the CPU's oneDNN kernels (a warning says so). replica_split,
- * or a Newton-Schulz table without the sharded entries, keeps one owner per matrix (a warning
- * says which). Collective over the dense group. */
+ * replica, in ns_compute's dtype: on a device (backend = cuda, offload = cpu) through the device
+ * table's ns_shard_* entries, bf16 ones (ns_shard_bf16_*) where ns_compute is bf16, their Gram
+ * all-reduce through host memory. Device teams stay fp32 (a warning says so) where the table has
+ * no bf16 team entries, or where the Gram all-reduces run over NCCL (comm_backend = nccl without
+ * offload = cpu: the NCCL all-reduce is fp32's). replica_split, or a Newton-Schulz table without
+ * the sharded entries, keeps one owner per matrix (a warning says which). Collective over the
+ * dense group. */
 static shardopt_status_t teams_setup(shardopt_runtime_t rt)
 {
     const char *why = rt->cfg.replica_split && rt->groups.mesh.dp_replicate > 1 ? "replica_split"
@@ -394,14 +396,20 @@ static shardopt_status_t teams_setup(shardopt_runtime_t rt)
                         "failed",
                         rt->groups.me.rank);
     /* teams iterate in ns_compute's dtype, which every rank resolves alike (the owners' plan,
-     * whose costs follow the variant tables of that dtype, depends on it as well); on a device
-     * in fp32, the only team arithmetic the device table has */
-    rt->team_compute = rt_ns_on_device(rt) ? KDT_F32 : rt->ns_compute;
-    if (rt->team_compute != rt->ns_compute && rt->groups.me.rank == 0)
+     * whose costs follow the variant tables of that dtype, depends on it as well), and so does
+     * what decides the fallback below: the table (backend and offload are the same everywhere)
+     * and whether the dense groups are NCCL communicators (init agreed on that) */
+    const char *fp32_why = !rt_ns_on_device(rt) || rt->ns_compute != KDT_BF16 ? NULL
+                           : rt->ns_ops->ns_shard_bf16_gram == NULL
+                               ? "its table has no bf16 team entries"
+                           : rt->nccl[GROUP_DENSE] != NULL
+                               ? "their Gram all-reduces over NCCL are fp32 (comm_backend = nccl)"
+                               : NULL;
+    rt->team_compute = fp32_why != NULL ? KDT_F32 : rt->ns_compute;
+    if (fp32_why != NULL && rt->groups.me.rank == 0)
         log_warn("commit: ns_team_cap = %d with Newton-Schulz on the device: teams iterate in "
-                 "fp32 (bf16 teams run on the CPU backend only); matrices with one owner stay "
-                 "bf16",
-                 rt->cfg.ns_team_cap);
+                 "fp32 (%s); matrices with one owner stay bf16",
+                 rt->cfg.ns_team_cap, fp32_why);
     return SHARDOPT_OK;
 }
 

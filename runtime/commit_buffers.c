@@ -377,8 +377,9 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
     rt->bytes_workspace += rt->sh_x != NULL ? shx : 0;
     if (rt_ns_on_device(rt) && sh_g > 0) {
         /* the host side of its all-reduces and of AOL: a Gram matrix, AOL's m doubles, a block
-         * (ns_sharded.c) */
-        const size_t hb = (sh_x + sh_g + 2) * sizeof(float);
+         * (ns_sharded.c); bf16 teams' AOL holds the block twice, fp32 and bf16 */
+        const size_t bf16_x = rt->team_compute == KDT_BF16 ? sh_x / 2 + 2 : 0;
+        const size_t hb = (sh_x + sh_g + 2 + bf16_x) * sizeof(float);
         noted(&oom, sh_host_set(rt, hb), hb, "the sharded Newton-Schulz host staging");
         rt->bytes_workspace += rt->sh_host != NULL ? hb : 0;
     }
@@ -407,14 +408,42 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
     return groups_agree(&rt->groups, status, "commit");
 }
 
+/* bf16 teams on a device (commit.c, teams_setup): the device table's plans for this rank's
+ * team blocks, and the bf16 Gram sum of their host all-reduces. Collective. */
+static shardopt_status_t device_team_plans(shardopt_runtime_t rt)
+{
+    shardopt_status_t status = SHARDOPT_OK;
+    for (int g = 0; status == SHARDOPT_OK && g < GROUP_KINDS; g++) {
+        const struct group_plan *P = &rt->gx[g].plan;
+        for (int w = 0; status == SHARDOPT_OK && w < P->nowned; w++) {
+            const struct plan_owned *o = &P->owned[w];
+            if (o->team < 2)
+                continue; /* one owner: the device's own bf16 Newton-Schulz */
+            const int64_t m = o->team_rows ? o->cols : o->rows,
+                          n = o->team_rows ? o->rows : o->cols;
+            status = ns_sharded_bf16_op(rt);
+            if (status == SHARDOPT_OK && m > 0 && n > 0 &&
+                rt->ns_ops->ns_shard_bf16_prepare(&rt->kctx, m, n, (const float(*)[3])rt->ns_coeffs,
+                                                  rt->cfg.ns_steps) != 0)
+                status = log_fail_context(
+                    SHARDOPT_ERR_DEVICE, "commit: rank %d: bf16 team block %lld x %lld of '%s'",
+                    rt->groups.me.rank, (long long)m, (long long)n, rt->params[o->param]->name);
+        }
+    }
+    return groups_agree(&rt->groups, status, "commit");
+}
+
 /* ns_compute = bf16: every oneDNN primitive the step will run, made now (one plan per shape of
- * a matrix this rank orthogonalizes), so that the step makes none. Collective. */
+ * a matrix this rank orthogonalizes), so that the step makes none; on a device, the bf16 teams'
+ * plans only (the device runs its own). Collective. */
 shardopt_status_t commit_ns_bf16_plans(shardopt_runtime_t rt)
 {
     const char *param = NULL; /* the parameter whose plan failed */
 
-    if (rt->ns_compute != KDT_BF16 || rt_ns_on_device(rt))
+    if (rt->ns_compute != KDT_BF16)
         return SHARDOPT_OK;
+    if (rt_ns_on_device(rt))
+        return rt->team_compute == KDT_BF16 ? device_team_plans(rt) : SHARDOPT_OK;
     shardopt_status_t status = ns_bf16_create(&rt->ns_ws.bf16);
     for (int g = 0; status == SHARDOPT_OK && g < GROUP_KINDS; g++) {
         const struct group_plan *P = &rt->gx[g].plan;

@@ -400,7 +400,8 @@ static struct kernel_ops cuda_ops_make(void)
     o.adamw_many = cuda_adamw_many;
     o.apply_many = cuda_apply_many;
     o.newton_schulz = cuda_newton_schulz;
-    /* sharded Newton-Schulz in fp32 (cuBLAS sgemm): teams' blocks, ns_strategy's pieces */
+    /* sharded Newton-Schulz: fp32 (cuBLAS sgemm), teams' blocks and ns_strategy's pieces; bf16
+     * teams (cublasGemmEx, bf16 storage, fp32 accumulation) */
     cuda_ns_shard_fill(&o);
     o.sumsq = cuda_sumsq;
     o.sumsq_many = cuda_sumsq_many;

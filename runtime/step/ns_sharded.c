@@ -212,26 +212,83 @@ void ns_sharded_bf16_op_free(shardopt_runtime_t rt)
     rt->have_bf16_sum = 0;
 }
 
+/* The bf16 team products (iterate_bf16): the CPU's oneDNN plans (rt->ns_ws.bf16, made at commit
+ * per block shape), or with Newton-Schulz on a device the device table's bf16 entries (its plans
+ * made at commit too: commit_buffers.c, device_team_plans), which give the CPU's roundings. */
+static int bf16_gram(shardopt_runtime_t rt, const struct ns_bf16_shard *sp, const uint16_t *x,
+                     int64_t m, int64_t n, uint16_t *A)
+{
+    return rt_ns_on_device(rt) ? rt->ns_ops->ns_shard_bf16_gram(&rt->kctx, x, m, n, A)
+                               : ns_bf16_shard_gram(rt->ns_ws.bf16, sp, x, A);
+}
+
+static int bf16_update(shardopt_runtime_t rt, const struct ns_bf16_shard *sp, int it,
+                       const uint16_t *A, const uint16_t *x, int64_t m, int64_t n, uint16_t *B,
+                       uint16_t *y)
+{
+    return rt_ns_on_device(rt)
+               ? rt->ns_ops->ns_shard_bf16_update(&rt->kctx, (const float(*)[3])rt->ns_coeffs,
+                                                  rt->cfg.ns_steps, it, A, x, m, n, B, y)
+               : ns_bf16_shard_update(rt->ns_ws.bf16, sp, it, A, x, B, y);
+}
+
+/* A bf16 team product that failed: 1, logged (a device's error was recorded by its table) */
+static int bf16_failed(shardopt_runtime_t rt, const char *name, const char *what)
+{
+    if (rt_ns_on_device(rt))
+        log_fail_context(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team %s failed", name, what);
+    else
+        log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team %s failed", name, what);
+    return 1;
+}
+
+/* AOL on a bf16 team block with Newton-Schulz on a device: the summed Gram matrix is already on
+ * the host (sh_host, from its all-reduce); the fp32 block goes down behind it (after AOL's m
+ * doubles), ns_bf16_aol forms the scaled bf16 block there (the host function the CPU teams run,
+ * so the bits are theirs) and both go back up. commit_buffers.c sizes sh_host for the block twice.
+ * 0, or -1 when a copy failed (this member's failure, carried into the next all-reduce). */
+static int aol_bf16_device(shardopt_runtime_t rt, uint16_t *Ah, const float *xf, uint16_t *x,
+                           int64_t m, int64_t n)
+{
+    double *d = (double *)(void *)(((uintptr_t)(Ah + m * m + 1) + 7u) & ~(uintptr_t)7u);
+    float *xfh = (float *)(void *)(d + m);
+    uint16_t *xh = (uint16_t *)(void *)(xfh + m * n);
+    if (n > 0 && to_host(rt, xfh, xf, sizeof(float) * (size_t)(m * n)) != 0)
+        return -1;
+    ns_bf16_aol(m, n, (double)rt->cfg.ns_eps, xfh, xh, Ah, d);
+    if (n > 0)
+        rt->ns_dev->copy(&rt->kctx, x, xh, sizeof(uint16_t) * (size_t)(m * n));
+    return 0;
+}
+
 /* iterate (below) in bf16 (ns_compute = bf16, a team's block): X_j in bf16 from the fp32 load,
  * each iteration's Gram matrix formed and all-reduced in bf16 (half the bytes; summed through
- * fp32, bf16_sum), the update by oneDNN with fp32 accumulation, as the gathered bf16 path's
- * (kernels/cpu/ns_bf16.h). sh_x holds the fp32 staging (count floats), X and Y (bf16, in the
- * next count floats), A and B (bf16, in the next m^2 floats), then AOL's m doubles. */
+ * fp32, bf16_sum), the update with fp32 accumulation, as the gathered bf16 path's
+ * (kernels/cpu/ns_bf16.h): oneDNN on the CPU, the device table's bf16 entries on a device (the
+ * all-reduce then through sh_host, as gram_allreduce's: the m x m bf16 matrix down, summed on
+ * the host, up again stream-ordered). sh_x holds the fp32 staging (count floats), X and Y (bf16,
+ * in the next count floats), A and B (bf16, in the next m^2 floats), then on the CPU AOL's m
+ * doubles. */
 static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
                                       const struct ns_args *piece, size_t count, int64_t m,
                                       int64_t n, double ss)
 {
     const shardopt_config_t *c = &rt->cfg;
+    const int dev = rt_ns_on_device(rt);
     float *xf = rt->sh_x;
     uint16_t *x = (uint16_t *)(void *)(xf + count), *y = x + count;
     uint16_t *A = (uint16_t *)(void *)(xf + 2 * count), *B = A + m * m;
+    /* the all-reduce's buffer: A itself on the CPU (its flag in B's first element), the host
+     * staging on a device */
+    uint16_t *sum = dev ? (uint16_t *)(void *)rt->sh_host : A;
+    const size_t abytes = sizeof(uint16_t) * (size_t)(m * m);
     const struct ns_bf16_shard *sp =
-        count > 0 ? ns_bf16_shard_find(rt->ns_ws.bf16, m, n, (const float(*)[3])rt->ns_coeffs,
-                                       c->ns_steps)
-                  : NULL;
+        count > 0 && !dev ? ns_bf16_shard_find(rt->ns_ws.bf16, m, n,
+                                               (const float(*)[3])rt->ns_coeffs, c->ns_steps)
+                          : NULL;
 
     int failed = 0;
-    if (count > 0 && sp == NULL) /* commit prepares every block this rank holds */
+    if (count > 0 && !dev && sp == NULL) /* commit prepares every block this rank holds */
         failed = log_fail(SHARDOPT_ERR_INTERNAL,
                           "step '%s': rank %d: no bf16 team plan for a %lld x %lld block", name,
                           rt->groups.me.rank, (long long)m, (long long)n) != SHARDOPT_OK;
@@ -240,35 +297,47 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
     if (scaled != SHARDOPT_OK)
         return scaled;
     if (count > 0) {
-        rt->ops->ns_shard_load(&rt->kctx, piece, inv, xf);
-        for (size_t i = 0; i < count; i++)
-            x[i] = bf16_from_f32(xf[i]);
+        rt->ns_ops->ns_shard_load(&rt->kctx, piece, inv, xf);
+        if (dev)
+            rt->ns_ops->ns_shard_bf16_round(&rt->kctx, xf, x, count);
+        else
+            for (size_t i = 0; i < count; i++)
+                x[i] = bf16_from_f32(xf[i]);
     }
     const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
     for (int it = 0; it < c->ns_steps; it++) {
         if (count > 0 && !failed && fault_hit("step.ns"))
             failed = 1;
-        else if (count > 0 && !failed && ns_bf16_shard_gram(rt->ns_ws.bf16, sp, x, A) != 0)
-            failed = log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team Gram matrix failed",
-                              name) != SHARDOPT_OK;
-        if (count == 0 || failed) /* no columns, or failed: joins the sum with zeros */
-            memset(A, 0, sizeof(uint16_t) * (size_t)(m * m));
-        A[m * m] = failed ? bf16_from_f32(1.0f) : 0; /* the flag (B's first element) */
-        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, A, (int)(m * m + 1), MPI_UINT16_T,
+        else if (count > 0 && !failed && bf16_gram(rt, sp, x, m, n, A) != 0)
+            failed = bf16_failed(rt, name, "Gram matrix");
+        else if (count > 0 && !failed && dev && to_host(rt, sum, A, abytes) != 0)
+            failed = copy_failed(rt, name, "a bf16 team Gram matrix") != SHARDOPT_OK;
+        if (count == 0 || failed) { /* no columns, or failed: joins the sum with zeros */
+            if (dev)                /* after a copy up from sum still queued (its result unused) */
+                (void)rt->ns_dev->sync(&rt->kctx);
+            memset(sum, 0, abytes);
+        }
+        sum[m * m] = failed ? bf16_from_f32(1.0f) : 0; /* the flag (B's first element) */
+        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, sum, (int)(m * m + 1), MPI_UINT16_T,
                            rt->ns_bf16_sum, "Gram all-reduce") != MPI_SUCCESS)
             return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed",
                             name);
-        if (A[m * m] != 0)
+        if (sum[m * m] != 0)
             return group_failed(name, failed);
-        if (aol && it == 0) { /* the row scales of the whole matrix's Gram matrix, as in fp32 */
+        const int64_t nj = count > 0 ? n : 0;
+        if (aol && it == 0 && !dev) { /* the row scales of the whole matrix's Gram matrix */
             double *d = (double *)(void *)(((uintptr_t)(B + m * m) + 7u) & ~(uintptr_t)7u);
-            ns_bf16_aol(m, count > 0 ? n : 0, (double)c->ns_eps, xf, x, A, d);
+            ns_bf16_aol(m, nj, (double)c->ns_eps, xf, x, A, d);
+        } else if (aol && it == 0 && aol_bf16_device(rt, sum, xf, x, m, nj) != 0) {
+            failed = copy_failed(rt, name, "a team's block for AOL") != SHARDOPT_OK;
+            continue; /* told in the next all-reduce */
         }
-        if (count > 0) {
-            if (ns_bf16_shard_update(rt->ns_ws.bf16, sp, it, A, x, B, y) != 0) {
+        if (count > 0 && !failed) {
+            if (dev) /* stream-ordered: the update reads it, the next copy into sum follows it */
+                rt->ns_dev->copy(&rt->kctx, A, sum, abytes);
+            if (bf16_update(rt, sp, it, A, x, m, n, B, y) != 0) {
                 /* told in the next all-reduce; after the last one, by ns_sharded_run's agreement */
-                failed = log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team update failed",
-                                  name) != SHARDOPT_OK;
+                failed = bf16_failed(rt, name, "update");
                 continue;
             }
             uint16_t *t = x;
@@ -282,9 +351,12 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
         return SHARDOPT_ERR_INTERNAL; /* the last update: said above */
     if (count == 0)
         return SHARDOPT_OK;
-    for (size_t i = 0; i < count; i++)
-        xf[i] = f32_from_bf16(x[i]);
-    rt->ops->ns_shard_store(&rt->kctx, piece, xf);
+    if (dev)
+        rt->ns_ops->ns_shard_bf16_widen(&rt->kctx, x, xf, count);
+    else
+        for (size_t i = 0; i < count; i++)
+            xf[i] = f32_from_bf16(x[i]);
+    rt->ns_ops->ns_shard_store(&rt->kctx, piece, xf);
     return SHARDOPT_OK;
 }
 
@@ -411,7 +483,7 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
     /* u is where Newton-Schulz runs: an NS slot, or its device copy with offload = cpu */
     const double ss = count > 0 ? rt->ns_ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
     const int64_t m = on_rows ? cols : rows, n = on_rows ? rows : cols;
-    /* ns_compute = bf16 on the CPU (commit.c, teams_setup) */
+    /* ns_compute = bf16, on the CPU or a device with bf16 team entries (commit.c, teams_setup) */
     const shardopt_status_t status =
         rt->team_compute == KDT_BF16 ? iterate_bf16(rt, p->name, comm, &piece, count, m, n, ss)
                                      : iterate(rt, p->name, comm, nccl, &piece, count, m, n, ss);

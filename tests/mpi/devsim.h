@@ -17,6 +17,9 @@
 
 #include "kernels/clock.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/ns_bf16.h"
+#include "kernels/dtype.h"
+#include "kernels/ns_coeffs.h"
 #include "runtime/runtime.h"
 #ifdef SHARDOPT_TEST_NCCL_MOCK
 #include "tests/mock/nccl_mock.h"
@@ -117,14 +120,41 @@ static void sim_apply(const struct kernel_ctx *c, const struct apply_args *a)
 
 static long sim_ns_gram_aol, sim_ns_other; /* calls by algorithm (gram_and_aol_run_on_the_device) */
 
+/* ns_compute = bf16 on the simulated device: the CPU's oneDNN plans (kernels/cpu/ns_bf16.h), held
+ * here as a device would hold its own (the runtime makes none on a device), so that the device
+ * gives the CPU bf16 path's bits. A gathered matrix's plan is made at its first call (the CPU
+ * makes it at commit: the same primitives); the teams' at commit, by ns_shard_bf16_prepare.
+ * Freed by sim_bf16_free once no runtime uses it. */
+static struct ns_bf16 *sim_bf16;
+
+static struct ns_bf16 *sim_bf16_state(void)
+{
+    if (sim_bf16 == NULL && ns_bf16_create(&sim_bf16) != SHARDOPT_OK)
+        return NULL;
+    return sim_bf16;
+}
+
+__attribute__((unused)) static void sim_bf16_free(void)
+{
+    ns_bf16_destroy(sim_bf16);
+    sim_bf16 = NULL;
+}
+
 static int sim_ns(const struct kernel_ctx *c, const struct ns_args *a, const struct ns_workspace *w)
 {
     if (a->algorithm == NS_ALGO_GRAM && a->precondition == NS_PRECOND_AOL)
         sim_ns_gram_aol++;
     else
         sim_ns_other++;
+    struct ns_workspace ws = *w;
+    if (a->compute == KDT_BF16) {
+        ws.bf16 = sim_bf16_state();
+        if (ws.bf16 == NULL || ns_bf16_prepare(ws.bf16, a->rows, a->cols, a->variant, a->block,
+                                               a->algorithm, a->coeffs, a->steps) != SHARDOPT_OK)
+            return -1;
+    }
     SIM_OPEN();
-    int rc = ns_ref_newton_schulz(c, a, w);
+    int rc = ns_ref_newton_schulz(c, a, &ws);
     SIM_CLOSE();
     return rc;
 }
@@ -165,6 +195,80 @@ static void sim_shard_store(const struct kernel_ctx *c, const struct ns_args *a,
     sim_shard_calls++;
     SIM_OPEN();
     ns_shard_store(c, a, x);
+    SIM_CLOSE();
+}
+
+/* bf16 teams (ns_compute = bf16): the CPU bf16 team's oneDNN plans (ns_bf16_shard_*), counted
+ * (sim_shard_bf16_calls) so that a test sees the teams ran in bf16 on the device table. The plans
+ * are found by shape and the coefficient table they were prepared with (a runtime has one; the
+ * Gram product does not depend on it, but the plans are kept per table). */
+static long sim_shard_bf16_calls;
+static float sim_bf16_coeffs[NS_TABLE_MAX_STEPS][3];
+static int sim_bf16_steps;
+
+static const struct ns_bf16_shard *sim_bf16_plan(int64_t m, int64_t n)
+{
+    return ns_bf16_shard_find(sim_bf16, m, n, (const float(*)[3])sim_bf16_coeffs, sim_bf16_steps);
+}
+
+static int sim_shard_bf16_prepare(const struct kernel_ctx *c, int64_t m, int64_t n,
+                                  const float (*k)[3], int steps)
+{
+    (void)c;
+    struct ns_bf16 *b = sim_bf16_state();
+    if (b == NULL || steps < 1 || steps > NS_TABLE_MAX_STEPS)
+        return -1;
+    memcpy(sim_bf16_coeffs, k, sizeof(float) * 3 * (size_t)steps);
+    sim_bf16_steps = steps;
+    return ns_bf16_shard_prepare(b, m, n, k, steps) == SHARDOPT_OK ? 0 : -1;
+}
+
+static int sim_shard_bf16_gram(const struct kernel_ctx *c, const uint16_t *x, int64_t m, int64_t n,
+                               uint16_t *A)
+{
+    (void)c;
+    sim_shard_bf16_calls++;
+    const struct ns_bf16_shard *p = sim_bf16_plan(m, n);
+    if (p == NULL)
+        return -1;
+    SIM_OPEN();
+    const int rc = ns_bf16_shard_gram(sim_bf16, p, x, A);
+    SIM_CLOSE();
+    return rc;
+}
+
+static int sim_shard_bf16_update(const struct kernel_ctx *c, const float (*k)[3], int steps, int s,
+                                 const uint16_t *A, const uint16_t *x, int64_t m, int64_t n,
+                                 uint16_t *B, uint16_t *y)
+{
+    (void)c;
+    sim_shard_bf16_calls++;
+    const struct ns_bf16_shard *p = ns_bf16_shard_find(sim_bf16, m, n, k, steps);
+    if (p == NULL)
+        return -1;
+    SIM_OPEN();
+    const int rc = ns_bf16_shard_update(sim_bf16, p, s, A, x, B, y);
+    SIM_CLOSE();
+    return rc;
+}
+
+static void sim_shard_bf16_round(const struct kernel_ctx *c, const float *x, uint16_t *y, size_t n)
+{
+    (void)c;
+    sim_shard_bf16_calls++;
+    SIM_OPEN();
+    for (size_t i = 0; i < n; i++)
+        y[i] = bf16_from_f32(x[i]);
+    SIM_CLOSE();
+}
+
+static void sim_shard_bf16_widen(const struct kernel_ctx *c, const uint16_t *x, float *y, size_t n)
+{
+    (void)c;
+    sim_shard_bf16_calls++;
+    SIM_OPEN();
+    for (size_t i = 0; i < n; i++)
+        y[i] = f32_from_bf16(x[i]);
     SIM_CLOSE();
 }
 
@@ -394,6 +498,11 @@ static const struct kernel_ops sim_ops = {
     .ns_shard_gram = sim_shard_gram,
     .ns_shard_update = sim_shard_update,
     .ns_shard_store = sim_shard_store,
+    .ns_shard_bf16_prepare = sim_shard_bf16_prepare,
+    .ns_shard_bf16_gram = sim_shard_bf16_gram,
+    .ns_shard_bf16_update = sim_shard_bf16_update,
+    .ns_shard_bf16_round = sim_shard_bf16_round,
+    .ns_shard_bf16_widen = sim_shard_bf16_widen,
     .sumsq = sim_sumsq,
     .sumsq_many = sim_sumsq_many,
     .ns_workspace_bytes = cpu_ns_workspace_bytes,

@@ -72,6 +72,7 @@ static int cfg_gram;
 /* > 1: both runs' ns_team_cap; no_split: replica_split off (teams_run_on_the_device_...) */
 static int team_cap, no_split, team_aol; /* team_aol: ns_precondition = aol */
 static int strategy_sharded;             /* both runs' ns_strategy = sharded */
+static int team_bf16;                    /* both runs' ns_compute = bf16 */
 static int no_decay;                     /* weight_decay 0: a zero update keeps the weights */
 
 static shardopt_config_t test_cfg(void)
@@ -85,7 +86,7 @@ static shardopt_config_t test_cfg(void)
         cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_AUTO;
     }
     cfg.kernels = SHARDOPT_KERNELS_REFERENCE; /* what the simulated device computes with */
-    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.ns_compute = team_bf16 ? SHARDOPT_NS_COMPUTE_BF16 : SHARDOPT_NS_COMPUTE_FP32;
     cfg.bucket_bytes = 4096; /* many buckets: every pipeline stage in play */
     cfg.dp_replicate = L_rep;
     cfg.dp_shard = L_shard;
@@ -563,10 +564,12 @@ static void sharded_on_the_device(int aol, int strategy)
     ASSERT_EQ_INT(run_setup(&cpu, MPI_COMM_WORLD, test_cfg(), 0), SHARDOPT_OK);
     ASSERT_EQ_INT(run_steps(&cpu, 1, 3), SHARDOPT_OK);
     struct dev_run dev = {0};
-    const long calls = sim_shard_calls;
+    const long calls = sim_shard_calls, bf16_calls = sim_shard_bf16_calls;
     const shardopt_status_t st = dev_setup(&dev);
     team_cap = team_aol = no_split = strategy_sharded = 0;
     ASSERT_EQ_INT(st, SHARDOPT_OK);
+    /* bf16 teams iterate in bf16 on the device too (issue 22), as on the CPU */
+    EXPECT_EQ_INT(dev.rt->team_compute, cpu.rt->team_compute);
     /* team matrices, or matrices kept sharded */
     int n = dev.rt->gx[GROUP_DENSE].plan.nteams, want = cpu.rt->gx[GROUP_DENSE].plan.nteams;
     for (int p = 0; strategy && p < MODEL_NPARAMS; p++) {
@@ -586,6 +589,12 @@ static void sharded_on_the_device(int aol, int strategy)
     EXPECT_EQ_INT(params_differ(&dev, &cpu, 3), 0);
     if (!on_cuda && n > 0) /* the blocks iterated on the device table */
         EXPECT_TRUE(sim_shard_calls > calls);
+    /* in bf16 on its bf16 entries, or (fp32) never on them: a team block on this rank */
+    int mine = 0;
+    for (int w = 0; w < dev.rt->gx[GROUP_DENSE].plan.nowned; w++)
+        mine += dev.rt->gx[GROUP_DENSE].plan.owned[w].team > 1;
+    if (!on_cuda && mine > 0)
+        EXPECT_EQ_INT(sim_shard_bf16_calls > bf16_calls, dev.rt->team_compute == KDT_BF16);
 #ifdef SHARDOPT_TEST_NCCL_MOCK
     if (!strategy && !on_host) { /* exchanges over NCCL: each team block's Gram all-reduces too,
                                     ns_steps per step of m^2 + 1 floats (the flag), none on the
@@ -630,6 +639,38 @@ TEST(teams_run_on_the_device_with_the_cpu_teams_bits)
     device_begin();
     sharded_on_the_device(0, 0);
     sharded_on_the_device(1, 0); /* AOL's row scales from the team's summed Gram matrix */
+}
+
+/* Teams in bf16 on the device (issue 22): ns_compute = bf16 in both runs (the CPU run's teams on
+ * oneDNN), the device run's teams on the simulated device's bf16 entries (the CPU bf16 team's
+ * plans, on memory the host cannot touch; the bf16 Gram all-reduce through host staging with the
+ * CPU's MPI_UINT16_T sum; AOL's row scales on the host): the CPU run's bits, and its bf16 bytes,
+ * with team_compute bf16 and the bf16 entries called. A device that iterated its teams in fp32
+ * (before: a warning, every team block in fp32) fails all three. Over NCCL (the mock build,
+ * exchanges on the device) device teams stay fp32, their all-reduce being fp32's: checked so. */
+TEST(bf16_teams_run_on_the_device_with_the_cpu_bf16_teams_bits)
+{
+    device_begin();
+    team_bf16 = 1;
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+    if (!on_host) {
+        team_cap = 2;
+        no_split = 1;
+        struct dev_run dev = {0};
+        const shardopt_status_t st = dev_setup(&dev);
+        team_cap = no_split = team_bf16 = 0;
+        ASSERT_EQ_INT(st, SHARDOPT_OK);
+        EXPECT_EQ_INT(dev.rt->team_compute, KDT_F32);
+        dev_free(&dev);
+        sim_bf16_free();
+        return;
+    }
+#endif
+    sharded_on_the_device(0, 0);
+    team_bf16 = 1;
+    sharded_on_the_device(1, 0);
+    team_bf16 = 0;
+    sim_bf16_free();
 }
 
 /* A team member whose iterations fail on the device (step.ns on rank 0, its second Gram matrix)

@@ -367,11 +367,9 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
  * Teams run the sharded kernels (runtime/step/ns_sharded.c) wherever Newton-Schulz runs, on every
  * replica, in ns_compute's dtype: on a device (backend = cuda, offload = cpu) through the device
  * table's ns_shard_* entries, bf16 ones (ns_shard_bf16_*) where ns_compute is bf16, their Gram
- * all-reduce through host memory. Device teams stay fp32 (a warning says so) where the table has
- * no bf16 team entries, or where the Gram all-reduces run over NCCL (comm_backend = nccl without
- * offload = cpu: the NCCL all-reduce is fp32's). replica_split, or a Newton-Schulz table without
- * the sharded entries, keeps one owner per matrix (a warning says which). Collective over the
- * dense group. */
+ * all-reduce through host memory or over NCCL. Device teams stay fp32 (a warning says so) where
+ * the table has no bf16 team entries. replica_split, or a Newton-Schulz table without the sharded
+ * entries, keeps one owner per matrix (a warning says which). Collective over the dense group. */
 static shardopt_status_t teams_setup(shardopt_runtime_t rt)
 {
     const char *why = rt->cfg.replica_split && rt->groups.mesh.dp_replicate > 1 ? "replica_split"
@@ -397,14 +395,11 @@ static shardopt_status_t teams_setup(shardopt_runtime_t rt)
                         rt->groups.me.rank);
     /* teams iterate in ns_compute's dtype, which every rank resolves alike (the owners' plan,
      * whose costs follow the variant tables of that dtype, depends on it as well), and so does
-     * what decides the fallback below: the table (backend and offload are the same everywhere)
-     * and whether the dense groups are NCCL communicators (init agreed on that) */
-    const char *fp32_why = !rt_ns_on_device(rt) || rt->ns_compute != KDT_BF16 ? NULL
-                           : rt->ns_ops->ns_shard_bf16_gram == NULL
-                               ? "its table has no bf16 team entries"
-                           : rt->nccl[GROUP_DENSE] != NULL
-                               ? "their Gram all-reduces over NCCL are fp32 (comm_backend = nccl)"
-                               : NULL;
+     * what decides the fallback below: the table (backend and offload are the same everywhere) */
+    const char *fp32_why =
+        rt_ns_on_device(rt) && rt->ns_compute == KDT_BF16 && rt->ns_ops->ns_shard_bf16_gram == NULL
+            ? "its table has no bf16 team entries"
+            : NULL;
     rt->team_compute = fp32_why != NULL ? KDT_F32 : rt->ns_compute;
     if (fp32_why != NULL && rt->groups.me.rank == 0)
         log_warn("commit: ns_team_cap = %d with Newton-Schulz on the device: teams iterate in "

@@ -146,8 +146,7 @@ struct shardopt_runtime {
     struct state_store store;
     struct group_exec gx[GROUP_KINDS];
     int team_cap, team_node_members; /* the dense plan's (commit.c, teams_setup); 1: no teams */
-    int team_compute; /* the dtype teams iterate in: ns_compute's, or fp32 (teams_setup says when)
-                       */
+    int team_compute; /* the dtype teams iterate in: ns_compute's, or fp32 (teams_setup) */
     /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
      * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest
      * bucket */

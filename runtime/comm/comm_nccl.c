@@ -249,7 +249,8 @@ shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *bu
                       g->size, NULL, counts, displs, es);
 }
 
-shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, size_t count)
+static shardopt_status_t allreduce(struct nccl_group *g, void *buf, size_t count,
+                                   ncclDataType_t type)
 {
     cudaError_t e;
     if (g->aborted)
@@ -258,7 +259,7 @@ shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, siz
      * order of NCCL kernels on every rank) */
     if (after_compute(g) != SHARDOPT_OK)
         return SHARDOPT_ERR_DEVICE;
-    const ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, g->comm, g->stream);
+    const ncclResult_t r = ncclAllReduce(buf, buf, count, type, ncclSum, g->comm, g->stream);
     if (r != ncclSuccess && r != ncclInProgress)
         return group_fail(g, "posting an all-reduce", r);
     shardopt_status_t st = group_settle(g, "posting an all-reduce");
@@ -269,6 +270,16 @@ shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, siz
         return log_fail(SHARDOPT_ERR_DEVICE, "NCCL %s group: ordering the all-reduce's readers: %s",
                         g->name, cudaGetErrorString(e));
     return SHARDOPT_OK;
+}
+
+shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, size_t count)
+{
+    return allreduce(g, buf, count, ncclFloat32);
+}
+
+shardopt_status_t nccl_group_allreduce_bf16(struct nccl_group *g, uint16_t *buf, size_t count)
+{
+    return allreduce(g, buf, count, ncclBfloat16);
 }
 
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)

@@ -9,6 +9,7 @@
 #define RUNTIME_COMM_NCCL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "runtime/comm/groups.h"
 #include "shardopt.h"
@@ -56,6 +57,11 @@ shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *bu
  * queued work, and the compute stream waits for it (no host wait); the first slot's event marks
  * it, so a group used for these runs no exchanges. */
 shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, size_t count);
+/* The same of `count` bf16 values (ncclBfloat16, ncclSum): a bf16 team's Gram matrix. NCCL's
+ * ring and tree add a pair per hop, rounded to bf16, as the CPU teams' MPI sum does, in NCCL's
+ * order of the members (NVLS may accumulate in fp32 and round once): the CPU's bits with two
+ * members, within bf16 rounding of them with more (docs/design.md, Newton-Schulz teams). */
+shardopt_status_t nccl_group_allreduce_bf16(struct nccl_group *g, uint16_t *buf, size_t count);
 
 /* The compute stream waits for the exchange of `slot` (no host wait). */
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot);

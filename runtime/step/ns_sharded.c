@@ -142,14 +142,17 @@ static shardopt_status_t gram_allreduce_nccl(shardopt_runtime_t rt, const char *
 /* The end of a team matrix's iterations over NCCL: wait (polled, comm_timeout_s) for the team's
  * all-reduces, then for the copy of the last sum's flag to rt->sh_host, and read it. */
 static shardopt_status_t nccl_flag(shardopt_runtime_t rt, const char *name, struct nccl_group *nccl,
-                                   int failed)
+                                   int failed, size_t esize)
 {
     shardopt_status_t status = nccl_group_drain(nccl);
     if (status != SHARDOPT_OK)
         return log_fail_context(status, "step '%s': team Gram all-reduces", name);
     if (rt->ns_dev->sync(&rt->kctx) != 0)
         return copy_failed(rt, name, "a team's failure flag");
-    return failed || rt->sh_host[0] != 0 ? group_failed(name, failed) : SHARDOPT_OK;
+    /* the flag's bits, fp32 or bf16 (iterate_bf16): non-zero once any member failed */
+    const int set = esize == sizeof(uint16_t) ? ((const uint16_t *)(void *)rt->sh_host)[0] != 0
+                                              : rt->sh_host[0] != 0;
+    return failed || set ? group_failed(name, failed) : SHARDOPT_OK;
 }
 
 /* AOL's row scales (ns_aol_scale, the host function the gathered CPU path runs) on X (m x n) and
@@ -235,10 +238,8 @@ static int bf16_update(shardopt_runtime_t rt, const struct ns_bf16_shard *sp, in
 /* A bf16 team product that failed: 1, logged (a device's error was recorded by its table) */
 static int bf16_failed(shardopt_runtime_t rt, const char *name, const char *what)
 {
-    if (rt_ns_on_device(rt))
-        log_fail_context(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team %s failed", name, what);
-    else
-        log_fail(SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team %s failed", name, what);
+    (rt_ns_on_device(rt) ? log_fail_context : log_fail)(
+        SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team %s failed", name, what);
     return 1;
 }
 
@@ -261,25 +262,66 @@ static int aol_bf16_device(shardopt_runtime_t rt, uint16_t *Ah, const float *xf,
     return 0;
 }
 
+/* A bf16 team's Gram matrix A (this member's, formed: ok; else zeros) summed over the team with
+ * the failure flag one element past it, over MPI: in place on the CPU (the flag in B's first
+ * element), through the host staging `sum` on a device (A down, summed there, then the caller
+ * copies it up), as MPI_UINT16_T with the CPU's user-defined sum (bf16_sum). */
+static shardopt_status_t bf16_sum_mpi(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                      int ok, int failed, uint16_t *A, uint16_t *sum, int64_t m)
+{
+    const size_t abytes = sizeof(uint16_t) * (size_t)(m * m);
+    const int dev = rt_ns_on_device(rt);
+    if (ok && dev && to_host(rt, sum, A, abytes) != 0)
+        failed = copy_failed(rt, name, "a bf16 team Gram matrix") != SHARDOPT_OK;
+    if (!ok || failed) { /* no columns, or failed: joins the sum with zeros */
+        if (dev)         /* after a copy up from sum still queued (its result unused) */
+            (void)rt->ns_dev->sync(&rt->kctx);
+        memset(sum, 0, abytes);
+    }
+    sum[m * m] = failed ? bf16_from_f32(1.0f) : 0;
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, sum, (int)(m * m + 1), MPI_UINT16_T,
+                       rt->ns_bf16_sum, "Gram all-reduce") != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed", name);
+    return sum[m * m] != 0 ? group_failed(name, failed) : SHARDOPT_OK;
+}
+
+/* The same over the team's NCCL communicator (exchanges over NCCL, commit_teams.c): summed in
+ * place on the device as ncclBfloat16 (nccl_group_allreduce_bf16: NCCL adds each pair in fp32 and
+ * rounds it to bf16, as bf16_sum, in its own order of the members), stream-ordered, no host copy.
+ * The flag stays on the device as fp32's does (gram_allreduce_nccl): a failed member sets its
+ * bytes to 0x01 (0x0101, a positive normal bf16, so every later sum is non-zero too) and joins
+ * every later sum with zeros; the caller copies the last sum's flag to the host and reads it once
+ * per matrix (nccl_flag). */
+static shardopt_status_t bf16_sum_nccl(shardopt_runtime_t rt, const char *name,
+                                       struct nccl_group *nccl, int ok, int failed, uint16_t *A,
+                                       int64_t m)
+{
+    if (!ok || failed)
+        rt->ns_dev->fill(&rt->kctx, A, 0, sizeof(uint16_t) * (size_t)(m * m));
+    rt->ns_dev->fill(&rt->kctx, A + m * m, failed ? 1 : 0, sizeof(uint16_t));
+    const shardopt_status_t status = nccl_group_allreduce_bf16(nccl, A, (size_t)(m * m + 1));
+    if (status != SHARDOPT_OK)
+        return log_fail_context(status, "step '%s': team Gram all-reduce", name);
+    return SHARDOPT_OK;
+}
+
 /* iterate (below) in bf16 (ns_compute = bf16, a team's block): X_j in bf16 from the fp32 load,
- * each iteration's Gram matrix formed and all-reduced in bf16 (half the bytes; summed through
- * fp32, bf16_sum), the update with fp32 accumulation, as the gathered bf16 path's
- * (kernels/cpu/ns_bf16.h): oneDNN on the CPU, the device table's bf16 entries on a device (the
- * all-reduce then through sh_host, as gram_allreduce's: the m x m bf16 matrix down, summed on
- * the host, up again stream-ordered). sh_x holds the fp32 staging (count floats), X and Y (bf16,
- * in the next count floats), A and B (bf16, in the next m^2 floats), then on the CPU AOL's m
- * doubles. */
+ * each iteration's Gram matrix formed and all-reduced in bf16 (half the bytes; pairs summed in
+ * fp32 and rounded once), the update with fp32 accumulation, as the gathered bf16 path's
+ * (kernels/cpu/ns_bf16.h): oneDNN on the CPU, the device table's bf16 entries on a device, whose
+ * Gram matrices go through sh_host to MPI (bf16_sum_mpi) or stay on it over NCCL (bf16_sum_nccl).
+ * sh_x holds the fp32 staging (count floats), X and Y (bf16, in the next count floats), A and B
+ * (bf16, in the next m^2 floats), then on the CPU AOL's m doubles. */
 static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
-                                      const struct ns_args *piece, size_t count, int64_t m,
-                                      int64_t n, double ss)
+                                      struct nccl_group *nccl, const struct ns_args *piece,
+                                      size_t count, int64_t m, int64_t n, double ss)
 {
     const shardopt_config_t *c = &rt->cfg;
     const int dev = rt_ns_on_device(rt);
     float *xf = rt->sh_x;
     uint16_t *x = (uint16_t *)(void *)(xf + count), *y = x + count;
     uint16_t *A = (uint16_t *)(void *)(xf + 2 * count), *B = A + m * m;
-    /* the all-reduce's buffer: A itself on the CPU (its flag in B's first element), the host
-     * staging on a device */
+    /* the host side of an MPI sum (A itself on the CPU), and of AOL on a device */
     uint16_t *sum = dev ? (uint16_t *)(void *)rt->sh_host : A;
     const size_t abytes = sizeof(uint16_t) * (size_t)(m * m);
     const struct ns_bf16_shard *sp =
@@ -310,30 +352,31 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
             failed = 1;
         else if (count > 0 && !failed && bf16_gram(rt, sp, x, m, n, A) != 0)
             failed = bf16_failed(rt, name, "Gram matrix");
-        else if (count > 0 && !failed && dev && to_host(rt, sum, A, abytes) != 0)
-            failed = copy_failed(rt, name, "a bf16 team Gram matrix") != SHARDOPT_OK;
-        if (count == 0 || failed) { /* no columns, or failed: joins the sum with zeros */
-            if (dev)                /* after a copy up from sum still queued (its result unused) */
-                (void)rt->ns_dev->sync(&rt->kctx);
-            memset(sum, 0, abytes);
-        }
-        sum[m * m] = failed ? bf16_from_f32(1.0f) : 0; /* the flag (B's first element) */
-        if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, sum, (int)(m * m + 1), MPI_UINT16_T,
-                           rt->ns_bf16_sum, "Gram all-reduce") != MPI_SUCCESS)
-            return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed",
-                            name);
-        if (sum[m * m] != 0)
-            return group_failed(name, failed);
+        shardopt_status_t status = nccl != NULL
+                                       ? bf16_sum_nccl(rt, name, nccl, count > 0, failed, A, m)
+                                       : bf16_sum_mpi(rt, name, comm, count > 0, failed, A, sum, m);
         const int64_t nj = count > 0 ? n : 0;
+        if (status == SHARDOPT_OK && aol && it == 0 && nccl != NULL) /* AOL reads the sum */
+            status = nccl_group_drain(nccl);
+        if (status != SHARDOPT_OK)
+            return status;
         if (aol && it == 0 && !dev) { /* the row scales of the whole matrix's Gram matrix */
             double *d = (double *)(void *)(((uintptr_t)(B + m * m) + 7u) & ~(uintptr_t)7u);
             ns_bf16_aol(m, nj, (double)c->ns_eps, xf, x, A, d);
-        } else if (aol && it == 0 && aol_bf16_device(rt, sum, xf, x, m, nj) != 0) {
+        } else if (aol && it == 0 &&
+                   ((nccl != NULL && to_host(rt, sum, A, abytes) != 0) ||
+                    aol_bf16_device(rt, sum, xf, x, m, nj) != 0)) {
             failed = copy_failed(rt, name, "a team's block for AOL") != SHARDOPT_OK;
             continue; /* told in the next all-reduce */
+        } else if (aol && it == 0 && nccl != NULL) {
+            rt->ns_dev->copy(&rt->kctx, A, sum, abytes); /* the scaled sum */
         }
+        /* over NCCL the last sum's flag, before the update writes B over it (after AOL's use of
+         * sh_host: stream-ordered) */
+        if (nccl != NULL && it == c->ns_steps - 1)
+            rt->ns_dev->copy(&rt->kctx, rt->sh_host, A + m * m, sizeof(uint16_t));
         if (count > 0 && !failed) {
-            if (dev) /* stream-ordered: the update reads it, the next copy into sum follows it */
+            if (dev && nccl == NULL) /* stream-ordered, before the next copy into sum */
                 rt->ns_dev->copy(&rt->kctx, A, sum, abytes);
             if (bf16_update(rt, sp, it, A, x, m, n, B, y) != 0) {
                 /* told in the next all-reduce; after the last one, by ns_sharded_run's agreement */
@@ -347,6 +390,11 @@ static shardopt_status_t iterate_bf16(shardopt_runtime_t rt, const char *name, M
     }
     /* the bf16 update always forms A A (kernels/cpu/ns_bf16.c): no narrow form to count */
     count_iterations(rt, comm, m, count > 0 ? n : 0, sizeof(uint16_t), 0);
+    if (nccl != NULL && c->ns_steps > 0) {
+        const shardopt_status_t told = nccl_flag(rt, name, nccl, failed, sizeof(uint16_t));
+        if (told != SHARDOPT_OK)
+            return told;
+    }
     if (failed)
         return SHARDOPT_ERR_INTERNAL; /* the last update: said above */
     if (count == 0)
@@ -411,7 +459,7 @@ static shardopt_status_t iterate(shardopt_runtime_t rt, const char *name, MPI_Co
     }
     count_iterations(rt, comm, m, count > 0 ? n : 0, sizeof(float), 1);
     if (nccl != NULL && c->ns_steps > 0) {
-        const shardopt_status_t told = nccl_flag(rt, name, nccl, failed);
+        const shardopt_status_t told = nccl_flag(rt, name, nccl, failed, sizeof(float));
         if (told != SHARDOPT_OK)
             return told;
     }
@@ -485,8 +533,9 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
     const int64_t m = on_rows ? cols : rows, n = on_rows ? rows : cols;
     /* ns_compute = bf16, on the CPU or a device with bf16 team entries (commit.c, teams_setup) */
     const shardopt_status_t status =
-        rt->team_compute == KDT_BF16 ? iterate_bf16(rt, p->name, comm, &piece, count, m, n, ss)
-                                     : iterate(rt, p->name, comm, nccl, &piece, count, m, n, ss);
+        rt->team_compute == KDT_BF16
+            ? iterate_bf16(rt, p->name, comm, nccl, &piece, count, m, n, ss)
+            : iterate(rt, p->name, comm, nccl, &piece, count, m, n, ss);
     /* failed: the pipeline goes on (its exchanges complete on every rank) with a zero update for
      * this block in place of what the iterations left, and the step fails at the agreement */
     if (status != SHARDOPT_OK && count > 0) /* u: device memory where NS runs on a device */

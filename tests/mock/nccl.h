@@ -33,7 +33,7 @@ typedef enum {
     ncclInProgress = 7,
 } ncclResult_t;
 
-typedef enum { ncclUint8 = 1, ncclFloat32 = 7 } ncclDataType_t;
+typedef enum { ncclUint8 = 1, ncclFloat32 = 7, ncclBfloat16 = 9 } ncclDataType_t;
 
 typedef enum { ncclSum = 0 } ncclRedOp_t;
 
@@ -64,9 +64,10 @@ ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int pe
                       cudaStream_t stream);
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream);
-/* fp32 sums only (the Newton-Schulz teams' Gram matrices): an MPI_Iallreduce of the
+/* fp32 and bf16 sums only (the Newton-Schulz teams' Gram matrices): an MPI_Iallreduce of the
  * communicator's MPI communicator, queued on the stream like a send; sendbuff == recvbuff is in
- * place */
+ * place. bf16 as NCCL sums it: each pair of values added in fp32 and rounded once to bf16 (an
+ * MPI_Op on MPI_UINT16_T), in MPI's order of the members, not NCCL's */
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 const char *ncclGetErrorString(ncclResult_t r);

@@ -56,14 +56,15 @@ struct mock_op {
     struct mock_stream *s;
     const void *sbuf; /* MOCK_ALLREDUCE: its send buffer (== buf: in place) */
     void *buf;
-    size_t bytes; /* MOCK_ALLREDUCE: floats */
+    size_t bytes; /* MOCK_ALLREDUCE: elements */
     int peer;
     enum mock_kind kind;
+    int bf16; /* MOCK_ALLREDUCE: ncclBfloat16 (else fp32) */
 };
 
 static enum nccl_mock_fault fault;
 static double give_up_s; /* nccl_mock_waits_give_up */
-static long posted, allreduces;
+static long posted, allreduces, allreduces_bf16;
 static double allreduce_elems;
 static int aborted;
 static int depth;
@@ -327,7 +328,7 @@ ncclResult_t ncclGroupStart(void)
 }
 
 static ncclResult_t queue_op(const void *sbuf, void *buf, size_t bytes, int peer, ncclComm_t comm,
-                             cudaStream_t s, enum mock_kind kind)
+                             cudaStream_t s, enum mock_kind kind, int bf16)
 {
     if (comm != NULL && comm->dead)
         after_abort++;
@@ -337,31 +338,71 @@ static ncclResult_t queue_op(const void *sbuf, void *buf, size_t bytes, int peer
         capops = capops ? 2 * capops : 16;
         ops = realloc(ops, sizeof *ops * (size_t)capops);
     }
-    ops[nops++] = (struct mock_op){comm, s, sbuf, buf, bytes, peer, kind};
+    ops[nops++] = (struct mock_op){.comm = comm,
+                                   .s = s,
+                                   .sbuf = sbuf,
+                                   .buf = buf,
+                                   .bytes = bytes,
+                                   .peer = peer,
+                                   .kind = kind,
+                                   .bf16 = bf16};
     return depth > 0 ? ncclSuccess : ncclGroupEnd();
 }
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    return type == ncclUint8 ? queue_op(buf, (void *)buf, count, peer, comm, stream, MOCK_SEND)
+    return type == ncclUint8 ? queue_op(buf, (void *)buf, count, peer, comm, stream, MOCK_SEND, 0)
                              : ncclInvalidArgument;
 }
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    return type == ncclUint8 ? queue_op(buf, buf, count, peer, comm, stream, MOCK_RECV)
+    return type == ncclUint8 ? queue_op(buf, buf, count, peer, comm, stream, MOCK_RECV, 0)
                              : ncclInvalidArgument;
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    if (type != ncclFloat32 || op != ncclSum || count > (size_t)0x7fffffff)
+    if ((type != ncclFloat32 && type != ncclBfloat16) || op != ncclSum ||
+        count > (size_t)0x7fffffff)
         return ncclInvalidArgument;
-    return queue_op(sendbuff, recvbuff, count, 0, comm, stream, MOCK_ALLREDUCE);
+    return queue_op(sendbuff, recvbuff, count, 0, comm, stream, MOCK_ALLREDUCE,
+                    type == ncclBfloat16);
 }
+
+/* ncclBfloat16's sum: each pair added in fp32 and rounded once to bf16 (nearest even) */
+static float bf16_value(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    (void)type;
+    for (int i = 0; i < *len; i++)
+        b[i] = bf16_round(bf16_value(a[i]) + bf16_value(b[i]));
+}
+
+static MPI_Op bf16_op = MPI_OP_NULL; /* made at the first bf16 all-reduce; MPI frees it at exit */
+
+long nccl_mock_allreduces_bf16(void) { return allreduces_bf16; }
 
 ncclResult_t ncclGroupEnd(void)
 {
@@ -395,9 +436,13 @@ ncclResult_t ncclGroupEnd(void)
         } else if (o->kind == MOCK_SEND) {
             MPI_Isend(o->buf, (int)o->bytes, MPI_BYTE, o->peer, MOCK_TAG, o->comm->mpi, &q->req);
         } else { /* the sum every member reads, in MPI's order of the members */
+            if (o->bf16 && bf16_op == MPI_OP_NULL)
+                MPI_Op_create(bf16_sum, 1, &bf16_op);
             MPI_Iallreduce(o->sbuf == o->buf ? MPI_IN_PLACE : o->sbuf, o->buf, (int)o->bytes,
-                           MPI_FLOAT, MPI_SUM, o->comm->mpi, &q->req);
+                           o->bf16 ? MPI_UINT16_T : MPI_FLOAT, o->bf16 ? bf16_op : MPI_SUM,
+                           o->comm->mpi, &q->req);
             allreduces++;
+            allreduces_bf16 += o->bf16;
             allreduce_elems += (double)o->bytes;
         }
         posted++;

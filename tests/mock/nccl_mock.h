@@ -28,6 +28,8 @@ long nccl_mock_posted(void);
 /* ncclAllReduce calls posted, and the elements they summed, since the start. */
 long nccl_mock_allreduces(void);
 double nccl_mock_allreduce_elems(void);
+/* of which ncclBfloat16 ones */
+long nccl_mock_allreduces_bf16(void);
 int nccl_mock_aborted(void);
 
 /* A kernel launch of the caller's that failed: left as the thread's last error, as CUDA does. */

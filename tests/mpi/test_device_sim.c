@@ -582,7 +582,7 @@ static void sharded_on_the_device(int aol, int strategy)
     if (s.dense_size > 1) /* a dense group of one rank has no one to share a matrix with */
         EXPECT_TRUE(n > 0);
 #ifdef SHARDOPT_TEST_NCCL_MOCK
-    const long ar0 = nccl_mock_allreduces();
+    const long ar0 = nccl_mock_allreduces(), arb0 = nccl_mock_allreduces_bf16();
     const double el0 = nccl_mock_allreduce_elems();
 #endif
     ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
@@ -610,6 +610,8 @@ static void sharded_on_the_device(int aol, int strategy)
                 elems += 3.0 * dev.rt->cfg.ns_steps * (m * m + 1);
             }
         EXPECT_EQ_INT((int)(nccl_mock_allreduces() - ar0), (int)want);
+        /* in the teams' dtype: ncclBfloat16 for bf16 teams */
+        EXPECT_EQ_INT((int)(nccl_mock_allreduces_bf16() - arb0), team_bf16 ? (int)want : 0);
         EXPECT_TRUE(nccl_mock_allreduce_elems() - el0 == elems);
         int teams = n; /* some rank holds a team block wherever a team was planned */
         MPI_Allreduce(MPI_IN_PLACE, &want, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -643,29 +645,16 @@ TEST(teams_run_on_the_device_with_the_cpu_teams_bits)
 
 /* Teams in bf16 on the device (issue 22): ns_compute = bf16 in both runs (the CPU run's teams on
  * oneDNN), the device run's teams on the simulated device's bf16 entries (the CPU bf16 team's
- * plans, on memory the host cannot touch; the bf16 Gram all-reduce through host staging with the
- * CPU's MPI_UINT16_T sum; AOL's row scales on the host): the CPU run's bits, and its bf16 bytes,
- * with team_compute bf16 and the bf16 entries called. A device that iterated its teams in fp32
- * (before: a warning, every team block in fp32) fails all three. Over NCCL (the mock build,
- * exchanges on the device) device teams stay fp32, their all-reduce being fp32's: checked so. */
+ * plans, on memory the host cannot touch; AOL's row scales on the host): the CPU run's bits, and
+ * its bf16 bytes, with team_compute bf16 and the bf16 entries called. The Gram all-reduce goes
+ * through host staging with the CPU's MPI_UINT16_T sum, or in the mock NCCL build (exchanges on
+ * the device) over the mock's ncclBfloat16 all-reduce, counted: teams of 2, whose one pairwise
+ * sum gives the CPU's bits in any order. A device that iterated its teams in fp32 (before: a
+ * warning, every team block in fp32; until NCCL's bf16 all-reduce, fp32 over NCCL) fails them. */
 TEST(bf16_teams_run_on_the_device_with_the_cpu_bf16_teams_bits)
 {
     device_begin();
     team_bf16 = 1;
-#ifdef SHARDOPT_TEST_NCCL_MOCK
-    if (!on_host) {
-        team_cap = 2;
-        no_split = 1;
-        struct dev_run dev = {0};
-        const shardopt_status_t st = dev_setup(&dev);
-        team_cap = no_split = team_bf16 = 0;
-        ASSERT_EQ_INT(st, SHARDOPT_OK);
-        EXPECT_EQ_INT(dev.rt->team_compute, KDT_F32);
-        dev_free(&dev);
-        sim_bf16_free();
-        return;
-    }
-#endif
     sharded_on_the_device(0, 0);
     team_bf16 = 1;
     sharded_on_the_device(1, 0);
@@ -679,20 +668,19 @@ TEST(bf16_teams_run_on_the_device_with_the_cpu_bf16_teams_bits)
  * the failed matrix keeps its weights in rank 0's dense group, and the next step refuses. Over NCCL
  * the flag stays on the device and is read once, at the matrix's end: with it dropped, rank 0's
  * peer applied its block. */
-TEST(a_team_member_failing_on_the_device_fails_the_step_on_every_rank)
+static void team_member_failing(int bf16)
 {
-    device_begin();
-    if (on_cuda || world < 2) /* a GPU's kernels do not fail at a fault site */
-        return;
     team_cap = 2;
     no_split = no_decay = 1;
+    team_bf16 = bf16;
     dev_timeout_s = 20; /* a member left waiting: an error after this, not a hang */
     struct dev_run dev = {0};
     const shardopt_status_t st = dev_setup(&dev);
-    team_cap = no_split = no_decay = 0;
+    team_cap = no_split = no_decay = team_bf16 = 0;
     dev_timeout_s = 0;
     ASSERT_EQ_INT(st, SHARDOPT_OK);
     ASSERT_TRUE(dev.rt->gx[GROUP_DENSE].plan.nteams > 0);
+    EXPECT_EQ_INT(dev.rt->team_compute, bf16 ? KDT_BF16 : KDT_F32);
     ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
     fault_arm(me == 0 ? "step.ns:2" : NULL);
     EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_INTERNAL);
@@ -725,10 +713,21 @@ TEST(a_team_member_failing_on_the_device_fails_the_step_on_every_rank)
     EXPECT_EQ_INT(changed, 0);
     EXPECT_TRUE(dev_steps(&dev, 3, 3) != SHARDOPT_OK); /* refuses, nothing written */
     if (me == 0 && changed == 0)
-        printf("  a team member failing on the device: '%s' kept in its dense group\n",
-               model_params[p].name);
+        printf("  a team member failing on the device (%s): '%s' kept in its dense group\n",
+               bf16 ? "bf16" : "fp32", model_params[p].name);
     dev_free(&dev);
     EXPECT_EQ_INT(nsim, 0);
+}
+
+/* bf16 teams too (issue 22): the flag rides in the bf16 sum, over MPI or NCCL */
+TEST(a_team_member_failing_on_the_device_fails_the_step_on_every_rank)
+{
+    device_begin();
+    if (on_cuda || world < 2) /* a GPU's kernels do not fail at a fault site */
+        return;
+    team_member_failing(0);
+    team_member_failing(1);
+    sim_bf16_free();
 }
 
 TEST(sharded_strategy_runs_on_the_device_with_the_cpu_bits)

@@ -271,7 +271,7 @@ static shardopt_status_t bf16_sum_mpi(shardopt_runtime_t rt, const char *name, M
 {
     const size_t abytes = sizeof(uint16_t) * (size_t)(m * m);
     const int dev = rt_ns_on_device(rt);
-    if (ok && dev && to_host(rt, sum, A, abytes) != 0)
+    if (ok && !failed && dev && to_host(rt, sum, A, abytes) != 0)
         failed = copy_failed(rt, name, "a bf16 team Gram matrix") != SHARDOPT_OK;
     if (!ok || failed) { /* no columns, or failed: joins the sum with zeros */
         if (dev)         /* after a copy up from sum still queued (its result unused) */

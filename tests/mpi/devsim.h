@@ -124,20 +124,23 @@ static long sim_ns_gram_aol, sim_ns_other; /* calls by algorithm (gram_and_aol_r
  * here as a device would hold its own (the runtime makes none on a device), so that the device
  * gives the CPU bf16 path's bits. A gathered matrix's plan is made at its first call (the CPU
  * makes it at commit: the same primitives); the teams' at commit, by ns_shard_bf16_prepare.
- * Freed by sim_bf16_free once no runtime uses it. */
+ * Freed by sim_bf16_free once no runtime uses it, or at exit. */
 static struct ns_bf16 *sim_bf16;
 
-static struct ns_bf16 *sim_bf16_state(void)
-{
-    if (sim_bf16 == NULL && ns_bf16_create(&sim_bf16) != SHARDOPT_OK)
-        return NULL;
-    return sim_bf16;
-}
-
-__attribute__((unused)) static void sim_bf16_free(void)
+static void sim_bf16_free(void)
 {
     ns_bf16_destroy(sim_bf16);
     sim_bf16 = NULL;
+}
+
+static struct ns_bf16 *sim_bf16_state(void)
+{
+    static int registered; /* freed at exit too, for a test that never calls sim_bf16_free */
+    if (!registered)
+        registered = atexit(sim_bf16_free) == 0;
+    if (sim_bf16 == NULL && ns_bf16_create(&sim_bf16) != SHARDOPT_OK)
+        return NULL;
+    return sim_bf16;
 }
 
 static int sim_ns(const struct kernel_ctx *c, const struct ns_args *a, const struct ns_workspace *w)

@@ -106,8 +106,8 @@ def _adamw_hparams(gi, g, last):
     b1 = _adamw_beta1(gi, g, last)
     betas, eps = g["betas"], g["eps"]
     try:
-        if len(betas) != 2:
-            raise ValueError
+        if len(betas) != 2 or any(isinstance(v, (str, bytes)) for v in (b1, *betas, eps)):
+            raise ValueError  # text ("0.9") too, which float() took as a number
         b1, b2, e = float(b1), float(betas[1]), float(eps)
     except (TypeError, ValueError):
         raise ValueError(f"param group {gi} (adamw): betas = {betas!r}, eps = {eps!r}: "
@@ -132,6 +132,11 @@ def _step_hparams(gi, g):
     value given at construction, silently. A negative value is refused here (ValueError naming
     the group, the key and the value, nothing stepped); NaN, Inf and values past the library's
     bounds go to the library, which refuses them on every rank."""
+    for k in ("lr", "weight_decay") + (("momentum",) if g["algo"] == "muon" else ()):
+        if isinstance(g[k], (str, bytes)):
+            # float("0.1") took the text as a number; torch.optim fails on it at the step
+            raise ValueError(f"param group {gi} ({g['algo']}): {k} = {g[k]!r}: a number (or a "
+                            "1-element tensor) is accepted, not text; nothing was stepped")
     lr, wd = float(g["lr"]), float(g["weight_decay"])  # a 1-element tensor lr, as torch takes
     mu = float(g["momentum"]) if g["algo"] == "muon" else -1.0
     for k, v in (("lr", lr), ("weight_decay", wd)) + ((("momentum", mu),)

@@ -247,6 +247,28 @@ def _check_values(sp, kind, i, value):
                          + "; nothing was loaded")
 
 
+# a state key of another torch.optim optimizer -> the optimizer it comes from
+_FOREIGN = {"mu_product": "torch.optim.NAdam", "exp_inf": "torch.optim.Adamax",
+            "max_exp_avg_sq": "torch.optim.Adam / AdamW with amsgrad=True",
+            "sum": "torch.optim.Adagrad", "square_avg": "torch.optim.RMSprop / Adadelta",
+            "acc_delta": "torch.optim.Adadelta", "ax": "torch.optim.ASGD",
+            "eta": "torch.optim.ASGD", "mu": "torch.optim.ASGD", "prev": "torch.optim.Rprop",
+            "step_size": "torch.optim.Rprop",
+            "momentum_buffer": "torch.optim.SGD / Muon (a Muon group's state)"}
+
+
+def _check_keys(sp, i, algo, st):
+    """Refuses a state key this class does not step (NAdam's mu_product, Adamax's exp_inf):
+    loaded, it was dropped, and the run went on as another optimizer with the moments it
+    shares (exp_avg, exp_avg_sq), silently."""
+    known = _KINDS[algo] + ("step",) + (("momentum_buffer",) if algo == "muon" else ())
+    for k in st:
+        if k not in known:
+            raise ValueError(f"{sp.name}: state key {k!r} in the state dict (state {i}), the "
+                             f"state of {_FOREIGN.get(k, 'another optimizer')}: a {algo} "
+                             f"parameter has {', '.join(known)}; nothing was loaded")
+
+
 def _saved_step(sp, i, v):
     """A saved step count as an int: a whole number (a tensor of one, as torch.optim saves it),
     else ValueError. int(float(v)) took 2.5 as 2 and the text "3" as 3, and NaN raised
@@ -296,6 +318,16 @@ def _load_state_dict(opt, state_dict):
                 raise ValueError(f"param group {gi}: {k} = {sg[k]!r} in the state dict: "
                                  f"shardopt.torch.Muon has no {k} (only False); resume it with "
                                  "torch.optim")
+        if sg.get("decoupled_weight_decay") is False and g["algo"] == "adamw" and \
+                sg.get("weight_decay", 0) != 0:
+            # torch.optim.Adam's / RAdam's / NAdam's group (decoupled_weight_decay False): its
+            # weight decay is added to the gradient (L2); this class decays decoupled, as
+            # AdamW, so the run would go on as another optimizer
+            raise ValueError(f"param group {gi}: decoupled_weight_decay = False with "
+                             f"weight_decay = {sg['weight_decay']!r} in the state dict (a "
+                             "torch.optim.Adam / RAdam / NAdam group: L2 decay): "
+                             "shardopt.torch.Muon's AdamW decays decoupled; resume it with "
+                             "torch.optim")
         for k, v in fixed.items():
             w = sg.get(k, v)
             if w != v and not (isinstance(v, tuple) and tuple(w) == v):
@@ -310,6 +342,7 @@ def _load_state_dict(opt, state_dict):
             sp = slots.get(id(p))
             if st is None or sp is None:
                 continue
+            _check_keys(sp, i, g["algo"], st)
             for kind in _KINDS[g["algo"]]:
                 value, scale = st.get(kind), None
                 if value is None and kind == "momentum" and "momentum_buffer" in st:

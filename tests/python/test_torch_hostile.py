@@ -151,5 +151,81 @@ def case_a_tensor_in_two_groups_is_refused():
     assert sum(len(g["params"]) for g in opt.param_groups) == 2
 
 
+def case_text_hyperparameters_are_refused():
+    """A group's lr, weight_decay, (Muon) momentum, (AdamW) betas or eps given as text ("0.1",
+    as from a config file read without conversion): float() took it as the number, where
+    torch.optim fails on it at the step. Refused naming the group and the key, nothing
+    stepped; put back, the step goes on."""
+    for algo, key, v in (("muon", "lr", "0.1"), ("adamw", "lr", "0.1"),
+                         ("muon", "weight_decay", "0"), ("adamw", "weight_decay", b"0"),
+                         ("muon", "momentum", "0.9"), ("adamw", "betas", ("0.9", 0.95)),
+                         ("adamw", "eps", "1e-8")):
+        w, b, opt = two()
+        g = next(g for g in opt.param_groups if g["algo"] == algo)
+        old = g[key]
+        g[key] = v
+        w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+        before = values(w, b)
+        refused(opt.step, ValueError, f"param group {opt.param_groups.index(g)} ({algo})",
+                f"{key} = {v!r}", "nothing was stepped")
+        assert same(before, values(w, b)), (algo, key, "stepped")
+        g[key] = old
+        opt.step()
+        assert not torch.equal(before[0], w.detach()) and not torch.equal(before[1], b.detach())
+
+
+def case_state_dicts_of_other_adam_family_optimizers():
+    """torch.optim.NAdam's state dict (its mu_product) or Adamax's (exp_inf) into an AdamW
+    group: the keys this class does not step were dropped and the run went on as AdamW with
+    the moments it shares, silently. Refused naming the key, the parameter and the optimizer it
+    comes from, nothing loaded. torch.optim.Adam's (and RAdam's, NAdam's) group with weight decay
+    decays L2, not decoupled: refused naming decoupled_weight_decay. Adam's and RAdam's without
+    weight decay hold AdamW's state and arithmetic's moments, and load (as torch.optim.AdamW
+    loads them)."""
+    def foreign(cls, **kw):
+        torch.manual_seed(3)
+        p = torch.nn.Parameter(torch.randn(4))
+        o = cls([p], lr=1e-2, **kw)
+        p.grad = torch.randn(4)
+        o.step()
+        return o.state_dict()
+
+    def into():
+        b = torch.nn.Parameter(torch.randn(4))
+        opt = Muon([{"params": [("b", b)], "algo": "adamw"}], lr=1e-2, weight_decay=0.0)
+        b.grad = torch.randn(4)
+        opt.step()
+        return b, opt
+
+    for cls, kw, words in ((torch.optim.NAdam, {}, ("b: state key 'mu_product'", "state 0",
+                                                    "torch.optim.NAdam")),
+                           (torch.optim.Adamax, {}, ("b: state key 'exp_inf'",
+                                                     "torch.optim.Adamax")),
+                           (torch.optim.Adam, {"weight_decay": 0.1},
+                            ("param group 0: decoupled_weight_decay = False",
+                             "weight_decay = 0.1"))):
+        b, opt = into()
+        before = state(opt)
+        refused(lambda: opt.load_state_dict(foreign(cls, **kw)), ValueError, *words)
+        assert same_state(before, state(opt)), (cls.__name__, "half loaded")
+    for cls in (torch.optim.Adam, torch.optim.RAdam):
+        sd = foreign(cls)
+        b, opt = into()
+        opt.load_state_dict(sd)
+        got = opt.state_dict()["state"][0]
+        assert all(torch.equal(got[k], sd["state"][0][k]) for k in ("exp_avg", "exp_avg_sq"))
+        b.grad = torch.randn(4)
+        opt.step()
+    # a text lr in a loaded group: loaded as the group's key, refused at the step
+    sd = foreign(torch.optim.AdamW, weight_decay=0.0)
+    sd["param_groups"][0]["lr"] = "0.1"
+    b, opt = into()
+    opt.load_state_dict(sd)
+    b.grad = torch.randn(4)
+    before = values(b)
+    refused(opt.step, ValueError, "param group 0 (adamw): lr = '0.1'", "nothing was stepped")
+    assert same(before, values(b))
+
+
 if __name__ == "__main__":
     cases.run("test_torch_hostile", globals())

@@ -12,13 +12,11 @@ a Muon and an AdamW part at construction, so that every lr_scheduler, and every 
 param_groups, sets each group's lr and weight_decay, which step() reads every time."""
 import operator
 import sys
-import warnings
 
 import torch
 
 import shardopt as _so
-from shardopt._torch_classify import (_algo, _classify_by_model, _conv_kernels, _flat_3d,
-                                      _memory, _warn_stack)
+from shardopt._torch_classify import _classify_by_model, _conv_kernels, _flat_3d, _warn_stack
 from shardopt import _torch_ports as _ports
 from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mesh_size,
                                     _check_ordered, _check_switches, _dion_defaults, _muon_config,
@@ -26,6 +24,7 @@ from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mes
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _pair_groups,
                                     _partial, _refuse_thawed, _step_hparams, _undo_add,
                                     _warn_split)
+from shardopt._torch_split import _split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
 __all__ = ["Muon"]
@@ -196,7 +195,7 @@ class Muon(torch.optim.Optimizer):
             groups = [{"params": groups}]
         split, parts = [], []
         for g in groups:
-            split.extend(self._split(g, defaults))
+            split.extend(_split(self, g, defaults))
             parts.append(len(split) - sum(parts))
         if given_groups:
             _warn_split(parts, 0)
@@ -204,129 +203,6 @@ class Muon(torch.optim.Optimizer):
         self.state = _State(self)
 
     # ---- construction -----------------------------------------------------------------
-
-    def _named(self, items, warn=True):
-        """(name, tensor) pairs from tensors or pairs; unnamed tensors take the model's name
-        where model= is given, else param.<i> (a warning, unless warn is False: the group
-        fixes their algorithm)."""
-        out = []
-        for x in items:
-            if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], str):
-                out.append((x[0], x[1]))
-            elif isinstance(x, torch.Tensor):
-                name = self._model_names.get(id(x))
-                if name is None:
-                    name = f"param.{self._unnamed}"
-                    if warn and not self._warned_unnamed and not self._by_model and \
-                            x.ndim == 2:
-                        self._warned_unnamed = True
-                        warnings.warn("shardopt.torch.Muon: parameters without names and no "
-                                      "model=: every 2-D tensor goes to Muon, embeddings and "
-                                      "the output head included; pass model.named_parameters()"
-                                      " or model=model", stacklevel=4)
-                self._unnamed += 1
-                out.append((name, x))
-            else:
-                raise TypeError(f"{type(x).__name__}: a parameter is a torch tensor or a "
-                                "(name, tensor) pair")
-        return out
-
-    def _split(self, group, defaults):
-        """A user's group as one group per algorithm (empty parts dropped), its tensors
-        deduplicated against every group so far (a tensor object listed again: registered
-        once, warned; distinct tensors over the same memory are two parameters, as in
-        torch.optim)."""
-        group = dict(group)
-        items = group.pop("params")
-        _check_ordered(items, "a param group's 'params'")
-        items = [items] if isinstance(items, torch.Tensor) else list(items)
-        # torch >= 2.6's named groups: {"params": [...], "param_names": [...]}; each part keeps
-        # the names of its own tensors
-        given_names = group.pop("param_names", None)
-        if given_names is not None:
-            if len(given_names) != len(items):
-                raise ValueError(f"param_names has {len(given_names)} names for {len(items)} "
-                                 "parameters")
-            items = list(zip(given_names, items))
-        fixed = group.pop("algo", None)
-        if "use_muon" in group:
-            # Keller Jordan's MuonWithAuxAdam groups (dict(params=..., use_muon=True, ...)):
-            # the group's algorithm, as "algo" says it (the key stays for the script to read)
-            use = "muon" if group["use_muon"] else "adamw"
-            if fixed not in (None, use):
-                raise ValueError(f"a group with algo {fixed!r} and use_muon = "
-                                 f"{group['use_muon']!r}: they disagree; give one")
-            fixed = use
-        parts, here = {"muon": [], "adamw": []}, set()
-        for name, p in self._named(items, warn=fixed is None):
-            if not isinstance(p, torch.Tensor):
-                raise TypeError(f"{name}: {type(p).__name__} is not a torch tensor")
-            key = id(p)
-            if key in self._seen and key not in here:  # torch.optim's error (was: a warning,
-                # the later group's lr and weight_decay never applied to it)
-                raise ValueError(f"some parameters appear in more than one parameter group ("
-                                 f"{name} is {self._seen[key]} of an earlier group)")
-            here.add(key)
-            if key in self._seen:
-                warnings.warn(f"shardopt: {name} is the same tensor as {self._seen[key]} "
-                              f"(a tied weight listed twice): registered once, as "
-                              f"{self._seen[key]}", stacklevel=4)
-                continue
-            self._seen[key] = name
-            mem = _memory(p)
-            if mem is not None and mem in self._mem:
-                # torch.optim steps both, one after the other; the library updates each memory
-                # once per step (its step refuses data that overlaps, since its passes over
-                # parameters may run together), so a tie through .data is refused by name here
-                raise ValueError(
-                    f"{name} and {self._mem[mem]} are two tensors over the same memory (tied "
-                    f"through .data?): shardopt updates a memory once per step; tie them as one "
-                    f"Parameter (e.g. model.lm_head.weight = model.wte.weight), so that autograd "
-                    f"sums their gradients")
-            if mem is not None:
-                self._mem[mem] = name
-            algo = fixed or _algo(name, p, self._by_model, self._patterns)
-            if algo not in parts:
-                raise ValueError(f"{name}: algo {algo!r}: accepted 'muon' or 'adamw'")
-            parts[algo].append((name, p))
-        out = []
-        if parts["muon"]:
-            g = {k: v for k, v in group.items() if not k.startswith("adamw_")}
-            g.update(params=[p for _, p in parts["muon"]], algo="muon",
-                     _names=[n for n, _ in parts["muon"]])
-            if given_names is not None:
-                g["param_names"] = [n for n, _ in parts["muon"]]
-            out.append(g)
-        if parts["adamw"]:
-            lr = group.get("adamw_lr", self._adamw["lr"])
-            if lr is None:
-                lr = group.get("lr", defaults["lr"])
-                if isinstance(lr, torch.Tensor) and parts["muon"]:
-                    # the Muon part holds that tensor: a scheduler writes a tensor lr in place
-                    # (fill_), so one shared by both parts would give both the last one written
-                    lr = lr.clone()
-            # the user's own keys (a group "name" a script looks up, initial_lr) go with it;
-            # Muon's hyperparameters do not
-            g = {k: v for k, v in group.items() if not k.startswith("adamw_") and k not in (
-                "lr", "weight_decay", "betas", "eps", "momentum", "nesterov", "ns_coefficients",
-                "ns_steps", "adjust_lr_fn")}
-            # a group's own weight_decay / betas cover its AdamW tensors too (nanoGPT's
-            # {"params": ..., "weight_decay": 0.0} group of biases and norms)
-            wd = group.get("adamw_weight_decay",
-                           group.get("weight_decay", self._adamw["weight_decay"]))
-            g.update(params=[p for _, p in parts["adamw"]], algo="adamw", lr=lr,
-                     weight_decay=wd,
-                     betas=tuple(group.get("adamw_betas",
-                                           group.get("betas", self._adamw["betas"]))),
-                     # an AdamW-only group's own eps is AdamW's (MuonWithAuxAdam's eps=1e-10
-                     # group); elsewhere a group's eps is Muon's (torch.optim.Muon's key)
-                     eps=group.get("adamw_eps", group["eps"] if fixed == "adamw" and "eps"
-                                   in group else self._adamw["eps"]),
-                     _names=[n for n, _ in parts["adamw"]])
-            if given_names is not None:
-                g["param_names"] = [n for n, _ in parts["adamw"]]
-            out.append(g)
-        return out
 
     def add_param_group(self, param_group):
         """torch.optim's add_param_group, and the group's runtime (collective over comm)."""
@@ -349,7 +225,7 @@ class Muon(torch.optim.Optimizer):
             # a refusal (a check below, or the library's) leaves the optimizer as it was
             undo = (len(self.param_groups), dict(self._seen), dict(self._mem))
             try:
-                split = self._split(param_group, self.defaults)
+                split = _split(self, param_group, self.defaults)
                 _warn_split([len(split)], len(self.param_groups))
                 for g in split:
                     self.add_param_group(g)

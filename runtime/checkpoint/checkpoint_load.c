@@ -2,42 +2,29 @@
  * and fill every rank's state from the shards that overlap it, reading only the blocks it needs and
  * checking each block's CRC32C. Everything lands in a staging copy first; the state changes only
  * when every rank succeeded, so a refused checkpoint leaves memory as it was on every rank. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "base/crc32c.h"
 #include "base/fault.h"
-#include "base/file_read.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/checkpoint_load_report.h"
+#include "runtime/checkpoint/checkpoint_shard_read.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/comm/comm_wait.h"
 #include "sharding/reshard.h"
 
-struct ck_file {
-    const char *name;
-    int fd;
-    uint64_t size;
-    struct st_header hdr;
-    int opened;
-};
-
 struct ck_load {
-    struct ck_index ix; /* what index.json says */
-    struct ck_file *files;
-    int nfiles;
+    struct ck_index ix;     /* what index.json says */
+    struct ck_reader rd;    /* the shard files opened, the read chunk */
     unsigned char *staging; /* the new state, in the arena's kind of memory */
     unsigned char *fill;    /* what rank_fill writes: staging, or its host copy (device state) */
     const unsigned char *current; /* the state now, as host memory (load_allow_missing) */
     void *current_copy, *fill_copy;
     uint64_t *steps;     /* per registered param */
     unsigned char *read; /* per registered param: state read from the checkpoint */
-    unsigned char *chunk;
     int converted;
     unsigned char *wfill; /* ckpt_weights: the parameters read, host memory, at woff[i] */
     size_t *woff;         /* per registered param */
@@ -47,210 +34,6 @@ struct ck_load {
     int kept; /* load_allow_missing: registered tensors the checkpoint lacks (kept as they are) */
     char kept_names[512];
 };
-
-/* ---- files ---- */
-
-/* len bytes at `at`: 0; -1 for an I/O error (errno set; SHARDOPT_FAULT=ckpt.read:<n> injects
- * EIO, or hang@ckpt.read a rank that stops mid-load); 1 when the file ends first. */
-static int pread_all(int fd, void *buf, size_t len, uint64_t at)
-{
-    unsigned char *p = buf;
-    if (fault_hit("ckpt.read"))
-        return -1;
-    while (len > 0) {
-        ssize_t r = pread(fd, p, len, (off_t)at);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            return 1;
-        p += r;
-        len -= (size_t)r;
-        at += (uint64_t)r;
-    }
-    return 0;
-}
-
-/* A read that did not return every byte: the disk or filesystem failed (ERR_IO, as for a save),
- * or the file is shorter than its header says (ERR_CORRUPT). */
-static shardopt_status_t read_fail(int r, const char *path, const char *file, const char *what)
-{
-    if (r < 0)
-        return log_fail(SHARDOPT_ERR_IO, "load: %s%s%s: %s: read failed: %s", path, file ? "/" : "",
-                        file ? file : "", what, strerror(errno));
-    return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s%s%s: %s: file truncated", path, file ? "/" : "",
-                    file ? file : "", what);
-}
-
-static shardopt_status_t file_open(struct ck_load *L, const char *name, struct ck_file **out)
-{
-    char path[4400], err[256];
-    unsigned char first8[8];
-    uint64_t json_len;
-
-    for (int i = 0; i < L->nfiles; i++)
-        if (strcmp(L->files[i].name, name) == 0) {
-            *out = &L->files[i];
-            return SHARDOPT_OK;
-        }
-    struct ck_file *f = &L->files[L->nfiles];
-    memset(f, 0, sizeof *f);
-    f->name = name;
-    snprintf(path, sizeof path, "%s/%s", L->ix.dir, name);
-    struct file_read_error e;
-    f->fd = file_read_open(path, 0, &f->size, &e); /* no FIFO or device: a load never hangs */
-    if (f->fd < 0)
-        return ckpt_file_refused("load", path, &e);
-    L->nfiles++;
-    int r = pread_all(f->fd, first8, 8, 0);
-    if (r != 0)
-        return read_fail(r, path, NULL, "shorter than a safetensors header");
-    if (st_header_len(first8, f->size, &json_len, err, sizeof err) != 0)
-        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s: %s", path, err);
-    char *json = mem_malloc(json_len + 1);
-    if (json == NULL)
-        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                        "load: %s: out of memory allocating %llu bytes for the header", path,
-                        (unsigned long long)json_len + 1);
-    if ((r = pread_all(f->fd, json, json_len, 8)) != 0) {
-        free(json);
-        return read_fail(r, path, NULL, "header");
-    }
-    const shardopt_status_t rc = st_header_parse(json, json_len, f->size, &f->hdr, err, sizeof err);
-    free(json);
-    if (rc != SHARDOPT_OK) /* refused (corrupt), or out of memory reading it */
-        return log_fail(rc == SHARDOPT_ERR_OUT_OF_MEMORY ? rc : SHARDOPT_ERR_CORRUPT,
-                        "load: %s: %s", path, err);
-    if (f->size - f->hdr.data_start != st_header_data_bytes(&f->hdr)) /* a save writes none */
-        return log_fail(
-            SHARDOPT_ERR_CORRUPT,
-            "load: %s: %llu bytes after the header, its tensors hold %llu: bytes "
-            "no tensor indexes (a gap, or appended), which safetensors files never hold",
-            path, (unsigned long long)(f->size - f->hdr.data_start),
-            (unsigned long long)st_header_data_bytes(&f->hdr));
-    f->opened = 1;
-    *out = f;
-    return SHARDOPT_OK;
-}
-
-/* dst[i] <- src[i] converted between the checkpoint's dtype and the configured one. */
-static void elems_convert(void *dst, int ddt, const void *src, int sdt, size_t n)
-{
-    if (ddt == sdt) {
-        memcpy(dst, src, n * kdtype_size(ddt));
-    } else if (ddt == KDT_F32) {
-        for (size_t i = 0; i < n; i++)
-            ((float *)dst)[i] = f32_from_bf16(((const uint16_t *)src)[i]);
-    } else {
-        for (size_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = bf16_from_f32(((const float *)src)[i]);
-    }
-}
-
-/* Copy the overlap of one saved shard into this rank's staging tensor. Reads whole CRC blocks
- * covering the runs, in chunks, and checks every block. Returns elements copied in *copied. */
-static shardopt_status_t shard_read(struct ck_load *L, const struct ck_tensor *t,
-                                    const struct ck_shard *sh, const struct plan_box *mine,
-                                    unsigned char *dst, int ddt, int64_t *copied)
-{
-    struct reshard_runs runs;
-    struct ck_file *f = NULL;
-    shardopt_status_t status;
-    const size_t es = kdtype_size(t->dtype), des = kdtype_size(ddt);
-    int64_t so, doff, len;
-
-    if (!reshard_runs_init(&runs, &sh->box, mine))
-        return SHARDOPT_OK;
-    status = file_open(L, sh->file, &f);
-    if (status != SHARDOPT_OK)
-        return status;
-    const struct st_tensor *st = st_header_find(&f->hdr, t->name);
-    if (st == NULL)
-        return log_fail(SHARDOPT_ERR_CORRUPT, "load: %s/%s: tensor '%s' missing", L->ix.dir,
-                        sh->file, t->name);
-    status = ckpt_shard_header_check(L->ix.dir, t, sh, st);
-    if (status != SHARDOPT_OK)
-        return status;
-    const int64_t numel = sh->box.len[0] * sh->box.len[1] * sh->box.len[2];
-    const uint64_t tensor_bytes = (uint64_t)numel * es, base = f->hdr.data_start + st->begin;
-
-    /* the saved shard is exactly this rank's, in the same dtype (a load on the layout that
-     * saved): read it straight into place and check the blocks there */
-    if (ddt == t->dtype && memcmp(&sh->box, mine, sizeof *mine) == 0) {
-        int r = pread_all(f->fd, dst, (size_t)tensor_bytes, base);
-        if (r != 0) {
-            char what[300];
-            snprintf(what, sizeof what, "tensor '%s'", t->name);
-            return read_fail(r, L->ix.dir, sh->file, what);
-        }
-        uint32_t whole = 0;
-        for (uint64_t k = 0; k < tensor_bytes; k += CKPT_BLOCK) {
-            const size_t blen =
-                (size_t)(tensor_bytes - k < CKPT_BLOCK ? tensor_bytes - k : CKPT_BLOCK);
-            const uint32_t c = crc32c_update(0, dst + k, blen);
-            whole = crc32c_combine(whole, c, blen);
-            if (c != sh->blocks[k / CKPT_BLOCK])
-                return log_fail(SHARDOPT_ERR_CORRUPT,
-                                "load: %s/%s: tensor '%s': CRC32C mismatch in bytes [%llu, %llu) "
-                                "(the file is damaged)",
-                                L->ix.dir, sh->file, t->name, (unsigned long long)k,
-                                (unsigned long long)(k + blen));
-        }
-        /* read whole, the tensor's own CRC (what external tools see) is checked too */
-        if (whole != sh->crc)
-            return log_fail(SHARDOPT_ERR_CORRUPT,
-                            "load: %s/%s: tensor '%s': CRC32C %08x, the index says %08x", L->ix.dir,
-                            sh->file, t->name, whole, sh->crc);
-        *copied += numel;
-        return SHARDOPT_OK;
-    }
-
-    /* the source byte range the runs span, widened to whole blocks */
-    struct reshard_runs scan = runs;
-    int64_t first = -1, last = 0;
-    while (reshard_runs_next(&scan, &so, &doff, &len)) {
-        if (first < 0)
-            first = so;
-        last = so + len;
-    }
-    uint64_t a = (uint64_t)first * es / CKPT_BLOCK * CKPT_BLOCK;
-    uint64_t b = ((uint64_t)last * es + CKPT_BLOCK - 1) / CKPT_BLOCK * CKPT_BLOCK;
-    b = b < tensor_bytes ? b : tensor_bytes;
-
-    int have = reshard_runs_next(&runs, &so, &doff, &len);
-    for (uint64_t c0 = a; c0 < b; c0 += CKPT_CHUNK) {
-        const uint64_t c1 = c0 + CKPT_CHUNK < b ? c0 + CKPT_CHUNK : b;
-        int r = pread_all(f->fd, L->chunk, (size_t)(c1 - c0), base + c0);
-        if (r != 0) {
-            char what[300];
-            snprintf(what, sizeof what, "tensor '%s'", t->name);
-            return read_fail(r, L->ix.dir, sh->file, what);
-        }
-        for (uint64_t k = c0; k < c1; k += CKPT_BLOCK) {
-            const size_t blen = (size_t)(c1 - k < CKPT_BLOCK ? c1 - k : CKPT_BLOCK);
-            if (crc32c_update(0, L->chunk + (k - c0), blen) != sh->blocks[k / CKPT_BLOCK])
-                return log_fail(SHARDOPT_ERR_CORRUPT,
-                                "load: %s/%s: tensor '%s': CRC32C mismatch in bytes [%llu, %llu) "
-                                "(the file is damaged)",
-                                L->ix.dir, sh->file, t->name, (unsigned long long)k,
-                                (unsigned long long)(k + blen));
-        }
-        /* the runs' parts inside this chunk */
-        const int64_t e0 = (int64_t)(c0 / es), e1 = (int64_t)(c1 / es);
-        while (have && so < e1) {
-            const int64_t lo = so > e0 ? so : e0, hi = so + len < e1 ? so + len : e1;
-            elems_convert(dst + (size_t)(doff + (lo - so)) * des, ddt,
-                          L->chunk + (size_t)(lo - e0) * es, t->dtype, (size_t)(hi - lo));
-            *copied += hi - lo;
-            if (so + len <= e1)
-                have = reshard_runs_next(&runs, &so, &doff, &len);
-            else
-                break;
-        }
-    }
-    return SHARDOPT_OK;
-}
 
 /* ---- one rank's part ---- */
 
@@ -308,8 +91,8 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
             unsigned char *dst = is_weight ? L->wfill + L->woff[i] : L->fill + k[j].offset;
             *(is_weight ? &L->wread[i] : &L->read[i]) = 1;
             for (int s = 0; s < t->nshards; s++) {
-                shardopt_status_t status =
-                    shard_read(L, t, &t->shards[s], &mine, dst, k[j].dtype, &copied);
+                shardopt_status_t status = ckpt_shard_read(&L->rd, L->ix.dir, t, &t->shards[s],
+                                                           &mine, dst, k[j].dtype, &copied);
                 if (status != SHARDOPT_OK)
                     return status;
             }
@@ -345,20 +128,13 @@ static shardopt_status_t rank_fill(shardopt_runtime_t rt, struct ck_load *L)
 
 static void load_free(struct ck_load *L)
 {
-    for (int i = 0; i < L->nfiles; i++) {
-        if (L->files[i].fd >= 0)
-            close(L->files[i].fd);
-        if (L->files[i].opened)
-            st_header_free(&L->files[i].hdr);
-    }
+    ckpt_reader_free(&L->rd);
     free(L->read);
-    free(L->files);
     if (L->staging != NULL)
         state_store_buffer_free(L->store, L->staging);
     free(L->current_copy);
     free(L->fill_copy);
     free(L->steps);
-    free(L->chunk);
     free(L->wfill);
     free(L->woff);
     free(L->wread);
@@ -524,7 +300,7 @@ shardopt_status_t ckpt_load_run(shardopt_runtime_t rt, const char *dir)
         for (int i = 0; i < L.ix.nt; i++)
             nf += L.ix.t[i].nshards;
         const size_t steps_bytes = ((size_t)rt->nparams + 1) * sizeof(uint64_t);
-        const size_t files_bytes = ((size_t)nf + 1) * sizeof(*L.files);
+        const size_t files_bytes = ((size_t)nf + 1) * sizeof(*L.rd.files);
         L.staging = staging;
         if (st != SHARDOPT_OK)
             status = log_fail_context(st, "load: rank %d: staging copy", rt->groups.me.rank);
@@ -534,11 +310,11 @@ shardopt_status_t ckpt_load_run(shardopt_runtime_t rt, const char *dir)
                               "load: rank %d: out of memory allocating %zu bytes for step counts",
                               rt->groups.me.rank,
                               L.steps == NULL ? steps_bytes : (size_t)rt->nparams + 1);
-        else if ((L.chunk = mem_malloc(CKPT_CHUNK)) == NULL)
+        else if ((L.rd.chunk = mem_malloc(CKPT_CHUNK)) == NULL)
             status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                               "load: rank %d: out of memory allocating %zu bytes for a read chunk",
                               rt->groups.me.rank, (size_t)CKPT_CHUNK);
-        else if ((L.files = mem_calloc((size_t)nf + 1, sizeof(*L.files))) == NULL)
+        else if ((L.rd.files = mem_calloc((size_t)nf + 1, sizeof(*L.rd.files))) == NULL)
             status =
                 log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
                          "load: rank %d: out of memory allocating %zu bytes for the file table",

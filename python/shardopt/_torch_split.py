@@ -1,0 +1,135 @@
+"""shardopt.torch.Muon's construction of its groups: the tensors a group gives, named (from
+model= or as param.<i>) and deduplicated against the groups so far, and the group split into one
+group per algorithm (a Muon and an AdamW part, each with the keys its algorithm reads). Apart
+from torch.py, which holds the optimizer and its step."""
+import warnings
+
+import torch
+
+from shardopt._torch_classify import _algo, _memory
+from shardopt._torch_config import _check_ordered
+
+
+def _named(opt, items, warn=True):
+    """(name, tensor) pairs from tensors or pairs; unnamed tensors take the model's name
+    where model= is given, else param.<i> (a warning, unless warn is False: the group
+    fixes their algorithm)."""
+    out = []
+    for x in items:
+        if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], str):
+            out.append((x[0], x[1]))
+        elif isinstance(x, torch.Tensor):
+            name = opt._model_names.get(id(x))
+            if name is None:
+                name = f"param.{opt._unnamed}"
+                if warn and not opt._warned_unnamed and not opt._by_model and \
+                        x.ndim == 2:
+                    opt._warned_unnamed = True
+                    warnings.warn("shardopt.torch.Muon: parameters without names and no "
+                                  "model=: every 2-D tensor goes to Muon, embeddings and "
+                                  "the output head included; pass model.named_parameters()"
+                                  " or model=model", stacklevel=4)
+            opt._unnamed += 1
+            out.append((name, x))
+        else:
+            raise TypeError(f"{type(x).__name__}: a parameter is a torch tensor or a "
+                            "(name, tensor) pair")
+    return out
+
+
+def _split(opt, group, defaults):
+    """A user's group as one group per algorithm (empty parts dropped), its tensors
+    deduplicated against every group so far (a tensor object listed again: registered
+    once, warned; distinct tensors over the same memory are two parameters, as in
+    torch.optim)."""
+    group = dict(group)
+    items = group.pop("params")
+    _check_ordered(items, "a param group's 'params'")
+    items = [items] if isinstance(items, torch.Tensor) else list(items)
+    # torch >= 2.6's named groups: {"params": [...], "param_names": [...]}; each part keeps
+    # the names of its own tensors
+    given_names = group.pop("param_names", None)
+    if given_names is not None:
+        if len(given_names) != len(items):
+            raise ValueError(f"param_names has {len(given_names)} names for {len(items)} "
+                             "parameters")
+        items = list(zip(given_names, items))
+    fixed = group.pop("algo", None)
+    if "use_muon" in group:
+        # Keller Jordan's MuonWithAuxAdam groups (dict(params=..., use_muon=True, ...)):
+        # the group's algorithm, as "algo" says it (the key stays for the script to read)
+        use = "muon" if group["use_muon"] else "adamw"
+        if fixed not in (None, use):
+            raise ValueError(f"a group with algo {fixed!r} and use_muon = "
+                             f"{group['use_muon']!r}: they disagree; give one")
+        fixed = use
+    parts, here = {"muon": [], "adamw": []}, set()
+    for name, p in _named(opt, items, warn=fixed is None):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"{name}: {type(p).__name__} is not a torch tensor")
+        key = id(p)
+        if key in opt._seen and key not in here:  # torch.optim's error (was: a warning,
+            # the later group's lr and weight_decay never applied to it)
+            raise ValueError(f"some parameters appear in more than one parameter group ("
+                             f"{name} is {opt._seen[key]} of an earlier group)")
+        here.add(key)
+        if key in opt._seen:
+            warnings.warn(f"shardopt: {name} is the same tensor as {opt._seen[key]} "
+                          f"(a tied weight listed twice): registered once, as "
+                          f"{opt._seen[key]}", stacklevel=4)
+            continue
+        opt._seen[key] = name
+        mem = _memory(p)
+        if mem is not None and mem in opt._mem:
+            # torch.optim steps both, one after the other; the library updates each memory
+            # once per step (its step refuses data that overlaps, since its passes over
+            # parameters may run together), so a tie through .data is refused by name here
+            raise ValueError(
+                f"{name} and {opt._mem[mem]} are two tensors over the same memory (tied "
+                f"through .data?): shardopt updates a memory once per step; tie them as one "
+                f"Parameter (e.g. model.lm_head.weight = model.wte.weight), so that autograd "
+                f"sums their gradients")
+        if mem is not None:
+            opt._mem[mem] = name
+        algo = fixed or _algo(name, p, opt._by_model, opt._patterns)
+        if algo not in parts:
+            raise ValueError(f"{name}: algo {algo!r}: accepted 'muon' or 'adamw'")
+        parts[algo].append((name, p))
+    out = []
+    if parts["muon"]:
+        g = {k: v for k, v in group.items() if not k.startswith("adamw_")}
+        g.update(params=[p for _, p in parts["muon"]], algo="muon",
+                 _names=[n for n, _ in parts["muon"]])
+        if given_names is not None:
+            g["param_names"] = [n for n, _ in parts["muon"]]
+        out.append(g)
+    if parts["adamw"]:
+        lr = group.get("adamw_lr", opt._adamw["lr"])
+        if lr is None:
+            lr = group.get("lr", defaults["lr"])
+            if isinstance(lr, torch.Tensor) and parts["muon"]:
+                # the Muon part holds that tensor: a scheduler writes a tensor lr in place
+                # (fill_), so one shared by both parts would give both the last one written
+                lr = lr.clone()
+        # the user's own keys (a group "name" a script looks up, initial_lr) go with it;
+        # Muon's hyperparameters do not
+        g = {k: v for k, v in group.items() if not k.startswith("adamw_") and k not in (
+            "lr", "weight_decay", "betas", "eps", "momentum", "nesterov", "ns_coefficients",
+            "ns_steps", "adjust_lr_fn")}
+        # a group's own weight_decay / betas cover its AdamW tensors too (nanoGPT's
+        # {"params": ..., "weight_decay": 0.0} group of biases and norms)
+        wd = group.get("adamw_weight_decay",
+                       group.get("weight_decay", opt._adamw["weight_decay"]))
+        g.update(params=[p for _, p in parts["adamw"]], algo="adamw", lr=lr,
+                 weight_decay=wd,
+                 betas=tuple(group.get("adamw_betas",
+                                       group.get("betas", opt._adamw["betas"]))),
+                 # an AdamW-only group's own eps is AdamW's (MuonWithAuxAdam's eps=1e-10
+                 # group); elsewhere a group's eps is Muon's (torch.optim.Muon's key)
+                 eps=group.get("adamw_eps", group["eps"] if fixed == "adamw" and "eps"
+                               in group else opt._adamw["eps"]),
+                 _names=[n for n, _ in parts["adamw"]])
+        if given_names is not None:
+            g["param_names"] = [n for n, _ in parts["adamw"]]
+        out.append(g)
+    return out

@@ -25,6 +25,20 @@ __attribute__((unused)) static void dir_clear(const char *dir)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A directory of this run's own (rank 0 makes it with mkdtemp, every rank gets its name): fixed
+ * /tmp names collided between concurrent runs (checkouts, ctest -j). dir_clear removes it. */
+__attribute__((unused)) static void scratch_dir(char *dir, size_t n, const char *tag)
+{
+    if (me == 0) {
+        snprintf(dir, n, "/tmp/shardopt_%s_XXXXXX", tag);
+        if (mkdtemp(dir) == NULL) {
+            perror("mkdtemp");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    MPI_Bcast(dir, (int)n, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
 __attribute__((unused)) static char *slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -331,7 +331,8 @@ static void expect_refused(const char *dir, int bf16, void (*damage)(const char 
 TEST(tampered_directories_are_refused_on_every_rank_and_the_run_steps_on)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_hostile";
+    char dir[64];
+    scratch_dir(dir, sizeof dir, "ckpt_hostile");
     struct {
         void (*damage)(const char *);
         int bf16;
@@ -381,7 +382,8 @@ TEST(tampered_directories_are_refused_on_every_rank_and_the_run_steps_on)
 TEST(a_checkpoint_of_another_algorithm_is_refused_naming_both)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_hostile_algo";
+    char dir[64];
+    scratch_dir(dir, sizeof dir, "ckpt_hostile_algo");
     struct run d = {0}, e = {0};
     unsigned char *before, *after;
     size_t nb, na;

@@ -86,7 +86,8 @@ static void expect_previous_loads(struct run *d, const char *dir)
 TEST(a_fifo_or_link_planted_in_the_temporary_directory_fails_the_save_at_once)
 {
     setup();
-    const char *dir = "/tmp/shardopt_ckpt_hostile_fifo";
+    char dir[64];
+    scratch_dir(dir, sizeof dir, "ckpt_hostile_fifo");
     struct run d = {0};
     dir_clear(dir);
     run_setup(&d, MPI_COMM_WORLD, cfg_of(0), 0);
@@ -135,23 +136,25 @@ TEST(a_fifo_or_link_planted_in_the_temporary_directory_fails_the_save_at_once)
 TEST(a_save_under_a_regular_file_is_refused_on_every_rank)
 {
     setup();
-    const char *file = "/tmp/shardopt_ckpt_hostile_file";
+    char dir[64], file[96], under[128];
     struct run d = {0};
+    scratch_dir(dir, sizeof dir, "ckpt_hostile_file");
+    snprintf(file, sizeof file, "%s/file", dir);
+    snprintf(under, sizeof under, "%s/ckpt", file);
     if (me == 0)
         put(file, "x", 1);
     MPI_Barrier(MPI_COMM_WORLD);
     run_setup(&d, MPI_COMM_WORLD, cfg_of(0), 0);
     run_steps(&d, 1, 1);
-    EXPECT_EQ_INT(shardopt_save(d.rt, "/tmp/shardopt_ckpt_hostile_file/ckpt"), SHARDOPT_ERR_IO);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "shardopt_ckpt_hostile_file/ckpt");
+    EXPECT_EQ_INT(shardopt_save(d.rt, under), SHARDOPT_ERR_IO);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), under);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "Not a directory");
-    EXPECT_EQ_INT(shardopt_load(d.rt, "/tmp/shardopt_ckpt_hostile_file/ckpt"), SHARDOPT_ERR_IO);
+    EXPECT_EQ_INT(shardopt_load(d.rt, under), SHARDOPT_ERR_IO);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "Not a directory");
     EXPECT_EQ_INT(run_steps(&d, 2, 2), SHARDOPT_OK);
     run_free(&d);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (me == 0)
-        unlink(file);
+    dir_clear(dir);
 }
 
 /* Copies every file of DIR/step-00000003 into DIR (remove: removes those copies); the count. */
@@ -232,17 +235,17 @@ TEST(a_checkpoint_directory_holding_a_step_index_is_refused_by_save_and_load)
 
 static void full_and_read_only(const char *mnt);
 
-/* Rank 0 alone, on a tmpfs of its own (unmounted at the end, and at the start if a killed run
- * left it): too small for a second save (ENOSPC), then remounted read-only (EROFS, which stops
- * root where chmod does not). A note and nothing more where this process may not mount. */
+/* Rank 0 alone, on a tmpfs of its own (mounted on a directory mkdtemp made, unmounted and
+ * removed at the end): too small for a second save (ENOSPC), then remounted read-only (EROFS, which
+ * stops root where chmod does not). A note and nothing more where this process may not mount. */
 TEST(a_full_or_read_only_filesystem_fails_the_save_and_keeps_the_previous)
 {
     setup();
-    const char *mnt = "/tmp/shardopt_ckpt_hostile_mnt";
+    char mnt[64] = "/tmp/shardopt_ckpt_hostile_mnt_XXXXXX";
     int can = 0, err = 0;
     if (me == 0) {
-        umount2(mnt, MNT_DETACH); /* a killed run's */
-        mkdir(mnt, 0755);
+        if (mkdtemp(mnt) == NULL)
+            perror("mkdtemp");
         can = mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, "size=96k") == 0;
         err = errno;
         if (!can)
@@ -257,6 +260,8 @@ TEST(a_full_or_read_only_filesystem_fails_the_save_and_keeps_the_previous)
         full_and_read_only(mnt);
         umount2(mnt, MNT_DETACH);
     }
+    if (me == 0)
+        rmdir(mnt);
     /* every rank learns whether rank 0's probe passed (a rank that checked nothing fails) */
     int failures = test_failures;
     MPI_Bcast(&failures, 1, MPI_INT, 0, MPI_COMM_WORLD);

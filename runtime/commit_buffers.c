@@ -11,7 +11,6 @@
 
 #include "base/log.h"
 #include "base/mem.h"
-#include "base/meminfo.h"
 #include "base/status.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "runtime/comm/comm_wait.h"
@@ -208,19 +207,15 @@ static shardopt_status_t host_memory_check(shardopt_runtime_t rt, size_t buffers
         work = sat_add(work, sat_mul(3, b > 0 && b < rt->store.bytes ? b : rt->store.bytes));
     }
     const size_t need = sat_add(sat_add(state, work), copies);
-    int ranks = 1;
-    const uint64_t node = comm_node_sum(&rt->groups, need, &ranks, "commit's memory check");
-    uint64_t avail = 0;
-    char src[160], with[96] = "";
-    const enum meminfo_kind k = meminfo_host_available(&avail, src, sizeof src);
-    if (k == MEMINFO_BAD_HOOK)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "commit: rank %d: %s", rt->groups.me.rank,
-                        src);
-    if (k != MEMINFO_KNOWN || node <= avail)
-        return SHARDOPT_OK;
-    if (ranks > 1)
+    struct node_memory m;
+    char with[96] = "";
+    const shardopt_status_t st =
+        comm_node_memory(&rt->groups, need, SHARDOPT_OK, "commit", "commit's memory check", &m);
+    if (st != SHARDOPT_OK || !m.over)
+        return st;
+    if (m.ranks > 1)
         snprintf(with, sizeof with, ", %llu bytes with this node's %d ranks of the runtime",
-                 (unsigned long long)node, ranks);
+                 (unsigned long long)m.node, m.ranks);
     /* the three parameters with the most state here: what to shard, offload or shrink */
     int top[3] = {-1, -1, -1};
     for (int i = 0; i < rt->nparams; i++) {
@@ -247,8 +242,8 @@ static shardopt_status_t host_memory_check(shardopt_runtime_t rt, size_t buffers
                     "but %llu bytes are available (%s); most state here: %s; nothing was "
                     "allocated (shard over more ranks or nodes, keep the state in bf16, or "
                     "offload)",
-                    rt->groups.me.rank, need, state, work, copies, with, (unsigned long long)avail,
-                    src, largest);
+                    rt->groups.me.rank, need, state, work, copies, with,
+                    (unsigned long long)m.avail, m.src, largest);
 }
 
 shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)

@@ -18,14 +18,15 @@
 
 /* The CPU table the config's `kernels` names. */
 static shardopt_status_t cpu_kernels_select(const shardopt_config_t *cfg,
-                                            const struct kernel_ops **ops_p)
+                                            const struct kernel_ops **ops_p, int *no_bf16_p)
 {
     const struct kernel_ops *ops = NULL;
 
-    /* "set and not 0" took "0 " or "no" as set: the two values the switch has, else refused */
+    /* "set and not 0" took "0 " or "no" as set: the two values the switch has, else refused;
+     * read here only, the value kept for ns_compute_resolve */
     const char *no_bf16 = env_get("SHARDOPT_CPU_NO_BF16");
-    if (no_bf16 != NULL && no_bf16[0] != '\0' && strcmp(no_bf16, "0") != 0 &&
-        strcmp(no_bf16, "1") != 0)
+    *no_bf16_p = no_bf16 != NULL && strcmp(no_bf16, "1") == 0;
+    if (no_bf16 != NULL && no_bf16[0] != '\0' && strcmp(no_bf16, "0") != 0 && !*no_bf16_p)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "SHARDOPT_CPU_NO_BF16 = '%.64s': accepted 1 (ns_compute = auto acts as on "
                         "a CPU without native bf16), 0 or empty (it does not)",
@@ -84,7 +85,7 @@ static shardopt_status_t kernels_select(struct shardopt_runtime *rt)
         rt->ns_dev = device_ops_cuda();
         if (cfg->offload == SHARDOPT_OFFLOAD_CPU) {
             rt->dev = device_ops_cpu();
-            return cpu_kernels_select(cfg, ops_p);
+            return cpu_kernels_select(cfg, ops_p, &rt->cpu_no_bf16);
         }
         if (cfg->nonfinite == SHARDOPT_NONFINITE_ZERO) /* the pre-pass recount reads host memory */
             return log_fail(SHARDOPT_ERR_UNSUPPORTED,
@@ -94,7 +95,7 @@ static shardopt_status_t kernels_select(struct shardopt_runtime *rt)
         rt->dev = device_ops_cuda();
         return SHARDOPT_OK;
     }
-    shardopt_status_t status = cpu_kernels_select(cfg, ops_p);
+    shardopt_status_t status = cpu_kernels_select(cfg, ops_p, &rt->cpu_no_bf16);
     *ns_ops_p = *ops_p;
     rt->dev = rt->ns_dev = device_ops_cpu();
     return status;
@@ -163,8 +164,9 @@ static shardopt_status_t create_agree(MPI_Comm a, MPI_Comm b, shardopt_status_t 
 }
 
 /* bf16 Newton-Schulz where the CPU multiplies bf16 natively (auto), or as configured.
- * SHARDOPT_CPU_NO_BF16=1 makes auto treat the CPU as one without (to test the fallback). */
-static int ns_compute_resolve(const shardopt_config_t *c, int rank)
+ * masked (SHARDOPT_CPU_NO_BF16=1, as cpu_kernels_select read it) makes auto treat the CPU as one
+ * without (to test the fallback). */
+static int ns_compute_resolve(const shardopt_config_t *c, int rank, int masked)
 {
     if (c->backend == SHARDOPT_BACKEND_CUDA) {
         if (c->ns_compute == SHARDOPT_NS_COMPUTE_FP32 && rank == 0)
@@ -172,8 +174,6 @@ static int ns_compute_resolve(const shardopt_config_t *c, int rank)
                      "fp32 accumulation (cuBLAS); running bf16");
         return KDT_BF16;
     }
-    const char *no = env_get("SHARDOPT_CPU_NO_BF16");
-    const int masked = no != NULL && no[0] != '\0' && strcmp(no, "0") != 0;
     const int native = ns_bf16_native() && !masked;
 
     if (c->ns_compute == SHARDOPT_NS_COMPUTE_FP32) {
@@ -351,7 +351,7 @@ static shardopt_status_t runtime_start(shardopt_runtime_t rt, MPI_Comm local)
     rt->kctx.threads = threads;
     blas_threads_set(threads);
     config_ns_resolve(&rt->cfg, rt->ns_coeffs, &rt->ns_norm_scale);
-    rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank);
+    rt->ns_compute = ns_compute_resolve(&rt->cfg, g->me.rank, rt->cpu_no_bf16);
     shardopt_status_t agreed = ns_compute_agree(rt);
     if (agreed == SHARDOPT_OK) /* after ns_compute, which the kind names */
         agreed = cpu_kinds_agree(rt, NULL);

@@ -129,7 +129,8 @@ struct shardopt_runtime {
     const struct device_ops *ns_dev;
     struct kernel_ctx kctx;
     float ns_coeffs[NS_TABLE_MAX_STEPS][3];
-    int ns_compute; /* resolved: KDT_F32 or KDT_BF16 */
+    int ns_compute;  /* resolved: KDT_F32 or KDT_BF16 */
+    int cpu_no_bf16; /* SHARDOPT_CPU_NO_BF16=1, read once at kernel selection: auto as without */
     float ns_norm_scale;
 
     /* The Muon momentum of the step running: args.momentum, or the config's (set by each

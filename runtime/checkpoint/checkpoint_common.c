@@ -8,7 +8,6 @@
 #include "base/fault.h"
 #include "base/file_read.h"
 #include "base/log.h"
-#include "base/meminfo.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -197,26 +196,17 @@ shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *dir)
 shardopt_status_t ckpt_memory_check(const shardopt_runtime_t rt, shardopt_status_t mine)
 {
     const size_t b = rt->store.bytes;
-    const uint64_t need = mine != SHARDOPT_OK                 ? 0
-                          : state_store_on_device(&rt->store) ? 2 * (uint64_t)b
-                                                              : b;
-    int ranks = 1;
-    const uint64_t node = comm_node_sum(&rt->groups, need, &ranks, "load's memory check");
-    uint64_t avail = 0;
-    char src[160];
-    if (mine != SHARDOPT_OK)
-        return mine;
-    const enum meminfo_kind k = meminfo_host_available(&avail, src, sizeof src);
-    if (k == MEMINFO_BAD_HOOK)
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "load: rank %d: %s", rt->groups.me.rank,
-                        src);
-    if (k != MEMINFO_KNOWN || node <= avail)
-        return SHARDOPT_OK;
+    const uint64_t need = state_store_on_device(&rt->store) ? 2 * (uint64_t)b : b;
+    struct node_memory m;
+    const shardopt_status_t st =
+        comm_node_memory(&rt->groups, need, mine, "load", "load's memory check", &m);
+    if (st != SHARDOPT_OK || !m.over)
+        return st;
     return log_fail(
         SHARDOPT_ERR_OUT_OF_MEMORY,
         "load: rank %d: the copy of the optimizer state a load reads into needs %llu "
         "bytes of host memory (%llu with this node's %d ranks of the runtime), but %llu "
         "bytes are available (%s); nothing was read, the state is unchanged",
-        rt->groups.me.rank, (unsigned long long)need, (unsigned long long)node, ranks,
-        (unsigned long long)avail, src);
+        rt->groups.me.rank, (unsigned long long)need, (unsigned long long)m.node, m.ranks,
+        (unsigned long long)m.avail, m.src);
 }

@@ -6,6 +6,7 @@
 
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/meminfo.h"
 #include "base/status.h"
 #include "kernels/clock.h"
 
@@ -243,4 +244,21 @@ uint64_t comm_node_sum(const struct groups *g, uint64_t mine, int *members, cons
     }
     *members = count;
     return sum;
+}
+
+shardopt_status_t comm_node_memory(const struct groups *g, uint64_t need, shardopt_status_t mine,
+                                   const char *who, const char *what, struct node_memory *m)
+{
+    m->ranks = 1;
+    m->avail = 0;
+    m->over = 0;
+    m->src[0] = '\0';
+    m->node = comm_node_sum(g, mine == SHARDOPT_OK ? need : 0, &m->ranks, what);
+    if (mine != SHARDOPT_OK)
+        return mine;
+    const enum meminfo_kind k = meminfo_host_available(&m->avail, m->src, sizeof m->src);
+    if (k == MEMINFO_BAD_HOOK)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "%s: rank %d: %s", who, g->me.rank, m->src);
+    m->over = k == MEMINFO_KNOWN && m->node > m->avail;
+    return SHARDOPT_OK;
 }

@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "base/status.h"
 #include "runtime/comm/groups.h"
 
 /* The exit code MPI_Abort is given, as timeout(1)'s. */
@@ -64,5 +65,24 @@ int comm_dup(const struct groups *g, MPI_Comm comm, MPI_Comm *out, const char *m
  * runtime; *members gets how many ranks were summed. An MPI failure: mine alone. what names
  * it in the deadline's messages ("commit's memory check"). */
 uint64_t comm_node_sum(const struct groups *g, uint64_t mine, int *members, const char *what);
+
+/* What comm_node_memory found: this node's need against the host memory available. */
+struct node_memory {
+    uint64_t node;  /* need summed over the node's ranks of the runtime (comm_node_sum) */
+    int ranks;      /* how many were summed */
+    uint64_t avail; /* bytes available (base/meminfo.h) */
+    char src[160];  /* where that figure came from */
+    int over;       /* node > avail: the caller refuses, in its own words */
+};
+
+/* need (this rank's host bytes) summed over the node (comm_node_sum) and compared with what the
+ * machine has left: the check commit and load make before they allocate (Linux overcommits and
+ * kills the process when the memory is touched). Collective over the runtime: a rank whose part
+ * already failed (mine not OK) joins with 0 and gets mine back. ERR_INVALID_ARGUMENT, logged
+ * "<who>: rank R: ...", where SHARDOPT_MEM_AVAILABLE is no byte count; else OK, with m->over set
+ * where the node needs more than is available (no figure known: never over). what names the
+ * check in the deadline's messages ("commit's memory check"). */
+shardopt_status_t comm_node_memory(const struct groups *g, uint64_t need, shardopt_status_t mine,
+                                   const char *who, const char *what, struct node_memory *m);
 
 #endif

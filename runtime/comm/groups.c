@@ -439,15 +439,20 @@ uint64_t groups_call_tag(const char *call)
 
 #define CALL_NAME 24
 
+/* Either all-reduce of groups_calls_check failed. */
+static shardopt_status_t calls_compare_failed(const struct groups *g, const char *call)
+{
+    return log_fail(SHARDOPT_ERR_COMM,
+                    "%s: rank %d: the all-reduce comparing the ranks' calls failed", call,
+                    g->me.rank);
+}
+
 shardopt_status_t groups_calls_check(const struct groups *g, const char *call)
 {
     const uint64_t tag = groups_call_tag(call);
     uint64_t v[2] = {tag, ~tag}; /* MIN of both: the smallest and the largest tag */
     if (groups_allreduce(g, v, 2, MPI_UINT64_T, MPI_MIN) != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM,
-                        "%s: rank %d: the all-reduce comparing the ranks' calls "
-                        "failed",
-                        call, g->me.rank);
+        return calls_compare_failed(g, call);
     if (v[0] == ~v[1])
         return SHARDOPT_OK; /* one call everywhere: what differs is the call's to find */
     /* the lowest rank at each end and its call's name (equal tags, equal names: MAX of bytes) */
@@ -459,10 +464,7 @@ shardopt_status_t groups_calls_check(const struct groups *g, const char *call)
             snprintf((char *)name[e], CALL_NAME, "%s", call);
     if (groups_allreduce(g, who, 2, MPI_INT, MPI_MIN) != MPI_SUCCESS ||
         groups_allreduce(g, name, 2 * CALL_NAME, MPI_UNSIGNED_CHAR, MPI_MAX) != MPI_SUCCESS)
-        return log_fail(SHARDOPT_ERR_COMM,
-                        "%s: rank %d: the all-reduce comparing the ranks' calls "
-                        "failed",
-                        call, g->me.rank);
+        return calls_compare_failed(g, call);
     name[0][CALL_NAME - 1] = name[1][CALL_NAME - 1] = '\0';
     const int lo = who[0] < who[1] ? 0 : 1;
     return log_fail(SHARDOPT_ERR_MISMATCH,

@@ -326,6 +326,39 @@ TEST(state_larger_than_the_memory_available_is_refused_at_commit)
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
 
+/* load's host-memory check (shared with commit's: comm_node_memory): the staging copy a load
+ * reads into, larger than what SHARDOPT_MEM_AVAILABLE says, is refused before anything is read,
+ * naming the bytes; a hook value that is no byte count is refused naming the variable and the
+ * call; with the memory there the load goes on */
+TEST(a_load_needing_more_memory_than_is_available_is_refused)
+{
+    char dir[256];
+    temp_dir(dir, sizeof dir);
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("layers.0.w", 2, 16, 16, 0, w, g);
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+    setenv("SHARDOPT_MEM_AVAILABLE", "100", 1);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_ERR_OUT_OF_MEMORY);
+    EXPECT_STR_CONTAINS(shardopt_last_error(),
+                        "the copy of the optimizer state a load reads into needs 1024 bytes");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "100 bytes are available (SHARDOPT_MEM_AVAILABLE)");
+    setenv("SHARDOPT_MEM_AVAILABLE", "12abc", 1);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "load: rank 0: ");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_MEM_AVAILABLE");
+    unsetenv("SHARDOPT_MEM_AVAILABLE");
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    fixture_rmtree(dir);
+}
+
 /* parameters whose state adds up past SIZE_MAX (each under the 2^60-element limit): two 1-D
  * AdamW tensors of 2^60 - 1 fp32 elements reserve 2^62 bytes twice each, 2^64 in all, which
  * wrapped to an arena of 0 bytes: commit returned OK and a step would have written past it. The

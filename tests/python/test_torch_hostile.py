@@ -64,17 +64,23 @@ def case_group_values_the_library_reads_as_unset_are_refused():
     for algo, key, v in (("muon", "weight_decay", -0.5), ("adamw", "weight_decay", -1e-9),
                          ("muon", "momentum", -0.5), ("muon", "lr", -1.0),
                          ("adamw", "lr", -1.0)):
-        w, b, opt = two()
-        g = next(g for g in opt.param_groups if g["algo"] == algo)
-        old = g[key]
-        g[key] = v
-        w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
-        before = values(w, b)
-        refused(opt.step, ValueError, f"({algo}): {key} = {v!r}: accepted", "nothing was stepped")
-        assert same(before, values(w, b)), (algo, key, "stepped")
-        g[key] = old
-        opt.step()
-        assert not torch.equal(before[0], w.detach()) and not torch.equal(before[1], b.detach())
+        written_refused(algo, key, v, f"({algo}): {key} = {v!r}: accepted")
+
+
+def written_refused(algo, key, v, *words):
+    """Writes v into the (algo) group's key after a step: the next step is refused with words
+    and "nothing was stepped", nothing stepped; with the old value back, it steps."""
+    w, b, opt = two()
+    g = next(g for g in opt.param_groups if g["algo"] == algo)
+    old = g[key]
+    g[key] = v
+    w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+    before = values(w, b)
+    refused(opt.step, ValueError, *words, "nothing was stepped")
+    assert same(before, values(w, b)), (algo, key, "stepped")
+    g[key] = old
+    opt.step()
+    assert not torch.equal(before[0], w.detach()) and not torch.equal(before[1], b.detach())
 
 
 def case_gradient_of_another_shape_is_refused():
@@ -160,18 +166,9 @@ def case_text_hyperparameters_are_refused():
                          ("muon", "weight_decay", "0"), ("adamw", "weight_decay", b"0"),
                          ("muon", "momentum", "0.9"), ("adamw", "betas", ("0.9", 0.95)),
                          ("adamw", "eps", "1e-8")):
-        w, b, opt = two()
-        g = next(g for g in opt.param_groups if g["algo"] == algo)
-        old = g[key]
-        g[key] = v
-        w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
-        before = values(w, b)
-        refused(opt.step, ValueError, f"param group {opt.param_groups.index(g)} ({algo})",
-                f"{key} = {v!r}", "nothing was stepped")
-        assert same(before, values(w, b)), (algo, key, "stepped")
-        g[key] = old
-        opt.step()
-        assert not torch.equal(before[0], w.detach()) and not torch.equal(before[1], b.detach())
+        # two()'s groups: 0 the Muon matrix, 1 the AdamW vector
+        written_refused(algo, key, v, f"param group {int(algo == 'adamw')} ({algo})",
+                        f"{key} = {v!r}")
 
 
 def case_state_dicts_of_other_adam_family_optimizers():

@@ -23,6 +23,20 @@ static void temp_dir(char *buf, size_t len)
     }
 }
 
+/* A runtime of one parameter (d), committed and stepped once: there is state to save. */
+static shardopt_runtime_t stepped_once(shardopt_param_desc_t d)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    EXPECT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    return rt;
+}
+
 static void write_file(const char *path, const char *text, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -334,15 +348,7 @@ TEST(a_load_needing_more_memory_than_is_available_is_refused)
 {
     char dir[256];
     temp_dir(dir, sizeof dir);
-    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-    shardopt_runtime_t rt = fixture_runtime(&cfg);
-    shardopt_param_t p = NULL;
-    shardopt_param_desc_t d = fixture_desc("layers.0.w", 2, 16, 16, 0, w, g);
-    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
-    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
-    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
-    a.lr = 0.01;
-    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    shardopt_runtime_t rt = stepped_once(fixture_desc("layers.0.w", 2, 16, 16, 0, w, g));
     ASSERT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
     setenv("SHARDOPT_MEM_AVAILABLE", "100", 1);
     EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_ERR_OUT_OF_MEMORY);
@@ -497,19 +503,13 @@ TEST(a_directory_planted_as_latest_tmp_is_named_not_said_removed)
     temp_dir(dir, sizeof dir);
     snprintf(tmp, sizeof tmp, "%s/.latest.tmp", dir);
     ASSERT_TRUE(mkdir(tmp, 0755) == 0);
-    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
-    shardopt_runtime_t rt = fixture_runtime(&cfg);
-    shardopt_param_t p = NULL;
-    shardopt_param_desc_t d = fixture_desc("a", 2, 8, 8, 0, w, g);
-    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
-    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
-    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
-    a.lr = 0.01;
-    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    shardopt_runtime_t rt = stepped_once(fixture_desc("a", 2, 8, 8, 0, w, g));
     EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_ERR_IO);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "/.latest.tmp: create: File exists (not a file");
     EXPECT_TRUE(strstr(shardopt_last_error(), "removed;") == NULL);
     ASSERT_TRUE(rmdir(tmp) == 0);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
     ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);

@@ -287,9 +287,16 @@ TEST(a_checkpoint_with_teams_resumes_bitwise)
 static void teams_stay_off(const char *why)
 {
     struct preset p;
-    char log[64];
+    char log[64] = "/tmp/shardopt_teams_off_XXXXXX"; /* rank 0's, unique (mkstemp) */
     load_tiny(&p);
-    snprintf(log, sizeof log, "/tmp/shardopt_teams_off_%d.log", (int)getpid());
+    if (me == 0) {
+        const int fd = mkstemp(log);
+        if (fd < 0) { /* not ASSERT: the other ranks would wait in the runs below */
+            perror("mkstemp");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        close(fd);
+    }
     struct run_out off, on;
     ASSERT_EQ_INT(run(&p, config(1, 0), &off), 0);
     int saved = me == 0 ? stderr_to(log) : -1;

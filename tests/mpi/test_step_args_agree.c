@@ -200,14 +200,15 @@ TEST(a_save_dir_refused_on_one_rank_fails_the_save_on_every_rank)
     shardopt_step_args_t a = args_at();
     run_grads(&r, 1, 0);
     ASSERT_EQ_INT(shardopt_step(r.rt, &a), SHARDOPT_OK);
-    char dir[64], want[128], step_dir[96];
-    int pid = (int)getpid();
-    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    snprintf(dir, sizeof dir, "/tmp/shardopt_savedir_%d", pid);
+    char dir[64] = "/tmp/shardopt_savedir_XXXXXX", want[128], step_dir[96];
+    /* rank 0's mkdtemp, every rank its name: rank 0's pid named it before, which another run's
+     * (another PID namespace sharing /tmp) could share, and the test began by removing it */
+    if (me == 0 && mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
     snprintf(step_dir, sizeof step_dir, "%s/step-00000001", dir);
-    if (me == 0)
-        fixture_rmtree(dir);
-    MPI_Barrier(MPI_COMM_WORLD);
     static char longp[3100];
     memset(longp, 'd', sizeof longp - 1);
     longp[0] = '/';

@@ -506,11 +506,10 @@ TEST(a_run_resumed_through_set_step_saves_checkpoints_that_load)
     shardopt_param_desc_t db = fixture_desc("norm.weight", 1, 8, 0, 0, wb, gb);
     shardopt_param_t pb;
     shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
-    char dir[64];
+    char dir[64] = "/tmp/shardopt_resume_XXXXXX"; /* unique: a pid repeats across runs */
     uint64_t step = 0;
 
-    snprintf(dir, sizeof dir, "/tmp/shardopt_resume_%d", (int)getpid());
-    fixture_rmtree(dir);
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
     for (int i = 0; i < 8; i++) {
         wb[i] = 1.0f;
         gb[i] = 0.1f;

@@ -73,7 +73,7 @@ def refused_on_one_rank():
     before = [p.detach().clone() for p in m.parameters()]
     g = next(g for g in opt.param_groups if g["algo"] == "muon")
     for bad, key, value, words in ((1, "nesterov", not g["nesterov"], "nesterov changed"),
-                                   (0, "lr", "fast", "could not convert")):
+                                   (0, "lr", "fast", "not text")):
         was = g[key]
         if comm.rank == bad:
             g[key] = value

@@ -76,11 +76,12 @@ static double block_overlap(const struct plan_param *q, int64_t k, int m, int j,
  * perform it: the device's products whole (runtime/commit.c runs its plain variant), the CPU's
  * symmetric ones in the blocks of the variant the committed per-shape table picks (runtime/commit.c
  * param_plan, kernels/ns_variant.h), counted by sharding/plan.c's copy of the runtime's count. */
-/* Bytes of a Gram element a team all-reduces: bf16 with --ns-compute bf16 (the CPU's bf16 teams,
- * runtime/step/ns_sharded.c), else fp32 (--ns-compute fp32; and device: the planner's teams there
- * are still costed as fp32 ones, although the runtime's device teams iterate in bf16 since issue
- * 22; the documented device tables were made so, and are left as they were until re-planned) */
-static double team_es(const struct opts *o) { return o->ns_compute == KDT_BF16 ? 2.0 : 4.0; }
+/* 1 where teams iterate in bf16, as runtime/commit.c's teams_setup resolves team_compute: bf16
+ * with --ns-compute bf16 (the CPU's bf16 teams) and device (ns_compute resolves to bf16 on the
+ * CUDA backend, whose table has the bf16 team entries, runtime/step/ns_sharded.c: a bf16 Gram
+ * all-reduce, A^2 formed on every block); fp32 with --ns-compute fp32. Before issue 22's device
+ * teams the tool priced device teams as fp32 ones. */
+static int team_bf16(const struct opts *o) { return o->ns_compute != KDT_F32; }
 
 /* Where Gram restarts (0 for standard) on one rows x cols matrix in the kernels --ns-compute
  * names, from the table and the shape, as runtime/commit.c's gram_restarts takes it (device:
@@ -254,7 +255,7 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                 if (team > 1) {
                     const int *tm = &P.team_of[(size_t)mi * (size_t)P.team_cap];
                     const double ar =
-                        o->ns_steps * team_es(o) *
+                        o->ns_steps * plan_team_elem_bytes(extra->team_bf16) *
                         plan_team_allreduce_elems(pp[q].shape[rd], pp[q].shape[rd + 1], team);
                     out->kmax = team > out->kmax ? team : out->kmax;
                     for (int i = 0; i < 6; i++)
@@ -262,13 +263,10 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                     /* a team runs the sharded standard iteration, every product whole, each
                      * member's update in its block's form (narrow: no A^2) in fp32, always
                      * with A^2 in bf16 (plan_cfg.team_bf16) */
-                    const int64_t rows = pp[q].shape[rd], cols = pp[q].shape[rd + 1];
-                    const double mm = (double)(rows < cols ? rows : cols);
                     for (int j = 0; j < team; j++) {
-                        int64_t lo, hi;
-                        plan_team_block(rows, cols, rows > cols, team, j, &lo, &hi);
                         out->real[tm[j]] +=
-                            plan_ns_block_cost(mm, (double)(hi - lo), !extra->team_bf16) *
+                            plan_ns_team_block_cost(pp[q].shape[rd], pp[q].shape[rd + 1], team, j,
+                                                    !extra->team_bf16) *
                             o->ns_steps;
                         out->tbytes[tm[j]] += ar;
                         out->owned[tm[j]] += whole / team * COMM_ES;
@@ -296,6 +294,15 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
     }
     free(pp);
     free(boxes);
+}
+
+void plan_model_team_cfg(const struct opts *o, const struct machine *mc, struct plan_cfg *cfg)
+{
+    /* Gram elements at commit's rates (--cost-rates), or at the node's link rate */
+    const int c = o->cost_gflops > 0;
+    plan_cfg_team_dtype(cfg, team_bf16(o),
+                        c ? o->cost_gflops : mc->gemm_tflops * 1e12 * mc->ns_fraction,
+                        c ? o->cost_gbps : mc->intra_gbps * 1e9);
 }
 
 int plan_model_predict(const struct opts *o, const struct preset *p, const struct machine *mc,
@@ -397,11 +404,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     dcfg.team_cap = o->teams > 0 ? o->teams : mc->gpus_per_node; /* node: one node's ranks */
     dcfg.node_members = r->dense < mc->gpus_per_node ? r->dense : mc->gpus_per_node;
     dcfg.team_frac = o->team_frac;
-    /* Gram elements (team_es bytes) at the node's link rate, or at commit's rates
-     * (runtime/commit.c) */
-    dcfg.allreduce_cost = o->cost_gflops > 0 ? team_es(o) * o->cost_gflops / o->cost_gbps
-                                             : team_es(o) * rate / bw_node;
-    dcfg.team_bf16 = o->ns_compute == KDT_BF16; /* as team_es: bf16 teams always form A^2 */
+    plan_model_team_cfg(o, mc, &dcfg);
     struct group_out dout = {.flops = dflops,
                              .bytes = dbytes,
                              .owned = downed,

@@ -63,6 +63,13 @@ void plan_model_die(const char *msg);
  * ends the tool (exit 2) naming it. */
 void plan_model_machine_load(const char *path, struct machine *m);
 
+/* The dense group's team cost as the tool plans it (plan_cfg's team_bf16 and allreduce_cost): the
+ * dtype the runtime's teams iterate in for --ns-compute (bf16 for device and bf16, fp32 for
+ * fp32), its Gram element at --cost-rates or at the machine's NS rate over the node's link rate,
+ * set by sharding/plan.h's plan_cfg_team_dtype as runtime/commit.c sets its own. */
+struct plan_cfg;
+void plan_model_team_cfg(const struct opts *o, const struct machine *mc, struct plan_cfg *cfg);
+
 /* What the layout of `world` ranks the options describe does, per rank, into *r: 0, or -1 with
  * err (errlen bytes) saying why the layout is refused. */
 int plan_model_predict(const struct opts *o, const struct preset *p, const struct machine *mc,

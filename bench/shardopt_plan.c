@@ -45,7 +45,9 @@
  * --team-frac (default 0.5) of the mean load be orthogonalized by a team of up to K ranks of one
  * node (node: the machine's gpus_per_node; sharding/plan.h), as config ns_team_cap = K and
  * ns_team_frac run it; a team's all-reduce is costed at intra_node_gbps, or with --cost-rates
- * at B, as commit costs it. The table's last columns count them, --json gives "team_sizes"
+ * at B, as commit costs it, in the dtype the runtime's teams iterate in: bf16 for --ns-compute
+ * device and bf16 (half the bytes of fp32's; every member forms A^2), fp32 for fp32
+ * (plan_model_team_cfg). The table's last columns count them, --json gives "team_sizes"
  * {k: matrices}.
  *
  * A group lies inside a node when the dense shard group does (ranks are row-major over

@@ -118,11 +118,10 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
         cfg.node_members = rt->team_node_members;
         cfg.team_frac = rt->cfg.ns_team_frac;
         /* a Gram element all-reduced (in the teams' dtype: ns_sharded.c) at cost_net_gbps, in
-         * NS FLOPs at cost_gemm_gflops */
-        cfg.allreduce_cost = (double)kdtype_size(rt->team_compute) * rt->cfg.cost_gemm_gflops /
-                             rt->cfg.cost_net_gbps;
-        /* bf16 teams form A^2 on every block (ns_sharded.c counts them so) */
-        cfg.team_bf16 = rt->team_compute == KDT_BF16;
+         * NS FLOPs at cost_gemm_gflops; bf16 teams form A^2 on every block (ns_sharded.c counts
+         * them so). shardopt-plan prices its teams with the same call. */
+        plan_cfg_team_dtype(&cfg, rt->team_compute == KDT_BF16, rt->cfg.cost_gemm_gflops,
+                            rt->cfg.cost_net_gbps);
     }
     if (pp == NULL || boxes == NULL) {
         built = SHARDOPT_ERR_OUT_OF_MEMORY;

@@ -91,7 +91,8 @@ struct plan_cfg {
                                 split over the smallest team that brings it under; 0: 0.5 */
     double allreduce_cost;   /* cost units per Gram element a team member sends in its per-
                                 iteration all-reduce (the element's bytes, fp32 or bf16 as the
-                                teams iterate, x NS rate / the node's link rate) */
+                                teams iterate, x NS rate / the node's link rate); set with
+                                team_bf16 by plan_cfg_team_dtype */
     int team_bf16;           /* 1: teams iterate in bf16, whose members always form A^2
                                 (plan_ns_team_cost's narrow_ok 0); 0: fp32, a block narrower than
                                 m updated without it */
@@ -230,6 +231,21 @@ double plan_ns_team_cost(int64_t rows, int64_t cols, int k, int narrow_ok);
 /* Elements (fp32 or bf16, as the team iterates) one member sends per iteration in a ring
  * all-reduce of the team's m x m Gram matrix: 2(k-1)/k m^2 (0 for k = 1). */
 double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k);
+
+/* Bytes of one Gram element a team all-reduces: 2 in a bf16 team, 4 in an fp32 one. */
+double plan_team_elem_bytes(int team_bf16);
+
+/* The team cost of cfg: team_bf16 (teams iterate in bf16) and allreduce_cost, the element's bytes
+ * (plan_team_elem_bytes) x ns_rate / link_rate, the two rates in one unit pair (GFLOP/s and GB/s,
+ * or FLOP/s and B/s). runtime/commit.c sets its dense group's so from its teams' dtype and
+ * cost_gemm_gflops / cost_net_gbps, shardopt-plan (bench/plan_model.c) from --ns-compute and its
+ * rates: one formula for the planner in both. */
+void plan_cfg_team_dtype(struct plan_cfg *cfg, int team_bf16, double ns_rate, double link_rate);
+
+/* One member's time per iteration in a team of k under cfg, in FLOPs: the team's widest block
+ * (plan_ns_team_cost, in the form of cfg's dtype) plus its all-reduce (allreduce_cost x
+ * plan_team_allreduce_elems); what the planner sizes, places and charges teams by. */
+double plan_team_member_cost(const struct plan_cfg *cfg, int64_t rows, int64_t cols, int k);
 
 /* Block j of a team of k over a rows x cols matrix (as stored): [*lo, *hi) of the working
  * matrix's long side, its columns: stored rows when Newton-Schulz works on the transpose

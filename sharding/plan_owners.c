@@ -41,6 +41,20 @@ double plan_team_allreduce_elems(int64_t rows, int64_t cols, int k)
     return k > 1 ? 2.0 * (k - 1) / k * m * m : 0.0;
 }
 
+double plan_team_elem_bytes(int team_bf16) { return team_bf16 ? 2.0 : 4.0; }
+
+void plan_cfg_team_dtype(struct plan_cfg *cfg, int team_bf16, double ns_rate, double link_rate)
+{
+    cfg->team_bf16 = team_bf16 != 0;
+    cfg->allreduce_cost = plan_team_elem_bytes(team_bf16) * ns_rate / link_rate;
+}
+
+double plan_team_member_cost(const struct plan_cfg *cfg, int64_t rows, int64_t cols, int k)
+{
+    return plan_ns_team_cost(rows, cols, k, !cfg->team_bf16) +
+           cfg->allreduce_cost * plan_team_allreduce_elems(rows, cols, k);
+}
+
 /* The member holding all of matrix m, or -1. */
 static int whole_holder(const struct mat *m, int members)
 {
@@ -71,8 +85,7 @@ static int team_size(const struct plan_cfg *cfg, int team_cap, const struct mat 
     int best = 1;
     double best_c = m->cost;
     for (int k = 2; k <= cap; k *= 2) {
-        const double c = plan_ns_team_cost(m->rows, m->cols, k, !cfg->team_bf16) +
-                         cfg->allreduce_cost * plan_team_allreduce_elems(m->rows, m->cols, k);
+        const double c = plan_team_member_cost(cfg, m->rows, m->cols, k);
         if (c < best_c) {
             best = k;
             best_c = c;
@@ -250,7 +263,7 @@ static void charge(const struct plan_cfg *cfg, const struct mat *m, int k, const
         return;
     }
     const double ar = cfg->allreduce_cost * plan_team_allreduce_elems(m->rows, m->cols, k);
-    const double per = plan_ns_team_cost(m->rows, m->cols, k, !cfg->team_bf16) + ar;
+    const double per = plan_team_member_cost(cfg, m->rows, m->cols, k);
     for (int u = 0; u < k; u++) {
         if (c->load != NULL) {
             c->load[t[u]] += plan_ns_team_block_cost(m->rows, m->cols, k, u, !cfg->team_bf16);
@@ -287,8 +300,7 @@ static double team_fit(const struct plan_cfg *cfg, const struct carry *c, const 
 {
     const int G = cfg->node_members, nodes = (cfg->members + G - 1) / G;
     const double rc = cfg->refine_cost;
-    const double per = plan_ns_team_cost(m->rows, m->cols, k, !cfg->team_bf16) +
-                       cfg->allreduce_cost * plan_team_allreduce_elems(m->rows, m->cols, k);
+    const double per = plan_team_member_cost(cfg, m->rows, m->cols, k);
     const double b0 = rc * (double)block_elems(m, k, 0);
     double best_f = -1;
     int tmp[PLAN_TEAM_MAX];
@@ -497,10 +509,9 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
         const int k = team_size(cfg, P->team_cap, &mats[m], mean);
         if (k > 1) {
             int *t = &P->team_of[(size_t)m * (size_t)P->team_cap];
-            const double c = plan_ns_team_cost(mats[m].rows, mats[m].cols, k, !cfg->team_bf16);
             const double ar =
                 cfg->allreduce_cost * plan_team_allreduce_elems(mats[m].rows, mats[m].cols, k);
-            const double per = c + ar;
+            const double per = plan_team_member_cost(cfg, mats[m].rows, mats[m].cols, k);
             team_place(cfg, work, per, k, t);
             /* member u performs its own block's FLOPs (what the runtime counts), but each
              * iteration's all-reduce waits for the widest block: its time is that one's */

@@ -53,7 +53,10 @@
  * as when they were found; without it a seed keeps draw_more's draws as they were too.
  *
  * SHARDOPT_XCHECK_BIG=1 (soaks; slower: the fp64 reference is naive) grows one matrix of one combo
- * in two to 65-260 rows and up to 3x as many columns (draw_v5).
+ * in two to 65-260 rows and up to 3x as many columns (draw_v5). SHARDOPT_XCHECK_HUGE=1 grows one
+ * Muon matrix (or a stack of 2-4) of every combo across the kernels' size thresholds, m 300-700
+ * and n up to 2048 (draw_huge; test_xcheck_huge_np2 runs five such seeds, named by
+ * SHARDOPT_XCHECK_SEEDS="s,s,.."); VERBOSE then prints each combo's seconds too.
  *
  * A long soak: run the binary under mpiexec (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, as ctest
  * sets) over consecutive seed ranges, one range per run, e.g. for 2, 4 and 8 ranks
@@ -485,6 +488,79 @@ static void draw_v5(struct combo *c)
     c->ns_fault_at = 1 + pick(c->fault_site == 0 ? 2 * (g->ns_steps > 0 ? g->ns_steps : 5) : 4);
 }
 
+/* SHARDOPT_XCHECK_HUGE=1 (soaks, and test_xcheck_huge's few fixed seeds): every combo grows one
+ * Muon tensor (a matrix, or an expert stack of 2-4) to a working shape m x n (m the short side)
+ * with m from 300 to 700 and n from m to 2048, across the thresholds where the kernels change:
+ * the symmetric variant from m = 384 in fp32 and bf16 (kernels/cpu/ns_variant_table.c; 383,
+ * 384 and 385 one time in four), auto's Gram choice from n >= 2m (ns_gram.c), larger oneDNN
+ * shapes, sharded and team blocks of a few hundred columns narrower and wider than m. The
+ * earlier draws stay as they were; only the shape changes (an expert stack's count too, to a
+ * multiple of both layouts' ep in 2..4 where there is one). The fp64 reference's cost, E m^2 n
+ * per step of each Newton-Schulz step, times its runs of each matrix (5 or 6 where it measures
+ * bf16's sensitivity) and the steps, is held under a budget, a fifth of it where the library
+ * runs the reference kernels (kernels = reference, devsim), so that a combo takes seconds to
+ * about a minute on 2 cores. */
+static void draw_huge(struct combo *c)
+{
+    const shardopt_config_t *g = &c->cfg;
+    int lcm = c->L[0].ep;
+    while (lcm % c->L[1].ep != 0)
+        lcm += c->L[0].ep;
+    /* a matrix, or a stack that can hold 2-4 experts; else a stack of lcm (3 and 4 ranks' ep) */
+    int cand[MAXP], nc = 0;
+    for (int pass = 0; pass < 2 && nc == 0; pass++)
+        for (int p = 0; p < c->np; p++)
+            if (is_muon(c, &c->p[p]) && (pass == 1 || c->p[p].ndim == 2 || lcm <= 4))
+                cand[nc++] = p;
+    if (nc == 0)
+        return;
+    struct xparam *t = &c->p[cand[pick(nc)]];
+    int64_t E = t->ndim == 3 ? lcm : 1;
+    if (t->ndim == 3 && lcm <= 4) { /* 2-4 experts: multiples of lcm there */
+        int64_t opts[3], no = 0;
+        for (int64_t e = 2; e <= 4; e++)
+            if (e % lcm == 0)
+                opts[no++] = e;
+        E = opts[pick((int)no)];
+    }
+    const int ns = g->ns_steps > 0 ? g->ns_steps : 5;
+    const int sens = g->ns_compute != SHARDOPT_NS_COMPUTE_FP32 ||
+                     g->momentum_dtype == SHARDOPT_DTYPE_BF16 ||
+                     g->comm_dtype == SHARDOPT_DTYPE_BF16;
+    const double runs = 1 + (sens ? 4 : 0) +
+                        (g->momentum_dtype == SHARDOPT_DTYPE_BF16 &&
+                         g->momentum_rounding == SHARDOPT_ROUNDING_STOCHASTIC);
+    const int slow = c->devsim || g->kernels == SHARDOPT_KERNELS_REFERENCE ||
+                     c->layout_kernels == SHARDOPT_KERNELS_REFERENCE;
+    const double budget = (slow ? 0.2 : 1.0) * 4e10;
+    int64_t m = 300, n = 300;
+    for (int tries = 0; tries < 32; tries++) {
+        const int64_t mm = pick(4) == 0 ? 383 + pick(3) : 300 + pick(401);
+        const int a = pick(4);
+        const int64_t lo = a == 0 ? mm : a == 1 ? mm + 1 : 2 * mm;
+        const int64_t hi = a == 0 ? mm : a == 1 ? 2 * mm - 1 : 2048;
+        if (lo > hi)
+            continue;
+        const int64_t nn = lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
+        const double md = (double)mm, nd = (double)nn;
+        const double cost =
+            (double)c->nsteps * runs * (double)E * ns * (1.5 * md * md * nd + 0.5 * md * md * md);
+        if (cost <= budget) {
+            m = mm;
+            n = nn;
+            break;
+        }
+    }
+    const int rd = t->ndim - 2;
+    const int tall = pick(2);
+    if (t->ndim == 3)
+        t->shape[0] = E;
+    t->shape[rd] = tall ? n : m;
+    t->shape[rd + 1] = tall ? m : n;
+    if (c->bad_step > 0 && c->bad_p == (int)(t - c->p)) /* fewer experts: keep the NaN inside */
+        c->bad_gi %= numel_of(t);
+}
+
 static void draw_combo(struct combo *c, uint64_t seed)
 {
     memset(c, 0, sizeof *c);
@@ -638,6 +714,8 @@ static void draw_combo(struct combo *c, uint64_t seed)
         draw_more(c);
         draw_v4(c);
         draw_v5(c);
+        if (getenv("SHARDOPT_XCHECK_HUGE") != NULL)
+            draw_huge(c);
     } else { /* the draws before draw_more's options: the seeds the docs cite */
         for (int s = 0; s <= MAXSTEPS; s++) {
             c->mom[s] = -1;
@@ -1815,7 +1893,16 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     const uint64_t seed = env_u64("SHARDOPT_XCHECK_SEED", 20261201);
-    const int combos = (int)env_u64("SHARDOPT_XCHECK_COMBOS", 60);
+    /* SHARDOPT_XCHECK_SEEDS="s,s,..": those seeds alone (test_xcheck_huge's fixed few) */
+    uint64_t listed[32];
+    int nlisted = 0;
+    const char *list = getenv("SHARDOPT_XCHECK_SEEDS");
+    for (char *e = (char *)list; list != NULL && *e != 0 && nlisted < 32;) {
+        listed[nlisted++] = strtoull(e, &e, 10);
+        while (*e == ',' || *e == ' ')
+            e++;
+    }
+    const int combos = nlisted ? nlisted : (int)env_u64("SHARDOPT_XCHECK_COMBOS", 60);
     if (me == 0) {
         snprintf(ckpt_root, sizeof ckpt_root, "/tmp/shardopt_xcheck_XXXXXX");
         if (mkdtemp(ckpt_root) == NULL)
@@ -1828,12 +1915,13 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
     sched_getaffinity(0, sizeof launch_mask, &launch_mask);
     for (int i = 0; i < combos; i++) {
         struct combo c;
-        draw_combo(&c, seed + (uint64_t)i);
+        const uint64_t seed_i = nlisted ? listed[i] : seed + (uint64_t)i;
+        draw_combo(&c, seed_i);
         const shardopt_kernels_t drawn = c.cfg.kernels;
         override(&c.cfg);
         if (c.cfg.kernels != drawn) /* a table set for the combo is the layout runs' too */
             c.layout_kernels = c.cfg.kernels;
-        if (only && seed + (uint64_t)i != (uint64_t)only)
+        if (only && seed_i != (uint64_t)only)
             continue;
         if (me == 0 && getenv("SHARDOPT_XCHECK_VERBOSE")) {
             describe(&c, desc_buf, sizeof desc_buf);
@@ -1841,7 +1929,10 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
             fflush(stdout);
         }
         combos_nccl += me == 0 && c.nccl;
+        const double t0 = MPI_Wtime();
         run_combo(&c);
+        if (me == 0 && getenv("SHARDOPT_XCHECK_VERBOSE")) /* for sizing soaks */
+            printf("  seed %llu: %.1f s\n", (unsigned long long)c.seed, MPI_Wtime() - t0);
     }
     if (me == 0) {
         printf("  %d combos (%d with sharded or team Newton-Schulz, %d reloaded mid-run, %d with "

@@ -495,11 +495,12 @@ static void draw_v5(struct combo *c)
  * 384 and 385 one time in four), auto's Gram choice from n >= 2m (ns_gram.c), larger oneDNN
  * shapes, sharded and team blocks of a few hundred columns narrower and wider than m. The
  * earlier draws stay as they were; only the shape changes (an expert stack's count too, to a
- * multiple of both layouts' ep in 2..4 where there is one). The fp64 reference's cost, E m^2 n
- * per step of each Newton-Schulz step, times its runs of each matrix (5 or 6 where it measures
- * bf16's sensitivity) and the steps, is held under a budget, a fifth of it where the library
- * runs the reference kernels (kernels = reference, devsim), so that a combo takes seconds to
- * about a minute on 2 cores. */
+ * multiple of both layouts' ep in 2..4 where there is one). The fp64 reference's cost (about
+ * 1.5 m^2 n + 0.5 m^3 multiply-adds per Newton-Schulz step and matrix, times its runs of each
+ * matrix: 5 or 6 where it measures bf16's sensitivity, times the steps) is held under a budget, a
+ * fifth of it where the library runs the reference kernels (kernels = reference, devsim), so that
+ * a combo takes seconds to about a minute on 2 cores (140 combos of a soak on 2 shared cores:
+ * median 11.5 s, at most 66 s). */
 static void draw_huge(struct combo *c)
 {
     const shardopt_config_t *g = &c->cfg;

@@ -89,13 +89,16 @@ static shardopt_status_t file_open(struct ck_reader *R, const char *dir, const c
     if (rc != SHARDOPT_OK) /* refused (corrupt), or out of memory reading it */
         return log_fail(rc == SHARDOPT_ERR_OUT_OF_MEMORY ? rc : SHARDOPT_ERR_CORRUPT,
                         "load: %s: %s", path, err);
-    if (f->size - f->hdr.data_start != st_header_data_bytes(&f->hdr)) /* a save writes none */
+    if (f->size - f->hdr.data_start != st_header_data_bytes(&f->hdr)) { /* a save writes none */
+        const unsigned long long after = f->size - f->hdr.data_start,
+                                 held = st_header_data_bytes(&f->hdr);
+        st_header_free(&f->hdr); /* not opened: the reader's release would not free it */
         return log_fail(
             SHARDOPT_ERR_CORRUPT,
             "load: %s: %llu bytes after the header, its tensors hold %llu: bytes "
             "no tensor indexes (a gap, or appended), which safetensors files never hold",
-            path, (unsigned long long)(f->size - f->hdr.data_start),
-            (unsigned long long)st_header_data_bytes(&f->hdr));
+            path, after, held);
+    }
     f->opened = 1;
     *out = f;
     return SHARDOPT_OK;

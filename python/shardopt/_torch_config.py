@@ -24,15 +24,20 @@ def _torch_defaults():
                 adamw_weight_decay=0.01)
 
 
+def _scalar(v):
+    """A 1-element tensor (a tensor lr, as torch.optim takes) or a 0-d numpy value (np.float32
+    from a config or a sweep's array, which torch.optim takes: it is no Python float, and was
+    refused as not a number) as its Python number; anything else as it is, for the caller to
+    check."""
+    if (isinstance(v, torch.Tensor) and v.numel() == 1) or \
+            (type(v).__module__ == "numpy" and getattr(v, "shape", None) == ()):
+        return v.item()
+    return v
+
+
 def _check_hp(hp):
     for k in ("lr", "weight_decay", "adamw_weight_decay"):
-        v = hp.get(k)
-        if isinstance(v, torch.Tensor) and v.numel() == 1:  # a tensor lr, as torch.optim takes
-            v = v.item()
-        elif type(v).__module__ == "numpy" and getattr(v, "shape", None) == ():
-            # a numpy scalar (np.float32 from a config or a sweep's array), which torch.optim
-            # takes: it is no Python float, and was refused as not a number
-            v = v.item()
+        v = _scalar(hp.get(k))
         if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                   and math.isfinite(v) and v >= 0):
             # torch.optim.AdamW(params, lr, betas, ...) swapped for this class positionally:
@@ -144,11 +149,7 @@ def _param_mults(name, p):
     Before, ignored: a modded-nanogpt script moved its embeddings at 1/75 of its lr, silently."""
     out = []
     for attr in ("lr_mul", "wd_mul"):
-        v = getattr(p, attr, 1.0)
-        if isinstance(v, torch.Tensor) and v.numel() == 1:
-            v = v.item()
-        elif type(v).__module__ == "numpy" and getattr(v, "shape", None) == ():
-            v = v.item()
+        v = _scalar(getattr(p, attr, 1.0))
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e6:
             raise ValueError(f"{name}: {attr} = {v!r} (the parameter's attribute, modded-"
                              f"nanogpt's multiplier of its lr or weight decay): accepted a "

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from shardopt._torch_config import _SWITCHES
+from shardopt._torch_config import _SWITCHES, _scalar
 from shardopt._torch_groups import _adamw_beta1, _adamw_sync, _pair_groups
 from shardopt._torch_ports import _DION_GROUP_KEYS, _dion_group
 
@@ -273,9 +273,7 @@ def _saved_step(sp, i, v):
     """A saved step count as an int: a whole number (a tensor of one, as torch.optim saves it),
     else ValueError. int(float(v)) took 2.5 as 2 and the text "3" as 3, and NaN raised
     Python's own conversion error."""
-    if (isinstance(v, torch.Tensor) and v.numel() == 1) or \
-            (type(v).__module__ == "numpy" and getattr(v, "shape", None) == ()):
-        v = v.item()  # torch.optim saves a tensor; a numpy scalar from an edited state dict
+    v = _scalar(v)  # torch.optim saves a tensor; a numpy scalar from an edited state dict
     if isinstance(v, bool) or not isinstance(v, (int, float)) or \
             not (math.isfinite(v) and v == int(v) and 0 <= v < 1 << 53):
         # the library's range, checked here with the rest: its refusal of -3 or 2**60 came

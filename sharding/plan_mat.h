@@ -1,5 +1,6 @@
-/* What sharding/plan.c (the exchange) and sharding/plan_owners.c (who orthogonalizes each
- * matrix) share inside the planner: a matrix of the group and a member's piece of it. */
+/* What sharding/plan.c (the exchange), sharding/plan_owners.c (who orthogonalizes each matrix)
+ * and sharding/plan_teams.c (its Newton-Schulz teams) share inside the planner: a matrix of the
+ * group, a member's piece of it, and the teams' sizing and accounting. */
 #ifndef SHARDING_PLAN_MAT_H
 #define SHARDING_PLAN_MAT_H
 
@@ -58,5 +59,47 @@ static inline int64_t plan_piece_count(const struct mat *m, int i)
  * -1 when out of memory. */
 int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n,
                        struct group_plan *P);
+
+/* Newton-Schulz teams and the placements' accounting (sharding/plan_teams.c). */
+
+/* The team size the LPT gives a free matrix m: 1, or the smallest power of two up to team_cap
+ * (and the node) whose per-member cost, all-reduce included, is under team_frac x the mean load,
+ * when that is cheaper than one owner; none under it: the cheapest. */
+int plan_team_size(const struct plan_cfg *cfg, int team_cap, const struct mat *m, double mean);
+
+/* Team of k for a matrix of per-member cost per: in each node the k members with the least work
+ * (ties the lower index); the node whose team would finish first (ties the lower node). Writes
+ * the members, lead first (the lowest index of the team). */
+void plan_team_place(const struct plan_cfg *cfg, const double *work, double per, int k, int *out);
+
+/* The largest team matrix m may have: team_cap, within a node and the group; 1 where its Gram
+ * matrix is beyond one MPI count. */
+int plan_team_limit(const struct plan_cfg *cfg, int team_cap, const struct mat *m);
+
+/* What each member carries under one placement of the group's matrices. */
+struct plan_carry {
+    double *load, *team_comm; /* as group_plan's; or NULL: not kept */
+    double *work;             /* the starting load + owned work, all-reduces included */
+    double *comm; /* the starting transfers + refine_cost x the exchange elements sent */
+};
+
+/* Matrix m owned by t[0] alone (k = 1) or by the team t[0..k), member u taking block u: add what
+ * its owners then do to c, every holder's piece counted already as sent. */
+void plan_charge(const struct plan_cfg *cfg, const struct mat *m, int k, const int *t,
+                 struct plan_carry *c);
+
+/* The latest finish of a placement, max over members of max(work, comm); *work and *comm (when
+ * work is not NULL): the latest of each. */
+double plan_latest(const struct plan_carry *c, int members, double *work, double *comm);
+
+/* The team of k for matrix m that finishes first, counting its members' transfers; writes its
+ * members, ascending, to out; returns that finish (-1: no node has k members). */
+double plan_team_fit(const struct plan_cfg *cfg, const struct plan_carry *c, const struct mat *m,
+                     int k, int *out);
+
+/* The one owner of matrix m that finishes first (ties the member holding most of it, then the
+ * lowest); returns that finish. */
+double plan_owner_fit(const struct plan_cfg *cfg, const struct plan_carry *c, const struct mat *m,
+                      int *out);
 
 #endif

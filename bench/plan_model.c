@@ -405,6 +405,16 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     dcfg.node_members = r->dense < mc->gpus_per_node ? r->dense : mc->gpus_per_node;
     dcfg.team_frac = o->team_frac;
     plan_model_team_cfg(o, mc, &dcfg);
+    /* the team sizes count the exchange too, on top of the busiest expert member's bytes, at the
+     * moves' element cost (commit's first dense plan with teams; sharding/plan.h, refine_cost) */
+    const double elem_cost = o->cost_gflops > 0
+                                 ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
+                                 : COMM_ES * rate / (bw * o->ns_steps);
+    double xmax0 = 0;
+    for (int j = 0; j < r->xs; j++)
+        xmax0 = g_b[j] > xmax0 ? g_b[j] : xmax0;
+    dcfg.refine_cost = elem_cost;
+    dcfg.refine_comm = elem_cost * (round(xmax0) / COMM_ES);
     struct group_out dout = {.flops = dflops,
                              .bytes = dbytes,
                              .owned = downed,
@@ -438,9 +448,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             memset(g_s, 0, X * sizeof(double));
             xcfg.base_load = base;
             /* as commit computes it (runtime/commit.c, expert_replan) from --cost-rates */
-            xcfg.move_cost = o->cost_gflops > 0
-                                 ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
-                                 : COMM_ES * rate / (bw * o->ns_steps);
+            xcfg.move_cost = elem_cost;
             xcfg.base_comm = xcfg.move_cost * (dense_max / COMM_ES);
             struct group_out xo = {.flops = g_f,
                                    .bytes = g_b,
@@ -469,9 +477,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         for (int d = 0; d < r->dense; d++)
             xmax = xbytes[d] > xmax ? xbytes[d] : xmax;
         dcfg.refine_load = xflops;
-        dcfg.refine_cost = o->cost_gflops > 0
-                               ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
-                               : COMM_ES * rate / (bw * o->ns_steps);
+        dcfg.refine_cost = elem_cost;
         dcfg.refine_comm = dcfg.refine_cost * (round(xmax) / COMM_ES);
         double *const dense_arrays[] = {dflops, dbytes, downed, dtb, dtc, dreal, dsh};
         for (size_t a = 0; a < sizeof dense_arrays / sizeof *dense_arrays; a++)

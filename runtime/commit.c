@@ -242,9 +242,26 @@ static shardopt_status_t busiest_sent(shardopt_runtime_t rt, const struct group_
     uint64_t most = from->bytes_sent;
     const int rc = comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, &most, 1,
                                   MPI_UINT64_T, MPI_MAX, "all-reduce of the bytes sent");
-    const shardopt_status_t status =
-        commit_mpi_agree(rt, rc, "all-reduce of the %s group's bytes sent for expert_moves", group);
+    const shardopt_status_t status = commit_mpi_agree(
+        rt, rc, "all-reduce of the %s group's bytes sent for the joint plan", group);
     *cost = moves_elem_cost(rt) * ((double)most / (double)kdtype_size(rt->cfg.comm_dtype));
+    return status;
+}
+
+/* The dense group's plan on top of each member's expert load (joint planning). With teams, their
+ * sizes count the exchange too, every member's transfers starting from the busiest expert
+ * member's bytes (plan_cfg.refine_cost with no refine_load; shardopt-plan plans the same).
+ * Collective. */
+static shardopt_status_t dense_plan(shardopt_runtime_t rt, struct shard_table *dense)
+{
+    struct plan_cfg joint = {.base_load = dense->xload};
+    shardopt_status_t status = SHARDOPT_OK;
+    if (rt->team_cap > 1) { /* alike on every rank: the config and the node size are agreed */
+        joint.refine_cost = moves_elem_cost(rt);
+        status = busiest_sent(rt, &rt->gx[GROUP_EXPERT].plan, "expert", &joint.refine_comm);
+    }
+    if (status == SHARDOPT_OK)
+        status = group_plan_build(rt, GROUP_DENSE, dense, &joint, &rt->gx[GROUP_DENSE]);
     return status;
 }
 
@@ -464,9 +481,7 @@ static shardopt_status_t commit_run(shardopt_runtime_t rt)
     if (status == SHARDOPT_OK)
         status = expert_loads(rt, &dense);
     if (status == SHARDOPT_OK)
-        status =
-            group_plan_build(rt, GROUP_DENSE, &dense, &(struct plan_cfg){.base_load = dense.xload},
-                             &rt->gx[GROUP_DENSE]);
+        status = dense_plan(rt, &dense);
     if (status == SHARDOPT_OK && rt->cfg.expert_moves)
         status = expert_replan(rt, &xs);
     if (status == SHARDOPT_OK && rt->cfg.expert_moves)

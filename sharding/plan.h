@@ -88,7 +88,8 @@ struct plan_cfg {
                                 member j (plan_owned.team), and runs sharded Newton-Schulz */
     int node_members;        /* members per node (consecutive); a team forms inside one node */
     double team_frac;        /* a matrix heavier than team_frac x the mean load per member is
-                                split over the smallest team that brings it under; 0: 0.5 */
+                                split over the smallest team that brings it under (or a bigger
+                                one, refine_cost); 0: 0.5 */
     double allreduce_cost;   /* cost units per Gram element a team member sends in its per-
                                 iteration all-reduce (the element's bytes, fp32 or bf16 as the
                                 teams iterate, x NS rate / the node's link rate); set with
@@ -105,7 +106,13 @@ struct plan_cfg {
      * exchange elements it sends); that plan replaces the first one only when its latest finish
      * is earlier, the first one's counted on the same refine_load (plan_owners.c, refine) */
     const double *refine_load;
-    double refine_cost; /* cost units per exchange element, as move_cost */
+    /* cost units per exchange element, as move_cost. With teams (team_cap > 1, not with
+     * move_cost), refine_load or not, the first placement's team sizes count the exchange too:
+     * its LPT runs again with each team sized by its members' finish, max(work, refine_comm +
+     * refine_cost x the elements sent), and that plan replaces the first only when its latest
+     * finish is earlier and neither its latest work nor its latest exchange is later
+     * (plan_owners.c, lpt_by_finish) */
+    double refine_cost;
     double refine_comm; /* cost units every member's transfers take already, as base_comm */
 };
 

@@ -198,6 +198,115 @@ static int refine(const struct plan_cfg *cfg, const struct mat *mats, int n, str
     return 0;
 }
 
+/* The LPT over the free matrices order[0..nfree), heaviest first, into P, charging c (P's load,
+ * team_comm and work, and each member's transfers at refine_cost: plan_charge). A matrix heavier
+ * than team_frac x the mean load goes to a team of plan_team_size's k. by_finish 0: k as it is,
+ * its members by plan_team_place (Newton-Schulz alone); 1: the team of k, 2k, ... up to
+ * plan_team_limit counting its members' transfers too (plan_team_fit), the smallest whose finish
+ * stays within the latest finish so far, else the one finishing first (ties the smaller), as the
+ * second placement sizes them: a bigger team has smaller blocks to gather and send back (issue
+ * 22: Qwen3-30B-A3B, experts by rows, 1,024 GPUs, bf16 teams of 4 instead of 8 sent more). The
+ * rest onto the least-loaded member, ties toward the member holding most of it, then the lowest. */
+static void lpt(const struct plan_cfg *cfg, const struct mat *mats, const int *order, int nfree,
+                double mean, int by_finish, struct group_plan *P, struct plan_carry *c)
+{
+    const double *work = c->work;
+    double T = by_finish ? plan_latest(c, cfg->members, NULL, NULL) : 0;
+    for (int f = 0; f < nfree; f++) {
+        const int m = order[f]; /* held by none: matrices held whole are placed already */
+        int k = plan_team_size(cfg, P->team_cap, &mats[m], mean), best = 0;
+        if (k > 1) {
+            int *t = &P->team_of[(size_t)m * (size_t)P->team_cap], tj[PLAN_TEAM_MAX];
+            if (by_finish) {
+                double best_f = plan_team_fit(cfg, c, &mats[m], k, t);
+                const int lim = plan_team_limit(cfg, P->team_cap, &mats[m]);
+                for (int j = 2 * k; best_f > T && j <= lim; j *= 2) {
+                    const double fj = plan_team_fit(cfg, c, &mats[m], j, tj);
+                    if (fj >= 0 && (fj < best_f || fj <= T)) {
+                        best_f = fj;
+                        k = j;
+                        memcpy(t, tj, sizeof(int) * (size_t)j);
+                    }
+                }
+                T = max2(T, best_f);
+            } else {
+                plan_team_place(cfg, work,
+                                plan_team_member_cost(cfg, mats[m].rows, mats[m].cols, k), k, t);
+            }
+            /* member u performs its own block's FLOPs (what the runtime counts), but each
+             * iteration's all-reduce waits for the widest block: its time is that one's */
+            plan_charge(cfg, &mats[m], k, t, c);
+            P->owner[m] = t[0];
+            P->team[m] = k;
+            P->nteams++;
+            continue;
+        }
+        int64_t best_held = plan_piece_count(&mats[m], 0);
+        for (int i = 1; i < cfg->members; i++) {
+            int64_t held = plan_piece_count(&mats[m], i);
+            if (work[i] < work[best] || (work[i] == work[best] && held > best_held)) {
+                best = i;
+                best_held = held;
+            }
+        }
+        P->owner[m] = best;
+        plan_charge(cfg, &mats[m], 1, &best, c);
+        T = max2(T, max2(work[best], c->comm[best]));
+    }
+}
+
+/* The team sizes counting the exchange (refine_cost > 0, teams, LPT on top of base_load): the
+ * LPT run again into a copy Q of P as it stands before it (qc: Q's transfers so far), with
+ * by_finish; P's own LPT (pc) is replaced by it only when its latest finish, max(work,
+ * transfers), is earlier and neither its latest Newton-Schulz nor its latest exchange is later, as
+ * refine keeps its plan: so it never lengthens the step the model predicts. Returns 0, -1 when
+ * out of memory. */
+static int lpt_by_finish(const struct plan_cfg *cfg, const struct mat *mats, int n,
+                         const int *order, int nfree, double mean, struct group_plan *P,
+                         struct plan_carry *pc, double *qcomm)
+{
+    const int members = cfg->members, cap = P->team_cap;
+    const size_t nn = (size_t)(n ? n : 1), mm = (size_t)members;
+    struct group_plan Q = *P;
+    Q.owner = mem_malloc(sizeof(int) * nn * (size_t)(2 + cap));
+    Q.load = mem_malloc(sizeof(double) * mm * 3);
+    if (Q.owner == NULL || Q.load == NULL) {
+        free(Q.owner);
+        free(Q.load);
+        return -1;
+    }
+    Q.team = Q.owner + nn;
+    Q.team_of = Q.owner + 2 * nn;
+    Q.team_comm = Q.load + mm;
+    Q.work = Q.load + 2 * mm;
+    memcpy(Q.owner, P->owner, sizeof(int) * nn);
+    memcpy(Q.team, P->team, sizeof(int) * nn);
+    memcpy(Q.load, P->load, sizeof(double) * mm);
+    memcpy(Q.team_comm, P->team_comm, sizeof(double) * mm);
+    memcpy(Q.work, P->work, sizeof(double) * mm);
+    struct plan_carry qc = {
+        .load = Q.load, .team_comm = Q.team_comm, .work = Q.work, .comm = qcomm};
+    lpt(cfg, mats, order, nfree, mean, 0, P, pc);
+    if (P->nteams > 0) {
+        lpt(cfg, mats, order, nfree, mean, 1, &Q, &qc);
+        double wa, ca, wb, cb;
+        const double fa = plan_latest(pc, members, &wa, &ca),
+                     fb = plan_latest(&qc, members, &wb, &cb);
+        if (fb < fa * (1.0 - 1e-12) && wb <= wa && cb <= ca) {
+            memcpy(P->owner, Q.owner, sizeof(int) * nn);
+            memcpy(P->team, Q.team, sizeof(int) * nn);
+            memcpy(P->team_of, Q.team_of, sizeof(int) * nn * (size_t)cap);
+            memcpy(P->load, Q.load, sizeof(double) * mm);
+            memcpy(P->team_comm, Q.team_comm, sizeof(double) * mm);
+            memcpy(P->work, Q.work, sizeof(double) * mm);
+            P->nteams = Q.nteams;
+        }
+    }
+    free(Q.owner);
+    free(Q.load);
+    return 0;
+}
+
 /* Owners: a member holding the whole matrix keeps it (no traffic); the rest by LPT onto the
  * least-loaded member (base_load counted), ties toward the member holding most of the matrix,
  * then the lowest; teams for matrices too heavy for one member. With move_cost, the LPT ignores
@@ -210,9 +319,9 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
 {
     const int members = cfg->members;
     int *order = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
-    double *comm = mem_calloc((size_t)members, sizeof(double));
+    double *comm = mem_calloc(2 * (size_t)members, sizeof(double));
     double *work = P->work;
-    int nfree = 0;
+    int nfree = 0, rc = 0;
 
     if (order == NULL || comm == NULL) {
         free(order);
@@ -221,67 +330,42 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
     }
     const double *base = cfg->base_load;
     const int base_later = base != NULL && cfg->move_cost > 0;
+    /* the team sizes count the exchange: every member's transfers start from refine_comm and
+     * its pieces of every matrix, which its owners' charge corrects (plan_charge) */
+    const int by_finish = cfg->refine_cost > 0 && P->team_cap > 1 && cfg->move_cost <= 0;
     double total = 0;
     for (int i = 0; i < members; i++) {
         work[i] = base != NULL && !base_later ? base[i] : 0.0;
         total += work[i];
+        comm[i] = by_finish ? cfg->refine_comm : 0.0;
     }
+    struct plan_carry pc = {.load = P->load, .team_comm = P->team_comm, .work = work, .comm = comm};
     for (int m = 0; m < n; m++) {
         total += mats[m].cost;
+        for (int i = 0; by_finish && i < members; i++)
+            comm[i] += cfg->refine_cost * (double)plan_piece_count(&mats[m], i);
         P->team[m] = 1;
         P->owner[m] = whole_holder(&mats[m], members);
-        if (P->owner[m] >= 0) {
-            P->load[P->owner[m]] += mats[m].cost;
-            work[P->owner[m]] += mats[m].cost;
-        } else {
+        if (P->owner[m] >= 0)
+            plan_charge(cfg, &mats[m], 1, &P->owner[m], &pc);
+        else
             order[nfree++] = m;
-        }
     }
     const double mean = total / members;
     sort_mats = mats; /* qsort has no context argument in C11 */
     qsort(order, (size_t)nfree, sizeof(int), by_cost_desc);
-    for (int f = 0; f < nfree; f++) {
-        const int m = order[f]; /* held by none: matrices held whole are placed already */
-        const int k = plan_team_size(cfg, P->team_cap, &mats[m], mean);
-        if (k > 1) {
-            int *t = &P->team_of[(size_t)m * (size_t)P->team_cap];
-            const double ar =
-                cfg->allreduce_cost * plan_team_allreduce_elems(mats[m].rows, mats[m].cols, k);
-            const double per = plan_team_member_cost(cfg, mats[m].rows, mats[m].cols, k);
-            plan_team_place(cfg, work, per, k, t);
-            /* member u performs its own block's FLOPs (what the runtime counts), but each
-             * iteration's all-reduce waits for the widest block: its time is that one's */
-            for (int u = 0; u < k; u++) {
-                P->load[t[u]] +=
-                    plan_ns_team_block_cost(mats[m].rows, mats[m].cols, k, u, !cfg->team_bf16);
-                P->team_comm[t[u]] += ar;
-                work[t[u]] += per;
-            }
-            P->owner[m] = t[0];
-            P->team[m] = k;
-            P->nteams++;
-            continue;
-        }
-        int best = 0;
-        int64_t best_held = plan_piece_count(&mats[m], 0);
-        for (int i = 1; i < members; i++) {
-            int64_t held = plan_piece_count(&mats[m], i);
-            if (work[i] < work[best] || (work[i] == work[best] && held > best_held)) {
-                best = i;
-                best_held = held;
-            }
-        }
-        P->owner[m] = best;
-        P->load[best] += mats[m].cost;
-        work[best] += mats[m].cost;
+    if (by_finish) {
+        memcpy(comm + members, comm, sizeof(double) * (size_t)members);
+        rc = lpt_by_finish(cfg, mats, n, order, nfree, mean, P, &pc, comm + members);
+    } else {
+        lpt(cfg, mats, order, nfree, mean, 0, P, &pc);
     }
     if (base_later)
         for (int i = 0; i < members; i++)
             work[i] += base[i];
     if (cfg->move_cost > 0)
         moves_assign(cfg, mats, n, P, order, comm);
-    int rc = 0;
-    if (cfg->refine_load != NULL && cfg->refine_cost > 0 && cfg->move_cost <= 0)
+    if (rc == 0 && cfg->refine_load != NULL && cfg->refine_cost > 0 && cfg->move_cost <= 0)
         rc = refine(cfg, mats, n, P, order);
     free(order);
     free(comm);

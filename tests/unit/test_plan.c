@@ -1003,6 +1003,67 @@ TEST(refine_forms_mixed_teams_where_one_owner_would_send_too_much)
     plan_free(&P);
 }
 
+/* The first placement's team size counts the exchange (plan_cfg.refine_cost without refine_load;
+ * issue 22, docs/scaling.md: Qwen3-30B-A3B, experts by rows, 1,024 GPUs, whose bf16 teams of 4
+ * sent more than teams of 8 and lengthened the step). 16 members in two nodes of 8; member 0
+ * carries 6.5e6 of the other group's work (the latest Newton-Schulz), the others 4e6; one 64 x 256
+ * matrix sharded by rows (1,024 elements a member). The FLOP rule's smallest team under
+ * team_frac x the mean is one of 4 (2: 2.88e6 a member, over 0.5 x 4.45e6; 4: 1.97e6): its
+ * members' blocks (4,096 elements) take their transfers to 6.56e6, past member 0's finish. A team
+ * of 8 (2,048-element blocks, 6.38e6) stays within it: the plan counting the exchange forms that
+ * one, in the node where it finishes first, the latest finish member 0's 6.5e6, neither the
+ * latest Newton-Schulz nor the latest exchange later. Where the exchange does not matter
+ * (refine_comm 0) the team of 4 stays, and the plan too. */
+TEST(team_sizes_count_the_exchange_bytes)
+{
+    static struct plan_box bx[MAXM];
+    struct plan_param ps = {.param = 0, .ndim = 2, .shape = {64, 256, 1}, .k_lo = 0, .k_count = 1};
+    boxes_make(bx, 16, 2, ps.shape, 0, 0, 1, 0); /* 4 rows each */
+    ps.boxes = bx;
+    double base[16];
+    for (int i = 0; i < 16; i++)
+        base[i] = i == 0 ? 6.5e6 : 4e6;
+    const double cost = 100, comm = 6.1e6;
+    struct plan_cfg cfg = {.members = 16,
+                           .me = 0,
+                           .bucket_bytes = 1 << 20,
+                           .esize = 2,
+                           .base_load = base,
+                           .team_cap = 8,
+                           .node_members = 8,
+                           .team_frac = 0.5,
+                           .allreduce_cost = 64};
+    struct group_plan P0, P;
+    ASSERT_EQ_INT(plan_build(&cfg, &ps, 1, &P0), SHARDOPT_OK); /* Newton-Schulz alone */
+    EXPECT_EQ_INT(P0.team[0], 4);
+    double w0, x0, w, x;
+    const double f0 = refine_finish(&cfg, &ps, 1, base, comm, cost, &w0, &x0);
+    EXPECT_NEAR(x0, comm + cost * (1024 + 4096 - 2 * 256), 0.0); /* a member of the team of 4 */
+    EXPECT_TRUE(x0 > 6.5e6);
+
+    cfg.refine_cost = cost;
+    cfg.refine_comm = comm;
+    ASSERT_EQ_INT(plan_build(&cfg, &ps, 1, &P), SHARDOPT_OK);
+    EXPECT_EQ_INT(P.refined, 0); /* no second placement: the first one sized the team */
+    EXPECT_EQ_INT(P.team[0], 8);
+    for (int u = 0; u < P.team[0]; u++) /* the node without member 0 */
+        EXPECT_EQ_INT(P.team_of[(size_t)u], 8 + u);
+    const double f = refine_finish(&cfg, &ps, 1, base, comm, cost, &w, &x);
+    EXPECT_NEAR(f, 6.5e6, 0.0);
+    EXPECT_NEAR(x, comm + cost * (1024 + 2048 - 2 * 128), 0.0);
+    EXPECT_TRUE(f < f0 && w <= w0 && x <= x0);
+    EXPECT_EQ_INT(simulate(&cfg, &ps, 1), 0);
+    plan_free(&P);
+
+    cfg.refine_comm = 0;
+    ASSERT_EQ_INT(plan_build(&cfg, &ps, 1, &P), SHARDOPT_OK);
+    EXPECT_EQ_INT(P.team[0], 4);
+    for (int u = 0; u < 4; u++)
+        EXPECT_EQ_INT(P.team_of[(size_t)u], P0.team_of[(size_t)u]);
+    plan_free(&P);
+    plan_free(&P0);
+}
+
 TEST(glm45_air_16_ranks_dp_shard4_cp4_ep8)
 {
     glm_plan(16, 8, 1);

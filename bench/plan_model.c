@@ -305,6 +305,43 @@ void plan_model_team_cfg(const struct opts *o, const struct machine *mc, struct 
                         c ? o->cost_gbps : mc->intra_gbps * 1e9);
 }
 
+/* --teams on a group of `members` ranks, `node` a node, as commit sets each group's plan_cfg
+ * (guard: team_guard, 1 for an expert shard group) */
+static void teams_cfg(const struct opts *o, const struct machine *mc, int members, int node,
+                      int guard, struct plan_cfg *cfg)
+{
+    cfg->team_guard = guard;
+    cfg->team_cap = o->teams > 0 ? o->teams : mc->gpus_per_node; /* node: one node's ranks */
+    cfg->node_members = members < node ? members : node;
+    cfg->team_frac = o->team_frac;
+    plan_model_team_cfg(o, mc, cfg);
+}
+
+/* The fewest members of EP rank 0's expert shard group (dense ranks 0, ep, 2ep, ...) sharing a
+ * node, as commit finds them (commit_teams_node_members): G / ep, or 1 where ep >= G. */
+static int expert_node_members(const struct machine *mc, int dense, int ep)
+{
+    const int G = mc->gpus_per_node;
+    int fewest = dense;
+    for (int lo = 0; lo < dense; lo += G) {
+        int n = 0;
+        for (int d = lo; d < lo + G && d < dense; d++)
+            n += d % ep == 0;
+        fewest = n > 0 && n < fewest ? n : fewest;
+    }
+    return fewest;
+}
+
+/* `times` groups' teams planned as x into r's counts (and r->xteams where expert) */
+static void count_teams(const struct group_out *x, int times, int expert, struct prediction *r)
+{
+    r->nteams += times * x->nteams;
+    r->xteams += expert ? times * x->nteams : 0;
+    for (int i = 0; i < 6; i++)
+        r->team_sizes[i] += times * x->by_size[i];
+    r->team_max = x->kmax > r->team_max ? x->kmax : r->team_max;
+}
+
 int plan_model_predict(const struct opts *o, const struct preset *p, const struct machine *mc,
                        int world, struct prediction *r, char *err, size_t errlen)
 {
@@ -395,16 +432,17 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                             .real = g_r,
                             .sharded = g_s,
                             .kmax = 1};
-    struct plan_cfg none = {0};
-    group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &none, &xo1);
+    /* the expert shard groups' teams too: their members are ep dense ranks apart, so with ep of
+     * a node or more none shares a node with another, and they have none */
+    const int xnode = expert_node_members(mc, r->dense, o->ep);
+    struct plan_cfg xcfg1 = {0};
+    teams_cfg(o, mc, r->xs, xnode, 1, &xcfg1);
+    group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg1, &xo1);
     struct plan_cfg dcfg = {0};
     for (int d = 0; d < r->dense; d++)
         xbase[d] = g_f[d / o->ep];
     dcfg.base_load = o->joint ? xbase : NULL;
-    dcfg.team_cap = o->teams > 0 ? o->teams : mc->gpus_per_node; /* node: one node's ranks */
-    dcfg.node_members = r->dense < mc->gpus_per_node ? r->dense : mc->gpus_per_node;
-    dcfg.team_frac = o->team_frac;
-    plan_model_team_cfg(o, mc, &dcfg);
+    teams_cfg(o, mc, r->dense, mc->gpus_per_node, 0, &dcfg);
     /* the team sizes count the exchange too, on top of the busiest expert member's bytes, at the
      * moves' element cost (commit's first dense plan with teams; sharding/plan.h, refine_cost) */
     const double elem_cost = o->cost_gflops > 0
@@ -435,6 +473,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     if (o->moves) {
         for (int e = 0; e < o->ep; e++) {
             struct plan_cfg xcfg = {0};
+            teams_cfg(o, mc, r->xs, xnode, 1, &xcfg);
             for (int j = 0; j < r->xs; j++) { /* the dense plan's load, all-reduces included,
                                                   as commit all-gathers it (expert_replan) */
                 const int d = j * o->ep + e;
@@ -459,6 +498,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                                    .kmax = 1};
             group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
             xout.nmoved += xo.nmoved;
+            count_teams(&xo, 1, 1, r);
             xout.whole = xo.whole;
             for (int j = 0; j < r->xs; j++) {
                 const int d = j * o->ep + e;
@@ -486,6 +526,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     } else {
         xout = xo1;
+        count_teams(&xo1, o->ep, 1, r); /* every expert group plans EP rank 0's shapes alike */
         for (int d = 0; d < r->dense; d++) {
             xflops[d] = g_f[d / o->ep];
             xbytes[d] = g_b[d / o->ep];
@@ -495,9 +536,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             xsh[d] = g_s[d / o->ep];
         }
     }
-    r->nteams = dout.nteams;
-    memcpy(r->team_sizes, dout.by_size, sizeof r->team_sizes);
-    r->team_max = dout.kmax;
+    count_teams(&dout, 1, 0, r);
     r->nmoved = xout.nmoved;
     double sum = 0, maxelem = 0, maxowned = 0, tns = 0;
     /* each group's own balance: max over its members / their mean (1 when it owns nothing), in
@@ -558,29 +597,10 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     }
     r->step = r->t_elem + (r->t_ns > r->t_comm ? r->t_ns : r->t_comm);
     free(skip);
-    free(dflops);
-    free(dbytes);
-    free(downed);
-    free(dtb);
-    free(dtc);
-    free(xflops);
-    free(xbytes);
-    free(xowned);
-    free(xtb);
-    free(dreal);
-    free(xreal);
-    free(g_r);
-    free(dsh);
-    free(xsh);
-    free(g_s);
-    free(g_f);
-    free(g_b);
-    free(g_o);
-    free(g_t);
-    free(base);
-    free(state);
-    free(elem);
-    free(mom);
-    free(xbase);
+    double *const arrays[] = {dflops, dbytes, downed, dtb,  dtc,   xflops, xbytes, xowned,
+                              xtb,    dreal,  xreal,  g_r,  dsh,   xsh,    g_s,    g_f,
+                              g_b,    g_o,    g_t,    base, state, elem,   mom,    xbase};
+    for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++)
+        free(arrays[a]);
     return 0;
 }

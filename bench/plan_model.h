@@ -53,7 +53,8 @@ struct prediction {
     double t_perfect;  /* every matrix's NS once, spread evenly over the ranks */
     double team_bytes; /* sent per step in team all-reduces by the busiest rank */
     int dense_internode, nteams, team_max, nmoved;
-    int team_sizes[6]; /* dense matrices with a team of 2, 4, ..., 64 */
+    int xteams;        /* of nteams, the expert shard groups' (every group's, summed) */
+    int team_sizes[6]; /* matrices with a team of 2, 4, ..., 64 (both groups) */
 };
 
 /* Print "shardopt-plan: msg" and exit 2. */

@@ -47,8 +47,10 @@
  * ns_team_frac run it; a team's all-reduce is costed at intra_node_gbps, or with --cost-rates
  * at B, as commit costs it, in the dtype the runtime's teams iterate in: bf16 for --ns-compute
  * device and bf16 (half the bytes of fp32's; every member forms A^2), fp32 for fp32
- * (plan_model_team_cfg). The table's last columns count them, --json gives "team_sizes"
- * {k: matrices}.
+ * (plan_model_team_cfg). Expert shard groups team as commit plans them: inside a node (their
+ * members are ep ranks apart) and only where the group's latest member finishes earlier
+ * (plan_cfg.team_guard). The table's last columns count both groups' teams, --json gives
+ * "team_sizes" {k: matrices} and "expert_ns_teams" (of ns_teams, the expert groups').
  *
  * A group lies inside a node when the dense shard group does (ranks are row-major over
  * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).
@@ -320,12 +322,13 @@ static void print_json(const struct prediction *r, int first)
            "\"adam_bytes\": %.0f, \"h2d_bytes\": %.0f, "
            "\"dense_group_internode\": %s, \"t_ns\": %.6e, \"t_comm\": %.6e, \"t_elem\": %.6e, "
            "\"step\": %.6e, \"ns_teams\": %d, \"team_size_max\": %d, \"team_bytes\": %.0f, "
-           "\"experts_moved\": %d, \"t_perfect\": %.6e, \"team_sizes\": {",
+           "\"experts_moved\": %d, \"expert_ns_teams\": %d, \"t_perfect\": %.6e, "
+           "\"team_sizes\": {",
            first ? "" : ", ", r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max, r->flops_mean,
            r->flops_max / r->flops_mean, r->dense_imbalance, r->expert_imbalance, r->dense_bytes,
            r->expert_bytes, r->state_bytes, r->mom_bytes, r->adam_bytes, r->h2d_bytes,
            r->dense_internode ? "true" : "false", r->t_ns, r->t_comm, r->t_elem, r->step, r->nteams,
-           r->team_max, r->team_bytes, r->nmoved, r->t_perfect);
+           r->team_max, r->team_bytes, r->nmoved, r->xteams, r->t_perfect);
     for (int i = 0, first_k = 1; i < 6; i++)
         if (r->team_sizes[i] > 0) {
             printf("%s\"%d\": %d", first_k ? "" : ", ", 2 << i, r->team_sizes[i]);

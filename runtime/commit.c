@@ -113,9 +113,11 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
 
     if (kind != GROUP_LOCAL)
         MPI_Comm_rank(kind == GROUP_DENSE ? rt->groups.dense : rt->groups.xs, &cfg.me);
-    if (kind == GROUP_DENSE && rt->team_cap > 1) { /* Newton-Schulz teams (commit_teams.c) */
+    if (kind != GROUP_LOCAL && rt->team_cap > 1) { /* Newton-Schulz teams (commit_teams.c) */
         cfg.team_cap = rt->team_cap;
-        cfg.node_members = rt->team_node_members;
+        /* an expert shard group's members are ep dense ranks apart: fewer share a node */
+        cfg.node_members = kind == GROUP_DENSE ? rt->team_node_members : rt->xs_team_node_members;
+        cfg.team_guard = kind == GROUP_EXPERT; /* teams there only where the group gains */
         cfg.team_frac = rt->cfg.ns_team_frac;
         /* a Gram element all-reduced (in the teams' dtype: ns_sharded.c) at cost_net_gbps, in
          * NS FLOPs at cost_gemm_gflops; bf16 teams form A^2 on every block (ns_sharded.c counts
@@ -394,6 +396,7 @@ static shardopt_status_t teams_setup(shardopt_runtime_t rt)
                           : NULL;
     rt->team_cap = 1;
     rt->team_node_members = 1;
+    rt->xs_team_node_members = 1;
     rt->team_compute = KDT_F32;
     if (rt->cfg.ns_team_cap < 2)
         return SHARDOPT_OK;
@@ -404,11 +407,22 @@ static shardopt_status_t teams_setup(shardopt_runtime_t rt)
         return SHARDOPT_OK;
     }
     rt->team_cap = rt->cfg.ns_team_cap;
-    if (commit_teams_node_members(rt, rt->groups.dense, &rt->team_node_members) != MPI_SUCCESS)
+    if (commit_teams_node_members(rt, rt->groups.dense, &rt->team_node_members) != MPI_SUCCESS ||
+        commit_teams_node_members(rt, rt->groups.xs, &rt->xs_team_node_members) != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM,
-                        "commit: rank %d: finding the dense group's node size for ns_team_cap "
-                        "failed",
+                        "commit: rank %d: finding the groups' node sizes for ns_team_cap failed",
                         rt->groups.me.rank);
+    /* Not over NCCL yet: a member whose team NCCL all-reduce fails stops its pipeline there
+     * (muon_exec.c), and its peers in the expert teams after it would wait in their teams' MPI
+     * norm all-reduce until comm_timeout_s ends the job (test_device_sim's stuck team, 8 ranks).
+     * The same on every rank: the expert shard groups' size and comm_backend are. */
+    if (rt->nccl[GROUP_EXPERT] != NULL && rt->xs_team_node_members > 1) {
+        rt->xs_team_node_members = 1;
+        if (rt->groups.me.rank == 0)
+            log_warn("commit: ns_team_cap = %d: the expert shard groups keep one owner per matrix "
+                     "with their exchanges over NCCL (only the dense group teams there)",
+                     rt->cfg.ns_team_cap);
+    }
     /* teams iterate in ns_compute's dtype, which every rank resolves alike (the owners' plan,
      * whose costs follow the variant tables of that dtype, depends on it as well), and so does
      * what decides the fallback below: the table (backend and offload are the same everywhere) */
@@ -487,7 +501,10 @@ static shardopt_status_t commit_run(shardopt_runtime_t rt)
     if (status == SHARDOPT_OK && rt->cfg.expert_moves)
         status = dense_refine(rt, &dense);
     if (status == SHARDOPT_OK)
-        status = commit_teams_create(rt, &rt->gx[GROUP_DENSE], "dense");
+        status = commit_teams_create(rt, &rt->gx[GROUP_DENSE], GROUP_DENSE, "dense");
+    /* after the dense group's on every rank: one order of the blocking creations everywhere */
+    if (status == SHARDOPT_OK)
+        status = commit_teams_create(rt, &rt->gx[GROUP_EXPERT], GROUP_EXPERT, "expert shard");
     transports_pick(rt);
     /* the member -> runtime rank tables outlive the shard tables: param stats name owners */
     rt->group_ranks[GROUP_DENSE] = dense.ranks;

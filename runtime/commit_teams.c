@@ -1,8 +1,8 @@
 /* Newton-Schulz teams (issue 22, docs/design.md "Newton-Schulz teams"): what commit adds for
- * them once the dense plan has placed them. The planner names each team matrix's members
- * (group_plan.team_of); the step all-reduces its norm and its Gram matrices over exactly those
- * members, so each distinct member set gets a communicator here (and, where the exchanges run
- * over NCCL, an NCCL one for the Gram matrices), made once and freed at release. */
+ * them once the dense and expert shard groups' plans have placed them. The planner names each team
+ * matrix's members (group_plan.team_of); the step all-reduces its norm and its Gram matrices over
+ * exactly those members, so each distinct member set gets a communicator here (and, where the
+ * exchanges run over NCCL, an NCCL one for the Gram matrices), made once and freed at release. */
 #include "runtime/commit_teams.h"
 
 #include <stdint.h>
@@ -35,7 +35,7 @@ int commit_teams_node_members(shardopt_runtime_t rt, MPI_Comm comm, int *out)
     return rc;
 }
 
-/* With the exchanges over NCCL (rt->nccl[GROUP_DENSE]: comm_backend = nccl, buffers on a device)
+/* With the group's exchanges over NCCL (rt->nccl[kind]: comm_backend = nccl, buffers on a device)
  * each set's own NCCL communicator, so that its Gram all-reduces stay on the device
  * (ns_sharded.c). Bootstrapped over the set's MPI communicator by its members alone
  * (nccl_group_create: ncclGetUniqueId on the set's first member, the id broadcast,
@@ -43,12 +43,12 @@ int commit_teams_node_members(shardopt_runtime_t rt, MPI_Comm comm, int *out)
  * stream (comm_nccl.h: one order of NCCL kernels on every rank). ncclCommSplit of the dense
  * group's communicator would make each set in a collective of the whole dense group. A member
  * whose set failed goes on to its later sets (their members are waiting there); the outcome is
- * agreed over every rank. The same condition on every rank: the dense groups' size and
- * comm_backend are. */
+ * agreed over every rank. The same condition on every rank: the groups' sizes and comm_backend
+ * are. */
 static shardopt_status_t teams_nccl_create(shardopt_runtime_t rt, struct group_exec *gx,
-                                           const char *group)
+                                           enum group_kind kind, const char *group)
 {
-    struct nccl_group *share = rt->nccl[GROUP_DENSE];
+    struct nccl_group *share = rt->nccl[kind];
     if (share == NULL || gx->nsets == 0)
         return SHARDOPT_OK;
     gx->set_nccl = mem_calloc((size_t)gx->nsets, sizeof *gx->set_nccl);
@@ -86,7 +86,7 @@ static const int *members_of(const struct group_plan *P, int m)
 }
 
 shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *gx,
-                                      const char *group)
+                                      enum group_kind kind, const char *group)
 {
     const struct group_plan *P = &gx->plan;
     const int n = P->nmatrices;
@@ -158,7 +158,7 @@ shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *
     status =
         commit_mpi_agree(rt, rc, "making the %s group's Newton-Schulz team communicators", group);
     if (status == SHARDOPT_OK)
-        status = teams_nccl_create(rt, gx, group);
+        status = teams_nccl_create(rt, gx, kind, group);
     if (status != SHARDOPT_OK)
         commit_teams_free(gx);
     return status;

@@ -146,7 +146,9 @@ struct shardopt_runtime {
 
     struct state_store store;
     struct group_exec gx[GROUP_KINDS];
-    int team_cap, team_node_members; /* the dense plan's (commit.c, teams_setup); 1: no teams */
+    /* the team cap of the dense and expert shard groups' plans (commit.c, teams_setup; 1: no
+     * teams) and the node size each group places its teams in (members per node, 1: none) */
+    int team_cap, team_node_members, xs_team_node_members;
     int team_compute; /* the dtype teams iterate in: ns_compute's, or fp32 (teams_setup) */
     /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
      * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest

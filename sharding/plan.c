@@ -470,7 +470,7 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     }
     P.nmatrices = n;
     bytes_asked = sizeof(int) * (size_t)(n ? n : 1);
-    if (plan_owners_assign(cfg, mats, n, &P) != 0)
+    if (plan_owners_pick(cfg, mats, n, &P) != 0)
         goto err_oom;
 
     /* upper bounds for the lists: one piece of mine per matrix, one incoming per holder */

@@ -94,6 +94,10 @@ struct plan_cfg {
                                 iteration all-reduce (the element's bytes, fp32 or bf16 as the
                                 teams iterate, x NS rate / the node's link rate); set with
                                 team_bf16 by plan_cfg_team_dtype */
+    int team_guard;          /* 1 (the expert shard groups'): the group planned with teams of at
+                                most 1, 2, 4, ... up to team_cap, the plan whose latest member
+                                finishes its work first kept (sharding/plan_owners_pick.c); 0:
+                                each matrix's team as team_frac and its cost give it (dense) */
     int team_bf16;           /* 1: teams iterate in bf16, whose members always form A^2
                                 (plan_ns_team_cost's narrow_ok 0); 0: fp32, a block narrower than
                                 m updated without it */

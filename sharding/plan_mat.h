@@ -102,4 +102,10 @@ double plan_team_fit(const struct plan_cfg *cfg, const struct plan_carry *c, con
 double plan_owner_fit(const struct plan_cfg *cfg, const struct plan_carry *c, const struct mat *m,
                       int *out);
 
+/* plan_owners_assign; with cfg->team_guard (and a team cap) the group planned with teams of at
+ * most 1, 2, 4, ... up to the cap, the plan whose latest member's work is earliest kept
+ * (plan_owners_pick.c). Returns 0, -1 when out of memory. */
+int plan_owners_pick(const struct plan_cfg *cfg, const struct mat *mats, int n,
+                     struct group_plan *P);
+
 #endif

@@ -28,6 +28,7 @@ declare -A short=(
     [kernels/cuda_none.c]="kernel_ops_cuda device_ops_cuda" # the CUDA tables where the build has none
     [sharding/plan_owners.c]="plan_" # the planner's owner half: plan_owners_assign
     [sharding/plan_teams.c]="plan_"  # its teams: plan_ns_team_cost, plan_team_size, plan_charge, ...
+    [sharding/plan_owners_pick.c]="plan_" # plan_owners_pick: an expert group's teams only where they pay
     [runtime/context.c]="rt_"                # the runtime object's own functions (runtime.h)
     [runtime/commit_check.c]="commit_"
     [runtime/commit_buffers.c]="commit_" # commit's second half: commit_release, commit_*_alloc

@@ -591,7 +591,7 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
     /* teams over NCCL: a member may come from a team's drain that waited comm_timeout_s (a stuck
      * peer), while the others wait here; doubled as the step's end agreement is (step.c) */
     struct groups patient = rt->groups;
-    if (rt->gx[GROUP_DENSE].set_nccl != NULL)
+    if (rt->gx[GROUP_DENSE].set_nccl != NULL || rt->gx[GROUP_EXPERT].set_nccl != NULL)
         patient.timeout_s *= 2; /* 0 (never) stays 0 */
     status = groups_agree(&patient, status, "step");
     rt->ns_torn |= status != SHARDOPT_OK; /* runtime.h: every rank refuses from now on */

@@ -18,12 +18,17 @@ scale=(--preset tiny --width-div 1 --experts-div 1)
 # or 4, the plan costing their all-reduces at the runtime's default cost rates, as commit does;
 # with expert_moves too, the experts planned around the dense load with its all-reduces. The
 # team all-reduces carry ns_compute's dtype (bf16: half the bytes); GLM-4.5-Air at width / 8 in
-# teams of 4, explicitly in bf16 and in fp32.
+# teams of 4, explicitly in bf16 and in fp32. Expert teams: tiny-experts' one MoE layer, its
+# experts sharded along rows or columns (no member holds one whole) over an expert shard group of
+# 4 (ep 1) or 2 (ep 2), with expert_moves too (the teams stay, whole-matrix moves go around
+# them), teams of up to 2 or 4 (the group's plan picks 2); such a layout must plan expert teams
+# (expert_ns_teams).
 # The tiny shapes run the plain variant; GLM-4.5-Air at
 # width / 8 (512-wide dense matrices, 176 x 512 experts) has symmetric products in both ns_compute
 # tables, and Gram and AOL change the count, so it runs under each option the count depends on;
 # ns_strategy sharded and auto keep matrices out of the owners' plan (each holder counts its
 # columns).
+xt=(--preset tiny-experts --layers 1) # 6 expert matrices over 4 (or 2) members: teams of 2 pay
 glm=(--preset glm45-air --layers 1 --width-div 8 --experts-div 8 --momentum-dtype fp32)
 aol="--set ns_precondition=aol --set ns_coeffs=aol --set ns_steps=4|--ns-precondition aol"
 layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
@@ -33,6 +38,9 @@ layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 
          "--ep 2|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
          "--ep 1 --cp 2|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
          "--ep 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25"
+         "${xt[*]} --ep 1 --expert-shard-dim 1|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
+         "${xt[*]} --ep 2 --expert-shard-dim 1|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25"
+         "${xt[*]} --ep 1 --expert-shard-dim 2|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25"
          "${glm[*]} --ep 1|--ns-compute bf16 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
          "${glm[*]} --ep 1|--ns-compute fp32 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
          "${glm[*]} --ep 2|--ns-compute fp32|"
@@ -68,6 +76,9 @@ import json, sys
 layout, run, pred = sys.argv[1], json.loads(sys.argv[2])["results"][0], json.loads(sys.argv[3])["layouts"][0]
 if "--teams" in sys.argv[4] and pred["ns_teams"] == 0:  # the team layouts must run teams
     print(f"{layout}: no Newton-Schulz team planned   MISMATCH")
+    sys.exit(1)
+if "--teams" in sys.argv[4] and "tiny-experts --layers 1" in layout and pred["expert_ns_teams"] == 0:
+    print(f"{layout}: no expert Newton-Schulz team planned   MISMATCH")
     sys.exit(1)
 pairs = [("state bytes/rank", run["state_bytes_per_rank"], pred["state_bytes"]),
          ("momentum bytes", run["momentum_bytes"], pred["momentum_bytes"]),

@@ -570,8 +570,10 @@ static void sharded_on_the_device(int aol, int strategy)
     ASSERT_EQ_INT(st, SHARDOPT_OK);
     /* bf16 teams iterate in bf16 on the device too (issue 22), as on the CPU */
     EXPECT_EQ_INT(dev.rt->team_compute, cpu.rt->team_compute);
-    /* team matrices, or matrices kept sharded */
-    int n = dev.rt->gx[GROUP_DENSE].plan.nteams, want = cpu.rt->gx[GROUP_DENSE].plan.nteams;
+    /* team matrices (the dense group's and, where the model's experts are sharded over an
+     * expert shard group of two or more, the expert group's too), or matrices kept sharded */
+    int n = dev.rt->gx[GROUP_DENSE].plan.nteams + dev.rt->gx[GROUP_EXPERT].plan.nteams,
+        want = cpu.rt->gx[GROUP_DENSE].plan.nteams + cpu.rt->gx[GROUP_EXPERT].plan.nteams;
     for (int p = 0; strategy && p < MODEL_NPARAMS; p++) {
         n += dev.rt->params[p]->ns_sharded;
         want += cpu.rt->params[p]->ns_sharded;
@@ -591,24 +593,27 @@ static void sharded_on_the_device(int aol, int strategy)
         EXPECT_TRUE(sim_shard_calls > calls);
     /* in bf16 on its bf16 entries, or (fp32) never on them: a team block on this rank */
     int mine = 0;
-    for (int w = 0; w < dev.rt->gx[GROUP_DENSE].plan.nowned; w++)
-        mine += dev.rt->gx[GROUP_DENSE].plan.owned[w].team > 1;
+    for (int g = GROUP_DENSE; g <= GROUP_EXPERT; g++)
+        for (int w = 0; w < dev.rt->gx[g].plan.nowned; w++)
+            mine += dev.rt->gx[g].plan.owned[w].team > 1;
     if (!on_cuda && mine > 0)
         EXPECT_EQ_INT(sim_shard_bf16_calls > bf16_calls, dev.rt->team_compute == KDT_BF16);
 #ifdef SHARDOPT_TEST_NCCL_MOCK
     if (!strategy && !on_host) { /* exchanges over NCCL: each team block's Gram all-reduces too,
                                     ns_steps per step of m^2 + 1 floats (the flag), none on the
                                     host's MPI path (which leaves the mock's count as it was) */
-        const struct group_plan *P = &dev.rt->gx[GROUP_DENSE].plan;
         long want = 0;
         double elems = 0;
-        for (int w = 0; w < P->nowned; w++)
-            if (P->owned[w].team > 1) {
-                const double m =
-                    (double)(P->owned[w].team_rows ? P->owned[w].cols : P->owned[w].rows);
-                want += 3L * dev.rt->cfg.ns_steps;
-                elems += 3.0 * dev.rt->cfg.ns_steps * (m * m + 1);
-            }
+        for (int g = GROUP_DENSE; g <= GROUP_EXPERT; g++) { /* both groups' teams */
+            const struct group_plan *P = &dev.rt->gx[g].plan;
+            for (int w = 0; w < P->nowned; w++)
+                if (P->owned[w].team > 1) {
+                    const double m =
+                        (double)(P->owned[w].team_rows ? P->owned[w].cols : P->owned[w].rows);
+                    want += 3L * dev.rt->cfg.ns_steps;
+                    elems += 3.0 * dev.rt->cfg.ns_steps * (m * m + 1);
+                }
+        }
         EXPECT_EQ_INT((int)(nccl_mock_allreduces() - ar0), (int)want);
         /* in the teams' dtype: ncclBfloat16 for bf16 teams */
         EXPECT_EQ_INT((int)(nccl_mock_allreduces_bf16() - arb0), team_bf16 ? (int)want : 0);

@@ -26,11 +26,16 @@
 
 static int me, ranks;
 static int dense_n, dense_me; /* this rank's dense group: its size and this rank's place */
+static int xs_n, xs_me;       /* this rank's expert shard group, the same */
+/* the runs' ep and the dim their expert stacks are sharded along (preset_shards_register):
+ * 0 (whole experts) but in expert_teams_match_one_owner_per_matrix */
+static int run_ep = 1, run_xdim = 0;
 
 struct run_out {
     float *w0, *w;    /* this rank's weights before and after, every tensor's shard in order */
     int64_t *at;      /* [p.n + 1]: where each tensor's shard starts */
     int nteams;       /* the dense plan's team matrices */
+    int xteams;       /* this rank's expert shard group plan's */
     int64_t matrices; /* stats.muon_matrices */
     uint64_t dense;   /* dense exchange bytes sent + received */
     int ns_bf16;      /* ns_compute resolved to bf16 */
@@ -43,7 +48,8 @@ static float *weights(const struct preset *p, const struct preset_shards *ps, in
     int64_t o = 0;
     for (int i = 0; out != NULL && i < p->n; i++) {
         struct preset_shard sh;
-        preset_shard_of(&p->t[i], 1, dense_n, dense_me, 0, &sh); /* ep 1: both groups alike */
+        const int x = p->t[i].expert;
+        preset_shard_of(&p->t[i], run_ep, x ? xs_n : dense_n, x ? xs_me : dense_me, run_xdim, &sh);
         if (at != NULL)
             at[i] = o;
         memcpy(out + o, ps->w[i], sizeof(float) * (size_t)sh.numel);
@@ -69,7 +75,9 @@ static shardopt_status_t start(shardopt_config_t *cfg, const struct preset *p,
     shardopt_get_stats(*rt, &s);
     dense_n = s.dense_size;
     dense_me = s.dense_rank;
-    return preset_shards_register(*rt, p, 0, 4242 + (uint64_t)dense_me, NULL, ps);
+    xs_n = s.expert_shard_size;
+    xs_me = s.expert_shard_rank;
+    return preset_shards_register(*rt, p, run_xdim, 4242 + (uint64_t)dense_me, NULL, ps);
 }
 
 static int aol, split; /* the runs' ns_precondition = aol, replica_split */
@@ -79,7 +87,7 @@ static shardopt_config_t config(int cap, int bf16)
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
     cfg.dp_replicate = replicas;
     cfg.replica_check_every = replicas > 1; /* the replicas' bits compared after every step */
-    cfg.ep = 1;
+    cfg.ep = run_ep;
     cfg.num_threads = 1;
     cfg.ns_team_cap = cap;
     cfg.offload = cap > 1 ? offload : SHARDOPT_OFFLOAD_NONE;
@@ -119,6 +127,7 @@ static int run(const struct preset *p, shardopt_config_t cfg, struct run_out *o)
         return -1;
     o->w = weights(p, &ps, NULL);
     o->nteams = rt->gx[GROUP_DENSE].plan.nteams;
+    o->xteams = rt->gx[GROUP_EXPERT].plan.nteams;
     o->ns_bf16 = rt->ns_compute == KDT_BF16;
     o->team_bf16 = rt->team_compute == KDT_BF16;
     shardopt_stats_t st = SHARDOPT_STATS_INIT;
@@ -136,10 +145,10 @@ static void run_free(struct run_out *o)
     free(o->at);
 }
 
-/* The largest relative Frobenius difference, over the tensors, of the updates of a and b (b the
- * reference), each tensor's sums taken over every rank. */
+/* The largest relative Frobenius difference, over the tensors (the expert stacks only: experts
+ * 1), of the updates of a and b (b the reference), each tensor's sums taken over every rank. */
 static double worst_update_diff(const struct preset *p, const struct run_out *a,
-                                const struct run_out *b, const char **which)
+                                const struct run_out *b, const char **which, int experts)
 {
     double *s = calloc(2 * (size_t)p->n, sizeof(double)), worst = 0;
     for (int i = 0; i < p->n; i++)
@@ -151,7 +160,7 @@ static double worst_update_diff(const struct preset *p, const struct run_out *a,
     MPI_Allreduce(MPI_IN_PLACE, s, 2 * p->n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     for (int i = 0; i < p->n; i++) {
         const double r = s[2 * i + 1] > 0 ? sqrt(s[2 * i] / s[2 * i + 1]) : sqrt(s[2 * i]);
-        if (r > worst || isnan(r)) {
+        if ((r > worst || isnan(r)) && (!experts || p->t[i].expert)) {
             worst = r;
             *which = p->t[i].name;
         }
@@ -160,13 +169,17 @@ static double worst_update_diff(const struct preset *p, const struct run_out *a,
     return worst;
 }
 
+/* the runs' preset and MoE layers (0: its own): tiny but in expert_teams_... */
+static const char *run_preset = "tiny";
+static int run_layers;
+
 static void load_tiny(struct preset *p)
 {
     char err[256];
-    struct preset_scale sc = {0, 1, 1};
+    struct preset_scale sc = {run_layers, 1, 1};
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-    if (preset_load("tiny", SHARDOPT_PRESET_DIR, &sc, p, err, sizeof err) != 0) {
+    if (preset_load(run_preset, SHARDOPT_PRESET_DIR, &sc, p, err, sizeof err) != 0) {
         fprintf(stderr, "preset: %s\n", err);
         abort();
     }
@@ -188,18 +201,25 @@ static void teams_against_owners(int with_bf16)
             const char *which = "";
             ASSERT_EQ_INT(run(&p, config(cap, bf16), &on), 0);
             EXPECT_TRUE(on.nteams > 0);
+            /* experts sharded along a matrix dim: no member holds one whole, so they team too */
+            EXPECT_TRUE(run_xdim == 0 || on.xteams > 0);
+            EXPECT_TRUE(run_xdim != 0 || on.xteams == 0);
             /* bf16 Newton-Schulz (auto: where the CPU has native bf16) runs its teams in bf16 */
             EXPECT_EQ_INT(on.team_bf16, bf16 && on.ns_bf16);
             /* a team's matrix counts once (on its lead): the job's total is unchanged */
             int64_t total[2] = {on.matrices, off.matrices};
             MPI_Allreduce(MPI_IN_PLACE, total, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
             EXPECT_EQ_INT(total[0], total[1]);
-            const double d = worst_update_diff(&p, &on, &off, &which);
+            const char *xwhich = "";
+            const double d = worst_update_diff(&p, &on, &off, &which, 0),
+                         dx = worst_update_diff(&p, &on, &off, &xwhich, 1);
             if (me == 0)
-                printf("  %s, teams of up to %d: worst update difference %.3g (%s)\n",
-                       bf16 ? "bf16" : "fp32", cap, d, which);
+                printf("  ep %d, experts sharded along dim %d, %s, teams of up to %d: worst update "
+                       "difference %.3g (%s), of the experts %.3g (%s)\n",
+                       run_ep, run_xdim, bf16 ? "bf16" : "fp32", cap, d, which, dx, xwhich);
             EXPECT_TRUE(d <= (bf16 ? 1.5e-2 : 1e-4));
             EXPECT_TRUE(d > 0); /* the teams computed (their sums run in another order) */
+            EXPECT_TRUE(run_xdim == 0 || dx > 0); /* and the experts' teams */
             run_free(&on);
         }
         run_free(&off);
@@ -208,6 +228,27 @@ static void teams_against_owners(int with_bf16)
 }
 
 TEST(team_updates_match_one_owner_per_matrix) { teams_against_owners(1); }
+
+/* Expert shard groups plan and run teams as the dense group does (issue 22): tiny-experts' two
+ * wide experts per stack sharded along their rows, so that no member holds one whole, over an
+ * expert shard group of every rank (ep 1) and of every other rank (ep 2: {0, 2}, {1, 3}, ...
+ * whose team communicators are made from the expert shard group's), teams forced small as above.
+ * An expert group keeps teams only where its latest member finishes earlier with them
+ * (plan_cfg.team_guard): one MoE layer on 4 ranks, two on 8, hold more matrices than the group
+ * has members but not a multiple of them, where teams of 2 pay. fp32 and bf16 within the bounds
+ * of one owner per matrix. Before, the expert groups planned no team (on.xteams 0 fails it). */
+TEST(expert_teams_match_one_owner_per_matrix)
+{
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    run_preset = "tiny-experts";
+    run_layers = ranks == 4 ? 1 : 0;
+    run_xdim = 1;
+    for (run_ep = 1; run_ep <= 2; run_ep++)
+        teams_against_owners(1);
+    run_ep = 1;
+    run_xdim = run_layers = 0;
+    run_preset = "tiny";
+}
 
 /* dp_replicate 2: each replica's dense group plans the same teams (the node size is agreed over
  * the replicas), so replica_check_every = 1 finds the replicas' bits equal after every step (a

@@ -1173,3 +1173,73 @@ TEST(buckets_beyond_an_mpi_count_are_refused_not_wrapped)
     EXPECT_TRUE(sent * 2 == P.bytes_sent);
     plan_free(&P);
 }
+
+/* team_guard (an expert shard group's plan, sharding/plan_owners_pick.c): teams only where the
+ * group's latest member finishes its work earlier with them. Eight 64 x 512 experts sharded
+ * along rows over 8 members: each one over team_frac x the mean, so matrix by matrix every one
+ * goes to a team, and every member then carries a redundant 64 x 64 Gram matrix per team it is
+ * in: the latest finish is later than one owner each (the expert rows at 16,384 GPUs,
+ * docs/scaling.md). With the guard: one owner per matrix, the bits of the plan with team_cap 1;
+ * without it (the dense group's rule) the teams stay. One heavy 64 x 4096 matrix among light ones
+ * over 4 members: the team shortens the latest finish, and the guard keeps it. */
+TEST(an_expert_group_keeps_its_teams_only_where_the_group_finishes_earlier)
+{
+    static struct plan_box bx[2][MAXM];
+    struct plan_param even = {
+        .param = 0, .ndim = 3, .shape = {8, 64, 512}, .k_lo = 0, .k_count = 8};
+    boxes_make(bx[0], 8, 3, even.shape, 1, 0, 8, 0); /* rows: no member holds one whole */
+    even.boxes = bx[0];
+    for (int guard = 0; guard <= 1; guard++) {
+        struct plan_cfg cfg = {.members = 8,
+                               .me = 0,
+                               .bucket_bytes = 1 << 20,
+                               .esize = 2,
+                               .team_cap = 8,
+                               .node_members = 8,
+                               .team_guard = guard};
+        struct plan_cfg solo = cfg;
+        solo.team_cap = 1;
+        struct group_plan P, S;
+        ASSERT_EQ_INT(plan_build(&cfg, &even, 1, &P), SHARDOPT_OK);
+        ASSERT_EQ_INT(plan_build(&solo, &even, 1, &S), SHARDOPT_OK);
+        EXPECT_EQ_INT(S.nteams, 0);
+        EXPECT_EQ_INT(P.nteams, guard ? 0 : 8);
+        double latest[2] = {0, 0};
+        for (int i = 0; i < 8; i++) {
+            latest[0] = P.work[i] > latest[0] ? P.work[i] : latest[0];
+            latest[1] = S.work[i] > latest[1] ? S.work[i] : latest[1];
+        }
+        EXPECT_TRUE(guard ? latest[0] == latest[1] : latest[0] > latest[1]);
+        for (int m = 0; guard && m < P.nmatrices; m++) {
+            EXPECT_EQ_INT(P.owner[m], S.owner[m]);
+            EXPECT_EQ_INT(P.team[m], 1);
+        }
+        EXPECT_TRUE(!guard || (P.bytes_sent == S.bytes_sent && P.nowned == S.nowned));
+        plan_free(&P);
+        plan_free(&S);
+    }
+    struct plan_param mixed[2] = {
+        {.param = 0, .ndim = 2, .shape = {64, 4096, 1}, .k_lo = 0, .k_count = 1},
+        {.param = 1, .ndim = 3, .shape = {6, 16, 64}, .k_lo = 0, .k_count = 6},
+    };
+    boxes_make(bx[0], 4, 2, mixed[0].shape, 0, 0, 1, 0);
+    boxes_make(bx[1], 4, 3, mixed[1].shape, 1, 0, 6, 0);
+    mixed[0].boxes = bx[0];
+    mixed[1].boxes = bx[1];
+    struct plan_cfg cfg = {.members = 4,
+                           .me = 0,
+                           .bucket_bytes = 1 << 20,
+                           .esize = 2,
+                           .team_cap = 4,
+                           .node_members = 4,
+                           .team_guard = 1};
+    struct group_plan P;
+    ASSERT_EQ_INT(plan_build(&cfg, mixed, 2, &P), SHARDOPT_OK);
+    EXPECT_TRUE(P.team[0] > 1); /* the heavy one, in a team */
+    EXPECT_EQ_INT(P.nteams, 1);
+    double latest = 0;
+    for (int i = 0; i < 4; i++)
+        latest = P.work[i] > latest ? P.work[i] : latest;
+    EXPECT_TRUE(latest < plan_ns_cost(64, 4096));
+    plan_free(&P);
+}

@@ -381,15 +381,15 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     double *g_r = calloc(X, sizeof(double)), *g_s = calloc(X, sizeof(double));
     double *g_f = calloc(X, sizeof(double)), *g_b = calloc(X, sizeof(double));
     double *g_o = calloc(X, sizeof(double)), *g_t = calloc(X, sizeof(double));
-    double *base = calloc(D > X ? D : X, sizeof(double));
+    double *base = calloc(D > X ? D : X, sizeof(double)), *g_c = calloc(X, sizeof(double));
     double *state = calloc(D, sizeof(double)), *mom = calloc(D, sizeof(double));
-    double *elem = calloc(D, sizeof(double));
+    double *elem = calloc(D, sizeof(double)), *xafter = calloc(D, sizeof(double));
     double *xbase = calloc(D, sizeof(double)); /* each dense member's expert load, before moves */
     if (xbase == NULL || skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL ||
         dtb == NULL || dtc == NULL || xflops == NULL || xbytes == NULL || xowned == NULL ||
         xtb == NULL || g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL || base == NULL ||
         state == NULL || mom == NULL || elem == NULL || dreal == NULL || xreal == NULL ||
-        g_r == NULL || dsh == NULL || xsh == NULL || g_s == NULL)
+        g_r == NULL || dsh == NULL || xsh == NULL || g_s == NULL || g_c == NULL || !xafter)
         plan_model_die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -429,18 +429,18 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                             .bytes = g_b,
                             .owned = g_o,
                             .tbytes = g_t,
+                            .tcomm = g_c,
                             .real = g_r,
                             .sharded = g_s,
                             .kmax = 1};
-    /* the expert shard groups' teams too: their members are ep dense ranks apart, so with ep of
-     * a node or more none shares a node with another, and they have none */
+    /* expert teams too, in a node (their members are ep ranks apart: none with ep >= a node) */
     const int xnode = expert_node_members(mc, r->dense, o->ep);
     struct plan_cfg xcfg1 = {0};
     teams_cfg(o, mc, r->xs, xnode, 1, &xcfg1);
     group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg1, &xo1);
     struct plan_cfg dcfg = {0};
     for (int d = 0; d < r->dense; d++)
-        xbase[d] = g_f[d / o->ep];
+        xbase[d] = g_f[d / o->ep] + g_c[d / o->ep]; /* its all-reduces too, as commit's */
     dcfg.base_load = o->joint ? xbase : NULL;
     teams_cfg(o, mc, r->dense, mc->gpus_per_node, 0, &dcfg);
     /* the team sizes count the exchange too, on top of the busiest expert member's bytes, at the
@@ -479,12 +479,9 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                 const int d = j * o->ep + e;
                 base[j] = dflops[d] + dtc[d];
             }
-            memset(g_f, 0, X * sizeof(double));
-            memset(g_b, 0, X * sizeof(double));
-            memset(g_o, 0, X * sizeof(double));
-            memset(g_t, 0, X * sizeof(double));
-            memset(g_r, 0, X * sizeof(double));
-            memset(g_s, 0, X * sizeof(double));
+            double *const gs[] = {g_f, g_b, g_o, g_t, g_r, g_s, g_c};
+            for (size_t a = 0; a < sizeof gs / sizeof *gs; a++)
+                memset(gs[a], 0, X * sizeof(double));
             xcfg.base_load = base;
             /* as commit computes it (runtime/commit.c, expert_replan) from --cost-rates */
             xcfg.move_cost = elem_cost;
@@ -493,6 +490,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                                    .bytes = g_b,
                                    .owned = g_o,
                                    .tbytes = g_t,
+                                   .tcomm = g_c,
                                    .real = g_r,
                                    .sharded = g_s,
                                    .kmax = 1};
@@ -503,6 +501,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             for (int j = 0; j < r->xs; j++) {
                 const int d = j * o->ep + e;
                 xflops[d] = g_f[j];
+                xafter[d] = g_f[j] + g_c[j]; /* the refine load: all-reduces too (dense_refine) */
                 xbytes[d] = g_b[j];
                 xowned[d] = g_o[j];
                 xtb[d] = g_t[j];
@@ -516,7 +515,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         double xmax = 0;
         for (int d = 0; d < r->dense; d++)
             xmax = xbytes[d] > xmax ? xbytes[d] : xmax;
-        dcfg.refine_load = xflops;
+        dcfg.refine_load = xafter;
         dcfg.refine_cost = elem_cost;
         dcfg.refine_comm = dcfg.refine_cost * (round(xmax) / COMM_ES);
         double *const dense_arrays[] = {dflops, dbytes, downed, dtb, dtc, dreal, dsh};
@@ -597,9 +596,9 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     }
     r->step = r->t_elem + (r->t_ns > r->t_comm ? r->t_ns : r->t_comm);
     free(skip);
-    double *const arrays[] = {dflops, dbytes, downed, dtb,  dtc,   xflops, xbytes, xowned,
-                              xtb,    dreal,  xreal,  g_r,  dsh,   xsh,    g_s,    g_f,
-                              g_b,    g_o,    g_t,    base, state, elem,   mom,    xbase};
+    double *const arrays[] = {dflops, dbytes, downed, dtb,  dtc, xflops, xbytes, xowned, xtb,
+                              dreal,  xreal,  g_r,    dsh,  xsh, g_s,    g_f,    g_b,    g_o,
+                              g_t,    base,   state,  elem, mom, xbase,  g_c,    xafter};
     for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++)
         free(arrays[a]);
     return 0;

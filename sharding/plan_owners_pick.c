@@ -66,9 +66,12 @@ static void keep(struct group_plan *P, struct kept *k, int n, int members, int s
 int plan_owners_pick(const struct plan_cfg *cfg, const struct mat *mats, int n,
                      struct group_plan *P)
 {
-    if (!cfg->team_guard || P->team_cap < 2)
-        return plan_owners_assign(cfg, mats, n, P);
     const int members = cfg->members, cap = P->team_cap;
+    /* the largest team any matrix can have (team_size): none, one plan (ep >= a node's ranks) */
+    int lim = cap < cfg->node_members ? cap : cfg->node_members;
+    lim = lim < members ? lim : members;
+    if (!cfg->team_guard || lim < 2)
+        return plan_owners_assign(cfg, mats, n, P);
     const size_t nn = (size_t)(n ? n : 1), dm = sizeof(double) * (size_t)members;
     struct kept k = {.owner = mem_malloc(sizeof(int) * nn * (size_t)(2 + cap)),
                      .load = mem_malloc(3 * dm)};
@@ -83,7 +86,7 @@ int plan_owners_pick(const struct plan_cfg *cfg, const struct mat *mats, int n,
     k.team_comm = k.load + 2 * (size_t)members;
     double best = 0;
     int rc = 0;
-    for (int c = 1; rc == 0 && c <= cap; c *= 2) {
+    for (int c = 1; rc == 0 && c <= lim; c *= 2) {
         memset(P->load, 0, dm);
         memset(P->work, 0, dm);
         memset(P->team_comm, 0, dm);

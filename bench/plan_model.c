@@ -76,12 +76,6 @@ static double block_overlap(const struct plan_param *q, int64_t k, int m, int j,
  * perform it: the device's products whole (runtime/commit.c runs its plain variant), the CPU's
  * symmetric ones in the blocks of the variant the committed per-shape table picks (runtime/commit.c
  * param_plan, kernels/ns_variant.h), counted by sharding/plan.c's copy of the runtime's count. */
-/* 1 where teams iterate in bf16, as runtime/commit.c's teams_setup resolves team_compute: bf16
- * with --ns-compute bf16 (the CPU's bf16 teams) and device (ns_compute resolves to bf16 on the
- * CUDA backend, whose table has the bf16 team entries, runtime/step/ns_sharded.c: a bf16 Gram
- * all-reduce, A^2 formed on every block); fp32 with --ns-compute fp32. Before issue 22's device
- * teams the tool priced device teams as fp32 ones. */
-static int team_bf16(const struct opts *o) { return o->ns_compute != KDT_F32; }
 
 /* Where Gram restarts (0 for standard) on one rows x cols matrix in the kernels --ns-compute
  * names, from the table and the shape, as runtime/commit.c's gram_restarts takes it (device:
@@ -296,40 +290,13 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
     free(boxes);
 }
 
-void plan_model_team_cfg(const struct opts *o, const struct machine *mc, struct plan_cfg *cfg)
+/* The largest of a[0..n), 0 when none is positive */
+static double max_of(const double *a, int n)
 {
-    /* Gram elements at commit's rates (--cost-rates), or at the node's link rate */
-    const int c = o->cost_gflops > 0;
-    plan_cfg_team_dtype(cfg, team_bf16(o),
-                        c ? o->cost_gflops : mc->gemm_tflops * 1e12 * mc->ns_fraction,
-                        c ? o->cost_gbps : mc->intra_gbps * 1e9);
-}
-
-/* --teams on a group of `members` ranks, `node` a node, as commit sets each group's plan_cfg
- * (guard: team_guard, 1 for an expert shard group) */
-static void teams_cfg(const struct opts *o, const struct machine *mc, int members, int node,
-                      int guard, struct plan_cfg *cfg)
-{
-    cfg->team_guard = guard;
-    cfg->team_cap = o->teams > 0 ? o->teams : mc->gpus_per_node; /* node: one node's ranks */
-    cfg->node_members = members < node ? members : node;
-    cfg->team_frac = o->team_frac;
-    plan_model_team_cfg(o, mc, cfg);
-}
-
-/* The fewest members of EP rank 0's expert shard group (dense ranks 0, ep, 2ep, ...) sharing a
- * node, as commit finds them (commit_teams_node_members): G / ep, or 1 where ep >= G. */
-static int expert_node_members(const struct machine *mc, int dense, int ep)
-{
-    const int G = mc->gpus_per_node;
-    int fewest = dense;
-    for (int lo = 0; lo < dense; lo += G) {
-        int n = 0;
-        for (int d = lo; d < lo + G && d < dense; d++)
-            n += d % ep == 0;
-        fewest = n > 0 && n < fewest ? n : fewest;
-    }
-    return fewest;
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m = a[i] > m ? a[i] : m;
+    return m;
 }
 
 /* `times` groups' teams planned as x into r's counts (and r->xteams where expert) */
@@ -434,25 +401,22 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                             .sharded = g_s,
                             .kmax = 1};
     /* expert teams too, in a node (their members are ep ranks apart: none with ep >= a node) */
-    const int xnode = expert_node_members(mc, r->dense, o->ep);
+    const int xnode = plan_model_expert_node_members(mc, r->dense, o->ep);
     struct plan_cfg xcfg1 = {0};
-    teams_cfg(o, mc, r->xs, xnode, 1, &xcfg1);
+    plan_model_teams_cfg(o, mc, r->xs, xnode, 1, &xcfg1);
     group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg1, &xo1);
     struct plan_cfg dcfg = {0};
     for (int d = 0; d < r->dense; d++)
         xbase[d] = g_f[d / o->ep] + g_c[d / o->ep]; /* its all-reduces too, as commit's */
     dcfg.base_load = o->joint ? xbase : NULL;
-    teams_cfg(o, mc, r->dense, mc->gpus_per_node, 0, &dcfg);
+    plan_model_teams_cfg(o, mc, r->dense, mc->gpus_per_node, 0, &dcfg);
     /* the team sizes count the exchange too, on top of the busiest expert member's bytes, at the
      * moves' element cost (commit's first dense plan with teams; sharding/plan.h, refine_cost) */
     const double elem_cost = o->cost_gflops > 0
                                  ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
                                  : COMM_ES * rate / (bw * o->ns_steps);
-    double xmax0 = 0;
-    for (int j = 0; j < r->xs; j++)
-        xmax0 = g_b[j] > xmax0 ? g_b[j] : xmax0;
     dcfg.refine_cost = elem_cost;
-    dcfg.refine_comm = elem_cost * (round(xmax0) / COMM_ES);
+    dcfg.refine_comm = elem_cost * (round(max_of(g_b, r->xs)) / COMM_ES);
     struct group_out dout = {.flops = dflops,
                              .bytes = dbytes,
                              .owned = downed,
@@ -465,15 +429,13 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     struct group_out xout = {0};
     xout.kmax = 1;
-    double dense_max = 0; /* the busiest dense member's exchange bytes, as commit all-reduces the
-                             plan's integer count (rounded: the sum here is in doubles) */
-    for (int d = 0; d < r->dense; d++)
-        dense_max = dbytes[d] > dense_max ? dbytes[d] : dense_max;
-    dense_max = round(dense_max);
+    /* the busiest dense member's exchange bytes, as commit all-reduces the plan's integer count
+     * (rounded: the sum here is in doubles) */
+    const double dense_max = round(max_of(dbytes, r->dense));
     if (o->moves) {
         for (int e = 0; e < o->ep; e++) {
             struct plan_cfg xcfg = {0};
-            teams_cfg(o, mc, r->xs, xnode, 1, &xcfg);
+            plan_model_teams_cfg(o, mc, r->xs, xnode, 1, &xcfg);
             for (int j = 0; j < r->xs; j++) { /* the dense plan's load, all-reduces included,
                                                   as commit all-gathers it (expert_replan) */
                 const int d = j * o->ep + e;
@@ -512,9 +474,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         /* the dense group placed again on the experts' load after their moves, its exchange
          * counted on top of the busiest expert member's (commit's dense_refine; sharding/plan.h,
          * refine_load): kept where its latest finish is earlier */
-        double xmax = 0;
-        for (int d = 0; d < r->dense; d++)
-            xmax = xbytes[d] > xmax ? xbytes[d] : xmax;
+        const double xmax = max_of(xbytes, r->dense);
         dcfg.refine_load = xafter;
         dcfg.refine_cost = elem_cost;
         dcfg.refine_comm = dcfg.refine_cost * (round(xmax) / COMM_ES);
@@ -540,13 +500,10 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     double sum = 0, maxelem = 0, maxowned = 0, tns = 0;
     /* each group's own balance: max over its members / their mean (1 when it owns nothing), in
      * the FLOPs the kernels perform */
-    double dmax = 0, dsum = 0, xmax = 0, xsum = 0;
-    for (int d = 0; d < r->dense; d++) {
-        dmax = dreal[d] > dmax ? dreal[d] : dmax;
-        dsum += dreal[d];
-        xmax = xreal[d] > xmax ? xreal[d] : xmax;
-        xsum += xreal[d];
-    }
+    const double dmax = max_of(dreal, r->dense), xmax = max_of(xreal, r->dense);
+    double dsum = 0, xsum = 0;
+    for (int d = 0; d < r->dense; d++)
+        dsum += dreal[d], xsum += xreal[d];
     r->dense_imbalance = dsum > 0 ? dmax / (dsum / r->dense) : 1.0;
     r->expert_imbalance = xsum > 0 ? xmax / (xsum / r->dense) : 1.0;
     for (int d = 0; d < r->dense; d++) {
@@ -561,8 +518,6 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         tns = t > tns ? t : tns;
         /* what the runtime counts in bytes_ns_allreduce_last: both groups' Gram all-reduces */
         r->team_bytes = dtb[d] + xtb[d] > r->team_bytes ? dtb[d] + xtb[d] : r->team_bytes;
-        r->dense_bytes = dbytes[d] > r->dense_bytes ? dbytes[d] : r->dense_bytes;
-        r->expert_bytes = xbytes[d] > r->expert_bytes ? xbytes[d] : r->expert_bytes;
         if (state[d] > r->state_bytes) {
             r->state_bytes = state[d];
             r->mom_bytes = mom[d];
@@ -573,6 +528,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         maxowned = ow > maxowned ? ow : maxowned;
     }
     r->flops_mean = sum / r->dense;
+    r->dense_bytes = max_of(dbytes, r->dense), r->expert_bytes = max_of(xbytes, r->dense);
     r->t_perfect = (dout.whole + o->ep * xout.whole) * o->ns_steps / r->dense / rate;
 
     /* the cost model (header comment) */

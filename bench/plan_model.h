@@ -71,6 +71,14 @@ void plan_model_machine_load(const char *path, struct machine *m);
 struct plan_cfg;
 void plan_model_team_cfg(const struct opts *o, const struct machine *mc, struct plan_cfg *cfg);
 
+/* --teams on a group of `members` ranks, `node` a node, as commit sets each group's plan_cfg
+ * (guard: team_guard, 1 for an expert shard group); bench/plan_model_teams.c */
+void plan_model_teams_cfg(const struct opts *o, const struct machine *mc, int members, int node,
+                          int guard, struct plan_cfg *cfg);
+
+/* The fewest members of EP rank 0's expert shard group sharing a node, as commit finds them */
+int plan_model_expert_node_members(const struct machine *mc, int dense, int ep);
+
 /* What the layout of `world` ranks the options describe does, per rank, into *r: 0, or -1 with
  * err (errlen bytes) saying why the layout is refused. */
 int plan_model_predict(const struct opts *o, const struct preset *p, const struct machine *mc,

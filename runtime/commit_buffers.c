@@ -262,7 +262,7 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
         sh_g = g > sh_g ? g : sh_g;
     }
     /* a team's block: X and Y, its Gram matrix and B; with aol, B holds the m doubles of the
-     * row scales first (ns_sharded.c), 8-byte aligned */
+     * row scales first (ns_sharded_iter.c), 8-byte aligned */
     const int aol = rt->cfg.ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
     for (int k = 0; k < GROUP_KINDS; k++) {
         const struct group_plan *p = &rt->gx[k].plan;
@@ -372,7 +372,8 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
     rt->bytes_workspace += rt->sh_x != NULL ? shx : 0;
     if (rt_ns_on_device(rt) && sh_g > 0) {
         /* the host side of its all-reduces and of AOL: a Gram matrix, AOL's m doubles, a block
-         * (ns_sharded.c); bf16 teams' AOL holds the block twice, fp32 and bf16 */
+         * (ns_sharded_sum.c, ns_sharded_aol_device); bf16 teams' AOL holds the block twice, fp32
+         * and bf16 */
         const size_t bf16_x = rt->team_compute == KDT_BF16 ? sh_x / 2 + 2 : 0;
         const size_t hb = (sh_x + sh_g + 2 + bf16_x) * sizeof(float);
         noted(&oom, sh_host_set(rt, hb), hb, "the sharded Newton-Schulz host staging");

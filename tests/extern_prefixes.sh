@@ -41,6 +41,8 @@ declare -A short=(
     [runtime/config/config_keys.c]="config_"
     [runtime/step/elem_batch.c]="ew_"        # the elementwise batch
     [runtime/step/muon_exec.c]="muon_"
+    [runtime/step/ns_sharded_iter.c]="ns_sharded_" # sharded NS's parts (ns_sharded_sum.h)
+    [runtime/step/ns_sharded_sum.c]="ns_sharded_"
     [runtime/step/offload_exec.c]="offload_"
 )
 # checkpoint_*.c: ckpt_; safetensors_*.c: st_

@@ -1,0 +1,209 @@
+/* Sharded Newton-Schulz's iterations of one piece (ns_sharded_sum.h): fp32, and bf16 for a team's
+ * block with ns_compute = bf16, over the all-reduces of ns_sharded_sum.c. */
+#include <stdint.h>
+#include <string.h>
+
+#include "base/fault.h"
+#include "base/status.h"
+#include "kernels/cpu/ns_bf16.h"
+#include "kernels/cpu/ns_common.h"
+#include "kernels/dtype.h"
+#include "runtime/step/ns_sharded_sum.h"
+
+/* The iterations of one piece over comm: its U at piece->in (ss: its squared norm, summed here
+ * over comm), X = U / (|U|_F s + eps) in fp32, per step the m x m Gram matrix of X all-reduced,
+ * and O written to piece->out; count = 0: a member with none of the matrix, in every
+ * all-reduce with zeros. ns_precondition = aol (teams only: config refuses it with the sharded
+ * strategy): the row sums d_i of the first Gram matrix are the whole matrix's, as every member
+ * holds it summed, so each scales its columns' rows by them (X's rows are the m side) and the
+ * Gram matrix to D A D, which the first step uses as the gathered path does (ns_aol_scale). On
+ * the CPU tables the Gram matrix is summed in place, the flag in B's first element (free until
+ * the update: commit_buffers.c leaves B at least m^2) and AOL's d in B's room. */
+shardopt_status_t ns_sharded_iterate(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                     struct nccl_group *nccl, const struct ns_args *piece,
+                                     size_t count, int64_t m, int64_t n, double ss)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    const int dev = rt_ns_on_device(rt);
+    float *x = rt->sh_x, *y = x + count, *gram = y + count, *B = gram + m * m;
+    float *sum = dev ? rt->sh_host : gram; /* the host side of an MPI sum */
+
+    double inv = 0;
+    const shardopt_status_t scaled = ns_sharded_norm(rt, name, comm, ss, 0, &inv);
+    if (scaled != SHARDOPT_OK)
+        return scaled;
+    if (count > 0)
+        rt->ns_ops->ns_shard_load(&rt->kctx, piece, inv, x);
+    const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
+    /* this member failed since the last all-reduce: told in the next one (MPI), or at the
+     * matrix's end over NCCL (the sum carries it, ns_sharded_flag reads it) */
+    int failed = 0;
+    for (int it = 0; it < c->ns_steps; it++) {
+        /* the fp32 kernels cannot fail: the fault site stands in for one that does */
+        failed |= count > 0 && fault_hit("step.ns");
+        const int64_t nj = count > 0 ? n : 0;
+        if (!failed) /* a member without columns forms zeros */
+            rt->ns_ops->ns_shard_gram(&rt->kctx, x, m, nj, gram);
+        shardopt_status_t status =
+            ns_sharded_gram_sum(rt, name, comm, nccl, 1, failed, gram, sum, m, sizeof(float));
+        if (status == SHARDOPT_OK && aol && it == 0 && nccl != NULL) /* AOL reads the sum */
+            status = nccl_group_drain(nccl);
+        if (status != SHARDOPT_OK)
+            return status;
+        /* AOL's copies failing here (a device): returning now left the other members in the
+         * next Gram all-reduce until comm_timeout_s ended the job; the flag goes in it instead */
+        if (aol && it == 0 && !dev) {
+            double *d = (double *)(void *)(((uintptr_t)B + 7u) & ~(uintptr_t)7u);
+            ns_aol_scale(m, nj, (double)c->ns_eps, x, gram, d);
+        } else if (aol && it == 0 &&
+                   ns_sharded_aol_device(rt, name, gram, sum, nccl != NULL, x, x, m, nj,
+                                         sizeof(float)) != SHARDOPT_OK) {
+            failed = 1;
+        }
+        /* the last sum's flag, before the update writes B over it; after AOL's use of sh_host */
+        if (nccl != NULL && it == c->ns_steps - 1)
+            rt->ns_dev->copy(&rt->kctx, rt->sh_host, gram + m * m, sizeof(float));
+        if (count > 0 && !failed) {
+            rt->ns_ops->ns_shard_update(&rt->kctx, gram, rt->ns_coeffs[it], x, m, n, B, y);
+            float *t = x;
+            x = y;
+            y = t;
+        }
+    }
+    ns_sharded_count(rt, comm, m, count > 0 ? n : 0, sizeof(float), 1);
+    if (nccl != NULL && c->ns_steps > 0) {
+        const shardopt_status_t told = ns_sharded_flag(rt, name, nccl, failed, sizeof(float));
+        if (told != SHARDOPT_OK)
+            return told;
+    }
+    if (failed) /* after the last all-reduce (ns_steps = 1): ns_sharded_run's agreement */
+        return SHARDOPT_ERR_DEVICE;
+    if (count == 0) /* no columns: it forms neither B nor Y, only joins the all-reduces */
+        return SHARDOPT_OK;
+    rt->ns_ops->ns_shard_store(&rt->kctx, piece, x);
+    return SHARDOPT_OK;
+}
+
+/* The bf16 team products: the CPU's oneDNN plans (rt->ns_ws.bf16, made at commit per block
+ * shape), or with Newton-Schulz on a device the device table's bf16 entries (its plans made at
+ * commit too: commit_buffers.c, device_team_plans), which give the CPU's roundings. */
+static int bf16_gram(shardopt_runtime_t rt, const struct ns_bf16_shard *sp, const uint16_t *x,
+                     int64_t m, int64_t n, uint16_t *A)
+{
+    return rt_ns_on_device(rt) ? rt->ns_ops->ns_shard_bf16_gram(&rt->kctx, x, m, n, A)
+                               : ns_bf16_shard_gram(rt->ns_ws.bf16, sp, x, A);
+}
+
+static int bf16_update(shardopt_runtime_t rt, const struct ns_bf16_shard *sp, int it,
+                       const uint16_t *A, const uint16_t *x, int64_t m, int64_t n, uint16_t *B,
+                       uint16_t *y)
+{
+    return rt_ns_on_device(rt)
+               ? rt->ns_ops->ns_shard_bf16_update(&rt->kctx, (const float(*)[3])rt->ns_coeffs,
+                                                  rt->cfg.ns_steps, it, A, x, m, n, B, y)
+               : ns_bf16_shard_update(rt->ns_ws.bf16, sp, it, A, x, B, y);
+}
+
+/* A bf16 team product that failed: 1, logged (a device's error was recorded by its table) */
+static int bf16_failed(shardopt_runtime_t rt, const char *name, const char *what)
+{
+    (rt_ns_on_device(rt) ? log_fail_context : log_fail)(
+        SHARDOPT_ERR_INTERNAL, "step '%s': bf16 team %s failed", name, what);
+    return 1;
+}
+
+/* ns_sharded_iterate in bf16 (ns_compute = bf16, a team's block): X_j in bf16 from the fp32 load,
+ * each iteration's Gram matrix formed and all-reduced in bf16 (half the bytes; pairs summed in
+ * fp32 and rounded once), the update with fp32 accumulation, as the gathered bf16 path's
+ * (kernels/cpu/ns_bf16.h): oneDNN on the CPU, the device table's bf16 entries on a device.
+ * sh_x holds the fp32 staging (count floats), X and Y (bf16, in the next count floats), A and B
+ * (bf16, in the next m^2 floats), then on the CPU AOL's m doubles. */
+shardopt_status_t ns_sharded_iterate_bf16(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                          struct nccl_group *nccl, const struct ns_args *piece,
+                                          size_t count, int64_t m, int64_t n, double ss)
+{
+    const shardopt_config_t *c = &rt->cfg;
+    const int dev = rt_ns_on_device(rt);
+    float *xf = rt->sh_x;
+    uint16_t *x = (uint16_t *)(void *)(xf + count), *y = x + count;
+    uint16_t *A = (uint16_t *)(void *)(xf + 2 * count), *B = A + m * m;
+    /* the host side of an MPI sum (A itself on the CPU), and of AOL on a device */
+    uint16_t *sum = dev ? (uint16_t *)(void *)rt->sh_host : A;
+    const struct ns_bf16_shard *sp =
+        count > 0 && !dev ? ns_bf16_shard_find(rt->ns_ws.bf16, m, n,
+                                               (const float(*)[3])rt->ns_coeffs, c->ns_steps)
+                          : NULL;
+
+    int failed = 0;
+    if (count > 0 && !dev && sp == NULL) /* commit prepares every block this rank holds */
+        failed = log_fail(SHARDOPT_ERR_INTERNAL,
+                          "step '%s': rank %d: no bf16 team plan for a %lld x %lld block", name,
+                          rt->groups.me.rank, (long long)m, (long long)n) != SHARDOPT_OK;
+    double inv = 0;
+    const shardopt_status_t scaled = ns_sharded_norm(rt, name, comm, ss, failed, &inv);
+    if (scaled != SHARDOPT_OK)
+        return scaled;
+    if (count > 0) {
+        rt->ns_ops->ns_shard_load(&rt->kctx, piece, inv, xf);
+        if (dev)
+            rt->ns_ops->ns_shard_bf16_round(&rt->kctx, xf, x, count);
+        else
+            for (size_t i = 0; i < count; i++)
+                x[i] = bf16_from_f32(xf[i]);
+    }
+    const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
+    for (int it = 0; it < c->ns_steps; it++) {
+        if (count > 0 && !failed && fault_hit("step.ns"))
+            failed = 1;
+        else if (count > 0 && !failed && bf16_gram(rt, sp, x, m, n, A) != 0)
+            failed = bf16_failed(rt, name, "Gram matrix");
+        shardopt_status_t status =
+            ns_sharded_gram_sum(rt, name, comm, nccl, count > 0, failed, A, sum, m, sizeof(*A));
+        const int64_t nj = count > 0 ? n : 0;
+        if (status == SHARDOPT_OK && aol && it == 0 && nccl != NULL) /* AOL reads the sum */
+            status = nccl_group_drain(nccl);
+        if (status != SHARDOPT_OK)
+            return status;
+        if (aol && it == 0 && !dev) { /* the row scales of the whole matrix's Gram matrix */
+            double *d = (double *)(void *)(((uintptr_t)(B + m * m) + 7u) & ~(uintptr_t)7u);
+            ns_bf16_aol(m, nj, (double)c->ns_eps, xf, x, A, d);
+        } else if (aol && it == 0 &&
+                   ns_sharded_aol_device(rt, name, A, sum, nccl != NULL, xf, x, m, nj,
+                                         sizeof(*A)) != SHARDOPT_OK) {
+            failed = 1;
+            continue; /* told in the next all-reduce */
+        }
+        /* over NCCL the last sum's flag, before the update writes B over it (after AOL's use of
+         * sh_host: stream-ordered) */
+        if (nccl != NULL && it == c->ns_steps - 1)
+            rt->ns_dev->copy(&rt->kctx, rt->sh_host, A + m * m, sizeof(uint16_t));
+        if (count > 0 && !failed) {
+            if (bf16_update(rt, sp, it, A, x, m, n, B, y) != 0) {
+                /* told in the next all-reduce; after the last one, by ns_sharded_run's agreement */
+                failed = bf16_failed(rt, name, "update");
+                continue;
+            }
+            uint16_t *t = x;
+            x = y;
+            y = t;
+        }
+    }
+    /* the bf16 update always forms A A (kernels/cpu/ns_bf16.c): no narrow form to count */
+    ns_sharded_count(rt, comm, m, count > 0 ? n : 0, sizeof(uint16_t), 0);
+    if (nccl != NULL && c->ns_steps > 0) {
+        const shardopt_status_t told = ns_sharded_flag(rt, name, nccl, failed, sizeof(uint16_t));
+        if (told != SHARDOPT_OK)
+            return told;
+    }
+    if (failed)
+        return SHARDOPT_ERR_INTERNAL; /* the last update: said above */
+    if (count == 0)
+        return SHARDOPT_OK;
+    if (dev)
+        rt->ns_ops->ns_shard_bf16_widen(&rt->kctx, x, xf, count);
+    else
+        for (size_t i = 0; i < count; i++)
+            xf[i] = f32_from_bf16(x[i]);
+    rt->ns_ops->ns_shard_store(&rt->kctx, piece, xf);
+    return SHARDOPT_OK;
+}

@@ -366,8 +366,10 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
     /* sharded Newton-Schulz: U/O of one piece, X and Y, the Gram matrix and B */
     rt->sh_u = noted(&oom, buffer_alloc(rt, sh_u * es + 1), sh_u * es + 1,
                      "the sharded Newton-Schulz piece");
-    /* X, Y, the Gram matrix and B where Newton-Schulz runs (the device with offload = cpu) */
-    const size_t shx = (2 * sh_x + 2 * sh_g) * sizeof(float) + 1;
+    /* X, Y, the Gram matrix and B where Newton-Schulz runs (the device with offload = cpu); at
+     * least the two doubles of the sharded strategy's norm over NCCL (ns_sharded_sum.c) */
+    const size_t shf = 2 * sh_x + 2 * sh_g,
+                 shx = (shf > 0 && shf < 4 ? 4 : shf) * sizeof(float) + 1;
     rt->sh_x = noted(&oom, rt->ns_dev->alloc(shx), shx, "the sharded Newton-Schulz work");
     rt->bytes_workspace += rt->sh_x != NULL ? shx : 0;
     if (rt_ns_on_device(rt) && sh_g > 0) {
@@ -375,7 +377,7 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
          * (ns_sharded_sum.c, ns_sharded_aol_device); bf16 teams' AOL holds the block twice, fp32
          * and bf16 */
         const size_t bf16_x = rt->team_compute == KDT_BF16 ? sh_x / 2 + 2 : 0;
-        const size_t hb = (sh_x + sh_g + 2 + bf16_x) * sizeof(float);
+        const size_t hf = sh_x + sh_g + 2 + bf16_x, hb = (hf > 4 ? hf : 4) * sizeof(float);
         noted(&oom, sh_host_set(rt, hb), hb, "the sharded Newton-Schulz host staging");
         rt->bytes_workspace += rt->sh_host != NULL ? hb : 0;
     }

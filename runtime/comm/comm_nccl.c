@@ -282,6 +282,11 @@ shardopt_status_t nccl_group_allreduce_bf16(struct nccl_group *g, uint16_t *buf,
     return allreduce(g, buf, count, ncclBfloat16);
 }
 
+shardopt_status_t nccl_group_allreduce_f64(struct nccl_group *g, double *buf, size_t count)
+{
+    return allreduce(g, buf, count, ncclFloat64);
+}
+
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)
 {
     if (g->aborted)

@@ -53,15 +53,21 @@ shardopt_status_t nccl_group_allgatherv(struct nccl_group *g, int slot, void *bu
                                         const int *counts, const int *displs, size_t es);
 
 /* Sum of `count` floats in place over the group (ncclAllReduce, ncclSum, fp32): a Newton-Schulz
- * team's Gram matrix, in device memory. Posted on the group's stream after the compute stream's
- * queued work, and the compute stream waits for it (no host wait); the first slot's event marks
- * it, so a group used for these runs no exchanges. */
+ * team's Gram matrix, or a sharded-strategy matrix's, in device memory. Posted on the group's
+ * stream after the compute stream's queued work, and the compute stream waits for it (no host
+ * wait); the first slot's event marks it, so a group that also runs exchanges (the dense and
+ * expert shard groups' communicators: the sharded strategy runs after the step's pipeline) posts
+ * these only once the compute stream waits for every exchange it posted (cudaStreamWaitEvent
+ * takes the event's record at the call: a later record does not move an earlier wait). */
 shardopt_status_t nccl_group_allreduce_f32(struct nccl_group *g, float *buf, size_t count);
 /* The same of `count` bf16 values (ncclBfloat16, ncclSum): a bf16 team's Gram matrix. NCCL's
  * ring and tree add a pair per hop, rounded to bf16, as the CPU teams' MPI sum does, in NCCL's
  * order of the members (NVLS may accumulate in fp32 and round once): the CPU's bits with two
  * members, within bf16 rounding of them with more (docs/design.md, Newton-Schulz teams). */
 shardopt_status_t nccl_group_allreduce_bf16(struct nccl_group *g, uint16_t *buf, size_t count);
+/* The same of `count` doubles (ncclFloat64): the sharded strategy's norm all-reduce, its squared
+ * norm and failure flag, which the host reads after nccl_group_drain. */
+shardopt_status_t nccl_group_allreduce_f64(struct nccl_group *g, double *buf, size_t count);
 
 /* The compute stream waits for the exchange of `slot` (no host wait). */
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot);

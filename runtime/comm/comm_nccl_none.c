@@ -45,6 +45,12 @@ shardopt_status_t nccl_group_allreduce_bf16(struct nccl_group *g, uint16_t *buf,
     return SHARDOPT_ERR_UNSUPPORTED;
 }
 
+shardopt_status_t nccl_group_allreduce_f64(struct nccl_group *g, double *buf, size_t count)
+{
+    (void)g, (void)buf, (void)count;
+    return SHARDOPT_ERR_UNSUPPORTED;
+}
+
 shardopt_status_t nccl_group_wait(struct nccl_group *g, int slot)
 {
     (void)g, (void)slot;

@@ -10,9 +10,11 @@
 #include "runtime/step/ns_sharded_sum.h"
 #include "runtime/step/offload_exec.h"
 
-/* One matrix k of a sharded parameter, this rank's piece at element `off` of its shard. */
+/* One matrix k of a sharded parameter, this rank's piece at element `off` of its shard, its
+ * all-reduces over comm by MPI, or over nccl (the group's NCCL communicator) when not NULL. */
 static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param *p, MPI_Comm comm,
-                                    size_t off, const struct muon_scalars *s)
+                                    struct nccl_group *nccl, size_t off,
+                                    const struct muon_scalars *s)
 {
     const shardopt_config_t *c = &rt->cfg;
     const size_t count = (size_t)(p->sh_rows * p->sh_cols);
@@ -35,7 +37,7 @@ static shardopt_status_t matrix_run(shardopt_runtime_t rt, struct shardopt_param
     const size_t ubytes = count * kdtype_size(c->comm_dtype);
     piece.in = piece.out = offload_ns_in(rt, rt->dev_sh_u, rt->sh_u, ubytes);
     shardopt_status_t status =
-        ns_sharded_iterate(rt, p->name, comm, NULL, &piece, count, p->sh_m, p->sh_n, ss);
+        ns_sharded_iterate(rt, p->name, comm, nccl, 1, &piece, count, p->sh_m, p->sh_n, ss);
     if (status != SHARDOPT_OK || count == 0)
         return status;
     /* after the matrix's last all-reduce: a failure here is this rank's, not applied, and
@@ -74,7 +76,7 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
     const shardopt_status_t status =
         rt->team_compute == KDT_BF16
             ? ns_sharded_iterate_bf16(rt, p->name, comm, nccl, &piece, count, m, n, ss)
-            : ns_sharded_iterate(rt, p->name, comm, nccl, &piece, count, m, n, ss);
+            : ns_sharded_iterate(rt, p->name, comm, nccl, 0, &piece, count, m, n, ss);
     /* failed: the pipeline goes on (its exchanges complete on every rank) with a zero update for
      * this block in place of what the iterations left, and the step fails at the agreement */
     if (status != SHARDOPT_OK && count > 0) /* u: device memory where NS runs on a device */
@@ -101,22 +103,33 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
 {
     double t0 = monotonic_seconds();
 
-    for (int i = 0; i < rt->nparams && status == SHARDOPT_OK; i++) {
+    int stop = 0;
+    for (int i = 0; i < rt->nparams && status == SHARDOPT_OK && !stop; i++) {
         struct shardopt_param *p = rt->params[i];
         if (!p->ns_sharded || p->skip) /* skip_missing_grads: skipped on every member */
             continue;
-        MPI_Comm comm =
-            p->placement == SHARDOPT_PLACEMENT_EXPERT ? rt->groups.xs : rt->groups.dense;
+        const int expert = p->placement == SHARDOPT_PLACEMENT_EXPERT;
+        MPI_Comm comm = expert ? rt->groups.xs : rt->groups.dense;
+        /* comm_backend = nccl (buffers on a device): the group's NCCL communicator, made by init
+         * wherever the group has more than one rank (rt_nccl_create), carries the matrix's norm
+         * and Gram all-reduces on the device; every rank runs the matrices in parameter order,
+         * so every communicator's operations come in one order on the groups' one stream */
+        struct nccl_group *nccl = rt->nccl[expert ? GROUP_EXPERT : GROUP_DENSE];
         const int64_t k_n = p->layout.ndim == 3 ? p->layout.len[0] : 1;
-        for (int64_t k = 0; k < k_n; k++) {
+        for (int64_t k = 0; k < k_n && !stop; k++) {
             /* every member holds a piece of each of the window's experts (sharding is along a
              * matrix dim), so piece k sits at k * piece size in the local shard */
             const size_t off = (size_t)(k * p->sh_rows * p->sh_cols);
-            const shardopt_status_t failed = matrix_run(rt, p, comm, off, s);
+            const shardopt_status_t failed = matrix_run(rt, p, comm, nccl, off, s);
             if (failed == SHARDOPT_ERR_COMM) /* an MPI call: nothing more to agree over */
                 return failed;
-            /* the next matrices still run: their groups may hold other members */
+            /* the next matrices still run: their groups may hold other members. Not after an
+             * NCCL failure (a post or drain timed out: the communicator is aborted, and a stuck
+             * all-reduce may hold the groups' one stream): every later matrix would wait out
+             * comm_timeout_s again; the members of its groups stop at their own drain's timeout,
+             * and the agreement below tells every rank, as the teams' pipeline stops */
             rt_ns_failed_note(rt, failed);
+            stop = failed == SHARDOPT_ERR_NCCL;
         }
     }
     rt->counters.seconds_ns_sharded_last = monotonic_seconds() - t0;
@@ -127,10 +140,16 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
      * in them end the job after comm_timeout_s, as before */
     if (!ns_collective(rt))
         return status;
-    /* teams over NCCL: a member may come from a team's drain that waited comm_timeout_s (a stuck
-     * peer), while the others wait here; doubled as the step's end agreement is (step.c) */
+    /* teams or sharded matrices over NCCL: a member may come from a drain that waited
+     * comm_timeout_s (a stuck peer), while the others wait here; doubled as the step's end
+     * agreement is (step.c) */
     struct groups patient = rt->groups;
-    if (rt->gx[GROUP_DENSE].set_nccl != NULL || rt->gx[GROUP_EXPERT].set_nccl != NULL)
+    int drains = rt->gx[GROUP_DENSE].set_nccl != NULL || rt->gx[GROUP_EXPERT].set_nccl != NULL;
+    for (int i = 0; i < rt->nparams; i++)
+        drains |= rt->params[i]->ns_sharded &&
+                  rt->nccl[rt->params[i]->placement == SHARDOPT_PLACEMENT_EXPERT ? GROUP_EXPERT
+                                                                                 : GROUP_DENSE];
+    if (drains)
         patient.timeout_s *= 2; /* 0 (never) stays 0 */
     status = groups_agree(&patient, status, "step");
     rt->ns_torn |= status != SHARDOPT_OK; /* runtime.h: every rank refuses from now on */

@@ -20,24 +20,26 @@
  * the CPU tables the Gram matrix is summed in place, the flag in B's first element (free until
  * the update: commit_buffers.c leaves B at least m^2) and AOL's d in B's room. */
 shardopt_status_t ns_sharded_iterate(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
-                                     struct nccl_group *nccl, const struct ns_args *piece,
-                                     size_t count, int64_t m, int64_t n, double ss)
+                                     struct nccl_group *nccl, int norm_nccl,
+                                     const struct ns_args *piece, size_t count, int64_t m,
+                                     int64_t n, double ss)
 {
     const shardopt_config_t *c = &rt->cfg;
     const int dev = rt_ns_on_device(rt);
     float *x = rt->sh_x, *y = x + count, *gram = y + count, *B = gram + m * m;
     float *sum = dev ? rt->sh_host : gram; /* the host side of an MPI sum */
 
-    double inv = 0;
-    const shardopt_status_t scaled = ns_sharded_norm(rt, name, comm, ss, 0, &inv);
-    if (scaled != SHARDOPT_OK)
-        return scaled;
-    if (count > 0)
-        rt->ns_ops->ns_shard_load(&rt->kctx, piece, inv, x);
-    const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
     /* this member failed since the last all-reduce: told in the next one (MPI), or at the
      * matrix's end over NCCL (the sum carries it, ns_sharded_flag reads it) */
     int failed = 0;
+    double inv = 0;
+    const shardopt_status_t scaled =
+        ns_sharded_norm(rt, name, comm, norm_nccl ? nccl : NULL, ss, &failed, &inv);
+    if (scaled != SHARDOPT_OK)
+        return scaled;
+    if (count > 0 && !failed)
+        rt->ns_ops->ns_shard_load(&rt->kctx, piece, inv, x);
+    const int aol = c->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL;
     for (int it = 0; it < c->ns_steps; it++) {
         /* the fp32 kernels cannot fail: the fault site stands in for one that does */
         failed |= count > 0 && fault_hit("step.ns");
@@ -140,7 +142,7 @@ shardopt_status_t ns_sharded_iterate_bf16(shardopt_runtime_t rt, const char *nam
                           "step '%s': rank %d: no bf16 team plan for a %lld x %lld block", name,
                           rt->groups.me.rank, (long long)m, (long long)n) != SHARDOPT_OK;
     double inv = 0;
-    const shardopt_status_t scaled = ns_sharded_norm(rt, name, comm, ss, failed, &inv);
+    const shardopt_status_t scaled = ns_sharded_norm(rt, name, comm, NULL, ss, &failed, &inv);
     if (scaled != SHARDOPT_OK)
         return scaled;
     if (count > 0) {

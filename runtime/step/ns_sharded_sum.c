@@ -44,16 +44,48 @@ shardopt_status_t ns_sharded_group_failed(const char *name, int mine)
                     name, mine ? "this rank" : "another member of its group");
 }
 
-shardopt_status_t ns_sharded_norm(shardopt_runtime_t rt, const char *name, MPI_Comm comm, double ss,
-                                  int failed, double *inv)
+/* The norm over NCCL (the sharded strategy's group communicator, ns_sharded.c): v up to the
+ * device through rt->sh_host into sh_x's first two doubles (free until the load; the device's
+ * allocation is aligned for them, commit_buffers.c makes it at least 16 bytes), summed there as
+ * ncclFloat64 (the two doubles MPI sums), the polled drain, and back: the host needs inv before
+ * the load. A copy back that failed is this member's failure (*failed): the others go on into the
+ * Gram all-reduces, which carry it. */
+static shardopt_status_t norm_nccl(shardopt_runtime_t rt, const char *name, struct nccl_group *nccl,
+                                   double v[2], int *failed)
 {
-    double v[2] = {failed ? 0.0 : ss, failed ? 1.0 : 0.0};
+    double *dv = (double *)(void *)rt->sh_x, *hv = (double *)(void *)rt->sh_host;
+    const size_t bytes = 2 * sizeof(double);
+    memcpy(hv, v, bytes);
+    rt->ns_dev->copy(&rt->kctx, dv, hv, bytes);
+    shardopt_status_t status = nccl_group_allreduce_f64(nccl, dv, 2);
+    if (status == SHARDOPT_OK)
+        status = nccl_group_drain(nccl);
+    if (status != SHARDOPT_OK)
+        return log_fail_context(status, "step '%s': sharded NS norm all-reduce", name);
+    if (ns_sharded_to_host(rt, hv, dv, bytes) != 0) {
+        *failed = ns_sharded_copy_failed(rt, name, "a sharded NS norm") != SHARDOPT_OK;
+        v[0] = v[1] = 0;
+        return SHARDOPT_OK;
+    }
+    memcpy(v, hv, bytes);
+    return SHARDOPT_OK;
+}
+
+shardopt_status_t ns_sharded_norm(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                  struct nccl_group *nccl, double ss, int *failed, double *inv)
+{
+    double v[2] = {*failed ? 0.0 : ss, *failed ? 1.0 : 0.0};
     comm_phase("step: sharded Newton-Schulz", -1);
-    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM,
-                       "norm all-reduce") != MPI_SUCCESS)
+    if (nccl != NULL) {
+        const shardopt_status_t status = norm_nccl(rt, name, nccl, v, failed);
+        if (status != SHARDOPT_OK)
+            return status;
+    } else if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM,
+                              "norm all-reduce") != MPI_SUCCESS) {
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", name);
+    }
     if (v[1] != 0)
-        return ns_sharded_group_failed(name, failed);
+        return ns_sharded_group_failed(name, *failed);
     *inv = 1.0 / (sqrt(v[0]) * (double)rt->ns_norm_scale + (double)rt->cfg.ns_eps);
     return SHARDOPT_OK;
 }

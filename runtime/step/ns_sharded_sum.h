@@ -17,9 +17,11 @@
 shardopt_status_t ns_sharded_group_failed(const char *name, int mine);
 
 /* 1 / (|U|_F s + eps) of the whole matrix into *inv: ss, this member's squared norm, summed over
- * comm (every member, with columns or not, joins) with the failure flag. */
-shardopt_status_t ns_sharded_norm(shardopt_runtime_t rt, const char *name, MPI_Comm comm, double ss,
-                                  int failed, double *inv);
+ * the group (every member, with columns or not, joins) with the failure flag (*failed: this
+ * member failed): over nccl when not NULL (the sharded strategy; a member whose copy of the sum
+ * back failed sets *failed and goes on, as the Gram all-reduces tell it), else over comm by MPI. */
+shardopt_status_t ns_sharded_norm(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                  struct nccl_group *nccl, double ss, int *failed, double *inv);
 
 /* The Gram matrix A (m x m elements of esize bytes where Newton-Schulz runs; formed: this
  * member's, else it joins with zeros; failed: this member failed, told by the flag one element
@@ -55,10 +57,13 @@ void ns_sharded_count(shardopt_runtime_t rt, MPI_Comm comm, int64_t m, int64_t n
                       int narrow_ok);
 
 /* The iterations of one piece over comm (ns_sharded_iter.c): fp32, and bf16 (a team's block with
- * ns_compute = bf16). */
+ * ns_compute = bf16). nccl: the Gram all-reduces over it (NULL: MPI); norm_nccl: the norm's too
+ * (the sharded strategy's, after the step's pipeline; a team's norm goes over MPI, as its host
+ * read over NCCL would wait for the pipeline's exchanges in flight on the groups' one stream). */
 shardopt_status_t ns_sharded_iterate(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
-                                     struct nccl_group *nccl, const struct ns_args *piece,
-                                     size_t count, int64_t m, int64_t n, double ss);
+                                     struct nccl_group *nccl, int norm_nccl,
+                                     const struct ns_args *piece, size_t count, int64_t m,
+                                     int64_t n, double ss);
 shardopt_status_t ns_sharded_iterate_bf16(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
                                           struct nccl_group *nccl, const struct ns_args *piece,
                                           size_t count, int64_t m, int64_t n, double ss);

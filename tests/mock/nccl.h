@@ -33,7 +33,7 @@ typedef enum {
     ncclInProgress = 7,
 } ncclResult_t;
 
-typedef enum { ncclUint8 = 1, ncclFloat32 = 7, ncclBfloat16 = 9 } ncclDataType_t;
+typedef enum { ncclUint8 = 1, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 } ncclDataType_t;
 
 typedef enum { ncclSum = 0 } ncclRedOp_t;
 

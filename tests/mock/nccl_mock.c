@@ -59,12 +59,12 @@ struct mock_op {
     size_t bytes; /* MOCK_ALLREDUCE: elements */
     int peer;
     enum mock_kind kind;
-    int bf16; /* MOCK_ALLREDUCE: ncclBfloat16 (else fp32) */
+    ncclDataType_t type; /* MOCK_ALLREDUCE: ncclFloat32, ncclFloat64 or ncclBfloat16 */
 };
 
 static enum nccl_mock_fault fault;
 static double give_up_s; /* nccl_mock_waits_give_up */
-static long posted, allreduces, allreduces_bf16;
+static long posted, allreduces, allreduces_bf16, allreduces_f64;
 static double allreduce_elems;
 static int aborted;
 static int depth;
@@ -328,7 +328,7 @@ ncclResult_t ncclGroupStart(void)
 }
 
 static ncclResult_t queue_op(const void *sbuf, void *buf, size_t bytes, int peer, ncclComm_t comm,
-                             cudaStream_t s, enum mock_kind kind, int bf16)
+                             cudaStream_t s, enum mock_kind kind, ncclDataType_t type)
 {
     if (comm != NULL && comm->dead)
         after_abort++;
@@ -345,32 +345,32 @@ static ncclResult_t queue_op(const void *sbuf, void *buf, size_t bytes, int peer
                                    .bytes = bytes,
                                    .peer = peer,
                                    .kind = kind,
-                                   .bf16 = bf16};
+                                   .type = type};
     return depth > 0 ? ncclSuccess : ncclGroupEnd();
 }
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    return type == ncclUint8 ? queue_op(buf, (void *)buf, count, peer, comm, stream, MOCK_SEND, 0)
-                             : ncclInvalidArgument;
+    return type == ncclUint8
+               ? queue_op(buf, (void *)buf, count, peer, comm, stream, MOCK_SEND, type)
+               : ncclInvalidArgument;
 }
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    return type == ncclUint8 ? queue_op(buf, buf, count, peer, comm, stream, MOCK_RECV, 0)
+    return type == ncclUint8 ? queue_op(buf, buf, count, peer, comm, stream, MOCK_RECV, type)
                              : ncclInvalidArgument;
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    if ((type != ncclFloat32 && type != ncclBfloat16) || op != ncclSum ||
+    if ((type != ncclFloat32 && type != ncclFloat64 && type != ncclBfloat16) || op != ncclSum ||
         count > (size_t)0x7fffffff)
         return ncclInvalidArgument;
-    return queue_op(sendbuff, recvbuff, count, 0, comm, stream, MOCK_ALLREDUCE,
-                    type == ncclBfloat16);
+    return queue_op(sendbuff, recvbuff, count, 0, comm, stream, MOCK_ALLREDUCE, type);
 }
 
 /* ncclBfloat16's sum: each pair added in fp32 and rounded once to bf16 (nearest even) */
@@ -403,6 +403,7 @@ static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 static MPI_Op bf16_op = MPI_OP_NULL; /* made at the first bf16 all-reduce; MPI frees it at exit */
 
 long nccl_mock_allreduces_bf16(void) { return allreduces_bf16; }
+long nccl_mock_allreduces_f64(void) { return allreduces_f64; }
 
 ncclResult_t ncclGroupEnd(void)
 {
@@ -436,13 +437,17 @@ ncclResult_t ncclGroupEnd(void)
         } else if (o->kind == MOCK_SEND) {
             MPI_Isend(o->buf, (int)o->bytes, MPI_BYTE, o->peer, MOCK_TAG, o->comm->mpi, &q->req);
         } else { /* the sum every member reads, in MPI's order of the members */
-            if (o->bf16 && bf16_op == MPI_OP_NULL)
+            const int bf16 = o->type == ncclBfloat16;
+            if (bf16 && bf16_op == MPI_OP_NULL)
                 MPI_Op_create(bf16_sum, 1, &bf16_op);
             MPI_Iallreduce(o->sbuf == o->buf ? MPI_IN_PLACE : o->sbuf, o->buf, (int)o->bytes,
-                           o->bf16 ? MPI_UINT16_T : MPI_FLOAT, o->bf16 ? bf16_op : MPI_SUM,
-                           o->comm->mpi, &q->req);
+                           bf16                     ? MPI_UINT16_T
+                           : o->type == ncclFloat64 ? MPI_DOUBLE
+                                                    : MPI_FLOAT,
+                           bf16 ? bf16_op : MPI_SUM, o->comm->mpi, &q->req);
             allreduces++;
-            allreduces_bf16 += o->bf16;
+            allreduces_bf16 += bf16;
+            allreduces_f64 += o->type == ncclFloat64;
             allreduce_elems += (double)o->bytes;
         }
         posted++;

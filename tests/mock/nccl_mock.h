@@ -28,8 +28,9 @@ long nccl_mock_posted(void);
 /* ncclAllReduce calls posted, and the elements they summed, since the start. */
 long nccl_mock_allreduces(void);
 double nccl_mock_allreduce_elems(void);
-/* of which ncclBfloat16 ones */
+/* of which ncclBfloat16 ones, and ncclFloat64 ones (the sharded strategy's norm) */
 long nccl_mock_allreduces_bf16(void);
+long nccl_mock_allreduces_f64(void);
 int nccl_mock_aborted(void);
 
 /* A kernel launch of the caller's that failed: left as the thread's last error, as CUDA does. */

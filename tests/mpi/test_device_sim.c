@@ -584,7 +584,8 @@ static void sharded_on_the_device(int aol, int strategy)
     if (s.dense_size > 1) /* a dense group of one rank has no one to share a matrix with */
         EXPECT_TRUE(n > 0);
 #ifdef SHARDOPT_TEST_NCCL_MOCK
-    const long ar0 = nccl_mock_allreduces(), arb0 = nccl_mock_allreduces_bf16();
+    const long ar0 = nccl_mock_allreduces(), arb0 = nccl_mock_allreduces_bf16(),
+               ard0 = nccl_mock_allreduces_f64();
     const double el0 = nccl_mock_allreduce_elems();
 #endif
     ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
@@ -623,6 +624,36 @@ static void sharded_on_the_device(int aol, int strategy)
         EXPECT_TRUE(teams == 0 || want > 0);
         if (me == 0)
             printf("  teams' Gram all-reduces over the mock NCCL: %ld on every rank together\n",
+                   want);
+    }
+    if (strategy && !on_host) { /* ns_strategy = sharded over NCCL: every all-reduce of every
+                                   matrix, in each of the 3 steps one norm (2 doubles) and
+                                   ns_steps Gram matrices (m^2 + 1 floats) on every member of
+                                   its group (with columns or not), where the group has an NCCL
+                                   communicator (more than one rank); none over MPI. Before, all
+                                   went over MPI through sh_host: none counted here */
+        long want = 0, norms = 0;
+        double elems = 0;
+        for (int p = 0; p < MODEL_NPARAMS; p++) {
+            const struct shardopt_param *q = dev.rt->params[p];
+            const int expert = q->placement == SHARDOPT_PLACEMENT_EXPERT;
+            if (!q->ns_sharded || dev.rt->nccl[expert ? GROUP_EXPERT : GROUP_DENSE] == NULL)
+                continue;
+            const long k = q->layout.ndim == 3 ? (long)q->layout.len[0] : 1;
+            const double m = (double)q->sh_m;
+            norms += 3L * k;
+            want += 3L * k * (1 + dev.rt->cfg.ns_steps);
+            elems += 3.0 * (double)k * (2.0 + dev.rt->cfg.ns_steps * (m * m + 1));
+        }
+        EXPECT_EQ_INT((int)(nccl_mock_allreduces() - ar0), (int)want);
+        EXPECT_EQ_INT((int)(nccl_mock_allreduces_f64() - ard0), (int)norms);
+        EXPECT_EQ_INT((int)(nccl_mock_allreduces_bf16() - arb0), 0);
+        EXPECT_TRUE(nccl_mock_allreduce_elems() - el0 == elems);
+        MPI_Allreduce(MPI_IN_PLACE, &want, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        EXPECT_TRUE(n == 0 || want > 0); /* somewhere a group of more than one rank */
+        if (me == 0)
+            printf("  sharded matrices' all-reduces over the mock NCCL: %ld on every rank "
+                   "together\n",
                    want);
     }
 #endif
@@ -673,19 +704,24 @@ TEST(bf16_teams_run_on_the_device_with_the_cpu_bf16_teams_bits)
  * the failed matrix keeps its weights in rank 0's dense group, and the next step refuses. Over NCCL
  * the flag stays on the device and is read once, at the matrix's end: with it dropped, rank 0's
  * peer applied its block. */
-static void team_member_failing(int bf16)
+static void team_member_failing(int bf16, int sharded)
 {
-    team_cap = 2;
+    team_cap = sharded ? 0 : 2;
     no_split = no_decay = 1;
     team_bf16 = bf16;
+    strategy_sharded = sharded;
     dev_timeout_s = 20; /* a member left waiting: an error after this, not a hang */
     struct dev_run dev = {0};
     const shardopt_status_t st = dev_setup(&dev);
-    team_cap = no_split = no_decay = team_bf16 = 0;
+    team_cap = no_split = no_decay = team_bf16 = strategy_sharded = 0;
     dev_timeout_s = 0;
     ASSERT_EQ_INT(st, SHARDOPT_OK);
-    ASSERT_TRUE(dev.rt->gx[GROUP_DENSE].plan.nteams > 0);
-    EXPECT_EQ_INT(dev.rt->team_compute, bf16 ? KDT_BF16 : KDT_F32);
+    int held = dev.rt->gx[GROUP_DENSE].plan.nteams;
+    for (int q = 0; sharded && q < MODEL_NPARAMS; q++)
+        held += dev.rt->params[q]->ns_sharded;
+    ASSERT_TRUE(held > 0);
+    if (!sharded)
+        EXPECT_EQ_INT(dev.rt->team_compute, bf16 ? KDT_BF16 : KDT_F32);
     ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
     fault_arm(me == 0 ? "step.ns:2" : NULL);
     EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_INTERNAL);
@@ -703,12 +739,16 @@ static void team_member_failing(int bf16)
     const size_t bytes = (size_t)dev.box[p].numel * model_esize(model_params[p].dtype);
     void *after = malloc(bytes + 1);
     dev_copy(after, dev.w[p], bytes); /* hw[p]: the weights after step 1 */
-    /* in rank 0's dense group; another replica applied it, learning of the failure only at
-     * the step's agreement (docs/design.md, Newton-Schulz teams) */
+    /* in rank 0's dense group (a sharded expert matrix: its expert shard group); another replica
+     * applied it, learning of the failure only at the step's agreement (docs/design.md,
+     * Newton-Schulz teams) */
     MPI_Group wg, dg;
     int zero = 0, in = MPI_UNDEFINED;
     MPI_Comm_group(MPI_COMM_WORLD, &wg);
-    MPI_Comm_group(dev.rt->groups.dense, &dg);
+    MPI_Comm_group(sharded && dev.rt->params[p]->placement == SHARDOPT_PLACEMENT_EXPERT
+                       ? dev.rt->groups.xs
+                       : dev.rt->groups.dense,
+                   &dg);
     MPI_Group_translate_ranks(wg, 1, &zero, dg, &in);
     MPI_Group_free(&wg);
     MPI_Group_free(&dg);
@@ -718,8 +758,8 @@ static void team_member_failing(int bf16)
     EXPECT_EQ_INT(changed, 0);
     EXPECT_TRUE(dev_steps(&dev, 3, 3) != SHARDOPT_OK); /* refuses, nothing written */
     if (me == 0 && changed == 0)
-        printf("  a team member failing on the device (%s): '%s' kept in its dense group\n",
-               bf16 ? "bf16" : "fp32", model_params[p].name);
+        printf("  a %s member failing on the device (%s): '%s' kept in its group\n",
+               sharded ? "sharded matrix's" : "team", bf16 ? "bf16" : "fp32", model_params[p].name);
     dev_free(&dev);
     EXPECT_EQ_INT(nsim, 0);
 }
@@ -730,8 +770,8 @@ TEST(a_team_member_failing_on_the_device_fails_the_step_on_every_rank)
     device_begin();
     if (on_cuda || world < 2) /* a GPU's kernels do not fail at a fault site */
         return;
-    team_member_failing(0);
-    team_member_failing(1);
+    team_member_failing(0, 0);
+    team_member_failing(1, 0);
     sim_bf16_free();
 }
 
@@ -739,6 +779,18 @@ TEST(sharded_strategy_runs_on_the_device_with_the_cpu_bits)
 {
     device_begin();
     sharded_on_the_device(0, 1); /* aol needs gathered matrices (config refuses it) */
+}
+
+/* The same for ns_strategy = sharded (fp32, its only dtype): rank 0's failure rides in its
+ * matrix's Gram all-reduces, over MPI through sh_host or in the mock NCCL build over the group's
+ * NCCL communicator (the flag on the device, read once at the matrix's end): ERR_INTERNAL on
+ * every rank, the matrix kept in rank 0's group, the next step refused. */
+TEST(a_sharded_matrix_member_failing_on_the_device_fails_the_step_on_every_rank)
+{
+    device_begin();
+    if (on_cuda || world < 2) /* a GPU's kernels do not fail at a fault site */
+        return;
+    team_member_failing(0, 1);
 }
 
 /* A parameter's data or grad in the wrong memory for where the step runs it (host memory for a
@@ -1012,20 +1064,23 @@ TEST(a_team_nccl_communicator_failing_at_commit_fails_commit_on_every_rank)
  * not a hang and not an MPI_Abort. Rank 0's post times out, its peers' drain at the matrix's end
  * does, the pipeline stops there on both (not once more per team matrix, on a stream the stuck
  * all-reduce holds), and ns_sharded_run's agreement waits twice comm_timeout_s for them, as the
- * step's end agreement does; the next step refuses before it writes anything. */
-TEST(a_team_stuck_in_its_nccl_all_reduce_fails_the_step_on_every_rank)
+ * step's end agreement does; the next step refuses before it writes anything. sharded: the same
+ * for ns_strategy = sharded, stuck in its first matrix's norm all-reduce over the group's NCCL
+ * communicator, whose drain on the peers times out. */
+static void stuck_in_nccl_all_reduce(int sharded)
 {
-    device_begin();
-    if (on_host || world < 2) /* offload = cpu: exchanges and teams over MPI */
-        return;
-    team_cap = 2;
+    team_cap = sharded ? 0 : 2;
+    strategy_sharded = sharded;
     no_split = 1;
     dev_timeout_s = 3.0;
     struct dev_run dev = {0};
     const shardopt_status_t st = dev_setup(&dev);
-    team_cap = no_split = 0;
+    team_cap = no_split = strategy_sharded = 0;
     ASSERT_EQ_INT(st, SHARDOPT_OK);
-    ASSERT_TRUE(dev.rt->gx[GROUP_DENSE].set_nccl != NULL);
+    if (sharded)
+        ASSERT_TRUE(dev.rt->nccl[GROUP_DENSE] != NULL);
+    else
+        ASSERT_TRUE(dev.rt->gx[GROUP_DENSE].set_nccl != NULL);
     /* the expert shard groups keep one owner per matrix over NCCL (commit.c, teams_setup): a
      * member stopped here would leave its expert-team peers in their MPI norm all-reduce until
      * comm_timeout_s ended the job (this case did on 8 ranks, MPI_Abort 124, when they teamed) */
@@ -1038,7 +1093,7 @@ TEST(a_team_stuck_in_its_nccl_all_reduce_fails_the_step_on_every_rank)
     if (me == 0)
         nccl_mock_inject(NCCL_MOCK_STUCK_ALLREDUCE);
     EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_NCCL);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), "team");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), sharded ? "sharded NS norm all-reduce" : "team");
     EXPECT_STR_CONTAINS(shardopt_last_error(), "timed out (comm_timeout_s)");
     nccl_mock_waits_give_up(0);
     nccl_mock_inject(NCCL_MOCK_NONE);
@@ -1046,6 +1101,22 @@ TEST(a_team_stuck_in_its_nccl_all_reduce_fails_the_step_on_every_rank)
     EXPECT_STR_CONTAINS(shardopt_last_error(), "NCCL communicators were aborted");
     dev_free(&dev);
     dev_timeout_s = 0;
+}
+
+TEST(a_team_stuck_in_its_nccl_all_reduce_fails_the_step_on_every_rank)
+{
+    device_begin();
+    if (on_host || world < 2) /* offload = cpu: exchanges and teams over MPI */
+        return;
+    stuck_in_nccl_all_reduce(0);
+}
+
+TEST(a_sharded_matrix_stuck_in_its_nccl_all_reduce_fails_the_step_on_every_rank)
+{
+    device_begin();
+    if (on_host || world < 2)
+        return;
+    stuck_in_nccl_all_reduce(1);
 }
 #endif
 

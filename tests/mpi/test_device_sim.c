@@ -698,13 +698,13 @@ TEST(bf16_teams_run_on_the_device_with_the_cpu_bf16_teams_bits)
     sim_bf16_free();
 }
 
-/* A team member whose iterations fail on the device (step.ns on rank 0, its second Gram matrix)
- * tells its team through the Gram all-reduces' flag, over the mock NCCL as over MPI: the step
- * fails on every rank with ERR_INTERNAL within comm_timeout_s (no member left in an all-reduce),
- * the failed matrix keeps its weights in rank 0's dense group, and the next step refuses. Over NCCL
- * the flag stays on the device and is read once, at the matrix's end: with it dropped, rank 0's
- * peer applied its block. */
-static void team_member_failing(int bf16, int sharded)
+/* A team member whose iterations fail on the device (spec on rank 0; step.ns:2, its second Gram
+ * matrix) tells its team through the Gram all-reduces' flag, over the mock NCCL as over MPI: the
+ * step fails on every rank with ERR_INTERNAL within comm_timeout_s (no member left in an
+ * all-reduce), the failed matrix keeps its weights in rank 0's dense group, and the next step
+ * refuses. Over NCCL the flag stays on the device and is read once, at the matrix's end: with it
+ * dropped, rank 0's peer applied its block. */
+static void team_member_failing(int bf16, int sharded, const char *spec)
 {
     team_cap = sharded ? 0 : 2;
     no_split = no_decay = 1;
@@ -723,7 +723,7 @@ static void team_member_failing(int bf16, int sharded)
     if (!sharded)
         EXPECT_EQ_INT(dev.rt->team_compute, bf16 ? KDT_BF16 : KDT_F32);
     ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
-    fault_arm(me == 0 ? "step.ns:2" : NULL);
+    fault_arm(me == 0 ? spec : NULL);
     EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_INTERNAL);
     fault_arm(NULL);
     /* the failed matrix (named on every rank by the agreement) kept its weights where it failed:
@@ -770,8 +770,8 @@ TEST(a_team_member_failing_on_the_device_fails_the_step_on_every_rank)
     device_begin();
     if (on_cuda || world < 2) /* a GPU's kernels do not fail at a fault site */
         return;
-    team_member_failing(0, 0);
-    team_member_failing(1, 0);
+    team_member_failing(0, 0, "step.ns:2");
+    team_member_failing(1, 0, "step.ns:2");
     sim_bf16_free();
 }
 
@@ -790,7 +790,11 @@ TEST(a_sharded_matrix_member_failing_on_the_device_fails_the_step_on_every_rank)
     device_begin();
     if (on_cuda || world < 2) /* a GPU's kernels do not fail at a fault site */
         return;
-    team_member_failing(0, 1);
+    team_member_failing(0, 1, "step.ns:2");
+    /* rank 0's first device copy in sharded Newton-Schulz failing: over NCCL its copy of the
+     * first matrix's norm back to the host (it goes on with zeros and the flag; returning alone
+     * left its peers in the Gram all-reduces), over MPI its first Gram matrix's copy down */
+    team_member_failing(0, 1, "step.ns.copy:1");
 }
 
 /* A parameter's data or grad in the wrong memory for where the step runs it (host memory for a

@@ -178,7 +178,7 @@ static shardopt_status_t sum_nccl(shardopt_runtime_t rt, const char *name, struc
                                          ? nccl_group_allreduce_bf16(nccl, A, count)
                                          : nccl_group_allreduce_f32(nccl, A, count);
     if (status != SHARDOPT_OK)
-        return log_fail_context(status, "step '%s': team Gram all-reduce", name);
+        return log_fail_context(status, "step '%s': sharded NS Gram all-reduce", name);
     return SHARDOPT_OK;
 }
 
@@ -195,9 +195,9 @@ shardopt_status_t ns_sharded_flag(shardopt_runtime_t rt, const char *name, struc
 {
     shardopt_status_t status = nccl_group_drain(nccl);
     if (status != SHARDOPT_OK)
-        return log_fail_context(status, "step '%s': team Gram all-reduces", name);
+        return log_fail_context(status, "step '%s': sharded NS Gram all-reduces", name);
     if (rt->ns_dev->sync(&rt->kctx) != 0)
-        return ns_sharded_copy_failed(rt, name, "a team's failure flag");
+        return ns_sharded_copy_failed(rt, name, "a sharded NS failure flag");
     return failed || flag_read(rt->sh_host, esize) ? ns_sharded_group_failed(name, failed)
                                                    : SHARDOPT_OK;
 }

@@ -154,12 +154,14 @@ struct combo {
     /* re (draw_v6): the resume's runtime (L[1]), and the one-rank run from step ckpt_after + 1
      * (which then saves and loads as the layout run does), take other update options than the
      * save's: state dtypes (the load converts: docs/checkpoint.md), comm_dtype, roundings,
-     * ns_algorithm, nesterov, the config's weight decays, lr_scale */
+     * ns_algorithm, ns_compute, nesterov, the config's weight decays, lr_scale */
     int re, nest2;
     shardopt_dtype_t mdt2, adt2, vdt2, cdt2;
     shardopt_rounding_t mr2, pr2;
     shardopt_ns_algorithm_t alg2;
     shardopt_lr_scale_t lrs2;
+    int nsc_flip;               /* ns_compute bf16 <-> fp32 (auto: bf16), not on devsim */
+    shardopt_ns_compute_t nsc2; /* what the resume's one-rank runtime resolved (run_combo) */
     double wd2, awd2;
 };
 
@@ -608,6 +610,9 @@ static void apply_re(const struct combo *c, shardopt_config_t *g)
     g->weight_decay = c->wd2;
     g->adamw_weight_decay = c->awd2;
     g->lr_scale = c->lrs2;
+    if (c->nsc_flip)
+        g->ns_compute = g->ns_compute == SHARDOPT_NS_COMPUTE_BF16 ? SHARDOPT_NS_COMPUTE_FP32
+                                                                  : SHARDOPT_NS_COMPUTE_BF16;
 }
 
 /* The config the checks' bounds follow: with re, the looser of the save's and the resume's
@@ -629,6 +634,8 @@ static shardopt_config_t tol_cfg(const struct combo *c)
         g.momentum_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
     if (c->pr2 == SHARDOPT_ROUNDING_STOCHASTIC)
         g.param_rounding = SHARDOPT_ROUNDING_STOCHASTIC;
+    if (c->nsc2 == SHARDOPT_NS_COMPUTE_BF16) /* run_combo: both as resolved */
+        g.ns_compute = SHARDOPT_NS_COMPUTE_BF16;
     return g;
 }
 
@@ -689,6 +696,7 @@ static void draw_v6(struct combo *c)
         c->lrs2 = pick(4) == 0 ? (shardopt_lr_scale_t)pick(4) : g->lr_scale;
         for (int p = 0; p < c->np; p++) /* a weight registered in the other dtype */
             c->p[p].dtype2 = flip_dtype(c->p[p].dtype, pick(4) == 0);
+        c->nsc_flip = !c->devsim && pick(4) == 0; /* devsim: fp32, the simulated device's */
     }
 }
 
@@ -912,11 +920,12 @@ static void describe(const struct combo *c, char *out, size_t len)
         k += snprintf(out + k, len - (size_t)k, " %g/%g/%g", c->alrs[s], c->wds[s], c->clips[s]);
     if (c->re && k < (int)len)
         k += snprintf(out + k, len - (size_t)k,
-                      " | re: mom %s%s adam %s/%s comm %s param %s algo %d nest %d wd %g/%g lrs %d",
+                      " | re: mom %s%s adam %s/%s comm %s param %s algo %d nest %d wd %g/%g lrs %d "
+                      "ns %s",
                       shardopt_dtype_name(c->mdt2), c->mr2 ? "/sr" : "",
                       shardopt_dtype_name(c->adt2), shardopt_dtype_name(c->vdt2),
                       shardopt_dtype_name(c->cdt2), c->pr2 ? "sr" : "rne", c->alg2, c->nest2,
-                      c->wd2, c->awd2, c->lrs2);
+                      c->wd2, c->awd2, c->lrs2, c->nsc_flip ? "flip" : "same");
     if (c->skip_missing && k < (int)len) {
         k += snprintf(out + k, len - (size_t)k, " | skipmiss many %d emptynull %d:", c->set_many,
                       c->empty_null);
@@ -1895,8 +1904,13 @@ static void xrun_ns_fault(struct xrun *r, const struct combo *c, MPI_Comm comm)
  * over as the layout run's are), its load, the steps after: the switch the layout run makes, at
  * the same step, so that a layout still owes the one-rank run its bits. Rank 0 alone; r is
  * replaced by the new runtime. */
+static shardopt_ns_compute_t one_rank_first_nsc; /* what the save's runtime resolved */
+
 static shardopt_status_t one_rank_switch(struct xrun *r, const struct combo *c)
 {
+    shardopt_stats_t ss = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(r->rt, &ss);
+    one_rank_first_nsc = (shardopt_ns_compute_t)ss.ns_compute;
     shardopt_status_t st = xrun_steps(r, c, 1, c->ckpt_after);
     if (st == SHARDOPT_OK)
         st = shardopt_save(r->rt, ckpt_root);
@@ -2051,6 +2065,10 @@ static void run_combo(const struct combo *c)
             shardopt_get_stats(r.rt, &ss);
             rc = *c;
             rc.cfg.ns_compute = (shardopt_ns_compute_t)ss.ns_compute;
+            if (c->re) { /* the resume's runtime is the one asked: the save's its own */
+                rc.nsc2 = rc.cfg.ns_compute;
+                rc.cfg.ns_compute = one_rank_first_nsc;
+            }
             double sens[MAXP], *ua[MAXP];
             check_against_reference(&rc, one, init, sens, ua);
             if (got[0][0] != NULL)

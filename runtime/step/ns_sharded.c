@@ -73,10 +73,13 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
     const double ss = count > 0 ? rt->ns_ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
     const int64_t m = on_rows ? cols : rows, n = on_rows ? rows : cols;
     /* ns_compute = bf16, on the CPU or a device with bf16 team entries (commit.c, teams_setup) */
-    const shardopt_status_t status =
+    int diverged = 0; /* the bf16 result guard's answer, every member's alike */
+    shardopt_status_t status =
         rt->team_compute == KDT_BF16
-            ? ns_sharded_iterate_bf16(rt, p->name, comm, nccl, &piece, count, m, n, ss)
+            ? ns_sharded_iterate_bf16(rt, p->name, comm, nccl, &piece, count, m, n, ss, &diverged)
             : ns_sharded_iterate(rt, p->name, comm, nccl, 0, &piece, count, m, n, ss);
+    if (status == SHARDOPT_OK && diverged)
+        status = ns_sharded_iterate(rt, p->name, comm, nccl, 0, &piece, count, m, n, ss);
     /* failed: the pipeline goes on (its exchanges complete on every rank) with a zero update for
      * this block in place of what the iterations left, and the step fails at the agreement */
     if (status != SHARDOPT_OK && count > 0) /* u: device memory where NS runs on a device */

@@ -4,10 +4,13 @@
 #include <string.h>
 
 #include "base/fault.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "kernels/cpu/ns_bf16.h"
 #include "kernels/cpu/ns_common.h"
 #include "kernels/dtype.h"
+#include "kernels/ns_coeffs.h"
+#include "runtime/comm/comm_wait.h"
 #include "runtime/step/ns_sharded_sum.h"
 
 /* The iterations of one piece over comm: its U at piece->in (ss: its squared norm, summed here
@@ -114,6 +117,34 @@ static int bf16_failed(shardopt_runtime_t rt, const char *name, const char *what
     return 1;
 }
 
+/* The result guard of Gram Newton-Schulz (ns_coeffs_output_norm_ok) on a bf16 team's result:
+ * each member's block xf (count fp32 values, where Newton-Schulz runs), its squared norm summed
+ * over comm; *ok = 0 (on every member alike) when the whole m-row result is non-finite or past
+ * the bound no Newton-Schulz output can pass. ERR_COMM when the all-reduce failed.
+ * Found by test_xcheck (seed 960140 of a 3-rank world): a 2 x 7 matrix in a bf16 team of 2,
+ * polar_express x 7 with aol, whose smaller singular value after AOL (0.365) sits near the first
+ * polynomial's maximum (1.99 at 0.38); the team's first bf16 step left it at 2.02, where the
+ * second polynomial is steep, and the next steps grew it to Inf: every weight of the matrix NaN
+ * and the step OK. One more all-reduce of a double per matrix and step. */
+static shardopt_status_t result_guard(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
+                                      const float *xf, size_t count, int64_t m, int *ok)
+{
+    double v = count > 0 ? rt->ns_ops->sumsq(&rt->kctx, xf, KDT_F32, count) : 0.0;
+    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM,
+                       "result guard all-reduce") != MPI_SUCCESS)
+        return log_fail(SHARDOPT_ERR_COMM, "step '%s': bf16 team result guard all-reduce failed",
+                        name);
+    *ok = ns_coeffs_output_norm_ok((const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps,
+                                   rt->ns_norm_scale, m, v);
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    if (!*ok && rank == 0)
+        log_warn("step: rank %d: bf16 team Newton-Schulz of '%s' (%lld rows) gave a result "
+                 "non-finite or past the bound (squared norm %g); its team recomputes it in fp32",
+                 rt->groups.me.rank, name, (long long)m, v);
+    return SHARDOPT_OK;
+}
+
 /* ns_sharded_iterate in bf16 (ns_compute = bf16, a team's block): X_j in bf16 from the fp32 load,
  * each iteration's Gram matrix formed and all-reduced in bf16 (half the bytes; pairs summed in
  * fp32 and rounded once), the update with fp32 accumulation, as the gathered bf16 path's
@@ -122,7 +153,8 @@ static int bf16_failed(shardopt_runtime_t rt, const char *name, const char *what
  * (bf16, in the next m^2 floats), then on the CPU AOL's m doubles. */
 shardopt_status_t ns_sharded_iterate_bf16(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
                                           struct nccl_group *nccl, const struct ns_args *piece,
-                                          size_t count, int64_t m, int64_t n, double ss)
+                                          size_t count, int64_t m, int64_t n, double ss,
+                                          int *diverged)
 {
     const shardopt_config_t *c = &rt->cfg;
     const int dev = rt_ns_on_device(rt);
@@ -199,13 +231,17 @@ shardopt_status_t ns_sharded_iterate_bf16(shardopt_runtime_t rt, const char *nam
     }
     if (failed)
         return SHARDOPT_ERR_INTERNAL; /* the last update: said above */
-    if (count == 0)
-        return SHARDOPT_OK;
-    if (dev)
+    if (count > 0 && dev)
         rt->ns_ops->ns_shard_bf16_widen(&rt->kctx, x, xf, count);
-    else
-        for (size_t i = 0; i < count; i++)
-            xf[i] = f32_from_bf16(x[i]);
+    for (size_t i = 0; i < count && !dev; i++)
+        xf[i] = f32_from_bf16(x[i]);
+    /* a diverged result goes back to ns_sharded_block, which runs the fp32 iterations (the
+     * input is in place: nothing is stored yet) */
+    int ok = 1;
+    const shardopt_status_t guard = result_guard(rt, name, comm, xf, count, m, &ok);
+    *diverged = !ok;
+    if (guard != SHARDOPT_OK || !ok || count == 0)
+        return guard;
     rt->ns_ops->ns_shard_store(&rt->kctx, piece, xf);
     return SHARDOPT_OK;
 }

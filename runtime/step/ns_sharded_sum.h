@@ -66,6 +66,7 @@ shardopt_status_t ns_sharded_iterate(shardopt_runtime_t rt, const char *name, MP
                                      int64_t n, double ss);
 shardopt_status_t ns_sharded_iterate_bf16(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
                                           struct nccl_group *nccl, const struct ns_args *piece,
-                                          size_t count, int64_t m, int64_t n, double ss);
+                                          size_t count, int64_t m, int64_t n, double ss,
+                                          int *diverged);
 
 #endif

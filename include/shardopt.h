@@ -444,8 +444,9 @@ typedef struct shardopt_stats {
     /* Version 5 */
     uint64_t ns_gram_fallbacks; /**< Gram Newton-Schulz results of this rank that the result
                                      guard refused (non-finite, or a norm past what the table can
-                                     output) and recomputed with the standard algorithm, over all
-                                     steps; 0 unless ns_algorithm runs gram */
+                                     output) and recomputed with the standard algorithm, and bf16
+                                     standard results of a gathered matrix it refused and
+                                     recomputed in fp32 (CPU tables), over all steps */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

@@ -37,11 +37,19 @@ void ns_bf16_destroy(struct ns_bf16 *b);
 shardopt_status_t ns_bf16_prepare(struct ns_bf16 *b, int64_t rows, int64_t cols, int variant,
                                   int block, int algorithm, const float (*coeffs)[3], int steps);
 
+/* The table's fp32 Newton-Schulz (ns_blas_newton_schulz, ns_ref_newton_schulz), which a bf16
+ * result of the standard algorithm that fails the result guard is recomputed with. */
+typedef int (*ns_fp32_fn)(const struct kernel_ctx *ctx, const struct ns_args *a,
+                          const struct ns_workspace *ws);
+
 /* Newton-Schulz of a (compute bf16) with ws->bf16 prepared for its shape; workspace as for fp32
- * (ns_workspace_floats). Returns 0, or -1 when the shape, variant or coefficients were not
- * prepared, or the workspace is short. */
+ * (ns_workspace_floats). A standard result (or Gram's standard recomputation) outside what
+ * Newton-Schulz can give (ns_gram_guard_ok) is recomputed by fp32, counted in
+ * a->guard_fallbacks (test_ns_guards: polar_express x 7 with aol on a 2 x 7 matrix went to Inf
+ * in bf16). Returns 0, or -1 when the shape, variant or coefficients were not prepared, or the
+ * workspace is short. */
 int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
-                const struct ns_workspace *ws);
+                const struct ns_workspace *ws, ns_fp32_fn fp32);
 
 /* Newton-Schulz teams (runtime/step/ns_sharded.c) in bf16: a member's block X_j, m x n in the
  * working orientation (n >= 1, also under m), in bf16 with every product whole and accumulated

@@ -254,7 +254,7 @@ static int load_bf16(struct ns_bf16 *b, const struct plan *p, const struct ns_ar
 }
 
 int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
-                const struct ns_workspace *ws)
+                const struct ns_workspace *ws, ns_fp32_fn fp32)
 {
     struct ns_bf16 *b = ws->bf16;
     int64_t m, n;
@@ -312,6 +312,22 @@ int ns_bf16_run(const struct kernel_ctx *ctx, const struct ns_args *a,
                 Y = t;
             }
             to_f32(X, xf, mn);
+            /* the input is still in place: a diverged result is recomputed in fp32, matrix k
+             * alone (its products overwrite this workspace, which the next matrix sets again) */
+            if (fp32 != NULL && !ns_gram_guard_ok(xf, KDT_F32, m, n, a)) {
+                struct ns_args one = *a;
+                one.batch = 1;
+                one.compute = KDT_F32;
+                one.variant = NS_VARIANT_PLAIN;
+                one.algorithm = NS_ALGO_STANDARD;
+                one.in = (const char *)a->in + (size_t)k * mn * kdtype_size(a->in_dtype);
+                one.out = (char *)a->out + (size_t)k * mn * kdtype_size(a->out_dtype);
+                if (fp32(ctx, &one, ws) != 0)
+                    return -1;
+                if (a->guard_fallbacks != NULL)
+                    (*a->guard_fallbacks)++;
+                continue;
+            }
         }
         ns_store_output(a, k, xf);
     }

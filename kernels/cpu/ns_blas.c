@@ -132,7 +132,7 @@ int ns_blas_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                           const struct ns_workspace *ws)
 {
     if (a->compute == KDT_BF16)
-        return ns_bf16_run(ctx, a, ws);
+        return ns_bf16_run(ctx, a, ws, ns_blas_newton_schulz);
     if (a->variant != NS_VARIANT_PLAIN && a->variant != NS_VARIANT_SYMMETRIC)
         return -1;
     if (a->algorithm != NS_ALGO_STANDARD || a->precondition != NS_PRECOND_FROBENIUS)

@@ -67,7 +67,7 @@ int ns_ref_newton_schulz(const struct kernel_ctx *ctx, const struct ns_args *a,
                          const struct ns_workspace *ws)
 {
     if (a->compute == KDT_BF16)
-        return ns_bf16_run(ctx, a, ws); /* bf16 products exist only as oneDNN's */
+        return ns_bf16_run(ctx, a, ws, ns_ref_newton_schulz); /* bf16 products: oneDNN's */
     if (a->algorithm != NS_ALGO_STANDARD || a->precondition != NS_PRECOND_FROBENIUS)
         return ns_run_products(ctx, a, ws, &ref_products);
     return ns_run_batch(ctx, a, ws, ref_iter);

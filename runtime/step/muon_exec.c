@@ -231,8 +231,9 @@ static void stage_move(shardopt_runtime_t rt, const struct stage *st, int to_slo
 }
 
 /* Gram results the kernel's guard refused (ns_gram_guard_ok) and recomputed by the standard
- * algorithm: counted, their standard FLOPs added to what this rank performed, and said once per
- * parameter on the rank that ran them (Newton-Schulz runs on the owners, not on rank 0) */
+ * algorithm, or bf16 standard ones recomputed in fp32 (kernels/cpu/ns_bf16.h): counted, their
+ * standard FLOPs added to what this rank performed, and said once per parameter on the rank that
+ * ran them (Newton-Schulz runs on the owners, not on rank 0) */
 static void gram_fallback_report(shardopt_runtime_t rt, struct shardopt_param *p, int64_t fallbacks,
                                  const struct ns_sym_blocks *sb)
 {
@@ -243,6 +244,14 @@ static void gram_fallback_report(shardopt_runtime_t rt, struct shardopt_param *p
     if (p->ns_guard_warned)
         return;
     p->ns_guard_warned = 1;
+    if (p->ns_algorithm != NS_ALGO_GRAM) /* bf16 standard results (kernels/cpu/ns_bf16.h) */
+        log_warn("step %llu: rank %d: bf16 Newton-Schulz of '%s' [%lld x %lld] gave %lld "
+                 "result(s) non-finite or past the bound a Newton-Schulz output can reach; "
+                 "recomputed in fp32 (said once per parameter)",
+                 (unsigned long long)rt->counters.steps + 1, rt->groups.me.rank, p->name,
+                 (long long)p->mv.rows, (long long)p->mv.cols, (long long)fallbacks);
+    if (p->ns_algorithm != NS_ALGO_GRAM)
+        return;
     log_warn("step %llu: rank %d: Gram Newton-Schulz of '%s' [%lld x %lld] gave %lld result(s) "
              "non-finite or past the bound a Newton-Schulz output can reach; recomputed with the "
              "standard algorithm (said once per parameter; ns_algorithm = standard avoids it)",

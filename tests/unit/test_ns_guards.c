@@ -198,3 +198,65 @@ TEST(gram_guard_fallback_gives_the_standard_step_and_warns_once)
     free(log_std);
     free(log_gram);
 }
+
+/* Found by test_xcheck (seed 960140 of a 3-rank world, a bf16 team) and then on one owner: bf16
+ * standard Newton-Schulz with polar_express x 7 and aol on 2 x 7 matrices whose smaller singular
+ * value sits near the first polynomial's maximum (1.99 at 0.38). bf16's rounding of that step
+ * left it past 2, where the second polynomial is steep, and the next steps took it to Inf: one of
+ * these 400 matrices (rows r1 and r2 = r r1' + t r1, r in [0.3, 0.5]) stepped to NaN, the step
+ * OK. The kernel now recomputes a result past the guard's bound in fp32 and the runtime warns
+ * once; where this CPU has no bf16 Newton-Schulz the case has nothing to check. */
+TEST(bf16_standard_result_past_the_bound_is_recomputed_in_fp32)
+{
+    enum { N = 400, COLS = 7 };
+    shardopt_config_t cfg = fixture_bare_muon_config();
+    cfg.ns_coeffs = SHARDOPT_NS_POLAR_EXPRESS;
+    cfg.ns_steps = 7;
+    cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
+    cfg.ns_norm_scale = 1.3;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_BF16;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    static float w[N][2 * COLS], g[N][2 * COLS];
+    static char name[N][16];
+    shardopt_param_t h[N];
+    uint64_t st = 12345;
+#define U01()                                                                                      \
+    ((st = st * 6364136223846793005ull + 1442695040888963407ull),                                  \
+     (double)(st >> 11) / 9007199254740992.0)
+    for (int i = 0; i < N; i++) {
+        const double r = 0.3 + 0.2 * U01();
+        for (int j = 0; j < COLS; j++) { /* a Gaussian by Box-Muller */
+            const double a = U01() + 1e-12, b = U01();
+            g[i][j] = (float)(sqrt(-2 * log(a)) * cos(6.283185307 * b));
+        }
+        for (int j = 0; j < COLS; j++) {
+            const double a = U01() + 1e-12, b = U01();
+            const double gs = sqrt(-2 * log(a)) * cos(6.283185307 * b);
+            g[i][COLS + j] = (float)(r * gs + (U01() - 0.5) * 2 * g[i][j]);
+        }
+#undef U01
+        snprintf(name[i], sizeof name[i], "m%d", i);
+        shardopt_param_desc_t d = fixture_desc(name[i], 2, 2, COLS, 1, w[i], g[i]);
+        ASSERT_EQ_INT(shardopt_register(rt, &d, &h[i]), SHARDOPT_OK);
+    }
+    shardopt_status_t s = shardopt_commit(rt);
+    if (s == SHARDOPT_ERR_UNSUPPORTED) {
+        printf("  no bf16 Newton-Schulz here: %s\n", shardopt_last_error());
+        shardopt_finalize(rt);
+        return;
+    }
+    ASSERT_EQ_INT(s, SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 1; /* W = -O */
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double q = 0;
+        for (int j = 0; j < 2 * COLS; j++)
+            q += (double)w[i][j] * w[i][j];
+        worst = isfinite(q) && isfinite(worst) ? fmax(worst, q) : INFINITY;
+    }
+    printf("  largest |O|_F^2 of %d matrices: %.3g\n", N, worst);
+    EXPECT_TRUE(worst <= 8.0); /* 2 rows, each singular value near 1: about 2; Inf fails */
+    shardopt_finalize(rt);
+}

@@ -35,6 +35,20 @@ int preset_load(const char *name, const char *dir, const struct preset_scale *sc
 
 void preset_free(struct preset *p);
 
+struct cJSON;
+
+/* `path` read as a regular file and parsed as strict JSON (runtime/config/json_strict.h: a key
+ * twice, text after the value, NaN refused): 0 with *root (cJSON_Delete it), or -1 with err
+ * "<what> <path>: cannot read" or "<what> <path>: not JSON (byte N: ...)". */
+int preset_json_read(const char *path, const char *what, struct cJSON **root, char *err,
+                     size_t errlen);
+
+/* 1 when s is text a table may print as it is: not empty, no control byte. */
+int preset_name_ok(const char *s);
+
+/* 1 when every key of obj is in known (NULL-terminated); else 0 with *bad the first other. */
+int preset_keys_known(const struct cJSON *obj, const char *const *known, const char **bad);
+
 /* A whole file into a malloc'd, NUL-terminated string (the caller frees it). 0, or -1. */
 int preset_file_read(const char *path, char **text);
 

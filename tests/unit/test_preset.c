@@ -132,3 +132,75 @@ TEST(bad_presets_are_refused_with_the_file_named)
     unlink(path);
     rmdir(dir);
 }
+
+/* Presets a hand-written file can get wrong, each once on the tiny model's text: before, each was
+ * planned without a word (a key twice: the first won; a placement typo: planned dense; a list
+ * under a misspelt key, or a number for a list: no such tensors; a dim of 0 or E = 0, which
+ * register refuses; "h*" and "" as shapes: the empty factor was 1; a name twice; control bytes
+ * printed raw into the table). Each is refused naming the file and what is wrong. */
+TEST(hostile_presets_are_refused_naming_what_is_wrong)
+{
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"\"dims\": {\"h\": 8, \"h\": 16, \"dense_layers\": 1, \"moe_layers\": 0}, \"global\": "
+         "[], \"dense_mlp\": [{\"name\": \"w\", \"shape\": [\"h\", \"h\"]}]",
+         "key 'h' appears twice"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 1}, \"moe_mlp\": [{\"name\": "
+         "\"e\", \"shape\": [2, \"h\", \"h\"], \"placement\": \"experts\"}]",
+         "placement not dense or expert"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 1}, \"moe_mlps\": []",
+         "unknown key 'moe_mlps'"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 1}, \"attention\": []",
+         "\"moe_mlp\" must be an array"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 0}, \"global\": 5",
+         "\"global\" must be an array"},
+        {"\"dims\": {\"h\": 8, \"e\": 0, \"dense_layers\": 0, \"moe_layers\": 1}, \"moe_mlp\": "
+         "[{\"name\": \"x\", \"shape\": [\"e\", \"h\", \"h\"], \"placement\": \"expert\"}]",
+         "shape entry 0 is 0"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 1}, \"moe_mlp\": [{\"name\": "
+         "\"x\", \"shape\": [\"h\", \"h\"], \"placement\": \"expert\"}]",
+         "needs a shape of 3 dims"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 0}, \"global\": [{\"name\": "
+         "\"w\", \"shape\": [\"h*\", 4]}]",
+         "shape entry 0 is not"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 0}, \"global\": [{\"name\": "
+         "\"w\", \"shape\": [\"\", 4]}]",
+         "shape entry 0 is not"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 0}, \"global\": [{\"name\": "
+         "\"w\", \"shape\": [\" 8\", 4]}]",
+         "shape entry 0 is not"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 2, \"moe_layers\": 0}, \"global\": [{\"name\": "
+         "\"model.layers.1.w\", \"shape\": [\"h\"]}], \"dense_mlp\": [{\"name\": \"w\", "
+         "\"shape\": [\"h\", \"h\"]}]",
+         "tensor 'model.layers.1.w' is listed twice"},
+        {"\"name\": \"a\\u001b[2Jb\", \"dims\": {\"dense_layers\": 0, \"moe_layers\": 0}",
+         "\"name\" must be text"},
+        {"\"dims\": {\"dense_layers\": 0, \"moe_layers\": 0}, \"global\": [{\"name\": "
+         "\"a\\u001bb\", \"shape\": [4]}]",
+         "tensor name 'a\\x1bb'"},
+        {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 0}, \"width_dims\": "
+         "[\"hidden\"]",
+         "\"width_dims\" must be an array of names in \"dims\""},
+        {"\"dims\": {\"dense_layers\": 0, \"moe_layers\": 0}} {", "text after"},
+    };
+    struct preset p;
+    struct preset_scale s = {0, 1, 1};
+    char err[512], dir[] = "/tmp/shardopt_preset_XXXXXX", path[64];
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/hostile.json", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        ASSERT_TRUE(f != NULL);
+        fprintf(f, "{%s}", cases[i].text);
+        fclose(f);
+        err[0] = '\0';
+        EXPECT_EQ_INT(preset_load(path, NULL, &s, &p, err, sizeof err), -1);
+        EXPECT_STR_CONTAINS(err, path);
+        EXPECT_STR_CONTAINS(err, cases[i].want);
+        for (const char *c = err; *c != '\0'; c++)
+            EXPECT_TRUE((unsigned char)*c >= 0x20);
+    }
+    unlink(path);
+    rmdir(dir);
+}

@@ -50,6 +50,11 @@ def _check_hp(hp):
             raise ValueError(f"{k} = {v!r}: a finite number >= 0 (or a 1-element tensor){hint}")
 
 
+# The library's smallest ns_eps / adamw_eps: FLT_MIN, the smallest normal fp32 (the kernels take
+# them as fp32; 1e-300 was 0 there, and a zero gradient stepped every weight to NaN)
+EPS_MIN = 1.1754943508222875e-38
+
+
 def _check_eps(gi, g):
     """A group's eps (and a Muon group's ns_steps) in the ranges the library takes, named as the
     script gave them: torch.optim takes eps = 0 and ns_steps = 0, and the library's refusal
@@ -58,11 +63,12 @@ def _check_eps(gi, g):
         eps = float(g["eps"])
     except (TypeError, ValueError):
         eps = None
-    if eps is None or not 0 < eps <= 1:
+    if eps is None or not EPS_MIN <= eps <= 1:
         what = ("torch.optim.Muon's eps, added to the norm: X / (|X| + eps), so 0 would divide a "
                 "zero gradient by 0" if g["algo"] == "muon" else "AdamW's eps")
-        raise ValueError(f"param group {gi} ({g['algo']}): eps = {g['eps']!r}: accepted (0, 1] "
-                         f"({what})")
+        raise ValueError(f"param group {gi} ({g['algo']}): eps = {g['eps']!r}: accepted (0, 1], "
+                         f"at least {EPS_MIN!r} ({what}; the kernels add it in fp32, where a "
+                         "smaller one is 0)")
     n = g.get("ns_steps", 1)
     whole = (isinstance(n, int) and not isinstance(n, bool)) or type(n).__module__ == "numpy"
     if g["algo"] == "muon" and not (whole and 1 <= int(n) <= 16):

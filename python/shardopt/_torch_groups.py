@@ -9,7 +9,7 @@ import operator
 import warnings
 
 import shardopt
-from shardopt._torch_config import _check_switches
+from shardopt._torch_config import EPS_MIN, _check_switches
 
 
 def _warn_split(parts, first):
@@ -118,9 +118,9 @@ def _adamw_hparams(gi, g, last):
         if not 0.0 <= v < 1.0:  # NaN too
             raise ValueError(f"param group {gi} (adamw): {k} = {v!r}: accepted [0, 1); "
                              "nothing was stepped")
-    if not (0.0 < e <= 1.0 and math.isfinite(e)):
-        raise ValueError(f"param group {gi} (adamw): eps = {e!r}: accepted (0, 1] (the "
-                         "library's range for adamw_eps); nothing was stepped")
+    if not (EPS_MIN <= e <= 1.0 and math.isfinite(e)):
+        raise ValueError(f"param group {gi} (adamw): eps = {e!r}: accepted (0, 1], at least "
+                         f"{EPS_MIN!r} (the library's range for adamw_eps); nothing was stepped")
     return b1, b2, e
 
 

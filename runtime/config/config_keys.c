@@ -43,7 +43,9 @@ const struct config_key config_keys[] = {
     DBL(weight_decay, 0, 1e6, 0, 0, "Muon decoupled weight decay"),
     ENUM(ns_coeffs, ns_coeffs_names, "Newton-Schulz coefficient table"),
     INT(ns_steps, 1, SHARDOPT_NS_MAX_STEPS, "Newton-Schulz iterations (polar_express: 5-8)"),
-    DBL(ns_eps, 0, 1, 1, 0, "epsilon in U / (|U|_F * s + eps)"),
+    /* the kernels take both epsilons as fp32: below FLT_MIN (1e-300 was taken) one is 0 or a
+     * denormal flushed to 0, and a zero gradient gave 0/0, every weight NaN, the step OK */
+    DBL(ns_eps, CONFIG_EPS_MIN, 1, 0, 0, "epsilon in U / (|U|_F * s + eps)"),
     {"ns_norm_scale", CFG_DOUBLE, OFF(ns_norm_scale), NULL, 0.5, 2, 0, 0, 1, 0,
      "s in U / (|U|_F * s + eps); 0 = the table's (1, polar_express 1.01)"},
     {"ns_custom_coeffs", CFG_COEFFS, OFF(ns_custom_coeffs), NULL, 0, 0, 0, 0, 0, 0,
@@ -51,7 +53,7 @@ const struct config_key config_keys[] = {
     ENUM(lr_scale, lr_scale_names, "Muon learning-rate scale by matrix shape"),
     DBL(adamw_beta1, 0, 1, 0, 1, "AdamW beta1"),
     DBL(adamw_beta2, 0, 1, 0, 1, "AdamW beta2"),
-    DBL(adamw_eps, 0, 1, 1, 0, "AdamW epsilon"),
+    DBL(adamw_eps, CONFIG_EPS_MIN, 1, 0, 0, "AdamW epsilon"),
     DBL(adamw_weight_decay, 0, 1e6, 0, 0, "AdamW decoupled weight decay"),
     {"adamw_patterns", CFG_STRING, OFF(adamw_patterns), NULL, 0, 0, 0, 0, 0, 0,
      "comma-separated names sent to AdamW under algo auto (substring, or =exact)"},

@@ -57,4 +57,9 @@ void config_key_format(const struct config_key *k, const shardopt_config_t *cfg,
 /* The largest |a|, |b|, |c| of a custom Newton-Schulz table (text, JSON and validate) */
 #define NS_COEFF_MAX 1000.0
 
+/* The smallest ns_eps / adamw_eps (config and step arguments): FLT_MIN, the smallest normal
+ * fp32, as the kernels take them; below it an eps is 0 (or a denormal, flushed to 0 on CPUs that
+ * do) and a zero gradient divides 0 by 0. */
+#define CONFIG_EPS_MIN 1.1754943508222875e-38
+
 #endif

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "kernels/clock.h"
 #include "runtime/comm/comm_wait.h"
+#include "runtime/config/config_keys.h"
 #include "runtime/runtime.h"
 #include "runtime/step/alias_check.h"
 #include "runtime/step/args_agree.h"
@@ -39,8 +40,8 @@ struct step_scalars {
          : -1.0)
 
 /* args.adamw_beta1 / beta2 / eps: < 0 the config's, else the config's own range for the key
- * ([0, 1) for the betas, (0, 1] for eps); -inf and NaN are a computation gone wrong, not "the
- * config's". */
+ * ([0, 1) for the betas, [CONFIG_EPS_MIN, 1] for eps); -inf and NaN are a computation gone wrong,
+ * not "the config's". */
 static shardopt_status_t step_adamw_hparams(const shardopt_runtime_t rt,
                                             const shardopt_step_args_t *args,
                                             struct step_scalars *sc)
@@ -56,11 +57,13 @@ static shardopt_status_t step_adamw_hparams(const shardopt_runtime_t rt,
                             "step: %s = %g: accepted a finite value < 0 (the config's) or a value "
                             "in [0, 1); nothing was updated",
                             names[k], betas[k]);
-    if (!(eps <= 1 && eps != 0 && isfinite(eps)))
+    if (!(eps <= 1 && (eps < 0 || eps >= CONFIG_EPS_MIN) && isfinite(eps)))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "step: adamw_eps = %g: accepted a finite value < 0 (the config's) or a "
-                        "value in (0, 1]; nothing was updated",
-                        eps);
+                        "value in (0, 1] of at least %.10g (FLT_MIN: the kernels compute in "
+                        "fp32, where a smaller eps is 0 and a zero gradient gives 0/0); nothing "
+                        "was updated",
+                        eps, CONFIG_EPS_MIN);
     sc->beta1 = b1 < 0 ? rt->cfg.adamw_beta1 : b1;
     sc->beta2 = b2 < 0 ? rt->cfg.adamw_beta2 : b2;
     sc->eps = eps < 0 ? rt->cfg.adamw_eps : eps;

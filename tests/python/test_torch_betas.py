@@ -110,7 +110,7 @@ def case_refusals_name_the_group_and_key_with_nothing_stepped():
     """Only what cannot be taken is refused, before any group steps (the Muon group ahead of
     the AdamW one is not written either): momentum and betas[0] both changed since the last
     step to different values (which beta1 is meant cannot be told); a beta out of [0, 1)
-    (through betas or momentum); eps not in (0, 1]; betas not a pair of numbers. Each
+    (through betas or momentum); eps not in (0, 1] or below fp32's smallest normal; betas not a pair of numbers. Each
     ValueError names the group, the key and the value; fixing it, the next step goes on."""
     m = model()
     opt = Muon(m.named_parameters(), lr=0.02, model=m)
@@ -126,6 +126,8 @@ def case_refusals_name_the_group_and_key_with_nothing_stepped():
            ({"betas": (float("nan"), 0.999)}, ["= nan: accepted [0, 1)"]),
            ({"eps": 0.0}, ["param group 1 (adamw): eps = 0.0: accepted (0, 1]"]),
            ({"eps": float("inf")}, ["eps = inf"]),
+           # 0 in the kernels' fp32: a zero gradient stepped every weight to NaN, OK returned
+           ({"eps": 1e-300}, ["eps = 1e-300: accepted (0, 1], at least 1.1754943508222875e-38"]),
            ({"betas": (0.9,)}, ["betas = (0.9,)", "a pair of numbers"])]
     for change, words in bad:
         keep = {k: adamw[k] for k in ("momentum", "betas", "eps")}

@@ -490,7 +490,10 @@ def case_zero_eps_and_ns_steps_named():
     value, before any runtime is made."""
     for kw, words in (({"eps": 0.0}, ("param group 0 (muon)", "eps = 0.0", "(0, 1]")),
                       ({"ns_steps": 0}, ("param group 0 (muon)", "ns_steps = 0", "1 to 16")),
-                      ({"adamw_eps": 0.0}, ("param group 1 (adamw)", "eps = 0.0", "(0, 1]"))):
+                      ({"adamw_eps": 0.0}, ("param group 1 (adamw)", "eps = 0.0", "(0, 1]")),
+                      # the kernels' fp32 holds no smaller eps: 0/0 on a zero gradient
+                      ({"eps": 1e-40}, ("param group 0 (muon)", "eps = 1e-40",
+                                        "at least 1.1754943508222875e-38"))):
         refused(lambda: Muon(mlp().named_parameters(), **kw), ValueError, *words)
     refused(lambda: Muon([{"params": [nn.Parameter(torch.randn(4, 4))], "algo": "muon",
                            "eps": -1e-8}]), ValueError, "eps = -1e-08")

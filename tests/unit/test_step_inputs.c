@@ -1,6 +1,8 @@
 /* What a step reads and starts from, given badly through the API: parameter buffers that share
  * memory, and optimizer state no step can start from. Each is refused before anything is written,
  * and the runtime goes on once the input is right. */
+#include <math.h>
+
 #include "fixture.h"
 
 /* Parameters whose buffers share memory: the same data pointer registered twice (before: both
@@ -178,5 +180,59 @@ TEST(pointers_not_aligned_to_their_dtype_are_refused_where_given)
         g[i] = 0.1f;
     EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
     EXPECT_TRUE(w[0] != 0 && w[8 + 63] == 0);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
+/* Epsilons the kernels cannot hold: adamw_eps and ns_eps are taken as fp32 there, and a value
+ * below FLT_MIN (1e-39, 1e-300) is 0 or a denormal (flushed to 0 where the CPU does): a gradient
+ * of zeros then gave 0/0, and the step returned OK with every weight NaN. Refused where given
+ * (config, JSON, environment and the step's own adamw_eps), naming the key and the floor; the
+ * smallest normal float is taken and steps to finite weights. */
+TEST(epsilons_below_the_smallest_normal_float_are_refused)
+{
+    static const char *const keys[] = {"adamw_eps", "ns_eps"};
+    static const double tiny[] = {1e-300, 5e-324, 1e-45, 1e-39, 1.1e-38};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+            shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+            char text[32];
+            snprintf(text, sizeof text, "%.17g", tiny[i]);
+            EXPECT_EQ_INT(shardopt_config_set(&cfg, keys[k], text), SHARDOPT_ERR_INVALID_ARGUMENT);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), keys[k]);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "1.17549");
+            *(k == 0 ? &cfg.adamw_eps : &cfg.ns_eps) = tiny[i];
+            EXPECT_EQ_INT(shardopt_config_validate(&cfg), SHARDOPT_ERR_INVALID_ARGUMENT);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), keys[k]);
+        }
+    /* the step's adamw_eps likewise; at the floor (and a zero gradient) the weights stay finite */
+    static float w[64], g[64], v[8], gv[8];
+    for (int i = 0; i < 64; i++)
+        w[i] = 0.01f * (float)(i % 7);
+    for (int i = 0; i < 8; i++)
+        v[i] = 1.0f;
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.apply_env = 0;
+    cfg.ns_eps = 1.1754943508222875e-38;
+    cfg.adamw_eps = 1.1754943508222875e-38;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_desc_t dm = fixture_desc("m", 2, 8, 8, 0, w, g);
+    shardopt_param_desc_t da = fixture_desc("v", 1, 8, 0, 0, v, gv);
+    shardopt_param_t pm, pa;
+    ASSERT_EQ_INT(shardopt_register(rt, &dm, &pm), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_register(rt, &da, &pa), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.01;
+    args.adamw_eps = 1e-300;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "adamw_eps");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "1.17549");
+    EXPECT_TRUE(w[1] == 0.01f && v[0] == 1.0f); /* nothing written */
+    args.adamw_eps = -1;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    for (int i = 0; i < 64; i++)
+        EXPECT_TRUE(isfinite(w[i]));
+    for (int i = 0; i < 8; i++)
+        EXPECT_TRUE(isfinite(v[i]));
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }

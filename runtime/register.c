@@ -1,4 +1,5 @@
 /* Registration: validate a parameter description, decide its algorithm, keep a copy. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,23 @@
 /* the longest state suffix a checkpoint appends to a parameter's name is ".exp_avg_sq" */
 #define REGISTER_NAME_MAX (ST_NAME_MAX - (int)sizeof(".exp_avg_sq") + 1)
 
+/* Newton-Schulz hands a matrix's sides to BLAS and cuBLAS as int (rows, columns, leading
+ * dimensions): a side past 2^31 - 1 (a [1, 2^31 + 64] matrix, which commit took) wraps to a
+ * negative size there, and the step's Newton-Schulz would be BLAS's parameter error, not the
+ * update. */
+static shardopt_status_t muon_sides_check(const shardopt_param_desc_t *d)
+{
+    const int64_t rows = d->shape[d->ndim - 2], cols = d->shape[d->ndim - 1];
+    if (rows <= INT_MAX && cols <= INT_MAX)
+        return SHARDOPT_OK;
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "register '%s': algo = %s gives Muon a %lld x %lld matrix: each side must be "
+                    "at most 2^31 - 1 (Newton-Schulz's BLAS and cuBLAS take int sizes); register "
+                    "it with algo = adamw",
+                    d->name, d->algo == SHARDOPT_ALGO_AUTO ? "auto" : "muon", (long long)rows,
+                    (long long)cols);
+}
+
 static shardopt_status_t algo_resolve(const shardopt_runtime_t rt, const shardopt_param_desc_t *d,
                                       shardopt_algo_t *algo_p)
 {
@@ -22,7 +40,7 @@ static shardopt_status_t algo_resolve(const shardopt_runtime_t rt, const shardop
         *algo_p = classify_auto_is_muon(d->name, d->ndim, d->shape, rt->cfg.adamw_patterns)
                       ? SHARDOPT_ALGO_MUON
                       : SHARDOPT_ALGO_ADAMW;
-        return SHARDOPT_OK;
+        return *algo_p == SHARDOPT_ALGO_MUON ? muon_sides_check(d) : SHARDOPT_OK;
     case SHARDOPT_ALGO_MUON:
         if (d->ndim < 2)
             return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
@@ -30,7 +48,7 @@ static shardopt_status_t algo_resolve(const shardopt_runtime_t rt, const shardop
                             "got ndim = %d",
                             d->name, d->ndim);
         *algo_p = SHARDOPT_ALGO_MUON;
-        return SHARDOPT_OK;
+        return muon_sides_check(d);
     case SHARDOPT_ALGO_ADAMW: *algo_p = SHARDOPT_ALGO_ADAMW; return SHARDOPT_OK;
     }
     return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,

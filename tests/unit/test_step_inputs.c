@@ -236,3 +236,47 @@ TEST(epsilons_below_the_smallest_normal_float_are_refused)
         EXPECT_TRUE(isfinite(v[i]));
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
+
+/* A Muon matrix with a side past 2^31 - 1 ([2, 2^31 + 64], a 3-D stack's in-dim too): Newton-
+ * Schulz passes the sides to BLAS / cuBLAS as int ((int)n), where they wrap negative; register
+ * and commit took it. Refused at register naming the parameter, the matrix and the way out (algo
+ * = adamw, which takes it); a side of 2^31 - 1 and a [1, n] row (AdamW under auto) still register.
+ * No step runs here: 16 GiB per fp32 copy is beyond a test machine. */
+TEST(muon_matrices_with_a_side_past_int_are_refused_at_register)
+{
+    static float w[64], g[64];
+    const int64_t big = (1ll << 31) + 64;
+    const struct {
+        int ndim;
+        int64_t d0, d1, d2;
+        shardopt_algo_t algo;
+        shardopt_status_t want;
+    } cases[] = {
+        {2, 2, big, 0, SHARDOPT_ALGO_AUTO, SHARDOPT_ERR_INVALID_ARGUMENT},
+        {2, big, 1, 0, SHARDOPT_ALGO_MUON, SHARDOPT_ERR_INVALID_ARGUMENT},
+        {3, 2, 2, big, SHARDOPT_ALGO_AUTO, SHARDOPT_ERR_INVALID_ARGUMENT},
+        {2, 1, big, 0, SHARDOPT_ALGO_AUTO, SHARDOPT_OK}, /* a row: auto gives it to AdamW */
+        {2, 1, big, 0, SHARDOPT_ALGO_ADAMW, SHARDOPT_OK},
+        {2, 1, INT32_MAX, 0, SHARDOPT_ALGO_MUON, SHARDOPT_OK},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.apply_env = 0;
+        shardopt_runtime_t rt = fixture_runtime(&cfg);
+        shardopt_param_desc_t d =
+            fixture_desc("x", cases[i].ndim, cases[i].d0, cases[i].d1, cases[i].d2, w, g);
+        d.algo = cases[i].algo;
+        if (cases[i].ndim == 3)
+            d.placement = SHARDOPT_PLACEMENT_EXPERT;
+        shardopt_param_t p = NULL;
+        EXPECT_EQ_INT(shardopt_register(rt, &d, &p), cases[i].want);
+        if (cases[i].want != SHARDOPT_OK) {
+            EXPECT_TRUE(p == NULL);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "register 'x'");
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "2147483712");
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "at most 2^31 - 1");
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "algo = adamw");
+        }
+        EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    }
+}

@@ -97,11 +97,15 @@ void plan_model_machine_load(const char *path, struct machine *m)
                        strlen(nm->valuestring) >= sizeof m->name)) {
         fprintf(stderr,
                 "shardopt-plan: machine file %s: \"name\" must be text of 1..%zu bytes, no "
-                "control bytes\n",
+                "control bytes, quotes or backslashes\n",
                 path, sizeof m->name - 1);
         exit(2);
     }
-    snprintf(m->name, sizeof m->name, "%s", nm != NULL ? nm->valuestring : path);
+    /* unnamed: the path, where a table and a JSON string can show it as it is */
+    snprintf(m->name, sizeof m->name, "%s",
+             nm != NULL             ? nm->valuestring
+             : preset_name_ok(path) ? path
+                                    : "(unnamed)");
     m->gemm_tflops = json_rate(root, "gemm_bf16_tflops", 1e12, path);
     m->ns_fraction = json_rate(root, "ns_gemm_fraction", 1, path);
     m->hbm_gbps = json_rate(root, "hbm_gbps", 1e12, path);

@@ -99,12 +99,13 @@ int preset_json_read(const char *path, const char *what, cJSON **root, char *err
 
 int preset_name_ok(const char *s)
 {
-    /* printed as they are in tables and messages: a control byte (an escape sequence) there
-     * rewrote the terminal; UTF-8 is already checked by the strict parser */
+    /* printed as they are in tables, messages and JSON outputs (shardopt-plan --json, ckpt_bench,
+     * ckpt_index_sim's index): a control byte (an escape sequence) rewrote the terminal, a quote
+     * or a backslash made the JSON invalid; UTF-8 is already checked by the strict parser */
     if (s[0] == '\0')
         return 0;
     for (const unsigned char *c = (const unsigned char *)s; *c != '\0'; c++)
-        if (*c < 0x20 || *c == 0x7f)
+        if (*c < 0x20 || *c == 0x7f || *c == '"' || *c == '\\')
             return 0;
     return 1;
 }
@@ -145,7 +146,8 @@ static int tensor_add(struct preset *p, const char *prefix, const cJSON *e, stru
         strlen(prefix) + strlen(name->valuestring) >= sizeof t->name) {
         log_escape(shown, sizeof shown, name->valuestring, strlen(name->valuestring));
         snprintf(err, errlen,
-                 "tensor name '%s': accepted 1..%zu bytes with the layer prefix, no control bytes",
+                 "tensor name '%s': accepted 1..%zu bytes with the layer prefix, no control bytes, "
+                 "quotes or backslashes",
                  shown, sizeof t->name - 1);
         return -1;
     }
@@ -358,7 +360,9 @@ int preset_load(const char *name, const char *dir, const struct preset_scale *sc
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "name");
     if (nm != NULL && (!cJSON_IsString(nm) || !preset_name_ok(nm->valuestring) ||
                        strlen(nm->valuestring) >= sizeof p.name)) {
-        snprintf(err, errlen, "preset %s: \"name\" must be text of 1..%zu bytes, no control bytes",
+        snprintf(err, errlen,
+                 "preset %s: \"name\" must be text of 1..%zu bytes, no control bytes, quotes or "
+                 "backslashes",
                  path, sizeof p.name - 1);
         goto out;
     }

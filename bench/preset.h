@@ -43,7 +43,8 @@ struct cJSON;
 int preset_json_read(const char *path, const char *what, struct cJSON **root, char *err,
                      size_t errlen);
 
-/* 1 when s is text a table may print as it is: not empty, no control byte. */
+/* 1 when s is text a table or a JSON string may hold as it is: not empty, no control byte, no
+ * quote, no backslash. */
 int preset_name_ok(const char *s);
 
 /* 1 when every key of obj is in known (NULL-terminated); else 0 with *bad the first other. */

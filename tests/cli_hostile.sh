@@ -59,13 +59,15 @@ sed 's/"gpus_per_node": *[0-9]*/"gpus_per_node": 0.5/' "$(dirname "$0")/../bench
 sed 's/"gpus_per_node": *[0-9]*/"gpus_per_node": 1e308/' "$(dirname "$0")/../bench/machines/h200.json" >"$work/many_gpu.json"
 sed 's/"hbm_gbps": *[0-9.e]*/"hbm_gbps": -1/' "$(dirname "$0")/../bench/machines/h200.json" >"$work/neg_rate.json"
 # before, each was planned with exit 0: a rate of 1e-300 (every time inf), a fraction of 2, a
-# key twice (the first won), a misspelt key (ignored), a name with an escape (printed raw)
+# key twice (the first won), a misspelt key (ignored), a name with an escape (printed raw) or a
+# quote (--json's output was not JSON)
 H200="$(dirname "$0")/../bench/machines/h200.json"
 sed 's/"inter_node_gbps": *[0-9.e]*/"inter_node_gbps": 1e-300/' "$H200" >"$work/tiny_rate.json"
 sed 's/"ns_gemm_fraction": *[0-9.e]*/"ns_gemm_fraction": 2/' "$H200" >"$work/frac2.json"
 sed 's/"gpus_per_node": *\([0-9]*\)/"gpus_per_node": \1, "gpus_per_node": 4/' "$H200" >"$work/twice.json"
 sed 's/"gpus_per_node"/"slot": 2, "gpus_per_node"/' "$H200" >"$work/typo.json"
 sed 's/"name": *"h200"/"name": "h\\u001b[2J"/' "$H200" >"$work/esc_name.json"
+sed 's/"name": *"h200"/"name": "h\\"200"/' "$H200" >"$work/quote_name.json" # broke --json
 
 # shardopt-plan (no MPI)
 P="--preset tiny"
@@ -107,6 +109,7 @@ probe 2 plan "\"ns_gemm_fraction\" must be a number in \[1e-06, 1\]" $P --world 
 probe 2 plan "machine file .*twice.json: not JSON \(key 'gpus_per_node' appears twice" $P --world 4 --machine "$work/twice.json"
 probe 2 plan "machine file .*typo.json: unknown key 'slot'" $P --world 4 --machine "$work/typo.json"
 probe 2 plan "machine file .*esc_name.json: \"name\" must be text" $P --world 4 --machine "$work/esc_name.json"
+probe 2 plan "machine file .*quote_name.json: \"name\" must be text" $P --world 4 --json --machine "$work/quote_name.json"
 probe 2 plan "1048576 ranks: planning 735 tensors over a group of up to 1048576 needs about .* GiB, more than the .* GiB this process may have" --preset glm45-air --world 1048576
 probe 2 plan "preset $work/nonexistent.json: cannot read" --preset "$work/nonexistent.json" --world 4
 probe 2 plan "preset $work/fifo: cannot read" --preset "$work/fifo" --world 4

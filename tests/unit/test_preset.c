@@ -137,7 +137,8 @@ TEST(bad_presets_are_refused_with_the_file_named)
  * planned without a word (a key twice: the first won; a placement typo: planned dense; a list
  * under a misspelt key, or a number for a list: no such tensors; a dim of 0 or E = 0, which
  * register refuses; "h*" and "" as shapes: the empty factor was 1; a name twice; control bytes
- * printed raw into the table). Each is refused naming the file and what is wrong. */
+ * printed raw into the table, a quote or backslash into shardopt-plan --json's strings). Each is
+ * refused naming the file and what is wrong. */
 TEST(hostile_presets_are_refused_naming_what_is_wrong)
 {
     static const struct {
@@ -179,6 +180,11 @@ TEST(hostile_presets_are_refused_naming_what_is_wrong)
         {"\"dims\": {\"dense_layers\": 0, \"moe_layers\": 0}, \"global\": [{\"name\": "
          "\"a\\u001bb\", \"shape\": [4]}]",
          "tensor name 'a\\x1bb'"},
+        {"\"name\": \"a\\\"b\", \"dims\": {\"dense_layers\": 0, \"moe_layers\": 0}",
+         "\"name\" must be text"},
+        {"\"dims\": {\"dense_layers\": 0, \"moe_layers\": 0}, \"global\": [{\"name\": "
+         "\"a\\\\b\", \"shape\": [4]}]",
+         "tensor name 'a\\\\b'"}, /* shown escaped */
         {"\"dims\": {\"h\": 8, \"dense_layers\": 0, \"moe_layers\": 0}, \"width_dims\": "
          "[\"hidden\"]",
          "\"width_dims\" must be an array of names in \"dims\""},

@@ -272,7 +272,9 @@ static int name_cmp(const void *a, const void *b)
  * runtime's register refuses the second; a copy sorted by name finds them in n log n. */
 static const char *name_repeated(const struct preset *p, char *err, size_t errlen)
 {
-    struct preset_tensor *s = malloc(sizeof *s * (size_t)(p->n > 0 ? p->n : 1));
+    if (p->n < 2) /* and p->t may be NULL: no memcpy from it */
+        return NULL;
+    struct preset_tensor *s = malloc(sizeof *s * (size_t)p->n);
     if (s == NULL) {
         snprintf(err, errlen, "out of memory");
         return err;

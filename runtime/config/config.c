@@ -161,6 +161,8 @@ shardopt_status_t shardopt_config_set(shardopt_config_t *cfg, const char *key, c
                         near != NULL ? "'? " : "");
     }
     shardopt_status_t status = config_import(cfg, &c);
+    if (status == SHARDOPT_OK)
+        status = config_key_fits(k, cfg, "config_set");
     if (status != SHARDOPT_OK)
         return status;
     snprintf(source, sizeof source, "%s (config_set)", key);
@@ -180,7 +182,7 @@ shardopt_status_t config_env_overlay(shardopt_config_t *cfg, config_env_lookup_f
     shardopt_config_t c;
     shardopt_status_t status;
     int coeff_steps = 0, steps_given = 0;
-    char env[96], source[128];
+    char env[96], source[160];
 
     status = config_import(cfg, &c);
     if (status != SHARDOPT_OK)
@@ -191,6 +193,9 @@ shardopt_status_t config_env_overlay(shardopt_config_t *cfg, config_env_lookup_f
         const char *v = lookup(env, ctx);
         if (v == NULL)
             continue;
+        snprintf(source, sizeof source, "config_from_env: %s is set, but its", env);
+        if ((status = config_key_fits(k, cfg, source)) != SHARDOPT_OK)
+            return status;
         snprintf(source, sizeof source, "%s (env)", env);
         status = config_key_parse(k, v, &c, &coeff_steps, source);
         if (status != SHARDOPT_OK)

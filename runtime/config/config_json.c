@@ -200,6 +200,10 @@ shardopt_status_t config_json_text(const char *path, const char *text, size_t le
                               path, item->string, hint);
             goto out;
         }
+        char who[1100];
+        snprintf(who, sizeof who, "config %s", path);
+        if ((status = config_key_fits(k, cfg, who)) != SHARDOPT_OK)
+            goto out;
         status = key_from_json(path, k, item, &c, &coeff_steps);
         if (status != SHARDOPT_OK)
             goto out;

@@ -133,6 +133,22 @@ const struct config_key *config_key_find(const char *name)
     return NULL;
 }
 
+shardopt_status_t config_key_fits(const struct config_key *k, const shardopt_config_t *cfg,
+                                  const char *who)
+{
+    const size_t bytes = k->type == CFG_DOUBLE || k->type == CFG_U64 ? 8
+                         : k->type == CFG_STRING                     ? SHARDOPT_PATTERNS_MAX
+                         : k->type == CFG_COEFFS                     ? sizeof cfg->ns_custom_coeffs
+                                                                     : sizeof(int);
+    if (k->offset + bytes <= cfg->size)
+        return SHARDOPT_OK;
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "%s: key '%s' lies past the end of this config (size %zu; the key ends at "
+                    "byte %zu): the struct was built against an older shardopt.h, which has no "
+                    "such field; rebuild against this header, or leave the key out",
+                    who, k->name, cfg->size, k->offset + bytes);
+}
+
 void config_key_env_name(const struct config_key *k, char *out, size_t len)
 {
     size_t o = (size_t)snprintf(out, len, "SHARDOPT_");

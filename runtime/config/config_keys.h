@@ -35,6 +35,12 @@ extern const size_t config_key_count;
 
 const struct config_key *config_key_find(const char *name);
 
+/* OK when the caller's cfg (of cfg->size bytes, an older header's perhaps) holds k's field; else
+ * ERR_INVALID_ARGUMENT naming who, the key and the sizes (a value set there was dropped when the
+ * config went back to the caller, and OK returned). */
+shardopt_status_t config_key_fits(const struct config_key *k, const shardopt_config_t *cfg,
+                                  const char *who);
+
 /* "SHARDOPT_" + upper-case name. */
 void config_key_env_name(const struct config_key *k, char *out, size_t len);
 

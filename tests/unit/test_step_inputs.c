@@ -280,3 +280,43 @@ TEST(muon_matrices_with_a_side_past_int_are_refused_at_register)
         EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
     }
 }
+
+/* A config struct of an older header (size that of version 1, as shardopt_config_init(cfg, size)
+ * or an old binary leaves it) given a key past its end: config_set, a JSON file and
+ * config_from_env parsed the value into the whole config, copied back only the caller's bytes
+ * and returned OK: ns_team_cap = 4 was dropped without a word. Refused naming the key and the
+ * sizes, the caller's struct unchanged; a key inside it is still set. */
+TEST(keys_past_the_end_of_an_older_config_are_refused_not_dropped)
+{
+    const size_t v1 = offsetof(shardopt_config_t, num_threads) + sizeof(int);
+    static shardopt_config_t cfg, keep;
+    ASSERT_EQ_INT(shardopt_config_init(&cfg, v1), SHARDOPT_OK);
+    memcpy(&keep, &cfg, sizeof cfg);
+    EXPECT_EQ_INT(shardopt_config_set(&cfg, "ns_team_cap", "4"), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "config_set: key 'ns_team_cap' lies past the end");
+    char size_text[32];
+    snprintf(size_text, sizeof size_text, "size %zu;", v1);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), size_text);
+    EXPECT_TRUE(memcmp(&cfg, &keep, sizeof cfg) == 0);
+    char dir[] = "/tmp/shardopt_short_cfg_XXXXXX", path[64];
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/c.json", dir);
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("{\"momentum\": 0.5, \"weight_decay_1d\": true}", f);
+    fclose(f);
+    EXPECT_EQ_INT(shardopt_config_load_json(path, &cfg), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "key 'weight_decay_1d' lies past the end");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), path);
+    EXPECT_TRUE(memcmp(&cfg, &keep, sizeof cfg) == 0);
+    unlink(path);
+    rmdir(dir);
+    setenv("SHARDOPT_NS_TEAM_FRAC", "0.25", 1);
+    EXPECT_EQ_INT(shardopt_config_from_env(&cfg), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "SHARDOPT_NS_TEAM_FRAC is set");
+    EXPECT_TRUE(memcmp(&cfg, &keep, sizeof cfg) == 0);
+    unsetenv("SHARDOPT_NS_TEAM_FRAC");
+    /* inside the old struct: set as before */
+    EXPECT_EQ_INT(shardopt_config_set(&cfg, "momentum", "0.5"), SHARDOPT_OK);
+    EXPECT_TRUE(cfg.momentum == 0.5 && cfg.size == v1);
+}

@@ -170,7 +170,7 @@ static int cmd_run(int argc, char **argv)
     const char *dir = NULL;
     int threads = 0;
     const char *ns_algorithm = NULL;
-    char path[4096], *text = NULL;
+    char path[4096];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--threads") || !strcmp(a, "--ns-algorithm")) {
@@ -190,12 +190,13 @@ static int cmd_run(int argc, char **argv)
     if (dir == NULL)
         die("usage", "run DIR [--threads T] [--ns-algorithm standard|gram|auto]");
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    if (preset_file_read(path, &text) != 0)
-        die("reading", path);
     /* the script writes manifest.json, but it is a file: every field is checked before it is
-     * used (a missing key was a NULL dereference, a fourth dim wrote past shape[3]) */
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+     * used (a missing key was a NULL dereference, a fourth dim wrote past shape[3]), and it is
+     * strict JSON (a key twice took the first "steps" without a word) */
+    char err[4400];
+    cJSON *root = NULL;
+    if (preset_json_read(path, "reading:", &root, err, sizeof err) != 0)
+        die(err, NULL);
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(root, "tensors"), *e;
     if (!cJSON_IsArray(ts))
         die(path, "not JSON with a \"tensors\" array");

@@ -147,6 +147,8 @@ mkdir -p "$work/m_nokeys" "$work/m_4d" "$work/m_steps" "$work/m_dir/manifest.jso
 echo '{"tensors": []}' >"$work/m_nokeys/manifest.json"
 echo '{"tensors": [{"name": "w", "shape": [2, 2, 2, 2]}], "steps": 1, "lr": 0.1, "weight_decay": 0}' >"$work/m_4d/manifest.json"
 echo '{"tensors": [], "steps": 1e308, "lr": 0.1, "weight_decay": 0}' >"$work/m_steps/manifest.json"
+mkdir -p "$work/m_twice" # the first "steps" was taken, the second dropped without a word
+echo '{"tensors": [], "steps": 1, "lr": 0.1, "weight_decay": 0, "steps": 5}' >"$work/m_twice/manifest.json"
 mkfifo "$work/m_fifo/manifest.json"
 probe 2 cmp "the first argument is manifest or run, not 'bogus'" bogus
 probe 2 cmp "--layers: takes an integer in 0\.\.65536, not 'abc'" manifest --preset tiny --layers abc "$work/out.json"
@@ -155,6 +157,7 @@ probe 2 cmp "--threads: takes an integer in 0\.\.1024, not '-3'" run "$work/m_no
 probe 2 cmp "m_nokeys/manifest.json: \"steps\" must be a number" run "$work/m_nokeys"
 probe 2 cmp "m_4d/manifest.json: tensor 0 needs a \"name\" and a \"shape\" of 1 to 3" run "$work/m_4d"
 probe 2 cmp "m_steps/manifest.json: \"steps\" must be a number in 0\.\.1e\+06" run "$work/m_steps"
+probe 2 cmp "m_twice/manifest.json: not JSON \(key 'steps' appears twice" run "$work/m_twice"
 probe 2 cmp "reading: .*m_dir/manifest.json" run "$work/m_dir"
 probe 2 cmp "reading: .*m_fifo/manifest.json" run "$work/m_fifo"
 probe 2 cmp "compare_driver: $work/fifo: No such device or address" manifest --preset tiny "$work/fifo"

@@ -47,6 +47,39 @@ void config_export(const shardopt_config_t *full, shardopt_config_t *out)
     out->version = version;
 }
 
+/* A custom table's iterated image of the singular values it starts from ([0, 1], or [0, 1/s] with
+ * Frobenius scaling by s < 1), at every step. Each step's products reach |c| S^5 for the last
+ * bound S (an element is at most the spectral norm); with S <= NS_CUSTOM_BOUND_MAX and |c| <=
+ * 1000 they stay below 1e33, inside fp32 (and bf16). (1000, 1000, 1000) five times reached 2e20
+ * at step 2 and (-1000, 0, 0) 1e9 at step 3: every weight NaN, the step OK. The published
+ * tables keep the bound under 2. */
+#define NS_CUSTOM_BOUND_MAX 1e6
+static shardopt_status_t custom_table_bounded(const shardopt_config_t *cfg, const char *source)
+{
+    float tab[SHARDOPT_NS_MAX_STEPS][3];
+    const double s0 = cfg->ns_precondition != SHARDOPT_NS_PRECONDITION_AOL &&
+                              cfg->ns_norm_scale > 0 && cfg->ns_norm_scale < 1
+                          ? 1.0 / cfg->ns_norm_scale
+                          : 1.0;
+    for (int i = 0; i < cfg->ns_steps; i++)
+        for (int j = 0; j < 3; j++)
+            tab[i][j] = (float)cfg->ns_custom_coeffs[i][j];
+    for (int k = 1; k <= cfg->ns_steps; k++) {
+        const double s = ns_coeffs_output_bound((const float(*)[3])tab, k, s0);
+        if (!(s <= NS_CUSTOM_BOUND_MAX))
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "config %sns_custom_coeffs: after step %d (%g, %g, %g) the singular "
+                            "values can reach %.3g: accepted tables keep them at most %g at "
+                            "every step from [0, %g] (beyond, the next step's fp32 products "
+                            "overflow and the weights turn NaN; the published tables stay under "
+                            "2)",
+                            source, k, cfg->ns_custom_coeffs[k - 1][0],
+                            cfg->ns_custom_coeffs[k - 1][1], cfg->ns_custom_coeffs[k - 1][2], s,
+                            NS_CUSTOM_BOUND_MAX, s0);
+    }
+    return SHARDOPT_OK;
+}
+
 shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *source)
 {
     shardopt_status_t status;
@@ -116,6 +149,8 @@ shardopt_status_t config_check_all(const shardopt_config_t *cfg, const char *sou
                                 source, i, c[0], c[1], c[2], cfg->ns_steps, NS_COEFF_MAX,
                                 NS_COEFF_MAX);
         }
+    if (cfg->ns_coeffs == SHARDOPT_NS_CUSTOM)
+        return custom_table_bounded(cfg, source);
     return SHARDOPT_OK;
 }
 

@@ -320,3 +320,56 @@ TEST(keys_past_the_end_of_an_older_config_are_refused_not_dropped)
     EXPECT_EQ_INT(shardopt_config_set(&cfg, "momentum", "0.5"), SHARDOPT_OK);
     EXPECT_TRUE(cfg.momentum == 0.5 && cfg.size == v1);
 }
+
+/* Custom Newton-Schulz tables whose iteration sends the singular values past what the next
+ * step's fp32 products hold: (1000, 1000, 1000) five times, (-1000, 0, 0) three times, (0, 0,
+ * 1000) twice each passed the per-coefficient range [-1000, 1000] and stepped every weight to
+ * NaN with OK returned. Refused at validate naming the step and the bound; tables that stay
+ * inside it (the same (-1000, 0, 0) twice: 1e6) step to finite weights. */
+TEST(custom_tables_whose_iteration_overflows_fp32_are_refused)
+{
+    static float w[64 * 64], g[64 * 64];
+    static const struct {
+        const char *triple;
+        int steps, refused_at;
+    } cases[] = {{"1000,1000,1000", 5, 2}, {"-1000,0,0", 3, 3}, {"0,0,1000", 2, 2},
+                 {"-1000,0,0", 2, 0},      {"2,0,0", 5, 0},     {"3.4445,-4.775,2.0315", 5, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+        cfg.apply_env = 0;
+        char tab[256] = "", want[64];
+        for (int k = 0; k < cases[c].steps; k++)
+            snprintf(tab + strlen(tab), sizeof tab - strlen(tab), "%s%s", k ? ";" : "",
+                     cases[c].triple);
+        ASSERT_EQ_INT(shardopt_config_set(&cfg, "ns_coeffs", "custom"), SHARDOPT_OK);
+        ASSERT_EQ_INT(shardopt_config_set(&cfg, "ns_custom_coeffs", tab), SHARDOPT_OK);
+        if (cases[c].refused_at > 0) {
+            EXPECT_EQ_INT(shardopt_config_validate(&cfg), SHARDOPT_ERR_INVALID_ARGUMENT);
+            snprintf(want, sizeof want, "ns_custom_coeffs: after step %d", cases[c].refused_at);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), want);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "at most 1e+06");
+            shardopt_runtime_t rt = NULL;
+            EXPECT_EQ_INT(shardopt_init(MPI_COMM_SELF, &cfg, &rt), SHARDOPT_ERR_INVALID_ARGUMENT);
+            EXPECT_TRUE(rt == NULL);
+            continue;
+        }
+        EXPECT_EQ_INT(shardopt_config_validate(&cfg), SHARDOPT_OK);
+        for (int i = 0; i < 64 * 64; i++) {
+            w[i] = 0.01f;
+            g[i] = 0.001f * (float)(i % 17) - 0.008f;
+        }
+        shardopt_runtime_t rt = fixture_runtime(&cfg);
+        shardopt_param_desc_t d = fixture_desc("m", 2, 64, 64, 0, w, g);
+        shardopt_param_t p;
+        ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+        ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+        shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+        args.lr = 0.01;
+        EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+        int finite = 1;
+        for (int i = 0; i < 64 * 64; i++)
+            finite &= isfinite(w[i]) != 0;
+        EXPECT_TRUE(finite);
+        EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    }
+}

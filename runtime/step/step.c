@@ -60,9 +60,8 @@ static shardopt_status_t step_adamw_hparams(const shardopt_runtime_t rt,
     if (!(eps <= 1 && (eps < 0 || eps >= CONFIG_EPS_MIN) && isfinite(eps)))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "step: adamw_eps = %g: accepted a finite value < 0 (the config's) or a "
-                        "value in (0, 1] of at least %.10g (FLT_MIN: the kernels compute in "
-                        "fp32, where a smaller eps is 0 and a zero gradient gives 0/0); nothing "
-                        "was updated",
+                        "value in (0, 1] of at least %.10g (FLT_MIN: the kernels' fp32 makes a "
+                        "smaller eps 0, a zero gradient 0/0); nothing was updated",
                         eps, CONFIG_EPS_MIN);
     sc->beta1 = b1 < 0 ? rt->cfg.adamw_beta1 : b1;
     sc->beta2 = b2 < 0 ? rt->cfg.adamw_beta2 : b2;

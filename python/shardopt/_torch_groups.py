@@ -139,6 +139,16 @@ def _step_hparams(gi, g):
                             "1-element tensor) is accepted, not text; nothing was stepped")
     lr, wd = float(g["lr"]), float(g["weight_decay"])  # a 1-element tensor lr, as torch takes
     mu = float(g["momentum"]) if g["algo"] == "muon" else -1.0
+    ratio = g.get("adamw_lr_ratio") if g["algo"] == "adamw" else None
+    if ratio is not None:
+        # Keller Jordan's Muon (_torch_ports._jordan): its AdamW lr is adamw_lr / lr times the
+        # group's lr, so the lr a schedule or a hand-written loop puts here is the Muon one
+        r = ratio if isinstance(ratio, (str, bytes)) else float(ratio)
+        if isinstance(r, (str, bytes)) or not 0 < r < float("inf"):
+            raise ValueError(f"param group {gi} (adamw): adamw_lr_ratio = {ratio!r}: accepted a "
+                             "finite number > 0 (this group's lr is multiplied by it); nothing "
+                             "was stepped")
+        lr *= r
     for k, v in (("lr", lr), ("weight_decay", wd)) + ((("momentum", mu),)
                                                        if g["algo"] == "muon" else ()):
         if v < 0:

@@ -9,7 +9,10 @@ from other Muon implementations"):
   adjust_lr=, distributed_mesh=, flatten=, use_triton=, newton_schulz_func=;
 - Keller Jordan's MuonWithAuxAdam: groups with "use_muon" (the key itself is _split's);
 - modded-nanogpt's Muon of its 2024-25 records: Muon(params, lr=, momentum=, nesterov=,
-  ns_steps=, rank=, world_size=), no weight decay.
+  ns_steps=, rank=, world_size=), no weight decay;
+- Keller Jordan's Muon of December 2024 to February 2025 (muon.py, the one many projects
+  copied): Muon(muon_params, lr=, momentum=, nesterov=, ns_steps=, adamw_params=, adamw_lr=,
+  adamw_betas=, adamw_eps=, adamw_wd=), its AdamW lr adamw_lr / lr times the group's lr.
 
 Each spelling is taken where it means what this class computes, and its keys left unset take
 that project's defaults, not torch.optim's, so the ported run is the original's arithmetic. What
@@ -36,6 +39,9 @@ _MOONLIGHT_KEYWORDS = ("muon_params", "adamw_params", "wd")
 # modded-nanogpt's Muon splits the Newton-Schulz work over torch.distributed's ranks and gathers
 # the updates: every rank ends with every matrix's update, as each rank's runtime computes it
 _MODDED_KEYWORDS = ("rank", "world_size")
+# Keller Jordan's muon.py of December 2024 to February 2025: muon_params first (positional),
+# adamw_params, adamw_lr (which Moonlight's, derived from it, dropped) and adamw_wd
+_JORDAN_KEYWORDS = ("adamw_wd",)
 # MuonWithAuxAdam's defaults for the keys a group leaves out (Keller Jordan's muon.py)
 _AUX_MUON = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0.0}
 _AUX_ADAM = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-10, "weight_decay": 0.0}
@@ -69,6 +75,63 @@ def _modded_defaults():
     d = _torch_defaults()
     d.update(lr=0.02, weight_decay=0.0)
     return d
+
+
+def _jordan_defaults():
+    """Keller Jordan's Muon of December 2024 to February 2025 (muon.py at 28c793b): lr 0.02,
+    momentum 0.95, Nesterov, 6 steps of Jordan's coefficients after X / (||X|| + 1e-7), the
+    update scaled by sqrt(max(1, A/B)) (torch.optim.Muon's arithmetic), no weight decay on the
+    Muon tensors; its AdamW lr 3e-4, betas (0.95, 0.95), eps 1e-8, weight decay 0."""
+    d = _torch_defaults()
+    d.update(lr=0.02, weight_decay=0.0, ns_steps=6, adamw_lr=3e-4, adamw_betas=(0.95, 0.95),
+             adamw_eps=1e-8, adamw_weight_decay=0.0)
+    return d
+
+
+def _is_jordan(params, given, extra):
+    """Keller Jordan's spelling rather than Moonlight's (both have muon_params and
+    adamw_params): its adamw_wd, its adamw_lr (Moonlight has one lr for both sides), or its
+    muon_params given first by position (Moonlight's first is lr, and it takes no params)."""
+    lists = "muon_params" in extra or "adamw_params" in extra
+    return "adamw_wd" in extra or (lists and "wd" not in extra and (
+        params is not _UNSET or given.get("adamw_lr", _UNSET) is not _UNSET))
+
+
+def _jordan(params, given, extra):
+    """(groups, given) of Keller Jordan's call: its muon_params of 2 or more dims to Muon (those
+    under 2 dims and adamw_params to AdamW, as its use_muon marks them), and the AdamW group
+    at the Muon lr with adamw_lr_ratio = adamw_lr / lr, which the step multiplies in: its
+    AdamW lr is that ratio times the group's lr, so a schedule or a hand-written
+    `g["lr"] = ...` over every group moves both sides as it does there."""
+    if "wd" in extra:
+        raise ValueError("wd (Moonlight's Muon) and adamw_wd (Keller Jordan's) both given: port "
+                         "from one")
+    muon, adamw = extra.pop("muon_params", None), extra.pop("adamw_params", None)
+    if params is not _UNSET:
+        if muon is not None:
+            raise ValueError("params and muon_params both given: give the tensors one way")
+        muon = params
+    if muon is None:
+        raise TypeError("shardopt.torch.Muon: no parameters: give muon_params (Keller Jordan's "
+                        "first argument)")
+    _check_ordered(muon, "muon_params")
+    _check_ordered(adamw, "adamw_params")
+    if "adamw_wd" in extra:
+        _alias(given, "adamw_weight_decay", "adamw_wd", extra.pop("adamw_wd"))
+    lr = given["lr"] if given.get("lr", _UNSET) is not _UNSET else 0.02
+    alr = given["adamw_lr"] if given.get("adamw_lr", _UNSET) is not _UNSET else 3e-4
+    lr_f = float(lr)
+    if not lr_f > 0:
+        raise ValueError(f"lr = {lr!r}: Keller Jordan's Muon sets its AdamW lr as adamw_lr / lr "
+                         "times the group's lr: accepted lr > 0")
+
+    def ndim(p):
+        return (p[1] if isinstance(p, tuple) else p).ndim
+    muon = list(muon)
+    groups = [{"params": [p for p in muon if ndim(p) >= 2], "algo": "muon"},
+              {"params": [p for p in muon if ndim(p) < 2] + list(adamw or []), "algo": "adamw",
+               "adamw_lr": lr, "adamw_lr_ratio": float(alr) / lr_f}]
+    return [g for g in groups if g["params"]], given
 
 
 def _alias(given, ours, theirs, value):
@@ -163,11 +226,12 @@ def port(params, given, extra, comm):
     tensors to."""
     extra = dict(extra)
     unknown = sorted(set(extra) - set(_DION_KEYWORDS) - set(_MOONLIGHT_KEYWORDS)
-                     - set(_MODDED_KEYWORDS))
+                     - set(_MODDED_KEYWORDS) - set(_JORDAN_KEYWORDS))
     if unknown:
         raise TypeError(f"shardopt.torch.Muon got an unexpected keyword argument {unknown[0]!r} "
                         "(accepted besides torch.optim.Muon's and the AdamW side's: Moonlight's "
-                        f"{', '.join(_MOONLIGHT_KEYWORDS)}, dion's "
+                        f"{', '.join(_MOONLIGHT_KEYWORDS)}, Keller Jordan's "
+                        f"{', '.join(_JORDAN_KEYWORDS)}, dion's "
                         f"{', '.join(_DION_KEYWORDS)} and modded-nanogpt's "
                         f"{', '.join(_MODDED_KEYWORDS)}; docs/python.md)")
     given = dict(given)
@@ -186,6 +250,12 @@ def port(params, given, extra, comm):
                              "accepted integers with 0 <= rank < world_size (taken and unused: "
                              "every rank's runtime computes every matrix's update)")
         base = _modded_defaults()
+    if "adamw_wd" in extra and (dion or modded):
+        raise ValueError(f"adamw_wd (Keller Jordan's Muon) and {(dion or modded)[0]} (another "
+                         "project's) both given: port from one")
+    if (moon or "adamw_wd" in extra) and _is_jordan(params, given, extra):
+        params, given = _jordan(params, given, extra)
+        base, moon = _jordan_defaults(), []
     if moon:
         if dion:
             raise ValueError(f"{moon[0]} (Moonlight's Muon) and {dion[0]} (dion's) both given: "

@@ -37,6 +37,10 @@ def _named(opt, items, warn=True):
     return out
 
 
+# Keller Jordan's Muon's group key (_torch_ports._jordan): the AdamW part's lr multiplier
+_RATIO = "adamw_lr_ratio"
+
+
 def _split(opt, group, defaults):
     """A user's group as one group per algorithm (empty parts dropped), its tensors
     deduplicated against every group so far (a tensor object listed again: registered
@@ -113,7 +117,8 @@ def _split(opt, group, defaults):
                 lr = lr.clone()
         # the user's own keys (a group "name" a script looks up, initial_lr) go with it;
         # Muon's hyperparameters do not
-        g = {k: v for k, v in group.items() if not k.startswith("adamw_") and k not in (
+        g = {k: v for k, v in group.items()
+             if (not k.startswith("adamw_") or k == _RATIO) and k not in (
             "lr", "weight_decay", "betas", "eps", "momentum", "nesterov", "ns_coefficients",
             "ns_steps", "adjust_lr_fn")}
         # a group's own weight_decay / betas cover its AdamW tensors too (nanoGPT's

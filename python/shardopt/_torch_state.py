@@ -338,7 +338,16 @@ def _load_state_dict(opt, state_dict):
         for p, i in zip(g["params"], sg["params"]):
             st = state_dict["state"].get(i)
             sp = slots.get(id(p))
-            if st is None or sp is None:
+            if sp is None:
+                continue
+            if st is None:
+                # no state saved for it (torch.optim saves none for a tensor that never had a
+                # gradient): torch.optim's load replaces the whole state, so it starts afresh
+                # at its next step; kept, it went on with this optimizer's moments and count
+                for kind in _KINDS[g["algo"]]:
+                    dt, n = rt.state_info(sp, kind)
+                    todo.append((rt, sp, kind, torch.zeros(n, dtype=_TORCH[dt])))
+                todo.append((rt, sp, None, 0))
                 continue
             _check_keys(sp, i, g["algo"], st)
             for kind in _KINDS[g["algo"]]:

@@ -90,8 +90,9 @@ class Muon(torch.optim.Optimizer):
     expert(name): which tensors are [E, out, in] expert stacks (with config ep > 1, plain
     tensors it names are this rank's [E / ep, out, in] share; DTensors on an 'ep' mesh dim are
     found without it: shardopt.torch_params). Moonlight's (muon_params=, adamw_params=, wd=),
-    dion's (mu=, epsilon=, adjust_lr=, distributed_mesh=, groups with "algorithm") and
-    MuonWithAuxAdam's spellings are taken with their projects' defaults, or refused where
+    dion's (mu=, epsilon=, adjust_lr=, distributed_mesh=, groups with "algorithm"), Keller
+    Jordan's earlier Muon's (muon_params first, adamw_lr=, adamw_wd=) and MuonWithAuxAdam's
+    spellings are taken with their projects' defaults, or refused where
     they mean something else (shardopt._torch_ports)."""
 
     def __init__(self, params=_UNSET, lr=_UNSET, weight_decay=_UNSET, momentum=_UNSET,
@@ -132,8 +133,10 @@ class Muon(torch.optim.Optimizer):
         _check_ordered(params, "params")
         params, given, base, self._flatten = _ports.port(params, given, ported, comm)
         self._given = given  # the keywords given, which add_param_group's groups see too
-        # Moonlight's Muon flattens every tensor of more than 2 dims to [out, rest]
-        self._moon = any(k in ported for k in _ports._MOONLIGHT_KEYWORDS)
+        # Moonlight's Muon (and Keller Jordan's before it) flattens every tensor of more than 2
+        # dims to [out, rest]
+        self._moon = any(k in ported for k in _ports._MOONLIGHT_KEYWORDS
+                         + _ports._JORDAN_KEYWORDS)
         if params is _UNSET:
             raise TypeError("shardopt.torch.Muon: no parameters: give params (or Moonlight's "
                             "muon_params / adamw_params)")

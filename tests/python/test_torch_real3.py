@@ -1,0 +1,205 @@
+"""shardopt.torch.Muon in training scripts as others write them, the fifth round (after
+test_torch_real2.py): Keller Jordan's Muon of December 2024 to February 2025 (muon_params,
+adamw_params, adamw_lr, adamw_wd) under nanoGPT's hand-written lr loop, and a state dict that
+holds no state for some tensor loaded into an optimizer that has stepped (a rollback to a
+checkpoint). Each script is what its author would run, the import swapped, compared with the
+optimizer it was written for. One process.
+
+    test_torch_real3.py [CASE ...]     every case when none is named
+
+Each case is a function below; a failure names the case and goes on with the next. Exit 77
+(skip) only where torch is not importable."""
+import math
+import sys
+import warnings
+
+try:
+    import torch
+    import torch.nn as nn
+except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
+    print(f"SKIP: torch is not importable ({e})")
+    sys.exit(77)
+
+from test_torch_dropin import batch, model, refused, relative
+from test_torch_ports import JORDAN, MoonlightAdamW, RefMuon, against_one
+
+import cases
+from shardopt.torch import Muon
+
+torch.set_num_threads(1)
+FP32 = {"ns_compute": "fp32", "comm_dtype": "fp32"}  # the library's Newton-Schulz in fp32
+
+
+def jordan_scale(a, b):
+    return max(1.0, a / b) ** 0.5
+
+
+def nanogpt_lr(it, lr=0.02, warmup=2, decay=6, min_lr=0.002):
+    """nanoGPT's get_lr: linear warmup, cosine decay to min_lr."""
+    if it < warmup:
+        return lr * (it + 1) / (warmup + 1)
+    ratio = min(1.0, (it - warmup) / (decay - warmup))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+def case_keller_jordan_muon_with_adamw_params():
+    """Keller Jordan's muon.py of December 2024 to February 2025 (at 28c793b), which many
+    projects copied: Muon(muon_params, lr=0.02, momentum=0.95, adamw_params=...,
+    adamw_lr=3e-4, adamw_betas=(0.90, 0.95), adamw_wd=0.01), its first argument the Muon
+    tensors. Its AdamW lr is adamw_lr / lr times the group's lr, so nanoGPT's loop
+    `for g in opt.param_groups: g["lr"] = get_lr(it)` moves both sides; its Muon has no weight
+    decay, 6 Newton-Schulz steps and the sqrt(max(1, A/B)) scale; its muon_params under 2 dims
+    go to AdamW. Ported, every tensor within 1e-5 of its arithmetic (written out in fp32, the
+    library with fp32 Newton-Schulz) after each of 6 steps. Before, adamw_wd was an unexpected
+    keyword; without it, the call was read as Moonlight's (params and adamw_params refused,
+    or with muon_params= Moonlight's lr scale and decay, and the AdamW side at adamw_lr
+    whatever the loop wrote)."""
+    m = model()
+    # its README's split: the body's matrices to Muon, the rest (embeddings, norms, biases)
+    # to AdamW; a 1-D tensor in muon_params goes to AdamW as its use_muon marks it
+    body = [p for n, p in m.named_parameters() if "wte" not in n and "wpe" not in n]
+    muon_params = [p for p in body if p.ndim >= 2] + [m.transformer.ln_f.bias]
+    adamw_params = [p for n, p in m.named_parameters()
+                    if not any(p is q for q in muon_params)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the lists fix each tensor's algorithm: no warning
+        opt = Muon(muon_params, lr=0.02, momentum=0.95, adamw_params=adamw_params,
+                   adamw_lr=3e-4, adamw_betas=(0.90, 0.95), adamw_wd=0.01, config=FP32)
+    assert opt.algo(m.transformer.ln_f.bias) == "adamw"
+    assert opt.algo(m.transformer.wte.weight) == "adamw"
+    groups = [(g["algo"], g["lr"], g["weight_decay"], g.get("betas"), g["eps"], g["ns_steps"])
+              for g in opt.param_groups]
+    assert groups == [("muon", 0.02, 0.0, None, 1e-7, 6),
+                      ("adamw", 0.02, 0.01, (0.9, 0.95), 1e-8, 6)], groups
+    ratio = 3e-4 / 0.02  # as its constructor computes it
+    assert opt.param_groups[1]["adamw_lr_ratio"] == ratio
+    refs = []
+    for g in opt.param_groups:
+        for p in g["params"]:
+            refs.append((p, RefMuon(p, 0.95, True, JORDAN + JORDAN[:1], 1e-7, jordan_scale)
+                         if g["algo"] == "muon" else MoonlightAdamW(p, (0.9, 0.95), 1e-8)))
+    algo = {id(p): g["algo"] for g in opt.param_groups for p in g["params"]}
+    worst = 0.0
+    for it in range(6):
+        lr = nanogpt_lr(it)
+        for g in opt.param_groups:  # nanoGPT's train.py, unchanged
+            g["lr"] = lr
+        worst = max(worst, against_one(
+            m, opt, refs, it,
+            lambda p: (lr, 0.0) if algo[id(p)] == "muon" else (ratio * lr, 0.01)))
+    print(f"  Keller Jordan's Muon port: {worst:.2e} from its arithmetic (fp32)")
+    # a state dict carries the ratio, and a resumed optimizer steps as the first one
+    sd = opt.state_dict()
+    assert sd["param_groups"][1]["adamw_lr_ratio"] == ratio
+    opt.close()
+
+
+def case_keller_jordan_muon_spellings():
+    """Its defaults (lr 0.02, no Muon decay, AdamW lr 3e-4, betas (0.95, 0.95), eps 1e-8, decay
+    0, 6 steps) where the call leaves them out; muon_params= by name with adamw_lr (which
+    Moonlight's Muon, one lr for both sides, does not have) is its spelling too; Moonlight's
+    call keeps Moonlight's defaults; mixed spellings and a ratio that is no number refused."""
+    m = model()
+    mats = [p for n, p in m.named_parameters() if p.ndim >= 2 and "wte" not in n
+            and "wpe" not in n]
+    rest = [p for p in m.parameters() if not any(p is q for q in mats)]
+    opt = Muon(mats, adamw_params=rest, adamw_wd=0)
+    got = [(g["algo"], g["lr"], g["weight_decay"], g.get("betas"), g["eps"], g["ns_steps"],
+            g.get("adamw_lr_ratio"), g["adjust_lr_fn"]) for g in opt.param_groups]
+    assert got == [("muon", 0.02, 0.0, None, 1e-7, 6, None, None),
+                   ("adamw", 0.02, 0.0, (0.95, 0.95), 1e-8, 6, 3e-4 / 0.02, None)], got
+    opt.close()
+    opt = Muon(muon_params=mats, adamw_params=rest, adamw_lr=1e-3, lr=0.05)
+    assert [g.get("adamw_lr_ratio") for g in opt.param_groups] == [None, 1e-3 / 0.05]
+    opt.close()
+    opt = Muon(lr=1e-3, wd=0.1, muon_params=mats, adamw_params=rest)  # Moonlight's
+    got = [(g["lr"], g["weight_decay"], g["adjust_lr_fn"], g.get("adamw_lr_ratio"))
+           for g in opt.param_groups]
+    assert got == [(1e-3, 0.1, "match_rms_adamw", None)] * 2, got
+    opt.close()
+    refused(lambda: Muon(muon_params=mats, wd=0.1, adamw_wd=0.0), ValueError, "wd", "adamw_wd",
+            "port from one")
+    refused(lambda: Muon(mats, adamw_wd=0.0, mu=0.9), ValueError, "adamw_wd", "mu",
+            "port from one")
+    refused(lambda: Muon(mats, muon_params=mats, adamw_wd=0.0), ValueError,
+            "params and muon_params")
+    refused(lambda: Muon(mats, lr=0.0, adamw_params=rest), ValueError, "lr = 0.0",
+            "adamw_lr / lr")
+    opt = Muon(mats, adamw_params=rest)
+    opt.param_groups[1]["adamw_lr_ratio"] = "0.1"
+    m(*batch(0)).backward()
+    before = [p.detach().clone() for p in m.parameters()]
+    refused(opt.step, ValueError, "param group 1 (adamw)", "adamw_lr_ratio = '0.1'",
+            "nothing was stepped")
+    assert all(torch.equal(p, b) for p, b in zip(m.parameters(), before))
+    opt.close()
+
+
+def case_state_dict_without_a_tensors_state_clears_it():
+    """torch.optim saves no state for a tensor that never had a gradient (a layer frozen, an
+    expert without tokens), and its load_state_dict replaces the whole state: loading such a
+    checkpoint into an optimizer that has stepped (a rollback after a loss spike) leaves that
+    tensor without state, to start afresh at its next step. Here against torch.optim.AdamW
+    doing the same: within 1e-6 after two more steps. Before, the tensor kept this
+    optimizer's moments and step count (3 here), silently."""
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def loss(net, k):
+        g = torch.Generator().manual_seed(k)
+        return ((net(torch.randn(5, 8, generator=g)) - torch.randn(5, 4, generator=g)) ** 2
+                ).mean()
+
+    # the checkpoint: one step where the last bias had no gradient
+    src = mlp()
+    src_opt = torch.optim.AdamW(src.parameters(), lr=1e-2)
+    loss(src, 0).backward()
+    src[2].bias.grad = None
+    src_opt.step()
+    ckpt = src_opt.state_dict()
+    assert sorted(ckpt["state"]) == [0, 1, 2]
+    nets, opts = [mlp(), mlp()], []
+    opts.append(torch.optim.AdamW(nets[0].parameters(), lr=1e-2))
+    opts.append(Muon([{"params": list(nets[1].parameters()), "algo": "adamw"}], lr=1e-2,
+                     weight_decay=0.01))
+    for net, opt in zip(nets, opts):
+        for k in range(3):
+            opt.zero_grad()
+            loss(net, k).backward()
+            opt.step()
+        net.load_state_dict(src.state_dict())
+        opt.load_state_dict(ckpt)
+    ours = nets[1][2].bias
+    assert ours not in opts[1].state, dict(opts[1].state.get(ours) or {})
+    assert opts[1].state_dict()["state"][3]["step"] == 0
+    for k in range(3, 5):
+        for net, opt in zip(nets, opts):
+            opt.zero_grad()
+            loss(net, k).backward()
+            opt.step()
+    worst = max(relative(b.detach(), a.detach())
+                for a, b in zip(nets[0].parameters(), nets[1].parameters()))
+    assert worst < 1e-6, worst
+    print(f"  rollback into a stepped optimizer: {worst:.2e} from torch.optim.AdamW")
+    # the same for a Muon tensor, with this class's own state dict less one entry
+    m = model()
+    opt = Muon(m.named_parameters(), lr=0.02, model=m)
+    m(*batch(0)).backward()
+    opt.step()
+    sd = opt.state_dict()
+    w = m.transformer.h[0][1].weight
+    i = [j for j, p in enumerate(p for g in opt.param_groups for p in g["params"]) if p is w][0]
+    del sd["state"][i]
+    opt.zero_grad()
+    m(*batch(1)).backward()
+    opt.step()
+    opt.load_state_dict(sd)
+    assert w not in opt.state
+    assert not bool(opt.state_dict()["state"][i]["momentum"].any())
+    opt.close()
+    opts[1].close()
+
+
+if __name__ == "__main__":
+    cases.run("test_torch_real3", dict(globals()))

@@ -81,10 +81,11 @@ def _jordan_defaults():
     """Keller Jordan's Muon of December 2024 to February 2025 (muon.py at 28c793b): lr 0.02,
     momentum 0.95, Nesterov, 6 steps of Jordan's coefficients after X / (||X|| + 1e-7), the
     update scaled by sqrt(max(1, A/B)) (torch.optim.Muon's arithmetic), no weight decay on the
-    Muon tensors; its AdamW lr 3e-4, betas (0.95, 0.95), eps 1e-8, weight decay 0."""
+    Muon tensors; its AdamW betas (0.95, 0.95), eps 1e-8, weight decay 0 (and lr 3e-4, as
+    _jordan's ratio to lr)."""
     d = _torch_defaults()
-    d.update(lr=0.02, weight_decay=0.0, ns_steps=6, adamw_lr=3e-4, adamw_betas=(0.95, 0.95),
-             adamw_eps=1e-8, adamw_weight_decay=0.0)
+    d.update(lr=0.02, weight_decay=0.0, ns_steps=6, adamw_betas=(0.95, 0.95), adamw_eps=1e-8,
+             adamw_weight_decay=0.0)
     return d
 
 
@@ -98,11 +99,11 @@ def _is_jordan(params, given, extra):
 
 
 def _jordan(params, given, extra):
-    """(groups, given) of Keller Jordan's call: its muon_params of 2 or more dims to Muon (those
-    under 2 dims and adamw_params to AdamW, as its use_muon marks them), and the AdamW group
-    at the Muon lr with adamw_lr_ratio = adamw_lr / lr, which the step multiplies in: its
-    AdamW lr is that ratio times the group's lr, so a schedule or a hand-written
-    `g["lr"] = ...` over every group moves both sides as it does there."""
+    """(groups, given, ratio) of Keller Jordan's call: its muon_params of 2 or more dims to Muon
+    (those under 2 dims and adamw_params to AdamW, as its use_muon marks them), and ratio =
+    adamw_lr / lr, which every AdamW group then holds as adamw_lr_ratio, at the Muon lr, and
+    the step multiplies in: its AdamW lr is that ratio times the group's lr, so a schedule or
+    a hand-written `g["lr"] = ...` over every group moves both sides as it does there."""
     if "wd" in extra:
         raise ValueError("wd (Moonlight's Muon) and adamw_wd (Keller Jordan's) both given: port "
                          "from one")
@@ -128,10 +129,12 @@ def _jordan(params, given, extra):
     def ndim(p):
         return (p[1] if isinstance(p, tuple) else p).ndim
     muon = list(muon)
+    # the AdamW parts take the group's lr (adamw_lr None), times the ratio _split gives them
+    # (add_param_group's too)
+    given["adamw_lr"] = None
     groups = [{"params": [p for p in muon if ndim(p) >= 2], "algo": "muon"},
-              {"params": [p for p in muon if ndim(p) < 2] + list(adamw or []), "algo": "adamw",
-               "adamw_lr": lr, "adamw_lr_ratio": float(alr) / lr_f}]
-    return [g for g in groups if g["params"]], given
+              {"params": [p for p in muon if ndim(p) < 2] + list(adamw or []), "algo": "adamw"}]
+    return [g for g in groups if g["params"]], given, float(alr) / lr_f
 
 
 def _alias(given, ours, theirs, value):
@@ -254,8 +257,9 @@ def port(params, given, extra, comm):
         raise ValueError(f"adamw_wd (Keller Jordan's Muon) and {(dion or modded)[0]} (another "
                          "project's) both given: port from one")
     if (moon or "adamw_wd" in extra) and _is_jordan(params, given, extra):
-        params, given = _jordan(params, given, extra)
+        params, given, ratio = _jordan(params, given, extra)
         base, moon = _jordan_defaults(), []
+        base["adamw_lr_ratio"] = ratio  # not a keyword: the constructor keeps it for _split
     if moon:
         if dion:
             raise ValueError(f"{moon[0]} (Moonlight's Muon) and {dion[0]} (dion's) both given: "

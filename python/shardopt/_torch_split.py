@@ -136,5 +136,7 @@ def _split(opt, group, defaults):
                  _names=[n for n, _ in parts["adamw"]])
         if given_names is not None:
             g["param_names"] = [n for n, _ in parts["adamw"]]
+        if opt._lr_ratio is not None:
+            g.setdefault(_RATIO, opt._lr_ratio)  # Keller Jordan's Muon, ported
         out.append(g)
     return out

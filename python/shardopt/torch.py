@@ -140,6 +140,8 @@ class Muon(torch.optim.Optimizer):
         if params is _UNSET:
             raise TypeError("shardopt.torch.Muon: no parameters: give params (or Moonlight's "
                             "muon_params / adamw_params)")
+        # Keller Jordan's Muon: every AdamW group's lr is this times its lr (_torch_split)
+        self._lr_ratio = base.get("adamw_lr_ratio")
         if preset == "dion":
             base = _dion_defaults()
         hp = {k: (base[k] if v is _UNSET else v) for k, v in given.items()}

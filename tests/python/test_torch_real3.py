@@ -20,7 +20,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
     print(f"SKIP: torch is not importable ({e})")
     sys.exit(77)
 
-from test_torch_dropin import batch, model, refused, relative
+from test_torch_dropin import batch, model, quiet, refused, relative
 from test_torch_ports import JORDAN, MoonlightAdamW, RefMuon, against_one
 
 import cases
@@ -111,6 +111,12 @@ def case_keller_jordan_muon_spellings():
     opt.close()
     opt = Muon(muon_params=mats, adamw_params=rest, adamw_lr=1e-3, lr=0.05)
     assert [g.get("adamw_lr_ratio") for g in opt.param_groups] == [None, 1e-3 / 0.05]
+    # a group added later: its AdamW part at the group's lr times the ratio, as there (its
+    # defaults hold adamw_lr_ratio); its Muon part at the lr given
+    extra = nn.Linear(4, 4)
+    quiet(opt.add_param_group, {"params": [extra.weight, extra.bias]})  # unnamed, split
+    got = [(g["algo"], g["lr"], g.get("adamw_lr_ratio")) for g in opt.param_groups[2:]]
+    assert got == [("muon", 0.05, None), ("adamw", 0.05, 1e-3 / 0.05)], got
     opt.close()
     opt = Muon(lr=1e-3, wd=0.1, muon_params=mats, adamw_params=rest)  # Moonlight's
     got = [(g["lr"], g["weight_decay"], g["adjust_lr_fn"], g.get("adamw_lr_ratio"))

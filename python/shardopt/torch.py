@@ -130,6 +130,13 @@ class Muon(torch.optim.Optimizer):
                      adamw_eps=adamw_eps, adamw_weight_decay=adamw_weight_decay)
         # Moonlight's, dion's and MuonWithAuxAdam's spellings as this class's, with their
         # defaults for what the call leaves unset (shardopt._torch_ports)
+        if isinstance(params, torch.nn.Module):
+            # the model itself, as HF's Trainer passes it when optimizer_cls_and_kwargs' kwargs
+            # hold "model" (and Keller Jordan's Muon of April 2025 took it): its named
+            # parameters, classified by module (torch.optim refuses a module as params)
+            if model is not None and model is not params:
+                raise ValueError("params is a module and model= another one: give one")
+            model, params = params, list(params.named_parameters())
         _check_ordered(params, "params")
         params, given, base, self._flatten = _ports.port(params, given, ported, comm)
         self._given = given  # the keywords given, which add_param_group's groups see too

@@ -9,6 +9,7 @@ optimizer it was written for. One process.
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
 (skip) only where torch is not importable."""
+import functools
 import math
 import sys
 import warnings
@@ -138,6 +139,54 @@ def case_keller_jordan_muon_spellings():
     refused(opt.step, ValueError, "param group 1 (adamw)", "adamw_lr_ratio = '0.1'",
             "nothing was stepped")
     assert all(torch.equal(p, b) for p, b in zip(m.parameters(), before))
+    opt.close()
+
+
+def hf_create_optimizer(opt_model, optimizer_cls_and_kwargs, weight_decay=0.01):
+    """transformers.Trainer.create_optimizer in miniature: decay and no-decay groups of tensors
+    (no names), then its handling of optimizer_cls_and_kwargs, whose kwargs' "params" or
+    "model" replace the groups."""
+    decay = [n for n, p in opt_model.named_parameters() if p.ndim >= 2]
+    groups = [{"params": [p for n, p in opt_model.named_parameters() if n in decay],
+               "weight_decay": weight_decay},
+              {"params": [p for n, p in opt_model.named_parameters() if n not in decay],
+               "weight_decay": 0.0}]
+    optimizer_cls, optimizer_kwargs = optimizer_cls_and_kwargs
+    optimizer_kwargs = dict(optimizer_kwargs)
+    if "params" in optimizer_kwargs:
+        groups = optimizer_kwargs.pop("params")
+    if "model" in optimizer_kwargs:
+        groups = optimizer_kwargs.pop("model")
+    return optimizer_cls(groups, **optimizer_kwargs)
+
+
+def case_hf_trainer_optimizer_cls_and_kwargs():
+    """HF's Trainer(optimizer_cls_and_kwargs=(Muon, {"model": model, ...})) hands the model
+    itself to the class as its params (the kwargs' "model" replaces the groups): taken as its
+    named parameters with model=, the embeddings to AdamW, the same bits as
+    Muon(model.named_parameters(), model=model). Before, `'GPT' object is not iterable`
+    (torch.optim refuses a module too). Its decay / no-decay groups of unnamed tensors,
+    through functools.partial(Muon, model=model), classify by module as well."""
+    nets = [model(), model()]
+    opts = [hf_create_optimizer(nets[0], (Muon, {"lr": 0.02, "model": nets[0]})),
+            Muon(nets[1].named_parameters(), lr=0.02, model=nets[1])]
+    assert opts[0].algo(nets[0].transformer.wte.weight) == "adamw"
+    for k in range(2):
+        for net, opt in zip(nets, opts):
+            opt.zero_grad()
+            net(*batch(k)).backward()
+            opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(nets[0].parameters(), nets[1].parameters()))
+    refused(lambda: Muon(nets[0], model=nets[1]), ValueError, "params is a module", "give one")
+    for opt in opts:
+        opt.close()
+    m = model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the groups hold both kinds: split, with a warning
+        opt = hf_create_optimizer(m, (functools.partial(Muon, model=m), {"lr": 0.02}))
+    assert opt.algo(m.transformer.wte.weight) == "adamw"
+    assert [(g["algo"], g["weight_decay"]) for g in opt.param_groups] == [
+        ("muon", 0.01), ("adamw", 0.01), ("adamw", 0.0)], opt.param_groups
     opt.close()
 
 

@@ -27,11 +27,18 @@ class _State(MutableMapping):
     device does) writes it into the runtime; del opt.state[p] (or clear()) zeroes the state
     and the step count, as a fresh torch.optim state would start. Changing a returned tensor
     in place changes nothing: it is a copy. Other keys (of tensors the optimizer does not
-    step) are kept here as torch keeps them."""
+    step) are kept here as torch keeps them, and so are keys a wrapper adds to a stepped
+    tensor's state (timm's Lookahead's lookahead_slow_buff): the same objects at every
+    access, in state_dict() and restored by load_state_dict, as torch.optim keeps them."""
 
     def __init__(self, opt):
         self._opt = opt
         self._extra = {}
+        self._keys = {}  # id(parameter) -> the keys a wrapper added to its state (_own_keys)
+
+    def _own(self, p):
+        """The dict of keys others added to p's state (made on first use)."""
+        return self._keys.setdefault(id(p), {})
 
     def _find(self, p):
         _pair_groups(self._opt)
@@ -46,14 +53,14 @@ class _State(MutableMapping):
         for g, (rt, slots, _) in zip(self._opt.param_groups, self._opt._runtimes):
             for p in g["params"]:
                 sp = slots.get(id(p))
-                if sp is not None and rt.get_step(sp) > 0:
+                if sp is not None and (rt.get_step(sp) > 0 or self._keys.get(id(p))):
                     yield p
 
     def __getitem__(self, p):
         found = self._find(p) if isinstance(p, torch.Tensor) else None
         if found is None:  # torch.optim.Optimizer.state is a defaultdict(dict)
             return self._extra.setdefault(p, {})
-        return _ParamState(*found)
+        return _ParamState(*found, self._own(p))
 
     def get(self, p, default=None):
         """As torch.optim's defaultdict.get: default where p has no state (a parameter not
@@ -63,14 +70,16 @@ class _State(MutableMapping):
         found = self._find(p) if isinstance(p, torch.Tensor) else None
         if found is None:
             return self._extra.get(p, default)
-        return _ParamState(*found) if found[1].get_step(found[2]) > 0 else default
+        if found[1].get_step(found[2]) > 0 or self._keys.get(id(p)):
+            return _ParamState(*found, self._own(p))
+        return default
 
     def __setitem__(self, p, value):
         found = self._find(p) if isinstance(p, torch.Tensor) else None
         if found is None:
             self._extra[p] = value
             return
-        st = _ParamState(*found)
+        st = _ParamState(*found, self._own(p))
         for k, v in dict(value).items():
             st[k] = v
 
@@ -84,6 +93,7 @@ class _State(MutableMapping):
             dt, n = rt.state_info(sp, kind)
             rt.set_state(sp, kind, torch.zeros(n, dtype=_TORCH[dt]))
         rt.set_step(sp, 0)
+        self._keys.pop(id(p), None)
 
     def __iter__(self):
         yield from self._stepped()
@@ -96,7 +106,7 @@ class _State(MutableMapping):
         found = self._find(p) if isinstance(p, torch.Tensor) else None
         if found is None:
             return p in self._extra
-        return found[1].get_step(found[2]) > 0
+        return found[1].get_step(found[2]) > 0 or bool(self._keys.get(id(p)))
 
     def __repr__(self):
         return f"{type(self).__name__}({dict(self.items())!r})"
@@ -104,12 +114,14 @@ class _State(MutableMapping):
 
 class _ParamState(dict):
     """One parameter's entry of opt.state: a copy of its state; assigning a key writes it
-    into the runtime."""
+    into the runtime. own: the keys others added to this state (a wrapper's, as timm's
+    Lookahead adds lookahead_slow_buff), kept as given: the same objects at every access."""
 
-    def __init__(self, g, rt, sp):
+    def __init__(self, g, rt, sp, own):
         super().__init__()
-        self._g, self._rt, self._sp = g, rt, sp
+        self._g, self._rt, self._sp, self._own = g, rt, sp, own
         self._versions = {}
+        dict.update(self, own)
         step = rt.get_step(sp)
         if step == 0:
             return  # no state yet, as torch.optim before the first step
@@ -146,11 +158,20 @@ class _ParamState(dict):
             if v.numel() != n:
                 raise ValueError(f"{sp.name}.{key}: {v.numel()} elements, this rank holds {n}")
             rt.set_state(sp, kind, v.to(_TORCH[dt]))
-        else:
+        elif key in _RESERVED:
+            # another algorithm's key (exp_avg on a Muon tensor), or another optimizer's
             accepted = kinds + (("momentum_buffer",) if g["algo"] == "muon" else ()) + ("step",)
             raise KeyError(f"{sp.name}: state key {key!r}: a {g['algo']} parameter has "
                            f"{', '.join(accepted)}")
+        else:
+            # a key of a wrapper's own (timm's Lookahead keeps its slow weights in the base
+            # optimizer's state[p] and updates them in place): kept as torch.optim keeps it
+            self._own[key] = value
         dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key):
+        self._own.pop(key, None)
+        dict.__delitem__(self, key)
 
 
     def _same(self, key, value):
@@ -222,6 +243,7 @@ def _state_dict(opt):
                 st[kind] = _like_param(_as_torch(rt.get_state(sp, kind)), p,
                                        getattr(sp, "_perm", None))
             st["step"] = torch.tensor(float(rt.get_step(sp)), dtype=torch.float32)
+            st.update(opt.state._keys.get(id(p), {}))  # a wrapper's keys, as torch.optim's
             state[idx + i] = st
         idx += len(g["params"])
     out = {"state": state, "param_groups": groups}
@@ -257,13 +279,20 @@ _FOREIGN = {"mu_product": "torch.optim.NAdam", "exp_inf": "torch.optim.Adamax",
             "momentum_buffer": "torch.optim.SGD / Muon (a Muon group's state)"}
 
 
+# the keys opt.state[p] refuses to hold as a wrapper's own: the state keys of either algorithm
+# and of the other torch.optim optimizers (a mistake, not a wrapper's)
+_RESERVED = frozenset(k for ks in _KINDS.values() for k in ks) | {"momentum_buffer", "step"} \
+    | frozenset(_FOREIGN)
+
+
 def _check_keys(sp, i, algo, st):
-    """Refuses a state key this class does not step (NAdam's mu_product, Adamax's exp_inf):
-    loaded, it was dropped, and the run went on as another optimizer with the moments it
-    shares (exp_avg, exp_avg_sq), silently."""
+    """Refuses a state key of another optimizer (NAdam's mu_product, Adamax's exp_inf) or of
+    the other algorithm: loaded, it was dropped, and the run went on as another optimizer with
+    the moments it shares (exp_avg, exp_avg_sq), silently. Other keys are a wrapper's own
+    (timm's Lookahead's lookahead_slow_buff), loaded as torch.optim loads them."""
     known = _KINDS[algo] + ("step",) + (("momentum_buffer",) if algo == "muon" else ())
     for k in st:
-        if k not in known:
+        if k not in known and k in _RESERVED:
             raise ValueError(f"{sp.name}: state key {k!r} in the state dict (state {i}), the "
                              f"state of {_FOREIGN.get(k, 'another optimizer')}: a {algo} "
                              f"parameter has {', '.join(known)}; nothing was loaded")
@@ -333,13 +362,20 @@ def _load_state_dict(opt, state_dict):
                                  "here: it is fixed when the optimizer is made; make it "
                                  "with the saved value")
     # everything converted and checked first: a refusal leaves every runtime as it was
-    todo = []
+    todo, owns = [], []
     for g, sg, (rt, slots, _) in zip(opt.param_groups, saved, opt._runtimes):
         for p, i in zip(g["params"], sg["params"]):
             st = state_dict["state"].get(i)
             sp = slots.get(id(p))
             if sp is None:
                 continue
+            known = _KINDS[g["algo"]] + ("step", "momentum_buffer")
+            # a wrapper's keys (checked below), as torch.optim's load casts them: floating
+            # tensors to the parameter's dtype and device, others to its device
+            owns.append((p, {k: (v.to(p.device, p.dtype) if v.is_floating_point() else
+                                 v.to(p.device)) if isinstance(v, torch.Tensor) else v
+                             for k, v in (st or {}).items() if k not in known
+                             and k not in _RESERVED}))
             if st is None:
                 # no state saved for it (torch.optim saves none for a tensor that never had a
                 # gradient): torch.optim's load replaces the whole state, so it starts afresh
@@ -390,6 +426,8 @@ def _load_state_dict(opt, state_dict):
             rt.set_step(sp, value)
         else:
             rt.set_state(sp, kind, value)
+    for p, own in owns:  # torch.optim's load replaces the whole state: these keys too
+        opt.state._keys[id(p)] = own
     for g, sg, (rt, _, _) in zip(opt.param_groups, saved, opt._runtimes):
         for k, v in sg.items():
             if k not in ("params", "shardopt_steps") and \

@@ -9,7 +9,9 @@ optimizer it was written for. One process.
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
 (skip) only where torch is not importable."""
+import collections
 import functools
+import io
 import math
 import sys
 import warnings
@@ -188,6 +190,133 @@ def case_hf_trainer_optimizer_cls_and_kwargs():
     assert [(g["algo"], g["weight_decay"]) for g in opt.param_groups] == [
         ("muon", 0.01), ("adamw", 0.01), ("adamw", 0.0)], opt.param_groups
     opt.close()
+
+
+class Lookahead(torch.optim.Optimizer):
+    """timm's Lookahead (timm/optim/lookahead.py) in its essentials: its slow weights live in
+    the base optimizer's state[p]["lookahead_slow_buff"], made at the first sync and updated
+    in place; its state dict is the base optimizer's."""
+
+    def __init__(self, base_optimizer, alpha=0.5, k=6):
+        defaults = dict(lookahead_alpha=alpha, lookahead_k=k, lookahead_step=0)
+        self._base_optimizer = base_optimizer
+        self.param_groups = base_optimizer.param_groups
+        self.defaults = base_optimizer.defaults
+        self.defaults.update(defaults)
+        self.state = collections.defaultdict(dict)
+        for name, default in defaults.items():
+            for group in self._base_optimizer.param_groups:
+                group.setdefault(name, default)
+        self._optimizer_step_pre_hooks = dict()
+        self._optimizer_step_post_hooks = dict()
+
+    @torch.no_grad()
+    def update_slow(self, group):
+        for fast_p in group["params"]:
+            if fast_p.grad is None:
+                continue
+            param_state = self._base_optimizer.state[fast_p]
+            if "lookahead_slow_buff" not in param_state:
+                param_state["lookahead_slow_buff"] = torch.empty_like(fast_p)
+                param_state["lookahead_slow_buff"].copy_(fast_p)
+            slow = param_state["lookahead_slow_buff"]
+            slow.add_(fast_p - slow, alpha=group["lookahead_alpha"])
+            fast_p.copy_(slow)
+
+    def step(self, closure=None):
+        loss = self._base_optimizer.step(closure)
+        for group in self._base_optimizer.param_groups:
+            group["lookahead_step"] += 1
+            if group["lookahead_step"] % group["lookahead_k"] == 0:
+                self.update_slow(group)
+        return loss
+
+    def state_dict(self):
+        return self._base_optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self._base_optimizer.load_state_dict(state_dict)
+        self.param_groups = self._base_optimizer.param_groups
+
+
+def case_timm_lookahead_keeps_its_slow_weights():
+    """timm's Lookahead over this class (create_optimizer_v2's "lookahead_" prefix wraps it
+    so): its slow weights are a key it adds to the base optimizer's state[p] and updates in
+    place, so that key must hold the same tensor at every access, go into state_dict() and
+    come back from load_state_dict, as torch.optim keeps any key. Against
+    Lookahead(torch.optim.AdamW) with the same AdamW groups, 6 steps (k = 2) and a resume
+    through torch.save / torch.load(weights_only=True) after the third: within 1e-6. Before,
+    `KeyError: state key 'lookahead_slow_buff'` at the first sync. Keys of the other
+    algorithm or of another optimizer are still refused."""
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def loss(net, k):
+        g = torch.Generator().manual_seed(k)
+        return ((net(torch.randn(5, 8, generator=g)) - torch.randn(5, 4, generator=g)) ** 2
+                ).mean()
+
+    def make(net, ours):
+        if ours:
+            base = Muon([{"params": list(net.parameters()), "algo": "adamw"}], lr=1e-2,
+                        weight_decay=0.01)
+        else:
+            base = torch.optim.AdamW(net.parameters(), lr=1e-2, weight_decay=0.01)
+        return Lookahead(base, alpha=0.5, k=2)
+
+    nets = [mlp(), mlp()]
+    opts = [make(nets[0], False), make(nets[1], True)]
+    saved = []
+    for k in range(6):
+        for net, opt in zip(nets, opts):
+            opt.zero_grad()
+            loss(net, k).backward()
+            opt.step()
+        if k == 2:
+            saved = [(io_roundtrip(net.state_dict()), io_roundtrip(opt.state_dict()))
+                     for net, opt in zip(nets, opts)]
+    slow = opts[1]._base_optimizer.state[nets[1][0].weight]["lookahead_slow_buff"]
+    assert slow is opts[1]._base_optimizer.state[nets[1][0].weight]["lookahead_slow_buff"]
+    assert torch.equal(slow, nets[1][0].weight.detach())  # k = 2: synced at step 6
+    worst = max(relative(b.detach(), a.detach())
+                for a, b in zip(nets[0].parameters(), nets[1].parameters()))
+    assert worst < 1e-6, worst
+    # resumed after the third step into objects made anew: the slow weights come back
+    again = [mlp(), mlp()]
+    ropts = [make(again[0], False), make(again[1], True)]
+    for net, opt, (msd, osd) in zip(again, ropts, saved):
+        net.load_state_dict(msd)
+        opt.load_state_dict(osd)
+    assert "lookahead_slow_buff" in osd["state"][0]
+    for k in range(3, 6):
+        for net, opt in zip(again, ropts):
+            opt.zero_grad()
+            loss(net, k).backward()
+            opt.step()
+    resumed = max(relative(b.detach(), a.detach())
+                  for a, b in zip(nets[1].parameters(), again[1].parameters()))
+    assert resumed == 0.0, resumed
+    print(f"  timm Lookahead: {worst:.2e} from Lookahead(torch.optim.AdamW); resumed: "
+          f"{resumed:.1e}")
+    ours = nets[1][0].bias
+    st = opts[1]._base_optimizer.state
+    refused(lambda: st[ours].__setitem__("momentum_buffer", torch.zeros(16)), KeyError,
+            "'momentum_buffer'", "exp_avg")
+    refused(lambda: st[ours].__setitem__("mu_product", torch.ones(())), KeyError,
+            "'mu_product'")
+    del st[ours]["lookahead_slow_buff"]
+    assert "lookahead_slow_buff" not in st[ours]
+    opts[1]._base_optimizer.close()
+    ropts[1]._base_optimizer.close()
+
+
+def io_roundtrip(sd):
+    """sd through torch.save and torch.load(weights_only=True), as a checkpoint is."""
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
 
 
 def case_state_dict_without_a_tensors_state_clears_it():

@@ -36,10 +36,20 @@ def _scalar(v):
 
 
 def _check_hp(hp):
-    for k in ("lr", "weight_decay", "adamw_weight_decay"):
-        v = _scalar(hp.get(k))
-        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                  and math.isfinite(v) and v >= 0):
+    # None too (a config file's null): torch.optim refuses it, and here it reached float()
+    # (lr: "float() argument must be ... not 'NoneType'", naming nothing) or the library's
+    # config key (weight_decay, momentum); adamw_lr None is "the group's lr"
+    for k in ("lr", "weight_decay", "adamw_weight_decay", "adamw_lr", "momentum"):
+        if k not in hp or (k == "adamw_lr" and hp[k] is None):
+            continue
+        v = _scalar(hp[k])
+        if k == "momentum":
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1):
+                raise ValueError(f"momentum = {v!r}: a number in [0, 1) (or a 1-element "
+                                 "tensor)")
+            continue
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v) and v >= 0):
             # torch.optim.AdamW(params, lr, betas, ...) swapped for this class positionally:
             # its betas land on torch.optim.Muon's third argument, weight_decay
             hint = (" (torch.optim.AdamW's betas given by position? this class's positional "

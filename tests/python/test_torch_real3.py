@@ -311,6 +311,25 @@ def case_timm_lookahead_keeps_its_slow_weights():
     ropts[1]._base_optimizer.close()
 
 
+def case_null_hyperparameters_named():
+    """A config file's null (Hydra / YAML `lr: null`, a sweep that left a value unset) handed
+    to the class: torch.optim refuses it at construction, and so does this class, naming the
+    keyword. Before, `lr=None` (or a group's) reached float() ("float() argument must be a
+    string or a real number, not 'NoneType'", naming nothing), and `weight_decay=None` or
+    `momentum=None` the library's config key (`config weight_decay (config_set) = 'None'`)."""
+    m = model()
+    for kw, words in (({"lr": None}, ("lr = None", "finite number")),
+                      ({"weight_decay": None}, ("weight_decay = None",)),
+                      ({"momentum": None}, ("momentum = None", "[0, 1)")),
+                      ({"adamw_weight_decay": None}, ("adamw_weight_decay = None",))):
+        refused(lambda: Muon(m.named_parameters(), model=m, **kw), ValueError, *words)
+    refused(lambda: Muon([{"params": list(m.parameters()), "lr": None}], model=m), ValueError,
+            "lr = None")
+    opt = Muon(m.named_parameters(), model=m, adamw_lr=None)  # None: the group's lr, as before
+    assert [g["lr"] for g in opt.param_groups] == [1e-3, 1e-3]
+    opt.close()
+
+
 def io_roundtrip(sd):
     """sd through torch.save and torch.load(weights_only=True), as a checkpoint is."""
     buf = io.BytesIO()

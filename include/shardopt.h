@@ -7,7 +7,7 @@
  * It stays one file, over 600 lines, on purpose: a trainer includes one header and has the whole
  * API, declarations and their documentation, as with nccl.h. Only the status codes and the enums
  * the kernels compute with are apart (shardopt_status.h, shardopt_types.h, included here), so that
- * the floors below runtime/ can use them without mpi.h.
+ * the library's layers without MPI can use them without mpi.h.
  */
 #ifndef SHARDOPT_H
 #define SHARDOPT_H
@@ -216,30 +216,33 @@ typedef struct shardopt_config {
      *  in their registered dtype, in the same rank files) and shardopt_load reshards them into
      *  the registered data pointers, all-or-nothing with the state (a checkpoint without
      *  weights is then refused). 0 (default): optimizer state only; a load ignores weights a
-     *  checkpoint holds. docs/checkpoint.md. */
+     *  checkpoint holds. */
     int ckpt_weights;
-    /* Newton-Schulz arithmetic (issue 23): appended, 0 = the behaviour before them */
+    /* Newton-Schulz arithmetic: appended, 0 = the behaviour before them */
     shardopt_ns_algorithm_t ns_algorithm;       /**< standard (default), gram or auto */
     shardopt_ns_precondition_t ns_precondition; /**< frobenius (default) or aol */
-    /* Joint Newton-Schulz planning (issue 22): appended, 0 = the behaviour before it */
+    /* Joint Newton-Schulz planning: appended, 0 = the behaviour before it */
     /** 1: a Muon expert matrix held whole by one member of an expert shard group may be
      *  orthogonalized by another member when the cost model (cost_gemm_gflops, cost_net_gbps)
      *  says moving it there and back finishes sooner than keeping it (a group with more members
      *  than its EP rank has experts leaves members idle otherwise). 0 (default): its holder
-     *  keeps it. Owners only: the update is the same bits either way. docs/scaling.md. */
+     *  keeps it. Owners only: the update is the same bits either way. */
     int expert_moves;
-    /** Newton-Schulz teams (issue 22): a Muon matrix of the dense group that no rank holds whole
-     *  and whose cost is over ns_team_frac x a rank's mean share may be orthogonalized by a team
-     *  of up to ns_team_cap ranks (a power of two, at most 64, inside one node): each gathers a
-     *  block of the matrix's long side and the team runs sharded Newton-Schulz (fp32) over its
-     *  members. 1 (default): one owner per matrix, as before. CPU Newton-Schulz only; not with
-     *  replica_split. docs/config.md, docs/scaling.md. */
+    /** Newton-Schulz teams: a Muon matrix of the dense group that no rank holds whole and whose
+     *  cost is over ns_team_frac x a rank's mean share may be orthogonalized by a team of up to
+     *  ns_team_cap ranks (a power of two, at most 64, inside one node) when the cost model says
+     *  it pays: each gathers a block of the matrix's long side and the team runs sharded
+     *  Newton-Schulz over its members, in fp32, or in bf16 where ns_compute resolves to bf16,
+     *  wherever Newton-Schulz runs (CPU or device). Results agree with one owner to rounding,
+     *  not bitwise. 1 (default): one owner per matrix, as before. Ignored (a warning) with
+     *  replica_split and dp_replicate > 1; expert shard groups keep one owner per matrix. */
     int ns_team_cap;
     double ns_team_frac; /**< in (0, 1]; default 0.5 */
 } shardopt_config_t;
 
 /* Embeddings (torchtitan's tok_embeddings, HF's embed_tokens; nanoGPT's wte and wpe) and output
- * heads go to AdamW under algo auto; "=name" is an exact match (docs/config.md). */
+ * heads go to AdamW under algo auto; "=name" is an exact match, so a layer's attn.output.weight
+ * stays Muon. */
 #define SHARDOPT_DEFAULT_ADAMW_PATTERNS "embed,lm_head,=output.weight,wte.,wpe."
 
 /** Defaults that match the dion Muon prime-rl trains with. */
@@ -377,8 +380,9 @@ typedef struct shardopt_stats {
     uint64_t bytes_adam_v;    /**< AdamW second moment */
     uint64_t bytes_workspace; /**< buffers allocated at commit for the step */
     double ns_flops_last;     /**< Newton-Schulz FLOPs this rank performed: 4m^2n + 2m^3 per
-                                   standard iteration, symmetric products at the entries formed
-                                   (docs/design.md, "Counting Newton-Schulz FLOPs") */
+                                   standard iteration (m <= n), 2 FLOPs per multiply-add; a
+                                   product whose result is symmetric counted at the entries the
+                                   kernel forms (its upper block triangle) */
     double seconds_last;      /**< wall time of the last step */
     double seconds_total;
     double seconds_adamw_last;
@@ -625,7 +629,7 @@ SHARDOPT_API shardopt_status_t shardopt_param_get_stats(shardopt_param_t param,
                                                         shardopt_param_stats_t *stats);
 
 /** The optimizer state tensors of a parameter: Muon has momentum, AdamW exp_avg and
- *  exp_avg_sq (docs/checkpoint.md names them alike). */
+ *  exp_avg_sq (a checkpoint names them <param>.momentum, <param>.exp_avg, <param>.exp_avg_sq). */
 typedef enum shardopt_state_kind {
     SHARDOPT_STATE_MOMENTUM = 0,   /**< Muon: M = sum of mu^k g (dtype momentum_dtype) */
     SHARDOPT_STATE_EXP_AVG = 1,    /**< AdamW first moment (adam_state_dtype) */
@@ -688,8 +692,8 @@ SHARDOPT_API shardopt_status_t shardopt_load(shardopt_runtime_t rt, const char *
 
 /** Free everything the runtime owns. Accepts NULL. Valid in any state, also after an error.
  *  Afterwards rt and its shardopt_param_t handles dangle, as after free: any call with them, a
- *  second finalize included, is undefined and not detected (docs/api.md, "Handles after
- *  finalize"); set the handle to NULL, which every call refuses and finalize accepts. */
+ *  second finalize included, is undefined and not detected; set the handle to NULL, which
+ *  every call refuses and finalize accepts. */
 SHARDOPT_API shardopt_status_t shardopt_finalize(shardopt_runtime_t rt);
 
 #ifdef __cplusplus

@@ -1,8 +1,8 @@
 /*
  * The public enums that the compute below the runtime works with (dtypes, rounding, the
  * Newton-Schulz coefficient tables, algorithm and preconditioning): apart from shardopt.h so
- * that kernels/ uses these very values without seeing MPI, instead of keeping copies in step.
- * shardopt.h includes it; include shardopt.h, not this, in a trainer.
+ * that the library's compute layer uses these very values without seeing MPI, instead of keeping
+ * copies in step. shardopt.h includes it; include shardopt.h, not this, in a trainer.
  */
 #ifndef SHARDOPT_TYPES_H
 #define SHARDOPT_TYPES_H
@@ -28,14 +28,16 @@ typedef enum shardopt_ns_coeffs {
     SHARDOPT_NS_JORDAN = 1,  /**< (3.4445, -4.7750, 2.0315) every step */
     SHARDOPT_NS_POLAR_EXPRESS = 2,
     SHARDOPT_NS_CUSTOM = 3, /**< ns_custom_coeffs */
-    SHARDOPT_NS_AOL = 4,    /**< 4-step schedule for ns_precondition = aol (docs/config.md) */
+    SHARDOPT_NS_AOL = 4,    /**< 4-step schedule for ns_precondition = aol */
 } shardopt_ns_coeffs_t;
 
-/** How the Newton-Schulz iterations are arranged (docs/design.md, "Gram Newton-Schulz"). */
+/** How the Newton-Schulz iterations are arranged: on X itself, or on its m x m Gram matrix
+ *  X X^T (the same polynomial in exact arithmetic, fewer FLOPs on wide matrices). */
 typedef enum shardopt_ns_algorithm {
     SHARDOPT_NS_ALGORITHM_STANDARD = 0, /**< per step X X^T, A A and B X (default) */
-    SHARDOPT_NS_ALGORITHM_GRAM = 1,     /**< steps on the m x m Gram matrix, X touched 3 times */
-    SHARDOPT_NS_ALGORITHM_AUTO = 2,     /**< per shape, from a committed table */
+    SHARDOPT_NS_ALGORITHM_GRAM =
+        1, /**< steps on the m x m Gram matrix; X read for it, at restarts and for the result */
+    SHARDOPT_NS_ALGORITHM_AUTO = 2, /**< per shape, from a committed table */
 } shardopt_ns_algorithm_t;
 
 /** How X is scaled before the first Newton-Schulz step. */

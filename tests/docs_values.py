@@ -14,11 +14,13 @@ them, where the code holds the answer in a form a script can read:
             parameter stats and groups in docs/api.md; every status code of shardopt_status.h
             in docs/api.md;
   options   every --option the docs give after a tool's name (on the same line: a command, or
-            prose such as "shardopt-plan --teams") is an option that tool's sources parse.
+            prose such as "shardopt-plan --teams") is an option that tool's sources parse;
+  headers   the installed headers (CMakeLists.txt's install(FILES)) name no file or folder of
+            the tree, no doc page and no issue: their users have only the headers.
 
 Usage: docs_values.py ROOT, or docs_values.py --self-test ROOT, which first checks that a wrong
-default, a wrong range, a missing field, a missing status code and an unknown option planted in
-the docs' text in memory are each caught.
+default, a wrong range, a missing field, a missing status code, an unknown option and a doc cited
+in a header, planted in memory, are each caught.
 """
 import os
 import re
@@ -259,13 +261,36 @@ def check_options(root, docs):
     return errs
 
 
+def check_headers(root, texts):
+    """The installed headers' comments stand alone: an installed header has no repository
+    beside it, so it names none of the tree's files or folders, no doc page and no issue."""
+    errs = []
+    bad = re.compile(r'(?<![A-Za-z0-9_])(?:\.\./)?(?:docs|tests|runtime|kernels|sharding|offload|base|'
+                     r'bench|tools|examples|shared)/|[A-Za-z0-9_]\.md\b|\bissue \d+')
+    for h, text in texts.items():
+        for ln, line in enumerate(text.split('\n'), 1):
+            m = bad.search(line)
+            if m and not line.lstrip().startswith('#include'):
+                errs.append('%s:%d: "%s": an installed header names what its users do not have' %
+                            (h, ln, m.group(0)))
+    return errs
+
+
+def installed_headers(root):
+    cm = read(root, 'CMakeLists.txt')
+    return sorted(set(re.findall(r'\b(include/[a-z_]+\.h)\b', ' '.join(
+        re.findall(r'install\(FILES([^)]*)\)', cm)))))
+
+
 def run(root, planted=None):
     docs = {d: read(root, d) for d in ['README.md'] + sorted(
         'docs/' + f for f in os.listdir(os.path.join(root, 'docs')) if f.endswith('.md'))}
     docs.update(planted or {})
     header = read(root, HEADER)
+    headers = {h: (planted or {}).get(h) or read(root, h) for h in installed_headers(root)}
     return (check_defaults(root, docs['docs/config.md'], header) +
-            check_fields(root, docs, header) + check_options(root, docs))
+            check_fields(root, docs, header) + check_options(root, docs) +
+            check_headers(root, headers))
 
 
 def self_test(root):
@@ -288,9 +313,11 @@ def self_test(root):
          'SHARDOPT_ERR_CORRUPT'),
         ('an unknown option', 'docs/api.md', api + '\n`shardopt-plan --no-such-option`\n',
          '--no-such-option'),
+        ('a doc cited in a header', HEADER, read(root, HEADER) + '\n/* docs/config.md */\n',
+         'docs/'),
     ]
     for what, doc, text, needle in plants:
-        if text == read(root, doc) and 'option' not in what:
+        if text == read(root, doc):
             sys.exit('docs_values: self-test: could not plant %s in %s (the text moved?)' %
                      (what, doc))
         new = [e for e in run(root, {doc: text}) if e not in base and needle in e]

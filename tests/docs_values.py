@@ -12,7 +12,8 @@ them, where the code holds the answer in a form a script can read:
   fields    every field of the public structs is named in the doc that documents it:
             shardopt_config_t in docs/config.md, the descriptor, step arguments, stats, per-
             parameter stats and groups in docs/api.md; every status code of shardopt_status.h
-            in docs/api.md;
+            in docs/api.md; docs/config.md's table of the variables that are no config keys
+            lists exactly base/env.c's;
   options   every --option the docs give after a tool's name (on the same line: a command, or
             prose such as "shardopt-plan --teams") is an option that tool's sources parse;
   headers   the installed headers (CMakeLists.txt's install(FILES)) name no file or folder of
@@ -217,6 +218,16 @@ def check_fields(root, docs, header):
                 continue
             if not re.search(r'(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])' % re.escape(f), text):
                 errs.append('%s: %s_t.%s is not named' % (doc, struct, f))
+    # docs/config.md's table of the variables that are no config keys: base/env.c's table
+    env = set(re.findall(r'^\s*\{"(SHARDOPT_[A-Z0-9_]+)"', read(root, 'base/env.c'), re.M))
+    sect = docs['docs/config.md'].split('### Environment variables that are not config keys', 1)
+    rows = set(re.findall(r'^\| `(SHARDOPT_[A-Z0-9_]+)` \|', sect[-1].split('\n## ', 1)[0], re.M))
+    for v in sorted(env - rows):
+        errs.append('docs/config.md: %s (base/env.c\'s table) has no row in "Environment '
+                    'variables that are not config keys"' % v)
+    for v in sorted(rows - env):
+        errs.append('docs/config.md: %s has a row in "Environment variables that are not config '
+                    'keys" but is not in base/env.c\'s table' % v)
     status = read(root, 'include/shardopt_status.h')
     for code in re.findall(r'\bSHARDOPT_(OK|ERR_[A-Z_]+)\s*=', status):
         if not re.search(r'`(?:SHARDOPT_)?%s`' % code, docs['docs/api.md']):
@@ -309,6 +320,9 @@ def self_test(root):
          '`momentum_dtype`: accepted'),
         ('a missing field', 'docs/api.md', api.replace('max_grad_norm', 'max_norm'),
          'shardopt_step_args_t.max_grad_norm'),
+        ('a missing env variable row', 'docs/config.md',
+         cfg.replace('| `SHARDOPT_FAULT_RANK` |', '| `SHARDOPT_FAULT_RANKS` |', 1),
+         'SHARDOPT_FAULT_RANK (base/env.c'),
         ('a missing status code', 'docs/api.md', api.replace('`ERR_CORRUPT`', 'CORRUPT'),
          'SHARDOPT_ERR_CORRUPT'),
         ('an unknown option', 'docs/api.md', api + '\n`shardopt-plan --no-such-option`\n',

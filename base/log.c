@@ -1,6 +1,8 @@
-/* The only mutable globals of the library (besides env params and the tests' hooks: fault
- * injection in base/fault.c, ns_coeffs_gram_restarts_force in kernels/ns_coeffs.c): the log sink
- * and level, set once under a pthread_once and by init. */
+/* The only mutable globals of the library besides the tests' hooks (fault injection in
+ * base/fault.c, the allocation counter of SHARDOPT_FAULT=alloc:<n> in base/mem.c,
+ * ns_coeffs_gram_restarts_force in kernels/ns_coeffs.c) and per-thread state (the last error,
+ * base/status.c; the phase and bucket a wait names, runtime/comm/comm_wait.c): the log sink and
+ * level, set once under a pthread_once and by init. */
 #include "log.h"
 
 #include <errno.h>

@@ -139,7 +139,8 @@ class Tree:
                 if f.startswith('tests/') and os.path.basename(f) == exe + '.c':
                     srcs.add(f)
 
-        if cmd is None:  # registered in another build only: the executable named like the test
+        if not cmd:  # registered in another build only, or not built yet: the executable named
+            # like the test
             add_exe(re.sub(r'_np\d+$', '', name))
             if name.startswith('test_cuda_') and not srcs:  # shardopt_device_sim_test's
                 add_exe('test_device_sim')

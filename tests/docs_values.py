@@ -4,6 +4,7 @@
 tests/docs_refs.py checks that the names the docs give exist; this checks what they say about
 them, where the code holds the answer in a form a script can read:
 
+  coeffs    docs/config.md's Newton-Schulz coefficient tables give kernels/ns_coeffs.c's triples;
   defaults  each row of docs/config.md's key table gives the key's default as
             SHARDOPT_CONFIG_INIT (include/shardopt.h) sets it, its type as the key table's
             (runtime/config/config_keys.c) and, in the accepted column, the key's range: both
@@ -200,6 +201,28 @@ def check_defaults(root, config_md, header):
     return errs
 
 
+def check_coeffs(root, config_md):
+    """docs/config.md's Newton-Schulz coefficient tables give kernels/ns_coeffs.c's triples."""
+    errs = []
+    src = read(root, 'kernels/ns_coeffs.c')
+    code = {n: [float(x) for x in re.findall(r'-?\d+\.\d+', body)] for n, body in
+            re.findall(r'static const double (\w+)\[\d+\]\[3\] = \{(.*?)\};', src, re.S)}
+    sect = config_md.split('### Newton-Schulz coefficient tables', 1)[-1].split('\n\n', 2)[1]
+    rows = {m.group(1): m.group(2) for m in
+            re.finditer(r'^\| `([a-z_]+)`(?: \(default\))? \| (.*) \|$', sect, re.M)}
+    for name, values in code.items():
+        if name not in rows:
+            errs.append('docs/config.md: coefficient table `%s` (kernels/ns_coeffs.c) has no row'
+                        % name)
+            continue
+        triples = re.findall(r'\(([^()]*)\)', rows[name].split(':')[0])
+        doc = [float(x.replace('−', '-')) for t in triples for x in t.split(',')]
+        if doc != values:
+            errs.append('docs/config.md: coefficient table `%s` gives %s, kernels/ns_coeffs.c %s'
+                        % (name, doc, values))
+    return errs
+
+
 def struct_fields(header, name):
     body = re.search(r'typedef struct %s \{(.*?)\n\} %s_t;' % (name, name), header, re.S)
     body = re.sub(r'/\*.*?\*/', '', body.group(1), flags=re.S)
@@ -300,6 +323,7 @@ def run(root, planted=None):
     header = read(root, HEADER)
     headers = {h: (planted or {}).get(h) or read(root, h) for h in installed_headers(root)}
     return (check_defaults(root, docs['docs/config.md'], header) +
+            check_coeffs(root, docs['docs/config.md']) +
             check_fields(root, docs, header) + check_options(root, docs) +
             check_headers(root, headers))
 
@@ -320,6 +344,9 @@ def self_test(root):
          '`momentum_dtype`: accepted'),
         ('a missing field', 'docs/api.md', api.replace('max_grad_norm', 'max_norm'),
          'shardopt_step_args_t.max_grad_norm'),
+        ('a wrong coefficient', 'docs/config.md',
+         cfg.replace('(3.4445, −4.7750, 2.0315) every step', '(3.4445, −4.7751, 2.0315) every step'),
+         'coefficient table `jordan`'),
         ('a missing env variable row', 'docs/config.md',
          cfg.replace('| `SHARDOPT_FAULT_RANK` |', '| `SHARDOPT_FAULT_RANKS` |', 1),
          'SHARDOPT_FAULT_RANK (base/env.c'),

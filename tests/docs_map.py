@@ -15,7 +15,9 @@ offload/ runtime/ python/ tools/ bench/:
             a header X.h is covered by its X.c or X.cu beside it (the header is that file's
             interface);
   exists    every file name the map gives (word.c, cpu/word.h, runtime/step/word.c) and every
-            folder entry names a file or folder of the tree.
+            folder entry names a file or folder of the tree;
+  readme    README.md's Layout block names every top-level folder and every docs/ page, and its
+            "Where to start" table links every page.
 
 Usage: docs_map.py ROOT, or docs_map.py --self-test ROOT, which first checks that a file missing
 from the map and a map line for a file that does not exist are each caught.
@@ -117,6 +119,32 @@ def check(root, design, files):
     return errs
 
 
+def check_readme(readme, files):
+    """README.md's Layout block names every top-level folder of the tree, its docs/ line every
+    page, and its "Where to start" table links every page: a page or folder missing from them is
+    one a newcomer does not know to look for."""
+    errs = []
+    m = re.search(r'^## Layout\n+```\n(.*?)^```', readme, re.M | re.S)
+    if not m:
+        return ['README.md: no "## Layout" block']
+    layout = m.group(1)
+    tops = sorted({f.split('/')[0] for f in files if '/' in f and not f.startswith('.')})
+    for t in tops:
+        if not re.search(r'^%s/' % re.escape(t), layout, re.M) and \
+                not re.search(r'(?<![A-Za-z0-9_/])%s/' % re.escape(t), layout):
+            errs.append('README.md: the Layout block does not name the folder %s/' % t)
+    pages = sorted(f for f in files if f.startswith('docs/') and f.endswith('.md'))
+    docs_line = re.search(r'^docs/\s+(.*(?:\n\s{20,}.*)*)', layout, re.M)
+    start = readme.split('## Where to start', 1)[-1].split('\n## ', 1)[0]
+    for p in pages:
+        base = p[len('docs/'):]
+        if not docs_line or not re.search(r'\b%s\b' % re.escape(base), docs_line.group(1)):
+            errs.append('README.md: the Layout block\'s docs/ line does not name %s' % base)
+        if '(%s)' % p not in start:
+            errs.append('README.md: "Where to start" does not link %s' % p)
+    return errs
+
+
 def self_test(root, design, files):
     base = set(check(root, design, files))
     plants = [
@@ -133,6 +161,19 @@ def self_test(root, design, files):
         if not new:
             sys.exit('docs_map: self-test: %s was not caught (%s)' % (what, needle))
         print('docs_map: self-test: %s is caught: %s' % (what, new[0]))
+    readme = read_readme(root)
+    base = set(check_readme(readme, files))
+    for what, fl, needle in [('a new page', files + ['docs/planted.md'], 'planted.md'),
+                             ('a new folder', files + ['planted/x.c'], 'planted/')]:
+        new = [e for e in check_readme(readme, fl) if e not in base and needle in e]
+        if not new:
+            sys.exit('docs_map: self-test: %s was not caught (%s)' % (what, needle))
+        print('docs_map: self-test: %s is caught: %s' % (what, new[0]))
+
+
+def read_readme(root):
+    with open(os.path.join(root, 'README.md'), encoding='utf-8') as f:
+        return f.read()
 
 
 def main():
@@ -148,7 +189,7 @@ def main():
     files = tree_files(root)
     if test:
         self_test(root, design, files)
-    errs = check(root, design, files)
+    errs = check(root, design, files) + check_readme(read_readme(root), files)
     for e in errs:
         print('docs_map: ' + e)
     if errs:

@@ -14,7 +14,8 @@ them, where the code holds the answer in a form a script can read:
             shardopt_config_t in docs/config.md, the descriptor, step arguments, stats, per-
             parameter stats and groups in docs/api.md; every status code of shardopt_status.h
             in docs/api.md; docs/config.md's table of the variables that are no config keys
-            lists exactly base/env.c's;
+            lists exactly base/env.c's; docs/checkpoint.md's Fault injection names every site of
+            base/fault.c's list;
   options   every --option the docs give after a tool's name (on the same line: a command, or
             prose such as "shardopt-plan --teams") is an option that tool's sources parse;
   headers   the installed headers (CMakeLists.txt's install(FILES)) name no file or folder of
@@ -251,6 +252,13 @@ def check_fields(root, docs, header):
     for v in sorted(rows - env):
         errs.append('docs/config.md: %s has a row in "Environment variables that are not config '
                     'keys" but is not in base/env.c\'s table' % v)
+    # docs/checkpoint.md's Fault injection names every site of base/fault.c's list
+    body = read(root, 'base/fault.c').split('fault_sites[] = {', 1)[-1].split('};', 1)[0]
+    sect = docs['docs/checkpoint.md'].split('## Fault injection', 1)[-1].split('\n## ', 1)[0]
+    for site in re.findall(r'"([a-z0-9_.]+)"', body):
+        if not re.search(r'`(?:kill@|hang@)?%s(?::<n>)?`' % re.escape(site), sect):
+            errs.append('docs/checkpoint.md: fault site `%s` (base/fault.c) is not in its Fault '
+                        'injection section' % site)
     status = read(root, 'include/shardopt_status.h')
     for code in re.findall(r'\bSHARDOPT_(OK|ERR_[A-Z_]+)\s*=', status):
         if not re.search(r'`(?:SHARDOPT_)?%s`' % code, docs['docs/api.md']):
@@ -347,6 +355,9 @@ def self_test(root):
         ('a wrong coefficient', 'docs/config.md',
          cfg.replace('(3.4445, −4.7750, 2.0315) every step', '(3.4445, −4.7751, 2.0315) every step'),
          'coefficient table `jordan`'),
+        ('a missing fault site', 'docs/checkpoint.md',
+         read(root, 'docs/checkpoint.md').replace('`ckpt.prune`', 'ckpt.prune'),
+         'fault site `ckpt.prune`'),
         ('a missing env variable row', 'docs/config.md',
          cfg.replace('| `SHARDOPT_FAULT_RANK` |', '| `SHARDOPT_FAULT_RANKS` |', 1),
          'SHARDOPT_FAULT_RANK (base/env.c'),

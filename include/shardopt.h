@@ -165,10 +165,15 @@ typedef struct shardopt_config {
     int dp_replicate; /**< replicas holding identical shards. Default 1 */
     int dp_shard;     /**< -1 (default): the rest of the ranks */
     int cp;           /**< context-parallel size. Default 1 */
-    int ep;           /**< expert-parallel size; divides dp_shard*cp, and cp divides it when > 1 */
+    /** expert-parallel size, default 1; divides dp_shard*cp, and cp divides it when > 1 */
+    int ep;
 
-    shardopt_nonfinite_t nonfinite; /**< a NaN/Inf gradient anywhere: skip (default) or error */
-    uint64_t bucket_bytes;          /**< Muon matrices per exchange bucket, in comm-dtype bytes */
+    /** a NaN/Inf gradient anywhere: skip the step (default), fail it, or step with those
+     *  elements as 0 (zero) */
+    shardopt_nonfinite_t nonfinite;
+    /** Muon matrices per exchange bucket, in comm-dtype bytes; default 128 MiB, 0 = one matrix
+     *  per bucket */
+    uint64_t bucket_bytes;
     int replica_split; /**< 1: replicas split the Newton-Schulz work and all-gather it */
     shardopt_ns_strategy_t ns_strategy; /**< gather (default), sharded, or auto (cost model) */
     double cost_gemm_gflops;            /**< auto's cost model: GEMM rate per rank. Default 100 */

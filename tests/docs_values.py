@@ -17,7 +17,8 @@ them, where the code holds the answer in a form a script can read:
             lists exactly base/env.c's; docs/checkpoint.md's Fault injection names every site of
             base/fault.c's list;
   options   every --option the docs give after a tool's name (on the same line: a command, or
-            prose such as "shardopt-plan --teams") is an option that tool's sources parse;
+            prose such as "shardopt-plan --teams") is an option that tool's sources parse, and
+            every `make TARGET` a target of the Makefile;
   headers   the installed headers (CMakeLists.txt's install(FILES)) name no file or folder of
             the tree, no doc page and no issue: their users have only the headers.
 
@@ -324,6 +325,25 @@ def installed_headers(root):
         re.findall(r'install\(FILES([^)]*)\)', cm)))))
 
 
+def check_make(root, docs):
+    """Every `make TARGET` the docs give (a code block's line, or backticked in prose) is a
+    target of the Makefile."""
+    errs = []
+    targets = set(re.findall(r'^([a-z][a-z0-9-]*):', read(root, 'Makefile'), re.M))
+    for doc, text in docs.items():
+        code = False
+        for ln, line in enumerate(text.split('\n'), 1):
+            if line.startswith('```'):
+                code = not code
+                continue
+            found = re.findall(r'^\s*make\s+(?:[A-Z_]+=\S+\s+)*([a-z][a-z0-9-]*)', line) if code \
+                else re.findall(r'`make\s+(?:[A-Z_]+=\S+\s+)*([a-z][a-z0-9-]*)', line)
+            for t in found:
+                if t not in targets:
+                    errs.append('%s:%d: make %s: the Makefile has no such target' % (doc, ln, t))
+    return errs
+
+
 def run(root, planted=None):
     docs = {d: read(root, d) for d in ['README.md'] + sorted(
         'docs/' + f for f in os.listdir(os.path.join(root, 'docs')) if f.endswith('.md'))}
@@ -333,6 +353,7 @@ def run(root, planted=None):
     return (check_defaults(root, docs['docs/config.md'], header) +
             check_coeffs(root, docs['docs/config.md']) +
             check_fields(root, docs, header) + check_options(root, docs) +
+            check_make(root, docs) +
             check_headers(root, headers))
 
 
@@ -365,6 +386,8 @@ def self_test(root):
          'SHARDOPT_ERR_CORRUPT'),
         ('an unknown option', 'docs/api.md', api + '\n`shardopt-plan --no-such-option`\n',
          '--no-such-option'),
+        ('an unknown make target', 'docs/api.md', api + '\n`make no-such-target`\n',
+         'make no-such-target'),
         ('a doc cited in a header', HEADER, read(root, HEADER) + '\n/* docs/config.md */\n',
          'docs/'),
     ]

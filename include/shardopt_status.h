@@ -23,7 +23,9 @@ typedef enum shardopt_status {
     SHARDOPT_ERR_INVALID_ARGUMENT = -1, /**< a value is outside what is accepted */
     SHARDOPT_ERR_STATE = -2,            /**< call not valid now (e.g. step before commit) */
     SHARDOPT_ERR_OUT_OF_MEMORY = -3,    /**< an allocation failed; the message gives the bytes */
-    SHARDOPT_ERR_MISMATCH = -4,         /**< ranks disagree (registration, layout) */
+    SHARDOPT_ERR_MISMATCH = -4,         /**< ranks disagree (registration, layout, config, step
+                                             arguments, calls, replicas), or a checkpoint does
+                                             not match the registered parameters */
     SHARDOPT_ERR_UNSUPPORTED = -5,      /**< valid request this build or version cannot serve */
     SHARDOPT_ERR_IO = -6,               /**< file or system call failed */
     SHARDOPT_ERR_CORRUPT = -7,          /**< malformed file or data */

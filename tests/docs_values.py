@@ -71,6 +71,9 @@ def num(text):
         return None
 
 
+DEFINES = {}  # runtime/config/config_keys.h's numeric #defines, read in main
+
+
 def c_num(text):
     """A bound or default as config_keys.c or the header writes it: 1 << 20, 128ull << 20,
     SHARDOPT_NS_MAX_STEPS, 1e-3."""
@@ -80,6 +83,8 @@ def c_num(text):
         return int(m.group(1)) << int(m.group(2))
     if text == 'SHARDOPT_NS_MAX_STEPS':
         return 16
+    if text in DEFINES:  # a bound config_keys.h names (CONFIG_EPS_MIN)
+        return float(DEFINES[text])
     return float(text)
 
 
@@ -136,6 +141,8 @@ def check_defaults(root, config_md, header):
     errs = []
     init = config_init(header)
     vals = enums(header + read(root, 'include/shardopt_types.h'))
+    DEFINES.update(re.findall(r'#define (CONFIG_[A-Z0-9_]+) ([-0-9.e]+)\n',
+                              read(root, 'runtime/config/config_keys.h')))
     keys = key_table(read(root, 'runtime/config/config_keys.c'))
     table = config_md.split('| key | type | default |', 1)[1].split('\n\n', 1)[0]
     for line in table.split('\n'):

@@ -4,6 +4,8 @@
  *   plan-world-sim [--preset NAME] [--ep E] --worlds W1,W2,... [--ranks R1,R2,...]
  *                  [--bucket-bytes B] [--max-growth F]
  *
+ * --bucket-bytes takes config bucket_bytes' values, 0 (one matrix per bucket) included.
+ *
  * For each world W (dp_replicate 1, cp 1: the dense shard group is all W ranks, the expert shard
  * groups W / E) and each sampled dense rank d (default: 0, W/2, W-1), every tensor is laid out as
  * preset_shards registers it (bench/preset_shards.h: shardopt_shard_range's torch.chunk pieces),
@@ -256,8 +258,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--ranks"))
             nr = parse_list(a, v, 0, (1 << 20) - 1, ranks, 64);
         else if (!strcmp(a, "--bucket-bytes")) {
-            if (cli_parse_ll_in(v, 1, 1ll << 40, &bb) != 0)
-                bad_value(a, v, "an integer in 1..2^40");
+            if (cli_parse_ll_in(v, 0, 1ll << 40, &bb) != 0)
+                bad_value(a, v, "an integer in 0..2^40");
             bucket_bytes = (size_t)bb;
         } else if (cli_parse_double_in(v, 0, 1e6, &max_growth) != 0)
             bad_value(a, v, "a number in 0..1e6");

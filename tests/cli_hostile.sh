@@ -138,7 +138,7 @@ probe 2 pws "--ep takes an integer in 1\.\.1048576, not '0'" --worlds 8 --ep 0
 probe 2 pws "--worlds takes 1 to 64 integers in 1\.\.1048576 .*'99999999999'" --worlds 99999999999
 probe 2 pws "--worlds takes .*'8,,16'" --worlds 8,,16
 probe 2 pws "--ranks takes .*'-1'" --worlds 8 --ranks -1
-probe 2 pws "--bucket-bytes takes an integer in 1\.\.2\^40, not '-1'" --worlds 8 --bucket-bytes -1
+probe 2 pws "--bucket-bytes takes an integer in 0\.\.2\^40, not '-1'" --worlds 8 --bucket-bytes -1
 probe 2 pws "--max-growth takes a number in 0\.\.1e6, not 'nan'" --worlds 8 --max-growth nan
 probe 2 pws "unknown argument '--bogus'" --bogus 1
 

@@ -23,10 +23,20 @@ out=$(SHARDOPT_NS_STEPS=5 DRY_RUN=1 bash "$L/slurm.sbatch" prog --preset tiny)
 expect slurm "$out" "srun --mpi=pmix --cpu-bind=cores" "prog --preset tiny"
 "$L/multi_node.sh" --dry-run prog >/dev/null 2>&1 && { echo "FAIL: multi_node without --hostfile ran"; fail=1; }
 "$L/single_node.sh" --bogus prog >/dev/null 2>&1 && { echo "FAIL: single_node accepted --bogus"; fail=1; }
+# the cores, whatever OMP_NUM_THREADS says: GNU nproc reports it instead when set, so an MPI job's
+# usual OMP_NUM_THREADS=1 made single_node.sh launch 1 rank (and scaling_test.sh size its
+# largest layout from 1 core); no launcher asks bare nproc
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+out=$(OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 "$L/single_node.sh" --dry-run prog)
+expect "single_node with OMP_NUM_THREADS=1" "$out" "-n $cores " "OMP_NUM_THREADS=1"
+if grep -nE '(^|[^-])\<nproc\>($|[^-])' "$L"/*.sh "$L"/*.sbatch |
+    grep -vE ':[0-9]+:[[:space:]]*#|env -u OMP_NUM_THREADS'; then
+    echo "FAIL: a launcher asks nproc with OMP_NUM_THREADS set (lines above)"; fail=1
+fi
 # ranks x threads over the cores: refused with what to change (Open MPI failed in its mapper)
-over=$(( $(nproc) + 1 ))
-out=$("$L/single_node.sh" --ranks 1 --threads "$over" --dry-run prog 2>&1) &&
-    { echo "FAIL: single_node accepted 1 x $over threads on $(nproc) cores"; fail=1; }
-expect "single_node too many threads" "$out" "1 ranks x $over threads = $over cores, but this node has $(nproc)" "use --threads"
+over=$(( cores + 1 ))
+out=$(OMP_NUM_THREADS=1 "$L/single_node.sh" --ranks 1 --threads "$over" --dry-run prog 2>&1) &&
+    { echo "FAIL: single_node accepted 1 x $over threads on $cores cores"; fail=1; }
+expect "single_node too many threads" "$out" "1 ranks x $over threads = $over cores, but this node has $cores" "use --threads"
 [ $fail -eq 0 ] && echo "launch_dry_run: ok"
 exit $fail

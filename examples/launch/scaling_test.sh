@@ -96,8 +96,11 @@ lay=($layout)
 # The largest layout: every core, at least 8 ranks (oversubscribed below that), halved while the
 # ranks would not fit in the memory available (each: the program and preset, ~256 MiB, and three
 # times the state the planner predicts for it)
+# (the cores this process may run on: GNU nproc reports OMP_NUM_THREADS or OMP_THREAD_LIMIT
+# instead when set, as MPI jobs commonly export OMP_NUM_THREADS=1)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 if [ -z "$ranks" ]; then
-    ranks=$(nproc)
+    ranks=$cores
     [ "$ranks" -ge 8 ] || ranks=8
     ranks=$((ranks / 2 * 2))
     avail=$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo 2>/dev/null || echo 0)
@@ -132,7 +135,7 @@ if [ -z "$machine" ]; then
     echo "scaling_test: calibrating this machine for the prediction (shardopt-plan --calibrate)" >&2
     "$plan" --calibrate "$mfile" --threads 1 >&2
 fi
-echo "scaling_test: measuring: ${bench_model[*]} ${lay[*]} on $ranks ranks ($(nproc) cores)" >&2
+echo "scaling_test: measuring: ${bench_model[*]} ${lay[*]} on $ranks ranks ($cores cores)" >&2
 "${bench_cmd[@]}" 2>"$tmp/bench.err" | grep '^{"preset"' >"$tmp/bench.json" || {
     echo "scaling_test.sh: shardopt-bench failed; its last words:" >&2
     tail -5 "$tmp/bench.err" >&2

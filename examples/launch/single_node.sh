@@ -12,7 +12,9 @@
 # As root, Open MPI's --allow-run-as-root is added. Example:
 #   examples/launch/single_node.sh --ranks 4 -- build/bench/shardopt-bench --preset tiny --ep 2
 set -euo pipefail
-cores=$(nproc)
+# the cores this process may run on: GNU nproc reports OMP_NUM_THREADS (or OMP_THREAD_LIMIT)
+# instead when set, and MPI jobs commonly export OMP_NUM_THREADS=1 (one rank was launched then)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 ranks=$cores threads="" dry=0
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -22,7 +22,7 @@ LAYOUTS = [
      ["--preset", "glm45-air", "--ep", "8", "--momentum-dtype", "bf16", "--offload", "optimizer"]),
     ("Qwen3-30B-A3B, ep 8", ["--preset", "qwen3-30b-a3b", "--ep", "8"]),
 ]
-NODES = [1, 2, 4, 8, 16, 32, 64, 128]
+NODES = [1, 2, 4, 8, 16, 32, 64, 128, 512, 2048]  # 8 to 16,384 GPUs, as the tables
 
 
 def main():

@@ -67,6 +67,14 @@ void *mem_aligned_alloc(size_t align, size_t bytes)
     return mem_check(p, bytes);
 }
 
+int mem_align_up(size_t bytes, size_t align, size_t *out)
+{
+    if (bytes > SIZE_MAX - (align - 1))
+        return 0;
+    *out = (bytes + (align - 1)) & ~(align - 1);
+    return 1;
+}
+
 int mem_fault(size_t bytes) { return mem_fails(bytes); }
 
 void mem_fault_arm(long n)

@@ -24,6 +24,13 @@ char *mem_strdup(const char *s);
 /* As posix_memalign (align a power of two, a multiple of sizeof(void *)), returning the memory. */
 void *mem_aligned_alloc(size_t align, size_t bytes);
 
+/* bytes rounded up to a multiple of align (a power of two) in *out: 1, or 0 with *out untouched
+ * when that multiple is past SIZE_MAX. The one rounding of sizes and offsets to an alignment:
+ * a hand-written (bytes + 63) & ~63 wraps to a small size near SIZE_MAX, and a caller that
+ * sizes an allocation with it writes past what it allocated; a caller refuses on 0, naming
+ * what it was sizing. */
+int mem_align_up(size_t bytes, size_t align, size_t *out);
+
 /* For memory from another allocator (hwloc): 1 when this request of `bytes` is the one to fail,
  * counted as one allocation like the others. */
 int mem_fault(size_t bytes);

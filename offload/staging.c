@@ -1,11 +1,21 @@
 #include "staging.h"
 
+#include <stdint.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "base/status.h"
 #include "kernels/clock.h"
 
-static size_t align_up(size_t x) { return (x + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN; }
+/* Where a chunk's second segment starts in its slot. It cannot overflow: staging_chunk_elems
+ * sizes a chunk to fit a slot with STAGING_ALIGN bytes to spare, so bytes[0] is at most
+ * slot_bytes - STAGING_ALIGN, an allocated size. */
+static size_t seg1_offset(const struct stream_chunk *c)
+{
+    size_t off = SIZE_MAX;
+    (void)mem_align_up(c->bytes[0], STAGING_ALIGN, &off);
+    return off;
+}
 
 shardopt_status_t staging_init(struct staging *s, const struct device_ops *dev,
                                const struct kernel_ctx *ctx, size_t slot_bytes, int poison)
@@ -109,7 +119,7 @@ static void compute_waits(struct staging *s, int signaler, int tag)
 static void slot_addrs(const struct staging *s, int i, const struct stream_chunk *c, void *dev[2])
 {
     dev[0] = s->slot[i];
-    dev[1] = c->nseg > 1 ? s->slot[i] + align_up(c->bytes[0]) : NULL;
+    dev[1] = c->nseg > 1 ? s->slot[i] + seg1_offset(c) : NULL;
 }
 
 static void chunk_in(struct staging *s, int i, const struct stream_chunk *c)
@@ -124,7 +134,7 @@ static void chunk_in(struct staging *s, int i, const struct stream_chunk *c)
         s->in[c->kind[k]] += c->bytes[k];
     }
     lane_record(s, LANE_IN, i);
-    s->used[i] = c->nseg > 1 ? align_up(c->bytes[0]) + c->bytes[1] : c->bytes[0];
+    s->used[i] = c->nseg > 1 ? seg1_offset(c) + c->bytes[1] : c->bytes[0];
     size_t live = 0;
     for (int k = 0; k < STAGING_SLOTS; k++)
         live += s->used[k];

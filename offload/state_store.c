@@ -31,10 +31,11 @@ size_t state_store_reserve(struct state_store *s, size_t bytes)
     size_t off = s->bytes;
     /* saturating: registered sizes that add up past SIZE_MAX (parameters of up to 2^60
      * elements each) must ask for more than any machine has, never wrap to a small arena that
-     * the step would write past */
-    const size_t up = bytes > SIZE_MAX - (STATE_ALIGN - 1)
-                          ? SIZE_MAX
-                          : (bytes + STATE_ALIGN - 1) / STATE_ALIGN * STATE_ALIGN;
+     * the step would write past; commit's memory check refuses that arena, naming the
+     * parameter and its bytes (commit_buffers.c) */
+    size_t up = SIZE_MAX;
+    if (!mem_align_up(bytes, STATE_ALIGN, &up))
+        up = SIZE_MAX;
     s->bytes = s->bytes > SIZE_MAX - up ? SIZE_MAX : s->bytes + up;
     return off;
 }

@@ -490,17 +490,30 @@ shardopt_status_t commit_param_stats_alloc(shardopt_runtime_t rt)
 {
     shardopt_status_t status = SHARDOPT_OK;
     size_t bytes = 0;
+    const char *past = NULL; /* the parameter whose copy passes SIZE_MAX bytes */
     for (int i = 0; i < rt->nparams; i++) {
         struct shardopt_param *p = rt->params[i];
         p->grad_norm_last = p->update_rms_last = NAN;
         /* each copy at its own 64-byte boundary: after a bf16 tensor of odd length an fp32
          * copy started 2 bytes off its alignment, and the step's reads of it were misaligned
          * (UBSan, test_xcheck's mixed dtypes with param_stats) */
-        bytes = (bytes + 63) & ~(size_t)63;
+        const size_t n = (size_t)p->layout.local_numel * kdtype_size(p->param_dtype);
+        p->off_snapshot = 0;
+        if (past != NULL)
+            continue;
+        if (!mem_align_up(bytes, 64, &bytes) || n > SIZE_MAX - bytes) {
+            past = p->name;
+            continue;
+        }
         p->off_snapshot = bytes;
-        bytes += (size_t)p->layout.local_numel * kdtype_size(p->param_dtype);
+        bytes += n;
     }
-    if (rt->cfg.param_stats && !rt_on_device(rt)) {
+    if (rt->cfg.param_stats && !rt_on_device(rt) && past != NULL)
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "commit: rank %d: param_stats' copy of the parameters passes SIZE_MAX "
+                          "bytes at parameter '%s'",
+                          rt->groups.me.rank, past);
+    else if (rt->cfg.param_stats && !rt_on_device(rt)) {
         rt->pstat_snap = mem_malloc(bytes ? bytes : 1);
         rt->pstat_sum = mem_malloc(sizeof(double) * (size_t)(rt->nparams ? rt->nparams : 1));
         if (rt->pstat_snap == NULL || rt->pstat_sum == NULL)

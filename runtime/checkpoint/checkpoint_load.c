@@ -2,6 +2,7 @@
  * and fill every rank's state from the shards that overlap it, reading only the blocks it needs and
  * checking each block's CRC32C. Everything lands in a staging copy first; the state changes only
  * when every rank succeeded, so a refused checkpoint leaves memory as it was on every rank. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,10 +159,16 @@ static shardopt_status_t weights_staging_alloc(shardopt_runtime_t rt, struct ck_
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         L->woff[i] = total;
-        total += ((size_t)p->layout.local_numel *
-                      kdtype_size(p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32) +
-                  63) /
-                 64 * 64;
+        const size_t bytes =
+            (size_t)p->layout.local_numel *
+            kdtype_size(p->param_dtype == SHARDOPT_DTYPE_BF16 ? KDT_BF16 : KDT_F32);
+        size_t up = 0;
+        if (!mem_align_up(bytes, 64, &up) || up > SIZE_MAX - 1 - total)
+            return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                            "load: rank %d: the staging for the parameters (ckpt_weights) "
+                            "passes SIZE_MAX bytes at parameter '%s' (%zu bytes)",
+                            rt->groups.me.rank, p->name, bytes);
+        total += up;
     }
     if ((L->wfill = mem_malloc(total + 1)) == NULL)
         return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,

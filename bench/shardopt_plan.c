@@ -267,20 +267,23 @@ static void opts_parse(int argc, char **argv, struct opts *o)
             if (o->teams & (o->teams - 1))
                 bad(a, v, "node or a power of two");
         } else if (!strcmp(a, "--cost-rates")) {
-            /* two finite rates > 0 (strtod took "inf" and ignored what a second comma left) */
+            /* two finite rates in (0, 1e9], what config_keys.c accepts for the two keys: the
+             * tool plans as commit would, so a rate commit takes is one it takes (strtod took
+             * "inf" and ignored what a second comma left) */
             char g[64];
             const char *comma = strchr(v, ',');
             const size_t k = comma != NULL ? (size_t)(comma - v) : 0;
             if (comma == NULL || k >= sizeof g)
                 bad(a, v,
-                    "GFLOPS,GBPS (both in 1e-6..1e9): commit's cost_gemm_gflops and "
+                    "GFLOPS,GBPS (both in (0, 1e9]): commit's cost_gemm_gflops and "
                     "cost_net_gbps");
             memcpy(g, v, k);
             g[k] = '\0';
-            if (cli_parse_double_in(g, 1e-6, 1e9, &o->cost_gflops) != 0 ||
-                cli_parse_double_in(comma + 1, 1e-6, 1e9, &o->cost_gbps) != 0)
+            if (cli_parse_double_in(g, 0, 1e9, &o->cost_gflops) != 0 ||
+                cli_parse_double_in(comma + 1, 0, 1e9, &o->cost_gbps) != 0 ||
+                !(o->cost_gflops > 0 && o->cost_gbps > 0))
                 bad(a, v,
-                    "GFLOPS,GBPS (both in 1e-6..1e9): commit's cost_gemm_gflops and "
+                    "GFLOPS,GBPS (both in (0, 1e9]): commit's cost_gemm_gflops and "
                     "cost_net_gbps");
         } else if (!strcmp(a, "--team-frac")) {
             if (cli_parse_double_in(v, 1e-9, 1, &o->team_frac) != 0)

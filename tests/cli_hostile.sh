@@ -92,6 +92,11 @@ probe 2 plan "--cost-rates takes GFLOPS,GBPS .*'inf,1'" $P --world 4 --cost-rate
 probe 2 plan "--cost-rates takes .*'nan,1'" $P --world 4 --cost-rates nan,1
 probe 2 plan "--cost-rates takes .*'1,1,1'" $P --world 4 --cost-rates 1,1,1
 probe 2 plan "--cost-rates takes .*'1e308,1'" $P --world 4 --cost-rates 1e308,1
+# the range is config_keys.c's for cost_gemm_gflops and cost_net_gbps, (0, 1e9]: the tool plans
+# as commit does, so it takes every rate commit takes (it refused those under 1e-6)
+probe 2 plan "--cost-rates takes GFLOPS,GBPS \(both in \(0, 1e9\]\).*'0,1'" $P --world 4 --cost-rates 0,1
+probe 2 plan "--cost-rates takes .*'1,-0'" $P --world 4 --cost-rates 1,-0
+probe 0 plan "preset tiny" $P --world 4 --cost-rates 1e-9,1e9
 probe 2 plan "--team-frac takes a number in \(0, 1\], not 'nan'" $P --world 4 --team-frac nan
 probe 2 plan "--team-frac takes .*'0'" $P --world 4 --team-frac 0
 probe 2 plan "--teams takes node or a power of two, not '3'" $P --world 4 --teams 3

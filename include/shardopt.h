@@ -451,11 +451,13 @@ typedef struct shardopt_stats {
                                      loaded: a renamed parameter shows in both counts) */
 
     /* Version 5 */
-    uint64_t ns_gram_fallbacks; /**< Gram Newton-Schulz results of this rank that the result
-                                     guard refused (non-finite, or a norm past what the table can
-                                     output) and recomputed with the standard algorithm, and bf16
-                                     standard results of a gathered matrix it refused and
-                                     recomputed in fp32 (CPU tables), over all steps */
+    uint64_t ns_gram_fallbacks; /**< Newton-Schulz results (not only Gram ones, despite the
+                                     name) of matrices this rank orthogonalized whole that the
+                                     result guard refused (non-finite, or a norm past what the
+                                     table can output) and recomputed, over all steps: Gram
+                                     results recomputed with the standard algorithm, and bf16
+                                     standard results recomputed in fp32 (CPU tables). A team's
+                                     recompute is not counted here (its first rank warns) */
 } shardopt_stats_t;
 
 #define SHARDOPT_STATS_INIT                                                                        \

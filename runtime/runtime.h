@@ -97,7 +97,8 @@ struct step_counters {
     char nonfinite_last[256]; /* names of the tensors that made the last step skip or fail */
     uint64_t nonfinite_elements_last; /* nonfinite = zero: elements treated as 0, this replica */
     double ns_flops_last;
-    uint64_t ns_gram_fallbacks; /* Gram results the guard refused, recomputed standard: all steps */
+    uint64_t ns_gram_fallbacks; /* results the guard refused and recomputed (Gram as standard,
+                                 * bf16 standard in fp32): all steps */
     uint64_t bytes_sent[GROUP_KINDS], bytes_recv[GROUP_KINDS]; /* last step, other ranks only */
     double bytes_ns_allreduce; /* last step: sharded and team Gram all-reduces, ring model */
     double seconds_last, seconds_total;

@@ -27,6 +27,8 @@ import re
 import subprocess
 import sys
 
+from docs_common import parse_args
+
 FOLDERS = ('base/', 'kernels/', 'sharding/', 'offload/', 'runtime/', 'python/', 'tools/', 'bench/')
 EXTS = ('.c', '.h', '.cu', '.cuh', '.py', '.sh')
 FILE = re.compile(r'(?<![A-Za-z0-9_./-])((?:[A-Za-z0-9_-]+/)*[A-Za-z0-9_-]+\.(?:c|h|cu|cuh|py|sh))'
@@ -177,12 +179,7 @@ def read_readme(root):
 
 
 def main():
-    args = sys.argv[1:]
-    test = bool(args) and args[0] == '--self-test'
-    if test:
-        args = args[1:]
-    if len(args) != 1:
-        sys.exit(__doc__)
+    test, args = parse_args(__doc__, (1,))
     root = os.path.realpath(args[0])
     with open(os.path.join(root, 'docs/design.md'), encoding='utf-8') as f:
         design = f.read()

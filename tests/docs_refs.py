@@ -36,6 +36,7 @@ import os
 import re
 import sys
 
+from docs_common import parse_args
 from docs_refs_tree import (CTEST, Tree, anchors, cmake_targets, config_keys, header_words, memo,
                             read, sections)
 
@@ -534,12 +535,7 @@ def self_test(root, build):
 
 
 def main():
-    args = sys.argv[1:]
-    test = bool(args) and args[0] == '--self-test'
-    if test:
-        args = args[1:]
-    if len(args) not in (2, 3):
-        sys.exit(__doc__)
+    test, args = parse_args(__doc__, (2, 3))
     if len(args) == 3:
         CTEST[0] = args[2]
     root, build = os.path.realpath(args[0]), os.path.realpath(args[1])

@@ -30,6 +30,8 @@ import os
 import re
 import sys
 
+from docs_common import parse_args
+
 # a tool's name as the docs write it -> the files whose "--option" strings it parses
 TOOLS = {
     'shardopt-plan': ['bench/shardopt_plan.c', 'bench/plan_model.c', 'bench/plan_machine.c'],
@@ -409,12 +411,7 @@ def self_test(root):
 
 
 def main():
-    args = sys.argv[1:]
-    test = bool(args) and args[0] == '--self-test'
-    if test:
-        args = args[1:]
-    if len(args) != 1:
-        sys.exit(__doc__)
+    test, args = parse_args(__doc__, (1,))
     root = os.path.realpath(args[0])
     if test:
         self_test(root)

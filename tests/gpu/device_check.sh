@@ -4,10 +4,27 @@
 # configures and builds the CUDA backend (the full project when MPI, hwloc, OpenBLAS, oneDNN and
 # cJSON are installed; otherwise the kernels layer alone, SHARDOPT_GPU_KERNELS_ONLY), or with
 # SHARDOPT_GPU_PREBUILT=ARCHIVE (made by tests/gpu/pack_prebuilt.sh on a machine that has the
-# libraries) unpacks that build and compiles nothing. Then, in this order (the first matter most
-# when time runs short), each under its own `timeout`:
-#   gpu      every gpu-labelled test (kernels, memory, the runtime on 1, 2 and 4 ranks sharing the
-#            GPU, offload optimizer and cpu) and test_ns_driver            -> ctest.log
+# libraries) unpacks that build and compiles nothing. Then, in this order (what has never run on
+# a GPU first: the first matter most when time runs short), each under its own `timeout`, every
+# step run whatever the steps before it gave:
+#   kernels  test_cuda_kernels (incl. the Gram and AOL kernels), test_cuda_memory, test_ns_driver
+#            (the Gram result guard through the driver's host stand-ins), ns_bench_cuda_smoke
+#                                                                         -> ctest.log
+#   layouts  test_cuda_layouts_np1/np2/np4: the runtime on 1, 2 and 4 ranks sharing the GPU
+#            (comm_backend = mpi): device teams in fp32 and bf16 (cuBLAS bf16 team kernels),
+#            sharded Newton-Schulz, Gram and AOL, against the CPU's bits -> ctest.log
+#   ns_cuda  ns_bench_cuda itself: standard, Gram and AOL side by side    -> ns_cuda.json
+#   torch_cuda  tests/gpu/torch_cuda_stream.py: shardopt.torch on CUDA tensors, the step on
+#            torch's current stream and on a side stream, against the CPU backend -> torch_cuda.log
+#   nccl_gpu any gpu-labelled CTest whose name says nccl (none yet; expert teams over NCCL, the
+#            expnccl work, may add one): run where present, a note where none -> ctest.log
+#   nccl_teams, nccl_sharded, nccl_experts  with 2 GPUs or more (NCCL refuses two ranks on one
+#            GPU, see nccl2): shardopt-bench --comm-backend nccl on one rank per GPU with teams
+#            (fp32, then bf16: ncclFloat32 / ncclBfloat16 Gram all-reduces), ns_strategy =
+#            sharded (incl. the ncclFloat64 norm) and expert shard groups with teams; on one
+#            GPU each is a row with exit status -4 (needs 2 GPUs)   -> nccl_multi.log
+#   offload  test_cuda_offload_np2, test_cuda_offload_cpu_np2           -> ctest.log
+#   gpu      every other gpu-labelled test                              -> ctest.log
 #   demo     examples/moe_train --backend cuda beside --backend cpu, 2 ranks -> demo.log
 #   step     shardopt-bench --backend cuda --offload both --momentum-dtype both, GLM-4.5-Air at
 #            full width, experts / 8, SHARDOPT_GPU_BENCH_LAYERS layers (4)   -> step_bench.md
@@ -21,23 +38,26 @@
 #   ns_gram  Gram Newton-Schulz and AOL beside the standard algorithm (issue 23: --algorithm all
 #            --precondition all) on GLM-4.5-Air's Newton-Schulz shapes  -> ns_gram.json
 #   memcheck compute-sanitizer on test_cuda_kernels (informational)         -> ctest.log
-# Everything after the build shares a budget of SHARDOPT_GPU_BUDGET_S seconds (330) from the
+# Everything after the build shares a budget of SHARDOPT_GPU_BUDGET_S seconds (390) from the
 # script's start: a step gets its own limit or what is left, whichever is less, and is skipped
-# (rc -2 in steps.tsv) when under 10 s are left, so the whole run stays under 6 minutes of
+# (rc -2 in steps.tsv) when under 10 s are left, so the whole run stays within 7 minutes of
 # device time when the build is prebuilt. OUTDIR receives nvidia-smi.txt, build.log, steps.tsv
 # (step, limit, seconds, exit status) and summary.json besides the logs above.
 # SHARDOPT_GPU_EXISTING=1: SHARDOPT_GPU_BUILD used as it is, no configure or build (a rerun).
 # SHARDOPT_GPU_RETURN=DIR (a device tool's $OUT, which brings back at most 8 files): the whole
-# OUTDIR packed into DIR/device_check.tar.gz, with summary.json and steps.tsv beside it.
+# OUTDIR packed into DIR/device_check.tar.gz, with summary.json and steps.tsv beside it;
+# steps.tsv is copied there after every step too, so a run killed at its limit still says how
+# far it got.
 # Without a visible GPU it says so, writes summary.json with mode "no-gpu" and exits 77;
-# SHARDOPT_GPU_DRY_RUN=1 then also lists the steps it would run, with their time limits.
+# SHARDOPT_GPU_DRY_RUN=1 then also lists the steps it would run, with their time limits (CTest
+# device_check_dry_run runs that here, so the script keeps parsing and listing every step).
 # "tests" as the second argument: the gpu tests and ns_bench only (a short rerun after a fix).
 set -uo pipefail
 out=${1:?usage: tests/gpu/device_check.sh OUTDIR [tests]}
 only_tests=${2:-} # "tests": the gpu tests and ns_bench only (a short rerun after a fix)
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
-budget=${SHARDOPT_GPU_BUDGET_S:-330}
+budget=${SHARDOPT_GPU_BUDGET_S:-390}
 layers=${SHARDOPT_GPU_BENCH_LAYERS:-4}
 dry=${SHARDOPT_GPU_DRY_RUN:-0}
 bd=${SHARDOPT_GPU_BUILD:-$root/build-gpu}
@@ -77,6 +97,26 @@ step() {
     step_rc=$?
     printf '%s\t%s\t%s\t%s\n' "$name" "$t" $(($(date +%s) - s)) "$step_rc" >>"$out/steps.tsv"
     echo "--- $name: exit status $step_rc after $(($(date +%s) - s)) s ---" >>"$err"
+    returned
+}
+
+# steps.tsv so far into SHARDOPT_GPU_RETURN: a run killed at its limit still brings it back
+returned() {
+    [ -n "${SHARDOPT_GPU_RETURN:-}" ] || return 0
+    mkdir -p "$SHARDOPT_GPU_RETURN" && cp "$out/steps.tsv" "$SHARDOPT_GPU_RETURN/"
+}
+
+# multi NAME LIMIT_S LOG COMMAND...: step, where 2 GPUs or more are visible; else a row with exit
+# status -4 (NCCL refuses two ranks on one GPU: the step cannot run on this machine)
+multi() {
+    if [ "$dry" = 1 ] || [ "$gpus" -ge 2 ]; then
+        step "$@"
+        return
+    fi
+    printf '%s\t%s\t0\t-4\n' "$1" "$2" >>"$out/steps.tsv"
+    echo "--- $1: not run, needs 2 GPUs ($gpus visible) ---" >>"$3"
+    step_rc=-4
+    returned
 }
 
 if [ "$gpus" -eq 0 ]; then
@@ -87,6 +127,8 @@ if [ "$gpus" -eq 0 ]; then
     else
         printf '{"mode": "no-gpu", "seconds": %s}\n' "$(elapsed)" >"$out/summary.json"
         cat "$out/summary.json"
+        [ -z "${SHARDOPT_GPU_RETURN:-}" ] ||
+            { mkdir -p "$SHARDOPT_GPU_RETURN" && cp "$out/summary.json" "$SHARDOPT_GPU_RETURN/"; }
         exit 77
     fi
 fi
@@ -179,11 +221,65 @@ if [ "$build_rc" -eq 0 ]; then
     full=0
     [ "$mode" != kernels-only ] && [ "$only_tests" != tests ] && full=1
     : >"$out/ctest.log"
-    step gpu 150 "$out/ctest.log" ctest --test-dir "$bd" -L gpu --output-on-failure -V
+    ct=(ctest --test-dir "$bd" --output-on-failure -V) # `timeout` runs programs, not functions
+    step kernels 90 "$out/ctest.log" "${ct[@]}" \
+        -R '^(test_cuda_kernels|test_cuda_memory|test_ns_driver|ns_bench_cuda_smoke)$'
+    kernels_rc=$step_rc
+    layouts_rc=-1
+    if [ "$mode" != kernels-only ]; then
+        step layouts 120 "$out/ctest.log" "${ct[@]}" -R '^test_cuda_layouts_np[124]$'
+        layouts_rc=$step_rc
+    fi
+    nscuda=$(find "$bd" -name ns_bench_cuda -type f -perm -u+x -print -quit 2>/dev/null)
+    [ "$dry" = 1 ] && nscuda=${nscuda:-$bd/bench/ns_bench_cuda}
+    ns_cuda_rc=-1
+    if [ -n "$nscuda" ]; then
+        step ns_cuda 30 "$out/ns_cuda.json" "$nscuda" --json --reps 3 --algorithm all \
+            --precondition all --shape 2x128x192 --shape 1x1408x4096 --shape 16x512x2048
+        ns_cuda_rc=$step_rc
+    fi
+    torch_rc=-1
+    if [ "$full" = 1 ]; then
+        # python3 is the one with torch on the device machine; 77: no torch or no CUDA there
+        step torch_cuda 45 "$out/torch_cuda.log" env SHARDOPT_LIBRARY="$bd/libshardopt.so" \
+            PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" \
+            python3 "$root/tests/gpu/torch_cuda_stream.py"
+        torch_rc=$step_rc
+    fi
+    # NCCL on the GPU in a CTest (expert teams over NCCL may bring one): whichever exists
+    step nccl_gpu 30 "$out/ctest.log" "${ct[@]}" -L gpu -R nccl --no-tests=ignore
+    nccl_gpu_rc=$step_rc
+    nccl_multi_rc=-1
+    if [ "$full" = 1 ]; then
+        # one rank per GPU (at most 4), the smallest model; ns_team_frac 0.01 makes every Muon
+        # matrix heavy enough for a team
+        n=$((gpus < 4 ? gpus : 4))
+        [ "$n" -ge 2 ] || n=2
+        nb=("$mpiexec" -n "$n" "$bd/bench/shardopt-bench" --backend cuda --comm-backend nccl
+            --dp-shard "$n" --layers 1 --warmup 1 --steps 2 --momentum-dtype fp32 --offload none)
+        multi nccl_teams 40 "$out/nccl_multi.log" "${nb[@]}" --set ns_team_cap=2 \
+            --set ns_team_frac=0.01 --set ns_compute=fp32
+        nccl_multi_rc=$step_rc
+        multi nccl_teams_bf16 40 "$out/nccl_multi.log" "${nb[@]}" --set ns_team_cap=2 \
+            --set ns_team_frac=0.01 --set ns_compute=bf16
+        [ "$step_rc" -gt "$nccl_multi_rc" ] && nccl_multi_rc=$step_rc
+        multi nccl_sharded 40 "$out/nccl_multi.log" "${nb[@]}" --set ns_strategy=sharded
+        [ "$step_rc" -gt "$nccl_multi_rc" ] && nccl_multi_rc=$step_rc
+        # expert shard groups of 2 (experts chunked along a matrix dim) with teams over NCCL
+        multi nccl_experts 40 "$out/nccl_multi.log" "${nb[@]}" --expert-shard-dim 1 \
+            --set ns_team_cap=2 --set ns_team_frac=0.01
+        [ "$step_rc" -gt "$nccl_multi_rc" ] && nccl_multi_rc=$step_rc
+    fi
+    offload_rc=-1
+    if [ "$mode" != kernels-only ]; then
+        step offload 60 "$out/ctest.log" "${ct[@]}" -R '^test_cuda_offload(_cpu)?_np2$'
+        offload_rc=$step_rc
+    fi
+    step gpu 45 "$out/ctest.log" "${ct[@]}" -L gpu -E \
+        '^(test_cuda_kernels|test_cuda_memory|ns_bench_cuda_smoke|test_cuda_layouts_np[124]|test_cuda_offload(_cpu)?_np2)$|nccl' \
+        --no-tests=ignore
     gpu_rc=$step_rc
-    step ns_driver 30 "$out/ctest.log" ctest --test-dir "$bd" -R '^test_ns_driver$' \
-        --output-on-failure -V
-    test_rc=$((gpu_rc != 0 || step_rc != 0))
+    test_rc=$((kernels_rc != 0 || layouts_rc > 0 || gpu_rc != 0 || offload_rc > 0))
     if [ "$full" = 1 ]; then
         # the demo's GPU path (Newton-Schulz on the device, offload = cpu) beside its CPU run
         step demo 60 "$out/demo.log" "$root/tests/mpi/moe_train_backend.sh" "$mpiexec" \
@@ -253,6 +349,9 @@ cat >"$out/summary.json" <<JSON
  "demo_rc": $demo_rc,
  "step_bench_rc": $step_rc_main, "step_np2_rc": $np2_rc, "step_np4_rc": $np4_rc,
  "nccl_np1_rc": $nccl1_rc, "nccl_probe_rc": $nccl_rc, "budget_s": $budget,
+ "kernels_rc": ${kernels_rc:--1}, "layouts_rc": ${layouts_rc:--1}, "ns_cuda_rc": ${ns_cuda_rc:--1},
+ "torch_cuda_rc": ${torch_rc:--1}, "nccl_gpu_rc": ${nccl_gpu_rc:--1},
+ "nccl_multi_rc": ${nccl_multi_rc:--1}, "offload_rc": ${offload_rc:--1}, "gpus": $gpus,
  "seconds": $(elapsed)}
 JSON
 cat "$out/summary.json"

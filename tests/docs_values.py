@@ -285,31 +285,38 @@ def tool_options(root):
     return opts
 
 
-def check_options(root, docs):
-    errs = []
-    opts = tool_options(root)
-    names = sorted(TOOLS, key=len, reverse=True)
-    pat = re.compile(r'(?<![A-Za-z0-9_-])(?:[A-Za-z0-9_./]*/)?(%s)(?![A-Za-z0-9_-])' %
-                     '|'.join(re.escape(n) for n in names))
+def doc_lines(docs):
+    """(doc, line number, line, whether it is inside a fenced code block) for every line of
+    every doc but the fences themselves."""
     for doc, text in docs.items():
         code = False
         for ln, line in enumerate(text.split('\n'), 1):
             if line.startswith('```'):
                 code = not code
                 continue
-            hits = list(pat.finditer(line))
-            for i, m in enumerate(hits):
-                tool = m.group(1)
-                end = hits[i + 1].start() if i + 1 < len(hits) else len(line)
-                # the options up to the next tool and the end of the command: in a code block a
-                # pipe, && or a comment; in prose the end of the backticked span or the clause
-                # (a list of tools, then options of some of them, names no option of the first)
-                cut = r'\s(?:\||&&|;|#)\s' if code else r'[`,;()]|\.\s'
-                seg = re.split(cut, line[m.end():end])[0]
-                for o in re.findall(r'(?<![A-Za-z0-9_-])(--[a-z][a-z0-9-]*)', seg):
-                    if o not in opts[tool]:
-                        errs.append('%s:%d: %s %s: the tool parses no such option' %
-                                    (doc, ln, tool, o))
+            yield doc, ln, line, code
+
+
+def check_options(root, docs):
+    errs = []
+    opts = tool_options(root)
+    names = sorted(TOOLS, key=len, reverse=True)
+    pat = re.compile(r'(?<![A-Za-z0-9_-])(?:[A-Za-z0-9_./]*/)?(%s)(?![A-Za-z0-9_-])' %
+                     '|'.join(re.escape(n) for n in names))
+    for doc, ln, line, code in doc_lines(docs):
+        hits = list(pat.finditer(line))
+        for i, m in enumerate(hits):
+            tool = m.group(1)
+            end = hits[i + 1].start() if i + 1 < len(hits) else len(line)
+            # the options up to the next tool and the end of the command: in a code block a
+            # pipe, && or a comment; in prose the end of the backticked span or the clause
+            # (a list of tools, then options of some of them, names no option of the first)
+            cut = r'\s(?:\||&&|;|#)\s' if code else r'[`,;()]|\.\s'
+            seg = re.split(cut, line[m.end():end])[0]
+            for o in re.findall(r'(?<![A-Za-z0-9_-])(--[a-z][a-z0-9-]*)', seg):
+                if o not in opts[tool]:
+                    errs.append('%s:%d: %s %s: the tool parses no such option' %
+                                (doc, ln, tool, o))
     return errs
 
 
@@ -339,17 +346,12 @@ def check_make(root, docs):
     target of the Makefile."""
     errs = []
     targets = set(re.findall(r'^([a-z][a-z0-9-]*):', read(root, 'Makefile'), re.M))
-    for doc, text in docs.items():
-        code = False
-        for ln, line in enumerate(text.split('\n'), 1):
-            if line.startswith('```'):
-                code = not code
-                continue
-            found = re.findall(r'^\s*make\s+(?:[A-Z_]+=\S+\s+)*([a-z][a-z0-9-]*)', line) if code \
-                else re.findall(r'`make\s+(?:[A-Z_]+=\S+\s+)*([a-z][a-z0-9-]*)', line)
-            for t in found:
-                if t not in targets:
-                    errs.append('%s:%d: make %s: the Makefile has no such target' % (doc, ln, t))
+    for doc, ln, line, code in doc_lines(docs):
+        found = re.findall(r'^\s*make\s+(?:[A-Z_]+=\S+\s+)*([a-z][a-z0-9-]*)', line) if code \
+            else re.findall(r'`make\s+(?:[A-Z_]+=\S+\s+)*([a-z][a-z0-9-]*)', line)
+        for t in found:
+            if t not in targets:
+                errs.append('%s:%d: make %s: the Makefile has no such target' % (doc, ln, t))
     return errs
 
 

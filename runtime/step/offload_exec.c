@@ -4,6 +4,7 @@
 
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/mem.h"
 #include "offload/host_store.h"
 
 static size_t state_es(shardopt_runtime_t rt, shardopt_algo_t algo, int seg)
@@ -167,7 +168,12 @@ size_t offload_alloc(shardopt_runtime_t rt, size_t ns_elems, size_t sh_elems, si
         want = want > 0 ? want : slot;
         slot = want < rt->store.bytes ? want : rt->store.bytes;
         slot = slot < 4 * STAGING_ALIGN ? 4 * STAGING_ALIGN : slot;
-        slot = (slot + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
+        /* a whole number of alignments: the second segment starts at one (staging.c); past
+         * SIZE_MAX (a state store that saturated) refused as the slots' bytes */
+        if (!mem_align_up(slot, STAGING_ALIGN, &slot)) {
+            *failed = slot;
+            return (size_t)-1;
+        }
     }
     /* the slots and the Newton-Schulz copies belong to where Newton-Schulz runs */
     if (staging_init(&rt->stage, rt->ns_dev, &rt->kctx, slot, rt->cfg.debug_poison_staging) !=

@@ -9,6 +9,7 @@
 #if defined(__x86_64__) && defined(__clang__)
 #include <cpuid.h>
 #endif
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,9 +250,16 @@ static shardopt_status_t scratch_fit(struct ns_bf16 *b)
     dnnl_memory_desc_t md;
 
     if (b->fb_floats > b->fb_have) { /* at commit, as the scratchpad: the step allocates nothing */
+        size_t fb_bytes = 0;
+        if (b->fb_floats > SIZE_MAX / sizeof(float) ||
+            !mem_align_up(b->fb_floats * sizeof(float), 64, &fb_bytes))
+            return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
+                              "bf16 Newton-Schulz: the fp32 fallback's operands, %zu floats, "
+                              "pass SIZE_MAX bytes",
+                              b->fb_floats);
         free(b->fb_buf);
         b->fb_have = 0;
-        b->fb_buf = mem_aligned_alloc(64, (b->fb_floats * sizeof(float) + 63) / 64 * 64);
+        b->fb_buf = mem_aligned_alloc(64, fb_bytes);
         if (b->fb_buf == NULL)
             return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
                               "bf16 Newton-Schulz: out of memory allocating %zu bytes for the "
@@ -267,8 +275,13 @@ static shardopt_status_t scratch_fit(struct ns_bf16 *b)
         dnnl_memory_destroy(b->scratch_mem);
         b->scratch_mem = NULL;
     }
+    size_t bytes = 0; /* a whole number of cache lines, and one more */
+    if (!mem_align_up(b->scratch_bytes, 64, &bytes) || bytes > SIZE_MAX - 64)
+        return status_set(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "bf16 Newton-Schulz: a scratchpad of %zu bytes passes SIZE_MAX",
+                          b->scratch_bytes);
+    bytes += 64;
     free(b->scratch);
-    const size_t bytes = (b->scratch_bytes + 63) / 64 * 64 + 64;
     b->scratch = mem_aligned_alloc(64, bytes);
     if (b->scratch == NULL)
         return status_set(

@@ -117,7 +117,8 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
         cfg.team_cap = rt->team_cap;
         /* an expert shard group's members are ep dense ranks apart: fewer share a node */
         cfg.node_members = kind == GROUP_DENSE ? rt->team_node_members : rt->xs_team_node_members;
-        cfg.team_guard = kind == GROUP_EXPERT; /* teams there only where the group gains */
+        /* teams there only where the group gains (tests may turn it off: runtime.h) */
+        cfg.team_guard = kind == GROUP_EXPERT && !rt->xs_team_guard_off;
         cfg.team_frac = rt->cfg.ns_team_frac;
         /* a Gram element all-reduced (in the teams' dtype: ns_sharded.c) at cost_net_gbps, in
          * NS FLOPs at cost_gemm_gflops; bf16 teams form A^2 on every block (ns_sharded.c counts
@@ -412,17 +413,12 @@ static shardopt_status_t teams_setup(shardopt_runtime_t rt)
         return log_fail(SHARDOPT_ERR_COMM,
                         "commit: rank %d: finding the groups' node sizes for ns_team_cap failed",
                         rt->groups.me.rank);
-    /* Not over NCCL yet: a member whose team NCCL all-reduce fails stops its pipeline there
-     * (muon_exec.c), and its peers in the expert teams after it would wait in their teams' MPI
-     * norm all-reduce until comm_timeout_s ends the job (test_device_sim's stuck team, 8 ranks).
-     * The same on every rank: the expert shard groups' size and comm_backend are. */
-    if (rt->nccl[GROUP_EXPERT] != NULL && rt->xs_team_node_members > 1) {
-        rt->xs_team_node_members = 1;
-        if (rt->groups.me.rank == 0)
-            log_warn("commit: ns_team_cap = %d: the expert shard groups keep one owner per matrix "
-                     "with their exchanges over NCCL (only the dense group teams there)",
-                     rt->cfg.ns_team_cap);
-    }
+    /* the expert shard groups team over NCCL too: a member whose team's NCCL all-reduce fails
+     * goes on through the step and fails each later team it is in at that team's first
+     * all-reduce (muon_exec.c, ns_sharded_block), so no member of a later team is left waiting
+     * for it. Before, commit kept one owner per expert matrix with the exchanges over NCCL (a
+     * warning): test_device_sim_nccl_np8's stuck dense team left its expert-team peers in their
+     * MPI norm all-reduce until comm_timeout_s ended the job (MPI_Abort) */
     /* teams iterate in ns_compute's dtype, which every rank resolves alike (the owners' plan,
      * whose costs follow the variant tables of that dtype, depends on it as well), and so does
      * what decides the fallback below: the table (backend and offload are the same everywhere) */

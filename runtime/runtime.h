@@ -151,6 +151,10 @@ struct shardopt_runtime {
      * teams) and the node size each group places its teams in (members per node, 1: none) */
     int team_cap, team_node_members, xs_team_node_members;
     int team_compute; /* the dtype teams iterate in: ns_compute's, or fp32 (teams_setup) */
+    /* Tests only (test_device_sim), set between init and commit: 1 plans the expert shard
+     * groups' teams matrix by matrix (plan_cfg.team_guard off), as before the group-wide choice,
+     * so that a model whose expert groups gain nothing from teams still runs some */
+    int xs_team_guard_off;
     /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
      * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest
      * bucket */
@@ -171,6 +175,11 @@ struct shardopt_runtime {
      * every later collective of the step, so the failure is agreed at the Muon phase's end
      * instead of leaving peers in an all-reduce or an exchange. */
     shardopt_status_t ns_failed;
+    /* This step: a team collective of this rank failed over NCCL (ERR_NCCL: its team's
+     * communicator aborted, muon_exec.c). Its pipeline goes on, and each later team block of the
+     * step joins its team's norm all-reduce with the failure flag and computes nothing, so that
+     * every member of every later team stops at that one all-reduce (ns_sharded.c) */
+    int team_poisoned;
     /* A step failed at that agreement: part of its update was written, and a matrix that failed
      * in one replica's group was applied by the other replicas (they learn of it only at the
      * agreement), so the replicas may differ. Every later step refuses, as after

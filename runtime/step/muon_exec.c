@@ -286,11 +286,21 @@ static shardopt_status_t stage_orthogonalize(shardopt_runtime_t rt, const struct
             shardopt_status_t status = ns_sharded_block(
                 rt, p, gx->set_comm[set], gx->set_nccl != NULL ? gx->set_nccl[set] : NULL,
                 at(base, ow->slot - base_slot, es), ow->rows, ow->cols, ow->team_rows);
-            /* an MPI call, or an NCCL all-reduce that failed or timed out (its communicator
-             * aborted, the groups' stream held by it): the pipeline stops here, as after a
-             * failed exchange, instead of waiting out comm_timeout_s again per team matrix */
-            if (status == SHARDOPT_ERR_COMM || status == SHARDOPT_ERR_NCCL)
+            /* an MPI call failed: nothing more to agree over, the pipeline stops here */
+            if (status == SHARDOPT_ERR_COMM)
                 return status;
+            /* an NCCL all-reduce of its team failed or timed out (the team's communicator
+             * aborted): the pipeline goes on, its exchanges with it, and every later team block
+             * of the step joins only its norm all-reduce, with the failure flag
+             * (ns_sharded_block), so that no member of a later team, dense or expert, waits for
+             * this rank in an all-reduce it never joins. Before, the pipeline stopped here and
+             * the expert teams' members after it waited in their MPI norm all-reduce until
+             * comm_timeout_s ended the job (commit refused expert teams over NCCL for it). The
+             * flag costs nothing per step: it rides in the norm all-reduce every team block
+             * makes anyway, where an agreement before each team's collectives would add an
+             * all-reduce per team block */
+            if (status == SHARDOPT_ERR_NCCL)
+                rt->team_poisoned = 1;
             /* a failed team matrix (ns_sharded.c): every exchange still completes, and
              * ns_sharded_run's agreement fails the step on every rank */
             rt_ns_failed_note(rt, status);
@@ -472,6 +482,7 @@ shardopt_status_t muon_run(shardopt_runtime_t rt, const struct muon_scalars *s)
 
     memset(ring, 0, sizeof ring); /* muon_abandon reads every stage of a short pipeline */
     rt->ns_failed = SHARDOPT_OK;
+    rt->team_poisoned = 0;
     for (int g = 0; g < GROUP_KINDS; g++)
         n += rt->gx[g].plan.nbuckets;
     if (n == 0)

@@ -69,15 +69,27 @@ shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_
                                   .steps = c->ns_steps,
                                   .norm_scale = rt->ns_norm_scale,
                                   .eps = (float)c->ns_eps};
-    /* u is where Newton-Schulz runs: an NS slot, or its device copy with offload = cpu */
-    const double ss = count > 0 ? rt->ns_ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
     const int64_t m = on_rows ? cols : rows, n = on_rows ? rows : cols;
-    /* ns_compute = bf16, on the CPU or a device with bf16 team entries (commit.c, teams_setup) */
     int diverged = 0; /* the bf16 result guard's answer, every member's alike */
-    shardopt_status_t status =
-        rt->team_compute == KDT_BF16
-            ? ns_sharded_iterate_bf16(rt, p->name, comm, nccl, &piece, count, m, n, ss, &diverged)
-            : ns_sharded_iterate(rt, p->name, comm, nccl, 0, &piece, count, m, n, ss);
+    double ss = 0;
+    shardopt_status_t status = SHARDOPT_OK;
+    if (rt->team_poisoned) {
+        /* a team collective of this rank failed over NCCL earlier in the step (muon_exec.c):
+         * the team's first all-reduce, the norm's over MPI in both dtypes, with the failure flag
+         * and no work of this rank's, so that every member returns there (the flag) and none
+         * posts an NCCL all-reduce this rank would never join */
+        int failed = 1;
+        double inv = 0;
+        status = ns_sharded_norm(rt, p->name, comm, NULL, 0.0, &failed, &inv);
+    } else {
+        /* u is where Newton-Schulz runs: an NS slot, or its device copy with offload = cpu */
+        ss = count > 0 ? rt->ns_ops->sumsq(&rt->kctx, u, c->comm_dtype, count) : 0.0;
+        /* ns_compute = bf16, on the CPU or a device with bf16 team entries (commit.c) */
+        status = rt->team_compute == KDT_BF16
+                     ? ns_sharded_iterate_bf16(rt, p->name, comm, nccl, &piece, count, m, n, ss,
+                                               &diverged)
+                     : ns_sharded_iterate(rt, p->name, comm, nccl, 0, &piece, count, m, n, ss);
+    }
     if (status == SHARDOPT_OK && diverged)
         status = ns_sharded_iterate(rt, p->name, comm, nccl, 0, &piece, count, m, n, ss);
     /* failed: the pipeline goes on (its exchanges complete on every rank) with a zero update for
@@ -130,7 +142,9 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
              * NCCL failure (a post or drain timed out: the communicator is aborted, and a stuck
              * all-reduce may hold the groups' one stream): every later matrix would wait out
              * comm_timeout_s again; the members of its groups stop at their own drain's timeout,
-             * and the agreement below tells every rank, as the teams' pipeline stops */
+             * and the agreement below tells every rank. (A team member goes on instead,
+             * muon_exec.c: a team's first all-reduce is over MPI and can carry the flag, where
+             * every all-reduce here is over the group's communicator, aborted on this rank.) */
             rt_ns_failed_note(rt, failed);
             stop = failed == SHARDOPT_ERR_NCCL;
         }
@@ -144,16 +158,8 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
     if (!ns_collective(rt))
         return status;
     /* teams or sharded matrices over NCCL: a member may come from a drain that waited
-     * comm_timeout_s (a stuck peer), while the others wait here; doubled as the step's end
-     * agreement is (step.c) */
-    struct groups patient = rt->groups;
-    int drains = rt->gx[GROUP_DENSE].set_nccl != NULL || rt->gx[GROUP_EXPERT].set_nccl != NULL;
-    for (int i = 0; i < rt->nparams; i++)
-        drains |= rt->params[i]->ns_sharded &&
-                  rt->nccl[rt->params[i]->placement == SHARDOPT_PLACEMENT_EXPERT ? GROUP_EXPERT
-                                                                                 : GROUP_DENSE];
-    if (drains)
-        patient.timeout_s *= 2; /* 0 (never) stays 0 */
+     * comm_timeout_s (a stuck peer), while the others wait here (ns_sharded_patient) */
+    const struct groups patient = ns_sharded_patient(rt);
     status = groups_agree(&patient, status, "step");
     rt->ns_torn |= status != SHARDOPT_OK; /* runtime.h: every rank refuses from now on */
     return status;

@@ -18,8 +18,10 @@ shardopt_status_t ns_sharded_run(shardopt_runtime_t rt, const struct muon_scalar
  * side, this rank's U at u (comm dtype, rows x cols as stored; on_rows: the blocks are ranges of
  * stored rows, so the working matrix is the transpose), and run the same iterations over the
  * team's communicator; O replaces U at u. Collective over comm. nccl: the team's NCCL
- * communicator (commit_teams.c; NULL: none), which carries the Gram all-reduces of fp32 blocks
- * iterating on a device. */
+ * communicator (commit_teams.c; NULL: none), which carries the Gram all-reduces of blocks
+ * iterating on a device. Failed: a zero update at u. With rt->team_poisoned (this rank's team
+ * NCCL all-reduce failed earlier in the step) it only joins the norm all-reduce with the failure
+ * flag, where every member returns ERR_INTERNAL. */
 shardopt_status_t ns_sharded_block(shardopt_runtime_t rt, const struct shardopt_param *p,
                                    MPI_Comm comm, struct nccl_group *nccl, void *u, int64_t rows,
                                    int64_t cols, int on_rows);

@@ -127,21 +127,30 @@ static int bf16_failed(shardopt_runtime_t rt, const char *name, const char *what
  * second polynomial is steep, and the next steps grew it to Inf: every weight of the matrix NaN
  * and the step OK. One more all-reduce of a double per matrix and step. */
 static shardopt_status_t result_guard(shardopt_runtime_t rt, const char *name, MPI_Comm comm,
-                                      const float *xf, size_t count, int64_t m, int *ok)
+                                      const float *xf, size_t count, int64_t m, int failed, int *ok)
 {
-    double v = count > 0 ? rt->ns_ops->sumsq(&rt->kctx, xf, KDT_F32, count) : 0.0;
-    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM,
+    /* the failure flag beside the sum (failed: this member's iterations failed, or over NCCL
+     * what it learnt at the flag's read): every member joins this all-reduce and returns here
+     * alike. Before, a member that failed in its last update, or whose drain over NCCL failed,
+     * returned before it while the others waited in it, and its next team's norm all-reduce met
+     * theirs on the same communicator when the team had one more matrix */
+    double v[2] = {failed || count == 0 ? 0.0 : rt->ns_ops->sumsq(&rt->kctx, xf, KDT_F32, count),
+                   failed ? 1.0 : 0.0};
+    const struct groups patient = ns_sharded_patient(rt);
+    if (comm_allreduce(&patient, comm, MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM,
                        "result guard all-reduce") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': bf16 team result guard all-reduce failed",
                         name);
+    if (v[1] != 0) /* this member said why already */
+        return failed ? SHARDOPT_ERR_INTERNAL : ns_sharded_group_failed(name, 0);
     *ok = ns_coeffs_output_norm_ok((const float(*)[3])rt->ns_coeffs, rt->cfg.ns_steps,
-                                   rt->ns_norm_scale, m, v);
+                                   rt->ns_norm_scale, m, v[0]);
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
     if (!*ok && rank == 0)
         log_warn("step: rank %d: bf16 team Newton-Schulz of '%s' (%lld rows) gave a result "
                  "non-finite or past the bound (squared norm %g); its team recomputes it in fp32",
-                 rt->groups.me.rank, name, (long long)m, v);
+                 rt->groups.me.rank, name, (long long)m, v[0]);
     return SHARDOPT_OK;
 }
 
@@ -224,24 +233,27 @@ shardopt_status_t ns_sharded_iterate_bf16(shardopt_runtime_t rt, const char *nam
     }
     /* the bf16 update always forms A A (kernels/cpu/ns_bf16.c): no narrow form to count */
     ns_sharded_count(rt, comm, m, count > 0 ? n : 0, sizeof(uint16_t), 0);
-    if (nccl != NULL && c->ns_steps > 0) {
-        const shardopt_status_t told = ns_sharded_flag(rt, name, nccl, failed, sizeof(uint16_t));
-        if (told != SHARDOPT_OK)
-            return told;
-    }
-    if (failed)
-        return SHARDOPT_ERR_INTERNAL; /* the last update: said above */
-    if (count > 0 && dev)
+    /* over NCCL the flag's read: the team's failure (every member alike), or this member's own
+     * (its drain timed out, its copy of the flag failed), which the guard's all-reduce tells */
+    const shardopt_status_t told = nccl != NULL && c->ns_steps > 0
+                                       ? ns_sharded_flag(rt, name, nccl, failed, sizeof(uint16_t))
+                                       : SHARDOPT_OK;
+    const int bad = failed || told != SHARDOPT_OK; /* failed: the last update, said above */
+    if (!bad && count > 0 && dev)
         rt->ns_ops->ns_shard_bf16_widen(&rt->kctx, x, xf, count);
-    for (size_t i = 0; i < count && !dev; i++)
+    for (size_t i = 0; !bad && i < count && !dev; i++)
         xf[i] = f32_from_bf16(x[i]);
     /* a diverged result goes back to ns_sharded_block, which runs the fp32 iterations (the
      * input is in place: nothing is stored yet) */
     int ok = 1;
-    const shardopt_status_t guard = result_guard(rt, name, comm, xf, count, m, &ok);
+    const shardopt_status_t guard = result_guard(rt, name, comm, xf, count, m, bad, &ok);
+    if (guard == SHARDOPT_ERR_COMM || told != SHARDOPT_OK) /* an MPI call first: it stops */
+        return guard == SHARDOPT_ERR_COMM ? guard : told;
+    if (failed || guard != SHARDOPT_OK)
+        return failed ? SHARDOPT_ERR_INTERNAL : guard;
     *diverged = !ok;
-    if (guard != SHARDOPT_OK || !ok || count == 0)
-        return guard;
+    if (!ok || count == 0)
+        return SHARDOPT_OK;
     rt->ns_ops->ns_shard_store(&rt->kctx, piece, xf);
     return SHARDOPT_OK;
 }

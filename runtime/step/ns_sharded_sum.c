@@ -31,6 +31,27 @@ void ns_sharded_count(shardopt_runtime_t rt, MPI_Comm comm, int64_t m, int64_t n
     rt->counters.ns_flops_last += ns_shard_iter_flops((double)m, (double)n, narrow_ok) * steps;
 }
 
+/* As the step's end agreement allows for its drains (step.c). The teams' all-reduces need it
+ * since a member whose team NCCL all-reduce failed goes on through the step (muon_exec.c): its
+ * teammate comes from the drain that timed out, one comm_timeout_s after the failed member
+ * reached the next team's norm all-reduce, which waited that long too, so a single deadline
+ * ended the job there (MPI_Abort, comm_wait.c) as often as not. */
+struct groups ns_sharded_patient(const struct shardopt_runtime *rt)
+{
+    struct groups patient = rt->groups;
+    int drains = rt->gx[GROUP_DENSE].set_nccl != NULL || rt->gx[GROUP_EXPERT].set_nccl != NULL;
+    /* the sharded strategy over NCCL: only where a group has an NCCL communicator (no walk over
+     * the parameters per all-reduce with MPI exchanges) */
+    const int any = rt->nccl[GROUP_DENSE] != NULL || rt->nccl[GROUP_EXPERT] != NULL;
+    for (int i = 0; any && i < rt->nparams && !drains; i++)
+        drains = rt->params[i]->ns_sharded &&
+                 rt->nccl[rt->params[i]->placement == SHARDOPT_PLACEMENT_EXPERT ? GROUP_EXPERT
+                                                                                : GROUP_DENSE];
+    if (drains)
+        patient.timeout_s *= 2; /* 0 (never) stays 0 */
+    return patient;
+}
+
 /* A member's failure inside the iterations (a kernel refusing; the fault site step.ns stands in
  * for one) travels in the group's next all-reduce, one element past the sum: every member reads
  * it from the same result and stops there, the failed one having joined with zeros as a member
@@ -75,17 +96,19 @@ shardopt_status_t ns_sharded_norm(shardopt_runtime_t rt, const char *name, MPI_C
                                   struct nccl_group *nccl, double ss, int *failed, double *inv)
 {
     double v[2] = {*failed ? 0.0 : ss, *failed ? 1.0 : 0.0};
+    const struct groups patient = ns_sharded_patient(rt);
     comm_phase("step: sharded Newton-Schulz", -1);
     if (nccl != NULL) {
         const shardopt_status_t status = norm_nccl(rt, name, nccl, v, failed);
         if (status != SHARDOPT_OK)
             return status;
-    } else if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM,
+    } else if (comm_allreduce(&patient, comm, MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM,
                               "norm all-reduce") != MPI_SUCCESS) {
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS norm all-reduce failed", name);
     }
-    if (v[1] != 0)
-        return ns_sharded_group_failed(name, *failed);
+    if (v[1] != 0) /* a member that failed said why already (and a poisoned one, ns_sharded.c,
+                      keeps its first reason as the step's last error) */
+        return *failed ? SHARDOPT_ERR_INTERNAL : ns_sharded_group_failed(name, 0);
     *inv = 1.0 / (sqrt(v[0]) * (double)rt->ns_norm_scale + (double)rt->cfg.ns_eps);
     return SHARDOPT_OK;
 }
@@ -149,7 +172,8 @@ static shardopt_status_t sum_mpi(shardopt_runtime_t rt, const char *name, MPI_Co
         memset(sum, 0, bytes);
     }
     flag_put((char *)sum + bytes, failed, esize);
-    if (comm_allreduce(&rt->groups, comm, MPI_IN_PLACE, sum, (int)(m * m + 1),
+    const struct groups patient = ns_sharded_patient(rt);
+    if (comm_allreduce(&patient, comm, MPI_IN_PLACE, sum, (int)(m * m + 1),
                        bf16 ? MPI_UINT16_T : MPI_FLOAT, bf16 ? rt->ns_bf16_sum : MPI_SUM,
                        "Gram all-reduce") != MPI_SUCCESS)
         return log_fail(SHARDOPT_ERR_COMM, "step '%s': sharded NS Gram all-reduce failed", name);

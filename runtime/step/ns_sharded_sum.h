@@ -12,6 +12,13 @@
 #include "runtime/comm/comm_nccl.h"
 #include "runtime/step/muon_exec.h"
 
+/* rt->groups with the deadline of the Muon phase's MPI all-reduces (the teams' norm, Gram sum
+ * and result guard, the sharded strategy's over MPI, ns_sharded_run's agreement): twice
+ * comm_timeout_s where the phase has NCCL all-reduces (team communicators, or sharded matrices
+ * over a group's NCCL communicator), whose member may come from a drain that waited out
+ * comm_timeout_s (a stuck peer) while the others wait for it; else comm_timeout_s. */
+struct groups ns_sharded_patient(const struct shardopt_runtime *rt);
+
 /* A member's failure, told by the flag of the group's all-reduce: logged, ERR_INTERNAL. mine:
  * this rank failed (else another member). */
 shardopt_status_t ns_sharded_group_failed(const char *name, int mine);

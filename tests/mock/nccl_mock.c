@@ -81,7 +81,19 @@ static struct mock_comm *dead[64];
 static int ndead;
 static long not_ready, after_abort;
 
-void nccl_mock_inject(enum nccl_mock_fault f) { fault = f; }
+static long fault_skip; /* nccl_mock_inject_after */
+
+void nccl_mock_inject(enum nccl_mock_fault f)
+{
+    fault = f;
+    fault_skip = 0;
+}
+
+void nccl_mock_inject_after(enum nccl_mock_fault f, long skip)
+{
+    fault = f;
+    fault_skip = skip;
+}
 long nccl_mock_not_ready(void) { return not_ready; }
 void nccl_mock_fail_launch(void) { last_error = cudaErrorInvalidValue; }
 long nccl_mock_after_abort(void) { return after_abort; }
@@ -412,7 +424,9 @@ ncclResult_t ncclGroupEnd(void)
     enum nccl_mock_fault f = fault;
     for (int i = 0; f == NCCL_MOCK_STUCK_ALLREDUCE && i < nops; i++)
         if (ops[i].kind == MOCK_ALLREDUCE)
-            f = NCCL_MOCK_STUCK;
+            f = fault_skip > 0 ? NCCL_MOCK_NONE : NCCL_MOCK_STUCK;
+    if (fault == NCCL_MOCK_STUCK_ALLREDUCE && f == NCCL_MOCK_NONE)
+        fault_skip--; /* an all-reduce let through */
     if (f == NCCL_MOCK_FAIL_GROUP || f == NCCL_MOCK_STUCK) {
         fault = NCCL_MOCK_NONE;
         if (f == NCCL_MOCK_STUCK)

@@ -16,6 +16,9 @@ enum nccl_mock_fault {
 };
 
 void nccl_mock_inject(enum nccl_mock_fault f);
+/* The same, NCCL_MOCK_STUCK_ALLREDUCE past the next `skip` groups that post an all-reduce (a
+ * team later in the step: an expert team after the dense group's) */
+void nccl_mock_inject_after(enum nccl_mock_fault f, long skip);
 
 /* seconds > 0: cudaStreamWaitEvent stops waiting after that long and returns (the data may not
  * have come). On a GPU the stream waits and the host goes on to the step's drain, which times

@@ -10,6 +10,9 @@
 
 static int world, me; /* set by setup() */
 static int L_rep = 1, L_shard = -1, L_cp = 1, L_ep = 1, L_xdim = 0;
+/* 1: the expert shard groups' teams planned matrix by matrix, without the group-wide choice
+ * (runtime.h, xs_team_guard_off), which keeps one owner per expert matrix on this model */
+static int L_xs_teams;
 
 static void setup(void)
 {
@@ -46,6 +49,7 @@ static shardopt_status_t run_setup(struct run *r, MPI_Comm comm, shardopt_config
         cfg.ep = L_ep;
     }
     r->rt = fixture_runtime_on(comm, &cfg);
+    r->rt->xs_team_guard_off = L_xs_teams;
     struct tcoords c = coords_of(r->rt);
     for (int p = 0; p < MODEL_NPARAMS; p++) {
         const struct tparam *t = &model_params[p];

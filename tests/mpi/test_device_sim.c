@@ -74,6 +74,7 @@ static int team_cap, no_split, team_aol; /* team_aol: ns_precondition = aol */
 static int strategy_sharded;             /* both runs' ns_strategy = sharded */
 static int team_bf16;                    /* both runs' ns_compute = bf16 */
 static int no_decay;                     /* weight_decay 0: a zero update keeps the weights */
+static int one_step;                     /* ns_steps 1: a team's first iteration is its last */
 
 static shardopt_config_t test_cfg(void)
 {
@@ -97,6 +98,8 @@ static shardopt_config_t test_cfg(void)
         cfg.ns_strategy = SHARDOPT_NS_STRATEGY_SHARDED;
     if (no_decay)
         cfg.weight_decay = 0;
+    if (one_step)
+        cfg.ns_steps = 1;
     if (team_cap > 1) { /* every Muon matrix heavy enough for a team */
         cfg.ns_team_cap = team_cap;
         cfg.ns_team_frac = 0.01;
@@ -135,6 +138,7 @@ static shardopt_status_t dev_setup(struct dev_run *r)
 {
     shardopt_config_t cfg = dev_cfg();
     r->rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    r->rt->xs_team_guard_off = L_xs_teams;
     if (!on_cuda && on_host) { /* offload = cpu: only Newton-Schulz on the simulated device */
         r->rt->ns_ops = &sim_ops;
         r->rt->ns_dev = &sim_dev;
@@ -583,6 +587,16 @@ static void sharded_on_the_device(int aol, int strategy)
     shardopt_get_stats(dev.rt, &s);
     if (s.dense_size > 1) /* a dense group of one rank has no one to share a matrix with */
         EXPECT_TRUE(n > 0);
+    /* expert teams wherever the experts are sharded along a matrix dim over an expert shard
+     * group of two or more; in the NCCL build with their own NCCL communicators (before, commit
+     * kept one owner per expert matrix there: none) */
+    if (L_xs_teams && !strategy && L_xdim > 0 && s.expert_shard_size > 1) {
+        EXPECT_TRUE(dev.rt->gx[GROUP_EXPERT].plan.nteams > 0);
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+        if (!on_host)
+            EXPECT_TRUE(dev.rt->gx[GROUP_EXPERT].set_nccl != NULL);
+#endif
+    }
 #ifdef SHARDOPT_TEST_NCCL_MOCK
     const long ar0 = nccl_mock_allreduces(), arb0 = nccl_mock_allreduces_bf16(),
                ard0 = nccl_mock_allreduces_f64();
@@ -698,30 +712,90 @@ TEST(bf16_teams_run_on_the_device_with_the_cpu_bf16_teams_bits)
     sim_bf16_free();
 }
 
+/* Expert teams (L_xs_teams: planned matrix by matrix, the group-wide choice keeping one owner per
+ * expert matrix on this model) run where the dense group's do, in the NCCL build over their own
+ * NCCL communicators: the CPU run's bits (its teams over MPI), fp32 and bf16 (teams of 2), every
+ * Gram all-reduce counted over the mock NCCL. At 8 ranks (2,2,2,2,1) each expert shard group of 2
+ * teams its 12 expert matrices. Before, commit kept one owner per expert matrix where the
+ * expert shard groups exchanged over NCCL (a warning), and no expert team was planned. */
+TEST(expert_teams_run_on_the_device_with_the_cpu_teams_bits)
+{
+    device_begin();
+    L_xs_teams = 1;
+    sharded_on_the_device(0, 0);
+    team_bf16 = 1;
+    sharded_on_the_device(0, 0);
+    team_bf16 = 0;
+    L_xs_teams = 0;
+    sim_bf16_free();
+}
+
 /* A team member whose iterations fail on the device (spec on rank 0; step.ns:2, its second Gram
  * matrix) tells its team through the Gram all-reduces' flag, over the mock NCCL as over MPI: the
  * step fails on every rank with ERR_INTERNAL within comm_timeout_s (no member left in an
  * all-reduce), the failed matrix keeps its weights in rank 0's dense group, and the next step
  * refuses. Over NCCL the flag stays on the device and is read once, at the matrix's end: with it
  * dropped, rank 0's peer applied its block. */
-static void team_member_failing(int bf16, int sharded, const char *spec)
+/* Rank 0's team blocks of `kind` with elements: each iterates ns_steps times, one hit of the
+ * fault site step.ns per iteration */
+static int team_blocks(const struct dev_run *d, int kind)
+{
+    const struct group_plan *P = &d->rt->gx[kind].plan;
+    int n = 0;
+    for (int w = 0; w < P->nowned; w++)
+        n += P->owned[w].team > 1 && P->owned[w].rows * P->owned[w].cols > 0;
+    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return n;
+}
+
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+/* Rank 0's dense team blocks, with elements or not (each posts its Gram all-reduces) */
+static int team_blocks_all(const struct dev_run *d)
+{
+    const struct group_plan *P = &d->rt->gx[GROUP_DENSE].plan;
+    int n = 0;
+    for (int w = 0; w < P->nowned; w++)
+        n += P->owned[w].team > 1;
+    return n;
+}
+#endif
+
+/* expert: the failure in an expert team (L_xs_teams), spec NULL: rank 0's first expert team
+ * block's second iteration, after every dense team block's */
+static void team_member_failing(int bf16, int sharded, int expert, const char *spec)
 {
     team_cap = sharded ? 0 : 2;
     no_split = no_decay = 1;
     team_bf16 = bf16;
     strategy_sharded = sharded;
+    L_xs_teams = expert;
     dev_timeout_s = 20; /* a member left waiting: an error after this, not a hang */
     struct dev_run dev = {0};
     const shardopt_status_t st = dev_setup(&dev);
-    team_cap = no_split = no_decay = team_bf16 = strategy_sharded = 0;
+    team_cap = no_split = no_decay = team_bf16 = strategy_sharded = L_xs_teams = 0;
     dev_timeout_s = 0;
     ASSERT_EQ_INT(st, SHARDOPT_OK);
-    int held = dev.rt->gx[GROUP_DENSE].plan.nteams;
+    int held = dev.rt->gx[expert ? GROUP_EXPERT : GROUP_DENSE].plan.nteams;
     for (int q = 0; sharded && q < MODEL_NPARAMS; q++)
         held += dev.rt->params[q]->ns_sharded;
     ASSERT_TRUE(held > 0);
     if (!sharded)
         EXPECT_EQ_INT(dev.rt->team_compute, bf16 ? KDT_BF16 : KDT_F32);
+    char at[32];
+    int64_t fk[2] = {-1, 0}; /* expert: the failing block's parameter and matrix, rank 0's */
+    if (expert) {
+        ASSERT_TRUE(team_blocks(&dev, GROUP_EXPERT) > 0);
+        snprintf(at, sizeof at, "step.ns:%d",
+                 team_blocks(&dev, GROUP_DENSE) * dev.rt->cfg.ns_steps + 2);
+        spec = at;
+        const struct group_plan *X = &dev.rt->gx[GROUP_EXPERT].plan;
+        for (int w = 0; w < X->nowned && fk[0] < 0; w++)
+            if (X->owned[w].team > 1 && X->owned[w].rows * X->owned[w].cols > 0) {
+                fk[0] = X->owned[w].param;
+                fk[1] = X->owned[w].k;
+            }
+        MPI_Bcast(fk, 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    }
     ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
     fault_arm(me == 0 ? spec : NULL);
     EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_INTERNAL);
@@ -736,30 +810,40 @@ static void team_member_failing(int bf16, int sharded, const char *spec)
             e[6 + strlen(model_params[p].name)] != '\''))
         p++;
     ASSERT_TRUE(p < MODEL_NPARAMS);
-    const size_t bytes = (size_t)dev.box[p].numel * model_esize(model_params[p].dtype);
-    void *after = malloc(bytes + 1);
-    dev_copy(after, dev.w[p], bytes); /* hw[p]: the weights after step 1 */
+    /* an expert team's matrix: one expert of the stack (the others were applied) */
+    if (expert)
+        EXPECT_EQ_INT(p, (int)fk[0]);
+    const size_t es = model_esize(model_params[p].dtype),
+                 per = (size_t)(expert ? dev.box[p].numel / dev.box[p].len[0] : dev.box[p].numel),
+                 off = (size_t)fk[1] * per * es * (size_t)expert, bytes = per * es;
+    void *after = malloc(dev.box[p].numel * es + 1);
+    dev_copy(after, dev.w[p], (size_t)dev.box[p].numel * es); /* hw[p]: the weights after step 1 */
     /* in rank 0's dense group (a sharded expert matrix: its expert shard group); another replica
      * applied it, learning of the failure only at the step's agreement (docs/design.md,
      * Newton-Schulz teams) */
     MPI_Group wg, dg;
     int zero = 0, in = MPI_UNDEFINED;
     MPI_Comm_group(MPI_COMM_WORLD, &wg);
-    MPI_Comm_group(sharded && dev.rt->params[p]->placement == SHARDOPT_PLACEMENT_EXPERT
-                       ? dev.rt->groups.xs
-                       : dev.rt->groups.dense,
+    MPI_Comm_group(dev.rt->params[p]->placement == SHARDOPT_PLACEMENT_EXPERT ? dev.rt->groups.xs
+                                                                             : dev.rt->groups.dense,
                    &dg);
     MPI_Group_translate_ranks(wg, 1, &zero, dg, &in);
     MPI_Group_free(&wg);
     MPI_Group_free(&dg);
-    changed = in != MPI_UNDEFINED && memcmp(after, dev.hw[p], bytes) != 0;
+    changed = in != MPI_UNDEFINED &&
+              memcmp((char *)after + off, (const char *)dev.hw[p] + off, bytes) != 0;
     free(after);
     MPI_Allreduce(MPI_IN_PLACE, &changed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     EXPECT_EQ_INT(changed, 0);
     EXPECT_TRUE(dev_steps(&dev, 3, 3) != SHARDOPT_OK); /* refuses, nothing written */
+    if (expert) /* the expert team's matrix, not a dense one */
+        EXPECT_EQ_INT(model_params[p].placement, SHARDOPT_PLACEMENT_EXPERT);
     if (me == 0 && changed == 0)
         printf("  a %s member failing on the device (%s): '%s' kept in its group\n",
-               sharded ? "sharded matrix's" : "team", bf16 ? "bf16" : "fp32", model_params[p].name);
+               sharded  ? "sharded matrix's"
+               : expert ? "expert team"
+                        : "team",
+               bf16 ? "bf16" : "fp32", model_params[p].name);
     dev_free(&dev);
     EXPECT_EQ_INT(nsim, 0);
 }
@@ -770,8 +854,44 @@ TEST(a_team_member_failing_on_the_device_fails_the_step_on_every_rank)
     device_begin();
     if (on_cuda || world < 2) /* a GPU's kernels do not fail at a fault site */
         return;
-    team_member_failing(0, 0, "step.ns:2");
-    team_member_failing(1, 0, "step.ns:2");
+    team_member_failing(0, 0, 0, "step.ns:2");
+    team_member_failing(1, 0, 0, "step.ns:2");
+    sim_bf16_free();
+}
+
+/* The same in an expert team (L_xs_teams; at 8 ranks, 2,2,2,2,1: expert shard groups of 2, each
+ * teaming its 12 expert matrices), rank 0 failing in its first expert team block after all of
+ * its dense ones: its team learns it from the flag, over the mock NCCL as over MPI, the step
+ * fails on every rank, the expert matrix is kept in rank 0's expert shard group. Before, commit
+ * kept one owner per expert matrix over NCCL: no expert team to fail (held 0 fails it). */
+TEST(an_expert_team_member_failing_on_the_device_fails_the_step_on_every_rank)
+{
+    device_begin();
+    if (on_cuda || world < 2 || L_xdim == 0 || L_ep * 2 > world / L_rep)
+        return; /* experts whole, or expert shard groups of one rank: no expert team */
+    team_member_failing(0, 0, 1, NULL);
+    team_member_failing(1, 0, 1, NULL);
+    sim_bf16_free();
+}
+
+/* A bf16 team member whose failure comes after the team's last all-reduce (ns_steps 1 with aol:
+ * rank 0's device copy for AOL's row scales, step.ns.copy after its first Gram matrix's copy
+ * down over MPI, first over NCCL): it joins the result guard's all-reduce with the failure flag,
+ * as its teammates do, and the step fails on every rank. Before, it returned before that
+ * all-reduce while its teammate waited in it, and its next team block's norm all-reduce met the
+ * teammate's guard on the same communicator (MPI_ERR_TRUNCATE, or comm_timeout_s ended the job). */
+TEST(a_bf16_team_member_failing_after_its_last_all_reduce_fails_the_step_on_every_rank)
+{
+    device_begin();
+    if (on_cuda || world < 2)
+        return;
+    int nccl = 0;
+#ifdef SHARDOPT_TEST_NCCL_MOCK
+    nccl = !on_host; /* the Gram sums over NCCL: no copy down before AOL's */
+#endif
+    one_step = team_aol = 1;
+    team_member_failing(1, 0, 0, nccl ? "step.ns.copy:1" : "step.ns.copy:2");
+    one_step = team_aol = 0;
     sim_bf16_free();
 }
 
@@ -790,11 +910,11 @@ TEST(a_sharded_matrix_member_failing_on_the_device_fails_the_step_on_every_rank)
     device_begin();
     if (on_cuda || world < 2) /* a GPU's kernels do not fail at a fault site */
         return;
-    team_member_failing(0, 1, "step.ns:2");
+    team_member_failing(0, 1, 0, "step.ns:2");
     /* rank 0's first device copy in sharded Newton-Schulz failing: over NCCL its copy of the
      * first matrix's norm back to the host (it goes on with zeros and the flag; returning alone
      * left its peers in the Gram all-reduces), over MPI its first Gram matrix's copy down */
-    team_member_failing(0, 1, "step.ns.copy:1");
+    team_member_failing(0, 1, 0, "step.ns.copy:1");
 }
 
 /* A parameter's data or grad in the wrong memory for where the step runs it (host memory for a
@@ -1065,44 +1185,92 @@ TEST(a_team_nccl_communicator_failing_at_commit_fails_commit_on_every_rank)
 
 /* A team member stuck inside its Gram all-reduce over NCCL (NCCL_MOCK_STUCK_ALLREDUCE on rank 0:
  * its team's communicator never settles): ERR_NCCL on every rank within a few comm_timeout_s,
- * not a hang and not an MPI_Abort. Rank 0's post times out, its peers' drain at the matrix's end
- * does, the pipeline stops there on both (not once more per team matrix, on a stream the stuck
- * all-reduce holds), and ns_sharded_run's agreement waits twice comm_timeout_s for them, as the
- * step's end agreement does; the next step refuses before it writes anything. sharded: the same
- * for ns_strategy = sharded, stuck in its first matrix's norm all-reduce over the group's NCCL
- * communicator, whose drain on the peers times out. */
-static void stuck_in_nccl_all_reduce(int sharded)
+ * not a hang and not an MPI_Abort. Rank 0's post times out, its teammate's drain at the matrix's
+ * end does, and both go on through the step: each later team block they are in (their own
+ * team's next matrices, the expert teams after the dense group's) fails at that team's norm
+ * all-reduce, which they join with the failure flag, and the Muon phase's agreement fails the
+ * step on every rank; the failed team matrices keep their weights (weight_decay 0: a zero
+ * update) in rank 0's group, and the next step refuses before it writes anything. where: 0 rank
+ * 0's first dense team all-reduce, the expert teams after it (L_xs_teams); 2 rank 0's first
+ * expert team all-reduce, after all of its dense ones; 1 (ns_strategy = sharded) its first
+ * matrix's norm all-reduce over the group's NCCL communicator, whose drain on the peers times
+ * out. Before, a member whose team all-reduce failed stopped its pipeline there, and at 8 ranks
+ * (2,2,2,2,1) the expert-team peers of ranks 0 and 1 waited for them in their MPI norm
+ * all-reduce until comm_timeout_s ended the job (MPI_Abort), which commit avoided by keeping one
+ * owner per expert matrix over NCCL. comm_timeout_s 3: a regression ends in seconds. */
+static void stuck_in_nccl_all_reduce(int where)
 {
+    const int sharded = where == 1;
     team_cap = sharded ? 0 : 2;
     strategy_sharded = sharded;
-    no_split = 1;
+    no_split = no_decay = 1;
+    L_xs_teams = !sharded;
     dev_timeout_s = 3.0;
     struct dev_run dev = {0};
     const shardopt_status_t st = dev_setup(&dev);
-    team_cap = no_split = strategy_sharded = 0;
+    team_cap = no_split = no_decay = strategy_sharded = L_xs_teams = 0;
     ASSERT_EQ_INT(st, SHARDOPT_OK);
     if (sharded)
         ASSERT_TRUE(dev.rt->nccl[GROUP_DENSE] != NULL);
     else
         ASSERT_TRUE(dev.rt->gx[GROUP_DENSE].set_nccl != NULL);
-    /* the expert shard groups keep one owner per matrix over NCCL (commit.c, teams_setup): a
-     * member stopped here would leave its expert-team peers in their MPI norm all-reduce until
-     * comm_timeout_s ended the job (this case did on 8 ranks, MPI_Abort 124, when they teamed) */
+    /* expert teams over NCCL where the layout has them (before: one owner per expert matrix) */
     shardopt_stats_t xs = SHARDOPT_STATS_INIT;
     shardopt_get_stats(dev.rt, &xs);
-    if (xs.expert_shard_size > 1)
-        EXPECT_EQ_INT(dev.rt->xs_team_node_members, 1);
+    const int xteams = !sharded && L_xdim > 0 && xs.expert_shard_size > 1;
+    if (xteams)
+        EXPECT_TRUE(dev.rt->gx[GROUP_EXPERT].set_nccl != NULL);
+    if (where == 2 && !xteams) {
+        dev_free(&dev);
+        dev_timeout_s = 0;
+        return;
+    }
     ASSERT_EQ_INT(dev_steps(&dev, 1, 1), SHARDOPT_OK);
+    /* each team block posts ns_steps Gram all-reduces, with elements or not */
+    const long skip = where == 2 ? (long)dev.rt->cfg.ns_steps * team_blocks_all(&dev) : 0;
+    void *before[MODEL_NPARAMS];
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        const size_t bytes = (size_t)dev.box[p].numel * model_esize(model_params[p].dtype);
+        before[p] = malloc(bytes + 1);
+        dev_copy(before[p], dev.w[p], bytes);
+    }
     nccl_mock_waits_give_up(0.05);
     if (me == 0)
-        nccl_mock_inject(NCCL_MOCK_STUCK_ALLREDUCE);
+        nccl_mock_inject_after(NCCL_MOCK_STUCK_ALLREDUCE, skip);
     EXPECT_EQ_INT(dev_steps(&dev, 2, 2), SHARDOPT_ERR_NCCL);
-    EXPECT_STR_CONTAINS(shardopt_last_error(), sharded ? "sharded NS norm all-reduce" : "team");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), sharded      ? "sharded NS norm all-reduce"
+                                               : where == 2 ? "NCCL expert shard team"
+                                                            : "NCCL dense team");
     EXPECT_STR_CONTAINS(shardopt_last_error(), "timed out (comm_timeout_s)");
     nccl_mock_waits_give_up(0);
     nccl_mock_inject(NCCL_MOCK_NONE);
+    /* every team matrix rank 0 holds a block of kept its weights on rank 0 (zero updates; the
+     * gathered and AdamW ones were applied) */
+    int moved = 0;
+    for (int g = GROUP_DENSE; !sharded && me == 0 && g <= GROUP_EXPERT; g++) {
+        const struct group_plan *P = &dev.rt->gx[g].plan;
+        for (int w = 0; w < P->nowned; w++) {
+            if (P->owned[w].team < 2 || (where == 2 && g == GROUP_DENSE))
+                continue;
+            const int p = P->owned[w].param;
+            const size_t bytes = (size_t)dev.box[p].numel * model_esize(model_params[p].dtype);
+            void *after = malloc(bytes + 1);
+            dev_copy(after, dev.w[p], bytes);
+            moved += memcmp(before[p], after, bytes) != 0;
+            free(after);
+        }
+    }
+    EXPECT_EQ_INT(moved, 0);
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        free(before[p]);
     EXPECT_EQ_INT(dev_steps(&dev, 3, 3), SHARDOPT_ERR_NCCL);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "NCCL communicators were aborted");
+    if (me == 0)
+        printf("  stuck in %s all-reduce: ERR_NCCL on every rank, %d expert team matrices here\n",
+               sharded      ? "a sharded matrix's"
+               : where == 2 ? "an expert team's"
+                            : "a dense team's",
+               dev.rt->gx[GROUP_EXPERT].plan.nteams);
     dev_free(&dev);
     dev_timeout_s = 0;
 }
@@ -1113,6 +1281,14 @@ TEST(a_team_stuck_in_its_nccl_all_reduce_fails_the_step_on_every_rank)
     if (on_host || world < 2) /* offload = cpu: exchanges and teams over MPI */
         return;
     stuck_in_nccl_all_reduce(0);
+}
+
+TEST(an_expert_team_stuck_in_its_nccl_all_reduce_fails_the_step_on_every_rank)
+{
+    device_begin();
+    if (on_host || world < 2)
+        return;
+    stuck_in_nccl_all_reduce(2);
 }
 
 TEST(a_sharded_matrix_stuck_in_its_nccl_all_reduce_fails_the_step_on_every_rank)

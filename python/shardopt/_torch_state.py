@@ -240,8 +240,15 @@ def _state_dict(opt):
                 continue  # frozen: no state, as torch.optim
             st = {}
             for kind in _KINDS[g["algo"]]:
-                st[kind] = _like_param(_as_torch(rt.get_state(sp, kind)), p,
-                                       getattr(sp, "_perm", None))
+                local = _as_torch(rt.get_state(sp, kind))
+                st[kind] = _like_param(local, p, getattr(sp, "_perm", None))
+                if kind == "momentum":
+                    # torch.optim.Muon's key and scale too, so that its load_state_dict of
+                    # this dict goes on with the momentum (without the key it started a
+                    # zero buffer, silently); load_state_dict here takes "momentum", exact,
+                    # unless the buffer was changed since (_saved_momentum)
+                    st["momentum_buffer"] = _like_param(_buffer(local, g["momentum"]), p,
+                                                        getattr(sp, "_perm", None))
             st["step"] = torch.tensor(float(rt.get_step(sp)), dtype=torch.float32)
             st.update(opt.state._keys.get(id(p), {}))  # a wrapper's keys, as torch.optim's
             state[idx + i] = st
@@ -252,6 +259,30 @@ def _state_dict(opt):
         if result is not None:
             out = result
     return out
+
+
+def _buffer(m, mu):
+    """torch.optim.Muon's momentum_buffer of the library's M, in M's dtype: M times (1 - mu)
+    (torch's buffer while mu was constant), as opt.state[p] and state_dict() give it."""
+    return (m.float() * (1.0 - float(mu))).to(m.dtype)
+
+
+def _saved_momentum(st, mu):
+    """(value, scale) of a saved Muon state st: its "momentum" (M, exact) unless its
+    "momentum_buffer" is not the one state_dict() wrote with it (_buffer of M at the saved
+    group's momentum mu): then the buffer is newer, a state dict this class saved, loaded into
+    torch.optim.Muon, stepped there and saved again (torch keeps the "momentum" it loaded
+    unchanged and steps the buffer), or a buffer edited by hand, and it is M times (1 - mu)."""
+    m, buf = st.get("momentum"), st.get("momentum_buffer")
+    if buf is None:
+        return m, None
+    if m is not None:
+        a, b = (t.to_local() if hasattr(t, "to_local") and hasattr(t, "placements") else t
+                for t in (m, buf))
+        a, b = a.detach().to("cpu"), b.detach().to("cpu")
+        if a.shape == b.shape and torch.equal(_buffer(a, mu).to(b.dtype), b):
+            return m, None
+    return buf, 1.0 - float(mu)
 
 
 def _check_values(sp, kind, i, value):
@@ -388,11 +419,10 @@ def _load_state_dict(opt, state_dict):
             _check_keys(sp, i, g["algo"], st)
             for kind in _KINDS[g["algo"]]:
                 value, scale = st.get(kind), None
-                if value is None and kind == "momentum" and "momentum_buffer" in st:
+                if kind == "momentum":
                     # torch.optim.Muon's state dict: its buffer is the library's M times
                     # (1 - mu), mu the saved group's momentum (exact while it was constant)
-                    value, scale = st["momentum_buffer"], 1.0 - float(sg.get("momentum",
-                                                                           g["momentum"]))
+                    value, scale = _saved_momentum(st, sg.get("momentum", g["momentum"]))
                 if value is None:
                     raise ValueError(f"{sp.name}: state {i} has no {kind!r}"
                                      + (" (nor torch.optim.Muon's 'momentum_buffer')"

@@ -207,7 +207,8 @@ def case_state_dict_deepcopy_and_pickle():
     assert sorted(sd) == ["param_groups", "state"]
     assert len(sd["state"]) == 28, len(sd["state"])  # not the frozen one
     kinds = {tuple(sorted(v)) for v in sd["state"].values()}
-    assert kinds == {("momentum", "step"), ("exp_avg", "exp_avg_sq", "step")}, kinds
+    assert kinds == {("momentum", "momentum_buffer", "step"), ("exp_avg", "exp_avg_sq", "step")}, \
+        kinds
     dts = {k: v.dtype for s in sd["state"].values() for k, v in s.items()}
     assert dts["momentum"] == torch.bfloat16 and dts["exp_avg"] == torch.float32, dts
     assert all(s["step"].item() == 1 for s in sd["state"].values())

@@ -722,7 +722,8 @@ def case_distributed_state_dict_one_process():
         run(m, opt, 0, 3)
         msd, osd = dsd.get_state_dict(m, opt, options=options)
         assert ("state.transformer.h.1.1.weight.momentum" in osd if flat else
-                set(osd["state"]["transformer.h.1.1.weight"]) == {"momentum", "step"}), flat
+                set(osd["state"]["transformer.h.1.1.weight"]) == {"momentum", "momentum_buffer",
+                                                                  "step"}), flat
         buf = io.BytesIO()
         torch.save({"model": msd, "optim": osd}, buf)
         run(m, opt, 3, 2)

@@ -37,6 +37,26 @@ def _named(opt, items, warn=True):
     return out
 
 
+def _tagged(name, p, fixed):
+    """The algorithm a parameter's own use_muon attribute gives (None where it has none):
+    DeepSpeed's convention (its engine and its Muon tests tag each parameter, p.use_muon = True
+    for the hidden matrices, False for the rest, and group by the tag), which a script ported
+    from it keeps. Before, ignored: a 2-D tensor tagged False (a router, a head of another
+    name) went to Muon by its shape, silently. A tag that is no bool, or one that disagrees
+    with the group's own algo / use_muon, is refused by name."""
+    tag = getattr(p, "use_muon", None)
+    if tag is None:
+        return None
+    if not isinstance(tag, bool):
+        raise ValueError(f"{name}: use_muon = {tag!r} (the parameter's attribute, DeepSpeed's "
+                         "tag of its algorithm): accepted True or False")
+    algo = "muon" if tag else "adamw"
+    if fixed not in (None, algo):
+        raise ValueError(f"{name}: its use_muon attribute is {tag} but its group's algo is "
+                         f"{fixed!r}: they disagree; set one")
+    return algo
+
+
 # Keller Jordan's Muon's group key (_torch_ports._jordan): the AdamW part's lr multiplier
 _RATIO = "adamw_lr_ratio"
 
@@ -95,7 +115,7 @@ def _split(opt, group, defaults):
                 f"sums their gradients")
         if mem is not None:
             opt._mem[mem] = name
-        algo = fixed or _algo(name, p, opt._by_model, opt._patterns)
+        algo = _tagged(name, p, fixed) or fixed or _algo(name, p, opt._by_model, opt._patterns)
         if algo not in parts:
             raise ValueError(f"{name}: algo {algo!r}: accepted 'muon' or 'adamw'")
         parts[algo].append((name, p))

@@ -1,5 +1,6 @@
 """shardopt.torch.Muon in training scripts as others write them, the sixth round (after
-test_torch_real3.py): a checkpoint of this class resumed with torch.optim.Muon and back. Each
+test_torch_real3.py): a checkpoint of this class resumed with torch.optim.Muon and back, and
+DeepSpeed's per-parameter use_muon tags. Each
 script is what its author would run, the import swapped, compared with the optimizer it was
 written for. One process.
 
@@ -17,6 +18,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
     print(f"SKIP: torch is not importable ({e})")
     sys.exit(77)
 
+from test_torch_dropin import quiet, refused
 from test_torch_real import FP32, Fp32TorchMuon, worst
 
 import cases
@@ -103,6 +105,78 @@ def case_checkpoint_resumed_with_torch_muon_and_back():
     assert all(torch.equal(p, q) for p, q in zip(d.parameters(), e.parameters()))
     for o in (so, back, o1, o2):
         o.close()
+
+
+class MoEBlock(nn.Module):
+    """A block with a router (a 2-D gate whose name no convention marks as AdamW's) and norms."""
+
+    def __init__(self, d=8, experts=4):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.router = nn.Linear(d, experts, bias=False)
+        self.up = nn.Linear(d, 16)
+        self.down = nn.Linear(16, d)
+
+    def forward(self, x):
+        h = self.norm(x)
+        gate = self.router(h).softmax(-1)[..., :1]  # the first expert's weight
+        return (x + gate * self.down(torch.relu(self.up(h)))).square().mean()
+
+
+def case_deepspeed_use_muon_tags():
+    """DeepSpeed's convention, kept by a script ported from it: each parameter tagged
+    p.use_muon (True for the hidden matrices; False for the rest, here the router too, which
+    the script keeps on Adam), and its decay / no-decay groups with a "name"
+    ({"name": "decay", "params": ..., "weight_decay": 0.1}, biases and norms at 0). The tag
+    decides each tensor's algorithm, the groups its lr and decay: within 1e-6 of
+    torch.optim.Muon over the tagged matrices and torch.optim.AdamW over the rest, with
+    those groups' decays, after 4 steps. Before, the tag was ignored: the router, 2-D, went to
+    Muon by its shape (8.0e-2 from the reference; now 3.2e-7). A tag that is no bool, or one a group's
+    algo contradicts, is refused naming the tensor."""
+    def tagged(seed):
+        torch.manual_seed(seed)
+        m = MoEBlock()
+        for n, p in m.named_parameters():
+            p.use_muon = p.ndim >= 2 and "router" not in n
+        return m
+
+    def groups(m):
+        decay = [p for n, p in m.named_parameters() if p.ndim >= 2]
+        rest = [p for n, p in m.named_parameters() if p.ndim < 2]
+        return [{"name": "decay", "params": decay, "weight_decay": 0.1},
+                {"name": "no_decay", "params": rest, "weight_decay": 0.0}]
+
+    a, b = tagged(0), tagged(0)
+    with Fp32TorchMuon():
+        so = quiet(Muon, groups(a), lr=0.02, adamw_lr=1e-3, config=FP32)
+        got = [(g["name"], g["algo"], g["weight_decay"], len(g["params"]))
+               for g in so.param_groups]
+        assert got == [("decay", "muon", 0.1, 2), ("decay", "adamw", 0.1, 1),
+                       ("no_decay", "adamw", 0.0, 4)], got
+        mats = [p for p in b.parameters() if p.use_muon]
+        ref = [torch.optim.Muon(mats, lr=0.02, weight_decay=0.1),
+               torch.optim.AdamW([{"params": [b.router.weight], "weight_decay": 0.1},
+                                  {"params": [p for p in b.parameters() if p.ndim < 2],
+                                   "weight_decay": 0.0}], lr=1e-3)]
+        for k in range(4):
+            x = torch.randn(6, 8, generator=torch.Generator().manual_seed(k))
+            for net, opts in ((a, [so]), (b, ref)):
+                for o in opts:
+                    o.zero_grad()
+                net(x).backward()
+                for o in opts:
+                    o.step()
+    w = worst(a, b)
+    print(f"  DeepSpeed's use_muon tags: {w:.1e} from torch.optim.Muon + AdamW")
+    assert w < 1e-6, w
+    so.close()
+    m = tagged(1)
+    m.router.weight.use_muon = 1
+    refused(lambda: Muon(m.named_parameters()), ValueError, "router.weight", "use_muon = 1",
+            "True or False")
+    m.router.weight.use_muon = False
+    refused(lambda: Muon([{"params": [m.router.weight], "algo": "muon"}]), ValueError,
+            "use_muon attribute is False", "'muon'", "disagree")
 
 
 if __name__ == "__main__":

@@ -179,5 +179,25 @@ def case_deepspeed_use_muon_tags():
             "use_muon attribute is False", "'muon'", "disagree")
 
 
+def case_eps_against_torch_muon():
+    """torch.optim.Muon's eps clamps the norm (X / max(||X||, eps): nothing unless ||X|| < eps);
+    the library adds it (X / (||X|| + eps)) to the norm of M, torch's buffer / (1 - mu): a
+    relative eps / ||M|| always. The bounds docs/python.md gives (its table, row eps): at the
+    default 1e-7 within 1e-6 of torch.optim.Muon after 4 steps, at 1e-5 within 1e-4 (measured
+    1.8e-7 and 4.5e-6), both with fp32 Newton-Schulz and momentum 0.9."""
+    got = {}
+    for eps in (1e-7, 1e-5):
+        a, b = mats(), mats()
+        with Fp32TorchMuon():
+            ref = torch.optim.Muon(a.parameters(), lr=0.02, momentum=0.9, eps=eps)
+            so = Muon(b.named_parameters(), lr=0.02, momentum=0.9, eps=eps, config=FP32)
+            train(a, ref, 4)
+            train(b, so, 4)
+        got[eps] = worst(a, b)
+        so.close()
+    print(f"  eps 1e-7: {got[1e-7]:.1e}, 1e-5: {got[1e-5]:.1e} from torch.optim.Muon")
+    assert got[1e-7] < 1e-6 and got[1e-5] < 1e-4, got
+
+
 if __name__ == "__main__":
     cases.run("test_torch_real4", dict(globals()))

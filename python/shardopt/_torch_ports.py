@@ -5,8 +5,9 @@ from other Muon implementations"):
 - Moonlight's Muon: Muon(lr=, wd=, muon_params=, adamw_params=, momentum=, nesterov=,
   ns_steps=, adamw_betas=, adamw_eps=), no params argument;
 - microsoft/dion's Muon (and prime-rl's call of it): groups with "algorithm": "muon" | "adamw",
-  "mu", "epsilon", "beta1" / "beta2", "adjust_lr", and the keywords mu=, betas=, epsilon=,
-  adjust_lr=, distributed_mesh=, flatten=, use_triton=, newton_schulz_func=;
+  "mu", "epsilon", "beta1" / "beta2", "adjust_lr", "distributed_mesh_name", and the keywords
+  mu=, betas=, epsilon=, adjust_lr=, distributed_mesh=, world_mesh=, fsdp_mesh_dim=,
+  matrix_partitions=, flatten=, use_triton=, newton_schulz_func=;
 - Keller Jordan's MuonWithAuxAdam: groups with "use_muon" (the key itself is _split's);
 - modded-nanogpt's Muon of its 2024-25 records: Muon(params, lr=, momentum=, nesterov=,
   ns_steps=, rank=, world_size=), no weight decay;
@@ -32,8 +33,10 @@ _DION_ADJUST = {"spectral_norm": "spectral_unclamped", "rms_norm": "match_rms_ad
 # dion's group keys as this class's (a Muon group's epsilon is Newton-Schulz's, an AdamW one's
 # AdamW's, as eps is here)
 _DION_GROUP_KEYS = {"algorithm", "mu", "epsilon", "adjust_lr", "beta1", "beta2", "flatten",
+                    "distributed_mesh_name",
                     "step"}
-_DION_KEYWORDS = ("mu", "epsilon", "adjust_lr", "distributed_mesh", "flatten", "use_triton",
+_DION_KEYWORDS = ("mu", "epsilon", "adjust_lr", "distributed_mesh", "world_mesh",
+                  "fsdp_mesh_dim", "matrix_partitions", "flatten", "use_triton",
                   "newton_schulz_func")
 _MOONLIGHT_KEYWORDS = ("muon_params", "adamw_params", "wd")
 # modded-nanogpt's Muon splits the Newton-Schulz work over torch.distributed's ranks and gathers
@@ -177,6 +180,21 @@ def _check_mesh(mesh, comm):
             "mesh's rank order, or leave distributed_mesh out")
 
 
+def _world_mesh(mesh, dim):
+    """dion's world_mesh (the job's whole DeviceMesh, or None) and fsdp_mesh_dim (which of its
+    dims FSDP shards over), which dion reads to find each tensor's shards: taken and checked,
+    not needed here (the library reads each DTensor's own mesh and placements, and spans
+    comm)."""
+    if mesh is not None and not (hasattr(mesh, "ndim") and hasattr(mesh, "size")):
+        raise TypeError(f"world_mesh: {type(mesh).__name__}: accepted None or a DeviceMesh "
+                        "(dion's)")
+    ndim = mesh.ndim if mesh is not None else None
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0 or \
+            (ndim is not None and dim >= ndim):
+        raise ValueError(f"fsdp_mesh_dim = {dim!r}: accepted a dim of world_mesh"
+                         + (f" (0 to {ndim - 1})" if ndim is not None else " (an int >= 0)"))
+
+
 def _dion_group(g, gi):
     """A dion param group as this class's keys (a copy)."""
     g = dict(g)
@@ -189,6 +207,7 @@ def _dion_group(g, gi):
             raise ValueError(f"param group {gi}: algo {g['algo']!r} and algorithm {algo!r} "
                              "disagree; give one")
         g["algo"] = algo
+        g["_algorithm"] = algo  # back under dion's key in the group made (_torch_split)
     for theirs, ours in (("mu", "momentum"), ("adjust_lr", "adjust_lr_fn")):
         if theirs in g:
             if ours in g:
@@ -215,6 +234,13 @@ def _dion_group(g, gi):
             raise ValueError(f"param group {gi}: beta1 and beta2 are a pair: give both (or "
                              "betas=(beta1, beta2))")
         g["betas"] = (b1, b2)
+    name = g.get("distributed_mesh_name")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"param group {gi}: distributed_mesh_name = {name!r}: accepted None or "
+                         "the name of a dim of world_mesh (dion's)")
+    # kept as dion keeps it (prime-rl reads it back from param_groups), and unused: the
+    # library reads where each tensor is sharded from the DTensor itself (an expert stack on
+    # an 'ep' mesh dim included, shardopt.torch_params)
     g.pop("step", None)  # dion's group step count: each tensor's own is the library's
     if "flatten" in g:
         g["flatten"] = bool(g["flatten"])
@@ -296,6 +322,16 @@ def port(params, given, extra, comm):
         if triton not in (True, False):
             raise ValueError(f"use_triton = {triton!r}: accepted True or False (ignored: it "
                              "chooses dion's kernel for the same iteration)")
+        _world_mesh(extra.pop("world_mesh", None), extra.pop("fsdp_mesh_dim", 0))
+        parts = extra.pop("matrix_partitions", None)
+        if parts:
+            first = next(iter(parts))
+            raise ValueError(
+                f"matrix_partitions: {len(parts)} packed parameter(s) (the first of shape "
+                f"{list(getattr(first, 'shape', []))}): dion orthogonalizes each partition apart; "
+                "shardopt steps a tensor as one matrix (or a stack of experts): register each "
+                "logical matrix as its own parameter, or leave matrix_partitions out to step "
+                "the packed matrix whole")
         flatten = bool(extra.pop("flatten", False))
         if "mu" in extra:
             _alias(given, "momentum", "mu", extra.pop("mu"))

@@ -79,6 +79,11 @@ def _split(opt, group, defaults):
                              "parameters")
         items = list(zip(given_names, items))
     fixed = group.pop("algo", None)
+    # dion's "algorithm" key (_torch_ports._dion_group), which its scripts read back from
+    # opt.param_groups (prime-rl's tests do): the groups made hold it again
+    algorithm = group.pop("_algorithm", None)
+    if algorithm is not None:
+        group["algorithm"] = algorithm
     if "use_muon" in group:
         # Keller Jordan's MuonWithAuxAdam groups (dict(params=..., use_muon=True, ...)):
         # the group's algorithm, as "algo" says it (the key stays for the script to read)

@@ -355,7 +355,8 @@ def _load_state_dict(opt, state_dict):
     # a state dict of dion's Muon names its group keys as dion does (mu, epsilon, beta1 /
     # beta2, adjust_lr): in this class's names, the saved momentum is restored and the fixed
     # keys compared, rather than the saved values kept under keys no step reads
-    saved = [{k: v for k, v in _dion_group(sg, gi).items() if not k.startswith("adamw_")}
+    saved = [{k: v for k, v in _dion_group(sg, gi).items()
+              if not k.startswith("adamw_") and k != "_algorithm"}
              if _DION_GROUP_KEYS & set(sg) else sg
              for gi, sg in enumerate(state_dict["param_groups"])]
     if len(saved) != len(opt.param_groups) or any(

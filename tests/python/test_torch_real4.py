@@ -1,6 +1,6 @@
 """shardopt.torch.Muon in training scripts as others write them, the sixth round (after
 test_torch_real3.py): a checkpoint of this class resumed with torch.optim.Muon and back, and
-DeepSpeed's per-parameter use_muon tags. Each
+DeepSpeed's per-parameter use_muon tags, prime-rl's dion Muon as it builds it now. Each
 script is what its author would run, the import swapped, compared with the optimizer it was
 written for. One process.
 
@@ -10,6 +10,7 @@ Each case is a function below; a failure names the case and goes on with the nex
 (skip) only where torch is not importable."""
 import io
 import sys
+import warnings
 
 try:
     import torch
@@ -18,7 +19,9 @@ except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
     print(f"SKIP: torch is not importable ({e})")
     sys.exit(77)
 
-from test_torch_dropin import quiet, refused
+from test_torch_dropin import batch, model, quiet, refused
+from test_torch_ports import (QUINTIC, RefMuon, _TorchAdamW, against, init_one_rank_group,
+                              rms_scale)
 from test_torch_real import FP32, Fp32TorchMuon, worst
 
 import cases
@@ -197,6 +200,86 @@ def case_eps_against_torch_muon():
         so.close()
     print(f"  eps 1e-7: {got[1e-7]:.1e}, 1e-5: {got[1e-5]:.1e} from torch.optim.Muon")
     assert got[1e-7] < 1e-6 and got[1e-5] < 1e-4, got
+
+
+def prime_rl_create_muon_optimizer(named_params, lr, weight_decay, mesh, opt_class, **extra):
+    """prime-rl's _create_muon_optimizer as it builds dion's Muon now: the matrices to Muon in
+    three groups (the others, the experts with distributed_mesh_name, the routers), the rest to
+    AdamW, and world_mesh / fsdp_mesh_dim beside distributed_mesh. Here block 0's matrices
+    stand for its experts (mlp.experts) and block 1's first for its router (mlp.router)."""
+    def muon_enabled(n, p):
+        return p.ndim >= 2 and "wte" not in n and "wpe" not in n
+    muon, experts, routers, adamw = [], [], [], []
+    for n, p in named_params:
+        if p.requires_grad and muon_enabled(n, p):
+            (experts if ".h.0." in n else routers if ".h.1.1." in n else muon).append(p)
+        elif p.requires_grad:
+            adamw.append(p)
+    groups = [dict(params=muon, algorithm="muon", lr=lr, weight_decay=weight_decay,
+                   adjust_lr="rms_norm"),
+              dict(params=experts, algorithm="muon", lr=lr, weight_decay=weight_decay,
+                   adjust_lr="rms_norm", distributed_mesh_name=None),
+              dict(params=routers, algorithm="muon", lr=lr, weight_decay=weight_decay,
+                   adjust_lr="rms_norm"),
+              dict(params=adamw, algorithm="adamw", lr=lr, weight_decay=weight_decay)]
+    return opt_class(params=groups, lr=lr, mu=0.95, betas=(0.9, 0.95),
+                     weight_decay=weight_decay, adjust_lr="rms_norm", distributed_mesh=mesh,
+                     world_mesh=mesh, fsdp_mesh_dim=0, **extra)
+
+
+def case_dion_world_mesh_as_prime_rl_builds_it_now():
+    """prime-rl's dion Muon as it builds it now: world_mesh= and fsdp_mesh_dim= beside
+    distributed_mesh=, matrix_partitions= (None: no packed matrices), an experts group with
+    "distributed_mesh_name", and its tests reading each group's "algorithm" and
+    "distributed_mesh_name" back from param_groups. Before, `unexpected keyword argument
+    'world_mesh'`; now the keywords are taken (the library reads each DTensor's own mesh and
+    spans comm) and checked, each group keeps dion's keys, and the 4 steps are within 1e-5 of
+    dion's arithmetic (fp32) and torch.optim.AdamW, and a state dict resumes bit for bit. A
+    non-empty matrix_partitions (each packed matrix orthogonalized by parts, which the
+    library does not do), a fsdp_mesh_dim outside world_mesh and a world_mesh that is no
+    DeviceMesh are refused by name."""
+    mesh = init_one_rank_group()
+    m = model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt = prime_rl_create_muon_optimizer(m.named_parameters(), 3e-3, 0.05, mesh, Muon,
+                                             matrix_partitions=None, config=FP32)
+    got = [(g["algorithm"], g["algo"], g.get("distributed_mesh_name", "-"), len(g["params"]))
+           for g in opt.param_groups]
+    assert got == [("muon", "muon", "-", 1), ("muon", "muon", None, 2), ("muon", "muon", "-", 1),
+                   ("adamw", "adamw", "-", 12)], got
+    refs = [(p, RefMuon(p, 0.95, False, QUINTIC, 1e-8, rms_scale))
+            for g in opt.param_groups[:3] for p in g["params"]]
+    refs += [(p, _TorchAdamW(nn.Parameter(p.detach().clone()), 3e-3, (0.9, 0.95), 1e-8, 0.05))
+             for p in opt.param_groups[3]["params"]]
+    w = against(m, opt, refs, 4, lambda p: (3e-3, 0.05))
+    print(f"  dion port with world_mesh (prime-rl now): {w:.2e} from dion's arithmetic (fp32)")
+    # a resume: the groups' dion keys back, the next steps the same bits
+    m2 = model()
+    m2.load_state_dict(m.state_dict())
+    opt2 = prime_rl_create_muon_optimizer(m2.named_parameters(), 3e-3, 0.05, mesh, Muon,
+                                          config=FP32)
+    opt2.load_state_dict(saved(opt.state_dict()))
+    assert [g["algorithm"] for g in opt2.param_groups] == ["muon"] * 3 + ["adamw"]
+    assert all("_algorithm" not in g for g in opt2.param_groups)
+    for net, o in ((m, opt), (m2, opt2)):
+        o.zero_grad()
+        net(*batch(7)).backward()
+        o.step()
+    assert all(torch.equal(p, q) for p, q in zip(m.parameters(), m2.parameters()))
+    opt.close()
+    opt2.close()
+    packed = dict(m.named_parameters())["transformer.h.1.1.weight"]
+    refused(lambda: prime_rl_create_muon_optimizer(
+        m.named_parameters(), 3e-3, 0.05, mesh, Muon, matrix_partitions={packed: [32, 32]}),
+        ValueError, "matrix_partitions", "[64, 16]", "each partition")
+    refused(lambda: Muon(m.parameters(), world_mesh=mesh, fsdp_mesh_dim=1), ValueError,
+            "fsdp_mesh_dim = 1", "0 to 0")
+    refused(lambda: Muon(m.parameters(), world_mesh=object()), TypeError, "world_mesh",
+            "DeviceMesh")
+    refused(lambda: Muon([dict(params=list(m.parameters()), algorithm="adamw",
+                               distributed_mesh_name=3)]), ValueError,
+            "distributed_mesh_name = 3")
 
 
 if __name__ == "__main__":

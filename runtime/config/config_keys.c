@@ -375,6 +375,17 @@ shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
         size_t n = decimal_len(text, 1);
         errno = 0;
         long long v = strtoll(text, &end, 10);
+        if ((n == 0 || end != text + n || *end != '\0') && text[decimal_len(text, 0)] == '\0' &&
+            decimal_len(text, 0) > 0) {
+            /* a number that is not an integer ("5.0", "1e3", "4."): "accepted [1, 16]" named a
+             * range 5.0 lies in; say what is wrong, as a JSON file's refusal does */
+            char acc[160];
+            config_key_accepted(k, acc, sizeof acc);
+            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                            "config %s = %s: accepted integers %s, in decimal digits without a "
+                            "fraction or an exponent",
+                            source, quoted, acc);
+        }
         if (n == 0 || end != text + n || *end != '\0' || errno == ERANGE || !in_range(k, (double)v))
             return fail_value(k, source, quoted);
         *(int *)field_mut(cfg, k) = (int)v;

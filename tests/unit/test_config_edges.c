@@ -97,3 +97,44 @@ TEST(every_numeric_key_at_and_just_past_each_end_of_its_range)
     }
     EXPECT_TRUE(keys > 20);
 }
+
+/* An int key given a number that is not an integer ("5.0", "5e0", "5.") by config_set or a
+ * variable was refused as "accepted [1, 16]": a range 5.0 lies in, which sent the reader looking
+ * for the wrong mistake. The refusal says integers, as a JSON file's does, names the key and the
+ * value, and leaves the config unchanged. */
+TEST(int_keys_given_a_fraction_or_exponent_say_integers)
+{
+    int keys = 0;
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        if (k->type != CFG_INT)
+            continue;
+        keys++;
+        const int lo = (int)(k->min_open ? k->min + 1 : k->min);
+        const char *forms[] = {"%d.0", "%de0", "%d."};
+        for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+            shardopt_config_t c = SHARDOPT_CONFIG_INIT, before;
+            char text[64], env[96];
+            c.apply_env = 0;
+            before = c;
+            snprintf(text, sizeof text, forms[f], lo);
+            EXPECT_EQ_INT(shardopt_config_set(&c, k->name, text), SHARDOPT_ERR_INVALID_ARGUMENT);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), k->name);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), text);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "accepted integers");
+            EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+            config_key_env_name(k, env, sizeof env);
+            setenv(env, text, 1);
+            EXPECT_EQ_INT(shardopt_config_from_env(&c), SHARDOPT_ERR_INVALID_ARGUMENT);
+            unsetenv(env);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), env);
+            EXPECT_STR_CONTAINS(shardopt_last_error(), "accepted integers");
+            EXPECT_TRUE(memcmp(&c, &before, sizeof c) == 0);
+        }
+    }
+    EXPECT_TRUE(keys >= 8);
+    /* text that is no number at all keeps the plain range */
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    EXPECT_EQ_INT(shardopt_config_set(&c, "ns_steps", "five"), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'five': accepted [1, 16]");
+}

@@ -30,6 +30,7 @@ Optimizer that hands them to the library are read together when any of them chan
 import ctypes
 import ctypes.util
 import functools
+import numbers as _numbers
 import operator
 import os
 import sys
@@ -298,6 +299,34 @@ def _config_text(v, key=None):
         return ";".join(map(_config_text, v)) if any(isinstance(x, (list, tuple)) for x in v) \
             else ",".join(map(_config_text, v))
     return str(v)
+
+
+def _step_number(name, v):
+    """A step argument as a float, or ValueError naming the argument and the value. ctypes took
+    True as 1.0 (step(max_grad_norm=True) clipped at 1) and refused a str, None or an int past a
+    double with a TypeError / OverflowError that named no argument. A 0-d numpy or torch
+    number is its value; Decimal and Fraction are numbers."""
+    if type(v) is float:  # the common case, at no cost beyond this test
+        return v
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, bool) or not (isinstance(v, _numbers.Real) or type(v).__name__ == "Decimal"):
+        raise ValueError(f"step: {name} = {v!r} ({type(v).__name__}): accepted a real number "
+                         "(a bool or text is not one)")
+    try:
+        return float(v)
+    except (OverflowError, ValueError, TypeError):
+        said = f"an integer of {len(str(abs(v)))} digits" if isinstance(v, int) else repr(v)
+        raise ValueError(f"step: {name} = {said}: past the largest double") from None
+
+
+def _step_flag(name, v):
+    """skip_missing_grads as 0 or 1: bool("false") was True."""
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)):
+        return bool(v)
+    raise ValueError(f"step: {name} = {v!r} ({type(v).__name__}): accepted True or False")
 
 
 _mpi_inited_here = False
@@ -1207,8 +1236,19 @@ class Optimizer:
         step's values, as torch.optim.AdamW reads its group's betas and eps at every step."""
         bad = None
         try:
-            skip_missing_grads = bool(skip_missing_grads)
-            b1, b2 = (-1.0, -1.0) if adamw_betas is None else adamw_betas
+            skip_missing_grads = _step_flag("skip_missing_grads", skip_missing_grads)
+            lr, adamw_lr = _step_number("lr", lr), _step_number("adamw_lr", adamw_lr)
+            weight_decay = _step_number("weight_decay", weight_decay)
+            max_grad_norm = _step_number("max_grad_norm", max_grad_norm)
+            momentum, adamw_eps = _step_number("momentum", momentum), _step_number("adamw_eps",
+                                                                                   adamw_eps)
+            if adamw_betas is None:
+                b1, b2 = -1.0, -1.0
+            elif isinstance(adamw_betas, (tuple, list)) and len(adamw_betas) == 2:
+                b1, b2 = (_step_number(f"adamw_betas[{i}]", b) for i, b in enumerate(adamw_betas))
+            else:
+                raise ValueError(f"step: adamw_betas = {adamw_betas!r}: accepted None or a pair "
+                                 "(beta1, beta2)")
             if stream is None and self._cuda:  # torch's convention: the current stream
                 import torch
                 stream = torch.cuda.current_stream()

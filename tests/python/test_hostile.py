@@ -2,7 +2,8 @@
 shape holding a bool, a parameter name that is bytes, not UTF-8, or a str subclass whose encode
 says another name; a shape that reads differently each time; an ndarray subclass lying about
 its length and size; an object offering __array_interface__ for a buffer; a gradient that is
-its parameter's data; one array registered as two parameters. Each is refused with a
+its parameter's data; one array registered as two parameters; step() arguments that are no
+number (a bool, text, None, an int past a double). Each is refused with a
 ValueError (or the library's shardopt.Error) naming what was wrong, or stepped within the
 buffers it was given: never a crash, never a name or layout other than the one checked.
 
@@ -166,6 +167,36 @@ def one_array_as_two_parameters():
         opt.close()
 
 
+def step_arguments_that_are_no_number_name_themselves():
+    """ctypes took True as 1.0 (max_grad_norm=True clipped at 1), skip_missing_grads="false"
+    as True, and refused a str, None or an int past a double with a TypeError or
+    OverflowError naming no argument"""
+    w, g = arrays()
+    w0 = w.copy()
+    p, opt = one(w, g)
+    bad = [({"lr": True}, "lr = True"), ({"lr": 0.01, "max_grad_norm": True}, "max_grad_norm"),
+           ({"lr": "0.01"}, "lr = '0.01'"), ({"lr": None}, "lr = None"),
+           ({"lr": 10 ** 400}, "lr = an integer of 401 digits"), ({"lr": 1j}, "complex"),
+           ({"lr": 0.01, "adamw_lr": [0.1]}, "adamw_lr"),
+           ({"lr": 0.01, "skip_missing_grads": "false"}, "skip_missing_grads = 'false'"),
+           ({"lr": 0.01, "adamw_betas": (0.9, "0.95")}, "adamw_betas[1]"),
+           ({"lr": 0.01, "adamw_betas": 0.9}, "adamw_betas = 0.9")]
+    for kw, word in bad:
+        try:
+            opt.step(**kw)
+            check(False, f"step({kw!r}) accepted")
+        except ValueError as e:
+            check(word in str(e), f"step({kw!r}): '{word}' not in: {e}")
+        except Exception as e:  # noqa: BLE001
+            check(False, f"step({kw!r}): {type(e).__name__} ({e}), expected ValueError")
+    check(bool(np.array_equal(w, w0)), "a refused step wrote")
+    import decimal
+    opt.step(lr=decimal.Decimal("0.01"), max_grad_norm=np.float32(5), skip_missing_grads=0,
+             adamw_betas=[0.9, np.float64(0.95)], momentum=np.array(0.9))
+    opt.close()
+    check(bool(np.any(w != w0)), "the step after the refusals did not update")
+
+
 def runs(fn):
     """fn() completes (it checks what it must); an exception is this probe's failure"""
     try:
@@ -183,5 +214,6 @@ runs(ndarray_lying_about_len_and_size_is_read_as_it_is)
 refused(array_interface_object, ValueError, "w.grad", "not a numpy array or torch tensor")
 refused(gradient_is_its_data, shardopt.Error, "share memory")
 refused(one_array_as_two_parameters, shardopt.Error, "share memory")
+runs(step_arguments_that_are_no_number_name_themselves)
 print(f"test_hostile: {'ok' if not failures else f'{len(failures)} failure(s)'}", flush=True)
 sys.exit(1 if failures else 0)

@@ -76,8 +76,8 @@ def ranks():
     # raised before the step's C call, and the other rank waited in the step until
     # comm_timeout_s ended the job
     every_rank_fails(lambda: opt.step(lr=0.01, adamw_betas=(0.9,) if rank == 1 else None), 1,
-                     "unpack")
-    every_rank_fails(lambda: opt.step(lr="0.01" if rank == 0 else 0.01), 0, "str")
+                     "adamw_betas", "a pair")
+    every_rank_fails(lambda: opt.step(lr="0.01" if rank == 0 else 0.01), 0, "lr = '0.01'", "str")
     check(np.array_equal(a, a0) and np.array_equal(b, b0), "a refused step wrote")
     # a save directory os.fsencode refuses on one rank (None): every rank fails, nothing saved
     import tempfile

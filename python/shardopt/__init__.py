@@ -889,7 +889,13 @@ class Optimizer:
         _check("config_init", lib.shardopt_config_init(self._cfg, len(self._cfg)))
         refused = None
         try:
+            if config is not None and not hasattr(config, "items"):  # a list's .items raised
+                raise ValueError(f"config = {config!r}: accepted a dict of key: value "
+                                 f"(docs/config.md), not a {type(config).__name__}")
             for k, v in (config or {}).items():
+                if not isinstance(k, str):  # bytes or an int: "has no attribute 'encode'"
+                    raise ValueError(f"config key {k!r} ({type(k).__name__}): accepted a str "
+                                     "naming a key of docs/config.md")
                 key = _c_text(k.encode(), f"config key {k!r}")
                 text = _c_text(_config_text(v, k).encode(), f"config {k} = {v!r}")
                 _check("config_set", lib.shardopt_config_set(self._cfg, key, text))

@@ -3,7 +3,8 @@ shape holding a bool, a parameter name that is bytes, not UTF-8, or a str subcla
 says another name; a shape that reads differently each time; an ndarray subclass lying about
 its length and size; an object offering __array_interface__ for a buffer; a gradient that is
 its parameter's data; one array registered as two parameters; step() arguments that are no
-number (a bool, text, None, an int past a double). Each is refused with a
+number (a bool, text, None, an int past a double); a config key that is no str, a config that
+is no dict. Each is refused with a
 ValueError (or the library's shardopt.Error) naming what was wrong, or stepped within the
 buffers it was given: never a crash, never a name or layout other than the one checked.
 
@@ -197,6 +198,28 @@ def step_arguments_that_are_no_number_name_themselves():
     check(bool(np.any(w != w0)), "the step after the refusals did not update")
 
 
+def config_keys_that_are_no_str_and_configs_that_are_no_dict():
+    """a bytes or int key raised AttributeError ('bytes' object has no attribute 'encode'), a
+    list of pairs or "key=value" text ('list' object has no attribute 'items'), naming nothing"""
+    for cfg, words in [({b"momentum": 0.5}, ["config key b'momentum'", "bytes", "a str"]),
+                       ({1: 2}, ["config key 1", "int"]),
+                       ([("momentum", 0.5)], ["config = [('momentum', 0.5)]", "a dict", "list"]),
+                       ("momentum=0.5", ["config = 'momentum=0.5'", "a dict", "str"])]:
+        w, g = arrays()
+        p = shardopt.Param(name="w", shape=[8, 8], data=w, grad=g, placement="replicated")
+        try:
+            shardopt.Optimizer([p], config=cfg).close()
+            check(False, f"config {cfg!r} accepted")
+        except ValueError as e:
+            for word in words:
+                check(word in str(e), f"config {cfg!r}: '{word}' not in: {e}")
+        except Exception as e:  # noqa: BLE001
+            check(False, f"config {cfg!r}: {type(e).__name__} ({e}), expected ValueError")
+    w, g = arrays()
+    p = shardopt.Param(name="w", shape=[8, 8], data=w, grad=g, placement="replicated")
+    shardopt.Optimizer([p], config={"momentum": 0.5}).close()  # a dict still configures
+
+
 def runs(fn):
     """fn() completes (it checks what it must); an exception is this probe's failure"""
     try:
@@ -215,5 +238,6 @@ refused(array_interface_object, ValueError, "w.grad", "not a numpy array or torc
 refused(gradient_is_its_data, shardopt.Error, "share memory")
 refused(one_array_as_two_parameters, shardopt.Error, "share memory")
 runs(step_arguments_that_are_no_number_name_themselves)
+runs(config_keys_that_are_no_str_and_configs_that_are_no_dict)
 print(f"test_hostile: {'ok' if not failures else f'{len(failures)} failure(s)'}", flush=True)
 sys.exit(1 if failures else 0)

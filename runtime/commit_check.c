@@ -94,14 +94,18 @@ static void record_field_text(const struct param_record *r, int f, char *out, si
             snprintf(out, len, "[%lld, %lld, %lld]", (long long)r->shape[0], (long long)r->shape[1],
                      (long long)r->shape[2]);
         break;
-    case F_PARAM_DTYPE: snprintf(out, len, "%d", r->param_dtype); break;
-    case F_GRAD_DTYPE: snprintf(out, len, "%d", r->grad_dtype); break;
-    case F_PLACEMENT: snprintf(out, len, "%d", r->placement); break;
-    case F_ALGO: snprintf(out, len, "%d", r->algo); break;
+    /* by name, as the descriptor's enums are written: "param_dtype: this rank has 1, rank 0
+     * has 0" made the reader look the numbers up in shardopt.h */
+    case F_PARAM_DTYPE: snprintf(out, len, "%s", shardopt_dtype_name(r->param_dtype)); break;
+    case F_GRAD_DTYPE: snprintf(out, len, "%s", shardopt_dtype_name(r->grad_dtype)); break;
+    case F_PLACEMENT: snprintf(out, len, "%s", shardopt_placement_name(r->placement)); break;
+    case F_ALGO: snprintf(out, len, "%s", shardopt_algo_name(r->algo)); break;
     case F_TRANSPOSED: snprintf(out, len, "%d", r->transposed); break;
     case F_SHARD_DIM: snprintf(out, len, "%d", r->shard_dim); break;
-    case F_LR_MULT: snprintf(out, len, "%g", r->lr_mult); break;
-    default: snprintf(out, len, "%g", r->wd_mult); break;
+    /* every digit a double holds: multipliers apart in their last bits (0.1 on one rank,
+     * 1.0 / 10 * 1.0000000000000002 on another) printed alike with %g */
+    case F_LR_MULT: snprintf(out, len, "%.17g", r->lr_mult); break;
+    default: snprintf(out, len, "%.17g", r->wd_mult); break;
     }
 }
 

@@ -128,6 +128,47 @@ TEST(a_differing_parameter_is_reported_alike_with_its_registered_shape)
     shardopt_finalize(rt);
 }
 
+/* The descriptor's enums differing between ranks are named as they are written (bf16, not 1),
+ * and a multiplier apart in its last bits shows its every digit (%g printed 0.1 for both). */
+static void differing_field_case(int field, char *text)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime_on(MPI_COMM_WORLD, &cfg);
+    static float w[8 * 16], g[8 * 16];
+    shardopt_param_desc_t d = fixture_desc("w", 2, 8, 16, 1, w, g);
+    shardopt_param_t h;
+    const int last = me == world - 1;
+    if (field == 0 && last)
+        d.param_dtype = d.grad_dtype = SHARDOPT_DTYPE_BF16; /* w as bf16: half its bytes */
+    if (field == 1 && last)
+        d.algo = SHARDOPT_ALGO_ADAMW;
+    if (field == 2)
+        d.lr_mult = last ? nextafter(0.1, 1.0) : 0.1;
+    ASSERT_EQ_INT(shardopt_shard_range(rt, &d, &d.shard_offset, &d.shard_length, NULL),
+                  SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &h), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_ERR_MISMATCH);
+    expect_same_text_everywhere(text);
+    shardopt_finalize(rt);
+}
+
+TEST(differing_dtypes_algos_and_multipliers_are_named_and_printed_apart)
+{
+    world_read();
+    char text[MSG_LEN], want[256];
+    differing_field_case(0, text);
+    snprintf(want, sizeof want,
+             "commit: rank %d: parameter #0 'w' differs in param_dtype: this rank has bf16 ('w'), "
+             "rank 0 has fp32",
+             world - 1);
+    EXPECT_STR_CONTAINS(text, want);
+    differing_field_case(1, text);
+    EXPECT_STR_CONTAINS(text, "differs in algo: this rank has adamw ('w'), rank 0 has muon");
+    differing_field_case(2, text);
+    EXPECT_STR_CONTAINS(text, "differs in lr_mult: this rank has 0.10000000000000002 ('w'), rank "
+                              "0 has 0.10000000000000001");
+}
+
 /* A global expert offset (what a trainer that indexes the whole stack writes) is refused at
  * register with the rule: offsets count from this EP rank's first expert. */
 TEST(a_global_expert_offset_is_refused_with_the_rule)

@@ -302,22 +302,29 @@ def _config_text(v, key=None):
 
 
 def _step_number(name, v):
-    """A step argument as a float, or ValueError naming the argument and the value. ctypes took
-    True as 1.0 (step(max_grad_norm=True) clipped at 1) and refused a str, None or an int past a
-    double with a TypeError / OverflowError that named no argument. A 0-d numpy or torch
-    number is its value; Decimal and Fraction are numbers."""
+    """A step argument as a float, or ValueError naming the argument and the value (_number)."""
     if type(v) is float:  # the common case, at no cost beyond this test
+        return v
+    return _number(f"step: {name}", v)
+
+
+def _number(what, v):
+    """v as a float, or ValueError naming `what` and the value. ctypes took True as 1.0
+    (step(max_grad_norm=True) clipped at 1, lr_mult=True) and refused a str, None or an int
+    past a double with a TypeError / OverflowError that named nothing. A 0-d numpy or torch
+    number is its value; Decimal and Fraction are numbers."""
+    if type(v) is float:
         return v
     if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
         v = v.item()
     if isinstance(v, bool) or not (isinstance(v, _numbers.Real) or type(v).__name__ == "Decimal"):
-        raise ValueError(f"step: {name} = {v!r} ({type(v).__name__}): accepted a real number "
+        raise ValueError(f"{what} = {v!r} ({type(v).__name__}): accepted a real number "
                          "(a bool or text is not one)")
     try:
         return float(v)
     except (OverflowError, ValueError, TypeError):
         said = f"an integer of {len(str(abs(v)))} digits" if isinstance(v, int) else repr(v)
-        raise ValueError(f"step: {name} = {said}: past the largest double") from None
+        raise ValueError(f"{what} = {said}: past the largest double") from None
 
 
 def _step_flag(name, v):
@@ -549,6 +556,12 @@ def _buffer(x, what, writable=False, host=True):
     return x.ctypes.data, dt, x.size
 
 
+def _is_bool(v):
+    """Python's bool or numpy's (np.bool_, named np.bool since numpy 2)."""
+    return isinstance(v, bool) or (type(v).__module__ == "numpy" and
+                                   type(v).__name__ in ("bool", "bool_"))
+
+
 def _shape(p):
     """p.shape as a list of 1 to 3 ints (the library's ndim), refused before any call."""
     try:  # read once: a sequence may say something else each time it is read
@@ -570,12 +583,25 @@ def _shape(p):
     for what, v, bits in [(f"shape[{i}]", s, 64) for i, s in enumerate(shape)] + [
             ("shard_dim", p.shard_dim, 32), ("shard_offset", p.shard_offset, 64),
             ("shard_length", p.shard_length, 64)]:
+        if _is_bool(v):  # operator.index(True) is 1: shard_offset = True was offset 1
+            raise ValueError(f"{p.name}: {what} = {v!r} is a bool, not an int")
         try:
             v = operator.index(v)
         except TypeError:
             raise ValueError(f"{p.name}: {what} = {v!r} is not an int") from None
         if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
             raise ValueError(f"{p.name}: {what} = {v} does not fit the C field (int{bits})")
+    # the names and flags as the library's fields take them: a bare KeyError 'EXPERT', int('no')
+    # and ctypes' TypeError named neither the parameter nor what is accepted; lr_mult = True
+    # was taken as 1
+    for what, v, names in (("placement", p.placement, PLACEMENTS), ("algo", p.algo, ALGOS)):
+        if not isinstance(v, str) or v not in names:
+            raise ValueError(f"{p.name}: {what} = {v!r}: accepted {', '.join(names)}")
+    t = p.transposed
+    if not (isinstance(t, int) or _is_bool(t)) or t not in (0, 1):
+        raise ValueError(f"{p.name}: transposed = {t!r}: accepted True or False")
+    _number(f"{p.name}: lr_mult", p.lr_mult)
+    _number(f"{p.name}: wd_mult", p.wd_mult)
     return shape
 
 

@@ -4,9 +4,10 @@ says another name; a shape that reads differently each time; an ndarray subclass
 its length and size; an object offering __array_interface__ for a buffer; a gradient that is
 its parameter's data; one array registered as two parameters; step() arguments that are no
 number (a bool, text, None, an int past a double); a config key that is no str, a config that
-is no dict. Each is refused with a
-ValueError (or the library's shardopt.Error) naming what was wrong, or stepped within the
-buffers it was given: never a crash, never a name or layout other than the one checked.
+is no dict; a Param field of another type (placement 'EXPERT', lr_mult True). Each is
+refused with a ValueError (or the library's shardopt.Error) naming what was wrong, or stepped
+within the buffers it was given: never a crash, never a name or layout other than the one
+checked.
 
     SHARDOPT_LIBRARY=build/libshardopt.so python3 test_hostile.py"""
 import json
@@ -220,6 +221,39 @@ def config_keys_that_are_no_str_and_configs_that_are_no_dict():
     shardopt.Optimizer([p], config={"momentum": 0.5}).close()  # a dict still configures
 
 
+def param_fields_of_another_type_name_the_parameter():
+    """placement 'EXPERT' and algo 'Muon' raised a bare KeyError, transposed 'no' int()'s
+    ValueError, lr_mult '2' ctypes' TypeError, naming neither the parameter nor what is
+    accepted; shard_offset = True registered offset 1, lr_mult = True a multiplier of 1"""
+    bad = [({"placement": "EXPERT"}, "w: placement = 'EXPERT': accepted dense, expert"),
+           ({"algo": "Muon"}, "w: algo = 'Muon': accepted auto, muon, adamw"),
+           ({"algo": None}, "w: algo = None"),
+           ({"transposed": "no"}, "w: transposed = 'no': accepted True or False"),
+           ({"transposed": 2}, "w: transposed = 2"),
+           ({"shard_offset": True}, "w: shard_offset = True is a bool"),
+           ({"shard_dim": np.False_}, "w: shard_dim = "),
+           ({"lr_mult": True}, "w: lr_mult = True (bool)"),
+           ({"lr_mult": "2"}, "w: lr_mult = '2' (str)"),
+           ({"wd_mult": 10 ** 400}, "w: wd_mult = an integer of 401 digits")]
+    for kw, word in bad:
+        w, g = arrays()
+        args = dict(name="w", shape=[8, 8], data=w, grad=g, placement="replicated")
+        args.update(kw)
+        try:
+            shardopt.Optimizer([shardopt.Param(**args)]).close()
+            check(False, f"Param({kw!r}) accepted")
+        except ValueError as e:
+            check(word in str(e), f"Param({kw!r}): '{word}' not in: {e}")
+        except Exception as e:  # noqa: BLE001
+            check(False, f"Param({kw!r}): {type(e).__name__} ({e}), expected ValueError")
+    w, g = arrays()  # numpy's bool and a 0-d multiplier are still taken
+    p = shardopt.Param(name="w", shape=[8, 8], data=w, grad=g, placement="replicated",
+                       transposed=np.False_, lr_mult=np.float32(0.5))
+    opt = shardopt.Optimizer([p])
+    opt.step(lr=0.01)
+    opt.close()
+
+
 def runs(fn):
     """fn() completes (it checks what it must); an exception is this probe's failure"""
     try:
@@ -239,5 +273,6 @@ refused(gradient_is_its_data, shardopt.Error, "share memory")
 refused(one_array_as_two_parameters, shardopt.Error, "share memory")
 runs(step_arguments_that_are_no_number_name_themselves)
 runs(config_keys_that_are_no_str_and_configs_that_are_no_dict)
+runs(param_fields_of_another_type_name_the_parameter)
 print(f"test_hostile: {'ok' if not failures else f'{len(failures)} failure(s)'}", flush=True)
 sys.exit(1 if failures else 0)

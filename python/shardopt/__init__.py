@@ -556,6 +556,15 @@ def _buffer(x, what, writable=False, host=True):
     return x.ctypes.data, dt, x.size
 
 
+def _kind(p, kind):
+    """STATE_KINDS' number for kind, or ValueError naming the parameter and the kinds (a bare
+    KeyError 'MOMENTUM' named neither)."""
+    if isinstance(kind, str) and kind in STATE_KINDS:
+        return STATE_KINDS[kind]
+    raise ValueError(f"{getattr(p, 'name', p)}: state kind {kind!r}: accepted momentum (Muon), "
+                     "exp_avg, exp_avg_sq (AdamW)")
+
+
 def _is_bool(v):
     """Python's bool or numpy's (np.bool_, named np.bool since numpy 2)."""
     return isinstance(v, bool) or (type(v).__module__ == "numpy" and
@@ -1059,6 +1068,9 @@ class Optimizer:
         # not p.handle: a Param registered with two optimizers holds the later one's handle
         slot = self._slots.get(id(p)) if self._rt else None
         if slot is None:
+            if not isinstance(p, Param):  # a name given for the Param: AttributeError on .name
+                raise ValueError(f"{p!r} is a {type(p).__name__}: pass the shardopt.Param "
+                                 "(one of this optimizer's params)")
             raise ValueError(f"{p.name}: the optimizer was closed (or p is not one of its params)")
         return slot
 
@@ -1446,7 +1458,7 @@ class Optimizer:
         slot = self._slot(p)
         dt, n = ctypes.c_int(), ctypes.c_int64()
         _check("param_state_info", self._lib.shardopt_param_state_info(
-            slot.handle, STATE_KINDS[kind], ctypes.byref(dt), ctypes.byref(n)))
+            slot.handle, _kind(p, kind), ctypes.byref(dt), ctypes.byref(n)))
         return {0: "fp32", 1: "bf16"}[dt.value], n.value
 
     def get_state(self, p, kind):
@@ -1457,7 +1469,7 @@ class Optimizer:
         dt, n = self.state_info(p, kind)
         out = np.empty(n, np.float32 if dt == "fp32" else np.uint16)
         _check("param_get_state", self._lib.shardopt_param_get_state(
-            self._slot(p).handle, STATE_KINDS[kind], out.ctypes.data, out.nbytes, DTYPES[dt]))
+            self._slot(p).handle, _kind(p, kind), out.ctypes.data, out.nbytes, DTYPES[dt]))
         return out
 
     def set_state(self, p, kind, values):
@@ -1466,12 +1478,13 @@ class Optimizer:
         count (state_info); anything else raises (the library converts nothing). Not
         collective: where the runtime holds replicas, set the same values on every replica."""
         slot = self._slot(p)
+        k = _kind(p, kind)
         addr, dt, n = _buffer(values, f"{p.name}.{kind}", host=True)
         if addr is None and n == 0:
             dt = self.state_info(p, kind)[0]
         size = 2 if dt == "bf16" else 4
         _check("param_set_state", self._lib.shardopt_param_set_state(
-            slot.handle, STATE_KINDS[kind], addr, n * size, DTYPES[dt]))
+            slot.handle, k, addr, n * size, DTYPES[dt]))
 
     def get_step(self, p):
         """The steps p has taken (AdamW's bias correction, the stochastic rounding key)."""
@@ -1482,6 +1495,8 @@ class Optimizer:
 
     def set_step(self, p, step):
         """Set p's step count (the same value on every rank)."""
+        if _is_bool(step):  # operator.index(True) is 1: set as step 1
+            raise ValueError(f"{p.name}: step = {step!r}: a step count is an integer, not a bool")
         try:  # ctypes wrapped 2**70 to 0 and int() cut 1.5 to 1, both set without a word
             n = operator.index(step)
         except TypeError:

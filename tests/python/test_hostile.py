@@ -1,13 +1,13 @@
 """The binding against callers that lie (beyond test_safety.py, which is at its size limit): a
 shape holding a bool, a parameter name that is bytes, not UTF-8, or a str subclass whose encode
-says another name; a shape that reads differently each time; an ndarray subclass lying about
-its length and size; an object offering __array_interface__ for a buffer; a gradient that is
-its parameter's data; one array registered as two parameters; step() arguments that are no
-number (a bool, text, None, an int past a double); a config key that is no str, a config that
-is no dict; a Param field of another type (placement 'EXPERT', lr_mult True). Each is
-refused with a ValueError (or the library's shardopt.Error) naming what was wrong, or stepped
-within the buffers it was given: never a crash, never a name or layout other than the one
-checked.
+says another name; a shape that reads differently each time; an ndarray subclass lying about its
+length and size; an object offering __array_interface__ for a buffer; a gradient that is its
+parameter's data; one array registered as two parameters; step() arguments that are no number (a
+bool, text, None, an int past a double); a config key that is no str, a config that is no dict;
+a Param field of another type (placement 'EXPERT', lr_mult True); a state kind that is none, a
+bool step count, a name where a Param is taken. Each is refused with a ValueError (or the
+library's shardopt.Error) naming what was wrong, or stepped within the buffers it was given:
+never a crash, never a name or layout other than the one checked.
 
     SHARDOPT_LIBRARY=build/libshardopt.so python3 test_hostile.py"""
 import json
@@ -254,6 +254,33 @@ def param_fields_of_another_type_name_the_parameter():
     opt.close()
 
 
+def state_kinds_steps_and_params_of_another_type_are_named():
+    """get_state(p, "MOMENTUM") raised a bare KeyError, set_step(p, True) set step 1, algo("w")
+    an AttributeError ('str' object has no attribute 'name')"""
+    w, g = arrays()
+    p, opt = one(w, g)
+    opt.step(lr=0.01)
+    m = opt.get_state(p, "momentum")
+    calls = [(lambda: opt.get_state(p, "MOMENTUM"), "w: state kind 'MOMENTUM': accepted momentum"),
+             (lambda: opt.state_info(p, 0), "w: state kind 0"),
+             (lambda: opt.set_state(p, None, m), "w: state kind None"),
+             (lambda: opt.set_step(p, True), "w: step = True: a step count is an integer, not"),
+             (lambda: opt.algo("w"), "'w' is a str: pass the shardopt.Param"),
+             (lambda: opt.get_step("w"), "'w' is a str")]
+    for fn, word in calls:
+        try:
+            fn()
+            check(False, f"'{word}': accepted")
+        except ValueError as e:
+            check(word in str(e), f"'{word}' not in: {e}")
+        except Exception as e:  # noqa: BLE001
+            check(False, f"'{word}': {type(e).__name__} ({e}), expected ValueError")
+    check(opt.get_step(p) == 1, f"step count {opt.get_step(p)} after the refusals, expected 1")
+    opt.set_step(p, np.int64(4))  # numpy's integers are still step counts
+    check(opt.get_step(p) == 4, "set_step(np.int64(4)) did not set 4")
+    opt.close()
+
+
 def runs(fn):
     """fn() completes (it checks what it must); an exception is this probe's failure"""
     try:
@@ -274,5 +301,6 @@ refused(one_array_as_two_parameters, shardopt.Error, "share memory")
 runs(step_arguments_that_are_no_number_name_themselves)
 runs(config_keys_that_are_no_str_and_configs_that_are_no_dict)
 runs(param_fields_of_another_type_name_the_parameter)
+runs(state_kinds_steps_and_params_of_another_type_are_named)
 print(f"test_hostile: {'ok' if not failures else f'{len(failures)} failure(s)'}", flush=True)
 sys.exit(1 if failures else 0)

@@ -176,7 +176,9 @@ void config_key_accepted(const struct config_key *k, char *out, size_t len)
             o += (size_t)snprintf(out + o, len - o, "%s %s", i ? "," : "", k->enum_names[i]);
         break;
     }
-    case CFG_U64: snprintf(out, len, "an integer in [0, 2^64)"); break;
+    case CFG_U64:
+        snprintf(out, len, "an integer in [0, 2^64) (decimal digits; 5.0 or 1e3 below 2^53)");
+        break;
     case CFG_STRING:
         snprintf(out, len, "UTF-8 text of at most %d bytes without control characters",
                  SHARDOPT_PATTERNS_MAX - 1);
@@ -320,6 +322,31 @@ static int parse_double(const char *s, double *out)
     return end == s + n;
 }
 
+/* The whole of s a decimal number (decimal_len's grammar) whose value is an integer in
+ * [lo, hi]: "5.0", "5e0", "4.", "1e3"; 0 for "5.5", "1e400", "1e-400" (ERANGE) or junk. */
+static int integral_text(const char *s, double lo, double hi, double *out)
+{
+    const size_t n = decimal_len(s, 0);
+    if (n == 0 || s[n] != '\0')
+        return 0;
+    errno = 0;
+    const double v = strtod(s, NULL);
+    if (errno == ERANGE || v != floor(v) || !(v >= lo && v <= hi))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static shardopt_status_t fail_integers(const struct config_key *k, const char *source,
+                                       const char *value)
+{
+    char acc[160];
+    config_key_accepted(k, acc, sizeof acc);
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "config %s = %s: accepted integers %s (an integral number: 5, 5.0 or 5e0)",
+                    source, value, acc);
+}
+
 static int parse_coeffs(const char *s, double (*c)[3], int *steps)
 {
     int n = 0;
@@ -375,16 +402,20 @@ shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
         size_t n = decimal_len(text, 1);
         errno = 0;
         long long v = strtoll(text, &end, 10);
-        if ((n == 0 || end != text + n || *end != '\0') && text[decimal_len(text, 0)] == '\0' &&
-            decimal_len(text, 0) > 0) {
-            /* a number that is not an integer ("5.0", "1e3", "4."): "accepted [1, 16]" named a
-             * range 5.0 lies in; say what is wrong, as a JSON file's refusal does */
-            char acc[160];
-            config_key_accepted(k, acc, sizeof acc);
-            return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                            "config %s = %s: accepted integers %s, in decimal digits without a "
-                            "fraction or an exponent",
-                            source, quoted, acc);
+        if (n == 0 || end != text + n || *end != '\0') {
+            /* "5.0", "5e0", "4.": a JSON file takes an integral number for an int key, so the
+             * text of config_set and SHARDOPT_<KEY> does too (it refused "5.0" as "accepted
+             * [1, 16]", a range 5.0 lies in); "5.5" is refused as the file refuses it */
+            double dv;
+            if (!integral_text(text, -2147483648.0, 2147483647.0, &dv)) {
+                const size_t nd = decimal_len(text, 0); /* a number, or no number at all */
+                return nd > 0 && text[nd] == '\0' ? fail_integers(k, source, quoted)
+                                                  : fail_value(k, source, quoted);
+            }
+            if (!in_range(k, dv))
+                return fail_value(k, source, quoted);
+            *(int *)field_mut(cfg, k) = (int)dv;
+            return SHARDOPT_OK;
         }
         if (n == 0 || end != text + n || *end != '\0' || errno == ERANGE || !in_range(k, (double)v))
             return fail_value(k, source, quoted);
@@ -419,6 +450,13 @@ shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
         if (text[0] < '0' || text[0] > '9')
             return fail_value(k, source, quoted);
         unsigned long long v = strtoull(text, &end, 10);
+        double dv;
+        /* an integral number below 2^53 written with a fraction or an exponent ("5.0", "1e3"),
+         * as a JSON file takes it (exact in a double there) */
+        if (*end != '\0' && integral_text(text, 0, 9007199254740991.0, &dv)) {
+            *(uint64_t *)field_mut(cfg, k) = (uint64_t)dv;
+            return SHARDOPT_OK;
+        }
         if (*end != '\0' || errno == ERANGE)
             return fail_value(k, source, quoted);
         *(uint64_t *)field_mut(cfg, k) = v;

@@ -86,10 +86,16 @@ static int value_matches(const struct config_key *k, const shardopt_config_t *cf
     case CFG_DOUBLE:
         return is_decimal(value, 0) && isfinite(*(const double *)f) &&
                *(const double *)f == strtod(value, NULL);
-    case CFG_INT: return is_decimal(value, 1) && *(const int *)f == strtoll(value, NULL, 10);
+    /* an int key takes an integral number as a JSON file does ("5.0", "5e0"); a 64-bit key
+     * digits, or such a number below 2^53 (exact in a double) */
+    case CFG_INT: return is_decimal(value, 0) && (double)*(const int *)f == strtod(value, NULL);
     case CFG_U64:
-        return is_decimal(value, 1) && value[0] != '-' &&
-               *(const uint64_t *)f == strtoull(value, NULL, 10);
+        if (!is_decimal(value, 0) || value[0] == '-' || value[0] == '+')
+            return 0;
+        if (is_decimal(value, 1))
+            return *(const uint64_t *)f == strtoull(value, NULL, 10);
+        return strtod(value, NULL) < 9007199254740992.0 &&
+               (double)*(const uint64_t *)f == strtod(value, NULL);
     case CFG_COEFFS: /* numbers, separators and spaces only: no hex, inf, nan or tabs */
         return strspn(value, "0123456789+-.eE,; ") == strlen(value);
     case CFG_BOOL:

@@ -223,7 +223,7 @@ TEST(environment_values_with_junk_overflow_empty_or_sign_are_refused)
         {"SHARDOPT_MOMENTUM_DTYPE", "BF16\x1b"},
         {"SHARDOPT_COMM_TIMEOUT_S", "-5"},
         {"SHARDOPT_HOST_STORE_LIMIT", "-1"},
-        {"SHARDOPT_KEEP_LAST", "1e3"},
+        {"SHARDOPT_KEEP_LAST", "1.5"}, /* 1e3 is 1000, as a JSON file's 1e3 (test_config_edges) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         shardopt_config_t c = SHARDOPT_CONFIG_INIT, before = c;

@@ -1,7 +1,9 @@
 /* Buffers of the step that share memory (alias_check.h). */
 #include "runtime/step/alias_check.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "base/status.h"
@@ -33,12 +35,78 @@ static shardopt_status_t refuse(shardopt_runtime_t rt, const struct alias_span *
                     rt->params[b->param]->name, (void *)b->lo, (size_t)(b->hi - b->lo), what);
 }
 
+/* The data spans (sorted by lo) against /proc/self/maps (in address order too): the first span
+ * not wholly inside mappings this process may write, or -1 (also where the maps cannot be read:
+ * no check then). A host step writing a PROT_READ mapping (np.load(mmap_mode='r') handed to
+ * torch.from_numpy, weights mapped read-only) died of SIGSEGV inside the step. */
+static int read_only_span(const struct alias_span *sp, int n, char *perms, char *path, size_t len)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (f == NULL)
+        return -1;
+    char line[512];
+    int j = 0, bad = -1;
+    uintptr_t covered = 0; /* the span's bytes below this lie in writable mappings */
+    while (j < n && bad < 0 && fgets(line, sizeof line, f) != NULL) {
+        const int whole = strchr(line, '\n') != NULL;
+        unsigned long lo, hi;
+        char pm[8] = "", name[256] = "";
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %255s", &lo, &hi, pm, name) < 3)
+            lo = hi = 0;
+        for (int c; !whole && (c = fgetc(f)) != EOF && c != '\n';)
+            ;                                           /* the rest of a long path */
+        for (; j < n && bad < 0 && sp[j].hi <= lo; j++) /* a gap before this mapping */
+            if (covered < sp[j].hi)
+                bad = j;
+        for (; j < n && bad < 0 && sp[j].lo < hi; j++) {
+            if (covered < sp[j].lo)
+                covered = sp[j].lo;
+            if (covered < lo || pm[1] != 'w') {
+                bad = j;
+                if (covered >= lo) { /* else a gap: the defaults say no mapping */
+                    snprintf(perms, 8, "%s", pm);
+                    snprintf(path, len, "%s", name[0] ? name : "anonymous");
+                }
+                break;
+            }
+            covered = hi;
+            if (sp[j].hi > hi)
+                break; /* it goes on into the next mapping */
+        }
+    }
+    if (bad < 0 && j < n && covered < sp[j].hi)
+        bad = j; /* past the last mapping */
+    fclose(f);
+    return bad;
+}
+
+static shardopt_status_t read_only_check(shardopt_runtime_t rt, int n)
+{
+    int m = 0;
+    for (int j = 0; j < n; j++) /* the data spans, in order: the step writes those */
+        if (!rt->alias[j].grad)
+            rt->alias[m++] = rt->alias[j];
+    char perms[8] = "none", path[256] = "no mapping";
+    const int bad = read_only_span(rt->alias, m, perms, path, sizeof path);
+    if (bad < 0)
+        return SHARDOPT_OK;
+    const struct alias_span *s = &rt->alias[bad];
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "step: rank %d: the data of parameter '%s' [%p, +%zu bytes) lies in memory "
+                    "this process cannot write (%s, %s): the step updates it in place (a "
+                    "read-only mmap: np.load(mmap_mode='r') through torch.from_numpy, weights "
+                    "mapped PROT_READ); pass writable memory; nothing was updated",
+                    rt->groups.me.rank, rt->params[s->param]->name, (void *)s->lo,
+                    (size_t)(s->hi - s->lo), perms, path);
+}
+
 shardopt_status_t alias_check(shardopt_runtime_t rt)
 {
-    int changed = 0, n = 0;
-    for (int i = 0; i < rt->nparams && !changed; i++)
-        changed = rt->params[i]->data != rt->params[i]->alias_data ||
-                  rt->params[i]->grad != rt->params[i]->alias_grad;
+    int changed = 0, data_changed = 0, n = 0;
+    for (int i = 0; i < rt->nparams && !data_changed; i++) {
+        data_changed = rt->params[i]->data != rt->params[i]->alias_data;
+        changed = changed || data_changed || rt->params[i]->grad != rt->params[i]->alias_grad;
+    }
     if (!changed || rt->alias == NULL)
         return SHARDOPT_OK;
     for (int i = 0; i < rt->nparams; i++) {
@@ -64,6 +132,14 @@ shardopt_status_t alias_check(shardopt_runtime_t rt)
             return refuse(rt, &rt->alias[far], s);
         if (far < 0 || s->hi > rt->alias[far].hi)
             far = j;
+    }
+    /* host kernels write the data where it is (device memory, the CUDA backend's or the
+     * simulated device's, is no host mapping to check); read when a data pointer moved, not for
+     * the new gradient buffers of every step */
+    if (data_changed && !rt_on_device(rt)) {
+        const shardopt_status_t st = read_only_check(rt, n);
+        if (st != SHARDOPT_OK)
+            return st;
     }
     for (int i = 0; i < rt->nparams; i++) {
         rt->params[i]->alias_data = rt->params[i]->data;

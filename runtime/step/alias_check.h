@@ -2,7 +2,9 @@
  * weight registered twice, a pointer copied by mistake) are updated twice per step, and a data
  * buffer that is also a gradient (its own or another parameter's) is written while the step reads
  * it; either gives a step that returns OK with wrong values. The step refuses both before it
- * writes anything. Gradients may share memory with each other: they are only read. */
+ * writes anything. Gradients may share memory with each other: they are only read. Where host
+ * kernels write the data, a data buffer in a mapping the process cannot write (/proc/self/maps)
+ * is refused too: the step's first write was a SIGSEGV. */
 #ifndef RUNTIME_STEP_ALIAS_CHECK_H
 #define RUNTIME_STEP_ALIAS_CHECK_H
 

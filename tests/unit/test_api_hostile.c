@@ -1,9 +1,12 @@
 /* The C API as a hostile or careless caller uses it, beyond test_api_misuse.c: versioned structs
  * whose size or version field lies, names with odd bytes, a tensor of 2^40 elements, gradients
  * that are the parameter, a step after a failed commit, every SHARDOPT_* value with trailing
- * junk, overflow, emptiness or a sign. Each gets a status and a message naming what was wrong;
- * the runtime still finalizes. */
+ * junk, overflow, emptiness or a sign, parameter data in memory the process cannot write. Each
+ * gets a status and a message naming what was wrong; the runtime still finalizes. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fixture.h"
 
@@ -241,4 +244,57 @@ TEST(environment_values_with_junk_overflow_empty_or_sign_are_refused)
                 break;
             }
     }
+}
+
+/* One step of a runtime holding one 8 x 8 parameter whose data is at `data`: its status. */
+static shardopt_status_t step_with_data_at(float *data)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("ro.weight", 2, 8, 8, 0, data, g);
+    shardopt_status_t s = shardopt_register(rt, &d, &p);
+    if (s == SHARDOPT_OK)
+        s = shardopt_commit(rt);
+    if (s == SHARDOPT_OK) {
+        shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+        a.lr = 0.01;
+        s = shardopt_step(rt, &a);
+    }
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    return s;
+}
+
+/* Parameter data in a mapping the process may read but not write (a PROT_READ mmap of weights;
+ * numpy's mmap_mode='r' handed to torch.from_numpy) died of SIGSEGV in the step's first write.
+ * Refused before anything is written, naming the parameter and the mapping; data that crosses
+ * from a writable mapping into a read-only one too, and data over two writable mappings of other
+ * protections is stepped. */
+TEST(parameter_data_in_read_only_memory_is_refused_not_written)
+{
+    for (int i = 0; i < 64; i++)
+        g[i] = 1;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *m =
+        mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_TRUE(m != MAP_FAILED);
+    float *whole = (float *)m, *across = (float *)(m + page - 128);
+    ASSERT_EQ_INT(mprotect(m, 2 * page, PROT_READ), 0);
+    EXPECT_EQ_INT(step_with_data_at(whole), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "the data of parameter 'ro.weight'");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "cannot write (r--p");
+    /* 128 bytes in a writable page, 128 in a read-only one */
+    ASSERT_EQ_INT(mprotect(m, page, PROT_READ | PROT_WRITE), 0);
+    EXPECT_EQ_INT(step_with_data_at(across), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "cannot write");
+    for (size_t i = 0; i < 2 * page; i++)
+        EXPECT_TRUE(i < page || m[i] == 0); /* nothing written (the page read-only holds 0s) */
+    /* two writable mappings (the second also executable: the kernel keeps them apart) */
+    ASSERT_EQ_INT(mprotect(m + page, page, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+    EXPECT_EQ_INT(step_with_data_at(across), SHARDOPT_OK);
+    int moved = 0;
+    for (int i = 0; i < 64; i++)
+        moved += across[i] != 0;
+    EXPECT_TRUE(moved > 0);
+    munmap(m, 2 * page);
 }

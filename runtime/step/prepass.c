@@ -159,6 +159,31 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
         shardopt_status_t st = zero_nonfinite(rt, bad);
         if (st != SHARDOPT_OK)
             return st;
+        /* the finite part of a tensor holding NaN/Inf may itself be too large for the state:
+         * the check above saw only a non-finite sum (test_xcheck's 1e30 gradients with one -Inf
+         * element stepped under zero and overflowed exp_avg_sq to Inf); judged again on the sums
+         * the step uses, with its clipping scale, and agreed over the replicas as the flags are */
+        double zt = 0;
+        for (int i = 0; i < rt->nparams; i++)
+            zt += rt->sumsq[i];
+        const double zn = sqrt(zt);
+        const double zs =
+            max_grad_norm > 0 && zn > max_grad_norm ? max_grad_norm / (zn + 1e-6) : 1.0;
+        int big = 0;
+        for (int i = 0; i < rt->nparams; i++)
+            big += rt->nonfinite[i] && sqrt(rt->sumsq[i]) * zs > PREPASS_GRAD_NORM_MAX;
+        if (g->mesh.dp_replicate > 1 &&
+            comm_allreduce(g, g->rep, MPI_IN_PLACE, &big, 1, MPI_INT, MPI_MAX,
+                           "too-large count all-reduce") != MPI_SUCCESS)
+            return log_fail(SHARDOPT_ERR_COMM,
+                            "step: pre-pass all-reduce of the too-large count over the replicate "
+                            "group failed; nothing was updated");
+        if (big > 0) {
+            r->too_large = big;
+            r->norm = NAN;
+            r->grad_scale = 1.0f;
+            return SHARDOPT_OK;
+        }
         r->nonfinite = 0; /* the kernels treat those elements as 0: the step goes ahead */
     }
     for (int i = 0; i < rt->nparams; i++)

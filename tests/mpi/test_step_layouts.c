@@ -412,14 +412,16 @@ static float weight_at(const void *buf, shardopt_dtype_t dt, int64_t i)
  * handled as NaN/Inf gradients are: skipped (skip, and zero, which has no element to zero), or
  * ERR_NONFINITE (error), on every rank, nothing written. Clipped below the limit they step, and
  * every weight stays finite. Before: the step returned OK, the momentum overflowed to Inf, and
- * from the second such step every weight of the matrix was NaN. */
+ * from the second such step every weight of the matrix was NaN. Mode 3: zero with a NaN among
+ * those gradients too (test_xcheck's find: the tensor was flagged for its NaN only, the too-large
+ * check never saw its finite part, and the step went ahead: Inf state, NaN weights). */
 TEST(gradients_too_large_for_the_state_skip_or_fail_everywhere)
 {
     setup();
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 4; mode++) {
         shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
         cfg.nonfinite = mode == 1   ? SHARDOPT_NONFINITE_ERROR
-                        : mode == 2 ? SHARDOPT_NONFINITE_ZERO
+                        : mode >= 2 ? SHARDOPT_NONFINITE_ZERO
                                     : SHARDOPT_NONFINITE_SKIP;
         struct run d = {0};
         ASSERT_EQ_INT(run_setup(&d, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
@@ -434,7 +436,7 @@ TEST(gradients_too_large_for_the_state_skip_or_fail_everywhere)
             if (me == world - 1)
                 for (int p = 2; p <= 11; p += 9)
                     for (int64_t i = 0; i < d.box[p].numel; i++)
-                        ((float *)d.g[p])[i] = 3e38f;
+                        ((float *)d.g[p])[i] = mode == 3 && i == 0 ? NAN : 3e38f;
             const shardopt_status_t status = shardopt_step(d.rt, &args);
             shardopt_stats_t st = SHARDOPT_STATS_INIT;
             shardopt_get_stats(d.rt, &st);
@@ -460,7 +462,7 @@ TEST(gradients_too_large_for_the_state_skip_or_fail_everywhere)
             if (me == world - 1)
                 for (int p = 2; p <= 11; p += 9)
                     for (int64_t i = 0; i < d.box[p].numel; i++)
-                        ((float *)d.g[p])[i] = 3e38f;
+                        ((float *)d.g[p])[i] = mode == 3 && i == 0 ? NAN : 3e38f;
             EXPECT_EQ_INT(shardopt_step(d.rt, &args), SHARDOPT_OK);
         }
         shardopt_stats_t st = SHARDOPT_STATS_INIT;

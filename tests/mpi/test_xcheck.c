@@ -42,7 +42,12 @@
  * tensors of 1 to 4093 (prime) elements; lr_mult / wd_mult of 1e-3 and 7; a resume on other
  * update options than the save's (state and weight dtypes, which the load converts, comm_dtype,
  * roundings, ns_algorithm, nesterov, weight decays, lr_scale), the one-rank run saving and
- * loading at the same step and the reference converting there.
+ * loading at the same step and the reference converting there. Drawn after those (draw_v7; not on
+ * the CTests' fixed SHARDOPT_XCHECK_SEEDS): each run's parameters registered in another order (the
+ * checkpoint between them matched by name), a rank registering two swapped (commit must refuse it
+ * with ERR_MISMATCH on every rank), a resume on 5 or 7 ranks, and gradients far from 1 in
+ * magnitude (zero, subnormal, 1e-20, 1e15, 1e30: too large for the state, a skipped step) on one
+ * tensor; SHARDOPT_XCHECK_V7=1 draws the magnitudes on every combo (and draw_v7 on listed seeds).
  * test_xcheck_nccl is this file over the mock NCCL (tests/mock/nccl_mock.c, as
  * test_device_sim_nccl): every combo a devsim one, its exchanges NCCL's (comm_backend = nccl's
  * path) unless offload = cpu. Where commit refuses ns_compute = bf16 a drawn bf16 runs in fp32
@@ -163,6 +168,16 @@ struct combo {
     int nsc_flip;               /* ns_compute bf16 <-> fp32 (auto: bf16), not on devsim */
     shardopt_ns_compute_t nsc2; /* what the resume's one-rank runtime resolved (run_combo) */
     double wd2, awd2;
+    /* gsc[s][p] (draw_v7): a factor on tensor p's gradient at step s: 0 (a zero gradient),
+     * 1e-39 (fp32 / bf16 subnormals), 1e-20 (squares below fp32's range), 1e18 and 1e30 (squares
+     * past it), the same on both runs and in the reference */
+    double gsc[MAXSTEPS + 1][MAXP];
+    /* order[li][j] (draw_v7): the j-th parameter the runtime of layout li registers (every rank
+     * of it alike; the one-rank run's too): the first run, the resume and the checkpoint between
+     * them in other orders. misorder: before the combo, one rank of L[0] registers two tensors
+     * swapped, which commit must refuse on every rank (docs/api.md: same order on every rank) */
+    unsigned char order[2][MAXP];
+    int misorder;
 };
 
 static uint64_t mix(uint64_t x)
@@ -700,9 +715,60 @@ static void draw_v6(struct combo *c)
     }
 }
 
+/* The options drawn after draw_v6's (a seed keeps every earlier draw): registration orders per
+ * run, a misordered rank, a resume on 5 or 7 ranks; gradients far from 1 in magnitude, for one or
+ * two tensors on one step or on every step: zero, subnormal (1e-39: fp32's and
+ * bf16's smallest normal is 1.2e-38), 1e-20 (whose squares, AdamW's second moment and the
+ * norms' sums, fall below fp32's range), 1e15 (squares near 1e30, a norm far under 1e18) and 1e30
+ * (a norm past 1e18 unless clipping brings it under: a step the state cannot hold, handled as a
+ * NaN one, docs/config.md, nonfinite; too_large_at). */
+static void draw_v7(struct combo *c)
+{
+    /* the fixed seeds of the CTests name combos as they were found, before these draws */
+    if (getenv("SHARDOPT_XCHECK_SEEDS") != NULL && getenv("SHARDOPT_XCHECK_V7") == NULL)
+        return;
+    /* registration orders (a Fisher-Yates shuffle of each run's list) */
+    for (int li = 0; li < 2; li++)
+        if (pick(3) == 0)
+            for (int j = c->np - 1; j > 0; j--) {
+                const int k = pick(j + 1);
+                const unsigned char x = c->order[li][j];
+                c->order[li][j] = c->order[li][k];
+                c->order[li][k] = x;
+            }
+    c->misorder = pick(8) == 0;
+    /* a resume on 5 or 7 ranks (draw_prime_layout draws the first run's only) */
+    if (c->ckpt && world >= 5 && pick(6) == 0) {
+        for (int tries = 0; tries < 16; tries++) {
+            const struct xlayout L = draw_layout(world >= 7 && pick(2) ? 7 : 5);
+            if (ep_fits(c, L.ep)) {
+                c->L[1] = L;
+                break;
+            }
+        }
+    }
+    if (getenv("SHARDOPT_XCHECK_V7") == NULL && pick(3) != 0)
+        return;
+    const int n = 1 + pick(2);
+    for (int j = 0; j < n; j++) {
+        /* the NaN's tensor one time in two where there is one: a step with both */
+        const int p = c->bad_step > 0 && pick(2) ? c->bad_p : pick(c->np);
+        const double f = pickd((const double[]){0.0, 1e-39, 1e-20, 1e15, 1e30}, 5);
+        const int one = pick(2) ? 1 + pick(c->nsteps) : 0; /* 0: every step */
+        for (int s = 1; s <= c->nsteps; s++)
+            if (one == 0 || s == one)
+                c->gsc[s][p] = f;
+    }
+}
+
 static void draw_combo(struct combo *c, uint64_t seed)
 {
     memset(c, 0, sizeof *c);
+    for (int s = 0; s <= MAXSTEPS; s++)
+        for (int p = 0; p < MAXP; p++)
+            c->gsc[s][p] = 1;
+    for (int p = 0; p < MAXP; p++)
+        c->order[0][p] = c->order[1][p] = (unsigned char)p;
     rnd_state = seed * 0x100000001B3ull;
     c->seed = seed;
     shardopt_config_t *g = &c->cfg;
@@ -857,6 +923,7 @@ static void draw_combo(struct combo *c, uint64_t seed)
             draw_huge(c);
         fill_step_args(c);
         draw_v6(c);
+        draw_v7(c);
     } else { /* the draws before draw_more's options: the seeds the docs cite */
         for (int s = 0; s <= MAXSTEPS; s++) {
             c->mom[s] = -1;
@@ -926,6 +993,17 @@ static void describe(const struct combo *c, char *out, size_t len)
                       shardopt_dtype_name(c->adt2), shardopt_dtype_name(c->vdt2),
                       shardopt_dtype_name(c->cdt2), c->pr2 ? "sr" : "rne", c->alg2, c->nest2,
                       c->wd2, c->awd2, c->lrs2, c->nsc_flip ? "flip" : "same");
+    for (int li = 0; li < 2 && k < (int)len; li++) {
+        k += snprintf(out + k, len - (size_t)k, " order%d ", li);
+        for (int p = 0; p < c->np && k < (int)len; p++)
+            k += snprintf(out + k, len - (size_t)k, "%d", c->order[li][p]);
+    }
+    if (c->misorder && k < (int)len)
+        k += snprintf(out + k, len - (size_t)k, " misorder");
+    for (int s = 1; s <= c->nsteps && k < (int)len; s++)
+        for (int p = 0; p < c->np && k < (int)len; p++)
+            if (c->gsc[s][p] != 1)
+                k += snprintf(out + k, len - (size_t)k, " gsc s%d:p%d=%g", s, p, c->gsc[s][p]);
     if (c->skip_missing && k < (int)len) {
         k += snprintf(out + k, len - (size_t)k, " | skipmiss many %d emptynull %d:", c->set_many,
                       c->empty_null);
@@ -1112,8 +1190,9 @@ static double load(const void *buf, shardopt_dtype_t dt, int64_t i)
 /* Set up layout L on comm (MPI_COMM_SELF: one rank). `init[p]`: the global initial values, or
  * NULL for value(.., 0, ..); `zero_weights`: register zeros (a load with ckpt_weights fills them).
  */
-static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_Comm comm,
-                                    struct xlayout L, int li, double *const *init, int zero_weights)
+static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, MPI_Comm comm,
+                                         struct xlayout L, int li, double *const *init,
+                                         int zero_weights, int swap)
 {
     shardopt_config_t cfg = c->cfg;
     int rank, n;
@@ -1163,7 +1242,11 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
         s.expert_shard_size != xs)
         fprintf(stderr, "rank %d: coordinates %d/%d/%d differ from docs/api.md's %d/%d/%d\n", rank,
                 s.dense_rank, s.ep_rank, s.expert_shard_rank, d, ep_rank, xs_rank);
-    for (int p = 0; p < c->np; p++) {
+    for (int j = 0; j < c->np; j++) {
+        /* draw_v7's order of registration; swap: this rank registers the first two swapped */
+        int p = c->order[li][j];
+        if (swap && j < 2 && c->np > 1)
+            p = c->order[li][1 - j];
         const struct xparam *t = &c->p[p];
         int64_t *lo = r->lo[p], *len = r->len[p], off, length;
         for (int k = 0; k < 3; k++) {
@@ -1223,12 +1306,18 @@ static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_C
     return shardopt_commit(r->rt);
 }
 
+static shardopt_status_t xrun_setup(struct xrun *r, const struct combo *c, MPI_Comm comm,
+                                    struct xlayout L, int li, double *const *init, int zero_weights)
+{
+    return xrun_setup_swap(r, c, comm, L, li, init, zero_weights, 0);
+}
+
 /* Gradient element gi of tensor p at `step`: value(), or the drawn NaN / Inf. */
 static double grad_value(const struct combo *c, int p, int step, int64_t gi)
 {
     if (step == c->bad_step && p == c->bad_p && gi == c->bad_gi)
         return c->bad_inf ? -INFINITY : NAN;
-    return value(c, p, step, gi);
+    return value(c, p, step, gi) * (step >= 0 && step <= MAXSTEPS ? c->gsc[step][p] : 1);
 }
 
 static void grads_of(const struct combo *c, const struct xparam *t, int p, int step,
@@ -1242,6 +1331,61 @@ static void grads_of(const struct combo *c, const struct xparam *t, int p, int s
 static int bad_at(const struct combo *c, int s)
 {
     return c->bad_step > 0 && s == c->bad_step && !(c->skip_missing && c->missing[s][c->bad_p]);
+}
+
+/* Is step s one whose gradients are too large for the state (docs/config.md, nonfinite: a
+ * finite tensor's norm over 1e18 once clipped, the clipping norm over the finite tensors), which
+ * the library skips (or fails, under nonfinite = error) as a NaN one? draw_v7's 1e30 gradients:
+ * far past 1e18 unclipped, at most max_grad_norm clipped, so no layout's summation order can
+ * decide otherwise. */
+static int too_large_at(const struct combo *c, int s)
+{
+    double ss[MAXP], total = 0;
+    int fin[MAXP], big = 0;
+    for (int p = 0; p < c->np; p++) {
+        const struct xparam *t = &c->p[p];
+        ss[p] = 0;
+        fin[p] = 1;
+        big |= c->gsc[s][p] > 1e20;
+        for (int64_t i = 0; i < numel_of(t) && !(c->skip_missing && c->missing[s][p]); i++) {
+            const double v = xref_round(grad_value(c, p, s, i), t->gdtype);
+            if (!isfinite(v))
+                fin[p] = 0;
+            else
+                ss[p] += v * v;
+        }
+        total += fin[p] ? ss[p] : 0;
+    }
+    if (!big)
+        return 0;
+    const double norm = sqrt(total), clip = c->clips[s];
+    const double scale = clip > 0 && norm > clip ? clip / (norm + 1e-6) : 1.0;
+    int nf = 0;
+    for (int p = 0; p < c->np; p++) {
+        if (fin[p] && sqrt(ss[p]) * scale > 1e18)
+            return 1;
+        nf += !fin[p];
+    }
+    if (!nf || c->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO)
+        return 0;
+    /* zero: a tensor with NaN/Inf steps on its finite elements, which may be too large too,
+     * under the scale of the norm that counts them */
+    double all = 0;
+    for (int p = 0; p < c->np; p++)
+        all += ss[p];
+    const double za = sqrt(all), zs = clip > 0 && za > clip ? clip / (za + 1e-6) : 1.0;
+    for (int p = 0; p < c->np; p++)
+        if (!fin[p] && sqrt(ss[p]) * zs > 1e18)
+            return 2; /* prepass.c's second judgement */
+    return 0;
+}
+
+static int steps_too_large[3]; /* rank 0: the reference's steps too large (2: zero's NaN tensor) */
+
+/* Does step s write nothing (a NaN skipped or refused, or gradients too large for the state)? */
+static int skipped_at(const struct combo *c, int s)
+{
+    return (bad_at(c, s) && c->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO) || too_large_at(c, s);
 }
 
 static int xcheck_stream; /* what args.stream points at: the simulated device orders nothing */
@@ -1284,7 +1428,8 @@ static shardopt_status_t xrun_steps(struct xrun *r, const struct combo *c, int f
         a.adamw_eps = c->aeps[s];
         a.stream = c->stream ? (void *)&xcheck_stream : NULL;
         st = shardopt_step(r->rt, &a);
-        const int want_error = c->cfg.nonfinite == SHARDOPT_NONFINITE_ERROR && bad_at(c, s);
+        const int want_error =
+            c->cfg.nonfinite == SHARDOPT_NONFINITE_ERROR && (bad_at(c, s) || too_large_at(c, s));
         if (want_error && st == SHARDOPT_ERR_NONFINITE)
             continue; /* nothing written: the reference skips that step */
         if (want_error && st == SHARDOPT_OK) {
@@ -1433,9 +1578,13 @@ static double rel_err(const double *got, const double *want, const double *base,
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
         const double mag = base ? fmax(fabs(want[i]), fabs(base[i])) : fabs(want[i]);
-        const double ulp = ulps > 0 ? ulps * mag / 128.0 : 0;
+        /* below the normal range a bf16 ulp is 2^-133 whatever the value (draw_v7's subnormal
+         * gradients: a stochastically rounded momentum of 1e-40 is one such ulp from nearest), and
+         * fp32's arithmetic there rounds to 2^-149: 8 of those allowed everywhere, which no value
+         * of normal size notices */
+        const double ulp = ulps > 0 ? ulps * fmax(mag, 0x1p-126) / 128.0 : 0;
         /* a NaN must not pass: fmax would drop it */
-        const double d = fabs(got[i] - want[i]) - ulp;
+        const double d = fabs(got[i] - want[i]) - ulp - 0x1p-146;
         const double e = isnan(d) ? INFINITY : fmax(0.0, d);
         num += e * e;
         const double dd = scale ? scale[i] : base ? want[i] - base[i] : want[i];
@@ -1574,7 +1723,8 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
                 }
         /* a non-finite gradient (docs/config.md, nonfinite): skip changes nothing, step count
          * included; zero steps with that element 0, in the norm too */
-        if (bad_at(c, s) && c->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO)
+        steps_too_large[too_large_at(c, s)]++;
+        if (skipped_at(c, s))
             continue; /* skip, or error: nothing written either way */
         unsigned char skip[MAXP];
         for (int p = 0; p < c->np; p++) {
@@ -1676,6 +1826,10 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
                             rel_err(one[k][p] + m0, want[k] + m0, init[p] + m0, NULL, per, ulps),
                             one[k][p][m0], want[k][m0], init[p][m0]);
             }
+            if (e > tk && k > 0 && getenv("SHARDOPT_XCHECK_DEBUG") != NULL)
+                for (int64_t i = 0; i < t[p].numel && i < 8; i++)
+                    fprintf(stderr, "    state %d [%lld]: got %.9g want %.9g\n", k, (long long)i,
+                            one[k][p][i], want[k][i]);
             if (e > tk) {
                 char what[200];
                 snprintf(what, sizeof what,
@@ -1765,7 +1919,7 @@ static shardopt_status_t xrun_midrun(struct xrun *r, const struct combo *c, MPI_
     const size_t wbytes = snapshot(r, c, NULL);
     for (int s = 1; s <= c->nsteps && st == SHARDOPT_OK; s++) {
         st = xrun_steps(r, c, s, s);
-        if (st != SHARDOPT_OK || (bad_at(c, s) && c->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO))
+        if (st != SHARDOPT_OK || skipped_at(c, s))
             continue;
         st = shardopt_save(r->rt, ckpt_root);
         at[ns] = s;
@@ -1956,6 +2110,20 @@ static void run_combo(const struct combo *c)
     MPI_Comm comm;
     const int first_end = c->ckpt ? c->ckpt_after : c->nsteps;
     MPI_Comm_split(MPI_COMM_WORLD, me < c->L[0].n ? 0 : MPI_UNDEFINED, me, &comm);
+    if (comm != MPI_COMM_NULL && c->misorder) { /* the last rank registers two swapped */
+        struct xrun r;
+        st = xrun_setup_swap(&r, c, comm, c->L[0], 0, NULL, 0, me == c->L[0].n - 1);
+        int mine = st == SHARDOPT_ERR_MISMATCH, all = 0;
+        MPI_Reduce(&mine, &all, 1, MPI_INT, MPI_SUM, 0, comm);
+        if (me == 0 && all != c->L[0].n) {
+            snprintf(what, sizeof what,
+                     "misordered registration on rank %d: commit status %d on rank 0, "
+                     "ERR_MISMATCH on %d of %d ranks",
+                     c->L[0].n - 1, st, all, c->L[0].n);
+            report(c, what);
+        }
+        xrun_free(&r, c->np);
+    }
     if (comm != MPI_COMM_NULL) {
         struct xrun r;
         st = xrun_setup(&r, c, comm, c->L[0], 0, NULL, 0);
@@ -2178,6 +2346,9 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
                "sharded or team Newton-Schulz against one rank %.3g\n",
                combos, combos_sharded, combos_midrun, combos_faulted, combos_nccl, combos_re,
                failures_total, worst_ref_err, worst_sharded_err);
+        printf("  steps too large for the state: %d (%d of them a tensor with NaN/Inf under "
+               "nonfinite = zero)\n",
+               steps_too_large[1] + steps_too_large[2], steps_too_large[2]);
         fixture_rmtree(ckpt_root);
     }
     MPI_Bcast(&failures_total, 1, MPI_INT, 0, MPI_COMM_WORLD);

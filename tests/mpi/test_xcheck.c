@@ -46,9 +46,10 @@
  * the CTests' fixed SHARDOPT_XCHECK_SEEDS): each run's parameters registered in another order (the
  * checkpoint between them matched by name), a rank registering two swapped (commit must refuse it
  * with ERR_MISMATCH on every rank), a resume on 5 or 7 ranks, and gradients far from 1 in
- * magnitude (zero, subnormal, 1e-20, 1e15, 1e30: too large for the state, a skipped step) on one
- * tensor; SHARDOPT_XCHECK_V7=1 draws the magnitudes on every combo (and draw_v7 on listed seeds).
- * test_xcheck_nccl is this file over the mock NCCL (tests/mock/nccl_mock.c, as
+ * magnitude (zero, subnormal, 1e-20, 1e15, 1e30 and 3e37: too large for the state, a skipped step
+ * unless clipped, the clipping scale then subnormal in fp32) on one or two tensors, every other row
+ * zero on others; SHARDOPT_XCHECK_V7=1 draws the magnitudes on every combo (and draw_v7 on listed
+ * seeds). test_xcheck_nccl is this file over the mock NCCL (tests/mock/nccl_mock.c, as
  * test_device_sim_nccl): every combo a devsim one, its exchanges NCCL's (comm_backend = nccl's
  * path) unless offload = cpu. Where commit refuses ns_compute = bf16 a drawn bf16 runs in fp32
  * (no CPU since the fp32 sgemm fallback for a oneDNN without bf16 matmul, ns_bf16_plan.h; the
@@ -759,6 +760,27 @@ static void draw_v7(struct combo *c)
             if (one == 0 || s == one)
                 c->gsc[s][p] = f;
     }
+    /* drawn last (the seeds above keep their combos): 3e37 for 1e30 one time in two, whose
+     * clipping scale (max_grad_norm over a norm near 1e38) is below fp32's normal range */
+    for (int p = 0; p < c->np; p++) {
+        int huge = 0;
+        for (int s = 1; s <= c->nsteps; s++)
+            huge |= c->gsc[s][p] == 1e30;
+        if (huge && pick(2))
+            for (int s = 1; s <= c->nsteps; s++)
+                c->gsc[s][p] = c->gsc[s][p] == 1e30 ? 3e37 : c->gsc[s][p];
+    }
+    /* and -1: every other row of a tensor's gradient zero (grad_value; the stored rows, so a
+     * transposed matrix's columns), one tensor in five of those left at 1: AOL's row scales and
+     * the iterations on a rank-deficient input */
+    for (int p = 0; p < c->np; p++) {
+        int plain = 1;
+        for (int s = 1; s <= c->nsteps; s++)
+            plain &= c->gsc[s][p] == 1;
+        if (plain && pick(5) == 0)
+            for (int s = 1; s <= c->nsteps; s++)
+                c->gsc[s][p] = -1;
+    }
 }
 
 static void draw_combo(struct combo *c, uint64_t seed)
@@ -1317,7 +1339,10 @@ static double grad_value(const struct combo *c, int p, int step, int64_t gi)
 {
     if (step == c->bad_step && p == c->bad_p && gi == c->bad_gi)
         return c->bad_inf ? -INFINITY : NAN;
-    return value(c, p, step, gi) * (step >= 0 && step <= MAXSTEPS ? c->gsc[step][p] : 1);
+    const double f = step >= 0 && step <= MAXSTEPS ? c->gsc[step][p] : 1;
+    if (f == -1) /* draw_v7: every other stored row zero */
+        return (gi / c->p[p].shape[c->p[p].ndim - 1]) % 2 ? 0.0 : value(c, p, step, gi);
+    return value(c, p, step, gi) * f;
 }
 
 static void grads_of(const struct combo *c, const struct xparam *t, int p, int step,

@@ -48,12 +48,12 @@
  * with ERR_MISMATCH on every rank), a resume on 5 or 7 ranks, and gradients far from 1 in
  * magnitude (zero, subnormal, 1e-20, 1e15, 1e30 and 3e37: too large for the state, a skipped step
  * unless clipped, the clipping scale then subnormal in fp32) on one or two tensors, every other row
- * zero on others; SHARDOPT_XCHECK_V7=1 draws the magnitudes on every combo (and draw_v7 on listed
- * seeds). test_xcheck_nccl is this file over the mock NCCL (tests/mock/nccl_mock.c, as
- * test_device_sim_nccl): every combo a devsim one, its exchanges NCCL's (comm_backend = nccl's
- * path) unless offload = cpu. Where commit refuses ns_compute = bf16 a drawn bf16 runs in fp32
- * (no CPU since the fp32 sgemm fallback for a oneDNN without bf16 matmul, ns_bf16_plan.h; the
- * probe stays for a oneDNN that fails otherwise).
+ * zero on others; one combo in five of those 5 to 8 steps long; SHARDOPT_XCHECK_V7=1 draws the
+ * magnitudes on every combo (and draw_v7 on listed seeds). test_xcheck_nccl is this file over the
+ * mock NCCL (tests/mock/nccl_mock.c, as test_device_sim_nccl): every combo a devsim one, its
+ * exchanges NCCL's (comm_backend = nccl's path) unless offload = cpu. Where commit refuses
+ * ns_compute = bf16 a drawn bf16 runs in fp32 (no CPU since the fp32 sgemm fallback for a oneDNN
+ * without bf16 matmul, ns_bf16_plan.h; the probe stays for a oneDNN that fails otherwise).
  *
  * SHARDOPT_XCHECK_SEED and SHARDOPT_XCHECK_COMBOS override the seed and the count (60 combos take
  * 5-30 s at 8 ranks on 2 cores), SHARDOPT_XCHECK_ONLY runs one seed, SHARDOPT_XCHECK_SET="k=v;.."
@@ -94,7 +94,7 @@
 #endif
 
 #define MAXP     9
-#define MAXSTEPS 4
+#define MAXSTEPS 8 /* draw_combo draws 3-4 steps, draw_v7 up to 8 */
 
 static int world, me;
 
@@ -770,6 +770,11 @@ static void draw_v7(struct combo *c)
             for (int s = 1; s <= c->nsteps; s++)
                 c->gsc[s][p] = c->gsc[s][p] == 1e30 ? 3e37 : c->gsc[s][p];
     }
+    /* a longer run, 5 to 8 steps (AdamW's bias correction, momentum and the step counts over
+     * more steps, the resume later or earlier in it); the steps added keep the defaults the
+     * draws above leave past nsteps (no schedule, every gradient drawn) */
+    if (getenv("SHARDOPT_XCHECK_HUGE") == NULL && !c->ns_fault && pick(5) == 0)
+        c->nsteps = c->nsteps + 2 + pick(MAXSTEPS - c->nsteps - 1);
     /* and -1: every other row of a tensor's gradient zero (grad_value; the stored rows, so a
      * transposed matrix's columns), one tensor in five of those left at 1: AOL's row scales and
      * the iterations on a rank-deficient input */
@@ -2045,7 +2050,7 @@ static void xrun_ns_fault(struct xrun *r, const struct combo *c, MPI_Comm comm)
     int rank, n;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &n);
-    const int s = MAXSTEPS + 1; /* gradients no drawn step has: finite everywhere */
+    const int s = 5; /* gradients of a step no combo with a fault has (3-4 steps): finite */
     sim_open(r);
     for (int p = 0; p < c->np; p++)
         grads_of(c, &c->p[p], p, s, r->lo[p], r->len[p], r->numel[p], r->g[p]);

@@ -48,7 +48,9 @@
  * with ERR_MISMATCH on every rank), a resume on 5 or 7 ranks, and gradients far from 1 in
  * magnitude (zero, subnormal, 1e-20, 1e15, 1e30 and 3e37: too large for the state, a skipped step
  * unless clipped, the clipping scale then subnormal in fp32) on one or two tensors, every other row
- * zero on others; one combo in five of those 5 to 8 steps long; SHARDOPT_XCHECK_V7=1 draws the
+ * zero on others; one combo in five of those 5 to 8 steps long; one in four of those initialized
+ * from a trainer's communicators (shardopt_init_from_groups) whose ranks are a shuffle of the
+ * docs' order, the expert shard group passed or derived; SHARDOPT_XCHECK_V7=1 draws the
  * magnitudes on every combo (and draw_v7 on listed seeds). test_xcheck_nccl is this file over the
  * mock NCCL (tests/mock/nccl_mock.c, as test_device_sim_nccl): every combo a devsim one, its
  * exchanges NCCL's (comm_backend = nccl's path) unless offload = cpu. Where commit refuses
@@ -179,6 +181,9 @@ struct combo {
      * swapped, which commit must refuse on every rank (docs/api.md: same order on every rank) */
     unsigned char order[2][MAXP];
     int misorder;
+    /* groups (draw_v7): the layout runs init from the trainer's communicators
+     * (shardopt_init_from_groups), their ranks shuffled; 2 also passes the expert shard group */
+    int groups;
 };
 
 static uint64_t mix(uint64_t x)
@@ -775,6 +780,9 @@ static void draw_v7(struct combo *c)
      * draws above leave past nsteps (no schedule, every gradient drawn) */
     if (getenv("SHARDOPT_XCHECK_HUGE") == NULL && !c->ns_fault && pick(5) == 0)
         c->nsteps = c->nsteps + 2 + pick(MAXSTEPS - c->nsteps - 1);
+    /* the communicators a trainer built, ranks in another order (shardopt_init_from_groups) */
+    if (pick(4) == 0)
+        c->groups = 1 + pick(2);
     /* and -1: every other row of a tensor's gradient zero (grad_value; the stored rows, so a
      * transposed matrix's columns), one tensor in five of those left at 1: AOL's row scales and
      * the iterations on a rank-deficient input */
@@ -1027,6 +1035,8 @@ static void describe(const struct combo *c, char *out, size_t len)
     }
     if (c->misorder && k < (int)len)
         k += snprintf(out + k, len - (size_t)k, " misorder");
+    if (c->groups && k < (int)len)
+        k += snprintf(out + k, len - (size_t)k, " groups%d", c->groups);
     for (int s = 1; s <= c->nsteps && k < (int)len; s++)
         for (int p = 0; p < c->np && k < (int)len; p++)
             if (c->gsc[s][p] != 1)
@@ -1214,6 +1224,25 @@ static double load(const void *buf, shardopt_dtype_t dt, int64_t i)
     return ((const float *)buf)[i];
 }
 
+/* draw_v7's groups: rank's position in a shuffle of 0..n-1 drawn from the seed and the run. */
+static int shuffled_rank(const struct combo *c, int li, int rank, int n)
+{
+    int perm[64];
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        const int k =
+            (int)(mix(c->seed ^ 0x5eedull ^ (uint64_t)li << 8 ^ (uint64_t)i) % (uint64_t)(i + 1));
+        const int x = perm[i];
+        perm[i] = perm[k];
+        perm[k] = x;
+    }
+    for (int i = 0; i < n; i++)
+        if (perm[i] == rank)
+            return i;
+    return rank;
+}
+
 /* Set up layout L on comm (MPI_COMM_SELF: one rank). `init[p]`: the global initial values, or
  * NULL for value(.., 0, ..); `zero_weights`: register zeros (a load with ckpt_weights fills them).
  */
@@ -1252,7 +1281,29 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
     cfg.cp = L.cp;
     cfg.ep = L.ep;
     memset(r, 0, sizeof *r);
-    shardopt_status_t st = shardopt_init(comm, &cfg, &r->rt);
+    /* the rank the docs' coordinates take: comm's, or with draw_v7's groups the position of
+     * this rank in a shuffle of comm's (the trainer's own communicators, ordered otherwise) */
+    const int v = c->groups && n > 1 ? shuffled_rank(c, li, rank, n) : rank;
+    const int D = L.shard * L.cp, d = v % D, ep_rank = d % L.ep, xs_rank = d / L.ep;
+    const int xs = D / L.ep, r_idx = v / D;
+    shardopt_status_t st;
+    if (c->groups && n > 1) {
+        shardopt_groups_t G = SHARDOPT_GROUPS_INIT;
+        MPI_Comm_split(comm, r_idx, d, &G.dense_shard);
+        if (L.rep > 1)
+            MPI_Comm_split(comm, d, r_idx, &G.replicate);
+        if (L.ep > 1)
+            MPI_Comm_split(comm, r_idx * xs + xs_rank, ep_rank, &G.ep);
+        if (L.ep > 1 && xs > 1 && (c->groups & 2)) /* else derived from the dense and EP groups */
+            MPI_Comm_split(comm, r_idx * L.ep + ep_rank, xs_rank, &G.expert_shard);
+        st = shardopt_init_from_groups(&G, &cfg, &r->rt);
+        MPI_Comm *all[4] = {&G.dense_shard, &G.replicate, &G.ep, &G.expert_shard};
+        for (int k = 0; k < 4; k++)
+            if (*all[k] != MPI_COMM_NULL)
+                MPI_Comm_free(all[k]);
+    } else {
+        st = shardopt_init(comm, &cfg, &r->rt);
+    }
     if (st != SHARDOPT_OK)
         return st;
     if (c->devsim && n > 1) {
@@ -1261,8 +1312,6 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
         if (st != SHARDOPT_OK)
             return st; /* xrun_free finalizes */
     }
-    const int D = L.shard * L.cp, d = rank % D, ep_rank = d % L.ep, xs_rank = d / L.ep;
-    const int xs = D / L.ep;
     shardopt_stats_t s = SHARDOPT_STATS_INIT;
     shardopt_get_stats(r->rt, &s);
     if (s.dense_rank != d || s.ep_rank != ep_rank || s.expert_shard_rank != xs_rank ||

@@ -48,7 +48,8 @@
  * with ERR_MISMATCH on every rank), a resume on 5 or 7 ranks, and gradients far from 1 in
  * magnitude (zero, subnormal, 1e-20, 1e15, 1e30 and 3e37: too large for the state, a skipped step
  * unless clipped, the clipping scale then subnormal in fp32) on one or two tensors, every other row
- * zero on others; one combo in five of those 5 to 8 steps long; one in four of those initialized
+ * zero on others; a matrix made a 3-D DENSE or REPLICATED stack of 2-3 (sharded along any dim);
+ * one combo in five of those 5 to 8 steps long; one in four of those initialized
  * from a trainer's communicators (shardopt_init_from_groups) whose ranks are a shuffle of the
  * docs' order, the expert shard group passed or derived; SHARDOPT_XCHECK_V7=1 draws the
  * magnitudes on every combo (and draw_v7 on listed seeds). test_xcheck_nccl is this file over the
@@ -780,6 +781,20 @@ static void draw_v7(struct combo *c)
      * draws above leave past nsteps (no schedule, every gradient drawn) */
     if (getenv("SHARDOPT_XCHECK_HUGE") == NULL && !c->ns_fault && pick(5) == 0)
         c->nsteps = c->nsteps + 2 + pick(MAXSTEPS - c->nsteps - 1);
+    /* a 2-D dense or replicated tensor made a stack of 2-3 such matrices registered as one 3-D
+     * DENSE / REPLICATED tensor (stacked layers; Muon per matrix as for an expert stack), sharded
+     * along any of its dims */
+    for (int p = 0; p < c->np; p++) {
+        struct xparam *t = &c->p[p];
+        if (t->ndim == 2 && pick(6) == 0) {
+            t->ndim = 3;
+            t->shape[2] = t->shape[1];
+            t->shape[1] = t->shape[0];
+            t->shape[0] = 2 + pick(2);
+            if (t->placement == SHARDOPT_PLACEMENT_DENSE)
+                t->shard_dim = pick(3);
+        }
+    }
     /* the communicators a trainer built, ranks in another order (shardopt_init_from_groups) */
     if (pick(4) == 0)
         c->groups = 1 + pick(2);

@@ -48,12 +48,12 @@
  * with ERR_MISMATCH on every rank), a resume on 5 or 7 ranks, and gradients far from 1 in
  * magnitude (zero, subnormal, 1e-20, 1e15, 1e30 and 3e37: too large for the state, a skipped step
  * unless clipped, the clipping scale then subnormal in fp32) on one or two tensors, every other row
- * zero on others; a matrix made a 3-D DENSE or REPLICATED stack of 2-3 (sharded along any dim);
- * one combo in five of those 5 to 8 steps long; one in four of those initialized
- * from a trainer's communicators (shardopt_init_from_groups) whose ranks are a shuffle of the
- * docs' order, the expert shard group passed or derived; SHARDOPT_XCHECK_V7=1 draws the
- * magnitudes on every combo (and draw_v7 on listed seeds). test_xcheck_nccl is this file over the
- * mock NCCL (tests/mock/nccl_mock.c, as test_device_sim_nccl): every combo a devsim one, its
+ * zero on others, or a step with every gradient zero; a matrix made a 3-D DENSE or REPLICATED stack
+ * of 2-3 (sharded along any dim); one combo in five of those 5 to 8 steps long; one in four of
+ * those initialized from a trainer's communicators (shardopt_init_from_groups) whose ranks are a
+ * shuffle of the docs' order, the expert shard group passed or derived; SHARDOPT_XCHECK_V7=1 draws
+ * the magnitudes on every combo (and draw_v7 on listed seeds). test_xcheck_nccl is this file over
+ * the mock NCCL (tests/mock/nccl_mock.c, as test_device_sim_nccl): every combo a devsim one, its
  * exchanges NCCL's (comm_backend = nccl's path) unless offload = cpu. Where commit refuses
  * ns_compute = bf16 a drawn bf16 runs in fp32 (no CPU since the fp32 sgemm fallback for a oneDNN
  * without bf16 matmul, ns_bf16_plan.h; the probe stays for a oneDNN that fails otherwise).
@@ -798,6 +798,12 @@ static void draw_v7(struct combo *c)
     /* the communicators a trainer built, ranks in another order (shardopt_init_from_groups) */
     if (pick(4) == 0)
         c->groups = 1 + pick(2);
+    /* a step whose gradients are all zero (a norm of 0 under clipping; AdamW's eps alone) */
+    if (pick(8) == 0) {
+        const int s0 = 1 + pick(c->nsteps);
+        for (int p = 0; p < c->np; p++)
+            c->gsc[s0][p] = 0;
+    }
     /* and -1: every other row of a tensor's gradient zero (grad_value; the stored rows, so a
      * transposed matrix's columns), one tensor in five of those left at 1: AOL's row scales and
      * the iterations on a rank-deficient input */

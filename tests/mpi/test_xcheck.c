@@ -1823,7 +1823,11 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
                 }
         /* a non-finite gradient (docs/config.md, nonfinite): skip changes nothing, step count
          * included; zero steps with that element 0, in the norm too */
-        steps_too_large[too_large_at(c, s)]++;
+        const int tl = too_large_at(c, s);
+        steps_too_large[tl]++;
+        if (tl == 2 && getenv("SHARDOPT_XCHECK_VERBOSE") != NULL)
+            printf("  seed %llu step %d: a NaN tensor too large under zero\n",
+                   (unsigned long long)c->seed, s);
         if (skipped_at(c, s))
             continue; /* skip, or error: nothing written either way */
         unsigned char skip[MAXP];

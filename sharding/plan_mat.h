@@ -17,26 +17,30 @@ struct mat {
     double cost;
 };
 
+/* Member `i`'s box of parameter `p`: the stored one, or computed into *tmp. */
+static inline const struct plan_box *plan_member_box(const struct plan_param *p, int i,
+                                                     struct plan_box *tmp)
+{
+    const size_t at = (size_t)i * (p->box_stride > 1 ? p->box_stride : 1);
+    if (p->boxes != NULL)
+        return &p->boxes[at];
+    *tmp = *p->tmpl;
+    if (p->slices != NULL) {
+        tmp->lo[p->slice_dim] = p->slices[at].lo;
+        tmp->len[p->slice_dim] = p->slices[at].len;
+    } else { /* the layout determines it: computed, not gathered */
+        layout_chunk(p->tile_len, p->parts, i, &tmp->lo[p->slice_dim], &tmp->len[p->slice_dim]);
+        tmp->lo[p->slice_dim] += p->tile_lo;
+    }
+    return tmp;
+}
+
 /* Member `i`'s rectangle of matrix `m`; returns its element count (0: holds none of it). */
 static inline int64_t plan_piece_of(const struct mat *m, int i, int64_t *r0, int64_t *r1,
                                     int64_t *c0, int64_t *c1, int64_t *local_off)
 {
-    const size_t at = (size_t)i * (m->p->box_stride > 1 ? m->p->box_stride : 1);
     struct plan_box sliced;
-    const struct plan_box *b = &sliced;
-    if (m->p->boxes != NULL) {
-        b = &m->p->boxes[at];
-    } else {
-        sliced = *m->p->tmpl;
-        if (m->p->slices != NULL) {
-            sliced.lo[m->p->slice_dim] = m->p->slices[at].lo;
-            sliced.len[m->p->slice_dim] = m->p->slices[at].len;
-        } else { /* the layout determines it: computed, not gathered */
-            layout_chunk(m->p->tile_len, m->p->parts, i, &sliced.lo[m->p->slice_dim],
-                         &sliced.len[m->p->slice_dim]);
-            sliced.lo[m->p->slice_dim] += m->p->tile_lo;
-        }
-    }
+    const struct plan_box *b = plan_member_box(m->p, i, &sliced);
     int rd = m->p->ndim - 2; /* the row dim */
 
     if (m->p->ndim == 3 && (m->k < b->lo[0] || m->k >= b->lo[0] + b->len[0]))
@@ -69,8 +73,14 @@ int plan_team_size(const struct plan_cfg *cfg, int team_cap, const struct mat *m
 
 /* Team of k for a matrix of per-member cost per: in each node the k members with the least work
  * (ties the lower index); the node whose team would finish first (ties the lower node). Writes
- * the members, lead first (the lowest index of the team). */
-void plan_team_place(const struct plan_cfg *cfg, const double *work, double per, int k, int *out);
+ * the members, lead first (the lowest index of the team). sorted: NULL, or each node's work
+ * ascending ([members], plan_node_sort), which spares the selection in every node but the one
+ * chosen. */
+void plan_team_place(const struct plan_cfg *cfg, const double *work, const double *sorted,
+                     double per, int k, int *out);
+
+/* Node `node`'s members' work, ascending, into sorted[its members' indices]. */
+void plan_node_sort(const struct plan_cfg *cfg, const double *work, int node, double *sorted);
 
 /* The largest team matrix m may have: team_cap, within a node and the group; 1 where its Gram
  * matrix is beyond one MPI count. */
@@ -101,6 +111,14 @@ double plan_team_fit(const struct plan_cfg *cfg, const struct plan_carry *c, con
  * lowest); returns that finish. */
 double plan_owner_fit(const struct plan_cfg *cfg, const struct plan_carry *c, const struct mat *m,
                       int *out);
+
+/* A placement's arrays in S, for a copy of a plan being built: owner, team and team_of ([n],
+ * [n], [n * cap]) in one block, load, work and team_comm ([members] each) in another; S's other
+ * fields untouched. Returns 0, -1 when out of memory (S then holds nothing to free). */
+int plan_scratch_alloc(struct group_plan *S, int n, int members, int cap);
+
+/* Frees what plan_scratch_alloc gave S (NULL: nothing) and clears those pointers. */
+void plan_scratch_free(struct group_plan *S);
 
 /* plan_owners_assign; with cfg->team_guard (and a team cap) the group planned with teams of at
  * most 1, 2, 4, ... up to the cap, the plan whose latest member's work is earliest kept

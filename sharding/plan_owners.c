@@ -29,6 +29,38 @@ static int whole_holder(const struct mat *m, int members)
     return -1;
 }
 
+/* whole_holder of every matrix into holder[n], a parameter at a time: member i, ascending,
+ * claims the matrices of its box it holds whole that no lower member claimed; members x
+ * parameters boxes instead of members x matrices pieces (16,384 GPUs and 17,664 expert matrices:
+ * most of the planning time with teams, the group planned once per team cap). */
+static void whole_holders(const struct mat *mats, int n, int members, int *holder)
+{
+    for (int a = 0, b; a < n; a = b) {
+        const struct plan_param *p = mats[a].p;
+        const int64_t W = mats[a].rows * mats[a].cols, rd = p->ndim - 2;
+        for (b = a; b < n && mats[b].p == p; b++)
+            holder[b] = W == 0 && members > 0 ? 0 : -1; /* member 0's piece of nothing is all */
+        int left = W == 0 ? 0 : b - a;
+        for (int i = 0; left > 0 && i < members; i++) {
+            struct plan_box tmp;
+            const struct plan_box *x = plan_member_box(p, i, &tmp);
+            if (x->len[rd] * x->len[rd + 1] != W)
+                continue;
+            int64_t lo = a, hi = b; /* the matrices of its box: all, or its experts */
+            if (p->ndim == 3) {
+                lo = a + (x->lo[0] > mats[a].k ? x->lo[0] - mats[a].k : 0);
+                hi = x->lo[0] + x->len[0] - mats[a].k + a;
+                hi = hi < b ? hi : b;
+            }
+            for (int64_t m = lo; m < hi; m++)
+                if (holder[m] < 0) {
+                    holder[m] = i;
+                    left--;
+                }
+        }
+    }
+}
+
 static double max2(double a, double b) { return a > b ? a : b; }
 
 /* Elements member i sends of matrix m in the two exchanges when o owns it: the owner sends back
@@ -208,10 +240,17 @@ static int refine(const struct plan_cfg *cfg, const struct mat *mats, int n, str
  * 22: Qwen3-30B-A3B, experts by rows, 1,024 GPUs, bf16 teams of 4 instead of 8 sent more). The
  * rest onto the least-loaded member, ties toward the member holding most of it, then the lowest. */
 static void lpt(const struct plan_cfg *cfg, const struct mat *mats, const int *order, int nfree,
-                double mean, int by_finish, struct group_plan *P, struct plan_carry *c)
+                double mean, int by_finish, struct group_plan *P, struct plan_carry *c,
+                double *sorted)
 {
     const double *work = c->work;
     double T = by_finish ? plan_latest(c, cfg->members, NULL, NULL) : 0;
+    const int G = cfg->node_members;
+    /* each node's work ascending, for plan_team_place; kept as the charges change it */
+    if (by_finish || P->team_cap < 2 || G < 1)
+        sorted = NULL;
+    for (int j = 0; sorted != NULL && j * G < cfg->members; j++)
+        plan_node_sort(cfg, work, j, sorted);
     for (int f = 0; f < nfree; f++) {
         const int m = order[f]; /* held by none: matrices held whole are placed already */
         int k = plan_team_size(cfg, P->team_cap, &mats[m], mean), best = 0;
@@ -230,27 +269,39 @@ static void lpt(const struct plan_cfg *cfg, const struct mat *mats, const int *o
                 }
                 T = max2(T, best_f);
             } else {
-                plan_team_place(cfg, work,
+                plan_team_place(cfg, work, sorted,
                                 plan_team_member_cost(cfg, mats[m].rows, mats[m].cols, k), k, t);
             }
             /* member u performs its own block's FLOPs (what the runtime counts), but each
              * iteration's all-reduce waits for the widest block: its time is that one's */
             plan_charge(cfg, &mats[m], k, t, c);
+            if (sorted != NULL) /* a team lies inside one node */
+                plan_node_sort(cfg, work, t[0] / G, sorted);
             P->owner[m] = t[0];
             P->team[m] = k;
             P->nteams++;
             continue;
         }
-        int64_t best_held = plan_piece_count(&mats[m], 0);
+        /* a member's piece counted only where the work ties (-1: best's not yet) */
+        int64_t best_held = -1;
         for (int i = 1; i < cfg->members; i++) {
-            int64_t held = plan_piece_count(&mats[m], i);
-            if (work[i] < work[best] || (work[i] == work[best] && held > best_held)) {
+            if (work[i] < work[best]) {
                 best = i;
-                best_held = held;
+                best_held = -1;
+            } else if (work[i] == work[best]) {
+                const int64_t held = plan_piece_count(&mats[m], i);
+                if (best_held < 0)
+                    best_held = plan_piece_count(&mats[m], best);
+                if (held > best_held) {
+                    best = i;
+                    best_held = held;
+                }
             }
         }
         P->owner[m] = best;
         plan_charge(cfg, &mats[m], 1, &best, c);
+        if (sorted != NULL)
+            plan_node_sort(cfg, work, best / G, sorted);
         T = max2(T, max2(work[best], c->comm[best]));
     }
 }
@@ -263,22 +314,13 @@ static void lpt(const struct plan_cfg *cfg, const struct mat *mats, const int *o
  * out of memory. */
 static int lpt_by_finish(const struct plan_cfg *cfg, const struct mat *mats, int n,
                          const int *order, int nfree, double mean, struct group_plan *P,
-                         struct plan_carry *pc, double *qcomm)
+                         struct plan_carry *pc, double *qcomm, double *sorted)
 {
     const int members = cfg->members, cap = P->team_cap;
     const size_t nn = (size_t)(n ? n : 1), mm = (size_t)members;
     struct group_plan Q = *P;
-    Q.owner = mem_malloc(sizeof(int) * nn * (size_t)(2 + cap));
-    Q.load = mem_malloc(sizeof(double) * mm * 3);
-    if (Q.owner == NULL || Q.load == NULL) {
-        free(Q.owner);
-        free(Q.load);
+    if (plan_scratch_alloc(&Q, n, members, cap) != 0)
         return -1;
-    }
-    Q.team = Q.owner + nn;
-    Q.team_of = Q.owner + 2 * nn;
-    Q.team_comm = Q.load + mm;
-    Q.work = Q.load + 2 * mm;
     memcpy(Q.owner, P->owner, sizeof(int) * nn);
     memcpy(Q.team, P->team, sizeof(int) * nn);
     memcpy(Q.load, P->load, sizeof(double) * mm);
@@ -286,9 +328,9 @@ static int lpt_by_finish(const struct plan_cfg *cfg, const struct mat *mats, int
     memcpy(Q.work, P->work, sizeof(double) * mm);
     struct plan_carry qc = {
         .load = Q.load, .team_comm = Q.team_comm, .work = Q.work, .comm = qcomm};
-    lpt(cfg, mats, order, nfree, mean, 0, P, pc);
+    lpt(cfg, mats, order, nfree, mean, 0, P, pc, sorted);
     if (P->nteams > 0) {
-        lpt(cfg, mats, order, nfree, mean, 1, &Q, &qc);
+        lpt(cfg, mats, order, nfree, mean, 1, &Q, &qc, NULL);
         double wa, ca, wb, cb;
         const double fa = plan_latest(pc, members, &wa, &ca),
                      fb = plan_latest(&qc, members, &wb, &cb);
@@ -302,8 +344,7 @@ static int lpt_by_finish(const struct plan_cfg *cfg, const struct mat *mats, int
             P->nteams = Q.nteams;
         }
     }
-    free(Q.owner);
-    free(Q.load);
+    plan_scratch_free(&Q);
     return 0;
 }
 
@@ -318,8 +359,9 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
                        struct group_plan *P)
 {
     const int members = cfg->members;
-    int *order = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
-    double *comm = mem_calloc(2 * (size_t)members, sizeof(double));
+    int *order = mem_malloc(sizeof(int) * 2 * (size_t)(n ? n : 1)), *holder = order + (n ? n : 1);
+    /* comm, the by_finish copy's comm, each node's work ascending (lpt) */
+    double *comm = mem_calloc(3 * (size_t)members, sizeof(double));
     double *work = P->work;
     int nfree = 0, rc = 0;
 
@@ -340,12 +382,13 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
         comm[i] = by_finish ? cfg->refine_comm : 0.0;
     }
     struct plan_carry pc = {.load = P->load, .team_comm = P->team_comm, .work = work, .comm = comm};
+    whole_holders(mats, n, members, holder);
     for (int m = 0; m < n; m++) {
         total += mats[m].cost;
         for (int i = 0; by_finish && i < members; i++)
             comm[i] += cfg->refine_cost * (double)plan_piece_count(&mats[m], i);
         P->team[m] = 1;
-        P->owner[m] = whole_holder(&mats[m], members);
+        P->owner[m] = holder[m];
         if (P->owner[m] >= 0)
             plan_charge(cfg, &mats[m], 1, &P->owner[m], &pc);
         else
@@ -356,9 +399,10 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
     qsort(order, (size_t)nfree, sizeof(int), by_cost_desc);
     if (by_finish) {
         memcpy(comm + members, comm, sizeof(double) * (size_t)members);
-        rc = lpt_by_finish(cfg, mats, n, order, nfree, mean, P, &pc, comm + members);
+        rc = lpt_by_finish(cfg, mats, n, order, nfree, mean, P, &pc, comm + members,
+                           comm + 2 * members);
     } else {
-        lpt(cfg, mats, order, nfree, mean, 0, P, &pc);
+        lpt(cfg, mats, order, nfree, mean, 0, P, &pc, comm + 2 * members);
     }
     if (base_later)
         for (int i = 0; i < members; i++)

@@ -9,10 +9,8 @@
  * the group is planned with teams of at most 1, 2, 4, ... up to the cap, and the plan whose
  * latest member's work, all-reduces included, is earliest kept (a larger cap only where earlier
  * by more than rounding). Pure, as the rest of the planner. */
-#include <stdlib.h>
 #include <string.h>
 
-#include "base/mem.h"
 #include "plan_mat.h"
 
 static double latest_work(const struct group_plan *P, int members)
@@ -23,15 +21,10 @@ static double latest_work(const struct group_plan *P, int members)
     return w;
 }
 
-/* What a placement leaves in P, kept aside (team_of with the full cap's stride). */
-struct kept {
-    int *owner, *team, *team_of;
-    double *load, *work, *team_comm;
-    int nteams, nmoved, refined;
-};
-
-/* P's placement (made with team lists of stride `stride`) into k, or back (to_p) */
-static void keep(struct group_plan *P, struct kept *k, int n, int members, int stride, int to_p)
+/* P's placement (made with team lists of stride `stride`) into k (plan_scratch_alloc's arrays,
+ * team_of with the full cap's stride), or back (to_p) */
+static void keep(struct group_plan *P, struct group_plan *k, int n, int members, int stride,
+                 int to_p)
 {
     const size_t ni = sizeof(int) * (size_t)n, dm = sizeof(double) * (size_t)members;
     const int cap = P->team_cap;
@@ -72,18 +65,10 @@ int plan_owners_pick(const struct plan_cfg *cfg, const struct mat *mats, int n,
     lim = lim < members ? lim : members;
     if (!cfg->team_guard || lim < 2)
         return plan_owners_assign(cfg, mats, n, P);
-    const size_t nn = (size_t)(n ? n : 1), dm = sizeof(double) * (size_t)members;
-    struct kept k = {.owner = mem_malloc(sizeof(int) * nn * (size_t)(2 + cap)),
-                     .load = mem_malloc(3 * dm)};
-    if (k.owner == NULL || k.load == NULL) {
-        free(k.owner);
-        free(k.load);
+    const size_t dm = sizeof(double) * (size_t)members;
+    struct group_plan k = {0};
+    if (plan_scratch_alloc(&k, n, members, cap) != 0)
         return -1;
-    }
-    k.team = k.owner + nn;
-    k.team_of = k.owner + 2 * nn;
-    k.work = k.load + members;
-    k.team_comm = k.load + 2 * (size_t)members;
     double best = 0;
     int rc = 0;
     for (int c = 1; rc == 0 && c <= lim; c *= 2) {
@@ -103,7 +88,6 @@ int plan_owners_pick(const struct plan_cfg *cfg, const struct mat *mats, int n,
     P->team_cap = cap;
     if (rc == 0)
         keep(P, &k, n, members, cap, 1);
-    free(k.owner);
-    free(k.load);
+    plan_scratch_free(&k);
     return rc;
 }

@@ -404,6 +404,12 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     const int xnode = plan_model_expert_node_members(mc, r->dense, o->ep);
     struct plan_cfg xcfg1 = {0};
     plan_model_teams_cfg(o, mc, r->xs, xnode, 1, &xcfg1);
+    /* the moves' element cost (commit's moves_elem_cost), for the expert teams' group-wide choice
+     * and the dense group's team sizes below */
+    const double elem_cost = o->cost_gflops > 0
+                                 ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
+                                 : COMM_ES * rate / (bw * o->ns_steps);
+    xcfg1.team_guard_cost = elem_cost; /* the expert teams' choice counts the exchange */
     group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg1, &xo1);
     struct plan_cfg dcfg = {0};
     for (int d = 0; d < r->dense; d++)
@@ -412,9 +418,6 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     plan_model_teams_cfg(o, mc, r->dense, mc->gpus_per_node, 0, &dcfg);
     /* the team sizes count the exchange too, on top of the busiest expert member's bytes, at the
      * moves' element cost (commit's first dense plan with teams; sharding/plan.h, refine_cost) */
-    const double elem_cost = o->cost_gflops > 0
-                                 ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
-                                 : COMM_ES * rate / (bw * o->ns_steps);
     dcfg.refine_cost = elem_cost;
     dcfg.refine_comm = elem_cost * (round(max_of(g_b, r->xs)) / COMM_ES);
     struct group_out dout = {.flops = dflops,
@@ -448,6 +451,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             /* as commit computes it (runtime/commit.c, expert_replan) from --cost-rates */
             xcfg.move_cost = elem_cost;
             xcfg.base_comm = xcfg.move_cost * (dense_max / COMM_ES);
+            xcfg.team_guard_cost = elem_cost;
             struct group_out xo = {.flops = g_f,
                                    .bytes = g_b,
                                    .owned = g_o,

@@ -71,6 +71,8 @@ static uint32_t gram_restarts(const struct shardopt_runtime *rt, const struct sh
                : 0u;
 }
 
+static double moves_elem_cost(shardopt_runtime_t rt);
+
 /* The planner's view of the Muon tensors of one group kind. joint: NULL, or the joint planning
  * settings it takes from the other group (plan_cfg's base_load, move_cost and base_comm,
  * refine_load, refine_cost and refine_comm; docs/scaling.md). */
@@ -119,6 +121,8 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
         cfg.node_members = kind == GROUP_DENSE ? rt->team_node_members : rt->xs_team_node_members;
         /* teams there only where the group gains (tests may turn it off: runtime.h) */
         cfg.team_guard = kind == GROUP_EXPERT && !rt->xs_team_guard_off;
+        /* ...its step, exchange counted (at the moves' element cost; shardopt-plan the same) */
+        cfg.team_guard_cost = kind == GROUP_EXPERT ? moves_elem_cost(rt) : 0;
         cfg.team_frac = rt->cfg.ns_team_frac;
         /* a Gram element all-reduced (in the teams' dtype: ns_sharded.c) at cost_net_gbps, in
          * NS FLOPs at cost_gemm_gflops; bf16 teams form A^2 on every block (ns_sharded.c counts

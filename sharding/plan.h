@@ -96,8 +96,14 @@ struct plan_cfg {
                                 team_bf16 by plan_cfg_team_dtype */
     int team_guard;          /* 1 (the expert shard groups'): the group planned with teams of at
                                 most 1, 2, 4, ... up to team_cap, the plan whose latest member
-                                finishes its work first kept (sharding/plan_owners_pick.c); 0:
+                                finishes first kept (its work, or with team_guard_cost also its
+                                exchange; sharding/plan_owners_pick.c); 0:
                                 each matrix's team as team_frac and its cost give it (dense) */
+    double team_guard_cost;  /* team_guard: cost units per exchange element (as move_cost); > 0:
+                                the plans compared by each member's finish, max(work, base_comm +
+                                team_guard_cost x the exchange elements it sends), a larger cap
+                                kept only when its latest finish is earlier and neither its latest
+                                work nor its latest exchange is later; 0: by work only */
     int team_bf16;           /* 1: teams iterate in bf16, whose members always form A^2
                                 (plan_ns_team_cost's narrow_ok 0); 0: fp32, a block narrower than
                                 m updated without it */

@@ -8,10 +8,67 @@
  * per matrix (GLM-4.5-Air, ep 1, 16,384 GPUs: t_ns 3.78 ms against 2.86 ms, shardopt-plan). So
  * the group is planned with teams of at most 1, 2, 4, ... up to the cap, and the plan whose
  * latest member's work, all-reduces included, is earliest kept (a larger cap only where earlier
- * by more than rounding). Pure, as the rest of the planner. */
+ * by more than rounding). With team_guard_cost its exchange counts too, as the dense group's
+ * team sizes count it (plan_owners.c, lpt_by_finish): a member's finish is max(work, base_comm +
+ * team_guard_cost x the elements it sends), and a larger cap is kept only when its latest finish
+ * is earlier and neither its latest work nor its latest exchange is later, so the step the model
+ * predicts cannot get longer; a team whose members gather blocks of what they hold sends fewer
+ * bytes than one owner per matrix (Qwen3-30B-A3B, experts by rows, ep 1 to 4, 16,384 GPUs,
+ * docs/scaling.md). Pure, as the rest of the planner. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "plan_mat.h"
+
+/* Elements each member holds of the group's matrices, summed into held[members], a parameter at
+ * a time (each member's box once per parameter, not its piece of every matrix). Whole numbers,
+ * exact in a double, so the order of the sums does not matter. */
+static void held_elems(const struct mat *mats, int n, int members, double *held)
+{
+    memset(held, 0, sizeof(double) * (size_t)members);
+    for (int a = 0, b; a < n; a = b) {
+        const struct plan_param *p = mats[a].p;
+        const int rd = p->ndim - 2;
+        for (b = a; b < n && mats[b].p == p; b++)
+            ;
+        for (int i = 0; i < members; i++) {
+            struct plan_box tmp;
+            const struct plan_box *x = plan_member_box(p, i, &tmp);
+            int64_t lo = a, hi = b; /* its matrices: all, or its experts */
+            if (p->ndim == 3) {
+                lo = a + (x->lo[0] > mats[a].k ? x->lo[0] - mats[a].k : 0);
+                hi = x->lo[0] + x->len[0] - mats[a].k + a;
+                hi = hi < b ? hi : b;
+            }
+            if (hi > lo)
+                held[i] += (double)(x->len[rd] * x->len[rd + 1]) * (double)(hi - lo);
+        }
+    }
+}
+
+/* The latest exchange of P's placement (team lists of stride `stride`): base_comm +
+ * team_guard_cost x the most elements a member sends in the two exchanges, every holder its
+ * pieces and each owner its matrix or block less twice its piece of it (plan_charge, counted in
+ * elements); scratch: [2 x members]. */
+static double latest_comm(const struct plan_cfg *cfg, const struct mat *mats, int n,
+                          const struct group_plan *P, int stride, const double *held,
+                          double *scratch)
+{
+    const int members = cfg->members;
+    struct plan_cfg ec = *cfg;
+    ec.refine_cost = 1.0; /* plan_charge's transfers in elements */
+    struct plan_carry c = {.work = scratch, .comm = scratch + members};
+    memset(c.work, 0, sizeof(double) * (size_t)members); /* plan_charge adds to it; unread */
+    memcpy(c.comm, held, sizeof(double) * (size_t)members);
+    for (int m = 0; m < n; m++)
+        plan_charge(&ec, &mats[m], P->team[m],
+                    P->team[m] > 1 ? &P->team_of[(size_t)m * (size_t)stride] : &P->owner[m], &c);
+    double most = 0;
+    for (int i = 0; i < members; i++)
+        most = c.comm[i] > most ? c.comm[i] : most;
+    return cfg->base_comm + cfg->team_guard_cost * most;
+}
 
 static double latest_work(const struct group_plan *P, int members)
 {
@@ -66,10 +123,16 @@ int plan_owners_pick(const struct plan_cfg *cfg, const struct mat *mats, int n,
     if (!cfg->team_guard || lim < 2)
         return plan_owners_assign(cfg, mats, n, P);
     const size_t dm = sizeof(double) * (size_t)members;
+    const int by_comm = cfg->team_guard_cost > 0;
     struct group_plan k = {0};
-    if (plan_scratch_alloc(&k, n, members, cap) != 0)
+    double *held = by_comm ? mem_malloc(3 * dm) : NULL;
+    if ((by_comm && held == NULL) || plan_scratch_alloc(&k, n, members, cap) != 0) {
+        free(held);
         return -1;
-    double best = 0;
+    }
+    if (by_comm)
+        held_elems(mats, n, members, held);
+    double best = 0, best_w = 0, best_x = 0;
     int rc = 0;
     for (int c = 1; rc == 0 && c <= lim; c *= 2) {
         memset(P->load, 0, dm);
@@ -78,16 +141,25 @@ int plan_owners_pick(const struct plan_cfg *cfg, const struct mat *mats, int n,
         P->nteams = P->nmoved = P->refined = 0;
         P->team_cap = c; /* team_size's cap and the team lists' stride for this plan */
         rc = plan_owners_assign(cfg, mats, n, P);
+        if (rc != 0)
+            break;
         const double w = latest_work(P, members);
-        if (rc == 0 && (c == 1 || w < best * (1.0 - 1e-12))) {
+        const double x = by_comm ? latest_comm(cfg, mats, n, P, c, held, held + members) : 0;
+        const double f = w > x ? w : x;
+        /* earlier by more than rounding; counting the exchange, neither part later either */
+        if (c == 1 || (by_comm ? f < best * (1.0 - 1e-12) && w <= best_w && x <= best_x
+                               : w < best * (1.0 - 1e-12))) {
             P->team_cap = cap;
             keep(P, &k, n, members, c, 0);
-            best = w;
+            best = by_comm ? f : w;
+            best_w = w;
+            best_x = x;
         }
     }
     P->team_cap = cap;
     if (rc == 0)
         keep(P, &k, n, members, cap, 1);
     plan_scratch_free(&k);
+    free(held);
     return rc;
 }

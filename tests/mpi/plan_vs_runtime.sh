@@ -19,10 +19,11 @@ scale=(--preset tiny --width-div 1 --experts-div 1)
 # with expert_moves too, the experts planned around the dense load with its all-reduces. The
 # team all-reduces carry ns_compute's dtype (bf16: half the bytes); GLM-4.5-Air at width / 8 in
 # teams of 4, explicitly in bf16 and in fp32. Expert teams: tiny-experts' one MoE layer, its
-# experts sharded along rows or columns (no member holds one whole) over an expert shard group of
-# 4 (ep 1, in fp32 and in bf16) or 2 (ep 2), with expert_moves too (the teams stay, whole-matrix
-# moves go around them), teams of up to 2 or 4 (the group's plan picks 2); such a layout must plan
-# expert teams (expert_ns_teams).
+# experts sharded along columns or rows (no member holds one whole) over an expert shard group of
+# 4 (ep 1, columns, in fp32 and in bf16) or 2 (ep 2, rows), with expert_moves too (the teams stay,
+# whole-matrix moves go around them), teams of up to 2 or 4 (the group's plan picks 2); such a
+# layout must plan expert teams (expert_ns_teams). (Along rows at ep 1 the group's choice, which
+# counts the exchange, keeps one owner per matrix: teams there would send more.)
 # The tiny shapes run the plain variant; GLM-4.5-Air at
 # width / 8 (512-wide dense matrices, 176 x 512 experts) has symmetric products in both ns_compute
 # tables, and Gram and AOL change the count, so it runs under each option the count depends on;
@@ -38,8 +39,8 @@ layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 
          "--ep 2|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
          "--ep 1 --cp 2|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
          "--ep 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25"
-         "${xt[*]} --ep 1 --expert-shard-dim 1|--ns-compute fp32 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
-         "${xt[*]} --ep 1 --expert-shard-dim 1|--ns-compute bf16 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
+         "${xt[*]} --ep 1 --expert-shard-dim 2|--ns-compute fp32 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
+         "${xt[*]} --ep 1 --expert-shard-dim 2|--ns-compute bf16 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
          "${xt[*]} --ep 2 --expert-shard-dim 1|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25"
          "${xt[*]} --ep 1 --expert-shard-dim 2|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25"
          "${glm[*]} --ep 1|--ns-compute bf16 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"

@@ -230,7 +230,9 @@ static void teams_against_owners(int with_bf16)
 TEST(team_updates_match_one_owner_per_matrix) { teams_against_owners(1); }
 
 /* Expert shard groups plan and run teams as the dense group does (issue 22): tiny-experts' two
- * wide experts per stack sharded along their rows, so that no member holds one whole, over an
+ * wide experts per stack sharded along their columns, so that no member holds one whole and each
+ * team member's block is mostly its own piece (along rows a team member gathers more than one
+ * owner sends back, and the group's choice, which counts the exchange, keeps one owner), over an
  * expert shard group of every rank (ep 1) and of every other rank (ep 2: {0, 2}, {1, 3}, ...
  * whose team communicators are made from the expert shard group's), teams forced small as above.
  * An expert group keeps teams only where its latest member finishes earlier with them
@@ -242,7 +244,7 @@ TEST(expert_teams_match_one_owner_per_matrix)
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     run_preset = "tiny-experts";
     run_layers = ranks == 4 ? 1 : 0;
-    run_xdim = 1;
+    run_xdim = 2;
     for (run_ep = 1; run_ep <= 2; run_ep++)
         teams_against_owners(1);
     run_ep = 1;

@@ -1243,3 +1243,46 @@ TEST(an_expert_group_keeps_its_teams_only_where_the_group_finishes_earlier)
     EXPECT_TRUE(latest < plan_ns_cost(64, 4096));
     plan_free(&P);
 }
+
+/* team_guard_cost: the group-wide choice counts the exchange, as the dense group's team sizes
+ * do. One 64 x 4096 matrix sharded along rows over the 4 members of a node, member 0 carrying a
+ * base load twice the matrix's cost: one owner (member 1) sends back all it does not hold, 3/4 of
+ * the matrix, while a team of 2 on members 1 and 2 sends half of it each; the latest work is
+ * member 0's base load either way, and at this element cost the exchange is the latest finish.
+ * Work only (team_guard_cost 0, the rule before) keeps one owner, the latest work being no
+ * earlier with the team; counting the exchange keeps the team of 2 (its latest finish earlier,
+ * neither its latest work nor its latest exchange later), not the team of 4, which would add
+ * member 0's block to its base load (the Qwen3-30B-A3B expert rows at 16,384 GPUs,
+ * docs/scaling.md). */
+TEST(an_expert_groups_team_choice_counts_the_exchange)
+{
+    static struct plan_box bx[4];
+    struct plan_param w = {.param = 0, .ndim = 2, .shape = {64, 4096, 1}, .k_lo = 0, .k_count = 1};
+    boxes_make(bx, 4, 2, w.shape, 0, 0, 1, 0); /* rows: 16 each, none whole */
+    w.boxes = bx;
+    const double base[4] = {2 * plan_ns_cost(64, 4096), 0, 0, 0};
+    for (int by_comm = 0; by_comm <= 1; by_comm++) {
+        struct plan_cfg cfg = {.members = 4,
+                               .me = 1,
+                               .bucket_bytes = 1 << 20,
+                               .esize = 2,
+                               .base_load = base,
+                               .team_cap = 4,
+                               .node_members = 4,
+                               .team_guard = 1,
+                               .team_guard_cost = by_comm ? 2000.0 : 0.0};
+        struct group_plan P;
+        ASSERT_EQ_INT(plan_build(&cfg, &w, 1, &P), SHARDOPT_OK);
+        EXPECT_EQ_INT(P.team[0], by_comm ? 2 : 1);
+        EXPECT_EQ_INT(P.owner[0], 1);
+        EXPECT_TRUE(!by_comm || (P.team_of[0] == 1 && P.team_of[1] == 2));
+        double latest = 0;
+        for (int i = 0; i < 4; i++)
+            latest = P.work[i] > latest ? P.work[i] : latest;
+        EXPECT_TRUE(latest == base[0]); /* member 0's, with or without the team */
+        /* what the owner, member 1, sends (2-byte elements): alone, back the 48 rows it does not
+         * hold; in the team, its piece of block 1 out and block 0 less its piece back */
+        EXPECT_TRUE(P.bytes_sent == (uint64_t)2 * (by_comm ? 64 * 2048 : 48 * 4096));
+        plan_free(&P);
+    }
+}

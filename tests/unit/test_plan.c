@@ -1286,3 +1286,36 @@ TEST(an_expert_groups_team_choice_counts_the_exchange)
         plan_free(&P);
     }
 }
+
+#include "sharding/plan_mat.h"
+
+/* plan_team_place reads each node's k-th least work from the nodes' sorted work (plan_node_sort,
+ * what lpt keeps) instead of selecting the k members in every node: the same team either way,
+ * ties in work included (a few distinct values), a last node shorter than k included (44 members
+ * in nodes of 8), and with the work changing under the sorted copy as lpt changes it (one node
+ * re-sorted after each placement). */
+TEST(a_team_placed_from_the_sorted_nodes_is_the_selections_team)
+{
+    enum { MEMBERS = 44, G = 8 };
+    const struct plan_cfg cfg = {.members = MEMBERS, .node_members = G};
+    double work[MEMBERS], sorted[MEMBERS];
+    uint32_t x = 12345;
+    for (int i = 0; i < MEMBERS; i++) {
+        x = x * 1664525u + 1013904223u;
+        work[i] = (double)(x >> 28); /* 16 values: many ties */
+    }
+    for (int j = 0; j * G < MEMBERS; j++)
+        plan_node_sort(&cfg, work, j, sorted);
+    for (int round = 0; round < 200; round++) {
+        const int k = 1 << (1 + round % 3); /* 2, 4, 8 */
+        const double per = 0.5 + round % 5;
+        int a[PLAN_TEAM_MAX], b[PLAN_TEAM_MAX];
+        plan_team_place(&cfg, work, NULL, per, k, a);
+        plan_team_place(&cfg, work, sorted, per, k, b);
+        for (int u = 0; u < k; u++)
+            EXPECT_EQ_INT(a[u], b[u]);
+        for (int u = 0; u < k; u++)
+            work[b[u]] += per;
+        plan_node_sort(&cfg, work, b[0] / G, sorted);
+    }
+}

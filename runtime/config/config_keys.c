@@ -215,13 +215,21 @@ static int in_range(const struct config_key *k, double v)
     return 1;
 }
 
-static shardopt_status_t fail_value(const struct config_key *k, const char *source,
-                                    const char *value)
+/* The refusal of a value, naming the key's source, the value and what the key accepts; an
+ * integer key given a number that is not integral says so (fail_integers). */
+static shardopt_status_t fail_accepted(const struct config_key *k, const char *source,
+                                       const char *value, const char *what, const char *how)
 {
     char acc[160];
     config_key_accepted(k, acc, sizeof acc);
-    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config %s = %s: accepted %s", source, value,
-                    acc);
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config %s = %s: accepted %s%s%s", source, value,
+                    what, acc, how);
+}
+
+static shardopt_status_t fail_value(const struct config_key *k, const char *source,
+                                    const char *value)
+{
+    return fail_accepted(k, source, value, "", "");
 }
 
 /* s is valid UTF-8 without control characters, as every parameter name is (register refuses
@@ -340,11 +348,7 @@ static int integral_text(const char *s, double lo, double hi, double *out)
 static shardopt_status_t fail_integers(const struct config_key *k, const char *source,
                                        const char *value)
 {
-    char acc[160];
-    config_key_accepted(k, acc, sizeof acc);
-    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                    "config %s = %s: accepted integers %s (an integral number: 5, 5.0 or 5e0)",
-                    source, value, acc);
+    return fail_accepted(k, source, value, "integers ", " (an integral number: 5, 5.0 or 5e0)");
 }
 
 static int parse_coeffs(const char *s, double (*c)[3], int *steps)

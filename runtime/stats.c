@@ -34,11 +34,14 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
     if (rt == NULL || stats == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "get_stats: NULL %s",
                         rt == NULL ? "runtime" : "stats");
-    if (stats->version < 1 || stats->size < offsetof(shardopt_stats_t, kernels) + 32)
+    /* as for every versioned struct: a version newer than this library (or garbage) is refused,
+     * not read as the current layout */
+    if (stats->version < 1 || stats->version > SHARDOPT_STATS_VERSION ||
+        stats->size < offsetof(shardopt_stats_t, kernels) + 32)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "get_stats: stats version %u / size %zu: initialise with "
-                        "SHARDOPT_STATS_INIT",
-                        stats->version, stats->size);
+                        "get_stats: stats.version = %u / stats.size = %zu: accepted version "
+                        "1..%d (initialise with SHARDOPT_STATS_INIT)",
+                        stats->version, stats->size, SHARDOPT_STATS_VERSION);
 
     /* the timing events are queried on init's device, whichever thread asks */
     const shardopt_status_t entered = rt_device_enter(rt, "get_stats");
@@ -183,11 +186,12 @@ shardopt_status_t shardopt_param_get_stats(shardopt_param_t param, shardopt_para
     if (param == NULL || stats == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_get_stats: NULL %s",
                         param == NULL ? "param" : "stats");
-    if (stats->version < 1 || stats->size < sizeof(shardopt_param_stats_t))
+    if (stats->version < 1 || stats->version > SHARDOPT_PARAM_STATS_VERSION ||
+        stats->size < sizeof(shardopt_param_stats_t))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "param_get_stats '%s': stats version %u / size %zu: initialise with "
-                        "SHARDOPT_PARAM_STATS_INIT",
-                        param->name, stats->version, stats->size);
+                        "param_get_stats '%s': stats.version = %u / stats.size = %zu: accepted "
+                        "version 1..%d (initialise with SHARDOPT_PARAM_STATS_INIT)",
+                        param->name, stats->version, stats->size, SHARDOPT_PARAM_STATS_VERSION);
     const struct shardopt_runtime *rt = param->rt;
     if (!rt->committed)
         return log_fail(SHARDOPT_ERR_STATE,

@@ -83,6 +83,20 @@ TEST(param_desc_and_step_args_whose_size_or_version_lies_are_refused)
     st.size = 0;
     EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_ERR_INVALID_ARGUMENT);
     /* nothing stepped: the runtime's counters are where they were */
+    /* a future or garbage version is refused like the config's, naming the field and value */
+    const uint32_t bad_versions[] = {0, SHARDOPT_STATS_VERSION + 1, 999, UINT32_MAX};
+    for (size_t i = 0; i < sizeof bad_versions / sizeof bad_versions[0]; i++) {
+        st = (shardopt_stats_t)SHARDOPT_STATS_INIT;
+        st.version = bad_versions[i];
+        st.steps = 12345;
+        EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "stats.version");
+        EXPECT_EQ_INT((int)st.steps, 12345); /* not written */
+    }
+    shardopt_param_stats_t ps = SHARDOPT_PARAM_STATS_INIT;
+    ps.version = 999;
+    EXPECT_EQ_INT(shardopt_param_get_stats(p, &ps), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "stats.version = 999");
     st = (shardopt_stats_t)SHARDOPT_STATS_INIT;
     EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
     EXPECT_EQ_INT((int)st.steps, 0);

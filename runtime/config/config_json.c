@@ -151,6 +151,10 @@ shardopt_status_t shardopt_config_load_json(const char *path, shardopt_config_t 
 
     if (path == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "config_load_json: NULL path");
+    /* "config : cannot open" showed nothing where the path belongs: say it is empty */
+    if (path[0] == '\0')
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "config_load_json: path = \"\" (empty): give a JSON file's path");
     status = config_import(cfg, &c);
     if (status != SHARDOPT_OK)
         return status;

@@ -106,6 +106,18 @@ TEST(param_desc_and_step_args_whose_size_or_version_lies_are_refused)
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
 
+TEST(config_load_json_names_an_empty_or_null_path)
+{
+    shardopt_config_t c = SHARDOPT_CONFIG_INIT;
+    c.momentum = 0.5;
+    EXPECT_EQ_INT(shardopt_config_load_json("", &c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "path = \"\" (empty)");
+    EXPECT_TRUE(c.momentum == 0.5); /* unchanged */
+    EXPECT_EQ_INT(shardopt_config_load_json(NULL, &c), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "NULL path");
+    EXPECT_TRUE(c.momentum == 0.5);
+}
+
 TEST(names_with_odd_bytes_are_refused_or_shown_escaped)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;

@@ -451,6 +451,14 @@ shardopt_status_t ckpt_dir_latest_read(const char *dir, const char *path, char *
                         len > 0 && buf[len - 1] == '\r' ? "; this line ends in \\r, as Windows "
                                                           "writes it: remove the \\r"
                                                         : "");
+    /* a save only ever writes a step directory's name ("step-%08llu"); any other plain name
+     * ("vm", "best") is a hand edit or a planted file, and following it would load whatever
+     * directory it names as if it were the latest save */
+    if (!name_is_step(buf))
+        return log_fail(SHARDOPT_ERR_CORRUPT,
+                        "load: %s: '%s' is not a step directory name (accepted: step-NNNNNNNN, "
+                        "as a save writes it, then at most one '\\n')",
+                        path, log_escape(shown, sizeof shown, buf, len));
     memcpy(name, buf, len + 1);
     return SHARDOPT_OK;
 }

@@ -781,6 +781,16 @@ static void damage_latest_fifo(const char *step)
     if (mkfifo(p, 0644) != 0)
         fprintf(stderr, "mkfifo %s failed\n", p);
 }
+/* a plain name that is not a step's: a complete checkpoint renamed "vm" and latest naming it
+ * loaded (any plain directory name was followed); a save only writes step-NNNNNNNN */
+static void damage_latest_other_name(const char *step)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s/../vm", step);
+    latest_write(step, "vm\n"); /* step/../latest: before step is gone */
+    if (rename(step, p) != 0)
+        fprintf(stderr, "rename %s failed\n", step);
+}
 static void damage_latest_not_utf8(const char *step)
 {
     latest_write(step, "step-\xff"
@@ -980,6 +990,8 @@ TEST(every_refusal_leaves_the_state_unchanged_on_every_rank)
          NULL},
         {damage_latest_fifo, SHARDOPT_ERR_CORRUPT, "latest: is a FIFO, expected a regular file",
          NULL},
+        {damage_latest_other_name, SHARDOPT_ERR_CORRUPT, "latest: 'vm' is not a step directory",
+         "step-NNNNNNNN"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct run d;

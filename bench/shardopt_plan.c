@@ -500,6 +500,33 @@ int main(int argc, char **argv)
         }
         worlds[nw++] = o.world > 0 ? o.world : o.nodes * o.gpn;
     }
+    /* every layout is predicted before a byte is printed: a layout refused part-way through a
+     * sweep (ep 32 at 16 GPUs) left half a JSON document on stdout with exit 2; now stdout is
+     * empty on a refusal, and whole otherwise */
+    struct prediction *rs = calloc((size_t)nw, sizeof *rs);
+    if (rs == NULL)
+        plan_model_die("out of memory");
+    for (int i = 0; i < nw; i++) {
+        /* a box per tensor and member of a group (at most the world), the planner's tables beside
+         * them: a large preset at 2^20 ranks asks for tens of GiB, refused by name, not tried */
+        const double need = 2.0 * (double)p.n * (double)worlds[i] * (double)sizeof(struct plan_box);
+        if (!cli_mem_fits(need)) {
+            fprintf(stderr,
+                    "shardopt-plan: %d ranks: planning %d tensors over a group of up to %d needs "
+                    "about %.3g GiB, more than the %.3g GiB this process may have: fewer ranks "
+                    "(--world, --nodes, --sweep) or --layers\n",
+                    worlds[i], p.n, worlds[i], need / 1073741824.0, cli_mem_total() / 1073741824.0);
+            free(rs);
+            preset_free(&p);
+            return 2;
+        }
+        if (plan_model_predict(&o, &p, &mc, worlds[i], &rs[i], err, sizeof err) != 0) {
+            fprintf(stderr, "shardopt-plan: %d ranks: %s\n", worlds[i], err);
+            free(rs);
+            preset_free(&p);
+            return 2;
+        }
+    }
     if (o.json)
         printf("{\"preset\": \"%s\", \"parameters\": %lld, \"machine\": \"%s\", \"offload\": "
                "\"%s\", \"momentum_bytes\": %d, \"adam_bytes\": %d, \"gpus_per_node\": %d, "
@@ -518,33 +545,17 @@ int main(int argc, char **argv)
                mc.hbm_gbps, mc.intra_gbps, mc.inter_gbps, o.offload,
                o.mom_es == 2 ? "bf16" : "fp32", o.adam_es == 2 ? "bf16" : "fp32");
     for (int i = 0; i < nw; i++) {
-        struct prediction r;
-        /* a box per tensor and member of a group (at most the world), the planner's tables beside
-         * them: a large preset at 2^20 ranks asks for tens of GiB, refused by name, not tried */
-        const double need = 2.0 * (double)p.n * (double)worlds[i] * (double)sizeof(struct plan_box);
-        if (!cli_mem_fits(need)) {
-            fprintf(stderr,
-                    "shardopt-plan: %d ranks: planning %d tensors over a group of up to %d needs "
-                    "about %.3g GiB, more than the %.3g GiB this process may have: fewer ranks "
-                    "(--world, --nodes, --sweep) or --layers\n",
-                    worlds[i], p.n, worlds[i], need / 1073741824.0, cli_mem_total() / 1073741824.0);
-            preset_free(&p);
-            return 2;
-        }
-        if (plan_model_predict(&o, &p, &mc, worlds[i], &r, err, sizeof err) != 0) {
-            fprintf(stderr, "shardopt-plan: %d ranks: %s\n", worlds[i], err);
-            preset_free(&p);
-            return 2;
-        }
         if (o.json) {
-            print_json(&r, i == 0);
-            plan_union_json(&o, &p, &mc, &r); /* LPT over both groups, the joint plan's baseline */
+            print_json(&rs[i], i == 0);
+            plan_union_json(&o, &p, &mc,
+                            &rs[i]); /* LPT over both groups, the joint plan's baseline */
             printf("}");
         } else
-            print_row(&r);
+            print_row(&rs[i]);
     }
     if (o.json)
         printf("]}\n");
+    free(rs);
     preset_free(&p);
     return 0;
 }

@@ -88,6 +88,20 @@ probe 2 plan "--sweep takes 1 to 256 node counts .*'1,,2'" $P --sweep 1,,2
 probe 2 plan "--sweep takes .*'99999999999'" $P --sweep 99999999999
 probe 2 plan "--sweep takes .*'4abc'" $P --sweep 4abc
 probe 2 plan "--sweep takes .*'2,-1'" $P --sweep 2,-1
+# a layout refused part-way through a --json sweep (ep 32 fits 32 GPUs, not 16): the tool left
+# the document's head and the layouts before it on stdout with exit 2; stdout must be empty there
+probe 2 plan "16 ranks: ep 32 must divide" --preset glm45-air --sweep 4,2 --ep 32 --json
+probe 2 plan "16 ranks: ep 32 must divide" --preset glm45-air --sweep 2,4 --ep 32 --json
+if [ -n "${exe[plan]:-}" ]; then
+    for sw in 4,2 2,4; do
+        n=$((n + 1))
+        partial=$(timeout 60 "${exe[plan]}" --preset glm45-air --sweep "$sw" --ep 32 --json 2>/dev/null)
+        if [ -n "$partial" ]; then
+            echo "FAIL: plan --sweep $sw --ep 32 --json: exit 2 with $(printf %s "$partial" | wc -c) bytes on stdout (not empty)"
+            fails=$((fails + 1))
+        fi
+    done
+fi
 probe 2 plan "--cost-rates takes GFLOPS,GBPS .*'inf,1'" $P --world 4 --cost-rates inf,1
 probe 2 plan "--cost-rates takes .*'nan,1'" $P --world 4 --cost-rates nan,1
 probe 2 plan "--cost-rates takes .*'1,1,1'" $P --world 4 --cost-rates 1,1,1

@@ -430,7 +430,8 @@ typedef struct shardopt_stats {
                                               minus exposed */
     int ns_compute;                      /**< the resolved shardopt_ns_compute_t: FP32 or BF16 */
     uint64_t nonfinite_elements_last;    /**< nonfinite = zero: elements treated as 0 in the last
-                                              step, over all ranks of this replica */
+                                              step, over all ranks of this replica; 0 when that
+                                              step was skipped */
 
     /* Version 2 */
     int phases_current; /**< 1: the seconds_*_last phase and copy times describe the last step;

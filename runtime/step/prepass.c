@@ -14,7 +14,7 @@
  * their finite elements and the count of the others, summed over the dense group, replace the
  * NaN/Inf sums; the norm then counts what the kernels will use (they treat those elements as 0).
  * Host memory only: init refuses this policy on a device backend. */
-static shardopt_status_t zero_nonfinite(shardopt_runtime_t rt, int bad)
+static shardopt_status_t zero_nonfinite(shardopt_runtime_t rt, int bad, double *zeroed_p)
 {
     const struct groups *g = &rt->groups;
     double *fin = rt->pre_fin, *cnt = rt->pre_fin + bad;
@@ -46,12 +46,7 @@ static shardopt_status_t zero_nonfinite(shardopt_runtime_t rt, int bad)
             rt->sumsq[i] = fin[j];
             zeroed += cnt[j++];
         }
-    rt->counters.nonfinite_elements_last = (uint64_t)zeroed;
-    if (g->me.rank == 0)
-        log_warn("step %llu: %llu NaN/Inf gradient element(s) treated as 0 (nonfinite = zero) in: "
-                 "%s",
-                 (unsigned long long)rt->counters.steps + 1, (unsigned long long)zeroed,
-                 rt->counters.nonfinite_last);
+    *zeroed_p = zeroed;
     return SHARDOPT_OK;
 }
 
@@ -156,7 +151,8 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
             r->grad_scale = 1.0f;
             return SHARDOPT_OK;
         }
-        shardopt_status_t st = zero_nonfinite(rt, bad);
+        double zeroed = 0;
+        shardopt_status_t st = zero_nonfinite(rt, bad, &zeroed);
         if (st != SHARDOPT_OK)
             return st;
         /* the finite part of a tensor holding NaN/Inf may itself be too large for the state:
@@ -178,12 +174,21 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
             return log_fail(SHARDOPT_ERR_COMM,
                             "step: pre-pass all-reduce of the too-large count over the replicate "
                             "group failed; nothing was updated");
+        /* counted and logged only once the step is known to go ahead: a step skipped here for
+         * a too-large tensor applied nothing, and "treated as 0" with the count in the stats
+         * claimed a zeroing that never reached the weights (the skip is logged by the step) */
         if (big > 0) {
             r->too_large = big;
             r->norm = NAN;
             r->grad_scale = 1.0f;
             return SHARDOPT_OK;
         }
+        rt->counters.nonfinite_elements_last = (uint64_t)zeroed;
+        if (g->me.rank == 0)
+            log_warn("step %llu: %llu NaN/Inf gradient element(s) treated as 0 (nonfinite = "
+                     "zero) in: %s",
+                     (unsigned long long)rt->counters.steps + 1, (unsigned long long)zeroed,
+                     rt->counters.nonfinite_last);
         r->nonfinite = 0; /* the kernels treat those elements as 0: the step goes ahead */
     }
     for (int i = 0; i < rt->nparams; i++)

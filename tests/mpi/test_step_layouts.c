@@ -7,6 +7,7 @@
  * One file, over 600 lines: every check runs on the same layout in the same processes, against
  * the same one-rank reference run; the layouts are the test's parameter (tests/CMakeLists.txt). */
 #include "model_run.h"
+#include "stderr_capture.h"
 
 #define NSTEPS 5
 
@@ -437,9 +438,20 @@ TEST(gradients_too_large_for_the_state_skip_or_fail_everywhere)
                 for (int p = 2; p <= 11; p += 9)
                     for (int64_t i = 0; i < d.box[p].numel; i++)
                         ((float *)d.g[p])[i] = mode == 3 && i == 0 ? NAN : 3e38f;
+            char logp[64];
+            snprintf(logp, sizeof logp, "/tmp/shardopt_too_large_%d_%d.log", (int)getpid(), me);
+            const int saved = stderr_to(logp);
             const shardopt_status_t status = shardopt_step(d.rt, &args);
+            stderr_back(saved);
+            char *logged = text_of(logp);
+            unlink(logp);
+            fputs(logged, stderr);
             shardopt_stats_t st = SHARDOPT_STATS_INIT;
             shardopt_get_stats(d.rt, &st);
+            /* skipped: nothing was zeroed into the weights, so nothing may claim it was */
+            EXPECT_TRUE(strstr(logged, "treated as 0") == NULL);
+            EXPECT_EQ_INT((int)st.nonfinite_elements_last, 0);
+            free(logged);
             if (mode == 1) {
                 EXPECT_EQ_INT(status, SHARDOPT_ERR_NONFINITE);
                 EXPECT_STR_CONTAINS(shardopt_last_error(), "too large for the optimizer state");

@@ -581,6 +581,13 @@ SHARDOPT_API shardopt_status_t shardopt_register(shardopt_runtime_t rt,
                                                  const shardopt_param_desc_t *desc,
                                                  shardopt_param_t *param_p);
 
+/** Record that the caller (a language binding) refused parameter `name` itself, for `reason`
+ *  (e.g. an fp16 buffer). Not collective; like a failed shardopt_register, it returns
+ *  SHARDOPT_ERR_INVALID_ARGUMENT and each later shardopt_commit of this runtime fails with
+ *  SHARDOPT_ERR_MISMATCH on every rank, naming the parameter and the reason. */
+SHARDOPT_API shardopt_status_t shardopt_register_refused(shardopt_runtime_t rt, const char *name,
+                                                         const char *reason);
+
 /** This rank's slice of a parameter under the runtime's layout, as shardopt_register expects it:
  *  reads desc's ndim, shape, placement and shard_dim (nothing else) and gives the slice along
  *  shard_dim in torch.chunk order (ceil-sized chunks, the last ones short or empty: FSDP2's

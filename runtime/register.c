@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/mem.h"
 #include "base/status.h"
 #include "kernels/rng.h"
@@ -460,6 +461,36 @@ shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt, const shardopt_par
     if (global_offset != NULL)
         *global_offset = (d->shard_dim == 0 ? win_lo : 0) + lo;
     return SHARDOPT_OK;
+}
+
+/* A binding that refuses a parameter itself (an fp16 array) still has to fail commit on every
+ * rank; it poisoned the runtime with a descriptor of ndim 0, and the log then blamed ndim. */
+static shardopt_status_t refused_run(shardopt_runtime_t rt, const char *name, const char *reason)
+{
+    if (name == NULL || reason == NULL)
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register_refused: NULL %s",
+                        name == NULL ? "name" : "reason");
+    if (rt->committed)
+        return log_fail(SHARDOPT_ERR_STATE, "register_refused '%.64s': runtime already committed",
+                        name);
+    char shown[400];
+    const shardopt_status_t status =
+        log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register '%.64s': refused by the caller: %s", name,
+                 log_escape(shown, sizeof shown, reason, strlen(reason)));
+    if (rt->register_failures++ == 0)
+        snprintf(rt->register_error, sizeof rt->register_error, "%s", shardopt_last_error());
+    return status;
+}
+
+shardopt_status_t shardopt_register_refused(shardopt_runtime_t rt, const char *name,
+                                            const char *reason)
+{
+    const shardopt_status_t claimed = rt_claim(rt, "register_refused");
+    if (claimed != SHARDOPT_OK)
+        return claimed;
+    const shardopt_status_t status = refused_run(rt, name, reason);
+    rt_release(rt);
+    return status;
 }
 
 shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,

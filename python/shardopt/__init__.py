@@ -212,6 +212,9 @@ def library():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, I
     lib.shardopt_last_error.argtypes, lib.shardopt_last_error.restype = [], ctypes.c_char_p
+    if hasattr(lib, "shardopt_register_refused"):  # absent from libraries before 0.1 of 2026-12
+        lib.shardopt_register_refused.argtypes = [P, ctypes.c_char_p, ctypes.c_char_p]
+        lib.shardopt_register_refused.restype = I
     _lib = lib
     global _lib_file
     _lib_file = path
@@ -961,7 +964,7 @@ class Optimizer:
         self._args_ref, self._step_fn = ctypes.byref(self._args), lib.shardopt_step
         self._c_args = ctypes.addressof(self._args)  # the same struct and call, for _fast.c
         self._c_step = ctypes.cast(lib.shardopt_step, ctypes.c_void_p).value
-        failed = None
+        failed, p = None, None
         try:
             st = self.stats()
             self._ep, self._ep_rank = st["ep_size"], st["ep_rank"]
@@ -980,7 +983,7 @@ class Optimizer:
         except Exception as e:  # noqa: BLE001 - re-raised below, after the commit
             failed = e
         if failed is not None and not isinstance(failed, Error):
-            self._poison()
+            self._poison(p, failed)
         try:
             # collective: a rank that failed above still commits, so that commit fails on every
             # rank (the library remembers failed registrations) instead of leaving the others
@@ -993,9 +996,17 @@ class Optimizer:
             self.close()
             raise failed
 
-    def _poison(self):
+    def _poison(self, p=None, why=None):
         """A registration the library refuses and remembers: this rank's commit, and so every
-        rank's, then fails (after a Python-side error, which the library cannot see)."""
+        rank's, then fails (after a Python-side error, which the library cannot see). The
+        library logs and reports the binding's reason (a descriptor of ndim 0 made it blame
+        "ndim = 0")."""
+        refuse = getattr(self._lib, "shardopt_register_refused", None)
+        if refuse is not None:
+            name = (p.get("name") if isinstance(p, dict) else getattr(p, "name", None)) or "?"
+            refuse(self._rt, str(name).encode("utf-8", "replace"),
+                   f"{type(why).__name__}: {why}".encode("utf-8", "replace"))
+            return
         d = _Desc(size=ctypes.sizeof(_Desc), version=1, name=b"(refused by the Python binding)",
                   ndim=0)
         h = ctypes.c_void_p()

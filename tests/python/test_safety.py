@@ -322,6 +322,28 @@ def odd_buffers_refused_at_registration():
 
 
 @case
+def a_refused_fp16_parameter_logs_the_reason_not_ndim():
+    """The binding refuses an fp16 array itself; the library must still fail commit (every
+    rank), and what it logs must be the binding's reason: it logged "register '(refused by the
+    Python binding)': ndim = 0", blaming a field the caller never set."""
+    a = np.zeros((8, 8), np.float32)
+    with tempfile.TemporaryFile() as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            msg = refused(lambda: register(a.astype(np.float16), a.copy(), shape=[8, 8]), "w")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        logged = f.read().decode("utf-8", "replace")
+    assert "ndim = 0" not in logged and "refused by the Python binding" not in logged, logged
+    assert "register 'w': refused by the caller" in logged and "float16" in logged, logged
+    assert "float16" in msg, msg
+
+
+@case
 def expert_buffer_sizes_checked():
     """An expert-placed [E, out, in] stack's buffer must hold this rank's shard of its E / ep
     experts (the old binding checked dense and replicated only: a short expert buffer was

@@ -118,6 +118,20 @@ TEST(config_load_json_names_an_empty_or_null_path)
     EXPECT_TRUE(c.momentum == 0.5);
 }
 
+TEST(a_binding_s_refusal_fails_commit_naming_its_reason)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    EXPECT_EQ_INT(shardopt_register_refused(rt, "w", NULL), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ_INT(shardopt_register_refused(rt, "w", "dtype float16\x1b[2J"),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "register 'w': refused by the caller: dtype "
+                                               "float16\\x1b[2J");
+    EXPECT_EQ_INT(shardopt_commit(rt), SHARDOPT_ERR_MISMATCH);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "refused by the caller: dtype float16");
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}
+
 TEST(names_with_odd_bytes_are_refused_or_shown_escaped)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;

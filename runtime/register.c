@@ -303,6 +303,16 @@ err_free:
     return status;
 }
 
+/* Registration is local, commit collective: a failed registration is remembered (the count and
+ * the first message) so that commit fails on every rank instead of leaving the others waiting
+ * for this one (commit_check.c). Returns status. */
+static shardopt_status_t register_failed(shardopt_runtime_t rt, shardopt_status_t status)
+{
+    if (rt->register_failures++ == 0)
+        snprintf(rt->register_error, sizeof rt->register_error, "%s", shardopt_last_error());
+    return status;
+}
+
 static shardopt_status_t register_run(shardopt_runtime_t rt, const shardopt_param_desc_t *desc,
                                       shardopt_param_t *param_p)
 {
@@ -317,11 +327,7 @@ static shardopt_status_t register_run(shardopt_runtime_t rt, const shardopt_para
         return log_fail(SHARDOPT_ERR_STATE, "register '%s': runtime already committed",
                         desc->name != NULL ? desc->name : "(null)");
     status = param_add(rt, desc, param_p);
-    /* registration is local, commit collective: remember the failure so that commit fails on
-     * every rank instead of leaving the others waiting for this one */
-    if (status != SHARDOPT_OK && rt->register_failures++ == 0)
-        snprintf(rt->register_error, sizeof rt->register_error, "%s", shardopt_last_error());
-    return status;
+    return status == SHARDOPT_OK ? status : register_failed(rt, status);
 }
 
 static shardopt_status_t set_pointers_run(shardopt_param_t param, void *data, const void *grad)
@@ -474,12 +480,9 @@ static shardopt_status_t refused_run(shardopt_runtime_t rt, const char *name, co
         return log_fail(SHARDOPT_ERR_STATE, "register_refused '%.64s': runtime already committed",
                         name);
     char shown[400];
-    const shardopt_status_t status =
-        log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "register '%.64s': refused by the caller: %s", name,
-                 log_escape(shown, sizeof shown, reason, strlen(reason)));
-    if (rt->register_failures++ == 0)
-        snprintf(rt->register_error, sizeof rt->register_error, "%s", shardopt_last_error());
-    return status;
+    return register_failed(rt, log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                                        "register '%.64s': refused by the caller: %s", name,
+                                        log_escape(shown, sizeof shown, reason, strlen(reason))));
 }
 
 shardopt_status_t shardopt_register_refused(shardopt_runtime_t rt, const char *name,

@@ -68,6 +68,19 @@ void prepass_sumsq(shardopt_runtime_t rt, int host)
     }
 }
 
+/* The clipping scale of a gradient norm: max_grad_norm / (norm + 1e-6) where clipping applies,
+ * else 1 (the step rounds it to fp32 for the kernels). */
+static double clip_scale(double norm, double max_grad_norm)
+{
+    return max_grad_norm > 0 && norm > max_grad_norm ? max_grad_norm / (norm + 1e-6) : 1.0;
+}
+
+/* A tensor's gradient (its sum of squares) too large for the state once clipped by scale. */
+static int too_large_after(double sumsq, double scale)
+{
+    return sqrt(sumsq) * scale > PREPASS_GRAD_NORM_MAX;
+}
+
 shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struct prepass_result *r)
 {
     const struct groups *g = &rt->groups;
@@ -112,11 +125,9 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
      * one the step uses, or (nonfinite = zero with NaN/Inf elements, whose finite parts add to
      * the norm) a larger one: the judgement may only err towards refusing */
     const double finite_norm = sqrt(finite_total);
-    const double scale = max_grad_norm > 0 && finite_norm > max_grad_norm
-                             ? max_grad_norm / (finite_norm + 1e-6)
-                             : 1.0;
+    const double scale = clip_scale(finite_norm, max_grad_norm);
     for (int i = 0; i < rt->nparams; i++)
-        if (!rt->nonfinite[i] && sqrt(rt->sumsq[i]) * scale > PREPASS_GRAD_NORM_MAX)
+        if (!rt->nonfinite[i] && too_large_after(rt->sumsq[i], scale))
             rt->nonfinite[i] = 2;
     /* a failed all-reduce leaves the flags undefined: a replica acting on its own would skip or
      * step apart from the others (its return value was ignored); the fault site stands in for an
@@ -162,12 +173,10 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
         double zt = 0;
         for (int i = 0; i < rt->nparams; i++)
             zt += rt->sumsq[i];
-        const double zn = sqrt(zt);
-        const double zs =
-            max_grad_norm > 0 && zn > max_grad_norm ? max_grad_norm / (zn + 1e-6) : 1.0;
+        const double zs = clip_scale(sqrt(zt), max_grad_norm);
         int big = 0;
         for (int i = 0; i < rt->nparams; i++)
-            big += rt->nonfinite[i] && sqrt(rt->sumsq[i]) * zs > PREPASS_GRAD_NORM_MAX;
+            big += rt->nonfinite[i] && too_large_after(rt->sumsq[i], zs);
         if (g->mesh.dp_replicate > 1 &&
             comm_allreduce(g, g->rep, MPI_IN_PLACE, &big, 1, MPI_INT, MPI_MAX,
                            "too-large count all-reduce") != MPI_SUCCESS)
@@ -196,8 +205,6 @@ shardopt_status_t prepass_run(shardopt_runtime_t rt, double max_grad_norm, struc
     r->norm = sqrt(total);
     /* the scale is rounded to fp32 for the kernels, which also hides the last-bit differences a
      * different summation order (another layout) gives the norm */
-    r->grad_scale = max_grad_norm > 0 && r->norm > max_grad_norm
-                        ? (float)(max_grad_norm / (r->norm + 1e-6))
-                        : 1.0f;
+    r->grad_scale = (float)clip_scale(r->norm, max_grad_norm);
     return SHARDOPT_OK;
 }

@@ -19,6 +19,7 @@
 #include "runtime/commit_check.h"
 #include "runtime/commit_teams.h"
 #include "runtime/runtime.h"
+#include "runtime/step/ns_sharded_sum.h"
 #include "runtime/step/offload_exec.h"
 #include "runtime/step/replica_check.h"
 #include "sharding/ns_strategy.h"
@@ -506,6 +507,7 @@ static shardopt_status_t commit_run(shardopt_runtime_t rt)
     if (status == SHARDOPT_OK)
         status = commit_teams_create(rt, &rt->gx[GROUP_EXPERT], GROUP_EXPERT, "expert shard");
     transports_pick(rt);
+    rt->ns_timeout_s = ns_sharded_deadline(rt);
     /* the member -> runtime rank tables outlive the shard tables: param stats name owners */
     rt->group_ranks[GROUP_DENSE] = dense.ranks;
     rt->group_ranks[GROUP_EXPERT] = xs.ranks;

@@ -180,6 +180,9 @@ struct shardopt_runtime {
      * step joins its team's norm all-reduce with the failure flag and computes nothing, so that
      * every member of every later team stops at that one all-reduce (ns_sharded.c) */
     int team_poisoned;
+    /* The Muon phase's MPI all-reduces' deadline (ns_sharded_deadline), set at commit: the
+     * team communicators and the sharded strategy's choices it depends on are commit's */
+    double ns_timeout_s;
     /* A step failed at that agreement: part of its update was written, and a matrix that failed
      * in one replica's group was applied by the other replicas (they learn of it only at the
      * agreement), so the replicas may differ. Every later step refuses, as after

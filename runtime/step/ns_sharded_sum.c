@@ -36,19 +36,22 @@ void ns_sharded_count(shardopt_runtime_t rt, MPI_Comm comm, int64_t m, int64_t n
  * teammate comes from the drain that timed out, one comm_timeout_s after the failed member
  * reached the next team's norm all-reduce, which waited that long too, so a single deadline
  * ended the job there (MPI_Abort, comm_wait.c) as often as not. */
-struct groups ns_sharded_patient(const struct shardopt_runtime *rt)
+double ns_sharded_deadline(const struct shardopt_runtime *rt)
 {
-    struct groups patient = rt->groups;
     int drains = rt->gx[GROUP_DENSE].set_nccl != NULL || rt->gx[GROUP_EXPERT].set_nccl != NULL;
-    /* the sharded strategy over NCCL: only where a group has an NCCL communicator (no walk over
-     * the parameters per all-reduce with MPI exchanges) */
+    /* the sharded strategy over NCCL: only where a group has an NCCL communicator */
     const int any = rt->nccl[GROUP_DENSE] != NULL || rt->nccl[GROUP_EXPERT] != NULL;
     for (int i = 0; any && i < rt->nparams && !drains; i++)
         drains = rt->params[i]->ns_sharded &&
                  rt->nccl[rt->params[i]->placement == SHARDOPT_PLACEMENT_EXPERT ? GROUP_EXPERT
                                                                                 : GROUP_DENSE];
-    if (drains)
-        patient.timeout_s *= 2; /* 0 (never) stays 0 */
+    return drains ? 2 * rt->groups.timeout_s : rt->groups.timeout_s; /* 0 (never) stays 0 */
+}
+
+struct groups ns_sharded_patient(const struct shardopt_runtime *rt)
+{
+    struct groups patient = rt->groups; /* the same communicators, commit's deadline */
+    patient.timeout_s = rt->ns_timeout_s;
     return patient;
 }
 

@@ -12,11 +12,15 @@
 #include "runtime/comm/comm_nccl.h"
 #include "runtime/step/muon_exec.h"
 
-/* rt->groups with the deadline of the Muon phase's MPI all-reduces (the teams' norm, Gram sum
- * and result guard, the sharded strategy's over MPI, ns_sharded_run's agreement): twice
- * comm_timeout_s where the phase has NCCL all-reduces (team communicators, or sharded matrices
- * over a group's NCCL communicator), whose member may come from a drain that waited out
- * comm_timeout_s (a stuck peer) while the others wait for it; else comm_timeout_s. */
+/* The deadline of the Muon phase's MPI all-reduces (the teams' norm, Gram sum and result guard,
+ * the sharded strategy's over MPI, ns_sharded_run's agreement): twice comm_timeout_s where the
+ * phase has NCCL all-reduces (team communicators, or sharded matrices over a group's NCCL
+ * communicator), whose member may come from a drain that waited out comm_timeout_s (a stuck
+ * peer) while the others wait for it; else comm_timeout_s. Fixed by commit's plan: commit keeps
+ * it in rt->ns_timeout_s, once, instead of a walk over the parameters per all-reduce. */
+double ns_sharded_deadline(const struct shardopt_runtime *rt);
+
+/* rt->groups with that deadline (rt->ns_timeout_s). */
 struct groups ns_sharded_patient(const struct shardopt_runtime *rt);
 
 /* A member's failure, told by the flag of the group's all-reduce: logged, ERR_INTERNAL. mine:

@@ -387,6 +387,7 @@ void plan_free(struct group_plan *p)
     free(p->buckets);
     free(p->owner);
     free(p->load);
+    free(p->cost);
     free(p->team);
     free(p->team_of);
     free(p->work);
@@ -395,6 +396,15 @@ void plan_free(struct group_plan *p)
     free(p->owned);
     free(p->incoming);
     memset(p, 0, sizeof *p);
+}
+
+/* The NS cost per iteration of each of p's matrices: plan_ns_cost, or Gram's FLOPs */
+static double mat_cost(const struct plan_cfg *cfg, const struct plan_param *p)
+{
+    const int64_t rows = p->shape[p->ndim - 2], cols = p->shape[p->ndim - 1];
+    const int steps = cfg->ns_steps > 0 ? cfg->ns_steps : 5;
+    return p->ns_gram ? plan_ns_flops(rows, cols, steps, 1, p->ns_restarts) / steps
+                      : plan_ns_cost(rows, cols);
 }
 
 shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param *params,
@@ -438,6 +448,7 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     }
     P.owner = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
     P.load = mem_calloc((size_t)cfg->members, sizeof(double));
+    P.cost = mem_malloc(sizeof(double) * (size_t)(n ? n : 1));
     P.work = mem_calloc((size_t)cfg->members, sizeof(double));
     P.team_comm = mem_calloc((size_t)cfg->members, sizeof(double));
     P.team = mem_malloc(sizeof(int) * (size_t)(n ? n : 1));
@@ -445,10 +456,11 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     P.team_cap = P.team_cap < PLAN_TEAM_MAX ? P.team_cap : PLAN_TEAM_MAX;
     P.team_of =
         P.team_cap > 1 ? mem_malloc(sizeof(int) * (size_t)(n ? n : 1) * (size_t)P.team_cap) : NULL;
-    bytes_asked = (sizeof(*mats) + sizeof(int) * (size_t)(1 + P.team_cap)) * (size_t)(n ? n : 1) +
+    bytes_asked = (sizeof(*mats) + sizeof(double) + sizeof(int) * (size_t)(1 + P.team_cap)) *
+                      (size_t)(n ? n : 1) +
                   (sizeof(size_t) + 4 * sizeof(int) + 3 * sizeof(double)) * (size_t)cfg->members;
     if (mats == NULL || w.cursor == NULL || w.acnt == NULL || P.owner == NULL || P.load == NULL ||
-        P.work == NULL || P.team_comm == NULL || P.team == NULL ||
+        P.cost == NULL || P.work == NULL || P.team_comm == NULL || P.team == NULL ||
         (P.team_cap > 1 && P.team_of == NULL))
         goto err_oom;
     n = 0;
@@ -460,12 +472,7 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
             m->k = k;
             m->rows = pp->shape[pp->ndim - 2];
             m->cols = pp->shape[pp->ndim - 1];
-            {
-                const int steps = cfg->ns_steps > 0 ? cfg->ns_steps : 5;
-                m->cost = pp->ns_gram
-                              ? plan_ns_flops(m->rows, m->cols, steps, 1, pp->ns_restarts) / steps
-                              : plan_ns_cost(m->rows, m->cols);
-            }
+            m->cost = P.cost[n - 1] = mat_cost(cfg, pp);
         }
     }
     P.nmatrices = n;

@@ -116,6 +116,10 @@ struct plan_cfg {
      * exchange elements it sends); that plan replaces the first one only when its latest finish
      * is earlier, the first one's counted on the same refine_load (plan_owners.c, refine) */
     const double *refine_load;
+    /* [the group's matrices] or NULL: matrix m's one owner given (the union plan,
+     * runtime/commit_union.c): no LPT, no teams, no moves, no holder keeping a matrix whole; its
+     * load and work counted as the LPT's are */
+    const int *fixed_owner;
     /* cost units per exchange element, as move_cost. With teams (team_cap > 1, not with
      * move_cost), refine_load or not, the first placement's team sizes count the exchange too:
      * its LPT runs again with each team sized by its members' finish, max(work, refine_comm +
@@ -183,6 +187,8 @@ struct group_plan {
     int nmatrices; /* in the group, all members */
     int *owner;    /* [nmatrices], in matrix order (params in order, then k); a team's lead */
     double *load;  /* [members]: NS FLOPs per iteration owned (a team member: its block's) */
+    double *cost;  /* [nmatrices], in matrix order: each matrix's NS cost per iteration, what the
+                      owners are balanced on (the union plan gathers them: commit_union.c) */
     int *team;     /* [nmatrices]: team size, 1 = owner alone */
     int *team_of;  /* [nmatrices * team_cap] (team_cap >= 2 only): team members, lead first */
     int team_cap;

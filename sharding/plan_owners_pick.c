@@ -120,6 +120,18 @@ int plan_owners_pick(const struct plan_cfg *cfg, const struct mat *mats, int n,
     /* the largest team any matrix can have (team_size): none, one plan (ep >= a node's ranks) */
     int lim = cap < cfg->node_members ? cap : cfg->node_members;
     lim = lim < members ? lim : members;
+    if (cfg->fixed_owner != NULL) { /* the union plan's owners (plan_cfg.fixed_owner) */
+        for (int i = 0; i < members; i++)
+            P->work[i] = cfg->base_load != NULL ? cfg->base_load[i] : 0.0;
+        for (int m = 0; m < n; m++) {
+            const int o = cfg->fixed_owner[m];
+            P->owner[m] = o;
+            P->team[m] = 1;
+            P->load[o] += mats[m].cost;
+            P->work[o] += mats[m].cost;
+        }
+        return 0;
+    }
     if (!cfg->team_guard || lim < 2)
         return plan_owners_assign(cfg, mats, n, P);
     const size_t dm = sizeof(double) * (size_t)members;

@@ -14,12 +14,15 @@
  * all-reduce that agrees which parameters are torch.chunk on every member is simulated by
  * asking every member's layout), then the planner (runtime/commit.c, group_plan_build): the
  * expert group of d (member d / E) first, then the dense group (member d) on top of the expert
- * loads, each reading members' slices through the tables (shard_table_plan_param).
+ * loads, each reading members' slices through the tables (shard_table_plan_param); then the
+ * union plan's step (runtime/commit_union.c: what it gathers, LPT over the union of both groups,
+ * and this rank's two plans for the union's owners, while the joint plans are still kept).
  * Printed per rank, measured (heap in use after less before, mallinfo2): the bytes the two
  * shard tables keep (and how many parameters needed a gathered column) and the bytes the two
  * plans keep; the planner's input (its parameter list, this rank's boxes and the dense group's
  * per-member expert loads, commit's xload), by size; the wall time of the tables and of the two
- * plan_build calls on this core; and the process's peak RSS so far (it includes the program and
+ * plan_build calls on this core; the union step's heap at its peak (its scratch and two plans)
+ * and wall time; and the process's peak RSS so far (it includes the program and
  * the preset, printed first).
  *
  * --max-growth F: exit 1 when the plans and shard tables of the last world keep more than F
@@ -39,6 +42,7 @@
 #include "runtime/classify.h"
 #include "sharding/layout.h"
 #include "sharding/plan.h"
+#include "sharding/plan_union.h"
 #include "sharding/shard_table.h"
 #include "shardopt.h"
 #include "tools/cli_num.h"
@@ -148,9 +152,69 @@ static int group_input(const struct preset *p, const int *muon, int expert,
 
 struct sample {
     size_t plan_bytes, table_bytes, input_bytes;
-    double seconds, table_seconds;
+    size_t union_bytes; /* the union step's scratch and its two plans, while the joint ones stay */
+    double seconds, table_seconds, union_seconds;
     int dense_buckets, expert_buckets, columns;
 };
+
+/* The union plan as commit computes it once the joint plans stand (runtime/commit_union.c):
+ * what it gathers (3 ints per dense member, the all-gather's counts and displacements, every
+ * matrix's cost: every expert group has EP rank 0's shapes), LPT over the union of both groups
+ * (sharding/plan_union.c), and this rank's plans of both groups for those owners, measured with
+ * the joint plans still kept, as commit holds both until it picks one. */
+static void union_step(int world, int ep, int d, const struct plan_cfg *xc,
+                       const struct plan_cfg *dc, const struct group_plan *XP,
+                       const struct group_plan *DP, struct plan_param *pp, struct plan_box *tmpl,
+                       const struct preset *p, const int *muon, const struct shard_table *X,
+                       const struct shard_table *D, const struct layout *mine, struct sample *out)
+{
+    const int nd = DP->nmatrices, nx = XP->nmatrices;
+    const int64_t n = nd + (int64_t)ep * nx;
+    const size_t h0 = heap_in_use();
+    const double t0 = now();
+    int *info = malloc(sizeof(int) * 5 * (size_t)world);
+    double *cost = malloc(sizeof(double) * (size_t)(n + 1)),
+           *load = malloc(sizeof(double) * (size_t)world);
+    int *group = malloc(sizeof(int) * (size_t)(n + 1)),
+        *owner = malloc(sizeof(int) * (size_t)(n + 1));
+    int *xowner = malloc(sizeof(int) * (size_t)(nx + 1));
+    if (info == NULL || cost == NULL || load == NULL || group == NULL || owner == NULL ||
+        xowner == NULL)
+        die("out of memory");
+    for (int i = 0; i < world; i++) /* what commit gathers: EP rank, expert shard rank, count */
+        info[3 * i] = i % ep, info[3 * i + 1] = i / ep, info[3 * i + 2] = nx;
+    for (int m = 0; m < nd; m++)
+        cost[m] = DP->cost[m], group[m] = -1;
+    for (int e = 0; e < ep; e++)
+        for (int m = 0; m < nx; m++)
+            cost[nd + (int64_t)e * nx + m] = XP->cost[m], group[nd + (int64_t)e * nx + m] = e;
+    if (plan_union_owners(cost, group, n, world, NULL, ep, NULL, owner, load) != 0)
+        die("out of memory planning the union");
+    struct group_plan UX = {0}, UD = {0};
+    struct plan_cfg uc = *dc;
+    uc.base_load = NULL;
+    uc.fixed_owner = owner;
+    int np = group_input(p, muon, 0, D, mine, pp, tmpl);
+    if (np > 0 && plan_build(&uc, pp, np, &UD) != SHARDOPT_OK)
+        die(shardopt_last_error());
+    for (int m = 0; m < nx; m++)
+        xowner[m] = owner[nd + (int64_t)(d % ep) * nx + m] / ep;
+    uc = *xc;
+    uc.fixed_owner = xowner;
+    np = group_input(p, muon, 1, X, mine, pp, tmpl);
+    if (np > 0 && plan_build(&uc, pp, np, &UX) != SHARDOPT_OK)
+        die(shardopt_last_error());
+    out->union_seconds = now() - t0;
+    out->union_bytes = heap_in_use() - h0;
+    plan_free(&UX);
+    plan_free(&UD);
+    free(info);
+    free(cost);
+    free(load);
+    free(group);
+    free(owner);
+    free(xowner);
+}
 
 /* Dense rank d of world W as commit handles it: its shard tables, then its expert group's plan,
  * then the dense group's. */
@@ -212,6 +276,7 @@ static void plan_rank(const struct preset *p, const int *muon, int world, int ep
     out->seconds += now() - t0;
     out->plan_bytes += heap_in_use() - h0;
     out->dense_buckets = DP.nbuckets;
+    union_step(world, ep, d, &xc, &dc, &XP, &DP, pp, tmpl, p, muon, &X, &D, mine, out);
     plan_free(&XP);
     plan_free(&DP);
     shard_table_free(&D);
@@ -285,7 +350,8 @@ int main(int argc, char **argv)
     printf("plan-world-sim: preset %s (%d tensors, %d Muon), ep %d, bucket_bytes %zu; peak RSS "
            "before planning %.1f MiB; per sampled rank\n\n| ranks | rank | buckets dense/expert | "
            "plan MiB kept | shard tables MiB kept (gathered columns) | planner input MiB | "
-           "tables ms | plan s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n",
+           "tables ms | plan s | union MiB | union s | peak RSS MiB |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n",
            p.name, p.n, nmuon, ep, bucket_bytes, ru0.ru_maxrss / 1024.0);
     size_t first = 0, last = 0;
     for (int w = 0; w < nw; w++) {
@@ -310,10 +376,12 @@ int main(int argc, char **argv)
             plan_rank(&p, muon, world, ep, (int)sample[s], bucket_bytes, &r);
             struct rusage ru;
             getrusage(RUSAGE_SELF, &ru);
-            printf("| %d | %ld | %d/%d | %.3f | %.3f (%d) | %.3f | %.3f | %.3f | %.1f |\n", world,
-                   sample[s], r.dense_buckets, r.expert_buckets, r.plan_bytes / 1048576.0,
-                   r.table_bytes / 1048576.0, r.columns, r.input_bytes / 1048576.0, r.table_seconds,
-                   r.seconds, ru.ru_maxrss / 1024.0);
+            printf(
+                "| %d | %ld | %d/%d | %.3f | %.3f (%d) | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f "
+                "|\n",
+                world, sample[s], r.dense_buckets, r.expert_buckets, r.plan_bytes / 1048576.0,
+                r.table_bytes / 1048576.0, r.columns, r.input_bytes / 1048576.0, r.table_seconds,
+                r.seconds, r.union_bytes / 1048576.0, r.union_seconds, ru.ru_maxrss / 1024.0);
             const size_t kept = r.plan_bytes + r.table_bytes;
             worst = kept > worst ? kept : worst;
         }

@@ -18,6 +18,7 @@
 #include "runtime/commit_buffers.h"
 #include "runtime/commit_check.h"
 #include "runtime/commit_teams.h"
+#include "runtime/commit_union.h"
 #include "runtime/runtime.h"
 #include "runtime/step/ns_sharded_sum.h"
 #include "runtime/step/offload_exec.h"
@@ -77,9 +78,9 @@ static double moves_elem_cost(shardopt_runtime_t rt);
 /* The planner's view of the Muon tensors of one group kind. joint: NULL, or the joint planning
  * settings it takes from the other group (plan_cfg's base_load, move_cost and base_comm,
  * refine_load, refine_cost and refine_comm; docs/scaling.md). */
-static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind kind,
-                                          const struct shard_table *t, const struct plan_cfg *joint,
-                                          struct group_exec *gx)
+shardopt_status_t commit_group_plan(shardopt_runtime_t rt, enum group_kind kind,
+                                    const struct shard_table *t, const struct plan_cfg *joint,
+                                    struct group_exec *gx)
 {
     const struct plan_cfg none = {0};
     if (joint == NULL)
@@ -109,6 +110,8 @@ static shardopt_status_t group_plan_build(shardopt_runtime_t rt, enum group_kind
                            .refine_load = joint->refine_load,
                            .refine_cost = joint->refine_cost,
                            .refine_comm = joint->refine_comm,
+                           .fixed_owner = joint->fixed_owner,
+                           .fixed_teams = joint->fixed_teams,
                            .team_cap = 1 /* one owner per matrix, but below */};
     char err[256];
     int np = 0;
@@ -234,6 +237,8 @@ static shardopt_status_t expert_loads(shardopt_runtime_t rt, struct shard_table 
 
 /* The planner's cost of one exchange element sent one way (plan_cfg.move_cost): comm-dtype bytes
  * at cost_net_gbps, in NS FLOPs per iteration at cost_gemm_gflops. */
+double commit_elem_cost(shardopt_runtime_t rt) { return moves_elem_cost(rt); }
+
 static double moves_elem_cost(shardopt_runtime_t rt)
 {
     const double steps = rt->cfg.ns_steps > 0 ? rt->cfg.ns_steps : 5;
@@ -269,7 +274,7 @@ static shardopt_status_t dense_plan(shardopt_runtime_t rt, struct shard_table *d
         status = busiest_sent(rt, &rt->gx[GROUP_EXPERT].plan, "expert", &joint.refine_comm);
     }
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_DENSE, dense, &joint, &rt->gx[GROUP_DENSE]);
+        status = commit_group_plan(rt, GROUP_DENSE, dense, &joint, &rt->gx[GROUP_DENSE]);
     return status;
 }
 
@@ -291,7 +296,7 @@ static shardopt_status_t expert_replan(shardopt_runtime_t rt, struct shard_table
     if (status != SHARDOPT_OK)
         return status;
     plan_free(&rt->gx[GROUP_EXPERT].plan);
-    return group_plan_build(rt, GROUP_EXPERT, xs, &joint, &rt->gx[GROUP_EXPERT]);
+    return commit_group_plan(rt, GROUP_EXPERT, xs, &joint, &rt->gx[GROUP_EXPERT]);
 }
 
 /* expert_moves, once the experts have moved: the dense group placed again on each member's
@@ -310,7 +315,7 @@ static shardopt_status_t dense_refine(shardopt_runtime_t rt, struct shard_table 
     status = busiest_sent(rt, &rt->gx[GROUP_EXPERT].plan, "expert", &joint.refine_comm);
     if (status == SHARDOPT_OK) {
         plan_free(&rt->gx[GROUP_DENSE].plan);
-        status = group_plan_build(rt, GROUP_DENSE, dense, &joint, &rt->gx[GROUP_DENSE]);
+        status = commit_group_plan(rt, GROUP_DENSE, dense, &joint, &rt->gx[GROUP_DENSE]);
     }
     free(after);
     return status;
@@ -490,9 +495,9 @@ static shardopt_status_t commit_run(shardopt_runtime_t rt)
         status = teams_setup(rt);
     status = groups_agree(&rt->groups, status, "commit");
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_LOCAL, NULL, NULL, &rt->gx[GROUP_LOCAL]);
+        status = commit_group_plan(rt, GROUP_LOCAL, NULL, NULL, &rt->gx[GROUP_LOCAL]);
     if (status == SHARDOPT_OK)
-        status = group_plan_build(rt, GROUP_EXPERT, &xs, NULL, &rt->gx[GROUP_EXPERT]);
+        status = commit_group_plan(rt, GROUP_EXPERT, &xs, NULL, &rt->gx[GROUP_EXPERT]);
     if (status == SHARDOPT_OK)
         status = expert_loads(rt, &dense);
     if (status == SHARDOPT_OK)
@@ -501,6 +506,8 @@ static shardopt_status_t commit_run(shardopt_runtime_t rt)
         status = expert_replan(rt, &xs);
     if (status == SHARDOPT_OK && rt->cfg.expert_moves)
         status = dense_refine(rt, &dense);
+    if (status == SHARDOPT_OK)
+        status = commit_union_plan(rt, &dense, &xs);
     if (status == SHARDOPT_OK)
         status = commit_teams_create(rt, &rt->gx[GROUP_DENSE], GROUP_DENSE, "dense");
     /* after the dense group's on every rank: one order of the blocking creations everywhere */

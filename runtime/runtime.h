@@ -155,6 +155,10 @@ struct shardopt_runtime {
      * groups' teams matrix by matrix (plan_cfg.team_guard off), as before the group-wide choice,
      * so that a model whose expert groups gain nothing from teams still runs some */
     int xs_team_guard_off;
+    /* Tests only, set between init and commit: 1 keeps the joint plan without comparing it with
+     * LPT over the union (commit_union.c), as before the union plan */
+    int union_off;
+    int union_kept; /* 1: commit kept LPT over the union of both groups (commit_union.c) */
     /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
      * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest
      * bucket */

@@ -388,6 +388,7 @@ void plan_free(struct group_plan *p)
     free(p->owner);
     free(p->load);
     free(p->cost);
+    free(p->team_load);
     free(p->team);
     free(p->team_of);
     free(p->work);
@@ -456,12 +457,14 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     P.team_cap = P.team_cap < PLAN_TEAM_MAX ? P.team_cap : PLAN_TEAM_MAX;
     P.team_of =
         P.team_cap > 1 ? mem_malloc(sizeof(int) * (size_t)(n ? n : 1) * (size_t)P.team_cap) : NULL;
+    /* only with teams: without, 8 B x members the union plan never reads */
+    P.team_load = P.team_cap > 1 ? mem_calloc((size_t)cfg->members, sizeof(double)) : NULL;
     bytes_asked = (sizeof(*mats) + sizeof(double) + sizeof(int) * (size_t)(1 + P.team_cap)) *
                       (size_t)(n ? n : 1) +
-                  (sizeof(size_t) + 4 * sizeof(int) + 3 * sizeof(double)) * (size_t)cfg->members;
+                  (sizeof(size_t) + 4 * sizeof(int) + 4 * sizeof(double)) * (size_t)cfg->members;
     if (mats == NULL || w.cursor == NULL || w.acnt == NULL || P.owner == NULL || P.load == NULL ||
-        P.cost == NULL || P.work == NULL || P.team_comm == NULL || P.team == NULL ||
-        (P.team_cap > 1 && P.team_of == NULL))
+        P.cost == NULL || (P.team_cap > 1 && P.team_load == NULL) || P.work == NULL ||
+        P.team_comm == NULL || P.team == NULL || (P.team_cap > 1 && P.team_of == NULL))
         goto err_oom;
     n = 0;
     for (int p = 0; p < nparams; p++) {
@@ -479,6 +482,12 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     bytes_asked = sizeof(int) * (size_t)(n ? n : 1);
     if (plan_owners_pick(cfg, mats, n, &P) != 0)
         goto err_oom;
+    for (int m = 0; m < n; m++) /* the team blocks' load, as plan_charge counts it */
+        for (int u = 0; P.team[m] > 1 && u < P.team[m]; u++)
+            P.team_load[P.team_of[(size_t)m * (size_t)P.team_cap + (size_t)u]] +=
+                plan_ns_team_block_cost(mats[m].rows, mats[m].cols, P.team[m], u, !cfg->team_bf16) +
+                cfg->allreduce_cost *
+                    plan_team_allreduce_elems(mats[m].rows, mats[m].cols, P.team[m]);
 
     /* upper bounds for the lists: one piece of mine per matrix, one incoming per holder */
     for (int m = 0; m < n; m++) {

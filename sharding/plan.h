@@ -63,6 +63,8 @@ struct plan_param {
     int ns_transpose;
 };
 
+struct group_plan;
+
 struct plan_cfg {
     int members, me;
     size_t bucket_bytes; /* a bucket closes once its matrices reach this many comm-dtype bytes */
@@ -120,6 +122,9 @@ struct plan_cfg {
      * runtime/commit_union.c): no LPT, no teams, no moves, no holder keeping a matrix whole; its
      * load and work counted as the LPT's are */
     const int *fixed_owner;
+    /* fixed_owner only: where fixed_owner[m] < 0, matrix m keeps the team this plan of the same
+     * group gave it (team[m] members, team_of), with the same team_cap */
+    const struct group_plan *fixed_teams;
     /* cost units per exchange element, as move_cost. With teams (team_cap > 1, not with
      * move_cost), refine_load or not, the first placement's team sizes count the exchange too:
      * its LPT runs again with each team sized by its members' finish, max(work, refine_comm +
@@ -189,8 +194,11 @@ struct group_plan {
     double *load;  /* [members]: NS FLOPs per iteration owned (a team member: its block's) */
     double *cost;  /* [nmatrices], in matrix order: each matrix's NS cost per iteration, what the
                       owners are balanced on (the union plan gathers them: commit_union.c) */
-    int *team;     /* [nmatrices]: team size, 1 = owner alone */
-    int *team_of;  /* [nmatrices * team_cap] (team_cap >= 2 only): team members, lead first */
+    double *team_load; /* [members] with a team_cap (else NULL): the load and all-reduce cost of
+                          its team blocks alone (0: in no team), what the union plan places the
+                          one-owner matrices around */
+    int *team;         /* [nmatrices]: team size, 1 = owner alone */
+    int *team_of;      /* [nmatrices * team_cap] (team_cap >= 2 only): team members, lead first */
     int team_cap;
     int nteams;        /* matrices with a team of 2 or more */
     int nmoved;        /* matrices the moves pass (move_cost) gave another owner */

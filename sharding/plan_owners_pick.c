@@ -121,15 +121,31 @@ int plan_owners_pick(const struct plan_cfg *cfg, const struct mat *mats, int n,
     int lim = cap < cfg->node_members ? cap : cfg->node_members;
     lim = lim < members ? lim : members;
     if (cfg->fixed_owner != NULL) { /* the union plan's owners (plan_cfg.fixed_owner) */
+        double *comm = mem_calloc((size_t)members, sizeof(double)); /* plan_charge's, unread */
+        if (comm == NULL)
+            return -1;
+        struct plan_carry c = {
+            .load = P->load, .team_comm = P->team_comm, .work = P->work, .comm = comm};
+        const struct group_plan *F = cfg->fixed_teams;
         for (int i = 0; i < members; i++)
             P->work[i] = cfg->base_load != NULL ? cfg->base_load[i] : 0.0;
+        P->nteams = 0;
         for (int m = 0; m < n; m++) {
             const int o = cfg->fixed_owner[m];
-            P->owner[m] = o;
-            P->team[m] = 1;
-            P->load[o] += mats[m].cost;
-            P->work[o] += mats[m].cost;
+            if (o >= 0) {
+                P->owner[m] = o;
+                P->team[m] = 1;
+                plan_charge(cfg, &mats[m], 1, &o, &c);
+                continue;
+            }
+            const int k = F->team[m], *t = &F->team_of[(size_t)m * (size_t)F->team_cap];
+            P->owner[m] = t[0];
+            P->team[m] = k;
+            memcpy(&P->team_of[(size_t)m * (size_t)cap], t, sizeof(int) * (size_t)k);
+            plan_charge(cfg, &mats[m], k, t, &c);
+            P->nteams++;
         }
+        free(comm);
         return 0;
     }
     if (!cfg->team_guard || lim < 2)

@@ -48,7 +48,8 @@ static int by_cost_desc(const void *a, const void *b)
 }
 
 int plan_union_owners(const double *cost, const int *group, int64_t n, int members,
-                      const int *member_group, int ngroups, int *owner, double *load)
+                      const int *member_group, int ngroups, const double *base, int *owner,
+                      double *load)
 {
     if (members < 1 || ngroups < 1)
         return -1;
@@ -83,6 +84,7 @@ int plan_union_owners(const double *cost, const int *group, int64_t n, int membe
     }
     for (int d = 0; d < members; d++) { /* ascending within each group */
         const int e = member_group != NULL ? member_group[d] : d % ngroups;
+        t.load[first[e]] = base != NULL ? base[d] : 0.0;
         t.member[first[e]++] = d;
     }
     for (int e = ngroups; e > 0; e--) /* back to each group's first position */
@@ -99,6 +101,10 @@ int plan_union_owners(const double *cost, const int *group, int64_t n, int membe
     for (int64_t f = 0; f < n; f++) {
         const int64_t m = order[f];
         const int e = group[m];
+        if (cost[m] < 0) { /* heaviest first: the team matrices sort last */
+            owner[m] = -1;
+            continue;
+        }
         const int pos = e < 0 ? tree_min(&t, 0, members) : tree_min(&t, first[e], first[e + 1]);
         owner[m] = t.member[pos];
         t.load[pos] += cost[m];

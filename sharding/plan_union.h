@@ -9,13 +9,16 @@
 
 /* n matrices in the union's order (the dense group's in its matrix order, then EP rank 0's expert
  * matrices in their group's matrix order, EP rank 1's, ...), cost[m] in the planner's units
- * (group_plan.cost), group[m] -1 for a dense matrix (every member of the dense group may own it)
- * or e for EP rank e's (the members d with member_group[d] == e: its expert shard group; NULL
- * member_group: d % ngroups, the mesh's order). Heaviest first (ties in the union's order), each
- * to the eligible member with the least load so far (ties the lowest member): owner[m], the dense
- * member, and load[members], each member's summed cost. Returns 0; -1 when out of memory, or a
- * group out of [0, ngroups) or with no member (owner and load then unspecified). */
+ * (group_plan.cost; < 0: not placed here, owner[m] = -1: a matrix the joint plan gave a team),
+ * group[m] -1 for a dense matrix (every member of the dense group may own it) or e for EP rank
+ * e's (the members d with member_group[d] == e: its expert shard group; NULL member_group:
+ * d % ngroups, the mesh's order). Heaviest first (ties in the union's order), each to the
+ * eligible member with the least load so far (ties the lowest member), every member starting
+ * from base[d] (NULL: 0; the team blocks it keeps): owner[m], the dense member, and
+ * load[members], base plus the costs placed. Returns 0; -1 when out of memory, or a group out of
+ * [0, ngroups) or with no member (owner and load then unspecified). */
 int plan_union_owners(const double *cost, const int *group, int64_t n, int members,
-                      const int *member_group, int ngroups, int *owner, double *load);
+                      const int *member_group, int ngroups, const double *base, int *owner,
+                      double *load);
 
 #endif

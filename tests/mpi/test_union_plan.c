@@ -1,0 +1,163 @@
+/* LPT over the union of both groups replaces the joint plan where it finishes first
+ * (runtime/commit_union.c), and changes owners only, never the update. 4 ranks, ep 2 (expert
+ * shard groups {0, 2} and {1, 3}): two dense 64 x 128 matrices (NS cost 8 units, a unit being a
+ * 32 x 64 matrix's) and two stacks of 6 experts of 32 x 64, so 6 expert matrices per EP rank,
+ * sharded along rows (no member holds one whole). The joint plan places the experts first (3
+ * units on every member) and the dense matrices on top (members 0 and 1): its busiest member does
+ * 11 units. The union places the dense matrices first (on 0 and 1) and each group's 6 experts on
+ * its other member: 8 units. Three steps with the union plan and without it (rt->union_off, the
+ * joint plan of before) from the same shards: the busiest rank's Newton-Schulz FLOPs must be 8
+ * and 11 units, every parameter the same bits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+#include "test.h"
+
+#define NSTEPS 3
+#define E      6 /* experts, 3 per EP rank */
+
+static int me;
+
+static double ns_units(double rows, double cols)
+{
+    return 4 * rows * rows * cols + 2 * rows * rows * rows;
+}
+
+/* fill n floats from seed (the same on every run) */
+static void fill(float *x, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)((int)(seed >> 9) - (1 << 22)) / (float)(1 << 22);
+    }
+}
+
+/* Run NSTEPS steps; this rank's parameters concatenated into out (returned count) and its NS
+ * FLOPs of the last step. */
+static size_t run(int union_off, int teams, float *out, double *flops, int *kept, int *nteams)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = NULL;
+    cfg.ep = 2;
+    cfg.num_threads = 1;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    if (teams) { /* every dense matrix in a team of 2 */
+        cfg.ns_team_cap = 2;
+        cfg.ns_team_frac = 0.01;
+    }
+    if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK)
+        return 0;
+    rt->union_off = union_off;
+    static float w[4][E * 32 * 64], g[4][E * 32 * 64];
+    const struct {
+        const char *name;
+        int ndim;
+        int64_t shape[3];
+        shardopt_placement_t placement;
+        int dim;
+    } t[4] = {{"dense.a", 2, {64, 128}, SHARDOPT_PLACEMENT_DENSE, 0},
+              {"dense.b", 2, {64, 128}, SHARDOPT_PLACEMENT_DENSE, 0},
+              {"experts.w1", 3, {E, 32, 64}, SHARDOPT_PLACEMENT_EXPERT, 1},
+              {"experts.w2", 3, {E, 32, 64}, SHARDOPT_PLACEMENT_EXPERT, 1}};
+    size_t n = 0;
+    for (int i = 0; i < 4; i++) {
+        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+        shardopt_param_t p;
+        int64_t off, len, goff;
+        d.name = t[i].name;
+        d.ndim = t[i].ndim;
+        memcpy(d.shape, t[i].shape, sizeof d.shape);
+        d.placement = t[i].placement;
+        d.shard_dim = t[i].dim;
+        d.algo = SHARDOPT_ALGO_MUON;
+        if (shardopt_shard_range(rt, &d, &off, &len, &goff) != SHARDOPT_OK)
+            return 0;
+        d.shard_offset = off;
+        d.shard_length = len;
+        /* the shard's elements: rows [off, off + len) of every matrix this rank's slice holds */
+        const size_t numel =
+            t[i].ndim == 3 ? (size_t)(E / 2) * (size_t)len * 64 : (size_t)len * 128;
+        fill(w[i], numel, 77u + 1000u * (uint32_t)i + 10u * (uint32_t)me);
+        fill(g[i], numel, 99u + 1000u * (uint32_t)i + 10u * (uint32_t)me);
+        d.data = w[i];
+        d.grad = g[i];
+        if (shardopt_register(rt, &d, &p) != SHARDOPT_OK)
+            return 0;
+        n += numel;
+    }
+    if (shardopt_commit(rt) != SHARDOPT_OK)
+        return 0;
+    *kept = rt->union_kept;
+    *nteams = rt->gx[GROUP_DENSE].plan.nteams;
+    for (int s = 0; s < NSTEPS; s++) {
+        shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+        a.lr = 0.02;
+        if (shardopt_step(rt, &a) != SHARDOPT_OK)
+            return 0;
+    }
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(rt, &st);
+    *flops = st.ns_flops_last;
+    size_t o = 0;
+    for (int i = 0; i < 4; i++) {
+        const size_t numel = i < 2 ? 16 * 128 : (size_t)(E / 2) * 16 * 64;
+        memcpy(out + o, w[i], sizeof(float) * numel);
+        o += numel;
+    }
+    shardopt_finalize(rt);
+    return o == n ? n : 0;
+}
+
+TEST(the_union_plan_is_kept_where_it_finishes_first_with_the_same_bits)
+{
+    int ranks;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    ASSERT_EQ_INT(ranks, 4);
+    static float a[4 * E * 32 * 64], b[4 * E * 32 * 64];
+    double fa = 0, fb = 0;
+    int ka = 0, kb = 0, ta = 0, tb = 0;
+    const size_t na = run(0, 0, a, &fa, &ka, &ta), nb = run(1, 0, b, &fb, &kb, &tb);
+    ASSERT_TRUE(na > 0 && na == nb);
+    long differ = 0;
+    for (size_t i = 0; i < na; i++)
+        differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    EXPECT_EQ_INT(differ, 0);
+    EXPECT_EQ_INT(ka, 1);
+    EXPECT_EQ_INT(kb, 0);
+    double most[2] = {fa, fb};
+    MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const double unit = ns_units(32, 64) * 5; /* 5 Newton-Schulz steps per matrix */
+    EXPECT_NEAR(most[0] / unit, 8.0, 1e-9);
+    EXPECT_NEAR(most[1] / unit, 11.0, 1e-9);
+}
+
+/* With the dense matrices forced into teams of 2 (ns_team_frac 0.01, as the team tests force
+ * them) the union is computed around the teams and never drops them: the team path still runs
+ * (here the joint plan finishes no later, so it stays), the busiest rank is no busier than the
+ * joint plan's and the update is the same bits. test_plan_union checks that a plan for the
+ * union's owners keeps the teams it is given. */
+TEST(the_union_plan_keeps_the_joint_plans_teams)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    static float a[4 * E * 32 * 64], b[4 * E * 32 * 64];
+    double fa = 0, fb = 0;
+    int ka = 0, kb = 0, ta = 0, tb = 0;
+    const size_t na = run(0, 1, a, &fa, &ka, &ta), nb = run(1, 1, b, &fb, &kb, &tb);
+    ASSERT_TRUE(na > 0 && na == nb);
+    long differ = 0;
+    for (size_t i = 0; i < na; i++)
+        differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    EXPECT_EQ_INT(differ, 0);
+    EXPECT_EQ_INT(ta, 2);
+    EXPECT_EQ_INT(tb, 2);
+    if (me == 0)
+        printf("teams: union kept %d, busiest rank %.0f FLOPs against the joint plan's %.0f (rank "
+               "0)\n",
+               ka, fa, fb);
+    double most[2] = {fa, fb};
+    MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_TRUE(most[0] <= most[1]);
+}

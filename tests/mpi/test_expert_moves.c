@@ -2,11 +2,13 @@
  * on 4 ranks with ep 1 (2 experts, so 2 of the 4 expert shard group members hold none), three
  * steps with expert_moves = 0 and = 1 from the same shards, then every parameter compared
  * bitwise on every rank. The moves must have happened (expert exchange bytes, which are 0 with
- * every expert kept by its holder). */
+ * every expert kept by its holder). Both runs keep the joint plan (rt->union_off): LPT over the
+ * union, which commit keeps where it finishes first, moves whole experts too (test_union_plan). */
 #include <string.h>
 
 #include "bench/preset.h"
 #include "bench/preset_shards.h"
+#include "runtime/runtime.h"
 #include "test.h"
 
 #define NSTEPS 3
@@ -25,6 +27,7 @@ static float *run(const struct preset *p, int moves, size_t *n, uint64_t *expert
     cfg.expert_moves = moves;
     if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK)
         return NULL;
+    rt->union_off = 1;
     if (preset_shards_register(rt, p, 0, 4242 + (uint64_t)me, NULL, &ps) != SHARDOPT_OK)
         return NULL;
     for (int s = 0; s < NSTEPS; s++) {

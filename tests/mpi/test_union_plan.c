@@ -8,7 +8,6 @@
  * its other member: 8 units. Three steps with the union plan and without it (rt->union_off, the
  * joint plan of before) from the same shards: the busiest rank's Newton-Schulz FLOPs must be 8
  * and 11 units, every parameter the same bits. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,28 +109,41 @@ static size_t run(int union_off, int teams, float *out, double *flops, int *kept
     return o == n ? n : 0;
 }
 
+/* What both runs of one setting give: with and without the union plan */
+struct pair {
+    int kept[2], nteams[2];
+    double most[2]; /* the busiest rank's NS FLOPs */
+};
+
+/* The two runs (teams or not) from the same shards; the bits must be the same. */
+static int run_pair(int teams, struct pair *r)
+{
+    static float a[4 * E * 32 * 64], b[4 * E * 32 * 64];
+    const size_t na = run(0, teams, a, &r->most[0], &r->kept[0], &r->nteams[0]);
+    const size_t nb = run(1, teams, b, &r->most[1], &r->kept[1], &r->nteams[1]);
+    if (na == 0 || na != nb)
+        return -1;
+    long differ = 0;
+    for (size_t i = 0; i < na; i++)
+        differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    EXPECT_EQ_INT(differ, 0);
+    MPI_Allreduce(MPI_IN_PLACE, r->most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return 0;
+}
+
 TEST(the_union_plan_is_kept_where_it_finishes_first_with_the_same_bits)
 {
     int ranks;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     ASSERT_EQ_INT(ranks, 4);
-    static float a[4 * E * 32 * 64], b[4 * E * 32 * 64];
-    double fa = 0, fb = 0;
-    int ka = 0, kb = 0, ta = 0, tb = 0;
-    const size_t na = run(0, 0, a, &fa, &ka, &ta), nb = run(1, 0, b, &fb, &kb, &tb);
-    ASSERT_TRUE(na > 0 && na == nb);
-    long differ = 0;
-    for (size_t i = 0; i < na; i++)
-        differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    EXPECT_EQ_INT(differ, 0);
-    EXPECT_EQ_INT(ka, 1);
-    EXPECT_EQ_INT(kb, 0);
-    double most[2] = {fa, fb};
-    MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    struct pair r;
+    ASSERT_EQ_INT(run_pair(0, &r), 0);
+    EXPECT_EQ_INT(r.kept[0], 1);
+    EXPECT_EQ_INT(r.kept[1], 0);
     const double unit = ns_units(32, 64) * 5; /* 5 Newton-Schulz steps per matrix */
-    EXPECT_NEAR(most[0] / unit, 8.0, 1e-9);
-    EXPECT_NEAR(most[1] / unit, 11.0, 1e-9);
+    EXPECT_NEAR(r.most[0] / unit, 8.0, 1e-9);
+    EXPECT_NEAR(r.most[1] / unit, 11.0, 1e-9);
 }
 
 /* With the dense matrices forced into teams of 2 (ns_team_frac 0.01, as the team tests force
@@ -142,22 +154,9 @@ TEST(the_union_plan_is_kept_where_it_finishes_first_with_the_same_bits)
 TEST(the_union_plan_keeps_the_joint_plans_teams)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    static float a[4 * E * 32 * 64], b[4 * E * 32 * 64];
-    double fa = 0, fb = 0;
-    int ka = 0, kb = 0, ta = 0, tb = 0;
-    const size_t na = run(0, 1, a, &fa, &ka, &ta), nb = run(1, 1, b, &fb, &kb, &tb);
-    ASSERT_TRUE(na > 0 && na == nb);
-    long differ = 0;
-    for (size_t i = 0; i < na; i++)
-        differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    EXPECT_EQ_INT(differ, 0);
-    EXPECT_EQ_INT(ta, 2);
-    EXPECT_EQ_INT(tb, 2);
-    if (me == 0)
-        printf("teams: union kept %d, busiest rank %.0f FLOPs against the joint plan's %.0f (rank "
-               "0)\n",
-               ka, fa, fb);
-    double most[2] = {fa, fb};
-    MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    EXPECT_TRUE(most[0] <= most[1]);
+    struct pair r;
+    ASSERT_EQ_INT(run_pair(1, &r), 0);
+    EXPECT_EQ_INT(r.nteams[0], 2);
+    EXPECT_EQ_INT(r.nteams[1], 2);
+    EXPECT_TRUE(r.most[0] <= r.most[1]);
 }

@@ -481,6 +481,24 @@ def _torch_buffer(x, what, host):
     return x.data_ptr(), dt, x.numel()
 
 
+def _declared_grad_dtype(p):
+    """The gradient dtype a torch parameter without a gradient yet declares (torch >= 2.10's
+    Tensor.grad_dtype: bf16 weights with `p.grad_dtype = torch.float32` get fp32 gradients from
+    autograd, which torch.optim.Muon steps), as the library's name; None where it declares none
+    (the parameter's dtype then). Registered as the parameter's, those fp32 gradients were
+    refused at every step ('registered with ... grad dtype bf16')."""
+    src = p.source
+    src = src.to_local() if hasattr(src, "to_local") and hasattr(src, "placements") else src
+    want = getattr(src, "grad_dtype", None)
+    if want is None or _torch_dtypes is None:
+        return None
+    dt = _torch_dtypes[0].get(want)
+    if dt is None:
+        raise ValueError(f"{p.name}: grad_dtype = {want} (the parameter's declared gradient "
+                         "dtype): the library takes float32 or bfloat16 gradients")
+    return dt
+
+
 def _device(x):
     """Where x's memory is: "cpu", "cuda", another torch device type, or None (no claim).
     Anything exposing __cuda_array_interface__ or is_cuda = True is CUDA memory, whatever its
@@ -901,7 +919,14 @@ def torch_params(named_parameters, expert=None, ep=None, matrices=()):
             if perm == (1, 0):
                 shape_g = shape_g[::-1]  # stored [in, out]: transposed (docs/api.md)
         if not local.is_contiguous():
-            raise ValueError(f"{name}: the local shard is not contiguous")
+            # a view of part of another tensor (nn.Parameter(w[:, :k]), a strided slice):
+            # its elements are not one dense block in any order, which the library steps;
+            # torch.optim steps any view. Said so, and what to do, where it said only this
+            raise ValueError(f"{name}: the local shard is not contiguous (shape "
+                             f"{list(local.shape)}, strides {list(local.stride())}: a view of "
+                             "part of another tensor?): the library steps each parameter as "
+                             "one dense block of memory; make it one before the optimizer is "
+                             "made (p.data = p.data.contiguous(), or a Parameter of its own)")
         q = Param(name=name, shape=shape_g, data=local, placement=placement, shard_dim=sdim,
                   shard_offset=soff, shard_length=slen, source=p, transposed=perm == (1, 0))
         q._ep_first = ep_first  # (first expert held, the mesh's ep size) of an 'ep' DTensor
@@ -1035,6 +1060,8 @@ class Optimizer:
                              "array where this rank's shard is empty)")
         data, dt, n = _buffer(p.data, f"{p.name}.data", writable=True, host=self._host)
         grad, gdt, gn = _buffer(p.grad, f"{p.name}.grad", host=self._host)
+        if gdt is None and p.source is not None:
+            gdt = _declared_grad_dtype(p)
         # the library reads and writes as many elements as the layout says, whatever the buffer
         # holds: a buffer of any other size is refused (dense, replicated and expert alike)
         want = _shard_count(shape, p.placement, p.shard_dim, p.shard_offset, p.shard_length,
@@ -1096,9 +1123,13 @@ class Optimizer:
                              "assign a buffer of that size and dtype, or make a new Optimizer")
         g, gdt, gn = _buffer(grad, f"{p.name}.grad", host=self._host)
         if grad is not None and (gn != slot.count or gdt != slot.grad_dtype):
+            # a torch parameter's grad_dtype set after the optimizer was made: the runtime
+            # holds the gradient dtype it was registered with (_declared_grad_dtype)
+            hint = ("" if p.source is None or gn != slot.count else
+                    " (its grad_dtype changed after the optimizer was made? set it before)")
             raise ValueError(f"{p.name}.grad has {gn} {gdt} elements; the parameter was "
                              f"registered with {slot.count} elements of grad dtype "
-                             f"{slot.grad_dtype}")
+                             f"{slot.grad_dtype}{hint}")
         return a, g
 
     def _point(self, p, data, grad, addrs):

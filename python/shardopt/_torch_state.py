@@ -238,18 +238,24 @@ def _state_dict(opt):
             sp = slots.get(id(p))
             if sp is None:
                 continue  # frozen: no state, as torch.optim
-            st = {}
+            st, steps = {}, rt.get_step(sp)
             for kind in _KINDS[g["algo"]]:
                 local = _as_torch(rt.get_state(sp, kind))
                 st[kind] = _like_param(local, p, getattr(sp, "_perm", None))
-                if kind == "momentum":
+                if kind == "momentum" and steps > 0:
                     # torch.optim.Muon's key and scale too, so that its load_state_dict of
                     # this dict goes on with the momentum (without the key it started a
                     # zero buffer, silently); load_state_dict here takes "momentum", exact,
-                    # unless the buffer was changed since (_saved_momentum)
+                    # unless the buffer was changed since (_saved_momentum). Not for a tensor
+                    # that has not stepped (M is 0, torch starts a zero buffer all the same):
+                    # a fresh optimizer's state_dict(), the template dcp.load fills, then
+                    # asks only for what every checkpoint of this class holds, those saved
+                    # before the buffer was written included ('Missing key ...
+                    # momentum_buffer' before); the step count is the same on every rank,
+                    # so every rank's dict has the same keys
                     st["momentum_buffer"] = _like_param(_buffer(local, g["momentum"]), p,
                                                         getattr(sp, "_perm", None))
-            st["step"] = torch.tensor(float(rt.get_step(sp)), dtype=torch.float32)
+            st["step"] = torch.tensor(float(steps), dtype=torch.float32)
             st.update(opt.state._keys.get(id(p), {}))  # a wrapper's keys, as torch.optim's
             state[idx + i] = st
         idx += len(g["params"])
@@ -272,7 +278,8 @@ def _saved_momentum(st, mu):
     "momentum_buffer" is not the one state_dict() wrote with it (_buffer of M at the saved
     group's momentum mu): then the buffer is newer, a state dict this class saved, loaded into
     torch.optim.Muon, stepped there and saved again (torch keeps the "momentum" it loaded
-    unchanged and steps the buffer), or a buffer edited by hand, and it is M times (1 - mu)."""
+    unchanged and steps the buffer), or a buffer edited by hand, and it is M times (1 - mu).
+    An all-zero buffer beside a momentum that is not is a template's: "momentum" is taken."""
     m, buf = st.get("momentum"), st.get("momentum_buffer")
     if buf is None:
         return m, None
@@ -281,6 +288,14 @@ def _saved_momentum(st, mu):
                 for t in (m, buf))
         a, b = a.detach().to("cpu"), b.detach().to("cpu")
         if a.shape == b.shape and torch.equal(_buffer(a, mu).to(b.dtype), b):
+            return m, None
+        if a.shape == b.shape and not b.any():
+            # an all-zero buffer beside a momentum that is not (M (1 - mu) is zero only where
+            # M is): the template's own, left by dcp.load(..., allow_partial_load=True) of a
+            # checkpoint without the key (one saved before it was written) into a template
+            # of an optimizer that had stepped with zero gradients (torch's
+            # get_optimizer_state_dict makes one so); torch.optim.Muon's steps never leave it
+            # all zero. Taken, it zeroed the loaded momentum, silently
             return m, None
     return buf, 1.0 - float(mu)
 

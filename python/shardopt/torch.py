@@ -213,6 +213,10 @@ class Muon(torch.optim.Optimizer):
             _warn_split(parts, 0)
         super().__init__(split, defaults)
         self.state = _State(self)
+        # a subclass that defines its own step: torch.optim.Optimizer.__init__ wrapped it in
+        # profile_hook_step (hooks, profiler record), so this class's step, reached through
+        # super().step(), leaves them to that wrapper
+        self._wrapped_outside = type(self).step is not Muon.step
 
     # ---- construction -----------------------------------------------------------------
 
@@ -312,8 +316,13 @@ class Muon(torch.optim.Optimizer):
         # and the hook loops): about 10 us a step with no hook and no profiler, a third of the
         # whole Python side on a small model. This class marks its step hooked so that torch
         # leaves it alone, and goes through that same wrapper whenever it has work to do.
-        if (_ALWAYS_TRACE or self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks
-                or _GLOBAL_PRE_HOOKS or _GLOBAL_POST_HOOKS or _profiler_enabled()):
+        # a subclass's own step (a script's `def step(self, closure=None): ...; return
+        # super().step(closure)`) is wrapped by torch at construction, hooks and profiler
+        # record included: here they ran a second time (each pre / post hook twice a step)
+        if not self._wrapped_outside and (
+                _ALWAYS_TRACE or self._optimizer_step_pre_hooks
+                or self._optimizer_step_post_hooks or _GLOBAL_PRE_HOOKS or _GLOBAL_POST_HOOKS
+                or _profiler_enabled()):
             # the hooks see the arguments as given, as torch's own wrapper passes them
             return self._traced_step() if closure is None else self._traced_step(closure)
         return self._step(closure)
@@ -448,7 +457,8 @@ class Muon(torch.optim.Optimizer):
         """torch's layout: {"state": {index: {...}}, "param_groups": [...]}, parameters indexed
         in group order. Muon: "momentum" (the library's M = sum of mu^k g) and
         "momentum_buffer" (torch.optim.Muon's: M (1 - mu), so that torch.optim.Muon resumes
-        from it; load_state_dict takes "momentum" unless the buffer changed since); AdamW: "exp_avg", "exp_avg_sq"; both "step". Tensors keep
+        from it; load_state_dict takes "momentum" unless the buffer changed since; only for a
+        tensor that has stepped); AdamW: "exp_avg", "exp_avg_sq"; both "step". Tensors keep
         the dtype the state is held in (bf16 momentum stays bf16) and are DTensors sharded like
         their parameters when those are. Not collective: each rank copies its own shards out of
         its runtimes (shardopt_param_get_state). torch.optim's state_dict hooks run as for

@@ -1,0 +1,390 @@
+"""shardopt.torch.Muon in training scripts as others write them, the seventh round (after
+test_torch_real4.py): bf16 weights with fp32 gradients (torch's Tensor.grad_dtype), a
+subclass with its own step() and step hooks, checkpoints saved before the state dict held
+torch.optim.Muon's "momentum_buffer" resumed through torch.distributed.checkpoint, a
+parameter that is a strided view, layer-wise lr decay groups with their own keys, and
+torch's schedulers resumed mid-run. Each script is what its author would run, the import
+swapped, compared with the optimizer it was written for. One process.
+
+    test_torch_real5.py [CASE ...]     every case when none is named
+
+Each case is a function below; a failure names the case and goes on with the next. Exit 77
+(skip) only where torch is not importable."""
+import sys
+import tempfile
+import warnings
+
+try:
+    import torch
+    import torch.nn as nn
+except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
+    print(f"SKIP: torch is not importable ({e})")
+    sys.exit(77)
+
+from test_torch_dropin import refused, relative
+from test_torch_real import FP32, Fp32TorchMuon, mlp, torch_pair, worst
+from test_torch_real4 import mats, saved, train
+
+import cases
+from shardopt.torch import Muon
+
+torch.set_num_threads(1)
+
+
+def x_of(k, dtype=torch.float32):
+    return torch.randn(5, 8, generator=torch.Generator().manual_seed(k)).to(dtype)
+
+
+# ---- bf16 weights, fp32 gradients -------------------------------------------------------------
+
+def case_bf16_weights_fp32_gradients_as_torch_muon():
+    """bf16 weights whose gradients autograd makes in fp32 (`p.grad_dtype = torch.float32`,
+    torch >= 2.10: gradients accumulated over micro-batches without bf16 rounding), stepped by
+    torch.optim.Muon as they are (its buffer fp32). Before, each tensor was registered with
+    its own dtype's gradients (no .grad yet at construction) and every step refused the fp32
+    ones ('registered with 128 elements of grad dtype bf16'). Now the declared gradient dtype
+    is registered: the first step's buffer is torch.optim.Muon's bit for bit (the fp32
+    gradient read as fp32), and after 4 steps the bf16 weights are within 2e-2 of torch's
+    (1.5e-2 measured; torch rounds its decay and its update into bf16 one after the other,
+    the library once; bf16 gradients give 1.5e-2 too). A grad_dtype set after the optimizer
+    was made is refused at the step, saying so."""
+    if not hasattr(torch.Tensor, "grad_dtype"):
+        print("  skipped: this torch has no Tensor.grad_dtype")
+        return
+    with Fp32TorchMuon():
+        a, b = mats().bfloat16(), mats().bfloat16()
+        for p in list(a.parameters()) + list(b.parameters()):
+            p.grad_dtype = torch.float32
+        so = Muon(a.named_parameters(), lr=0.02, config=FP32)
+        tm = torch.optim.Muon(b.parameters(), lr=0.02)
+        for k in range(4):
+            for net, o in ((a, so), (b, tm)):
+                o.zero_grad()
+                net(x_of(k, torch.bfloat16)).float().square().mean().backward()
+                o.step()
+            assert a[0].weight.grad.dtype == torch.float32
+            if k == 0:
+                for p, q in zip(a.parameters(), b.parameters()):
+                    assert torch.equal(so.state[p]["momentum_buffer"],
+                                       tm.state[q]["momentum_buffer"])
+    w = worst(a, b)
+    print(f"  bf16 weights, fp32 gradients: {w:.1e} from torch.optim.Muon after 4 steps")
+    assert w < 2e-2 and a[0].weight.dtype == torch.bfloat16, w
+    # AdamW tensors too (torch.optim.AdamW itself refuses fp32 gradients on bf16 weights)
+    m = mlp().bfloat16()
+    for p in m.parameters():
+        p.grad_dtype = torch.float32
+    o = Muon(m.named_parameters(), lr=0.02)
+    bias = m[0].bias.detach().clone()
+    m(x_of(0, torch.bfloat16)).float().square().mean().backward()
+    o.step()
+    assert not torch.equal(bias, m[0].bias) and o.state[m[0].bias]["exp_avg"].dtype == \
+        torch.float32
+    o.close()
+    # declared after the optimizer was made: the runtime holds the dtype it registered
+    c = mats().bfloat16()
+    late = Muon(c.named_parameters(), lr=0.02)
+    for p in c.parameters():
+        p.grad_dtype = torch.float32
+    c(x_of(0, torch.bfloat16)).float().square().mean().backward()
+    refused(late.step, ValueError, "0.weight.grad has 128 fp32 elements", "grad_dtype changed")
+    for o in (so, late):
+        o.close()
+
+
+# ---- a subclass with its own step ---------------------------------------------------------------
+
+class LoggingMuon(Muon):
+    """A script's own subclass: its step() logs the gradient norm, then steps."""
+
+    def step(self, closure=None):
+        self.norms = getattr(self, "norms", []) + [float(torch.stack(
+            [p.grad.norm() for g in self.param_groups for p in g["params"]
+             if p.grad is not None]).norm())]
+        return super().step(closure)
+
+
+def case_subclass_with_its_own_step_runs_hooks_once():
+    """A subclass that defines step() and calls super().step() (a script's logging or timing
+    wrapper): torch.optim.Optimizer wraps the subclass's step at construction with its hooks
+    and profiler record, as for a subclass of torch.optim.Muon. Before, this class's step ran
+    them again inside: every step pre-hook and post-hook (an EMA update in a post-hook, a
+    gradient clip in a pre-hook) twice a step, the global ones too. Now once, and the steps
+    are those of this class without a subclass. (torch's own subclasses run them once until
+    their parent class is made itself: torch wraps a class's step at its first construction,
+    and a subclass's super().step() is then wrapped twice too.)"""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    counts = {}
+    for cls in (LoggingMuon, Muon):
+        net = mats()
+        o = cls(net.named_parameters(), lr=0.02)
+        calls = []
+        o.register_step_pre_hook(lambda opt, a, k: calls.append("pre"))
+        o.register_step_post_hook(lambda opt, a, k: calls.append("post"))
+        handle = register_optimizer_step_post_hook(lambda opt, a, k: calls.append("global"))
+        try:
+            train(net, o, 2)
+        finally:
+            handle.remove()
+        counts[cls.__name__] = (calls, net, o)
+    want = ["pre", "post", "global"] * 2
+    for name, (calls, _, _) in counts.items():
+        assert calls == want, (name, calls)
+    assert len(counts["LoggingMuon"][2].norms) == 2
+    a, b = counts["LoggingMuon"][1], counts["Muon"][1]
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    for name in ("LoggingMuon", "Muon"):
+        counts[name][2].close()
+
+
+# ---- checkpoints saved before "momentum_buffer" -------------------------------------------------
+
+def _old(sd):
+    """sd as this class saved it before its Muon state held "momentum_buffer"."""
+    for st in sd["state"].values():
+        st.pop("momentum_buffer", None)
+    return sd
+
+
+def case_dcp_checkpoint_saved_before_the_buffer_resumes():
+    """torch.distributed.checkpoint loads into the state dict it is given, and asks the
+    checkpoint for every key there: a checkpoint this class saved before its Muon state held
+    "momentum_buffer", loaded as docs/python.md says (dcp.load into a fresh
+    opt.state_dict(), then load_state_dict), failed on it ('Missing key in checkpoint
+    state_dict: optim.state.0.momentum_buffer'). A tensor that has not stepped now has no
+    buffer in state_dict() (its momentum is 0, and torch.optim.Muon starts a zero buffer all
+    the same): the fresh template asks only for what every checkpoint holds, and the run goes
+    on with the same bits as the uninterrupted one. A script that keeps its checkpoints at
+    their old size drops the buffers in a state_dict post-hook; load_state_dict takes
+    "momentum" alone, exact."""
+    import torch.distributed.checkpoint as dcp
+    a, b, c = mats(), mats(), mats()
+    ref = Muon(a.named_parameters(), lr=0.02)
+    train(a, ref, 3)
+    fresh = Muon(b.named_parameters(), lr=0.02).state_dict()
+    assert sorted(fresh["state"][0]) == ["momentum", "step"], fresh["state"][0]
+    with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # dcp's warning: no process group, one process
+        dcp.save({"optim": _old(ref.state_dict())}, checkpoint_id=d)
+        b.load_state_dict(a.state_dict())
+        so = Muon(b.named_parameters(), lr=0.02)
+        tmpl = {"optim": so.state_dict()}
+        dcp.load(tmpl, checkpoint_id=d)
+        so.load_state_dict(tmpl["optim"])
+    train(a, ref, 2, 3)
+    train(b, so, 2, 3)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+    # the size kept as before: the buffers dropped by a post-hook, resumed exactly
+    def drop_buffers(opt, sd):
+        _old(sd)
+
+    ref.register_state_dict_post_hook(drop_buffers)
+    sd = saved(ref.state_dict())
+    assert "momentum_buffer" not in sd["state"][0] and "momentum" in sd["state"][0]
+    c.load_state_dict(a.state_dict())
+    back = Muon(c.named_parameters(), lr=0.02)
+    back.load_state_dict(sd)
+    train(a, ref, 2, 5)
+    train(c, back, 2, 5)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+    for o in (ref, so, back):
+        o.close()
+
+
+def case_dcp_partial_load_keeps_the_saved_momentum():
+    """torch.distributed.checkpoint.state_dict's get_optimizer_state_dict (torchtitan's and
+    torchtune's template) first steps an optimizer without state once with zero gradients,
+    so its template holds a zero "momentum_buffer" beside a zero "momentum". A checkpoint
+    without the buffer (saved before this class wrote it) then fails dcp.load on the missing
+    key; dcp.load(..., planner=DefaultLoadPlanner(allow_partial_load=True)) loads what it has
+    and leaves the template's zero buffer. Before, load_state_dict took that buffer as newer
+    than the loaded "momentum" (the two disagree) and the momentum was zero, silently (the run
+    then 6.0e-2 from the uninterrupted one after 2 steps); now an all-zero buffer beside a
+    momentum that is not is the template's: the saved momentum is loaded and the run goes on
+    with the same bits."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
+                                                         set_optimizer_state_dict)
+    a, b = mats(), mats()
+    ref = Muon(a.named_parameters(), lr=0.02)
+    train(a, ref, 3)
+    with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"optim": _old(get_optimizer_state_dict(a, ref))}, checkpoint_id=d)
+        b.load_state_dict(a.state_dict())
+        so = Muon(b.named_parameters(), lr=0.02)
+        tmpl = get_optimizer_state_dict(b, so)
+        assert "momentum_buffer" in tmpl["state"]["0.weight"]  # stepped once: it has one
+        dcp.load({"optim": tmpl}, checkpoint_id=d,
+                 planner=DefaultLoadPlanner(allow_partial_load=True))
+        set_optimizer_state_dict(b, so, tmpl)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(ref.state[p]["momentum"], so.state[q]["momentum"])
+    train(a, ref, 2, 3)
+    train(b, so, 2, 3)
+    w = worst(a, b)
+    assert w == 0, w
+    for o in (ref, so):
+        o.close()
+
+
+# ---- a parameter that is a strided view -------------------------------------------------------
+
+def case_strided_view_parameter_named_with_what_to_do():
+    """A Parameter over part of another tensor (`nn.Parameter(fused[:, :8])`, a column slice
+    of a fused weight) is no dense block of memory in any order; torch.optim steps it, the
+    library steps each parameter as one block. Refused at construction as before, but the
+    message now gives its shape and strides and what to do (make it contiguous, or a
+    Parameter of its own), where it said only 'the local shard is not contiguous'. Made
+    contiguous, it steps as torch.optim.Muon steps the view (fp32 Newton-Schulz both)."""
+    fused = torch.randn(16, 24, generator=torch.Generator().manual_seed(0))
+    view = nn.Parameter(fused[:, :8])
+    assert not view.is_contiguous()
+    refused(lambda: Muon([("q.weight", view)], lr=0.02), ValueError, "q.weight",
+            "not contiguous", "strides [24, 1]", "p.data = p.data.contiguous()")
+    ref = nn.Parameter(fused[:, :8])
+    view.data = view.data.contiguous()
+    with Fp32TorchMuon():
+        so = Muon([("q.weight", view)], lr=0.02, config=FP32)
+        tm = torch.optim.Muon([ref], lr=0.02)
+        for k in range(3):
+            g = torch.randn(16, 8, generator=torch.Generator().manual_seed(k))
+            view.grad, ref.grad = g.clone(), g.clone()
+            so.step()
+            tm.step()
+    r = relative(view.detach(), ref.detach())
+    print(f"  a column slice made contiguous: {r:.1e} from torch.optim.Muon on the view")
+    assert r < 1e-6, r
+    so.close()
+
+
+# ---- layer-wise lr decay, group keys of the script's own -----------------------------------
+
+def llrd_groups(model, lr, decay):
+    """BEiT / ELECTRA fine-tuning's layer-wise lr decay: a group per layer and kind, with the
+    script's own keys (its name, layer_id, lr_scale), which its schedule reads back."""
+    layers = [model[0], model[2]]
+    groups = []
+    for i, layer in enumerate(layers):
+        scale = decay ** (len(layers) - 1 - i)
+        for kind, ps in (("w", [layer.weight]), ("b", [layer.bias])):
+            groups.append({"params": ps, "name": f"layer{i}.{kind}", "layer_id": i,
+                           "lr_scale": scale, "lr": lr * scale,
+                           "weight_decay": 0.0 if kind == "b" else 0.1})
+    return groups
+
+
+def case_layerwise_lr_decay_groups_keep_their_keys():
+    """BEiT's fine-tuning loop sets each group's lr from its own lr_scale at every step
+    (`g["lr"] = lr * g["lr_scale"]`) and its logger prints g["name"]. The groups hold one
+    algorithm each, so they are kept as given, every key of the script's with them, through
+    torch.save / torch.load(weights_only=True) and load_state_dict into a new optimizer; the
+    run is torch.optim.Muon's + AdamW's with the same groups (fp32 Newton-Schulz) within 1e-6,
+    and the resumed one continues with the same bits."""
+    def sched(opt, k):
+        for g in opt.param_groups:
+            g["lr"] = 0.02 * (1 - k / 10) * g["lr_scale"]
+
+    a, b, c = mlp(), mlp(), mlp()
+    with Fp32TorchMuon():
+        ga = llrd_groups(a, 0.02, 0.5)
+        so = Muon(ga, lr=0.02, adamw_betas=(0.9, 0.999), config=FP32, model=a)
+        assert [g["name"] for g in so.param_groups] == [g["name"] for g in ga]
+        gb = llrd_groups(b, 0.02, 0.5)
+        tm = torch.optim.Muon([g for g in gb if g["name"].endswith(".w")], lr=0.02)
+        ta = torch.optim.AdamW([g for g in gb if g["name"].endswith(".b")], lr=0.02,
+                               weight_decay=0.0)
+        for k in range(4):
+            for net, opts in ((a, [so]), (b, [tm, ta])):
+                for o in opts:
+                    sched(o, k)
+                    o.zero_grad()
+                net(x_of(k)).square().mean().backward()
+                for o in opts:
+                    o.step()
+        w = worst(a, b)
+        assert w < 1e-6, w
+        sd = saved(so.state_dict())
+        assert [(g["name"], g["layer_id"], g["lr_scale"]) for g in sd["param_groups"]] == \
+            [(g["name"], g["layer_id"], g["lr_scale"]) for g in ga]
+        c.load_state_dict(a.state_dict())
+        again = Muon(llrd_groups(c, 1.0, 1.0), lr=0.02, adamw_betas=(0.9, 0.999),
+                     config=FP32, model=c)
+        again.load_state_dict(sd)
+        assert [g["lr_scale"] for g in again.param_groups] == [g["lr_scale"] for g in ga]
+        for k in range(4, 6):
+            for net, o in ((a, so), (c, again)):
+                sched(o, k)
+                o.zero_grad()
+                net(x_of(k)).square().mean().backward()
+                o.step()
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+    print(f"  layer-wise lr decay: {w:.1e} from torch.optim.Muon + AdamW after 4 steps")
+    for o in (so, again):
+        o.close()
+
+
+# ---- schedulers resumed mid-run ------------------------------------------------------------------
+
+SCHEDULERS = {
+    "CosineAnnealingWarmRestarts": lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+        o, T_0=3, T_mult=2, eta_min=1e-4),
+    "PolynomialLR": lambda o: torch.optim.lr_scheduler.PolynomialLR(o, total_iters=8, power=2.0),
+    "MultiStepLR": lambda o: torch.optim.lr_scheduler.MultiStepLR(o, [2, 5], gamma=0.3),
+    "SequentialLR": lambda o: torch.optim.lr_scheduler.SequentialLR(o, [
+        torch.optim.lr_scheduler.LinearLR(o, 0.1, total_iters=3),
+        torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5)], milestones=[3]),
+    "ChainedScheduler": lambda o: torch.optim.lr_scheduler.ChainedScheduler([
+        torch.optim.lr_scheduler.ConstantLR(o, factor=0.5, total_iters=2),
+        torch.optim.lr_scheduler.ExponentialLR(o, gamma=0.9)]),
+    "LambdaLR per group": lambda o: torch.optim.lr_scheduler.LambdaLR(
+        o, [lambda k: 0.9 ** k, lambda k: 1.0 / (k + 1)]),
+}
+
+
+def case_schedulers_resumed_mid_run():
+    """torch's schedulers over the Muon group and the AdamW group (as torch.optim.Muon and
+    AdamW would hold them: one group each), the run checkpointed after 4 steps (optimizer and
+    scheduler state dicts through torch.save / torch.load) and resumed in new objects: each
+    group's lr at every step is the one torch's schedule gives torch.optim.Muon + AdamW, and
+    the resumed run has the same weights, bit for bit, as the uninterrupted one."""
+    for name, make in SCHEDULERS.items():
+        a, b, c = mlp(), mlp(), mlp()
+        so = Muon(a.named_parameters(), lr=0.02, adamw_lr=1e-3)
+        assert [g["algo"] for g in so.param_groups] == ["muon", "adamw"]
+        ts = torch_pair(b)
+        sa, st = make(so), [make(t) for t in ts] if name != "LambdaLR per group" else None
+        if st is None:  # one lambda per torch optimizer's single group
+            st = [torch.optim.lr_scheduler.LambdaLR(ts[0], lambda k: 0.9 ** k),
+                  torch.optim.lr_scheduler.LambdaLR(ts[1], lambda k: 1.0 / (k + 1))]
+        for k in range(8):
+            if k == 4:
+                osd, ssd = saved(so.state_dict()), saved(sa.state_dict())
+                c.load_state_dict(a.state_dict())
+                so2 = Muon(c.named_parameters(), lr=0.02, adamw_lr=1e-3)
+                sa2 = make(so2)
+                so2.load_state_dict(osd)
+                sa2.load_state_dict(ssd)
+            want = [t.param_groups[0]["lr"] for t in ts]
+            got = [g["lr"] for g in so.param_groups]
+            assert all(abs(x - y) <= 1e-12 * max(abs(y), 1e-30) for x, y in zip(got, want)), \
+                (name, k, got, want)
+            runs = [(a, [so], [sa]), (b, ts, st)] + ([(c, [so2], [sa2])] if k >= 4 else [])
+            for net, opts, scheds in runs:
+                for o in opts:
+                    o.zero_grad()
+                net(x_of(k)).square().mean().backward()
+                for o in opts:
+                    o.step()
+                for s in scheds:
+                    s.step()
+        assert all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters())), name
+        assert [g["lr"] for g in so.param_groups] == [g["lr"] for g in so2.param_groups], name
+        for o in (so, so2):
+            o.close()
+
+
+if __name__ == "__main__":
+    cases.run("test_torch_real5", dict(globals()))

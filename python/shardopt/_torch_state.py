@@ -222,6 +222,12 @@ def _state_dict(opt):
     _pair_groups(opt)
     for pre_hook in opt._optimizer_state_dict_pre_hooks.values():
         pre_hook(opt)
+    # torch.optim.Muon's buffer is written once the optimizer has stepped (any tensor's step
+    # count above 0, the same on every rank), for every Muon tensor: a fresh optimizer's
+    # state_dict(), the template dcp.load fills, then asks only for what every checkpoint of
+    # this class holds, those saved before the buffer was written included ('Missing key ...
+    # momentum_buffer' before); a stepped one's has the same keys whichever tensors stepped
+    stepped = any(rt.get_step(sp) > 0 for rt, slots, _ in opt._runtimes for sp in slots.values())
     state, groups, idx = {}, [], 0
     for gi, (g, (rt, slots, _)) in enumerate(zip(opt.param_groups, opt._runtimes)):
         if g["algo"] == "adamw":
@@ -238,24 +244,18 @@ def _state_dict(opt):
             sp = slots.get(id(p))
             if sp is None:
                 continue  # frozen: no state, as torch.optim
-            st, steps = {}, rt.get_step(sp)
+            st = {}
             for kind in _KINDS[g["algo"]]:
                 local = _as_torch(rt.get_state(sp, kind))
                 st[kind] = _like_param(local, p, getattr(sp, "_perm", None))
-                if kind == "momentum" and steps > 0:
+                if kind == "momentum" and stepped:
                     # torch.optim.Muon's key and scale too, so that its load_state_dict of
                     # this dict goes on with the momentum (without the key it started a
                     # zero buffer, silently); load_state_dict here takes "momentum", exact,
-                    # unless the buffer was changed since (_saved_momentum). Not for a tensor
-                    # that has not stepped (M is 0, torch starts a zero buffer all the same):
-                    # a fresh optimizer's state_dict(), the template dcp.load fills, then
-                    # asks only for what every checkpoint of this class holds, those saved
-                    # before the buffer was written included ('Missing key ...
-                    # momentum_buffer' before); the step count is the same on every rank,
-                    # so every rank's dict has the same keys
+                    # unless the buffer was changed since (_saved_momentum)
                     st["momentum_buffer"] = _like_param(_buffer(local, g["momentum"]), p,
                                                         getattr(sp, "_perm", None))
-            st["step"] = torch.tensor(float(steps), dtype=torch.float32)
+            st["step"] = torch.tensor(float(rt.get_step(sp)), dtype=torch.float32)
             st.update(opt.state._keys.get(id(p), {}))  # a wrapper's keys, as torch.optim's
             state[idx + i] = st
         idx += len(g["params"])

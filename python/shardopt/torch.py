@@ -457,8 +457,8 @@ class Muon(torch.optim.Optimizer):
         """torch's layout: {"state": {index: {...}}, "param_groups": [...]}, parameters indexed
         in group order. Muon: "momentum" (the library's M = sum of mu^k g) and
         "momentum_buffer" (torch.optim.Muon's: M (1 - mu), so that torch.optim.Muon resumes
-        from it; load_state_dict takes "momentum" unless the buffer changed since; only for a
-        tensor that has stepped); AdamW: "exp_avg", "exp_avg_sq"; both "step". Tensors keep
+        from it; load_state_dict takes "momentum" unless the buffer changed since; only once
+        the optimizer has stepped); AdamW: "exp_avg", "exp_avg_sq"; both "step". Tensors keep
         the dtype the state is held in (bf16 momentum stays bf16) and are DTensors sharded like
         their parameters when those are. Not collective: each rank copies its own shards out of
         its runtimes (shardopt_param_get_state). torch.optim's state_dict hooks run as for

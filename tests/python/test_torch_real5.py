@@ -260,10 +260,11 @@ def case_dcp_checkpoint_saved_before_the_buffer_resumes():
     checkpoint for every key there: a checkpoint this class saved before its Muon state held
     "momentum_buffer", loaded as docs/python.md says (dcp.load into a fresh
     opt.state_dict(), then load_state_dict), failed on it ('Missing key in checkpoint
-    state_dict: optim.state.0.momentum_buffer'). A tensor that has not stepped now has no
-    buffer in state_dict() (its momentum is 0, and torch.optim.Muon starts a zero buffer all
+    state_dict: optim.state.0.momentum_buffer'). An optimizer that has not stepped now has no
+    buffer in state_dict() (its momenta are 0, and torch.optim.Muon starts a zero buffer all
     the same): the fresh template asks only for what every checkpoint holds, and the run goes
-    on with the same bits as the uninterrupted one. A script that keeps its checkpoints at
+    on with the same bits as the uninterrupted one. Once it has stepped, every Muon tensor
+    has one, as before (one that never had a gradient too). A script that keeps its checkpoints at
     their old size drops the buffers in a state_dict post-hook; load_state_dict takes
     "momentum" alone, exact."""
     import torch.distributed.checkpoint as dcp
@@ -297,7 +298,15 @@ def case_dcp_checkpoint_saved_before_the_buffer_resumes():
     train(a, ref, 2, 5)
     train(c, back, 2, 5)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
-    for o in (ref, so, back):
+    # once the optimizer has stepped, every Muon tensor has the buffer, one that never had a
+    # gradient too: a template of a stepped optimizer asks for no key its checkpoints lack
+    e, unused = mats(), nn.Parameter(torch.randn(4, 4))
+    some = Muon(list(e.named_parameters()) + [("unused.weight", unused)], lr=0.02)
+    train(e, some, 1)
+    sd = some.state_dict()
+    assert float(sd["state"][2]["step"]) == 0 and all(
+        sorted(st) == ["momentum", "momentum_buffer", "step"] for st in sd["state"].values())
+    for o in (ref, so, back, some):
         o.close()
 
 

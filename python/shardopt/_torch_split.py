@@ -61,6 +61,25 @@ def _tagged(name, p, fixed):
 _RATIO = "adamw_lr_ratio"
 
 
+def _initial_lr(group, lr, defaults):
+    """The initial_lr of a group's AdamW part whose lr is not the group's (adamw_lr given): the
+    group's initial_lr is its Muon lr's schedule base (torch's schedulers made with last_epoch
+    >= 0 read it as base_lrs; a resuming script puts it in the group it gives), so the AdamW
+    part's is its own lr at the same point of the schedule, initial_lr * (its lr / the group's
+    lr), or its own lr where the group's is 0. Kept as given, a LambdaLR(opt, f,
+    last_epoch=N) moved the AdamW tensors at the Muon lr (0.02 where adamw_lr was 1e-3),
+    silently."""
+    def number(v):
+        return float(v) if isinstance(v, torch.Tensor) and v.numel() == 1 else v
+
+    base, here, own = (number(v) for v in (group["initial_lr"],
+                                           group.get("lr", defaults["lr"]), lr))
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+               for v in (base, here, own)):
+        return group["initial_lr"]  # not numbers: the checks of lr name them
+    return own * (base / here) if here > 0 else own
+
+
 def _split(opt, group, defaults):
     """A user's group as one group per algorithm (empty parts dropped), its tensors
     deduplicated against every group so far (a tensor object listed again: registered
@@ -134,6 +153,13 @@ def _split(opt, group, defaults):
         out.append(g)
     if parts["adamw"]:
         lr = group.get("adamw_lr", opt._adamw["lr"])
+        if fixed == "adamw" and "lr" in group and "adamw_lr" not in group:
+            # a group made AdamW's ("algo": "adamw", use_muon False, dion's algorithm) holds
+            # its own lr, which beats the constructor's adamw_lr as any group's key beats the
+            # constructor's in torch.optim: it was replaced by adamw_lr, silently (the
+            # embeddings' 0.3 of modded-nanogpt's groups stepped at 3e-4)
+            lr = group["lr"]
+        own_lr = lr is not None and lr is not group.get("lr")  # its initial_lr made to match
         if lr is None:
             lr = group.get("lr", defaults["lr"])
             if isinstance(lr, torch.Tensor) and parts["muon"]:
@@ -159,6 +185,8 @@ def _split(opt, group, defaults):
                  eps=group.get("adamw_eps", group["eps"] if fixed == "adamw" and "eps"
                                in group else opt._adamw["eps"]),
                  _names=[n for n, _ in parts["adamw"]])
+        if "initial_lr" in group and own_lr:
+            g["initial_lr"] = _initial_lr(group, lr, defaults)
         if given_names is not None:
             g["param_names"] = [n for n, _ in parts["adamw"]]
         if opt._lr_ratio is not None:

@@ -444,6 +444,82 @@ def case_layerwise_lr_decay_groups_keep_their_keys():
         o.close()
 
 
+# ---- a group's own lr ---------------------------------------------------------------------------
+
+def case_adamw_group_lr_beats_adamw_lr_keyword():
+    """modded-nanogpt's groups written for this class: the hidden matrices to Muon, the
+    embedding and the head each an AdamW group with its own lr, the scalars an AdamW group
+    without one, and adamw_lr= the default for that last group, as a group's key beats the
+    constructor's in torch.optim. Before, every AdamW group stepped at adamw_lr (the
+    embedding's 0.3 as 3e-4), silently; now each group's own lr, and the run is
+    torch.optim.Muon's + torch.optim.AdamW's with the same groups (fp32 Newton-Schulz) within
+    1e-5 (1.8e-6 measured: an lr of 0.3 on the AdamW side)."""
+    def groups(m, for_torch=False):
+        hidden, emb, head, scal = [m[0].weight], [m[2].weight], [m[0].bias], [m[2].bias]
+        muon = [{"params": hidden, "algo": "muon"}]
+        adam = [{"params": emb, "algo": "adamw", "lr": 0.3},
+                {"params": head, "algo": "adamw", "lr": 0.008},
+                {"params": scal, "algo": "adamw"}]
+        if for_torch:
+            return [{k: v for k, v in g.items() if k != "algo"} for g in muon + adam]
+        return muon + adam
+
+    a, b = mlp(), mlp()
+    with Fp32TorchMuon():
+        so = Muon(groups(a), lr=0.05, adamw_lr=3e-4, adamw_weight_decay=0.0, config=FP32)
+        assert [g["lr"] for g in so.param_groups] == [0.05, 0.3, 0.008, 3e-4]
+        tg = groups(b, True)
+        tm = torch.optim.Muon(tg[:1], lr=0.05)
+        ta = torch.optim.AdamW(tg[1:], lr=3e-4, weight_decay=0.0)
+        for k in range(3):
+            for net, opts in ((a, [so]), (b, [tm, ta])):
+                for o in opts:
+                    o.zero_grad()
+                net(x_of(k)).square().mean().backward()
+                for o in opts:
+                    o.step()
+    w = worst(a, b)
+    print(f"  AdamW groups' own lr: {w:.1e} from torch.optim.Muon + AdamW after 3 steps")
+    assert w < 1e-5, w
+    so.close()
+
+
+def case_initial_lr_of_a_split_group():
+    """A resumed run builds its scheduler with last_epoch=N, which reads each group's
+    initial_lr (torch raises KeyError without it), so the script puts "initial_lr" in the group
+    it gives, as torch's forum answer says: {"params": model.named_parameters(), "lr": 0.02,
+    "initial_lr": 0.02} with adamw_lr=1e-3. The group is split; its AdamW part's lr is 1e-3,
+    but it kept initial_lr 0.02, so LambdaLR(opt, f, last_epoch=5) set the AdamW tensors' lr to
+    0.02 f(5), 20 times the schedule's, silently. Now the AdamW part's initial_lr is its lr at
+    the same point of the schedule (initial_lr times its lr over the group's): the lrs are those
+    of torch.optim.Muon + AdamW given their own initial_lr, at every step."""
+    a, b = mlp(), mlp()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the group is split: said so
+        so = Muon([{"params": list(a.named_parameters()), "lr": 0.02, "initial_lr": 0.04}],
+                  lr=0.02, adamw_lr=1e-3)
+    tm = torch.optim.Muon([{"params": [p for p in b.parameters() if p.ndim == 2],
+                            "initial_lr": 0.04}], lr=0.02)
+    ta = torch.optim.AdamW([{"params": [p for p in b.parameters() if p.ndim < 2],
+                             "initial_lr": 2e-3}], lr=1e-3)
+    assert [g["initial_lr"] for g in so.param_groups] == [0.04, 2e-3]
+    f = lambda k: 0.95 ** k  # noqa: E731
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, f, last_epoch=5) for o in (so, tm, ta)]
+    for k in range(3):
+        want = [tm.param_groups[0]["lr"], ta.param_groups[0]["lr"]]
+        got = [g["lr"] for g in so.param_groups]
+        assert all(abs(x - y) <= 1e-15 for x, y in zip(got, want)), (k, got, want)
+        for net, opts in ((a, [so]), (b, [tm, ta])):
+            for o in opts:
+                o.zero_grad()
+            net(x_of(k)).square().mean().backward()
+            for o in opts:
+                o.step()
+        for s in scheds:
+            s.step()
+    so.close()
+
+
 # ---- schedulers resumed mid-run ------------------------------------------------------------------
 
 SCHEDULERS = {

@@ -51,9 +51,15 @@ def _pair_groups(opt):
         for key in list(slots) + [id(p) for _, p in opt._frozen[i]]:
             owner[key] = i
     order = []
+    # an empty group's runtime (one per empty group, _torch_split) has no tensor to match:
+    # empty groups are paired with those runtimes in their order
+    empty = [i for i, (_, slots, _) in enumerate(opt._runtimes)
+             if not slots and not opt._frozen[i]]
     for gi, g in enumerate(groups):
         hit = {owner.get(id(p)) for p in g["params"]} if isinstance(g, dict) and \
             "params" in g else {None}
+        if not hit and empty:
+            hit = {empty.pop(0)}
         i = hit.pop() if len(hit) == 1 else None
         if i is None or i in order:
             raise ValueError(

@@ -144,14 +144,20 @@ def _split(opt, group, defaults):
             raise ValueError(f"{name}: algo {algo!r}: accepted 'muon' or 'adamw'")
         parts[algo].append((name, p))
     out = []
-    if parts["muon"]:
+    # an empty group (the no-decay group of a model without biases or norms, made by a name
+    # filter) is kept, as torch.optim keeps it, with the algorithm it names (the defaults',
+    # Muon's, where none): dropped, param_groups was shorter than the script's list of groups,
+    # and a list per group (LambdaLR(opt, [f, g])) was refused, zip(opt.param_groups, ...)
+    # paired wrongly, silently. Its runtime has no parameter
+    keep = {a for a in parts if parts[a]} or {fixed or "muon"}
+    if "muon" in keep:
         g = {k: v for k, v in group.items() if not k.startswith("adamw_")}
         g.update(params=[p for _, p in parts["muon"]], algo="muon",
                  _names=[n for n, _ in parts["muon"]])
         if given_names is not None:
             g["param_names"] = [n for n, _ in parts["muon"]]
         out.append(g)
-    if parts["adamw"]:
+    if "adamw" in keep:
         lr = group.get("adamw_lr", opt._adamw["lr"])
         if fixed == "adamw" and "lr" in group and "adamw_lr" not in group:
             # a group made AdamW's ("algo": "adamw", use_muon False, dion's algorithm) holds
@@ -162,7 +168,7 @@ def _split(opt, group, defaults):
         own_lr = lr is not None and lr is not group.get("lr")  # its initial_lr made to match
         if lr is None:
             lr = group.get("lr", defaults["lr"])
-            if isinstance(lr, torch.Tensor) and parts["muon"]:
+            if isinstance(lr, torch.Tensor) and "muon" in keep:
                 # the Muon part holds that tensor: a scheduler writes a tensor lr in place
                 # (fill_), so one shared by both parts would give both the last one written
                 lr = lr.clone()

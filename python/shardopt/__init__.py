@@ -1126,7 +1126,8 @@ class Optimizer:
             # a torch parameter's grad_dtype set after the optimizer was made: the runtime
             # holds the gradient dtype it was registered with (_declared_grad_dtype)
             hint = ("" if p.source is None or gn != slot.count else
-                    " (its grad_dtype changed after the optimizer was made? set it before)")
+                    " (its grad_dtype set after the optimizer was made, or None? set "
+                    "p.grad_dtype to the gradients' dtype before making it)")
             raise ValueError(f"{p.name}.grad has {gn} {gdt} elements; the parameter was "
                              f"registered with {slot.count} elements of grad dtype "
                              f"{slot.grad_dtype}{hint}")

@@ -88,7 +88,8 @@ def case_bf16_weights_fp32_gradients_as_torch_muon():
     for p in c.parameters():
         p.grad_dtype = torch.float32
     c(x_of(0, torch.bfloat16)).float().square().mean().backward()
-    refused(late.step, ValueError, "0.weight.grad has 128 fp32 elements", "grad_dtype changed")
+    refused(late.step, ValueError, "0.weight.grad has 128 fp32 elements", "grad_dtype set after",
+            "set p.grad_dtype to the gradients' dtype")
     for o in (so, late):
         o.close()
 

@@ -374,6 +374,13 @@ def _load_state_dict(opt, state_dict):
               if not k.startswith("adamw_") and k != "_algorithm"}
              if _DION_GROUP_KEYS & set(sg) else sg
              for gi, sg in enumerate(state_dict["param_groups"])]
+    empty = [g for g in opt.param_groups if not g["params"]]
+    if empty and len(saved) + len(empty) == len(opt.param_groups):
+        # a state dict saved before empty groups were kept (they were dropped, so it has none
+        # of them): each takes its group's own keys, which numbered no state
+        it = iter(saved)
+        saved = [next(it) if g["params"] else {k: v for k, v in g.items()}
+                 for g in opt.param_groups]
     if len(saved) != len(opt.param_groups) or any(
             len(a["params"]) != len(b["params"]) for a, b in zip(saved, opt.param_groups)):
         raise ValueError("loaded state dict has a different number of parameter groups or "

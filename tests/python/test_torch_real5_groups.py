@@ -142,7 +142,8 @@ def case_empty_group_kept_as_torch_keeps_it():
     zip(opt.param_groups, per_group) paired silently with the wrong entries. Now it is kept
     (a group of no tensor, the defaults' algorithm), the run is torch.optim.Muon's with the
     same groups and schedule (fp32 Newton-Schulz) within 1e-6, the group list reversed in
-    place goes on, and the state dict round-trips."""
+    place goes on, and the state dict round-trips, as does one saved when the empty group was
+    dropped (loaded with the empty group's own keys)."""
     a, b = mats(), mats()
     fs = [lambda k: 0.9 ** k, lambda k: 1.0]
     with Fp32TorchMuon():
@@ -171,10 +172,19 @@ def case_empty_group_kept_as_torch_keeps_it():
                   {"params": list(c.named_parameters()), "weight_decay": 0.1}], lr=0.02,
                  config=FP32)
     again.load_state_dict(sd)
+    # a state dict saved before empty groups were kept (the empty one dropped) loads too
+    d = mats()
+    d.load_state_dict(a.state_dict())
+    old = Muon([{"params": list(d.named_parameters()), "weight_decay": 0.1},
+                {"params": [], "weight_decay": 0.0}], lr=0.02, config=FP32)
+    old.load_state_dict(dict(sd, param_groups=sd["param_groups"][1:]))
+    assert [g["weight_decay"] for g in old.param_groups] == [0.1, 0.0]
     train(a, so, 1, 3)
     train(c, again, 1, 3)
-    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
-    for o in (so, again):
+    train(d, old, 1, 3)
+    assert all(torch.equal(p, q) and torch.equal(p, r)
+               for p, q, r in zip(a.parameters(), c.parameters(), d.parameters()))
+    for o in (so, again, old):
         o.close()
 
 

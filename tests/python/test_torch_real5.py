@@ -48,7 +48,7 @@ def case_bf16_weights_fp32_gradients_as_torch_muon():
     gradient read as fp32), and after 4 steps the bf16 weights are within 2e-2 of torch's
     (1.5e-2 measured; torch rounds its decay and its update into bf16 one after the other,
     the library once; bf16 gradients give 1.5e-2 too). A grad_dtype set after the optimizer
-    was made is refused at the step, saying so."""
+    was made is refused at the step, saying so; a declared float16 at construction."""
     if not hasattr(torch.Tensor, "grad_dtype"):
         print("  skipped: this torch has no Tensor.grad_dtype")
         return
@@ -90,6 +90,11 @@ def case_bf16_weights_fp32_gradients_as_torch_muon():
     c(x_of(0, torch.bfloat16)).float().square().mean().backward()
     refused(late.step, ValueError, "0.weight.grad has 128 fp32 elements", "grad_dtype set after",
             "set p.grad_dtype to the gradients' dtype")
+    # a declared dtype the library has no kernels for: refused at construction, by name
+    f = mats()
+    f[0].weight.grad_dtype = torch.float16
+    refused(lambda: Muon(f.named_parameters(), lr=0.02), ValueError,
+            "0.weight: grad_dtype = torch.float16", "float32 or bfloat16 gradients")
     for o in (so, late):
         o.close()
 

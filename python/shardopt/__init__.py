@@ -223,8 +223,8 @@ def library():
 
 _lib_file = None  # the path library() loaded
 _ext = False  # _fast_ext(): not looked for yet
-_FAST_API = 3  # _fast.c's FAST_API: the layout of _Fast.rows it reads (2: the shapes list;
-# 3: the gradients are not stored on the slots and Params, only in the rows' list)
+_FAST_API = 4  # _fast.c's FAST_API: the layout of _Fast.rows it reads (2: the shapes list;
+# 3: the gradients are not stored on the slots and Params, only in the rows' list; 4: is_neg)
 _GONE = object()  # _Fast.grads after a step: the gradients let go (none is "the same" tensor)
 
 
@@ -412,6 +412,19 @@ def _layout_refused(what, x):
     return out
 
 
+def _lazy_refused(what, x):
+    """None, or why a torch tensor whose values are not its memory's is refused: a lazily
+    negated view (torch._neg_view, the negative bit) or a conjugate view reads as -m or conj(m)
+    in torch, while the library reads and writes m itself: a gradient's sign was dropped and a
+    parameter stepped the wrong way, silently."""
+    if x.is_neg() or x.is_conj():
+        how = "negated (is_neg(): torch._neg_view" if x.is_neg() else "conjugated (is_conj()"
+        fix = "resolve_neg()" if x.is_neg() else "resolve_conj()"
+        return (f"{what}: a lazily {how}): torch reads its memory with the sign flipped, the "
+                f"library would read the memory as it is; pass x.{fix} (a tensor of its own)")
+    return None
+
+
 _torch_tensor = None  # torch.Tensor, once torch is imported
 
 
@@ -475,6 +488,8 @@ def _torch_buffer(x, what, host):
         raise ValueError(_layout_refused(what, x))
     if not x.is_contiguous():
         raise ValueError(f"{what}: the torch tensor must be strided and contiguous")
+    if x.is_neg() or x.is_conj():
+        raise ValueError(_lazy_refused(what, x))
     dt = _torch_dtypes[0].get(x.dtype)
     if dt is None:
         raise ValueError(f"{what}: dtype {x.dtype} is not float32 or bfloat16")
@@ -548,6 +563,8 @@ def _buffer(x, what, writable=False, host=True):
             raise ValueError(_layout_refused(what, x))
         if not x.is_contiguous():
             raise ValueError(f"{what}: the torch tensor must be strided and contiguous")
+        if x.is_neg() or x.is_conj():
+            raise ValueError(_lazy_refused(what, x))
         dt = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(x.dtype)
         if dt is None:
             raise ValueError(f"{what}: dtype {x.dtype} is not float32 or bfloat16")
@@ -684,7 +701,7 @@ class _Slot:
 class _Fast:
     """An Optimizer's torch parameters as the library points at them, for step() to compare
     (Optimizer._follow). `rows` is the tuple _follow_rows (or its C twin) reads: torch.Tensor
-    and its methods data_ptr, numel and is_contiguous, host (CPU kernels: host memory only),
+    and its methods data_ptr, numel, is_contiguous and is_neg, host (CPU kernels: host memory only),
     shardopt_params_set_pointers, then per parameter (lists) its Param, _Slot, tensor, .grad
     object (None included; _GONE once the step has let it go), the gradient's address as the
     library has it (None: NULL), the data address, element count, torch grad dtype and local
@@ -701,24 +718,25 @@ class _Fast:
 def _follow_rows(rows, rt, skip_missing):
     """None, or the status of pointing the library at the parameters' gradients as they are
     now: None (the caller checks every buffer again, _sync) unless each parameter's tensor is
-    still at the address the library has, with the registered shape and contiguous (a
-    tensor changed in place, t_() or param.data = param.data.t(), is not), and its .grad is
+    still at the address the library has, with the registered shape, contiguous and not a
+    lazily negated view (a tensor changed in place, t_(), param.data = param.data.t() or
+    torch._neg_view(param.data), is not; _lazy_refused), and its .grad is
     either None (with skip_missing), or the very tensor object the library was pointed at
     (held in the rows, so no other object can take its id: only from a comparison to the step
-    that follows it, which lets them go) unchanged so, or a new plain tensor
+    that follows it, which lets them go) unchanged so (not negated since), or a new plain tensor
     that passes the checks a torch gradient needs here (strided and contiguous, the registered
-    dtype, the parameter's shape, a device the runtime takes). A tensor that refuses to say (a
+    dtype, the parameter's shape, a device the runtime takes, not negated). A tensor that refuses to say (a
     sparse layout raises RuntimeError) is None too: the full check names it. The library is
     pointed at the runtime's gradients in one shardopt_params_set_pointers call where any
     changed. _shardopt_fast.follow (python/shardopt/_fast.c) is this function in C: the same
     checks in the same order, on the same lists."""
-    tensor, data_ptr, numel, contiguous, host, set_pointers, params, slots, srcs, grads, \
-        gaddrs, daddrs, counts, dtypes, shapes, handles, darr, garr = rows
+    tensor, data_ptr, numel, contiguous, is_neg, host, set_pointers, params, slots, srcs, \
+        grads, gaddrs, daddrs, counts, dtypes, shapes, handles, darr, garr = rows
     got, addrs = [], []
     try:
         for src, was, ga, da, n, dt, shp in zip(srcs, grads, gaddrs, daddrs, counts, dtypes,
                                                 shapes):
-            if data_ptr(src) != da or src.shape != shp or not contiguous(src):
+            if data_ptr(src) != da or src.shape != shp or not contiguous(src) or is_neg(src):
                 return None
             g = src.grad
             if g is None:
@@ -726,11 +744,11 @@ def _follow_rows(rows, rt, skip_missing):
                     return None
                 a = None
             elif g is was:
-                if data_ptr(g) != ga or numel(g) != n or not contiguous(g):
+                if data_ptr(g) != ga or numel(g) != n or not contiguous(g) or is_neg(g):
                     return None
                 a = ga
             elif (type(g) is not tensor or not contiguous(g) or g.dtype != dt
-                  or g.shape != shp or not (g.is_cpu or not host and g.is_cuda)):
+                  or g.shape != shp or not (g.is_cpu or not host and g.is_cuda) or is_neg(g)):
                 return None
             else:
                 a = data_ptr(g)
@@ -1280,7 +1298,7 @@ class Optimizer:
         else:
             arrays = (f.handles, f.darr, f.garr)
         t = torch.Tensor
-        f.rows = (t, t.data_ptr, t.numel, t.is_contiguous, self._host, set_pointers,
+        f.rows = (t, t.data_ptr, t.numel, t.is_contiguous, t.is_neg, self._host, set_pointers,
                   f.params, f.slots, f.srcs, f.grads, f.gaddrs, daddrs,
                   [s.count for s in slots], [dtypes[s.grad_dtype] for s in slots],
                   [s.shape for s in slots]) + arrays

@@ -2,8 +2,8 @@
 
    The binding is ctypes and works without this module; with it, the per-tensor loop that
    step() runs over a runtime's torch parameters (read .grad, compare data_ptr, the
-   parameter's shape or the kept gradient's element count, and contiguity with what the library
-   was pointed at, check a new gradient's type, dtype, shape and device) and the
+   parameter's shape or the kept gradient's element count, contiguity and the negative bit with
+   what the library was pointed at, check a new gradient's type, dtype, shape and device) and the
    shardopt_step call after it cost one Python call a runtime. follow makes exactly the checks of
    the Python version (shardopt/__init__.py, _follow_rows), in the same order, through the same
    torch attributes and methods (never torch's C++ ABI, which changes between releases), on the same
@@ -38,8 +38,8 @@ typedef shardopt_status_t (*fast_step_fn)(shardopt_runtime_t rt, const shardopt_
 /* the module's API: the binding ignores a module of another version (2: rows hold the
    parameters' shapes, compared instead of their element counts; 3: a gradient is stored in the
    rows' list only, not on the slot and the Param, so that the binding can let it go after the
-   step) */
-enum { FAST_API = 3 };
+   step; 4: rows hold torch.Tensor.is_neg, and a lazily negated tensor is not followed) */
+enum { FAST_API = 4 };
 
 static PyObject *s_grad, *s_dtype, *s_is_cpu, *s_is_cuda, *s_grad_addr, *s_shape;
 
@@ -49,6 +49,7 @@ enum {
     R_DATA_PTR, /* torch.Tensor.data_ptr, numel, is_contiguous: called as the Python path does */
     R_NUMEL,
     R_CONTIGUOUS,
+    R_IS_NEG, /* torch.Tensor.is_neg: a torch._neg_view reads its memory negated */
     R_HOST,
     R_SET_POINTERS,
     R_PARAMS,
@@ -68,7 +69,7 @@ enum {
 
 /* the methods of torch.Tensor follow() calls, from rows */
 struct methods {
-    PyObject *data_ptr, *numel, *contiguous;
+    PyObject *data_ptr, *numel, *contiguous, *is_neg;
 };
 
 /* method(obj) as a new reference, NULL with an exception set */
@@ -110,7 +111,14 @@ static int attr_true(PyObject *obj, PyObject *name)
     return t;
 }
 
-/* a tensor at addr with n elements, contiguous: 1, 0 or -1 (an exception) */
+/* 1: t is not a lazily negated view; 0: it is; -1: an exception */
+static int not_negated(const struct methods *m, PyObject *t)
+{
+    const int neg = call_true(m->is_neg, t);
+    return neg < 0 ? -1 : !neg;
+}
+
+/* a tensor at addr with n elements, contiguous, not negated: 1, 0 or -1 (an exception) */
 static int unchanged(const struct methods *m, PyObject *t, PyObject *addr, PyObject *n)
 {
     int ok = call_eq(m->data_ptr, t, addr);
@@ -118,10 +126,13 @@ static int unchanged(const struct methods *m, PyObject *t, PyObject *addr, PyObj
         ok = call_eq(m->numel, t, n);
     if (ok == 1)
         ok = call_true(m->contiguous, t);
+    if (ok == 1)
+        ok = not_negated(m, t);
     return ok;
 }
 
-/* a parameter at addr of the registered shape (so element count), contiguous: 1, 0 or -1 */
+/* a parameter at addr of the registered shape (so element count), contiguous, not negated:
+   1, 0 or -1 */
 static int in_place(const struct methods *m, PyObject *t, PyObject *addr, PyObject *shape)
 {
     int ok = call_eq(m->data_ptr, t, addr);
@@ -134,6 +145,8 @@ static int in_place(const struct methods *m, PyObject *t, PyObject *addr, PyObje
     }
     if (ok == 1)
         ok = call_true(m->contiguous, t);
+    if (ok == 1)
+        ok = not_negated(m, t);
     return ok;
 }
 
@@ -165,6 +178,8 @@ static int fit(const struct methods *m, PyObject *g, PyObject *tensor, PyObject 
         if (ok == 0 && !host)
             ok = attr_true(g, s_is_cuda);
     }
+    if (ok == 1)
+        ok = not_negated(m, g);
     return ok;
 }
 
@@ -184,7 +199,7 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
         return -1;
     }
     PyObject *const *r = &PyTuple_GET_ITEM(rows, 0);
-    const struct methods m = {r[R_DATA_PTR], r[R_NUMEL], r[R_CONTIGUOUS]};
+    const struct methods m = {r[R_DATA_PTR], r[R_NUMEL], r[R_CONTIGUOUS], r[R_IS_NEG]};
     PyObject *tensor = r[R_TENSOR], *params = r[R_PARAMS], *slots = r[R_SLOTS], *srcs = r[R_SRCS],
              *grads = r[R_GRADS], *gaddrs = r[R_GADDRS], *daddrs = r[R_DADDRS],
              *counts = r[R_COUNTS], *dtypes = r[R_DTYPES], *shapes = r[R_SHAPES];

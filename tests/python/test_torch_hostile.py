@@ -224,5 +224,56 @@ def case_state_dicts_of_other_adam_family_optimizers():
     assert same(before, values(b))
 
 
+def case_lazily_negated_tensors_are_refused():
+    """A gradient or a parameter that is torch's lazy negation (torch._neg_view: the negative
+    bit, memory m read as -m): the binding handed the library data_ptr(), m itself, so a
+    negated gradient stepped with its sign dropped (the update of +g where torch.optim steps
+    with -g) and a negated parameter was updated as the wrong weights, silently, on the first
+    step and on every later one through the comparison (C helper and Python path alike).
+    Refused naming the tensor and resolve_neg(), nothing written; resolved, the step is the one
+    of the plain negated tensor, bit for bit."""
+    neg = torch._neg_view
+    for path, ctx in step_paths():
+        for first in (True, False):
+            for how in ("new grad", "grad.data", "param.data"):
+                with ctx():
+                    w, b, opt = two()
+                    w2, b2, ref = two()
+                    if not first:  # the comparison now holds these tensors
+                        for x, y, s in ((w, w2, (4, 8)), (b, b2, (4,))):
+                            x.grad = torch.randn(s)
+                            y.grad = x.grad.clone()
+                        opt.step()
+                        ref.step()
+                    g = torch.randn(4, 8)
+                    if how == "new grad":
+                        w.grad = neg(g.clone())
+                    elif how == "grad.data":
+                        w.grad.data = neg(w.grad.data)
+                        g = -w.grad.resolve_neg()  # what neg() of it reads as, negated back
+                    else:
+                        w.grad = g.clone()
+                        w.data = neg(w.data)
+                    b.grad = torch.randn(4)
+                    what = "w.data" if how == "param.data" else "w.grad"
+                    before = values(w, b)
+                    refused(opt.step, ValueError, f"{what}: a lazily negated", "resolve_neg()")
+                    assert same(before, values(w, b)), (path, first, how, "stepped")
+                    if how == "param.data":
+                        w.data = w.data.resolve_neg()
+                        w2.data = -w2.data
+                        w2.grad = g.clone()
+                    else:
+                        w.grad = w.grad.resolve_neg()
+                        w2.grad = -g
+                    b2.grad = b.grad.clone()
+                    opt.step()
+                    ref.step()
+                    assert same(values(w, b), values(w2, b2)), (path, first, how)
+    # a negated parameter given to the constructor: refused there, naming it
+    w = torch.nn.Parameter(neg(torch.randn(4, 8)))
+    refused(lambda: Muon([("w", w)], lr=0.02), ValueError, "a lazily negated", "resolve_neg()")
+
+
 if __name__ == "__main__":
     cases.run("test_torch_hostile", globals())

@@ -667,8 +667,9 @@ SHARDOPT_API shardopt_status_t shardopt_param_state_info(shardopt_param_t param,
  *  parameter's registered local layout (the element order of its data shard), in the dtype the
  *  state is held in, exactly the bytes a save writes for it. dtype must be that dtype and bytes
  *  count times its size: anything else is SHARDOPT_ERR_INVALID_ARGUMENT naming the parameter,
- *  the kind and what is held (convert in the caller). State in device memory or a host store is
- *  copied out after the runtime's queued work. Not collective; after commit. */
+ *  the kind and what is held (convert in the caller), and so is (host state) a buf this
+ *  process may not write (a read-only mapping), with buf unchanged. State in device memory or
+ *  a host store is copied out after the runtime's queued work. Not collective; after commit. */
 SHARDOPT_API shardopt_status_t shardopt_param_get_state(shardopt_param_t param,
                                                         shardopt_state_kind_t kind, void *buf,
                                                         size_t bytes, shardopt_dtype_t dtype);

@@ -1,9 +1,13 @@
 /* Buffers of the step that share memory (alias_check.h). */
+#define _GNU_SOURCE /* process_vm_writev */
 #include "runtime/step/alias_check.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/status.h"
@@ -146,4 +150,43 @@ shardopt_status_t alias_check(shardopt_runtime_t rt)
         rt->params[i]->alias_grad = rt->params[i]->grad;
     }
     return SHARDOPT_OK;
+}
+
+/* 1: a page of [p, p + bytes) refused the kernel's write; 0: every page took it; -1: the call is
+ * not available (ENOSYS, or EPERM under a seccomp filter) or failed otherwise: no answer */
+static int probe_pages(uintptr_t lo, uintptr_t hi)
+{
+    enum { BATCH = 256 };
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    struct iovec iov[BATCH];
+    const pid_t self = getpid();
+    for (uintptr_t a = lo; a < hi;) {
+        int k = 0;
+        for (; k < BATCH && a < hi; k++, a = (a / page + 1) * page)
+            iov[k] = (struct iovec){(void *)a, 1};
+        errno = 0;
+        /* each byte is written onto itself: the caller's buffer keeps its values */
+        const ssize_t n = process_vm_writev(self, iov, (unsigned long)k, iov, (unsigned long)k, 0);
+        if (n == k)
+            continue;
+        return n >= 0 || errno == EFAULT ? 1 : -1;
+    }
+    return 0;
+}
+
+int host_span_unwritable(const void *p, size_t bytes, char perms[8], char *path, size_t len)
+{
+    if (bytes == 0)
+        return 0;
+    const uintptr_t lo = (uintptr_t)p;
+    const uintptr_t hi = bytes > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + bytes;
+    const int probe = probe_pages(lo, hi);
+    if (probe == 0)
+        return 0;
+    snprintf(perms, 8, "none");
+    snprintf(path, len, "no mapping");
+    const struct alias_span span = {lo, hi, 0, 0};
+    const int maps = read_only_span(&span, 1, perms, path, len);
+    /* the kernel refused a write the maps allow (a mapping changed in between): still refused */
+    return probe == 1 || maps >= 0;
 }

@@ -338,3 +338,53 @@ TEST(parameter_data_in_read_only_memory_is_refused_not_written)
     EXPECT_TRUE(moved > 0);
     munmap(m, 2 * page);
 }
+
+/* shardopt_param_get_state into a buffer the process may read but not write (a PROT_READ
+ * mapping; a read-only numpy array's memory handed through the C API) died of SIGSEGV in the
+ * copy. Refused naming the parameter, the rank, the buffer and the mapping, the buffer
+ * unchanged; one that crosses into a read-only page too, and a writable one still gets the
+ * momentum. */
+TEST(get_state_into_read_only_memory_is_refused_not_a_crash)
+{
+    for (int i = 0; i < 64; i++)
+        g[i] = 1, w[i] = (float)i;
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("ro.weight", 2, 8, 8, 0, w, g);
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    shardopt_dtype_t dt = SHARDOPT_DTYPE_FP32;
+    ASSERT_EQ_INT(shardopt_param_state_info(p, SHARDOPT_STATE_MOMENTUM, &dt, NULL), SHARDOPT_OK);
+    const size_t bytes = 64 * (dt == SHARDOPT_DTYPE_FP32 ? 4 : 2);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *m =
+        mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_TRUE(m != MAP_FAILED);
+    ASSERT_EQ_INT(mprotect(m, 2 * page, PROT_READ), 0);
+    EXPECT_EQ_INT(shardopt_param_get_state(p, SHARDOPT_STATE_MOMENTUM, m, bytes, dt),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "param_get_state 'ro.weight': rank 0: buf = ");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "cannot write (r--p");
+    /* the first half in a writable page, the rest in a read-only one */
+    unsigned char *across = m + page - bytes / 2;
+    ASSERT_EQ_INT(mprotect(m, page, PROT_READ | PROT_WRITE), 0);
+    EXPECT_EQ_INT(shardopt_param_get_state(p, SHARDOPT_STATE_MOMENTUM, across, bytes, dt),
+                  SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "cannot write");
+    for (size_t i = 0; i < 2 * page; i++)
+        EXPECT_TRUE(m[i] == 0); /* nothing copied, not even into the writable half */
+    /* both pages writable: the copy goes ahead and holds the momentum of a nonzero gradient */
+    ASSERT_EQ_INT(mprotect(m + page, page, PROT_READ | PROT_WRITE), 0);
+    EXPECT_EQ_INT(shardopt_param_get_state(p, SHARDOPT_STATE_MOMENTUM, across, bytes, dt),
+                  SHARDOPT_OK);
+    int nonzero = 0;
+    for (size_t i = 0; i < bytes; i++)
+        nonzero += across[i] != 0;
+    EXPECT_TRUE(nonzero > 0);
+    munmap(m, 2 * page);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}

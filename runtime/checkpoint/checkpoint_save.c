@@ -31,7 +31,7 @@
 static cJSON *index_build(shardopt_runtime_t rt)
 {
     cJSON *root = cJSON_CreateObject();
-    char text[1024];
+    char text[CONFIG_TEXT_MAX];
     const struct groups *g = &rt->groups;
     int ok = root != NULL;
 

@@ -370,7 +370,7 @@ shardopt_status_t shardopt_config_print(const shardopt_config_t *cfg, FILE *stre
 {
     shardopt_config_t c;
     shardopt_status_t status = config_import(cfg, &c);
-    char val[1024];
+    char val[CONFIG_TEXT_MAX];
 
     if (status != SHARDOPT_OK)
         return status;

@@ -12,29 +12,47 @@ static int key_is_local(const char *name)
     return strcmp(name, "num_threads") == 0 || strcmp(name, "bind") == 0;
 }
 
-shardopt_status_t config_agree(const struct groups *g, const shardopt_config_t *cfg,
-                               const char *who)
-{
-    enum { MAX_KEYS = 64 };
-    uint32_t lo[MAX_KEYS] = {0}, hi[MAX_KEYS] = {0};
-    char val[1024];
-    const int n = (int)(config_key_count < MAX_KEYS ? config_key_count : MAX_KEYS);
+/* Keys compared per pair of all-reduces. The keys are taken in batches of it, every one of the
+ * table's: a fixed array of 64 CRCs with the count clamped to it left every key past the 64th
+ * uncompared, silently (54 keys today), had the table grown past it. */
+enum { AGREE_BATCH = 64 };
 
+/* The index of the first key from `first` (a batch) whose value differs between ranks, or -1;
+ * -2 where an all-reduce failed. Collective: every rank runs the same batches. */
+static int first_differing(const struct groups *g, const shardopt_config_t *cfg, size_t first)
+{
+    uint32_t lo[AGREE_BATCH] = {0}, hi[AGREE_BATCH] = {0};
+    char val[CONFIG_TEXT_MAX];
+    const size_t left = config_key_count - first;
+    const int n = (int)(left < AGREE_BATCH ? left : AGREE_BATCH);
     /* one CRC per key: the minimum and the maximum over all ranks differ where a value does */
     for (int i = 0; i < n; i++) {
-        if (key_is_local(config_keys[i].name))
+        const struct config_key *k = &config_keys[first + (size_t)i];
+        if (key_is_local(k->name))
             continue;
-        config_key_format(&config_keys[i], cfg, val, sizeof val);
+        config_key_format(k, cfg, val, sizeof val);
         lo[i] = hi[i] = crc32c_update(0, val, strlen(val));
     }
     if (groups_allreduce(g, lo, n, MPI_UINT32_T, MPI_MIN) != MPI_SUCCESS ||
         groups_allreduce(g, hi, n, MPI_UINT32_T, MPI_MAX) != MPI_SUCCESS)
+        return -2;
+    for (int i = 0; i < n; i++)
+        if (lo[i] != hi[i])
+            return (int)first + i;
+    return -1;
+}
+
+shardopt_status_t config_agree(const struct groups *g, const shardopt_config_t *cfg,
+                               const char *who)
+{
+    char val[CONFIG_TEXT_MAX];
+    int k = -1;
+    for (size_t first = 0; first < config_key_count && k == -1; first += AGREE_BATCH)
+        k = first_differing(g, cfg, first);
+    if (k == -2)
         return groups_agree(g, log_fail(SHARDOPT_ERR_COMM, "%s: config all-reduce failed", who),
                             who);
-    int k = 0;
-    while (k < n && lo[k] == hi[k])
-        k++;
-    if (k == n)
+    if (k < 0)
         return SHARDOPT_OK;
     /* rank 0's value of the first key that differs; each rank holding another says so */
     char ref[sizeof val];

@@ -536,9 +536,16 @@ void config_key_format(const struct config_key *k, const shardopt_config_t *cfg,
             snprintf(out, len, "(unused)");
             break;
         }
-        for (int i = 0; i < steps && o < len; i++)
-            o += (size_t)snprintf(out + o, len - o, "%s%.9g,%.9g,%.9g", i ? ";" : "", c[i][0],
-                                  c[i][1], c[i][2]);
+        /* each number as it round-trips (format_double): with 9 digits two ranks whose
+         * coefficients differed (straddling the midpoint of two floats: different fp32 tables
+         * in Newton-Schulz) printed the same text, so init's agreement took them */
+        char num[3][32];
+        for (int i = 0; i < steps && o < len; i++) {
+            for (int j = 0; j < 3; j++)
+                format_double(c[i][j], num[j], sizeof num[j]);
+            o += (size_t)snprintf(out + o, len - o, "%s%s,%s,%s", i ? ";" : "", num[0], num[1],
+                                  num[2]);
+        }
         break;
     }
     }

@@ -56,7 +56,12 @@ shardopt_status_t config_key_check(const struct config_key *k, const shardopt_co
 shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
                                    shardopt_config_t *cfg, int *steps_p, const char *source);
 
-/* The field's value as text. */
+/* The longest text config_key_format writes, its NUL included: ns_custom_coeffs' 16 triples of
+ * numbers written to round-trip, each at most 24 characters ("-2.2250738585072014e-308"), is
+ * 1200; a shorter buffer cut it, and the agreement across ranks compared the cut text. */
+#define CONFIG_TEXT_MAX 2048
+
+/* The field's value as text (exactly: doubles round-trip). */
 void config_key_format(const struct config_key *k, const shardopt_config_t *cfg, char *out,
                        size_t len);
 

@@ -2,7 +2,11 @@
  * the world ranks docs/design.md (Process groups) names, in rank order; trainer-built groups are
  * accepted when consistent and refused on every rank when not; invalid layouts fail on every rank.
  */
+#include <math.h>
+
 #include "fixture.h"
+#include "runtime/config/config_agree.h"
+#include "runtime/config/config_keys.h"
 #include "runtime/runtime.h"
 
 static int world, me;
@@ -260,6 +264,66 @@ TEST(configs_that_differ_between_ranks_fail_init_on_every_rank)
         EXPECT_STR_CONTAINS(shardopt_last_error(), want);
         EXPECT_TRUE(rt == NULL);
     }
+}
+
+/* cfg's field of key k changed as little as its type allows: a double by one ulp, an int, enum
+ * or flag by one, a string by a letter, the custom coefficients from just below the midpoint of
+ * two floats to just above it (so the fp32 table Newton-Schulz runs differs) */
+static void nudge(const struct config_key *k, shardopt_config_t *cfg)
+{
+    char *f = (char *)cfg + k->offset;
+    switch (k->type) {
+    case CFG_DOUBLE: *(double *)f = nextafter(*(double *)f, INFINITY); break;
+    case CFG_INT:
+    case CFG_BOOL:
+    case CFG_ENUM: *(int *)f += 1; break;
+    case CFG_U64: *(uint64_t *)f += 1; break;
+    case CFG_STRING: strcat(f, "x"); break;
+    case CFG_COEFFS: /* two ulps: over the midpoint itself, which rounds to the even float */
+        ((double *)f)[0] = nextafter(nextafter(((double *)f)[0], INFINITY), INFINITY);
+        break;
+    }
+}
+
+/* Every key of the table is compared across ranks, the last one (ns_team_frac, the 54th) as the
+ * first, to the last bit: the agreement held a fixed 64 CRCs and clamped the key count to it, so
+ * a key past the 64th went uncompared as the table grew (checked: with the clamp at 40, keys 41
+ * to 54 differed unnoticed); and it printed custom coefficients with 9 digits, so coefficients
+ * that round to different fp32 tables agreed and each rank ran its own Newton-Schulz. */
+TEST(every_config_key_is_compared_across_ranks_to_the_last_bit)
+{
+    world_read();
+    if (world < 2)
+        return;
+    shardopt_config_t base = SHARDOPT_CONFIG_INIT;
+    base.ns_coeffs = SHARDOPT_NS_CUSTOM; /* so the coefficients are printed, not "(unused)" */
+    const float lo = 3.4445f, hi = nextafterf(lo, INFINITY);
+    const double mid = ((double)lo + (double)hi) / 2; /* exact in double */
+    base.ns_custom_coeffs[0][0] = nextafter(mid, -INFINITY);
+    struct groups g = {0}; /* timeout_s 0: no deadline, as init leaves it before commit */
+    ASSERT_EQ_INT(groups_create(MPI_COMM_WORLD, &base, &g), SHARDOPT_OK);
+    int compared = 0;
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        shardopt_config_t cfg = base;
+        if (me == world - 1)
+            nudge(k, &cfg);
+        if (k->type == CFG_COEFFS && me == world - 1) /* rounds to the other float */
+            EXPECT_TRUE((float)cfg.ns_custom_coeffs[0][0] != (float)base.ns_custom_coeffs[0][0]);
+        const shardopt_status_t st = config_agree(&g, &cfg, "agree");
+        if (strcmp(k->name, "num_threads") == 0 || strcmp(k->name, "bind") == 0) {
+            EXPECT_EQ_INT(st, SHARDOPT_OK); /* per-node choices */
+            continue;
+        }
+        char want[128];
+        snprintf(want, sizeof want, "config %s differs between ranks", k->name);
+        EXPECT_EQ_INT(st, SHARDOPT_ERR_MISMATCH);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), want);
+        compared++;
+    }
+    EXPECT_EQ_INT(compared, (int)config_key_count - 2);
+    EXPECT_EQ_INT(config_agree(&g, &base, "agree"), SHARDOPT_OK);
+    groups_free(&g);
 }
 
 TEST(layout_print_lists_every_rank_in_order)

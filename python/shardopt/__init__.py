@@ -425,6 +425,26 @@ def _lazy_refused(what, x):
     return None
 
 
+def _torch_addr(x, what):
+    """x.data_ptr(), refused where it is 0 for a tensor with elements: a ZeroTensor
+    (torch._efficientzerotensor) or a storage resized to 0 (FSDP frees parameters' storage
+    so) has no memory; passed on, 0 was NULL, a gradient the library took as missing, so the
+    parameter was left out of the step silently where torch.optim steps it with zeros."""
+    addr = x.data_ptr()
+    if addr or not x.numel():
+        return addr
+    zero = getattr(x, "_is_zerotensor", None)
+    if zero is not None and zero():
+        how = "a ZeroTensor (torch._efficientzerotensor), which has no memory: pass " \
+              "torch.zeros_like(x)"
+    elif type(x).__name__ == "FakeTensor":
+        how = "a FakeTensor (FakeTensorMode: shapes only, no memory): pass a real tensor"
+    else:
+        how = "its storage holds no memory (untyped_storage().resize_(0), as FSDP frees a " \
+              "parameter's storage between uses): give it memory before the step"
+    raise ValueError(f"{what}: data_ptr() is 0 for {x.numel()} elements: {how}")
+
+
 _torch_tensor = None  # torch.Tensor, once torch is imported
 
 
@@ -493,7 +513,7 @@ def _torch_buffer(x, what, host):
     dt = _torch_dtypes[0].get(x.dtype)
     if dt is None:
         raise ValueError(f"{what}: dtype {x.dtype} is not float32 or bfloat16")
-    return x.data_ptr(), dt, x.numel()
+    return _torch_addr(x, what), dt, x.numel()
 
 
 def _declared_grad_dtype(p):
@@ -568,7 +588,7 @@ def _buffer(x, what, writable=False, host=True):
         dt = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(x.dtype)
         if dt is None:
             raise ValueError(f"{what}: dtype {x.dtype} is not float32 or bfloat16")
-        return x.data_ptr(), dt, x.numel()
+        return _torch_addr(x, what), dt, x.numel()
     import numpy as np
     if not issubclass(type(x), np.ndarray):  # type(): __class__ can be made to say ndarray
         raise ValueError(f"{what}: {type(x).__name__} is not a numpy array or torch tensor")
@@ -752,6 +772,8 @@ def _follow_rows(rows, rt, skip_missing):
                 return None
             else:
                 a = data_ptr(g)
+                if not a:  # no memory (a ZeroTensor): the full check names it
+                    return None
             got.append(g)
             addrs.append(a)
     except RuntimeError:

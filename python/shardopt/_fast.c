@@ -251,7 +251,8 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
             ok = fit(&m, g, tensor, PyList_GET_ITEM(dtypes, i), PyList_GET_ITEM(shapes, i), host);
             if (ok == 1) {
                 addr[i] = call1(m.data_ptr, g);
-                ok = addr[i] == NULL ? -1 : 1;
+                /* 0: no memory (a ZeroTensor): not followed, the full check names it */
+                ok = addr[i] == NULL ? -1 : PyObject_IsTrue(addr[i]);
             }
         }
         if (ok == 1 && !changed) {

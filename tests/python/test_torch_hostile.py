@@ -275,5 +275,53 @@ def case_lazily_negated_tensors_are_refused():
     refused(lambda: Muon([("w", w)], lr=0.02), ValueError, "a lazily negated", "resolve_neg()")
 
 
+def case_tensors_without_memory_are_refused():
+    """A gradient that is a ZeroTensor (torch._efficientzerotensor: zeros with no memory,
+    data_ptr() 0) or a FakeTensor, or a parameter whose storage was resized to 0 (as FSDP frees
+    it between uses): the binding passed address 0 on, which the library takes as no gradient,
+    so the parameter was left out of the step, silently, where torch.optim steps it with zeros
+    (its momentum and weight decay); the freed parameter was refused by param_set_pointers, naming a
+    NULL it was never given. Each refused at the step naming the tensor and data_ptr() 0,
+    nothing stepped (C helper and Python path, first step and later ones); given zeros, the step
+    is the one with zeros, bit for bit."""
+    for path, ctx in step_paths():
+        for first in (True, False):
+            with ctx():
+                w, b, opt = two()
+                w2, b2, ref = two()
+                if not first:
+                    for x, y, s in ((w, w2, (4, 8)), (b, b2, (4,))):
+                        x.grad = torch.randn(s)
+                        y.grad = x.grad.clone()
+                    opt.step()
+                    ref.step()
+                w.grad, b.grad = torch._efficientzerotensor(4, 8), torch.randn(4)
+                before = values(w, b)
+                refused(opt.step, ValueError, "w.grad: data_ptr() is 0 for 32 elements",
+                        "ZeroTensor")
+                assert same(before, values(w, b)), (path, first, "stepped")
+                w.grad, w2.grad, b2.grad = torch.zeros(4, 8), torch.zeros(4, 8), b.grad.clone()
+                opt.step()
+                ref.step()
+                assert same(values(w, b), values(w2, b2)), (path, first)
+                w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+                keep = w.detach().clone()
+                w.untyped_storage().resize_(0)
+                refused(opt.step, ValueError, "w.data: data_ptr() is 0 for 32 elements",
+                        "resize_(0)")
+                w.untyped_storage().resize_(keep.numel() * 4)
+                w.data.copy_(keep)
+                opt.step()  # with memory again, the step goes on
+    # a FakeTensor gradient (shapes only): data_ptr() 0 too, named as such
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    w, b, opt = two()
+    with FakeTensorMode():
+        g = torch.empty(4, 8)
+    w.grad = g
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own about data_ptr() of a FakeTensor
+        refused(opt.step, ValueError, "w.grad: data_ptr() is 0", "a FakeTensor")
+
+
 if __name__ == "__main__":
     cases.run("test_torch_hostile", globals())

@@ -790,6 +790,32 @@ def _follow_rows(rows, rt, skip_missing):
     return 0
 
 
+def _peer_clash(opt, peers):
+    """None, or (Param, message) for the first of opt's parameters whose data overlaps a span
+    of peers ((lo, hi, name): another runtime's parameters in this process). Two runtimes
+    update such memory once each per step, silently (each one's step compares only its own
+    buffers); on the full check only, where a data address may have moved."""
+    spans = [(lo, hi, name, None) for lo, hi, name in peers]
+    for p in opt.params:
+        s = opt._slots.get(id(p))
+        if s is not None and s.count and s.data_addr:
+            lo = s.data_addr
+            spans.append((lo, lo + s.count * (2 if s.dtype == "bf16" else 4), p.name, p))
+    spans.sort(key=lambda x: x[0])
+    far = None  # the span reaching furthest so far
+    for x in spans:
+        if far is not None and x[0] < far[1] and (x[3] is None) != (far[3] is None):
+            mine, peer = (x, far) if x[3] is not None else (far, x)
+            return mine[3], (f"{mine[2]}.data [{mine[0]:#x}, +{mine[1] - mine[0]} bytes) and "
+                             f"{peer[2]}.data [{peer[0]:#x}, +{peer[1] - peer[0]} bytes) share "
+                             "memory, and another runtime (another param group) steps "
+                             f"{peer[2]}: that memory would be updated twice per step; tie "
+                             "them as one Parameter, or give each its own memory")
+        if far is None or x[1] > far[1]:
+            far = x
+    return None
+
+
 @dataclass
 class Param:
     """One parameter shard as this rank holds it (docs/api.md, shardopt_param_desc_t)."""
@@ -983,6 +1009,11 @@ class Optimizer:
     parameter's current buffers again (or, for plain torch tensors, compares them with the last
     check: _follow), follows new ones of the registered size and dtype and refuses the rest
     (ValueError on that rank, a failed step on every rank)."""
+
+    # None, or a callable giving [(lo, hi, name)]: the data spans of parameters another runtime
+    # steps in the same process (shardopt.torch.Muon's other param groups), which this one's
+    # full check refuses to overlap (_peer_clash): the library compares one runtime's buffers
+    _peers = None
 
     def __init__(self, params, comm=None, config: Optional[dict] = None):
         lib = library()
@@ -1418,6 +1449,10 @@ class Optimizer:
                     self._sync(p, skip_missing_grads)
                 except Exception as e:  # noqa: BLE001 - raised below, after the collective step
                     refused.append((p, str(e)))
+            if not refused and self._rt and self._peers is not None:
+                clash = _peer_clash(self, self._peers())
+                if clash is not None:
+                    refused.append(clash)
             self._fast = None if refused else self._fast_rows()
         a = self._args  # one struct per runtime, refilled: the library reads it during the call
         a.lr, a.adamw_lr, a.weight_decay, a.stream = lr, adamw_lr, weight_decay, stream

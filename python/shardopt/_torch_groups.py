@@ -177,15 +177,43 @@ def _adamw_sync(g, b1):
 
 
 def _partial(e, groups, done):
-    """A group's failed step (e: shardopt.Error) as raised to the script: where groups before
-    it had stepped (each group is its own runtime, stepped in turn), the library's "nothing
-    was updated" is true of this group only, so the message says which ones were."""
-    if done == 0 or not isinstance(e, shardopt.Error):
+    """A group's failed step (e: shardopt.Error, or the binding's ValueError refusing one of
+    its buffers) as raised to the script: where groups before it had stepped (each group is its
+    own runtime, stepped in turn), the library's "nothing was updated" is true of this group
+    only, so the message says which ones were. A ValueError said nothing of them: a gradient of
+    another shape in group 1 read as if no group had stepped, where group 0 had."""
+    if done == 0 or not isinstance(e, (shardopt.Error, ValueError)):
         return e
     stepped = ", ".join(f"{i} ({g['algo']})" for i, g in enumerate(groups[:done]))
-    out = shardopt.Error("step", e.status, f"param group {done} ({groups[done]['algo']}): "
-                         f"{e.message}; param group(s) {stepped} had already stepped")
+    what = e.message if isinstance(e, shardopt.Error) else str(e)
+    text = (f"param group {done} ({groups[done]['algo']}): {what}; param group(s) {stepped} "
+            "had already stepped")
+    out = shardopt.Error("step", e.status, text) if isinstance(e, shardopt.Error) else \
+        ValueError(text)
     out.__cause__ = e
+    return out
+
+
+def _peer_spans(opt_ref, rt):
+    """The data spans [(lo, hi, name)] of the parameters of opt's param groups other than rt's
+    (shardopt.Optimizer._peers): a plain tensor's memory as it is now (a group not yet checked
+    this step may have moved), another kind's as its runtime registered it."""
+    import torch
+    opt = opt_ref()
+    out = []
+    for other, params, _ in opt._runtimes if opt is not None else ():
+        if other is rt:
+            continue
+        for sp in params.values():
+            t = sp.source
+            if type(t) in (torch.Tensor, torch.nn.Parameter):
+                lo, n = t.data_ptr(), t.numel() * t.element_size()
+            else:
+                s = other._slots.get(id(sp))
+                lo, n = (s.data_addr or 0, s.count * (2 if s.dtype == "bf16" else 4)) \
+                    if s is not None else (0, 0)
+            if lo and n:
+                out.append((lo, lo + n, sp.name))
     return out
 
 

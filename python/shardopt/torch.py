@@ -10,8 +10,10 @@ switching the import gives the same run to within bf16 rounding (docs/python.md 
 differs, and why). Each param group is one runtime holding one algorithm: groups are split into
 a Muon and an AdamW part at construction, so that every lr_scheduler, and every loop over
 param_groups, sets each group's lr and weight_decay, which step() reads every time."""
+import functools
 import operator
 import sys
+import weakref
 
 import torch
 
@@ -22,8 +24,8 @@ from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mes
                                     _check_ordered, _check_switches, _dion_defaults, _muon_config,
                                     _param_mults)
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _pair_groups,
-                                    _partial, _refuse_thawed, _step_hparams, _undo_add,
-                                    _warn_split)
+                                    _partial, _peer_spans, _refuse_thawed, _step_hparams,
+                                    _undo_add, _warn_split)
 from shardopt._torch_split import _split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
@@ -293,6 +295,9 @@ class Muon(torch.optim.Optimizer):
             _ports.check_flatten(flatten, [(sp.name, sp.source, len(sp.shape) == 3)
                                            for sp in sparams], len(self.param_groups) - 1)
         rt = _so.Optimizer(sparams, comm=self._comm, config=cfg)
+        # its full check refuses data that another group's runtime steps too (a weak
+        # reference: no cycle between the optimizer and its runtimes)
+        rt._peers = functools.partial(_peer_spans, weakref.ref(self), rt)
         self._runtimes.append((rt, {id(sp.source): sp for sp in sparams},
                                {k: g[k] for k in _FIXED[g["algo"]]}))
         if g["algo"] == "adamw":
@@ -400,7 +405,7 @@ class Muon(torch.optim.Optimizer):
                         _adamw_sync(g, hp[0])
                         self._beta1[rt] = hp[0]
                         rt.step(lr, lr, wd, 0.0, None, True, -1.0, hp[:2], hp[2])
-                except _so.Error as e:
+                except (_so.Error, ValueError) as e:
                     raise _partial(e, groups, done)
                 done += 1
         finally:

@@ -323,5 +323,44 @@ def case_tensors_without_memory_are_refused():
         refused(opt.step, ValueError, "w.grad: data_ptr() is 0", "a FakeTensor")
 
 
+def case_memory_shared_across_param_groups_is_refused():
+    """Two parameters of different param groups (two runtimes: a Muon matrix and an AdamW
+    vector, or two Muon groups with their own lr) made to share memory after construction
+    (b.data = w.data.view(-1)[:4]): each runtime compares only its own buffers, so both
+    stepped that memory, silently (the constructor refuses it; within one group the library
+    does). Refused at the full check naming both tensors, through either step path: at an
+    optimizer's first step, which checks every group before any steps, nothing stepped; later,
+    group 0 follows (unchanged) and steps, then group 1's check refuses, and says group 0 had
+    stepped. A refusal of a later group's buffer (a gradient of another shape in group 1) after
+    group 0 had stepped said nothing of group 0 either: the message now says it."""
+    for path, ctx in step_paths():
+        with ctx():
+            w, b, opt = two()  # two(): w in group 0 (muon), b in group 1 (adamw), one step
+            keep = b.detach().clone()
+            b.data = w.data.view(-1)[:4]
+            w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+            refused(opt.step, ValueError, "param group 1 (adamw): b.data [0x", "w.data [0x",
+                    "share memory", "another param group",
+                    "param group(s) 0 (muon) had already stepped")
+            b.data = keep
+            w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+            before = values(w, b)
+            opt.step()  # given its own memory again, both step
+            assert not torch.equal(before[0], w.detach()) and \
+                not torch.equal(before[1], b.detach()), path
+            w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+            b.grad.data = torch.randn(2, 2)
+            refused(opt.step, ValueError, "param group 1 (adamw): b.grad has shape [2, 2]",
+                    "param group(s) 0 (muon) had already stepped")
+        # at the first step: two Muon groups with their own lr, v over w2's memory
+        with ctx():
+            w2, v = torch.nn.Parameter(torch.randn(4, 8)), torch.nn.Parameter(torch.randn(8, 4))
+            opt = Muon([{"params": [("w2", w2)]}, {"params": [("v", v)], "lr": 0.1}], lr=0.02)
+            v.data = w2.data.view(8, 4)
+            w2.grad, v.grad = torch.randn(4, 8), torch.randn(8, 4)
+            before = values(w2)
+            refused(opt.step, ValueError, "w2.data", "v.data", "share memory")
+            assert same(before, values(w2)), path
+
 if __name__ == "__main__":
     cases.run("test_torch_hostile", globals())

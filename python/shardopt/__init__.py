@@ -426,12 +426,26 @@ def _lazy_refused(what, x):
 
 
 def _torch_addr(x, what):
-    """x.data_ptr(), refused where it is 0 for a tensor with elements: a ZeroTensor
+    """x.data_ptr(), refused where its storage is shorter than the tensor, or where it is 0 for
+    a tensor with elements: a ZeroTensor
     (torch._efficientzerotensor) or a storage resized to 0 (FSDP frees parameters' storage
     so) has no memory; passed on, 0 was NULL, a gradient the library took as missing, so the
     parameter was left out of the step silently where torch.optim steps it with zeros."""
     addr = x.data_ptr()
-    if addr or not x.numel():
+    if addr:
+        # a storage resized smaller after the tensor was made (untyped_storage().resize_(8)):
+        # torch refuses to read the tensor, but data_ptr() answers, and the library wrote the
+        # tensor's whole extent past the storage's end: heap memory overwritten, a crash later
+        need = (x.storage_offset() + x.numel()) * x.element_size()
+        have = x.untyped_storage().nbytes()
+        if have < need:
+            raise ValueError(f"{what}: its storage holds {have} bytes, but the tensor spans "
+                             f"{need} (storage_offset {x.storage_offset()} + {x.numel()} "
+                             f"elements of {x.element_size()} bytes): a storage resized smaller "
+                             "after the tensor was made (untyped_storage().resize_()); the "
+                             "library would read and write past its end")
+        return addr
+    if not x.numel():
         return addr
     zero = getattr(x, "_is_zerotensor", None)
     if zero is not None and zero():

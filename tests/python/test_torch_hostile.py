@@ -362,5 +362,38 @@ def case_memory_shared_across_param_groups_is_refused():
             refused(opt.step, ValueError, "w2.data", "v.data", "share memory")
             assert same(before, values(w2)), path
 
+def case_storages_shorter_than_their_tensor_are_refused():
+    """A parameter or gradient whose storage was resized smaller after the tensor was made
+    (untyped_storage().resize_(8) under a [4, 8] float32 tensor): torch refuses to read such a
+    tensor, but data_ptr() answers, and the library wrote the parameter's 128 bytes past the
+    storage's 8 (heap memory overwritten; with a [64, 64] parameter the process died of
+    SIGSEGV at a later call) and read a gradient past its end. Refused at the full check naming
+    the tensor and both sizes, nothing stepped, through either step path: a resize moves the
+    memory, so the comparison with the last step takes a parameter resized since to the full
+    check; a gradient is measured where the full check runs (here: an optimizer's first step),
+    not on the comparison path, where every gradient is a new one (480 ns a tensor)."""
+    for path, ctx in step_paths():
+        for what in ("w.data", "new w.grad"):
+            with ctx():
+                if what == "new w.grad":  # no step yet: the first one checks every buffer
+                    w, b = torch.nn.Parameter(torch.randn(4, 8)), torch.nn.Parameter(torch.randn(4))
+                    opt = Muon([("w", w), ("b", b)], lr=0.02)
+                else:
+                    w, b, opt = two()
+                w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+                before = values(w, b)
+                keep = w.detach().clone()
+                t = w if what == "w.data" else w.grad
+                t.untyped_storage().resize_(8)
+                refused(opt.step, ValueError, f"{what[-6:]}: its storage holds 8 bytes, "
+                        "but the tensor spans 128", "resize_()")
+                t.untyped_storage().resize_(128)
+                if what == "w.data":
+                    w.data.copy_(keep)
+                else:
+                    t.normal_()
+                assert same(before, values(w, b)), (path, what, "stepped")
+                opt.step()  # with its whole storage back, the step goes on
+
 if __name__ == "__main__":
     cases.run("test_torch_hostile", globals())

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "base/fault.h"
+#include "base/mem_writable.h"
 #include "base/status.h"
 #include "runtime/runtime.h"
-#include "runtime/step/alias_check.h"
 
 /* Step counts shardopt_param_set_step takes: below 2^53, which a checkpoint's index (a JSON
  * number, read as a double) holds exactly; a load takes the same (CKPT_STEP_LIMIT,
@@ -125,7 +125,7 @@ static shardopt_status_t state_move(struct shardopt_runtime *rt, const struct sh
      * read-only numpy array's memory) was a SIGSEGV here */
     char perms[8], path[256];
     if (strcmp(call, "param_get_state") == 0 &&
-        host_span_unwritable(dst, bytes, perms, path, sizeof path))
+        mem_writable_refused(dst, bytes, perms, path, sizeof path))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                         "%s '%s': rank %d: buf = %p (+%zu bytes) lies in memory this process "
                         "cannot write (%s, %s): pass a writable buffer; nothing was copied",

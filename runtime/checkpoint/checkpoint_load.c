@@ -9,6 +9,7 @@
 #include "base/fault.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/mem_writable.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/checkpoint_load_report.h"
@@ -204,6 +205,56 @@ static shardopt_status_t weights_store(shardopt_runtime_t rt, const struct ck_lo
     return SHARDOPT_OK;
 }
 
+/* weights_store copies into the parameters' data after every rank agreed: data in a mapping this
+ * process cannot write (weights mapped PROT_READ, a read-only numpy array) was a SIGSEGV there.
+ * OK, or ERR_INVALID_ARGUMENT naming the first such parameter and this rank; host data only (the
+ * device's copy writes device memory). One read of /proc/self/maps for every parameter. */
+struct weight_span {
+    uintptr_t lo, hi; /* what mem_writable_first_read_only reads first */
+    int param;
+};
+
+static int weight_span_by_lo(const void *a, const void *b)
+{
+    const struct weight_span *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+static shardopt_status_t weights_writable(shardopt_runtime_t rt)
+{
+    struct weight_span *sp = mem_malloc(((size_t)rt->nparams + 1) * sizeof *sp);
+    if (sp == NULL)
+        return log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                        "load: rank %d: out of memory allocating %zu bytes for the parameters' "
+                        "spans",
+                        rt->groups.me.rank, ((size_t)rt->nparams + 1) * sizeof *sp);
+    int n = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        const size_t bytes = (size_t)p->layout.local_numel * kdtype_size(p->param_dtype);
+        if (bytes > 0 && p->data != NULL) {
+            sp[n].lo = (uintptr_t)p->data;
+            sp[n].hi = sp[n].lo + bytes;
+            sp[n++].param = i;
+        }
+    }
+    /* in address order, as mem_writable_first_read_only walks them */
+    qsort(sp, (size_t)n, sizeof *sp, weight_span_by_lo);
+    char perms[8] = "none", path[256] = "no mapping";
+    const int bad = mem_writable_first_read_only(sp, n, sizeof *sp, perms, path, sizeof path);
+    shardopt_status_t st = SHARDOPT_OK;
+    if (bad >= 0)
+        st = log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                      "load: rank %d: the data of parameter '%s' [%p, +%zu bytes) lies in memory "
+                      "this process cannot write (%s, %s): ckpt_weights = true writes the "
+                      "parameters read into it; pass writable memory (or load with ckpt_weights "
+                      "= false); nothing was loaded",
+                      rt->groups.me.rank, rt->params[sp[bad].param]->name, (void *)sp[bad].lo,
+                      (size_t)(sp[bad].hi - sp[bad].lo), perms, path);
+    free(sp);
+    return st;
+}
+
 /* Version 4: the shard records of the parts this rank holds, from the writers' indexes that
  * have them (checkpoint_writer_index.c). A tensor the checkpoint lacks, or holds in another shape,
  * or as the other kind (a weight for a state tensor), is rank_fill's to refuse or keep: no need. */
@@ -303,6 +354,10 @@ shardopt_status_t ckpt_load_run(shardopt_runtime_t rt, const char *dir)
     status = ckpt_index_parse(&L.ix, text, (size_t)text_len, (int)head[1], rt->groups.me.rank != 0);
     if (status == SHARDOPT_OK)
         status = shards_select(rt, &L.ix);
+    /* weights_store copies into the parameters' data after every rank agreed: data in a
+     * read-only mapping is refused now, before anything is read */
+    if (status == SHARDOPT_OK && rt->cfg.ckpt_weights && !rt_on_device(rt))
+        status = weights_writable(rt);
     status = ckpt_memory_check(rt, status); /* collective: every rank */
     if (status == SHARDOPT_OK) {
         /* the same allocator as the state: on success it becomes the state */

@@ -1,15 +1,12 @@
 /* Buffers of the step that share memory (alias_check.h). */
-#define _GNU_SOURCE /* process_vm_writev */
 #include "runtime/step/alias_check.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include "base/log.h"
+#include "base/mem_writable.h"
 #include "base/status.h"
 
 static int by_lo(const void *a, const void *b)
@@ -39,69 +36,28 @@ static shardopt_status_t refuse(shardopt_runtime_t rt, const struct alias_span *
                     rt->params[b->param]->name, (void *)b->lo, (size_t)(b->hi - b->lo), what);
 }
 
-/* The data spans (sorted by lo) against /proc/self/maps (in address order too): the first span
- * not wholly inside mappings this process may write, or -1 (also where the maps cannot be read:
- * no check then). A host step writing a PROT_READ mapping (np.load(mmap_mode='r') handed to
- * torch.from_numpy, weights mapped read-only) died of SIGSEGV inside the step. */
-static int read_only_span(const struct alias_span *sp, int n, char *perms, char *path, size_t len)
-{
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (f == NULL)
-        return -1;
-    char line[512];
-    int j = 0, bad = -1;
-    uintptr_t covered = 0; /* the span's bytes below this lie in writable mappings */
-    while (j < n && bad < 0 && fgets(line, sizeof line, f) != NULL) {
-        const int whole = strchr(line, '\n') != NULL;
-        unsigned long lo, hi;
-        char pm[8] = "", name[256] = "";
-        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %255s", &lo, &hi, pm, name) < 3)
-            lo = hi = 0;
-        for (int c; !whole && (c = fgetc(f)) != EOF && c != '\n';)
-            ;                                           /* the rest of a long path */
-        for (; j < n && bad < 0 && sp[j].hi <= lo; j++) /* a gap before this mapping */
-            if (covered < sp[j].hi)
-                bad = j;
-        for (; j < n && bad < 0 && sp[j].lo < hi; j++) {
-            if (covered < sp[j].lo)
-                covered = sp[j].lo;
-            if (covered < lo || pm[1] != 'w') {
-                bad = j;
-                if (covered >= lo) { /* else a gap: the defaults say no mapping */
-                    snprintf(perms, 8, "%s", pm);
-                    snprintf(path, len, "%s", name[0] ? name : "anonymous");
-                }
-                break;
-            }
-            covered = hi;
-            if (sp[j].hi > hi)
-                break; /* it goes on into the next mapping */
-        }
-    }
-    if (bad < 0 && j < n && covered < sp[j].hi)
-        bad = j; /* past the last mapping */
-    fclose(f);
-    return bad;
-}
-
-static shardopt_status_t read_only_check(shardopt_runtime_t rt, int n)
+/* The data spans among rt->alias[0, n) (sorted) against the maps; call names the caller and
+ * what it writes ("the step updates it in place", "a load with ckpt_weights writes it") */
+static shardopt_status_t read_only_check(shardopt_runtime_t rt, int n, const char *call,
+                                         const char *writes, const char *nothing)
 {
     int m = 0;
     for (int j = 0; j < n; j++) /* the data spans, in order: the step writes those */
         if (!rt->alias[j].grad)
             rt->alias[m++] = rt->alias[j];
     char perms[8] = "none", path[256] = "no mapping";
-    const int bad = read_only_span(rt->alias, m, perms, path, sizeof path);
+    const int bad =
+        mem_writable_first_read_only(rt->alias, m, sizeof *rt->alias, perms, path, sizeof path);
     if (bad < 0)
         return SHARDOPT_OK;
     const struct alias_span *s = &rt->alias[bad];
     return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                    "step: rank %d: the data of parameter '%s' [%p, +%zu bytes) lies in memory "
-                    "this process cannot write (%s, %s): the step updates it in place (a "
-                    "read-only mmap: np.load(mmap_mode='r') through torch.from_numpy, weights "
-                    "mapped PROT_READ); pass writable memory; nothing was updated",
-                    rt->groups.me.rank, rt->params[s->param]->name, (void *)s->lo,
-                    (size_t)(s->hi - s->lo), perms, path);
+                    "%s: rank %d: the data of parameter '%s' [%p, +%zu bytes) lies in memory "
+                    "this process cannot write (%s, %s): %s (a read-only mmap: "
+                    "np.load(mmap_mode='r') through torch.from_numpy, weights mapped PROT_READ); "
+                    "pass writable memory; %s",
+                    call, rt->groups.me.rank, rt->params[s->param]->name, (void *)s->lo,
+                    (size_t)(s->hi - s->lo), perms, path, writes, nothing);
 }
 
 shardopt_status_t alias_check(shardopt_runtime_t rt)
@@ -141,7 +97,8 @@ shardopt_status_t alias_check(shardopt_runtime_t rt)
      * simulated device's, is no host mapping to check); read when a data pointer moved, not for
      * the new gradient buffers of every step */
     if (data_changed && !rt_on_device(rt)) {
-        const shardopt_status_t st = read_only_check(rt, n);
+        const shardopt_status_t st =
+            read_only_check(rt, n, "step", "the step updates it in place", "nothing was updated");
         if (st != SHARDOPT_OK)
             return st;
     }
@@ -150,43 +107,4 @@ shardopt_status_t alias_check(shardopt_runtime_t rt)
         rt->params[i]->alias_grad = rt->params[i]->grad;
     }
     return SHARDOPT_OK;
-}
-
-/* 1: a page of [p, p + bytes) refused the kernel's write; 0: every page took it; -1: the call is
- * not available (ENOSYS, or EPERM under a seccomp filter) or failed otherwise: no answer */
-static int probe_pages(uintptr_t lo, uintptr_t hi)
-{
-    enum { BATCH = 256 };
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    struct iovec iov[BATCH];
-    const pid_t self = getpid();
-    for (uintptr_t a = lo; a < hi;) {
-        int k = 0;
-        for (; k < BATCH && a < hi; k++, a = (a / page + 1) * page)
-            iov[k] = (struct iovec){(void *)a, 1};
-        errno = 0;
-        /* each byte is written onto itself: the caller's buffer keeps its values */
-        const ssize_t n = process_vm_writev(self, iov, (unsigned long)k, iov, (unsigned long)k, 0);
-        if (n == k)
-            continue;
-        return n >= 0 || errno == EFAULT ? 1 : -1;
-    }
-    return 0;
-}
-
-int host_span_unwritable(const void *p, size_t bytes, char perms[8], char *path, size_t len)
-{
-    if (bytes == 0)
-        return 0;
-    const uintptr_t lo = (uintptr_t)p;
-    const uintptr_t hi = bytes > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + bytes;
-    const int probe = probe_pages(lo, hi);
-    if (probe == 0)
-        return 0;
-    snprintf(perms, 8, "none");
-    snprintf(path, len, "no mapping");
-    const struct alias_span span = {lo, hi, 0, 0};
-    const int maps = read_only_span(&span, 1, perms, path, len);
-    /* the kernel refused a write the maps allow (a mapping changed in between): still refused */
-    return probe == 1 || maps >= 0;
 }

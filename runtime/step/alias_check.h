@@ -12,7 +12,8 @@
 
 #include "runtime/runtime.h"
 
-/* One buffer: [lo, hi) bytes of parameter `param`'s data (grad = 0) or gradient (grad = 1). */
+/* One buffer: [lo, hi) bytes of parameter `param`'s data (grad = 0) or gradient (grad = 1). lo and
+ * hi first: mem_writable_first_read_only (base/mem_writable.h) reads the spans so. */
 struct alias_span {
     uintptr_t lo, hi;
     int param, grad;
@@ -22,15 +23,5 @@ struct alias_span {
  * parameters, both buffers and their byte ranges. Sorts rt->alias (2 x nparams spans, allocated at
  * commit) only when a pointer changed since the last accepted check: O(parameters) otherwise. */
 shardopt_status_t alias_check(shardopt_runtime_t rt);
-
-/* 1 where [p, p + bytes) is not wholly memory this process may write (perms and path then name
- * the mapping in the way: "none" and "no mapping" for a gap), else 0 (also where it cannot be
- * told). For a buffer the library fills with memcpy (shardopt_param_get_state): a read-only
- * destination was a SIGSEGV there. Asks the kernel to write one byte of each page back onto
- * itself (process_vm_writev, which honours the protections and fails with EFAULT instead of a
- * signal): a few system calls, where reading /proc/self/maps took a millisecond in a process
- * that has torch loaded; the maps are read only to name a refused mapping, or where that call
- * is not allowed. */
-int host_span_unwritable(const void *p, size_t bytes, char perms[8], char *path, size_t len);
 
 #endif

@@ -388,3 +388,52 @@ TEST(get_state_into_read_only_memory_is_refused_not_a_crash)
     munmap(m, 2 * page);
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
+
+/* A load with ckpt_weights = true copies the weights read into every parameter's data after all
+ * ranks agreed: data in a mapping the process may read but not write died of SIGSEGV there (a
+ * step refuses such data, a load did not look). Refused before anything is read, naming the
+ * parameter, the rank and the mapping; the momentum unchanged; writable again, the load goes on
+ * and puts the saved weights back. */
+TEST(load_with_weights_into_read_only_data_is_refused_not_a_crash)
+{
+    for (int i = 0; i < 64; i++)
+        g[i] = 1;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    float *m = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_TRUE(m != MAP_FAILED);
+    for (int i = 0; i < 64; i++)
+        m[i] = (float)i / 64;
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    cfg.ckpt_weights = 1;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("ro.weight", 2, 8, 8, 0, m, g);
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    a.lr = 0.01;
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK);
+    char dir[64] = "/tmp/shardopt_ro_load_XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    ASSERT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
+    float saved[64], mom[64], after[64];
+    memcpy(saved, m, sizeof saved);
+    ASSERT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_OK); /* the weights and momentum move on */
+    ASSERT_EQ_INT(
+        shardopt_param_get_state(p, SHARDOPT_STATE_MOMENTUM, mom, sizeof mom, SHARDOPT_DTYPE_FP32),
+        SHARDOPT_OK);
+    ASSERT_EQ_INT(mprotect(m, page, PROT_READ), 0);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "load: rank 0: the data of parameter 'ro.weight'");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "cannot write (r--p");
+    ASSERT_EQ_INT(shardopt_param_get_state(p, SHARDOPT_STATE_MOMENTUM, after, sizeof after,
+                                           SHARDOPT_DTYPE_FP32),
+                  SHARDOPT_OK);
+    EXPECT_TRUE(memcmp(mom, after, sizeof mom) == 0); /* nothing loaded */
+    ASSERT_EQ_INT(mprotect(m, page, PROT_READ | PROT_WRITE), 0);
+    EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    EXPECT_TRUE(memcmp(m, saved, sizeof saved) == 0);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+    munmap(m, page);
+    fixture_rmtree(dir);
+}

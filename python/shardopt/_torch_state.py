@@ -151,7 +151,10 @@ class _ParamState(dict):
             dt, n = rt.state_info(sp, kind)
             v = value.to_local() if hasattr(value, "to_local") and hasattr(value, "placements") \
                 else value
-            v = _in_memory_order(v.detach(), sp).to("cpu", torch.float32).contiguous()
+            # resolve_neg: a torch._neg_view's memory holds the values negated (the library
+            # reads memory: a lazily negated state loaded with its sign flipped)
+            v = _in_memory_order(v.detach(), sp).to("cpu", torch.float32).resolve_neg()
+            v = v.resolve_conj().contiguous()
             v = v.reshape(-1)
             if key == "momentum_buffer":
                 v = v / (1.0 - g["momentum"])
@@ -460,7 +463,9 @@ def _load_state_dict(opt, state_dict):
                                      "another model, or of its parameters in another order?")
                 if hasattr(value, "to_local") and hasattr(value, "placements"):
                     value = value.to_local()
-                value = _in_memory_order(value.detach(), sp).to("cpu")
+                # resolve_neg: a torch._neg_view's memory holds the values negated, and the
+                # library reads memory (it loaded -m where torch reads m, silently)
+                value = _in_memory_order(value.detach(), sp).to("cpu").resolve_neg()
                 if scale is not None:
                     value = value.float() / scale
                 value = value.to(_TORCH[dt]).contiguous().reshape(-1)

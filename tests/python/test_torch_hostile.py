@@ -395,5 +395,27 @@ def case_storages_shorter_than_their_tensor_are_refused():
                 assert same(before, values(w, b)), (path, what, "stepped")
                 opt.step()  # with its whole storage back, the step goes on
 
+def case_state_dicts_holding_negated_views_load_their_values():
+    """A state dict whose tensors are lazily negated views (torch._neg_view of -m, which torch
+    reads as m: a state dict a script transformed lazily), given to load_state_dict or written
+    through opt.state[p][key]: the library was handed their memory, -m, so every moment loaded
+    with its sign flipped, silently (since the binding refuses negated buffers, the refusal came
+    from param_set_state after other tensors had been set: half loaded). Now resolved first:
+    the state loaded is the values torch reads, as torch.optim loads them."""
+    w, b, opt = two()
+    _, _, other = two(seed=1)
+    sd = other.state_dict()
+    want = {k: {kk: vv.clone() for kk, vv in v.items()} for k, v in sd["state"].items()}
+    for v in sd["state"].values():
+        for kk, vv in list(v.items()):
+            if vv.is_floating_point() and vv.dim() > 0:
+                v[kk] = torch._neg_view(-vv)  # reads as vv; its memory holds -vv
+    opt.load_state_dict(sd)
+    assert same_state(state(opt), want)
+    m = opt.state[w]["momentum"].clone()
+    opt.state[w]["momentum"] = torch._neg_view(-(m + 1))
+    assert torch.equal(opt.state[w]["momentum"], m + 1)
+
+
 if __name__ == "__main__":
     cases.run("test_torch_hostile", globals())

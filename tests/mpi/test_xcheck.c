@@ -52,9 +52,16 @@
  * of 2-3 (sharded along any dim); one combo in five of those 5 to 8 steps long; one in four of
  * those initialized from a trainer's communicators (shardopt_init_from_groups) whose ranks are a
  * shuffle of the docs' order, the expert shard group passed or derived; SHARDOPT_XCHECK_V7=1 draws
- * the magnitudes on every combo (and draw_v7 on listed seeds). test_xcheck_nccl is this file over
- * the mock NCCL (tests/mock/nccl_mock.c, as test_device_sim_nccl): every combo a devsim one, its
- * exchanges NCCL's (comm_backend = nccl's path) unless offload = cpu. Where commit refuses
+ * the magnitudes on every combo (and draw_v7 on listed seeds). Drawn after those (draw_v8; on
+ * listed seeds with SHARDOPT_XCHECK_V8=1, which also draws each of its dimensions one time in two):
+ * the ends of the numeric keys' ranges (ns_steps 9-16, momentum and AdamW betas near 1, beta2 0,
+ * ns_eps / adamw_eps at FLT_MIN and 1, ns_norm_scale 1 / 2 / aol's 0.5, lr x wd past 1, lr_mult
+ * 20), a Muon matrix at the kernels' size thresholds (short side 15-17 to 63-65), teams of up to
+ * 16-64 ranks, bucket_bytes under one matrix, dp_shard = -1, a tensor without a gradient up to
+ * the checkpoint (or registered there under another name, the resume keeping it through
+ * load_allow_missing), and a second save and resume on a third layout. test_xcheck_nccl is this
+ * file over the mock NCCL (tests/mock/nccl_mock.c, as test_device_sim_nccl): every combo a devsim
+ * one, its exchanges NCCL's (comm_backend = nccl's path) unless offload = cpu. Where commit refuses
  * ns_compute = bf16 a drawn bf16 runs in fp32 (no CPU since the fp32 sgemm fallback for a oneDNN
  * without bf16 matmul, ns_bf16_plan.h; the probe stays for a oneDNN that fails otherwise).
  *
@@ -82,6 +89,7 @@
  */
 #define _GNU_SOURCE /* MAP_ANONYMOUS (devsim.h), sched_setaffinity */
 #include <dirent.h>
+#include <float.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -185,6 +193,15 @@ struct combo {
     /* groups (draw_v7): the layout runs init from the trainer's communicators
      * (shardopt_init_from_groups), their ranks shuffled; 2 also passes the expert shard group */
     int groups;
+    /* shard_auto (draw_v8): the layout runs pass dp_shard = -1 (the rest of the ranks).
+     * renamed > 0 (draw_v8): the first layout run registers tensor renamed - 1 under another name
+     * (it has no gradient up to the checkpoint, missing[][]), so the checkpoint lacks it and the
+     * resume keeps it as registered (load_allow_missing: weights and a state never stepped) */
+    int shard_auto, renamed;
+    /* ckpt2 > 0 (draw_v8): the resume saves again after step ckpt2 and that is resumed on L2 (a
+     * checkpoint written by a runtime that loaded one) */
+    int ckpt2;
+    struct xlayout L2;
 };
 
 static uint64_t mix(uint64_t x)
@@ -731,8 +748,10 @@ static void draw_v6(struct combo *c)
  * NaN one, docs/config.md, nonfinite; too_large_at). */
 static void draw_v7(struct combo *c)
 {
-    /* the fixed seeds of the CTests name combos as they were found, before these draws */
-    if (getenv("SHARDOPT_XCHECK_SEEDS") != NULL && getenv("SHARDOPT_XCHECK_V7") == NULL)
+    /* the fixed seeds of the CTests name combos as they were found, before these draws (draw_v8's
+     * listed seeds, SHARDOPT_XCHECK_V8, were found with them: drawn as in an unlisted run) */
+    if (getenv("SHARDOPT_XCHECK_SEEDS") != NULL && getenv("SHARDOPT_XCHECK_V7") == NULL &&
+        getenv("SHARDOPT_XCHECK_V8") == NULL)
         return;
     /* registration orders (a Fisher-Yates shuffle of each run's list) */
     for (int li = 0; li < 2; li++)
@@ -814,6 +833,138 @@ static void draw_v7(struct combo *c)
         if (plain && pick(5) == 0)
             for (int s = 1; s <= c->nsteps; s++)
                 c->gsc[s][p] = -1;
+    }
+}
+
+/* The options drawn after draw_v7's (a seed keeps every earlier draw; SHARDOPT_XCHECK_V8=1 on
+ * listed seeds, as draw_v7): the ends of the numeric keys' ranges the draws above stop short of
+ * (ns_steps 9-16 on every table but polar_express's, custom tables of up to 16 triples; momentum
+ * and AdamW's betas at 0.99 / 0.999 / 0.9999 and beta2 0; ns_eps and adamw_eps at FLT_MIN and 1;
+ * ns_norm_scale 1, 2 and aol's 0.5; weight decays whose lr x wd passes 1; lr 0.5; lr_mult 20 and
+ * 0), a Muon matrix at the kernels' thresholds (short side 15-17, 31-33, 47, 48, 63-65: SIMD widths
+ * and NS_COEFFS_GRAM_SMALL_M, where auto's Gram choice and Gram's restarts change; long side m,
+ * m + 1, 2m - 1, 2m, 2m + 1), transposed one time in two; Newton-Schulz teams of up to 16, 32 or
+ * 64 ranks (more than a layout has) with ns_team_frac 1 or 0.001; bucket_bytes below one matrix
+ * (2-255 bytes); dp_shard = -1 (derived by init); replica_split on every replicated layout; and
+ * under skip_missing_grads a tensor without a gradient on every step up to the checkpoint (its
+ * state saved as never stepped, and resumed on the other layout) or on the first step only. */
+/* draw_v8's odds of each dimension: 1 in n, or 1 in 2 under SHARDOPT_XCHECK_V8 (soaks and the
+ * listed seeds: every dimension more often) */
+static int v8_soak;
+static int v8_odds(int n) { return pick(v8_soak ? 2 : n) == 0; }
+
+static void draw_v8(struct combo *c)
+{
+    if (getenv("SHARDOPT_XCHECK_SEEDS") != NULL && getenv("SHARDOPT_XCHECK_V8") == NULL)
+        return;
+    shardopt_config_t *g = &c->cfg;
+    v8_soak = getenv("SHARDOPT_XCHECK_V8") != NULL;
+    if (v8_odds(4) && g->ns_coeffs != SHARDOPT_NS_POLAR_EXPRESS) {
+        const int from = g->ns_steps;
+        g->ns_steps = 9 + pick(8);
+        for (int i = from; i < g->ns_steps && g->ns_coeffs == SHARDOPT_NS_CUSTOM; i++) {
+            static const double cc[3][3] = {
+                {3.4445, -4.7750, 2.0315}, {2.0, -1.5, 0.5}, {1.875, -1.25, 0.375}};
+            memcpy(g->ns_custom_coeffs[i], cc[pick(3)], sizeof cc[0]);
+        }
+    }
+    if (v8_odds(5))
+        g->momentum = pickd((const double[]){0.99, 0.999}, 2);
+    if (v8_odds(5)) {
+        g->adamw_beta1 = pickd((const double[]){0.99, 0.999, 0.0}, 3);
+        g->adamw_beta2 = pickd((const double[]){0.9999, 0.0, 0.999}, 3);
+    }
+    /* adamw_eps = FLT_MIN not beside draw_v7's tiny gradients, nor its huge ones (clipped, they
+     * scale every other gradient to 1e-30 or 1e-38): exp_avg_sq then sits among fp32's
+     * subnormals or rounds to 0, where m / (sqrt(v) + eps) is anything from 1 to 1e17 by one
+     * subnormal ulp (seed 80012: 5.5e16 on both sides, elements 0.5 apart; seed 610070 at 5
+     * ranks: a bf16 exp_avg of 1e-40 stochastically rounded, one ulp of 2^-133 from nearest, a
+     * whole step's update apart), fp32's arithmetic and the reference's one rounding no longer
+     * comparable */
+    int tiny = 0;
+    for (int s = 1; s <= c->nsteps; s++)
+        for (int p = 0; p < c->np; p++)
+            tiny |= (c->gsc[s][p] > 0 && c->gsc[s][p] < 1e-10) || c->gsc[s][p] > 1e20;
+    if (v8_odds(5))
+        g->adamw_eps = pick(2) && !tiny ? FLT_MIN : 1.0;
+    if (v8_odds(5))
+        g->ns_eps = pickd((const double[]){FLT_MIN, 1e-2, 1.0}, 3);
+    if (v8_odds(5))
+        g->ns_norm_scale = g->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL
+                               ? pickd((const double[]){0.5, 1.0, 2.0}, 3)
+                               : pickd((const double[]){1.0, 2.0, 1.01}, 3);
+    if (v8_odds(6))
+        g->weight_decay = pickd((const double[]){5.0, 40.0}, 2);
+    if (v8_odds(6))
+        g->adamw_weight_decay = pickd((const double[]){5.0, 40.0}, 2);
+    if (v8_odds(8))
+        c->lr = 0.5;
+    if (v8_odds(5))
+        for (int p = 0; p < c->np; p++)
+            if (v8_odds(3)) {
+                c->p[p].lr_mult = pickd((const double[]){20, 0}, 2);
+                c->p[p].wd_mult = pickd((const double[]){0, 1, 20}, 3);
+            }
+    if (v8_odds(3)) { /* one Muon matrix (or a stack of up to 4) at the kernels' thresholds */
+        int cand[MAXP], nc = 0;
+        for (int p = 0; p < c->np; p++)
+            if (is_muon(c, &c->p[p]) && (c->p[p].ndim == 2 || c->p[p].shape[0] <= 4))
+                cand[nc++] = p;
+        if (nc > 0) {
+            const int p = cand[pick(nc)];
+            struct xparam *t = &c->p[p];
+            static const int64_t ms[] = {15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65};
+            const int64_t m = ms[pick(11)];
+            const int64_t n = pickd((const double[]){0, 1, -1, 0, 1}, 5) + m * (1 + pick(2));
+            const int rd = t->ndim - 2, tall = pick(2);
+            t->shape[rd] = tall ? n : m;
+            t->shape[rd + 1] = tall ? m : n;
+            t->transposed = pick(2);
+            if (c->bad_step > 0 && c->bad_p == p)
+                c->bad_gi %= numel_of(t);
+        }
+    }
+    if (v8_odds(5)) {
+        g->ns_team_cap = 16 << pick(3);
+        g->ns_team_frac = pick(2) ? 1.0 : 0.001;
+        g->cost_gemm_gflops = 1e-3;
+        g->cost_net_gbps = 1e3;
+    }
+    if (v8_odds(6))
+        g->bucket_bytes = 2 + (uint64_t)pick(254);
+    c->shard_auto = pick(4) == 0;
+    if (c->ckpt && c->ckpt_after + 1 < c->nsteps && v8_odds(3)) { /* a second resume */
+        const int sizes[] = {2, 3, 4, 5, 6, 7, 8};
+        int ns = 0;
+        while (ns < 7 && sizes[ns] <= world)
+            ns++;
+        for (int tries = 0; tries < 16 && !c->ckpt2; tries++) {
+            const struct xlayout L = draw_layout(sizes[pick(ns)]);
+            /* more threads on a small layout only (draw_more) */
+            if (ep_fits(c, L.ep) && (c->cfg.num_threads <= 1 || L.n <= 4)) {
+                c->L2 = L;
+                c->ckpt2 = c->ckpt_after + 1 + pick(c->nsteps - c->ckpt_after - 1);
+            }
+        }
+    }
+    if (c->L[0].rep > 1 || c->L[1].rep > 1)
+        g->replica_split |= pick(2);
+    if (v8_odds(4)) {
+        const int p = pick(c->np), first = pick(2);
+        const int upto = first ? 1 : c->ckpt ? c->ckpt_after : c->nsteps;
+        if (!c->skip_missing) {
+            c->skip_missing = 1;
+            c->set_many = pick(2);
+            c->empty_null = pick(2);
+        }
+        for (int s = 1; s <= c->nsteps; s++)
+            c->missing[s][p] = s <= upto ? 1 : first ? 0 : c->missing[s][p];
+        /* the checkpoint without it: the resume keeps what it registers (the reference's tensor
+         * with no gradient up to then: step count 0, no state, its initial weights) */
+        if (c->ckpt && !first && v8_odds(2)) {
+            c->renamed = p + 1;
+            g->load_allow_missing = 1;
+        }
     }
 }
 
@@ -980,6 +1131,7 @@ static void draw_combo(struct combo *c, uint64_t seed)
         fill_step_args(c);
         draw_v6(c);
         draw_v7(c);
+        draw_v8(c);
     } else { /* the draws before draw_more's options: the seeds the docs cite */
         for (int s = 0; s <= MAXSTEPS; s++) {
             c->mom[s] = -1;
@@ -998,6 +1150,9 @@ static void describe(const struct combo *c, char *out, size_t len)
         k += snprintf(out + k, len - (size_t)k, " ->ckpt@%d%s-> np%d %d,%d,%d,ep%d", c->ckpt_after,
                       c->ckpt_weights ? "+w" : "", c->L[1].n, c->L[1].rep, c->L[1].shard,
                       c->L[1].cp, c->L[1].ep);
+    if (c->ckpt2)
+        k += snprintf(out + k, len - (size_t)k, " ->ckpt@%d-> np%d %d,%d,%d,ep%d", c->ckpt2,
+                      c->L2.n, c->L2.rep, c->L2.shard, c->L2.cp, c->L2.ep);
     if (c->alt)
         k += snprintf(out + k, len - (size_t)k, " (offload %d bucket %llu split %d moves %d)",
                       c->offload2, (unsigned long long)c->bucket2, c->split2, c->moves2);
@@ -1058,6 +1213,10 @@ static void describe(const struct combo *c, char *out, size_t len)
         k += snprintf(out + k, len - (size_t)k, " misorder");
     if (c->groups && k < (int)len)
         k += snprintf(out + k, len - (size_t)k, " groups%d", c->groups);
+    if (c->shard_auto && k < (int)len)
+        k += snprintf(out + k, len - (size_t)k, " dp_shard-1");
+    if (c->renamed && k < (int)len)
+        k += snprintf(out + k, len - (size_t)k, " renamed p%d", c->renamed - 1);
     for (int s = 1; s <= c->nsteps && k < (int)len; s++)
         for (int p = 0; p < c->np && k < (int)len; p++)
             if (c->gsc[s][p] != 1)
@@ -1298,7 +1457,7 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
         cfg.expert_moves = c->moves2;
     }
     cfg.dp_replicate = L.rep;
-    cfg.dp_shard = L.shard;
+    cfg.dp_shard = c->shard_auto ? -1 : L.shard; /* draw_v8: derived by init */
     cfg.cp = L.cp;
     cfg.ep = L.ep;
     memset(r, 0, sizeof *r);
@@ -1377,13 +1536,17 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
         r->g[p] =
             r->sim ? sim_alloc(((size_t)r->numel[p] + 1) * 4) : calloc((size_t)r->numel[p] + 1, 4);
         sim_open(r);
-        for (int64_t i = 0; i < r->numel[p] && !zero_weights; i++) {
+        /* draw_v8's renamed tensor: the checkpoint has no weights for it, the load keeps these */
+        const int keep = li == 1 && c->renamed == p + 1;
+        for (int64_t i = 0; i < r->numel[p] && (!zero_weights || keep); i++) {
             const int64_t gi = global_index(t, lo, len, i);
             store(r->w[p], wdt, i, init ? init[p][gi] : value(c, p, 0, gi));
         }
         sim_shut(r);
         shardopt_param_desc_t dsc = SHARDOPT_PARAM_DESC_INIT;
-        dsc.name = t->name;
+        char was[sizeof t->name + 8];
+        snprintf(was, sizeof was, "%s.was", t->name); /* draw_v8: renamed in the first run */
+        dsc.name = li == 0 && n > 1 && c->renamed == p + 1 ? was : t->name;
         dsc.ndim = t->ndim;
         memcpy(dsc.shape, t->shape, sizeof dsc.shape);
         dsc.param_dtype = wdt;
@@ -1677,7 +1840,13 @@ static double rel_err(const double *got, const double *want, const double *base,
 {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
-        const double mag = base ? fmax(fabs(want[i]), fabs(base[i])) : fabs(want[i]);
+        /* a weight's roundings happen at the magnitudes it passes through, which updates larger
+         * than the weight (draw_v8's lr_mult 20: AdamW steps of 0.1 on weights near 0.05) take
+         * past both ends: at most |W0| + the changes' magnitudes (scale); seed 200046's bf16 norm
+         * under stochastic rounding went 0.058 to 0.005 through 1.2, 0.016 off where the ends
+         * allowed 5 ulps of 0.058 */
+        const double mag =
+            base ? fmax(fabs(want[i]), fabs(base[i]) + (scale ? scale[i] : 0)) : fabs(want[i]);
         /* below the normal range a bf16 ulp is 2^-133 whatever the value (draw_v7's subnormal
          * gradients: a stochastically rounded momentum of 1e-40 is one such ulp from nearest), and
          * fp32's arithmetic there rounds to 2^-149: 8 of those allowed everywhere, which no value
@@ -1921,8 +2090,8 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
             const int mode = k > 0 ? 3 : tol <= 3e-3 ? 0 : muon && nsbf ? 1 : 2;
             worst_ratio[mode] = fmax(worst_ratio[mode], e / tk); /* NaN: stays */
             if (e > tk && k == 0 && getenv("SHARDOPT_XCHECK_DEBUG") != NULL) {
-                const int rd = x->ndim - 2;
-                const int64_t per = x->shape[rd] * x->shape[rd + 1];
+                const int rd = x->ndim - 2; /* a 1-D tensor: one "matrix" of all of it */
+                const int64_t per = rd < 0 ? t[p].numel : x->shape[rd] * x->shape[rd + 1];
                 for (int64_t m0 = 0; m0 < t[p].numel; m0 += per)
                     fprintf(stderr,
                             "    matrix %lld: error %.3g; first got %.6g want %.6g init %.6g\n",
@@ -1930,6 +2099,11 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
                             rel_err(one[k][p] + m0, want[k] + m0, init[p] + m0, NULL, per, ulps),
                             one[k][p][m0], want[k][m0], init[p][m0]);
             }
+            if (e > tk && k == 0 &&
+                getenv("SHARDOPT_XCHECK_DEBUG") != NULL) /* and its first elements */
+                for (int64_t i = 0; i < t[p].numel && i < 16; i++)
+                    fprintf(stderr, "    w [%lld]: got %.9g want %.9g init %.9g ua %.9g\n",
+                            (long long)i, one[k][p][i], want[k][i], init[p][i], t[p].ua[i]);
             if (e > tk && k > 0 && getenv("SHARDOPT_XCHECK_DEBUG") != NULL)
                 for (int64_t i = 0; i < t[p].numel && i < 8; i++)
                     fprintf(stderr, "    state %d [%lld]: got %.9g want %.9g\n", k, (long long)i,
@@ -1955,6 +2129,9 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
 }
 
 static char ckpt_root[256];
+/* draw_v8's second save: another directory, as a step skipped on every rank (too large) leaves the
+ * step number where the first save put it, which a save there refuses to replace */
+static char ckpt_root2[272];
 static int combos_sharded; /* rank 0: combos whose layout run sharded a Newton-Schulz */
 static int combos_midrun, combos_faulted; /* rank 0: midrun reloads run, ns faults that fired */
 static int combos_nccl;                   /* rank 0: combos over the mock NCCL */
@@ -2266,11 +2443,13 @@ static void run_combo(const struct combo *c)
     /* rank 0 ran the layout: a failure there (reported) leaves nothing to resume from */
     int layout_ok = st == SHARDOPT_OK;
     MPI_Bcast(&layout_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (c->ckpt && !layout_ok && me == 0)
-        fixture_rmtree(ckpt_root);
-    if (c->ckpt && layout_ok) {
-        /* resume on L[1]: weights from the checkpoint (ckpt_weights) or handed over */
-        int ok = 1;
+    /* resume on L[1] (to the end, or to ckpt2 where draw_v8 saves again and resumes that on L2):
+     * weights from the checkpoint (ckpt_weights) or handed over */
+    for (int seg = 1; c->ckpt && layout_ok && seg <= (c->ckpt2 ? 2 : 1); seg++) {
+        const struct xlayout L = seg == 1 ? c->L[1] : c->L2;
+        const int from = seg == 1 ? c->ckpt_after + 1 : c->ckpt2 + 1;
+        const int last = seg == 2 || !c->ckpt2, to = last ? c->nsteps : c->ckpt2;
+        const char *label = seg == 1 ? "resume" : "second resume";
         if (!c->ckpt_weights)
             for (int p = 0; p < c->np; p++) {
                 const int64_t n = numel_of(&c->p[p]);
@@ -2278,27 +2457,27 @@ static void run_combo(const struct combo *c)
                     got[0][p] = malloc(sizeof(double) * (size_t)n);
                 MPI_Bcast(got[0][p], (int)n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
             }
-        MPI_Comm_split(MPI_COMM_WORLD, me < c->L[1].n ? 0 : MPI_UNDEFINED, me, &comm);
+        MPI_Comm_split(MPI_COMM_WORLD, me < L.n ? 0 : MPI_UNDEFINED, me, &comm);
         if (comm != MPI_COMM_NULL) {
             struct xrun r;
-            st = xrun_setup(&r, c, comm, c->L[1], 1, c->ckpt_weights ? NULL : got[0],
-                            c->ckpt_weights);
+            st = xrun_setup(&r, c, comm, L, 1, c->ckpt_weights ? NULL : got[0], c->ckpt_weights);
             if (st == SHARDOPT_OK)
-                st = shardopt_load(r.rt, ckpt_root);
+                st = shardopt_load(r.rt, seg == 1 ? ckpt_root : ckpt_root2);
             if (st == SHARDOPT_OK)
-                st = xrun_steps(&r, c, c->ckpt_after + 1, c->nsteps);
+                st = xrun_steps(&r, c, from, to);
+            if (st == SHARDOPT_OK && !last)
+                st = shardopt_save(r.rt, ckpt_root2);
             if (st != SHARDOPT_OK && me == 0) {
-                snprintf(what, sizeof what, "resume: status %d: %s", st, shardopt_last_error());
+                snprintf(what, sizeof what, "%s: status %d: %s", label, st, shardopt_last_error());
                 report(c, what);
-                ok = 0;
             }
             free_globals(got[0], c->np);
             long bad = 0;
-            if (st == SHARDOPT_OK)
-                for (int k = 0; k < 3; k++)
+            for (int k = 0; k < 3 && st == SHARDOPT_OK; k++)
+                if (last || (k == 0 && !c->ckpt_weights)) /* the next resume's weights */
                     bad += xgather(&r, c, comm, k, got[k]);
             if (me == 0 && bad) {
-                snprintf(what, sizeof what, "resume: %ld elements differ between copies", bad);
+                snprintf(what, sizeof what, "%s: %ld elements differ between copies", label, bad);
                 report(c, what);
             }
             xrun_free(&r, c->np);
@@ -2306,9 +2485,12 @@ static void run_combo(const struct combo *c)
         } else {
             free_globals(got[0], c->np);
         }
-        (void)ok;
-        if (me == 0)
-            fixture_rmtree(ckpt_root);
+        layout_ok = st == SHARDOPT_OK; /* rank 0 is in every run */
+        MPI_Bcast(&layout_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    }
+    if (c->ckpt && me == 0) {
+        fixture_rmtree(ckpt_root);
+        fixture_rmtree(ckpt_root2);
     }
     if (me == 0) {
         struct xrun r;
@@ -2408,6 +2590,7 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
             ckpt_root[0] = 0;
     }
     MPI_Bcast(ckpt_root, sizeof ckpt_root, MPI_CHAR, 0, MPI_COMM_WORLD);
+    snprintf(ckpt_root2, sizeof ckpt_root2, "%s.2", ckpt_root);
     ASSERT_TRUE(ckpt_root[0] != 0);
     const int only = (int)env_u64("SHARDOPT_XCHECK_ONLY", 0);
     probe_tables();

@@ -44,14 +44,14 @@ int commit_teams_node_members(shardopt_runtime_t rt, MPI_Comm comm, int *out)
  * group's communicator would make each set in a collective of the whole dense group. A member
  * whose set failed goes on to its later sets (their members are waiting there); the outcome is
  * agreed over every rank. The same condition on every rank: the groups' sizes and comm_backend
- * are. */
+ * are (not nsets: one expert shard group may have sets where another has none). */
 static shardopt_status_t teams_nccl_create(shardopt_runtime_t rt, struct group_exec *gx,
                                            enum group_kind kind, const char *group)
 {
     struct nccl_group *share = rt->nccl[kind];
-    if (share == NULL || gx->nsets == 0)
+    if (share == NULL)
         return SHARDOPT_OK;
-    gx->set_nccl = mem_calloc((size_t)gx->nsets, sizeof *gx->set_nccl);
+    gx->set_nccl = mem_calloc((size_t)gx->nsets + 1, sizeof *gx->set_nccl);
     shardopt_status_t status =
         gx->set_nccl != NULL
             ? SHARDOPT_OK
@@ -97,17 +97,32 @@ shardopt_status_t commit_teams_create(shardopt_runtime_t rt, struct group_exec *
     gx->set_of = NULL;
     gx->set_comm = NULL;
     gx->set_nccl = NULL;
-    if (P->nteams == 0)
+    /* The expert shard groups plan apart (expert_moves weighs each group's experts against its
+     * own members' dense load), so one group may form a team where another forms none, and what
+     * follows agrees over every rank: every rank goes on when any rank has a team (one without
+     * makes no set). Before, ranks without returned here while the others waited in the
+     * agreement below, a hang (test_xcheck's draw_v8, seed 300068: 4 ranks, ep 2, expert_moves,
+     * teams of 8). The dense group plans alike on every rank. */
+    int any = P->nteams > 0;
+    if (kind == GROUP_EXPERT && rt->cfg.ns_team_cap > 1) {
+        int differs = 0;
+        status = groups_agree_digest(&rt->groups, SHARDOPT_OK, "commit", (uint64_t)any, &differs);
+        if (status != SHARDOPT_OK)
+            return status;
+        any |= differs;
+    }
+    if (!any)
         return SHARDOPT_OK;
-    gx->set_of = mem_malloc(sizeof(int) * (size_t)n);
-    first = mem_malloc(sizeof(int) * (size_t)n);
-    gx->set_comm = mem_malloc(sizeof(MPI_Comm) * (size_t)n);
+    /* n + 1: a rank of a group without Muon matrices allocates too */
+    gx->set_of = mem_malloc(sizeof(int) * ((size_t)n + 1));
+    first = mem_malloc(sizeof(int) * ((size_t)n + 1));
+    gx->set_comm = mem_malloc(sizeof(MPI_Comm) * ((size_t)n + 1));
     if (gx->set_of == NULL || first == NULL || gx->set_comm == NULL)
-        status =
-            log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                     "commit: rank %d: out of memory allocating %zu bytes for the %s group's "
-                     "Newton-Schulz teams",
-                     rt->groups.me.rank, (2 * sizeof(int) + sizeof(MPI_Comm)) * (size_t)n, group);
+        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
+                          "commit: rank %d: out of memory allocating %zu bytes for the %s group's "
+                          "Newton-Schulz teams",
+                          rt->groups.me.rank,
+                          (2 * sizeof(int) + sizeof(MPI_Comm)) * ((size_t)n + 1), group);
     status = groups_agree(&rt->groups, status, "commit");
     if (status != SHARDOPT_OK) {
         free(first);

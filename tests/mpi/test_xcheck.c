@@ -1540,7 +1540,10 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
         const int keep = li == 1 && c->renamed == p + 1;
         for (int64_t i = 0; i < r->numel[p] && (!zero_weights || keep); i++) {
             const int64_t gi = global_index(t, lo, len, i);
-            store(r->w[p], wdt, i, init ? init[p][gi] : value(c, p, 0, gi));
+            /* the renamed tensor kept on a resume in another dtype (draw_v6's re): the first run's
+             * weights, rounded to its dtype (seed 1100051 at 5 ranks: bf16 there, fp32 here) */
+            const double v0 = keep ? xref_round(value(c, p, 0, gi), t->dtype) : value(c, p, 0, gi);
+            store(r->w[p], wdt, i, init ? init[p][gi] : v0);
         }
         sim_shut(r);
         shardopt_param_desc_t dsc = SHARDOPT_PARAM_DESC_INIT;

@@ -233,14 +233,15 @@ typedef struct shardopt_config {
      *  than its EP rank has experts leaves members idle otherwise). 0 (default): its holder
      *  keeps it. Owners only: the update is the same bits either way. */
     int expert_moves;
-    /** Newton-Schulz teams: a Muon matrix of the dense group that no rank holds whole and whose
-     *  cost is over ns_team_frac x a rank's mean share may be orthogonalized by a team of up to
-     *  ns_team_cap ranks (a power of two, at most 64, inside one node) when the cost model says
-     *  it pays: each gathers a block of the matrix's long side and the team runs sharded
-     *  Newton-Schulz over its members, in fp32, or in bf16 where ns_compute resolves to bf16,
-     *  wherever Newton-Schulz runs (CPU or device). Results agree with one owner to rounding,
-     *  not bitwise. 1 (default): one owner per matrix, as before. Ignored (a warning) with
-     *  replica_split and dp_replicate > 1; expert shard groups keep one owner per matrix. */
+    /** Newton-Schulz teams: a Muon matrix of the dense group or of an expert shard group that no
+     *  rank of its group holds whole and whose cost is over ns_team_frac x a rank's mean share
+     *  may be orthogonalized by a team of up to ns_team_cap ranks (a power of two, at most 64,
+     *  inside one node) when the cost model says it pays (an expert shard group chooses its cap
+     *  for the group as a whole): each gathers a block of the matrix's long side and the team
+     *  runs sharded Newton-Schulz over its members, in fp32, or in bf16 where ns_compute resolves
+     *  to bf16, wherever Newton-Schulz runs (CPU or device). Results agree with one owner to
+     *  rounding, not bitwise. 1 (default): one owner per matrix, as before. Ignored (a warning)
+     *  with replica_split and dp_replicate > 1. */
     int ns_team_cap;
     double ns_team_frac; /**< in (0, 1]; default 0.5 */
 } shardopt_config_t;

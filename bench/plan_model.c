@@ -43,20 +43,6 @@ static double box_numel(const struct plan_box *b)
     return (double)(b->len[0] * b->len[1] * b->len[2]);
 }
 
-/* What one group's plan gives each member (arrays indexed by member, added to). */
-struct group_out {
-    double *flops;   /* owned NS FLOPs per iteration (a team member: its share) */
-    double *bytes;   /* sent per step in the group's exchanges */
-    double *owned;   /* bytes of the matrices it orthogonalizes (a team member: its block) */
-    double *tbytes;  /* sent per step in its teams' and sharded matrices' Gram all-reduces (fp32) */
-    double *tcomm;   /* or NULL: the plan's team_comm (the all-reduces in its cost units) */
-    double *real;    /* NS FLOPs per step its kernels perform (performed_flops) */
-    double *sharded; /* of those, the sharded strategy's (every product whole), per step */
-    double whole;    /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
-    int nteams, nmoved, kmax;
-    int by_size[7]; /* teams of 2^(i+1) members, i < 6 (PLAN_TEAM_MAX = 64) */
-};
-
 /* Elements of member m's box of a matrix inside block j of k along the long side. */
 static double block_overlap(const struct plan_param *q, int64_t k, int m, int j, int team)
 {
@@ -126,11 +112,9 @@ static int auto_gram(const struct opts *o, int64_t rows, int64_t cols)
                                   (const float(*)[3])coeffs, o->ns_steps) == NS_ALGO_GRAM;
 }
 
-/* Plan one group (dense tensors or EP rank 0's experts) with the joint settings in `extra`
- * (base loads, moves, teams; sharding/plan.h) and add what each member does to `out`. */
-static void group_cost(const struct preset *p, const char *const *skip, int expert, int members,
-                       int ep, int xdim, const struct opts *o, const struct plan_cfg *extra,
-                       struct group_out *out)
+void plan_model_group_cost(const struct preset *p, const char *const *skip, int expert, int members,
+                           int ep, int xdim, const struct opts *o, const struct plan_cfg *extra,
+                           struct group_out *out)
 {
     struct plan_param *pp = calloc((size_t)p->n + 1, sizeof *pp);
     struct plan_box *boxes = calloc((size_t)p->n * (size_t)members + 1, sizeof *boxes);
@@ -284,7 +268,15 @@ static void group_cost(const struct preset *p, const char *const *skip, int expe
                 out->real[P.owner[mi]] += real;
             }
         }
+        if (out->cost != NULL) { /* handed over: the union's list (plan_model_union.c) */
+            *out->cost = P.cost;
+            out->ncost = P.nmatrices;
+            P.cost = NULL;
+        }
         plan_free(&P);
+    } else if (out->cost != NULL) {
+        *out->cost = NULL;
+        out->ncost = 0;
     }
     free(pp);
     free(boxes);
@@ -352,11 +344,13 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     double *state = calloc(D, sizeof(double)), *mom = calloc(D, sizeof(double));
     double *elem = calloc(D, sizeof(double)), *xafter = calloc(D, sizeof(double));
     double *xbase = calloc(D, sizeof(double)); /* each dense member's expert load, before moves */
-    if (xbase == NULL || skip == NULL || dflops == NULL || dbytes == NULL || downed == NULL ||
-        dtb == NULL || dtc == NULL || xflops == NULL || xbytes == NULL || xowned == NULL ||
-        xtb == NULL || g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL || base == NULL ||
-        state == NULL || mom == NULL || elem == NULL || dreal == NULL || xreal == NULL ||
-        g_r == NULL || dsh == NULL || xsh == NULL || g_s == NULL || g_c == NULL || !xafter)
+    double *xtc = calloc(D, sizeof(double)), *dcost = NULL, *xcost = NULL; /* matrix costs */
+    if (xbase == NULL || xtc == NULL || skip == NULL || dflops == NULL || dbytes == NULL ||
+        downed == NULL || dtb == NULL || dtc == NULL || xflops == NULL || xbytes == NULL ||
+        xowned == NULL || xtb == NULL || g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL ||
+        base == NULL || state == NULL || mom == NULL || elem == NULL || dreal == NULL ||
+        xreal == NULL || g_r == NULL || dsh == NULL || xsh == NULL || g_s == NULL || g_c == NULL ||
+        !xafter)
         plan_model_die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -399,7 +393,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                             .tcomm = g_c,
                             .real = g_r,
                             .sharded = g_s,
-                            .kmax = 1};
+                            .kmax = 1,
+                            .cost = &xcost};
     /* expert teams too, in a node (their members are ep ranks apart: none with ep >= a node) */
     const int xnode = plan_model_expert_node_members(mc, r->dense, o->ep);
     struct plan_cfg xcfg1 = {0};
@@ -410,7 +405,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                                  ? (double)COMM_ES * o->cost_gflops / (o->cost_gbps * o->ns_steps)
                                  : COMM_ES * rate / (bw * o->ns_steps);
     xcfg1.team_guard_cost = elem_cost; /* the expert teams' choice counts the exchange */
-    group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg1, &xo1);
+    plan_model_group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg1, &xo1);
     struct plan_cfg dcfg = {0};
     for (int d = 0; d < r->dense; d++)
         xbase[d] = g_f[d / o->ep] + g_c[d / o->ep]; /* its all-reduces too, as commit's */
@@ -429,7 +424,9 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                              .sharded = dsh,
                              .kmax = 1};
     const struct group_out dense_fresh = dout;
-    group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
+    dout.cost = &dcost; /* the union's list: any of the dense plans' (the same matrices) */
+    plan_model_group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
+    const int nd = dout.ncost; /* dout is planned again below, with moves */
     struct group_out xout = {0};
     xout.kmax = 1;
     /* the busiest dense member's exchange bytes, as commit all-reduces the plan's integer count
@@ -460,13 +457,14 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                                    .real = g_r,
                                    .sharded = g_s,
                                    .kmax = 1};
-            group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
+            plan_model_group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
             xout.nmoved += xo.nmoved;
             count_teams(&xo, 1, 1, r);
             xout.whole = xo.whole;
             for (int j = 0; j < r->xs; j++) {
                 const int d = j * o->ep + e;
                 xflops[d] = g_f[j];
+                xtc[d] = g_c[j];
                 xafter[d] = g_f[j] + g_c[j]; /* the refine load: all-reduces too (dense_refine) */
                 xbytes[d] = g_b[j];
                 xowned[d] = g_o[j];
@@ -486,12 +484,13 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         for (size_t a = 0; a < sizeof dense_arrays / sizeof *dense_arrays; a++)
             memset(dense_arrays[a], 0, D * sizeof(double));
         dout = dense_fresh;
-        group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
+        plan_model_group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     } else {
         xout = xo1;
         count_teams(&xo1, o->ep, 1, r); /* every expert group plans EP rank 0's shapes alike */
         for (int d = 0; d < r->dense; d++) {
             xflops[d] = g_f[d / o->ep];
+            xtc[d] = g_c[d / o->ep];
             xbytes[d] = g_b[d / o->ep];
             xowned[d] = g_o[d / o->ep];
             xtb[d] = g_t[d / o->ep];
@@ -501,6 +500,21 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     }
     count_teams(&dout, 1, 0, r);
     r->nmoved = xout.nmoved;
+    r->union_plan = -1;
+    const int nx = xo1.ncost;
+    struct group_out xj = {.flops = xflops,
+                           .bytes = xbytes,
+                           .owned = xowned,
+                           .tbytes = xtb,
+                           .tcomm = xtc,
+                           .real = xreal,
+                           .sharded = xsh};
+    if (o->joint && plan_model_union(o, p, skip, r, elem_cost, &dcfg, &xcfg1, dcost, nd, xcost, nx,
+                                     &dout, &xj)) {
+        r->nteams = r->xteams = r->nmoved = 0; /* U: one owner per matrix, none moved */
+        r->team_max = 1;
+        memset(r->team_sizes, 0, sizeof r->team_sizes);
+    }
     double sum = 0, maxelem = 0, maxowned = 0, tns = 0;
     /* each group's own balance: max over its members / their mean (1 when it owns nothing), in
      * the FLOPs the kernels perform */
@@ -556,9 +570,10 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     }
     r->step = r->t_elem + (r->t_ns > r->t_comm ? r->t_ns : r->t_comm);
     free(skip);
-    double *const arrays[] = {dflops, dbytes, downed, dtb,  dtc, xflops, xbytes, xowned, xtb,
-                              dreal,  xreal,  g_r,    dsh,  xsh, g_s,    g_f,    g_b,    g_o,
-                              g_t,    base,   state,  elem, mom, xbase,  g_c,    xafter};
+    double *const arrays[] = {dflops, dbytes, downed, dtb,   dtc,   xflops, xbytes, xowned,
+                              xtb,    dreal,  xreal,  g_r,   dsh,   xsh,    g_s,    g_f,
+                              g_b,    g_o,    g_t,    base,  state, elem,   mom,    xbase,
+                              g_c,    xafter, xtc,    dcost, xcost};
     for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++)
         free(arrays[a]);
     return 0;

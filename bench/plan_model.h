@@ -55,6 +55,29 @@ struct prediction {
     int dense_internode, nteams, team_max, nmoved;
     int xteams;        /* of nteams, the expert shard groups' (every group's, summed) */
     int team_sizes[6]; /* matrices with a team of 2, 4, ..., 64 (both groups) */
+    /* The union plan (plan_model_union.c), as commit decides it: 1 kept, 0 the joint plan kept,
+     * -1 not considered (--no-joint); each plan's model finish in the planner's cost units (NS
+     * FLOPs per iteration, products whole), max over members of max(work, elem_cost x the
+     * exchange elements it sends) */
+    int union_plan;
+    double joint_finish, union_finish;
+};
+
+/* What one group's plan gives each member (arrays indexed by member, added to). */
+struct group_out {
+    double *flops;   /* owned NS FLOPs per iteration (a team member: its share) */
+    double *bytes;   /* sent per step in the group's exchanges */
+    double *owned;   /* bytes of the matrices it orthogonalizes (a team member: its block) */
+    double *tbytes;  /* sent per step in its teams' and sharded matrices' Gram all-reduces (fp32) */
+    double *tcomm;   /* or NULL: the plan's team_comm (the all-reduces in its cost units) */
+    double *real;    /* NS FLOPs per step its kernels perform (performed_flops) */
+    double *sharded; /* of those, the sharded strategy's (every product whole), per step */
+    double whole;    /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
+    int nteams, nmoved, kmax;
+    int by_size[7]; /* teams of 2^(i+1) members, i < 6 (PLAN_TEAM_MAX = 64) */
+    double **cost;  /* or NULL: receives the plan's group_plan.cost (malloc'd, the caller frees;
+                       NULL when the group plans no matrix), ncost of them, in matrix order */
+    int ncost;
 };
 
 /* Print "shardopt-plan: msg" and exit 2. */
@@ -78,6 +101,28 @@ void plan_model_teams_cfg(const struct opts *o, const struct machine *mc, int me
 
 /* The fewest members of EP rank 0's expert shard group sharing a node, as commit finds them */
 int plan_model_expert_node_members(const struct machine *mc, int dense, int ep);
+
+/* Plan one group (dense tensors, or an EP rank's experts in EP rank 0's coordinates: every
+ * group has its shapes) of `members` with the joint settings in `extra` (base loads, moves,
+ * teams, fixed owners; sharding/plan.h) and add what each member does to `out`. skip[i] non-NULL:
+ * tensor i is AdamW's. */
+void plan_model_group_cost(const struct preset *p, const char *const *skip, int expert, int members,
+                           int ep, int xdim, const struct opts *o, const struct plan_cfg *extra,
+                           struct group_out *out);
+
+/* The union plan after the joint passes, as runtime/commit_union.c decides it: U = LPT over the
+ * union (sharding/plan_union.h; the dense group's matrices, then EP rank 0's experts, 1's, ...,
+ * at dcost[nd] and xcost[nx], every EP rank's alike), its plans built with plan_cfg.fixed_owner
+ * (the dense group's on dcfg, each expert group's on xcfg), kept iff its finish is earlier than
+ * the joint plan's by more than 1e-12 relative (each member's finish max(work, elem_cost x its
+ * exchange elements)). dj and xj: per dense member d, the joint plan's dense and expert work
+ * (flops = the plan's load, tcomm its team_comm, bytes as sent; the expert ones of group d % ep,
+ * member d / ep), replaced by U's when kept. Sets r->union_plan, joint_finish and union_finish;
+ * returns r->union_plan. Ends the tool (exit 2) when out of memory. */
+int plan_model_union(const struct opts *o, const struct preset *p, const char *const *skip,
+                     struct prediction *r, double elem_cost, const struct plan_cfg *dcfg,
+                     const struct plan_cfg *xcfg, const double *dcost, int nd, const double *xcost,
+                     int nx, struct group_out *dj, struct group_out *xj);
 
 /* What the layout of `world` ranks the options describe does, per rank, into *r: 0, or -1 with
  * err (errlen bytes) saying why the layout is refused. */

@@ -1,7 +1,9 @@
 /* LPT over the union of both groups' Muon matrices (plan_union.h): the baseline issue 22 names for
  * the joint plan, which plans each expert shard group first and then the dense group on top of
- * each rank's expert load (bench/plan_model.c, as runtime/commit.c does). Only the tool computes
- * it, to measure the joint plan against it (docs/scaling.md, joint planning). */
+ * each rank's expert load (bench/plan_model.c, as runtime/commit.c does). sharding/plan_union.c's
+ * LPT on the list commit builds (runtime/commit_union.c), so that it is the U commit considers and
+ * keeps where U finishes first (bench/plan_model_union.c); reported whatever was kept
+ * (docs/scaling.md, joint planning). */
 #include "bench/plan_union.h"
 
 #include <stdint.h>
@@ -16,22 +18,8 @@
 #include "runtime/classify.h"
 #include "sharding/ns_strategy.h"
 #include "sharding/plan.h"
+#include "sharding/plan_union.h"
 #include "shardopt.h"
-
-/* One matrix of the union: its cost and the ranks it may go to (group < 0: every rank). */
-struct umat {
-    double cost;
-    int group;
-    int64_t index; /* matrix order: tensor, EP rank, expert */
-};
-
-static int by_cost_desc(const void *a, const void *b)
-{
-    const struct umat *x = a, *y = b;
-    if (x->cost != y->cost)
-        return x->cost > y->cost ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
 
 /* The planner's cost of one rows x cols matrix (sharding/plan.c's plan_build), with Gram where
  * --ns-algorithm gram, or auto and the committed rule picks it, its restarts as commit takes them
@@ -53,102 +41,50 @@ static double mat_cost(const struct opts *o, int64_t rows, int64_t cols)
     return plan_ns_flops(rows, cols, o->ns_steps, 1, restarts) / o->ns_steps;
 }
 
-/* A min segment tree over the ranks in group order (position e * xs + j holds rank j * ep + e),
- * so that a group is one range: its leaves' (load, rank), least load first, ties the lower rank */
-struct tree {
-    int size;
-    int *best;    /* [2 * size]: the position of the least leaf under each node, -1 none */
-    double *load; /* [size] by position */
-    int *rank;    /* [size] by position */
-};
-
-static int better(const struct tree *t, int a, int b)
-{
-    if (a < 0 || b < 0)
-        return a < 0 ? b : a;
-    if (t->load[a] != t->load[b])
-        return t->load[a] < t->load[b] ? a : b;
-    return t->rank[a] < t->rank[b] ? a : b;
-}
-
-static void tree_update(struct tree *t, int pos)
-{
-    for (int i = (pos + t->size) / 2; i >= 1; i /= 2)
-        t->best[i] = better(t, t->best[2 * i], t->best[2 * i + 1]);
-}
-
-/* The least leaf in positions [lo, hi) */
-static int tree_min(const struct tree *t, int lo, int hi)
-{
-    int r = -1;
-    for (lo += t->size, hi += t->size; lo < hi; lo /= 2, hi /= 2) {
-        if (lo & 1)
-            r = better(t, r, t->best[lo++]);
-        if (hi & 1)
-            r = better(t, r, t->best[--hi]);
-    }
-    return r;
-}
-
 int plan_union_lpt(const struct opts *o, const struct preset *p, const struct prediction *r,
                    double *max, double *mean)
 {
-    const int dense = r->dense, ep = r->ep, xs = r->xs;
+    const int dense = r->dense, ep = r->ep;
     int64_t n = 0;
     for (int i = 0; i < p->n; i++) { /* the matrices: each EP rank's share of every stack */
         const struct preset_tensor *t = &p->t[i];
         if (classify_auto_is_muon(t->name, t->ndim, t->shape, SHARDOPT_DEFAULT_ADAMW_PATTERNS))
             n += (t->ndim == 3 ? t->shape[0] / ep : 1) * (t->expert ? ep : 1);
     }
-    struct umat *u = malloc(sizeof *u * (size_t)(n ? n : 1));
-    struct tree t = {.size = 1};
-    while (t.size < dense)
-        t.size *= 2;
-    t.best = malloc(sizeof(int) * 2 * (size_t)t.size);
-    t.load = calloc((size_t)t.size, sizeof(double));
-    t.rank = malloc(sizeof(int) * (size_t)t.size);
-    if (u == NULL || t.best == NULL || t.load == NULL || t.rank == NULL) {
-        free(u);
-        free(t.best);
-        free(t.load);
-        free(t.rank);
-        return -1;
-    }
+    double *cost = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    double *load = calloc((size_t)dense, sizeof(double));
+    int *group = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int *owner = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int rc = cost == NULL || load == NULL || group == NULL || owner == NULL ? -1 : 0;
+    /* the union's order, commit's (runtime/commit_union.c): the dense group's matrices in its
+     * plan's matrix order (tensors in order), then EP rank 0's expert matrices in theirs, EP rank
+     * 1's, ...; rank d in group d % ep (plan_union_owners' NULL member_group) */
     n = 0;
-    for (int i = 0; i < p->n; i++) {
-        const struct preset_tensor *s = &p->t[i];
-        if (!classify_auto_is_muon(s->name, s->ndim, s->shape, SHARDOPT_DEFAULT_ADAMW_PATTERNS))
-            continue;
-        const int64_t k_count = s->ndim == 3 ? s->shape[0] / ep : 1; /* as plan_model.c's */
-        const double c = mat_cost(o, s->shape[s->ndim - 2], s->shape[s->ndim - 1]);
-        for (int e = 0; e < (s->expert ? ep : 1); e++)
+    for (int e = -1; rc == 0 && e < ep; e++)
+        for (int i = 0; i < p->n; i++) {
+            const struct preset_tensor *s = &p->t[i];
+            if ((e < 0) == s->expert ||
+                !classify_auto_is_muon(s->name, s->ndim, s->shape, SHARDOPT_DEFAULT_ADAMW_PATTERNS))
+                continue;
+            const int64_t k_count = s->ndim == 3 ? s->shape[0] / ep : 1; /* as plan_model.c's */
+            const double c = mat_cost(o, s->shape[s->ndim - 2], s->shape[s->ndim - 1]);
             for (int64_t k = 0; k < k_count; k++, n++)
-                u[n] = (struct umat){.cost = c, .group = s->expert ? e : -1, .index = n};
-    }
-    qsort(u, (size_t)n, sizeof *u, by_cost_desc);
-    for (int i = 0; i < 2 * t.size; i++)
-        t.best[i] = i >= t.size && i - t.size < dense ? i - t.size : -1;
-    for (int pos = 0; pos < dense; pos++)
-        t.rank[pos] = (pos % xs) * ep + pos / xs;
-    for (int i = t.size - 1; i >= 1; i--)
-        t.best[i] = better(&t, t.best[2 * i], t.best[2 * i + 1]);
+                cost[n] = c, group[n] = e;
+        }
+    if (rc == 0)
+        rc = plan_union_owners(cost, group, n, dense, NULL, ep, owner, load);
     double sum = 0;
-    for (int64_t m = 0; m < n; m++) {
-        const int pos = u[m].group < 0 ? tree_min(&t, 0, dense)
-                                       : tree_min(&t, u[m].group * xs, (u[m].group + 1) * xs);
-        t.load[pos] += u[m].cost;
-        sum += u[m].cost;
-        tree_update(&t, pos);
-    }
     *max = 0;
-    for (int pos = 0; pos < dense; pos++)
-        *max = t.load[pos] > *max ? t.load[pos] : *max;
+    for (int64_t m = 0; rc == 0 && m < n; m++)
+        sum += cost[m];
+    for (int d = 0; rc == 0 && d < dense; d++)
+        *max = load[d] > *max ? load[d] : *max;
     *mean = sum / dense;
-    free(u);
-    free(t.best);
-    free(t.load);
-    free(t.rank);
-    return 0;
+    free(cost);
+    free(load);
+    free(group);
+    free(owner);
+    return rc;
 }
 
 void plan_union_json(const struct opts *o, const struct preset *p, const struct machine *mc,

@@ -10,8 +10,10 @@
  * in group d % ep): every Muon matrix of p, a dense one eligible on every rank, an expert one of EP
  * rank e on the ranks of group e, one owner each (no teams, no moves, no holder kept), all sorted
  * together by the planner's cost (sharding/plan.c: 4m^2n + 2m^3, or Gram's FLOPs per iteration),
- * heaviest first, ties in matrix order, each to the eligible rank with the least load so far (ties
- * the lowest rank). *max and *mean: the busiest rank's and the mean load, in the planner's cost
+ * heaviest first, ties in the union's order (the dense group's matrices, then EP rank 0's
+ * experts, EP rank 1's, ..., as runtime/commit_union.c lists them), each to the eligible rank with
+ * the least load so far (ties the lowest rank): sharding/plan_union.h's plan_union_owners, the U
+ * commit considers. *max and *mean: the busiest rank's and the mean load, in the planner's cost
  * units (NS FLOPs per iteration, products whole). Returns 0, -1 when out of memory. */
 int plan_union_lpt(const struct opts *o, const struct preset *p, const struct prediction *r,
                    double *max, double *mean);

@@ -51,6 +51,14 @@
  * members are ep ranks apart) and only where the group's latest member finishes earlier
  * (plan_cfg.team_guard). The table's last columns count both groups' teams, --json gives
  * "team_sizes" {k: matrices} and "expert_ns_teams" (of ns_teams, the expert groups').
+ * Then, as commit does (runtime/commit_union.c), LPT over the union of both groups' matrices, one
+ * owner each, replaces the joint plan where it finishes first in the cost model (each rank's
+ * finish the later of its Newton-Schulz work and its exchange elements at the moves' element
+ * cost; plan_model_union.c): --json's "union_plan" (1: kept, 0: the joint plan kept; absent with
+ * --no-joint), "joint_finish" and "union_finish" (the latest rank's finish of each, in the
+ * planner's cost units, NS FLOPs per iteration). With the machine's rates the element cost is the
+ * machine's, so a run (commit at cost_gemm_gflops / cost_net_gbps) may keep the other plan:
+ * --cost-rates G,B predicts the run's choice.
  *
  * A group lies inside a node when the dense shard group does (ranks are row-major over
  * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).
@@ -339,6 +347,9 @@ static void print_json(const struct prediction *r, int first)
             first_k = 0;
         }
     printf("}");
+    if (r->union_plan >= 0) /* the planner's cost units: NS FLOPs per iteration */
+        printf(", \"union_plan\": %d, \"joint_finish\": %.17g, \"union_finish\": %.17g",
+               r->union_plan, r->joint_finish, r->union_finish);
 }
 
 /* Run a command, parse the last line of its output that starts with '{' (or the whole output

@@ -15,7 +15,19 @@ checked here on a handful of layouts:
           joint plan's busiest rank is within (2 - 1/D) of the union's: each of its LPTs puts a
           matrix on a least-loaded eligible rank, so the busiest ends at most at mean + (1 - 1/D)
           x the largest matrix, and the union's busiest is at least each of those.
-Usage: plan_union_lpt.py SHARDOPT_PLAN
+And what the union plan makes provable (bench/plan_model_union.c, runtime/commit_union.c): commit
+keeps LPT over the union (U) wherever its model finish, max over ranks of max(work, element cost x
+exchange elements), is earlier than the joint plan's, so on every layout
+  kept    the kept plan's finish is at most U's (to rounding), and U is kept exactly when it is
+          earlier by more than 1e-12 relative;
+  U       where U is kept, the prediction is U's: its busiest rank's NS FLOPs are the union
+          baseline's (bench/plan_union.c, computed apart from the prediction) and no team or
+          move is left.
+These run on the documented layouts (docs/scaling.md: GLM-4.5-Air, Qwen3-30B-A3B, tiny-experts,
+ep 1 to 32, experts whole and along rows) from 16 to 4,096 GPUs (--all: to 16,384, the 140 the
+docs count, about a minute), with the count of layouts where U is kept and where t_ns is the
+union's (t_ns_over_union_lpt <= 1.000001).
+Usage: plan_union_lpt.py SHARDOPT_PLAN [--all]
 """
 import json
 import subprocess
@@ -55,6 +67,37 @@ CASES = [  # (args, ep is the dense group, experts along rows)
     (['--preset', 'glm45-air', '--sweep', '1,4,16', '--ep', '8'] + SMALL, False, False),
 ]
 checked = worse = 0
+DOC = []  # the documented layouts, one sweep per preset, ep and expert shard dim
+for preset in ['glm45-air', 'qwen3-30b-a3b', 'tiny-experts']:
+    for ep in [1, 2, 4, 8, 32] if preset != 'tiny-experts' else [1, 2]:  # its 2 experts
+        for xd in ['0', '1']:
+            nodes = [n for n in [2, 8, 32, 128, 512] + [2048] * ('--all' in sys.argv)
+                     if n * 8 >= 2 * ep]  # ep 32 needs a dense group of 64
+            DOC.append(['--preset', preset, '--ep', str(ep), '--expert-shard-dim', xd, '--sweep',
+                        ','.join(map(str, nodes))])
+kept = at_union = ndoc = 0
+for args in [c[0] for c in CASES] + DOC:
+    for l in layouts(args):
+        name = '%s, %d ranks' % (' '.join(args), l['world'])
+        j, u, k = l['joint_finish'], l['union_finish'], l['union_plan']
+        if k != (u < j * (1 - 1e-12)):
+            bad('%s: union_plan %d with joint finish %.17g, union finish %.17g' % (name, k, j, u))
+        if (u if k else j) > u * (1 + 1e-12):
+            bad('%s: the kept plan finishes at %.17g, after the union\'s %.17g' %
+                (name, u if k else j, u))
+        # U's work is part of its finish: its busiest rank at least the baseline's (cost units)
+        if l['union_lpt_ns_max'] / 5 > u * (1 + 1e-12):
+            bad('%s: union finish %.17g below its busiest rank %.17g' %
+                (name, u, l['union_lpt_ns_max'] / 5))
+        if k and (abs(l['ns_flops_max'] / l['union_lpt_ns_max'] - 1) > 1e-12 or l['ns_teams'] or
+                  l['experts_moved']):
+            bad('%s: U kept but the prediction is not U\'s (busiest %.17g FLOP, union %.17g, '
+                '%d teams, %d moved)' % (name, l['ns_flops_max'], l['union_lpt_ns_max'],
+                                         l['ns_teams'], l['experts_moved']))
+        if args in DOC:
+            ndoc += 1
+            kept += k
+            at_union += l['t_ns_over_union_lpt'] <= 1.000001
 for args, xs1, rows in CASES:
     for l in layouts(args):
         name = '%s, %d ranks' % (' '.join(args), l['world'])
@@ -75,6 +118,10 @@ for args, xs1, rows in CASES:
         checked += 1
 if checked < 14:
     bad('only %d layouts planned' % checked)
+if ndoc < (140 if '--all' in sys.argv else 110):
+    bad('only %d documented layouts planned' % ndoc)
 if fails == 0:
-    print('plan union lpt: ok (%d layouts, joint busier than the union on %d)' % (checked, worse))
+    print('plan union lpt: ok (%d layouts, joint busier than the union on %d; documented: %d, '
+          'union plan kept on %d, t_ns at the union\'s on %d)' % (checked, worse, ndoc, kept,
+                                                                  at_union))
 sys.exit(1 if fails else 0)

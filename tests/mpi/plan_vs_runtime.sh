@@ -10,15 +10,26 @@
 set -euo pipefail
 mpiexec=$1 step_bench=$2 plan=$3
 scale=(--preset tiny --width-div 1 --experts-div 1)
-# a layout, then after '|' what only step_bench takes, after a second '|' what only the plan takes.
+# a layout, then after '|' what only step_bench takes, after a second '|' what only the plan takes,
+# after a third what the plan must plan: "teams" (a dense or expert Newton-Schulz team), "xteams"
+# (an expert one), "union" (LPT over the union kept: commit's union plan, runtime/commit_union.c),
+# "joint" (the joint plan kept). Every plan runs at the runtime's default cost rates (--cost-rates
+# 100,25, added where a layout gives none): commit keeps the union plan or the joint one by the
+# cost model at cost_gemm_gflops / cost_net_gbps, and at the machine file's rates the tool could
+# keep the other one.
 # Idle expert members: --ep 1 --experts-div 4 (dense owners planned around the expert work), and
 # tiny-experts (2 experts outweigh the dense layers) with expert_moves at the runtime's default
-# cost rates, which moves some of them. Newton-Schulz teams (ns_team_cap, forced small by
-# ns_team_frac 0.01): each dense matrix gathered as row blocks of its long side to a team of 2
-# or 4, the plan costing their all-reduces at the runtime's default cost rates, as commit does;
-# with expert_moves too, the experts planned around the dense load with its all-reduces. The
-# team all-reduces carry ns_compute's dtype (bf16: half the bytes); GLM-4.5-Air at width / 8 in
-# teams of 4, explicitly in bf16 and in fp32. Expert teams: tiny-experts' one MoE layer, its
+# cost rates, which moves some of them; without expert_moves (ep 2) the union plan is kept, the
+# whole experts sent off their holders to idle members. Newton-Schulz teams (ns_team_cap, forced
+# small by ns_team_frac 0.01): each dense matrix gathered as row blocks of its long side to a team
+# of 2, the plan costing their all-reduces at the runtime's default cost rates, as commit does,
+# on tiny-experts' one MoE layer along rows, where the expert members bound the finish so that the
+# teams stay (on the tiny preset and GLM-4.5-Air at width / 8 forced teams always finish after
+# the union plan, which commit then keeps: those layouts check its bytes and FLOPs); with cp 2
+# and ep 2 (teams of up to 4, dense and expert); with expert_moves too, the experts planned
+# around the dense load with its all-reduces. The team all-reduces carry ns_compute's dtype (bf16:
+# half the bytes); GLM-4.5-Air at width / 8 in teams of 4, explicitly in bf16 and in fp32 (the
+# union plan kept). Expert teams: tiny-experts' one MoE layer, its
 # experts sharded along columns or rows (no member holds one whole) over an expert shard group of
 # 4 (ep 1, columns, in fp32 and in bf16) or 2 (ep 2, rows), with expert_moves too (the teams stay,
 # whole-matrix moves go around them), teams of up to 2 or 4 (the group's plan picks 2); such a
@@ -35,16 +46,17 @@ aol="--set ns_precondition=aol --set ns_coeffs=aol --set ns_steps=4|--ns-precond
 layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 --expert-shard-dim 2"
          "--ep 4 --expert-shard-dim 0" "--ep 2 --momentum-dtype bf16"
          "--ep 1 --experts-div 4"
-         "--preset tiny-experts --ep 1|--set expert_moves=1|--moves --cost-rates 100,25"
-         "--ep 2|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
-         "--ep 1 --cp 2|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
-         "--ep 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25"
-         "${xt[*]} --ep 1 --expert-shard-dim 2|--ns-compute fp32 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
-         "${xt[*]} --ep 1 --expert-shard-dim 2|--ns-compute bf16 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25"
-         "${xt[*]} --ep 2 --expert-shard-dim 1|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25"
-         "${xt[*]} --ep 1 --expert-shard-dim 2|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25"
-         "${glm[*]} --ep 1|--ns-compute bf16 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
-         "${glm[*]} --ep 1|--ns-compute fp32 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25"
+         "--preset tiny-experts --ep 1|--set expert_moves=1|--moves --cost-rates 100,25|joint"
+         "--preset tiny-experts --ep 2|||union"
+         "${xt[*]} --ep 1 --expert-shard-dim 1|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25|teams"
+         "${xt[*]} --ep 2 --cp 2 --expert-shard-dim 1|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25|teams xteams"
+         "${xt[*]} --ep 1 --expert-shard-dim 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25|teams"
+         "${xt[*]} --ep 1 --expert-shard-dim 2|--ns-compute fp32 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25|xteams"
+         "${xt[*]} --ep 1 --expert-shard-dim 2|--ns-compute bf16 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25|xteams"
+         "${xt[*]} --ep 2 --expert-shard-dim 1|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25|xteams"
+         "${xt[*]} --ep 1 --expert-shard-dim 2|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25|xteams"
+         "${glm[*]} --ep 1|--ns-compute bf16 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25|union"
+         "${glm[*]} --ep 1|--ns-compute fp32 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25|union"
          "${glm[*]} --ep 2|--ns-compute fp32|"
          "${glm[*]} --ep 2|--ns-compute bf16|"
          "${glm[*]} --ep 2 --expert-shard-dim 1|--ns-compute bf16 --set ns_algorithm=gram|--ns-algorithm gram"
@@ -64,7 +76,8 @@ plan_scale() {
 }
 fail=0
 for entry in "${layouts[@]}"; do
-    IFS='|' read -r l bench_only plan_only <<<"$entry"
+    IFS='|' read -r l bench_only plan_only expect <<<"$entry"
+    [[ $plan_only == *--cost-rates* ]] || plan_only+=" --cost-rates 100,25"
     mapfile -t pscale < <(plan_scale "$l")
     # shellcheck disable=SC2086
     run=$("$mpiexec" -n 4 --oversubscribe "$step_bench" "${scale[@]}" --layers 0 --steps 1 \
@@ -73,15 +86,16 @@ for entry in "${layouts[@]}"; do
     compute=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ns_compute"])' "$run")
     # shellcheck disable=SC2086
     pred=$("$plan" "${pscale[@]}" --world 4 $l --ns-compute "$compute" $plan_only --json)
-    python3 - "$l $bench_only" "$run" "$pred" "$plan_only" <<'PY' || fail=1
+    python3 - "$l $bench_only" "$run" "$pred" "$expect" <<'PY' || fail=1
 import json, sys
 layout, run, pred = sys.argv[1], json.loads(sys.argv[2])["results"][0], json.loads(sys.argv[3])["layouts"][0]
-if "--teams" in sys.argv[4] and pred["ns_teams"] == 0:  # the team layouts must run teams
-    print(f"{layout}: no Newton-Schulz team planned   MISMATCH")
-    sys.exit(1)
-if "--teams" in sys.argv[4] and "tiny-experts --layers 1" in layout and pred["expert_ns_teams"] == 0:
-    print(f"{layout}: no expert Newton-Schulz team planned   MISMATCH")
-    sys.exit(1)
+expect = sys.argv[4].split()
+for what, ok in [("teams", pred["ns_teams"] > 0), ("xteams", pred["expert_ns_teams"] > 0),
+                 ("union", pred["union_plan"] == 1), ("joint", pred["union_plan"] == 0)]:
+    if what in expect and not ok:  # what the layout is there to run
+        print(f"{layout}: planned without {what} (union_plan {pred['union_plan']}, "
+              f"{pred['ns_teams']} teams, {pred['expert_ns_teams']} expert teams)   MISMATCH")
+        sys.exit(1)
 pairs = [("state bytes/rank", run["state_bytes_per_rank"], pred["state_bytes"]),
          ("momentum bytes", run["momentum_bytes"], pred["momentum_bytes"]),
          ("adam bytes", run["adam_bytes"], pred["adam_bytes"]),

@@ -58,7 +58,8 @@
  * --no-joint), "joint_finish" and "union_finish" (the latest rank's finish of each, in the
  * planner's cost units, NS FLOPs per iteration). With the machine's rates the element cost is the
  * machine's, so a run (commit at cost_gemm_gflops / cost_net_gbps) may keep the other plan:
- * --cost-rates G,B predicts the run's choice.
+ * --cost-rates G,B predicts the run's choice. The table marks a layout where the union plan is
+ * kept with ", union" after its teams and moves (0 (1) / 0, union).
  *
  * A group lies inside a node when the dense shard group does (ranks are row-major over
  * [dp_replicate, dp_shard, cp], so the dense group is a contiguous block of ranks).
@@ -316,12 +317,13 @@ static void opts_parse(int argc, char **argv, struct opts *o)
 static void print_row(const struct prediction *r)
 {
     printf("| %d | %d x %d x %d, ep %d | %.3f | %.4f (%.3f / %.3f) | %.1f | %.1f | %.2f | %.1f | "
-           "%.2f | %.2f | %.2f | **%.2f** | %d (%d) / %d | %.2f / %.2f |\n",
+           "%.2f | %.2f | %.2f | **%.2f** | %d (%d) / %d%s | %.2f / %.2f |\n",
            r->world, r->rep, r->shard, r->cp, r->ep, r->flops_max / 1e12,
            r->flops_max / r->flops_mean, r->dense_imbalance, r->expert_imbalance,
            r->dense_bytes / 1048576.0, r->expert_bytes / 1048576.0, r->state_bytes / 1073741824.0,
            r->h2d_bytes / 1048576.0, r->t_ns * 1e3, r->t_comm * 1e3, r->t_elem * 1e3, r->step * 1e3,
-           r->nteams, r->team_max, r->nmoved, r->t_ns / r->t_perfect, r->step / r->t_perfect);
+           r->nteams, r->team_max, r->nmoved, r->union_plan == 1 ? ", union" : "",
+           r->t_ns / r->t_perfect, r->step / r->t_perfect);
 }
 
 static void print_json(const struct prediction *r, int first)

@@ -3,8 +3,8 @@
 
 The joint plan (each expert shard group first, then the dense group on top of each rank's expert
 load) is NOT always at least as good as LPT over the union of both groups' matrices
-(docs/scaling.md, joint planning: measured worse on most layouts past 16 GPUs). What holds, and is
-checked here on a handful of layouts:
+(docs/scaling.md, joint planning: measured worse on most layouts past 16 GPUs). What holds of the
+prediction (the joint plan, or the union plan where it is kept), checked on a handful of layouts:
   mean    the union's mean load equals the tool's perfect balance (t_perfect): it places the
           planner's matrices at the planner's costs, no more, no fewer;
   xs = 1  with ep = the dense group (one member per expert shard group) the joint plan's busiest

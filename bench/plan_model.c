@@ -268,15 +268,12 @@ void plan_model_group_cost(const struct preset *p, const char *const *skip, int 
                 out->real[P.owner[mi]] += real;
             }
         }
-        if (out->cost != NULL) { /* handed over: the union's list (plan_model_union.c) */
-            *out->cost = P.cost;
-            out->ncost = P.nmatrices;
-            P.cost = NULL;
-        }
-        plan_free(&P);
-    } else if (out->cost != NULL) {
-        *out->cost = NULL;
-        out->ncost = 0;
+        if (out->plan != NULL) /* handed over: the union plan's (plan_model_union.c) */
+            *out->plan = P;
+        else
+            plan_free(&P);
+    } else if (out->plan != NULL) {
+        memset(out->plan, 0, sizeof *out->plan);
     }
     free(pp);
     free(boxes);
@@ -344,13 +341,17 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     double *state = calloc(D, sizeof(double)), *mom = calloc(D, sizeof(double));
     double *elem = calloc(D, sizeof(double)), *xafter = calloc(D, sizeof(double));
     double *xbase = calloc(D, sizeof(double)); /* each dense member's expert load, before moves */
-    double *xtc = calloc(D, sizeof(double)), *dcost = NULL, *xcost = NULL; /* matrix costs */
-    if (xbase == NULL || xtc == NULL || skip == NULL || dflops == NULL || dbytes == NULL ||
-        downed == NULL || dtb == NULL || dtc == NULL || xflops == NULL || xbytes == NULL ||
-        xowned == NULL || xtb == NULL || g_f == NULL || g_b == NULL || g_o == NULL || g_t == NULL ||
-        base == NULL || state == NULL || mom == NULL || elem == NULL || dreal == NULL ||
-        xreal == NULL || g_r == NULL || dsh == NULL || xsh == NULL || g_s == NULL || g_c == NULL ||
-        !xafter)
+    double *xtc = calloc(D, sizeof(double));
+    /* the joint plans, for the union's (plan_model_union.c): the dense group's, and each expert
+     * group's (all EP rank 0's plan, or with moves each its own) */
+    struct group_plan jd = {0}, *jx = calloc((size_t)o->ep, sizeof *jx);
+    const struct group_plan **jxp = calloc((size_t)o->ep, sizeof *jxp);
+    if (xbase == NULL || xtc == NULL || jx == NULL || jxp == NULL || skip == NULL ||
+        dflops == NULL || dbytes == NULL || downed == NULL || dtb == NULL || dtc == NULL ||
+        xflops == NULL || xbytes == NULL || xowned == NULL || xtb == NULL || g_f == NULL ||
+        g_b == NULL || g_o == NULL || g_t == NULL || base == NULL || state == NULL || mom == NULL ||
+        elem == NULL || dreal == NULL || xreal == NULL || g_r == NULL || dsh == NULL ||
+        xsh == NULL || g_s == NULL || g_c == NULL || !xafter)
         plan_model_die("out of memory");
     for (int i = 0; i < p->n; i++) {
         const struct preset_tensor *t = &p->t[i];
@@ -394,7 +395,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                             .real = g_r,
                             .sharded = g_s,
                             .kmax = 1,
-                            .cost = &xcost};
+                            .plan = &jx[0]};
     /* expert teams too, in a node (their members are ep ranks apart: none with ep >= a node) */
     const int xnode = plan_model_expert_node_members(mc, r->dense, o->ep);
     struct plan_cfg xcfg1 = {0};
@@ -424,9 +425,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                              .sharded = dsh,
                              .kmax = 1};
     const struct group_out dense_fresh = dout;
-    dout.cost = &dcost; /* the union's list: any of the dense plans' (the same matrices) */
+    dout.plan = &jd;
     plan_model_group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
-    const int nd = dout.ncost; /* dout is planned again below, with moves */
     struct group_out xout = {0};
     xout.kmax = 1;
     /* the busiest dense member's exchange bytes, as commit all-reduces the plan's integer count
@@ -456,7 +456,9 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                                    .tcomm = g_c,
                                    .real = g_r,
                                    .sharded = g_s,
-                                   .kmax = 1};
+                                   .kmax = 1,
+                                   .plan = &jx[e]};
+            plan_free(&jx[e]); /* e = 0: EP rank 0's first plan, replaced */
             plan_model_group_cost(p, skip, 1, r->xs, o->ep, o->xdim, o, &xcfg, &xo);
             xout.nmoved += xo.nmoved;
             count_teams(&xo, 1, 1, r);
@@ -484,6 +486,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         for (size_t a = 0; a < sizeof dense_arrays / sizeof *dense_arrays; a++)
             memset(dense_arrays[a], 0, D * sizeof(double));
         dout = dense_fresh;
+        plan_free(&jd);
+        dout.plan = &jd;
         plan_model_group_cost(p, skip, 0, r->dense, o->ep, o->xdim, o, &dcfg, &dout);
     } else {
         xout = xo1;
@@ -501,7 +505,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     count_teams(&dout, 1, 0, r);
     r->nmoved = xout.nmoved;
     r->union_plan = -1;
-    const int nx = xo1.ncost;
+    for (int e = 0; e < o->ep; e++)
+        jxp[e] = &jx[o->moves ? e : 0];
     struct group_out xj = {.flops = xflops,
                            .bytes = xbytes,
                            .owned = xowned,
@@ -509,12 +514,13 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                            .tcomm = xtc,
                            .real = xreal,
                            .sharded = xsh};
-    if (o->joint && plan_model_union(o, p, skip, r, elem_cost, &dcfg, &xcfg1, dcost, nd, xcost, nx,
-                                     &dout, &xj)) {
-        r->nteams = r->xteams = r->nmoved = 0; /* U: one owner per matrix, none moved */
-        r->team_max = 1;
-        memset(r->team_sizes, 0, sizeof r->team_sizes);
-    }
+    if (o->joint)
+        plan_model_union(o, p, skip, r, elem_cost, &dcfg, &xcfg1, &jd, jxp, &dout, &xj);
+    plan_free(&jd);
+    for (int e = 0; e < o->ep; e++)
+        plan_free(&jx[e]);
+    free(jx);
+    free(jxp);
     double sum = 0, maxelem = 0, maxowned = 0, tns = 0;
     /* each group's own balance: max over its members / their mean (1 when it owns nothing), in
      * the FLOPs the kernels perform */
@@ -570,10 +576,9 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     }
     r->step = r->t_elem + (r->t_ns > r->t_comm ? r->t_ns : r->t_comm);
     free(skip);
-    double *const arrays[] = {dflops, dbytes, downed, dtb,   dtc,   xflops, xbytes, xowned,
-                              xtb,    dreal,  xreal,  g_r,   dsh,   xsh,    g_s,    g_f,
-                              g_b,    g_o,    g_t,    base,  state, elem,   mom,    xbase,
-                              g_c,    xafter, xtc,    dcost, xcost};
+    double *const arrays[] = {dflops, dbytes, downed, dtb,  dtc, xflops, xbytes, xowned, xtb,
+                              dreal,  xreal,  g_r,    dsh,  xsh, g_s,    g_f,    g_b,    g_o,
+                              g_t,    base,   state,  elem, mom, xbase,  g_c,    xafter, xtc};
     for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++)
         free(arrays[a]);
     return 0;

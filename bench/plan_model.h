@@ -74,10 +74,9 @@ struct group_out {
     double *sharded; /* of those, the sharded strategy's (every product whole), per step */
     double whole;    /* NS FLOPs per iteration of the group's matrices, each orthogonalized once */
     int nteams, nmoved, kmax;
-    int by_size[7]; /* teams of 2^(i+1) members, i < 6 (PLAN_TEAM_MAX = 64) */
-    double **cost;  /* or NULL: receives the plan's group_plan.cost (malloc'd, the caller frees;
-                       NULL when the group plans no matrix), ncost of them, in matrix order */
-    int ncost;
+    int by_size[7];          /* teams of 2^(i+1) members, i < 6 (PLAN_TEAM_MAX = 64) */
+    struct group_plan *plan; /* or NULL: receives the group's plan (as member 0 builds it; the
+                                caller plan_frees it; all zero when the group plans no matrix) */
 };
 
 /* Print "shardopt-plan: msg" and exit 2. */
@@ -92,6 +91,7 @@ void plan_model_machine_load(const char *path, struct machine *m);
  * fp32), its Gram element at --cost-rates or at the machine's NS rate over the node's link rate,
  * set by sharding/plan.h's plan_cfg_team_dtype as runtime/commit.c sets its own. */
 struct plan_cfg;
+struct group_plan;
 void plan_model_team_cfg(const struct opts *o, const struct machine *mc, struct plan_cfg *cfg);
 
 /* --teams on a group of `members` ranks, `node` a node, as commit sets each group's plan_cfg
@@ -111,18 +111,22 @@ void plan_model_group_cost(const struct preset *p, const char *const *skip, int 
                            struct group_out *out);
 
 /* The union plan after the joint passes, as runtime/commit_union.c decides it: U = LPT over the
- * union (sharding/plan_union.h; the dense group's matrices, then EP rank 0's experts, 1's, ...,
- * at dcost[nd] and xcost[nx], every EP rank's alike), its plans built with plan_cfg.fixed_owner
- * (the dense group's on dcfg, each expert group's on xcfg), kept iff its finish is earlier than
- * the joint plan's by more than 1e-12 relative (each member's finish max(work, elem_cost x its
- * exchange elements)). dj and xj: per dense member d, the joint plan's dense and expert work
- * (flops = the plan's load, tcomm its team_comm, bytes as sent; the expert ones of group d % ep,
- * member d / ep), replaced by U's when kept. Sets r->union_plan, joint_finish and union_finish;
- * returns r->union_plan. Ends the tool (exit 2) when out of memory. */
+ * union (sharding/plan_union.h) of the matrices the joint plan gives one owner (the dense plan
+ * jd's, then EP rank 0's experts (jx[0]), 1's, ..., at the plans' costs), around the teams the
+ * joint plan formed (kept, their blocks each member's starting load: group_plan.team_load, with
+ * teams on), its plans built with plan_cfg.fixed_owner and fixed_teams (the dense group's on
+ * dcfg, each expert group's on xcfg), kept iff its finish is earlier than the joint plan's by
+ * more than 1e-12 relative (each member's finish max(work, elem_cost x its exchange elements)).
+ * dj and xj: per dense member d, the joint plan's dense and expert work (flops = the plan's load,
+ * tcomm its team_comm, bytes as sent; the expert ones of group d % ep, member d / ep), replaced
+ * by U's when kept, r's team counts then U's and nothing moved. Sets r->union_plan,
+ * joint_finish and union_finish; returns r->union_plan. Ends the tool (exit 2) when out of
+ * memory. */
 int plan_model_union(const struct opts *o, const struct preset *p, const char *const *skip,
                      struct prediction *r, double elem_cost, const struct plan_cfg *dcfg,
-                     const struct plan_cfg *xcfg, const double *dcost, int nd, const double *xcost,
-                     int nx, struct group_out *dj, struct group_out *xj);
+                     const struct plan_cfg *xcfg, const struct group_plan *jd,
+                     const struct group_plan *const *jx, struct group_out *dj,
+                     struct group_out *xj);
 
 /* What the layout of `world` ranks the options describe does, per rank, into *r: 0, or -1 with
  * err (errlen bytes) saying why the layout is refused. */

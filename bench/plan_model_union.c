@@ -1,6 +1,7 @@
 /* shardopt-plan's union plan (plan_model.h, plan_model_union): after the joint passes, LPT over the
- * union of the dense group's and every expert shard group's matrices (sharding/plan_union.h), its
- * plans built with the owners it gives, kept where it finishes first in the cost model; the same
+ * union of the dense group's and every expert shard group's matrices that the joint plan gives one
+ * owner (sharding/plan_union.h; its teams stay), its plans built with the owners it gives, kept
+ * where it finishes first in the cost model; the same
  * list, rule and element cost as runtime/commit_union.c, so that the prediction's bytes and
  * FLOPs stay the run's (tests/mpi/plan_vs_runtime.sh). Kept apart from plan_model.c, which calls
  * it. */
@@ -53,49 +54,70 @@ static double elems(const struct group_out *dg, const struct group_out *xg, int 
 
 int plan_model_union(const struct opts *o, const struct preset *p, const char *const *skip,
                      struct prediction *r, double elem_cost, const struct plan_cfg *dcfg,
-                     const struct plan_cfg *xcfg, const double *dcost, int nd, const double *xcost,
-                     int nx, struct group_out *dj, struct group_out *xj)
+                     const struct plan_cfg *xcfg, const struct group_plan *jd,
+                     const struct group_plan *const *jx, struct group_out *dj, struct group_out *xj)
 {
-    const int dense = r->dense, ep = r->ep, xs = r->xs;
+    const int dense = r->dense, ep = r->ep, xs = r->xs, nd = jd->nmatrices;
+    const int nx = jx[0]->nmatrices; /* every EP rank's group plans its shapes */
     const int64_t n = (int64_t)nd + (int64_t)ep * nx;
     double *cost = malloc(sizeof(double) * (size_t)(n ? n : 1));
     double *load = calloc((size_t)dense, sizeof(double));
+    double *base = dcfg->team_cap > 1 ? calloc((size_t)dense, sizeof(double)) : NULL;
     int *group = malloc(sizeof(int) * (size_t)(n ? n : 1));
     int *owner = malloc(sizeof(int) * (size_t)(n ? n : 1));
     int *fixed = malloc(sizeof(int) * (size_t)(nx ? nx : 1));
-    if (cost == NULL || load == NULL || group == NULL || owner == NULL || fixed == NULL)
+    if (cost == NULL || load == NULL || group == NULL || owner == NULL || fixed == NULL ||
+        (dcfg->team_cap > 1 && base == NULL))
         plan_model_die("out of memory");
     /* the union's list: the dense group's matrices in its matrix order, then EP rank 0's expert
-     * matrices, EP rank 1's, ... (every group plans EP rank 0's shapes, so the same costs) */
+     * matrices, EP rank 1's, ...; a matrix the joint plan gave a team keeps it (cost < 0: not
+     * placed), its blocks each member's starting load with teams on (commit_union.c) */
     for (int m = 0; m < nd; m++)
-        cost[m] = dcost[m], group[m] = -1;
+        cost[m] = jd->team[m] > 1 ? -1.0 : jd->cost[m], group[m] = -1;
     for (int e = 0; e < ep; e++)
         for (int m = 0; m < nx; m++) {
             const int64_t i = nd + (int64_t)e * nx + m;
-            cost[i] = xcost[m], group[i] = e;
+            cost[i] = jx[e]->team[m] > 1 ? -1.0 : jx[e]->cost[m], group[i] = e;
         }
-    if (plan_union_owners(cost, group, n, dense, NULL, ep, owner, load) != 0)
+    for (int d = 0; base != NULL && d < dense; d++) {
+        const struct group_plan *x = jx[d % ep];
+        base[d] = x->team_load != NULL ? x->team_load[d / ep] : 0.0;
+        base[d] += jd->team_load != NULL ? jd->team_load[d] : 0.0;
+    }
+    if (plan_union_owners(cost, group, n, dense, NULL, ep, base, owner, load) != 0)
         plan_model_die("out of memory");
     /* U's plans: the dense group's with its owners, each expert group's with its members' (the
-     * xs index d / ep of the dense member d the union gave), as commit builds them */
+     * xs index d / ep of the dense member d the union gave), the joint plan's teams kept, as
+     * commit builds them */
     struct group_out du, xu, g;
     out_alloc(&du, (size_t)dense);
     out_alloc(&xu, (size_t)dense);
     out_alloc(&g, (size_t)xs);
     struct plan_cfg cfg = *dcfg;
     cfg.fixed_owner = owner;
+    cfg.fixed_teams = jd;
     if (nd > 0)
         plan_model_group_cost(p, skip, 0, dense, ep, o->xdim, o, &cfg, &du);
+    int nteams = du.nteams, xteams = 0, kmax = du.kmax, by_size[6];
+    for (int i = 0; i < 6; i++)
+        by_size[i] = du.by_size[i];
     for (int e = 0; e < ep && nx > 0; e++) {
-        for (int m = 0; m < nx; m++)
-            fixed[m] = owner[nd + (int64_t)e * nx + m] / ep;
+        for (int m = 0; m < nx; m++) {
+            const int u = owner[nd + (int64_t)e * nx + m];
+            fixed[m] = u < 0 ? -1 : u / ep;
+        }
         cfg = *xcfg;
         cfg.fixed_owner = fixed;
+        cfg.fixed_teams = jx[e];
         struct group_out ge = g; /* g's arrays, its counts fresh */
         double *const a[] = {g.flops, g.bytes, g.owned, g.tbytes, g.tcomm, g.real, g.sharded};
         for (size_t i = 0; i < sizeof a / sizeof *a; i++)
             memset(a[i], 0, (size_t)xs * sizeof(double));
         plan_model_group_cost(p, skip, 1, xs, ep, o->xdim, o, &cfg, &ge);
+        xteams += ge.nteams;
+        kmax = ge.kmax > kmax ? ge.kmax : kmax;
+        for (int i = 0; i < 6; i++)
+            by_size[i] += ge.by_size[i];
         for (int j = 0; j < xs; j++) {
             const int d = j * ep + e;
             xu.flops[d] = g.flops[j], xu.bytes[d] = g.bytes[j], xu.owned[d] = g.owned[j];
@@ -103,8 +125,9 @@ int plan_model_union(const struct opts *o, const struct preset *p, const char *c
             xu.sharded[d] = g.sharded[j];
         }
     }
-    /* each plan's finish (UNION.md's rule, commit_union.c's): the latest member's work (the
-     * planner's load and team all-reduces, both groups) or its exchange at elem_cost */
+    /* each plan's finish (commit_union.c's): the latest member's work (the planner's load and
+     * team all-reduces, both groups; U's: the union's loads, team blocks included) or its
+     * exchange at elem_cost */
     double wj = 0, cj = 0, wu = 0, cu = 0;
     for (int d = 0; d < dense; d++) {
         const double w = dj->flops[d] + dj->tcomm[d] + xj->flops[d] + xj->tcomm[d];
@@ -116,15 +139,21 @@ int plan_model_union(const struct opts *o, const struct preset *p, const char *c
     r->joint_finish = wj > elem_cost * cj ? wj : elem_cost * cj;
     r->union_finish = wu > elem_cost * cu ? wu : elem_cost * cu;
     r->union_plan = r->union_finish < r->joint_finish * (1 - 1e-12);
-    if (r->union_plan) {
+    if (r->union_plan) { /* U's work and counts: the joint plan's teams, nothing moved */
         out_copy(dj, &du, (size_t)dense);
         out_copy(xj, &xu, (size_t)dense);
+        r->nteams = nteams + xteams;
+        r->xteams = xteams;
+        r->team_max = kmax;
+        r->nmoved = 0;
+        memcpy(r->team_sizes, by_size, sizeof r->team_sizes);
     }
     out_free(&du);
     out_free(&xu);
     out_free(&g);
     free(cost);
     free(load);
+    free(base);
     free(group);
     free(owner);
     free(fixed);

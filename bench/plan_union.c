@@ -72,7 +72,7 @@ int plan_union_lpt(const struct opts *o, const struct preset *p, const struct pr
                 cost[n] = c, group[n] = e;
         }
     if (rc == 0)
-        rc = plan_union_owners(cost, group, n, dense, NULL, ep, owner, load);
+        rc = plan_union_owners(cost, group, n, dense, NULL, ep, NULL, owner, load);
     double sum = 0;
     *max = 0;
     for (int64_t m = 0; rc == 0 && m < n; m++)

@@ -22,14 +22,12 @@ scale=(--preset tiny --width-div 1 --experts-div 1)
 # cost rates, which moves some of them; without expert_moves (ep 2) the union plan is kept, the
 # whole experts sent off their holders to idle members. Newton-Schulz teams (ns_team_cap, forced
 # small by ns_team_frac 0.01): each dense matrix gathered as row blocks of its long side to a team
-# of 2, the plan costing their all-reduces at the runtime's default cost rates, as commit does,
-# on tiny-experts' one MoE layer along rows, where the expert members bound the finish so that the
-# teams stay (on the tiny preset and GLM-4.5-Air at width / 8 forced teams always finish after
-# the union plan, which commit then keeps: those layouts check its bytes and FLOPs); with cp 2
-# and ep 2 (teams of up to 4, dense and expert); with expert_moves too, the experts planned
-# around the dense load with its all-reduces. The team all-reduces carry ns_compute's dtype (bf16:
-# half the bytes); GLM-4.5-Air at width / 8 in teams of 4, explicitly in bf16 and in fp32 (the
-# union plan kept). Expert teams: tiny-experts' one MoE layer, its
+# of 2 or 4, the plan costing their all-reduces at the runtime's default cost rates, as commit
+# does; with expert_moves too, the experts planned around the dense load with its all-reduces;
+# and tiny-experts' one MoE layer with its experts whole, where the union plan is kept around the
+# teams (commit_union.c: the teams stay, the other matrices placed around their blocks). The
+# team all-reduces carry ns_compute's dtype (bf16: half the bytes); GLM-4.5-Air at width / 8 in
+# teams of 4, explicitly in bf16 and in fp32. Expert teams: tiny-experts' one MoE layer, its
 # experts sharded along columns or rows (no member holds one whole) over an expert shard group of
 # 4 (ep 1, columns, in fp32 and in bf16) or 2 (ep 2, rows), with expert_moves too (the teams stay,
 # whole-matrix moves go around them), teams of up to 2 or 4 (the group's plan picks 2); such a
@@ -48,15 +46,16 @@ layouts=("--ep 2" "--ep 2 --cp 2 --expert-shard-dim 1" "--dp-replicate 2 --ep 2 
          "--ep 1 --experts-div 4"
          "--preset tiny-experts --ep 1|--set expert_moves=1|--moves --cost-rates 100,25|joint"
          "--preset tiny-experts --ep 2|||union"
-         "${xt[*]} --ep 1 --expert-shard-dim 1|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25|teams"
-         "${xt[*]} --ep 2 --cp 2 --expert-shard-dim 1|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25|teams xteams"
-         "${xt[*]} --ep 1 --expert-shard-dim 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25|teams"
+         "--ep 2|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25|teams"
+         "--ep 1 --cp 2|--set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25|teams"
+         "--ep 1|--set expert_moves=1 --set ns_team_cap=2 --set ns_team_frac=0.01|--moves --teams 2 --team-frac 0.01 --cost-rates 100,25|teams"
+         "${xt[*]} --ep 1 --expert-shard-dim 0|--set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25|union teams"
          "${xt[*]} --ep 1 --expert-shard-dim 2|--ns-compute fp32 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25|xteams"
          "${xt[*]} --ep 1 --expert-shard-dim 2|--ns-compute bf16 --set ns_team_cap=2 --set ns_team_frac=0.01|--teams 2 --team-frac 0.01 --cost-rates 100,25|xteams"
          "${xt[*]} --ep 2 --expert-shard-dim 1|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25|xteams"
          "${xt[*]} --ep 1 --expert-shard-dim 2|--set expert_moves=1 --set ns_team_cap=4 --set ns_team_frac=0.01|--moves --teams 4 --team-frac 0.01 --cost-rates 100,25|xteams"
-         "${glm[*]} --ep 1|--ns-compute bf16 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25|union"
-         "${glm[*]} --ep 1|--ns-compute fp32 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25|union"
+         "${glm[*]} --ep 1|--ns-compute bf16 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25|teams"
+         "${glm[*]} --ep 1|--ns-compute fp32 --set ns_team_cap=4 --set ns_team_frac=0.01|--teams 4 --team-frac 0.01 --cost-rates 100,25|teams"
          "${glm[*]} --ep 2|--ns-compute fp32|"
          "${glm[*]} --ep 2|--ns-compute bf16|"
          "${glm[*]} --ep 2 --expert-shard-dim 1|--ns-compute bf16 --set ns_algorithm=gram|--ns-algorithm gram"

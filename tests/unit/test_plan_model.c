@@ -103,10 +103,7 @@ TEST(device_team_prediction_is_the_bf16_teams_one)
                                .ns_steps = NS_STEPS,
                                .ns_table = NS_TABLE_QUINTIC,
                                .ns_compute = computes[i],
-                               /* each group alone: the union plan commit would keep
-                                  (bench/plan_model_union.c) finishes before these forced teams
-                                  and leaves none to price */
-                               .joint = 0,
+                               .joint = 1,
                                .teams = 4,
                                .team_frac = 0.01,
                                .cost_gflops = 100,

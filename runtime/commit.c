@@ -194,16 +194,10 @@ static void transports_pick(shardopt_runtime_t rt)
                        rt_on_device(rt), rt->dev, &rt->kctx, rt->cfg.comm_dtype);
 }
 
-/* Each member's Newton-Schulz load in the other group (`from`, this rank's plan there),
- * all-gathered over `comm` (of `members`) into *out (allocated), so that every member of this
- * group plans on top of the same doubles. `loads` and `group` name them in the messages ("expert
- * loads of the dense group"). Collective. */
-static shardopt_status_t other_loads_gather(shardopt_runtime_t rt, const struct group_plan *from,
-                                            MPI_Comm comm, int members, double **out,
-                                            const char *loads, const char *group)
+shardopt_status_t commit_loads_gather(shardopt_runtime_t rt, double mine, MPI_Comm comm,
+                                      int members, double **out, const char *loads,
+                                      const char *group)
 {
-    /* a team member's all-reduces count too: they hold up its Newton-Schulz */
-    const double mine = from->load != NULL ? from->load[from->me] + from->team_comm[from->me] : 0.0;
     const size_t bytes = sizeof(double) * (size_t)members;
     shardopt_status_t status = SHARDOPT_OK;
     char what[64];
@@ -215,15 +209,30 @@ static shardopt_status_t other_loads_gather(shardopt_runtime_t rt, const struct 
                           "the %s group",
                           rt->groups.me.rank, bytes, loads, group);
     status = groups_agree(&rt->groups, status, "commit");
+    if (status == SHARDOPT_OK) {
+        snprintf(what, sizeof what, "all-gather of %s loads", loads);
+        const int rc = comm_allgather(&rt->groups, comm, &mine, 1, MPI_DOUBLE, *out, what);
+        status = commit_mpi_agree(rt, rc, "%s", what);
+    }
     if (status != SHARDOPT_OK) {
         /* this rank's array, where another rank ran out: dense_refine's is its caller's own */
         free(*out);
         *out = NULL;
-        return status;
     }
-    snprintf(what, sizeof what, "all-gather of %s loads", loads);
-    comm_allgather(&rt->groups, comm, &mine, 1, MPI_DOUBLE, *out, what);
-    return SHARDOPT_OK;
+    return status;
+}
+
+/* Each member's Newton-Schulz load in the other group (`from`, this rank's plan there),
+ * all-gathered over `comm` (of `members`) into *out, so that every member of this group plans on
+ * top of the same doubles. `loads` and `group` name them in the messages ("expert loads of the
+ * dense group"). Collective. */
+static shardopt_status_t other_loads_gather(shardopt_runtime_t rt, const struct group_plan *from,
+                                            MPI_Comm comm, int members, double **out,
+                                            const char *loads, const char *group)
+{
+    /* a team member's all-reduces count too: they hold up its Newton-Schulz */
+    const double mine = from->load != NULL ? from->load[from->me] + from->team_comm[from->me] : 0.0;
+    return commit_loads_gather(rt, mine, comm, members, out, loads, group);
 }
 
 /* Joint planning (docs/scaling.md): each dense member's expert load, so that the dense owners

@@ -97,42 +97,29 @@ static int groups_read(struct scratch *s, int members, int nd, int *ngroups, int
     return rc;
 }
 
-/* This member's Newton-Schulz load and exchange elements under the plans d and x, its work and
- * transfers in the cost model, all-reduced (MAX) over the dense group with the union's elements
- * when `with_union` into out[0..2]. Collective: an MPI code. */
+/* This member's Newton-Schulz load (the teams' all-reduces included) and exchange elements
+ * sent under the plans d and x, all-reduced (MAX) over the dense group into out[0..1]: the
+ * busiest member's work and transfers in the cost model. Collective: an MPI code. */
 static int busiest(shardopt_runtime_t rt, const struct group_plan *d, const struct group_plan *x,
-                   double *out, int count)
+                   double out[2])
 {
     const double es = (double)kdtype_size(rt->cfg.comm_dtype);
     out[0] = d->load[d->me] + d->team_comm[d->me] + x->load[x->me] + x->team_comm[x->me];
     out[1] = (double)(d->bytes_sent + x->bytes_sent) / es;
-    return comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, out, count, MPI_DOUBLE,
-                          MPI_MAX, "all-reduce of the joint and union plans' busiest members");
+    return comm_allreduce(&rt->groups, rt->groups.dense, MPI_IN_PLACE, out, 2, MPI_DOUBLE, MPI_MAX,
+                          "all-reduce of the joint and union plans' busiest members");
 }
 
 static double max2(double a, double b) { return a > b ? a : b; }
 
-/* s->base: each dense member's team blocks, the dense plan's (alike everywhere) and its expert
- * shard group's, all-gathered over the dense group. Collective. */
+/* s->base: each dense member's team blocks, its expert shard group's (all-gathered over the
+ * dense group) and the dense plan's (alike everywhere). Collective. */
 static shardopt_status_t team_loads(shardopt_runtime_t rt, struct scratch *s,
                                     const struct group_plan *jd, const struct group_plan *jx)
 {
-    const int members = jd->members;
-    shardopt_status_t status = SHARDOPT_OK;
-    s->base = mem_malloc(sizeof(double) * (size_t)members);
-    if (s->base == NULL)
-        status = log_fail(SHARDOPT_ERR_OUT_OF_MEMORY,
-                          "commit: rank %d: out of memory allocating %zu bytes for the union "
-                          "plan's team loads",
-                          rt->groups.me.rank, sizeof(double) * (size_t)members);
-    status = groups_agree(&rt->groups, status, "commit");
-    if (status != SHARDOPT_OK)
-        return status;
-    const double mine = jx->team_load[jx->me];
-    const int rc = comm_allgather(&rt->groups, rt->groups.dense, &mine, 1, MPI_DOUBLE, s->base,
-                                  "all-gather of the expert team loads for the union plan");
-    status = commit_mpi_agree(rt, rc, "all-gather of the expert team loads for the union plan");
-    for (int d = 0; status == SHARDOPT_OK && d < members; d++)
+    const shardopt_status_t status = commit_loads_gather(
+        rt, jx->team_load[jx->me], rt->groups.dense, jd->members, &s->base, "expert team", "dense");
+    for (int d = 0; status == SHARDOPT_OK && d < jd->members; d++)
         s->base[d] += jd->team_load[d];
     return status;
 }
@@ -243,7 +230,7 @@ shardopt_status_t commit_union_plan(shardopt_runtime_t rt, const struct shard_ta
     for (int d = 0; d < members; d++)
         wu = max2(wu, s.load[d]);
     if (status == SHARDOPT_OK) {
-        rc = busiest(rt, jd, jx, j, 2);
+        rc = busiest(rt, jd, jx, j);
         status = commit_mpi_agree(rt, rc, "all-reduce of the joint plan's busiest member");
     }
     const double ec = commit_elem_cost(rt), fj = max2(j[0], ec * j[1]);
@@ -266,7 +253,7 @@ shardopt_status_t commit_union_plan(shardopt_runtime_t rt, const struct shard_ta
     if (status == SHARDOPT_OK)
         status = commit_group_plan(rt, GROUP_EXPERT, xs, &ux, &s.expert);
     if (status == SHARDOPT_OK) {
-        rc = busiest(rt, &s.dense.plan, &s.expert.plan, u, 2);
+        rc = busiest(rt, &s.dense.plan, &s.expert.plan, u);
         status = commit_mpi_agree(rt, rc, "all-reduce of the union plan's busiest member");
     }
     if (status != SHARDOPT_OK) {

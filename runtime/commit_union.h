@@ -15,6 +15,13 @@ shardopt_status_t commit_group_plan(shardopt_runtime_t rt, enum group_kind kind,
                                     const struct shard_table *t, const struct plan_cfg *joint,
                                     struct group_exec *gx);
 
+/* commit.c's: this member's `mine` all-gathered over comm (of `members`) into *out (allocated;
+ * NULL on failure), a rank out of memory or a failed all-gather agreed over the groups. `loads`
+ * and `group` name them in the messages ("expert loads of the dense group"). Collective. */
+shardopt_status_t commit_loads_gather(shardopt_runtime_t rt, double mine, MPI_Comm comm,
+                                      int members, double **out, const char *loads,
+                                      const char *group);
+
 /* The planner's cost of one exchange element sent one way (commit.c's moves_elem_cost). */
 double commit_elem_cost(shardopt_runtime_t rt);
 

@@ -265,6 +265,20 @@ TEST(saving_the_latest_step_again_is_a_state_refusal)
     EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_ERR_STATE);
     EXPECT_STR_CONTAINS(shardopt_last_error(), "is the latest checkpoint (step 0)");
     EXPECT_EQ_INT(shardopt_load(rt, dir), SHARDOPT_OK);
+    /* resumed, and the only step since skipped (a NaN gradient): the step number is still the
+     * loaded one, so the save is the same refusal; a step taken makes it a new checkpoint */
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.01;
+    g[3] = NAN;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
+    EXPECT_EQ_INT(st.last_step_skipped, 1);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_ERR_STATE);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "is the latest checkpoint (step 0)");
+    g[3] = 0.0f;
+    EXPECT_EQ_INT(shardopt_step(rt, &args), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_save(rt, dir), SHARDOPT_OK);
     shardopt_finalize(rt);
     fixture_rmtree(base);
 }

@@ -302,7 +302,7 @@ TEST(expert_stack_equals_its_experts_registered_one_by_one)
 {
     enum { E = 4, R = 8, C = 24 };
     static float ws[E * R * C], gs[E * R * C], we[E][R * C], ge[E][R * C];
-    static char names[E][16];
+    static char names[E][24]; /* "expert" and any int: -O1 with ASan checks the range */
     uint64_t seed = 5;
     for (int e = 0; e < E; e++)
         for (int i = 0; i < R * C; i++) {

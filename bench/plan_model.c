@@ -298,6 +298,50 @@ static void count_teams(const struct group_out *x, int times, int expert, struct
     r->team_max = x->kmax > r->team_max ? x->kmax : r->team_max;
 }
 
+/* The cost model (shardopt_plan.c's header) of the plans dg (dense group) and xg (expert groups,
+ * dense member d's) into r's dense_bytes, expert_bytes, t_ns, t_comm, h2d_bytes, t_elem, step;
+ * elem and state: each member's elementwise and state bytes, whatever the owners. */
+static void model_step(const struct opts *o, const struct machine *mc, int world,
+                       const struct group_out *dg, const struct group_out *xg, const double *elem,
+                       const double *state, struct prediction *r)
+{
+    const double rate = mc->gemm_tflops * 1e12 * mc->ns_fraction;
+    const double bw = (r->dense_internode ? mc->inter_gbps : mc->intra_gbps) * 1e9;
+    const double maxelem = max_of(elem, r->dense), maxstate = max_of(state, r->dense);
+    double tns = 0, maxowned = 0;
+    for (int d = 0; d < r->dense; d++) {
+        /* time on the whole-product count, the basis of the machine's rate (a GPU forms every
+         * product whole; --calibrate's ns_bench rates each variant on whole products); a team's
+         * all-reduces stall its Newton-Schulz: they count in t_ns */
+        const double t =
+            ((dg->flops[d] + xg->flops[d]) * o->ns_steps + dg->sharded[d] + xg->sharded[d]) / rate +
+            (dg->tbytes[d] + xg->tbytes[d]) / (mc->intra_gbps * 1e9);
+        tns = t > tns ? t : tns;
+        const double ow = dg->owned[d] + xg->owned[d];
+        maxowned = ow > maxowned ? ow : maxowned;
+    }
+    r->dense_bytes = max_of(dg->bytes, r->dense), r->expert_bytes = max_of(xg->bytes, r->dense);
+    r->t_ns = tns;
+    r->t_comm = (r->dense_bytes + r->expert_bytes) / bw;
+    if (!strcmp(o->offload, "optimizer")) {
+        r->h2d_bytes = maxstate;
+        const double copy = maxstate / (mc->host_link_gbps * 1e9);
+        const double hbm = maxelem / (mc->hbm_gbps * 1e9);
+        r->t_elem = copy > hbm ? copy : hbm;
+    } else if (!strcmp(o->offload, "cpu")) {
+        /* Newton-Schulz input and output of the owned matrices cross the host link */
+        r->h2d_bytes = maxowned;
+        r->t_elem = maxelem / (mc->host_mem_gbps * 1e9) + maxowned / (mc->host_link_gbps * 1e9);
+    } else {
+        r->t_elem = maxelem / (mc->hbm_gbps * 1e9);
+    }
+    if (mc->slots > 0 && world > mc->slots) { /* ranks take turns on the cores */
+        r->t_ns *= (double)world / mc->slots;
+        r->t_elem *= (double)world / mc->slots;
+    }
+    r->step = r->t_elem + (r->t_ns > r->t_comm ? r->t_ns : r->t_comm);
+}
+
 int plan_model_predict(const struct opts *o, const struct preset *p, const struct machine *mc,
                        int world, struct prediction *r, char *err, size_t errlen)
 {
@@ -386,7 +430,6 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
     r->dense_internode = r->dense > mc->gpus_per_node;
     const double rate = mc->gemm_tflops * 1e12 * mc->ns_fraction;
     const double bw = (r->dense_internode ? mc->inter_gbps : mc->intra_gbps) * 1e9;
-    const double bw_node = mc->intra_gbps * 1e9;
     struct group_out xo1 = {.flops = g_f,
                             .bytes = g_b,
                             .owned = g_o,
@@ -514,6 +557,8 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
                            .tcomm = xtc,
                            .real = xreal,
                            .sharded = xsh};
+    model_step(o, mc, world, &dout, &xj, elem, state, r);
+    r->joint_step = r->step; /* the joint plan's, before the union's may replace it */
     if (o->joint)
         plan_model_union(o, p, skip, r, elem_cost, &dcfg, &xcfg1, &jd, jxp, &dout, &xj);
     plan_free(&jd);
@@ -521,7 +566,7 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         plan_free(&jx[e]);
     free(jx);
     free(jxp);
-    double sum = 0, maxelem = 0, maxowned = 0, tns = 0;
+    double sum = 0;
     /* each group's own balance: max over its members / their mean (1 when it owns nothing), in
      * the FLOPs the kernels perform */
     const double dmax = max_of(dreal, r->dense), xmax = max_of(xreal, r->dense);
@@ -534,12 +579,6 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
         const double f = dreal[d] + xreal[d]; /* per step, as the runtime counts them */
         r->flops_max = f > r->flops_max ? f : r->flops_max;
         sum += f;
-        /* time on the whole-product count, the basis of the machine's rate (a GPU forms every
-         * product whole; --calibrate's ns_bench rates each variant on whole products); a team's
-         * all-reduces stall its Newton-Schulz: they count in t_ns */
-        const double t = ((dflops[d] + xflops[d]) * o->ns_steps + dsh[d] + xsh[d]) / rate +
-                         (dtb[d] + xtb[d]) / bw_node;
-        tns = t > tns ? t : tns;
         /* what the runtime counts in bytes_ns_allreduce_last: both groups' Gram all-reduces */
         r->team_bytes = dtb[d] + xtb[d] > r->team_bytes ? dtb[d] + xtb[d] : r->team_bytes;
         if (state[d] > r->state_bytes) {
@@ -547,34 +586,10 @@ int plan_model_predict(const struct opts *o, const struct preset *p, const struc
             r->mom_bytes = mom[d];
             r->adam_bytes = state[d] - mom[d];
         }
-        maxelem = elem[d] > maxelem ? elem[d] : maxelem;
-        const double ow = downed[d] + xowned[d];
-        maxowned = ow > maxowned ? ow : maxowned;
     }
     r->flops_mean = sum / r->dense;
-    r->dense_bytes = max_of(dbytes, r->dense), r->expert_bytes = max_of(xbytes, r->dense);
     r->t_perfect = (dout.whole + o->ep * xout.whole) * o->ns_steps / r->dense / rate;
-
-    /* the cost model (header comment) */
-    r->t_ns = tns;
-    r->t_comm = (r->dense_bytes + r->expert_bytes) / bw;
-    if (!strcmp(o->offload, "optimizer")) {
-        r->h2d_bytes = r->state_bytes;
-        const double copy = r->state_bytes / (mc->host_link_gbps * 1e9);
-        const double hbm = maxelem / (mc->hbm_gbps * 1e9);
-        r->t_elem = copy > hbm ? copy : hbm;
-    } else if (!strcmp(o->offload, "cpu")) {
-        /* Newton-Schulz input and output of the owned matrices cross the host link */
-        r->h2d_bytes = maxowned;
-        r->t_elem = maxelem / (mc->host_mem_gbps * 1e9) + maxowned / (mc->host_link_gbps * 1e9);
-    } else {
-        r->t_elem = maxelem / (mc->hbm_gbps * 1e9);
-    }
-    if (mc->slots > 0 && world > mc->slots) { /* ranks take turns on the cores */
-        r->t_ns *= (double)world / mc->slots;
-        r->t_elem *= (double)world / mc->slots;
-    }
-    r->step = r->t_elem + (r->t_ns > r->t_comm ? r->t_ns : r->t_comm);
+    model_step(o, mc, world, &dout, &xj, elem, state, r); /* the kept plan's */
     free(skip);
     double *const arrays[] = {dflops, dbytes, downed, dtb,  dtc, xflops, xbytes, xowned, xtb,
                               dreal,  xreal,  g_r,    dsh,  xsh, g_s,    g_f,    g_b,    g_o,

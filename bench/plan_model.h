@@ -50,6 +50,7 @@ struct prediction {
     double mom_bytes, adam_bytes;             /* that rank's state by kind */
     double h2d_bytes;                         /* per step, = d2h */
     double t_ns, t_comm, t_elem, step;        /* seconds */
+    double joint_step; /* the joint plan's step (= step unless the union plan is kept) */
     double t_perfect;  /* every matrix's NS once, spread evenly over the ranks */
     double team_bytes; /* sent per step in team all-reduces by the busiest rank */
     int dense_internode, nteams, team_max, nmoved;
@@ -57,8 +58,8 @@ struct prediction {
     int team_sizes[6]; /* matrices with a team of 2, 4, ..., 64 (both groups) */
     /* The union plan (plan_model_union.c), as commit decides it: 1 kept, 0 the joint plan kept,
      * -1 not considered (--no-joint); each plan's model finish in the planner's cost units (NS
-     * FLOPs per iteration, products whole), max over members of max(work, elem_cost x the
-     * exchange elements it sends) */
+     * FLOPs per iteration, products whole), the later of the busiest member's work and
+     * elem_cost x (the busiest dense sender's exchange elements + the busiest expert sender's) */
     int union_plan;
     double joint_finish, union_finish;
 };
@@ -116,7 +117,8 @@ void plan_model_group_cost(const struct preset *p, const char *const *skip, int 
  * joint plan formed (kept, their blocks each member's starting load: group_plan.team_load, with
  * teams on), its plans built with plan_cfg.fixed_owner and fixed_teams (the dense group's on
  * dcfg, each expert group's on xcfg), kept iff its finish is earlier than the joint plan's by
- * more than 1e-12 relative (each member's finish max(work, elem_cost x its exchange elements)).
+ * more than 1e-12 relative (a plan's finish: the later of its busiest member's work and elem_cost
+ * x the busiest dense and the busiest expert sender's exchange elements summed, the step's t_comm).
  * dj and xj: per dense member d, the joint plan's dense and expert work (flops = the plan's load,
  * tcomm its team_comm, bytes as sent; the expert ones of group d % ep, member d / ep), replaced
  * by U's when kept, r's team counts then U's and nothing moved. Sets r->union_plan,

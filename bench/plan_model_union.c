@@ -44,12 +44,17 @@ static void out_copy(struct group_out *dst, const struct group_out *src, size_t 
         memcpy(d[i], s[i], n * sizeof(double));
 }
 
-/* The exchange elements dense member d sends per step in both groups: each group's bytes_sent,
- * an integer the double sums here round to, over the comm dtype's bytes (as commit sums the
- * plans' uint64_t counts) */
-static double elems(const struct group_out *dg, const struct group_out *xg, int d)
+/* The exchange elements the busiest sender of g sends per step: each member's bytes_sent, an
+ * integer the double sums here round to, over the comm dtype's bytes, as commit divides the
+ * plan's uint64_t count before its all-reduce (MAX) */
+static double busiest_elems(const struct group_out *g, int members)
 {
-    return (double)((uint64_t)llround(dg->bytes[d]) + (uint64_t)llround(xg->bytes[d])) / COMM_ES;
+    double m = 0;
+    for (int d = 0; d < members; d++) {
+        const double e = (double)(uint64_t)llround(g->bytes[d]) / COMM_ES;
+        m = e > m ? e : m;
+    }
+    return m;
 }
 
 int plan_model_union(const struct opts *o, const struct preset *p, const char *const *skip,
@@ -125,17 +130,19 @@ int plan_model_union(const struct opts *o, const struct preset *p, const char *c
             xu.sharded[d] = g.sharded[j];
         }
     }
-    /* each plan's finish (commit_union.c's): the latest member's work (the planner's load and
-     * team all-reduces, both groups; U's: the union's loads, team blocks included) or its
-     * exchange at elem_cost */
-    double wj = 0, cj = 0, wu = 0, cu = 0;
+    /* each plan's finish (commit_union.c's): the busiest member's work (the planner's load and
+     * team all-reduces, both groups; U's: the union's loads, team blocks included) or, at
+     * elem_cost, the busiest dense sender's exchange elements plus the busiest expert sender's,
+     * the shape of the step's t_comm (plan_model.c), so that the kept plan's step is never the
+     * later one at the machine's rates */
+    double wj = 0, wu = 0;
     for (int d = 0; d < dense; d++) {
         const double w = dj->flops[d] + dj->tcomm[d] + xj->flops[d] + xj->tcomm[d];
         wj = w > wj ? w : wj;
-        cj = elems(dj, xj, d) > cj ? elems(dj, xj, d) : cj;
         wu = load[d] > wu ? load[d] : wu;
-        cu = elems(&du, &xu, d) > cu ? elems(&du, &xu, d) : cu;
     }
+    const double cj = busiest_elems(dj, dense) + busiest_elems(xj, dense);
+    const double cu = busiest_elems(&du, dense) + busiest_elems(&xu, dense);
     r->joint_finish = wj > elem_cost * cj ? wj : elem_cost * cj;
     r->union_finish = wu > elem_cost * cu ? wu : elem_cost * cu;
     r->union_plan = r->union_finish < r->joint_finish * (1 - 1e-12);

@@ -350,8 +350,9 @@ static void print_json(const struct prediction *r, int first)
         }
     printf("}");
     if (r->union_plan >= 0) /* the planner's cost units: NS FLOPs per iteration */
-        printf(", \"union_plan\": %d, \"joint_finish\": %.17g, \"union_finish\": %.17g",
-               r->union_plan, r->joint_finish, r->union_finish);
+        printf(", \"union_plan\": %d, \"joint_finish\": %.17g, \"union_finish\": %.17g, "
+               "\"joint_step\": %.6e",
+               r->union_plan, r->joint_finish, r->union_finish, r->joint_step);
 }
 
 /* Run a command, parse the last line of its output that starts with '{' (or the whole output

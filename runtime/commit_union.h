@@ -30,10 +30,11 @@ double commit_elem_cost(shardopt_runtime_t rt);
  * it keeps (no teams, the default: LPT over the union of every matrix), computed alike on every
  * rank of the dense group from the matrix costs each expert shard group gathers to it; both groups
  * planned for those owners; their plans replace the joint ones where the union's model finish,
- * max over the dense members of max(Newton-Schulz load with the teams' all-reduces, exchange
- * elements sent x commit_elem_cost), is earlier than the joint plan's. So the plan commit keeps
- * never finishes later in that model than that LPT over the union. rt->union_off (tests) skips
- * it. Collective. */
+ * the later of the busiest dense member's Newton-Schulz load (the teams' all-reduces included)
+ * and commit_elem_cost x (the busiest dense-exchange sender's elements + the busiest
+ * expert-exchange sender's), is earlier than the joint plan's. So the plan commit keeps never
+ * finishes later in that model than that LPT over the union. rt->union_off (tests) skips it.
+ * Collective. */
 shardopt_status_t commit_union_plan(shardopt_runtime_t rt, const struct shard_table *dense,
                                     const struct shard_table *xs);
 

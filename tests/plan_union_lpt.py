@@ -20,6 +20,11 @@ keeps LPT over the union (U) wherever its model finish, max over ranks of max(wo
 exchange elements), is earlier than the joint plan's, so on every layout
   kept    the kept plan's finish is at most U's (to rounding), and U is kept exactly when it is
           earlier by more than 1e-12 relative;
+  step    the kept plan's predicted step is at most the joint plan's (joint_step; equal to it
+          where J is kept): the rule's exchange is the step's t_comm, the busiest dense sender's
+          elements plus the busiest expert sender's, at the element cost of the machine's rates
+          (with each rank's own sum of both, U was kept on 10 documented Qwen3-30B-A3B layouts
+          along rows with a step up to 4.5 % later);
   U       where U is kept, the prediction is U's: nothing moved, and without teams its busiest
           rank's NS FLOPs are the union baseline's (bench/plan_union.c, computed apart from the
           prediction); with teams (GLM-4.5-Air along rows, --teams node, 1,024 and 4,096 GPUs) U
@@ -88,6 +93,10 @@ for args in [c[0] for c in CASES] + DOC + [TEAMS]:
         if (u if k else j) > u * (1 + 1e-12):
             bad('%s: the kept plan finishes at %.17g, after the union\'s %.17g' %
                 (name, u if k else j, u))
+        # both steps printed alike (%.6e, rounding is monotone): no tolerance needed
+        if l['step'] > l['joint_step'] or (not k and l['step'] != l['joint_step']):
+            bad('%s: union_plan %d, step %.6e s against the joint plan\'s %.6e s' %
+                (name, k, l['step'], l['joint_step']))
         # U's work is part of its finish: its busiest rank at least the baseline's (cost units;
         # without teams: with them U keeps the joint plan's, the baseline has none)
         if l['ns_teams'] == 0 and l['union_lpt_ns_max'] / 5 > u * (1 + 1e-12):

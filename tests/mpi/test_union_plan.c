@@ -160,3 +160,84 @@ TEST(the_union_plan_keeps_the_joint_plans_teams)
     EXPECT_EQ_INT(r.nteams[1], 2);
     EXPECT_TRUE(r.most[0] <= r.most[1]);
 }
+
+/* The exchange term of the rule is the busiest dense sender's elements plus the busiest expert
+ * sender's (shardopt-plan's t_comm), not each rank's own sum. ep 1, every matrix sharded along
+ * rows over the 4 ranks (an owner sends 3/4 of it back, every other rank its 1/4): one dense
+ * 32 x 256 (3.4 units) and 12 experts of 32 x 64 (1 unit). The joint plan: 3 experts on every rank
+ * and the dense one on rank 0 (6.4 units, rank 0 sending 6144 dense + 9216 expert elements,
+ * every other 2048 + 9216: 15360). The union: the dense on rank 0 and 4 experts on each other
+ * (4 units; rank 0 sends 6144 + 6144, the others 2048 + 10240: 12288 each, but 6144 + 10240 =
+ * 16384 from the two groups' busiest senders). At the default rates (an element 1.6 units) the
+ * union's work decides: kept. With the exchange priced high (an element 10,000 units) the union's
+ * 16384 elements finish after the joint plan's 15360: the joint plan stays (with each rank's own
+ * sum, 12288, the union was kept, and shardopt-plan's step was later). */
+static int run_rates(double gflops, double gbps, int *kept, double *most)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = NULL;
+    cfg.num_threads = 1;
+    cfg.ns_compute = SHARDOPT_NS_COMPUTE_FP32;
+    cfg.cost_gemm_gflops = gflops;
+    cfg.cost_net_gbps = gbps;
+    if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK)
+        return -1;
+    static float w[2][12 * 8 * 64], g[2][12 * 8 * 64];
+    const struct {
+        const char *name;
+        int ndim;
+        int64_t shape[3];
+        shardopt_placement_t placement;
+        int dim;
+    } t[2] = {{"dense.c", 2, {32, 256}, SHARDOPT_PLACEMENT_DENSE, 0},
+              {"experts.w3", 3, {12, 32, 64}, SHARDOPT_PLACEMENT_EXPERT, 1}};
+    for (int i = 0; i < 2; i++) {
+        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+        shardopt_param_t p;
+        int64_t off, len, goff;
+        d.name = t[i].name;
+        d.ndim = t[i].ndim;
+        memcpy(d.shape, t[i].shape, sizeof d.shape);
+        d.placement = t[i].placement;
+        d.shard_dim = t[i].dim;
+        d.algo = SHARDOPT_ALGO_MUON;
+        if (shardopt_shard_range(rt, &d, &off, &len, &goff) != SHARDOPT_OK)
+            return -1;
+        d.shard_offset = off;
+        d.shard_length = len;
+        const size_t numel = i == 1 ? (size_t)12 * (size_t)len * 64 : (size_t)len * 256;
+        fill(w[i], numel, 7u + 100u * (uint32_t)i + 10u * (uint32_t)me);
+        fill(g[i], numel, 9u + 100u * (uint32_t)i + 10u * (uint32_t)me);
+        d.data = w[i];
+        d.grad = g[i];
+        if (shardopt_register(rt, &d, &p) != SHARDOPT_OK)
+            return -1;
+    }
+    if (shardopt_commit(rt) != SHARDOPT_OK)
+        return -1;
+    *kept = rt->union_kept;
+    shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    a.lr = 0.02;
+    if (shardopt_step(rt, &a) != SHARDOPT_OK)
+        return -1;
+    shardopt_get_stats(rt, &st);
+    *most = st.ns_flops_last;
+    MPI_Allreduce(MPI_IN_PLACE, most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    shardopt_finalize(rt);
+    return 0;
+}
+
+TEST(the_rules_exchange_is_the_busiest_senders_of_both_groups)
+{
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    const double unit = ns_units(32, 64) * 5, dense = ns_units(32, 256) * 5;
+    int kept = -1;
+    double most = 0;
+    ASSERT_EQ_INT(run_rates(100, 25, &kept, &most), 0); /* the defaults */
+    EXPECT_EQ_INT(kept, 1);
+    EXPECT_NEAR(most / unit, 4.0, 1e-9);
+    ASSERT_EQ_INT(run_rates(1e5, 4, &kept, &most), 0); /* 2 B x 1e5 / (4 x 5): 10,000 */
+    EXPECT_EQ_INT(kept, 0);
+    EXPECT_NEAR(most / (3 * unit + dense), 1.0, 1e-9);
+}

@@ -52,11 +52,13 @@
  * (plan_cfg.team_guard). The table's last columns count both groups' teams, --json gives
  * "team_sizes" {k: matrices} and "expert_ns_teams" (of ns_teams, the expert groups').
  * Then, as commit does (runtime/commit_union.c), LPT over the union of both groups' matrices, one
- * owner each, replaces the joint plan where it finishes first in the cost model (each rank's
- * finish the later of its Newton-Schulz work and its exchange elements at the moves' element
- * cost; plan_model_union.c): --json's "union_plan" (1: kept, 0: the joint plan kept; absent with
- * --no-joint), "joint_finish" and "union_finish" (the latest rank's finish of each, in the
- * planner's cost units, NS FLOPs per iteration). With the machine's rates the element cost is the
+ * owner each, replaces the joint plan where it finishes first in the cost model (the later of
+ * the busiest rank's Newton-Schulz work and, at the moves' element cost, the busiest dense
+ * sender's exchange elements plus the busiest expert sender's, as t_comm adds them;
+ * plan_model_union.c): --json's "union_plan" (1: kept, 0: the joint plan kept; absent with
+ * --no-joint), "joint_finish" and "union_finish" (each plan's finish, in the planner's cost
+ * units, NS FLOPs per iteration) and "joint_step" (the joint plan's step; "step" is the kept
+ * plan's, never later at the machine's rates). With the machine's rates the element cost is the
  * machine's, so a run (commit at cost_gemm_gflops / cost_net_gbps) may keep the other plan:
  * --cost-rates G,B predicts the run's choice. The table marks a layout where the union plan is
  * kept with ", union" after its teams and moves (0 (1) / 0, union).

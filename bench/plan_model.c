@@ -17,6 +17,7 @@
 #include "kernels/ns_variant.h"
 #include "kernels/ops.h"
 #include "runtime/classify.h"
+#include "runtime/config/config_cost.h"
 #include "sharding/ns_strategy.h"
 #include "sharding/plan.h"
 #include "shardopt.h"
@@ -141,14 +142,13 @@ void plan_model_group_cost(const struct preset *p, const char *const *skip, int 
         pp[np].ns_restarts = gram_restarts(o, rows, cols, pp[np].ns_gram);
         np++;
     }
-    /* --ns-strategy, decided per tensor as commit's sharded_choose does (on a device too: its
-     * sharded entries run the same fp32 forms, kernels/cuda/ns_shard_cuda.cu). A sharded tensor
-     * leaves the plan (no owner, no exchange); each member holding columns of one of its matrices
-     * runs the sharded standard iteration on them in fp32 (bf16 or not), every product whole,
-     * ns_shard_iter_flops(m, n_j, 1) per step (4m^2 n_j + 2m^3, or 6m^2 n_j for n_j < m:
-     * runtime/step/ns_sharded.c); a member holding none counts nothing. */
+    /* --ns-strategy, decided per tensor as commit's sharded_choose does at --cost-rates or a
+     * device's default rates (sharded entries run the same fp32 forms there: ns_shard_cuda.cu).
+     * A sharded tensor leaves the plan (no owner, no exchange); each member holding columns of one
+     * of its matrices runs the sharded standard iteration on them in fp32 (bf16 or not), every
+     * product whole, ns_shard_iter_flops(m, n_j, 1) per step (4m^2 n_j + 2m^3, or 6m^2 n_j for
+     * n_j < m: runtime/step/ns_sharded.c); a member holding none counts nothing. */
     if (o->ns_strategy != NS_MODE_GATHER) {
-        const shardopt_config_t dflt = SHARDOPT_CONFIG_INIT;
         double total = 0;
         for (int q = 0; q < np; q++) {
             const int rd = pp[q].ndim - 2;
@@ -171,8 +171,8 @@ void plan_model_group_cost(const struct preset *p, const char *const *skip, int 
                 .steps = o->ns_steps,
                 .esize = COMM_ES,
                 .group_mean_cost = total / members,
-                .gflops = o->cost_gflops > 0 ? o->cost_gflops : dflt.cost_gemm_gflops,
-                .gbps = o->cost_gflops > 0 ? o->cost_gbps : dflt.cost_net_gbps,
+                .gflops = o->cost_gflops > 0 ? o->cost_gflops : COST_DEVICE_GFLOPS,
+                .gbps = o->cost_gflops > 0 ? o->cost_gbps : COST_DEVICE_GBPS,
                 .gram = pp[q].ns_gram};
             memcpy(in.shape, pp[q].shape, sizeof in.shape);
             struct plan_ns_blocks kb;

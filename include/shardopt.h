@@ -176,8 +176,12 @@ typedef struct shardopt_config {
     uint64_t bucket_bytes;
     int replica_split; /**< 1: replicas split the Newton-Schulz work and all-gather it */
     shardopt_ns_strategy_t ns_strategy; /**< gather (default), sharded, or auto (cost model) */
-    double cost_gemm_gflops;            /**< auto's cost model: GEMM rate per rank. Default 100 */
-    double cost_net_gbps; /**< auto's cost model: bandwidth per rank, GB/s. Default 25 */
+    /** the cost model's GEMM rate per rank, GFLOP/s (auto's, the plans commit chooses by);
+     *  0 (default): 100 where Newton-Schulz runs on the CPU, 632000 on a device */
+    double cost_gemm_gflops;
+    /** the cost model's bandwidth per rank, GB/s; 0 (default): 25 with Newton-Schulz on the
+     *  CPU, 50 on a device */
+    double cost_net_gbps;
     shardopt_dtype_t adam_state_dtype; /**< AdamW first moment: fp32 (default) or bf16 */
     shardopt_dtype_t adam_v_dtype;     /**< AdamW second moment: fp32 (default) or bf16 */
     int keep_last;              /**< checkpoints: keep the newest N step directories; 0 = all */
@@ -264,8 +268,8 @@ typedef struct shardopt_config {
         .param_rounding = SHARDOPT_ROUNDING_NEAREST, .seed = 0, .backend = SHARDOPT_BACKEND_CPU,   \
         .kernels = SHARDOPT_KERNELS_AUTO, .num_threads = 0, .dp_replicate = 1, .dp_shard = -1,     \
         .cp = 1, .ep = 1, .nonfinite = SHARDOPT_NONFINITE_SKIP, .bucket_bytes = 128ull << 20,      \
-        .replica_split = 0, .ns_strategy = SHARDOPT_NS_STRATEGY_GATHER, .cost_gemm_gflops = 100.0, \
-        .cost_net_gbps = 25.0, .adam_state_dtype = SHARDOPT_DTYPE_FP32,                            \
+        .replica_split = 0, .ns_strategy = SHARDOPT_NS_STRATEGY_GATHER, .cost_gemm_gflops = 0.0,   \
+        .cost_net_gbps = 0.0, .adam_state_dtype = SHARDOPT_DTYPE_FP32,                             \
         .adam_v_dtype = SHARDOPT_DTYPE_FP32, .keep_last = 0, .load_allow_missing = 0,              \
         .bind = SHARDOPT_BIND_NONE, .offload = SHARDOPT_OFFLOAD_NONE, .debug_poison_staging = 0,   \
         .host_store_limit = 0, .ns_compute = SHARDOPT_NS_COMPUTE_AUTO,                             \

@@ -19,6 +19,7 @@
 #include "runtime/commit_check.h"
 #include "runtime/commit_teams.h"
 #include "runtime/commit_union.h"
+#include "runtime/config/config_cost.h"
 #include "runtime/runtime.h"
 #include "runtime/step/ns_sharded_sum.h"
 #include "runtime/step/offload_exec.h"
@@ -131,8 +132,7 @@ shardopt_status_t commit_group_plan(shardopt_runtime_t rt, enum group_kind kind,
         /* a Gram element all-reduced (in the teams' dtype: ns_sharded.c) at cost_net_gbps, in
          * NS FLOPs at cost_gemm_gflops; bf16 teams form A^2 on every block (ns_sharded.c counts
          * them so). shardopt-plan prices its teams with the same call. */
-        plan_cfg_team_dtype(&cfg, rt->team_compute == KDT_BF16, rt->cfg.cost_gemm_gflops,
-                            rt->cfg.cost_net_gbps);
+        plan_cfg_team_dtype(&cfg, rt->team_compute == KDT_BF16, rt->cost_gflops, rt->cost_gbps);
     }
     if (pp == NULL || boxes == NULL) {
         built = SHARDOPT_ERR_OUT_OF_MEMORY;
@@ -251,8 +251,7 @@ double commit_elem_cost(shardopt_runtime_t rt) { return moves_elem_cost(rt); }
 static double moves_elem_cost(shardopt_runtime_t rt)
 {
     const double steps = rt->cfg.ns_steps > 0 ? rt->cfg.ns_steps : 5;
-    return (double)kdtype_size(rt->cfg.comm_dtype) * rt->cfg.cost_gemm_gflops /
-           (rt->cfg.cost_net_gbps * steps);
+    return (double)kdtype_size(rt->cfg.comm_dtype) * rt->cost_gflops / (rt->cost_gbps * steps);
 }
 
 /* The most bytes any member of the dense group sends in `from`'s exchanges (this rank's plan of
@@ -377,8 +376,8 @@ static shardopt_status_t sharded_choose(shardopt_runtime_t rt, enum group_kind k
                                     .steps = rt->cfg.ns_steps,
                                     .esize = kdtype_size(rt->cfg.comm_dtype),
                                     .group_mean_cost = total / t->members,
-                                    .gflops = rt->cfg.cost_gemm_gflops,
-                                    .gbps = rt->cfg.cost_net_gbps,
+                                    .gflops = rt->cost_gflops,
+                                    .gbps = rt->cost_gbps,
                                     .gram = p->ns_algorithm == NS_ALGO_GRAM};
         memcpy(in.shape, p->layout.shape, sizeof in.shape);
         /* gathered, the FLOPs its kernel would perform, as the step counts them (muon_exec.c) */
@@ -490,6 +489,15 @@ static shardopt_status_t commit_run(shardopt_runtime_t rt)
                               : SHARDOPT_OK); /* its allocations go to init's device */
     if (status != SHARDOPT_OK)
         return status;
+    rt->cost_gflops = config_cost_rate(rt->cfg.cost_gemm_gflops, rt_ns_on_device(rt),
+                                       COST_CPU_GFLOPS, COST_DEVICE_GFLOPS);
+    rt->cost_gbps = config_cost_rate(rt->cfg.cost_net_gbps, rt_ns_on_device(rt), COST_CPU_GBPS,
+                                     COST_DEVICE_GBPS);
+    log_info("commit: cost model at %g GFLOP/s and %g GB/s per rank (%s)", rt->cost_gflops,
+             rt->cost_gbps,
+             rt->cfg.cost_gemm_gflops > 0 && rt->cfg.cost_net_gbps > 0 ? "the config's"
+             : rt_ns_on_device(rt) ? "Newton-Schulz on a device: a GPU's defaults where unset"
+                                   : "Newton-Schulz on the CPU: its defaults where unset");
     status = commit_check(rt, &dense, &xs);
     if (status != SHARDOPT_OK)
         return status;

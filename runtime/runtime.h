@@ -159,6 +159,9 @@ struct shardopt_runtime {
      * LPT over the union (commit_union.c), as before the union plan */
     int union_off;
     int union_kept; /* 1: commit kept LPT over the union of both groups (commit_union.c) */
+    /* the cost model's rates commit plans at: cost_gemm_gflops / cost_net_gbps, or where they
+     * are 0 (the defaults) those of where Newton-Schulz runs (config_cost.h) */
+    double cost_gflops, cost_gbps;
     /* Buckets in flight (docs/design.md, The step): bucket k+1 in exchange #1 and k-1 in exchange
      * #2 while k is in Newton-Schulz, so three sets of buffers, comm dtype, sized for the largest
      * bucket */

@@ -120,8 +120,8 @@ trap 'rm -rf "$tmp"' EXIT
 bench_cmd=("$here/single_node.sh" --ranks "$ranks" --threads 1 -- "$bench" "${bench_model[@]}"
            --momentum-dtype fp32 "${lay[@]}" --threads 1 --warmup "$warmup" --steps "$steps" --json)
 mfile=${machine:-$tmp/machine.json}
-# owners chosen at the run's cost rates (config cost_gemm_gflops / cost_net_gbps, defaults 100 and
-# 25): commit keeps the union plan or the joint one by them, and so does the planner here; the
+# owners chosen at the run's cost rates (config cost_gemm_gflops / cost_net_gbps, left at 0: a CPU
+# run's 100 and 25): commit keeps the union plan or the joint one by them, and so does the planner here; the
 # times still follow the machine file
 plan_cmd=("$plan" "${plan_model[@]}" --world "$ranks" "${lay[@]}" --machine "$mfile"
           --cost-rates 100,25 --json)

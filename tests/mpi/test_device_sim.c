@@ -76,9 +76,18 @@ static int team_bf16;                    /* both runs' ns_compute = bf16 */
 static int no_decay;                     /* weight_decay 0: a zero update keeps the weights */
 static int one_step;                     /* ns_steps 1: a team's first iteration is its last */
 
+/* 0: both runs plan at the CPU's cost rates, so that a device run plans the teams and sharded
+ * matrices of the CPU run it is compared with (a device's default rates price the exchange about
+ * 3,000 times higher); 1: the config's defaults (0: by where Newton-Schulz runs) */
+static int default_rates;
+
 static shardopt_config_t test_cfg(void)
 {
     shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    if (!default_rates) {
+        cfg.cost_gemm_gflops = 100;
+        cfg.cost_net_gbps = 25;
+    }
     if (cfg_gram == 1) { /* quintic's 5 steps: the CUDA bound below is stated for them */
         cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_GRAM;
         cfg.ns_precondition = SHARDOPT_NS_PRECONDITION_AOL;
@@ -319,11 +328,20 @@ TEST(device_paths_give_the_cpu_bits_step_and_checkpoint)
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
 
     struct run cpu = {0};
+    default_rates = 1; /* one owner per matrix here: the same bits whichever plan each keeps */
     ASSERT_EQ_INT(run_setup(&cpu, MPI_COMM_WORLD, test_cfg(), 0), SHARDOPT_OK);
     ASSERT_EQ_INT(run_steps(&cpu, 1, 3), SHARDOPT_OK);
 
     struct dev_run dev = {0};
-    ASSERT_EQ_INT(dev_setup(&dev), SHARDOPT_OK);
+    const shardopt_status_t set = dev_setup(&dev);
+    default_rates = 0;
+    ASSERT_EQ_INT(set, SHARDOPT_OK);
+    /* the cost model's rates left at 0: a device's defaults where Newton-Schulz runs on one (so
+     * commit's plans do not trade its bytes for FLOPs at the CPU's prices), the CPU's else */
+    EXPECT_NEAR(dev.rt->cost_gflops, 632000.0, 0);
+    EXPECT_NEAR(dev.rt->cost_gbps, 50.0, 0);
+    EXPECT_NEAR(cpu.rt->cost_gflops, 100.0, 0);
+    EXPECT_NEAR(cpu.rt->cost_gbps, 25.0, 0);
     const long joins = sim_out_joins;
     ASSERT_EQ_INT(dev_steps(&dev, 1, 3), SHARDOPT_OK);
     EXPECT_EQ_INT(params_differ(&dev, &cpu, 3), 0);

@@ -234,7 +234,9 @@ TEST(the_rules_exchange_is_the_busiest_senders_of_both_groups)
     const double unit = ns_units(32, 64) * 5, dense = ns_units(32, 256) * 5;
     int kept = -1;
     double most = 0;
-    ASSERT_EQ_INT(run_rates(100, 25, &kept, &most), 0); /* the defaults */
+    /* the config's defaults, 0: the CPU's 100 GFLOP/s and 25 GB/s here (a device's 632,000 and 50
+     * would price an element at 5,056 units and keep the joint plan) */
+    ASSERT_EQ_INT(run_rates(0, 0, &kept, &most), 0);
     EXPECT_EQ_INT(kept, 1);
     EXPECT_NEAR(most / unit, 4.0, 1e-9);
     ASSERT_EQ_INT(run_rates(1e5, 4, &kept, &most), 0); /* 2 B x 1e5 / (4 x 5): 10,000 */

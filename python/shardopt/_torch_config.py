@@ -118,12 +118,20 @@ def _muon_config(g):
     c = g["ns_coefficients"]
     if isinstance(c, str):
         cfg["ns_coeffs"] = c
+    elif len(c) and all(isinstance(t, (tuple, list)) for t in c):
+        # a table, one triple per step (Emerging-Optimizers' polar_express and aol, and its
+        # quintic repeated: _torch_ports), which the library takes as its custom table
+        if len(c) != int(g["ns_steps"]) or any(len(t) != 3 for t in c):
+            raise ValueError(f"ns_coefficients: a table of {len(c)} entries for ns_steps = "
+                             f"{g['ns_steps']}: accepted one (a, b, c) triple per step")
+        cfg["ns_coeffs"] = "custom"
+        cfg["ns_custom_coeffs"] = [list(map(float, t)) for t in c]
     elif tuple(float(x) for x in c) == _JORDAN:
         cfg["ns_coeffs"] = "jordan"
     else:
         if len(c) != 3:
-            raise ValueError(f"ns_coefficients = {c!r}: one (a, b, c) triple, or a table name "
-                             "(quintic, jordan, polar_express)")
+            raise ValueError(f"ns_coefficients = {c!r}: one (a, b, c) triple, a table of one "
+                             "per step, or a table name (quintic, jordan, polar_express)")
         cfg["ns_coeffs"] = "custom"
         cfg["ns_custom_coeffs"] = [list(map(float, c))] * int(g["ns_steps"])
     fn = g["adjust_lr_fn"]

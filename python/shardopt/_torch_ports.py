@@ -13,7 +13,13 @@ from other Muon implementations"):
   ns_steps=, rank=, world_size=), no weight decay;
 - Keller Jordan's Muon of December 2024 to February 2025 (muon.py, the one many projects
   copied): Muon(muon_params, lr=, momentum=, nesterov=, ns_steps=, adamw_params=, adamw_lr=,
-  adamw_betas=, adamw_eps=, adamw_wd=), its AdamW lr adamw_lr / lr times the group's lr.
+  adamw_betas=, adamw_eps=, adamw_wd=), its AdamW lr adamw_lr / lr times the group's lr;
+- NVIDIA Emerging-Optimizers' Muon (emerging_optimizers.orthogonalized_optimizers.Muon, which
+  Megatron-Core's TensorParallelMuon derives from): Muon(params, lr=, momentum= (earlier
+  momentum_beta=), weight_decay=, nesterov= (use_nesterov=), weight_decay_method= (earlier
+  use_decoupled_weight_decay=, use_independent_weight_decay=), coefficient_type=, num_ns_steps=,
+  scale_mode=, extra_scale_factor=, fp32_matmul_prec=, use_syrk=, split_qkv=, is_qkv_fn=,
+  qkv_split_shapes=).
 
 Each spelling is taken where it means what this class computes, and its keys left unset take
 that project's defaults, not torch.optim's, so the ported run is the original's arithmetic. What
@@ -45,6 +51,32 @@ _MODDED_KEYWORDS = ("rank", "world_size")
 # Keller Jordan's muon.py of December 2024 to February 2025: muon_params first (positional),
 # adamw_params, adamw_lr (which Moonlight's, derived from it, dropped) and adamw_wd
 _JORDAN_KEYWORDS = ("adamw_wd",)
+# NVIDIA Emerging-Optimizers' Muon, both spellings (momentum_beta / use_nesterov /
+# use_decoupled_weight_decay before its weight_decay_method): the keywords that tell it apart
+_EMERGING_KEYWORDS = ("num_ns_steps", "coefficient_type", "scale_mode", "extra_scale_factor",
+                      "fp32_matmul_prec", "use_syrk", "weight_decay_method", "momentum_beta",
+                      "use_nesterov", "use_decoupled_weight_decay",
+                      "use_independent_weight_decay", "split_qkv", "is_qkv_fn",
+                      "qkv_split_shapes")
+# its coefficient tables (muon_utils._COEFFICIENT_SETS there), as its newton_schulz repeats
+# them: quintic and aol whole tables (steps a multiple of their length), polar_express its 8
+# then the last, simple its one triple. Its quintic and simple are the library's quintic and
+# jordan; its polar_express (4 digits, no safety factor) and aol are not the library's
+# tables of those names, so they go in as custom tables
+_EMERGING_TABLES = {
+    "simple": ((3.4445, -4.775, 2.0315),),
+    "quintic": ((4.0848, -6.8946, 2.927), (3.9505, -6.3029, 2.6377), (3.7418, -5.5913, 2.3037),
+                (2.8769, -3.1427, 1.2046), (2.8366, -3.0525, 1.2012)),
+    "polar_express": ((8.2051, -22.9019, 16.4607), (4.0664, -2.8612, 0.5184),
+                      (3.9096, -2.8234, 0.525), (3.2856, -2.4153, 0.4853),
+                      (2.2779, -1.6198, 0.3985), (1.8726, -1.2307, 0.3585),
+                      (1.8564, -1.2132, 0.3568), (1.875, -1.25, 0.375)),
+    "aol": ((4.0098, -7.0585, 2.4635), (3.4585, -5.5479, 2.5959), (2.7573, -3.2939, 1.4254),
+            (2.7215, -3.0494, 1.3169))}
+# its scale_mode as this class's adjust_lr_fn, and the factor the library's scale is off by:
+# spectral sqrt(max(A, B)) is match_rms_adamw's 0.2 sqrt(max(A, B)) times 5
+_EMERGING_SCALE = {"spectral": ("match_rms_adamw", 5.0), "shape_scaling": ("original", 1.0),
+                   "unit_rms_norm": ("spectral_unclamped", 1.0)}
 # MuonWithAuxAdam's defaults for the keys a group leaves out (Keller Jordan's muon.py)
 _AUX_MUON = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0.0}
 _AUX_ADAM = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-10, "weight_decay": 0.0}
@@ -90,6 +122,86 @@ def _jordan_defaults():
     d.update(lr=0.02, weight_decay=0.0, ns_steps=6, adamw_betas=(0.95, 0.95), adamw_eps=1e-8,
              adamw_weight_decay=0.0)
     return d
+
+
+def _emerging_defaults():
+    """Emerging-Optimizers' Muon defaults: lr 3e-4, momentum 0.95, weight decay 0.01 (decoupled,
+    lr times it), no Nesterov, its quintic table (the library's quintic), 5 steps, the update
+    scaled by sqrt(max(A, B)) (scale_mode spectral, extra_scale_factor 1: _emerging's scale
+    multiplier on match_rms_adamw), eps 1e-7 (its newton_schulz's, torch.optim.Muon's).
+    The AdamW side is torch.optim.AdamW's (its Muon steps matrices only)."""
+    d = _torch_defaults()
+    d.update(lr=3e-4, weight_decay=0.01, nesterov=False, ns_coefficients="quintic",
+             adjust_lr_fn="match_rms_adamw")
+    return d
+
+
+def _emerging(given, extra):
+    """Emerging-Optimizers' keywords as this class's, in place: given gets the aliases, the
+    table (coefficient_type and num_ns_steps as ns_coefficients and ns_steps) and the scale
+    (adjust_lr_fn). Returns the multiplier of the library's scale (extra_scale_factor, and 5
+    for spectral), which each Muon tensor's lr_mult takes and its wd_mult divides out (the
+    decay stays lr * wd, as there). What it computes otherwise is refused by name."""
+    for theirs, ours in (("momentum_beta", "momentum"), ("use_nesterov", "nesterov")):
+        if theirs in extra:
+            _alias(given, ours, theirs, extra.pop(theirs))
+    method = extra.pop("weight_decay_method", "decoupled")
+    if "use_decoupled_weight_decay" in extra or "use_independent_weight_decay" in extra:
+        dec = extra.pop("use_decoupled_weight_decay", True)
+        ind = extra.pop("use_independent_weight_decay", False)
+        method = "l2" if not dec else "independent" if ind else method
+    if method != "decoupled":
+        raise ValueError(f"weight_decay_method = {method!r} (Emerging-Optimizers' Muon): "
+                         "accepted 'decoupled' (W * (1 - lr * wd), the library's); 'independent' "
+                         "(W * (1 - wd)) and 'l2' (wd * W added to the gradient) are not what "
+                         "the library computes")
+    prec = extra.pop("fp32_matmul_prec", "medium")
+    if prec not in ("highest", "high", "medium"):
+        raise ValueError(f"fp32_matmul_prec = {prec!r}: accepted 'highest', 'high' or 'medium' "
+                         "(ignored: config ns_compute chooses the library's Newton-Schulz "
+                         "precision)")
+    if extra.pop("use_syrk", False) not in (True, False):
+        raise ValueError("use_syrk: accepted True or False (ignored: a kernel choice for the "
+                         "same iteration)")
+    split = extra.pop("split_qkv", False)
+    extra.pop("is_qkv_fn", None)
+    extra.pop("qkv_split_shapes", None)
+    if split:
+        raise ValueError(f"split_qkv = {split!r}: Emerging-Optimizers orthogonalizes the Q, K "
+                         "and V blocks of a fused QKV weight apart; shardopt steps a tensor as "
+                         "one matrix: register Q, K and V as parameters of their own, or give "
+                         "split_qkv=False to step the fused weight whole")
+    kind = extra.pop("coefficient_type", "quintic")
+    steps = extra.pop("num_ns_steps", 5)
+    if kind not in _EMERGING_TABLES:
+        raise ValueError(f"coefficient_type = {kind!r}: accepted "
+                         f"{', '.join(map(repr, _EMERGING_TABLES))} (Emerging-Optimizers' "
+                         "tables; 'custom' takes a table its constructor cannot be given)")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 16:
+        raise ValueError(f"num_ns_steps = {steps!r}: accepted 1 to 16")
+    table = _EMERGING_TABLES[kind]
+    n = len(table)
+    if kind == "polar_express" and steps < n or kind in ("quintic", "aol") and steps % n:
+        raise ValueError(f"num_ns_steps = {steps} with coefficient_type {kind!r}: "
+                         + (f"at least {n}" if kind == "polar_express" else f"a multiple of {n}")
+                         + " (Emerging-Optimizers' newton_schulz refuses it too)")
+    table = (table * (steps // n) if kind != "polar_express"
+             else table + table[-1:] * (steps - n))
+    _alias(given, "ns_steps", "num_ns_steps", steps)
+    _alias(given, "ns_coefficients", "coefficient_type",
+           "quintic" if kind == "quintic" and steps == 5 else
+           table[0] if kind == "simple" else table)
+    mode = extra.pop("scale_mode", "spectral")
+    factor = extra.pop("extra_scale_factor", 1.0)
+    if mode not in _EMERGING_SCALE:
+        raise ValueError(f"scale_mode = {mode!r}: accepted "
+                         f"{', '.join(map(repr, _EMERGING_SCALE))} (Emerging-Optimizers')")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+            not 1e-4 <= factor <= 1e4:
+        raise ValueError(f"extra_scale_factor = {factor!r}: accepted a number in [1e-4, 1e4]")
+    fn, mult = _EMERGING_SCALE[mode]
+    _alias(given, "adjust_lr_fn", "scale_mode", fn)
+    return float(factor) * mult
 
 
 def _is_jordan(params, given, extra):
@@ -255,19 +367,29 @@ def port(params, given, extra, comm):
     tensors to."""
     extra = dict(extra)
     unknown = sorted(set(extra) - set(_DION_KEYWORDS) - set(_MOONLIGHT_KEYWORDS)
-                     - set(_MODDED_KEYWORDS) - set(_JORDAN_KEYWORDS))
+                     - set(_MODDED_KEYWORDS) - set(_JORDAN_KEYWORDS) - set(_EMERGING_KEYWORDS))
     if unknown:
         raise TypeError(f"shardopt.torch.Muon got an unexpected keyword argument {unknown[0]!r} "
                         "(accepted besides torch.optim.Muon's and the AdamW side's: Moonlight's "
                         f"{', '.join(_MOONLIGHT_KEYWORDS)}, Keller Jordan's "
                         f"{', '.join(_JORDAN_KEYWORDS)}, dion's "
-                        f"{', '.join(_DION_KEYWORDS)} and modded-nanogpt's "
-                        f"{', '.join(_MODDED_KEYWORDS)}; docs/python.md)")
+                        f"{', '.join(_DION_KEYWORDS)}, modded-nanogpt's "
+                        f"{', '.join(_MODDED_KEYWORDS)} and Emerging-Optimizers' "
+                        f"{', '.join(_EMERGING_KEYWORDS)}; docs/python.md)")
     given = dict(given)
     moon = [k for k in _MOONLIGHT_KEYWORDS if k in extra]
     dion = [k for k in _DION_KEYWORDS if k in extra]
     base, flatten = _torch_defaults(), None
     modded = [k for k in _MODDED_KEYWORDS if k in extra]
+    emerging = [k for k in _EMERGING_KEYWORDS if k in extra]
+    other = moon or dion or modded or [k for k in _JORDAN_KEYWORDS if k in extra]
+    if emerging:
+        if other:
+            raise ValueError(f"{emerging[0]} (Emerging-Optimizers' Muon) and {other[0]} "
+                             "(another project's) both given: port from one")
+        mult = _emerging(given, extra)
+        base = _emerging_defaults()
+        base["muon_scale_mult"] = mult  # not a keyword: each Muon tensor's lr_mult (torch.py)
     if modded:
         if moon or dion:
             raise ValueError(f"{modded[0]} (modded-nanogpt's Muon) and {(moon or dion)[0]} "

@@ -93,7 +93,9 @@ class Muon(torch.optim.Optimizer):
     tensors it names are this rank's [E / ep, out, in] share; DTensors on an 'ep' mesh dim are
     found without it: shardopt.torch_params). Moonlight's (muon_params=, adamw_params=, wd=),
     dion's (mu=, epsilon=, adjust_lr=, distributed_mesh=, groups with "algorithm"), Keller
-    Jordan's earlier Muon's (muon_params first, adamw_lr=, adamw_wd=) and MuonWithAuxAdam's
+    Jordan's earlier Muon's (muon_params first, adamw_lr=, adamw_wd=), NVIDIA
+    Emerging-Optimizers' (num_ns_steps=, coefficient_type=, scale_mode=, ...) and
+    MuonWithAuxAdam's
     spellings are taken with their projects' defaults, or refused where
     they mean something else (shardopt._torch_ports)."""
 
@@ -151,6 +153,9 @@ class Muon(torch.optim.Optimizer):
                             "muon_params / adamw_params)")
         # Keller Jordan's Muon: every AdamW group's lr is this times its lr (_torch_split)
         self._lr_ratio = base.get("adamw_lr_ratio")
+        # Emerging-Optimizers' scale_mode / extra_scale_factor: the library's scale times this,
+        # through each Muon tensor's lr_mult (its wd_mult divides it out: the decay stays lr·wd)
+        self._scale_mult = base.get("muon_scale_mult", 1.0)
         if preset == "dion":
             base = _dion_defaults()
         hp = {k: (base[k] if v is _UNSET else v) for k, v in given.items()}
@@ -288,6 +293,9 @@ class Muon(torch.optim.Optimizer):
         for sp in sparams:
             sp.algo = g["algo"]
             sp.lr_mult, sp.wd_mult = _param_mults(sp.name, sp.source)
+            if g["algo"] == "muon" and self._scale_mult != 1.0:
+                sp.lr_mult *= self._scale_mult
+                sp.wd_mult /= self._scale_mult
             if g["algo"] == "muon" and flatten is None and not self._moon and \
                     not self._warned_3d:
                 self._warned_3d = _warn_stack(sp)

@@ -1,0 +1,180 @@
+"""shardopt.torch.Muon in training scripts as others write them, the eighth round (after
+test_torch_real5.py): NVIDIA Emerging-Optimizers' Muon (the base of Megatron-Core's
+TensorParallelMuon) ported by its import, in both of its spellings, against its update rule
+written out in fp32. Each script is what its author would run, the import swapped, compared
+with the optimizer it was written for. One process.
+
+    test_torch_real6.py [CASE ...]     every case when none is named
+
+Each case is a function below; a failure names the case and goes on with the next. Exit 77
+(skip) only where torch is not importable."""
+import sys
+
+try:
+    import torch
+except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
+    print(f"SKIP: torch is not importable ({e})")
+    sys.exit(77)
+
+from test_torch_dropin import quiet, refused, relative
+from test_torch_real import FP32, mlp, worst
+
+import cases
+from shardopt.torch import Muon
+
+torch.set_num_threads(1)
+
+
+def x_of(k):
+    # 32 rows: full-rank gradients (5 gave rank 5, whose null space the steeper tables lift
+    # from fp32 noise, differently in any two fp32 implementations)
+    return torch.randn(32, 8, generator=torch.Generator().manual_seed(k))
+
+
+# ---- NVIDIA Emerging-Optimizers' Muon ---------------------------------------------------------
+
+QUINTIC = [(4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377), (3.7418, -5.5913, 2.3037),
+           (2.8769, -3.1427, 1.2046), (2.8366, -3.0525, 1.2012)]
+POLAR = [(8.2051, -22.9019, 16.4607), (4.0664, -2.8612, 0.5184), (3.9096, -2.8234, 0.5250),
+         (3.2856, -2.4153, 0.4853), (2.2779, -1.6198, 0.3985), (1.8726, -1.2307, 0.3585),
+         (1.8564, -1.2132, 0.3568), (1.8750, -1.2500, 0.3750)]
+AOL = [(4.0098, -7.0585, 2.4635), (3.4585, -5.5479, 2.5959), (2.7573, -3.2939, 1.4254),
+       (2.7215, -3.0494, 1.3169)]
+
+
+class EmergingMuonRule:
+    """Emerging-Optimizers' Muon step on 2-D tensors as its README and docstrings state it, in
+    fp32: an EMA momentum buffer (buf.lerp_(g, 1 - beta); Nesterov g.lerp(buf, beta)), the
+    Newton-Schulz iteration on the wide orientation after x / max(|x|, 1e-7) with one (a, b, c)
+    per step, the update scaled by its scale_mode times extra_scale_factor, and decoupled
+    weight decay W -= lr * wd * W before W -= lr * update."""
+
+    def __init__(self, params, lr, beta, wd, nesterov, table, mode, extra):
+        self.params, self.lr, self.beta, self.wd = list(params), lr, beta, wd
+        self.nesterov, self.table, self.mode, self.extra = nesterov, table, mode, extra
+        self.buf = {}
+
+    def scale(self, out, inp):
+        return {"spectral": max(out, inp) ** 0.5, "shape_scaling": max(1, out / inp) ** 0.5,
+                "unit_rms_norm": (out / inp) ** 0.5}[self.mode] * self.extra
+
+    @torch.no_grad()
+    def step(self):
+        for p in self.params:
+            g = p.grad
+            buf = self.buf.setdefault(p, torch.zeros_like(g))
+            buf.lerp_(g, 1 - self.beta)
+            u = g.lerp(buf, self.beta) if self.nesterov else buf.clone()
+            tall = u.size(0) > u.size(1)
+            x = u.T if tall else u
+            x = x / x.norm().clamp_min(1e-7)
+            for a, b, c in self.table:
+                A = x @ x.T
+                x = a * x + (b * A + c * A @ A) @ x
+            x = x.T if tall else x
+            p.add_(p, alpha=-self.lr * self.wd)
+            p.add_(x * self.scale(*p.shape), alpha=-self.lr)
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+
+def _against_emerging(kw, rule, tol, steps=4):
+    """Emerging-Optimizers' call kw (with the import swapped) on the test MLP's matrices,
+    torch.optim.AdamW on its biases (Emerging's Muon steps matrices only, so its scripts pair
+    it with one), against rule's arithmetic; the worst relative distance after steps, and
+    the Muon state against its momentum_buffer (within tol)."""
+    a, b = mlp(), mlp()
+    mats = [n for n, p in a.named_parameters() if p.ndim == 2]
+    so = Muon(a.named_parameters(), adamw_lr=1e-3, config=FP32, **kw)
+    ref = EmergingMuonRule([p for n, p in b.named_parameters() if n in mats], **rule)
+    adamw = torch.optim.AdamW([p for n, p in b.named_parameters() if n not in mats], lr=1e-3,
+                              weight_decay=rule["wd"])
+    for k in range(steps):
+        so.zero_grad()
+        a(x_of(k)).square().mean().backward()
+        so.step()
+        ref.zero_grad()
+        adamw.zero_grad()
+        b(x_of(k)).square().mean().backward()
+        ref.step()
+        adamw.step()
+    for n, p in a.named_parameters():
+        if n in mats:
+            q = dict(b.named_parameters())[n]
+            assert relative(so.state[p]["momentum_buffer"], ref.buf[q]) < tol, n
+    return worst(a, b)
+
+
+def case_emerging_optimizers_muon():
+    """A script written for NVIDIA Emerging-Optimizers' Muon (`from emerging_optimizers.
+    orthogonalized_optimizers import Muon`; Megatron-Core's TensorParallelMuon derives from
+    it), the import swapped: its keywords (num_ns_steps, coefficient_type, scale_mode,
+    extra_scale_factor, fp32_matmul_prec, use_syrk, weight_decay_method, split_qkv) and its
+    earlier spelling (momentum_beta, use_nesterov, use_decoupled_weight_decay) are taken, the
+    keys left unset take its defaults (lr 3e-4, weight decay 0.01, no Nesterov, quintic, 5
+    steps, the update scaled by sqrt(max(A, B))), and the run is its arithmetic: within 2e-6
+    over 4 steps for each table and scale (1.4e-7 to 9.0e-7 measured, the most with quintic
+    repeated to 10 steps; on a rank-5 gradient the steep tables lift its null space out of
+    the fp32 noise, differently in any two fp32 implementations, hence full-rank inputs).
+    Its polar_express and aol are not the library's tables of those names: given as custom
+    tables; its spectral scale, 5 times the library's rms_norm, goes through each Muon
+    tensor's lr_mult, the decay staying lr * wd. The momentum_buffer of the state is its
+    buffer. Before, `unexpected keyword argument
+    'num_ns_steps'`. What it computes otherwise is refused by name."""
+    runs = [
+        # its defaults, one keyword of its own given
+        ({"fp32_matmul_prec": "highest"},
+         dict(lr=3e-4, beta=0.95, wd=0.01, nesterov=False, table=QUINTIC, mode="spectral",
+              extra=1.0)),
+        # Megatron's recipe: spectral scale times 0.2 (the library's rms_norm exactly)
+        ({"lr": 0.02, "weight_decay": 0.1, "coefficient_type": "quintic", "num_ns_steps": 5,
+          "scale_mode": "spectral", "extra_scale_factor": 0.2, "nesterov": True},
+         dict(lr=0.02, beta=0.95, wd=0.1, nesterov=True, table=QUINTIC, mode="spectral",
+              extra=0.2)),
+        # the earlier spelling; polar_express past its 8 triples repeats the last
+        ({"lr": 0.02, "momentum_beta": 0.9, "use_nesterov": True,
+          "use_decoupled_weight_decay": True, "coefficient_type": "polar_express",
+          "num_ns_steps": 9, "scale_mode": "shape_scaling"},
+         dict(lr=0.02, beta=0.9, wd=0.01, nesterov=True, table=POLAR + POLAR[-1:],
+              mode="shape_scaling", extra=1.0)),
+        ({"lr": 0.01, "coefficient_type": "aol", "num_ns_steps": 8,
+          "scale_mode": "unit_rms_norm", "extra_scale_factor": 0.5, "weight_decay": 0.05,
+          "weight_decay_method": "decoupled", "use_syrk": True, "split_qkv": False},
+         dict(lr=0.01, beta=0.95, wd=0.05, nesterov=False, table=AOL * 2,
+              mode="unit_rms_norm", extra=0.5)),
+        ({"lr": 0.02, "coefficient_type": "simple", "num_ns_steps": 3, "weight_decay": 0.0},
+         dict(lr=0.02, beta=0.95, wd=0.0, nesterov=False, table=[(3.4445, -4.7750, 2.0315)] * 3, mode="spectral", extra=1.0)),
+        ({"lr": 0.02, "num_ns_steps": 10, "weight_decay": 0.0},
+         dict(lr=0.02, beta=0.95, wd=0.0, nesterov=False, table=QUINTIC * 2, mode="spectral",
+              extra=1.0))]
+    for kw, rule in runs:
+        tol = 2e-6
+        w = _against_emerging(kw, rule, tol)
+        print(f"  {kw}: {w:.1e} from Emerging-Optimizers' arithmetic after 4 steps")
+        assert w < tol, (kw, w)
+    m = mlp()
+    for kw, words in (
+            ({"split_qkv": True}, ("split_qkv = True", "Q, K and V")),
+            ({"weight_decay_method": "l2"}, ("weight_decay_method = 'l2'", "decoupled")),
+            ({"use_decoupled_weight_decay": False}, ("'l2'",)),
+            ({"use_independent_weight_decay": True}, ("'independent'",)),
+            ({"coefficient_type": "cans"}, ("coefficient_type = 'cans'", "polar_express")),
+            ({"num_ns_steps": 7}, ("num_ns_steps = 7", "multiple of 5")),
+            ({"coefficient_type": "polar_express", "num_ns_steps": 6}, ("at least 8",)),
+            ({"num_ns_steps": 5, "ns_steps": 5}, ("ns_steps and num_ns_steps both given",)),
+            ({"scale_mode": "spectral", "adjust_lr_fn": "original"}, ("both given",)),
+            ({"momentum_beta": 0.9, "momentum": 0.9}, ("both given",)),
+            ({"scale_mode": "rms"}, ("scale_mode = 'rms'", "'shape_scaling'")),
+            ({"extra_scale_factor": 0}, ("extra_scale_factor = 0",)),
+            ({"fp32_matmul_prec": "tf32"}, ("fp32_matmul_prec = 'tf32'",)),
+            ({"num_ns_steps": 5, "mu": 0.9}, ("Emerging-Optimizers' Muon) and mu",))):
+        refused(lambda: quiet(Muon, m.named_parameters(), **kw), ValueError, *words)
+    # a name of none of the ports still names them all, Emerging-Optimizers' included
+    refused(lambda: Muon(m.named_parameters(), num_steps=5), TypeError, "'num_steps'",
+            "num_ns_steps")
+
+
+if __name__ == "__main__":
+    cases.run("test_torch_real6", dict(globals()))

@@ -109,8 +109,16 @@ def _adamw_hparams(gi, g, last):
     """(beta1, beta2, eps) of an AdamW group for this step (_adamw_beta1 for beta1), as
     floats, checked against torch.optim.AdamW's ranges before any group steps: ValueError
     naming the group, the key and the value, nothing stepped."""
-    b1 = _adamw_beta1(gi, g, last)
     betas, eps = g["betas"], g["eps"]
+    # the common case first: neither beta1 key changed since the last step (the same float
+    # object both hold, _adamw_sync), plain floats in range; a third of the time of the full
+    # path below, which anything else (a scheduler's new momentum, a tensor, NaN) takes
+    if type(betas) is tuple and len(betas) == 2 and betas[0] is last and \
+            g["momentum"] is last and type(last) is float and type(betas[1]) is float and \
+            type(eps) is float and 0.0 <= last < 1.0 and 0.0 <= betas[1] < 1.0 and \
+            EPS_MIN <= eps <= 1.0:
+        return last, betas[1], eps
+    b1 = _adamw_beta1(gi, g, last)
     try:
         if len(betas) != 2 or any(isinstance(v, (str, bytes)) for v in (b1, *betas, eps)):
             raise ValueError  # text ("0.9") too, which float() took as a number
@@ -138,6 +146,16 @@ def _step_hparams(gi, g):
     value given at construction, silently. A negative value is refused here (ValueError naming
     the group, the key and the value, nothing stepped); NaN, Inf and values past the library's
     bounds go to the library, which refuses them on every rank."""
+    lr, wd = g["lr"], g["weight_decay"]
+    if g["algo"] == "muon":
+        mu = g["momentum"]
+        # plain floats >= 0 (NaN is not): a third of the time of the full path below
+        if type(lr) is float and type(wd) is float and type(mu) is float and lr >= 0 and \
+                wd >= 0 and mu >= 0:
+            return lr, wd, mu
+    elif type(lr) is float and type(wd) is float and lr >= 0 and wd >= 0 and \
+            "adamw_lr_ratio" not in g:
+        return lr, wd, -1.0
     for k in ("lr", "weight_decay") + (("momentum",) if g["algo"] == "muon" else ()):
         if isinstance(g[k], (str, bytes)):
             # float("0.1") took the text as a number; torch.optim fails on it at the step

@@ -7,7 +7,8 @@ from other Muon implementations"):
 - microsoft/dion's Muon (and prime-rl's call of it): groups with "algorithm": "muon" | "adamw",
   "mu", "epsilon", "beta1" / "beta2", "adjust_lr", "distributed_mesh_name", and the keywords
   mu=, betas=, epsilon=, adjust_lr=, distributed_mesh=, world_mesh=, fsdp_mesh_dim=,
-  matrix_partitions=, flatten=, use_triton=, newton_schulz_func=;
+  matrix_partitions=, flatten=, use_triton=, newton_schulz_func=, cautious_wd= (False only),
+  and its groups' num_heads (None or 1 only);
 - Keller Jordan's MuonWithAuxAdam: groups with "use_muon" (the key itself is _split's);
 - modded-nanogpt's Muon of its 2024-25 records: Muon(params, lr=, momentum=, nesterov=,
   ns_steps=, rank=, world_size=), no weight decay;
@@ -43,7 +44,7 @@ _DION_GROUP_KEYS = {"algorithm", "mu", "epsilon", "adjust_lr", "beta1", "beta2",
                     "step"}
 _DION_KEYWORDS = ("mu", "epsilon", "adjust_lr", "distributed_mesh", "world_mesh",
                   "fsdp_mesh_dim", "matrix_partitions", "flatten", "use_triton",
-                  "newton_schulz_func")
+                  "newton_schulz_func", "cautious_wd")
 _MOONLIGHT_KEYWORDS = ("muon_params", "adamw_params", "wd")
 # modded-nanogpt's Muon splits the Newton-Schulz work over torch.distributed's ranks and gathers
 # the updates: every rank ends with every matrix's update, as each rank's runtime computes it
@@ -440,6 +441,7 @@ def port(params, given, extra, comm):
         if nsf is not None:
             raise ValueError(f"newton_schulz_func = {nsf!r}: accepted None (the library's "
                              "Newton-Schulz; ns_coefficients / config ns_* choose its table)")
+        _check_cautious(extra.pop("cautious_wd", False), "cautious_wd")
         triton = extra.pop("use_triton", False)
         if triton not in (True, False):
             raise ValueError(f"use_triton = {triton!r}: accepted True or False (ignored: it "
@@ -480,11 +482,40 @@ def port_group(g, gi, given):
     translated, a MuonWithAuxAdam group's left-out keys given its class's defaults. For the
     constructor's groups and for add_param_group's, which a ported script calls with the same
     spelling."""
+    # dion's per-group options (OLMo-core's groups set them), whichever spelling the call has
+    if "cautious_wd" in g:
+        _check_cautious(g["cautious_wd"], f"param group {gi}: cautious_wd")
+    if "num_heads" in g:
+        _check_heads(g["num_heads"], gi)
     if _DION_GROUP_KEYS & set(g):
         g = _dion_group(g, gi)
     if "use_muon" in g:
         g = _aux_group(g, given)
     return g
+
+
+def _check_cautious(v, what):
+    """dion's cautious_wd (its newer Muon, OLMo-core's MuonConfig passes it): False taken; True
+    decays only the elements where the update and the weight agree in sign, which the library
+    does not do (it decays every element), so it is refused. Before: the keyword was an
+    unexpected one, and a group's key was kept and ignored."""
+    if v not in (False, None):
+        raise ValueError(f"{what} = {v!r} (dion's): accepted False (the library decays every "
+                         "element: W * (1 - lr * wd)); cautious weight decay, only where the "
+                         "update and the weight agree in sign, is not what it computes")
+
+
+def _check_heads(v, gi):
+    """dion's num_heads group option (OLMo-core sets it on its attention projections): None
+    or 1 steps the matrix whole, as here; more splits a [heads * d, in] matrix into heads
+    [d, in] matrices orthogonalized apart, which the library does not do: refused by name.
+    Before: kept in the group and ignored, the projections stepped whole, silently."""
+    if v is None or (v == 1 and isinstance(v, int) and not isinstance(v, bool)):
+        return
+    raise ValueError(f"param group {gi}: num_heads = {v!r} (dion's): accepted None or 1; dion "
+                     "orthogonalizes each head's rows apart, shardopt steps a matrix whole: "
+                     "register each head's rows as a parameter of its own, or leave num_heads "
+                     "out to step the whole matrix")
 
 
 def _aux_group(g, given):

@@ -1,7 +1,7 @@
 """shardopt.torch.Muon in training scripts as others write them, the eighth round (after
 test_torch_real5.py): NVIDIA Emerging-Optimizers' Muon (the base of Megatron-Core's
 TensorParallelMuon) ported by its import, in both of its spellings, against its update rule
-written out in fp32. Each script is what its author would run, the import swapped, compared
+written out in fp32; OLMo-core's MuonConfig building dion's Muon (cautious_wd, num_heads). Each script is what its author would run, the import swapped, compared
 with the optimizer it was written for. One process.
 
     test_torch_real6.py [CASE ...]     every case when none is named
@@ -174,6 +174,74 @@ def case_emerging_optimizers_muon():
     # a name of none of the ports still names them all, Emerging-Optimizers' included
     refused(lambda: Muon(m.named_parameters(), num_steps=5), TypeError, "'num_steps'",
             "num_ns_steps")
+
+
+# ---- OLMo-core's MuonConfig over dion's Muon ---------------------------------------------------
+
+def olmo_core_muon(model, opt_class, heads, **extra):
+    """OLMo-core's MuonConfig.create_optimizer as it builds dion's Muon: every field of its
+    config as a keyword (mu, betas, weight_decay, cautious_wd, nesterov, adjust_lr, flatten,
+    use_triton) with distributed_mesh None on one device, and its groups: the matrices, the
+    attention projections in a group of their own with "num_heads" (heads[name], where it is
+    more than 1), the embeddings and the rest to AdamW (the embeddings without decay), empty
+    groups dropped."""
+    names = dict(model.named_parameters())
+    mats = [n for n, p in names.items() if p.ndim == 2 and "wte" not in n and "wpe" not in n
+            and n not in heads]
+    by_heads = {}
+    for n, h in heads.items():
+        by_heads.setdefault(h, []).append(n)
+    groups = [dict(params=mats)] + [dict(params=ns, num_heads=h) for h, ns in by_heads.items()]
+    groups += [dict(params=[n for n, p in names.items() if p.ndim < 2], algorithm="adamw"),
+               dict(params=[n for n in names if "wte" in n or "wpe" in n], algorithm="adamw",
+                    weight_decay=0.0)]
+    groups = [dict(g, params=[names[n] for n in g["params"]]) for g in groups if g["params"]]
+    return opt_class(groups, lr=3e-3, mu=0.95, betas=(0.9, 0.95), weight_decay=0.1,
+                     cautious_wd=False, nesterov=False, adjust_lr="rms_norm", flatten=False,
+                     use_triton=False, distributed_mesh=None, **extra)
+
+
+def case_olmo_core_muon_config():
+    """OLMo-core's MuonConfig builds dion's Muon with cautious_wd= among its keywords and a
+    "num_heads" key on its attention groups (dion then orthogonalizes each head's rows apart).
+    Before, cautious_wd was an unexpected keyword argument, and num_heads, kept in the group
+    and never read, stepped each attention projection as one matrix, silently. Now
+    cautious_wd=False and num_heads 1 are taken (4 steps within 1e-5 of dion's arithmetic
+    (fp32) and torch.optim.AdamW), and what the library does not compute is refused by name:
+    num_heads over 1, cautious_wd=True (as a keyword or a group's key)."""
+    from test_torch_dropin import model
+    from test_torch_ports import QUINTIC as DION, RefMuon, _TorchAdamW, against, rms_scale
+    m = model()
+    attn = [n for n, p in m.named_parameters() if p.ndim == 2 and ".h.0." in n]
+    # its matrix groups name no algorithm (dion's default, muon) and hold tensors without names:
+    # the library's classification warns and sends them to Muon by shape, as dion does
+    opt = quiet(olmo_core_muon, m, Muon, {attn[0]: 1}, config=FP32)
+    assert [g["algo"] for g in opt.param_groups] == ["muon", "muon", "adamw", "adamw"]
+    assert opt.param_groups[1]["num_heads"] == 1  # kept, as dion keeps it
+    refs = [(p, RefMuon(p, 0.95, False, DION, 1e-8, rms_scale))
+            for g in opt.param_groups[:2] for p in g["params"]]
+    refs += [(p, _TorchAdamW(torch.nn.Parameter(p.detach().clone()), 3e-3, (0.9, 0.95), 1e-8,
+                             g["weight_decay"]))
+             for g in opt.param_groups[2:] for p in g["params"]]
+    wd = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    w = against(m, opt, refs, 4, lambda p: (3e-3, wd[id(p)]))
+    print(f"  OLMo-core's dion Muon (num_heads 1): {w:.2e} from dion's arithmetic (fp32)")
+    opt.close()
+    refused(lambda: quiet(olmo_core_muon, m, Muon, {attn[0]: 4}), ValueError,
+            "param group 1: num_heads = 4", "each head's rows")
+    refused(lambda: quiet(Muon, m.parameters(), mu=0.95, cautious_wd=True), ValueError,
+            "cautious_wd = True")
+    refused(lambda: Muon([dict(params=list(m.parameters()), algorithm="adamw",
+                               cautious_wd=True)]), ValueError,
+            "param group 0: cautious_wd = True")
+    refused(lambda: Muon([dict(params=list(m.parameters()), num_heads=True)]), ValueError,
+            "num_heads = True")
+    # add_param_group's groups are checked alike
+    m2 = model()
+    o = quiet(Muon, [p for p in m2.parameters() if p.ndim == 2][:1], mu=0.95)
+    refused(lambda: o.add_param_group(dict(params=[p for p in m2.parameters() if p.ndim == 2][1:2],
+                                           num_heads=2)), ValueError, "num_heads = 2")
+    o.close()
 
 
 if __name__ == "__main__":

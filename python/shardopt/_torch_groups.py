@@ -235,12 +235,29 @@ def _peer_spans(opt_ref, rt):
     return out
 
 
+def _same(w, v):
+    """w, a fixed key's value as a script or a state dict gives it, is v, the value the
+    runtime was made with: equal, or equal once lists are tuples (betas given again as a list;
+    a table of ns_coefficients, a tuple of (a, b, c) triples, back from JSON as lists of
+    lists, which tuple(w) left unequal)."""
+    def tup(x):
+        return tuple(map(tup, x)) if isinstance(x, (tuple, list)) else x
+    if w is v or w == v:
+        return True
+    if not isinstance(v, tuple):
+        return False
+    try:  # a tensor of betas: tuple() of it, as before
+        return bool(tup(w) == v if isinstance(w, (tuple, list)) else tuple(w) == v)
+    except (TypeError, RuntimeError):
+        return False
+
+
 def _check_fixed(gi, g, fixed):
     """Refuses a change to a key fixed at construction (_FIXED); passes a value equal to
-    the old one (betas given again as a list)."""
+    the old one (_same)."""
     for k, v in fixed.items():
         w = g[k]
-        if w is not v and w != v and not (isinstance(v, tuple) and tuple(w) == v):
+        if not _same(w, v):
             _check_switches(gi, g)  # maximize / amsgrad / ... set True: not supported
             raise ValueError(
                 f"param group {gi} ({g['algo']}): {k} changed from {v!r} to {w!r}: "

@@ -9,7 +9,7 @@ import math
 import torch
 
 from shardopt._torch_config import _SWITCHES, _scalar
-from shardopt._torch_groups import _adamw_beta1, _adamw_sync, _pair_groups
+from shardopt._torch_groups import _adamw_beta1, _adamw_sync, _pair_groups, _same
 from shardopt._torch_ports import _DION_GROUP_KEYS, _dion_group
 
 _KINDS = {"muon": ("momentum",), "adamw": ("exp_avg", "exp_avg_sq")}
@@ -414,7 +414,7 @@ def _load_state_dict(opt, state_dict):
                              "torch.optim")
         for k, v in fixed.items():
             w = sg.get(k, v)
-            if w != v and not (isinstance(v, tuple) and tuple(w) == v):
+            if not _same(w, v):
                 raise ValueError(f"param group {gi}: {k} = {w!r} in the state dict, {v!r} "
                                  "here: it is fixed when the optimizer is made; make it "
                                  "with the saved value")

@@ -8,6 +8,8 @@ with the optimizer it was written for. One process.
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
 (skip) only where torch is not importable."""
+import io
+import json
 import sys
 
 try:
@@ -107,6 +109,41 @@ def _against_emerging(kw, rule, tol, steps=4):
     return worst(a, b)
 
 
+def _resumed_with_lists():
+    """A state dict of such a run (its table of ns_coefficients a tuple of triples) resumes
+    bit for bit through torch.load(weights_only=True), and with its groups' values as lists
+    (a JSON or YAML round trip), which before were refused as a fixed key changed
+    (`ns_coefficients = [[8.2051, ...]] in the state dict, ((8.2051, ...)) here`)."""
+    kw = dict(lr=0.02, coefficient_type="polar_express", num_ns_steps=8, config=FP32)
+    a = mlp()
+    o = Muon(a.named_parameters(), **kw)
+    for k in range(2):
+        o.zero_grad()
+        a(x_of(k)).square().mean().backward()
+        o.step()
+    buf = io.BytesIO()
+    torch.save(o.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf, weights_only=True)
+    listed = json.loads(json.dumps(sd["param_groups"]))
+    runs = [(a, o)]
+    for groups in (sd["param_groups"], listed):
+        b = mlp()
+        b.load_state_dict(a.state_dict())
+        o2 = Muon(b.named_parameters(), **kw)
+        o2.load_state_dict({"state": sd["state"], "param_groups": groups})
+        runs.append((b, o2))
+    for k in range(2, 4):
+        for net, opt in runs:
+            opt.zero_grad()
+            net(x_of(k)).square().mean().backward()
+            opt.step()
+    for net, opt in runs[1:]:
+        assert all(torch.equal(p, q) for p, q in zip(a.parameters(), net.parameters()))
+        opt.close()
+    o.close()
+
+
 def case_emerging_optimizers_muon():
     """A script written for NVIDIA Emerging-Optimizers' Muon (`from emerging_optimizers.
     orthogonalized_optimizers import Muon`; Megatron-Core's TensorParallelMuon derives from
@@ -121,8 +158,8 @@ def case_emerging_optimizers_muon():
     Its polar_express and aol are not the library's tables of those names: given as custom
     tables; its spectral scale, 5 times the library's rms_norm, goes through each Muon
     tensor's lr_mult, the decay staying lr * wd. The momentum_buffer of the state is its
-    buffer. Before, `unexpected keyword argument
-    'num_ns_steps'`. What it computes otherwise is refused by name."""
+    buffer, and a state dict resumes bit for bit (_resumed_with_lists). Before, `unexpected
+    keyword argument 'num_ns_steps'`. What it computes otherwise is refused by name."""
     runs = [
         # its defaults, one keyword of its own given
         ({"fp32_matmul_prec": "highest"},
@@ -154,6 +191,7 @@ def case_emerging_optimizers_muon():
         w = _against_emerging(kw, rule, tol)
         print(f"  {kw}: {w:.1e} from Emerging-Optimizers' arithmetic after 4 steps")
         assert w < tol, (kw, w)
+    _resumed_with_lists()
     m = mlp()
     for kw, words in (
             ({"split_qkv": True}, ("split_qkv = True", "Q, K and V")),

@@ -235,6 +235,31 @@ def _peer_spans(opt_ref, rt):
     return out
 
 
+# other optimizers' names of the keys this class reads under its own (dion's mu, epsilon,
+# beta1 / beta2, adjust_lr, which _torch_ports translates when a group is made; Emerging-
+# Optimizers' earlier momentum_beta and use_nesterov; Moonlight's wd): in a group, no step
+# would read them
+_THEIR_NAMES = {"mu": "momentum", "momentum_beta": "momentum", "beta1": "betas",
+                "beta2": "betas", "epsilon": "eps", "adjust_lr": "adjust_lr_fn",
+                "use_nesterov": "nesterov", "wd": "weight_decay"}
+
+
+def _their_names(gi, g):
+    """Refuses a group holding another optimizer's name of a key this class reads (written by
+    a script ported from it: a dion momentum warmup's g["mu"] = ..., given in a group this
+    class does not translate), which no step would read: before, kept and ignored, the run
+    going on with the old value, silently. ValueError naming the group, the key and this
+    class's name; nothing stepped."""
+    hit = sorted(_THEIR_NAMES.keys() & g.keys())
+    if hit:
+        k = hit[0]
+        raise ValueError(f"param group {gi} ({g.get('algo', '?')}): {k} = {g[k]!r} is another "
+                         f"optimizer's name for {_THEIR_NAMES[k]!r}, which this class reads "
+                         f"instead (lr, weight_decay, momentum, betas and eps at every step, "
+                         f"the others fixed when the group is made): set g[{_THEIR_NAMES[k]!r}];"
+                         " nothing was stepped")
+
+
 def _same(w, v):
     """w, a fixed key's value as a script or a state dict gives it, is v, the value the
     runtime was made with: equal, or equal once lists are tuples (betas given again as a list;

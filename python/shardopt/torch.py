@@ -25,7 +25,7 @@ from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mes
                                     _param_mults)
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _pair_groups,
                                     _partial, _peer_spans, _refuse_thawed, _step_hparams,
-                                    _undo_add, _warn_split)
+                                    _their_names, _undo_add, _warn_split)
 from shardopt._torch_split import _split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
@@ -257,6 +257,7 @@ class Muon(torch.optim.Optimizer):
                 raise
             return
         names = param_group.pop("_names")
+        _their_names(len(self.param_groups), param_group)
         super().add_param_group(param_group)
         g = self.param_groups[-1]
         g["params"] = list(g["params"])
@@ -351,11 +352,13 @@ class Muon(torch.optim.Optimizer):
         decides, as the check always did)."""
         for gi, g in enumerate(self.param_groups):
             self._check_params(gi, g)  # the lists compared at each step are the registered ones
+            _their_names(gi, g)  # keys written before the first step (then: their count)
         frozen = tuple(p for fr in self._frozen for _, p in fr if p.numel())
         fixed = [(operator.itemgetter(*f) if f else _nothing, tuple(f.values()), f)
                  for _, _, f in self._runtimes]
         self._plan = (frozen, fixed, [rt for rt, _, _ in self._runtimes],
-                      [list(g["params"]) for g in self.param_groups])
+                      [list(g["params"]) for g in self.param_groups],
+                      [len(g) for g in self.param_groups])
         return self._plan
 
     def _step(self, closure=None):
@@ -380,6 +383,9 @@ class Muon(torch.optim.Optimizer):
                                                                               plan[3], plan[2])):
                     if get(g) != values:
                         _check_fixed(gi, g, fixed)
+                    if len(g) != plan[4][gi]:  # a key added or removed since the last step
+                        _their_names(gi, g)
+                        plan[4][gi] = len(g)
                     ps = g["params"]
                     if len(ps) != len(had) or not all(map(operator.is_, ps, had)):
                         self._check_params(gi, g)

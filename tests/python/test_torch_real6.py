@@ -282,5 +282,39 @@ def case_olmo_core_muon_config():
     o.close()
 
 
+def case_their_names_written_into_groups():
+    """A script ported from another optimizer keeps its own loop: a dion momentum warmup
+    writes g["mu"] each step, one for Emerging-Optimizers' earlier spelling g["momentum_beta"]
+    (this class reads "momentum"). Before, the key was added to the group and never read: the
+    run went on with the first momentum, silently. Now the step refuses it, naming the key and
+    this class's name, nothing stepped (before the first step too), and with "momentum"
+    written instead the warmup takes effect; so is a group given with Moonlight's "wd". Other
+    new keys (a tag, a scheduler's initial_lr added after the first step) are taken."""
+    m = mlp()
+    for key, kw in (("mu", dict(mu=0.9, adjust_lr="rms_norm")),
+                    ("momentum_beta", dict(momentum_beta=0.9, num_ns_steps=5))):
+        for before_first in (True, False):
+            m = mlp()
+            o = Muon(m.named_parameters(), lr=0.02, **kw)
+            if not before_first:
+                m(x_of(0)).square().mean().backward()
+                o.step()
+            w = m[0].weight.detach().clone()
+            o.param_groups[0][key] = 0.95
+            m(x_of(1)).square().mean().backward()
+            refused(o.step, ValueError, f"param group 0 (muon): {key} = 0.95",
+                    "name for 'momentum'", "nothing was stepped")
+            assert torch.equal(w, m[0].weight)
+            del o.param_groups[0][key]
+            o.param_groups[0]["momentum"] = 0.95  # this class's name: read at every step
+            o.param_groups[0]["my_tag"] = "attn"
+            torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0)  # adds initial_lr
+            o.step()
+            assert not torch.equal(w, m[0].weight)
+            o.close()
+    refused(lambda: quiet(Muon, [dict(params=list(m.parameters()), wd=0.1)]), ValueError,
+            "param group 0", "wd = 0.1", "name for 'weight_decay'")
+
+
 if __name__ == "__main__":
     cases.run("test_torch_real6", dict(globals()))

@@ -1,8 +1,10 @@
 """shardopt.torch.Muon in training scripts as others write them, the eighth round (after
 test_torch_real5.py): NVIDIA Emerging-Optimizers' Muon (the base of Megatron-Core's
 TensorParallelMuon) ported by its import, in both of its spellings, against its update rule
-written out in fp32; OLMo-core's MuonConfig building dion's Muon (cautious_wd, num_heads). Each script is what its author would run, the import swapped, compared
-with the optimizer it was written for. One process.
+written out in fp32; OLMo-core's MuonConfig building dion's Muon (cautious_wd, num_heads);
+other optimizers' key names written into a group by a ported loop. Each script is what its
+author would run, the import swapped, compared with the optimizer it was written for. One
+process.
 
     test_torch_real6.py [CASE ...]     every case when none is named
 
@@ -182,7 +184,8 @@ def case_emerging_optimizers_muon():
          dict(lr=0.01, beta=0.95, wd=0.05, nesterov=False, table=AOL * 2,
               mode="unit_rms_norm", extra=0.5)),
         ({"lr": 0.02, "coefficient_type": "simple", "num_ns_steps": 3, "weight_decay": 0.0},
-         dict(lr=0.02, beta=0.95, wd=0.0, nesterov=False, table=[(3.4445, -4.7750, 2.0315)] * 3, mode="spectral", extra=1.0)),
+         dict(lr=0.02, beta=0.95, wd=0.0, nesterov=False, table=[(3.4445, -4.7750, 2.0315)] * 3,
+              mode="spectral", extra=1.0)),
         ({"lr": 0.02, "num_ns_steps": 10, "weight_decay": 0.0},
          dict(lr=0.02, beta=0.95, wd=0.0, nesterov=False, table=QUINTIC * 2, mode="spectral",
               extra=1.0))]

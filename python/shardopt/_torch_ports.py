@@ -474,7 +474,25 @@ def port(params, given, extra, comm):
     if groups is not None:
         params = [port_group(g, gi, given) if isinstance(g, dict) else g
                   for gi, g in enumerate(groups)]
+        if dion or dion_groups:
+            params = [_dion_default_algo(g) for g in params]
     return params, given, base, flatten
+
+
+def _dion_default_algo(g):
+    """A group of a dion call that names no algorithm is dion's default, a Muon group (its
+    defaults hold algorithm "muon"; OLMo-core's matrix group names none): "algo": "muon"
+    where its tensors are all matrices (dion refuses others there; here they keep the
+    classification by shape). Before, classified by shape and, its tensors unnamed, with a
+    warning that every 2-D tensor goes to Muon, embeddings and the output head included,
+    which the script's own grouping had already decided."""
+    if not isinstance(g, dict) or {"algo", "use_muon"} & set(g):
+        return g
+    ps = g.get("params")
+    ps = [ps] if isinstance(ps, torch.Tensor) else list(ps or [])  # a generator read once
+    ts = [p[1] if isinstance(p, (tuple, list)) and len(p) == 2 else p for p in ps]
+    muon = ts and all(isinstance(t, torch.Tensor) and t.ndim >= 2 for t in ts)
+    return dict(g, params=ps, **({"algo": "muon"} if muon else {}))
 
 
 def port_group(g, gi, given):

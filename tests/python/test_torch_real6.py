@@ -13,6 +13,7 @@ Each case is a function below; a failure names the case and goes on with the nex
 import io
 import json
 import sys
+import warnings
 
 try:
     import torch
@@ -254,9 +255,12 @@ def case_olmo_core_muon_config():
     from test_torch_ports import QUINTIC as DION, RefMuon, _TorchAdamW, against, rms_scale
     m = model()
     attn = [n for n, p in m.named_parameters() if p.ndim == 2 and ".h.0." in n]
-    # its matrix groups name no algorithm (dion's default, muon) and hold tensors without names:
-    # the library's classification warns and sends them to Muon by shape, as dion does
-    opt = quiet(olmo_core_muon, m, Muon, {attn[0]: 1}, config=FP32)
+    # its matrix groups name no algorithm and hold tensors without names: dion's default
+    # algorithm, Muon, with no warning (before: the warning that every unnamed 2-D tensor
+    # goes to Muon, which OLMo-core's own grouping had decided)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt = olmo_core_muon(m, Muon, {attn[0]: 1}, config=FP32)
     assert [g["algo"] for g in opt.param_groups] == ["muon", "muon", "adamw", "adamw"]
     assert opt.param_groups[1]["num_heads"] == 1  # kept, as dion keeps it
     refs = [(p, RefMuon(p, 0.95, False, DION, 1e-8, rms_scale))

@@ -186,8 +186,8 @@ void config_key_accepted(const struct config_key *k, char *out, size_t len)
     case CFG_COEFFS:
         snprintf(out, len,
                  "1-%d (a, b, c) triples, each number in [-%g, %g], e.g. "
-                 "\"3.4445,-4.775,2.0315;...\"",
-                 SHARDOPT_NS_MAX_STEPS, NS_COEFF_MAX, NS_COEFF_MAX);
+                 "\"3.4445,-4.775,2.0315;...\", or %s (no table)",
+                 SHARDOPT_NS_MAX_STEPS, NS_COEFF_MAX, NS_COEFF_MAX, CONFIG_COEFFS_UNUSED);
         break;
     }
 }
@@ -473,8 +473,11 @@ shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
         return SHARDOPT_OK;
     case CFG_COEFFS: {
         double c[SHARDOPT_NS_MAX_STEPS][3] = {{0}};
-        int steps;
-        if (!parse_coeffs(text, c, &steps))
+        int steps = 0;
+        /* what config_key_format prints for a table not in use (ns_coeffs other than custom):
+         * taken back as no table, ns_steps left alone, so that shardopt_config_print's output
+         * (or a checkpoint's config) sets back key by key */
+        if (strcmp(text, CONFIG_COEFFS_UNUSED) != 0 && !parse_coeffs(text, c, &steps))
             return fail_value(k, source, quoted);
         memcpy(field_mut(cfg, k), c, sizeof c);
         if (steps_p != NULL)
@@ -533,7 +536,7 @@ void config_key_format(const struct config_key *k, const shardopt_config_t *cfg,
         size_t o = 0;
         out[0] = '\0';
         if (steps < 1 || steps > SHARDOPT_NS_MAX_STEPS) {
-            snprintf(out, len, "(unused)");
+            snprintf(out, len, CONFIG_COEFFS_UNUSED);
             break;
         }
         /* each number as it round-trips (format_double): with 9 digits two ranks whose

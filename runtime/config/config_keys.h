@@ -61,7 +61,11 @@ shardopt_status_t config_key_parse(const struct config_key *k, const char *text,
  * 1200; a shorter buffer cut it, and the agreement across ranks compared the cut text. */
 #define CONFIG_TEXT_MAX 2048
 
-/* The field's value as text (exactly: doubles round-trip). */
+/* What config_key_format prints for ns_custom_coeffs when ns_coeffs is not custom, and what
+ * config_key_parse takes back as no table (all zero, ns_steps unchanged). */
+#define CONFIG_COEFFS_UNUSED "(unused)"
+
+/* The field's value as text (exactly: doubles round-trip); config_key_parse takes it back. */
 void config_key_format(const struct config_key *k, const shardopt_config_t *cfg, char *out,
                        size_t len);
 

@@ -96,7 +96,15 @@ static int value_matches(const struct config_key *k, const shardopt_config_t *cf
             return *(const uint64_t *)f == strtoull(value, NULL, 10);
         return strtod(value, NULL) < 9007199254740992.0 &&
                (double)*(const uint64_t *)f == strtod(value, NULL);
-    case CFG_COEFFS: /* numbers, separators and spaces only: no hex, inf, nan or tabs */
+    case CFG_COEFFS: /* numbers, separators and spaces only: no hex, inf, nan or tabs; or what
+                        the printer writes for a table not in use, taken as no table */
+        if (strcmp(value, CONFIG_COEFFS_UNUSED) == 0) {
+            for (int i = 0; i < SHARDOPT_NS_MAX_STEPS; i++)
+                for (int j = 0; j < 3; j++)
+                    if (cfg->ns_custom_coeffs[i][j] != 0)
+                        return 0;
+            return 1;
+        }
         return strspn(value, "0123456789+-.eE,; ") == strlen(value);
     case CFG_BOOL:
     case CFG_ENUM:
@@ -185,14 +193,19 @@ static shardopt_status_t set_one(shardopt_config_t *cfg, const struct line *l, i
     if (*valid && !cross_field_key(k->name))
         check(valid_after);
     *valid = valid_after;
-    if (k->type != CFG_COEFFS) { /* coefficients print with 9 digits: not a round trip */
-        char printed[1024];
-        shardopt_config_t again;
-        memcpy(&again, &before, sizeof again);
-        config_key_format(k, cfg, printed, sizeof printed);
-        check(shardopt_config_set(&again, l->key, printed) == SHARDOPT_OK);
-        check(same_values(&again, cfg));
+    /* every key, the coefficients included: they print as they round-trip (format_double), and
+     * a table not in use prints "(unused)", taken back as no table (ns_steps left alone) */
+    char printed[CONFIG_TEXT_MAX];
+    shardopt_config_t again, want;
+    memcpy(&again, &before, sizeof again);
+    memcpy(&want, cfg, sizeof want);
+    config_key_format(k, cfg, printed, sizeof printed);
+    check(shardopt_config_set(&again, l->key, printed) == SHARDOPT_OK);
+    if (k->type == CFG_COEFFS && strcmp(printed, CONFIG_COEFFS_UNUSED) == 0) {
+        memset(want.ns_custom_coeffs, 0, sizeof want.ns_custom_coeffs);
+        want.ns_steps = before.ns_steps;
     }
+    check(same_values(&again, &want));
     return SHARDOPT_OK;
 }
 

@@ -34,6 +34,7 @@ import numbers as _numbers
 import operator
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 from time import perf_counter as _perf_counter
 from typing import Any, Optional, Sequence
@@ -223,8 +224,9 @@ def library():
 
 _lib_file = None  # the path library() loaded
 _ext = False  # _fast_ext(): not looked for yet
-_FAST_API = 4  # _fast.c's FAST_API: the layout of _Fast.rows it reads (2: the shapes list;
-# 3: the gradients are not stored on the slots and Params, only in the rows' list; 4: is_neg)
+_FAST_API = 5  # _fast.c's FAST_API: the layout of _Fast.rows it reads (2: the shapes list;
+# 3: the gradients are not stored on the slots and Params, only in the rows' list; 4: is_neg;
+# 5: the seen list, weak references to the gradients whose storage was measured)
 _GONE = object()  # _Fast.grads after a step: the gradients let go (none is "the same" tensor)
 
 
@@ -739,7 +741,8 @@ class _Fast:
     shardopt_params_set_pointers, then per parameter (lists) its Param, _Slot, tensor, .grad
     object (None included; _GONE once the step has let it go), the gradient's address as the
     library has it (None: NULL), the data address, element count, torch grad dtype and local
-    shape (torch.Size), and last the C arrays that call takes (handles, data addresses,
+    shape (torch.Size), a weak reference to the gradient whose storage was last measured whole
+    (None: none), and last the C arrays that call takes (handles, data addresses,
     gradient addresses refilled per call). With the C module the function and the arrays are
     passed by address. The lists are shared with this object's fields and changed in place
     (_follow_rows, zero_grad, Optimizer.step). step: the C module's step over these rows and
@@ -765,11 +768,11 @@ def _follow_rows(rows, rt, skip_missing):
     changed. _shardopt_fast.follow (python/shardopt/_fast.c) is this function in C: the same
     checks in the same order, on the same lists."""
     tensor, data_ptr, numel, contiguous, is_neg, host, set_pointers, params, slots, srcs, \
-        grads, gaddrs, daddrs, counts, dtypes, shapes, handles, darr, garr = rows
+        grads, gaddrs, daddrs, counts, dtypes, shapes, seen, handles, darr, garr = rows
     got, addrs = [], []
     try:
-        for src, was, ga, da, n, dt, shp in zip(srcs, grads, gaddrs, daddrs, counts, dtypes,
-                                                shapes):
+        for src, was, ga, da, n, dt, shp, w in zip(srcs, grads, gaddrs, daddrs, counts, dtypes,
+                                                   shapes, seen):
             if data_ptr(src) != da or src.shape != shp or not contiguous(src) or is_neg(src):
                 return None
             g = src.grad
@@ -788,6 +791,12 @@ def _follow_rows(rows, rt, skip_missing):
                 a = data_ptr(g)
                 if not a:  # no memory (a ZeroTensor): the full check names it
                     return None
+                # its storage holding it whole (not resized smaller after the tensor was made:
+                # the full check names that), measured once per tensor object: the one measured
+                # before at the same address is whole still (a resize moves the memory)
+                if (a != ga or w is None or w() is not g) and g.untyped_storage().nbytes() < \
+                        g.nbytes + g.storage_offset() * g.element_size():
+                    return None
             got.append(g)
             addrs.append(a)
     except RuntimeError:
@@ -801,6 +810,8 @@ def _follow_rows(rows, rt, skip_missing):
         if g is not grads[i]:
             grads[i] = g  # held through the step only: Optimizer.step lets them go after it
             slots[i].grad_addr = gaddrs[i] = addrs[i]
+            if g is not None and (seen[i] is None or seen[i]() is not g):
+                seen[i] = weakref.ref(g)
     return 0
 
 
@@ -1368,7 +1379,9 @@ class Optimizer:
         f.rows = (t, t.data_ptr, t.numel, t.is_contiguous, t.is_neg, self._host, set_pointers,
                   f.params, f.slots, f.srcs, f.grads, f.gaddrs, daddrs,
                   [s.count for s in slots], [dtypes[s.grad_dtype] for s in slots],
-                  [s.shape for s in slots]) + arrays
+                  [s.shape for s in slots],
+                  # the full check (_sync) has just measured every gradient's storage
+                  [None if g is None else weakref.ref(g) for g in f.grads]) + arrays
         f.step = None if self._ext is None else functools.partial(
             self._ext.step, f.rows, self._rt.value, self._c_step, self._c_args)
         f.gone = [_GONE] * n

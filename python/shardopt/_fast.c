@@ -14,6 +14,7 @@
    compares the two bit for bit (docs/python.md, "What a step costs in Python"). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -38,10 +39,12 @@ typedef shardopt_status_t (*fast_step_fn)(shardopt_runtime_t rt, const shardopt_
 /* the module's API: the binding ignores a module of another version (2: rows hold the
    parameters' shapes, compared instead of their element counts; 3: a gradient is stored in the
    rows' list only, not on the slot and the Param, so that the binding can let it go after the
-   step; 4: rows hold torch.Tensor.is_neg, and a lazily negated tensor is not followed) */
-enum { FAST_API = 4 };
+   step; 4: rows hold torch.Tensor.is_neg, and a lazily negated tensor is not followed; 5: rows
+   hold the seen list, and a new gradient's storage is measured) */
+enum { FAST_API = 5 };
 
-static PyObject *s_grad, *s_dtype, *s_is_cpu, *s_is_cuda, *s_grad_addr, *s_shape;
+static PyObject *s_grad, *s_dtype, *s_is_cpu, *s_is_cuda, *s_grad_addr, *s_shape,
+    *s_untyped_storage, *s_nbytes, *s_storage_offset;
 
 /* rows: the tuple _Fast.rows holds (shardopt/__init__.py, _fast_rows) */
 enum {
@@ -61,6 +64,7 @@ enum {
     R_COUNTS,
     R_DTYPES,
     R_SHAPES,
+    R_SEEN, /* weak references to the gradients whose storage was measured whole (None: none) */
     R_HANDLES,
     R_DARR,
     R_GARR,
@@ -183,6 +187,66 @@ static int fit(const struct methods *m, PyObject *g, PyObject *tensor, PyObject 
     return ok;
 }
 
+/* obj.name() as a C long long, -1 with an exception set (the values asked are never negative) */
+static long long call_ll(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_VectorcallMethod(name, &obj, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (v == NULL)
+        return -1;
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return x;
+}
+
+/* a new gradient of n elements whose storage holds its whole extent: 1, 0 (shorter: a storage
+   resized smaller after the tensor was made, untyped_storage().resize_(); the full check names
+   it), -1. Checked for new gradients only: a kept one's resize moves its memory, so data_ptr
+   differs and the full check runs. About 150 ns a new gradient (docs/python.md). */
+static int whole(PyObject *g, PyObject *n)
+{
+    PyObject *st =
+        PyObject_VectorcallMethod(s_untyped_storage, &g, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (st == NULL)
+        return -1;
+    const long long have = call_ll(st, s_nbytes);
+    Py_DECREF(st);
+    if (have < 0)
+        return -1;
+    const long long off = call_ll(g, s_storage_offset), count = PyLong_AsLongLong(n);
+    if (off < 0 || count < 0)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *b = PyObject_GetAttr(g, s_nbytes);
+    if (b == NULL)
+        return -1;
+    const long long body = PyLong_AsLongLong(b); /* count elements of the dtype's size */
+    Py_DECREF(b);
+    if (body < 0)
+        return PyErr_Occurred() ? -1 : 0;
+    /* off elements before it, each body / count bytes; an overflow would be no real storage */
+    const long long esize = count > 0 ? body / count : 0;
+    if (esize > 0 && off > (LLONG_MAX - body) / esize)
+        return 0;
+    return have >= body + off * esize;
+}
+
+/* 1: w is a weak reference to g; 0: not (None, another object, a dead one) */
+static int refers_to(PyObject *w, PyObject *g)
+{
+    if (!PyWeakref_CheckRef(w))
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000 /* PyWeakref_GetObject is deprecated from 3.13 */
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(w, &o) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_XDECREF(o); /* only compared: g is held by the caller */
+    return o == g;
+#else
+    return PyWeakref_GetObject(w) == g;
+#endif
+}
+
 static int as_pointer(PyObject *v, void **out)
 {
     *out = v == Py_None ? NULL : PyLong_AsVoidPtr(v);
@@ -202,10 +266,11 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
     const struct methods m = {r[R_DATA_PTR], r[R_NUMEL], r[R_CONTIGUOUS], r[R_IS_NEG]};
     PyObject *tensor = r[R_TENSOR], *params = r[R_PARAMS], *slots = r[R_SLOTS], *srcs = r[R_SRCS],
              *grads = r[R_GRADS], *gaddrs = r[R_GADDRS], *daddrs = r[R_DADDRS],
-             *counts = r[R_COUNTS], *dtypes = r[R_DTYPES], *shapes = r[R_SHAPES];
+             *counts = r[R_COUNTS], *dtypes = r[R_DTYPES], *shapes = r[R_SHAPES], *seen = r[R_SEEN];
     if (!PyList_CheckExact(params) || !PyList_CheckExact(slots) || !PyList_CheckExact(srcs) ||
         !PyList_CheckExact(grads) || !PyList_CheckExact(gaddrs) || !PyList_CheckExact(daddrs) ||
-        !PyList_CheckExact(counts) || !PyList_CheckExact(dtypes) || !PyList_CheckExact(shapes)) {
+        !PyList_CheckExact(counts) || !PyList_CheckExact(dtypes) || !PyList_CheckExact(shapes) ||
+        !PyList_CheckExact(seen)) {
         PyErr_SetString(PyExc_TypeError, "_shardopt_fast: rows holds lists");
         return -1;
     }
@@ -213,7 +278,8 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
     if (PyList_GET_SIZE(params) != n || PyList_GET_SIZE(slots) != n ||
         PyList_GET_SIZE(grads) != n || PyList_GET_SIZE(gaddrs) != n ||
         PyList_GET_SIZE(daddrs) != n || PyList_GET_SIZE(counts) != n ||
-        PyList_GET_SIZE(dtypes) != n || PyList_GET_SIZE(shapes) != n || n > INT32_MAX) {
+        PyList_GET_SIZE(dtypes) != n || PyList_GET_SIZE(shapes) != n ||
+        PyList_GET_SIZE(seen) != n || n > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "_shardopt_fast: rows' lists differ in length");
         return -1;
     }
@@ -254,6 +320,15 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
                 /* 0: no memory (a ZeroTensor): not followed, the full check names it */
                 ok = addr[i] == NULL ? -1 : PyObject_IsTrue(addr[i]);
             }
+            /* measured once per tensor object: the one measured before at the same address is
+               whole still (a resize moves the memory) */
+            if (ok == 1 && !refers_to(PyList_GET_ITEM(seen, i), g))
+                ok = whole(g, cnt);
+            else if (ok == 1) {
+                const int moved =
+                    PyObject_RichCompareBool(addr[i], PyList_GET_ITEM(gaddrs, i), Py_NE);
+                ok = moved < 0 ? -1 : moved ? whole(g, cnt) : 1;
+            }
         }
         if (ok == 1 && !changed) {
             changed = PyObject_RichCompareBool(addr[i], PyList_GET_ITEM(gaddrs, i), Py_NE);
@@ -291,6 +366,11 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
             PyList_SetItem(grads, i, Py_NewRef(g)) < 0 ||
             PyList_SetItem(gaddrs, i, Py_NewRef(addr[i])) < 0)
             ok = -1;
+        else if (g != Py_None && !refers_to(PyList_GET_ITEM(seen, i), g)) {
+            PyObject *w = PyWeakref_NewRef(g, NULL);
+            if (w == NULL || PyList_SetItem(seen, i, w) < 0)
+                ok = -1;
+        }
     }
     for (Py_ssize_t i = 0; i < 2 * n; i++)
         Py_XDECREF(got[i]);
@@ -385,8 +465,15 @@ PyMODINIT_FUNC PyInit__shardopt_fast(void)
     struct {
         PyObject **s;
         const char *text;
-    } names[] = {{&s_grad, "grad"},       {&s_dtype, "dtype"},         {&s_is_cpu, "is_cpu"},
-                 {&s_is_cuda, "is_cuda"}, {&s_grad_addr, "grad_addr"}, {&s_shape, "shape"}};
+    } names[] = {{&s_grad, "grad"},
+                 {&s_dtype, "dtype"},
+                 {&s_is_cpu, "is_cpu"},
+                 {&s_is_cuda, "is_cuda"},
+                 {&s_grad_addr, "grad_addr"},
+                 {&s_shape, "shape"},
+                 {&s_untyped_storage, "untyped_storage"},
+                 {&s_nbytes, "nbytes"},
+                 {&s_storage_offset, "storage_offset"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].s == NULL &&
             (*names[i].s = PyUnicode_InternFromString(names[i].text)) == NULL)

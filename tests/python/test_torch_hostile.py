@@ -370,12 +370,16 @@ def case_storages_shorter_than_their_tensor_are_refused():
     SIGSEGV at a later call) and read a gradient past its end. Refused at the full check naming
     the tensor and both sizes, nothing stepped, through either step path: a resize moves the
     memory, so the comparison with the last step takes a parameter resized since to the full
-    check; a gradient is measured where the full check runs (here: an optimizer's first step),
-    not on the comparison path, where every gradient is a new one (480 ns a tensor)."""
+    check; a gradient at an optimizer's first step is measured by the full check, and a new
+    gradient at a later step (new w.grad, after a step: backward after zero_grad()) by the
+    comparison with the last step, which sent it on unmeasured (the library read past its
+    storage, the step OK) and now measures it (about 0.15 us a new gradient) and takes a short
+    one to the full check. A new gradient that is a view into a larger buffer (a flat gradient
+    buffer, storage_offset > 0) is measured from its offset: whole, it is followed; cut, refused."""
     for path, ctx in step_paths():
-        for what in ("w.data", "new w.grad"):
+        for what in ("w.data", "first w.grad", "new w.grad"):
             with ctx():
-                if what == "new w.grad":  # no step yet: the first one checks every buffer
+                if what == "first w.grad":  # no step yet: the first one checks every buffer
                     w, b = torch.nn.Parameter(torch.randn(4, 8)), torch.nn.Parameter(torch.randn(4))
                     opt = Muon([("w", w), ("b", b)], lr=0.02)
                 else:
@@ -394,6 +398,21 @@ def case_storages_shorter_than_their_tensor_are_refused():
                     t.normal_()
                 assert same(before, values(w, b)), (path, what, "stepped")
                 opt.step()  # with its whole storage back, the step goes on
+        # new gradients that are views into one flat buffer, w's at offset 4 (after b's)
+        with ctx():
+            w, b, opt = two()
+            for cut in (False, True):
+                flat = torch.randn(4 + 32)
+                b.grad, w.grad = flat[:4], flat[4:].view(4, 8)
+                before = values(w, b)
+                if cut:  # 36 elements' storage cut to 20: w.grad's last 16 elements gone
+                    flat.untyped_storage().resize_(80)
+                    refused(opt.step, ValueError, "w.grad: its storage holds 80 bytes, but the "
+                            "tensor spans 144 (storage_offset 4 + 32 elements of 4 bytes)")
+                    assert same(before, values(w, b)), (path, "flat cut", "stepped")
+                else:
+                    opt.step()
+                    assert not same(before[:1], values(w)), (path, "flat whole", "not stepped")
 
 def case_state_dicts_holding_negated_views_load_their_values():
     """A state dict whose tensors are lazily negated views (torch._neg_view of -m, which torch

@@ -139,8 +139,10 @@ void commit_release(shardopt_runtime_t rt)
     rt->pre_n = NULL;
     free(rt->rep_counts);
     rt->rep_counts = rt->rep_displs = NULL;
+    alias_check_peers_leave(rt);
     free(rt->alias);
     rt->alias = NULL;
+    rt->peer_spans = NULL;
     free(rt->nonfinite);
     rt->nonfinite = NULL;
     rt->gradflags = NULL;
@@ -361,8 +363,12 @@ shardopt_status_t commit_buffers_alloc(shardopt_runtime_t rt)
     rt->rep_counts =
         noted(&oom, mem_malloc(sizeof(int) * 2 * R), sizeof(int) * 2 * R, "the replica counts");
     rt->rep_displs = rt->rep_counts != NULL ? rt->rep_counts + R : NULL;
-    rt->alias = noted(&oom, mem_malloc(sizeof(*rt->alias) * 2 * np), sizeof(*rt->alias) * 2 * np,
+    /* 2 * np spans of scratch, then np of the data spans last stepped (alias_check_peers) */
+    rt->alias = noted(&oom, mem_malloc(sizeof(*rt->alias) * 3 * np), sizeof(*rt->alias) * 3 * np,
                       "the buffer spans' check");
+    rt->peer_spans = rt->alias != NULL ? rt->alias + 2 * np : NULL;
+    rt->npeer_spans = 0;
+    rt->peer_dirty = 1;
     /* sharded Newton-Schulz: U/O of one piece, X and Y, the Gram matrix and B */
     rt->sh_u = noted(&oom, buffer_alloc(rt, sh_u * es + 1), sh_u * es + 1,
                      "the sharded Newton-Schulz piece");

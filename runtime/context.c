@@ -15,6 +15,7 @@
 #include "runtime/config/config_agree.h"
 #include "runtime/cpu_kinds.h"
 #include "runtime/runtime.h"
+#include "runtime/step/alias_check.h"
 
 /* The CPU table the config's `kernels` names. */
 static shardopt_status_t cpu_kernels_select(const shardopt_config_t *cfg,
@@ -559,6 +560,7 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
     /* the device memory and streams are released on their own device whichever thread
      * finalizes; a failure here leaves nothing better to do than to go on */
     (void)rt_device_enter(rt, "finalize");
+    alias_check_peers_leave(rt); /* out of the process's list before the names it reads are freed */
     for (int i = 0; i < rt->nparams; i++) {
         free(rt->params[i]->name);
         free(rt->params[i]);

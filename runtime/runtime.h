@@ -197,10 +197,17 @@ struct shardopt_runtime {
     int ns_torn;
     struct ns_workspace ns_ws;
     int *rep_counts, *rep_displs; /* [dp_replicate]: replica_split's all-gather */
-    struct alias_span *alias;     /* [2 * nparams]: alias_check's scratch (the step allocates
-                                     nothing) */
-    void *sh_u;                   /* sharded Newton-Schulz: one piece's U and O, comm dtype */
-    float *sh_x;                  /* X, Y, Gram, B: where Newton-Schulz runs (ns_dev) */
+    struct alias_span *alias;     /* [3 * nparams]: alias_check's scratch (the step allocates
+                                     nothing), then peer_spans */
+    /* alias_check_peers (alias_check.h): the data spans this runtime last stepped, sorted
+     * ([npeer_spans] at alias + 2 * nparams), the process-wide number of that step (0: none
+     * yet), whether a data pointer moved since, and whether it is in the process's list */
+    struct alias_span *peer_spans;
+    int npeer_spans, peer_dirty, peer_listed;
+    uint64_t peer_seq;
+    struct shardopt_runtime *peer_next;
+    void *sh_u;     /* sharded Newton-Schulz: one piece's U and O, comm dtype */
+    float *sh_x;    /* X, Y, Gram, B: where Newton-Schulz runs (ns_dev) */
     float *sh_host; /* NS on a device: host staging of the Gram all-reduce and AOL (pinned) */
     /* ns_compute = bf16 teams: MPI_SUM of bf16 Gram entries (MPI has no bf16 type), made at
      * commit when this rank is in a team (ns_sharded_bf16_op), freed by commit_release */

@@ -1,6 +1,7 @@
 /* Buffers of the step that share memory (alias_check.h). */
 #include "runtime/step/alias_check.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ static shardopt_status_t read_only_check(shardopt_runtime_t rt, int n, const cha
                     (size_t)(s->hi - s->lo), perms, path, writes, nothing);
 }
 
-shardopt_status_t alias_check(shardopt_runtime_t rt)
+static shardopt_status_t own_check(shardopt_runtime_t rt)
 {
     int changed = 0, data_changed = 0, n = 0;
     for (int i = 0; i < rt->nparams && !data_changed; i++) {
@@ -106,5 +107,112 @@ shardopt_status_t alias_check(shardopt_runtime_t rt)
         rt->params[i]->alias_data = rt->params[i]->data;
         rt->params[i]->alias_grad = rt->params[i]->grad;
     }
+    rt->peer_dirty = rt->peer_dirty || data_changed;
     return SHARDOPT_OK;
+}
+
+static shardopt_status_t alias_check_peers(shardopt_runtime_t rt);
+
+shardopt_status_t alias_check(shardopt_runtime_t rt)
+{
+    const shardopt_status_t st = own_check(rt);
+    return st == SHARDOPT_OK ? alias_check_peers(rt) : st;
+}
+
+/* The runtimes of this process that stepped (alias_check_peers_*), linked through peer_next; the
+ * sequence numbers of their steps. */
+static pthread_mutex_t peers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shardopt_runtime *peers_head;
+static uint64_t peers_seq;
+
+/* rt's data spans now, sorted, into out[0, n): n */
+static int data_spans(shardopt_runtime_t rt, struct alias_span *out)
+{
+    int n = 0;
+    for (int i = 0; i < rt->nparams; i++) {
+        const struct shardopt_param *p = rt->params[i];
+        const size_t count = (size_t)p->layout.local_numel;
+        if (count > 0 && p->data != NULL)
+            out[n++] = (struct alias_span){
+                (uintptr_t)p->data, (uintptr_t)p->data + count * kdtype_size(p->param_dtype), i, 0};
+    }
+    qsort(out, (size_t)n, sizeof *out, by_lo);
+    return n;
+}
+
+static shardopt_status_t alias_check_peers(shardopt_runtime_t rt)
+{
+    /* a first step is not checked: a new optimizer made over the model of an old one left
+     * alive (load_state_dict(old.state_dict()), then only the new one steps) is no error */
+    if (rt->peer_spans == NULL || rt->peer_seq == 0)
+        return SHARDOPT_OK;
+    shardopt_status_t st = SHARDOPT_OK;
+    pthread_mutex_lock(&peers_lock);
+    const struct alias_span *mine = rt->peer_spans;
+    int nmine = rt->npeer_spans, built = 0;
+    for (const struct shardopt_runtime *b = peers_head; b != NULL && st == SHARDOPT_OK;
+         b = b->peer_next) {
+        if (b == rt || b->peer_seq <= rt->peer_seq) /* not stepped since this one's last step */
+            continue;
+        if (rt->peer_dirty && !built) { /* a data pointer moved since: its spans now */
+            nmine = data_spans(rt, rt->alias);
+            mine = rt->alias;
+            built = 1;
+        }
+        /* both sorted, neither overlapping itself (alias_check refuses that): a merge */
+        for (int i = 0, j = 0; i < nmine && j < b->npeer_spans;) {
+            const struct alias_span *x = &mine[i], *y = &b->peer_spans[j];
+            if (x->lo < y->hi && y->lo < x->hi) {
+                st = log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                              "step: rank %d: the data of parameter '%s' [%p, +%zu bytes) and "
+                              "the data of parameter '%s' [%p, +%zu bytes) of another runtime of "
+                              "this process (another optimizer over the same model, or another "
+                              "param group's), which stepped it after this runtime's last step, "
+                              "share memory: stepping both updates that memory twice per step; "
+                              "step one runtime per memory (finalize the other, or give each its "
+                              "own parameters); nothing was updated",
+                              rt->groups.me.rank, rt->params[x->param]->name, (void *)x->lo,
+                              (size_t)(x->hi - x->lo), b->params[y->param]->name, (void *)y->lo,
+                              (size_t)(y->hi - y->lo));
+                break;
+            }
+            if (x->hi <= y->hi)
+                i++;
+            else
+                j++;
+        }
+    }
+    pthread_mutex_unlock(&peers_lock);
+    return st;
+}
+
+void alias_check_peers_stepped(shardopt_runtime_t rt)
+{
+    if (rt->peer_spans == NULL)
+        return;
+    pthread_mutex_lock(&peers_lock);
+    if (rt->peer_dirty) {
+        rt->npeer_spans = data_spans(rt, rt->peer_spans);
+        rt->peer_dirty = 0;
+    }
+    rt->peer_seq = ++peers_seq;
+    if (!rt->peer_listed) {
+        rt->peer_next = peers_head;
+        peers_head = rt;
+        rt->peer_listed = 1;
+    }
+    pthread_mutex_unlock(&peers_lock);
+}
+
+void alias_check_peers_leave(shardopt_runtime_t rt)
+{
+    pthread_mutex_lock(&peers_lock);
+    for (struct shardopt_runtime **at = &peers_head; rt->peer_listed && *at != NULL;
+         at = &(*at)->peer_next)
+        if (*at == rt) {
+            *at = rt->peer_next;
+            rt->peer_listed = 0;
+            break;
+        }
+    pthread_mutex_unlock(&peers_lock);
 }

@@ -20,8 +20,24 @@ struct alias_span {
 };
 
 /* This rank's check (the step agrees on the outcome): OK, or ERR_INVALID_ARGUMENT naming both
- * parameters, both buffers and their byte ranges. Sorts rt->alias (2 x nparams spans, allocated at
- * commit) only when a pointer changed since the last accepted check: O(parameters) otherwise. */
+ * parameters, both buffers and their byte ranges; then alias_check_peers' check (below). Sorts
+ * rt->alias (2 x nparams spans, allocated at commit) only when a pointer changed since the last
+ * accepted check: O(parameters) otherwise. */
 shardopt_status_t alias_check(shardopt_runtime_t rt);
+
+/* Runtimes of one process whose parameters share memory (two optimizers over one model, a
+ * param group's runtime over another's memory): each one's step checks only its own buffers, so
+ * both update that memory, once each per step, and return OK. The process keeps a list of the
+ * runtimes that stepped, each with the data spans of its last step and a sequence number.
+ * Its check (in alias_check, at the step's validation): OK on a runtime's first step (a new
+ * optimizer replacing an old one that is left alive is allowed), otherwise ERR_INVALID_ARGUMENT
+ * naming both parameters where another runtime stepped memory this runtime's data overlaps since
+ * this runtime's last step (both in use: that memory updated twice per step). O(1) with one
+ * runtime; a merge of the sorted spans per runtime that stepped since, and a sort of this runtime's
+ * data spans when one moved. alias_check_peers_stepped: after a step that updated;
+ * alias_check_peers_leave: at finalize (commit_release), before the names are freed. Thread-safe
+ * (one mutex). */
+void alias_check_peers_stepped(shardopt_runtime_t rt);
+void alias_check_peers_leave(shardopt_runtime_t rt);
 
 #endif

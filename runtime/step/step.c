@@ -560,7 +560,6 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
      * agreement below instead of returning alone (which left them to MPI_Abort there) */
     if (status != SHARDOPT_OK && !(step_deferred(rt) && device_has(rt->dev, DEVICE_CAP_STREAMS)))
         return status;
-
     /* exchanges, then the stream: one agreement for both */
     if (device_has(rt->dev, DEVICE_CAP_STREAMS)) {
         if (status == SHARDOPT_OK)
@@ -577,6 +576,7 @@ static shardopt_status_t step_run(shardopt_runtime_t rt, const shardopt_step_arg
     for (int i = 0; i < rt->nparams; i++)
         rt->params[i]->step += !rt->params[i]->skip;
     k->steps++;
+    alias_check_peers_stepped(rt); /* its data spans as stepped, for the others' checks */
     /* after the update, which stands either way: a failure here says the replicas differ */
     if (rt->cfg.replica_check_every > 0 && k->steps % (uint64_t)rt->cfg.replica_check_every == 0) {
         comm_phase("step: replica check", -1);

@@ -373,3 +373,71 @@ TEST(custom_tables_whose_iteration_overflows_fp32_are_refused)
         EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
     }
 }
+
+/* Two runtimes of one process over the same memory (two optimizers over one model; a runtime
+ * whose parameter was pointed into another's): each step checked only its own buffers, so both
+ * stepped that memory, once each per step, and returned OK. A runtime's first step is taken (a
+ * new optimizer made over the model of an old one left alive, which no longer steps); from its
+ * second, a runtime refuses to step memory another runtime stepped since its own last step,
+ * naming both parameters, with nothing written; finalizing the other lets it go on. Disjoint
+ * memory steps in turn as before. */
+TEST(two_runtimes_stepping_the_same_memory_are_refused)
+{
+    static float w[64], g[64], v[64], gv[64], keep[64];
+    for (int i = 0; i < 64; i++) {
+        w[i] = v[i] = 0.01f * (float)(i % 13) - 0.05f;
+        g[i] = gv[i] = 0.02f * (float)(i % 7) - 0.06f;
+    }
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t a = fixture_runtime(&cfg), b = fixture_runtime(&cfg);
+    shardopt_param_desc_t da = fixture_desc("a.w", 2, 8, 8, 0, w, g);
+    shardopt_param_desc_t db = fixture_desc("b.v", 2, 8, 8, 0, v, gv);
+    shardopt_param_t pa, pb;
+    ASSERT_EQ_INT(shardopt_register(a, &da, &pa), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_register(b, &db, &pb), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(a), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(b), SHARDOPT_OK);
+    shardopt_step_args_t args = SHARDOPT_STEP_ARGS_INIT;
+    args.lr = 0.01;
+    for (int k = 0; k < 2; k++) { /* disjoint memory: each steps in turn */
+        EXPECT_EQ_INT(shardopt_step(a, &args), SHARDOPT_OK);
+        EXPECT_EQ_INT(shardopt_step(b, &args), SHARDOPT_OK);
+    }
+    /* a's data moved into a larger buffer, b's parameter pointed 8 elements into it: b steps
+     * it (a stepped before b's last step, not since) */
+    static float big[72];
+    memcpy(big, w, sizeof w);
+    ASSERT_EQ_INT(shardopt_param_set_pointers(pa, big, g), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_param_set_pointers(pb, big + 8, gv), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(b, &args), SHARDOPT_OK);
+    /* a's next step: b stepped [big + 8, +256 bytes) since a's last step, over a's data */
+    memcpy(keep, big, sizeof keep);
+    EXPECT_EQ_INT(shardopt_step(a, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "the data of parameter 'a.w'");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "the data of parameter 'b.v'");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "of another runtime of this process");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was updated");
+    EXPECT_TRUE(memcmp(big, keep, sizeof keep) == 0);
+    /* and b's, now that a's data moved onto it since b's last step? a has not stepped since:
+     * b goes on (the one in use); a stays refused while b keeps stepping */
+    EXPECT_EQ_INT(shardopt_step(b, &args), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(a, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    /* b finalized: a goes on */
+    EXPECT_EQ_INT(shardopt_finalize(b), SHARDOPT_OK);
+    memcpy(keep, big, sizeof keep);
+    EXPECT_EQ_INT(shardopt_step(a, &args), SHARDOPT_OK);
+    EXPECT_TRUE(memcmp(big, keep, sizeof keep) != 0);
+    /* a new runtime over a's memory: its first step is taken (a replacing optimizer), and a, the
+     * old one, is refused at its next step */
+    shardopt_runtime_t c = fixture_runtime(&cfg);
+    shardopt_param_desc_t dc = fixture_desc("c.w", 2, 8, 8, 0, big, g);
+    shardopt_param_t pc;
+    ASSERT_EQ_INT(shardopt_register(c, &dc, &pc), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(c), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(c, &args), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(c, &args), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_step(a, &args), SHARDOPT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "'c.w'");
+    EXPECT_EQ_INT(shardopt_finalize(a), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_finalize(c), SHARDOPT_OK);
+}

@@ -1405,8 +1405,34 @@ class Optimizer:
         _check("params_set_pointers", status)
         return True
 
+    def _full_check(self, skip_missing):
+        """The check of every buffer (_sync) and of the other runtimes' memory (_peer_clash),
+        where the comparison (_follow) declined: [(Param, message)] this rank refuses; the
+        comparison's rows made again where none."""
+        refused = []
+        for p in self.params if self._rt else []:  # closed: the library says so below
+            try:
+                self._sync(p, skip_missing)
+            except Exception as e:  # noqa: BLE001 - raised after the collective step
+                refused.append((p, str(e)))
+        if not refused and self._rt and self._peers is not None:
+            clash = _peer_clash(self, self._peers())
+            if clash is not None:
+                refused.append(clash)
+        self._fast = None if refused else self._fast_rows()
+        return refused
+
+    def _prepare(self, skip_missing):
+        """step()'s check of the buffers, made ahead of the step: (followed, refused), which
+        step(..., _checked=) goes on from without checking again. shardopt.torch.Muon checks
+        every param group's runtime so before any group steps, so that a refusal in a later
+        group steps nothing (each group is its own runtime, stepped in turn)."""
+        followed = self._follow(skip_missing)
+        return followed, [] if followed else self._full_check(skip_missing)
+
     def step(self, lr, adamw_lr=-1.0, weight_decay=-1.0, max_grad_norm=0.0, stream=None,
-             skip_missing_grads=False, momentum=-1.0, adamw_betas=None, adamw_eps=-1.0):
+             skip_missing_grads=False, momentum=-1.0, adamw_betas=None, adamw_eps=-1.0,
+             _checked=None):
         """One optimizer step (collective). stream: a CUDA stream (torch.cuda.Stream or a
         raw handle) for the CUDA backend. Every parameter's buffers are checked again first
         (_sync) unless nothing moved since the last check (_follow); parameters from
@@ -1451,13 +1477,15 @@ class Optimizer:
             lr, adamw_lr, weight_decay, max_grad_norm = float("nan"), -1.0, -1.0, 0.0
             momentum, adamw_eps = -1.0, -1.0
         f = self._fast if bad is None else None
-        if f is not None and f.step is not None:
+        checked = _checked if bad is None else None  # _prepare's outcome: not checked again
+        if f is not None and f.step is not None and (checked is None or checked[0]):
             # _follow and the step below in one C call (_fast.c), where nothing else is needed;
             # the C call fills every field but momentum and AdamW's betas and eps, set here in
             # the struct it shares
             a = self._args
             a.momentum, a.adamw_beta1, a.adamw_beta2, a.adamw_eps = momentum, b1, b2, adamw_eps
-            done = f.step(skip_missing_grads, lr, adamw_lr, weight_decay, max_grad_norm, stream)
+            done = f.step(skip_missing_grads, lr, adamw_lr, weight_decay, max_grad_norm, stream,
+                          checked is not None)
             if done is not None:
                 f.grads[:] = f.gone  # held through the step only (_let_grads_go)
                 status, seconds = done
@@ -1467,20 +1495,14 @@ class Optimizer:
                 _check("step", status)
                 return
             followed = False  # the same comparison in Python would say the same
+        elif checked is not None:
+            followed = checked[0]
         else:
             followed = self._follow(skip_missing_grads)
-        refused = []
-        if not followed:
-            for p in self.params if self._rt else []:  # closed: the library says so below
-                try:
-                    self._sync(p, skip_missing_grads)
-                except Exception as e:  # noqa: BLE001 - raised below, after the collective step
-                    refused.append((p, str(e)))
-            if not refused and self._rt and self._peers is not None:
-                clash = _peer_clash(self, self._peers())
-                if clash is not None:
-                    refused.append(clash)
-            self._fast = None if refused else self._fast_rows()
+        if checked is not None:
+            refused = list(checked[1])
+        else:
+            refused = [] if followed else self._full_check(skip_missing_grads)
         a = self._args  # one struct per runtime, refilled: the library reads it during the call
         a.lr, a.adamw_lr, a.weight_decay, a.stream = lr, adamw_lr, weight_decay, stream
         a.max_grad_norm, a.skip_missing_grads = max_grad_norm, int(bool(skip_missing_grads))

@@ -394,20 +394,23 @@ static PyObject *fast_follow(PyObject *self, PyObject *const *args, Py_ssize_t n
 }
 
 /* step(rows, rt, step_fn, args, skip_missing, lr, adamw_lr, weight_decay, max_grad_norm,
-   stream) -> None | (status, seconds): follow, then, where followed, fill the binding's
+   stream[, followed]) -> None | (status, seconds): follow (not where followed is true: the
+   binding's _prepare followed already), then, where followed, fill the binding's
    shardopt_step_args_t (at args) as Optimizer.step does and call shardopt_step (at step_fn)
    without the GIL, as ctypes calls it. (status, None): the set_pointers call failed, no step;
    (status, seconds): the step's status and its wall time as the caller waited for it. */
 static PyObject *fast_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 10) {
+    if (nargs != 10 && nargs != 11) {
         PyErr_SetString(PyExc_TypeError, "step(rows, rt, step_fn, args, skip_missing, lr, "
-                                         "adamw_lr, weight_decay, max_grad_norm, stream)");
+                                         "adamw_lr, weight_decay, max_grad_norm, stream"
+                                         "[, followed])");
         return NULL;
     }
     int skip = PyObject_IsTrue(args[4]), status = 0;
-    int ok = skip < 0 ? -1 : follow(args[0], args[1], skip, &status);
+    const int followed = nargs == 11 ? PyObject_IsTrue(args[10]) : 0;
+    int ok = skip < 0 || followed < 0 ? -1 : followed ? 1 : follow(args[0], args[1], skip, &status);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
     if (status != 0)
@@ -447,7 +450,7 @@ static PyMethodDef fast_methods[] = {
      "follow(rows, rt, skip_missing) -> None | status: shardopt's _follow_rows in C"},
     {"step", (PyCFunction)(void (*)(void))fast_step, METH_FASTCALL,
      "step(rows, rt, step_fn, args, skip_missing, lr, adamw_lr, weight_decay, max_grad_norm, "
-     "stream) -> None | (status, seconds): follow, then shardopt_step"},
+     "stream[, followed]) -> None | (status, seconds): follow, then shardopt_step"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef fast_module = {PyModuleDef_HEAD_INIT,

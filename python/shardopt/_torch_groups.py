@@ -144,16 +144,18 @@ def _step_hparams(gi, g):
     steps. The library reads a negative weight_decay or momentum as "the config's" and lr = -1
     as "not set": a group's weight_decay = -0.5 written after construction stepped with the
     value given at construction, silently. A negative value is refused here (ValueError naming
-    the group, the key and the value, nothing stepped); NaN, Inf and values past the library's
-    bounds go to the library, which refuses them on every rank."""
+    the group, the key and the value, nothing stepped); so are NaN, Inf and values past the
+    library's bounds, and values float() cannot take (a 2-element tensor, 10**400, None), here
+    before any group steps: the library refused them in the group's own step, after the groups
+    ahead of it had stepped, and float()'s own error named no group or key."""
     lr, wd = g["lr"], g["weight_decay"]
     if g["algo"] == "muon":
         mu = g["momentum"]
-        # plain floats >= 0 (NaN is not): a third of the time of the full path below
-        if type(lr) is float and type(wd) is float and type(mu) is float and lr >= 0 and \
-                wd >= 0 and mu >= 0:
+        # plain floats in range (NaN and Inf are not): a third of the time of the full path below
+        if type(lr) is float and type(wd) is float and type(mu) is float and \
+                0 <= lr <= 1e6 and 0 <= wd <= 1e6 and 0 <= mu < 1:
             return lr, wd, mu
-    elif type(lr) is float and type(wd) is float and lr >= 0 and wd >= 0 and \
+    elif type(lr) is float and type(wd) is float and 0 <= lr <= 1e6 and 0 <= wd <= 1e6 and \
             "adamw_lr_ratio" not in g:
         return lr, wd, -1.0
     for k in ("lr", "weight_decay") + (("momentum",) if g["algo"] == "muon" else ()):
@@ -161,8 +163,16 @@ def _step_hparams(gi, g):
             # float("0.1") took the text as a number; torch.optim fails on it at the step
             raise ValueError(f"param group {gi} ({g['algo']}): {k} = {g[k]!r}: a number (or a "
                             "1-element tensor) is accepted, not text; nothing was stepped")
-    lr, wd = float(g["lr"]), float(g["weight_decay"])  # a 1-element tensor lr, as torch takes
-    mu = float(g["momentum"]) if g["algo"] == "muon" else -1.0
+    def num(k):
+        try:
+            return float(g[k])  # a 1-element tensor lr, as torch takes
+        except (TypeError, ValueError, OverflowError, RuntimeError) as e:
+            v = repr(g[k])
+            v = v if len(v) <= 60 else f"{v[:40]}... ({len(v)} characters)"
+            raise ValueError(f"param group {gi} ({g['algo']}): {k} = {v}: a number (or a "
+                             f"1-element tensor) is accepted ({e}); nothing was stepped") from None
+    lr, wd = num("lr"), num("weight_decay")
+    mu = num("momentum") if g["algo"] == "muon" else -1.0
     ratio = g.get("adamw_lr_ratio") if g["algo"] == "adamw" else None
     if ratio is not None:
         # Keller Jordan's Muon (_torch_ports._jordan): its AdamW lr is adamw_lr / lr times the
@@ -175,10 +185,11 @@ def _step_hparams(gi, g):
         lr *= r
     for k, v in (("lr", lr), ("weight_decay", wd)) + ((("momentum", mu),)
                                                        if g["algo"] == "muon" else ()):
-        if v < 0:
+        if not (0 <= v < 1 if k == "momentum" else 0 <= v <= 1e6):  # NaN fails both
+            why = (" (a negative value would be read as the library's default)" if v < 0
+                   else "")
             raise ValueError(f"param group {gi} ({g['algo']}): {k} = {v!r}: accepted "
-                             f"{'[0, 1)' if k == 'momentum' else '[0, 1e6]'} (a negative "
-                             "value would be read as the library's default); nothing was "
+                             f"{'[0, 1)' if k == 'momentum' else '[0, 1e6]'}{why}; nothing was "
                              "stepped")
     return lr, wd, mu
 
@@ -192,6 +203,14 @@ def _adamw_sync(g, b1):
     betas = g["betas"]
     if betas[0] != b1:
         g["betas"] = (b1, *tuple(betas)[1:])
+
+
+def _let_prepared_go(rts, checked, start):
+    """After a step() that stopped before the groups from `start` stepped: the gradients their
+    _prepare held (held through the step only: shardopt.Optimizer._let_grads_go) let go."""
+    for rt, chk in zip(rts[start:], checked[start:]):
+        if chk is not None:
+            rt._let_grads_go(chk[0])
 
 
 def _partial(e, groups, done):

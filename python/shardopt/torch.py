@@ -23,9 +23,9 @@ from shardopt import _torch_ports as _ports
 from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mesh_size,
                                     _check_ordered, _check_switches, _dion_defaults, _muon_config,
                                     _param_mults)
-from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _pair_groups,
-                                    _partial, _peer_spans, _refuse_thawed, _step_hparams,
-                                    _their_names, _undo_add, _warn_split)
+from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _let_prepared_go,
+                                    _pair_groups, _partial, _peer_spans, _refuse_thawed,
+                                    _step_hparams, _their_names, _undo_add, _warn_split)
 from shardopt._torch_split import _split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
@@ -371,6 +371,7 @@ class Muon(torch.optim.Optimizer):
         # microseconds a step, a tenth of the whole Python side on a small model)
         prev = _grad_enabled()
         _set_grad_enabled(False)
+        checked = [None]  # per group: _prepare's outcome (group 0: its step checks its own)
         try:
             try:
                 plan = self._plan or self._make_plan()
@@ -396,6 +397,15 @@ class Muon(torch.optim.Optimizer):
                     # warmup (modded-nanogpt writes g["momentum"] every step) takes effect now;
                     # a negative value refused (the library would read it as "the config's")
                     nums.append(_step_hparams(gi, g))
+                # every later group's buffers checked too before any group steps (group 0's
+                # step checks its own before it writes anything): a refusal in group 1 left
+                # group 0 stepped, a state no step() of torch.optim leaves
+                for gi, rt in enumerate(plan[2][1:], 1):
+                    checked.append(rt._prepare(True))
+                    if checked[-1][1]:
+                        raise ValueError(f"param group {gi} ({groups[gi]['algo']}): " +
+                                         "; ".join(m for _, m in checked[-1][1]) +
+                                         "; nothing was stepped")
             except Exception:
                 # the step is collective: a refusal of this rank alone (a group's key changed
                 # here only, a frozen tensor with a gradient, an lr that is no number) still
@@ -406,20 +416,24 @@ class Muon(torch.optim.Optimizer):
                     self._runtimes[0][0].step(float("nan"), -1.0, -1.0, 0.0, None, True)
                 except _so.Error:
                     pass
+                finally:
+                    if len(checked) > 1:  # later groups' _prepare ran (so plan is made)
+                        _let_prepared_go(plan[2], checked, 1)
                 raise
             done = 0  # groups stepped so far: a failure after them says so
-            for g, rt, hp, (lr, wd, mu) in zip(groups, plan[2], hps, nums):
+            for g, rt, hp, (lr, wd, mu), chk in zip(groups, plan[2], hps, nums, checked):
                 # the library skips a parameter without a gradient on every rank exactly (values,
                 # state and step count), and fails the step on every rank where some ranks have
                 # one
                 try:
                     if hp is None:
-                        rt.step(lr, lr, wd, 0.0, None, True, mu)
+                        rt.step(lr, lr, wd, 0.0, None, True, mu, _checked=chk)
                     else:
                         _adamw_sync(g, hp[0])
                         self._beta1[rt] = hp[0]
-                        rt.step(lr, lr, wd, 0.0, None, True, -1.0, hp[:2], hp[2])
+                        rt.step(lr, lr, wd, 0.0, None, True, -1.0, hp[:2], hp[2], _checked=chk)
                 except (_so.Error, ValueError) as e:
+                    _let_prepared_go(plan[2], checked, done + 1)
                     raise _partial(e, groups, done)
                 done += 1
         finally:

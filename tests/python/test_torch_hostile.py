@@ -328,20 +328,22 @@ def case_memory_shared_across_param_groups_is_refused():
     vector, or two Muon groups with their own lr) made to share memory after construction
     (b.data = w.data.view(-1)[:4]): each runtime compares only its own buffers, so both
     stepped that memory, silently (the constructor refuses it; within one group the library
-    does). Refused at the full check naming both tensors, through either step path: at an
-    optimizer's first step, which checks every group before any steps, nothing stepped; later,
-    group 0 follows (unchanged) and steps, then group 1's check refuses, and says group 0 had
-    stepped. A refusal of a later group's buffer (a gradient of another shape in group 1) after
-    group 0 had stepped said nothing of group 0 either: the message now says it."""
+    does). Refused at the full check naming both tensors, through either step path, with
+    nothing stepped: every later group's buffers are checked before any group steps (before,
+    at a later step group 0 followed and stepped, then group 1's check refused: a state no
+    torch.optim step leaves; the message said group 0 had stepped). The same for any refusal of
+    a later group's buffer (a gradient of another shape in group 1): nothing stepped, group 0's
+    values and state as they were, and the next step with fit buffers steps both."""
     for path, ctx in step_paths():
         with ctx():
             w, b, opt = two()  # two(): w in group 0 (muon), b in group 1 (adamw), one step
             keep = b.detach().clone()
             b.data = w.data.view(-1)[:4]
             w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+            before, sd = values(w, keep), state(opt)
             refused(opt.step, ValueError, "param group 1 (adamw): b.data [0x", "w.data [0x",
-                    "share memory", "another param group",
-                    "param group(s) 0 (muon) had already stepped")
+                    "share memory", "another param group", "nothing was stepped")
+            assert same(before, values(w, keep)) and same_state(sd, state(opt)), path
             b.data = keep
             w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
             before = values(w, b)
@@ -350,8 +352,14 @@ def case_memory_shared_across_param_groups_is_refused():
                 not torch.equal(before[1], b.detach()), path
             w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
             b.grad.data = torch.randn(2, 2)
+            before, sd = values(w, b), state(opt)
             refused(opt.step, ValueError, "param group 1 (adamw): b.grad has shape [2, 2]",
-                    "param group(s) 0 (muon) had already stepped")
+                    "nothing was stepped")
+            assert same(before, values(w, b)) and same_state(sd, state(opt)), path
+            b.grad = torch.randn(4)
+            opt.step()  # fit again: both groups step
+            assert not torch.equal(before[0], w.detach()) and \
+                not torch.equal(before[1], b.detach()), path
         # at the first step: two Muon groups with their own lr, v over w2's memory
         with ctx():
             w2, v = torch.nn.Parameter(torch.randn(4, 8)), torch.nn.Parameter(torch.randn(8, 4))
@@ -361,6 +369,59 @@ def case_memory_shared_across_param_groups_is_refused():
             before = values(w2)
             refused(opt.step, ValueError, "w2.data", "v.data", "share memory")
             assert same(before, values(w2)), path
+
+def case_a_later_groups_nonfinite_gradient_leaves_the_earlier_groups_stepped():
+    """What a failure the library finds inside a later group's step leaves (each param group is
+    its own runtime, stepped in turn; the binding's checks of every group come before any
+    steps, but a NaN/Inf gradient is found by the library's pre-pass of that group's own step):
+    with nonfinite = error (this class's default), a NaN in group 1's gradient raises
+    shardopt.Error naming the tensor and saying which groups had stepped; group 0's values,
+    momentum and step count are those of its step, group 1's are as they were (values, exp_avg,
+    exp_avg_sq, step). With nonfinite = skip, the same step returns with group 1 skipped and
+    group 0 stepped. Pinned here so that a change of either is seen."""
+    for path, ctx in step_paths():
+        with ctx():
+            w, b, opt = two()
+            sd = state(opt)
+            wb, bb = values(w, b)
+            w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+            b.grad[1] = float("nan")
+            refused(opt.step, Exception, "param group 1 (adamw)", "NaN/Inf",
+                    "param group(s) 0 (muon) had already stepped")
+            after = state(opt)
+            assert not torch.equal(wb, w.detach()) and torch.equal(bb, b.detach()), path
+            kw, kb = sorted(after)  # w's entry, then b's (registration order)
+            assert not torch.equal(after[kw]["momentum_buffer"], sd[kw]["momentum_buffer"])
+            assert same_state({kb: after[kb]}, {kb: sd[kb]}), (path, "group 1 changed")
+
+
+def case_group_numbers_out_of_range_are_refused_before_any_group_steps():
+    """A group's lr, weight_decay or (Muon) momentum that is NaN, Inf, past the library's bound
+    (lr 1e7), or no number float() takes (a 2-element tensor, 10**400, None), written into a
+    group after construction (a scheduler gone wrong, a hand edit): the library refused NaN and
+    Inf in that group's own step, after the groups ahead of it had stepped (`param group(s) 0
+    (muon) had already stepped`), and float() raised its own TypeError / OverflowError naming
+    no group or key. Refused before any group steps, naming the group, the key and the value,
+    nothing stepped; the value put back, both groups step. Through either step path."""
+    cases = [(1, "lr", float("nan")), (1, "lr", torch.tensor(float("inf"))), (1, "lr", 1e7),
+             (1, "weight_decay", float("inf")), (0, "momentum", float("nan")),
+             (0, "lr", torch.tensor([0.1, 0.2])), (1, "lr", 10**400), (1, "weight_decay", None)]
+    for path, ctx in step_paths():
+        for gi, key, bad in cases:
+            with ctx():
+                w, b, opt = two()
+                before, sd = values(w, b), state(opt)
+                good = opt.param_groups[gi][key]
+                opt.param_groups[gi][key] = bad
+                w.grad, b.grad = torch.randn(4, 8), torch.randn(4)
+                refused(opt.step, ValueError, f"param group {gi} (", f"{key} = ",
+                        "nothing was stepped")
+                opt.param_groups[gi][key] = good  # (state_dict() reads a Muon group's momentum)
+                assert same(before, values(w, b)) and same_state(sd, state(opt)), \
+                    (path, gi, key, bad)
+                opt.step()
+                assert not same(before[:1], values(w)) and not same(before[1:], values(b))
+
 
 def case_storages_shorter_than_their_tensor_are_refused():
     """A parameter or gradient whose storage was resized smaller after the tensor was made

@@ -14,6 +14,7 @@
 #include "runtime/config/config.h"
 #include "runtime/config/config_agree.h"
 #include "runtime/cpu_kinds.h"
+#include "runtime/live.h"
 #include "runtime/runtime.h"
 #include "runtime/step/alias_check.h"
 
@@ -434,6 +435,7 @@ shardopt_status_t shardopt_init(MPI_Comm comm, const shardopt_config_t *cfg,
         runtime_unstart(rt);
         return status;
     }
+    live_add(rt);
     *rt_p = rt;
     return SHARDOPT_OK;
 }
@@ -485,6 +487,7 @@ shardopt_status_t shardopt_init_from_groups(const shardopt_groups_t *groups,
         runtime_unstart(rt);
         return status;
     }
+    live_add(rt);
     *rt_p = rt;
     return SHARDOPT_OK;
 }
@@ -517,7 +520,14 @@ shardopt_status_t rt_claim(struct shardopt_runtime *rt, const char *call)
     const char *running = NULL;
     if (rt == NULL) /* nothing to claim: the call itself refuses it, naming what is NULL */
         return SHARDOPT_OK;
-    if (atomic_compare_exchange_strong(&rt->busy, &running, call))
+    const int got = live_claim(rt, call, &running);
+    if (got == 0) /* its memory may be freed: only the pointer is shown, nothing of it read */
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "%s: runtime %p is not a live runtime of this process (finalized "
+                        "already, or never made by shardopt_init): a handle must not be used "
+                        "after shardopt_finalize; nothing was done",
+                        call, (void *)rt);
+    if (got == 1)
         return SHARDOPT_OK;
     /* two threads in one runtime: the step read pointers and state the other was changing (two
      * Python threads stepping one optimizer returned OK with the weights NaN) */
@@ -557,6 +567,7 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
     const shardopt_status_t claimed = rt_claim(rt, "finalize");
     if (claimed != SHARDOPT_OK)
         return claimed;
+    live_remove(rt); /* claimed: no other call holds it, and none can claim it from now */
     /* the device memory and streams are released on their own device whichever thread
      * finalizes; a failure here leaves nothing better to do than to go on */
     (void)rt_device_enter(rt, "finalize");

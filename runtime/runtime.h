@@ -119,6 +119,7 @@ struct shardopt_runtime {
     /* The call running on this runtime (rt_claim), NULL between calls: calls must not overlap
      * (docs/api.md, Threads), and one from a second thread is refused instead of racing */
     _Atomic(const char *) busy;
+    struct shardopt_runtime *live_next; /* the process's live runtimes (live.h) */
     shardopt_config_t cfg;
     struct groups groups; /* our own communicators: our traffic never matches the trainer's */
     struct topology topo;

@@ -1,0 +1,54 @@
+/* The live runtimes of this process (live.h): a list through live_next under one mutex. */
+#include "runtime/live.h"
+
+#include <pthread.h>
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shardopt_runtime *live_head;
+
+void live_add(struct shardopt_runtime *rt)
+{
+    pthread_mutex_lock(&live_lock);
+    rt->live_next = live_head;
+    live_head = rt;
+    pthread_mutex_unlock(&live_lock);
+}
+
+void live_remove(struct shardopt_runtime *rt)
+{
+    pthread_mutex_lock(&live_lock);
+    for (struct shardopt_runtime **at = &live_head; *at != NULL; at = &(*at)->live_next)
+        if (*at == rt) {
+            *at = rt->live_next;
+            break;
+        }
+    pthread_mutex_unlock(&live_lock);
+}
+
+/* with live_lock held */
+static int listed(const struct shardopt_runtime *rt)
+{
+    for (const struct shardopt_runtime *r = live_head; r != NULL; r = r->live_next)
+        if (r == rt)
+            return 1;
+    return 0;
+}
+
+int live_has(const struct shardopt_runtime *rt)
+{
+    pthread_mutex_lock(&live_lock);
+    const int found = listed(rt);
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+int live_claim(struct shardopt_runtime *rt, const char *call, const char **running)
+{
+    pthread_mutex_lock(&live_lock);
+    int got = 0;
+    *running = NULL;
+    if (listed(rt))
+        got = atomic_compare_exchange_strong(&rt->busy, running, call) ? 1 : -1;
+    pthread_mutex_unlock(&live_lock);
+    return got;
+}

@@ -9,6 +9,7 @@
 #include "kernels/rng.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/classify.h"
+#include "runtime/live.h"
 #include "runtime/runtime.h"
 
 /* Oldest descriptor layout we accept (version 1 is current). */
@@ -420,6 +421,11 @@ shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt, const shardopt_par
                         : d == NULL      ? "desc"
                         : offset == NULL ? "offset"
                                          : "length");
+    if (!live_has(rt)) /* finalized: its memory is not read (it takes no claim: reads only) */
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "shard_range: runtime %p is not a live runtime of this process (finalized "
+                        "already, or never made by shardopt_init)",
+                        (void *)rt);
     const char *n = d->name != NULL ? d->name : "(unnamed)";
     if (d->version < 1 || d->version > SHARDOPT_PARAM_DESC_VERSION || d->size < DESC_V1_SIZE)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,

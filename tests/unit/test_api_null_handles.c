@@ -79,6 +79,8 @@ TEST(a_finalized_runtime_is_refused_by_its_pointer_not_read)
     refused(shardopt_commit(rt), "commit: runtime");
     refused(shardopt_register(rt, &d, &p), "register: runtime");
     refused(shardopt_get_stats(rt, &st), "get_stats: runtime");
+    int64_t off, len;
+    refused(shardopt_shard_range(rt, &d, &off, &len, NULL), "shard_range: runtime");
     refused(shardopt_save(rt, "unused"), "save: runtime");
     refused(shardopt_load(rt, "unused"), "load: runtime");
     refused(shardopt_layout_print(rt, NULL), "layout_print: runtime");

@@ -26,3 +26,13 @@ def run(label, namespace, argv=None):
         print(f"{label}: {len(failed)} of {len(names)} cases failed: {failed}")
         sys.exit(1)
     print(f"{label}: {len(names)} cases: ok")
+
+
+def need_torch():
+    """Exit 77 (CTest's skip) with one line where torch is not importable: the one-process torch
+    tests call it before their torch imports, so that a machine without torch skips them."""
+    try:
+        import torch  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
+        print(f"SKIP: torch is not importable ({e})")
+        sys.exit(77)

@@ -6,18 +6,15 @@ CyclicLR cycle. Compared with torch.optim.AdamW stepped on the same gradients. O
     test_torch_betas.py [CASE ...]     every case when none is named
 
 Exit 77 (skip) only where torch is not importable."""
-import sys
 
-try:
-    import torch
-    import torch.nn as nn
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
+import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
+import torch.nn as nn
 
 from test_torch_dropin import batch, model, quiet, refused, relative
 
-import cases
 import shardopt
 from shardopt.torch import Muon
 

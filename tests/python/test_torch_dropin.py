@@ -9,17 +9,14 @@ Each case is a function below; a failure names the case and goes on with the nex
 (skip) only where torch is not importable."""
 import inspect
 import math
-import sys
 import warnings
 
-try:
-    import torch
-    import torch.nn as nn
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
-
 import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
+import torch.nn as nn
+
 import shardopt
 from shardopt.torch import Muon
 

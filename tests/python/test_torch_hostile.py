@@ -6,19 +6,16 @@ name with nothing stepped or loaded. One process.
     test_torch_hostile.py [CASE ...]     every case when none is named
 
 Exit 77 (skip) only where torch is not importable."""
-import sys
 import warnings
 
-try:
-    import torch
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
+import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
 
 from test_torch_dropin import refused
 from test_torch_optim import step_paths
 
-import cases
 from shardopt.torch import Muon
 
 torch.set_num_threads(1)

@@ -17,16 +17,14 @@ import sys
 import tempfile
 import warnings
 
-try:
-    import torch
-    import torch.nn as nn
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
+import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
+import torch.nn as nn
 
 from test_torch_dropin import batch, model, refused, relative
 
-import cases
 from shardopt.torch import Muon
 
 torch.set_num_threads(1)

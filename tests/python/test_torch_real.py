@@ -7,21 +7,18 @@ process.
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
 (skip) only where torch is not importable."""
-import sys
 import warnings
 
-try:
-    import torch
-    import torch.nn as nn
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
+import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
+import torch.nn as nn
 
 import torch.optim._muon as _tm
 from test_torch_dropin import refused, relative
 from test_torch_optim import _fp32_newton_schulz
 
-import cases
 import shardopt
 from shardopt.torch import Muon
 

@@ -9,22 +9,19 @@ written for. One process.
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
 (skip) only where torch is not importable."""
 import io
-import sys
 import warnings
 
-try:
-    import torch
-    import torch.nn as nn
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
+import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
+import torch.nn as nn
 
 from test_torch_dropin import batch, model, quiet, refused
 from test_torch_ports import (QUINTIC, RefMuon, _TorchAdamW, against, init_one_rank_group,
                               rms_scale)
 from test_torch_real import FP32, Fp32TorchMuon, worst
 
-import cases
 from shardopt.torch import Muon
 
 torch.set_num_threads(1)

@@ -11,22 +11,19 @@ process.
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
 (skip) only where torch is not importable."""
-import sys
 import tempfile
 import warnings
 
-try:
-    import torch
-    import torch.nn as nn
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
+import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
+import torch.nn as nn
 
 from test_torch_dropin import refused, relative
 from test_torch_real import FP32, Fp32TorchMuon, mlp, worst
 from test_torch_real4 import mats, saved, train
 
-import cases
 from shardopt.torch import Muon
 
 torch.set_num_threads(1)

@@ -9,20 +9,17 @@ written for. One process.
 
 Each case is a function below; a failure names the case and goes on with the next. Exit 77
 (skip) only where torch is not importable."""
-import sys
 import warnings
 
-try:
-    import torch
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
+import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
 
 from test_torch_real import FP32, Fp32TorchMuon, mlp, torch_pair, worst
 from test_torch_real4 import mats, saved, train
 from test_torch_real5 import x_of
 
-import cases
 from shardopt.torch import Muon
 
 torch.set_num_threads(1)

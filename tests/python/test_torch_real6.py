@@ -12,19 +12,16 @@ Each case is a function below; a failure names the case and goes on with the nex
 (skip) only where torch is not importable."""
 import io
 import json
-import sys
 import warnings
 
-try:
-    import torch
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
+import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
 
 from test_torch_dropin import quiet, refused, relative
 from test_torch_real import FP32, mlp, worst
 
-import cases
 from shardopt.torch import Muon
 
 torch.set_num_threads(1)

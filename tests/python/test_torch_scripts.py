@@ -13,20 +13,17 @@ import contextlib
 import gc
 import inspect
 import io
-import sys
 import weakref
 
-try:
-    import torch
-    import torch.nn as nn
-except Exception as e:  # noqa: BLE001 - any import failure means: no torch here
-    print(f"SKIP: torch is not importable ({e})")
-    sys.exit(77)
+import cases
+
+cases.need_torch()  # exit 77 (skip) where torch is not importable
+import torch
+import torch.nn as nn
 
 from test_torch_dropin import batch, model, refused, relative
 from test_torch_optim import python_path
 
-import cases
 import shardopt
 from shardopt.torch import Muon
 

@@ -221,6 +221,7 @@ struct combo {
      * strat2 > 0: their ns_strategy is strat2 - 1 (teams and sharding on one side only) */
     int team2, strat2;
     double team2_frac;
+    int kern2; /* > 0 (draw_v9): the resumes' kernel table kern2 - 1 (an elementwise one) */
 };
 
 static uint64_t mix(uint64_t x)
@@ -1070,8 +1071,9 @@ static void draw_v9(struct combo *c)
     /* every Muon matrix of one size, the dense ones up to half as large again: sums, not the
      * largest matrix, make the busiest member, and placing the experts first and the dense
      * matrices on top of them is busier than LPT over the union (2 members, 4 experts of 1 and 3
-     * dense of 1.5: 5 against 4.5), where commit keeps the union plan */
-    if (v9_odds(3)) {
+     * dense of 1.5: 5 against 4.5), where commit keeps the union plan; not the matrix
+     * SHARDOPT_XCHECK_HUGE grew (draw_huge) */
+    if (v9_odds(3) && getenv("SHARDOPT_XCHECK_HUGE") == NULL) {
         const int64_t r = 8 + 4 * pick(3), q = 8 + 4 * pick(3);
         for (int p = 0; p < c->np; p++) {
             struct xparam *t = &c->p[p];
@@ -1120,6 +1122,14 @@ static void draw_v9(struct combo *c)
                                     : pickd((const double[]){1, 0.5, 2, 0, 0.25}, 5);
             c->alrs[s] = c->adamw_lr < 0 ? c->adamw_lr : c->adamw_lr * c->lrf[s];
         }
+    }
+    /* drawn last (the seeds above keep their combos): another elementwise table on the resumes
+     * (docs/config.md, kernels: bitwise-equal results; a table this CPU lacks runs as portable) */
+    if (c->ckpt && !c->devsim && c->layout_kernels != SHARDOPT_KERNELS_REFERENCE &&
+        c->cfg.kernels != SHARDOPT_KERNELS_REFERENCE && v9_odds(4)) {
+        static const shardopt_kernels_t kt[] = {SHARDOPT_KERNELS_AUTO, SHARDOPT_KERNELS_PORTABLE,
+                                                SHARDOPT_KERNELS_AVX2, SHARDOPT_KERNELS_AVX512};
+        c->kern2 = 1 + (int)kt[pick(4)];
     }
 }
 
@@ -1376,6 +1386,8 @@ static void describe(const struct combo *c, char *out, size_t len)
     if ((c->team2 || c->strat2) && k < (int)len)
         k += snprintf(out + k, len - (size_t)k, " resume team %d/%g strat %d", c->team2,
                       c->team2_frac, c->strat2 - 1);
+    if (c->kern2 && k < (int)len)
+        k += snprintf(out + k, len - (size_t)k, " resume kernels %d", c->kern2 - 1);
     if (c->removed && k < (int)len)
         k += snprintf(out + k, len - (size_t)k, " removed p%d", c->removed - 1);
     for (int w = 0; w < 4 && k < (int)len; w++)
@@ -1609,7 +1621,8 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
     if (n == 1)
         L = (struct xlayout){1, 1, 1, 1, 1};
     else
-        cfg.kernels = c->layout_kernels;
+        cfg.kernels =
+            li == 1 && c->kern2 > 0 ? (shardopt_kernels_t)(c->kern2 - 1) : c->layout_kernels;
     /* ns_algorithm = auto runs standard where Newton-Schulz is on a device (docs/config.md) */
     if (n == 1 && c->devsim && cfg.ns_algorithm == SHARDOPT_NS_ALGORITHM_AUTO)
         cfg.ns_algorithm = SHARDOPT_NS_ALGORITHM_STANDARD;
@@ -1624,7 +1637,8 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
         cfg.ns_team_cap = c->team2;
         cfg.ns_team_frac = c->team2_frac;
     }
-    if (li == 1 && c->strat2 > 0)
+    /* (aol gathers only: SHARDOPT_XCHECK_SET may force it over the draw) */
+    if (li == 1 && c->strat2 > 0 && cfg.ns_precondition != SHARDOPT_NS_PRECONDITION_AOL)
         cfg.ns_strategy = (shardopt_ns_strategy_t)(c->strat2 - 1);
     if (li == 1 && c->alt) {
         cfg.offload = c->offload2;
@@ -2087,7 +2101,9 @@ static int is_bitwise_layout(const struct combo *c)
 {
     /* teams run on the simulated device too (docs/config.md, ns_team_cap) */
     return c->cfg.ns_strategy == SHARDOPT_NS_STRATEGY_GATHER && c->cfg.ns_team_cap < 2 &&
-           c->team2 < 2 && (c->strat2 == 0 || c->strat2 - 1 == SHARDOPT_NS_STRATEGY_GATHER);
+           c->team2 < 2 &&
+           (c->strat2 == 0 || c->strat2 - 1 == SHARDOPT_NS_STRATEGY_GATHER ||
+            c->cfg.ns_precondition == SHARDOPT_NS_PRECONDITION_AOL);
 }
 
 static double worst_sharded_err; /* fp32 sharded or team Newton-Schulz against one rank */

@@ -1008,22 +1008,26 @@ static void draw_v9(struct combo *c)
 {
     if (getenv("SHARDOPT_XCHECK_SEEDS") != NULL && getenv("SHARDOPT_XCHECK_V9") == NULL)
         return;
-    /* draw_v8's ns_eps = FLT_MIN not beside draw_v7's huge gradients clipped under a stochastically
-     * rounded bf16 momentum (on either side of a resume): the clipping scales the other tensors'
-     * gradients to 1e-42..1e-41, under half of bf16's smallest subnormal (2^-133), which the
-     * reference's nearest rounding makes a zero momentum (no update but weight decay) and
-     * stochastic rounding 2^-133 in about one element in ten, a matrix ns_eps = FLT_MIN then
-     * normalizes to an O(1) update (seed 5102216 at 5 ranks: 116 times the reference's change
-     * of the weight, sens 0 as the reference's output was 0); both compute what they are told */
-    int huge = 0;
+    /* draw_v8's ns_eps = FLT_MIN not beside draw_v7's tiny gradients, nor its huge ones clipped,
+     * under a stochastically rounded bf16 momentum (on either side of a resume), as adamw_eps =
+     * FLT_MIN is not: a momentum under half of bf16's smallest subnormal (2^-134) is 0 at the
+     * reference's nearest rounding (no update but weight decay) and 2^-133 in some elements
+     * stochastically, a matrix ns_eps = FLT_MIN normalizes to an O(1) update, which no bound
+     * relative to the reference's zero holds (sens 0: its output was 0). Seed 5102216 at 5 ranks:
+     * a 3e37 gradient clipped to 1e-3 scaled the others to 1e-41, 116 times the reference's change
+     * of the weight; seed 5602125 at 6 ranks (cost rates forced to 1e-4 and 1e9): 1e-39 gradients
+     * clipped to 0.5, under 4.6e-41 in every element, Inf. Where some elements stay above it,
+     * xcheck_ref.h's sens_of_ulp bounds the rest (seed 453262, test_xcheck_v8_subnormal_np3) */
+    int tiny = 0;
     for (int s = 1; s <= c->nsteps; s++)
         for (int p = 0; p < c->np; p++)
-            huge |= c->gsc[s][p] > 1e20 && c->clips[s] > 0;
+            tiny |= (c->gsc[s][p] > 0 && c->gsc[s][p] < 1e-10) ||
+                    (c->gsc[s][p] > 1e20 && c->clips[s] > 0);
     const int sr_bf16 =
         (c->cfg.momentum_dtype == SHARDOPT_DTYPE_BF16 &&
          c->cfg.momentum_rounding == SHARDOPT_ROUNDING_STOCHASTIC) ||
         (c->re && c->mdt2 == SHARDOPT_DTYPE_BF16 && c->mr2 == SHARDOPT_ROUNDING_STOCHASTIC);
-    if (huge && sr_bf16 && c->cfg.ns_eps < 1e-30)
+    if (tiny && sr_bf16 && c->cfg.ns_eps < 1e-30)
         c->cfg.ns_eps = 1e-2;
     static const double gemm[] = {1e-4, 1e-3, 0.1, 100, 1e4, 1e9};
     static const double net[] = {1e-3, 1, 25, 1e3, 1e9};
@@ -1651,7 +1655,7 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
         cfg.cost_gemm_gflops = c->gemm[which];
         cfg.cost_net_gbps = c->net[which];
     }
-    /* draw_v9's removed tensor: the resumes register it not (the one-rank runs do) */
+    /* draw_v9's removed tensor: the resumes do not register it (the one-rank runs do) */
     const int drop = li == 1 && n > 1 && c->removed > 0 ? c->removed - 1 : -1;
     cfg.dp_replicate = L.rep;
     cfg.dp_shard = c->shard_auto ? -1 : L.shard; /* draw_v8: derived by init */

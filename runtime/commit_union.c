@@ -241,7 +241,7 @@ shardopt_status_t commit_union_plan(shardopt_runtime_t rt, const struct shard_ta
     }
     const double ec = commit_elem_cost(rt), cj = j[1] + j[2], fj = max2(j[0], ec * cj);
     /* the union's Newton-Schulz alone no earlier: it cannot finish first (alike everywhere) */
-    if (status != SHARDOPT_OK || !(wu < fj * (1.0 - 1e-12))) {
+    if (status != SHARDOPT_OK || (!rt->union_force && !(wu < fj * (1.0 - 1e-12)))) {
         if (status == SHARDOPT_OK && me == 0)
             log_info("commit: Newton-Schulz owners: the joint plan kept (its busiest member "
                      "finishes at %.6g, LPT over the union's Newton-Schulz alone at %.6g)",
@@ -267,7 +267,7 @@ shardopt_status_t commit_union_plan(shardopt_runtime_t rt, const struct shard_ta
         return status;
     }
     const double cu = u[1] + u[2], fu = max2(wu, ec * cu);
-    const int keep = fu < fj * (1.0 - 1e-12);
+    const int keep = rt->union_force || fu < fj * (1.0 - 1e-12);
     if (me == 0)
         log_info("commit: Newton-Schulz owners: %s kept (model finish %.6g against %.6g; busiest "
                  "Newton-Schulz %.6g against %.6g, busiest dense + expert exchange %.6g against "

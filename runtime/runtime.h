@@ -159,6 +159,9 @@ struct shardopt_runtime {
     /* Tests only, set between init and commit: 1 keeps the joint plan without comparing it with
      * LPT over the union (commit_union.c), as before the union plan */
     int union_off;
+    /* Tests only, set between init and commit on every rank: 1 keeps LPT over the union whatever
+     * the cost model says (test_xcheck: its paths on every layout, not only where it pays) */
+    int union_force;
     int union_kept; /* 1: commit kept LPT over the union of both groups (commit_union.c) */
     /* the cost model's rates commit plans at: cost_gemm_gflops / cost_net_gbps, or where they
      * are 0 (the defaults) those of where Newton-Schulz runs (config_cost.h) */

@@ -210,7 +210,8 @@ struct combo {
     int ckpt2;
     struct xlayout L2;
     /* draw_v9, per run (0: the first layout run, 1: the resume, 2: the second resume, 3: the
-     * one-rank run): uoff, the union plan off (rt->union_off: the joint plan stands); gemm and
+     * one-rank run): uoff 1, the union plan off (rt->union_off: the joint plan stands), 2 kept
+     * whatever it costs (rt->union_force); gemm and
      * net, cost_gemm_gflops and cost_net_gbps (0: the config's), which decide whether commit
      * keeps the union or the joint plan, teams, moves and auto's sharding. removed > 0: the
      * resumes register no tensor removed - 1 (the checkpoint's entries for it unused); the
@@ -1135,6 +1136,12 @@ static void draw_v9(struct combo *c)
                                                 SHARDOPT_KERNELS_AVX2, SHARDOPT_KERNELS_AVX512};
         c->kern2 = 1 + (int)kt[pick(4)];
     }
+    /* drawn after that: the union plan forced on some runs (rt->union_force), so that its owners,
+     * the teams kept around them and a resume between it and the joint plan run on layouts where
+     * the cost model would not keep it (without: about 6 % of the soak's commits kept it) */
+    for (int k = 0; k < 4; k++)
+        if (c->uoff[k] == 0 && v9_odds(3))
+            c->uoff[k] = 2;
 }
 
 static void draw_combo(struct combo *c, uint64_t seed)
@@ -1395,9 +1402,12 @@ static void describe(const struct combo *c, char *out, size_t len)
     if (c->removed && k < (int)len)
         k += snprintf(out + k, len - (size_t)k, " removed p%d", c->removed - 1);
     for (int w = 0; w < 4 && k < (int)len; w++)
-        if (c->uoff[w] || c->gemm[w] > 0)
+        if (c->uoff[w] > 0 || c->gemm[w] > 0)
             k += snprintf(out + k, len - (size_t)k, " run%d:union%s/rates %g,%g", w,
-                          c->uoff[w] ? "off" : "on", c->gemm[w], c->net[w]);
+                          c->uoff[w] == 1   ? "off"
+                          : c->uoff[w] == 2 ? "forced"
+                                            : "on",
+                          c->gemm[w], c->net[w]);
     for (int s = 1; s <= c->nsteps && k < (int)len; s++)
         for (int p = 0; p < c->np && k < (int)len; p++)
             if (c->gsc[s][p] != 1)
@@ -1687,7 +1697,8 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
     }
     if (st != SHARDOPT_OK)
         return st;
-    r->rt->union_off = c->uoff[which]; /* draw_v9: the joint plan stands */
+    r->rt->union_off = c->uoff[which] == 1;   /* draw_v9: the joint plan stands */
+    r->rt->union_force = c->uoff[which] == 2; /* the union kept where it does not pay too */
     if (c->devsim && n > 1) {
         r->sim = cfg.offload != SHARDOPT_OFFLOAD_CPU; /* offload = cpu: host parameters */
         st = devsim_install(r->rt, cfg.offload == SHARDOPT_OFFLOAD_CPU, c->nccl);

@@ -263,6 +263,30 @@ _THEIR_NAMES = {"mu": "momentum", "momentum_beta": "momentum", "beta1": "betas",
                 "use_nesterov": "nesterov", "wd": "weight_decay"}
 
 
+class _Group(dict):
+    """A param group: a dict whose other optimizers' names of a key this class reads
+    (_THEIR_NAMES: Emerging-Optimizers' g["momentum_beta"], dion's g["mu"], ...) read as that
+    key, as their optimizer's group would give it (a script logging or scheduling from
+    g["momentum_beta"] got a KeyError). Only reads: such a key is not in the group (not in
+    `in`, len, items or state_dict()), and writing one is refused at the next step
+    (_their_names), since no step would read it."""
+    __slots__ = ()
+
+    def __missing__(self, k):
+        # dion's adjust_lr values are not torch's adjust_lr_fn's ("rms_norm", "original")
+        ours = _THEIR_NAMES.get(k) if k != "adjust_lr" else None
+        if ours is None or ours not in self:
+            raise KeyError(k)
+        v = self[ours]
+        return v[("beta1", "beta2").index(k)] if ours == "betas" else v
+
+    def get(self, k, default=None):
+        try:
+            return self[k]
+        except KeyError:
+            return default
+
+
 def _their_names(gi, g):
     """Refuses a group holding another optimizer's name of a key this class reads (written by
     a script ported from it: a dion momentum warmup's g["mu"] = ..., given in a group this

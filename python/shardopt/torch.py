@@ -25,7 +25,7 @@ from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mes
                                     _param_mults)
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _let_prepared_go,
                                     _pair_groups, _partial, _peer_spans, _refuse_thawed,
-                                    _step_hparams, _their_names, _undo_add, _warn_split)
+                                    _step_hparams, _their_names, _undo_add, _warn_split, _Group)
 from shardopt._torch_split import _split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
@@ -258,7 +258,9 @@ class Muon(torch.optim.Optimizer):
             return
         names = param_group.pop("_names")
         _their_names(len(self.param_groups), param_group)
-        super().add_param_group(param_group)
+        # other optimizers' names of its keys read as its keys (Emerging-Optimizers'
+        # g["momentum_beta"]: a KeyError before)
+        super().add_param_group(_Group(param_group))
         g = self.param_groups[-1]
         g["params"] = list(g["params"])
         _check_hp({k: g[k] for k in ("lr", "weight_decay")})

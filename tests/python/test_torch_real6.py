@@ -320,5 +320,33 @@ def case_their_names_written_into_groups():
             "param group 0", "wd = 0.1", "name for 'weight_decay'")
 
 
+
+def case_their_names_read_from_groups():
+    """A script written for Emerging-Optimizers' earlier Muon reads its group key
+    g["momentum_beta"] (a logger, a warmup computing from it); dion's scripts read g["mu"],
+    its AdamW groups g["beta1"] / g["beta2"] / g["epsilon"]. Before, a KeyError (the groups
+    hold this class's names). Now each reads as this class's key, as their optimizer's group
+    would give it, following a write of this class's key (a warmup of g["momentum"]) and a
+    load_state_dict; the key is not added to the group (`in`, state_dict() unchanged), and
+    writing it is still refused at step (case_their_names_written_into_groups)."""
+    m = mlp()
+    o = Muon(m.named_parameters(), lr=0.02, momentum_beta=0.9, num_ns_steps=5)
+    g, a = o.param_groups
+    assert (g["momentum_beta"], g["mu"], g.get("momentum_beta"), g.get("nope", 7)) == \
+        (0.9, 0.9, 0.9, 7)
+    assert (a["beta1"], a["beta2"], a["epsilon"]) == (a["betas"][0], a["betas"][1], a["eps"])
+    assert "momentum_beta" not in g and "momentum_beta" not in o.state_dict()["param_groups"][0]
+    refused(lambda: g["nope"], KeyError, "nope")
+    refused(lambda: g["adjust_lr"], KeyError)  # dion's values are not adjust_lr_fn's
+    g["momentum"] = 0.8  # this class's warmup: the other name follows
+    m(x_of(0)).square().mean().backward()
+    o.step()
+    assert g["momentum_beta"] == 0.8
+    sd = o.state_dict()
+    sd["param_groups"][0]["momentum"] = 0.85
+    o.load_state_dict(sd)
+    assert o.param_groups[0]["momentum_beta"] == 0.85
+    o.close()
+
 if __name__ == "__main__":
     cases.run("test_torch_real6", dict(globals()))

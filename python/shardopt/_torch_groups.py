@@ -6,6 +6,7 @@ of a group's fixed keys and of tensors unfrozen since, and an add_param_group un
 failed. Apart from torch.py, which holds the optimizer and its step."""
 import math
 import operator
+import sys
 import warnings
 
 import shardopt
@@ -31,6 +32,34 @@ def _warn_split(parts, first):
                   "zip(opt.param_groups, ...)) needs one entry per opt.param_groups entry; to "
                   "keep your groups as given, put the Muon and AdamW tensors in separate groups "
                   "({'params': ..., 'algo': 'muon'} / 'adamw')", stacklevel=3)
+
+
+def _refuse_split_under_zero(parts):
+    """torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=Muon) makes
+    this class from its own groups and then copies their keys one to one into the local
+    optimizer's param_groups, asserting they are as many: a group holding both kinds of
+    tensors, split in two here, failed in it with 'AssertionError: Mismatch between number of
+    source and destination parameter groups', naming neither class nor the way out. Refused
+    here, before any runtime is made, when ZeroRedundancyOptimizer is the caller (a few
+    frames up); groups given by algorithm are taken."""
+    if all(n <= 1 for n in parts):
+        return
+    f = sys._getframe(2)
+    for _ in range(6):
+        if f is None:
+            return
+        me = f.f_locals.get("self")
+        if type(me).__module__.startswith("torch.distributed.optim.zero_redundancy"):
+            break
+        f = f.f_back
+    else:
+        return
+    raise ValueError(
+        "shardopt.torch.Muon under torch.distributed.optim.ZeroRedundancyOptimizer: "
+        f"{sum(n > 1 for n in parts)} of its {len(parts)} param group(s) hold both Muon and "
+        "AdamW tensors, which this class splits in two, and ZeroRedundancyOptimizer needs "
+        "its groups one to one with the local optimizer's: give it groups by algorithm "
+        "([{'params': matrices, 'algo': 'muon'}, {'params': others, 'algo': 'adamw'}])")
 
 
 def _pair_groups(opt):

@@ -80,7 +80,15 @@ class _State(MutableMapping):
             self._extra[p] = value
             return
         st = _ParamState(*found, self._own(p))
-        for k, v in dict(value).items():
+        value = dict(value)
+        if found[0]["algo"] == "muon" and "momentum" in value and "momentum_buffer" in value:
+            # a whole state as state_dict() gives it (ZeroRedundancyOptimizer.load_state_dict
+            # assigns each parameter's so): one of the two, as load_state_dict takes it
+            # (_saved_momentum); both written, the buffer went last, through its scale
+            # 1 / (1 - mu), and the resumed run was 1 ulp off the saved one
+            _, scale = _saved_momentum(value, found[0]["momentum"])
+            del value["momentum_buffer" if scale is None else "momentum"]
+        for k, v in value.items():
             st[k] = v
 
     def __delitem__(self, p):

@@ -25,7 +25,8 @@ from shardopt._torch_config import (_SWITCHES, _check_eps, _check_hp, _check_mes
                                     _param_mults)
 from shardopt._torch_groups import (_adamw_hparams, _adamw_sync, _check_fixed, _let_prepared_go,
                                     _pair_groups, _partial, _peer_spans, _refuse_thawed,
-                                    _step_hparams, _their_names, _undo_add, _warn_split, _Group)
+                                    _step_hparams, _their_names, _undo_add, _warn_split, _Group,
+                                    _refuse_split_under_zero)
 from shardopt._torch_split import _split
 from shardopt._torch_state import _State, _load_state_dict, _state_dict
 
@@ -216,6 +217,7 @@ class Muon(torch.optim.Optimizer):
         for g in groups:
             split.extend(_split(self, g, defaults))
             parts.append(len(split) - sum(parts))
+        _refuse_split_under_zero(parts)  # its AssertionError named neither class
         if given_groups:
             _warn_split(parts, 0)
         super().__init__(split, defaults)

@@ -348,5 +348,55 @@ def case_their_names_read_from_groups():
     assert o.param_groups[0]["momentum_beta"] == 0.85
     o.close()
 
+
+def case_zero_redundancy_optimizer_one_rank():
+    """torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=Muon, ...) on
+    one rank (gloo, world 1). Groups by algorithm are taken: 3 steps bit for bit those of
+    Muon alone, and a resume through its consolidate_state_dict / state_dict /
+    load_state_dict bit for bit the run that went on (before, 1 ulp off: its load assigns
+    each parameter's whole state, opt.state[p] = {...}, and the momentum_buffer written after
+    the momentum replaced it through its scale 1 / (1 - mu)). One group of both kinds,
+    which this class splits, is refused naming ZeroRedundancyOptimizer and the way out
+    (before: its AssertionError 'Mismatch between number of source and destination parameter
+    groups')."""
+    import tempfile
+    import torch.distributed as dist
+    from torch.distributed.optim import ZeroRedundancyOptimizer as ZeRO
+
+    def groups(m):
+        return [{"params": [p for p in m.parameters() if p.ndim == 2], "algo": "muon"},
+                {"params": [p for p in m.parameters() if p.ndim < 2], "algo": "adamw"}]
+
+    def run(pairs, ks):
+        for k in ks:
+            for net, opt in pairs:
+                opt.zero_grad()
+                net(x_of(k)).square().mean().backward()
+                opt.step()
+
+    with tempfile.NamedTemporaryFile() as f:
+        dist.init_process_group("gloo", init_method=f"file://{f.name}", rank=0, world_size=1)
+    try:
+        a, b, c = mlp(), mlp(), mlp()
+        kw = dict(optimizer_class=Muon, lr=0.02, adamw_lr=1e-3, config=FP32)
+        z = ZeRO(groups(a), **kw)
+        alone = Muon(groups(b), lr=0.02, adamw_lr=1e-3, config=FP32)
+        run([(a, z), (b, alone)], range(3))
+        assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+        z.consolidate_state_dict(0)
+        sd = z.state_dict()
+        c.load_state_dict(a.state_dict())
+        z2 = ZeRO(groups(c), **kw)
+        z2.load_state_dict(sd)
+        run([(a, z), (c, z2)], range(3, 5))
+        assert all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+        for o in (z, z2):
+            o.optim.close()
+        alone.close()
+        refused(lambda: quiet(ZeRO, mlp().parameters(), optimizer_class=Muon), ValueError,
+                "ZeroRedundancyOptimizer", "1 of its 1 param group(s)", "'algo': 'muon'")
+    finally:
+        dist.destroy_process_group()
+
 if __name__ == "__main__":
     cases.run("test_torch_real6", dict(globals()))

@@ -398,5 +398,117 @@ def case_zero_redundancy_optimizer_one_rank():
     finally:
         dist.destroy_process_group()
 
+
+def case_trainer_lightning_and_swa_flows():
+    """Three training loops as their frameworks run them, against torch.optim.Muon + AdamW
+    (fp32 Newton-Schulz; the probes of this round, which passed as they were): HF Trainer's
+    optimizers=(opt, sched) with get_linear_schedule_with_warmup's and
+    get_cosine_schedule_with_warmup's LambdaLR (written out: transformers is not needed),
+    param_groups[0]["lr"] logged every step (torch's values), the state dict saved with
+    torch.save every 3 steps and resumed through torch.load(weights_only=True) bit for bit;
+    Lightning's {"optimizer", "lr_scheduler": {"scheduler", "interval": "step"}} with
+    opt.step(closure), zero_grad(set_to_none=True) inside the closure (a closure without
+    backward steps nothing); CosineAnnealingLR then SWALR with an EMA AveragedModel. Within
+    1e-6 of torch (1.4e-7 measured)."""
+    import math
+    from test_torch_real import Fp32TorchMuon, torch_pair
+    from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR
+    from torch.optim.swa_utils import SWALR, AveragedModel, get_ema_multi_avg_fn
+
+    def linear(s, w=2, n=8):
+        return s / max(1, w) if s < w else max(0.0, (n - s) / max(1, n - w))
+
+    def cosine(s, w=2, n=8):
+        return s / max(1, w) if s < w else \
+            max(0.0, 0.5 * (1.0 + math.cos(math.pi * (s - w) / max(1, n - w))))
+
+    def pair():
+        a, b = mlp(), mlp()
+        return a, b, Muon(a.named_parameters(), lr=0.02, adamw_lr=1e-3, config=FP32), \
+            torch_pair(b)
+
+    def save(o, s, net):
+        buf = io.BytesIO()
+        torch.save({"o": o.state_dict(), "s": s.state_dict(), "m": net.state_dict()}, buf)
+        return buf.getvalue()
+
+    with Fp32TorchMuon():
+        for lam in (linear, cosine):  # HF Trainer
+            a, b, so, ref = pair()
+            sched, rs = LambdaLR(so, lam), [LambdaLR(o, lam) for o in ref]
+            for k in range(6):
+                for net, opts, scheds in ((a, [so], [sched]), (b, ref, rs)):
+                    net(x_of(k)).square().mean().backward()
+                    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+                    for o, s in zip(opts, scheds):
+                        o.step()
+                        s.step()
+                        o.zero_grad()
+                assert so.param_groups[0]["lr"] == ref[0].param_groups[0]["lr"]
+                if k == 2:
+                    ck = save(so, sched, a)
+            d = torch.load(io.BytesIO(ck), weights_only=True)
+            c = mlp()
+            c.load_state_dict(d["m"])
+            o2 = Muon(c.named_parameters(), lr=0.02, adamw_lr=1e-3, config=FP32)
+            s2 = LambdaLR(o2, lam)
+            o2.load_state_dict(d["o"])
+            s2.load_state_dict(d["s"])
+            for k in range(3, 6):
+                c(x_of(k)).square().mean().backward()
+                torch.nn.utils.clip_grad_norm_(c.parameters(), 1.0)
+                o2.step()
+                s2.step()
+                o2.zero_grad()
+            assert all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+            assert worst(a, b) < 1e-6, (lam.__name__, worst(a, b))
+            for o in (so, o2):
+                o.close()
+        a, b, so, ref = pair()  # Lightning
+        conf = {"optimizer": so, "lr_scheduler": {"scheduler": LambdaLR(so, lambda s: 1 / (1 + s)),
+                                                  "interval": "step"}}
+        rs = [LambdaLR(o, lambda s: 1 / (1 + s)) for o in ref]
+        w = [p.detach().clone() for p in a.parameters()]
+        assert so.step(lambda: so.zero_grad(set_to_none=True)) is None
+        assert all(torch.equal(p, q) for p, q in zip(w, a.parameters())) and not len(so.state)
+        for k in range(4):
+            opt = conf["optimizer"]
+
+            def closure(net=a, opts=(opt,)):
+                for o in opts:
+                    o.zero_grad(set_to_none=True)
+                loss = net(x_of(k)).square().mean()
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+            conf["lr_scheduler"]["scheduler"].step()
+            ref[0].step(lambda: closure(b, ref))
+            ref[1].step()
+            for s in rs:
+                s.step()
+        assert worst(a, b) < 1e-6, worst(a, b)
+        so.close()
+        a, b, so, ref = pair()  # SWA
+        cos = [CosineAnnealingLR(o, T_max=10) for o in [so] + ref]
+        swa = [SWALR(o, swa_lr=0.01, anneal_epochs=2) for o in [so] + ref]
+        ema = [AveragedModel(n, multi_avg_fn=get_ema_multi_avg_fn(0.9)) for n in (a, b)]
+        for k in range(7):
+            for net, opts in ((a, [so]), (b, ref)):
+                for o in opts:
+                    o.zero_grad()
+                net(x_of(k)).square().mean().backward()
+                for o in opts:
+                    o.step()
+            for e, n in zip(ema, (a, b)):
+                e.update_parameters(n)
+            for s in swa if k >= 4 else cos:
+                s.step()
+        assert [g["lr"] for g in so.param_groups] == [0.01, 0.01]
+        print(f"  SWA: {worst(a, b):.1e} from torch, its EMA model "
+              f"{worst(ema[0].module, ema[1].module):.1e}")
+        assert worst(a, b) < 1e-6 and worst(ema[0].module, ema[1].module) < 1e-6
+        so.close()
+
 if __name__ == "__main__":
     cases.run("test_torch_real6", dict(globals()))

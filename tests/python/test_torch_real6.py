@@ -2,7 +2,9 @@
 test_torch_real5.py): NVIDIA Emerging-Optimizers' Muon (the base of Megatron-Core's
 TensorParallelMuon) ported by its import, in both of its spellings, against its update rule
 written out in fp32; OLMo-core's MuonConfig building dion's Muon (cautious_wd, num_heads);
-other optimizers' key names written into a group by a ported loop. Each script is what its
+other optimizers' key names written into a group by a ported loop, and read from it; then
+(the ninth round) ZeroRedundancyOptimizer over this class on one gloo rank, HF Trainer's,
+Lightning's and SWA's loops. Each script is what its
 author would run, the import swapped, compared with the optimizer it was written for. One
 process.
 

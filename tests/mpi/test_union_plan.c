@@ -33,6 +33,45 @@ static void fill(float *x, size_t n, uint32_t seed)
     }
 }
 
+struct tensor {
+    const char *name;
+    int ndim;
+    int64_t shape[3];
+    shardopt_placement_t placement;
+    int dim;
+};
+
+/* Registers this rank's shard of Muon tensor t (rows [off, off + len) of every matrix its slice
+ * holds: the range shardopt_shard_range gives) over w and g, filled from seeds sw and sg; the
+ * shard's element count, 0 on a refusal. */
+static size_t register_shard(shardopt_runtime_t rt, const struct tensor *t, float *w, float *g,
+                             uint32_t sw, uint32_t sg)
+{
+    shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
+    shardopt_param_t p;
+    int64_t off, len, goff;
+    d.name = t->name;
+    d.ndim = t->ndim;
+    memcpy(d.shape, t->shape, sizeof d.shape);
+    d.placement = t->placement;
+    d.shard_dim = t->dim;
+    d.algo = SHARDOPT_ALGO_MUON;
+    if (shardopt_shard_range(rt, &d, &off, &len, &goff) != SHARDOPT_OK)
+        return 0;
+    d.shard_offset = off;
+    d.shard_length = len;
+    const int64_t cols = t->shape[t->ndim - 1],
+                  slice = t->ndim == 3 && t->placement == SHARDOPT_PLACEMENT_EXPERT
+                              ? t->shape[0] / rt->cfg.ep
+                              : 1; /* the experts this EP rank holds */
+    const size_t numel = (size_t)slice * (size_t)len * (size_t)cols;
+    fill(w, numel, sw);
+    fill(g, numel, sg);
+    d.data = w;
+    d.grad = g;
+    return shardopt_register(rt, &d, &p) == SHARDOPT_OK ? numel : 0;
+}
+
 /* Run NSTEPS steps; this rank's parameters concatenated into out (returned count) and its NS
  * FLOPs of the last step. */
 static size_t run(int union_off, int teams, float *out, double *flops, int *kept, int *nteams)
@@ -50,39 +89,16 @@ static size_t run(int union_off, int teams, float *out, double *flops, int *kept
         return 0;
     rt->union_off = union_off;
     static float w[4][E * 32 * 64], g[4][E * 32 * 64];
-    const struct {
-        const char *name;
-        int ndim;
-        int64_t shape[3];
-        shardopt_placement_t placement;
-        int dim;
-    } t[4] = {{"dense.a", 2, {64, 128}, SHARDOPT_PLACEMENT_DENSE, 0},
-              {"dense.b", 2, {64, 128}, SHARDOPT_PLACEMENT_DENSE, 0},
-              {"experts.w1", 3, {E, 32, 64}, SHARDOPT_PLACEMENT_EXPERT, 1},
-              {"experts.w2", 3, {E, 32, 64}, SHARDOPT_PLACEMENT_EXPERT, 1}};
+    const struct tensor t[4] = {{"dense.a", 2, {64, 128}, SHARDOPT_PLACEMENT_DENSE, 0},
+                                {"dense.b", 2, {64, 128}, SHARDOPT_PLACEMENT_DENSE, 0},
+                                {"experts.w1", 3, {E, 32, 64}, SHARDOPT_PLACEMENT_EXPERT, 1},
+                                {"experts.w2", 3, {E, 32, 64}, SHARDOPT_PLACEMENT_EXPERT, 1}};
     size_t n = 0;
     for (int i = 0; i < 4; i++) {
-        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
-        shardopt_param_t p;
-        int64_t off, len, goff;
-        d.name = t[i].name;
-        d.ndim = t[i].ndim;
-        memcpy(d.shape, t[i].shape, sizeof d.shape);
-        d.placement = t[i].placement;
-        d.shard_dim = t[i].dim;
-        d.algo = SHARDOPT_ALGO_MUON;
-        if (shardopt_shard_range(rt, &d, &off, &len, &goff) != SHARDOPT_OK)
-            return 0;
-        d.shard_offset = off;
-        d.shard_length = len;
-        /* the shard's elements: rows [off, off + len) of every matrix this rank's slice holds */
         const size_t numel =
-            t[i].ndim == 3 ? (size_t)(E / 2) * (size_t)len * 64 : (size_t)len * 128;
-        fill(w[i], numel, 77u + 1000u * (uint32_t)i + 10u * (uint32_t)me);
-        fill(g[i], numel, 99u + 1000u * (uint32_t)i + 10u * (uint32_t)me);
-        d.data = w[i];
-        d.grad = g[i];
-        if (shardopt_register(rt, &d, &p) != SHARDOPT_OK)
+            register_shard(rt, &t[i], w[i], g[i], 77u + 1000u * (uint32_t)i + 10u * (uint32_t)me,
+                           99u + 1000u * (uint32_t)i + 10u * (uint32_t)me);
+        if (numel == 0)
             return 0;
         n += numel;
     }
@@ -183,36 +199,12 @@ static int run_rates(double gflops, double gbps, int *kept, double *most)
     if (shardopt_init(MPI_COMM_WORLD, &cfg, &rt) != SHARDOPT_OK)
         return -1;
     static float w[2][12 * 8 * 64], g[2][12 * 8 * 64];
-    const struct {
-        const char *name;
-        int ndim;
-        int64_t shape[3];
-        shardopt_placement_t placement;
-        int dim;
-    } t[2] = {{"dense.c", 2, {32, 256}, SHARDOPT_PLACEMENT_DENSE, 0},
-              {"experts.w3", 3, {12, 32, 64}, SHARDOPT_PLACEMENT_EXPERT, 1}};
-    for (int i = 0; i < 2; i++) {
-        shardopt_param_desc_t d = SHARDOPT_PARAM_DESC_INIT;
-        shardopt_param_t p;
-        int64_t off, len, goff;
-        d.name = t[i].name;
-        d.ndim = t[i].ndim;
-        memcpy(d.shape, t[i].shape, sizeof d.shape);
-        d.placement = t[i].placement;
-        d.shard_dim = t[i].dim;
-        d.algo = SHARDOPT_ALGO_MUON;
-        if (shardopt_shard_range(rt, &d, &off, &len, &goff) != SHARDOPT_OK)
+    const struct tensor t[2] = {{"dense.c", 2, {32, 256}, SHARDOPT_PLACEMENT_DENSE, 0},
+                                {"experts.w3", 3, {12, 32, 64}, SHARDOPT_PLACEMENT_EXPERT, 1}};
+    for (int i = 0; i < 2; i++)
+        if (register_shard(rt, &t[i], w[i], g[i], 7u + 100u * (uint32_t)i + 10u * (uint32_t)me,
+                           9u + 100u * (uint32_t)i + 10u * (uint32_t)me) == 0)
             return -1;
-        d.shard_offset = off;
-        d.shard_length = len;
-        const size_t numel = i == 1 ? (size_t)12 * (size_t)len * 64 : (size_t)len * 256;
-        fill(w[i], numel, 7u + 100u * (uint32_t)i + 10u * (uint32_t)me);
-        fill(g[i], numel, 9u + 100u * (uint32_t)i + 10u * (uint32_t)me);
-        d.data = w[i];
-        d.grad = g[i];
-        if (shardopt_register(rt, &d, &p) != SHARDOPT_OK)
-            return -1;
-    }
     if (shardopt_commit(rt) != SHARDOPT_OK)
         return -1;
     *kept = rt->union_kept;

@@ -522,11 +522,7 @@ shardopt_status_t rt_claim(struct shardopt_runtime *rt, const char *call)
         return SHARDOPT_OK;
     const int got = live_claim(rt, call, &running);
     if (got == 0) /* its memory may be freed: only the pointer is shown, nothing of it read */
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "%s: runtime %p is not a live runtime of this process (finalized "
-                        "already, or never made by shardopt_init): a handle must not be used "
-                        "after shardopt_finalize; nothing was done",
-                        call, (void *)rt);
+        return live_refuse(call, rt);
     if (got == 1)
         return SHARDOPT_OK;
     /* two threads in one runtime: the step read pointers and state the other was changing (two

@@ -3,6 +3,8 @@
 
 #include <pthread.h>
 
+#include "base/status.h"
+
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shardopt_runtime *live_head;
 
@@ -40,6 +42,15 @@ int live_has(const struct shardopt_runtime *rt)
     const int found = listed(rt);
     pthread_mutex_unlock(&live_lock);
     return found;
+}
+
+shardopt_status_t live_refuse(const char *call, const struct shardopt_runtime *rt)
+{
+    return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                    "%s: runtime %p is not a live runtime of this process (finalized already, or "
+                    "never made by shardopt_init): a handle must not be used after "
+                    "shardopt_finalize; nothing was done",
+                    call, (const void *)rt);
 }
 
 int live_claim(struct shardopt_runtime *rt, const char *call, const char **running)

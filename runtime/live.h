@@ -15,6 +15,10 @@ void live_remove(struct shardopt_runtime *rt);
 /* 1: rt is a live runtime; 0: not (finalized, or never one) */
 int live_has(const struct shardopt_runtime *rt);
 
+/* The refusal of a call on a runtime that is not live (ERR_INVALID_ARGUMENT naming the call and
+ * the pointer, nothing of it read). */
+shardopt_status_t live_refuse(const char *call, const struct shardopt_runtime *rt);
+
 /* rt_claim's test and claim under the list's lock, so that a finalize in another thread cannot
  * free rt between them: 1 claimed for `call`; 0 not live; -1 busy (*running: the call running
  * on it). */

@@ -422,10 +422,7 @@ shardopt_status_t shardopt_shard_range(shardopt_runtime_t rt, const shardopt_par
                         : offset == NULL ? "offset"
                                          : "length");
     if (!live_has(rt)) /* finalized: its memory is not read (it takes no claim: reads only) */
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "shard_range: runtime %p is not a live runtime of this process (finalized "
-                        "already, or never made by shardopt_init)",
-                        (void *)rt);
+        return live_refuse("shard_range", rt);
     const char *n = d->name != NULL ? d->name : "(unnamed)";
     if (d->version < 1 || d->version > SHARDOPT_PARAM_DESC_VERSION || d->size < DESC_V1_SIZE)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,

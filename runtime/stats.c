@@ -36,10 +36,7 @@ shardopt_status_t shardopt_get_stats(shardopt_runtime_t rt, shardopt_stats_t *st
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "get_stats: NULL %s",
                         rt == NULL ? "runtime" : "stats");
     if (!live_has(rt)) /* finalized: its memory is not read */
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "get_stats: runtime %p is not a live runtime of this process (finalized "
-                        "already, or never made by shardopt_init)",
-                        (void *)rt);
+        return live_refuse("get_stats", rt);
     /* as for every versioned struct: a version newer than this library (or garbage) is refused,
      * not read as the current layout */
     if (stats->version < 1 || stats->version > SHARDOPT_STATS_VERSION ||

@@ -82,11 +82,12 @@ class Muon(torch.optim.Optimizer):
     The keywords are torch.optim.Muon's (lr, weight_decay, momentum, nesterov, ns_coefficients,
     eps, ns_steps, adjust_lr_fn) and the AdamW side's (adamw_lr: None = lr, adamw_betas,
     adamw_eps, adamw_weight_decay; a weight_decay given covers the AdamW tensors too unless
-    adamw_weight_decay is given); torch.optim.AdamW's betas= is adamw_betas, foreach= and
-    fused= are taken and ignored, maximize / amsgrad / capturable / differentiable refused
-    unless False. A Muon group's momentum is read at every step (a warmup takes effect), as
-    lr and weight_decay are, and an AdamW group's betas and eps, as torch.optim.AdamW reads
-    them; an AdamW group's momentum key is its beta1 (what OneCycleLR / CyclicLR cycle).
+    adamw_weight_decay is given); torch.optim.AdamW's betas= is adamw_betas (and an eps=
+    beside it is adamw_eps), foreach= and fused= are taken and ignored, maximize /
+    amsgrad / capturable / differentiable refused unless False. A Muon group's momentum is
+    read at every step (a warmup takes effect), as lr and weight_decay are, and an AdamW
+    group's betas and eps, as torch.optim.AdamW reads them; an AdamW group's momentum key is
+    its beta1 (what OneCycleLR / CyclicLR cycle).
     comm: an mpi4py communicator (None: this process alone, no mpi4py needed). config: any
     other key of docs/config.md, and "preset": "dion" for the library's own defaults. model:
     classify by module (nn.Embedding and the output head to AdamW) instead of by name.
@@ -124,6 +125,12 @@ class Muon(torch.optim.Optimizer):
                 raise ValueError("betas and adamw_betas both given: they are the same setting "
                                  "(the AdamW tensors' betas); give one")
             adamw_betas = betas
+            if eps is not _UNSET and adamw_eps is _UNSET:
+                # the call is torch.optim.AdamW's (torchtitan's build_optimizers passes lr,
+                # betas, eps, weight_decay, fused, foreach to whatever class it is given): its
+                # eps is the AdamW tensors', and the Muon norm keeps torch.optim.Muon's.
+                # Before, it went to the Muon norm and the AdamW tensors kept 1e-8, silently
+                adamw_eps, eps = eps, _UNSET
         config = dict(config or {})
         preset = config.pop("preset", "torch")
         if preset not in ("torch", "dion"):

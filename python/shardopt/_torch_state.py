@@ -9,6 +9,7 @@ import math
 import torch
 
 from shardopt._torch_config import _SWITCHES, _scalar
+from shardopt._torch_edits import _Edits
 from shardopt._torch_groups import _adamw_beta1, _adamw_sync, _pair_groups, _same
 from shardopt._torch_ports import _DION_GROUP_KEYS, _dion_group
 
@@ -25,8 +26,9 @@ class _State(MutableMapping):
     "exp_avg", "exp_avg_sq", "step". Reading copies the state out (in the dtype it is held
     in); assigning a key (opt.state[p]["momentum_buffer"] = t, as Lightning's move to a
     device does) writes it into the runtime; del opt.state[p] (or clear()) zeroes the state
-    and the step count, as a fresh torch.optim state would start. Changing a returned tensor
-    in place changes nothing: it is a copy. Other keys (of tensors the optimizer does not
+    and the step count, as a fresh torch.optim state would start. A returned tensor changed in
+    place (ReLoRA's reset: state[key].mul_(mask)) is written back at the next step, state
+    read or state_dict() (shardopt._torch_edits). Other keys (of tensors the optimizer does not
     step) are kept here as torch keeps them, and so are keys a wrapper adds to a stepped
     tensor's state (timm's Lookahead's lookahead_slow_buff): the same objects at every
     access, in state_dict() and restored by load_state_dict, as torch.optim keeps them."""
@@ -34,6 +36,7 @@ class _State(MutableMapping):
     def __init__(self, opt):
         self._opt = opt
         self._extra = {}
+        self._edits = _Edits(_write)  # the copies handed out, changed in place or not
         self._keys = {}  # id(parameter) -> the keys a wrapper added to its state (_own_keys)
 
     def _own(self, p):
@@ -57,21 +60,25 @@ class _State(MutableMapping):
                     yield p
 
     def __getitem__(self, p):
+        if self._edits.pending():
+            self._edits.flush()  # what was changed in place before, as this read would see it
         found = self._find(p) if isinstance(p, torch.Tensor) else None
         if found is None:  # torch.optim.Optimizer.state is a defaultdict(dict)
             return self._extra.setdefault(p, {})
-        return _ParamState(*found, self._own(p))
+        return _ParamState(*found, self._own(p), self._edits)
 
     def get(self, p, default=None):
         """As torch.optim's defaultdict.get: default where p has no state (a parameter not
         stepped yet, or a key never set), and nothing inserted. Mapping.get went through
         __getitem__, which gave an empty state (and made an entry for a key it did not hold,
         so len(opt.state) was 1 before any step): `opt.state.get(p) is None` never held."""
+        if self._edits.pending():
+            self._edits.flush()
         found = self._find(p) if isinstance(p, torch.Tensor) else None
         if found is None:
             return self._extra.get(p, default)
         if found[1].get_step(found[2]) > 0 or self._keys.get(id(p)):
-            return _ParamState(*found, self._own(p))
+            return _ParamState(*found, self._own(p), self._edits)
         return default
 
     def __setitem__(self, p, value):
@@ -79,7 +86,9 @@ class _State(MutableMapping):
         if found is None:
             self._extra[p] = value
             return
-        st = _ParamState(*found, self._own(p))
+        if self._edits.pending():
+            self._edits.flush()
+        st = _ParamState(*found, self._own(p), self._edits)
         value = dict(value)
         if found[0]["algo"] == "muon" and "momentum" in value and "momentum_buffer" in value:
             # a whole state as state_dict() gives it (ZeroRedundancyOptimizer.load_state_dict
@@ -102,6 +111,7 @@ class _State(MutableMapping):
             rt.set_state(sp, kind, torch.zeros(n, dtype=_TORCH[dt]))
         rt.set_step(sp, 0)
         self._keys.pop(id(p), None)
+        self._edits.replaced(p)  # copies handed out before are not its state any more
 
     def __iter__(self):
         yield from self._stepped()
@@ -125,10 +135,10 @@ class _ParamState(dict):
     into the runtime. own: the keys others added to this state (a wrapper's, as timm's
     Lookahead adds lookahead_slow_buff), kept as given: the same objects at every access."""
 
-    def __init__(self, g, rt, sp, own):
+    def __init__(self, g, rt, sp, own, edits):
         super().__init__()
-        self._g, self._rt, self._sp, self._own = g, rt, sp, own
-        self._versions = {}
+        self._g, self._rt, self._sp, self._own, self._edits = g, rt, sp, own, edits
+        self._recs = {}  # key -> its record in edits (_torch_edits): the copies handed out
         dict.update(self, own)
         step = rt.get_step(sp)
         if step == 0:
@@ -141,34 +151,35 @@ class _ParamState(dict):
             dict.__setitem__(self, "momentum_buffer",
                              (m.float() * (1.0 - g["momentum"])).to(m.dtype))
         dict.__setitem__(self, "step", torch.tensor(float(step), dtype=torch.float32))
-        self._versions = {k: v._version for k, v in self.items()}
+        self._recs = {k: edits.record(g, rt, sp, k, v) for k, v in self.items() if k not in own}
+        edits.live[id(self)] = self
+
+    def __del__(self):
+        try:
+            if self._recs:
+                self._edits.left(self)
+        except Exception:  # noqa: BLE001 - at interpreter exit the modules may be gone
+            pass
 
     def __setitem__(self, key, value):
         g, rt, sp = self._g, self._rt, self._sp
         kinds = _KINDS[g["algo"]]
-        if value is dict.get(self, key) and getattr(value, "_version", None) == \
-                self._versions.get(key):
-            return  # the tensor handed out, unchanged (v[k] = v[k].to(its device)): no
-            # round trip through momentum_buffer's scale, which is not exact
+        rec = self._recs.get(key)
+        if rec is not None and value is dict.get(self, key):
+            # the tensor handed out (v[k] = v[k].to(its device), or after an in-place
+            # change): written only if changed, with no round trip through
+            # momentum_buffer's scale, which is not exact
+            if self._edits._one(rec, value):
+                return
         if self._same(key, value):
             return  # equal values in another tensor: a copy of what was handed out
-        if key == "step":
-            rt.set_step(sp, int(float(value)))
-        elif key in kinds or (key == "momentum_buffer" and g["algo"] == "muon"):
-            kind = "momentum" if key == "momentum_buffer" else key
-            dt, n = rt.state_info(sp, kind)
-            v = value.to_local() if hasattr(value, "to_local") and hasattr(value, "placements") \
-                else value
-            # resolve_neg: a torch._neg_view's memory holds the values negated (the library
-            # reads memory: a lazily negated state loaded with its sign flipped)
-            v = _in_memory_order(v.detach(), sp).to("cpu", torch.float32).resolve_neg()
-            v = v.resolve_conj().contiguous()
-            v = v.reshape(-1)
-            if key == "momentum_buffer":
-                v = v / (1.0 - g["momentum"])
-            if v.numel() != n:
-                raise ValueError(f"{sp.name}.{key}: {v.numel()} elements, this rank holds {n}")
-            rt.set_state(sp, kind, v.to(_TORCH[dt]))
+        if key == "step" or key in kinds or (key == "momentum_buffer" and g["algo"] == "muon"):
+            _write(g, rt, sp, key, value)
+            self._edits.replaced(sp.source, key)  # older copies of it are not the state now
+            self._recs.pop(key, None)
+            if isinstance(value, torch.Tensor) and not hasattr(value, "placements"):
+                # torch.optim's state is now this tensor: changed in place, it is followed
+                self._recs[key] = self._edits.record(g, rt, sp, key, value)
         elif key in _RESERVED:
             # another algorithm's key (exp_avg on a Muon tensor), or another optimizer's
             accepted = kinds + (("momentum_buffer",) if g["algo"] == "muon" else ()) + ("step",)
@@ -196,6 +207,28 @@ class _ParamState(dict):
                 value.dtype != cur.dtype:
             return False
         return torch.equal(value.detach().to("cpu"), cur)
+
+
+def _write(g, rt, sp, key, value):
+    """One key of a parameter's state (step, a kind of _KINDS[g["algo"]], or a Muon
+    tensor's momentum_buffer) written into its runtime rt, as opt.state[p][key] = value."""
+    if key == "step":
+        rt.set_step(sp, int(float(value)))
+        return
+    kind = "momentum" if key == "momentum_buffer" else key
+    dt, n = rt.state_info(sp, kind)
+    v = value.to_local() if hasattr(value, "to_local") and hasattr(value, "placements") \
+        else value
+    # resolve_neg: a torch._neg_view's memory holds the values negated (the library reads
+    # memory: a lazily negated state loaded with its sign flipped)
+    v = _in_memory_order(v.detach(), sp).to("cpu", torch.float32).resolve_neg()
+    v = v.resolve_conj().contiguous()
+    v = v.reshape(-1)
+    if key == "momentum_buffer":
+        v = v / (1.0 - g["momentum"])
+    if v.numel() != n:
+        raise ValueError(f"{sp.name}.{key}: {v.numel()} elements, this rank holds {n}")
+    rt.set_state(sp, kind, v.to(_TORCH[dt]))
 
 
 def _like_param(local, p, perm=None):
@@ -233,6 +266,8 @@ def _state_dict(opt):
     _pair_groups(opt)
     for pre_hook in opt._optimizer_state_dict_pre_hooks.values():
         pre_hook(opt)
+    if opt.state._edits.pending():
+        opt.state._edits.flush()  # opt.state's copies changed in place: the state now
     # torch.optim.Muon's buffer is written once the optimizer has stepped (any tensor's step
     # count above 0, the same on every rank), for every Muon tensor: a fresh optimizer's
     # state_dict(), the template dcp.load fills, then asks only for what every checkpoint of
@@ -374,6 +409,7 @@ def _load_state_dict(opt, state_dict):
     """Muon.load_state_dict() (its docstring says what it takes)."""
     _pair_groups(opt)
     state_dict = dict(state_dict)  # shallow, as torch.optim's: hooks may replace it
+    opt.state._edits.replaced()  # opt.state's copies handed out before are not the state now
     for pre_hook in opt._optimizer_load_state_dict_pre_hooks.values():
         result = pre_hook(opt, state_dict)
         if result is not None:

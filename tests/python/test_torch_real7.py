@@ -2,7 +2,8 @@
 test_torch_real6.py): torchtitan's OptimizersContainer (one optimizer per pipeline stage, built
 with AdamW's keywords, schedulers per optimizer, a step pre-hook for MoE load balancing, its
 flattened state dicts merged across stages), torch.distributed.checkpoint's full_state_dict /
-cpu_offload / broadcast_from_rank0 options, and steps taken inside an autocast region. Each script is what its author would run, the import
+cpu_offload / broadcast_from_rank0 options, ReLoRA's in-place edits of opt.state, and steps
+taken inside an autocast region. Each script is what its author would run, the import
 swapped, compared with the optimizer it was written for. One process.
 
     test_torch_real7.py [CASE ...]     every case when none is named
@@ -250,6 +251,82 @@ def case_dcp_full_state_dict_cpu_offload_broadcast():
     assert worst(m, m2) == 0.0, worst(m, m2)
     opt.close()
     opt2.close()
+
+
+# ---- ReLoRA: opt.state changed in place -----------------------------------------------------
+
+def relora_reset(opts, params, keys, ratio, seed):
+    """ReLoRA's optimizer reset (its random_pruning_ at each merge): each parameter's state
+    tensors of `keys` multiplied in place by a random keep-mask, through opt.state[p]."""
+    gen = torch.Generator().manual_seed(seed)
+    for p in params:
+        state = next(o.state[p] for o in opts
+                     if any(p is q for g in o.param_groups for q in g["params"]))
+        if len(state) == 0:
+            continue
+        for key in keys:
+            if key in state:
+                state[key].mul_(torch.rand(state[key].shape, generator=gen) > ratio)
+
+
+def case_relora_reset_changes_the_state_in_place():
+    """ReLoRA (and the trainers that ship its reset) prunes the optimizer state in place:
+    `optimizer.state[p][key].mul_(mask)` for exp_avg, exp_avg_sq and momentum_buffer. That
+    tensor is torch.optim's state; here opt.state hands out copies, and the change was lost,
+    silently (5e-2 off torch.optim.Muon + AdamW 4 steps later). Copies changed in place are
+    now written back before the next step (or state read, or state_dict()): within 1e-6 of
+    torch's pair over the reset. So is the one-liner `opt.state[p]["momentum_buffer"].zero_()`,
+    and a copy read for a log and dropped is not kept past the next step."""
+    keys = ["exp_avg", "exp_avg_sq", "momentum_buffer"]
+    a, b = mlp(), mlp()
+    so = Muon(a.named_parameters(), lr=0.02, adamw_lr=1e-3, config=FP32)
+    ref = torch_pair(b)
+
+    def reset(k):
+        if k == 2:
+            relora_reset([so], a.parameters(), keys, 0.9, seed=1)
+            relora_reset(ref, b.parameters(), keys, 0.9, seed=1)
+        if k == 4:
+            so.state[a[2].weight]["momentum_buffer"].zero_()
+            ref[0].state[b[2].weight]["momentum_buffer"].zero_()
+            so.state[a[0].bias]["exp_avg_sq"].mul_(0.5)
+            ref[1].state[b[0].bias]["exp_avg_sq"].mul_(0.5)
+
+    with Fp32TorchMuon():
+        train([(a, [so]), (b, ref)], 7, after=reset)
+    print(f"  ReLoRA's reset at step 2, zero_() at step 4: {worst(a, b):.1e} from torch")
+    assert worst(a, b) < 1e-6, worst(a, b)
+    norms = [so.state[p]["exp_avg"].norm() for p in (a[0].bias, a[2].bias)]  # a log line
+    assert all(n > 0 for n in norms)
+    train([(a, [so])], 1, 7)
+    edits = so.state._edits
+    assert not edits.kept and not edits.live, (len(edits.kept), len(edits.live))
+    so.close()
+
+
+def case_state_changed_after_a_step_refused_by_name():
+    """A copy read before a step and changed in place after it holds the state of before the
+    step; torch.optim's tensor would be the state the step left (mul_(mask) of the new
+    state), which no copy can give. The next step refuses it, naming the tensor and the key,
+    nothing written (the parameters unchanged); the step after goes on, and a copy read
+    again after the step is taken."""
+    m = mlp()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=1e-3)
+    train([(m, [opt])], 2)
+    held = opt.state[m[0].weight]["momentum_buffer"]
+    train([(m, [opt])], 1, 2)
+    held.zero_()
+    m(x_of(3)).square().mean().backward()
+    before = [p.detach().clone() for p in m.parameters()]
+    refused(opt.step, ValueError, "0.weight", "'momentum_buffer'", "read before a step",
+            "Nothing of it was written")
+    assert all(torch.equal(x, p) for x, p in zip(before, m.parameters()))
+    assert opt.state[m[0].weight]["momentum_buffer"].abs().sum() > 0
+    opt.step()
+    opt.zero_grad()
+    opt.state[m[0].weight]["momentum_buffer"].zero_()
+    assert opt.state[m[0].weight]["momentum_buffer"].abs().sum() == 0
+    opt.close()
 
 
 # ---- autocast ------------------------------------------------------------------------------

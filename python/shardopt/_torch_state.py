@@ -161,6 +161,13 @@ class _ParamState(dict):
         except Exception:  # noqa: BLE001 - at interpreter exit the modules may be gone
             pass
 
+    def __deepcopy__(self, memo):
+        # a plain dict of copies, as copy.deepcopy of torch.optim's state[p] gives; it
+        # deep-copied this entry's runtime too, which ctypes refused ("ctypes objects
+        # containing pointers cannot be pickled")
+        import copy
+        return {k: copy.deepcopy(v, memo) for k, v in self.items()}
+
     def __setitem__(self, key, value):
         g, rt, sp = self._g, self._rt, self._sp
         kinds = _KINDS[g["algo"]]

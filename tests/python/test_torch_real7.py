@@ -329,6 +329,25 @@ def case_state_changed_after_a_step_refused_by_name():
     opt.close()
 
 
+def case_state_entry_deep_copied():
+    """copy.deepcopy(opt.state[p]), a snapshot of one tensor's state as a script takes it to
+    compare later: torch.optim's gives a dict of tensor copies. Here it deep-copied the
+    entry's runtime too and failed (`ValueError: ctypes objects containing pointers cannot be
+    pickled`); now a plain dict of copies, which later steps and in-place changes of it leave
+    alone (changing the snapshot writes nothing)."""
+    import copy
+    m = mlp()
+    opt = Muon(m.named_parameters(), lr=0.02, adamw_lr=1e-3)
+    train([(m, [opt])], 2)
+    snap = copy.deepcopy(opt.state[m[0].weight])
+    assert type(snap) is dict and set(snap) == {"momentum", "momentum_buffer", "step"}, snap
+    snap["momentum_buffer"].zero_()
+    train([(m, [opt])], 1, 2)
+    now = opt.state[m[0].weight]
+    assert now["step"] == 3 and snap["step"] == 2 and now["momentum_buffer"].abs().sum() > 0
+    opt.close()
+
+
 # ---- autocast ------------------------------------------------------------------------------
 
 def case_step_inside_autocast_region():

@@ -234,6 +234,30 @@ class Muon(torch.optim.Optimizer):
         # super().step(), leaves them to that wrapper
         self._wrapped_outside = type(self).step is not Muon.step
 
+    @property
+    def state(self):
+        """The state by parameter, read from the runtimes (shardopt._torch_state._State)."""
+        return self._state_view
+
+    @state.setter
+    def state(self, value):
+        # torch.optim.Optimizer.__init__ assigns a defaultdict before the runtimes exist;
+        # __init__ then assigns the view. A script that resets its optimizer
+        # (`opt.state = collections.defaultdict(dict)`, as torch.optim starts every tensor
+        # afresh at its next step then) replaced the view: the runtimes kept their state,
+        # silently, and the next step failed on the defaultdict. Now the runtimes' state is
+        # what value holds: every tensor's cleared (zero, step count 0), then value's entries
+        # assigned as opt.state[p] = ... is
+        view = self.__dict__.get("_state_view")
+        if isinstance(value, _State) or view is None:
+            if isinstance(value, _State):
+                self.__dict__["_state_view"] = value
+            return
+        items = list(value.items())  # before clearing: value may be read from the view
+        view.clear()
+        for p, st in items:
+            view[p] = st
+
     # ---- construction -----------------------------------------------------------------
 
     def add_param_group(self, param_group):
@@ -385,7 +409,7 @@ class Muon(torch.optim.Optimizer):
         checked = [None]  # per group: _prepare's outcome (group 0: its step checks its own)
         try:
             try:
-                edits = self.state._edits
+                edits = self._state_view._edits
                 if edits.pending():
                     # opt.state's copies changed in place since they were read (ReLoRA's
                     # reset) are the state this step starts from, as in torch.optim

@@ -348,6 +348,33 @@ def case_state_entry_deep_copied():
     opt.close()
 
 
+def case_state_reset_by_assignment():
+    """A script that resets its optimizer mid-run by assigning a fresh state
+    (`opt.state = collections.defaultdict(dict)`; torch.optim then starts every tensor
+    afresh at its next step: zero moments, step count 0, AdamW's bias correction from 1).
+    Here the assignment replaced the view and the runtimes kept their state: the old state
+    stepped on, silently, 2e-2 off torch (and with _torch_edits the next step failed on the
+    defaultdict). Now the runtimes' state is what was assigned: within 1e-6 of
+    torch.optim.Muon + AdamW reset the same way, and opt.state is still the view."""
+    import collections
+    a, b = mlp(), mlp()
+    so = Muon(a.named_parameters(), lr=0.02, adamw_lr=1e-3, config=FP32)
+    ref = torch_pair(b)
+
+    def reset(k):
+        if k == 2:
+            for o in [so] + ref:
+                o.state = collections.defaultdict(dict)
+            assert len(so.state) == 0 and so.state is not None
+
+    with Fp32TorchMuon():
+        train([(a, [so]), (b, ref)], 5, after=reset)
+    print(f"  state reset at step 2: {worst(a, b):.1e} from torch")
+    assert worst(a, b) < 1e-6, worst(a, b)
+    assert so.state[a[0].weight]["step"] == 2 and "exp_avg" in so.state[a[0].bias]
+    so.close()
+
+
 # ---- autocast ------------------------------------------------------------------------------
 
 def case_step_inside_autocast_region():

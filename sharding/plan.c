@@ -483,11 +483,11 @@ shardopt_status_t plan_build(const struct plan_cfg *cfg, const struct plan_param
     if (plan_owners_pick(cfg, mats, n, &P) != 0)
         goto err_oom;
     for (int m = 0; m < n; m++) /* the team blocks' load, as plan_charge counts it */
-        for (int u = 0; P.team[m] > 1 && u < P.team[m]; u++)
-            P.team_load[P.team_of[(size_t)m * (size_t)P.team_cap + (size_t)u]] +=
-                plan_ns_team_block_cost(mats[m].rows, mats[m].cols, P.team[m], u, !cfg->team_bf16) +
-                cfg->allreduce_cost *
-                    plan_team_allreduce_elems(mats[m].rows, mats[m].cols, P.team[m]);
+        for (int u = 0; P.team[m] > 1 && u < P.team[m]; u++) {
+            double flops, ar;
+            plan_team_member_load(cfg, &mats[m], P.team[m], u, &flops, &ar);
+            P.team_load[P.team_of[(size_t)m * (size_t)P.team_cap + (size_t)u]] += flops + ar;
+        }
 
     /* upper bounds for the lists: one piece of mine per matrix, one incoming per holder */
     for (int m = 0; m < n; m++) {

@@ -93,6 +93,12 @@ struct plan_carry {
     double *comm; /* the starting transfers + refine_cost x the exchange elements sent */
 };
 
+/* Member u of matrix m's team of k: its block's Newton-Schulz work (*flops) and the team's
+ * all-reduce at allreduce_cost (*ar), what plan_charge adds to its load and team_comm and
+ * group_plan.team_load holds as their sum: one place, so the two never count a member apart. */
+void plan_team_member_load(const struct plan_cfg *cfg, const struct mat *m, int k, int u,
+                           double *flops, double *ar);
+
 /* Matrix m owned by t[0] alone (k = 1) or by the team t[0..k), member u taking block u: add what
  * its owners then do to c, every holder's piece counted already as sent. */
 void plan_charge(const struct plan_cfg *cfg, const struct mat *m, int k, const int *t,

@@ -181,6 +181,13 @@ int plan_team_limit(const struct plan_cfg *cfg, int team_cap, const struct mat *
     return side > 0 && side > (int64_t)INT_MAX / side ? 1 : cap;
 }
 
+void plan_team_member_load(const struct plan_cfg *cfg, const struct mat *m, int k, int u,
+                           double *flops, double *ar)
+{
+    *flops = plan_ns_team_block_cost(m->rows, m->cols, k, u, !cfg->team_bf16);
+    *ar = cfg->allreduce_cost * plan_team_allreduce_elems(m->rows, m->cols, k);
+}
+
 /* Matrix m owned by t[0] alone (k = 1) or by the team t[0..k), member u taking block u: add
  * what its owners then do to c. Every holder's piece is counted already as sent (refine), so an
  * owner's transfers change by its matrix (or block) less twice its piece of it. */
@@ -196,11 +203,12 @@ void plan_charge(const struct plan_cfg *cfg, const struct mat *m, int k, const i
         c->comm[t[0]] += rc * (double)(W - 2 * h);
         return;
     }
-    const double ar = cfg->allreduce_cost * plan_team_allreduce_elems(m->rows, m->cols, k);
     const double per = plan_team_member_cost(cfg, m->rows, m->cols, k);
     for (int u = 0; u < k; u++) {
         if (c->load != NULL) {
-            c->load[t[u]] += plan_ns_team_block_cost(m->rows, m->cols, k, u, !cfg->team_bf16);
+            double flops, ar;
+            plan_team_member_load(cfg, m, k, u, &flops, &ar);
+            c->load[t[u]] += flops;
             c->team_comm[t[u]] += ar;
         }
         c->work[t[u]] += per;

@@ -77,13 +77,14 @@ int plan_model_union(const struct opts *o, const struct preset *p, const char *c
     /* the union's list: the dense group's matrices in its matrix order, then EP rank 0's expert
      * matrices, EP rank 1's, ...; a matrix the joint plan gave a team keeps it (cost < 0: not
      * placed), its blocks each member's starting load with teams on (commit_union.c) */
+    plan_union_costs(jd, cost);
     for (int m = 0; m < nd; m++)
-        cost[m] = jd->team[m] > 1 ? -1.0 : jd->cost[m], group[m] = -1;
-    for (int e = 0; e < ep; e++)
-        for (int m = 0; m < nx; m++) {
-            const int64_t i = nd + (int64_t)e * nx + m;
-            cost[i] = jx[e]->team[m] > 1 ? -1.0 : jx[e]->cost[m], group[i] = e;
-        }
+        group[m] = -1;
+    for (int e = 0; e < ep; e++) {
+        plan_union_costs(jx[e], cost + nd + (int64_t)e * nx);
+        for (int m = 0; m < nx; m++)
+            group[nd + (int64_t)e * nx + m] = e;
+    }
     for (int d = 0; base != NULL && d < dense; d++) {
         const struct group_plan *x = jx[d % ep];
         base[d] = x->team_load != NULL ? x->team_load[d / ep] : 0.0;

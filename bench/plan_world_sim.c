@@ -183,11 +183,14 @@ static void union_step(int world, int ep, int d, const struct plan_cfg *xc,
         die("out of memory");
     for (int i = 0; i < world; i++) /* what commit gathers: EP rank, expert shard rank, count */
         info[3 * i] = i % ep, info[3 * i + 1] = i / ep, info[3 * i + 2] = nx;
+    plan_union_costs(DP, cost); /* commit's list (no teams here: every matrix placed) */
     for (int m = 0; m < nd; m++)
-        cost[m] = DP->cost[m], group[m] = -1;
-    for (int e = 0; e < ep; e++)
+        group[m] = -1;
+    for (int e = 0; e < ep; e++) { /* every expert group has EP rank 0's shapes */
+        plan_union_costs(XP, cost + nd + (int64_t)e * nx);
         for (int m = 0; m < nx; m++)
-            cost[nd + (int64_t)e * nx + m] = XP->cost[m], group[nd + (int64_t)e * nx + m] = e;
+            group[nd + (int64_t)e * nx + m] = e;
+    }
     if (plan_union_owners(cost, group, n, world, NULL, ep, NULL, owner, load) != 0)
         die("out of memory planning the union");
     struct group_plan UX = {0}, UD = {0};

@@ -192,10 +192,9 @@ shardopt_status_t commit_union_plan(shardopt_runtime_t rt, const struct shard_ta
     }
     /* the costs: the dense group's (alike on every member), then each expert shard group's from
      * its rank 0, in place at the group's offset */
-    for (int m = 0; m < nd; m++) { /* a matrix the joint plan gave a team keeps it: not placed */
-        s.cost[m] = jd->team[m] > 1 ? -1.0 : jd->cost[m];
+    plan_union_costs(jd, s.cost); /* a matrix the joint plan gave a team keeps it: not placed */
+    for (int m = 0; m < nd; m++)
         s.group[m] = -1;
-    }
     for (int e = 0; e < ngroups; e++)
         for (int m = s.first[e]; m < s.first[e + 1]; m++)
             s.group[m] = e;
@@ -205,8 +204,8 @@ shardopt_status_t commit_union_plan(shardopt_runtime_t rt, const struct shard_ta
         counts[d] = lead ? s.info[3 * d + 2] : 0;
         displs[d] = lead ? s.first[s.info[3 * d]] : 0;
     }
-    for (int m = 0; mine[1] == 0 && m < nx; m++)
-        s.cost[s.first[mine[0]] + m] = jx->team[m] > 1 ? -1.0 : jx->cost[m];
+    if (mine[1] == 0)
+        plan_union_costs(jx, s.cost + s.first[mine[0]]);
     rc = comm_allgatherv(g, g->dense, s.cost, counts, displs, MPI_DOUBLE,
                          "all-gather of the expert matrices' costs for the union plan");
     status =

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "base/mem.h"
+#include "plan.h"
 
 struct tree {
     int size;
@@ -119,4 +120,10 @@ int plan_union_owners(const double *cost, const int *group, int64_t n, int membe
     free(t.load);
     free(t.member);
     return 0;
+}
+
+void plan_union_costs(const struct group_plan *g, double *cost)
+{
+    for (int m = 0; m < g->nmatrices; m++)
+        cost[m] = g->team[m] > 1 ? -1.0 : g->cost[m];
 }

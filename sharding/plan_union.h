@@ -21,4 +21,14 @@ int plan_union_owners(const double *cost, const int *group, int64_t n, int membe
                       const int *member_group, int ngroups, const double *base, int *owner,
                       double *load);
 
+struct group_plan;
+
+/* The union's costs of one group plan's matrices (the joint plan of the dense group, or of one
+ * expert shard group), into cost[0, g->nmatrices) in its matrix order: each one's
+ * group_plan.cost, or -1 where the plan gave it a Newton-Schulz team (it keeps that team: not
+ * placed). The rule every list of the union takes its costs by: commit's
+ * (runtime/commit_union.c) and shardopt-plan's and plan-world-sim's (bench/), which must list
+ * what commit lists. */
+void plan_union_costs(const struct group_plan *g, double *cost);
+
 #endif

@@ -119,7 +119,7 @@ struct shardopt_runtime {
     /* The call running on this runtime (rt_claim), NULL between calls: calls must not overlap
      * (docs/api.md, Threads), and one from a second thread is refused instead of racing */
     _Atomic(const char *) busy;
-    struct shardopt_runtime *live_next; /* the process's live runtimes (live.h) */
+    struct shardopt_runtime *live_next; /* the process's live runtimes (live_list.h) */
     shardopt_config_t cfg;
     struct groups groups; /* our own communicators: our traffic never matches the trainer's */
     struct topology topo;
@@ -205,11 +205,11 @@ struct shardopt_runtime {
                                      nothing), then peer_spans */
     /* alias_check_peers (alias_check.h): the data spans this runtime last stepped, sorted
      * ([npeer_spans] at alias + 2 * nparams), the process-wide number of that step (0: none
-     * yet), whether a data pointer moved since, and whether it is in the process's list */
+     * yet), whether a data pointer moved since, and whether the other runtimes' checks read them
+     * (stepped since its commit; under live_list.h's lock) */
     struct alias_span *peer_spans;
     int npeer_spans, peer_dirty, peer_listed;
     uint64_t peer_seq;
-    struct shardopt_runtime *peer_next;
     void *sh_u;     /* sharded Newton-Schulz: one piece's U and O, comm dtype */
     float *sh_x;    /* X, Y, Gram, B: where Newton-Schulz runs (ns_dev) */
     float *sh_host; /* NS on a device: host staging of the Gram all-reduce and AOL (pinned) */

@@ -16,10 +16,12 @@ declare -A may=(
     [offload]="base include/shardopt_status.h kernels/device.h kernels/ctx.h kernels/timeline.h kernels/clock.h"
     # runtime/'s wings: comm/ at their bottom, config/ agrees keys over it; step/ and checkpoint/
     # work on the runtime object (runtime/runtime.h) and never on each other; the files at
-    # runtime/'s top (lifecycle) compose them all and are not listed
+    # runtime/'s top (lifecycle) compose them all and are not listed. step/ walks the process's
+    # live runtimes (runtime/live_list.h: the list and its lock; alias_check.c's check against
+    # another runtime's memory), never the lifecycle's adding, removing and claiming (live.h)
     [runtime/comm]="base kernels sharding include/shardopt.h include/shardopt_status.h"
     [runtime/config]="base kernels runtime/comm include/shardopt.h include/shardopt_status.h"
-    [runtime/step]="base kernels sharding offload runtime/comm runtime/config runtime/runtime.h runtime/topology.h include/shardopt.h include/shardopt_status.h"
+    [runtime/step]="base kernels sharding offload runtime/comm runtime/config runtime/runtime.h runtime/topology.h runtime/live_list.h include/shardopt.h include/shardopt_status.h"
     [runtime/checkpoint]="base kernels sharding offload runtime/comm runtime/config runtime/runtime.h runtime/topology.h include/shardopt.h include/shardopt_status.h"
 )
 
@@ -72,9 +74,10 @@ if [ "${1:-}" = "--self-test" ]; then
     cp -r "$root/base" "$root/kernels" "$root/sharding" "$root/offload" "$root/include" \
         "$root/runtime" "$tmp/"
     # one planted include per kind of rule: a floor reaching up, a wing reaching sideways,
-    # offload/ reaching past the device table into the compute one
+    # offload/ reaching past the device table into the compute one, step/ reaching the
+    # lifecycle's live.h beside the live list it may walk
     for plant in "kernels/rng.c runtime/runtime.h" "runtime/comm/groups.c runtime/step/muon_exec.h" \
-        "offload/staging.c kernels/ops.h"; do
+        "offload/staging.c kernels/ops.h" "runtime/step/alias_check.c runtime/live.h"; do
         set -- $plant
         cp -r "$root/kernels" "$root/runtime" "$root/offload" "$tmp/"
         sed -i "1i #include \"$2\"" "$tmp/$1"

@@ -1,7 +1,6 @@
 /* Buffers of the step that share memory (alias_check.h). */
 #include "runtime/step/alias_check.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +8,7 @@
 #include "base/log.h"
 #include "base/mem_writable.h"
 #include "base/status.h"
+#include "runtime/live_list.h"
 
 static int by_lo(const void *a, const void *b)
 {
@@ -119,10 +119,9 @@ shardopt_status_t alias_check(shardopt_runtime_t rt)
     return st == SHARDOPT_OK ? alias_check_peers(rt) : st;
 }
 
-/* The runtimes of this process that stepped (alias_check_peers_*), linked through peer_next; the
- * sequence numbers of their steps. */
-static pthread_mutex_t peers_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shardopt_runtime *peers_head;
+/* The runtimes of this process that stepped are the live ones (live_list.h) with peer_listed
+ * set; they, their spans and the sequence number of the last step change under the live list's
+ * lock, which a finalize takes its runtime out under before freeing it. */
 static uint64_t peers_seq;
 
 /* rt's data spans now, sorted, into out[0, n): n */
@@ -147,12 +146,13 @@ static shardopt_status_t alias_check_peers(shardopt_runtime_t rt)
     if (rt->peer_spans == NULL || rt->peer_seq == 0)
         return SHARDOPT_OK;
     shardopt_status_t st = SHARDOPT_OK;
-    pthread_mutex_lock(&peers_lock);
+    live_lock();
     const struct alias_span *mine = rt->peer_spans;
     int nmine = rt->npeer_spans, built = 0;
-    for (const struct shardopt_runtime *b = peers_head; b != NULL && st == SHARDOPT_OK;
-         b = b->peer_next) {
-        if (b == rt || b->peer_seq <= rt->peer_seq) /* not stepped since this one's last step */
+    for (const struct shardopt_runtime *b = live_first(); b != NULL && st == SHARDOPT_OK;
+         b = b->live_next) {
+        /* not stepped since its commit, or not since this one's last step */
+        if (b == rt || !b->peer_listed || b->peer_seq <= rt->peer_seq)
             continue;
         if (rt->peer_dirty && !built) { /* a data pointer moved since: its spans now */
             nmine = data_spans(rt, rt->alias);
@@ -182,7 +182,7 @@ static shardopt_status_t alias_check_peers(shardopt_runtime_t rt)
                 j++;
         }
     }
-    pthread_mutex_unlock(&peers_lock);
+    live_unlock();
     return st;
 }
 
@@ -190,29 +190,19 @@ void alias_check_peers_stepped(shardopt_runtime_t rt)
 {
     if (rt->peer_spans == NULL)
         return;
-    pthread_mutex_lock(&peers_lock);
+    live_lock();
     if (rt->peer_dirty) {
         rt->npeer_spans = data_spans(rt, rt->peer_spans);
         rt->peer_dirty = 0;
     }
     rt->peer_seq = ++peers_seq;
-    if (!rt->peer_listed) {
-        rt->peer_next = peers_head;
-        peers_head = rt;
-        rt->peer_listed = 1;
-    }
-    pthread_mutex_unlock(&peers_lock);
+    rt->peer_listed = 1;
+    live_unlock();
 }
 
 void alias_check_peers_leave(shardopt_runtime_t rt)
 {
-    pthread_mutex_lock(&peers_lock);
-    for (struct shardopt_runtime **at = &peers_head; rt->peer_listed && *at != NULL;
-         at = &(*at)->peer_next)
-        if (*at == rt) {
-            *at = rt->peer_next;
-            rt->peer_listed = 0;
-            break;
-        }
-    pthread_mutex_unlock(&peers_lock);
+    live_lock(); /* no walk reads its spans or names from here on */
+    rt->peer_listed = 0;
+    live_unlock();
 }

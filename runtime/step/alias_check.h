@@ -27,16 +27,17 @@ shardopt_status_t alias_check(shardopt_runtime_t rt);
 
 /* Runtimes of one process whose parameters share memory (two optimizers over one model, a
  * param group's runtime over another's memory): each one's step checks only its own buffers, so
- * both update that memory, once each per step, and return OK. The process keeps a list of the
- * runtimes that stepped, each with the data spans of its last step and a sequence number.
+ * both update that memory, once each per step, and return OK. Each live runtime of the process
+ * that stepped (the live list, runtime/live_list.h) keeps the data spans of its last step and a
+ * sequence number.
  * Its check (in alias_check, at the step's validation): OK on a runtime's first step (a new
  * optimizer replacing an old one that is left alive is allowed), otherwise ERR_INVALID_ARGUMENT
  * naming both parameters where another runtime stepped memory this runtime's data overlaps since
  * this runtime's last step (both in use: that memory updated twice per step). O(1) with one
- * runtime; a merge of the sorted spans per runtime that stepped since, and a sort of this runtime's
- * data spans when one moved. alias_check_peers_stepped: after a step that updated;
- * alias_check_peers_leave: at finalize (commit_release), before the names are freed. Thread-safe
- * (one mutex). */
+ * runtime; a look at each other live runtime, a merge of the sorted spans per runtime that stepped
+ * since, and a sort of this runtime's data spans when one moved. alias_check_peers_stepped: after
+ * a step that updated; alias_check_peers_leave: at commit_release and finalize, before the spans
+ * and names are freed. Thread-safe (the live list's mutex). */
 void alias_check_peers_stepped(shardopt_runtime_t rt);
 void alias_check_peers_leave(shardopt_runtime_t rt);
 

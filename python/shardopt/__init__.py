@@ -752,6 +752,15 @@ class _Fast:
                  "rows", "step", "gone")
 
 
+_ESIZE = {}  # dtype -> its element size: a new gradient's storage measure asks it once a dtype
+
+
+def _esize(g, dt):
+    """g.element_size() (g of dtype dt), kept in _ESIZE for dt."""
+    e = _ESIZE[dt] = g.element_size()
+    return e
+
+
 def _follow_rows(rows, rt, skip_missing):
     """None, or the status of pointing the library at the parameters' gradients as they are
     now: None (the caller checks every buffer again, _sync) unless each parameter's tensor is
@@ -795,7 +804,7 @@ def _follow_rows(rows, rt, skip_missing):
                 # the full check names that), measured once per tensor object: the one measured
                 # before at the same address is whole still (a resize moves the memory)
                 if (a != ga or w is None or w() is not g) and g.untyped_storage().nbytes() < \
-                        g.nbytes + g.storage_offset() * g.element_size():
+                        (n + g.storage_offset()) * (_ESIZE.get(dt) or _esize(g, dt)):
                     return None
             got.append(g)
             addrs.append(a)

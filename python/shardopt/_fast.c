@@ -44,7 +44,7 @@ typedef shardopt_status_t (*fast_step_fn)(shardopt_runtime_t rt, const shardopt_
 enum { FAST_API = 5 };
 
 static PyObject *s_grad, *s_dtype, *s_is_cpu, *s_is_cuda, *s_grad_addr, *s_shape,
-    *s_untyped_storage, *s_nbytes, *s_storage_offset;
+    *s_untyped_storage, *s_nbytes, *s_storage_offset, *s_element_size;
 
 /* rows: the tuple _Fast.rows holds (shardopt/__init__.py, _fast_rows) */
 enum {
@@ -198,11 +198,31 @@ static long long call_ll(PyObject *obj, PyObject *name)
     return x;
 }
 
-/* a new gradient of n elements whose storage holds its whole extent: 1, 0 (shorter: a storage
-   resized smaller after the tensor was made, untyped_storage().resize_(); the full check names
-   it), -1. Checked for new gradients only: a kept one's resize moves its memory, so data_ptr
-   differs and the full check runs. About 150 ns a new gradient (docs/python.md). */
-static int whole(PyObject *g, PyObject *n)
+/* The element size of dtype, g's (fit compared them): g.element_size() the first time a dtype
+   is seen, kept with a reference to that dtype, so that a new gradient costs no call for it (a
+   dtype object's size never changes; the reference keeps its address from being another's).
+   -1 with an exception set. */
+static long long elem_size(PyObject *g, PyObject *dtype)
+{
+    static PyObject *known; /* the dtype last asked, held */
+    static long long size;
+    if (dtype != known) {
+        const long long e = call_ll(g, s_element_size);
+        if (e < 0)
+            return -1;
+        Py_INCREF(dtype);
+        Py_XSETREF(known, dtype);
+        size = e;
+    }
+    return size;
+}
+
+/* a new gradient of n elements of dtype whose storage holds its whole extent: 1, 0 (shorter: a
+   storage resized smaller after the tensor was made, untyped_storage().resize_(); the full check
+   names it), -1. Checked for new gradients only: a kept one's resize moves its memory, so
+   data_ptr differs and the full check runs. Three calls a new gradient: untyped_storage(), its
+   nbytes() and storage_offset() (docs/python.md). */
+static int whole(PyObject *g, PyObject *n, PyObject *dtype)
 {
     PyObject *st =
         PyObject_VectorcallMethod(s_untyped_storage, &g, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -215,17 +235,14 @@ static int whole(PyObject *g, PyObject *n)
     const long long off = call_ll(g, s_storage_offset), count = PyLong_AsLongLong(n);
     if (off < 0 || count < 0)
         return PyErr_Occurred() ? -1 : 0;
-    PyObject *b = PyObject_GetAttr(g, s_nbytes);
-    if (b == NULL)
-        return -1;
-    const long long body = PyLong_AsLongLong(b); /* count elements of the dtype's size */
-    Py_DECREF(b);
-    if (body < 0)
+    /* count elements of the dtype's size, off of them before it (none counted for an empty
+       tensor); an overflow would be no real storage */
+    const long long size = elem_size(g, dtype), esize = count > 0 ? size : 0;
+    if (size < 0)
         return PyErr_Occurred() ? -1 : 0;
-    /* off elements before it, each body / count bytes; an overflow would be no real storage */
-    const long long esize = count > 0 ? body / count : 0;
-    if (esize > 0 && off > (LLONG_MAX - body) / esize)
+    if (esize > 0 && (count > LLONG_MAX / esize || off > (LLONG_MAX - count * esize) / esize))
         return 0;
+    const long long body = count * esize;
     return have >= body + off * esize;
 }
 
@@ -323,11 +340,11 @@ static int follow(PyObject *rows, PyObject *rt_obj, int skip, int *status)
             /* measured once per tensor object: the one measured before at the same address is
                whole still (a resize moves the memory) */
             if (ok == 1 && !refers_to(PyList_GET_ITEM(seen, i), g))
-                ok = whole(g, cnt);
+                ok = whole(g, cnt, PyList_GET_ITEM(dtypes, i));
             else if (ok == 1) {
                 const int moved =
                     PyObject_RichCompareBool(addr[i], PyList_GET_ITEM(gaddrs, i), Py_NE);
-                ok = moved < 0 ? -1 : moved ? whole(g, cnt) : 1;
+                ok = moved < 0 ? -1 : moved ? whole(g, cnt, PyList_GET_ITEM(dtypes, i)) : 1;
             }
         }
         if (ok == 1 && !changed) {
@@ -476,7 +493,8 @@ PyMODINIT_FUNC PyInit__shardopt_fast(void)
                  {&s_shape, "shape"},
                  {&s_untyped_storage, "untyped_storage"},
                  {&s_nbytes, "nbytes"},
-                 {&s_storage_offset, "storage_offset"}};
+                 {&s_storage_offset, "storage_offset"},
+                 {&s_element_size, "element_size"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].s == NULL &&
             (*names[i].s = PyUnicode_InternFromString(names[i].text)) == NULL)

@@ -8,7 +8,9 @@
 #include "base/mem.h"
 #include "plan_mat.h"
 
-static const struct mat *sort_mats;
+/* qsort has no context argument in C11: the matrices reach the comparator through this, one
+ * per thread, so that two runtimes committing in two threads at once each sort their own */
+static _Thread_local const struct mat *sort_mats;
 
 /* Longest processing time first; equal costs in matrix order, so every member sorts alike. */
 static int by_cost_desc(const void *a, const void *b)
@@ -395,7 +397,7 @@ int plan_owners_assign(const struct plan_cfg *cfg, const struct mat *mats, int n
             order[nfree++] = m;
     }
     const double mean = total / members;
-    sort_mats = mats; /* qsort has no context argument in C11 */
+    sort_mats = mats;
     qsort(order, (size_t)nfree, sizeof(int), by_cost_desc);
     if (by_finish) {
         memcpy(comm + members, comm, sizeof(double) * (size_t)members);

@@ -37,7 +37,9 @@ static int tree_min(const struct tree *t, int lo, int hi)
     return r;
 }
 
-static const double *sort_cost;
+/* qsort has no context argument in C11: the costs reach the comparator through this, one per
+ * thread, so that two runtimes committing in two threads at once each sort their own */
+static _Thread_local const double *sort_cost;
 
 /* heaviest first, ties in the union's order: the same on every rank */
 static int by_cost_desc(const void *a, const void *b)
@@ -93,7 +95,7 @@ int plan_union_owners(const double *cost, const int *group, int64_t n, int membe
     first[0] = 0;
     for (int64_t m = 0; m < n; m++)
         order[m] = m;
-    sort_cost = cost; /* qsort has no context argument in C11 */
+    sort_cost = cost;
     qsort(order, (size_t)n, sizeof *order, by_cost_desc);
     for (int i = 0; i < 2 * t.size; i++)
         t.best[i] = i >= t.size && i - t.size < members ? i - t.size : -1;

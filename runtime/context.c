@@ -568,11 +568,6 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
      * finalizes; a failure here leaves nothing better to do than to go on */
     (void)rt_device_enter(rt, "finalize");
     alias_check_peers_leave(rt); /* out of the process's list before the names it reads are freed */
-    for (int i = 0; i < rt->nparams; i++) {
-        free(rt->params[i]->name);
-        free(rt->params[i]);
-    }
-    free(rt->params);
     if (rt->ops != NULL)
         commit_release(rt);
     device_stop(rt);
@@ -580,6 +575,8 @@ shardopt_status_t shardopt_finalize(shardopt_runtime_t rt)
     topology_free(&rt->topo);
     free(rt->ew);
     timeline_free(&rt->timeline);
-    free(rt);
+    /* its struct and its parameters' stay allocated a while (live.h): a handle used after this
+     * is then refused, not read as freed memory or as a newer runtime at the same address */
+    live_retire(rt);
     return SHARDOPT_OK;
 }

@@ -7,6 +7,7 @@
 #include "base/fault.h"
 #include "base/mem_writable.h"
 #include "base/status.h"
+#include "runtime/live.h"
 #include "runtime/runtime.h"
 
 /* Step counts shardopt_param_set_step takes: below 2^53, which a checkpoint's index (a JSON
@@ -56,6 +57,9 @@ shardopt_status_t shardopt_param_state_info(shardopt_param_t param, shardopt_sta
     shardopt_dtype_t dt = SHARDOPT_DTYPE_FP32;
     if (param == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_state_info: NULL param");
+    const shardopt_status_t live = live_param_check(param, "param_state_info");
+    if (live != SHARDOPT_OK)
+        return live;
     const shardopt_status_t st = state_find(param, kind, "param_state_info", &off, &dt);
     if (st != SHARDOPT_OK)
         return st;
@@ -187,6 +191,9 @@ shardopt_status_t shardopt_param_get_step(shardopt_param_t param, uint64_t *step
     if (param == NULL || step == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_get_step: NULL %s",
                         param == NULL ? "param" : "step");
+    const shardopt_status_t live = live_param_check(param, "param_get_step");
+    if (live != SHARDOPT_OK)
+        return live;
     if (!param->rt->committed)
         return log_fail(SHARDOPT_ERR_STATE,
                         "param_get_step '%s': runtime not committed (call shardopt_commit)",
@@ -217,10 +224,10 @@ static shardopt_status_t set_step_run(shardopt_param_t param, uint64_t step)
 shardopt_status_t shardopt_param_get_state(shardopt_param_t param, shardopt_state_kind_t kind,
                                            void *buf, size_t bytes, shardopt_dtype_t dtype)
 {
-    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
-    const shardopt_status_t claimed = rt_claim(rt, "param_get_state");
+    const shardopt_status_t claimed = live_param_claim(param, "param_get_state");
     if (claimed != SHARDOPT_OK)
         return claimed;
+    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
     const shardopt_status_t status = get_state_run(param, kind, buf, bytes, dtype);
     rt_release(rt);
     return status;
@@ -229,10 +236,10 @@ shardopt_status_t shardopt_param_get_state(shardopt_param_t param, shardopt_stat
 shardopt_status_t shardopt_param_set_state(shardopt_param_t param, shardopt_state_kind_t kind,
                                            const void *buf, size_t bytes, shardopt_dtype_t dtype)
 {
-    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
-    const shardopt_status_t claimed = rt_claim(rt, "param_set_state");
+    const shardopt_status_t claimed = live_param_claim(param, "param_set_state");
     if (claimed != SHARDOPT_OK)
         return claimed;
+    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
     const shardopt_status_t status = set_state_run(param, kind, buf, bytes, dtype);
     rt_release(rt);
     return status;
@@ -240,10 +247,10 @@ shardopt_status_t shardopt_param_set_state(shardopt_param_t param, shardopt_stat
 
 shardopt_status_t shardopt_param_set_step(shardopt_param_t param, uint64_t step)
 {
-    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
-    const shardopt_status_t claimed = rt_claim(rt, "param_set_step");
+    const shardopt_status_t claimed = live_param_claim(param, "param_set_step");
     if (claimed != SHARDOPT_OK)
         return claimed;
+    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
     const shardopt_status_t status = set_step_run(param, step);
     rt_release(rt);
     return status;

@@ -375,8 +375,11 @@ static shardopt_status_t params_set_pointers_run(shardopt_runtime_t rt, int n,
         if (p->rt != rt)
             return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                             "params_set_pointers: entry %d of %d ('%s'): the parameter was "
-                            "registered with another runtime; no pointer was changed",
-                            i, n, p->name);
+                            "registered with %s; no pointer was changed",
+                            i, n, p->name,
+                            live_has(p->rt) ? "another runtime"
+                                            : "a runtime finalized since (its handle must not be "
+                                              "used after shardopt_finalize)");
         if (data[i] == NULL && p->layout.local_numel > 0)
             return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
                             "params_set_pointers: entry %d of %d ('%s'): data is NULL for a "
@@ -408,6 +411,9 @@ shardopt_status_t shardopt_param_get_algo(shardopt_param_t param, shardopt_algo_
     if (param == NULL || algo == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_get_algo: NULL %s",
                         param == NULL ? "param" : "algo");
+    const shardopt_status_t live = live_param_check(param, "param_get_algo");
+    if (live != SHARDOPT_OK)
+        return live;
     *algo = param->algo;
     return SHARDOPT_OK;
 }
@@ -512,10 +518,10 @@ shardopt_status_t shardopt_register(shardopt_runtime_t rt, const shardopt_param_
 
 shardopt_status_t shardopt_param_set_pointers(shardopt_param_t param, void *data, const void *grad)
 {
-    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
-    const shardopt_status_t claimed = rt_claim(rt, "param_set_pointers");
+    const shardopt_status_t claimed = live_param_claim(param, "param_set_pointers");
     if (claimed != SHARDOPT_OK)
         return claimed;
+    struct shardopt_runtime *rt = param != NULL ? param->rt : NULL;
     const shardopt_status_t status = set_pointers_run(param, data, grad);
     rt_release(rt);
     return status;

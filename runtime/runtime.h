@@ -119,7 +119,8 @@ struct shardopt_runtime {
     /* The call running on this runtime (rt_claim), NULL between calls: calls must not overlap
      * (docs/api.md, Threads), and one from a second thread is refused instead of racing */
     _Atomic(const char *) busy;
-    struct shardopt_runtime *live_next; /* the process's live runtimes (live_list.h) */
+    struct shardopt_runtime *live_next; /* the live runtimes (live_list.h), or the shells */
+    size_t shell_bytes;                 /* a finalized runtime's shell: its bytes (live_retire) */
     shardopt_config_t cfg;
     struct groups groups; /* our own communicators: our traffic never matches the trainer's */
     struct topology topo;

@@ -189,6 +189,9 @@ shardopt_status_t shardopt_param_get_stats(shardopt_param_t param, shardopt_para
     if (param == NULL || stats == NULL)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT, "param_get_stats: NULL %s",
                         param == NULL ? "param" : "stats");
+    const shardopt_status_t live = live_param_check(param, "param_get_stats");
+    if (live != SHARDOPT_OK)
+        return live;
     if (stats->version < 1 || stats->version > SHARDOPT_PARAM_STATS_VERSION ||
         stats->size < sizeof(shardopt_param_stats_t))
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,

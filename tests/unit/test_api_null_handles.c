@@ -2,8 +2,9 @@
  * call taking one refuses it with ERR_INVALID_ARGUMENT, a message that names the call, and no MPI
  * call (these are local refusals: the test runs on MPI_COMM_SELF). shardopt_finalize(NULL) is OK,
  * as free(NULL). A runtime handle used after shardopt_finalize (or finalized twice) is refused
- * by its pointer, never read (runtime/live.c); a parameter handle after it stays undefined
- * behaviour: docs/api.md, "Handles after finalize". */
+ * by its pointer, never read (runtime/live.c); so is a parameter handle of it, found through
+ * the runtime's shell that finalize keeps a while (no later init or register is given those
+ * addresses meanwhile): docs/api.md, "Handles after finalize". */
 #include "fixture.h"
 
 static float w[64], g[64];
@@ -90,5 +91,68 @@ TEST(a_finalized_runtime_is_refused_by_its_pointer_not_read)
     /* a live one next to it still works */
     shardopt_runtime_t other = fixture_runtime(&cfg);
     EXPECT_EQ_INT(shardopt_get_stats(other, &st), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_finalize(other), SHARDOPT_OK);
+}
+
+/* A parameter handle after its runtime's shardopt_finalize: each call read the freed parameter
+ * to find its runtime (a crash, or a step count and state read from whatever the allocator put
+ * there), and a later init could be given the freed runtime's address, so that the old handle
+ * stepped the new runtime. Finalize keeps the shells of its runtime and parameters a while
+ * (runtime/live.c, live_retire): the handle is refused naming the parameter, and the addresses
+ * are not handed out again meanwhile. */
+TEST(a_parameter_of_a_finalized_runtime_is_refused_naming_it)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_desc_t d = fixture_desc("layers.0.w", 2, 8, 8, 0, w, g);
+    shardopt_param_t p = NULL;
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+
+    uint64_t step = 77;
+    shardopt_algo_t algo = SHARDOPT_ALGO_AUTO;
+    shardopt_dtype_t dt;
+    int64_t n;
+    float buf[64] = {0};
+    shardopt_param_stats_t ps = SHARDOPT_PARAM_STATS_INIT;
+    refused(shardopt_param_get_step(p, &step), "param_get_step 'layers.0.w': parameter 0x");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "which is not live (finalized already)");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was done");
+    EXPECT_TRUE(step == 77);
+    refused(shardopt_param_set_step(p, 3), "param_set_step 'layers.0.w'");
+    refused(shardopt_param_get_algo(p, &algo), "param_get_algo 'layers.0.w'");
+    EXPECT_TRUE(algo == SHARDOPT_ALGO_AUTO);
+    refused(shardopt_param_get_stats(p, &ps), "param_get_stats 'layers.0.w'");
+    refused(shardopt_param_state_info(p, SHARDOPT_STATE_MOMENTUM, &dt, &n),
+            "param_state_info 'layers.0.w'");
+    refused(
+        shardopt_param_get_state(p, SHARDOPT_STATE_MOMENTUM, buf, sizeof buf, SHARDOPT_DTYPE_FP32),
+        "param_get_state 'layers.0.w'");
+    refused(
+        shardopt_param_set_state(p, SHARDOPT_STATE_MOMENTUM, buf, sizeof buf, SHARDOPT_DTYPE_FP32),
+        "param_set_state 'layers.0.w'");
+    refused(shardopt_param_set_pointers(p, w, g), "param_set_pointers 'layers.0.w'");
+
+    /* a runtime made after it is not given its address, nor its parameter the parameter's:
+     * the old handles stay refused, the new ones work */
+    shardopt_runtime_t other = fixture_runtime(&cfg);
+    shardopt_param_desc_t d2 = fixture_desc("layers.0.w", 2, 8, 8, 0, w, g);
+    shardopt_param_t q = NULL;
+    ASSERT_EQ_INT(shardopt_register(other, &d2, &q), SHARDOPT_OK);
+    EXPECT_TRUE(other != rt);
+    EXPECT_TRUE(q != p);
+    ASSERT_EQ_INT(shardopt_commit(other), SHARDOPT_OK);
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    refused(shardopt_get_stats(rt, &st), "get_stats: runtime");
+    refused(shardopt_param_get_step(p, &step), "param_get_step 'layers.0.w'");
+    void *data[1] = {w};
+    const void *grad[1] = {g};
+    refused(shardopt_params_set_pointers(other, 1, &p, data, grad),
+            "entry 0 of 1 ('layers.0.w'): the parameter was registered with a runtime finalized "
+            "since");
+    EXPECT_EQ_INT(shardopt_param_get_step(q, &step), SHARDOPT_OK);
+    EXPECT_TRUE(step == 0);
+    EXPECT_EQ_INT(shardopt_param_set_pointers(q, w, g), SHARDOPT_OK);
     EXPECT_EQ_INT(shardopt_finalize(other), SHARDOPT_OK);
 }

@@ -1,4 +1,5 @@
 /* shardopt_layout_print: every rank's coordinates and group ranks, printed by rank 0. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,19 +58,30 @@ static shardopt_status_t layout_print_run(shardopt_runtime_t rt, FILE *stream)
     if (g->me.d == 0)
         comm_gather(g, g->rep, dense_lines, LINE * g->mesh.dense, MPI_CHAR, all, 0,
                     "gather of lines");
+    /* a stream that cannot take the text (a full disk, /dev/full, a stream opened for reading)
+     * returned OK with the output lost: rank 0 checks each write and the flush, and every rank
+     * returns what it found */
+    shardopt_status_t wrote = SHARDOPT_OK;
     if (g->me.rank == 0) {
         if (stream == NULL)
             stream = stdout;
-        fprintf(stream,
-                "shardopt layout: %d ranks = dp_replicate %d x dp_shard %d x cp %d, ep %d\n",
-                g->mesh.world, g->mesh.dp_replicate, g->mesh.dp_shard, g->mesh.cp, g->mesh.ep);
-        for (int r = 0; r < g->mesh.world; r++)
-            fprintf(stream, "  %s\n", all + (size_t)r * LINE);
-        fflush(stream);
+        int failed = fprintf(stream,
+                             "shardopt layout: %d ranks = dp_replicate %d x dp_shard %d x cp %d, "
+                             "ep %d\n",
+                             g->mesh.world, g->mesh.dp_replicate, g->mesh.dp_shard, g->mesh.cp,
+                             g->mesh.ep) < 0;
+        for (int r = 0; r < g->mesh.world && !failed; r++)
+            failed = fprintf(stream, "  %s\n", all + (size_t)r * LINE) < 0;
+        failed = failed || fflush(stream) != 0;
+        if (failed)
+            wrote = log_fail(SHARDOPT_ERR_IO,
+                             "layout_print: rank 0: writing to the stream failed (%s): the "
+                             "layout is lost or cut; nothing else was done",
+                             strerror(errno));
     }
     free(all);
     free(dense_lines);
-    return SHARDOPT_OK;
+    return groups_agree(g, wrote, "layout_print");
 }
 
 shardopt_status_t shardopt_layout_print(shardopt_runtime_t rt, FILE *stream)

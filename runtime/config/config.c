@@ -1,5 +1,6 @@
 #include "runtime/config/config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -376,10 +377,23 @@ shardopt_status_t shardopt_config_print(const shardopt_config_t *cfg, FILE *stre
         return status;
     if (stream == NULL)
         stream = stdout;
-    for (size_t i = 0; i < config_key_count; i++) {
+    /* a stream that cannot take the text (a full disk, /dev/full, a stream opened for reading)
+     * returned OK with the output lost: each write and the flush are checked */
+    int failed = 0, err = 0;
+    for (size_t i = 0; i < config_key_count && !failed; i++) {
         config_key_format(&config_keys[i], &c, val, sizeof val);
-        fprintf(stream, "%-20s = %s\n", config_keys[i].name, val);
+        failed = fprintf(stream, "%-20s = %s\n", config_keys[i].name, val) < 0;
+        err = errno;
     }
+    if (!failed) {
+        failed = fflush(stream) != 0;
+        err = errno;
+    }
+    if (failed)
+        return log_fail(SHARDOPT_ERR_IO,
+                        "config_print: writing to the stream failed (%s): the text is lost or "
+                        "cut; the config is unchanged",
+                        strerror(err));
     return SHARDOPT_OK;
 }
 

@@ -437,3 +437,41 @@ TEST(load_with_weights_into_read_only_data_is_refused_not_a_crash)
     munmap(m, page);
     fixture_rmtree(dir);
 }
+
+/* shardopt_config_print and shardopt_layout_print into a stream that cannot take the text: a
+ * full device (/dev/full: every write ENOSPC, as a full disk) and a file opened for reading
+ * (EBADF). Both returned OK with the output lost; they now return ERR_IO naming the error. */
+TEST(printing_into_a_stream_that_refuses_the_text_is_an_io_error)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    char path[] = "/tmp/shardopt_print_XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    close(fd);
+    FILE *ro = fopen(path, "r");
+    ASSERT_TRUE(ro != NULL);
+    EXPECT_EQ_INT(shardopt_config_print(&cfg, ro), SHARDOPT_ERR_IO);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "config_print: writing to the stream failed (");
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "the config is unchanged");
+    EXPECT_EQ_INT(shardopt_layout_print(rt, ro), SHARDOPT_ERR_IO);
+    EXPECT_STR_CONTAINS(shardopt_last_error(), "writing to the stream failed");
+    fclose(ro);
+    FILE *full = fopen("/dev/full", "w");
+    if (full != NULL) { /* Linux */
+        EXPECT_EQ_INT(shardopt_config_print(&cfg, full), SHARDOPT_ERR_IO);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "No space left on device");
+        EXPECT_EQ_INT(shardopt_layout_print(rt, full), SHARDOPT_ERR_IO);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "No space left on device");
+        fclose(full);
+    }
+    /* a stream that takes it: OK, the text there */
+    FILE *f = fopen(path, "w+");
+    ASSERT_TRUE(f != NULL);
+    EXPECT_EQ_INT(shardopt_config_print(&cfg, f), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_layout_print(rt, f), SHARDOPT_OK);
+    EXPECT_TRUE(ftell(f) > 100);
+    fclose(f);
+    unlink(path);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}

@@ -144,6 +144,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    cli_stdout_at_exit("ckpt_bench");
     if (cli_argv_refused(argc, argv, "ckpt_bench", me == 0)) {
         MPI_Finalize();
         return 2;

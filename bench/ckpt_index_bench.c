@@ -123,6 +123,7 @@ int main(int argc, char **argv)
     const char *name = "glm45-air";
     char worlds[256] = "1024,4096,16384", v2[256] = "", save[256] = "", err[256];
     int ep = 8;
+    cli_stdout_at_exit("ckpt_index_bench");
     if (cli_argv_refused(argc, argv, "ckpt_index_bench", 1))
         return 2;
     for (int i = 1; i < argc; i++) {

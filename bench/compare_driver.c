@@ -294,6 +294,7 @@ int main(int argc, char **argv)
 {
     int rc = 2;
     MPI_Init(&argc, &argv);
+    cli_stdout_at_exit("compare_driver");
     if (cli_argv_refused(argc, argv, "compare_driver", 1)) {
         MPI_Finalize();
         return 2;

@@ -394,6 +394,7 @@ int main(int argc, char **argv)
     struct result r[2 * (1 + NVARIANTS * K_COUNT)];
     int nr = 0;
 
+    cli_stdout_at_exit("elementwise_bench");
     if (cli_argv_refused(argc, argv, "elementwise_bench", 1))
         return 2;
     if (parse_opts(argc, argv, &o) != 0) {

@@ -529,6 +529,7 @@ int main(int argc, char **argv)
     struct bench_opts o;
     struct bench_result res[BENCH_MAX_SHAPES];
 
+    cli_stdout_at_exit("ns_bench");
     if (cli_argv_refused(argc, argv, "ns_bench", 1))
         return 2;
     if (bench_opts_parse(argc, argv, &o) != 0)

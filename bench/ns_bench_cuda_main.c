@@ -19,6 +19,7 @@ int main(int argc, char **argv)
     int64_t shapes[64][3];
     int n = 0, reps = 10, json = 0, algos = 1, preconds = 1;
 
+    cli_stdout_at_exit("ns_bench_cuda");
     if (cli_argv_refused(argc, argv, "ns_bench_cuda", 1))
         return 2;
     for (int i = 1; i < argc; i++) {

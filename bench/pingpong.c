@@ -15,6 +15,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
+    cli_stdout_at_exit("pingpong");
     if (cli_argv_refused(argc, argv, "pingpong", me == 0)) {
         MPI_Finalize();
         return 2;

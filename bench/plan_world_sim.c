@@ -302,6 +302,7 @@ int main(int argc, char **argv)
     static const char use[] =
         "usage: plan-world-sim [--preset NAME] [--ep E] --worlds W1,... [--ranks R1,...] "
         "[--bucket-bytes B] [--max-growth F]";
+    cli_stdout_at_exit("plan-world-sim");
     if (cli_argv_refused(argc, argv, "plan-world-sim", 1))
         return 2;
     for (int i = 1; i < argc; i += 2) {

@@ -478,6 +478,7 @@ int main(int argc, char **argv)
     char err[512];
     int worlds[256], nw = 0;
 
+    cli_stdout_at_exit("shardopt-plan");
     if (cli_argv_refused(argc, argv, "shardopt-plan", 1))
         return 2;
     opts_parse(argc, argv, &o);

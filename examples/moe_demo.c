@@ -160,6 +160,7 @@ int main(int argc, char **argv)
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    cli_stdout_at_exit("moe_demo");
     if (cli_argv_refused(argc, argv, "moe_demo", me == 0)) {
         MPI_Finalize();
         return 2;

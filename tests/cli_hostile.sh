@@ -291,6 +291,41 @@ probe 2 plan "argument 1 holds the control byte \\\\x0a at byte 7" $'--world\n4'
 probe 2 c_trainer "argument 2 holds a control byte, refused" --dir "x$esc"
 probe 2 moe_train "argument 3 holds the control byte \\\\x0d at byte 0" --steps 1 $'\rx'
 
+# standard output that cannot take the output: /dev/full (every write ENOSPC, as a full disk) and
+# a closed stdout (EBADF). Each tool exited 0 with its plan, --json document or usage lost; now
+# exit 1 and a line naming the error (tools/cli_num.h, cli_stdout_at_exit)
+# full_probe WHY PROG ARGS...: stdout to /dev/full (WHY "full") or closed (WHY "closed")
+full_probe() {
+    local why=$1 prog=$2 out rc want
+    shift 2
+    [ -n "${exe[$prog]:-}" ] || return 0
+    n=$((n + 1))
+    if [ "$why" = full ]; then
+        out=$(timeout 60 "${exe[$prog]}" "$@" 2>&1 >/dev/full </dev/null)
+        rc=$?
+        want="[a-z_-]+: writing standard output failed \((No space left on device|an earlier write to it failed)\)"
+    else
+        out=$(timeout 60 "${exe[$prog]}" "$@" 2>&1 >&- </dev/null)
+        rc=$?
+        want="writing standard output failed \((Bad file descriptor|an earlier write to it failed)\)"
+    fi
+    if [ "$rc" -ne 1 ] || ! grep -qE -- "$want" <<<"$out"; then
+        echo "FAIL: $prog $(printf "'%s' " "$@")with stdout $why: exit $rc, not 1 with /$want/"
+        printf '%s\n' "$out" | head -3 | sed 's/^/    /'
+        fails=$((fails + 1))
+    fi
+}
+if [ -w /dev/full ]; then
+    full_probe full plan --preset tiny --world 4
+    full_probe full plan --preset tiny --world 4 --json
+    full_probe full cib --help
+    full_probe full moe_demo
+    full_probe full moe_train --help
+    full_probe full step_bench --help
+    full_probe full ckpt_bench --help
+fi
+full_probe closed plan --preset tiny --world 4
+
 rm -rf "$work"
 [ "$fails" -eq 0 ] && echo "cli hostile: ok ($n probes)"
 exit $((fails > 0))

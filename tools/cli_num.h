@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -143,6 +144,35 @@ static inline int cli_mem_fits(double bytes)
 {
     const double total = cli_mem_total();
     return isfinite(bytes) && bytes >= 0 && bytes <= (total > 0 ? total : 1099511627776.0);
+}
+
+/* The program named by cli_stdout_at_exit's line. */
+static const char *cli_stdout_prog;
+
+/* At exit: the buffered tail of stdout reaches the file only here, so a full disk, /dev/full or a
+ * closed stdout lost what the tool printed (a plan, a --json document) while exit 0 said it was
+ * written. A line on stderr and exit 1 then. */
+static inline void cli_stdout_check(void)
+{
+    const char *why = NULL;
+    errno = 0;
+    if (fflush(stdout) != 0)
+        why = strerror(errno);
+    else if (ferror(stdout))
+        why = "an earlier write to it failed";
+    if (why == NULL)
+        return;
+    fprintf(stderr, "%s: writing standard output failed (%s): the output is lost or cut\n",
+            cli_stdout_prog, why);
+    fflush(stderr);
+    _exit(1);
+}
+
+/* Every tool calls this first: its stdout is checked when it exits (cli_stdout_check). */
+static inline void cli_stdout_at_exit(const char *prog)
+{
+    cli_stdout_prog = prog;
+    atexit(cli_stdout_check);
 }
 
 #endif

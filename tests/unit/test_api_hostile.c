@@ -475,3 +475,41 @@ TEST(printing_into_a_stream_that_refuses_the_text_is_an_io_error)
     unlink(path);
     EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
 }
+
+/* Step arguments whose version names fields their size does not hold (a struct filled by hand or
+ * copied short): version 4 with the size of version 1, 2 or 3. The fields past the size were
+ * read as "the config's" and the step went on, adamw_eps = 1e-300 given and dropped; now each is
+ * refused naming the version and the size it needs, nothing stepped. */
+TEST(step_args_shorter_than_their_version_are_refused)
+{
+    shardopt_config_t cfg = SHARDOPT_CONFIG_INIT;
+    shardopt_runtime_t rt = fixture_runtime(&cfg);
+    shardopt_param_t p = NULL;
+    shardopt_param_desc_t d = fixture_desc("a", 1, 64, 0, 0, w, g);
+    d.algo = SHARDOPT_ALGO_ADAMW;
+    ASSERT_EQ_INT(shardopt_register(rt, &d, &p), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_commit(rt), SHARDOPT_OK);
+    const size_t shorts[] = {offsetof(shardopt_step_args_t, skip_missing_grads),
+                             offsetof(shardopt_step_args_t, momentum),
+                             offsetof(shardopt_step_args_t, adamw_beta1)};
+    for (size_t i = 0; i < sizeof shorts / sizeof shorts[0]; i++) {
+        shardopt_step_args_t a = SHARDOPT_STEP_ARGS_INIT;
+        a.lr = 0.01;
+        a.adamw_eps = 1e-300;
+        a.size = shorts[i];
+        EXPECT_EQ_INT(shardopt_step(rt, &a), SHARDOPT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "a version-4 struct is at least");
+        EXPECT_STR_CONTAINS(shardopt_last_error(), "nothing was updated");
+    }
+    shardopt_stats_t st = SHARDOPT_STATS_INIT;
+    EXPECT_EQ_INT(shardopt_get_stats(rt, &st), SHARDOPT_OK);
+    EXPECT_EQ_INT((int)st.steps, 0);
+    /* an older caller's struct, version and size alike, still steps (its later fields unread) */
+    shardopt_step_args_t old = SHARDOPT_STEP_ARGS_INIT;
+    old.lr = 0.01;
+    old.version = 2;
+    old.size = offsetof(shardopt_step_args_t, skip_missing_grads) + sizeof(int);
+    old.adamw_eps = 1e-300; /* past its size: not read */
+    EXPECT_EQ_INT(shardopt_step(rt, &old), SHARDOPT_OK);
+    EXPECT_EQ_INT(shardopt_finalize(rt), SHARDOPT_OK);
+}

@@ -26,6 +26,7 @@ static int log_rank = -1;
 static char log_host[64];
 static char log_env_problem[256];   /* why the logging env vars were refused; "" if they were not */
 static char log_file_pattern[1024]; /* SHARDOPT_LOG_FILE with %r: opened once the rank is known */
+static char log_file_path[1024];    /* the file log_stream writes, when it is not stderr */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -86,6 +87,7 @@ static void log_open(const char *pattern)
         f = fdopen(fd, "a");
     if (f != NULL) {
         log_stream = f;
+        snprintf(log_file_path, sizeof log_file_path, "%s", path);
         return;
     }
     char why[160];
@@ -164,13 +166,27 @@ void log_msg(enum log_level level, const char *fmt, ...)
     va_end(ap);
     log_defang(msg, sizeof msg);
     pthread_mutex_lock(&log_lock);
-    if (log_rank >= 0)
-        fprintf(log_stream, "[shardopt %s:%ld r%d] %s: %s\n", log_host, (long)getpid(), log_rank,
-                level_names[level], msg);
-    else
-        fprintf(log_stream, "[shardopt %s:%ld] %s: %s\n", log_host, (long)getpid(),
-                level_names[level], msg);
-    fflush(log_stream);
+    /* a log file that stops taking lines (a full disk, /dev/full) lost every message after it,
+     * the errors too, without a word: the first failed line says so on stderr, and the log goes
+     * on there, this line first */
+    for (int tries = 0; tries < 2; tries++) {
+        int failed;
+        if (log_rank >= 0)
+            failed = fprintf(log_stream, "[shardopt %s:%ld r%d] %s: %s\n", log_host, (long)getpid(),
+                             log_rank, level_names[level], msg) < 0;
+        else
+            failed = fprintf(log_stream, "[shardopt %s:%ld] %s: %s\n", log_host, (long)getpid(),
+                             level_names[level], msg) < 0;
+        failed = fflush(log_stream) != 0 || failed;
+        if (!failed || log_stream == stderr)
+            break;
+        const int err = errno;
+        char why[160];
+        snprintf(why, sizeof why, "writing failed (%s)", strerror(err));
+        fclose(log_stream); /* what it held is lost either way */
+        log_stream = stderr;
+        log_env_warn(log_file_path, why);
+    }
     pthread_mutex_unlock(&log_lock);
 }
 

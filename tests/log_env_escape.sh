@@ -6,7 +6,8 @@
 # 1023 bytes and the log written there. A SHARDOPT_FAULT_RANK that is not a rank is refused (the
 # fault not armed), where atoi took "abc" as rank 0 and "-3" as every rank. A site no call names
 # is refused naming it (a typo armed a fault that never fired). A FIFO without a
-# reader as the log file is refused at once, where opening it waited for a reader for good.
+# reader as the log file is refused at once, where opening it waited for a reader for good, and
+# one that stops taking lines (/dev/full) is left for stderr, where its lines were lost.
 #   log_env_escape.sh PROGRAM DIR   (PROGRAM: a one-process shardopt program, moe_demo)
 set -u
 exe=$1 dir=$2
@@ -40,6 +41,15 @@ out=$(SHARDOPT_LOG_FILE="$dir/log.fifo" timeout 60 "$exe" --steps 1 --layers 1 -
     --hidden 8 --ffn 8 --vocab 16 2>&1 >/dev/null)
 check "fifo" "$out" "cannot open (No such device or address: a FIFO no process reads)"
 rm -f "$dir/log.fifo"
+
+# a log file that stops taking lines (/dev/full: every write ENOSPC, as a full disk): every line
+# was lost without a word, the errors too; the first failed line says so on stderr and the log
+# goes on there (the mistyped variable's warning, logged after it, reaches stderr)
+if [ -w /dev/full ]; then
+    out=$(SHARDOPT_LOG_FILE=/dev/full SHARDOPT_MOMENTUN=0.9 demo)
+    check "full log file" "$out" "SHARDOPT_LOG_FILE '/dev/full': writing failed (No space left on device), logging to stderr"
+    check "full log file, the line" "$out" "did you mean SHARDOPT_MOMENTUM?"
+fi
 
 # SHARDOPT_FAULT_RANK that is not a rank: refused, and the fault not armed on any rank (atoi took
 # "abc" as rank 0 and "-3" as every rank). commit.x is no site: only the refusal can show.

@@ -144,3 +144,24 @@ shardopt_status_t args_agree_find(shardopt_runtime_t rt, const double vals[ARGS_
                     "step: the digests of the step's arguments differ between ranks but no "
                     "argument does");
 }
+
+shardopt_status_t args_agree_struct_check(const shardopt_step_args_t *args)
+{
+    /* each version's fields end at ends[version]: a shorter struct (filled by hand, copied short)
+     * had them read as the config's without a word (adamw_eps = 1e-300 dropped) */
+    static const size_t ends[] = {0, offsetof(shardopt_step_args_t, stream) + sizeof(void *),
+                                  offsetof(shardopt_step_args_t, skip_missing_grads) + sizeof(int),
+                                  offsetof(shardopt_step_args_t, momentum) + sizeof(double),
+                                  offsetof(shardopt_step_args_t, adamw_eps) + sizeof(double)};
+    _Static_assert(sizeof ends / sizeof ends[0] == SHARDOPT_STEP_ARGS_VERSION + 1, "an end each");
+    const int known = args->version >= 1 && args->version <= SHARDOPT_STEP_ARGS_VERSION;
+    if (!known || args->size < ends[args->version])
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: args version %u / size %zu: %s %zu bytes; initialise with "
+                        "SHARDOPT_STEP_ARGS_INIT; nothing was updated",
+                        args->version, args->size,
+                        known ? "a struct of that version is at least"
+                              : "accepted versions 1 to 4,",
+                        known ? ends[args->version] : ends[1]);
+    return SHARDOPT_OK;
+}

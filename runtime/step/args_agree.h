@@ -33,4 +33,9 @@ uint64_t args_agree_digest(shardopt_runtime_t rt, const double vals[ARGS_AGREE_N
  * smallest and largest value and both values. Allocates nothing. */
 shardopt_status_t args_agree_find(shardopt_runtime_t rt, const double vals[ARGS_AGREE_N]);
 
+/* Local: args' version is one this library knows and its size holds that version's fields (a
+ * shorter struct had the fields past its size read as the config's); ERR_INVALID_ARGUMENT naming
+ * both otherwise. */
+shardopt_status_t args_agree_struct_check(const shardopt_step_args_t *args);
+
 #endif

@@ -127,25 +127,9 @@ static shardopt_status_t step_validate(shardopt_runtime_t rt, const shardopt_ste
     const shardopt_status_t live = rt_mpi_live("step");
     if (live != SHARDOPT_OK)
         return live;
-    if (args->version < 1 || args->version > SHARDOPT_STEP_ARGS_VERSION ||
-        args->size < offsetof(shardopt_step_args_t, stream) + sizeof(void *))
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "step: args version %u / size %zu: initialise with SHARDOPT_STEP_ARGS_INIT",
-                        args->version, args->size);
-    /* a version-v struct ends after version v's fields: one whose size stops short of them (filled
-     * by hand, or copied short) had them dropped without a word (STEP_ARG_SINCE read them as
-     * "the config's": adamw_eps = 1e-300 stepped) */
-    const size_t ends[] = {0, 0, offsetof(shardopt_step_args_t, skip_missing_grads) + sizeof(int),
-                           offsetof(shardopt_step_args_t, momentum) + sizeof(double),
-                           offsetof(shardopt_step_args_t, adamw_eps) + sizeof(double)};
-    _Static_assert(sizeof ends / sizeof ends[0] == SHARDOPT_STEP_ARGS_VERSION + 1,
-                   "one end per version of shardopt_step_args_t");
-    if (args->size < ends[args->version])
-        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "step: args version %u / size %zu: a version-%u struct is at least %zu "
-                        "bytes (its fields would be dropped); initialise with "
-                        "SHARDOPT_STEP_ARGS_INIT; nothing was updated",
-                        args->version, args->size, args->version, ends[args->version]);
+    const shardopt_status_t fits = args_agree_struct_check(args);
+    if (fits != SHARDOPT_OK)
+        return fits;
     const double max_norm =
         args->size >= offsetof(shardopt_step_args_t, max_grad_norm) + sizeof(double)
             ? args->max_grad_norm

@@ -323,6 +323,7 @@ if [ -w /dev/full ]; then
     full_probe full moe_train --help
     full_probe full step_bench --help
     full_probe full ckpt_bench --help
+    full_probe full c_trainer --steps 1
 fi
 full_probe closed plan --preset tiny --world 4
 

@@ -282,5 +282,14 @@ int main(int argc, char **argv)
     CHECK(shardopt_finalize(rt));
     shards_free(s);
     MPI_Finalize();
+    /* the result lines reach stdout's file only at the flush: a full disk (/dev/full) or a closed
+     * stdout lost them, and exit 0 said they were written */
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr,
+                "c_trainer: writing standard output failed (%s): the output is lost or cut\n",
+                errno != 0 ? strerror(errno) : "an earlier write to it failed");
+        return 1;
+    }
     return 0;
 }

@@ -223,6 +223,17 @@ struct combo {
     int team2, strat2;
     double team2_frac;
     int kern2; /* > 0 (draw_v9): the resumes' kernel table kern2 - 1 (an elementwise one) */
+    /* draw_v10: xfer, the first resume takes the save's state through the trainer's own calls
+     * (get_state / get_step on the first run, set_state / set_step on the resume's layout, the
+     * weights handed over) instead of shardopt_load: the same bits as the load (docs/api.md:
+     * exactly the bytes a save writes). step0 > 0: every tensor's step count set to it before the
+     * first step (shardopt_param_set_step, a trainer resuming its own optimizer), in the first
+     * layout run, the one-rank run and the reference alike (AdamW's bias correction, stochastic
+     * rounding's key). srange: each torch.chunk slice (split 0) checked against
+     * shardopt_shard_range's, which registers it */
+    int xfer, srange;
+    uint64_t step0;
+    int nf2; /* > 0 (draw_v10, with re): the resume's nonfinite policy nf2 - 1 */
 };
 
 static uint64_t mix(uint64_t x)
@@ -670,6 +681,8 @@ static void apply_re(const struct combo *c, shardopt_config_t *g)
     g->weight_decay = c->wd2;
     g->adamw_weight_decay = c->awd2;
     g->lr_scale = c->lrs2;
+    if (c->nf2 > 0) /* draw_v10 */
+        g->nonfinite = (shardopt_nonfinite_t)(c->nf2 - 1);
     if (c->nsc_flip)
         g->ns_compute = g->ns_compute == SHARDOPT_NS_COMPUTE_BF16 ? SHARDOPT_NS_COMPUTE_FP32
                                                                   : SHARDOPT_NS_COMPUTE_BF16;
@@ -1144,6 +1157,95 @@ static void draw_v9(struct combo *c)
             c->uoff[k] = 2;
 }
 
+/* The options drawn after draw_v9's (a seed keeps every earlier draw; SHARDOPT_XCHECK_V10=1 on
+ * listed seeds, as draw_v9, and each dimension one time in two): a resume through the state calls
+ * (xfer), step counts set before the first step (step0), slices from shardopt_shard_range
+ * (srange); a Muon or AdamW tensor 1-4 wide and 127-1021 long (either orientation, transposed or
+ * not, an expert stack's matrices too); ns_steps 1-2 on quintic's and aol's tables; and the
+ * ends of the per-step arguments' ranges that the schedules above stop short of (args.momentum
+ * and AdamW's betas 0.99-0.9999 and 0, args.adamw_eps 1, args.weight_decay 5, lr x 10). */
+static int v10_odds(int n) { return pick(getenv("SHARDOPT_XCHECK_V10") != NULL ? 2 : n) == 0; }
+
+static void draw_v10(struct combo *c)
+{
+    if (getenv("SHARDOPT_XCHECK_SEEDS") != NULL && getenv("SHARDOPT_XCHECK_V10") == NULL)
+        return;
+    shardopt_config_t *g = &c->cfg;
+    if (c->ckpt && v10_odds(3))
+        c->xfer = 1;
+    /* not beside draw_v8's renamed tensor: its resume keeps a state never stepped (step 0) that
+     * the one-rank run stepped from step0 */
+    if (!c->renamed && v10_odds(4))
+        c->step0 = (uint64_t)pickd((const double[]){1, 7, 1000, 1e6, 0x1p40, 0x1p52 - 64}, 6);
+    c->srange = v10_odds(3);
+    if (v10_odds(3)) { /* one tensor 1-4 by 127-1021 */
+        const int p = pick(c->np);
+        struct xparam *t = &c->p[p];
+        if (t->ndim >= 2) {
+            const int rd = t->ndim - 2, tall = pick(2);
+            const int64_t m = 1 + pick(4),
+                          n = (int64_t)pickd((const double[]){127, 257, 509, 1021}, 4);
+            t->shape[rd] = tall ? n : m;
+            t->shape[rd + 1] = tall ? m : n;
+            if (m == 1 && t->ndim == 2 && t->algo == SHARDOPT_ALGO_AUTO && pick(2))
+                t->algo = SHARDOPT_ALGO_MUON; /* 1 x n: AdamW unless asked */
+            if (t->ndim == 2 && t->placement == SHARDOPT_PLACEMENT_DENSE)
+                t->shard_dim = pick(2);
+            t->transposed = t->algo != SHARDOPT_ALGO_AUTO || m > 1 ? pick(2) : 0;
+            if (c->bad_step > 0 && c->bad_p == p)
+                c->bad_gi %= numel_of(t);
+        }
+    }
+    /* another nonfinite policy on the resume's side (the one-rank run switches with re); zero
+     * with device parameters is what backend = cuda refuses (draw_more) */
+    if (c->re && v10_odds(3)) {
+        const shardopt_offload_t off2 = c->alt ? c->offload2 : g->offload;
+        const int zero_ok = !c->devsim || off2 == SHARDOPT_OFFLOAD_CPU;
+        c->nf2 = 1 + pick(zero_ok ? 3 : 2); /* skip, error, zero */
+    }
+    if (v10_odds(4) && (g->ns_coeffs == SHARDOPT_NS_QUINTIC || g->ns_coeffs == SHARDOPT_NS_AOL))
+        g->ns_steps = 1 + pick(2);
+    if (v10_odds(4))
+        for (int s = 1; s <= c->nsteps; s++)
+            if (pick(2))
+                c->mom[s] = pickd((const double[]){0.99, 0.999, 0.0}, 3);
+    if (v10_odds(4))
+        for (int s = 1; s <= c->nsteps; s++)
+            if (pick(2)) {
+                c->b1[s] = pickd((const double[]){0.999, 0.0, 0.99}, 3);
+                c->b2[s] = pickd((const double[]){0.9999, 0.0, 0.999}, 3);
+                c->aeps[s] = pick(2) ? 1.0 : -1;
+            }
+    if (v10_odds(6))
+        for (int s = 1; s <= c->nsteps; s++)
+            if (pick(3) == 0)
+                c->wds[s] = 5.0;
+    if (v10_odds(6))
+        for (int s = 1; s <= c->nsteps; s++)
+            if (pick(3) == 0) {
+                c->lrf[s] = 10;
+                c->alrs[s] = c->adamw_lr < 0 ? c->adamw_lr : c->adamw_lr * c->lrf[s];
+            }
+    /* a 3-D dense or replicated stack of one matrix (a 2-D one made [1, m, n]), sharded along
+     * any dim: along dim 0 one rank holds it all */
+    if (v10_odds(4)) {
+        const int p = pick(c->np);
+        struct xparam *t = &c->p[p];
+        if (t->ndim == 2 && t->placement != SHARDOPT_PLACEMENT_EXPERT) {
+            t->ndim = 3;
+            t->shape[2] = t->shape[1];
+            t->shape[1] = t->shape[0];
+            t->shape[0] = 1;
+            if (t->placement == SHARDOPT_PLACEMENT_DENSE)
+                t->shard_dim = pick(3);
+        } else if (t->ndim == 3 && t->placement != SHARDOPT_PLACEMENT_EXPERT) {
+            t->shape[0] = 1;
+            if (c->bad_step > 0 && c->bad_p == p)
+                c->bad_gi %= numel_of(t);
+        }
+    }
+}
+
 static void draw_combo(struct combo *c, uint64_t seed)
 {
     memset(c, 0, sizeof *c);
@@ -1309,6 +1411,7 @@ static void draw_combo(struct combo *c, uint64_t seed)
         draw_v7(c);
         draw_v8(c);
         draw_v9(c);
+        draw_v10(c);
     } else { /* the draws before draw_more's options: the seeds the docs cite */
         for (int s = 0; s <= MAXSTEPS; s++) {
             c->mom[s] = -1;
@@ -1401,6 +1504,9 @@ static void describe(const struct combo *c, char *out, size_t len)
         k += snprintf(out + k, len - (size_t)k, " resume kernels %d", c->kern2 - 1);
     if (c->removed && k < (int)len)
         k += snprintf(out + k, len - (size_t)k, " removed p%d", c->removed - 1);
+    if ((c->xfer || c->step0 || c->srange || c->nf2) && k < (int)len)
+        k += snprintf(out + k, len - (size_t)k, " v10: xfer %d step0 %llu srange %d nf2 %d",
+                      c->xfer, (unsigned long long)c->step0, c->srange, c->nf2 - 1);
     for (int w = 0; w < 4 && k < (int)len; w++)
         if (c->uoff[w] > 0 || c->gemm[w] > 0)
             k += snprintf(out + k, len - (size_t)k, " run%d:union%s/rates %g,%g", w,
@@ -1618,6 +1724,10 @@ static int shuffled_rank(const struct combo *c, int li, int rank, int n)
  * 2 the second resume (run_combo sets it); a one-rank run is 3. union_kept / union_runs (rank 0):
  * the multi-rank runs whose commit kept the union plan, and all of them. */
 static int xrun_which, union_kept_runs, union_runs;
+static uint64_t xfer_steps[MAXP]; /* draw_v10's xfer: the first run's step counts */
+/* this rank's draw_v10 findings: slices shardopt_shard_range gave otherwise, gradient norms the
+ * step reported otherwise (check_grad_norms); each printed */
+static int v10_bad;
 
 /* Set up layout L on comm (MPI_COMM_SELF: one rank). `init[p]`: the global initial values, or
  * NULL for value(.., 0, ..); `zero_weights`: register zeros (a load with ckpt_weights fills them).
@@ -1777,6 +1887,21 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
         dsc.algo = t->algo;
         dsc.lr_mult = t->lr_mult;
         dsc.wd_mult = t->wd_mult;
+        if (c->srange && t->split == 0) { /* draw_v10: the library's torch.chunk slice */
+            int64_t o2 = -1, l2 = -1, glob = -1;
+            const shardopt_status_t sr = shardopt_shard_range(r->rt, &dsc, &o2, &l2, &glob);
+            if (sr != SHARDOPT_OK || o2 != off || l2 != length || glob != lo[sd]) {
+                fprintf(stderr,
+                        "XCHECK FAIL rank %d: seed %llu: %s: shard_range status %d gives offset "
+                        "%lld length %lld global %lld, torch.chunk's %lld %lld %lld\n",
+                        rank, (unsigned long long)c->seed, t->name, sr, (long long)o2,
+                        (long long)l2, (long long)glob, (long long)off, (long long)length,
+                        (long long)lo[sd]);
+                v10_bad++;
+            }
+            dsc.shard_offset = o2;
+            dsc.shard_length = l2;
+        }
         if (p == drop) { /* no parameter: its slices stay empty and unstepped */
             r->numel[p] = 0;
             continue;
@@ -1784,6 +1909,11 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
         shardopt_register(r->rt, &dsc, &r->h[p]);
     }
     st = shardopt_commit(r->rt);
+    /* draw_v10's step0: the step counts a trainer resuming its own optimizer sets (the resumes'
+     * come from the save) */
+    for (int p = 0; p < c->np && st == SHARDOPT_OK && li == 0 && c->step0 > 0; p++)
+        if (r->h[p] != NULL)
+            st = shardopt_param_set_step(r->h[p], c->step0);
     if (st == SHARDOPT_OK && n > 1) { /* how often the union plan was kept (draw_v9's coverage) */
         int kept = r->rt->union_kept, any = 0;
         MPI_Allreduce(&kept, &any, 1, MPI_INT, MPI_MAX, comm);
@@ -1820,6 +1950,14 @@ static void grads_of(const struct combo *c, const struct xparam *t, int p, int s
         store(out, t->gdtype, i, grad_value(c, p, step, global_index(t, lo, len, i)));
 }
 
+/* The nonfinite policy of step s: the resume's after the checkpoint (draw_v10's nf2, with re:
+ * the one-rank run switches there too), else the config's. */
+static shardopt_nonfinite_t nf_at(const struct combo *c, int s)
+{
+    return c->re && c->nf2 > 0 && s > c->ckpt_after ? (shardopt_nonfinite_t)(c->nf2 - 1)
+                                                    : c->cfg.nonfinite;
+}
+
 /* Does step s hold the drawn non-finite gradient element (its tensor not skipped then)? */
 static int bad_at(const struct combo *c, int s)
 {
@@ -1833,6 +1971,7 @@ static int bad_at(const struct combo *c, int s)
  * decide otherwise. */
 static int too_large_at(const struct combo *c, int s)
 {
+    const shardopt_nonfinite_t policy = nf_at(c, s);
     double ss[MAXP], total = 0;
     int fin[MAXP], big = 0;
     for (int p = 0; p < c->np; p++) {
@@ -1859,7 +1998,7 @@ static int too_large_at(const struct combo *c, int s)
             return 1;
         nf += !fin[p];
     }
-    if (!nf || c->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO)
+    if (!nf || policy != SHARDOPT_NONFINITE_ZERO)
         return 0;
     /* zero: a tensor with NaN/Inf steps on its finite elements, which may be too large too,
      * under the scale of the norm that counts them */
@@ -1878,7 +2017,59 @@ static int steps_too_large[3]; /* rank 0: the reference's steps too large (2: ze
 /* Does step s write nothing (a NaN skipped or refused, or gradients too large for the state)? */
 static int skipped_at(const struct combo *c, int s)
 {
-    return (bad_at(c, s) && c->cfg.nonfinite != SHARDOPT_NONFINITE_ZERO) || too_large_at(c, s);
+    return (bad_at(c, s) && nf_at(c, s) != SHARDOPT_NONFINITE_ZERO) || too_large_at(c, s);
+}
+
+/* draw_v10: the gradient norms the step reports after step s (shardopt_param_get_stats'
+ * grad_norm, stats' grad_norm_last: before clipping, summed in double) against the fp64 norm of
+ * the gradients as handed over: NaN for a tensor without a gradient and for every tensor on a
+ * step skipped or failed for NaN/Inf or too large gradients; under nonfinite = zero the NaN/Inf
+ * element counts as 0. Every rank of the run checks its own view (the norms are global).
+ * Returns the mismatches, each printed. */
+static int check_grad_norms(const struct xrun *r, const struct combo *c, int s, const char *run)
+{
+    int bad = 0;
+    const int skipped =
+        skipped_at(c, s) || (nf_at(c, s) == SHARDOPT_NONFINITE_ERROR && bad_at(c, s));
+    double total = 0;
+    for (int p = 0; p < c->np; p++) {
+        const struct xparam *t = &c->p[p];
+        const int miss = c->skip_missing && c->missing[s][p];
+        double sum = 0;
+        for (int64_t i = 0; i < numel_of(t) && !miss; i++) {
+            const double v = grad_value(c, p, s, i);
+            const double g = isfinite(v) ? xref_round(v, t->gdtype) : 0.0;
+            sum += g * g;
+        }
+        total += miss ? 0 : sum;
+        if (r->h[p] == NULL)
+            continue; /* draw_v9's removed tensor */
+        shardopt_param_stats_t ps = SHARDOPT_PARAM_STATS_INIT;
+        const shardopt_status_t st = shardopt_param_get_stats(r->h[p], &ps);
+        const double want = skipped || miss ? NAN : sqrt(sum);
+        const int ok =
+            st == SHARDOPT_OK &&
+            (isnan(want) ? isnan(ps.grad_norm) : fabs(ps.grad_norm - want) <= 1e-6 * want + 1e-300);
+        if (!ok) {
+            fprintf(stderr,
+                    "XCHECK FAIL rank %d: seed %llu: %s run, step %d: %s: grad_norm %.9g "
+                    "(status %d), fp64 %.9g\n",
+                    me, (unsigned long long)c->seed, run, s, t->name, ps.grad_norm, st, want);
+            bad++;
+        }
+    }
+    shardopt_stats_t ss = SHARDOPT_STATS_INIT;
+    shardopt_get_stats(r->rt, &ss);
+    const double want = skipped ? NAN : sqrt(total);
+    if (isnan(want) ? !isnan(ss.grad_norm_last)
+                    : !(fabs(ss.grad_norm_last - want) <= 1e-6 * want + 1e-300)) {
+        fprintf(stderr,
+                "XCHECK FAIL rank %d: seed %llu: %s run, step %d: stats grad_norm_last %.9g, "
+                "fp64 %.9g\n",
+                me, (unsigned long long)c->seed, run, s, ss.grad_norm_last, want);
+        bad++;
+    }
+    return bad;
 }
 
 static int xcheck_stream; /* what args.stream points at: the simulated device orders nothing */
@@ -1930,7 +2121,7 @@ static shardopt_status_t xrun_steps(struct xrun *r, const struct combo *c, int f
         a.stream = c->stream ? (void *)&xcheck_stream : NULL;
         st = shardopt_step(r->rt, &a);
         const int want_error =
-            c->cfg.nonfinite == SHARDOPT_NONFINITE_ERROR && (bad_at(c, s) || too_large_at(c, s));
+            nf_at(c, s) == SHARDOPT_NONFINITE_ERROR && (bad_at(c, s) || too_large_at(c, s));
         if (want_error && st == SHARDOPT_ERR_NONFINITE)
             continue; /* nothing written: the reference skips that step */
         if (want_error && st == SHARDOPT_OK) {
@@ -2208,7 +2399,8 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
                                     .numel = n,
                                     .dtype = x->dtype,
                                     .lr_mult = x->lr_mult,
-                                    .wd_mult = x->wd_mult};
+                                    .wd_mult = x->wd_mult,
+                                    .step = c->step0}; /* draw_v10: set_step's */
         memcpy(t[p].shape, x->shape, sizeof t[p].shape);
         t[p].w = malloc(sizeof(double) * (size_t)n);
         t[p].m = calloc((size_t)n, sizeof(double));
@@ -2384,6 +2576,7 @@ static int combos_sharded; /* rank 0: combos whose layout run sharded a Newton-S
 static int combos_midrun, combos_faulted; /* rank 0: midrun reloads run, ns faults that fired */
 static int combos_nccl;                   /* rank 0: combos over the mock NCCL */
 static int combos_re; /* rank 0: resumes on other update options (draw_v6) both runs made */
+static int combos_xfer, combos_step0; /* rank 0: draw_v10's state-call resumes, set_step runs */
 
 /* This rank's parameters and optimizer state, bytes one after another (a local snapshot). */
 static size_t snapshot(const struct xrun *r, const struct combo *c, unsigned char *out)
@@ -2617,6 +2810,63 @@ static shardopt_status_t one_rank_switch(struct xrun *r, const struct combo *c)
     return st;
 }
 
+/* draw_v10's xfer: rank 0's globals of kind 1 and 2 (got[1], got[2]: NULL where a tensor has no
+ * such kind) and the step counts, broadcast; each rank of the resume then sets its own shards
+ * (converted to the dtype the resume holds, to nearest, as a load converts) and the counts. */
+static shardopt_status_t xfer_set(struct xrun *r, const struct combo *c, double **got[3],
+                                  const uint64_t *steps)
+{
+    shardopt_status_t st = SHARDOPT_OK;
+    for (int p = 0; p < c->np && st == SHARDOPT_OK; p++) {
+        const struct xparam *t = &c->p[p];
+        if (r->h[p] == NULL) /* draw_v9's removed tensor */
+            continue;
+        for (int k = 1; k <= 2 && st == SHARDOPT_OK; k++) {
+            if (got[k][p] == NULL)
+                continue;
+            const shardopt_state_kind_t kind = is_muon(c, t) ? SHARDOPT_STATE_MOMENTUM
+                                               : k == 1      ? SHARDOPT_STATE_EXP_AVG
+                                                             : SHARDOPT_STATE_EXP_AVG_SQ;
+            shardopt_dtype_t dt;
+            int64_t cnt = 0;
+            st = shardopt_param_state_info(r->h[p], kind, &dt, &cnt);
+            if (st != SHARDOPT_OK)
+                break;
+            if (cnt != r->numel[p]) {
+                fprintf(stderr, "rank %d: %s: state_info gives %lld elements, want %lld\n", me,
+                        t->name, (long long)cnt, (long long)r->numel[p]);
+                return SHARDOPT_ERR_INTERNAL;
+            }
+            const size_t es = dt == SHARDOPT_DTYPE_BF16 ? 2 : 4;
+            void *buf = malloc((size_t)(cnt + 1) * es);
+            for (int64_t i = 0; i < cnt; i++)
+                store(buf, dt, i, got[k][p][global_index(t, r->lo[p], r->len[p], i)]);
+            st = shardopt_param_set_state(r->h[p], kind, buf, (size_t)cnt * es, dt);
+            free(buf);
+        }
+        if (st == SHARDOPT_OK)
+            st = shardopt_param_set_step(r->h[p], steps[p]);
+    }
+    return st;
+}
+
+/* Broadcast rank 0's globals of kinds 1 and 2 and the step counts (draw_v10's xfer). */
+static void xfer_bcast(const struct combo *c, double **got[3], uint64_t *steps)
+{
+    MPI_Bcast(steps, c->np, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    for (int k = 1; k <= 2; k++)
+        for (int p = 0; p < c->np; p++) {
+            int has = me == 0 && got[k][p] != NULL;
+            MPI_Bcast(&has, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            if (!has)
+                continue;
+            const int64_t n = numel_of(&c->p[p]);
+            if (me != 0)
+                got[k][p] = malloc(sizeof(double) * (size_t)n);
+            MPI_Bcast(got[k][p], (int)n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        }
+}
+
 /* Run combo c: the multi-rank run (with a checkpoint resume if drawn), the one-rank run, both
  * checks. Every rank of the world calls it. */
 static cpu_set_t launch_mask; /* the launcher's placement, which bind = auto may change */
@@ -2659,6 +2909,8 @@ static void run_combo(const struct combo *c)
         st = xrun_setup(&r, c, comm, c->L[0], 0, NULL, 0);
         if (st == SHARDOPT_OK)
             st = c->midrun ? xrun_midrun(&r, c, comm) : xrun_steps(&r, c, 1, first_end);
+        if (st == SHARDOPT_OK)
+            v10_bad += check_grad_norms(&r, c, first_end, "layout");
         int any = 0;
         if (st == SHARDOPT_OK) { /* did any rank run sharded or team Newton-Schulz? */
             shardopt_stats_t ss = SHARDOPT_STATS_INIT;
@@ -2677,8 +2929,12 @@ static void run_combo(const struct combo *c)
         if (st == SHARDOPT_OK)
             for (int k = 0; k < 3 && !c->ckpt; k++)
                 bad += xgather(&r, c, comm, k, got[k]);
-        if (c->ckpt && st == SHARDOPT_OK && !c->ckpt_weights)
+        if (c->ckpt && st == SHARDOPT_OK && (!c->ckpt_weights || c->xfer))
             bad += xgather(&r, c, comm, 0, got[0]); /* the weights the resume registers */
+        for (int k = 1; k < 3 && c->ckpt && c->xfer && st == SHARDOPT_OK; k++)
+            bad += xgather(&r, c, comm, k, got[k]); /* draw_v10: the state handed over */
+        for (int p = 0; p < c->np && c->xfer && me == 0 && st == SHARDOPT_OK; p++)
+            shardopt_param_get_step(r.h[p], &xfer_steps[p]);
         if (me == 0 && bad) {
             snprintf(what, sizeof what, "%ld elements differ between copies or are missing", bad);
             report(c, what);
@@ -2699,8 +2955,12 @@ static void run_combo(const struct combo *c)
         const int from = seg == 1 ? c->ckpt_after + 1 : c->ckpt2 + 1;
         const int last = seg == 2 || !c->ckpt2, to = last ? c->nsteps : c->ckpt2;
         const char *label = seg == 1 ? "resume" : "second resume";
+        const int xfer = seg == 1 && c->xfer;     /* draw_v10: the state calls, not a load */
+        const int ckw = c->ckpt_weights && !xfer; /* the weights from the checkpoint */
         xrun_which = seg;
-        if (!c->ckpt_weights)
+        if (xfer)
+            xfer_bcast(c, got, xfer_steps);
+        if (!ckw)
             for (int p = 0; p < c->np; p++) {
                 const int64_t n = numel_of(&c->p[p]);
                 if (seg == 2 && c->removed == p + 1)
@@ -2712,11 +2972,17 @@ static void run_combo(const struct combo *c)
         MPI_Comm_split(MPI_COMM_WORLD, me < L.n ? 0 : MPI_UNDEFINED, me, &comm);
         if (comm != MPI_COMM_NULL) {
             struct xrun r;
-            st = xrun_setup(&r, c, comm, L, 1, c->ckpt_weights ? NULL : got[0], c->ckpt_weights);
-            if (st == SHARDOPT_OK)
+            st = xrun_setup(&r, c, comm, L, 1, ckw ? NULL : got[0], ckw);
+            if (st == SHARDOPT_OK && xfer)
+                st = xfer_set(&r, c, got, xfer_steps);
+            else if (st == SHARDOPT_OK)
                 st = shardopt_load(r.rt, seg == 1 ? ckpt_root : ckpt_root2);
+            free_globals(got[1], c->np); /* xfer's (the last segment gathers into them) */
+            free_globals(got[2], c->np);
             if (st == SHARDOPT_OK)
                 st = xrun_steps(&r, c, from, to);
+            if (st == SHARDOPT_OK)
+                v10_bad += check_grad_norms(&r, c, to, label);
             if (st == SHARDOPT_OK && !last)
                 st = shardopt_save(r.rt, ckpt_root2);
             if (st != SHARDOPT_OK && me == 0) {
@@ -2735,8 +3001,10 @@ static void run_combo(const struct combo *c)
             xrun_free(&r, c->np);
             MPI_Comm_free(&comm);
         } else {
-            free_globals(got[0], c->np);
+            for (int k = 0; k < 3; k++)
+                free_globals(got[k], c->np);
         }
+        combos_xfer += me == 0 && xfer && st == SHARDOPT_OK;
         layout_ok = st == SHARDOPT_OK; /* rank 0 is in every run */
         MPI_Bcast(&layout_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
@@ -2758,6 +3026,8 @@ static void run_combo(const struct combo *c)
         }
         if (st == SHARDOPT_OK)
             st = c->re ? one_rank_switch(&r, c) : xrun_steps(&r, c, 1, c->nsteps);
+        if (st == SHARDOPT_OK)
+            v10_bad += check_grad_norms(&r, c, c->nsteps, "one-rank");
         if (st != SHARDOPT_OK) {
             snprintf(what, sizeof what, "one-rank run: status %d: %s", st, shardopt_last_error());
             report(c, what);
@@ -2873,6 +3143,7 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
             fflush(stdout);
         }
         combos_nccl += me == 0 && c.nccl;
+        combos_step0 += me == 0 && c.step0 > 0;
         const double t0 = MPI_Wtime();
         run_combo(&c);
         if (me == 0 && getenv("SHARDOPT_XCHECK_VERBOSE")) /* for sizing soaks */
@@ -2890,6 +3161,8 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
                failures_total, worst_ref_err, worst_sharded_err);
         printf("  the union plan kept by %d of %d multi-rank runs' commits\n", union_kept_runs,
                union_runs);
+        printf("  draw_v10: %d resumed through the state calls, %d with step counts set\n",
+               combos_xfer, combos_step0);
         printf("  steps too large for the state: %d (%d of them a tensor with NaN/Inf under "
                "nonfinite = zero)\n",
                steps_too_large[1] + steps_too_large[2], steps_too_large[2]);
@@ -2897,6 +3170,9 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
     }
     MPI_Bcast(&failures_total, 1, MPI_INT, 0, MPI_COMM_WORLD);
     EXPECT_EQ_INT(failures_total, 0);
+    int v10_all = 0; /* every rank's slices and norms, printed where they differed */
+    MPI_Allreduce(&v10_bad, &v10_all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ_INT(v10_all, 0);
 }
 
 /* Found by the cross-check (seed 1035 of SHARDOPT_XCHECK_SEED=1000: an 8 x 8 expert with one small

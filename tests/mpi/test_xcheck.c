@@ -65,7 +65,20 @@
  * crosses between the union plan and the joint one (one owner per matrix: the same bits), every
  * Muon matrix of one size (where the union plan is kept), layouts with ep > 1 whose expert shard
  * groups outnumber their experts, a tensor the resumes do not register, teams or sharded
- * Newton-Schulz on the resumes' side only, and 5-8 steps under an lr schedule. test_xcheck_nccl is
+ * Newton-Schulz on the resumes' side only, and 5-8 steps under an lr schedule. Drawn after those
+ * (draw_v10; on listed seeds with SHARDOPT_XCHECK_V10=1, which also draws each of its dimensions
+ * one time in two): a resume through the state calls a trainer's own state dict uses (get_state
+ * and get_step on the first layout, set_state and set_step on the resume's, the weights handed
+ * over) instead of shardopt_load, step counts set before the first step (set_step: AdamW's bias
+ * correction and the rounding key from there), slices registered through shardopt_shard_range
+ * (checked against torch.chunk's), with a resume on other update options also another nonfinite
+ * policy, Newton-Schulz table and steps, ns_eps, ns_norm_scale, momentum, AdamW betas and eps,
+ * weight_decay_1d and rounding seed there, a tensor 1-4 by 127-1021 (Muon or AdamW, an expert
+ * stack's matrices too), a [1, m, n] dense or replicated stack, ns_steps 1-2 on quintic's and
+ * aol's tables, and the per-step arguments at their ends (momentum and betas 0.99-0.9999 and 0,
+ * adamw_eps 1, weight_decay 5, lr x 10). Every run also checks the last step's reported gradient
+ * norms (shardopt_param_get_stats' grad_norm, stats' grad_norm_last: before clipping, NaN where
+ * skipped) against the fp64 norm of the gradients handed over. test_xcheck_nccl is
  * this file over the mock NCCL (tests/mock/nccl_mock.c, as test_device_sim_nccl): every combo a
  * devsim one, its exchanges NCCL's (comm_backend = nccl's path) unless offload = cpu. Where commit
  * refuses ns_compute = bf16 a drawn bf16 runs in fp32 (no CPU since the fp32 sgemm fallback for a
@@ -234,6 +247,13 @@ struct combo {
     int xfer, srange;
     uint64_t step0;
     int nf2; /* > 0 (draw_v10, with re): the resume's nonfinite policy nf2 - 1 */
+    /* draw_v10, with re: the resume's Newton-Schulz table and steps (steps2 > 0), ns_eps and
+     * ns_norm_scale (> 0), momentum, AdamW's betas and eps (>= 0), weight_decay_1d flipped, and
+     * the stochastic rounding seed (seed2 > 0); apply_re sets them, so the reference's steps
+     * after the checkpoint take them as it takes draw_v6's */
+    int coeffs2, steps2, wd1d_flip;
+    double nseps2, nss2, mom2, b12, b22, aeps2;
+    uint64_t seed2;
 };
 
 static uint64_t mix(uint64_t x)
@@ -683,6 +703,26 @@ static void apply_re(const struct combo *c, shardopt_config_t *g)
     g->lr_scale = c->lrs2;
     if (c->nf2 > 0) /* draw_v10 */
         g->nonfinite = (shardopt_nonfinite_t)(c->nf2 - 1);
+    if (c->steps2 > 0) {
+        g->ns_coeffs = (shardopt_ns_coeffs_t)c->coeffs2;
+        g->ns_steps = c->steps2;
+    }
+    if (c->nseps2 > 0)
+        g->ns_eps = c->nseps2;
+    if (c->nss2 > 0)
+        g->ns_norm_scale = c->nss2;
+    if (c->mom2 >= 0)
+        g->momentum = c->mom2;
+    if (c->b12 >= 0)
+        g->adamw_beta1 = c->b12;
+    if (c->b22 >= 0)
+        g->adamw_beta2 = c->b22;
+    if (c->aeps2 >= 0)
+        g->adamw_eps = c->aeps2;
+    if (c->wd1d_flip)
+        g->weight_decay_1d = !g->weight_decay_1d;
+    if (c->seed2 > 0)
+        g->seed = c->seed2;
     if (c->nsc_flip)
         g->ns_compute = g->ns_compute == SHARDOPT_NS_COMPUTE_BF16 ? SHARDOPT_NS_COMPUTE_FP32
                                                                   : SHARDOPT_NS_COMPUTE_BF16;
@@ -1226,6 +1266,33 @@ static void draw_v10(struct combo *c)
                 c->lrf[s] = 10;
                 c->alrs[s] = c->adamw_lr < 0 ? c->adamw_lr : c->adamw_lr * c->lrf[s];
             }
+    /* with re, the resume's (and the one-rank run's from the checkpoint) Newton-Schulz table,
+     * ns_eps, ns_norm_scale (aol's range kept), momentum, AdamW's betas and eps, weight_decay_1d
+     * and rounding seed; the draws' defaults, none at FLT_MIN */
+    if (c->re && v10_odds(3)) {
+        if (pick(3) == 0) {
+            c->mom2 = pickd((const double[]){0.95, 0.9, 0.0, 0.99}, 4);
+            c->b12 = pickd((const double[]){-1, 0.9, 0.0, 0.5}, 4);
+            c->b22 = pickd((const double[]){-1, 0.95, 0.999, 0.5}, 4);
+            c->aeps2 = pickd((const double[]){-1, 1e-8, 1e-3}, 3);
+        }
+        if (pick(3) == 0) {
+            const int k = pick(4);
+            static const shardopt_ns_coeffs_t tab[] = {SHARDOPT_NS_QUINTIC, SHARDOPT_NS_JORDAN,
+                                                       SHARDOPT_NS_POLAR_EXPRESS, SHARDOPT_NS_AOL};
+            c->coeffs2 = (int)tab[k];
+            c->steps2 = k == 2 ? 5 + pick(4) : k == 3 ? 4 : 3 + pick(4);
+        }
+        if (pick(3) == 0)
+            c->nseps2 = pickd((const double[]){1e-8, 1e-4, 1e-2}, 3);
+        if (pick(3) == 0)
+            c->nss2 = g->ns_precondition == SHARDOPT_NS_PRECONDITION_AOL
+                          ? pickd((const double[]){0.5, 1.0, 1.3}, 3)
+                          : pickd((const double[]){1.0, 1.3, 2.0}, 3);
+        c->wd1d_flip = pick(3) == 0;
+        if (pick(3) == 0)
+            c->seed2 = 1 + (rnd() >> 20);
+    }
     /* a 3-D dense or replicated stack of one matrix (a 2-D one made [1, m, n]), sharded along
      * any dim: along dim 0 one rank holds it all */
     if (v10_odds(4)) {
@@ -1254,6 +1321,7 @@ static void draw_combo(struct combo *c, uint64_t seed)
             c->gsc[s][p] = 1;
     for (int p = 0; p < MAXP; p++)
         c->order[0][p] = c->order[1][p] = (unsigned char)p;
+    c->mom2 = c->b12 = c->b22 = c->aeps2 = -1; /* draw_v10's: the config's */
     rnd_state = seed * 0x100000001B3ull;
     c->seed = seed;
     shardopt_config_t *g = &c->cfg;
@@ -1507,6 +1575,11 @@ static void describe(const struct combo *c, char *out, size_t len)
     if ((c->xfer || c->step0 || c->srange || c->nf2) && k < (int)len)
         k += snprintf(out + k, len - (size_t)k, " v10: xfer %d step0 %llu srange %d nf2 %d",
                       c->xfer, (unsigned long long)c->step0, c->srange, c->nf2 - 1);
+    if (c->re && k < (int)len)
+        k += snprintf(out + k, len - (size_t)k,
+                      " re2: ns %d/%d eps %g s %g mom %g b %g/%g eps %g wd1d^%d seed %llu",
+                      c->coeffs2, c->steps2, c->nseps2, c->nss2, c->mom2, c->b12, c->b22, c->aeps2,
+                      c->wd1d_flip, (unsigned long long)c->seed2);
     for (int w = 0; w < 4 && k < (int)len; w++)
         if (c->uoff[w] > 0 || c->gemm[w] > 0)
             k += snprintf(out + k, len - (size_t)k, " run%d:union%s/rates %g,%g", w,
@@ -2070,6 +2143,73 @@ static int check_grad_norms(const struct xrun *r, const struct combo *c, int s, 
         bad++;
     }
     return bad;
+}
+
+static shardopt_status_t xrun_steps(struct xrun *r, const struct combo *c, int from, int to);
+static long xgather(const struct xrun *r, const struct combo *c, MPI_Comm comm, int k,
+                    double **out);
+static void free_globals(double **g, int np);
+
+/* Steps from..to, and with param_stats on host parameters (draw_v10) every rank's update_rms of
+ * the last one (shardopt_param_get_stats: the RMS over the whole tensor of its change) against
+ * the change of the gathered weights, on rank 0 of comm; NaN expected where the step or the
+ * tensor was skipped. The mismatches count in v10_bad, each printed. */
+static shardopt_status_t xrun_steps_rms(struct xrun *r, const struct combo *c, MPI_Comm comm,
+                                        int from, int to, const char *run)
+{
+    if (!c->cfg.param_stats || r->sim || from > to)
+        return xrun_steps(r, c, from, to);
+    shardopt_status_t st = xrun_steps(r, c, from, to - 1);
+    int ok = st == SHARDOPT_OK, all = 0, rank, n;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+    if (!all)
+        return st;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &n);
+    double *before[MAXP] = {0}, *after[MAXP] = {0};
+    xgather(r, c, comm, 0, before);
+    st = xrun_steps(r, c, to, to);
+    ok = st == SHARDOPT_OK;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+    if (all) {
+        xgather(r, c, comm, 0, after);
+        const int skipped =
+            skipped_at(c, to) || (nf_at(c, to) == SHARDOPT_NONFINITE_ERROR && bad_at(c, to));
+        for (int p = 0; p < c->np; p++) {
+            if (r->h[p] == NULL)
+                continue;
+            shardopt_param_stats_t ps = SHARDOPT_PARAM_STATS_INIT;
+            shardopt_param_get_stats(r->h[p], &ps);
+            double *mine = rank == 0 ? malloc(sizeof(double) * (size_t)n) : NULL;
+            MPI_Gather(&ps.update_rms, 1, MPI_DOUBLE, mine, 1, MPI_DOUBLE, 0, comm);
+            if (rank == 0) {
+                const int64_t N = numel_of(&c->p[p]);
+                double sum = 0;
+                for (int64_t i = 0; i < N; i++)
+                    sum += (after[p][i] - before[p][i]) * (after[p][i] - before[p][i]);
+                const int miss = c->skip_missing && c->missing[to][p];
+                const double want = skipped ? NAN : sqrt(sum / (double)N);
+                for (int i = 0; i < n; i++) {
+                    const double got = mine[i];
+                    /* a tensor without a gradient: NaN, or no change */
+                    const int good = isnan(want) ? isnan(got)
+                                     : miss      ? isnan(got) || got == want
+                                                 : fabs(got - want) <= 1e-9 * want + 1e-300;
+                    if (!good) {
+                        fprintf(stderr,
+                                "XCHECK FAIL seed %llu: %s run, step %d: %s: rank %d's "
+                                "update_rms %.12g, the gathered weights' change %.12g\n",
+                                (unsigned long long)c->seed, run, to, c->p[p].name, i, got, want);
+                        v10_bad++;
+                    }
+                }
+            }
+            free(mine);
+        }
+    }
+    free_globals(before, c->np);
+    free_globals(after, c->np);
+    return st;
 }
 
 static int xcheck_stream; /* what args.stream points at: the simulated device orders nothing */
@@ -2908,7 +3048,8 @@ static void run_combo(const struct combo *c)
         struct xrun r;
         st = xrun_setup(&r, c, comm, c->L[0], 0, NULL, 0);
         if (st == SHARDOPT_OK)
-            st = c->midrun ? xrun_midrun(&r, c, comm) : xrun_steps(&r, c, 1, first_end);
+            st = c->midrun ? xrun_midrun(&r, c, comm)
+                           : xrun_steps_rms(&r, c, comm, 1, first_end, "layout");
         if (st == SHARDOPT_OK)
             v10_bad += check_grad_norms(&r, c, first_end, "layout");
         int any = 0;
@@ -2980,7 +3121,7 @@ static void run_combo(const struct combo *c)
             free_globals(got[1], c->np); /* xfer's (the last segment gathers into them) */
             free_globals(got[2], c->np);
             if (st == SHARDOPT_OK)
-                st = xrun_steps(&r, c, from, to);
+                st = xrun_steps_rms(&r, c, comm, from, to, label);
             if (st == SHARDOPT_OK)
                 v10_bad += check_grad_norms(&r, c, to, label);
             if (st == SHARDOPT_OK && !last)

@@ -247,6 +247,10 @@ struct combo {
     int xfer, srange;
     uint64_t step0;
     int nf2; /* > 0 (draw_v10, with re): the resume's nonfinite policy nf2 - 1 */
+    /* draw_v10, drawn last: step0_odd, the odd tensors' step counts step0 / 3 (a tensor added
+     * later in training); xfer 2, the resume saves right after set_state and loads that save
+     * back into itself before stepping (what set_state wrote is what a save reads) */
+    int step0_odd;
     /* draw_v10, with re: the resume's Newton-Schulz table and steps (steps2 > 0), ns_eps and
      * ns_norm_scale (> 0), momentum, AdamW's betas and eps (>= 0), weight_decay_1d flipped, and
      * the stochastic rounding seed (seed2 > 0); apply_re sets them, so the reference's steps
@@ -1311,6 +1315,11 @@ static void draw_v10(struct combo *c)
                 c->bad_gi %= numel_of(t);
         }
     }
+    /* drawn last (the seeds above keep their combos) */
+    if (c->step0 > 0 && pick(2))
+        c->step0_odd = 1;
+    if (c->xfer && pick(2))
+        c->xfer = 2;
 }
 
 static void draw_combo(struct combo *c, uint64_t seed)
@@ -1573,8 +1582,9 @@ static void describe(const struct combo *c, char *out, size_t len)
     if (c->removed && k < (int)len)
         k += snprintf(out + k, len - (size_t)k, " removed p%d", c->removed - 1);
     if ((c->xfer || c->step0 || c->srange || c->nf2) && k < (int)len)
-        k += snprintf(out + k, len - (size_t)k, " v10: xfer %d step0 %llu srange %d nf2 %d",
-                      c->xfer, (unsigned long long)c->step0, c->srange, c->nf2 - 1);
+        k += snprintf(out + k, len - (size_t)k, " v10: xfer %d step0 %llu%s srange %d nf2 %d",
+                      c->xfer, (unsigned long long)c->step0, c->step0_odd ? "/odd" : "", c->srange,
+                      c->nf2 - 1);
     if (c->re && k < (int)len)
         k += snprintf(out + k, len - (size_t)k,
                       " re2: ns %d/%d eps %g s %g mom %g b %g/%g eps %g wd1d^%d seed %llu",
@@ -1793,6 +1803,12 @@ static int shuffled_rank(const struct combo *c, int li, int rank, int n)
     return rank;
 }
 
+/* Tensor p's step count before the first step (draw_v10's step0, step0_odd). */
+static uint64_t step0_of(const struct combo *c, int p)
+{
+    return c->step0_odd && p % 2 ? c->step0 / 3 : c->step0;
+}
+
 /* Which run xrun_setup sets up (draw_v9's per-run options): 0 the first layout run, 1 the resume,
  * 2 the second resume (run_combo sets it); a one-rank run is 3. union_kept / union_runs (rank 0):
  * the multi-rank runs whose commit kept the union plan, and all of them. */
@@ -1986,7 +2002,7 @@ static shardopt_status_t xrun_setup_swap(struct xrun *r, const struct combo *c, 
      * come from the save) */
     for (int p = 0; p < c->np && st == SHARDOPT_OK && li == 0 && c->step0 > 0; p++)
         if (r->h[p] != NULL)
-            st = shardopt_param_set_step(r->h[p], c->step0);
+            st = shardopt_param_set_step(r->h[p], step0_of(c, p));
     if (st == SHARDOPT_OK && n > 1) { /* how often the union plan was kept (draw_v9's coverage) */
         int kept = r->rt->union_kept, any = 0;
         MPI_Allreduce(&kept, &any, 1, MPI_INT, MPI_MAX, comm);
@@ -2540,7 +2556,7 @@ static void check_against_reference(const struct combo *c, double **one[3], doub
                                     .dtype = x->dtype,
                                     .lr_mult = x->lr_mult,
                                     .wd_mult = x->wd_mult,
-                                    .step = c->step0}; /* draw_v10: set_step's */
+                                    .step = step0_of(c, p)}; /* draw_v10: set_step's */
         memcpy(t[p].shape, x->shape, sizeof t[p].shape);
         t[p].w = malloc(sizeof(double) * (size_t)n);
         t[p].m = calloc((size_t)n, sizeof(double));
@@ -2712,7 +2728,8 @@ static char ckpt_root[256];
 /* draw_v8's second save: another directory, as a step skipped on every rank (too large) leaves the
  * step number where the first save put it, which a save there refuses to replace */
 static char ckpt_root2[272];
-static int combos_sharded; /* rank 0: combos whose layout run sharded a Newton-Schulz */
+static char ckpt_root3[272]; /* draw_v10's xfer 2: the save right after set_state */
+static int combos_sharded;   /* rank 0: combos whose layout run sharded a Newton-Schulz */
 static int combos_midrun, combos_faulted; /* rank 0: midrun reloads run, ns faults that fired */
 static int combos_nccl;                   /* rank 0: combos over the mock NCCL */
 static int combos_re; /* rank 0: resumes on other update options (draw_v6) both runs made */
@@ -3116,7 +3133,11 @@ static void run_combo(const struct combo *c)
             st = xrun_setup(&r, c, comm, L, 1, ckw ? NULL : got[0], ckw);
             if (st == SHARDOPT_OK && xfer)
                 st = xfer_set(&r, c, got, xfer_steps);
-            else if (st == SHARDOPT_OK)
+            if (st == SHARDOPT_OK && xfer && c->xfer == 2) { /* set_state, save, load back */
+                st = shardopt_save(r.rt, ckpt_root3);
+                if (st == SHARDOPT_OK)
+                    st = shardopt_load(r.rt, ckpt_root3);
+            } else if (st == SHARDOPT_OK)
                 st = shardopt_load(r.rt, seg == 1 ? ckpt_root : ckpt_root2);
             free_globals(got[1], c->np); /* xfer's (the last segment gathers into them) */
             free_globals(got[2], c->np);
@@ -3152,6 +3173,7 @@ static void run_combo(const struct combo *c)
     if (c->ckpt && me == 0) {
         fixture_rmtree(ckpt_root);
         fixture_rmtree(ckpt_root2);
+        fixture_rmtree(ckpt_root3);
     }
     if (me == 0) {
         struct xrun r;
@@ -3257,6 +3279,7 @@ TEST(random_layouts_and_options_match_one_rank_and_fp64)
     }
     MPI_Bcast(ckpt_root, sizeof ckpt_root, MPI_CHAR, 0, MPI_COMM_WORLD);
     snprintf(ckpt_root2, sizeof ckpt_root2, "%s.2", ckpt_root);
+    snprintf(ckpt_root3, sizeof ckpt_root3, "%s.3", ckpt_root);
     ASSERT_TRUE(ckpt_root[0] != 0);
     const int only = (int)env_u64("SHARDOPT_XCHECK_ONLY", 0);
     probe_tables();

@@ -37,18 +37,18 @@ static cJSON *index_build(shardopt_runtime_t rt)
 
     json_put(&ok, root, "format", cJSON_CreateString("shardopt-checkpoint"));
     const int weights = rt->cfg.ckpt_weights;
-    json_put(&ok, root, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
+    json_put(&ok, root, "format_version", json_uint((uint64_t)CKPT_FORMAT_VERSION));
     /* with weights, one more tensor named as each parameter */
     json_put(&ok, root, "weights", cJSON_CreateBool(weights));
-    json_put(&ok, root, "step", cJSON_CreateNumber((double)rt->counters.steps));
+    json_put(&ok, root, "step", json_uint((uint64_t)rt->counters.steps));
     cJSON *lay = json_put(&ok, root, "layout", cJSON_CreateObject());
-    json_put(&ok, lay, "ranks", cJSON_CreateNumber(g->mesh.world));
-    json_put(&ok, lay, "dp_replicate", cJSON_CreateNumber(g->mesh.dp_replicate));
-    json_put(&ok, lay, "dp_shard", cJSON_CreateNumber(g->mesh.dp_shard));
-    json_put(&ok, lay, "cp", cJSON_CreateNumber(g->mesh.cp));
-    json_put(&ok, lay, "ep", cJSON_CreateNumber(g->mesh.ep));
-    json_put(&ok, lay, "block_bytes", cJSON_CreateNumber((double)CKPT_BLOCK));
-    json_put(&ok, root, "writers", cJSON_CreateNumber(g->mesh.dense));
+    json_put(&ok, lay, "ranks", json_uint((uint64_t)g->mesh.world));
+    json_put(&ok, lay, "dp_replicate", json_uint((uint64_t)g->mesh.dp_replicate));
+    json_put(&ok, lay, "dp_shard", json_uint((uint64_t)g->mesh.dp_shard));
+    json_put(&ok, lay, "cp", json_uint((uint64_t)g->mesh.cp));
+    json_put(&ok, lay, "ep", json_uint((uint64_t)g->mesh.ep));
+    json_put(&ok, lay, "block_bytes", json_uint((uint64_t)CKPT_BLOCK));
+    json_put(&ok, root, "writers", json_uint((uint64_t)g->mesh.dense));
     cJSON *cfg = json_put(&ok, root, "config", cJSON_CreateObject());
     for (size_t i = 0; ok && i < config_key_count; i++) {
         config_key_format(&config_keys[i], &rt->cfg, text, sizeof text);
@@ -65,7 +65,7 @@ static cJSON *index_build(shardopt_runtime_t rt)
         json_put(&ok, e, "algo",
                  cJSON_CreateString(p->algo == SHARDOPT_ALGO_MUON ? "muon" : "adamw"));
         json_put(&ok, e, "shape", ckpt_json_i64_array(p->layout.shape, p->layout.ndim));
-        json_put(&ok, e, "step", cJSON_CreateNumber((double)p->step));
+        json_put(&ok, e, "step", json_uint((uint64_t)p->step));
         for (int j = 0; j < nk; j++) {
             cJSON *te = json_put(&ok, tensors, NULL, cJSON_CreateObject());
             ckpt_tensor_name(p, k[j].suffix, text, sizeof text);

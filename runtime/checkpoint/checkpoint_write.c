@@ -30,7 +30,7 @@ cJSON *ckpt_json_i64_array(const int64_t *v, int n)
     cJSON *a = cJSON_CreateArray();
     int ok = a != NULL;
     for (int i = 0; ok && i < n; i++)
-        json_put(&ok, a, NULL, cJSON_CreateNumber((double)v[i]));
+        json_put(&ok, a, NULL, json_uint((uint64_t)v[i]));
     if (!ok) {
         cJSON_Delete(a);
         return NULL;
@@ -160,8 +160,8 @@ shardopt_status_t ckpt_rank_file_write(shardopt_runtime_t rt, const char *path, 
     mem_failed_clear();
     meta = cJSON_CreateObject();
     mt = json_put(&json_ok, meta, "tensors", cJSON_CreateObject());
-    json_put(&json_ok, meta, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
-    json_put(&json_ok, meta, "rank", cJSON_CreateNumber(rank));
+    json_put(&json_ok, meta, "format_version", json_uint((uint64_t)CKPT_FORMAT_VERSION));
+    json_put(&json_ok, meta, "rank", json_uint((uint64_t)rank));
     for (int i = 0; i < rt->nparams; i++) {
         const struct shardopt_param *p = rt->params[i];
         struct ckpt_kind k[3];
@@ -324,9 +324,9 @@ shardopt_status_t ckpt_writer_index_write(shardopt_runtime_t rt, const char *tmp
     cJSON *root = cJSON_CreateObject();
     ok = root != NULL;
     json_put(&ok, root, "format", cJSON_CreateString("shardopt-checkpoint-shards"));
-    json_put(&ok, root, "format_version", cJSON_CreateNumber(CKPT_FORMAT_VERSION));
-    json_put(&ok, root, "step", cJSON_CreateNumber((double)rt->counters.steps));
-    json_put(&ok, root, "writer", cJSON_CreateNumber(g->me.d));
+    json_put(&ok, root, "format_version", json_uint((uint64_t)CKPT_FORMAT_VERSION));
+    json_put(&ok, root, "step", json_uint((uint64_t)rt->counters.steps));
+    json_put(&ok, root, "writer", json_uint((uint64_t)g->me.d));
     json_put(&ok, root, "file", cJSON_CreateString(file));
     cJSON *shards = json_put(&ok, root, "shards", cJSON_CreateArray());
     for (size_t at = 0; ok && at < blob_len;) {
@@ -341,13 +341,13 @@ shardopt_status_t ckpt_writer_index_write(shardopt_runtime_t rt, const char *tmp
         json_put(&ok, e, "tensor", cJSON_CreateString(tname));
         json_put(&ok, e, "offset", ckpt_json_i64_array(r.lo, p->layout.ndim));
         json_put(&ok, e, "shape", ckpt_json_i64_array(r.len, p->layout.ndim));
-        json_put(&ok, e, "crc32c", cJSON_CreateNumber(r.crc));
+        json_put(&ok, e, "crc32c", json_uint((uint64_t)r.crc));
         cJSON *blocks = json_put(&ok, e, "block_crc32c", cJSON_CreateArray());
         for (uint32_t b = 0; ok && b < r.nblocks; b++) {
             uint32_t c;
             memcpy(&c, blob + at, sizeof c);
             at += sizeof c;
-            json_put(&ok, blocks, NULL, cJSON_CreateNumber(c));
+            json_put(&ok, blocks, NULL, json_uint((uint64_t)c));
         }
     }
     char *text = ok ? cJSON_PrintUnformatted(root) : NULL;

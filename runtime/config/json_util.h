@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "base/mem.h"
@@ -40,6 +41,19 @@ static inline cJSON *json_put(int *ok, cJSON *parent, const char *key, cJSON *it
         return NULL;
     }
     return item;
+}
+
+/* A non-negative integer written as plain digits, what the strict readers take (json_strict.h):
+ * cJSON_CreateNumber prints any value past INT_MAX through "%1.15g" where 15 digits give it back,
+ * so a count from 1e15 up with zeros at its end came out as 1e+15 or 4.50359962737044e+15, and a
+ * checkpoint holding such a step count (shardopt_param_set_step takes up to 2^53 - 1) was
+ * refused by its own load. Every integer a checkpoint writes goes through this. NULL when out of
+ * memory (json_put then fails the document). */
+static inline cJSON *json_uint(uint64_t v)
+{
+    char t[24];
+    snprintf(t, sizeof t, "%llu", (unsigned long long)v);
+    return cJSON_CreateRaw(t);
 }
 
 /* cJSON_Parse* returned NULL: was it out of memory rather than bad text? Call with errno

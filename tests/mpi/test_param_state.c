@@ -171,6 +171,68 @@ TEST(get_gives_the_saved_bytes_and_set_then_step_equals_load_then_step)
         }
 }
 
+/* Step counts set_step accepts ([0, 2^53)) that a save writes and its own load reads back, the
+ * same counts and the same next step as a runtime never saved (found by test_xcheck's draw_v10,
+ * seed 10900334 at 7 ranks: a step count of 4503599627370440, written through cJSON's "%1.15g"
+ * as 4.50359962737044e+15, which load refused as not plain digits; every count from 1e15 up
+ * that 15 significant digits give back). The runtime's own step (index.json's "step") follows
+ * the loaded checkpoint's, so a second save and load carries it too. */
+TEST(step_counts_past_1e15_survive_a_save_and_load)
+{
+    setup();
+    static const uint64_t counts[] = {1000000000000000ull, 4503599627370440ull, 9007199254740990ull,
+                                      2147483648ull, 9007199254740991ull};
+    const int nc = (int)(sizeof counts / sizeof counts[0]);
+    const shardopt_config_t cfg = cfg_of(0, 0);
+    char dir[] = "/tmp/shardopt_pstate_XXXXXX";
+    make_dir(dir);
+    struct run a = {0}, b = {0};
+    ASSERT_EQ_INT(run_setup(&a, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+    for (int p = 0; p < MODEL_NPARAMS; p++) /* 2^53 - 1 only where no step follows */
+        ASSERT_EQ_INT(shardopt_param_set_step(a.h[p], counts[p % (nc - 1)]), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_save(a.rt, dir), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_setup(&b, MPI_COMM_WORLD, cfg, 0), SHARDOPT_OK);
+    const shardopt_status_t st = shardopt_load(b.rt, dir);
+    if (st != SHARDOPT_OK && me == 0)
+        fprintf(stderr, "  load: %s\n", shardopt_last_error());
+    ASSERT_EQ_INT(st, SHARDOPT_OK);
+    long wrong = 0;
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        uint64_t s = 0;
+        shardopt_param_get_step(b.h[p], &s);
+        wrong += s != counts[p % (nc - 1)];
+    }
+    EXPECT_EQ_INT(wrong, 0);
+    /* and the step after it, from the loaded counts and from the set ones: the same bits */
+    ASSERT_EQ_INT(run_steps(&a, 1, 1), SHARDOPT_OK);
+    ASSERT_EQ_INT(run_steps(&b, 1, 1), SHARDOPT_OK);
+    unsigned char *xa, *xb;
+    size_t na, nb;
+    snapshot(&a, &xa, &na);
+    snapshot(&b, &xb, &nb);
+    EXPECT_TRUE(na == nb && memcmp(xa, xb, na) == 0);
+    free(xa);
+    free(xb);
+    /* 2^53 - 1, the largest count set_step takes, saved and loaded too */
+    for (int p = 0; p < MODEL_NPARAMS; p++)
+        ASSERT_EQ_INT(shardopt_param_set_step(b.h[p], counts[nc - 1]), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_save(b.rt, dir), SHARDOPT_OK);
+    ASSERT_EQ_INT(shardopt_load(a.rt, dir), SHARDOPT_OK);
+    for (int p = 0; p < MODEL_NPARAMS; p++) {
+        uint64_t s = 0;
+        shardopt_param_get_step(a.h[p], &s);
+        EXPECT_TRUE(s == counts[nc - 1]);
+    }
+    run_free(&a);
+    run_free(&b);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        EXPECT_EQ_INT(system(cmd), 0);
+    }
+}
+
 TEST(wrong_kind_size_dtype_or_time_is_refused_naming_the_parameter)
 {
     setup();

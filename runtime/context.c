@@ -527,10 +527,7 @@ shardopt_status_t rt_claim(struct shardopt_runtime *rt, const char *call)
         return SHARDOPT_OK;
     /* two threads in one runtime: the step read pointers and state the other was changing (two
      * Python threads stepping one optimizer returned OK with the weights NaN) */
-    return log_fail(SHARDOPT_ERR_STATE,
-                    "%s: shardopt_%s is running on this runtime in another thread: calls on one "
-                    "runtime must not overlap (docs/api.md, Threads); nothing was done",
-                    call, running);
+    return live_busy(call, NULL, running);
 }
 
 void rt_release(struct shardopt_runtime *rt)

@@ -66,15 +66,31 @@ shardopt_status_t live_refuse(const char *call, const struct shardopt_runtime *r
                     call, (const void *)rt);
 }
 
+/* with the lock held: live_claim's outcome for rt, listed or not */
+static int claim_locked(struct shardopt_runtime *rt, int is_listed, const char *call,
+                        const char **running)
+{
+    *running = NULL;
+    if (!is_listed)
+        return 0;
+    return atomic_compare_exchange_strong(&rt->busy, running, call) ? 1 : -1;
+}
+
 int live_claim(struct shardopt_runtime *rt, const char *call, const char **running)
 {
     live_lock();
-    int got = 0;
-    *running = NULL;
-    if (listed(rt))
-        got = atomic_compare_exchange_strong(&rt->busy, running, call) ? 1 : -1;
+    const int got = claim_locked(rt, listed(rt), call, running);
     live_unlock();
     return got;
+}
+
+shardopt_status_t live_busy(const char *call, const char *name, const char *running)
+{
+    return log_fail(SHARDOPT_ERR_STATE,
+                    "%s%s%s%s: shardopt_%s is running on this runtime in another thread: calls on "
+                    "one runtime must not overlap (docs/api.md, Threads); nothing was done",
+                    call, name != NULL ? " '" : "", name != NULL ? name : "",
+                    name != NULL ? "'" : "", running);
 }
 
 /* with live_lock held: the parameter's runtime and, when it is not live, its name */
@@ -100,24 +116,17 @@ static shardopt_status_t param_refuse(const char *call, const char *name,
 shardopt_status_t live_param_claim(const struct shardopt_param *p, const char *call)
 {
     char name[256]; /* names are at most 244 bytes (register) */
-    const char *running = NULL;
+    const char *running;
     if (p == NULL)
         return SHARDOPT_OK;
     live_lock();
-    int got = 0;
-    if (param_listed(p, name, sizeof name))
-        got = atomic_compare_exchange_strong(&p->rt->busy, &running, call) ? 1 : -1;
+    const int got = claim_locked(p->rt, param_listed(p, name, sizeof name), call, &running);
     if (got == -1)
         snprintf(name, sizeof name, "%s", p->name);
     live_unlock();
     if (got == 0)
         return param_refuse(call, name, p);
-    if (got == 1)
-        return SHARDOPT_OK;
-    return log_fail(SHARDOPT_ERR_STATE,
-                    "%s '%s': shardopt_%s is running on this runtime in another thread: calls on "
-                    "one runtime must not overlap (docs/api.md, Threads); nothing was done",
-                    call, name, running);
+    return got == 1 ? SHARDOPT_OK : live_busy(call, name, running);
 }
 
 shardopt_status_t live_param_check(const struct shardopt_param *p, const char *call)

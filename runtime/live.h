@@ -29,6 +29,10 @@ shardopt_status_t live_refuse(const char *call, const struct shardopt_runtime *r
  * on it). */
 int live_claim(struct shardopt_runtime *rt, const char *call, const char **running);
 
+/* The refusal of a call while another thread's call (running) holds the runtime: ERR_STATE
+ * naming both, and the parameter when name is not NULL. */
+shardopt_status_t live_busy(const char *call, const char *name, const char *running);
+
 /* rt_claim for a parameter's calls: claims its runtime (release it with rt_release(p->rt)), or
  * ERR_INVALID_ARGUMENT naming the parameter when that runtime was finalized (its shell is kept a
  * while: below), ERR_STATE when another thread's call runs on it. A NULL p is OK here, as for

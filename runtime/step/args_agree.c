@@ -155,13 +155,15 @@ shardopt_status_t args_agree_struct_check(const shardopt_step_args_t *args)
                                   offsetof(shardopt_step_args_t, adamw_eps) + sizeof(double)};
     _Static_assert(sizeof ends / sizeof ends[0] == SHARDOPT_STEP_ARGS_VERSION + 1, "an end each");
     const int known = args->version >= 1 && args->version <= SHARDOPT_STEP_ARGS_VERSION;
-    if (!known || args->size < ends[args->version])
+    if (!known)
         return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
-                        "step: args version %u / size %zu: %s %zu bytes; initialise with "
-                        "SHARDOPT_STEP_ARGS_INIT; nothing was updated",
-                        args->version, args->size,
-                        known ? "a struct of that version is at least"
-                              : "accepted versions 1 to 4,",
-                        known ? ends[args->version] : ends[1]);
+                        "step: args version %u / size %zu: accepted versions 1 to %d, %zu bytes; "
+                        "initialise with SHARDOPT_STEP_ARGS_INIT; nothing was updated",
+                        args->version, args->size, SHARDOPT_STEP_ARGS_VERSION, ends[1]);
+    if (args->size < ends[args->version])
+        return log_fail(SHARDOPT_ERR_INVALID_ARGUMENT,
+                        "step: args version %u / size %zu: a struct of that version is at least "
+                        "%zu bytes; initialise with SHARDOPT_STEP_ARGS_INIT; nothing was updated",
+                        args->version, args->size, ends[args->version]);
     return SHARDOPT_OK;
 }

@@ -14,6 +14,20 @@
 
 enum { N = 3000, MEMBERS = 16, ROUNDS = 60, NP = 48, PM = 4 };
 
+/* run(a) and run(b) in two threads at once: 0 once both returned, -1 when one could not start */
+static int side_by_side(void *(*run)(void *), void *a, void *b)
+{
+    pthread_t ta, tb;
+    if (pthread_create(&ta, NULL, run, a) != 0)
+        return -1;
+    const int rc = pthread_create(&tb, NULL, run, b);
+    pthread_join(ta, NULL);
+    if (rc != 0)
+        return -1;
+    pthread_join(tb, NULL);
+    return 0;
+}
+
 struct union_job {
     double cost[N];
     int group[N];
@@ -55,11 +69,7 @@ TEST(lpt_over_the_union_in_two_threads_gives_each_its_own_plan)
     union_owners(&a, a.want);
     union_owners(&b, b.want);
     ASSERT_TRUE(a.want[0] >= 0 && b.want[0] >= 0);
-    pthread_t ta, tb;
-    ASSERT_EQ_INT(pthread_create(&ta, NULL, union_run, &a), 0);
-    ASSERT_EQ_INT(pthread_create(&tb, NULL, union_run, &b), 0);
-    pthread_join(ta, NULL);
-    pthread_join(tb, NULL);
+    ASSERT_EQ_INT(side_by_side(union_run, &a, &b), 0);
     EXPECT_EQ_INT(a.bad, 0);
     EXPECT_EQ_INT(b.bad, 0);
 }
@@ -117,11 +127,7 @@ TEST(the_group_planner_in_two_threads_gives_each_its_own_owners)
     build_make(&b, 0);
     ASSERT_EQ_INT(build_owners(&a, a.want), 0);
     ASSERT_EQ_INT(build_owners(&b, b.want), 0);
-    pthread_t ta, tb;
-    ASSERT_EQ_INT(pthread_create(&ta, NULL, build_run, &a), 0);
-    ASSERT_EQ_INT(pthread_create(&tb, NULL, build_run, &b), 0);
-    pthread_join(ta, NULL);
-    pthread_join(tb, NULL);
+    ASSERT_EQ_INT(side_by_side(build_run, &a, &b), 0);
     EXPECT_EQ_INT(a.bad, 0);
     EXPECT_EQ_INT(b.bad, 0);
 }

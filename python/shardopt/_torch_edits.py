@@ -34,8 +34,6 @@ class _Edits:
         self.epoch = 0
         self.gen = {}  # (id(parameter), kind) -> generation; "*" for a load
 
-    def pending(self):
-        return bool(self.kept) or bool(self.live)
 
     def record(self, g, rt, sp, key, t):
         """The record of a copy handed out: [g, rt, sp, key, version, epoch, generation]."""
@@ -56,7 +54,10 @@ class _Edits:
     def flush(self, stepping=False):
         """Write every copy changed in place since it was handed out (or last written); a
         stale one (read before a step, changed after) is refused, nothing of it written.
-        stepping: a step follows, after which every copy alive is stale."""
+        stepping: a step follows, after which every copy alive is stale. Nothing handed out
+        alive: nothing to do (each step and state read asks)."""
+        if not self.kept and not self.live:
+            return
         try:
             for entry in list(self.live.values()):
                 for key, rec in list(entry._recs.items()):

@@ -60,8 +60,7 @@ class _State(MutableMapping):
                     yield p
 
     def __getitem__(self, p):
-        if self._edits.pending():
-            self._edits.flush()  # what was changed in place before, as this read would see it
+        self._edits.flush()  # what was changed in place before, as this read would see it
         found = self._find(p) if isinstance(p, torch.Tensor) else None
         if found is None:  # torch.optim.Optimizer.state is a defaultdict(dict)
             return self._extra.setdefault(p, {})
@@ -72,8 +71,7 @@ class _State(MutableMapping):
         stepped yet, or a key never set), and nothing inserted. Mapping.get went through
         __getitem__, which gave an empty state (and made an entry for a key it did not hold,
         so len(opt.state) was 1 before any step): `opt.state.get(p) is None` never held."""
-        if self._edits.pending():
-            self._edits.flush()
+        self._edits.flush()
         found = self._find(p) if isinstance(p, torch.Tensor) else None
         if found is None:
             return self._extra.get(p, default)
@@ -86,8 +84,7 @@ class _State(MutableMapping):
         if found is None:
             self._extra[p] = value
             return
-        if self._edits.pending():
-            self._edits.flush()
+        self._edits.flush()
         st = _ParamState(*found, self._own(p), self._edits)
         value = dict(value)
         if found[0]["algo"] == "muon" and "momentum" in value and "momentum_buffer" in value:
@@ -273,8 +270,7 @@ def _state_dict(opt):
     _pair_groups(opt)
     for pre_hook in opt._optimizer_state_dict_pre_hooks.values():
         pre_hook(opt)
-    if opt.state._edits.pending():
-        opt.state._edits.flush()  # opt.state's copies changed in place: the state now
+    opt.state._edits.flush()  # opt.state's copies changed in place: the state now
     # torch.optim.Muon's buffer is written once the optimizer has stepped (any tensor's step
     # count above 0, the same on every rank), for every Muon tensor: a fresh optimizer's
     # state_dict(), the template dcp.load fills, then asks only for what every checkpoint of

@@ -409,11 +409,9 @@ class Muon(torch.optim.Optimizer):
         checked = [None]  # per group: _prepare's outcome (group 0: its step checks its own)
         try:
             try:
-                edits = self._state_view._edits
-                if edits.pending():
-                    # opt.state's copies changed in place since they were read (ReLoRA's
-                    # reset) are the state this step starts from, as in torch.optim
-                    edits.flush(stepping=True)
+                # opt.state's copies changed in place since they were read (ReLoRA's reset)
+                # are the state this step starts from, as in torch.optim
+                self._state_view._edits.flush(stepping=True)
                 plan = self._plan or self._make_plan()
                 for p in plan[0]:
                     if p.grad is not None:
